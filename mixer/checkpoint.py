@@ -1,0 +1,85 @@
+"""last.pt: the training state, written atomically, read without unpickling code.
+
+Layout: {"model", "optimizer", "scheduler", "scaler", "progress", "rng", "key"}.
+Writes go to a temp file, are fsynced and renamed; the previous checkpoint
+is kept as last.prev.pt, so a crash at any moment leaves one complete file,
+and a checkpoint that fails to load falls back to the previous one. Loading
+uses torch.load(weights_only=True): a file whose pickle would run code is
+refused.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from typing import Callable, Optional
+
+import torch
+
+from mixer.errors import UserError
+from mixer.io import atomic_write
+
+LAST, PREVIOUS = "last.pt", "last.prev.pt"
+
+
+class CheckpointError(UserError):
+    pass
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_file(path: str) -> dict:
+    """A checkpoint of this tool, or CheckpointError saying why not."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path}: refused to load: it holds objects other than tensors and "
+                              f"plain values, so loading it could run code ({str(exc).splitlines()[0][:120]})")
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a complete checkpoint ({str(exc).splitlines()[0][:120]})")
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path}: not a checkpoint of this tool (no model state)")
+    return state
+
+
+class Checkpointer:
+    """Writes and finds last.pt in a run directory. Only rank 0 writes."""
+
+    def __init__(self, run_dir: str, log: Callable[[str], None] = print):
+        self.run_dir = run_dir
+        self.log = log
+
+    def save(self, state: dict) -> None:
+        path = os.path.join(self.run_dir, LAST)
+        previous = os.path.join(self.run_dir, PREVIOUS)
+
+        def write(tmp: str) -> None:
+            torch.save(state, tmp)
+            if os.path.exists(path):  # keep the last good one until the new one is in place
+                os.replace(path, previous)
+
+        atomic_write(path, write)
+
+    def load_latest(self) -> Optional[dict]:
+        """The newest checkpoint that loads, or None when there is none."""
+        for name in (LAST, PREVIOUS):
+            path = os.path.join(self.run_dir, name)
+            if not os.path.exists(path):
+                continue
+            try:
+                return load_file(path)
+            except CheckpointError as exc:
+                self.log(f"warning: {exc}; trying the previous checkpoint")
+        return None

@@ -1,0 +1,315 @@
+"""Command-line parsing shared by the entry points.
+
+Every entry point builds its parser from the groups here, so a flag has one
+name, one default and one help text everywhere. `build_config` turns the
+parsed namespace into a RunConfig; nothing past this module sees argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import traceback
+from typing import Callable, Optional, Sequence
+
+from mixer import __version__
+from mixer.config import (
+    DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
+)
+from mixer.errors import UserError
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
+            "dist": DistConfig, "log": LogConfig}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# ----------------------------------------------------------------- validators
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+
+
+def positive_float(text: str) -> float:
+    value = _float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def unit_interval(text: str) -> float:
+    value = _float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def open_unit_interval(text: str) -> float:
+    value = _float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, got {text}")
+    return value
+
+
+# ------------------------------------------------------------------- groups
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"mixer {__version__}")
+    parser.add_argument("--config", metavar="YAML",
+                        help="read flags from a YAML file (an args.yaml of an earlier run works); "
+                             "flags given on the command line win")
+
+
+def add_input_text_args(group, with_language=True) -> None:
+    group.add_argument("--input-col", dest="input_col", default="occ1",
+                       help="column with the text to classify (default: %(default)s)")
+    if with_language:
+        group.add_argument("--language", default="unk",
+                           help="language of every row, e.g. en (default: %(default)s = unknown); "
+                                "the model sees '<lang>[SEP]<text>' when it is known")
+        group.add_argument("--language-col", dest="language_col", default=None,
+                           help="column with a language per row (instead of --language)")
+
+
+def add_code_args(group) -> None:
+    group.add_argument("--block-size", dest="block_size", type=positive_int, default=5,
+                       help="characters per code (default: %(default)s)")
+    group.add_argument("--use-within-block-sep", dest="use_within_block_sep", action="store_true",
+                       help="codes are comma-separated parts (e.g. '1,12,0'); each part is one "
+                            "token and --block-size counts parts")
+    group.add_argument("--drop-bad-labels", dest="drop_bad_labels", action="store_true",
+                       help="drop rows with invalid codes instead of stopping with an error")
+    group.add_argument("--allow-codes-shorter-than-block-size",
+                       dest="allow_codes_shorter_than_block_size", action="store_true",
+                       help="accept codes shorter than --block-size (they are usually codes "
+                            "that lost leading zeros; hisco: restore them)")
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model")
+    group.add_argument("--encoder", default="minilm-l6",
+                       help="encoder: a preset (minilm-l6, canine-tiny, canine-small, "
+                            "canine-s-random), a Hugging Face model id or a local directory "
+                            "(default: %(default)s)")
+    group.add_argument("--max-len", dest="max_len", type=positive_int, default=64,
+                       help="longest input in tokens; longer inputs are cut (default: %(default)s)")
+    group.add_argument("--decoder-dim", dest="decoder_dim", type=positive_int, default=256,
+                       help="width of the seq2seq decoder (default: %(default)s)")
+    group.add_argument("--decoder-layers", dest="decoder_layers", type=positive_int, default=2,
+                       help="layers of the seq2seq decoder (default: %(default)s)")
+    group.add_argument("--decoder-heads", dest="decoder_heads", type=positive_int, default=4,
+                       help="attention heads of the seq2seq decoder (default: %(default)s)")
+    group.add_argument("--initial-checkpoint", dest="initial_checkpoint", default=None,
+                       help="start from a run directory (or its last.pt / model.safetensors) "
+                            "of this tool")
+    group.add_argument("--only-encoder", dest="only_encoder", action="store_true",
+                       help="with --initial-checkpoint: load only the encoder (a different "
+                            "code system gets new heads)")
+    group.add_argument("--freeze-encoder", dest="freeze_encoder", action="store_true",
+                       help="train the heads only")
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """The training flags every training entry point shares."""
+    group = parser.add_argument_group("training")
+    group.add_argument("--num-epochs", dest="num_epochs", type=positive_int, default=8,
+                       help="passes over the training data (default: %(default)s)")
+    group.add_argument("--max-steps", dest="max_steps", type=positive_int, default=None,
+                       help="stop after N optimizer steps; overrides --num-epochs and sets the "
+                            "learning-rate schedule length")
+    group.add_argument("--stop-at-step", dest="stop_at_step", type=positive_int, default=None,
+                       help="save and exit after N optimizer steps without changing the "
+                            "schedule; run again on the same directory to continue")
+    group.add_argument("--batch-size", dest="batch_size", type=positive_int, default=64,
+                       help="rows per process per micro-step (default: %(default)s)")
+    group.add_argument("--eval-batch-size", dest="eval_batch_size", type=positive_int,
+                       default=None, help="rows per evaluation batch (default: 2x --batch-size)")
+    group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=positive_float,
+                       default=2e-4, help="peak learning rate of AdamW (default: %(default)s)")
+    group.add_argument("--scale-lr", dest="scale_lr", action="store_true",
+                       help="linear scaling rule: multiply the learning rate by "
+                            "global batch / --batch-size")
+    group.add_argument("--warmup-pct", dest="warmup_pct", type=unit_interval, default=0.05,
+                       help="share of the steps spent warming up (default: %(default)s)")
+    group.add_argument("--warmup-steps", dest="warmup_steps", type=non_negative_int, default=None,
+                       help="warm-up steps (overrides --warmup-pct)")
+    group.add_argument("--weight-decay", dest="weight_decay", type=_float, default=0.01,
+                       help="AdamW weight decay (default: %(default)s)")
+    group.add_argument("--seq2seq-weight", dest="seq2seq_weight", type=unit_interval, default=0.1,
+                       help="w in loss = w * seq2seq + (1 - w) * BCE(flat) (default: %(default)s)")
+    group.add_argument("--dropout", type=unit_interval, default=0.1,
+                       help="probability of every dropout in the model, encoder included; "
+                            "0 makes training deterministic (default: %(default)s)")
+    group.add_argument("--grad-accum-steps", dest="grad_accum_steps", type=positive_int, default=1,
+                       help="micro-steps per optimizer step (default: %(default)s)")
+    group.add_argument("--max-grad-norm", dest="max_grad_norm", type=positive_float, default=1.0,
+                       help="clip the gradient norm to this (default: %(default)s)")
+    group.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                       help="autocast precision (default: %(default)s)")
+    group.add_argument("--use-amp", "--fp16", dest="precision", action="store_const", const="fp16",
+                       help="alias of --precision fp16")
+    group.add_argument("--seed", type=non_negative_int, default=42,
+                       help="seed of the split, the data order and the weights (default: %(default)s)")
+    group.add_argument("--num-workers", dest="num_workers", type=non_negative_int, default=0,
+                       help="data-loader worker processes per rank (default: %(default)s)")
+    group.add_argument("--threshold", type=unit_interval, default=0.5,
+                       help="flat head: codes with probability at least this are predicted "
+                            "(default: %(default)s)")
+    group.add_argument("--compile", action="store_true", help="torch.compile the model")
+
+    group = parser.add_argument_group("logging and saving")
+    group.add_argument("--log-interval", dest="log_interval", type=positive_int, default=20,
+                       help="steps between progress updates (default: %(default)s)")
+    group.add_argument("--eval-interval", dest="eval_interval", type=positive_int, default=None,
+                       help="steps between evaluations (default: once per epoch and at the end)")
+    group.add_argument("--save-interval", dest="save_interval", type=positive_int, default=None,
+                       help="steps between writes of last.pt (default: at every evaluation)")
+    group.add_argument("--save-each-epoch", dest="save_each_epoch", action="store_true",
+                       help="also keep epoch_<N>.safetensors at the end of each epoch")
+    group.add_argument("--log-wandb", dest="log_wandb", action="store_true",
+                       help="log to Weights & Biases (rank 0 only)")
+    group.add_argument("--wandb-project-name", dest="wandb_project_name", default="mixer",
+                       help="W&B project (default: %(default)s)")
+    group.add_argument("--wandb-mode", dest="wandb_mode",
+                       choices=["online", "offline", "disabled"], default="online",
+                       help="W&B mode (default: %(default)s)")
+    group.add_argument("--log-level", dest="log_level",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO",
+                       help="verbosity of rank 0 (default: %(default)s)")
+    group.add_argument("--debug", action="store_true",
+                       help="show Python tracebacks on errors")
+
+
+def add_distributed_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("distributed (see README: Multi-GPU and multi-node)")
+    group.add_argument("--distributed", action="store_true",
+                       help="train with DistributedDataParallel under torchrun / srun")
+    group.add_argument("--backend", choices=["nccl", "gloo"], default=None,
+                       help="process-group backend (default: nccl with CUDA, else gloo)")
+    group.add_argument("--dist-timeout", dest="dist_timeout", type=positive_int, default=600,
+                       help="seconds a collective may wait before every rank gives up "
+                            "(default: %(default)s)")
+    group.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None,
+                       help=argparse.SUPPRESS)
+    group.add_argument("--find-unused-parameters", dest="find_unused_parameters",
+                       action="store_true",
+                       help="DDP find_unused_parameters (switched on when parts are frozen)")
+    group.add_argument("--ddp-bucket-cap-mb", dest="ddp_bucket_cap_mb", type=positive_int,
+                       default=25, help="DDP gradient bucket size in MB (default: %(default)s)")
+    group.add_argument("--static-graph", dest="static_graph", action="store_true",
+                       help="DDP static_graph (the same parameters are used every step)")
+
+
+# ------------------------------------------------------------------- config
+def _load_yaml_defaults(path: str) -> dict:
+    import yaml
+
+    if not os.path.isfile(path):
+        raise UserError(f"--config {path}: no such file; pass a YAML file such as a run's args.yaml")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})")
+    if not isinstance(values, dict):
+        raise UserError(f"--config {path}: expected a mapping of flag names to values")
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and key in SECTIONS:
+            flat.update(value)  # the nested layout of args.yaml
+        else:
+            flat[key.replace("-", "_")] = value
+    return flat
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None):
+    """Parse argv, taking defaults from --config YAML when given."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.config:
+        defaults = _load_yaml_defaults(known.config)
+        dests = {action.dest for action in parser._actions}
+        unknown = sorted(k for k in defaults if k not in dests and k not in _IGNORED_YAML_KEYS)
+        if unknown:
+            raise UserError(f"--config {known.config}: unknown setting(s) {', '.join(unknown)}")
+        parser.set_defaults(**{k: v for k, v in defaults.items() if k in dests})
+    return parser.parse_args(argv)
+
+
+# Keys an args.yaml holds that an entry point may not take as flags.
+_IGNORED_YAML_KEYS = {
+    "dataset", "train_data", "val_data", "formatter", "target_cols", "share_val",
+    "code_descriptions", "prepare_only", "local_rank", "language", "language_col",
+    "use_within_block_sep", "drop_bad_labels", "allow_codes_shorter_than_block_size",
+    "block_size", "input_col",
+}
+
+
+def build_config(namespace: argparse.Namespace) -> RunConfig:
+    values = vars(namespace)
+    sections = {}
+    for name, section_cls in SECTIONS.items():
+        fields = {f.name for f in dataclasses.fields(section_cls)}
+        sections[name] = section_cls(**{k: v for k, v in values.items() if k in fields})
+    config = RunConfig(save_dir=values["save_dir"], **sections)
+    validate_config(config)
+    return config
+
+
+def validate_config(config: RunConfig) -> None:
+    data = config.data
+    if data.language_col and data.language not in (None, "unk"):
+        raise UserError("--language and --language-col were both given; pass one: a language "
+                        "for every row, or the column that holds one per row")
+    if config.model.only_encoder and not config.model.initial_checkpoint:
+        raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
+    if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):
+        raise UserError(f"--save-path {config.save_dir} is a file; pass a directory for the run")
+
+
+def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:
+    """Run an entry point: user errors become one line on stderr and exit 2."""
+    debug = "--debug" in (sys.argv if argv is None else argv)
+    try:
+        code = main(argv)
+    except UserError as exc:
+        if debug:
+            traceback.print_exc()
+        rank = os.environ.get("RANK")
+        prefix = f"[rank {rank}] " if rank not in (None, "0") else ""
+        print(f"{prefix}error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)

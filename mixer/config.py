@@ -1,0 +1,149 @@
+"""The run configuration: one typed tree of dataclasses.
+
+The entry points build it from argparse (mixer.cli); the engine only ever sees
+these objects, and the run directory stores them as args.yaml. This module
+imports nothing heavy so that `--prepare-only` and `--help` stay fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class DataConfig:
+    """Where the rows come from and how codes are read."""
+
+    dataset: Optional[str] = None  # finetune.py: one file, split into train/val
+    train_data: list[str] = field(default_factory=list)  # train_mixer.py
+    val_data: list[str] = field(default_factory=list)
+    input_col: str = "occ1"
+    target_cols: list[str] = field(default_factory=list)
+    language: str = "unk"
+    language_col: Optional[str] = None
+    formatter: str = "general"  # general | hisco | occ1950
+    block_size: int = 5
+    use_within_block_sep: bool = False
+    drop_bad_labels: bool = False
+    allow_codes_shorter_than_block_size: bool = False
+    share_val: float = 0.1
+    code_descriptions: Optional[str] = None
+    max_len: int = 64
+    prepare_only: bool = False
+
+
+@dataclass
+class ModelConfig:
+    encoder: str = "minilm-l6"
+    decoder_dim: int = 256
+    decoder_layers: int = 2
+    decoder_heads: int = 4
+    dropout: float = 0.1
+    initial_checkpoint: Optional[str] = None
+    only_encoder: bool = False
+    freeze_encoder: bool = False
+
+
+@dataclass
+class TrainConfig:
+    num_epochs: int = 8
+    max_steps: Optional[int] = None
+    stop_at_step: Optional[int] = None
+    batch_size: int = 64
+    eval_batch_size: Optional[int] = None
+    learning_rate: float = 2e-4
+    scale_lr: bool = False
+    warmup_pct: float = 0.05
+    warmup_steps: Optional[int] = None
+    weight_decay: float = 0.01
+    seq2seq_weight: float = 0.1
+    grad_accum_steps: int = 1
+    max_grad_norm: float = 1.0
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    seed: int = 42
+    num_workers: int = 0
+    log_interval: int = 20
+    eval_interval: Optional[int] = None
+    save_interval: Optional[int] = None
+    save_each_epoch: bool = False
+    threshold: float = 0.5
+    compile: bool = False
+
+
+@dataclass
+class DistConfig:
+    distributed: bool = False
+    backend: Optional[str] = None
+    dist_timeout: int = 600  # seconds
+    local_rank: Optional[int] = None  # set by the legacy torch.distributed.launch
+    find_unused_parameters: bool = False
+    ddp_bucket_cap_mb: int = 25
+    static_graph: bool = False
+
+
+@dataclass
+class LogConfig:
+    log_wandb: bool = False
+    wandb_project_name: str = "mixer"
+    wandb_mode: str = "online"
+    log_level: str = "INFO"
+    debug: bool = False
+
+
+@dataclass
+class RunConfig:
+    save_dir: str = "runs/default"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RunConfig":
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for name, value in values.items():
+            if name == "save_dir":
+                kwargs[name] = value
+            elif name in sections and isinstance(value, dict):
+                section_cls = {
+                    "data": DataConfig, "model": ModelConfig, "train": TrainConfig,
+                    "dist": DistConfig, "log": LogConfig,
+                }[name]
+                known = {f.name for f in dataclasses.fields(section_cls)}
+                kwargs[name] = section_cls(**{k: v for k, v in value.items() if k in known})
+        return cls(**kwargs)
+
+
+# Flags whose values never go to args.yaml (the run's identity stays the same
+# whichever launcher started it).
+NON_PERSISTED = {("dist", "local_rank")}
+
+
+def section_fields(section_cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(section_cls)]
+
+
+def config_for_file(config: RunConfig) -> dict:
+    """The configuration as args.yaml holds it (launcher details left out)."""
+    values = config.to_dict()
+    for section, name in NON_PERSISTED:
+        values[section].pop(name, None)
+    return values
+
+
+def write_args(config: RunConfig, run_dir: str) -> None:
+    import yaml
+
+    from mixer.io import write_text
+
+    os.makedirs(run_dir, exist_ok=True)
+    write_text(os.path.join(run_dir, "args.yaml"),
+               yaml.safe_dump(config_for_file(config), sort_keys=False))

@@ -1,0 +1,330 @@
+"""Reading tables, checking labels, building the key, splitting, writing prepared data.
+
+Everything here is vectorised over columns: a formatter looks at each distinct
+code once, and rows are handled by numpy/pandas. No torch import, so
+`finetune.py --prepare-only` runs in seconds on millions of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.config import DataConfig
+from mixer.errors import UserError
+from mixer.formatter import CodeFormatter, hisco_key, read_descriptions
+
+TEXT, LANG = "text", "lang"  # column names of prepared data
+PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
+
+
+def code_columns(max_num_codes: int) -> list[str]:
+    return [f"code_{i + 1}" for i in range(max_num_codes)]
+
+
+# ------------------------------------------------------------------ reading
+def read_table(path: str, what: str = "--dataset", columns: Optional[list] = None) -> pd.DataFrame:
+    """A CSV or Parquet file as strings (codes keep their leading zeros)."""
+    if not os.path.exists(path):
+        raise UserError(f"{what} {path}: no such file; check the path")
+    if os.path.isdir(path):
+        raise UserError(f"{what} {path}: is a directory; pass a .csv or .parquet file")
+    lower = path.lower()
+    try:
+        if lower.endswith((".parquet", ".pq")):
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, columns=columns).to_pandas()
+            frame = table.astype(object).where(table.notna(), "").astype(str)
+        else:
+            frame = _read_csv(path)
+    except UserError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV")
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what} {path}: the file is empty; it needs a header and rows")
+    except (pd.errors.ParserError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{what} {path}: cannot read it as {'Parquet' if lower.endswith(('.parquet', '.pq')) else 'CSV'} ({first})")
+    duplicated = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
+    if duplicated:
+        raise UserError(f"{what} {path}: duplicate column name(s) {', '.join(map(str, duplicated))}; rename them")
+    if len(frame) == 0:
+        raise UserError(f"{what} {path}: has a header but no rows")
+    return frame
+
+
+def _read_csv(path: str) -> pd.DataFrame:
+    with open(path, "rb") as handle:
+        head = handle.readline()
+    if not head.strip():
+        raise pd.errors.EmptyDataError("empty")
+    head.decode("utf-8")
+    header = [c.strip().strip('"') for c in head.decode("utf-8-sig").rstrip("\r\n").split(",")]
+    dupes = sorted({c for c in header if header.count(c) > 1})
+    if dupes:  # pandas would rename them silently to x.1
+        raise UserError(f"{path}: duplicate column name(s) {', '.join(dupes)}; rename them")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False,
+                        encoding="utf-8", engine="pyarrow")
+    return frame
+
+
+def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dict) -> None:
+    for column in columns:
+        if column not in frame.columns:
+            have = ", ".join(map(str, list(frame.columns)[:12]))
+            raise UserError(f"{path}: no column {column!r} ({flag_for.get(column, 'column')}); "
+                            f"the file has: {have}")
+
+
+# ------------------------------------------------------------------ labels
+@dataclass
+class Checked:
+    """Rows of one table after label checks."""
+
+    frame: pd.DataFrame  # text, lang, code_1..code_K (normalised, '' = none)
+    dropped: int
+
+
+def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
+               known: Optional[set] = None) -> Checked:
+    """Validate text and codes of every row, vectorised; bad rows are an error
+    naming them, or dropped with --drop-bad-labels."""
+    flags = {cfg.input_col: "--input-col"}
+    flags.update({c: "--target-cols" for c in cfg.target_cols})
+    if cfg.language_col:
+        flags[cfg.language_col] = "--language-col"
+    require_columns(frame, list(flags), path, flags)
+
+    text = frame[cfg.input_col].astype(str).str.strip()
+    raw = frame[cfg.target_cols].to_numpy(dtype=object).astype(str)
+    n_rows, n_cols = raw.shape
+    cells = pd.Series(raw.ravel()).str.strip()
+    ids, uniques = pd.factorize(cells, sort=False)
+    normalised, reasons = [], []
+    for value in uniques:  # each distinct code once
+        if value == "":
+            normalised.append("")
+            reasons.append("")
+            continue
+        code, reason = formatter.check(value, known)
+        normalised.append(code)
+        reasons.append(reason)
+    normalised = np.asarray(normalised, dtype=object)
+    reasons = np.asarray(reasons, dtype=object)
+    codes = normalised[ids].reshape(n_rows, n_cols)
+    cell_reason = reasons[ids].reshape(n_rows, n_cols)
+
+    problems = []  # (mask, description)
+    problems.append((text.eq("").to_numpy(), f"empty text in {cfg.input_col!r}"))
+    problems.append(((codes == "").all(axis=1), "no code in any target column"))
+    bad_cells = cell_reason != ""
+    if bad_cells.any():
+        problems.append((bad_cells.any(axis=1), "bad codes"))
+    bad = np.zeros(n_rows, dtype=bool)
+    for mask, _ in problems:
+        bad |= mask
+    if bad.any() and not cfg.drop_bad_labels:
+        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg))
+
+    lang = (frame[cfg.language_col].astype(str).str.strip().to_numpy()
+            if cfg.language_col else np.full(n_rows, cfg.language or "unk", dtype=object))
+    # Codes are packed to the left: empty slots last, so block k is the k-th code.
+    order = np.argsort(codes == "", axis=1, kind="stable")
+    codes = np.take_along_axis(codes, order, axis=1)
+    out = pd.DataFrame({TEXT: text.to_numpy(), LANG: lang})
+    for i, name in enumerate(code_columns(n_cols)):
+        out[name] = codes[:, i]
+    out["row"] = np.arange(1, n_rows + 1)
+    keep = ~bad
+    return Checked(frame=out[keep].reset_index(drop=True), dropped=int(bad.sum()))
+
+
+def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
+    parts = []
+    for mask, what in problems:
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            continue
+        if what == "bad codes":
+            examples = []
+            for row in rows[:3]:
+                col = int(np.flatnonzero(bad_cells[row])[0])
+                examples.append(f"row {row + 1} {cfg.target_cols[col]}={raw[row, col]!r}: "
+                                f"{cell_reason[row, col]}")
+            parts.append(f"{len(rows)} row(s) with bad codes ({'; '.join(examples)})")
+        else:
+            shown = ", ".join(str(r + 1) for r in rows[:5])
+            parts.append(f"{len(rows)} row(s) with {what} (rows {shown}{', ...' if len(rows) > 5 else ''})")
+    return (f"{path}: " + "; ".join(parts) +
+            ". Fix these rows or pass --drop-bad-labels to skip them (rows count from 1 after the header)")
+
+
+# ------------------------------------------------------------------ key
+def build_key(formatter: CodeFormatter, frames: list, descriptions: Optional[dict] = None) -> pd.DataFrame:
+    """The label key: code, index, description ('' when unknown)."""
+    if formatter.kind == "hisco":
+        key = hisco_key()
+    else:
+        columns = code_columns(formatter.max_num_codes)
+        seen = pd.unique(np.concatenate([f[columns].to_numpy().ravel() for f in frames]))
+        codes = sorted(c for c in seen if c != "")
+        key = pd.DataFrame({"code": codes, "description": ""})
+    if descriptions:
+        key["description"] = key["code"].map(descriptions).fillna(key["description"])
+    key.insert(1, "index", np.arange(len(key)))
+    return key.reset_index(drop=True)
+
+
+def labels_of(frame: pd.DataFrame, key_codes, max_num_codes: int) -> np.ndarray:
+    """Key indices (rows, max_num_codes), -1 where a slot is empty."""
+    columns = code_columns(max_num_codes)
+    cats = pd.Categorical(frame[columns].to_numpy().ravel(), categories=list(key_codes))
+    return cats.codes.reshape(len(frame), max_num_codes).astype(np.int64)
+
+
+def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random split: (train indices, validation indices), both sorted."""
+    n_val = int(round(n_rows * share_val))
+    if n_val < 1 or n_val >= n_rows:
+        raise UserError(f"--share-val {share_val} of {n_rows} rows leaves "
+                        f"{n_val} validation and {n_rows - n_val} training rows; "
+                        "both need at least one: change --share-val or add rows")
+    order = np.random.default_rng(seed).permutation(n_rows)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+# ------------------------------------------------------------------ prepared data
+def fingerprint(cfg: DataConfig, seed: int) -> dict:
+    files = [cfg.dataset] if cfg.dataset else list(cfg.train_data) + list(cfg.val_data)
+    stats = []
+    for path in files:
+        st = os.stat(path)
+        stats.append([os.path.abspath(path), st.st_size, int(st.st_mtime)])
+    settings = {k: getattr(cfg, k) for k in (
+        "input_col", "target_cols", "language", "language_col", "formatter", "block_size",
+        "use_within_block_sep", "drop_bad_labels", "allow_codes_shorter_than_block_size",
+        "share_val", "code_descriptions")}
+    settings["seed"] = seed
+    digest = hashlib.sha256(json.dumps([stats, settings], sort_keys=True).encode()).hexdigest()
+    return {"files": stats, "settings": settings, "digest": digest[:16]}
+
+
+@dataclass
+class Prepared:
+    train: pd.DataFrame
+    val: pd.DataFrame
+    key: pd.DataFrame
+    formatter: CodeFormatter
+
+
+def make_formatter(cfg: DataConfig, max_num_codes: int) -> CodeFormatter:
+    return CodeFormatter(kind=cfg.formatter, block_size=cfg.block_size,
+                         max_num_codes=max_num_codes,
+                         use_within_block_sep=cfg.use_within_block_sep,
+                         allow_short=cfg.allow_codes_shorter_than_block_size)
+
+
+def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
+    """Read, check, key and split the data of a run, in memory."""
+    formatter = make_formatter(cfg, len(cfg.target_cols))
+    if formatter.kind == "hisco":
+        formatter.block_size = 5
+    elif formatter.kind == "occ1950":
+        formatter.block_size = 3
+    known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
+    descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
+
+    def load(paths, what):
+        frames = []
+        for path in paths:
+            checked = check_rows(read_table(path, what), cfg, formatter, path, known)
+            if checked.dropped:
+                log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
+            frames.append(checked.frame)
+        frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        if len(frame) == 0:
+            raise UserError(f"{what}: no rows left after dropping bad labels")
+        return frame
+
+    if cfg.dataset:
+        frame = load([cfg.dataset], "--dataset")
+        train_idx, val_idx = split_rows(len(frame), cfg.share_val, seed)
+        train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
+    else:
+        train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
+    columns = code_columns(formatter.max_num_codes)
+    formatter.fit_alphabet(pd.unique(np.concatenate([train[columns].to_numpy().ravel(),
+                                                     val[columns].to_numpy().ravel()])))
+    key = build_key(formatter, [train, val], descriptions)
+    return Prepared(train=train, val=val, key=key, formatter=formatter)
+
+
+def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
+    """Write data_train/data_val/key.csv/prepared.json; each file atomically."""
+    from mixer.io import atomic_write
+
+    os.makedirs(run_dir, exist_ok=True)
+    atomic_write(os.path.join(run_dir, "data_train.parquet"),
+                 lambda p: prepared.train.to_parquet(p, index=False))
+    atomic_write(os.path.join(run_dir, "data_val.parquet"),
+                 lambda p: prepared.val.to_parquet(p, index=False))
+    atomic_write(os.path.join(run_dir, "key.csv"), lambda p: prepared.key.to_csv(p, index=False))
+    meta = dict(stamp, formatter=prepared.formatter.to_dict(),
+                rows={"train": len(prepared.train), "val": len(prepared.val)})
+    atomic_write(os.path.join(run_dir, "prepared.json"),
+                 lambda p: _write_json(p, meta))
+
+
+def read_key(run_dir: str) -> pd.DataFrame:
+    return pd.read_csv(os.path.join(run_dir, "key.csv"), dtype={"code": str, "description": str},
+                       keep_default_na=False)
+
+
+def load_prepared(run_dir: str) -> Prepared:
+    with open(os.path.join(run_dir, "prepared.json")) as handle:
+        meta = json.load(handle)
+    return Prepared(
+        train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet")),
+        val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet")),
+        key=read_key(run_dir),
+        formatter=CodeFormatter.from_dict(meta["formatter"]),
+    )
+
+
+def prepared_stamp(run_dir: str) -> Optional[dict]:
+    path = os.path.join(run_dir, "prepared.json")
+    if not all(os.path.exists(os.path.join(run_dir, f)) for f in PREPARED_FILES):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print) -> Prepared:
+    """finetune.py's preparation: reuse the run directory's data when it was
+    prepared from the same input and settings, else prepare and write it."""
+    stamp = fingerprint(cfg, seed)
+    existing = prepared_stamp(run_dir)
+    if existing is not None:
+        if existing.get("digest") != stamp["digest"]:
+            raise UserError(f"{run_dir} holds data prepared from other input or settings; "
+                            "use a new --save-path, or the original flags to resume")
+        log(f"reusing prepared data in {run_dir}")
+        return load_prepared(run_dir)
+    prepared = prepare(cfg, seed, log)
+    write_prepared(prepared, run_dir, stamp)
+    log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation rows, "
+        f"{len(prepared.key)} codes, in {run_dir}")
+    return prepared
+
+
+def _write_json(path: str, values: dict) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(values, handle, indent=1)

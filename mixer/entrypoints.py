@@ -1,0 +1,135 @@
+"""The three programs: parsers and mains. Each parses flags, builds the
+config and calls the package; nothing here trains or reads data itself.
+Heavy imports (torch, transformers) happen inside the mains, so --help and
+--prepare-only stay fast."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+from mixer import cli
+from mixer.formatter import FORMATTERS
+
+
+def finetune_parser() -> cli.Parser:
+    parser = cli.Parser(prog="finetune.py", description=(
+        "Fine-tune a classifier on one dataset with any code system: builds the label key from "
+        "the data, splits train/validation, trains and writes a run directory."),
+        epilog="Launch: python finetune.py ... | torchrun --standalone --nproc_per_node=N "
+               "finetune.py --distributed ... | torchrun --nnodes=M --node_rank=R "
+               "--master_addr=HEAD --master_port=P finetune.py --distributed ...")
+    cli.add_common(parser)
+    group = parser.add_argument_group("data")
+    group.add_argument("--dataset", required=True, help="CSV or Parquet file with text and codes")
+    cli.add_input_text_args(group)
+    group.add_argument("--target-cols", dest="target_cols", nargs="+", required=True,
+                       metavar="COL", help="one column per code slot, e.g. hisco_1 hisco_2 "
+                                           "(an empty cell = no code)")
+    cli.add_code_args(group)
+    group.add_argument("--share-val", dest="share_val", type=cli.open_unit_interval, default=0.1,
+                       help="share of rows held out for validation (default: %(default)s)")
+    group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
+                       help="CSV of code descriptions (columns code,description or the HISCO "
+                            "key layout, e.g. data/hisco_key.csv); predictions then carry desc_K")
+    group.add_argument("--save-path", "--save-dir", dest="save_dir", required=True,
+                       help="run directory (created; reused to resume)")
+    group.add_argument("--prepare-only", dest="prepare_only", action="store_true",
+                       help="validate and write data_train/data_val/key.csv, then stop")
+    cli.add_model_args(parser)
+    cli.add_training_args(parser)
+    cli.add_distributed_args(parser)
+    parser.set_defaults(formatter="general")
+    return parser
+
+
+def train_mixer_parser() -> cli.Parser:
+    parser = cli.Parser(prog="train_mixer.py", description=(
+        "Train on lists of train/validation files with a built-in code system."),
+        epilog="Launch: as finetune.py (python, torchrun, srun).")
+    cli.add_common(parser)
+    group = parser.add_argument_group("data")
+    group.add_argument("--train-data", dest="train_data", nargs="+", required=True, metavar="PATH",
+                       help="training files (CSV or Parquet)")
+    group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
+                       help="validation files (CSV or Parquet)")
+    group.add_argument("--formatter", choices=[f for f in FORMATTERS if f != "general"],
+                       default="hisco", help="built-in code system (default: %(default)s)")
+    group.add_argument("--target-col-naming", dest="target_col_naming", default="hisco",
+                       help="target columns are <naming>_1 .. <naming>_N (default: %(default)s)")
+    group.add_argument("--num-target-cols", dest="num_target_cols", type=cli.positive_int,
+                       default=5, help="N above: code slots per row (default: %(default)s)")
+    cli.add_input_text_args(group)
+    cli.add_code_args(group)
+    group.add_argument("--save-dir", "--save-path", dest="save_dir", required=True,
+                       help="run directory (created; reused to resume)")
+    cli.add_model_args(parser)
+    cli.add_training_args(parser)
+    cli.add_distributed_args(parser)
+    return parser
+
+
+def _train(config) -> int:
+    if config.data.prepare_only and "RANK" not in os.environ and "SLURM_PROCID" not in os.environ:
+        # no torch on this path: preparation of millions of rows takes seconds
+        from mixer.config import write_args
+        from mixer.data import prepare_run_data
+
+        prepare_run_data(config.data, config.train.seed, config.save_dir)
+        write_args(config, config.save_dir)
+        return 0
+    from mixer.run import train
+
+    train(config)
+    return 0
+
+
+def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
+    namespace = cli.parse_args(finetune_parser(), argv)
+    return _train(cli.build_config(namespace))
+
+
+def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
+    namespace = cli.parse_args(train_mixer_parser(), argv)
+    namespace.target_cols = [f"{namespace.target_col_naming}_{i + 1}"
+                             for i in range(namespace.num_target_cols)]
+    return _train(cli.build_config(namespace))
+
+
+def predict_parser() -> cli.Parser:
+    parser = cli.Parser(prog="predict.py", description="Codes for a CSV/Parquet file from a run directory.")
+    parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
+    parser.add_argument("--checkpoint", required=True, help="run directory of finetune.py / train_mixer.py")
+    parser.add_argument("--input", required=True, help="CSV or Parquet file")
+    parser.add_argument("--output", required=True, help="CSV or Parquet file (by extension)")
+    parser.add_argument("--input-col", dest="input_col", default=None,
+                        help="text column (default: the run's)")
+    parser.add_argument("--language", default=None, help="language of every row (default: the run's)")
+    parser.add_argument("--language-col", dest="language_col", default=None,
+                        help="column with a language per row")
+    parser.add_argument("--batch-size", dest="batch_size", type=cli.positive_int, default=256,
+                        help="rows per batch (default: %(default)s)")
+    parser.add_argument("--top-k", dest="top_k", type=cli.positive_int, default=None,
+                        help="codes per row at most (default: the run's code slots)")
+    parser.add_argument("--threshold", type=cli.unit_interval, default=None,
+                        help="flat head: keep codes with probability at least this; the most "
+                             "probable code is always kept (default: the run's)")
+    parser.add_argument("--head", choices=["flat", "seq2seq"], default="flat",
+                        help="which head predicts (default: %(default)s)")
+    parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
+                        help="rows read and written at a time (default: %(default)s)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="autocast precision (default: %(default)s)")
+    parser.add_argument("--distributed", action="store_true", help="shard rows over torchrun ranks")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return parser
+
+
+def predict_main(argv: Optional[Sequence[str]] = None) -> int:
+    args = predict_parser().parse_args(argv)
+    if args.language_col and args.language:
+        raise cli.UserError("--language and --language-col were both given; pass one")
+    from mixer.predict import predict_file
+
+    predict_file(args)
+    return 0

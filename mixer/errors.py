@@ -1,0 +1,7 @@
+"""User-facing errors: one clear line, exit status 2, no traceback."""
+
+
+class UserError(Exception):
+    """Bad input or a bad flag: the message names what is wrong and what to do."""
+
+    exit_code = 2

@@ -1,0 +1,96 @@
+"""Evaluation metrics as sums, reduced across ranks, divided once.
+
+Per head (flat, seq2seq) and over the validation rows:
+  accuracy  = rows whose predicted code set equals the true set / rows
+  precision = sum |pred & true| / sum |pred|        (micro, over codes)
+  recall    = sum |pred & true| / sum |true|
+  f1        = 2 * precision * recall / (precision + recall)
+and for the seq2seq head token_accuracy = correct decoder labels / labels
+(teacher forcing, every position of every row). The same prediction rules
+(`flat_prediction`, `seq2seq_prediction`) are used by predict.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mixer.formatter import PAD
+
+INVALID = -2  # a decoded block that is not a code of the key
+SUM_NAMES = ("rows", "loss", "seq2seq_loss", "flat_loss", "token_correct", "token_count",
+             "flat_exact", "flat_tp", "flat_pred", "flat_true",
+             "seq2seq_exact", "seq2seq_tp", "seq2seq_pred", "seq2seq_true")
+
+
+def flat_prediction(probs: torch.Tensor, threshold: float, top_k: int):
+    """Codes with probability >= threshold, at most top_k, and at least the most
+    probable one. Returns (indices, probs, chosen) each (rows, top_k), best first."""
+    top_probs, top_index = probs.topk(min(top_k, probs.size(-1)), dim=-1)
+    chosen = top_probs >= threshold
+    chosen[:, 0] = True
+    return top_index, top_probs, chosen
+
+
+def seq2seq_prediction(tokens: torch.Tensor, token_probs: torch.Tensor, key_blocks: torch.Tensor,
+                       num_blocks: int, block_size: int):
+    """Decoded blocks -> (key index per block, -1 empty, INVALID not a code; block probability)."""
+    rows = tokens.size(0)
+    blocks = tokens[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
+    block_probs = token_probs[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
+    block_probs = block_probs.prod(-1)
+    matches = (blocks.unsqueeze(2) == key_blocks.view(1, 1, *key_blocks.shape)).all(-1)
+    found = matches.any(-1)
+    index = torch.where(found, matches.float().argmax(-1), torch.full_like(blocks[..., 0], INVALID))
+    empty = (blocks == PAD).all(-1)
+    index = torch.where(empty, torch.full_like(index, -1), index)
+    return index, block_probs
+
+
+def _set_sums(pred_hot: torch.Tensor, invalid: torch.Tensor, true_hot: torch.Tensor):
+    exact = ((pred_hot == true_hot).all(-1) & (invalid == 0)).sum()
+    tp = (pred_hot * true_hot).sum()
+    return exact, tp, pred_hot.sum() + invalid.sum(), true_hot.sum()
+
+
+class MetricSums:
+    """Running sums of one evaluation on one rank."""
+
+    def __init__(self, device):
+        self.values = torch.zeros(len(SUM_NAMES), dtype=torch.float64, device=device)
+
+    def add(self, **sums) -> None:
+        for name, value in sums.items():
+            self.values[SUM_NAMES.index(name)] += value.double() if torch.is_tensor(value) else value
+
+    def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
+                  labels, decoded_index, threshold, num_labels, top_k):
+        from mixer.losses import multi_hot
+
+        true_hot = multi_hot(labels, num_labels)
+        index, _, chosen = flat_prediction(flat_probs, threshold, top_k)
+        flat_hot = torch.zeros_like(true_hot).scatter_(1, index, chosen.float())
+        seq_valid = torch.where(decoded_index >= 0, decoded_index, torch.full_like(decoded_index, -1))
+        seq_hot = multi_hot(seq_valid, num_labels)
+        seq_invalid = (decoded_index == INVALID).sum(-1)
+        f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
+        s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
+        correct = (seq_logits.argmax(-1) == targets)
+        self.add(rows=labels.size(0), loss=row_total.sum(), seq2seq_loss=row_seq.sum(),
+                 flat_loss=row_flat.sum(), token_correct=correct.sum(), token_count=correct.numel(),
+                 flat_exact=f_exact, flat_tp=f_tp, flat_pred=f_pred, flat_true=f_true,
+                 seq2seq_exact=s_exact, seq2seq_tp=s_tp, seq2seq_pred=s_pred, seq2seq_true=s_true)
+
+    def result(self) -> dict:
+        """Divide once (after the all-reduce)."""
+        v = dict(zip(SUM_NAMES, self.values.tolist()))
+        rows = max(v["rows"], 1.0)
+        out = {"rows": int(v["rows"]), "loss": v["loss"] / rows,
+               "seq2seq_loss": v["seq2seq_loss"] / rows, "flat_loss": v["flat_loss"] / rows,
+               "token_accuracy": v["token_correct"] / max(v["token_count"], 1.0)}
+        for head in ("flat", "seq2seq"):
+            precision = v[f"{head}_tp"] / v[f"{head}_pred"] if v[f"{head}_pred"] else 0.0
+            recall = v[f"{head}_tp"] / v[f"{head}_true"] if v[f"{head}_true"] else 0.0
+            f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+            out.update({f"{head}_accuracy": v[f"{head}_exact"] / rows, f"{head}_precision": precision,
+                        f"{head}_recall": recall, f"{head}_f1": f1})
+        return out

@@ -1,0 +1,237 @@
+"""Prediction from a run directory: needs nothing but the run directory.
+
+Rows are read and written in chunks (10M rows never sit in memory), sorted by
+length inside a chunk so batches carry little padding, and run without
+autograd. Under torchrun each rank predicts a contiguous share of every
+chunk and rank 0 writes one output in input order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mixer import distributed as mdist
+from mixer.config import DistConfig
+from mixer.data import read_key
+from mixer.dataset import shard_indices, tokenize
+from mixer.encoders import encoder_from_run
+from mixer.errors import UserError
+from mixer.formatter import CodeFormatter
+from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
+from mixer.model import CONFIG_FILE, MODEL_FILE, HeadsConfig, MixerModel, read_model_config
+
+RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
+
+
+class Predictor:
+    def __init__(self, run_dir: str, device: str = "cpu", precision: str = "fp32"):
+        if not os.path.isdir(run_dir):
+            raise UserError(f"--checkpoint {run_dir}: not a run directory")
+        missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
+        if missing:
+            raise UserError(f"--checkpoint {run_dir}: lacks {', '.join(missing)}; is training "
+                            "finished? (model.safetensors is written at the end of a run)")
+        from safetensors.torch import load_file
+
+        self.config = read_model_config(run_dir)
+        self.formatter = CodeFormatter.from_dict(self.config["formatter"])
+        encoder = encoder_from_run(run_dir)
+        self.tokenizer = encoder.tokenizer
+        self.model = MixerModel(encoder.model, HeadsConfig(**self.config["heads"]))
+        self.model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
+        self.model.to(device).eval()
+        self.device = device
+        self.autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+        key = read_key(run_dir)
+        self.codes = key["code"].to_numpy(dtype=object)
+        self.descriptions = key["description"].to_numpy(dtype=object)
+        self.has_descriptions = bool((key["description"] != "").any())
+        self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
+
+    @torch.no_grad()
+    def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
+                batch_size: int = 256) -> pd.DataFrame:
+        """code_k, prob_k (and desc_k) for each row, codes by falling probability."""
+        top_k = top_k or self.formatter.max_num_codes
+        threshold = self.config["threshold"] if threshold is None else threshold
+        ids, offsets = tokenize(self.tokenizer, texts, langs, self.config["max_len"])
+        lengths = np.diff(offsets)
+        order = np.argsort(lengths, kind="stable")
+        codes = np.full((len(lengths), top_k), "", dtype=object)
+        probs = np.full((len(lengths), top_k), np.nan)
+        pad = self.tokenizer.pad_token_id or 0
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            longest = int(lengths[rows].max())
+            input_ids = np.full((len(rows), longest), pad, dtype=np.int64)
+            mask = np.zeros_like(input_ids)
+            for i, row in enumerate(rows):
+                input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
+                mask[i, : lengths[row]] = 1
+            input_ids = torch.from_numpy(input_ids).to(self.device)
+            mask = torch.from_numpy(mask).to(self.device)
+            with torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
+                                enabled=self.autocast_dtype is not None):
+                states, pooled = self.model.encode(input_ids, mask)
+                if head == "flat":
+                    batch_codes, batch_probs = self._flat(pooled, top_k, threshold)
+                else:
+                    batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
+            codes[rows], probs[rows] = batch_codes, batch_probs
+        out = {}
+        for k in range(top_k):
+            out[f"code_{k + 1}"] = codes[:, k]
+        for k in range(top_k):
+            out[f"prob_{k + 1}"] = probs[:, k]
+        if self.has_descriptions:
+            lookup = dict(zip(self.codes, self.descriptions))
+            for k in range(top_k):
+                out[f"desc_{k + 1}"] = [lookup.get(c, "") for c in codes[:, k]]
+        return pd.DataFrame(out)
+
+    def _flat(self, pooled, top_k, threshold):
+        probs = self.model.flat_head(pooled).float().sigmoid()
+        index, top_probs, chosen = flat_prediction(probs, threshold, top_k)
+        index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
+        codes = np.where(chosen, self.codes[index], "")
+        out_probs = np.where(chosen, top_probs, np.nan)
+        return _pad_columns(codes, out_probs, top_k)
+
+    def _seq2seq(self, states, mask, top_k):
+        f = self.formatter
+        tokens, token_probs = self.model.generate(states, mask, f.max_num_codes * f.block_size)
+        index, block_probs = seq2seq_prediction(tokens, token_probs, self.key_blocks,
+                                                f.max_num_codes, f.block_size)
+        index, block_probs = index.cpu().numpy(), block_probs.float().cpu().numpy()
+        blocks = tokens[:, : f.max_num_codes * f.block_size].reshape(
+            len(index), f.max_num_codes, f.block_size).cpu().numpy()
+        codes = np.full((len(index), top_k), "", dtype=object)
+        probs = np.full((len(index), top_k), np.nan)
+        for row in range(len(index)):
+            found = {}
+            for b in np.argsort(-block_probs[row], kind="stable"):
+                if index[row, b] == -1:
+                    continue
+                code = self.codes[index[row, b]] if index[row, b] != INVALID else f.decode_block(blocks[row, b])
+                found.setdefault(code, block_probs[row, b])
+            for k, (code, p) in enumerate(list(found.items())[:top_k]):
+                codes[row, k], probs[row, k] = code, p
+        return codes, probs
+
+
+def _pad_columns(codes, probs, top_k):
+    if codes.shape[1] < top_k:  # fewer codes in the key than top_k
+        extra = top_k - codes.shape[1]
+        codes = np.hstack([codes, np.full((len(codes), extra), "", dtype=object)])
+        probs = np.hstack([probs, np.full((len(probs), extra), np.nan)])
+    return codes, probs
+
+
+# ------------------------------------------------------------------ files
+def read_chunks(path: str, chunk_size: int) -> Iterator[pd.DataFrame]:
+    if not os.path.exists(path):
+        raise UserError(f"--input {path}: no such file")
+    if path.lower().endswith((".parquet", ".pq")):
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
+            frame = batch.to_pandas()
+            yield frame.astype(object).where(frame.notna(), "").astype(str)
+    else:
+        try:
+            yield from pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=chunk_size)
+        except UnicodeDecodeError:
+            raise UserError(f"--input {path}: not UTF-8 text; save it as UTF-8 CSV")
+        except pd.errors.EmptyDataError:
+            raise UserError(f"--input {path}: the file is empty")
+
+
+class OutputWriter:
+    """Writes chunks to a temp file, renamed to the output at the end."""
+
+    def __init__(self, path: str):
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise UserError(f"--output {path}: directory {directory} does not exist; create it first")
+        self.path = path
+        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.parquet = path.lower().endswith((".parquet", ".pq"))
+        self.writer = None
+        self.rows = 0
+
+    def write(self, frame: pd.DataFrame) -> None:
+        if self.parquet:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.tmp, table.schema)
+            self.writer.write_table(table)
+        else:
+            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
+        self.rows += len(frame)
+
+    def commit(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+def predict_file(args) -> None:
+    world = mdist.setup(DistConfig(distributed=args.distributed))
+    writer = None
+    try:
+        predictor = Predictor(args.checkpoint, world.device, args.precision)
+        config = predictor.config
+        input_col = args.input_col or config["input_col"]
+        language_col = args.language_col or (None if args.language else config.get("language_col"))
+        language = args.language or config.get("language") or "unk"
+        writer = OutputWriter(args.output) if world.is_main else None
+        bar = None
+        if world.is_main and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(unit="row", desc="predict")
+        for chunk in read_chunks(args.input, args.chunk_size):
+            for column, flag in ((input_col, "--input-col"), (language_col, "--language-col")):
+                if column and column not in chunk.columns:
+                    raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
+                                    f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
+            mine = shard_indices(len(chunk), world.world_size, world.rank)
+            part = chunk.iloc[mine]
+            langs = part[language_col].to_numpy(dtype=object) if language_col else \
+                np.full(len(part), language, dtype=object)
+            result = predictor.predict(part[input_col].fillna("").to_numpy(dtype=object), langs,
+                                       args.head, args.top_k, args.threshold, args.batch_size)
+            pieces = mdist.gather_objects(result, world)  # all ranks
+            if world.is_main:
+                predicted = pd.concat(pieces, ignore_index=True)
+                predicted.index = chunk.index
+                clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
+                writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
+                if bar is not None:
+                    bar.update(len(chunk))
+        if world.is_main:
+            writer.commit()
+            if bar is not None:
+                bar.close()
+            print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        mdist.teardown(world)

@@ -1,0 +1,232 @@
+"""Assemble a training run from a RunConfig: the one function both training
+entry points call. Order matters for DDP: data is prepared by rank 0 first,
+parts are frozen before wrapping, and the process group is always torn down."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from mixer import __version__
+from mixer import distributed as mdist
+from mixer.checkpoint import Checkpointer, CheckpointError, load_file
+from mixer.config import RunConfig, config_for_file, write_args
+from mixer.data import LANG, TEXT, labels_of, prepare_run_data
+from mixer.dataset import (Collator, RowDataset, StepSampler, cached_tokens, eval_batches,
+                           shard_indices)
+from mixer.encoders import build_encoder, encoder_from_run, save_encoder_files
+from mixer.errors import UserError
+from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
+from mixer.tracking import NullTracker, Tracker, configure_logging, logger
+from mixer.trainer import Trainer, TrainParts, lr_lambda, seed_everything, warmup_steps_of
+
+
+def train(config: RunConfig) -> dict:
+    """Prepare (rank 0), build, train and save one run. Returns the last metrics."""
+    world = mdist.setup(config.dist, log=print)
+    try:
+        configure_logging(config.log.log_level, world.is_main)
+        return _train(config, world)
+    finally:
+        mdist.teardown(world)
+
+
+def _train(config: RunConfig, world: mdist.World) -> dict:
+    run_dir = config.save_dir
+    prepared = mdist.main_first(
+        lambda: prepare_run_data(config.data, config.train.seed, run_dir, log=logger.info), world)
+    if world.is_main:
+        write_args(config, run_dir)
+    if config.data.prepare_only:
+        logger.info(f"data prepared in {run_dir} (--prepare-only)")
+        return {}
+
+    seed_everything(config.train.seed)
+    if world.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls on Ampere+: ~fp32 accuracy, much faster
+        torch.backends.cudnn.allow_tf32 = True
+    formatter = prepared.formatter
+    key_codes = list(prepared.key["code"])
+    encoder = (encoder_from_run(_run_dir_of(config.model.initial_checkpoint), config.model.dropout)
+               if config.model.initial_checkpoint else build_encoder(config.model.encoder,
+                                                                     config.model.dropout))
+    heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
+                        target_len=formatter.target_len, decoder_dim=config.model.decoder_dim,
+                        decoder_layers=config.model.decoder_layers,
+                        decoder_heads=config.model.decoder_heads, dropout=config.model.dropout)
+    model = MixerModel(encoder.model, heads)
+    if config.model.initial_checkpoint:
+        load_initial_weights(model, config.model.initial_checkpoint, config.model.only_encoder)
+    if world.is_main:
+        save_encoder_files(encoder, run_dir)
+
+    def tokens(split, frame):
+        return mdist.main_first(lambda: cached_tokens(
+            run_dir, split, encoder.tokenizer, frame[TEXT].to_numpy(), frame[LANG].to_numpy(),
+            config.data.max_len, build=world.is_main), world)
+
+    train_tokens, val_tokens = tokens("train", prepared.train), tokens("val", prepared.val)
+    num_blocks = formatter.max_num_codes
+    key_blocks = formatter.encode_blocks(key_codes)
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks)
+    train_set = RowDataset(train_tokens, labels_of(prepared.train, key_codes, num_blocks))
+    val_set = RowDataset(val_tokens, labels_of(prepared.val, key_codes, num_blocks))
+
+    cfg = config.train
+    sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
+                          cfg.grad_accum_steps, cfg.seed)
+    if sampler.steps_per_epoch == 0:
+        raise UserError(f"{len(train_set)} training rows cannot fill one step of "
+                        f"{world.world_size * cfg.grad_accum_steps} micro-batches; lower "
+                        "--grad-accum-steps or the number of processes")
+    pin = world.device.startswith("cuda")
+    workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
+                   pin_memory=pin, collate_fn=collate)
+    train_loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler, **workers)
+    eval_size = cfg.eval_batch_size or 2 * cfg.batch_size
+    val_loader = torch.utils.data.DataLoader(
+        val_set, batch_sampler=eval_batches(shard_indices(len(val_set), world.world_size, world.rank),
+                                            eval_size), **workers)
+
+    model = place_model(model, config, world)
+    total_steps = cfg.max_steps or cfg.num_epochs * sampler.steps_per_epoch
+    learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=learning_rate, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(total_steps, warmup_steps_of(cfg, total_steps)))
+    extra = model_extra(config, prepared.formatter, encoder.source)
+    parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
+                       train_loader=train_loader, sampler=sampler, val_loader=val_loader,
+                       key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
+                       block_size=formatter.block_size, total_steps=total_steps, model_extra=extra)
+    checkpointer = Checkpointer(run_dir, log=logger.warning)
+    state = checkpointer.load_latest()  # every rank reads it: the run directory is shared
+    trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
+                      checkpointer=checkpointer if world.is_main else None)
+    if state is not None:
+        trainer.load_state_dict(state)
+        logger.info(f"resuming from {run_dir}/last.pt at step {trainer.progress.step} "
+                    f"(epoch {trainer.progress.epoch}, row {trainer.progress.rows_in_epoch} of it)")
+    if world.is_main:
+        wandb = ({"project": config.log.wandb_project_name, "mode": config.log.wandb_mode}
+                 if config.log.log_wandb else None)
+        trainer.tracker = Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
+    else:
+        trainer.tracker = NullTracker()
+    report_setup(world, config, sampler, total_steps, learning_rate, len(train_set), len(val_set),
+                 len(key_codes), encoder.source, model)
+    metrics = trainer.fit()
+    if world.is_main and trainer.finished():
+        report_end(metrics, run_dir)
+    return metrics
+
+
+# ------------------------------------------------------------------ pieces
+def place_model(model: MixerModel, config: RunConfig, world: mdist.World) -> torch.nn.Module:
+    """Freeze, move, compile and wrap, in that order."""
+    if config.model.freeze_encoder:
+        for parameter in model.encoder.parameters():
+            parameter.requires_grad_(False)
+    model.to(world.device)
+    if config.train.compile:
+        model = torch.compile(model)
+    if world.is_distributed:
+        dist_cfg = config.dist
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[world.local_rank] if world.device.startswith("cuda") else None,
+            find_unused_parameters=dist_cfg.find_unused_parameters or config.model.freeze_encoder,
+            bucket_cap_mb=dist_cfg.ddp_bucket_cap_mb, static_graph=dist_cfg.static_graph,
+            gradient_as_bucket_view=True, broadcast_buffers=False)
+    return model
+
+
+def _run_dir_of(path: str) -> str:
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def load_initial_weights(model: MixerModel, path: str, only_encoder: bool) -> None:
+    """Weights of an earlier run: all of them, or only the encoder's."""
+    if not os.path.exists(path):
+        raise UserError(f"--initial-checkpoint {path}: no such file or run directory")
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, MODEL_FILE), os.path.join(path, "last.pt")]
+        path = next((c for c in candidates if os.path.exists(c)), candidates[0])
+        if not os.path.exists(path):
+            raise UserError(f"--initial-checkpoint: {os.path.dirname(path)} holds neither "
+                            f"{MODEL_FILE} nor last.pt")
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file as load_safetensors
+
+        try:
+            state = load_safetensors(path)
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"--initial-checkpoint {path}: not a complete safetensors file ({exc})")
+    else:
+        try:
+            state = load_file(path)["model"]
+        except CheckpointError as exc:
+            raise UserError(f"--initial-checkpoint {exc}")
+    if only_encoder:
+        state = {k: v for k, v in state.items() if k.startswith("encoder.")}
+    own = model.state_dict()
+    differ = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
+              if k in own and own[k].shape != v.shape]
+    if differ:
+        hint = "" if only_encoder else "; pass --only-encoder to start new heads for a new code system"
+        raise UserError(f"--initial-checkpoint {path} is incompatible: shapes differ "
+                        f"(checkpoint vs model): {'; '.join(differ[:3])}{hint}")
+    missing = [k for k in own if k not in state and (not only_encoder or k.startswith("encoder."))]
+    if missing:
+        raise UserError(f"--initial-checkpoint {path} lacks {len(missing)} weight(s) of this model, "
+                        f"e.g. {missing[0]}")
+    model.load_state_dict(state, strict=not only_encoder)
+    logger.info(f"loaded {'encoder weights' if only_encoder else 'all weights'} "
+                f"({len(state)} tensors) from {path}"
+                + ("; flat head and decoder start new" if only_encoder else ""))
+
+
+def model_extra(config: RunConfig, formatter, encoder_source: str) -> dict:
+    """What predict.py needs besides the weights, stored in config.json."""
+    return {"mixer_version": __version__, "formatter": formatter.to_dict(),
+            "max_len": config.data.max_len, "input_col": config.data.input_col,
+            "language": config.data.language, "language_col": config.data.language_col,
+            "threshold": config.train.threshold, "encoder_source": encoder_source}
+
+
+def report_setup(world, config, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
+                 encoder_source, model) -> None:
+    devices = mdist.gather_objects(world.device, world)  # all ranks
+    if not world.is_main:
+        return
+    cfg = config.train
+    parameters = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    scaled = (f" (--scale-lr: {cfg.learning_rate:g} x {sampler.global_batch_size // cfg.batch_size})"
+              if cfg.scale_lr else "")
+    lines = [
+        f"mixer {__version__}: world size {world.world_size} ({world.num_nodes} node(s) x "
+        f"{world.local_world_size} process(es)), backend {world.backend or 'none'}, "
+        f"launcher {world.launcher}",
+        "  devices: " + ", ".join(f"rank {r} {d}" for r, d in enumerate(devices)),
+        f"  batch per process {cfg.batch_size}, gradient accumulation {cfg.grad_accum_steps}, "
+        f"global batch {sampler.global_batch_size}",
+        f"  steps per epoch {sampler.steps_per_epoch}, total steps {total_steps}, "
+        f"learning rate {learning_rate:g}{scaled}, precision {cfg.precision}",
+        f"  data: {n_train} training rows, {n_val} validation rows, {n_codes} codes",
+        f"  encoder: {encoder_source}; {parameters / 1e6:.1f}M parameters, "
+        f"{trainable / 1e6:.1f}M trainable",
+    ]
+    logger.info("\n".join(lines))
+
+
+def report_end(metrics: dict, run_dir: str) -> None:
+    if metrics:
+        shown = {k: v for k, v in metrics.items() if k.startswith("val_") and k != "val_rows"}
+        logger.info("validation: " + ", ".join(f"{k[4:]} {v:.4f}" for k, v in shown.items()))
+    logger.info(f"model: {os.path.join(run_dir, MODEL_FILE)} (predict with: python predict.py "
+                f"--checkpoint {run_dir} --input FILE --output FILE)")

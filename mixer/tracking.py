@@ -1,0 +1,119 @@
+"""Where numbers go: logs.csv, W&B, the progress bar. Rank 0 holds a real
+`Tracker`; other ranks hold a `NullTracker` that does nothing, so callers never
+test the rank themselves."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import sys
+from typing import Optional
+
+LOGS = "logs.csv"
+BASE_COLUMNS = ["step", "epoch", "train_loss", "lr", "samples_per_sec"]
+
+logger = logging.getLogger("mixer")
+
+
+def configure_logging(level: str, is_main: bool) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.handlers[:] = [handler]
+    logger.setLevel(level if is_main else "ERROR")
+    logger.propagate = False
+
+
+class NullTracker:
+    def start_progress(self, total: int, initial: int) -> None: ...
+    def progress(self, step: int, values: dict) -> None: ...
+    def log_eval(self, row: dict) -> None: ...
+    def log_train(self, step: int, values: dict) -> None: ...
+    def close(self) -> None: ...
+
+
+class Tracker(NullTracker):
+    """logs.csv (one row per evaluation), optional W&B run, progress bar or log lines."""
+
+    def __init__(self, run_dir: str, config: dict, wandb_settings: Optional[dict] = None,
+                 resume_step: int = 0):
+        self.path = os.path.join(run_dir, LOGS)
+        self.bar = None
+        self.wandb = None
+        self._trim_logs(resume_step)
+        if wandb_settings:
+            from mixer.wandb_run import start_wandb
+
+            self.wandb = start_wandb(run_dir, config, **wandb_settings)
+
+    def _trim_logs(self, resume_step: int) -> None:
+        """On resume, rows written after the checkpoint are replayed: drop them."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        kept = [r for r in rows if int(r["step"]) <= resume_step]
+        if len(kept) != len(rows):
+            self._write_rows(kept, list(rows[0].keys()) if rows else BASE_COLUMNS)
+
+    def _write_rows(self, rows, columns) -> None:
+        from mixer.io import atomic_write
+
+        def write(tmp):
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+
+        atomic_write(self.path, write)
+
+    def start_progress(self, total: int, initial: int) -> None:
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def progress(self, step: int, values: dict) -> None:
+        text = {k: f"{v:.4g}" for k, v in values.items()}
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(text, refresh=True)
+        else:
+            logger.info("step %d: %s", step, ", ".join(f"{k} {v}" for k, v in text.items()))
+
+    def log_train(self, step: int, values: dict) -> None:
+        if self.wandb is not None:
+            self.wandb.log({f"train/{k}": v for k, v in values.items()}, step=step)
+
+    def log_eval(self, row: dict) -> None:
+        exists = os.path.exists(self.path)
+        if exists:
+            with open(self.path, newline="") as handle:
+                header = next(csv.reader(handle), [])
+            if header != list(row):
+                with open(self.path, newline="") as handle:
+                    old = list(csv.DictReader(handle))
+                self._write_rows(old + [row], list(dict.fromkeys(header + list(row))))
+                exists = None
+        if exists is not None:
+            with open(self.path, "a", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(row))
+                if not exists:
+                    writer.writeheader()
+                writer.writerow(row)
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))
+        summary = ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items()
+                            if k in ("val_loss", "val_flat_accuracy", "val_flat_f1",
+                                     "val_seq2seq_accuracy", "val_token_accuracy"))
+        message = f"eval step {row['step']} (epoch {row['epoch']}): {summary}"
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            logger.info(message)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.wandb is not None:
+            self.wandb.finish()

@@ -1,0 +1,338 @@
+"""The training loop, written once for one process and for DDP.
+
+`fit()` reads like a table of contents; the work is in `train_step`,
+`evaluate`, `maybe_evaluate`, `maybe_save`. Every rank runs every line here;
+rank-0-only side effects go through `tracker` (a NullTracker elsewhere) and
+`checkpointer` (None elsewhere). Collectives are marked "all ranks".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from mixer import distributed as mdist
+from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
+from mixer.config import TrainConfig
+from mixer.dataset import Batch
+from mixer.distributed import World
+from mixer.errors import UserError
+from mixer.losses import row_losses, step_loss
+from mixer.metrics import MetricSums, seq2seq_prediction
+from mixer.model import save_model, unwrap_model
+from mixer.tracking import NullTracker, logger
+
+MAX_NONFINITE_IN_A_ROW = 5
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    epoch: int = 0
+    rows_in_epoch: int = 0  # rows of this epoch's permutation already trained on
+    nonfinite_steps: int = 0
+    last_eval_step: int = -1
+
+
+@dataclass
+class TrainParts:
+    """What the loop works on, built by mixer.run."""
+
+    model: torch.nn.Module  # possibly DDP-wrapped
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    train_loader: torch.utils.data.DataLoader
+    sampler: object  # mixer.dataset.StepSampler
+    val_loader: torch.utils.data.DataLoader
+    key_blocks: torch.Tensor
+    num_blocks: int
+    block_size: int
+    total_steps: int
+    model_extra: dict = field(default_factory=dict)  # written to config.json
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, world: World, parts: TrainParts, run_dir: str,
+                 tracker=None, checkpointer: Optional[Checkpointer] = None, key_codes=()):
+        self.cfg = cfg
+        self.world = world
+        self.parts = parts
+        self.run_dir = run_dir
+        self.tracker = tracker or NullTracker()
+        self.checkpointer = checkpointer
+        self.key_codes = list(key_codes)
+        self.progress = Progress()
+        self.device = world.device
+        self.device_type = "cuda" if world.device.startswith("cuda") else "cpu"
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+        self.autocast = (lambda: torch.autocast(self.device_type, dtype=amp_dtype)) if amp_dtype \
+            else contextlib.nullcontext
+        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16" and self.device_type == "cuda")
+        self.stop_requested = False
+        self.last_metrics: dict = {}
+        self._window = {"loss": 0.0, "rows": 0, "start": time.perf_counter()}
+
+    # ------------------------------------------------------------ the loop
+    def fit(self) -> dict:
+        self.install_signal_handlers()
+        self.tracker.start_progress(self.parts.total_steps, self.progress.step)
+        while not self.should_stop():
+            self.parts.sampler.set_epoch(self.progress.epoch, self.progress.rows_in_epoch)
+            for micro_batches in self.steps_of_epoch():
+                self.train_step(micro_batches)
+                self.maybe_evaluate()
+                self.maybe_save()
+                if self.should_stop():
+                    break
+            else:
+                self.end_epoch()
+        if self.finished():
+            self.finish()
+        else:
+            self.save_checkpoint()
+            logger.info(f"stopped at step {self.progress.step}; run again with the same "
+                        f"--save-path to continue")
+        self.tracker.close()
+        return self.last_metrics
+
+    def steps_of_epoch(self):
+        """Groups the loader's micro-batches into optimizer steps."""
+        group = []
+        for batch in self.parts.train_loader:
+            group.append(batch)
+            if len(group) == self.cfg.grad_accum_steps:
+                yield group
+                group = []
+
+    # ------------------------------------------------------------ one step
+    def train_step(self, micro_batches: list) -> None:
+        model = self.parts.model
+        model.train()
+        local_loss = torch.zeros((), device=self.device)
+        for i, batch in enumerate(micro_batches):
+            batch = batch.to(self.device, non_blocking=True)
+            last = i == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+            with sync:
+                with self.autocast():
+                    flat_logits, seq_logits = model(batch.input_ids, batch.attention_mask,
+                                                    batch.decoder_input)
+                total, _, _ = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
+                                         self.parts.num_blocks, self.parts.block_size,
+                                         self.cfg.seq2seq_weight)
+                loss = step_loss(total, batch.global_rows, self.world.world_size)
+                self.scaler.scale(loss).backward()  # all ranks (DDP all-reduce on the last micro-step)
+            local_loss += total.detach().sum()
+        rows = micro_batches[0].global_rows
+        self.scaler.unscale_(self.parts.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.max_grad_norm)
+        if torch.isfinite(norm):  # the same on every rank: gradients are already averaged
+            self.scaler.step(self.parts.optimizer)
+            self.progress.nonfinite_steps = 0
+        else:
+            self.progress.nonfinite_steps += 1
+            self.skip_nonfinite_step()
+        self.scaler.update()
+        self.parts.scheduler.step()
+        self.parts.optimizer.zero_grad(set_to_none=True)
+        self.progress.step += 1
+        self.progress.rows_in_epoch += rows
+        self._window["loss"] += float(local_loss)
+        self._window["rows"] += rows
+        self.maybe_report()
+
+    def skip_nonfinite_step(self) -> None:
+        step = self.progress.step + 1
+        if self.scaler.is_enabled():
+            logger.info(f"step {step}: non-finite gradients, step skipped (fp16 loss scale lowered)")
+            return
+        logger.warning(f"warning: step {step}: non-finite loss or gradients; step skipped "
+                       f"({self.progress.nonfinite_steps} in a row)")
+        if self.progress.nonfinite_steps >= MAX_NONFINITE_IN_A_ROW:
+            raise UserError(f"training diverged: {self.progress.nonfinite_steps} steps in a row up "
+                            f"to step {step} had non-finite loss; lower --learning-rate or use "
+                            "--precision fp32. The last good checkpoint is kept.")
+
+    def maybe_report(self) -> None:
+        if not (self.progress.step % self.cfg.log_interval == 0 or self.finished()):
+            return
+        values = self.window_values()  # all ranks
+        self.tracker.log_train(self.progress.step, values)
+        self.tracker.progress(self.progress.step, values)
+
+    def window_values(self) -> dict:
+        """Train loss and throughput since the last report, summed over ranks."""
+        sums = torch.tensor([self._window["loss"], self._window["rows"]], dtype=torch.float64,
+                            device=self.device)
+        mdist.all_reduce_sum(sums, self.world)  # all ranks (rows are global already)
+        loss_sum, _ = sums.tolist()
+        rows = self._window["rows"]
+        elapsed = max(time.perf_counter() - self._window["start"], 1e-9)
+        values = {"loss": loss_sum / max(rows, 1), "lr": self.parts.scheduler.get_last_lr()[0],
+                  "samples_per_sec": rows / elapsed}
+        self._last_train = values
+        self._window = {"loss": 0.0, "rows": 0, "start": time.perf_counter()}
+        return values
+
+    # ------------------------------------------------------------ evaluation
+    def should_evaluate(self) -> bool:
+        if self.cfg.eval_interval:
+            return self.progress.step % self.cfg.eval_interval == 0
+        return False
+
+    def maybe_evaluate(self) -> None:
+        if self.should_evaluate():
+            self.evaluate_and_log()
+
+    def evaluate_and_log(self) -> dict:
+        if self._window["rows"]:
+            self.window_values()  # all ranks
+        metrics = self.evaluate()  # all ranks
+        train = getattr(self, "_last_train", {})
+        row = {"step": self.progress.step, "epoch": self.progress.epoch,
+               "train_loss": train.get("loss", float("nan")),
+               "lr": self.parts.scheduler.get_last_lr()[0],
+               "samples_per_sec": train.get("samples_per_sec", float("nan"))}
+        row.update({f"val_{k}": v for k, v in metrics.items()})
+        self.tracker.log_eval(row)
+        self.progress.last_eval_step = self.progress.step
+        self.last_metrics = row
+        if not self.cfg.save_interval:
+            self.save_checkpoint()
+        return row
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Every rank evaluates its shard with the unwrapped model (no DDP
+        collectives inside, so shards may differ in size); sums are all-reduced."""
+        model = unwrap_model(self.parts.model)
+        was_training = model.training
+        model.eval()
+        sums = MetricSums(self.device)
+        blocks = self.parts.num_blocks * self.parts.block_size
+        key_blocks = self.parts.key_blocks.to(self.device)
+        for batch in self.parts.val_loader:
+            batch = batch.to(self.device, non_blocking=True)
+            with self.autocast():
+                states, pooled = model.encode(batch.input_ids, batch.attention_mask)
+                flat_logits = model.flat_head(pooled)
+                seq_logits = model.decoder(batch.decoder_input, states, batch.attention_mask == 0)
+                tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
+            total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
+                                          self.parts.num_blocks, self.parts.block_size,
+                                          self.cfg.seq2seq_weight)
+            decoded, _ = seq2seq_prediction(tokens, token_probs, key_blocks,
+                                            self.parts.num_blocks, self.parts.block_size)
+            sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
+                           targets=batch.targets, flat_probs=flat_logits.float().sigmoid(),
+                           labels=batch.labels, decoded_index=decoded,
+                           threshold=self.cfg.threshold, num_labels=flat_logits.size(-1),
+                           top_k=self.parts.num_blocks)
+        mdist.all_reduce_sum(sums.values, self.world)  # all ranks
+        model.train(was_training)
+        return sums.result()
+
+    # ------------------------------------------------------------ epochs, saving, stopping
+    def end_epoch(self) -> None:
+        self.progress.epoch += 1
+        self.progress.rows_in_epoch = 0
+        if not self.cfg.eval_interval and not self.finished():
+            self.evaluate_and_log()
+        if self.cfg.save_each_epoch and self.world.is_main:
+            save_model(self.parts.model, self.run_dir, self.parts.model_extra,
+                       filename=f"epoch_{self.progress.epoch}.safetensors")
+
+    def maybe_save(self) -> None:
+        if self.cfg.save_interval and self.progress.step % self.cfg.save_interval == 0:
+            self.save_checkpoint()
+
+    def save_checkpoint(self) -> None:
+        if self.checkpointer is None:  # rank 0 alone writes
+            return
+        self.checkpointer.save(self.state_dict())
+
+    def state_dict(self) -> dict:
+        p = self.progress
+        return {
+            "model": unwrap_model(self.parts.model).state_dict(),
+            "optimizer": self.parts.optimizer.state_dict(),
+            "scheduler": self.parts.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": {"step": p.step, "epoch": p.epoch, "rows_in_epoch": p.rows_in_epoch,
+                         "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step},
+            "rng": rng_state(),
+            "key": self.key_codes,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("key") and self.key_codes and list(state["key"]) != self.key_codes:
+            raise UserError(f"{self.run_dir}/last.pt was trained with a different label key; "
+                            "use a new --save-path")
+        unwrap_model(self.parts.model).load_state_dict(state["model"])
+        self.parts.optimizer.load_state_dict(state["optimizer"])
+        self.parts.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.progress = Progress(**state["progress"])
+        set_rng_state(state["rng"])
+
+    def finished(self) -> bool:
+        return self.progress.step >= self.parts.total_steps
+
+    def should_stop(self) -> bool:
+        stop_at = self.cfg.stop_at_step
+        requested = mdist.any_rank(self.stop_requested, self.world)  # all ranks
+        return self.finished() or requested or bool(stop_at and self.progress.step >= stop_at)
+
+    def finish(self) -> None:
+        if self.progress.last_eval_step != self.progress.step:
+            self.evaluate_and_log()  # all ranks
+        else:
+            self.save_checkpoint()
+        if self.world.is_main:
+            save_model(self.parts.model, self.run_dir, self.parts.model_extra)
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / SIGUSR1 (Slurm pre-emption): finish the step, agree, save, exit 0."""
+        def request_stop(signum, _frame):
+            self.stop_requested = True
+            logger.warning(f"received signal {signum}: saving and stopping after this step")
+
+        for sig in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)):
+            if sig is not None:
+                try:
+                    signal.signal(sig, request_stop)
+                except ValueError:  # not the main thread
+                    pass
+
+
+def lr_lambda(total_steps: int, warmup_steps: int):
+    """Linear warm-up to the peak, then linear decay to 0 at total_steps."""
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        span = max(1, total_steps - warmup_steps)
+        return max(0.0, (total_steps - step) / span)
+    return factor
+
+
+def warmup_steps_of(cfg: TrainConfig, total_steps: int) -> int:
+    if cfg.warmup_steps is not None:
+        return cfg.warmup_steps
+    return int(math.ceil(cfg.warmup_pct * total_steps))
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    torch.manual_seed(seed)

@@ -1,0 +1,26 @@
+"""One W&B run per training job, resumed with the same id when the job resumes."""
+
+from __future__ import annotations
+
+import os
+
+from mixer.errors import UserError
+
+ID_FILE = "wandb_id.txt"
+
+
+def start_wandb(run_dir: str, config: dict, project: str, mode: str):
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("--log-wandb needs the wandb package: pip install wandb")
+    id_path = os.path.join(run_dir, ID_FILE)
+    if os.path.exists(id_path):
+        with open(id_path) as handle:
+            run_id = handle.read().strip()
+    else:
+        run_id = wandb.util.generate_id()
+        with open(id_path, "w") as handle:
+            handle.write(run_id)
+    return wandb.init(project=project, id=run_id, resume="allow", mode=mode, dir=run_dir,
+                      name=os.path.basename(os.path.abspath(run_dir)), config=config)
