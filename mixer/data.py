@@ -157,7 +157,7 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
             examples = []
             for row in rows[:3]:
                 col = int(np.flatnonzero(bad_cells[row])[0])
-                examples.append(f"row {row + 1} {cfg.target_cols[col]}={raw[row, col]!r}: "
+                examples.append(f"row {row + 1} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
                                 f"{cell_reason[row, col]}")
             parts.append(f"{len(rows)} row(s) with bad codes ({'; '.join(examples)})")
         else:
@@ -186,7 +186,9 @@ def build_key(formatter: CodeFormatter, frames: list, descriptions: Optional[dic
 def labels_of(frame: pd.DataFrame, key_codes, max_num_codes: int) -> np.ndarray:
     """Key indices (rows, max_num_codes), -1 where a slot is empty."""
     columns = code_columns(max_num_codes)
-    cats = pd.Categorical(frame[columns].to_numpy().ravel(), categories=list(key_codes))
+    values = frame[columns].to_numpy(dtype=object).ravel()
+    values = np.where(values == "", None, values)  # empty slot -> code -1
+    cats = pd.Categorical(values, categories=list(key_codes))
     return cats.codes.reshape(len(frame), max_num_codes).astype(np.int64)
 
 

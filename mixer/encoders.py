@@ -56,7 +56,9 @@ def set_dropout_in_config(config, dropout: float) -> None:
 def build_encoder(name: str, dropout: float) -> Encoder:
     """The encoder and tokenizer named by --encoder."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     if name in CANINE_PRESETS:
         from transformers import CanineConfig, CanineModel, CanineTokenizer
 

@@ -1,7 +1,7 @@
 """Losses, per row, so that any sum of rows divided by any count is exact.
 
-Each row's loss is a mean over a fixed number of positions (decoder labels,
-code slots), so rows weigh the same whichever batch or rank they land in.
+Each row's loss is a fixed function of that row alone (a mean over its
+decoder positions, a sum over the codes of the key), so rows weigh the same whichever batch or rank they land in.
 The training loss of a step is sum(row losses) / rows in the global batch;
 `step_loss` multiplies by world_size because DDP divides gradients by it.
 One process with batch N*B and N processes with batch B then take the same
@@ -59,9 +59,12 @@ def seq2seq_row_loss(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks
 
 
 def flat_row_loss(flat_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """BCE of the flat head, mean over codes of the key, per row."""
+    """BCE of the flat head, summed over the codes of the key, per row.
+
+    A sum, not a mean: with a key of hundreds of codes a mean would shrink the
+    flat head's pull on the shared encoder by that factor."""
     target = multi_hot(labels, flat_logits.size(-1))
-    return F.binary_cross_entropy_with_logits(flat_logits.float(), target, reduction="none").mean(1)
+    return F.binary_cross_entropy_with_logits(flat_logits.float(), target, reduction="none").sum(1)
 
 
 def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size, seq2seq_weight):

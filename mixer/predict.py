@@ -30,7 +30,23 @@ RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 
 
 class Predictor:
-    def __init__(self, run_dir: str, device: str = "cpu", precision: str = "fp32"):
+    """Turns texts into codes with a model, its tokenizer, formatter and key."""
+
+    def __init__(self, model: MixerModel, tokenizer, config: dict, key: pd.DataFrame,
+                 device: str = "cpu", precision: str = "fp32"):
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.config = config
+        self.formatter = CodeFormatter.from_dict(config["formatter"])
+        self.device = device
+        self.autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+        self.codes = key["code"].to_numpy(dtype=object)
+        self.descriptions = key["description"].to_numpy(dtype=object)
+        self.has_descriptions = bool((key["description"] != "").any())
+        self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
+
+    @classmethod
+    def from_run_dir(cls, run_dir: str, device: str = "cpu", precision: str = "fp32") -> "Predictor":
         if not os.path.isdir(run_dir):
             raise UserError(f"--checkpoint {run_dir}: not a run directory")
         missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
@@ -39,20 +55,11 @@ class Predictor:
                             "finished? (model.safetensors is written at the end of a run)")
         from safetensors.torch import load_file
 
-        self.config = read_model_config(run_dir)
-        self.formatter = CodeFormatter.from_dict(self.config["formatter"])
+        config = read_model_config(run_dir)
         encoder = encoder_from_run(run_dir)
-        self.tokenizer = encoder.tokenizer
-        self.model = MixerModel(encoder.model, HeadsConfig(**self.config["heads"]))
-        self.model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
-        self.model.to(device).eval()
-        self.device = device
-        self.autocast_dtype = torch.bfloat16 if precision == "bf16" else None
-        key = read_key(run_dir)
-        self.codes = key["code"].to_numpy(dtype=object)
-        self.descriptions = key["description"].to_numpy(dtype=object)
-        self.has_descriptions = bool((key["description"] != "").any())
-        self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
+        model = MixerModel(encoder.model, HeadsConfig(**config["heads"]))
+        model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
+        return cls(model, encoder.tokenizer, config, read_key(run_dir), device, precision)
 
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
@@ -194,7 +201,7 @@ def predict_file(args) -> None:
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = None
     try:
-        predictor = Predictor(args.checkpoint, world.device, args.precision)
+        predictor = Predictor.from_run_dir(args.checkpoint, world.device, args.precision)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))

@@ -1,0 +1,53 @@
+"""Shared fixtures: small real data, tiny models, helpers to run the programs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY = os.path.join(ROOT, "data", "toy_hisco.csv")
+
+# A tiny model and a short schedule: a run takes a few seconds on 2 cores.
+TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
+        "--decoder-heads", "2", "--max-len", "48", "--log-interval", "5"]
+
+
+def env_for_subprocess() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_program(script: str, *args, timeout: int = 300, check: bool = True, env=None):
+    """Run one of the entry points as a user would; returns the CompletedProcess."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env or env_for_subprocess())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def toy_frame() -> pd.DataFrame:
+    return pd.read_csv(TOY, dtype=str, keep_default_na=False)
+
+
+@pytest.fixture(scope="session")
+def small_csv(tmp_path_factory, toy_frame) -> str:
+    """121 real rows (an odd validation set of 11 with --share-val 0.09), two code columns:
+    some rows carry a second code."""
+    frame = toy_frame[toy_frame["hisco_1"].str.len() == 5].head(121).copy()
+    frame["hisco_2"] = ""
+    frame.loc[frame.index[::7], "hisco_2"] = "99910"
+    frame.loc[frame["hisco_1"] == "99910", "hisco_2"] = ""
+    path = tmp_path_factory.mktemp("data") / "small.csv"
+    frame.to_csv(path, index=False)
+    return str(path)

@@ -1,0 +1,89 @@
+"""Code systems: checking, blocks and back (HISCO, OCC1950, general codes)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mixer.config import DataConfig
+from mixer.data import check_rows, make_formatter
+from mixer.errors import UserError
+from mixer.formatter import PAD, CodeFormatter, hisco_key
+
+
+def round_trip(formatter: CodeFormatter, codes):
+    formatter.fit_alphabet(codes)
+    blocks = formatter.encode_blocks(codes)
+    return [formatter.decode_block(b) for b in blocks]
+
+
+def test_hisco_round_trip_keeps_leading_zeros_and_special_codes():
+    f = CodeFormatter(kind="hisco", block_size=5)
+    known = set(hisco_key()["code"])
+    assert "01110" in known and "-1" in known  # the shipped list, zeros restored
+    for raw in ("01110", "99910", "-1", "-2", "-3"):
+        assert f.check(raw, known) == (raw, "")
+    codes = ["01110", "99910", "-1", "-3"]
+    assert round_trip(f, codes) == codes
+
+
+def test_hisco_short_codes_are_errors_unless_allowed_then_zero_padded():
+    known = set(hisco_key()["code"])
+    code, reason = CodeFormatter(kind="hisco").check("1110", known)
+    assert "leading zeros" in reason
+    assert CodeFormatter(kind="hisco", allow_short=True).check("1110", known) == ("01110", "")
+    assert "not in the HISCO" in CodeFormatter(kind="hisco").check("12345", known)[1]
+
+
+def test_occ1950_round_trip():
+    f = CodeFormatter(kind="occ1950", block_size=3)
+    assert f.check("007") == ("007", "")
+    assert "digits" in f.check("0a7")[1]
+    assert "longer" in f.check("1234")[1]
+    assert round_trip(f, ["007", "123", "999"]) == ["007", "123", "999"]
+
+
+def test_general_codes_round_trip_and_short_codes():
+    f = CodeFormatter(kind="general", block_size=4)
+    assert round_trip(f, ["A1b2", "0012", "zz-9"]) == ["A1b2", "0012", "zz-9"]
+    assert "shorter" in f.check("12")[1]
+    f_short = CodeFormatter(kind="general", block_size=4, allow_short=True)
+    assert f_short.check("12") == ("12", "")
+    assert round_trip(f_short, ["12", "1234"]) == ["12", "1234"]
+    assert "longer" in f.check("12345")[1]
+
+
+def test_within_block_separator_makes_parts_tokens():
+    f = CodeFormatter(kind="general", block_size=3, use_within_block_sep=True)
+    codes = ["1,12,0", "10,2,3"]
+    assert f.check("1,12,0") == ("1,12,0", "")
+    assert round_trip(f, codes) == codes
+    assert f.encode_blocks(["1,12,0"]).shape == (1, 3)
+
+
+def test_empty_and_invalid_blocks_decode():
+    f = CodeFormatter(kind="general", block_size=2, alphabet=["1", "2"])
+    assert f.decode_block([PAD, PAD]) is None
+    assert f.decode_block([1, PAD]) == "?"  # BOS inside a block spells no code
+
+
+def test_several_codes_per_row_keep_zeros_and_pack_left():
+    frame = pd.DataFrame({"occ1": ["farmer and fisher", "fisher", "clerk"],
+                          "c1": ["61110", "", "03950"], "c2": ["64100", "64100", ""]})
+    cfg = DataConfig(target_cols=["c1", "c2"], block_size=5)
+    checked = check_rows(frame, cfg, make_formatter(cfg, 2), "x.csv")
+    got = checked.frame[["code_1", "code_2"]].to_numpy().tolist()
+    assert got == [["61110", "64100"], ["64100", ""], ["03950", ""]]
+
+
+def test_label_errors_name_rows_and_columns():
+    frame = pd.DataFrame({"occ1": ["a", "b", "c", "d"], "c1": ["61110", "6110", "61110", ""]})
+    cfg = DataConfig(target_cols=["c1"], block_size=5)
+    with pytest.raises(UserError) as err:
+        check_rows(frame, cfg, make_formatter(cfg, 1), "x.csv")
+    message = str(err.value)
+    assert "row 2 c1='6110'" in message and "shorter" in message
+    assert "no code in any target column (rows 4)" in message
+    assert "--drop-bad-labels" in message
+    cfg.drop_bad_labels = True
+    checked = check_rows(frame, cfg, make_formatter(cfg, 1), "x.csv")
+    assert checked.dropped == 2 and list(checked.frame["row"]) == [1, 3]

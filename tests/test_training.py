@@ -1,0 +1,139 @@
+"""End to end on one process: training learns, resume is exact, save/load/predict agree."""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, TINY, run_program
+from mixer.entrypoints import finetune_main
+
+
+def finetune(tmp, csv, *extra):
+    args = ["--dataset", csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(tmp),
+            "--share-val", "0.09", *TINY, *map(str, extra)]
+    assert finetune_main(args) == 0
+    return str(tmp)
+
+
+def logs(run_dir):
+    return pd.read_csv(os.path.join(run_dir, "logs.csv"))
+
+
+def weights(run_dir):
+    return load_file(os.path.join(run_dir, "model.safetensors"))
+
+
+def max_difference(a, b):
+    assert a.keys() == b.keys()
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def test_training_on_a_small_slice_lowers_the_loss(tmp_path, small_csv):
+    run = finetune(tmp_path / "run", small_csv, "--max-steps", 40, "--eval-interval", 10,
+                   "--batch-size", 16, "--learning-rate", 2e-3)
+    table = logs(run)
+    assert list(table["step"]) == [10, 20, 30, 40]
+    assert table["val_loss"].iloc[-1] < table["val_loss"].iloc[0]
+    assert table["train_loss"].iloc[-1] < table["train_loss"].iloc[0]
+    for column in ("epoch", "lr", "samples_per_sec", "val_flat_accuracy", "val_flat_f1",
+                   "val_seq2seq_accuracy", "val_seq2seq_precision", "val_seq2seq_recall",
+                   "val_token_accuracy", "val_flat_precision", "val_flat_recall"):
+        assert column in table.columns
+    for name in ("args.yaml", "key.csv", "data_train.parquet", "data_val.parquet", "last.pt",
+                 "model.safetensors", "config.json"):
+        assert os.path.exists(os.path.join(run, name)), name
+
+
+def test_resume_after_stopping_ends_with_the_same_weights(tmp_path, small_csv):
+    common = ["--max-steps", 12, "--batch-size", 8, "--dropout", 0, "--seed", 3,
+              "--eval-interval", 4]
+    straight = finetune(tmp_path / "straight", small_csv, *common)
+    split = finetune(tmp_path / "split", small_csv, *common, "--stop-at-step", 5)
+    assert not os.path.exists(os.path.join(split, "model.safetensors"))
+    state = torch.load(os.path.join(split, "last.pt"), weights_only=True)
+    assert state["progress"]["step"] == 5
+    finetune(tmp_path / "split", small_csv, *common)
+    assert max_difference(weights(straight), weights(split)) < 1e-6
+    assert list(logs(split)["step"]) == [4, 8, 12]  # no duplicated rows after the resume
+    assert np.allclose(logs(split)["val_loss"], logs(straight)["val_loss"], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, small_csv):
+    run = tmp_path_factory.mktemp("trained") / "run"
+    return finetune(run, small_csv, "--max-steps", 30, "--batch-size", 16, "--learning-rate", 2e-3,
+                    "--code-descriptions", os.path.join(ROOT, "data", "hisco_key.csv"))
+
+
+def exact_match(frame, prefix_cols, truth_cols):
+    predicted = frame[prefix_cols].fillna("").astype(str).apply(lambda r: {c for c in r if c}, axis=1)
+    truth = frame[truth_cols].fillna("").astype(str).apply(lambda r: {c for c in r if c}, axis=1)
+    return float(np.mean([p == t for p, t in zip(predicted, truth)]))
+
+
+def test_predict_output_schema(trained_run, small_csv, tmp_path):
+    out = tmp_path / "pred.csv"
+    run_program("predict.py", "--checkpoint", trained_run, "--input", small_csv, "--output", out)
+    source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    result = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert list(result.columns) == list(source.columns) + [
+        "code_1", "code_2", "prob_1", "prob_2", "desc_1", "desc_2"]
+    assert len(result) == len(source)
+    assert (result["occ1"] == source["occ1"]).all()  # input order kept
+    probs = result["prob_1"].astype(float)
+    assert ((probs >= 0) & (probs <= 1)).all()
+    assert (result["code_1"] != "").all()
+    assert result["desc_1"].str.len().gt(0).all()  # HISCO titles from --code-descriptions
+    has_second = result["code_2"] != ""
+    assert (result.loc[has_second, "prob_2"].astype(float) <= result.loc[has_second, "prob_1"].astype(float)).all()
+
+
+@pytest.mark.parametrize("head", ["flat", "seq2seq"])
+def test_predict_agrees_with_the_training_evaluation(trained_run, tmp_path, head):
+    out = tmp_path / f"val_{head}.parquet"
+    run_program("predict.py", "--checkpoint", trained_run, "--input",
+                os.path.join(trained_run, "data_val.parquet"), "--input-col", "text",
+                "--head", head, "--output", out)
+    frame = pd.read_parquet(out)
+    accuracy = exact_match(frame, ["code_1", "code_2"], ["code_1_input", "code_2_input"])
+    logged = logs(trained_run).iloc[-1][f"val_{head}_accuracy"]
+    assert accuracy == pytest.approx(logged, abs=1e-9)
+
+
+def test_save_load_predict_matches_the_in_memory_model(tmp_path):
+    """A model saved the way training saves it predicts what the model in memory predicts."""
+    from mixer.data import build_key
+    from mixer.encoders import build_encoder, save_encoder_files
+    from mixer.formatter import CodeFormatter
+    from mixer.model import HeadsConfig, MixerModel, save_model
+    from mixer.predict import Predictor
+
+    torch.manual_seed(0)
+    formatter = CodeFormatter(kind="general", block_size=5, max_num_codes=2)
+    codes = ["61110", "64100", "99910", "03950"]
+    formatter.fit_alphabet(codes)
+    key = build_key(formatter, [pd.DataFrame({"code_1": codes, "code_2": ""})])
+    encoder = build_encoder("canine-tiny", dropout=0.1)
+    model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key), vocab_size=formatter.vocab_size,
+                                                  target_len=formatter.target_len, decoder_dim=32,
+                                                  decoder_layers=1, decoder_heads=2))
+    extra = {"formatter": formatter.to_dict(), "max_len": 48, "input_col": "occ1",
+             "language": "unk", "language_col": None, "threshold": 0.1}
+    run = str(tmp_path)
+    save_model(model, run, extra)
+    save_encoder_files(encoder, run)
+    key.to_csv(os.path.join(run, "key.csv"), index=False)
+
+    in_memory = Predictor(model, encoder.tokenizer, dict(extra, heads={}), key)
+    loaded = Predictor.from_run_dir(run)
+    texts = np.array(["farm labourer", "wine and spirit merchant", "coal miner", "x"], dtype=object)
+    langs = np.array(["unk", "en", "unk", "unk"], dtype=object)
+    for head in ("flat", "seq2seq"):
+        a = in_memory.predict(texts, langs, head=head)
+        b = loaded.predict(texts, langs, head=head)
+        pd.testing.assert_frame_equal(a, b)
+    assert (a["code_1"] != "").any()
