@@ -7,8 +7,7 @@
     torchrun --standalone --nproc_per_node=N predict.py --checkpoint runs/toy ...
 """
 
-from mixer.entrypoints import predict_main
-from mixer.cli import run_main
+from mixer.entrypoints import predict_cli
 
 if __name__ == "__main__":
-    run_main(predict_main)
+    predict_cli()

@@ -14,8 +14,7 @@
         --master_addr=HEAD --master_port=29500 train_mixer.py --distributed ...
 """
 
-from mixer.entrypoints import train_mixer_main
-from mixer.cli import run_main
+from mixer.entrypoints import train_mixer_cli
 
 if __name__ == "__main__":
-    run_main(train_mixer_main)
+    train_mixer_cli()

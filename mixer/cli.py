@@ -18,7 +18,7 @@ from mixer import __version__
 from mixer.config import (
     DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
-from mixer.errors import UserError
+from mixer.errors import PeerFailed, UserError
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
             "dist": DistConfig, "log": LogConfig}
@@ -153,7 +153,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--eval-batch-size", dest="eval_batch_size", type=positive_int,
                        default=None, help="rows per evaluation batch (default: 2x --batch-size)")
     group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=positive_float,
-                       default=2e-4, help="peak learning rate of AdamW (default: %(default)s)")
+                       default=3e-4, help="peak learning rate of AdamW (default: %(default)s)")
+    group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=5.0,
+                       help="the heads (new, random weights) learn this many times faster than "
+                            "the encoder (default: %(default)s)")
     group.add_argument("--scale-lr", dest="scale_lr", action="store_true",
                        help="linear scaling rule: multiply the learning rate by "
                             "global batch / --batch-size")
@@ -251,28 +254,29 @@ def _load_yaml_defaults(path: str) -> dict:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None):
-    """Parse argv, taking defaults from --config YAML when given."""
+    """Parse argv, taking defaults from --config YAML when given (flags win)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.config:
         defaults = _load_yaml_defaults(known.config)
-        dests = {action.dest for action in parser._actions}
-        unknown = sorted(k for k in defaults if k not in dests and k not in _IGNORED_YAML_KEYS)
+        dests = {action.dest for action in parser._actions} | set(parser._defaults)
+        unknown = sorted(k for k in defaults if k not in dests and k not in CONFIG_KEYS)
         if unknown:
-            raise UserError(f"--config {known.config}: unknown setting(s) {', '.join(unknown)}")
-        parser.set_defaults(**{k: v for k, v in defaults.items() if k in dests})
+            raise UserError(f"--config {known.config}: unknown setting(s) {', '.join(unknown)} "
+                            f"for {parser.prog}")
+        usable = {k: v for k, v in defaults.items() if k in dests}
+        for action in parser._actions:
+            if action.required and usable.get(action.dest) not in (None, [], ""):
+                action.required = False  # the file gives it
+        parser.set_defaults(**usable)
     return parser.parse_args(argv)
 
 
-# Keys an args.yaml holds that an entry point may not take as flags.
-_IGNORED_YAML_KEYS = {
-    "dataset", "train_data", "val_data", "formatter", "target_cols", "share_val",
-    "code_descriptions", "prepare_only", "local_rank", "language", "language_col",
-    "use_within_block_sep", "drop_bad_labels", "allow_codes_shorter_than_block_size",
-    "block_size", "input_col",
-}
+# Settings of the run configuration: an args.yaml of either program may hold
+# some that the other program has no flag for; they are ignored, not errors.
+CONFIG_KEYS = {f.name for section in SECTIONS.values() for f in dataclasses.fields(section)}
 
 
 def build_config(namespace: argparse.Namespace) -> RunConfig:
@@ -307,7 +311,7 @@ def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:
             traceback.print_exc()
         rank = os.environ.get("RANK")
         prefix = f"[rank {rank}] " if rank not in (None, "0") else ""
-        print(f"{prefix}error: {exc}", file=sys.stderr)
+        print(f"{prefix}{'' if isinstance(exc, PeerFailed) else 'error: '}{exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

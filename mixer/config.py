@@ -54,7 +54,8 @@ class TrainConfig:
     stop_at_step: Optional[int] = None
     batch_size: int = 64
     eval_batch_size: Optional[int] = None
-    learning_rate: float = 2e-4
+    learning_rate: float = 3e-4
+    head_lr_scale: float = 5.0
     scale_lr: bool = False
     warmup_pct: float = 0.05
     warmup_steps: Optional[int] = None

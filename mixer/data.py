@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,8 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
         raise UserError(f"{what} {path}: the file is empty; it needs a header and rows")
     except (pd.errors.ParserError, ValueError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "utf8" in first.lower().replace("-", ""):
+            raise UserError(f"{what} {path}: not UTF-8 text; save it as UTF-8 CSV")
         raise UserError(f"{what} {path}: cannot read it as {'Parquet' if lower.endswith(('.parquet', '.pq')) else 'CSV'} ({first})")
     duplicated = sorted({c for c in frame.columns if list(frame.columns).count(c) > 1})
     if duplicated:
@@ -208,6 +210,8 @@ def fingerprint(cfg: DataConfig, seed: int) -> dict:
     files = [cfg.dataset] if cfg.dataset else list(cfg.train_data) + list(cfg.val_data)
     stats = []
     for path in files:
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file; check the path")
         st = os.stat(path)
         stats.append([os.path.abspath(path), st.st_size, int(st.st_mtime)])
     settings = {k: getattr(cfg, k) for k in (
@@ -309,9 +313,11 @@ def prepared_stamp(run_dir: str) -> Optional[dict]:
         return json.load(handle)
 
 
-def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print) -> Prepared:
-    """finetune.py's preparation: reuse the run directory's data when it was
-    prepared from the same input and settings, else prepare and write it."""
+def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
+                     check: Optional[Callable[[Prepared], None]] = None) -> Prepared:
+    """Reuse the run directory's data when it was prepared from the same input
+    and settings, else prepare it and, once `check` (if any) accepts it, write it:
+    bad input leaves the run directory as it was."""
     stamp = fingerprint(cfg, seed)
     existing = prepared_stamp(run_dir)
     if existing is not None:
@@ -319,8 +325,13 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print) -> Pre
             raise UserError(f"{run_dir} holds data prepared from other input or settings; "
                             "use a new --save-path, or the original flags to resume")
         log(f"reusing prepared data in {run_dir}")
-        return load_prepared(run_dir)
+        prepared = load_prepared(run_dir)
+        if check is not None:
+            check(prepared)
+        return prepared
     prepared = prepare(cfg, seed, log)
+    if check is not None:
+        check(prepared)
     write_prepared(prepared, run_dir, stamp)
     log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation rows, "
         f"{len(prepared.key)} codes, in {run_dir}")

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from mixer.config import DistConfig
-from mixer.errors import UserError
+from mixer.errors import PeerFailed, UserError
 
 LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
                "(or srun under Slurm; see README 'Multi-GPU and multi-node')")
@@ -162,7 +162,7 @@ def main_first(fn: Callable[[], Any], world: World) -> Any:
     if error is not None:
         if world.is_main:
             raise failure
-        raise UserError(f"rank 0 failed while preparing: {error}")
+        raise PeerFailed("stopping: rank 0 failed (its error is above)")
     if not world.is_main:
         result = fn()
     return result

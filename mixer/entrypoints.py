@@ -133,3 +133,16 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
 
     predict_file(args)
     return 0
+
+
+# console scripts (pyproject.toml): the same programs as the scripts
+def finetune_cli() -> None:
+    cli.run_main(finetune_main)
+
+
+def train_mixer_cli() -> None:
+    cli.run_main(train_mixer_main)
+
+
+def predict_cli() -> None:
+    cli.run_main(predict_main)

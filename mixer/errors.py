@@ -5,3 +5,7 @@ class UserError(Exception):
     """Bad input or a bad flag: the message names what is wrong and what to do."""
 
     exit_code = 2
+
+
+class PeerFailed(UserError):
+    """Another rank failed and reported it; this rank stops without repeating the cause."""

@@ -65,6 +65,8 @@ class CodeFormatter:
     # ------------------------------------------------------------ checking
     def check(self, code: str, known: Optional[set] = None) -> tuple[str, str]:
         """(normalised code, reason it is bad or '') for one distinct raw value."""
+        if re.search(r"\S[\s;&|]+\S", code):
+            return code, "holds several codes? put one code per target column (--target-cols A B ...)"
         if self.kind in ("hisco", "occ1950"):
             width = 5 if self.kind == "hisco" else 3
             if code in HISCO_SPECIAL and self.kind == "hisco":

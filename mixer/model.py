@@ -10,6 +10,7 @@ DDP's `module.` or torch.compile's `_orig_mod.` prefixes.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 
@@ -65,6 +66,9 @@ class MixerModel(nn.Module):
         hidden = encoder.config.hidden_size
         self.flat_dropout = nn.Dropout(cfg.dropout)
         self.flat_head = nn.Linear(hidden, cfg.num_labels)
+        # Start at the prior of "one code in num_labels": without it the first
+        # hundreds of steps only push every logit down.
+        nn.init.constant_(self.flat_head.bias, -math.log(max(cfg.num_labels - 1, 1)))
         self.decoder = BlockDecoder(cfg, hidden)
         set_dropout(self, cfg.dropout)
 

@@ -36,8 +36,14 @@ def train(config: RunConfig) -> dict:
 
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
-    prepared = mdist.main_first(
-        lambda: prepare_run_data(config.data, config.train.seed, run_dir, log=logger.info), world)
+    def check(prepared):  # before anything is written
+        if config.model.initial_checkpoint:
+            check_initial_checkpoint(config.model.initial_checkpoint, prepared,
+                                     config.model.only_encoder)
+
+    prepared = mdist.main_first(lambda: prepare_run_data(
+        config.data, config.train.seed, run_dir, log=logger.info,
+        check=check if world.is_main else None), world)
     if world.is_main:
         write_args(config, run_dir)
     if config.data.prepare_only:
@@ -94,7 +100,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     model = place_model(model, config, world)
     total_steps = cfg.max_steps or cfg.num_epochs * sampler.steps_per_epoch
     learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+    optimizer = torch.optim.AdamW(parameter_groups(model, learning_rate, cfg.head_lr_scale),
                                   lr=learning_rate, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(total_steps, warmup_steps_of(cfg, total_steps)))
@@ -144,12 +150,37 @@ def place_model(model: MixerModel, config: RunConfig, world: mdist.World) -> tor
     return model
 
 
+def parameter_groups(model: torch.nn.Module, learning_rate: float, head_lr_scale: float) -> list:
+    """Encoder at the learning rate, heads at head_lr_scale times it."""
+    encoder, heads = [], []
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (encoder if ".encoder." in f".{name}" else heads).append(parameter)
+    groups = [{"params": heads, "lr": learning_rate * head_lr_scale}]
+    return ([{"params": encoder, "lr": learning_rate}] if encoder else []) + groups
+
+
 def _run_dir_of(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def load_initial_weights(model: MixerModel, path: str, only_encoder: bool) -> None:
-    """Weights of an earlier run: all of them, or only the encoder's."""
+def check_initial_checkpoint(path: str, prepared, only_encoder: bool) -> None:
+    """The checkpoint exists, loads, and its heads fit this run's key and code layout."""
+    state, path = read_initial_weights(path)
+    if only_encoder:
+        return
+    formatter = prepared.formatter
+    expected = {"flat_head.weight": len(prepared.key), "decoder.embed.weight": formatter.vocab_size,
+                "decoder.position.weight": formatter.target_len + 1}
+    differ = [f"{name} has {state[name].shape[0]} rows, this run needs {rows}"
+              for name, rows in expected.items() if name in state and state[name].shape[0] != rows]
+    if differ:
+        raise UserError(f"--initial-checkpoint {path} is incompatible: {'; '.join(differ)} "
+                        "(another code system or key); pass --only-encoder to start new heads")
+
+
+def read_initial_weights(path: str) -> tuple:
+    """(state dict, file) of a run directory, last.pt or model.safetensors."""
     if not os.path.exists(path):
         raise UserError(f"--initial-checkpoint {path}: no such file or run directory")
     if os.path.isdir(path):
@@ -171,6 +202,12 @@ def load_initial_weights(model: MixerModel, path: str, only_encoder: bool) -> No
             state = load_file(path)["model"]
         except CheckpointError as exc:
             raise UserError(f"--initial-checkpoint {exc}")
+    return state, path
+
+
+def load_initial_weights(model: MixerModel, path: str, only_encoder: bool) -> None:
+    """Weights of an earlier run: all of them, or only the encoder's."""
+    state, path = read_initial_weights(path)
     if only_encoder:
         state = {k: v for k, v in state.items() if k.startswith("encoder.")}
     own = model.state_dict()

@@ -1,0 +1,171 @@
+"""Bad input: exit status 2, one line on stderr naming the problem and the fix,
+no traceback, and the run directory exactly as it was."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from conftest import TINY
+from mixer.cli import run_main
+from mixer.entrypoints import finetune_main, predict_main, train_mixer_main
+
+MAIN = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}
+
+
+def snapshot(directory) -> dict:
+    """Every file under a directory with its size and mtime."""
+    out = {}
+    if not os.path.exists(directory):
+        return out
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            stat = os.stat(path)
+            out[path] = (stat.st_size, stat.st_mtime_ns)
+    return out
+
+
+def fails(capsys, program, argv, *needles, watch=None):
+    before = snapshot(watch) if watch else None
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(MAIN[program], [str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert str(needle) in lines[0], lines[0]
+    if watch:
+        assert snapshot(watch) == before, "the run directory changed"
+    return lines[0]
+
+
+def write(path, text):
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return str(path)
+
+
+def ft(data, run, *extra):
+    return ["--dataset", data, "--target-cols", "hisco_1", "--save-path", run, *TINY, *extra]
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory holding an earlier run's file that must stay untouched."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "logs.csv").write_text("step,epoch\n1,0\n")
+    return str(run)
+
+
+GOOD = ("occ1,hisco_1\nfarmer,61110\nfisher,64100\nclerk,39310\nsmith,83110\nminer,71110\n"
+        "weaver,75100\nlabourer,99910\ncarter,98620\ntailor,79100\nbaker,77610\n")  # 10 rows
+
+
+@pytest.mark.parametrize("name,text,needles", [
+    ("empty.csv", "", ["empty"]),
+    ("header.csv", "occ1,hisco_1\n", ["header but no rows"]),
+    ("latin1.csv", "occ1,hisco_1\nm\u00e9decin,06110\n".encode("latin-1"), ["not UTF-8"]),
+    ("dupe.csv", "occ1,hisco_1,hisco_1\nfarmer,61110,61110\n", ["duplicate column", "hisco_1"]),
+    ("nocol.csv", "text,hisco_1\nfarmer,61110\n", ["no column 'occ1'", "--input-col", "text, hisco_1"]),
+    ("notarget.csv", "occ1,code\nfarmer,61110\n", ["no column 'hisco_1'", "--target-cols"]),
+    ("emptytext.csv", GOOD + ",61110\n", ["empty text", "rows 11"]),
+    ("long.csv", GOOD + "weaver,751100\n", ["row 11 hisco_1='751100'", "longer than --block-size 5"]),
+    ("short.csv", GOOD + "gardener,6210\n", ["row 11 hisco_1='6210'", "shorter", "--allow-codes-shorter"]),
+    ("several.csv", GOOD + "farmer and fisher,61110 64100\n", ["row 11", "one code per target column"]),
+    ("nocode.csv", GOOD + "gardener,\n", ["no code in any target column (rows 11)"]),
+])
+def test_bad_dataset(capsys, tmp_path, run_dir, name, text, needles):
+    data = write(tmp_path / name, text)
+    fails(capsys, "finetune", ft(data, run_dir), data, *needles, watch=run_dir)
+
+
+def test_missing_file_and_directory(capsys, tmp_path, run_dir):
+    fails(capsys, "finetune", ft(tmp_path / "nope.csv", run_dir), "no such file", watch=run_dir)
+    fails(capsys, "finetune", ft(tmp_path, run_dir), "is a directory", watch=run_dir)
+
+
+def test_nan_text_in_parquet(capsys, tmp_path, run_dir):
+    path = str(tmp_path / "nan.parquet")
+    pd.DataFrame({"occ1": ["farmer", None, "clerk", "smith", "fisher"],
+                  "hisco_1": ["61110", "64100", "39310", "83110", "64100"]}).to_parquet(path)
+    fails(capsys, "finetune", ft(path, run_dir), "empty text", "rows 2", watch=run_dir)
+
+
+def test_characters_outside_a_built_in_code_system(capsys, tmp_path, run_dir):
+    data = write(tmp_path / "t.csv", "occ1,hisco_1\nfarmer,61110\nfisher,6A100\n")
+    fails(capsys, "train", ["--train-data", data, "--val-data", data, "--save-dir", run_dir,
+                            "--num-target-cols", "1", *TINY],
+          "row 2 hisco_1='6A100'", "not a HISCO code", watch=run_dir)
+
+
+@pytest.mark.parametrize("extra,needles", [
+    (["--share-val", "1.5"], ["--share-val", "strictly between 0 and 1"]),
+    (["--share-val", "0"], ["--share-val"]),
+    (["--share-val", "0.01"], ["--share-val 0.01 of 10 rows", "0 validation"]),
+    (["--batch-size", "0"], ["--batch-size", "must be 1 or more"]),
+    (["--batch-size", "eight"], ["--batch-size", "expected a whole number"]),
+    (["--learning-rate", "fast"], ["--learning-rate", "expected a number"]),
+    (["--language", "en", "--language-col", "lang"], ["--language and --language-col"]),
+    (["--only-encoder"], ["--only-encoder needs --initial-checkpoint"]),
+])
+def test_bad_flags(capsys, tmp_path, run_dir, extra, needles):
+    data = write(tmp_path / "good.csv", GOOD)
+    fails(capsys, "finetune", ft(data, run_dir, *extra), *needles, watch=run_dir)
+
+
+def test_save_path_that_is_a_file(capsys, tmp_path):
+    data = write(tmp_path / "good.csv", GOOD)
+    target = tmp_path / "file.txt"
+    target.write_text("keep me")
+    fails(capsys, "finetune", ft(data, target), "is a file")
+    assert target.read_text() == "keep me"
+
+
+def test_initial_checkpoint_missing_or_truncated(capsys, tmp_path, run_dir):
+    data = write(tmp_path / "good.csv", GOOD)
+    fails(capsys, "finetune", ft(data, run_dir, "--initial-checkpoint", tmp_path / "none"),
+          "no such file", watch=run_dir)
+    truncated = tmp_path / "last.pt"
+    truncated.write_bytes(b"PK\x03\x04 truncated")
+    fails(capsys, "finetune", ft(data, run_dir, "--initial-checkpoint", truncated),
+          "not a complete checkpoint", watch=run_dir)
+
+
+def test_incompatible_initial_checkpoint_names_the_shapes(capsys, tmp_path, small_csv):
+    earlier = str(tmp_path / "earlier")
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
+                          "--save-path", earlier, "--max-steps", "1", *TINY]) == 0
+    capsys.readouterr()
+    data = write(tmp_path / "good.csv", GOOD)
+    run = str(tmp_path / "new")
+    fails(capsys, "finetune", ft(data, run, "--initial-checkpoint", earlier),
+          "incompatible", "flat_head.weight has", "--only-encoder")
+    assert not os.path.exists(run)
+
+
+def test_predict_with_a_run_directory_lacking_files(capsys, tmp_path):
+    data = write(tmp_path / "good.csv", GOOD)
+    empty_run = tmp_path / "run"
+    empty_run.mkdir()
+    fails(capsys, "predict", ["--checkpoint", empty_run, "--input", data, "--output",
+                              tmp_path / "out.csv"], "lacks model.safetensors")
+    fails(capsys, "predict", ["--checkpoint", tmp_path / "nothing", "--input", data, "--output",
+                              tmp_path / "out.csv"], "not a run directory")
+
+
+def test_predict_output_in_a_missing_directory_and_missing_column(capsys, tmp_path, small_csv):
+    run = str(tmp_path / "run")
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", run,
+                          "--max-steps", "1", *TINY]) == 0
+    capsys.readouterr()
+    fails(capsys, "predict", ["--checkpoint", run, "--input", small_csv, "--output",
+                              tmp_path / "no" / "such" / "out.csv"], "does not exist", "create it")
+    fails(capsys, "predict", ["--checkpoint", run, "--input", small_csv, "--output",
+                              tmp_path / "out.csv", "--input-col", "job"], "no column 'job'")
+    assert not os.path.exists(tmp_path / "out.csv")
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]

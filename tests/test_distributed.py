@@ -1,0 +1,250 @@
+"""Real launches on CPU (gloo): torchrun with 2 processes, two "nodes" on
+127.0.0.1, the legacy launcher, Slurm variables; each compared with one process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, TINY, env_for_subprocess, run_program
+
+# Deterministic and short: dropout 0, a fixed seed, 6 optimizer steps.
+EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "6", "--eval-interval", "3",
+         "--share-val", "0.09", "--target-cols", "hisco_1", "hisco_2", *TINY]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_cmd(nproc: int, *launcher_args) -> list:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            *launcher_args]
+
+
+def run(cmd, timeout=300, check=True, env=None):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env or env_for_subprocess())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def weights(run_dir):
+    return load_file(os.path.join(run_dir, "model.safetensors"))
+
+
+def max_difference(a, b) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def val_metrics(run_dir) -> pd.DataFrame:
+    table = pd.read_csv(os.path.join(run_dir, "logs.csv"))
+    return table[[c for c in table.columns if c.startswith("val_")] + ["step"]]
+
+
+def assert_same_metrics(a, b):
+    left, right = val_metrics(a), val_metrics(b)
+    assert list(left.columns) == list(right.columns)
+    assert len(left) == len(right) == 2
+    assert left["val_rows"].tolist() == right["val_rows"].tolist() == [11, 11]  # every row once
+    np.testing.assert_allclose(left.to_numpy(float), right.to_numpy(float), atol=2e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, small_csv):
+    """One process, batch 8: the reference."""
+    out = str(tmp_path_factory.mktemp("single") / "run")
+    run_program("finetune.py", "--dataset", small_csv, "--save-path", out, "--batch-size", 8, *EXACT)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_procs(tmp_path_factory, small_csv):
+    """torchrun, one node, 2 processes of batch 4."""
+    out = str(tmp_path_factory.mktemp("ddp") / "run")
+    proc = run(torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+        "--save-path", out, "--batch-size", "4", *EXACT])
+    return out, proc
+
+
+def test_two_processes_learn_what_one_process_learns(single, two_procs):
+    out, _ = two_procs
+    assert max_difference(weights(single), weights(out)) < 1e-5
+    assert_same_metrics(single, out)
+
+
+def test_rank_zero_alone_prints_logs_and_writes(two_procs):
+    out, proc = two_procs
+    text = proc.stdout + proc.stderr
+    assert text.count("world size 2 (1 node(s) x 2 process(es)), backend gloo") == 1
+    assert text.count("global batch 8") == 1
+    assert text.count("eval step 3 ") == 1 and text.count("eval step 6 ") == 1
+    assert "devices: rank 0 cpu, rank 1 cpu" in text
+    with open(os.path.join(out, "logs.csv")) as handle:
+        lines = handle.read().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("step,")
+    checkpoint = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    assert not any(k.startswith("module.") for k in checkpoint["model"])
+    assert not any(k.startswith("module.") for k in weights(out))
+    leftovers = [f for f in os.listdir(out) if f.startswith(".tmp")]
+    assert leftovers == []
+
+
+def test_two_nodes_on_localhost_match_one_node(two_procs, small_csv, tmp_path):
+    reference, _ = two_procs
+    out = str(tmp_path / "run")
+    port = free_port()
+    procs = []
+    for node_rank in (0, 1):
+        cmd = torchrun_cmd(1, "--nnodes=2", f"--node_rank={node_rank}", "--master_addr=127.0.0.1",
+                           f"--master_port={port}") + [
+            os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+            "--save-path", out, "--batch-size", "4", *EXACT]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env_for_subprocess(), text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "world size 2 (2 node(s) x 1 process(es))" in outputs[0]
+    assert "world size 2" not in outputs[1]
+    assert max_difference(weights(reference), weights(out)) < 1e-6
+    assert_same_metrics(reference, out)
+
+
+def test_legacy_launcher_and_automatic_distributed(single, small_csv, tmp_path):
+    """torch.distributed.launch passes --local-rank; WORLD_SIZE>1 alone switches DDP on."""
+    out = str(tmp_path / "run")
+    port = free_port()
+    proc = run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
+                "--master_addr=127.0.0.1", f"--master_port={port}",
+                os.path.join(ROOT, "finetune.py"), "--dataset", small_csv,
+                "--save-path", out, "--batch-size", "4", *EXACT])
+    text = proc.stdout + proc.stderr
+    assert "training with --distributed" in text
+    assert "launcher torch.distributed.launch" in text
+    assert max_difference(weights(single), weights(out)) < 1e-5
+
+
+def test_slurm_variables_without_torchrun(single, small_csv, tmp_path):
+    out = str(tmp_path / "run")
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = env_for_subprocess()
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            env.pop(name, None)
+        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
+                   SLURM_JOB_NUM_NODES="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--distributed",
+               "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "launcher slurm" in outputs[0]
+    assert max_difference(weights(single), weights(out)) < 1e-5
+
+
+def test_distributed_without_a_launcher_says_how_to_launch(small_csv, tmp_path):
+    proc = run_program("finetune.py", "--distributed", "--dataset", small_csv, "--save-path",
+                       tmp_path / "run", *EXACT, check=False)
+    assert proc.returncode == 2
+    assert "torchrun --nproc_per_node=N" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_resume_with_a_different_number_of_processes(single, small_csv, tmp_path):
+    """2 processes stop at step 3; 1 process with the same global batch finishes."""
+    out = str(tmp_path / "run")
+    run(torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+        "--save-path", out, "--batch-size", "4", "--stop-at-step", "3", *EXACT])
+    state = torch.load(os.path.join(out, "last.pt"), weights_only=True)
+    assert state["progress"]["step"] == 3 and state["progress"]["rows_in_epoch"] == 24
+    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", out,
+                       "--batch-size", 8, *EXACT)
+    assert "resuming from" in proc.stdout and "at step 3" in proc.stdout
+    assert max_difference(weights(single), weights(out)) < 1e-5
+    assert_same_metrics(single, out)
+
+
+def test_a_killed_rank_ends_every_process(small_csv, tmp_path):
+    out = str(tmp_path / "run")
+    cmd = torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+        "--save-path", out, "--batch-size", "4", "--max-steps", "100000", "--log-interval", "1",
+        "--dist-timeout", "60", *TINY[:-2]]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env_for_subprocess(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = []
+    for line in proc.stdout:  # wait until training runs
+        seen.append(line)
+        if line.startswith("step 3:"):
+            break
+    workers = [pid for pid in children(proc.pid)]
+    assert len(workers) == 2, seen
+    os.kill(max(workers), 9)
+    rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0
+    assert all(not os.path.exists(f"/proc/{pid}") or _is_zombie(pid) for pid in workers)
+    assert "exitcode  : -9" in rest or "Signal 9" in rest or "SIGKILL" in rest, rest[-2000:]
+
+
+def children(pid: int) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_bad_input_under_torchrun_fails_every_rank_once(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("occ1,hisco_1\nfarmer,6110\nfisher,64100\n")
+    proc = run(torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", str(bad),
+        "--save-path", str(tmp_path / "run"), "--target-cols", "hisco_1", *TINY], check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert text.count("row 1 hisco_1='6110'") == 1
+    assert "Traceback" not in proc.stderr.split("torch.distributed.elastic")[0]
+
+
+def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv, tmp_path):
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
+                "--batch-size", 16)
+    run(torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "predict.py"), "--distributed", "--checkpoint", single,
+        "--input", small_csv, "--output", str(two), "--batch-size", "16", "--chunk-size", "50"])
+    a = pd.read_csv(one, dtype=str, keep_default_na=False)
+    b = pd.read_csv(two, dtype=str, keep_default_na=False)
+    assert len(b) == 121
+    pd.testing.assert_frame_equal(a.drop(columns=["prob_1", "prob_2"]), b.drop(columns=["prob_1", "prob_2"]))
+    np.testing.assert_allclose(a["prob_1"].astype(float), b["prob_1"].astype(float), atol=1e-5)
