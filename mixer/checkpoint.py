@@ -72,6 +72,12 @@ class Checkpointer:
 
         atomic_write(path, write)
 
+    def remove_stale_temp_files(self) -> None:
+        """Temp files of writers that were killed mid-write (rank 0, before training)."""
+        for name in os.listdir(self.run_dir):
+            if name.startswith(".tmp-"):
+                os.unlink(os.path.join(self.run_dir, name))
+
     def load_latest(self) -> Optional[dict]:
         """The newest checkpoint that loads, or None when there is none."""
         for name in (LAST, PREVIOUS):

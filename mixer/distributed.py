@@ -62,7 +62,10 @@ def detect_launch(env: Mapping[str, str], local_rank_arg: Optional[int] = None) 
     if "RANK" in env and "WORLD_SIZE" in env:
         world_size = int(env["WORLD_SIZE"])
         local_rank = int(env.get("LOCAL_RANK", local_rank_arg if local_rank_arg is not None else 0))
-        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "torch.distributed.launch"
+        if local_rank_arg is not None:  # only the legacy launcher passes --local-rank
+            launcher = "torch.distributed.launch"
+        else:
+            launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment"
         local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))
         return Launch(int(env["RANK"]), local_rank, world_size, local_world, launcher)
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:

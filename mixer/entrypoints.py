@@ -120,6 +120,9 @@ def predict_parser() -> cli.Parser:
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="autocast precision (default: %(default)s)")
+    parser.add_argument("--summary-plot", dest="summary_plot", default=None, metavar="PNG",
+                        help="also draw the most frequent predicted codes and a histogram of "
+                             "the top code's probability")
     parser.add_argument("--distributed", action="store_true", help="shard rows over torchrun ranks")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return parser

@@ -64,9 +64,31 @@ class Predictor:
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
                 batch_size: int = 256) -> pd.DataFrame:
-        """code_k, prob_k (and desc_k) for each row, codes by falling probability."""
+        """code_k, prob_k (and desc_k) for each row, codes by falling probability.
+
+        Historical sources repeat descriptions a lot; each distinct (language,
+        text) is run through the model once and its answer copied."""
         top_k = top_k or self.formatter.max_num_codes
         threshold = self.config["threshold"] if threshold is None else threshold
+        texts = np.asarray(texts, dtype=object)
+        langs = np.asarray(langs, dtype=object)
+        pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
+        first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
+        codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head, top_k,
+                                              threshold, batch_size)
+        codes, probs = codes[pair_ids], probs[pair_ids]
+        out = {}
+        for k in range(top_k):
+            out[f"code_{k + 1}"] = codes[:, k]
+        for k in range(top_k):
+            out[f"prob_{k + 1}"] = probs[:, k]
+        if self.has_descriptions:
+            lookup = dict(zip(self.codes, self.descriptions))
+            for k in range(top_k):
+                out[f"desc_{k + 1}"] = [lookup.get(c, "") for c in codes[:, k]]
+        return pd.DataFrame(out)
+
+    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
         ids, offsets = tokenize(self.tokenizer, texts, langs, self.config["max_len"])
         lengths = np.diff(offsets)
         order = np.argsort(lengths, kind="stable")
@@ -91,16 +113,7 @@ class Predictor:
                 else:
                     batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
             codes[rows], probs[rows] = batch_codes, batch_probs
-        out = {}
-        for k in range(top_k):
-            out[f"code_{k + 1}"] = codes[:, k]
-        for k in range(top_k):
-            out[f"prob_{k + 1}"] = probs[:, k]
-        if self.has_descriptions:
-            lookup = dict(zip(self.codes, self.descriptions))
-            for k in range(top_k):
-                out[f"desc_{k + 1}"] = [lookup.get(c, "") for c in codes[:, k]]
-        return pd.DataFrame(out)
+        return codes, probs
 
     def _flat(self, pooled, top_k, threshold):
         probs = self.model.flat_head(pooled).float().sigmoid()
@@ -207,7 +220,7 @@ def predict_file(args) -> None:
         language_col = args.language_col or (None if args.language else config.get("language_col"))
         language = args.language or config.get("language") or "unk"
         writer = OutputWriter(args.output) if world.is_main else None
-        bar = None
+        bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -229,10 +242,16 @@ def predict_file(args) -> None:
                 predicted.index = chunk.index
                 clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
                 writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
+                if args.summary_plot:
+                    summary.append(predicted[["code_1", "prob_1"]])
                 if bar is not None:
                     bar.update(len(chunk))
         if world.is_main:
             writer.commit()
+            if args.summary_plot:
+                from mixer.plot import plot_prediction_summary
+
+                plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
                 bar.close()
             print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)

@@ -110,6 +110,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, total_steps=total_steps, model_extra=extra)
     checkpointer = Checkpointer(run_dir, log=logger.warning)
+    if world.is_main:
+        checkpointer.remove_stale_temp_files()
+    mdist.barrier(world)  # all ranks: nobody reads while rank 0 tidies
     state = checkpointer.load_latest()  # every rank reads it: the run directory is shared
     trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
                       checkpointer=checkpointer if world.is_main else None)

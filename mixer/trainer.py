@@ -299,6 +299,9 @@ class Trainer:
             self.save_checkpoint()
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)
+            from mixer.plot import plot_training_curves
+
+            plot_training_curves(self.run_dir)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM / SIGUSR1 (Slurm pre-emption): finish the step, agree, save, exit 0."""

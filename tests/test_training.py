@@ -137,3 +137,27 @@ def test_save_load_predict_matches_the_in_memory_model(tmp_path):
         b = loaded.predict(texts, langs, head=head)
         pd.testing.assert_frame_equal(a, b)
     assert (a["code_1"] != "").any()
+
+
+def test_train_mixer_with_built_in_code_systems(tmp_path, small_csv):
+    from mixer.entrypoints import train_mixer_main
+
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    train, val = tmp_path / "train.csv", tmp_path / "val.parquet"
+    frame.iloc[:100].to_csv(train, index=False)
+    frame.iloc[100:].to_parquet(val)
+    run = str(tmp_path / "hisco")
+    assert train_mixer_main(["--train-data", str(train), "--val-data", str(val), "--formatter",
+                             "hisco", "--num-target-cols", "2", "--save-dir", run,
+                             "--max-steps", "3", *TINY]) == 0
+    key = pd.read_csv(os.path.join(run, "key.csv"), dtype=str, keep_default_na=False)
+    assert len(key) == 1919 and "01110" in set(key["code"])  # the full HISCO list
+    assert logs(run)["val_rows"].iloc[-1] == 21
+    occ = frame.assign(occ_1=frame["hisco_1"].str[:3], occ_2="")
+    occ.to_csv(tmp_path / "occ.csv", index=False)
+    run = str(tmp_path / "occ")
+    assert train_mixer_main(["--train-data", str(tmp_path / "occ.csv"), "--val-data",
+                             str(tmp_path / "occ.csv"), "--formatter", "occ1950",
+                             "--target-col-naming", "occ", "--num-target-cols", "2",
+                             "--save-dir", run, "--max-steps", "2", *TINY]) == 0
+    assert weights(run)["decoder.position.weight"].shape[0] == 2 * 3 + 2  # blocks of 3, EOS, BOS

@@ -1,0 +1,167 @@
+"""Fitting in: W&B, Hugging Face encoders, config files, Parquet, plots, packaging."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from conftest import ROOT, TINY, env_for_subprocess, run_program
+from test_distributed import max_difference, run, torchrun_cmd
+
+SHORT = ["--max-steps", "4", "--batch-size", "8", "--share-val", "0.09", "--dropout", "0",
+         "--seed", "2", *TINY]
+
+
+def finetune(csv, run_dir, *extra, **kwargs):
+    return run_program("finetune.py", "--dataset", csv, "--target-cols", "hisco_1", "hisco_2",
+                       "--save-path", run_dir, *SHORT, *map(str, extra), **kwargs)
+
+
+def test_wandb_offline_under_torchrun_is_one_run_resumed_with_its_id(small_csv, tmp_path):
+    out = tmp_path / "run"
+    args = [os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+            "--target-cols", "hisco_1", "--save-path", str(out), *SHORT, "--batch-size", "4",
+            "--log-wandb", "--wandb-mode", "offline", "--wandb-project-name", "mixer-tests",
+            "--eval-interval", "2"]
+    run(torchrun_cmd(2, "--standalone") + args + ["--stop-at-step", "2"])
+    runs = glob.glob(str(out / "wandb" / "offline-run-*"))
+    assert len(runs) == 1  # rank 0 alone
+    run_id = (out / "wandb_id.txt").read_text().strip()
+    assert runs[0].endswith(run_id)
+    run(torchrun_cmd(2, "--standalone") + args)
+    runs = sorted(glob.glob(str(out / "wandb" / "offline-run-*")))
+    assert len(runs) == 2 and all(r.endswith(run_id) for r in runs)  # the same W&B run, resumed
+    config = yaml.safe_load(open(os.path.join(runs[-1], "files", "config.yaml")))
+    assert config["train"]["value"]["learning_rate"] == 3e-4
+    summary = open(os.path.join(runs[-1], "files", "wandb-summary.json")).read()
+    assert "val_flat_accuracy" in summary and "train/loss" in summary
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A BERT-like model and tokenizer saved with save_pretrained: no network."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *("##" + c for c in letters)]
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
+    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=64))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
+
+
+def test_local_hugging_face_encoder_trains_and_predicts(small_csv, tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    proc = finetune(small_csv, out, "--encoder", tiny_bert)
+    assert f"encoder: {tiny_bert} (pretrained weights" in proc.stdout
+    pred = tmp_path / "pred.parquet"
+    run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", pred)
+    frame = pd.read_parquet(pred)
+    assert len(frame) == 121 and (frame["code_1"] != "").all()
+
+
+def test_fine_tune_a_hisco_run_on_another_code_system(small_csv, tmp_path):
+    hisco_run = tmp_path / "hisco"
+    finetune(small_csv, hisco_run)
+    occ = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    occ["occ1950"] = occ["hisco_1"].str[:3]  # 3-digit codes: another code system
+    occ_csv = tmp_path / "occ.csv"
+    occ.to_csv(occ_csv, index=False)
+    out = tmp_path / "occ"
+    proc = run_program("finetune.py", "--dataset", occ_csv, "--target-cols", "occ1950",
+                       "--block-size", "3", "--save-path", out, *SHORT,
+                       "--initial-checkpoint", hisco_run, "--only-encoder")
+    assert "loaded encoder weights" in proc.stdout and "flat head and decoder start new" in proc.stdout
+    weights = load_file(out / "model.safetensors")
+    keys = pd.read_csv(out / "key.csv", dtype=str)
+    assert weights["flat_head.weight"].shape[0] == len(keys) == occ["occ1950"].nunique()
+    assert max(len(c) for c in keys["code"]) == 3
+
+
+def test_args_yaml_repeats_the_run_and_flags_win(small_csv, tmp_path):
+    first = tmp_path / "first"
+    finetune(small_csv, first)
+    second = tmp_path / "second"
+    run_program("finetune.py", "--config", first / "args.yaml", "--save-path", second)
+    assert max_difference(load_file(first / "model.safetensors"),
+                          load_file(second / "model.safetensors")) == 0
+    a = yaml.safe_load(open(first / "args.yaml"))
+    b = yaml.safe_load(open(second / "args.yaml"))
+    assert b.pop("save_dir") == str(second) and a.pop("save_dir") == str(first)
+    assert a == b
+    third = tmp_path / "third"
+    run_program("finetune.py", "--config", first / "args.yaml", "--save-path", third,
+                "--max-steps", "2")
+    assert yaml.safe_load(open(third / "args.yaml"))["train"]["max_steps"] == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learning_rat: 0.1\n")
+    proc = run_program("finetune.py", "--config", bad, "--dataset", small_csv, "--target-cols",
+                       "hisco_1", "--save-path", tmp_path / "x", check=False)
+    assert proc.returncode == 2 and "unknown setting(s) learning_rat" in proc.stderr
+
+
+def test_parquet_input_gives_the_same_run_as_csv(small_csv, tmp_path):
+    parquet = tmp_path / "small.parquet"
+    pd.read_csv(small_csv, dtype=str, keep_default_na=False).to_parquet(parquet)
+    finetune(small_csv, tmp_path / "csv")
+    finetune(parquet, tmp_path / "pq")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "csv" / "data_val.parquet"),
+                                  pd.read_parquet(tmp_path / "pq" / "data_val.parquet"))
+    assert max_difference(load_file(tmp_path / "csv" / "model.safetensors"),
+                          load_file(tmp_path / "pq" / "model.safetensors")) == 0
+
+
+def test_pictures_of_training_and_of_predictions(small_csv, tmp_path):
+    out = tmp_path / "run"
+    finetune(small_csv, out, "--eval-interval", 2)
+    assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    os.unlink(out / "training_curves.png")
+    proc = subprocess.run([sys.executable, "-m", "mixer.plot", str(out)], cwd=ROOT,
+                          env=env_for_subprocess(), capture_output=True, text=True)
+    assert proc.returncode == 0 and (out / "training_curves.png").exists()
+    summary = tmp_path / "summary.png"
+    run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output",
+                tmp_path / "p.csv", "--summary-plot", summary)
+    assert summary.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_logs_are_plain_lines_when_output_is_not_a_terminal(small_csv, tmp_path):
+    proc = finetune(small_csv, tmp_path / "run", "--log-interval", 1)
+    assert "\r" not in proc.stdout + proc.stderr  # no progress bar redraws
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("step 1: loss") for line in lines)
+    assert any(line.startswith("eval step 4 (epoch 0)") for line in lines)
+    quiet = finetune(small_csv, tmp_path / "quiet", "--log-level", "WARNING")
+    assert "step 1:" not in quiet.stdout and "eval step" not in quiet.stdout
+
+
+def test_installable_commands_are_the_same_programs(tmp_path):
+    wheel_dir = tmp_path / "wheel"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "-w", str(wheel_dir), ROOT], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = glob.glob(str(wheel_dir / "mixer-*.whl"))[0]
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "mixer/resources/hisco_key.csv" in names
+    for command, target in (("mixer-finetune", "finetune_cli"), ("mixer-train", "train_mixer_cli"),
+                            ("mixer-predict", "predict_cli")):
+        assert f"{command} = mixer.entrypoints:{target}" in entry_points
+    from mixer import __version__
+
+    for script in ("finetune.py", "train_mixer.py", "predict.py"):
+        assert run_program(script, "--version").stdout.strip() == f"mixer {__version__}"

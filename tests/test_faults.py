@@ -1,0 +1,214 @@
+"""Faults with real processes: kill -9, pre-emption signals, torchrun restarts,
+non-finite losses, failing disks, and checkpoints that must not run code."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import ROOT, TINY, env_for_subprocess, run_program
+from test_distributed import children, free_port, max_difference, torchrun_cmd
+
+EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09",
+         "--target-cols", "hisco_1", "hisco_2", *TINY]
+
+
+def start(cmd, env=None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=ROOT, env=env or env_for_subprocess(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def finetune_cmd(csv, run_dir, *extra) -> list:
+    return [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", csv,
+            "--save-path", str(run_dir), *EXACT, *map(str, extra)]
+
+
+def wait_for_line(proc, prefix: str) -> list:
+    """Read the process's output until a line starts with prefix (the run is training)."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(prefix):
+            return seen
+    raise AssertionError("".join(seen))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, small_csv):
+    """An uninterrupted run of 40 steps."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                "--max-steps", 40, "--save-interval", 1)
+    return load_file(os.path.join(run, "model.safetensors"))
+
+
+def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(reference, small_csv, tmp_path):
+    """Checkpoints every step, so many kills land inside a checkpoint write."""
+    run = tmp_path / "run"
+    rng = random.Random(1234)
+    kills = 0
+    while kills < 5:
+        proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1,
+                                  "--log-interval", 1))
+        wait_for_line(proc, "step ")  # training has started; now kill at a random moment
+        time.sleep(rng.uniform(0.0, 0.6))  # fault injection timing, not synchronisation
+        proc.kill()
+        proc.communicate()
+        kills += 1
+        if os.path.exists(run / "model.safetensors"):
+            break  # it finished before the kill: the run is complete
+    proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1))
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert max_difference(reference, load_file(run / "model.safetensors")) < 1e-6
+    assert not [f for f in os.listdir(run) if f.startswith(".tmp")]  # killed writers' leftovers removed
+    torch.load(run / "last.pt", weights_only=True)
+
+
+def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(reference, small_csv, tmp_path):
+    run = tmp_path / "run"
+    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                "--max-steps", 40, "--save-interval", 1, "--stop-at-step", 7)
+    previous = torch.load(run / "last.prev.pt", weights_only=True)
+    assert previous["progress"]["step"] == 6
+    with open(run / "last.pt", "r+b") as handle:  # a torn write
+        handle.truncate(100)
+    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                       "--max-steps", 40, "--save-interval", 1)
+    text = proc.stdout + proc.stderr
+    assert "last.pt: not a complete checkpoint" in text and "trying the previous" in text
+    assert "resuming from" in text and "at step 6" in text
+    assert max_difference(reference, load_file(run / "model.safetensors")) < 1e-6
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_preemption_signal_saves_exits_0_and_the_job_continues(reference, small_csv, tmp_path, sig):
+    run = tmp_path / "run"
+    proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1000,
+                              "--log-interval", 1))
+    wait_for_line(proc, "step 3:")
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out
+    assert "saving and stopping" in out
+    step = torch.load(run / "last.pt", weights_only=True)["progress"]["step"]
+    assert 3 <= step < 40
+    proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1000))
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert f"at step {step}" in out
+    assert max_difference(reference, load_file(run / "model.safetensors")) < 1e-6
+
+
+def test_preemption_under_torchrun_every_rank_agrees(small_csv, tmp_path):
+    """Slurm signals every task: each rank gets SIGUSR1; they agree, rank 0 saves."""
+    run = tmp_path / "run"
+    proc = start(torchrun_cmd(2, "--standalone") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+        "--save-path", str(run), *EXACT[:-len(TINY)], *TINY[:-2], "--log-interval", "1",
+        "--batch-size", "4", "--max-steps", "1000", "--save-interval", "1000"])
+    wait_for_line(proc, "step 3:")
+    workers = children(proc.pid)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGUSR1)  # one rank hears it first; all must stop together
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    state = torch.load(run / "last.pt", weights_only=True)
+    assert 3 <= state["progress"]["step"] < 1000
+
+
+def test_torchrun_restart_after_a_killed_worker_resumes_and_finishes(small_csv, tmp_path):
+    run = tmp_path / "run"
+    proc = start(torchrun_cmd(2, "--standalone", "--max-restarts=1") + [
+        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
+        "--save-path", str(run), *EXACT[:-len(TINY)], *TINY[:-2], "--log-interval", "1",
+        "--batch-size", "4", "--max-steps", "30", "--save-interval", "1"])
+    wait_for_line(proc, "step 5:")
+    os.kill(max(children(proc.pid)), signal.SIGKILL)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert "resuming from" in out
+    assert torch.load(run / "last.pt", weights_only=True)["progress"]["step"] == 30
+    assert os.path.exists(run / "model.safetensors")
+
+
+def test_diverging_training_stops_naming_the_step_and_writes_no_nan(small_csv, tmp_path):
+    run = tmp_path / "run"
+    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                       "--max-steps", 40, "--learning-rate", "1e30", "--eval-interval", 1000,
+                       check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "training diverged" in proc.stderr and "up to step" in proc.stderr
+    assert "non-finite" in proc.stdout
+    assert not os.path.exists(run / "model.safetensors")
+    if os.path.exists(run / "last.pt"):
+        state = torch.load(run / "last.pt", weights_only=True)
+        assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_disk_error_while_saving_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from mixer.checkpoint import Checkpointer
+
+    saver = Checkpointer(str(tmp_path))
+    saver.save({"model": {"w": torch.ones(2)}, "progress": {"step": 1}})
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError):
+        saver.save({"model": {"w": torch.zeros(2)}, "progress": {"step": 2}})
+    monkeypatch.undo()
+    assert saver.load_latest()["progress"]["step"] == 1
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
+
+
+class RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused(small_csv, tmp_path):
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    with open(evil / "last.pt", "wb") as handle:
+        pickle.dump({"model": RunsCode()}, handle)
+    torch.save({"model": {}, "payload": RunsCode()}, evil / "zip.pt")
+    for name in ("last.pt", "zip.pt"):
+        proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", tmp_path / "run",
+                           *EXACT, "--initial-checkpoint", evil / name, check=False)
+        assert proc.returncode == 2
+        assert "refused to load" in proc.stderr or "not a complete checkpoint" in proc.stderr
+        assert not os.path.exists(os.path.join(ROOT, "PWNED"))
+        assert not os.path.exists(evil / "PWNED")
+    # resuming from a planted last.pt in the run directory is refused too
+    run = tmp_path / "planted"
+    run.mkdir()
+    os.replace(evil / "zip.pt", run / "last.pt")
+    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                       "--max-steps", 2, check=False)
+    assert "refused to load" in proc.stdout + proc.stderr
+    assert not os.path.exists(os.path.join(ROOT, "PWNED"))
+
+
+def test_no_secrets_in_outputs(small_csv, tmp_path):
+    env = env_for_subprocess()
+    env["WANDB_API_KEY"] = "wandb-secret-0123456789"
+    env["MY_TOKEN"] = "token-secret-9876543210"
+    run = tmp_path / "run"
+    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
+                "--max-steps", 2, "--log-wandb", "--wandb-mode", "offline", env=env)
+    for root, _, files in os.walk(run):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                data = handle.read()
+            assert b"wandb-secret" not in data and b"token-secret" not in data, name
