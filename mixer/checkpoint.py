@@ -28,16 +28,17 @@ class CheckpointError(UserError):
 
 
 def rng_state() -> dict:
+    """This process's random state (CPU, and its current GPU)."""
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def load_file(path: str) -> dict:
@@ -78,14 +79,25 @@ class Checkpointer:
             if name.startswith(".tmp-"):
                 os.unlink(os.path.join(self.run_dir, name))
 
-    def load_latest(self) -> Optional[dict]:
-        """The newest checkpoint that loads, or None when there is none."""
+    def latest_loadable(self) -> Optional[str]:
+        """The newest checkpoint file that loads; None when there is none at all.
+        Files that exist but none loads is an error, not a fresh start."""
+        found = []
         for name in (LAST, PREVIOUS):
             path = os.path.join(self.run_dir, name)
             if not os.path.exists(path):
                 continue
+            found.append(path)
             try:
-                return load_file(path)
+                load_file(path)
+                return path
             except CheckpointError as exc:
                 self.log(f"warning: {exc}; trying the previous checkpoint")
+        if found:
+            raise CheckpointError(f"{self.run_dir}: no checkpoint loads ({', '.join(found)}); "
+                                  "move them away to start over, or use a new --save-path")
         return None
+
+    def load_latest(self) -> Optional[dict]:
+        path = self.latest_loadable()
+        return load_file(path) if path else None

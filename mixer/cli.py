@@ -267,11 +267,41 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = 
             raise UserError(f"--config {known.config}: unknown setting(s) {', '.join(unknown)} "
                             f"for {parser.prog}")
         usable = {k: v for k, v in defaults.items() if k in dests}
+        for action in parser._actions:  # the file's values get the flags' checks
+            if action.dest in usable and action.dest != "help":
+                try:
+                    usable[action.dest] = _coerce(action, usable[action.dest])
+                except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+                    raise UserError(f"--config {known.config}: {action.dest}: {exc}")
         for action in parser._actions:
             if action.required and usable.get(action.dest) not in (None, [], ""):
                 action.required = False  # the file gives it
         parser.set_defaults(**usable)
     return parser.parse_args(argv)
+
+
+def _coerce(action: argparse.Action, value):
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+    if value is None or isinstance(action, argparse._StoreConstAction):
+        return value
+    if action.nargs in ("+", "*"):
+        return [_coerce_one(action, v) for v in (value if isinstance(value, list) else [value])]
+    return _coerce_one(action, value)
+
+
+def _coerce_one(action: argparse.Action, value):
+    if action.type is not None:
+        value = action.type(str(value))
+    elif not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected a single value, got {value!r}")
+    else:
+        value = str(value) if isinstance(value, str) else value
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"{value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
 
 
 # Settings of the run configuration: an args.yaml of either program may hold

@@ -102,11 +102,16 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
     if backend == "nccl" and not cuda:
         raise UserError("--backend nccl needs CUDA GPUs; use --backend gloo on CPU")
     if cuda:
-        if launch.local_rank >= torch.cuda.device_count():
-            raise UserError(f"local rank {launch.local_rank} but only {torch.cuda.device_count()} "
-                            "GPU(s) on this node; lower --nproc_per_node")
-        torch.cuda.set_device(launch.local_rank)  # before the process group: NCCL binds to it
-        device = f"cuda:{launch.local_rank}"
+        visible = torch.cuda.device_count()
+        if launch.local_rank < visible:
+            index = launch.local_rank
+        elif visible == 1:  # srun --gpus-per-task=1: each task sees only its own GPU
+            index = 0
+        else:
+            raise UserError(f"local rank {launch.local_rank} but only {visible} GPU(s) visible "
+                            "on this node; lower --nproc_per_node")
+        torch.cuda.set_device(index)  # before the process group: NCCL binds to it
+        device = f"cuda:{index}"
     else:
         device = "cpu"
     dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
@@ -151,23 +156,47 @@ def broadcast_object(value: Any, world: World, src: int = 0) -> Any:
     return box[0]
 
 
-def main_first(fn: Callable[[], Any], world: World) -> Any:
-    """Rank 0 runs fn while the others wait; then the others run it too (reading
-    what rank 0 wrote). A failure on rank 0 reaches every rank as an error
-    instead of leaving them waiting."""
-    error, failure, result = None, None, None
+def main_first(fn: Callable[[], Any], world: World,
+               others: Optional[Callable[[], Any]] = None) -> Any:
+    """Rank 0 runs fn while the others wait; then the others run `others` (by
+    default fn too), reading what rank 0 wrote. A failure on any rank reaches
+    every rank as an error instead of leaving them waiting in a collective."""
+    result = None
     if world.is_main:
+        result = _agree_on_failure(fn, world)
+    else:
+        _agree_on_failure(None, world)
+    if world.is_distributed:
+        follow = others or fn
+        outcome = _agree_on_failure(None if world.is_main else follow, world, src_any=True)
+        if not world.is_main:
+            result = outcome
+    return result
+
+
+def main_only(fn: Callable[[], Any], world: World) -> Any:
+    """Rank 0 alone runs fn; its failure stops every rank cleanly."""
+    return _agree_on_failure(fn if world.is_main else None, world)
+
+
+def _agree_on_failure(fn, world: World, src_any: bool = False):
+    """Run fn where given; then all ranks learn whether any rank failed (all ranks)."""
+    failure, result = None, None
+    if fn is not None:
         try:
             result = fn()
         except Exception as exc:  # noqa: BLE001 - every rank must hear of it
-            failure, error = exc, str(exc) or type(exc).__name__
-    error = broadcast_object(error, world)  # all ranks
-    if error is not None:
-        if world.is_main:
+            failure = exc
+    if not world.is_distributed:
+        if failure is not None:
             raise failure
-        raise PeerFailed("stopping: rank 0 failed (its error is above)")
-    if not world.is_main:
-        result = fn()
+        return result
+    failed = gather_objects(failure is not None, world)  # all ranks
+    if failure is not None:
+        raise failure  # this rank prints its own error
+    if any(failed):
+        first = failed.index(True)
+        raise PeerFailed(f"stopping: rank {first} failed (its error is above)")
     return result
 
 

@@ -155,21 +155,32 @@ def _pad_columns(codes, probs, top_k):
 
 # ------------------------------------------------------------------ files
 def read_chunks(path: str, chunk_size: int) -> Iterator[pd.DataFrame]:
+    """The input in chunks, columns as they are (only the text columns are read as strings later)."""
     if not os.path.exists(path):
         raise UserError(f"--input {path}: no such file")
-    if path.lower().endswith((".parquet", ".pq")):
-        import pyarrow.parquet as pq
+    if os.path.isdir(path):
+        raise UserError(f"--input {path}: is a directory; pass a .csv or .parquet file")
+    try:
+        if path.lower().endswith((".parquet", ".pq")):
+            import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-            frame = batch.to_pandas()
-            yield frame.astype(object).where(frame.notna(), "").astype(str)
-    else:
-        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
+                yield batch.to_pandas()
+        else:
+            # strings: codes and ids keep their leading zeros in the output
             yield from pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=chunk_size)
-        except UnicodeDecodeError:
-            raise UserError(f"--input {path}: not UTF-8 text; save it as UTF-8 CSV")
-        except pd.errors.EmptyDataError:
-            raise UserError(f"--input {path}: the file is empty")
+    except UnicodeDecodeError:
+        raise UserError(f"--input {path}: not UTF-8 text; save it as UTF-8 CSV")
+    except pd.errors.EmptyDataError:
+        raise UserError(f"--input {path}: the file is empty")
+    except (pd.errors.ParserError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--input {path}: cannot read it ({first})")
+
+
+def text_column(chunk: pd.DataFrame, column: str) -> np.ndarray:
+    """A column as stripped strings, as training reads it (missing -> '')."""
+    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).str.strip().to_numpy(dtype=object)
 
 
 class OutputWriter:
@@ -201,6 +212,8 @@ class OutputWriter:
     def commit(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if not os.path.exists(self.tmp):
+            raise UserError(f"{self.path}: the input has no rows; nothing to predict")
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
@@ -219,7 +232,7 @@ def predict_file(args) -> None:
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))
         language = args.language or config.get("language") or "unk"
-        writer = OutputWriter(args.output) if world.is_main else None
+        writer = mdist.main_only(lambda: OutputWriter(args.output), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
@@ -232,9 +245,9 @@ def predict_file(args) -> None:
                                     f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
             mine = shard_indices(len(chunk), world.world_size, world.rank)
             part = chunk.iloc[mine]
-            langs = part[language_col].to_numpy(dtype=object) if language_col else \
+            langs = text_column(part, language_col) if language_col else \
                 np.full(len(part), language, dtype=object)
-            result = predictor.predict(part[input_col].fillna("").to_numpy(dtype=object), langs,
+            result = predictor.predict(text_column(part, input_col), langs,
                                        args.head, args.top_k, args.threshold, args.batch_size)
             pieces = mdist.gather_objects(result, world)  # all ranks
             if world.is_main:

@@ -14,7 +14,7 @@ from mixer import __version__
 from mixer import distributed as mdist
 from mixer.checkpoint import Checkpointer, CheckpointError, load_file
 from mixer.config import RunConfig, config_for_file, write_args
-from mixer.data import LANG, TEXT, labels_of, prepare_run_data
+from mixer.data import LANG, TEXT, labels_of, load_prepared, prepare_run_data
 from mixer.dataset import (Collator, RowDataset, StepSampler, cached_tokens, eval_batches,
                            shard_indices)
 from mixer.encoders import build_encoder, encoder_from_run, save_encoder_files
@@ -41,9 +41,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
             check_initial_checkpoint(config.model.initial_checkpoint, prepared,
                                      config.model.only_encoder)
 
-    prepared = mdist.main_first(lambda: prepare_run_data(
-        config.data, config.train.seed, run_dir, log=logger.info,
-        check=check if world.is_main else None), world)
+    prepared = mdist.main_first(
+        lambda: prepare_run_data(config.data, config.train.seed, run_dir, log=logger.info, check=check),
+        world, others=lambda: load_prepared(run_dir))
     if world.is_main:
         write_args(config, run_dir)
     if config.data.prepare_only:
@@ -63,11 +63,11 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                         target_len=formatter.target_len, decoder_dim=config.model.decoder_dim,
                         decoder_layers=config.model.decoder_layers,
                         decoder_heads=config.model.decoder_heads, dropout=config.model.dropout)
+    check_max_len(config.data.max_len, encoder.model.config)
     model = MixerModel(encoder.model, heads)
     if config.model.initial_checkpoint:
         load_initial_weights(model, config.model.initial_checkpoint, config.model.only_encoder)
-    if world.is_main:
-        save_encoder_files(encoder, run_dir)
+    torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
 
     def tokens(split, frame):
         return mdist.main_first(lambda: cached_tokens(
@@ -91,7 +91,10 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     pin = world.device.startswith("cuda")
     workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
                    pin_memory=pin, collate_fn=collate)
-    train_loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler, **workers)
+    # its own generator: making an iterator must not draw from the global RNG (exact resume)
+    train_loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler,
+                                               generator=torch.Generator().manual_seed(cfg.seed),
+                                               **workers)
     eval_size = cfg.eval_batch_size or 2 * cfg.batch_size
     val_loader = torch.utils.data.DataLoader(
         val_set, batch_sampler=eval_batches(shard_indices(len(val_set), world.world_size, world.rank),
@@ -113,19 +116,23 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.is_main:
         checkpointer.remove_stale_temp_files()
     mdist.barrier(world)  # all ranks: nobody reads while rank 0 tidies
-    state = checkpointer.load_latest()  # every rank reads it: the run directory is shared
     trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
                       checkpointer=checkpointer if world.is_main else None)
-    if state is not None:
-        trainer.load_state_dict(state)
-        logger.info(f"resuming from {run_dir}/last.pt at step {trainer.progress.step} "
+    # rank 0 picks the checkpoint; every rank reads that file (the run directory is shared)
+    chosen = mdist.main_only(checkpointer.latest_loadable, world)
+    chosen = mdist.broadcast_object(chosen, world)  # all ranks
+    if chosen is not None:
+        mdist.main_first(lambda: trainer.load_state_dict(load_file(chosen)), world)
+        logger.info(f"resuming from {chosen} at step {trainer.progress.step} "
                     f"(epoch {trainer.progress.epoch}, row {trainer.progress.rows_in_epoch} of it)")
-    if world.is_main:
+
+    def start_tracking():
+        save_encoder_files(encoder, run_dir)  # after the resume check: never overwrite a run's encoder
         wandb = ({"project": config.log.wandb_project_name, "mode": config.log.wandb_mode}
                  if config.log.log_wandb else None)
-        trainer.tracker = Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
-    else:
-        trainer.tracker = NullTracker()
+        return Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
+
+    trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
     report_setup(world, config, sampler, total_steps, learning_rate, len(train_set), len(val_set),
                  len(key_codes), encoder.source, model)
     metrics = trainer.fit()
@@ -170,6 +177,11 @@ def _run_dir_of(path: str) -> str:
 def check_initial_checkpoint(path: str, prepared, only_encoder: bool) -> None:
     """The checkpoint exists, loads, and its heads fit this run's key and code layout."""
     state, path = read_initial_weights(path)
+    run_dir = _run_dir_of(path)
+    for needed in ("encoder", "tokenizer"):
+        if not os.path.isdir(os.path.join(run_dir, needed)):
+            raise UserError(f"--initial-checkpoint {path}: {run_dir} lacks {needed}/ (the encoder's "
+                            "config and tokenizer); pass the whole run directory of this tool")
     if only_encoder:
         return
     formatter = prepared.formatter
@@ -180,6 +192,13 @@ def check_initial_checkpoint(path: str, prepared, only_encoder: bool) -> None:
     if differ:
         raise UserError(f"--initial-checkpoint {path} is incompatible: {'; '.join(differ)} "
                         "(another code system or key); pass --only-encoder to start new heads")
+
+
+def check_max_len(max_len: int, encoder_config) -> None:
+    limit = getattr(encoder_config, "max_position_embeddings", None)
+    if limit and max_len > limit:
+        raise UserError(f"--max-len {max_len} is longer than the encoder takes ({limit} positions); "
+                        f"pass --max-len {limit} or less")
 
 
 def read_initial_weights(path: str) -> tuple:

@@ -255,9 +255,12 @@ class Trainer:
             self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
+        rng = mdist.gather_objects(rng_state(), self.world)  # all ranks: each rank's RNG
         if self.checkpointer is None:  # rank 0 alone writes
             return
-        self.checkpointer.save(self.state_dict())
+        state = self.state_dict()
+        state["rng"] = rng
+        self.checkpointer.save(state)
 
     def state_dict(self) -> dict:
         p = self.progress
@@ -268,7 +271,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "progress": {"step": p.step, "epoch": p.epoch, "rows_in_epoch": p.rows_in_epoch,
                          "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step},
-            "rng": rng_state(),
+            "rng": [rng_state()],
             "key": self.key_codes,
         }
 
@@ -276,13 +279,21 @@ class Trainer:
         if state.get("key") and self.key_codes and list(state["key"]) != self.key_codes:
             raise UserError(f"{self.run_dir}/last.pt was trained with a different label key; "
                             "use a new --save-path")
-        unwrap_model(self.parts.model).load_state_dict(state["model"])
-        self.parts.optimizer.load_state_dict(state["optimizer"])
+        try:
+            unwrap_model(self.parts.model).load_state_dict(state["model"])
+            self.parts.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0][:200]
+            raise UserError(f"{self.run_dir}/last.pt does not fit the model these flags build "
+                            f"({first}); resume with the run's own flags (--config "
+                            f"{self.run_dir}/args.yaml) or use a new --save-path")
         self.parts.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
-        set_rng_state(state["rng"])
+        states = state["rng"]
+        # each rank continues its own random stream when the world size is unchanged
+        set_rng_state(states[self.world.rank] if len(states) == self.world.world_size else states[0])
 
     def finished(self) -> bool:
         return self.progress.step >= self.parts.total_steps
@@ -295,8 +306,7 @@ class Trainer:
     def finish(self) -> None:
         if self.progress.last_eval_step != self.progress.step:
             self.evaluate_and_log()  # all ranks
-        else:
-            self.save_checkpoint()
+        self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)
             from mixer.plot import plot_training_curves
