@@ -147,8 +147,10 @@ class Batch:
 class Collator:
     """Pads to the longest row of the batch and lays codes out as decoder blocks."""
 
-    def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1):
+    def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
+                 pad_to: Optional[int] = None):
         self.pad_id = pad_id
+        self.pad_to = pad_to  # a fixed length for encoders that need one
         # one extra all-PAD block for empty slots (index -1)
         self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), PAD)]).astype(np.int64)
         self.bos = bos
@@ -159,7 +161,7 @@ class Collator:
         return np.concatenate([blocks, np.full((rows, 1), EOS)], axis=1)
 
     def __call__(self, items) -> Batch:
-        longest = max(len(ids) for ids, _, _ in items)
+        longest = self.pad_to or max(len(ids) for ids, _, _ in items)
         input_ids = np.full((len(items), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(items), longest), dtype=np.int64)
         for row, (ids, _, _) in enumerate(items):
@@ -202,6 +204,12 @@ class StepSampler:
                 break
             sizes.append(size)
         return sizes
+
+    @property
+    def rows_per_epoch(self) -> int:
+        full, tail = divmod(self.num_rows, self.global_batch_size)
+        kept_tail = tail if tail >= self.world_size * self.grad_accum_steps else 0
+        return full * self.global_batch_size + kept_tail
 
     @property
     def steps_per_epoch(self) -> int:

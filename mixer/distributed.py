@@ -114,12 +114,23 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
         device = f"cuda:{index}"
     else:
         device = "cpu"
-    dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
-                            world_size=launch.world_size,
-                            timeout=timedelta(seconds=cfg.dist_timeout))
+    timeout = timedelta(seconds=cfg.dist_timeout)
+    dist.init_process_group(backend=backend, store=_store(env, launch, timeout), rank=launch.rank,
+                            world_size=launch.world_size, timeout=timeout)
     return World(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
                  local_world_size=launch.local_world_size, device=device, backend=backend,
                  launcher=launch.launcher)
+
+
+def _store(env: Mapping[str, str], launch: Launch, timeout: timedelta):
+    """The rendezvous store, with a fresh key space for each torchrun restart:
+    after `--max-restarts` the new workers must not read the addresses that
+    the dead workers published."""
+    agent_hosts = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), launch.world_size,
+                          is_master=launch.rank == 0 and not agent_hosts, timeout=timeout,
+                          wait_for_workers=False)
+    return dist.PrefixStore(f"mixer/attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def teardown(world: World) -> None:

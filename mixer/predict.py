@@ -20,7 +20,7 @@ from mixer import distributed as mdist
 from mixer.config import DistConfig
 from mixer.data import read_key
 from mixer.dataset import shard_indices, tokenize
-from mixer.encoders import encoder_from_run
+from mixer.encoders import encoder_from_run, fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
 from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
@@ -95,9 +95,10 @@ class Predictor:
         codes = np.full((len(lengths), top_k), "", dtype=object)
         probs = np.full((len(lengths), top_k), np.nan)
         pad = self.tokenizer.pad_token_id or 0
+        fixed = fixed_input_length(self.model.encoder.config, self.config["max_len"])
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            longest = int(lengths[rows].max())
+            longest = fixed or int(lengths[rows].max())
             input_ids = np.full((len(rows), longest), pad, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for i, row in enumerate(rows):

@@ -17,7 +17,7 @@ from mixer.config import RunConfig, config_for_file, write_args
 from mixer.data import LANG, TEXT, labels_of, load_prepared, prepare_run_data
 from mixer.dataset import (Collator, RowDataset, StepSampler, cached_tokens, eval_batches,
                            shard_indices)
-from mixer.encoders import build_encoder, encoder_from_run, save_encoder_files
+from mixer.encoders import build_encoder, encoder_from_run, fixed_input_length, save_encoder_files
 from mixer.errors import UserError
 from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
 from mixer.tracking import NullTracker, Tracker, configure_logging, logger
@@ -77,7 +77,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     train_tokens, val_tokens = tokens("train", prepared.train), tokens("val", prepared.val)
     num_blocks = formatter.max_num_codes
     key_blocks = formatter.encode_blocks(key_codes)
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks)
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks,
+                       pad_to=fixed_input_length(encoder.model.config, config.data.max_len))
     train_set = RowDataset(train_tokens, labels_of(prepared.train, key_codes, num_blocks))
     val_set = RowDataset(val_tokens, labels_of(prepared.val, key_codes, num_blocks))
 
@@ -156,7 +157,7 @@ def place_model(model: MixerModel, config: RunConfig, world: mdist.World) -> tor
             model, device_ids=[world.local_rank] if world.device.startswith("cuda") else None,
             find_unused_parameters=dist_cfg.find_unused_parameters or config.model.freeze_encoder,
             bucket_cap_mb=dist_cfg.ddp_bucket_cap_mb, static_graph=dist_cfg.static_graph,
-            gradient_as_bucket_view=True, broadcast_buffers=False)
+            gradient_as_bucket_view=True)
     return model
 
 

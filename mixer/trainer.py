@@ -78,6 +78,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16" and self.device_type == "cuda")
         self.stop_requested = False
         self.last_metrics: dict = {}
+        self._saved_step = -1
         self._window = {"loss": 0.0, "rows": 0, "start": time.perf_counter()}
 
     # ------------------------------------------------------------ the loop
@@ -88,12 +89,12 @@ class Trainer:
             self.parts.sampler.set_epoch(self.progress.epoch, self.progress.rows_in_epoch)
             for micro_batches in self.steps_of_epoch():
                 self.train_step(micro_batches)
+                if self.progress.rows_in_epoch >= self.parts.sampler.rows_per_epoch:
+                    self.end_epoch()
                 self.maybe_evaluate()
                 self.maybe_save()
                 if self.should_stop():
                     break
-            else:
-                self.end_epoch()
         if self.finished():
             self.finish()
         else:
@@ -255,6 +256,9 @@ class Trainer:
             self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
+        if self._saved_step == self.progress.step:
+            return  # this very state is on disk already
+        self._saved_step = self.progress.step
         rng = mdist.gather_objects(rng_state(), self.world)  # all ranks: each rank's RNG
         if self.checkpointer is None:  # rank 0 alone writes
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 from mixer.errors import UserError
 
@@ -19,7 +20,7 @@ def start_wandb(run_dir: str, config: dict, project: str, mode: str):
         with open(id_path) as handle:
             run_id = handle.read().strip()
     else:
-        run_id = wandb.util.generate_id()
+        run_id = secrets.token_hex(4)
         with open(id_path, "w") as handle:
             handle.write(run_id)
     return wandb.init(project=project, id=run_id, resume="allow", mode=mode, dir=run_dir,

@@ -184,8 +184,8 @@ def test_a_killed_rank_ends_every_process(small_csv, tmp_path):
     out = str(tmp_path / "run")
     cmd = torchrun_cmd(2, "--standalone") + [
         os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", out, "--batch-size", "4", "--max-steps", "100000", "--log-interval", "1",
-        "--dist-timeout", "60", *TINY[:-2]]
+        "--save-path", out, "--target-cols", "hisco_1", "--batch-size", "4", "--max-steps", "100000",
+        "--log-interval", "1", "--dist-timeout", "60", *TINY[:-2]]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env_for_subprocess(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen = []
@@ -233,7 +233,7 @@ def test_bad_input_under_torchrun_fails_every_rank_once(tmp_path):
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert text.count("row 1 hisco_1='6110'") == 1
-    assert "Traceback" not in proc.stderr.split("torch.distributed.elastic")[0]
+    assert "/mixer/" not in text  # torchrun reports the failed worker; no traceback of ours
 
 
 def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv, tmp_path):

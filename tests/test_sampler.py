@@ -56,3 +56,9 @@ def test_eval_shards_cover_every_row_once():
         shards = [shard_indices(11, world, r) for r in range(world)]
         together = np.concatenate(shards)
         assert sorted(together.tolist()) == list(range(11))
+
+
+def test_rows_per_epoch_counts_the_rows_the_steps_take():
+    for rows, batch, world, accum in ((103, 8, 1, 1), (9, 2, 2, 2), (50, 5, 2, 1), (7, 4, 2, 1)):
+        sampler = StepSampler(rows, batch, world, 0, accum, seed=0)
+        assert sampler.rows_per_epoch == sum(sampler.step_sizes())
