@@ -91,8 +91,9 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
 class Checked:
     """Rows of one table after label checks."""
 
-    frame: pd.DataFrame  # text, lang, code_1..code_K (normalised, '' = none)
+    frame: pd.DataFrame  # text, lang, code_1..code_K (normalised, '' = none), row
     dropped: int
+    codes: set  # the distinct codes of the kept rows
 
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
@@ -105,24 +106,27 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
         flags[cfg.language_col] = "--language-col"
     require_columns(frame, list(flags), path, flags)
 
-    text = frame[cfg.input_col].astype(str).str.strip()
-    raw = frame[cfg.target_cols].to_numpy(dtype=object).astype(str)
-    n_rows, n_cols = raw.shape
-    cells = pd.Series(raw.ravel()).str.strip()
+    text = frame[cfg.input_col].astype("str").str.strip()
+    n_rows, n_cols = len(frame), len(cfg.target_cols)
+    # all code cells as one column of strings (column after column), stripped and
+    # factorised: the formatter then looks at each distinct value once
+    cells = pd.concat([frame[c].astype("str") for c in cfg.target_cols], ignore_index=True).str.strip()
     ids, uniques = pd.factorize(cells, sort=False)
     normalised, reasons = [], []
     for value in uniques:  # each distinct code once
-        if value == "":
-            normalised.append("")
-            reasons.append("")
-            continue
-        code, reason = formatter.check(value, known)
+        code, reason = formatter.check(value, known) if value != "" else ("", "")
         normalised.append(code)
         reasons.append(reason)
     normalised = np.asarray(normalised, dtype=object)
     reasons = np.asarray(reasons, dtype=object)
-    codes = normalised[ids].reshape(n_rows, n_cols)
-    cell_reason = reasons[ids].reshape(n_rows, n_cols)
+    ids = ids.reshape(n_cols, n_rows).T
+    # distinct raw values may normalise to one code ('1110' and '01110' in HISCO)
+    code_ids, code_names = pd.factorize(normalised, sort=False)
+    cell_code = code_ids[ids]  # (rows, cols) index into code_names
+    code_names = np.asarray(code_names, dtype=object)
+    codes = code_names[cell_code]
+    cell_reason = reasons[ids]
+    raw = np.asarray(uniques, dtype=object)[ids]
 
     problems = []  # (mask, description)
     problems.append((text.eq("").to_numpy(), f"empty text in {cfg.input_col!r}"))
@@ -136,17 +140,23 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     if bad.any() and not cfg.drop_bad_labels:
         raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg))
 
-    lang = (frame[cfg.language_col].astype(str).str.strip().to_numpy()
-            if cfg.language_col else np.full(n_rows, cfg.language or "unk", dtype=object))
+    lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
+            if cfg.language_col else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8),
+                                                               [cfg.language or "unk"]))
     # Codes are packed to the left: empty slots last, so block k is the k-th code.
     order = np.argsort(codes == "", axis=1, kind="stable")
-    codes = np.take_along_axis(codes, order, axis=1)
-    out = pd.DataFrame({TEXT: text.to_numpy(), LANG: lang})
+    cell_code = np.take_along_axis(cell_code, order, axis=1)
+    # categorical columns: no string copies per row, dictionary-encoded in Parquet
+    categories = pd.Index(code_names, dtype=object)
+    out = pd.DataFrame({TEXT: text.reset_index(drop=True), LANG: lang})
     for i, name in enumerate(code_columns(n_cols)):
-        out[name] = codes[:, i]
+        out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
     out["row"] = np.arange(1, n_rows + 1)
     keep = ~bad
-    return Checked(frame=out[keep].reset_index(drop=True), dropped=int(bad.sum()))
+    present = np.bincount(cell_code[keep].ravel(), minlength=len(categories)) > 0
+    kept_codes = {c for c, used in zip(categories, present) if used and c != ""}
+    frame = out[keep].reset_index(drop=True) if bad.any() else out
+    return Checked(frame=frame, dropped=int(bad.sum()), codes=kept_codes)
 
 
 def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
@@ -170,15 +180,13 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
 
 
 # ------------------------------------------------------------------ key
-def build_key(formatter: CodeFormatter, frames: list, descriptions: Optional[dict] = None) -> pd.DataFrame:
-    """The label key: code, index, description ('' when unknown)."""
+def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None) -> pd.DataFrame:
+    """The label key: code, index, description ('' when unknown). Built-in HISCO
+    has its full list; otherwise the key is the sorted distinct codes seen."""
     if formatter.kind == "hisco":
         key = hisco_key()
     else:
-        columns = code_columns(formatter.max_num_codes)
-        seen = pd.unique(np.concatenate([f[columns].to_numpy().ravel() for f in frames]))
-        codes = sorted(c for c in seen if c != "")
-        key = pd.DataFrame({"code": codes, "description": ""})
+        key = pd.DataFrame({"code": sorted(c for c in codes if c != ""), "description": ""})
     if descriptions:
         key["description"] = key["code"].map(descriptions).fillna(key["description"])
     key.insert(1, "index", np.arange(len(key)))
@@ -248,6 +256,8 @@ def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
     known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
     descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
 
+    seen = set()
+
     def load(paths, what):
         frames = []
         for path in paths:
@@ -255,6 +265,7 @@ def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
+            seen.update(checked.codes)
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         if len(frame) == 0:
             raise UserError(f"{what}: no rows left after dropping bad labels")
@@ -266,10 +277,8 @@ def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
         train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
-    columns = code_columns(formatter.max_num_codes)
-    formatter.fit_alphabet(pd.unique(np.concatenate([train[columns].to_numpy().ravel(),
-                                                     val[columns].to_numpy().ravel()])))
-    key = build_key(formatter, [train, val], descriptions)
+    formatter.fit_alphabet(sorted(seen))
+    key = build_key(formatter, seen, descriptions)
     return Prepared(train=train, val=val, key=key, formatter=formatter)
 
 

@@ -121,7 +121,7 @@ def test_save_load_predict_matches_the_in_memory_model(tmp_path):
     formatter = CodeFormatter(kind="general", block_size=5, max_num_codes=2)
     codes = ["61110", "64100", "99910", "03950"]
     formatter.fit_alphabet(codes)
-    key = build_key(formatter, [pd.DataFrame({"code_1": codes, "code_2": ""})])
+    key = build_key(formatter, codes)
     encoder = build_encoder("canine-tiny", dropout=0.1)
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key), vocab_size=formatter.vocab_size,
                                                   target_len=formatter.target_len, decoder_dim=32,
