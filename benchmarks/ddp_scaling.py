@@ -39,7 +39,7 @@ def rate(nproc: int, run_dir: str, args) -> float:
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", "finetune.py",
            "--distributed", *FLAGS, "--save-path", run_dir, "--encoder", args.encoder,
            "--batch-size", str(args.batch_size), "--max-steps", str(args.warmup + args.steps),
-           "--log-interval", str(args.warmup), "--grad-accum-steps", "1"]
+           "--log-interval", str(args.warmup), "--grad-accum-steps", "1", *args.extra.split()]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/mixer-bench-ddp")
+    parser.add_argument("--extra", default="", help="more flags for both runs, e.g. --ddp-fp16-compress")
     args = parser.parse_args()
     args.prepared = os.path.join(args.workdir, "prepared", args.encoder)
     if not os.path.exists(os.path.join(args.prepared, "cache")):
@@ -70,7 +71,7 @@ def main() -> None:
         one.append(rate(1, os.path.join(args.workdir, "one"), args))
         two.append(rate(2, os.path.join(args.workdir, "two"), args))
     print(f"encoder {args.encoder}, batch {args.batch_size} per process, 1 thread per process, "
-          f"{args.steps} timed steps, gloo on CPU")
+          f"{args.steps} timed steps, gloo on CPU {args.extra}")
     print(f"1 process:   {', '.join(f'{r:.1f}' for r in one)} samples/s")
     print(f"2 processes: {', '.join(f'{r:.1f}' for r in two)} samples/s")
     print(f"speed-up 2 vs 1 (medians): {statistics.median(two) / statistics.median(one):.2f}x")
