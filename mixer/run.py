@@ -150,7 +150,11 @@ def place_model(model: MixerModel, config: RunConfig, world: mdist.World) -> tor
             parameter.requires_grad_(False)
     model.to(world.device)
     if config.train.compile:
-        model = torch.compile(model)
+        if world.device.startswith("cuda"):
+            model = torch.compile(model)
+        else:
+            logger.warning("--compile skipped on CPU: compiling this model for the CPU took more "
+                           "than 5 minutes for a 2-step run here; use --compile on GPUs")
     if world.is_distributed:
         dist_cfg = config.dist
         model = torch.nn.parallel.DistributedDataParallel(

@@ -166,3 +166,8 @@ def test_train_mixer_with_built_in_code_systems(tmp_path, small_csv):
                              "--target-col-naming", "occ", "--num-target-cols", "2",
                              "--save-dir", run, "--max-steps", "2", *TINY]) == 0
     assert weights(run)["decoder.position.weight"].shape[0] == 2 * 3 + 2  # blocks of 3, EOS, BOS
+
+
+def test_compile_is_skipped_on_cpu_with_a_clear_message(tmp_path, small_csv, capsys):
+    finetune(tmp_path / "run", small_csv, "--max-steps", 1, "--compile")
+    assert "--compile skipped on CPU" in capsys.readouterr().out
