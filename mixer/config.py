@@ -128,10 +128,6 @@ class RunConfig:
 NON_PERSISTED = {("dist", "local_rank")}
 
 
-def section_fields(section_cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(section_cls)]
-
-
 def config_for_file(config: RunConfig) -> dict:
     """The configuration as args.yaml holds it (launcher details left out)."""
     values = config.to_dict()

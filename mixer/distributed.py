@@ -10,7 +10,6 @@ them unconditionally. Collectives must be called by ALL ranks.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Optional
@@ -209,11 +208,6 @@ def _agree_on_failure(fn, world: World, src_any: bool = False):
         first = failed.index(True)
         raise PeerFailed(f"stopping: rank {first} failed (its error is above)")
     return result
-
-
-def print_once(message: str, world: World, file=None) -> None:
-    if world.is_main:
-        print(message, file=file or sys.stdout, flush=True)
 
 
 def gather_objects(value: Any, world: World) -> list:
