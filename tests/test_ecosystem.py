@@ -103,7 +103,7 @@ def test_args_yaml_repeats_the_run_and_flags_win(small_csv, tmp_path):
     assert a == b
     third = tmp_path / "third"
     run_program("finetune.py", "--config", first / "args.yaml", "--save-path", third,
-                "--max-steps", "2")
+                "--max-steps", "2", "--prepare-only")
     assert yaml.safe_load(open(third / "args.yaml"))["train"]["max_steps"] == 2
     bad = tmp_path / "bad.yaml"
     bad.write_text("learning_rat: 0.1\n")
