@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -18,9 +17,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAGS = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
-         "--allow-codes-shorter-than-block-size", "--eval-interval", "100000",
-         "--save-interval", "100000"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import EXAMPLE_FLAGS, timed_rate  # noqa: E402
+
+FLAGS = [*EXAMPLE_FLAGS, "--eval-interval", "100000", "--save-interval", "100000"]
 
 
 def free_port() -> int:
@@ -43,8 +43,7 @@ def rate(nproc: int, run_dir: str, args) -> float:
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
-    rates = [float(m) for m in re.findall(r"^step \d+: .*samples_per_sec ([\d.e+]+)", proc.stdout, re.M)]
-    return statistics.mean(rates[1:])
+    return timed_rate(proc.stdout)
 
 
 def main() -> None:
@@ -55,7 +54,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/mixer-bench-ddp")
-    parser.add_argument("--extra", default="", help="more flags for both runs, e.g. --ddp-fp16-compress")
+    parser.add_argument("--extra", default="", help="more flags for both runs, e.g. \"--grad-accum-steps 2\"")
     args = parser.parse_args()
     args.prepared = os.path.join(args.workdir, "prepared", args.encoder)
     if not os.path.exists(os.path.join(args.prepared, "cache")):

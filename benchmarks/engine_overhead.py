@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -28,8 +27,10 @@ from mixer.losses import row_losses, step_loss  # noqa: E402
 from mixer.model import HeadsConfig, MixerModel  # noqa: E402
 from mixer.run import parameter_groups  # noqa: E402
 
-FLAGS = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
-         "--allow-codes-shorter-than-block-size"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import EXAMPLE_FLAGS, timed_rate  # noqa: E402
+
+FLAGS = EXAMPLE_FLAGS
 
 
 def engine(run_dir: str, encoder: str, batch: int, warmup: int, steps: int) -> float:
@@ -41,8 +42,7 @@ def engine(run_dir: str, encoder: str, batch: int, warmup: int, steps: int) -> f
                           cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stderr)
-    rates = [float(m) for m in re.findall(r"^step \d+: .*samples_per_sec ([\d.e+]+)", proc.stdout, re.M)]
-    return statistics.mean(rates[1:])  # the first window holds the warm-up steps
+    return timed_rate(proc.stdout)
 
 
 def setup(run_dir: str, encoder_name: str, batch: int):

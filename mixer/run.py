@@ -5,9 +5,7 @@ parts are frozen before wrapping, and the process group is always torn down."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 
-import numpy as np
 import torch
 
 from mixer import __version__

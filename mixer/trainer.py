@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ import torch
 from mixer import distributed as mdist
 from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
 from mixer.config import TrainConfig
-from mixer.dataset import Batch
 from mixer.distributed import World
 from mixer.errors import UserError
 from mixer.losses import row_losses, step_loss

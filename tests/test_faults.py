@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
-from test_distributed import children, free_port, max_difference, torchrun_cmd
+from test_distributed import children, max_difference, torchrun_cmd
 
 EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09",
          "--target-cols", "hisco_1", "hisco_2", *TINY]

@@ -1,6 +1,5 @@
 """Code systems: checking, blocks and back (HISCO, OCC1950, general codes)."""
 
-import numpy as np
 import pandas as pd
 import pytest
 
