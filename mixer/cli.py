@@ -342,8 +342,22 @@ def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:
         rank = os.environ.get("RANK")
         prefix = f"[rank {rank}] " if rank not in (None, "0") else ""
         print(f"{prefix}{'' if isinstance(exc, PeerFailed) else 'error: '}{exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(code or 0)
+        code = 130
+    except SystemExit:  # argparse (--help, usage errors): before any process group
+        raise
+    except BaseException:  # a bug: the traceback is the report
+        traceback.print_exc()
+        code = 1
+    _exit(code or 0)
+
+
+def _exit(code: int) -> None:
+    """sys.exit, except after a process group (see distributed.exit_process).
+    Looked up lazily so the --prepare-only path never imports torch."""
+    distributed = sys.modules.get("mixer.distributed")
+    if distributed is not None:
+        distributed.exit_process(code)
+    sys.exit(code)

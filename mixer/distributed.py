@@ -10,6 +10,7 @@ them unconditionally. Collectives must be called by ALL ranks.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Optional
@@ -114,6 +115,8 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
     else:
         device = "cpu"
     timeout = timedelta(seconds=cfg.dist_timeout)
+    global _STARTED
+    _STARTED = True
     dist.init_process_group(backend=backend, store=_store(env, launch, timeout), rank=launch.rank,
                             world_size=launch.world_size, timeout=timeout)
     return World(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
@@ -135,6 +138,33 @@ def _store(env: Mapping[str, str], launch: Launch, timeout: timedelta):
 def teardown(world: World) -> None:
     if world.is_distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+_STARTED = False  # set once this process has joined a process group
+
+
+def exit_process(code: int) -> None:
+    """Leave the process with `code`.
+
+    After a gloo process group, the interpreter's own shutdown is not safe:
+    gloo's worker threads can still be releasing the last collective's
+    tensors, and a thread that asks for the GIL while Python finalises is
+    killed mid-destructor, which aborts the whole process (SIGABRT, "terminate
+    called without an active exception") after the job has succeeded. So a
+    process that started a group flushes its output and ends at once; every
+    file the run writes is already complete (atomic writes) by then.
+    """
+    if not _STARTED:
+        sys.exit(code)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 # ------------------------------------------------------------------ helpers (all ranks)

@@ -248,3 +248,34 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
     assert len(b) == 121
     pd.testing.assert_frame_equal(a.drop(columns=["prob_1", "prob_2"]), b.drop(columns=["prob_1", "prob_2"]))
     np.testing.assert_allclose(a["prob_1"].astype(float), b["prob_1"].astype(float), atol=1e-5)
+
+
+EXIT_AFTER_GROUP = """
+import sys
+from mixer import cli
+from mixer.config import DistConfig
+
+def main(argv):
+    from mixer import distributed
+    world = distributed.setup(DistConfig(distributed=True))
+    distributed.gather_objects(1, world)
+    print("finished", end="")  # stdout is a pipe: this sits in Python's buffer
+    distributed.teardown(world)
+    return int(sys.argv[1])
+
+cli.run_main(main, [])
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_process_that_joined_a_group_exits_with_its_status_and_its_output(code):
+    """After a process group the process skips Python's shutdown (gloo's threads
+    can abort it after a successful job); its exit status and buffered output
+    must still come out."""
+    env = env_for_subprocess()
+    env.pop("PYTHONUNBUFFERED", None)
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    proc = run([sys.executable, "-c", EXIT_AFTER_GROUP, str(code)], check=False, env=env)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stdout == "finished"
