@@ -25,7 +25,7 @@ from mixer.dataset import Collator, RowDataset, StepSampler, cached_tokens  # no
 from mixer.encoders import build_encoder  # noqa: E402
 from mixer.losses import row_losses, step_loss  # noqa: E402
 from mixer.model import HeadsConfig, MixerModel  # noqa: E402
-from mixer.run import parameter_groups  # noqa: E402
+from mixer.run import build_optimizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import EXAMPLE_FLAGS, timed_rate  # noqa: E402
@@ -67,7 +67,7 @@ def bare(model, loader, formatter, warmup: int, steps: int) -> float:
         batches.append(batch)
         if len(batches) == warmup + steps:
             break
-    optimizer = torch.optim.AdamW(parameter_groups(model, 3e-4, 5.0), lr=3e-4)
+    optimizer = build_optimizer(model, 3e-4, 5.0, 0.01)
     model.train()
     rows = 0
     for i, batch in enumerate(batches):

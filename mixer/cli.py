@@ -229,6 +229,11 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
                        default=25, help="DDP gradient bucket size in MB (default: %(default)s)")
     group.add_argument("--static-graph", dest="static_graph", action="store_true",
                        help="DDP static_graph (the same parameters are used every step)")
+    group.add_argument("--embedding-sync", dest="embedding_sync", choices=["rows", "ddp"],
+                       default="rows",
+                       help="gradients of embedding tables: 'rows' all-reduces only the rows a "
+                            "step touched (default; same result, far fewer bytes), 'ddp' leaves "
+                            "them to DDP's dense all-reduce")
 
 
 # ------------------------------------------------------------------- config

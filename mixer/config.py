@@ -83,6 +83,7 @@ class DistConfig:
     find_unused_parameters: bool = False
     ddp_bucket_cap_mb: int = 25
     static_graph: bool = False
+    embedding_sync: str = "rows"  # rows | ddp (see mixer.gradsync)
 
 
 @dataclass

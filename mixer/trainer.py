@@ -13,7 +13,7 @@ import math
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
 from mixer.config import TrainConfig
 from mixer.distributed import World
 from mixer.errors import UserError
+from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
 from mixer.metrics import MetricSums, seq2seq_prediction
 from mixer.model import save_model, unwrap_model
@@ -55,6 +56,7 @@ class TrainParts:
     block_size: int
     total_steps: int
     model_extra: dict = field(default_factory=dict)  # written to config.json
+    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
 
 class Trainer:
@@ -130,6 +132,7 @@ class Trainer:
                 loss = step_loss(total, batch.global_rows, self.world.world_size)
                 self.scaler.scale(loss).backward()  # all ranks (DDP all-reduce on the last micro-step)
             local_loss += total.detach().sum()
+        self.parts.grad_sync()  # all ranks
         rows = micro_batches[0].global_rows
         self.scaler.unscale_(self.parts.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.max_grad_norm)

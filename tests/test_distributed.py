@@ -124,13 +124,15 @@ def test_two_nodes_on_localhost_match_one_node(two_procs, small_csv, tmp_path):
 
 
 def test_legacy_launcher_and_automatic_distributed(single, small_csv, tmp_path):
-    """torch.distributed.launch passes --local-rank; WORLD_SIZE>1 alone switches DDP on."""
+    """torch.distributed.launch passes --local-rank; WORLD_SIZE>1 alone switches DDP on.
+    Also the dense path for embedding gradients (--embedding-sync ddp; the
+    other tests use the default, rows)."""
     out = str(tmp_path / "run")
     port = free_port()
     proc = run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
                 "--master_addr=127.0.0.1", f"--master_port={port}",
                 os.path.join(ROOT, "finetune.py"), "--dataset", small_csv,
-                "--save-path", out, "--batch-size", "4", *EXACT])
+                "--save-path", out, "--batch-size", "4", "--embedding-sync", "ddp", *EXACT])
     text = proc.stdout + proc.stderr
     assert "training with --distributed" in text
     assert "launcher torch.distributed.launch" in text
