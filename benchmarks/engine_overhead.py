@@ -76,7 +76,7 @@ def bare(model, loader, formatter, warmup: int, steps: int) -> float:
         flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
         total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
                                  formatter.block_size, 0.1)
-        step_loss(total, batch.global_rows, 1).backward()
+        step_loss(total, batch.weights, batch.global_rows, 1).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -120,8 +120,8 @@ class RowDataset(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, item):
-        index, global_rows = item if isinstance(item, tuple) else (item, 0)
-        return np.asarray(self.tokens.row(index)), self.labels[index], global_rows
+        index, global_rows, weight = item if isinstance(item, tuple) else (item, 0, 1.0)
+        return np.asarray(self.tokens.row(index)), self.labels[index], global_rows, weight
 
 
 @dataclass
@@ -132,16 +132,18 @@ class Batch:
     decoder_input: torch.Tensor  # BOS + blocks
     targets: torch.Tensor  # blocks + EOS
     global_rows: int
+    weights: torch.Tensor  # (rows,) 1, or 0 for a placeholder row (see StepSampler)
 
     def to(self, device: str, non_blocking: bool = False) -> "Batch":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.input_ids), move(self.attention_mask), move(self.labels),
-                     move(self.decoder_input), move(self.targets), self.global_rows)
+                     move(self.decoder_input), move(self.targets), self.global_rows,
+                     move(self.weights))
 
     def pin_memory(self) -> "Batch":
         return Batch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(),
                      self.labels.pin_memory(), self.decoder_input.pin_memory(),
-                     self.targets.pin_memory(), self.global_rows)
+                     self.targets.pin_memory(), self.global_rows, self.weights.pin_memory())
 
 
 class Collator:
@@ -161,22 +163,31 @@ class Collator:
         return np.concatenate([blocks, np.full((rows, 1), EOS)], axis=1)
 
     def __call__(self, items) -> Batch:
-        longest = self.pad_to or max(len(ids) for ids, _, _ in items)
+        longest = self.pad_to or max(len(item[0]) for item in items)
         input_ids = np.full((len(items), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(items), longest), dtype=np.int64)
-        for row, (ids, _, _) in enumerate(items):
+        for row, (ids, *_) in enumerate(items):
             input_ids[row, : len(ids)] = ids
             mask[row, : len(ids)] = 1
-        labels = np.stack([lab for _, lab, _ in items])
+        labels = np.stack([item[1] for item in items])
         targets = self.targets(labels)
         decoder_input = np.concatenate([np.full((len(items), 1), self.bos), targets[:, :-1]], axis=1)
+        weights = torch.tensor([item[3] for item in items])
         return Batch(torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(labels),
-                     torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2])
+                     torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2],
+                     weights)
 
 
 # ------------------------------------------------------------------ sampling
 class StepSampler:
-    """Batch sampler: yields this rank's micro-batches, grad_accum_steps per step."""
+    """Batch sampler: yields this rank's micro-batches, grad_accum_steps per step.
+
+    Every row of an epoch's permutation is trained on once: the last step of
+    an epoch (or of a resumed stretch) takes what is left. When a step has
+    fewer rows than it has micro-batches (world_size x grad_accum_steps), an
+    empty micro-batch carries one placeholder row of weight 0, so every rank
+    still runs the same forward/backward passes and collectives; its loss is
+    multiplied by 0 and changes nothing."""
 
     def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,
                  grad_accum_steps: int, seed: int):
@@ -195,21 +206,13 @@ class StepSampler:
         self.start = start
 
     def step_sizes(self, start: int = 0) -> list:
-        """Rows of each remaining global batch; a tail too small to give every
-        micro-batch of every rank a row is dropped."""
-        sizes = []
-        for begin in range(start, self.num_rows, self.global_batch_size):
-            size = min(self.global_batch_size, self.num_rows - begin)
-            if size < self.world_size * self.grad_accum_steps:
-                break
-            sizes.append(size)
-        return sizes
+        """Rows of each remaining global batch, from row `start` of the epoch."""
+        return [min(self.global_batch_size, self.num_rows - begin)
+                for begin in range(start, self.num_rows, self.global_batch_size)]
 
     @property
     def rows_per_epoch(self) -> int:
-        full, tail = divmod(self.num_rows, self.global_batch_size)
-        kept_tail = tail if tail >= self.world_size * self.grad_accum_steps else 0
-        return full * self.global_batch_size + kept_tail
+        return self.num_rows
 
     @property
     def steps_per_epoch(self) -> int:
@@ -219,6 +222,7 @@ class StepSampler:
         return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
 
     def __iter__(self) -> Iterator[list]:
+        """Micro-batches of (row index, rows in the step's global batch, weight)."""
         order = self.permutation()
         begin = self.start
         for size in self.step_sizes(self.start):
@@ -226,7 +230,10 @@ class StepSampler:
             begin += size
             mine = np.array_split(chunk, self.world_size)[self.rank]
             for micro in np.array_split(mine, self.grad_accum_steps):
-                yield [(int(i), size) for i in micro]
+                if len(micro):
+                    yield [(int(i), size, 1.0) for i in micro]
+                else:
+                    yield [(int(chunk[0]), size, 0.0)]
 
     def __len__(self) -> int:
         return len(self.step_sizes(self.start)) * self.grad_accum_steps

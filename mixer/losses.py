@@ -74,6 +74,8 @@ def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size,
     return seq2seq_weight * seq + (1.0 - seq2seq_weight) * flat, seq, flat
 
 
-def step_loss(row_total: torch.Tensor, global_rows: int, world_size: int) -> torch.Tensor:
-    """This micro-batch's share of the global-batch mean, scaled for DDP's averaging."""
-    return row_total.sum() * (world_size / global_rows)
+def step_loss(row_total: torch.Tensor, weights: torch.Tensor, global_rows: int,
+              world_size: int) -> torch.Tensor:
+    """This micro-batch's share of the global-batch mean, scaled for DDP's averaging.
+    `weights` is 1 per real row and 0 for a placeholder row (mixer.dataset.StepSampler)."""
+    return (row_total * weights).sum() * (world_size / global_rows)

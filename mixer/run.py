@@ -20,7 +20,8 @@ from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync, take_out_of_ddp
 from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
 from mixer.tracking import NullTracker, Tracker, configure_logging, logger
-from mixer.trainer import Trainer, TrainParts, lr_lambda, seed_everything, warmup_steps_of
+from mixer.schedule import Layout, Schedule
+from mixer.trainer import Trainer, TrainParts, seed_everything
 
 
 def train(config: RunConfig) -> dict:
@@ -84,10 +85,6 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     cfg = config.train
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
                           cfg.grad_accum_steps, cfg.seed)
-    if sampler.steps_per_epoch == 0:
-        raise UserError(f"{len(train_set)} training rows cannot fill one step of "
-                        f"{world.world_size * cfg.grad_accum_steps} micro-batches; lower "
-                        "--grad-accum-steps or the number of processes")
     pin = world.device.startswith("cuda")
     workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
                    pin_memory=pin, collate_fn=collate)
@@ -101,16 +98,17 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                                             eval_size), **workers)
 
     model, grad_sync = place_model(model, config, world)
-    total_steps = cfg.max_steps or cfg.num_epochs * sampler.steps_per_epoch
+    schedule = Schedule(len(train_set), Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
+                        cfg.num_epochs, cfg.max_steps, cfg.warmup_steps, cfg.warmup_pct)
     learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(total_steps, warmup_steps_of(cfg, total_steps)))
+    # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
     extra = model_extra(config, prepared.formatter, encoder.source)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
-                       block_size=formatter.block_size, total_steps=total_steps, model_extra=extra,
+                       block_size=formatter.block_size, schedule=schedule, model_extra=extra,
                        grad_sync=grad_sync)
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
@@ -123,8 +121,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     chosen = mdist.broadcast_object(chosen, world)  # all ranks
     if chosen is not None:
         mdist.main_first(lambda: trainer.load_state_dict(load_file(chosen)), world)
-        logger.info(f"resuming from {chosen} at step {trainer.progress.step} "
-                    f"(epoch {trainer.progress.epoch}, row {trainer.progress.rows_in_epoch} of it)")
+        logger.info(trainer.resume_report(chosen))
 
     def start_tracking():
         save_encoder_files(encoder, run_dir)  # after the resume check: never overwrite a run's encoder
@@ -133,8 +130,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         return Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
 
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
-    report_setup(world, config, sampler, total_steps, learning_rate, len(train_set), len(val_set),
-                 len(key_codes), encoder.source, model)
+    report_setup(world, config, sampler, trainer.total_steps, learning_rate, len(train_set),
+                 len(val_set), len(key_codes), encoder.source, model)
     metrics = trainer.fit()
     if world.is_main and trainer.finished():
         report_end(metrics, run_dir)

@@ -9,7 +9,6 @@ rank-0-only side effects go through `tracker` (a NullTracker elsewhere) and
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
 from mixer.metrics import MetricSums, seq2seq_prediction
 from mixer.model import save_model, unwrap_model
+from mixer.schedule import Layout, Schedule, Segment
 from mixer.tracking import NullTracker, logger
 
 MAX_NONFINITE_IN_A_ROW = 5
@@ -39,6 +39,10 @@ class Progress:
     rows_in_epoch: int = 0  # rows of this epoch's permutation already trained on
     nonfinite_steps: int = 0
     last_eval_step: int = -1
+    # the layout that made the steps, and the schedule's step -> position map (mixer.schedule)
+    layout: Optional[dict] = None
+    base_global_batch: Optional[int] = None
+    schedule_segment: Optional[list] = None
 
 
 @dataclass
@@ -54,9 +58,38 @@ class TrainParts:
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
-    total_steps: int
+    schedule: Schedule  # run length and learning-rate position (mixer.schedule)
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
+
+
+class TrainWindow:
+    """Training loss and rows since the last report, and the training time they took:
+    time spent evaluating or saving (`paused()`) is not training time."""
+
+    def __init__(self, clock: Optional[Callable[[], float]] = None):
+        self.clock = clock or time.perf_counter
+        self.loss, self.rows, self.excluded = 0.0, 0, 0.0
+        self.start = self.clock()
+
+    def add(self, loss: float, rows: int) -> None:
+        self.loss += loss
+        self.rows += rows
+
+    @contextlib.contextmanager
+    def paused(self):
+        begin = self.clock()
+        try:
+            yield
+        finally:
+            self.excluded += self.clock() - begin
+
+    def take(self) -> tuple:
+        """(loss sum, rows, training seconds) of the window; starts the next one."""
+        now = self.clock()
+        values = (self.loss, self.rows, now - self.start - self.excluded)
+        self.loss, self.rows, self.excluded, self.start = 0.0, 0, 0.0, now
+        return values
 
 
 class Trainer:
@@ -79,14 +112,15 @@ class Trainer:
         self.stop_requested = False
         self.last_metrics: dict = {}
         self._saved_step = -1
-        self._window = {"loss": 0.0, "rows": 0, "start": time.perf_counter()}
+        self._window = TrainWindow()
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
         self.install_signal_handlers()
-        self.tracker.start_progress(self.parts.total_steps, self.progress.step)
+        self.tracker.start_progress(self.total_steps, self.progress.step)
         while not self.should_stop():
             self.parts.sampler.set_epoch(self.progress.epoch, self.progress.rows_in_epoch)
+            steps_before = self.progress.step
             for micro_batches in self.steps_of_epoch():
                 self.train_step(micro_batches)
                 if self.progress.rows_in_epoch >= self.parts.sampler.rows_per_epoch:
@@ -95,6 +129,9 @@ class Trainer:
                 self.maybe_save()
                 if self.should_stop():
                     break
+            if self.progress.step == steps_before:  # never loop without training
+                raise RuntimeError(f"epoch {self.progress.epoch} yielded no step at row "
+                                   f"{self.progress.rows_in_epoch}; please report this")
         if self.finished():
             self.finish()
         else:
@@ -129,9 +166,9 @@ class Trainer:
                 total, _, _ = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
                                          self.parts.num_blocks, self.parts.block_size,
                                          self.cfg.seq2seq_weight)
-                loss = step_loss(total, batch.global_rows, self.world.world_size)
+                loss = step_loss(total, batch.weights, batch.global_rows, self.world.world_size)
                 self.scaler.scale(loss).backward()  # all ranks (DDP all-reduce on the last micro-step)
-            local_loss += total.detach().sum()
+            local_loss += (total.detach() * batch.weights).sum()
         self.parts.grad_sync()  # all ranks
         rows = micro_batches[0].global_rows
         self.scaler.unscale_(self.parts.optimizer)
@@ -147,8 +184,7 @@ class Trainer:
         self.parts.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
         self.progress.rows_in_epoch += rows
-        self._window["loss"] += float(local_loss)
-        self._window["rows"] += rows
+        self._window.add(float(local_loss), rows)
         self.maybe_report()
 
     def skip_nonfinite_step(self) -> None:
@@ -172,16 +208,13 @@ class Trainer:
 
     def window_values(self) -> dict:
         """Train loss and throughput since the last report, summed over ranks."""
-        sums = torch.tensor([self._window["loss"], self._window["rows"]], dtype=torch.float64,
-                            device=self.device)
+        loss, rows, seconds = self._window.take()
+        sums = torch.tensor([loss, rows], dtype=torch.float64, device=self.device)
         mdist.all_reduce_sum(sums, self.world)  # all ranks (rows are global already)
         loss_sum, _ = sums.tolist()
-        rows = self._window["rows"]
-        elapsed = max(time.perf_counter() - self._window["start"], 1e-9)
         values = {"loss": loss_sum / max(rows, 1), "lr": self.parts.scheduler.get_last_lr()[0],
-                  "samples_per_sec": rows / elapsed}
+                  "samples_per_sec": rows / max(seconds, 1e-9)}
         self._last_train = values
-        self._window = {"loss": 0.0, "rows": 0, "start": time.perf_counter()}
         return values
 
     # ------------------------------------------------------------ evaluation
@@ -195,8 +228,12 @@ class Trainer:
             self.evaluate_and_log()
 
     def evaluate_and_log(self) -> dict:
-        if self._window["rows"]:
+        if self._window.rows:
             self.window_values()  # all ranks
+        with self._window.paused():  # training throughput leaves evaluation and saving out
+            return self._evaluate_and_log()
+
+    def _evaluate_and_log(self) -> dict:
         metrics = self.evaluate()  # all ranks
         train = getattr(self, "_last_train", {})
         row = {"step": self.progress.step, "epoch": self.progress.epoch,
@@ -235,7 +272,7 @@ class Trainer:
                                             self.parts.num_blocks, self.parts.block_size)
             sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
                            targets=batch.targets, flat_probs=flat_logits.float().sigmoid(),
-                           labels=batch.labels, decoded_index=decoded,
+                           labels=batch.labels, decoded_index=decoded, decoded_tokens=tokens,
                            threshold=self.cfg.threshold, num_labels=flat_logits.size(-1),
                            top_k=self.parts.num_blocks)
         mdist.all_reduce_sum(sums.values, self.world)  # all ranks
@@ -254,7 +291,8 @@ class Trainer:
 
     def maybe_save(self) -> None:
         if self.cfg.save_interval and self.progress.step % self.cfg.save_interval == 0:
-            self.save_checkpoint()
+            with self._window.paused():
+                self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
         if self._saved_step == self.progress.step:
@@ -268,14 +306,17 @@ class Trainer:
         self.checkpointer.save(state)
 
     def state_dict(self) -> dict:
-        p = self.progress
+        p, schedule = self.progress, self.parts.schedule
         return {
             "model": unwrap_model(self.parts.model).state_dict(),
             "optimizer": self.parts.optimizer.state_dict(),
             "scheduler": self.parts.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "progress": {"step": p.step, "epoch": p.epoch, "rows_in_epoch": p.rows_in_epoch,
-                         "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step},
+                         "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step,
+                         "layout": schedule.layout.to_dict(),
+                         "base_global_batch": schedule.plan.base_global_batch,
+                         "schedule_segment": schedule.segment.to_list()},
             "rng": [rng_state()],
             "key": self.key_codes,
         }
@@ -295,13 +336,43 @@ class Trainer:
         self.parts.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.progress = Progress(**state["progress"])
+        known = {f for f in Progress.__dataclass_fields__}
+        self.progress = Progress(**{k: v for k, v in state["progress"].items() if k in known})
+        self.resume_schedule()
         states = state["rng"]
         # each rank continues its own random stream when the world size is unchanged
         set_rng_state(states[self.world.rank] if len(states) == self.world.world_size else states[0])
 
+    def resume_schedule(self) -> None:
+        """Count the steps left from the saved position (any layout)."""
+        p, schedule = self.progress, self.parts.schedule
+        saved = Layout(**p.layout) if p.layout else schedule.layout  # mixer 0.1 files: the same
+        base = p.base_global_batch or saved.global_batch
+        segment = Segment(*p.schedule_segment) if p.schedule_segment else Segment()
+        schedule.resume(p.step, (p.epoch, p.rows_in_epoch), segment, base)
+        self.resumed_layout = saved
+
+    def resume_report(self, path: str) -> str:
+        """One line: where the run continues, and what changed when the global batch did."""
+        p, schedule = self.progress, self.parts.schedule
+        line = (f"resuming from {path} at step {p.step} (epoch {p.epoch}, row {p.rows_in_epoch} "
+                f"of {schedule.plan.rows})")
+        saved, layout = self.resumed_layout, schedule.layout
+        if saved.global_batch != layout.global_batch:
+            end_epoch, end_row = schedule.plan.end
+            line += (f"; global batch changed from {saved.describe()} to {layout.describe()}: "
+                     f"the run continues from this row of the same epoch order with the "
+                     f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
+                     f"and ends after {schedule.total_steps - p.step} more step(s), at epoch "
+                     f"{end_epoch}" + (f" row {end_row}" if end_row else ""))
+        return line
+
+    @property
+    def total_steps(self) -> int:
+        return self.parts.schedule.total_steps
+
     def finished(self) -> bool:
-        return self.progress.step >= self.parts.total_steps
+        return self.progress.step >= self.total_steps
 
     def should_stop(self) -> bool:
         stop_at = self.cfg.stop_at_step
@@ -330,22 +401,6 @@ class Trainer:
                     signal.signal(sig, request_stop)
                 except ValueError:  # not the main thread
                     pass
-
-
-def lr_lambda(total_steps: int, warmup_steps: int):
-    """Linear warm-up to the peak, then linear decay to 0 at total_steps."""
-    def factor(step: int) -> float:
-        if warmup_steps and step < warmup_steps:
-            return (step + 1) / warmup_steps
-        span = max(1, total_steps - warmup_steps)
-        return max(0.0, (total_steps - step) / span)
-    return factor
-
-
-def warmup_steps_of(cfg: TrainConfig, total_steps: int) -> int:
-    if cfg.warmup_steps is not None:
-        return cfg.warmup_steps
-    return int(math.ceil(cfg.warmup_pct * total_steps))
 
 
 def seed_everything(seed: int) -> None:

@@ -148,7 +148,8 @@ def test_slurm_variables_without_torchrun(single, small_csv, tmp_path):
         for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             env.pop(name, None)
         env.update(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
-                   SLURM_JOB_NUM_NODES="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                   SLURM_JOB_NUM_NODES="1", SLURM_STEP_ID="0", SLURM_STEP_NUM_TASKS="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--distributed",
                "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, text=True,
@@ -281,3 +282,37 @@ def test_a_process_that_joined_a_group_exits_with_its_status_and_its_output(code
     proc = run([sys.executable, "-c", EXIT_AFTER_GROUP, str(code)], check=False, env=env)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout == "finished"
+
+
+RELAYOUT = ["--dropout", "0", "--seed", "5", "--num-epochs", "2", "--share-val", "0.09",
+            "--target-cols", "hisco_1", "hisco_2", "--batch-size", "8", *TINY]
+
+
+def relayout_cmd(procs: int, out, *extra) -> list:
+    script = [os.path.join(ROOT, "finetune.py")]
+    launcher = ([sys.executable] if procs == 1 else
+                torchrun_cmd(procs, "--standalone") + ["--no-python", sys.executable])
+    return launcher + script + (["--distributed"] if procs > 1 else []) + [
+        "--save-path", str(out), *RELAYOUT, *map(str, extra)]
+
+
+@pytest.mark.parametrize("first,second,stop,expected_steps", [
+    # 110 training rows: global batch 8 has 14 steps per epoch (the last of 6 rows), 16 has 7
+    ((1, []), (2, []), 1, 1 + 7 + 7),                       # 1 -> 2 processes
+    ((2, []), (1, []), 2, 2 + 10 + 14),                     # 2 -> 1
+    ((1, []), (1, ["--grad-accum-steps", "2"]), 3, 3 + 6 + 7),  # accumulation 1 -> 2
+])
+def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
+        small_csv, tmp_path, first, second, stop, expected_steps):
+    out = tmp_path / "run"
+    run(relayout_cmd(first[0], out, "--dataset", small_csv, *first[1], "--stop-at-step", stop))
+    proc = run(relayout_cmd(second[0], out, "--dataset", small_csv, *second[1]), timeout=120)
+    text = proc.stdout + proc.stderr
+    assert "global batch changed from " in text and text.count("global batch changed") == 1
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["progress"]["step"] == expected_steps
+    assert (state["progress"]["epoch"], state["progress"]["rows_in_epoch"]) == (2, 0)
+    logs = pd.read_csv(out / "logs.csv")
+    assert logs["epoch"].tolist() == [1, 2] and logs["step"].iloc[-1] == expected_steps
+    assert logs["lr"].iloc[-1] == 0.0  # the schedule ended at the last step
+    assert (out / "model.safetensors").exists()

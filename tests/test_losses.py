@@ -56,7 +56,12 @@ def test_step_losses_of_split_batches_add_up_to_the_full_batch():
     targets[:, -1] = EOS
     labels = torch.randint(0, labels_n, (rows, num_blocks))
     total, _, _ = row_losses(flat, seq, labels, targets, num_blocks, block_size, 0.3)
-    whole = step_loss(total, rows, world_size=1)
-    shards = [step_loss(total[:2], rows, world_size=2), step_loss(total[2:], rows, world_size=2)]
+    ones = torch.ones(rows)
+    whole = step_loss(total, ones, rows, world_size=1)
+    shards = [step_loss(total[:2], ones[:2], rows, world_size=2),
+              step_loss(total[2:], ones[2:], rows, world_size=2)]
     assert torch.allclose(whole, sum(shards) / 2)
     assert torch.allclose(whole, total.mean())
+    # a placeholder row (weight 0) adds nothing: a rank with no rows of the step
+    placeholder = step_loss(total[:1], torch.zeros(1), rows, world_size=2)
+    assert placeholder.item() == 0.0

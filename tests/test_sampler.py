@@ -12,7 +12,7 @@ def steps(sampler):
     per_step = sampler.grad_accum_steps
     for i in range(0, len(micro), per_step):
         group = micro[i:i + per_step]
-        out.append([idx for batch in group for idx, _ in batch])
+        out.append([idx for batch in group for idx, _, weight in batch if weight])
         sizes.append(group[0][0][1])
     return out, sizes
 
@@ -46,9 +46,19 @@ def test_epochs_differ_and_resume_continues_mid_epoch():
     assert steps(sampler)[0] == first[3:]
 
 
-def test_tail_too_small_for_every_rank_is_dropped():
-    sampler = StepSampler(9, batch_size=2, world_size=2, rank=0, grad_accum_steps=2, seed=0)
-    assert sampler.step_sizes() == [8]  # the 9th row cannot give 4 micro-batches a row
+def test_a_tail_smaller_than_the_micro_batches_is_trained_with_placeholders():
+    """9 rows, 2 ranks x 2 micro-batches: the 9th row is trained; the three micro-batches
+    without a row carry a placeholder of weight 0, so every rank runs the same passes."""
+    samplers = [StepSampler(9, batch_size=2, world_size=2, rank=r, grad_accum_steps=2, seed=0)
+                for r in range(2)]
+    assert samplers[0].step_sizes() == [8, 1]
+    micro = [list(s) for s in samplers]
+    assert [len(m) for m in micro] == [4, 4]  # 2 steps x 2 micro-batches on each rank
+    tail = [batch for m in micro for batch in m[2:]]
+    weights = sorted(w for batch in tail for _, _, w in batch)
+    assert weights == [0.0, 0.0, 0.0, 1.0]
+    real = [i for m in micro for batch in m for i, _, w in batch if w]
+    assert sorted(real) == list(range(9))
 
 
 def test_eval_shards_cover_every_row_once():
@@ -62,3 +72,36 @@ def test_rows_per_epoch_counts_the_rows_the_steps_take():
     for rows, batch, world, accum in ((103, 8, 1, 1), (9, 2, 2, 2), (50, 5, 2, 1), (7, 4, 2, 1)):
         sampler = StepSampler(rows, batch, world, 0, accum, seed=0)
         assert sampler.rows_per_epoch == sum(sampler.step_sizes())
+
+
+def rows_seen_across_a_relayout(rows, before, after, stop_after_steps, seed=3):
+    """Train `stop_after_steps` steps of epoch 0 in layout `before` (world, batch, accum),
+    then the rest of the epoch in layout `after`, as a resumed run does: every rank's
+    sampler starts at the saved row. Returns the rows trained, in order of steps."""
+    def rank_samplers(layout, start):
+        world, batch, accum = layout
+        out = [StepSampler(rows, batch, world, r, accum, seed) for r in range(world)]
+        for s in out:
+            s.set_epoch(0, start)
+        return out
+
+    first = rank_samplers(before, 0)
+    per_rank = [steps(s)[0][:stop_after_steps] for s in first]
+    sizes = steps(first[0])[1][:stop_after_steps]
+    seen = [i for step in zip(*per_rank) for part in step for i in part]
+    assert len(seen) == sum(sizes)
+    second = rank_samplers(after, sum(sizes))
+    rest = [steps(s)[0] for s in second]
+    seen += [i for step in zip(*rest) for part in step for i in part]
+    return seen
+
+
+def test_a_resume_with_another_global_batch_trains_every_row_of_the_epoch_once():
+    rows = 223  # divides none of the global batches below
+    for before, after in (((1, 8, 1), (2, 8, 1)), ((2, 8, 1), (1, 8, 1)),
+                          ((1, 8, 1), (1, 8, 2)), ((2, 5, 3), (3, 4, 1))):
+        for stop in (1, 3, 7):
+            seen = rows_seen_across_a_relayout(rows, before, after, stop)
+            assert sorted(seen) == list(range(rows)), (before, after, stop)
+            order = StepSampler(rows, 1, 1, 0, 1, seed=3).permutation()
+            assert set(seen[:stop * 8]) <= set(order[:len(seen)])  # the same epoch order
