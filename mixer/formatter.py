@@ -112,16 +112,16 @@ class CodeFormatter:
         return blocks
 
     def decode_block(self, tokens) -> Optional[str]:
-        """The code a block of token ids spells; None for an empty block;
-        '?' for a block that spells no code (a special token inside)."""
+        """The code a block of token ids spells; None for an empty block. A special
+        token inside shows by its name ('64[EOS]10'), so two blocks decode to the same
+        text only when they hold the same tokens."""
         tokens = [int(t) for t in tokens]
         while tokens and tokens[-1] == PAD:
             tokens.pop()
         if not tokens:
             return None
-        if any(t < len(SPECIAL_TOKENS) for t in tokens):
-            return "?"
-        parts = [self.alphabet[t - len(SPECIAL_TOKENS)] for t in tokens]
+        parts = [SPECIAL_TOKENS[t] if t < len(SPECIAL_TOKENS) else self.alphabet[t - len(SPECIAL_TOKENS)]
+                 for t in tokens]
         return PART_SEP.join(parts) if self.use_within_block_sep else "".join(parts)
 
 

@@ -46,6 +46,16 @@ def seq2seq_prediction(tokens: torch.Tensor, token_probs: torch.Tensor, key_bloc
     return index, block_probs
 
 
+def repeated_blocks(tokens: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
+    """(rows, blocks): True where a block spells the same tokens as an earlier block of
+    its row. A predicted code SET holds each code once, and so each invalid block."""
+    rows = tokens.size(0)
+    blocks = tokens[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
+    same = (blocks.unsqueeze(2) == blocks.unsqueeze(1)).all(-1)  # (r, i, j)
+    earlier = torch.ones(num_blocks, num_blocks, dtype=torch.bool, device=tokens.device).tril(-1)
+    return (same & earlier).any(-1)
+
+
 def _set_sums(pred_hot: torch.Tensor, invalid: torch.Tensor, true_hot: torch.Tensor):
     exact = ((pred_hot == true_hot).all(-1) & (invalid == 0)).sum()
     tp = (pred_hot * true_hot).sum()
@@ -63,7 +73,7 @@ class MetricSums:
             self.values[SUM_NAMES.index(name)] += value.double() if torch.is_tensor(value) else value
 
     def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
-                  labels, decoded_index, threshold, num_labels, top_k):
+                  labels, decoded_index, decoded_tokens, threshold, num_labels, top_k):
         from mixer.losses import multi_hot
 
         true_hot = multi_hot(labels, num_labels)
@@ -71,7 +81,9 @@ class MetricSums:
         flat_hot = torch.zeros_like(true_hot).scatter_(1, index, chosen.float())
         seq_valid = torch.where(decoded_index >= 0, decoded_index, torch.full_like(decoded_index, -1))
         seq_hot = multi_hot(seq_valid, num_labels)
-        seq_invalid = (decoded_index == INVALID).sum(-1)
+        repeated = repeated_blocks(decoded_tokens, decoded_index.size(1),
+                                   decoded_tokens.size(1) // decoded_index.size(1))
+        seq_invalid = ((decoded_index == INVALID) & ~repeated).sum(-1)
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
         s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
         correct = (seq_logits.argmax(-1) == targets)

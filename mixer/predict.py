@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from mixer.encoders import encoder_from_run, fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
 from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
+from mixer.tables import OutputWriter, iter_chunks
 from mixer.model import CONFIG_FILE, MODEL_FILE, HeadsConfig, MixerModel, read_model_config
 
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
@@ -127,23 +127,32 @@ class Predictor:
     def _seq2seq(self, states, mask, top_k):
         f = self.formatter
         tokens, token_probs = self.model.generate(states, mask, f.max_num_codes * f.block_size)
-        index, block_probs = seq2seq_prediction(tokens, token_probs, self.key_blocks,
-                                                f.max_num_codes, f.block_size)
-        index, block_probs = index.cpu().numpy(), block_probs.float().cpu().numpy()
-        blocks = tokens[:, : f.max_num_codes * f.block_size].reshape(
-            len(index), f.max_num_codes, f.block_size).cpu().numpy()
-        codes = np.full((len(index), top_k), "", dtype=object)
-        probs = np.full((len(index), top_k), np.nan)
-        for row in range(len(index)):
-            found = {}
-            for b in np.argsort(-block_probs[row], kind="stable"):
-                if index[row, b] == -1:
-                    continue
-                code = self.codes[index[row, b]] if index[row, b] != INVALID else f.decode_block(blocks[row, b])
-                found.setdefault(code, block_probs[row, b])
-            for k, (code, p) in enumerate(list(found.items())[:top_k]):
-                codes[row, k], probs[row, k] = code, p
-        return codes, probs
+        return codes_of_blocks(tokens, token_probs, self.key_blocks, f, self.codes, top_k)
+
+
+def codes_of_blocks(tokens, token_probs, key_blocks, formatter, codes, top_k):
+    """Greedy decoder output -> (codes, probabilities), each (rows, top_k): the
+    non-empty blocks by falling probability, each distinct code once (a block that
+    spells no code of the key is kept as its text); the training metrics count the
+    same set (mixer.metrics.repeated_blocks)."""
+    f = formatter
+    index, block_probs = seq2seq_prediction(tokens, token_probs, key_blocks,
+                                            f.max_num_codes, f.block_size)
+    index, block_probs = index.cpu().numpy(), block_probs.float().cpu().numpy()
+    blocks = tokens[:, : f.max_num_codes * f.block_size].reshape(
+        len(index), f.max_num_codes, f.block_size).cpu().numpy()
+    out_codes = np.full((len(index), top_k), "", dtype=object)
+    out_probs = np.full((len(index), top_k), np.nan)
+    for row in range(len(index)):
+        found = {}
+        for b in np.argsort(-block_probs[row], kind="stable"):
+            if index[row, b] == -1:
+                continue
+            code = codes[index[row, b]] if index[row, b] != INVALID else f.decode_block(blocks[row, b])
+            found.setdefault(code, block_probs[row, b])
+        for k, (code, p) in enumerate(list(found.items())[:top_k]):
+            out_codes[row, k], out_probs[row, k] = code, p
+    return out_codes, out_probs
 
 
 def _pad_columns(codes, probs, top_k):
@@ -155,73 +164,9 @@ def _pad_columns(codes, probs, top_k):
 
 
 # ------------------------------------------------------------------ files
-def read_chunks(path: str, chunk_size: int) -> Iterator[pd.DataFrame]:
-    """The input in chunks, columns as they are (only the text columns are read as strings later)."""
-    if not os.path.exists(path):
-        raise UserError(f"--input {path}: no such file")
-    if os.path.isdir(path):
-        raise UserError(f"--input {path}: is a directory; pass a .csv or .parquet file")
-    try:
-        if path.lower().endswith((".parquet", ".pq")):
-            import pyarrow.parquet as pq
-
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-                yield batch.to_pandas()
-        else:
-            # strings: codes and ids keep their leading zeros in the output
-            yield from pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=chunk_size)
-    except UnicodeDecodeError:
-        raise UserError(f"--input {path}: not UTF-8 text; save it as UTF-8 CSV")
-    except pd.errors.EmptyDataError:
-        raise UserError(f"--input {path}: the file is empty")
-    except (pd.errors.ParserError, ValueError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--input {path}: cannot read it ({first})")
-
-
 def text_column(chunk: pd.DataFrame, column: str) -> np.ndarray:
     """A column as stripped strings, as training reads it (missing -> '')."""
     return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).str.strip().to_numpy(dtype=object)
-
-
-class OutputWriter:
-    """Writes chunks to a temp file, renamed to the output at the end."""
-
-    def __init__(self, path: str):
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise UserError(f"--output {path}: directory {directory} does not exist; create it first")
-        self.path = path
-        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
-        self.parquet = path.lower().endswith((".parquet", ".pq"))
-        self.writer = None
-        self.rows = 0
-
-    def write(self, frame: pd.DataFrame) -> None:
-        if self.parquet:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            table = pa.Table.from_pandas(frame, preserve_index=False)
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
-            self.writer.write_table(table)
-        else:
-            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
-        self.rows += len(frame)
-
-    def commit(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if not os.path.exists(self.tmp):
-            raise UserError(f"{self.path}: the input has no rows; nothing to predict")
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)
 
 
 def predict_file(args) -> None:
@@ -239,7 +184,7 @@ def predict_file(args) -> None:
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
-        for chunk in read_chunks(args.input, args.chunk_size):
+        for chunk in iter_chunks(args.input, args.chunk_size):
             for column, flag in ((input_col, "--input-col"), (language_col, "--language-col")):
                 if column and column not in chunk.columns:
                     raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "

@@ -62,7 +62,7 @@ def test_within_block_separator_makes_parts_tokens():
 def test_empty_and_invalid_blocks_decode():
     f = CodeFormatter(kind="general", block_size=2, alphabet=["1", "2"])
     assert f.decode_block([PAD, PAD]) is None
-    assert f.decode_block([1, PAD]) == "?"  # BOS inside a block spells no code
+    assert f.decode_block([1, PAD]) == "[BOS]"  # a special token inside shows by name
 
 
 def test_several_codes_per_row_keep_zeros_and_pack_left():

@@ -1,0 +1,35 @@
+"""Metric sums against the prediction rules, on hand-made decoder outputs."""
+
+import numpy as np
+import torch
+
+from mixer.formatter import PAD, CodeFormatter
+from mixer.metrics import MetricSums
+from mixer.predict import codes_of_blocks
+
+
+def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
+    """A row decoded as [bad, bad, 64100]: predict.py writes two codes, so the
+    training metrics must count two predicted codes, not three."""
+    f = CodeFormatter(kind="general", block_size=2, max_num_codes=3, alphabet=list("0123456789"))
+    codes = np.array(["11", "64"], dtype=object)
+    key_blocks = torch.from_numpy(f.encode_blocks(list(codes)))
+    bad = [3 + 9, 3 + 9]  # "99": not in the key
+    tokens = torch.tensor([bad + bad + key_blocks[1].tolist(),          # bad, bad, 64
+                           key_blocks[0].tolist() + bad + [PAD, PAD]])  # 11, bad, (empty)
+    probs = torch.full(tokens.shape, 0.9)
+    predicted, _ = codes_of_blocks(tokens, probs, key_blocks, f, codes, top_k=3)
+    assert [sorted(c for c in row if c) for row in predicted] == [["64", "99"], ["11", "99"]]
+
+    from mixer.metrics import seq2seq_prediction
+    index, _ = seq2seq_prediction(tokens, probs, key_blocks, 3, 2)
+    labels = torch.tensor([[1, -1, -1], [0, -1, -1]])
+    sums = MetricSums("cpu")
+    rows = torch.zeros(2)
+    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows,
+                   seq_logits=torch.zeros(2, 7, 13), targets=torch.zeros(2, 7, dtype=torch.long),
+                   flat_probs=torch.tensor([[0.1, 0.9], [0.9, 0.1]]), labels=labels,
+                   decoded_index=index, decoded_tokens=tokens, threshold=0.5, num_labels=2, top_k=3)
+    result = sums.result()
+    assert result["seq2seq_precision"] == 2 / 4  # 4 predicted codes in all, 2 right
+    assert result["seq2seq_recall"] == 1.0
