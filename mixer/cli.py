@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 
 from mixer import __version__
 from mixer.config import (
-    DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
+    NON_PERSISTED, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
 from mixer.errors import PeerFailed, UserError
 
@@ -102,13 +102,13 @@ def add_input_text_args(group, with_language=True) -> None:
 def add_code_args(group) -> None:
     group.add_argument("--block-size", dest="block_size", type=positive_int, default=5,
                        help="characters per code (default: %(default)s)")
-    group.add_argument("--use-within-block-sep", dest="use_within_block_sep", action="store_true",
+    group.add_argument("--use-within-block-sep", dest="use_within_block_sep", action=argparse.BooleanOptionalAction, default=False,
                        help="codes are comma-separated parts (e.g. '1,12,0'); each part is one "
                             "token and --block-size counts parts")
-    group.add_argument("--drop-bad-labels", dest="drop_bad_labels", action="store_true",
+    group.add_argument("--drop-bad-labels", dest="drop_bad_labels", action=argparse.BooleanOptionalAction, default=False,
                        help="drop rows with invalid codes instead of stopping with an error")
     group.add_argument("--allow-codes-shorter-than-block-size",
-                       dest="allow_codes_shorter_than_block_size", action="store_true",
+                       dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
                        help="accept codes shorter than --block-size (they are usually codes "
                             "that lost leading zeros; hisco: restore them)")
 
@@ -130,10 +130,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--initial-checkpoint", dest="initial_checkpoint", default=None,
                        help="start from a run directory (or its last.pt / model.safetensors) "
                             "of this tool")
-    group.add_argument("--only-encoder", dest="only_encoder", action="store_true",
+    group.add_argument("--only-encoder", dest="only_encoder", action=argparse.BooleanOptionalAction, default=False,
                        help="with --initial-checkpoint: load only the encoder (a different "
                             "code system gets new heads)")
-    group.add_argument("--freeze-encoder", dest="freeze_encoder", action="store_true",
+    group.add_argument("--freeze-encoder", dest="freeze_encoder", action=argparse.BooleanOptionalAction, default=False,
                        help="train the heads only")
 
 
@@ -157,7 +157,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=5.0,
                        help="the heads (new, random weights) learn this many times faster than "
                             "the encoder (default: %(default)s)")
-    group.add_argument("--scale-lr", dest="scale_lr", action="store_true",
+    group.add_argument("--scale-lr", dest="scale_lr", action=argparse.BooleanOptionalAction, default=False,
                        help="linear scaling rule: multiply the learning rate by "
                             "global batch / --batch-size")
     group.add_argument("--warmup-pct", dest="warmup_pct", type=unit_interval, default=0.05,
@@ -186,7 +186,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threshold", type=unit_interval, default=0.5,
                        help="flat head: codes with probability at least this are predicted "
                             "(default: %(default)s)")
-    group.add_argument("--compile", action="store_true", help="torch.compile the model")
+    group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
 
     group = parser.add_argument_group("logging and saving")
     group.add_argument("--log-interval", dest="log_interval", type=positive_int, default=20,
@@ -195,9 +195,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="steps between evaluations (default: once per epoch and at the end)")
     group.add_argument("--save-interval", dest="save_interval", type=positive_int, default=None,
                        help="steps between writes of last.pt (default: at every evaluation)")
-    group.add_argument("--save-each-epoch", dest="save_each_epoch", action="store_true",
+    group.add_argument("--save-each-epoch", dest="save_each_epoch", action=argparse.BooleanOptionalAction, default=False,
                        help="also keep epoch_<N>.safetensors at the end of each epoch")
-    group.add_argument("--log-wandb", dest="log_wandb", action="store_true",
+    group.add_argument("--log-wandb", dest="log_wandb", action=argparse.BooleanOptionalAction, default=False,
                        help="log to Weights & Biases (rank 0 only)")
     group.add_argument("--wandb-project-name", dest="wandb_project_name", default="mixer",
                        help="W&B project (default: %(default)s)")
@@ -207,13 +207,13 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--log-level", dest="log_level",
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="INFO",
                        help="verbosity of rank 0 (default: %(default)s)")
-    group.add_argument("--debug", action="store_true",
+    group.add_argument("--debug", action=argparse.BooleanOptionalAction, default=False,
                        help="show Python tracebacks on errors")
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("distributed (see README: Multi-GPU and multi-node)")
-    group.add_argument("--distributed", action="store_true",
+    group.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=False,
                        help="train with DistributedDataParallel under torchrun / srun")
     group.add_argument("--backend", choices=["nccl", "gloo"], default=None,
                        help="process-group backend (default: nccl with CUDA, else gloo)")
@@ -223,11 +223,11 @@ def add_distributed_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None,
                        help=argparse.SUPPRESS)
     group.add_argument("--find-unused-parameters", dest="find_unused_parameters",
-                       action="store_true",
+                       action=argparse.BooleanOptionalAction, default=False,
                        help="DDP find_unused_parameters (switched on when parts are frozen)")
     group.add_argument("--ddp-bucket-cap-mb", dest="ddp_bucket_cap_mb", type=positive_int,
                        default=25, help="DDP gradient bucket size in MB (default: %(default)s)")
-    group.add_argument("--static-graph", dest="static_graph", action="store_true",
+    group.add_argument("--static-graph", dest="static_graph", action=argparse.BooleanOptionalAction, default=False,
                        help="DDP static_graph (the same parameters are used every step)")
     group.add_argument("--embedding-sync", dest="embedding_sync", choices=["rows", "ddp"],
                        default="rows",
@@ -255,7 +255,8 @@ def _load_yaml_defaults(path: str) -> dict:
             flat.update(value)  # the nested layout of args.yaml
         else:
             flat[key.replace("-", "_")] = value
-    return flat
+    # one-shot actions and launcher facts are not configuration (args.yaml of mixer 0.1 held them)
+    return {k: v for k, v in flat.items() if k not in {name for _, name in NON_PERSISTED}}
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None):
@@ -286,7 +287,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = 
 
 
 def _coerce(action: argparse.Action, value):
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                           argparse.BooleanOptionalAction)):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {value!r}")
         return value

@@ -124,9 +124,11 @@ class RunConfig:
         return cls(**kwargs)
 
 
-# Flags whose values never go to args.yaml (the run's identity stays the same
-# whichever launcher started it).
-NON_PERSISTED = {("dist", "local_rank")}
+# Flags whose values never go to args.yaml: one-shot actions (prepare and stop,
+# stop at a step) and launcher facts (--distributed, --local-rank). `--config
+# RUN/args.yaml` then repeats the run itself, under any launcher.
+NON_PERSISTED = {("dist", "local_rank"), ("dist", "distributed"), ("data", "prepare_only"),
+                 ("train", "stop_at_step")}
 
 
 def config_for_file(config: RunConfig) -> dict:

@@ -1,8 +1,8 @@
 """The one place that knows about launchers and the process group.
 
 `setup()` reads torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, ...), the
-legacy launcher's --local-rank, or Slurm's (SLURM_PROCID, SLURM_NTASKS,
-SLURM_LOCALID) and returns a frozen `World`. With no launcher it is one
+legacy launcher's --local-rank, or, in a task started by srun, Slurm's
+(SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID) and returns a frozen `World`. With no launcher it is one
 process and every helper below does nothing, so the rest of the code calls
 them unconditionally. Collectives must be called by ALL ranks.
 """
@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from mixer.config import DistConfig
 from mixer.errors import PeerFailed, UserError
+from mixer.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
 LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
                "(or srun under Slurm; see README 'Multi-GPU and multi-node')")
@@ -46,35 +47,6 @@ class World:
     @property
     def num_nodes(self) -> int:
         return max(1, self.world_size // max(1, self.local_world_size))
-
-
-@dataclass(frozen=True)
-class Launch:
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-    launcher: str
-
-
-def detect_launch(env: Mapping[str, str], local_rank_arg: Optional[int] = None) -> Optional[Launch]:
-    """Ranks from torchrun / torch.distributed.launch, else Slurm; None without a launcher."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        world_size = int(env["WORLD_SIZE"])
-        local_rank = int(env.get("LOCAL_RANK", local_rank_arg if local_rank_arg is not None else 0))
-        if local_rank_arg is not None:  # only the legacy launcher passes --local-rank
-            launcher = "torch.distributed.launch"
-        else:
-            launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment"
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))
-        return Launch(int(env["RANK"]), local_rank, world_size, local_world, launcher)
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        world_size = int(env["SLURM_NTASKS"])
-        nodes = int(env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1")))
-        local_world = int(env.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0) or max(1, world_size // nodes)
-        return Launch(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), world_size,
-                      local_world, "slurm")
-    return None
 
 
 def setup(cfg: DistConfig, log: Callable[[str], None] = print,

@@ -5,7 +5,7 @@ Heavy imports (torch, transformers) happen inside the mains, so --help and
 
 from __future__ import annotations
 
-import os
+import argparse
 from typing import Optional, Sequence
 
 from mixer import cli
@@ -34,7 +34,7 @@ def finetune_parser() -> cli.Parser:
                             "key layout, e.g. data/hisco_key.csv); predictions then carry desc_K")
     group.add_argument("--save-path", "--save-dir", dest="save_dir", required=True,
                        help="run directory (created; reused to resume)")
-    group.add_argument("--prepare-only", dest="prepare_only", action="store_true",
+    group.add_argument("--prepare-only", dest="prepare_only", action=argparse.BooleanOptionalAction, default=False,
                        help="validate and write data_train/data_val/key.csv, then stop")
     cli.add_model_args(parser)
     cli.add_training_args(parser)
@@ -70,7 +70,9 @@ def train_mixer_parser() -> cli.Parser:
 
 
 def _train(config) -> int:
-    if config.data.prepare_only and "RANK" not in os.environ and "SLURM_PROCID" not in os.environ:
+    from mixer.launch import launched_as_one_of_several
+
+    if config.data.prepare_only and not launched_as_one_of_several():
         # no torch on this path: preparation of millions of rows takes seconds
         from mixer.config import write_args
         from mixer.data import prepare_run_data
@@ -123,8 +125,8 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--summary-plot", dest="summary_plot", default=None, metavar="PNG",
                         help="also draw the most frequent predicted codes and a histogram of "
                              "the top code's probability")
-    parser.add_argument("--distributed", action="store_true", help="shard rows over torchrun ranks")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    parser.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=False, help="shard rows over torchrun ranks")
+    parser.add_argument("--debug", action=argparse.BooleanOptionalAction, default=False, help="show Python tracebacks on errors")
     return parser
 
 

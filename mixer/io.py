@@ -7,13 +7,31 @@ import tempfile
 from typing import Callable
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the system tells it
+    (os.umask can only be read by setting it, which races with other threads)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str, write: Callable[[str], object]) -> None:
-    """Call write(tmp_path), fsync it, then rename it over path."""
+    """Call write(tmp_path), fsync it, then rename it over path. The file gets the
+    mode a plain open() would give (0644 under the usual umask 022), not the temp
+    file's 0600, so colleagues on a shared file system can read a run directory."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -23,5 +23,8 @@ def start_wandb(run_dir: str, config: dict, project: str, mode: str):
         run_id = secrets.token_hex(4)
         with open(id_path, "w") as handle:
             handle.write(run_id)
-    return wandb.init(project=project, id=run_id, resume="allow", mode=mode, dir=run_dir,
+    # a WANDB_DIR the user set wins, as in wandb itself and the Hugging Face Trainer
+    directory = os.environ.get("WANDB_DIR") or run_dir
+    os.makedirs(directory, exist_ok=True)
+    return wandb.init(project=project, id=run_id, resume="allow", mode=mode, dir=directory,
                       name=os.path.basename(os.path.abspath(run_dir)), config=config)

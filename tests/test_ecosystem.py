@@ -105,6 +105,9 @@ def test_args_yaml_repeats_the_run_and_flags_win(small_csv, tmp_path):
     run_program("finetune.py", "--config", first / "args.yaml", "--save-path", third,
                 "--max-steps", "2", "--prepare-only")
     assert yaml.safe_load(open(third / "args.yaml"))["train"]["max_steps"] == 2
+    # --prepare-only is an action, not configuration: the run's own args.yaml then trains
+    run_program("finetune.py", "--config", third / "args.yaml")
+    assert (third / "model.safetensors").exists()
     bad = tmp_path / "bad.yaml"
     bad.write_text("learning_rat: 0.1\n")
     proc = run_program("finetune.py", "--config", bad, "--dataset", small_csv, "--target-cols",
@@ -166,3 +169,79 @@ def test_installable_commands_are_the_same_programs(tmp_path):
 
     for script in ("finetune.py", "train_mixer.py", "predict.py"):
         assert run_program(script, "--version").stdout.strip() == f"mixer {__version__}"
+
+
+def test_args_yaml_holds_no_actions_or_launcher_facts_and_every_switch_turns_off(small_csv, tmp_path):
+    from mixer import cli
+    from mixer.config import RunConfig, config_for_file
+    from mixer.entrypoints import finetune_parser
+
+    config = RunConfig(save_dir=str(tmp_path / "run"))
+    config.dist.distributed, config.data.prepare_only, config.train.stop_at_step = True, True, 3
+    config.model.freeze_encoder = True
+    written = config_for_file(config)
+    assert "distributed" not in written["dist"] and "local_rank" not in written["dist"]
+    assert "prepare_only" not in written["data"] and "stop_at_step" not in written["train"]
+    # an args.yaml of mixer 0.1 held them: they are ignored, so one process can resume a DDP run
+    legacy = dict(written)
+    legacy["dist"] = dict(written["dist"], distributed=True)
+    legacy["data"] = dict(written["data"], prepare_only=True, dataset=small_csv, target_cols=["hisco_1"])
+    path = tmp_path / "args.yaml"
+    path.write_text(yaml.safe_dump(legacy))
+    parsed = cli.parse_args(finetune_parser(), ["--config", str(path)])
+    assert (parsed.distributed, parsed.prepare_only, parsed.freeze_encoder) == (False, False, True)
+    parsed = cli.parse_args(finetune_parser(), ["--config", str(path), "--no-freeze-encoder"])
+    assert parsed.freeze_encoder is False
+    switches = [a for a in finetune_parser()._actions if a.nargs == 0 and a.dest not in ("help", "version", "precision")]
+    assert switches and all(any(o.startswith("--no-") for o in a.option_strings) for a in switches)
+
+
+def test_run_directory_files_follow_the_umask(small_csv, tmp_path):
+    """Group members read (umask 022) or share (umask 002) a run directory."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", small_csv,
+           "--target-cols", "hisco_1", "--save-path", str(out), *SHORT, "--max-steps", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env_for_subprocess(), capture_output=True, text=True,
+                          preexec_fn=lambda: os.umask(0o002), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    modes = {}
+    for directory, _, files in os.walk(out):
+        for name in files:
+            path = os.path.join(directory, name)
+            modes[os.path.relpath(path, out)] = oct(os.stat(path).st_mode & 0o777)
+    assert {"last.pt", "model.safetensors", "args.yaml", "key.csv", "data_train.parquet"} <= set(modes)
+    assert any(name.startswith("cache") for name in modes)
+    assert set(modes.values()) == {"0o664"}, modes
+
+
+def test_throughput_after_an_evaluation_leaves_the_evaluation_out(small_csv, tmp_path, monkeypatch):
+    """An evaluation that took 1000 s must not show in the next training throughput."""
+    import time as clock
+
+    from mixer.entrypoints import finetune_main
+    from mixer.trainer import Trainer
+
+    real, offset = clock.perf_counter, [0.0]
+    monkeypatch.setattr(clock, "perf_counter", lambda: real() + offset[0])
+    evaluate = Trainer.evaluate
+
+    def slow_evaluate(self):
+        result = evaluate(self)
+        offset[0] += 1000.0
+        return result
+
+    monkeypatch.setattr(Trainer, "evaluate", slow_evaluate)
+    out = tmp_path / "run"
+    finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", str(out),
+                   *SHORT, "--max-steps", "6", "--eval-interval", "2", "--log-interval", "2"])
+    logs = pd.read_csv(out / "logs.csv")
+    assert len(logs) == 3 and (logs["samples_per_sec"] > 1).all(), logs["samples_per_sec"]
+
+
+def test_wandb_dir_set_by_the_user_is_honoured(small_csv, tmp_path):
+    env = env_for_subprocess()
+    env["WANDB_DIR"] = str(tmp_path / "wandb-home")
+    out = tmp_path / "run"
+    finetune(small_csv, out, "--max-steps", "1", "--log-wandb", "--wandb-mode", "offline", env=env)
+    assert len(glob.glob(str(tmp_path / "wandb-home" / "wandb" / "offline-run-*"))) == 1
+    assert not (out / "wandb").exists()

@@ -59,3 +59,17 @@ def test_multi_node_template_runs_torchrun_per_node(small_csv, tmp_path):
                  sbatch_args=["--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2"], env=env)
     assert "world size 2 (1 node(s) x 2 process(es)), backend gloo, launcher torchrun" in log
     assert os.path.exists(out / "model.safetensors")
+
+
+def test_plain_python_in_a_batch_script_of_several_tasks_is_one_process(small_csv, tmp_path):
+    """The batch step sees SLURM_PROCID=0 and SLURM_NTASKS=2 but was not started by srun:
+    it must train alone, not wait for peers or ask for MASTER_ADDR."""
+    script = tmp_path / "plain.sbatch"
+    script.write_text("#!/bin/bash\nset -e\n"
+                      f"cd {ROOT}\n"
+                      'python finetune.py "$@"\n')
+    out = tmp_path / "run"
+    log = sbatch(str(script), tmp_path / "job.out", "--dataset", small_csv, "--save-path", out,
+                 "--batch-size", 8, *EXACT, sbatch_args=["--ntasks=2", "--cpus-per-task=1"])
+    assert "world size 1 (1 node(s) x 1 process(es)), backend none" in log
+    assert os.path.exists(out / "model.safetensors")

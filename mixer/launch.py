@@ -1,0 +1,54 @@
+"""Which launcher started this process, and its rank: read from the environment.
+
+torchrun and torch.distributed.launch set RANK, WORLD_SIZE, LOCAL_RANK (the
+legacy launcher passes --local-rank too); a task started by srun has
+SLURM_PROCID and SLURM_STEP_ID. No torch here, so `--prepare-only` can ask
+whether it is one of several processes without importing it;
+mixer.distributed builds the process group from what this returns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    launcher: str
+
+
+def detect_launch(env: Mapping[str, str], local_rank_arg: Optional[int] = None) -> Optional[Launch]:
+    """Ranks from torchrun / torch.distributed.launch, else Slurm; None without a launcher."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world_size = int(env["WORLD_SIZE"])
+        local_rank = int(env.get("LOCAL_RANK", local_rank_arg if local_rank_arg is not None else 0))
+        if local_rank_arg is not None:  # only the legacy launcher passes --local-rank
+            launcher = "torch.distributed.launch"
+        else:
+            launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment"
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))
+        return Launch(int(env["RANK"]), local_rank, world_size, local_world, launcher)
+    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+        # Only a task that srun started is a rank: an sbatch script's own shell (the batch
+        # step) also sees SLURM_PROCID=0 and SLURM_NTASKS=N, but no SLURM_STEP_ID. The
+        # step's own task count wins over the allocation's (srun --ntasks=1 inside N).
+        world_size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+        nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_JOB_NUM_NODES")
+                    or env.get("SLURM_NNODES") or 1)
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE") or "0"
+        local_world = int(per_node.split("(")[0].split(",")[0] or 0) or max(1, world_size // nodes)
+        return Launch(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), world_size,
+                      local_world, "slurm")
+    return None
+
+
+def launched_as_one_of_several(env: Optional[Mapping[str, str]] = None) -> bool:
+    """True in a process that a launcher started as one rank of a group."""
+    launch = detect_launch(os.environ if env is None else env)
+    return launch is not None and launch.world_size > 1
