@@ -19,7 +19,7 @@ import pandas as pd
 from mixer.config import DataConfig
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter, hisco_key, read_descriptions
-from mixer.tables import code_cells, read_table, require_columns
+from mixer.tables import check_input_path, code_cells, read_table, require_columns
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
@@ -183,8 +183,7 @@ def content_hash(path: str) -> str:
 def file_identity(path: str, what: str) -> dict:
     """What makes a file the same input: its bytes, not its path or time stamp, so a
     copy in a per-job directory is the same data and any edit is another."""
-    if not os.path.isfile(path):
-        raise UserError(f"{what} {path}: no such file; check the path")
+    check_input_path(path, what)
     return {"name": os.path.basename(path), "bytes": os.path.getsize(path),
             "xxh3_128": content_hash(path)}
 

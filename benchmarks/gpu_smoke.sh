@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# GPU smoke: the checks only a GPU can answer (quickstart in fp32/TF32, bf16, fp16,
+# --compile, torchrun with NCCL, prediction speed), in one command under 10 minutes.
+# Without CUDA it says so, runs the CPU-runnable part and exits 0.
+#   bash benchmarks/gpu_smoke.sh [--out DIR]
+# On a machine without the quickstart encoder's package, first run here
+#   python benchmarks/minilm_pack.py pack .carry/minilm-l6-fp16
+# and carry .carry/ along (see README: Performance, GPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+exec python3 benchmarks/gpu_smoke.py --out "${OUT:-/tmp/mixer-gpu-smoke}" "$@"
