@@ -179,6 +179,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="autocast precision (default: %(default)s)")
     group.add_argument("--use-amp", "--fp16", dest="precision", action="store_const", const="fp16",
                        help="alias of --precision fp16")
+    group.add_argument("--force-precision", dest="force_precision",
+                       action=argparse.BooleanOptionalAction, default=False,
+                       help="run --precision bf16/fp16 even where the device would emulate it "
+                            "(by default such runs use fp32 and say so)")
     group.add_argument("--seed", type=non_negative_int, default=42,
                        help="seed of the split, the data order and the weights (default: %(default)s)")
     group.add_argument("--num-workers", dest="num_workers", type=non_negative_int, default=0,

@@ -63,7 +63,8 @@ class TrainConfig:
     seq2seq_weight: float = 0.1
     grad_accum_steps: int = 1
     max_grad_norm: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (mixer.precision: fp32 where emulated)
+    force_precision: bool = False
     seed: int = 42
     num_workers: int = 0
     log_interval: int = 20

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from mixer.formatter import EOS, PAD
+from mixer.precision import round_up
 
 TOKENIZE_CHUNK = 20_000
 
@@ -150,9 +151,10 @@ class Collator:
     """Pads to the longest row of the batch and lays codes out as decoder blocks."""
 
     def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
-                 pad_to: Optional[int] = None):
+                 pad_to: Optional[int] = None, pad_multiple: int = 1):
         self.pad_id = pad_id
         self.pad_to = pad_to  # a fixed length for encoders that need one
+        self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.precision)
         # one extra all-PAD block for empty slots (index -1)
         self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), PAD)]).astype(np.int64)
         self.bos = bos
@@ -163,7 +165,7 @@ class Collator:
         return np.concatenate([blocks, np.full((rows, 1), EOS)], axis=1)
 
     def __call__(self, items) -> Batch:
-        longest = self.pad_to or max(len(item[0]) for item in items)
+        longest = self.pad_to or round_up(max(len(item[0]) for item in items), self.pad_multiple)
         input_ids = np.full((len(items), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(items), longest), dtype=np.int64)
         for row, (ids, *_) in enumerate(items):

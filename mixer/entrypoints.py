@@ -120,8 +120,12 @@ def predict_parser() -> cli.Parser:
                         help="which head predicts (default: %(default)s)")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="autocast precision (default: %(default)s)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                        help="autocast precision; where the device would emulate it, fp32 runs "
+                             "instead and says so (default: %(default)s)")
+    parser.add_argument("--force-precision", dest="force_precision",
+                        action=argparse.BooleanOptionalAction, default=False,
+                        help="run --precision bf16/fp16 even where the device would emulate it")
     parser.add_argument("--summary-plot", dest="summary_plot", default=None, metavar="PNG",
                         help="also draw the most frequent predicted codes and a histogram of "
                              "the top code's probability")

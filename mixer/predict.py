@@ -23,6 +23,8 @@ from mixer.encoders import encoder_from_run, fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
 from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
+from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
+from mixer.precision import resolve as resolve_precision
 from mixer.tables import OutputWriter, iter_chunks
 from mixer.model import CONFIG_FILE, MODEL_FILE, HeadsConfig, MixerModel, read_model_config
 
@@ -39,7 +41,7 @@ class Predictor:
         self.config = config
         self.formatter = CodeFormatter.from_dict(config["formatter"])
         self.device = device
-        self.autocast_dtype = torch.bfloat16 if precision == "bf16" else None
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.codes = key["code"].to_numpy(dtype=object)
         self.descriptions = key["description"].to_numpy(dtype=object)
         self.has_descriptions = bool((key["description"] != "").any())
@@ -74,8 +76,9 @@ class Predictor:
         langs = np.asarray(langs, dtype=object)
         pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
         first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
-        codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head, top_k,
-                                              threshold, batch_size)
+        with fast_fp32_matmuls(self.device):
+            codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head,
+                                                  top_k, threshold, batch_size)
         codes, probs = codes[pair_ids], probs[pair_ids]
         out = {}
         for k in range(top_k):
@@ -98,7 +101,7 @@ class Predictor:
         fixed = fixed_input_length(self.model.encoder.config, self.config["max_len"])
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            longest = fixed or int(lengths[rows].max())
+            longest = fixed or round_up(int(lengths[rows].max()), pad_multiple(self.device))
             input_ids = np.full((len(rows), longest), pad, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for i, row in enumerate(rows):
@@ -173,7 +176,9 @@ def predict_file(args) -> None:
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = None
     try:
-        predictor = Predictor.from_run_dir(args.checkpoint, world.device, args.precision)
+        precision = resolve_precision(args.precision, world.device, args.force_precision,
+                                      log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+        predictor = Predictor.from_run_dir(args.checkpoint, world.device, precision)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))

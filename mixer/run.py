@@ -4,6 +4,7 @@ parts are frozen before wrapping, and the process group is always torn down."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -20,6 +21,8 @@ from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync, take_out_of_ddp
 from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
 from mixer.tracking import NullTracker, Tracker, configure_logging, logger
+from mixer.precision import pad_multiple
+from mixer.precision import resolve as resolve_precision
 from mixer.schedule import Layout, Schedule
 from mixer.trainer import Trainer, TrainParts, seed_everything
 
@@ -54,6 +57,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls on Ampere+: ~fp32 accuracy, much faster
         torch.backends.cudnn.allow_tf32 = True
+    # what runs is what the device computes in (mixer.precision); args.yaml keeps the request
+    precision = resolve_precision(config.train.precision, world.device,
+                                  config.train.force_precision, logger.info)
     formatter = prepared.formatter
     key_codes = list(prepared.key["code"])
     encoder = (encoder_from_run(_run_dir_of(config.model.initial_checkpoint), config.model.dropout)
@@ -78,11 +84,12 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     num_blocks = formatter.max_num_codes
     key_blocks = formatter.encode_blocks(key_codes)
     collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks,
-                       pad_to=fixed_input_length(encoder.model.config, config.data.max_len))
+                       pad_to=fixed_input_length(encoder.model.config, config.data.max_len),
+                       pad_multiple=pad_multiple(world.device))
     train_set = RowDataset(train_tokens, labels_of(prepared.train, key_codes, num_blocks))
     val_set = RowDataset(val_tokens, labels_of(prepared.val, key_codes, num_blocks))
 
-    cfg = config.train
+    cfg = dataclasses.replace(config.train, precision=precision)
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
                           cfg.grad_accum_steps, cfg.seed)
     pin = world.device.startswith("cuda")
@@ -130,7 +137,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         return Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
 
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
-    report_setup(world, config, sampler, trainer.total_steps, learning_rate, len(train_set),
+    report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
                  len(val_set), len(key_codes), encoder.source, model)
     metrics = trainer.fit()
     if world.is_main and trainer.finished():
@@ -275,12 +282,11 @@ def model_extra(config: RunConfig, formatter, encoder_source: str) -> dict:
             "threshold": config.train.threshold, "encoder_source": encoder_source}
 
 
-def report_setup(world, config, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
+def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
                  encoder_source, model) -> None:
     devices = mdist.gather_objects(world.device, world)  # all ranks
     if not world.is_main:
         return
-    cfg = config.train
     parameters = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     scaled = (f" (--scale-lr: {cfg.learning_rate:g} x {sampler.global_batch_size // cfg.batch_size})"

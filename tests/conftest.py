@@ -51,3 +51,20 @@ def small_csv(tmp_path_factory, toy_frame) -> str:
     path = tmp_path_factory.mktemp("data") / "small.csv"
     frame.to_csv(path, index=False)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> str:
+    """A BERT-like model and tokenizer saved with save_pretrained: no network."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *("##" + c for c in letters)]
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
+    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=64))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)

@@ -46,20 +46,8 @@ def test_wandb_offline_under_torchrun_is_one_run_resumed_with_its_id(small_csv, 
 
 
 @pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    """A BERT-like model and tokenizer saved with save_pretrained: no network."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *("##" + c for c in letters)]
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, intermediate_size=64))
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return str(directory)
+def tiny_bert(tiny_bert_dir):
+    return tiny_bert_dir
 
 
 def test_local_hugging_face_encoder_trains_and_predicts(small_csv, tiny_bert, tmp_path):
