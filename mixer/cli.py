@@ -197,6 +197,12 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="steps between progress updates (default: %(default)s)")
     group.add_argument("--eval-interval", dest="eval_interval", type=positive_int, default=None,
                        help="steps between evaluations (default: once per epoch and at the end)")
+    group.add_argument("--val-max-rows", dest="val_max_rows", type=non_negative_int, default=20_000,
+                       help="evaluate on a fixed, seeded sample of this many validation rows "
+                            "(0: all of them; default: %(default)s, see README: Metrics)")
+    group.add_argument("--full-val-at-end", dest="full_val_at_end",
+                       action=argparse.BooleanOptionalAction, default=False,
+                       help="the final evaluation uses every validation row")
     group.add_argument("--save-interval", dest="save_interval", type=positive_int, default=None,
                        help="steps between writes of last.pt (default: at every evaluation)")
     group.add_argument("--save-each-epoch", dest="save_each_epoch", action=argparse.BooleanOptionalAction, default=False,

@@ -69,6 +69,8 @@ class TrainConfig:
     num_workers: int = 0
     log_interval: int = 20
     eval_interval: Optional[int] = None
+    val_max_rows: int = 20_000  # 0: every validation row at every evaluation
+    full_val_at_end: bool = False
     save_interval: Optional[int] = None
     save_each_epoch: bool = False
     threshold: float = 0.5

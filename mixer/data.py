@@ -23,6 +23,7 @@ from mixer.tables import check_input_path, code_cells, read_table, require_colum
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
+ROW_GROUP = 1_000_000
 
 
 def code_columns(max_num_codes: int) -> list[str]:
@@ -292,10 +293,11 @@ def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
     from mixer.io import atomic_write
 
     os.makedirs(run_dir, exist_ok=True)
+    # row groups of a million rows: the token cache splits its work over ranks by them
     atomic_write(os.path.join(run_dir, "data_train.parquet"),
-                 lambda p: prepared.train.to_parquet(p, index=False))
+                 lambda p: prepared.train.to_parquet(p, index=False, row_group_size=ROW_GROUP))
     atomic_write(os.path.join(run_dir, "data_val.parquet"),
-                 lambda p: prepared.val.to_parquet(p, index=False))
+                 lambda p: prepared.val.to_parquet(p, index=False, row_group_size=ROW_GROUP))
     atomic_write(os.path.join(run_dir, "key.csv"), lambda p: prepared.key.to_csv(p, index=False))
     meta = dict(stamp, formatter=prepared.formatter.to_dict(),
                 rows={"train": len(prepared.train), "val": len(prepared.val)})
@@ -308,12 +310,15 @@ def read_key(run_dir: str) -> pd.DataFrame:
                        keep_default_na=False)
 
 
-def load_prepared(run_dir: str) -> Prepared:
+def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
+    """The prepared splits; without their text (training reads tokens from the
+    cache), a 10M-row split loads in seconds and little memory."""
     with open(os.path.join(run_dir, "prepared.json")) as handle:
         meta = json.load(handle)
+    columns = None if with_text else code_columns(meta["formatter"]["max_num_codes"]) + ["row"]
     return Prepared(
-        train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet")),
-        val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet")),
+        train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet"), columns=columns),
+        val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet"), columns=columns),
         key=read_key(run_dir),
         formatter=CodeFormatter.from_dict(meta["formatter"]),
     )

@@ -1,8 +1,7 @@
-"""From prepared rows to batches: tokenisation cache, the sampler, collation.
+"""From prepared rows to batches: the dataset, the sampler, collation.
 
-Texts are tokenised once and cached in the run directory as two .npy files
-(flat token ids + offsets), memory-mapped by every rank and every later run.
-Batches are padded to their longest row, not to --max-len.
+Token ids come from the run's token cache (mixer.token_cache). Batches are
+padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
 
 The sampler owns the data order. Each epoch has one global permutation
 (seeded by seed and epoch); an optimizer step takes the next
@@ -13,8 +12,6 @@ processes with batch B therefore see the same rows in the same steps.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -24,96 +21,11 @@ import torch
 from mixer.formatter import EOS, PAD
 from mixer.precision import round_up
 
-TOKENIZE_CHUNK = 20_000
-
-
-# ------------------------------------------------------------------ tokenisation
-def model_input_texts(texts, langs) -> tuple[list, Optional[list]]:
-    """('text', None) when no row has a language, else pairs (lang, text);
-    the tokenizer joins a pair as '<lang>[SEP]<text>'."""
-    langs = np.asarray(langs, dtype=object)
-    if (langs == "unk").all():
-        return list(texts), None
-    return list(langs), list(texts)
-
-
-def tokenize(tokenizer, texts, langs, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of every row as (flat int32 ids, int64 offsets of len rows + 1)."""
-    texts = np.asarray(texts, dtype=object)
-    langs = np.asarray(langs, dtype=object)
-    pieces, lengths = [], []
-    for start in range(0, len(texts), TOKENIZE_CHUNK):
-        chunk_texts = texts[start:start + TOKENIZE_CHUNK]
-        chunk_langs = langs[start:start + TOKENIZE_CHUNK]
-        known = chunk_langs != "unk"
-        ids = [None] * len(chunk_texts)
-        if (~known).any():
-            out = tokenizer(list(chunk_texts[~known]), truncation=True, max_length=max_len)
-            for row, seq in zip(np.flatnonzero(~known), out["input_ids"]):
-                ids[row] = seq
-        if known.any():
-            out = tokenizer(list(chunk_langs[known]), list(chunk_texts[known]),
-                            truncation="only_second", max_length=max_len)
-            for row, seq in zip(np.flatnonzero(known), out["input_ids"]):
-                ids[row] = seq
-        lengths.extend(len(seq) for seq in ids)
-        pieces.extend(ids)
-    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((t for seq in pieces for t in seq), dtype=np.int32, count=int(offsets[-1]))
-    return flat, offsets
-
-
-def tokenizer_fingerprint(tokenizer, max_len: int) -> str:
-    probe = tokenizer(["farmer and fisher"], ["en"], truncation=True, max_length=max_len)["input_ids"]
-    text = f"{type(tokenizer).__name__}|{len(tokenizer)}|{max_len}|{probe}"
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-@dataclass
-class TokenCache:
-    ids: np.ndarray
-    offsets: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def row(self, index: int) -> np.ndarray:
-        return self.ids[self.offsets[index]:self.offsets[index + 1]]
-
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-
-def cached_tokens(run_dir: str, split: str, tokenizer, texts, langs, max_len: int,
-                  build: bool) -> TokenCache:
-    """Load the cache of a split, building it first when `build` (rank 0)."""
-    from mixer.io import atomic_write
-
-    tag = tokenizer_fingerprint(tokenizer, max_len)
-    base = os.path.join(run_dir, "cache", f"tokens_{split}_{tag}")
-    ids_path, offsets_path = base + ".ids.npy", base + ".offsets.npy"
-    if build and not (os.path.exists(ids_path) and os.path.exists(offsets_path)):
-        os.makedirs(os.path.dirname(base), exist_ok=True)
-        flat, offsets = tokenize(tokenizer, texts, langs, max_len)
-        atomic_write(ids_path, lambda p: _save_npy(p, flat))
-        atomic_write(offsets_path, lambda p: _save_npy(p, offsets))  # written last: marks complete
-    cache = TokenCache(np.load(ids_path, mmap_mode="r"), np.load(offsets_path, mmap_mode="r"))
-    if len(cache) != len(texts):
-        raise RuntimeError(f"token cache {base} does not match the data; delete {run_dir}/cache")
-    return cache
-
-
-def _save_npy(path: str, array: np.ndarray) -> None:
-    with open(path, "wb") as handle:
-        np.save(handle, array)
-
-
 # ------------------------------------------------------------------ dataset
 class RowDataset(torch.utils.data.Dataset):
     """Rows by index; the sampler passes (index, rows in this step's global batch)."""
 
-    def __init__(self, tokens: TokenCache, labels: np.ndarray):
+    def __init__(self, tokens, labels: np.ndarray):  # tokens: a mixer.token_cache.TokenCache
         self.tokens = tokens
         self.labels = labels
 

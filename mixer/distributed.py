@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Optional
@@ -104,7 +105,12 @@ def _store(env: Mapping[str, str], launch: Launch, timeout: timedelta):
     store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), launch.world_size,
                           is_master=launch.rank == 0 and not agent_hosts, timeout=timeout,
                           wait_for_workers=False)
-    return dist.PrefixStore(f"mixer/attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    prefixed = dist.PrefixStore(f"mixer/attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    _STORE[0] = prefixed
+    return prefixed
+
+
+_STORE: list = [None]  # the rendezvous store: ranks wait on it without collective timeouts
 
 
 def teardown(world: World) -> None:
@@ -171,16 +177,14 @@ def broadcast_object(value: Any, world: World, src: int = 0) -> Any:
 def main_first(fn: Callable[[], Any], world: World,
                others: Optional[Callable[[], Any]] = None) -> Any:
     """Rank 0 runs fn while the others wait; then the others run `others` (by
-    default fn too), reading what rank 0 wrote. A failure on any rank reaches
-    every rank as an error instead of leaving them waiting in a collective."""
-    result = None
-    if world.is_main:
-        result = _agree_on_failure(fn, world)
-    else:
-        _agree_on_failure(None, world)
+    default fn too), reading what rank 0 wrote. The others wait on the
+    rendezvous store with no time limit, not in a collective bounded by
+    --dist-timeout: preparing or tokenising 15M rows is not a failure. A failure
+    on any rank reaches every rank as an error instead of leaving them waiting."""
+    result = _agree_on_failure(fn if world.is_main else None, world)
     if world.is_distributed:
         follow = others or fn
-        outcome = _agree_on_failure(None if world.is_main else follow, world, src_any=True)
+        outcome = _agree_on_failure(None if world.is_main else follow, world)
         if not world.is_main:
             result = outcome
     return result
@@ -191,8 +195,21 @@ def main_only(fn: Callable[[], Any], world: World) -> Any:
     return _agree_on_failure(fn if world.is_main else None, world)
 
 
-def _agree_on_failure(fn, world: World, src_any: bool = False):
-    """Run fn where given; then all ranks learn whether any rank failed (all ranks)."""
+def all_ranks(fn: Callable[[], Any], world: World) -> Any:
+    """Every rank runs fn (its share of a long job), then waits for all the others
+    without a time limit; any rank's failure stops every rank."""
+    return _agree_on_failure(fn, world)
+
+
+_AGREEMENTS = [0]  # how many agreements this process has joined: the same on every rank
+POLL_SECONDS = 0.2
+
+
+def _agree_on_failure(fn, world: World):
+    """Run fn where given; then all ranks learn whether any rank failed (all ranks).
+
+    Each rank posts its outcome to the rendezvous store and polls for the others':
+    no collective, so no --dist-timeout, however long fn takes on some rank."""
     failure, result = None, None
     if fn is not None:
         try:
@@ -203,12 +220,18 @@ def _agree_on_failure(fn, world: World, src_any: bool = False):
         if failure is not None:
             raise failure
         return result
-    failed = gather_objects(failure is not None, world)  # all ranks
+    _AGREEMENTS[0] += 1
+    name = f"agree/{_AGREEMENTS[0]}"
+    store = _STORE[0]
+    store.set(f"{name}/{world.rank}", "failed" if failure is not None else "ok")
+    keys = [f"{name}/{rank}" for rank in range(world.world_size)]
+    while not store.check(keys):  # every rank has posted (polling: no deadline)
+        time.sleep(POLL_SECONDS)
     if failure is not None:
         raise failure  # this rank prints its own error
-    if any(failed):
-        first = failed.index(True)
-        raise PeerFailed(f"stopping: rank {first} failed (its error is above)")
+    failed = [rank for rank, key in enumerate(keys) if store.get(key) == b"failed"]
+    if failed:
+        raise PeerFailed(f"stopping: rank {failed[0]} failed (its error is above)")
     return result
 
 

@@ -106,3 +106,45 @@ def fixed_input_length(config, max_len: int) -> int | None:
     one process learns. BERT-like encoders mask padding exactly: they keep
     batches padded to their longest row."""
     return max_len if getattr(config, "model_type", "") == "canine" else None
+
+
+# ------------------------------------------------------------------ tokenisers
+def token_ids_of(encoder: Encoder, recipe):
+    """The tokeniser (mixer.tokens) of a loaded encoder."""
+    from mixer.tokens import token_ids_for
+
+    return token_ids_for(encoder.tokenizer, getattr(encoder.model.config, "model_type", ""), recipe)
+
+
+def light_token_ids(name: str, recipe, run_dir: str | None = None):
+    """The tokeniser of `--encoder name` (or of an earlier run directory), without
+    building the model: and without torch for CANINE and for tokenizer.json files,
+    so `--prepare-only` builds the token cache on a CPU node in seconds."""
+    import json
+
+    from mixer.tokens import BackendIds, CanineIds, token_ids_for
+
+    if run_dir is not None:
+        config_dir, tokenizer_dir = os.path.join(run_dir, "encoder"), os.path.join(run_dir, "tokenizer")
+    elif name in CANINE_PRESETS:
+        return CanineIds(recipe)
+    elif name in PRETRAINED_PACKAGES or os.path.isdir(name):
+        config_dir = tokenizer_dir = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
+    else:  # a hub id: transformers knows how to fetch it
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            config, tokenizer = AutoConfig.from_pretrained(name), AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--encoder {name}: cannot load its tokenizer ({str(exc).splitlines()[0]})")
+        return token_ids_for(tokenizer, getattr(config, "model_type", ""), recipe)
+    with open(os.path.join(config_dir, "config.json"), encoding="utf-8") as handle:
+        model_type = json.load(handle).get("model_type", "")
+    if model_type == "canine":
+        return CanineIds(recipe)
+    tokenizer_json = os.path.join(tokenizer_dir, "tokenizer.json")
+    if os.path.exists(tokenizer_json):
+        return BackendIds.from_file(tokenizer_json, recipe)
+    from transformers import AutoTokenizer
+
+    return token_ids_for(AutoTokenizer.from_pretrained(tokenizer_dir), model_type, recipe)

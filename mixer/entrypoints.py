@@ -79,11 +79,27 @@ def _train(config) -> int:
 
         prepare_run_data(config.data, config.train.seed, config.save_dir)
         write_args(config, config.save_dir)
+        prepare_token_cache(config)
         return 0
     from mixer.run import train
 
     train(config)
     return 0
+
+
+def prepare_token_cache(config) -> None:
+    """--prepare-only also tokenises, so GPU jobs start training at once. Without
+    torch for CANINE encoders and tokenizer.json files (mixer.encoders.light_token_ids)."""
+    from mixer.data import load_prepared
+    from mixer.encoders import light_token_ids
+    from mixer.sources import initial_run_dir, input_recipe
+    from mixer.token_cache import token_cache
+
+    prepared = load_prepared(config.save_dir, with_text=False)
+    token_ids = light_token_ids(config.model.encoder, input_recipe(config), initial_run_dir(config))
+    for split, frame in (("train", prepared.train), ("val", prepared.val)):
+        token_cache(config.save_dir, split, token_ids, len(frame), None)
+    print(f"data prepared and tokenised in {config.save_dir} (--prepare-only)")
 
 
 def finetune_main(argv: Optional[Sequence[str]] = None) -> int:

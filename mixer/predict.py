@@ -18,7 +18,7 @@ import torch
 from mixer import distributed as mdist
 from mixer.config import DistConfig
 from mixer.data import read_key
-from mixer.dataset import shard_indices, tokenize
+from mixer.dataset import shard_indices
 from mixer.encoders import encoder_from_run, fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
@@ -26,6 +26,7 @@ from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tables import OutputWriter, iter_chunks
+from mixer.tokens import InputRecipe, token_ids_for
 from mixer.model import CONFIG_FILE, MODEL_FILE, HeadsConfig, MixerModel, read_model_config
 
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
@@ -46,6 +47,9 @@ class Predictor:
         self.descriptions = key["description"].to_numpy(dtype=object)
         self.has_descriptions = bool((key["description"] != "").any())
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
+        recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
+        self.recipe = recipe
+        self.token_ids = token_ids_for(tokenizer, getattr(model.encoder.config, "model_type", ""), recipe)
 
     @classmethod
     def from_run_dir(cls, run_dir: str, device: str = "cpu", precision: str = "fp32") -> "Predictor":
@@ -92,13 +96,14 @@ class Predictor:
         return pd.DataFrame(out)
 
     def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
-        ids, offsets = tokenize(self.tokenizer, texts, langs, self.config["max_len"])
-        lengths = np.diff(offsets)
+        ids, lengths = self.token_ids.encode(texts, langs)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
         codes = np.full((len(lengths), top_k), "", dtype=object)
         probs = np.full((len(lengths), top_k), np.nan)
         pad = self.tokenizer.pad_token_id or 0
-        fixed = fixed_input_length(self.model.encoder.config, self.config["max_len"])
+        fixed = fixed_input_length(self.model.encoder.config, self.recipe.max_len)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             longest = fixed or round_up(int(lengths[rows].max()), pad_multiple(self.device))

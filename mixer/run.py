@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
 import torch
 
 from mixer import __version__
 from mixer import distributed as mdist
 from mixer.checkpoint import Checkpointer, CheckpointError, load_file
 from mixer.config import RunConfig, config_for_file, write_args
-from mixer.data import LANG, TEXT, labels_of, load_prepared, prepare_run_data
-from mixer.dataset import (Collator, RowDataset, StepSampler, cached_tokens, eval_batches,
-                           shard_indices)
-from mixer.encoders import build_encoder, encoder_from_run, fixed_input_length, save_encoder_files
+from mixer.data import labels_of, load_prepared, prepare_run_data
+from mixer.dataset import Collator, RowDataset, StepSampler, eval_batches, shard_indices
+from mixer.encoders import (build_encoder, encoder_from_run, fixed_input_length, light_token_ids,
+                            save_encoder_files, token_ids_of)
+from mixer.token_cache import token_cache
+from mixer.sources import initial_run_dir, input_recipe, run_dir_of
 from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync, take_out_of_ddp
 from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
@@ -44,13 +47,18 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
             check_initial_checkpoint(config.model.initial_checkpoint, prepared,
                                      config.model.only_encoder)
 
-    prepared = mdist.main_first(
-        lambda: prepare_run_data(config.data, config.train.seed, run_dir, log=logger.info, check=check),
-        world, others=lambda: load_prepared(run_dir))
+    # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
+    mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
+                                              log=logger.info, check=check), world, others=lambda: None)
+    prepared = load_prepared(run_dir, with_text=False)
     if world.is_main:
         write_args(config, run_dir)
-    if config.data.prepare_only:
-        logger.info(f"data prepared in {run_dir} (--prepare-only)")
+    recipe = input_recipe(config)
+    if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
+        token_ids = light_token_ids(config.model.encoder, recipe, initial_run_dir(config))
+        for split, frame in (("train", prepared.train), ("val", prepared.val)):
+            token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
+        logger.info(f"data prepared and tokenised in {run_dir} (--prepare-only)")
         return {}
 
     seed_everything(config.train.seed)
@@ -62,7 +70,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                                   config.train.force_precision, logger.info)
     formatter = prepared.formatter
     key_codes = list(prepared.key["code"])
-    encoder = (encoder_from_run(_run_dir_of(config.model.initial_checkpoint), config.model.dropout)
+    encoder = (encoder_from_run(run_dir_of(config.model.initial_checkpoint), config.model.dropout)
                if config.model.initial_checkpoint else build_encoder(config.model.encoder,
                                                                      config.model.dropout))
     heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
@@ -75,12 +83,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         load_initial_weights(model, config.model.initial_checkpoint, config.model.only_encoder)
     torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
 
-    def tokens(split, frame):
-        return mdist.main_first(lambda: cached_tokens(
-            run_dir, split, encoder.tokenizer, frame[TEXT].to_numpy(), frame[LANG].to_numpy(),
-            config.data.max_len, build=world.is_main), world)
-
-    train_tokens, val_tokens = tokens("train", prepared.train), tokens("val", prepared.val)
+    token_ids = token_ids_of(encoder, recipe)
+    train_tokens, val_tokens = (token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
+                                for split, frame in (("train", prepared.train), ("val", prepared.val)))
     num_blocks = formatter.max_num_codes
     key_blocks = formatter.encode_blocks(key_codes)
     collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks,
@@ -100,9 +105,16 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                                                generator=torch.Generator().manual_seed(cfg.seed),
                                                **workers)
     eval_size = cfg.eval_batch_size or 2 * cfg.batch_size
-    val_loader = torch.utils.data.DataLoader(
-        val_set, batch_sampler=eval_batches(shard_indices(len(val_set), world.world_size, world.rank),
-                                            eval_size), **workers)
+    sample = validation_sample(len(val_set), cfg.val_max_rows, cfg.seed)
+
+    def val_loader_of(rows):  # this rank's share of `rows`: every row on exactly one rank
+        mine = rows[shard_indices(len(rows), world.world_size, world.rank)]
+        return torch.utils.data.DataLoader(val_set, batch_sampler=eval_batches(mine, eval_size),
+                                           **workers)
+
+    val_loader = val_loader_of(sample)
+    full_val_loader = (val_loader_of(np.arange(len(val_set)))
+                       if cfg.full_val_at_end and len(sample) < len(val_set) else None)
 
     model, grad_sync = place_model(model, config, world)
     schedule = Schedule(len(train_set), Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
@@ -114,6 +126,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     extra = model_extra(config, prepared.formatter, encoder.source)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
+                       full_val_loader=full_val_loader,
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, schedule=schedule, model_extra=extra,
                        grad_sync=grad_sync)
@@ -195,14 +208,18 @@ def parameter_groups(model: torch.nn.Module, learning_rate: float, head_lr_scale
     return ([{"params": encoder, "lr": learning_rate}] if encoder else []) + groups
 
 
-def _run_dir_of(path: str) -> str:
-    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:
+    """The validation rows every evaluation uses: all of them, or a fixed seeded
+    sample of max_rows (the same on every rank and after every restart)."""
+    if not max_rows or rows <= max_rows:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng([seed, 7]).choice(rows, size=max_rows, replace=False))
 
 
 def check_initial_checkpoint(path: str, prepared, only_encoder: bool) -> None:
     """The checkpoint exists, loads, and its heads fit this run's key and code layout."""
     state, path = read_initial_weights(path)
-    run_dir = _run_dir_of(path)
+    run_dir = run_dir_of(path)
     for needed in ("encoder", "tokenizer"):
         if not os.path.isdir(os.path.join(run_dir, needed)):
             raise UserError(f"--initial-checkpoint {path}: {run_dir} lacks {needed}/ (the encoder's "
@@ -279,7 +296,8 @@ def model_extra(config: RunConfig, formatter, encoder_source: str) -> dict:
     return {"mixer_version": __version__, "formatter": formatter.to_dict(),
             "max_len": config.data.max_len, "input_col": config.data.input_col,
             "language": config.data.language, "language_col": config.data.language_col,
-            "threshold": config.train.threshold, "encoder_source": encoder_source}
+            "threshold": config.train.threshold, "encoder_source": encoder_source,
+            "input_recipe": input_recipe(config).to_dict()}
 
 
 def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,

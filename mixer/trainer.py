@@ -39,6 +39,8 @@ class Progress:
     rows_in_epoch: int = 0  # rows of this epoch's permutation already trained on
     nonfinite_steps: int = 0
     last_eval_step: int = -1
+    last_eval_full: bool = False  # the last evaluation used every validation row
+    eval_pending: bool = False  # an evaluation a stop signal interrupted: it runs first on resume
     # the layout that made the steps, and the schedule's step -> position map (mixer.schedule)
     layout: Optional[dict] = None
     base_global_batch: Optional[int] = None
@@ -54,11 +56,12 @@ class TrainParts:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     train_loader: torch.utils.data.DataLoader
     sampler: object  # mixer.dataset.StepSampler
-    val_loader: torch.utils.data.DataLoader
+    val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
     schedule: Schedule  # run length and learning-rate position (mixer.schedule)
+    full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
@@ -118,6 +121,8 @@ class Trainer:
     def fit(self) -> dict:
         self.install_signal_handlers()
         self.tracker.start_progress(self.total_steps, self.progress.step)
+        if self.progress.eval_pending:  # a stop signal interrupted it before the restart
+            self.evaluate_and_log()
         while not self.should_stop():
             self.parts.sampler.set_epoch(self.progress.epoch, self.progress.rows_in_epoch)
             steps_before = self.progress.step
@@ -227,14 +232,23 @@ class Trainer:
         if self.should_evaluate():
             self.evaluate_and_log()
 
-    def evaluate_and_log(self) -> dict:
+    def evaluate_and_log(self, full: bool = False) -> dict:
         if self._window.rows:
             self.window_values()  # all ranks
         with self._window.paused():  # training throughput leaves evaluation and saving out
-            return self._evaluate_and_log()
+            return self._evaluate_and_log(full)
 
-    def _evaluate_and_log(self) -> dict:
-        metrics = self.evaluate()  # all ranks
+    def _evaluate_and_log(self, full: bool) -> dict:
+        loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
+        logger.info(f"evaluating at step {self.progress.step} on "
+                    f"{'every' if loader is not None or self.parts.full_val_loader is None else 'a sample of the'}"
+                    " validation rows")
+        metrics = self.evaluate(loader)  # all ranks
+        if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
+            self.progress.eval_pending = True
+            logger.warning(f"evaluation at step {self.progress.step} interrupted by the stop "
+                           "signal; it runs first when the job continues")
+            return {}
         train = getattr(self, "_last_train", {})
         row = {"step": self.progress.step, "epoch": self.progress.epoch,
                "train_loss": train.get("loss", float("nan")),
@@ -243,22 +257,29 @@ class Trainer:
         row.update({f"val_{k}": v for k, v in metrics.items()})
         self.tracker.log_eval(row)
         self.progress.last_eval_step = self.progress.step
+        self.progress.last_eval_full = loader is not None or self.parts.full_val_loader is None
+        self.progress.eval_pending = False
         self.last_metrics = row
         if not self.cfg.save_interval:
             self.save_checkpoint()
         return row
 
     @torch.no_grad()
-    def evaluate(self) -> dict:
+    def evaluate(self, loader=None) -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
-        collectives inside, so shards may differ in size); sums are all-reduced."""
+        collectives inside, so shards may differ in size); sums are all-reduced.
+        A stop signal ends it within a batch: None on every rank."""
         model = unwrap_model(self.parts.model)
         was_training = model.training
         model.eval()
         sums = MetricSums(self.device)
         blocks = self.parts.num_blocks * self.parts.block_size
         key_blocks = self.parts.key_blocks.to(self.device)
-        for batch in self.parts.val_loader:
+        interrupted = False
+        for batch in loader or self.parts.val_loader:
+            if self.stop_requested:
+                interrupted = True
+                break
             batch = batch.to(self.device, non_blocking=True)
             with self.autocast():
                 states, pooled = model.encode(batch.input_ids, batch.attention_mask)
@@ -275,8 +296,10 @@ class Trainer:
                            labels=batch.labels, decoded_index=decoded, decoded_tokens=tokens,
                            threshold=self.cfg.threshold, num_labels=flat_logits.size(-1),
                            top_k=self.parts.num_blocks)
-        mdist.all_reduce_sum(sums.values, self.world)  # all ranks
         model.train(was_training)
+        if mdist.any_rank(interrupted, self.world):  # all ranks
+            return None
+        mdist.all_reduce_sum(sums.values, self.world)  # all ranks
         return sums.result()
 
     # ------------------------------------------------------------ epochs, saving, stopping
@@ -314,6 +337,7 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "progress": {"step": p.step, "epoch": p.epoch, "rows_in_epoch": p.rows_in_epoch,
                          "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step,
+                         "last_eval_full": p.last_eval_full, "eval_pending": p.eval_pending,
                          "layout": schedule.layout.to_dict(),
                          "base_global_batch": schedule.plan.base_global_batch,
                          "schedule_segment": schedule.segment.to_list()},
@@ -380,8 +404,9 @@ class Trainer:
         return self.finished() or requested or bool(stop_at and self.progress.step >= stop_at)
 
     def finish(self) -> None:
-        if self.progress.last_eval_step != self.progress.step:
-            self.evaluate_and_log()  # all ranks
+        full = self.parts.full_val_loader is not None
+        if self.progress.last_eval_step != self.progress.step or (full and not self.progress.last_eval_full):
+            self.evaluate_and_log(full=full)  # all ranks
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)

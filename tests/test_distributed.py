@@ -316,3 +316,32 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
     assert logs["epoch"].tolist() == [1, 2] and logs["step"].iloc[-1] == expected_steps
     assert logs["lr"].iloc[-1] == 0.0  # the schedule ended at the last step
     assert (out / "model.safetensors").exists()
+
+
+SLOW_RANKS = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import mixer.data, mixer.token_cache
+rank = os.environ["RANK"]
+if rank == "0":  # a preparation that outlasts --dist-timeout (time passing is the point)
+    prepare = mixer.data.prepare
+    mixer.data.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
+else:  # and a share of the tokenising that does too
+    build = mixer.token_cache.build_part
+    mixer.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
+from mixer.entrypoints import finetune_cli
+finetune_cli()
+"""
+
+
+def test_preparing_and_tokenising_longer_than_the_timeout_is_not_a_failure(small_csv, tmp_path):
+    """15M rows take minutes to prepare and tokenise: no rank may wait for that in a
+    collective that --dist-timeout (here 2 s) would end."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_RANKS.format(root=ROOT))
+    out = tmp_path / "run"
+    proc = run(torchrun_cmd(2, "--standalone") + [
+        str(script), "--distributed", "--dataset", small_csv, "--save-path", str(out),
+        "--dist-timeout", "2", "--batch-size", "4", *EXACT], timeout=300)
+    assert "tokenising" in proc.stdout
+    assert (out / "model.safetensors").exists()

@@ -11,11 +11,12 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, env_for_subprocess, run_program
+from conftest import ROOT, TINY, TOY as TOY_DATA, env_for_subprocess, run_program
 from test_distributed import children, max_difference, torchrun_cmd
 
 EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09",
@@ -212,3 +213,27 @@ def test_no_secrets_in_outputs(small_csv, tmp_path):
             with open(os.path.join(root, name), "rb") as handle:
                 data = handle.read()
             assert b"wandb-secret" not in data and b"token-secret" not in data, name
+
+
+def test_a_stop_signal_during_an_evaluation_is_honoured_at_once(tmp_path):
+    """Pre-emption grace periods are short: a signal that arrives while 4,000
+    validation rows are evaluated (1,000 batches) stops the job within a batch; the
+    evaluation runs first when the job continues."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", TOY_DATA,
+           "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size", "--save-path",
+           str(run), "--share-val", "0.5", "--val-max-rows", "0", "--eval-batch-size", "4",
+           "--max-steps", "4", "--eval-interval", "2", *TINY]
+    proc = start(cmd)
+    wait_for_line(proc, "evaluating at step 2")
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "interrupted by the stop signal" in out
+    state = torch.load(run / "last.pt", weights_only=True)["progress"]
+    assert state["step"] == 2 and state["eval_pending"] is True
+    assert not (run / "logs.csv").exists()  # the interrupted evaluation logged nothing
+    proc = start(cmd + ["--eval-batch-size", "256"])
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert pd.read_csv(run / "logs.csv")["step"].tolist() == [2, 4]

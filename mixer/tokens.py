@@ -1,0 +1,235 @@
+"""From (language, text) to token ids: one implementation for training, the
+token cache and prediction, fast at OccCANINE scale.
+
+An `InputRecipe` says how a row becomes the model's input: the text alone or
+with its language (as a tokenizer pair `lang [SEP] text`, or as the literal
+string `lang[SEP]text` that OccCANINE's models read), lower-cased and
+transliterated to ASCII or not, cut to `max_len` tokens.
+
+Two tokenisers, both without torch (so `--prepare-only` stays light):
+
+- CANINE reads Unicode code points: its ids are `[CLS] + code points + [SEP]`,
+  computed for a million rows at a time with numpy (CanineTokenizer does the
+  same one row at a time in Python, ~16,000 rows/s).
+- Every other encoder goes through its fast tokenizer's Rust backend
+  (`tokenizers`), which encodes a batch on every core.
+
+Both give exactly the ids transformers' tokenizer gives (tested on awkward
+text: accents, CJK, emoji, empty strings, over-long strings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+
+CANINE_CLS, CANINE_SEP = 0xE000, 0xE001
+UNKNOWN_LANGUAGE = "unk"
+CHUNK_ROWS = 1_000_000  # rows tokenised at a time: bounds memory whatever the data size
+
+
+@dataclass(frozen=True)
+class InputRecipe:
+    """How a row (language, text) becomes the model's input."""
+
+    max_len: int = 64
+    # "pair": the tokenizer's pair (lang, text) when the language is known, else the text;
+    # "literal": the string f"{lang}[SEP]{text}", with lang "unk" when unknown (OccCANINE)
+    language: str = "pair"
+    lowercase: bool = False
+    ascii: bool = False  # transliterate to ASCII (OccCANINE's prediction does)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Optional[dict]) -> "InputRecipe":
+        known = {k: v for k, v in (values or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def to_ascii(texts: np.ndarray) -> np.ndarray:
+    """ASCII transliteration, each distinct text once. Uses `unidecode` (GPL-2.0+,
+    what OccCANINE's own prediction uses) when it is installed; otherwise mixer's
+    own rule: Unicode decomposition without the accents, then a small table, which
+    agrees with unidecode on the Latin letters of European languages."""
+    from mixer.transliterate import transliterate
+
+    unique, inverse = np.unique(texts.astype(str), return_inverse=True)
+    return np.asarray([transliterate(t) for t in unique], dtype=object)[inverse]
+
+
+def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
+    """(first, second): the strings the tokeniser reads. `second` is None except for
+    tokenizer pairs, where rows of unknown language have first = text, second = None."""
+    texts = np.asarray(texts, dtype=object)
+    langs = np.asarray(langs, dtype=object)
+    if recipe.lowercase:
+        texts = np.asarray([t.lower() for t in texts], dtype=object)
+    if recipe.ascii:
+        texts = to_ascii(texts)
+    if recipe.language == "literal":
+        langs = np.where(langs == "", UNKNOWN_LANGUAGE, langs)
+        return langs + "[SEP]" + texts, None
+    known = langs != UNKNOWN_LANGUAGE
+    if not known.any():
+        return texts, None
+    return np.where(known, langs, texts), np.where(known, texts, None)
+
+
+# ------------------------------------------------------------------ tokenisers
+class CanineIds:
+    """CANINE's ids, vectorised: [CLS] + code points (cut to max_len - 2) + [SEP];
+    a pair is [CLS] + first + [SEP] + second + [SEP] with only the second cut."""
+
+    kind = "canine"
+    pad_id = 0
+
+    def __init__(self, recipe: InputRecipe):
+        self.recipe = recipe
+
+    def encode(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
+        first, second = model_strings(texts, langs, self.recipe)
+        if second is not None:  # a pair: join with CANINE's [SEP]; only the text is ever cut
+            has = np.array([s is not None for s in second])
+            first = np.where(has, first + chr(CANINE_SEP) + np.where(has, second, ""), first)
+        return _code_point_ids(first, self.recipe.max_len)
+
+
+
+def _code_point_ids(strings: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    strings = [str(s) for s in strings]
+    n = len(strings)
+    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+    points = np.frombuffer("".join(strings).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    keep = np.minimum(lengths, max(max_len - 2, 0))
+    out_lengths = keep + 2
+    out_starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(out_lengths[:-1], out=out_starts[1:])
+    ids = np.empty(int(out_lengths.sum()), dtype=np.int32)
+    ids[out_starts] = CANINE_CLS
+    ids[out_starts + out_lengths - 1] = CANINE_SEP
+    src_starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=src_starts[1:])
+    kept = int(keep.sum())
+    keep_starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(keep[:-1], out=keep_starts[1:])
+    within = np.arange(kept, dtype=np.int64) - np.repeat(keep_starts, keep)
+    ids[np.repeat(out_starts + 1, keep) + within] = points[np.repeat(src_starts, keep) + within]
+    return ids, out_lengths.astype(np.int32)
+
+
+class BackendIds:
+    """A fast tokenizer's Rust backend: batches on every core, no Python per token."""
+
+    kind = "tokenizers"
+
+    def __init__(self, backend, recipe: InputRecipe, pad_id: int = 0):
+        self.recipe = recipe
+        self.pad_id = pad_id
+        self.backend = backend
+        self.backend.no_padding()
+        self._truncation = None  # set per call: a single text or a pair
+
+    @classmethod
+    def from_file(cls, tokenizer_json: str, recipe: InputRecipe, pad_id: int = 0) -> "BackendIds":
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(tokenizer_json), recipe, pad_id)
+
+    def _truncate(self, strategy: str) -> None:
+        if self._truncation != strategy:
+            self.backend.enable_truncation(self.recipe.max_len, strategy=strategy)
+            self._truncation = strategy
+
+    def _batch(self, inputs) -> list:
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return encode(inputs, add_special_tokens=True)
+
+    def encode(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
+        first, second = model_strings(texts, langs, self.recipe)
+        encodings = [None] * len(first)
+        if second is None:
+            self._truncate("longest_first")
+            encodings = self._batch([str(s) for s in first])
+        else:
+            pairs = np.array([s is not None for s in second])
+            singles = np.flatnonzero(~pairs)
+            doubles = np.flatnonzero(pairs)
+            if len(singles):
+                self._truncate("longest_first")
+                for row, enc in zip(singles, self._batch([str(first[i]) for i in singles])):
+                    encodings[row] = enc
+            if len(doubles):
+                self._truncate("only_second")
+                batch = self._batch([(str(first[i]), str(second[i])) for i in doubles])
+                for row, enc in zip(doubles, batch):
+                    encodings[row] = enc
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int32, count=len(encodings))
+        ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int32,
+                          count=int(lengths.sum()))
+        return ids, lengths
+
+
+
+def token_ids_for(tokenizer, model_type: str, recipe: InputRecipe):
+    """The tokeniser for an encoder: CANINE's vectorised ids, a fast tokenizer's
+    backend, or (for slow-only tokenizers) transformers' own, row by row."""
+    if model_type == "canine":
+        return CanineIds(recipe)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        from tokenizers import Tokenizer
+
+        return BackendIds(Tokenizer.from_str(backend.to_str()), recipe, tokenizer.pad_token_id or 0)
+    return SlowIds(tokenizer, recipe)
+
+
+class SlowIds:
+    """Any other transformers tokenizer (no fast version), row by row: slow, but right."""
+
+    kind = "transformers"
+
+    def __init__(self, tokenizer, recipe: InputRecipe):
+        self.tokenizer = tokenizer
+        self.recipe = recipe
+        self.pad_id = tokenizer.pad_token_id or 0
+
+    def encode(self, texts, langs):
+        first, second = model_strings(texts, langs, self.recipe)
+        rows = []
+        for a, b in zip(first, second if second is not None else itertools.repeat(None)):
+            if b is None:
+                rows.append(self.tokenizer(str(a), truncation=True, max_length=self.recipe.max_len)["input_ids"])
+            else:
+                rows.append(self.tokenizer(str(a), str(b), truncation="only_second",
+                                           max_length=self.recipe.max_len)["input_ids"])
+        lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+        return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths
+
+
+
+PROBE = (["farmer and fisher", "Bäcker und Müller", "農夫", "fisherman 🎣", "", "x" * 600,
+          "  spaced  out  "], ["en", "unk", "unk", "da", "en", "unk", "ge"])
+
+
+def tag_of(ids) -> str:
+    """Names a tokeniser's cache by what it does: its kind, recipe and the ids it gives
+    a fixed set of awkward rows. A tokenizer read from tokenizer.json (no torch) and the
+    same tokenizer loaded by transformers share one cache."""
+    probe_ids, probe_lengths = ids.encode(np.asarray(PROBE[0], dtype=object),
+                                          np.asarray(PROBE[1], dtype=object))
+    text = json.dumps([ids.kind, ids.recipe.to_dict(), probe_ids.tolist(), probe_lengths.tolist()],
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def encode_in_chunks(ids, texts, langs, chunk_rows: int = CHUNK_ROWS):
+    """Yield (ids, lengths) of consecutive chunks of rows."""
+    for start in range(0, len(texts), chunk_rows):
+        yield ids.encode(texts[start:start + chunk_rows], langs[start:start + chunk_rows])

@@ -1,0 +1,74 @@
+"""Token ids equal transformers' tokenizers exactly, on awkward text; the cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mixer.tokens import BackendIds, CanineIds, InputRecipe, model_strings, tag_of
+
+AWKWARD = ["farmer and fisher", "Bäcker und Müller", "smed, åbenrå", "农民 and 漁師",
+           "fisherman 🎣🐟 (retired)", "", "a" * 300, "x", "  spaced   out  ", "tab\there",
+           "line\nbreak", "ﬁsher (ligature)", "e\u0301 combining", "Ñandú", "Ωμέγα ψαράς",
+           "\u200bzero width", "مزارع", "[SEP] inside", "quote \" and , comma"]
+LANGS = ["en", "ge", "da", "unk", "en", "unk", "en", "unk", "unk", "fr", "en", "unk", "fr",
+         "es", "gr", "unk", "unk", "en", "en"]
+
+
+def reference(tokenizer, texts, langs, max_len):
+    out = []
+    for text, lang in zip(texts, langs):
+        if lang == "unk":
+            out.append(tokenizer(text, truncation=True, max_length=max_len)["input_ids"])
+        else:
+            out.append(tokenizer(lang, text, truncation="only_second", max_length=max_len)["input_ids"])
+    return out
+
+
+def rows_of(ids, lengths):
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(lengths))]
+
+
+@pytest.mark.parametrize("max_len", [16, 48, 128])
+def test_canine_ids_are_the_tokenizers_code_points(max_len):
+    from transformers import CanineTokenizer
+
+    texts, langs = np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object)
+    ids, lengths = CanineIds(InputRecipe(max_len=max_len)).encode(texts, langs)
+    assert rows_of(ids, lengths) == reference(CanineTokenizer(), AWKWARD, LANGS, max_len)
+
+
+def test_canine_literal_recipe_is_the_tokenizer_on_the_joined_string():
+    """OccCANINE's input: the string 'lang[SEP]text', padded/cut to 128 characters."""
+    from transformers import CanineTokenizer
+
+    recipe = InputRecipe(max_len=128, language="literal")
+    texts, langs = np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object)
+    ids, lengths = CanineIds(recipe).encode(texts, langs)
+    tokenizer = CanineTokenizer()
+    expected = [tokenizer(f"{lang}[SEP]{text}", truncation=True, max_length=128)["input_ids"]
+                for text, lang in zip(AWKWARD, LANGS)]
+    assert rows_of(ids, lengths) == expected
+
+
+@pytest.mark.parametrize("max_len", [8, 64])
+def test_fast_tokenizer_backend_gives_the_tokenizers_ids(tiny_bert_dir, max_len):
+    from transformers import AutoTokenizer
+
+    from mixer.encoders import package_model_dir
+
+    for directory in (tiny_bert_dir, package_model_dir("minilm-l6")):
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        fast = BackendIds.from_file(f"{directory}/tokenizer.json", InputRecipe(max_len=max_len))
+        ids, lengths = fast.encode(np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object))
+        assert rows_of(ids, lengths) == reference(tokenizer, AWKWARD, LANGS, max_len)
+        # read from the file without torch, or from the loaded tokenizer: one cache tag
+        from mixer.tokens import token_ids_for
+        assert tag_of(fast) == tag_of(token_ids_for(tokenizer, "bert", InputRecipe(max_len=max_len)))
+
+
+def test_literal_recipe_lowercases_and_transliterates():
+    recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
+    first, second = model_strings(["Bäcker ÆBLE", "Fisher"], ["ge", ""], recipe)
+    assert second is None and list(first) == ["ge[SEP]backer aeble", "unk[SEP]fisher"]
