@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -349,12 +350,13 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
         if check is not None:
             check(prepared)
         return prepared
+    start = time.perf_counter()
     prepared = prepare(cfg, seed, log)
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)
     log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation rows, "
-        f"{len(prepared.key)} codes, in {run_dir}")
+        f"{len(prepared.key)} codes, in {run_dir} ({time.perf_counter() - start:.1f} s)")
     return prepared
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -170,6 +171,7 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
     def join():
         join_parts(directory, world_size, rows, describe)
 
+    start = time.perf_counter()
     if world is None or not world.is_distributed:
         prepare_directory()
         build()
@@ -180,4 +182,5 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
         mdist.main_first(prepare_directory, world, others=lambda: None)
         mdist.all_ranks(build, world)  # every rank its share; waits without a time limit
         mdist.main_first(join, world, others=lambda: None)
+    log(f"tokenised {rows:,} {split} rows in {time.perf_counter() - start:.1f} s")
     return load(directory, rows)

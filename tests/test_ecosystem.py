@@ -213,8 +213,8 @@ def test_throughput_after_an_evaluation_leaves_the_evaluation_out(small_csv, tmp
     monkeypatch.setattr(clock, "perf_counter", lambda: real() + offset[0])
     evaluate = Trainer.evaluate
 
-    def slow_evaluate(self):
-        result = evaluate(self)
+    def slow_evaluate(self, *args, **kwargs):
+        result = evaluate(self, *args, **kwargs)
         offset[0] += 1000.0
         return result
 
