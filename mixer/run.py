@@ -126,7 +126,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     extra = model_extra(config, prepared.formatter, encoder.source)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
-                       full_val_loader=full_val_loader,
+                       full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, schedule=schedule, model_extra=extra,
                        grad_sync=grad_sync)

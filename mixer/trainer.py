@@ -62,6 +62,7 @@ class TrainParts:
     block_size: int
     schedule: Schedule  # run length and learning-rate position (mixer.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
+    val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
@@ -240,9 +241,8 @@ class Trainer:
 
     def _evaluate_and_log(self, full: bool) -> dict:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
-        logger.info(f"evaluating at step {self.progress.step} on "
-                    f"{'every' if loader is not None or self.parts.full_val_loader is None else 'a sample of the'}"
-                    " validation rows")
+        rows = self.parts.val_rows[1 if loader is not None else 0]
+        logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
         metrics = self.evaluate(loader)  # all ranks
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
