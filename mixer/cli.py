@@ -209,6 +209,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="also keep epoch_<N>.safetensors at the end of each epoch")
     group.add_argument("--log-wandb", dest="log_wandb", action=argparse.BooleanOptionalAction, default=False,
                        help="log to Weights & Biases (rank 0 only)")
+    group.add_argument("--log-tensorboard", dest="log_tensorboard",
+                       action=argparse.BooleanOptionalAction, default=False,
+                       help="write TensorBoard event files to RUN_DIR/tensorboard/ (rank 0 only; "
+                            "the scalars W&B gets)")
     group.add_argument("--wandb-project-name", dest="wandb_project_name", default="mixer",
                        help="W&B project (default: %(default)s)")
     group.add_argument("--wandb-mode", dest="wandb_mode",

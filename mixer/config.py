@@ -92,6 +92,7 @@ class DistConfig:
 @dataclass
 class LogConfig:
     log_wandb: bool = False
+    log_tensorboard: bool = False
     wandb_project_name: str = "mixer"
     wandb_mode: str = "online"
     log_level: str = "INFO"

@@ -147,7 +147,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         save_encoder_files(encoder, run_dir)  # after the resume check: never overwrite a run's encoder
         wandb = ({"project": config.log.wandb_project_name, "mode": config.log.wandb_mode}
                  if config.log.log_wandb else None)
-        return Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step)
+        return Tracker(run_dir, config_for_file(config), wandb, trainer.progress.step,
+                       tensorboard=config.log.log_tensorboard)
 
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
     report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),

@@ -1,4 +1,4 @@
-"""Where numbers go: logs.csv, W&B, the progress bar. Rank 0 holds a real
+"""Where numbers go: logs.csv, W&B, TensorBoard, the progress bar. Rank 0 holds a real
 `Tracker`; other ranks hold a `NullTracker` that does nothing, so callers never
 test the rank themselves."""
 
@@ -36,15 +36,20 @@ class Tracker(NullTracker):
     """logs.csv (one row per evaluation), optional W&B run, progress bar or log lines."""
 
     def __init__(self, run_dir: str, config: dict, wandb_settings: Optional[dict] = None,
-                 resume_step: int = 0):
+                 resume_step: int = 0, tensorboard: bool = False):
         self.path = os.path.join(run_dir, LOGS)
         self.bar = None
         self.wandb = None
+        self.tensorboard = None
         self._trim_logs(resume_step)
         if wandb_settings:
             from mixer.wandb_run import start_wandb
 
             self.wandb = start_wandb(run_dir, config, **wandb_settings)
+        if tensorboard:  # for clusters where W&B is not allowed: the same scalars, as files
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(os.path.join(run_dir, "tensorboard"), purge_step=resume_step + 1)
 
     def _trim_logs(self, resume_step: int) -> None:
         """On resume, rows written after the checkpoint are replayed: drop them."""
@@ -82,8 +87,16 @@ class Tracker(NullTracker):
             logger.info("step %d: %s", step, ", ".join(f"{k} {v}" for k, v in text.items()))
 
     def log_train(self, step: int, values: dict) -> None:
+        scalars = {f"train/{k}": v for k, v in values.items()}
         if self.wandb is not None:
-            self.wandb.log({f"train/{k}": v for k, v in values.items()}, step=step)
+            self.wandb.log(scalars, step=step)
+        self._tensorboard(scalars, step)
+
+    def _tensorboard(self, scalars: dict, step: int) -> None:
+        if self.tensorboard is not None:
+            for name, value in scalars.items():
+                self.tensorboard.add_scalar(name, value, step)
+            self.tensorboard.flush()
 
     def log_eval(self, row: dict) -> None:
         exists = os.path.exists(self.path)
@@ -101,8 +114,10 @@ class Tracker(NullTracker):
                 if not exists:
                     writer.writeheader()
                 writer.writerow(row)
+        scalars = {k: v for k, v in row.items() if k != "step"}
         if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(row["step"]))
+            self.wandb.log(scalars, step=int(row["step"]))
+        self._tensorboard(scalars, int(row["step"]))
         summary = ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items()
                             if k in ("val_loss", "val_flat_accuracy", "val_flat_f1",
                                      "val_seq2seq_accuracy", "val_token_accuracy"))
@@ -117,3 +132,5 @@ class Tracker(NullTracker):
             self.bar.close()
         if self.wandb is not None:
             self.wandb.finish()
+        if self.tensorboard is not None:
+            self.tensorboard.close()

@@ -233,3 +233,20 @@ def test_wandb_dir_set_by_the_user_is_honoured(small_csv, tmp_path):
     finetune(small_csv, out, "--max-steps", "1", "--log-wandb", "--wandb-mode", "offline", env=env)
     assert len(glob.glob(str(tmp_path / "wandb-home" / "wandb" / "offline-run-*"))) == 1
     assert not (out / "wandb").exists()
+
+
+def test_tensorboard_event_files_hold_the_scalars_wandb_gets(small_csv, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    finetune(small_csv, out, "--log-tensorboard", "--eval-interval", "2", "--log-interval", "2")
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/samples_per_sec", "val_loss", "val_flat_accuracy",
+            "val_seq2seq_f1", "epoch"} <= tags
+    steps = [e.step for e in events.Scalars("val_flat_accuracy")]
+    logs = pd.read_csv(out / "logs.csv")
+    assert steps == logs["step"].tolist() == [2, 4]
+    assert [e.value for e in events.Scalars("val_flat_accuracy")] == pytest.approx(
+        logs["val_flat_accuracy"].tolist())
