@@ -337,7 +337,8 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
                      check: Optional[Callable[[Prepared], None]] = None) -> Prepared:
     """Reuse the run directory's data when it was prepared from the same input
     and settings, else prepare it and, once `check` (if any) accepts it, write it:
-    bad input leaves the run directory as it was."""
+    bad input leaves the run directory as it was. Reused data comes without its
+    text (training reads token ids; see load_prepared)."""
     stamp = fingerprint(cfg, seed)
     existing = prepared_stamp(run_dir)
     if existing is not None:
@@ -346,7 +347,7 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
                             f"({describe_difference(existing, stamp)}); use a new --save-path, "
                             "or the original files and flags to resume")
         log(f"reusing prepared data in {run_dir}")
-        prepared = load_prepared(run_dir)
+        prepared = load_prepared(run_dir, with_text=False)  # 10M texts would take a GB
         if check is not None:
             check(prepared)
         return prepared
