@@ -91,6 +91,10 @@ def add_common(parser: argparse.ArgumentParser) -> None:
 def add_input_text_args(group, with_language=True) -> None:
     group.add_argument("--input-col", dest="input_col", default="occ1",
                        help="column with the text to classify (default: %(default)s)")
+    group.add_argument("--context-cols", dest="context_cols", nargs="+", default=[], metavar="COL",
+                       help="more columns the model reads after the text, e.g. relation "
+                            "industry: 'title [SEP] relation: wife [SEP] industry: coal' "
+                            "(empty cells are left out; see README: Data rules)")
     if with_language:
         group.add_argument("--language", default="unk",
                            help="language of every row, e.g. en (default: %(default)s = unknown); "

@@ -21,6 +21,7 @@ class DataConfig:
     train_data: list[str] = field(default_factory=list)  # train_mixer.py
     val_data: list[str] = field(default_factory=list)
     input_col: str = "occ1"
+    context_cols: list[str] = field(default_factory=list)
     target_cols: list[str] = field(default_factory=list)
     language: str = "unk"
     language_col: Optional[str] = None

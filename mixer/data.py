@@ -20,7 +20,7 @@ import pandas as pd
 from mixer.config import DataConfig
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter, hisco_key, read_descriptions
-from mixer.tables import check_input_path, code_cells, read_table, require_columns
+from mixer.tables import as_text, check_input_path, code_cells, read_table, require_columns
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
@@ -29,6 +29,25 @@ ROW_GROUP = 1_000_000
 
 def code_columns(max_num_codes: int) -> list[str]:
     return [f"code_{i + 1}" for i in range(max_num_codes)]
+
+
+# ------------------------------------------------------------------ context
+CONTEXT_SEP = " [SEP] "
+
+
+def with_context(text: pd.Series, frame: pd.DataFrame, context_cols) -> pd.Series:
+    """The model's text: the description, then each context column that has a value,
+    as 'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. An
+    empty or missing value is left out (never written as 'nan'); the column names
+    and their order come from the run, so prediction builds the same text."""
+    if not context_cols:
+        return text
+    text = text.reset_index(drop=True)
+    for column in context_cols:
+        values = as_text(frame[column]).str.strip().reset_index(drop=True)
+        part = (CONTEXT_SEP + column + ": " + values).where(values != "", "")
+        text = text + part
+    return text
 
 
 # ------------------------------------------------------------------ labels
@@ -47,11 +66,14 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     naming them, or dropped with --drop-bad-labels."""
     flags = {cfg.input_col: "--input-col"}
     flags.update({c: "--target-cols" for c in cfg.target_cols})
+    flags.update({c: "--context-cols" for c in cfg.context_cols})
     if cfg.language_col:
         flags[cfg.language_col] = "--language-col"
     require_columns(frame, list(flags), path, flags)
 
     text = frame[cfg.input_col].astype("str").str.strip()
+    empty_text = text.eq("").to_numpy()
+    text = with_context(text, frame, cfg.context_cols)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
     # all code cells as one column of strings (column after column), stripped and
     # factorised: the formatter then looks at each distinct value once
@@ -78,7 +100,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     raw = np.asarray(uniques, dtype=object)[ids]
 
     problems = []  # (mask, description)
-    problems.append((text.eq("").to_numpy(), f"empty text in {cfg.input_col!r}"))
+    problems.append((empty_text, f"empty text in {cfg.input_col!r}"))
     problems.append(((codes == "").all(axis=1), "no code in any target column"))
     bad_cells = cell_reason != ""
     if bad_cells.any():
@@ -163,7 +185,7 @@ def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np
 
 
 # ------------------------------------------------------------------ prepared data
-FINGERPRINT_SETTINGS = ("input_col", "target_cols", "language", "language_col", "formatter",
+FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", "language_col", "formatter",
                         "block_size", "use_within_block_sep", "drop_bad_labels",
                         "allow_codes_shorter_than_block_size", "share_val")
 HASH_BLOCK = 1 << 23
@@ -214,7 +236,10 @@ def same_as_legacy(old: dict, cfg: DataConfig, seed: int) -> bool:
         return False
     files = [cfg.dataset] if cfg.dataset else list(cfg.train_data) + list(cfg.val_data)
     stats = [[os.path.abspath(p), os.path.getsize(p), int(os.stat(p).st_mtime)] for p in files]
-    settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS + ("code_descriptions",)}
+    legacy = ("input_col", "target_cols", "language", "language_col", "formatter", "block_size",
+              "use_within_block_sep", "drop_bad_labels", "allow_codes_shorter_than_block_size",
+              "share_val", "code_descriptions")
+    settings = {k: getattr(cfg, k) for k in legacy}
     settings["seed"] = seed
     digest = hashlib.sha256(json.dumps([stats, settings], sort_keys=True).encode()).hexdigest()
     return old.get("digest") == digest[:16]

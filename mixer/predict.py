@@ -17,7 +17,7 @@ import torch
 
 from mixer import distributed as mdist
 from mixer.config import DistConfig
-from mixer.data import read_key
+from mixer.data import read_key, with_context
 from mixer.dataset import shard_indices
 from mixer.encoders import encoder_from_run, fixed_input_length
 from mixer.errors import UserError
@@ -195,7 +195,10 @@ def predict_file(args) -> None:
 
             bar = tqdm(unit="row", desc="predict")
         for chunk in iter_chunks(args.input, args.chunk_size):
-            for column, flag in ((input_col, "--input-col"), (language_col, "--language-col")):
+            context_cols = config.get("context_cols") or []
+            needed = [(input_col, "--input-col"), (language_col, "--language-col")]
+            needed += [(c, "a context column the model was trained with") for c in context_cols]
+            for column, flag in needed:
                 if column and column not in chunk.columns:
                     raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
                                     f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
@@ -203,7 +206,8 @@ def predict_file(args) -> None:
             part = chunk.iloc[mine]
             langs = text_column(part, language_col) if language_col else \
                 np.full(len(part), language, dtype=object)
-            result = predictor.predict(text_column(part, input_col), langs,
+            texts = with_context(pd.Series(text_column(part, input_col)), part, context_cols)
+            result = predictor.predict(texts.to_numpy(dtype=object), langs,
                                        args.head, args.top_k, args.threshold, args.batch_size)
             pieces = mdist.gather_objects(result, world)  # all ranks
             if world.is_main:

@@ -296,6 +296,7 @@ def model_extra(config: RunConfig, formatter, encoder_source: str) -> dict:
     """What predict.py needs besides the weights, stored in config.json."""
     return {"mixer_version": __version__, "formatter": formatter.to_dict(),
             "max_len": config.data.max_len, "input_col": config.data.input_col,
+            "context_cols": list(config.data.context_cols),
             "language": config.data.language, "language_col": config.data.language_col,
             "threshold": config.train.threshold, "encoder_source": encoder_source,
             "input_recipe": input_recipe(config).to_dict()}
