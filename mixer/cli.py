@@ -194,6 +194,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threshold", type=unit_interval, default=0.5,
                        help="flat head: codes with probability at least this are predicted "
                             "(default: %(default)s)")
+    group.add_argument("--tune-threshold", dest="tune_threshold",
+                       action=argparse.BooleanOptionalAction, default=False,
+                       help="at the end, choose the flat threshold with the best F1 on the "
+                            "validation rows and store it in the run (predict.py's default)")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
 
     group = parser.add_argument_group("logging and saving")

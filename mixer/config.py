@@ -75,6 +75,7 @@ class TrainConfig:
     save_interval: Optional[int] = None
     save_each_epoch: bool = False
     threshold: float = 0.5
+    tune_threshold: bool = False
     compile: bool = False
 
 

@@ -62,11 +62,17 @@ def _set_sums(pred_hot: torch.Tensor, invalid: torch.Tensor, true_hot: torch.Ten
     return exact, tp, pred_hot.sum() + invalid.sum(), true_hot.sum()
 
 
-class MetricSums:
-    """Running sums of one evaluation on one rank."""
+THRESHOLD_GRID = torch.arange(1, 100, dtype=torch.float64) / 100  # 0.01 .. 0.99
 
-    def __init__(self, device):
+
+class MetricSums:
+    """Running sums of one evaluation on one rank. With `tune_thresholds`, also the flat
+    head's true positives and predictions at every threshold of THRESHOLD_GRID."""
+
+    def __init__(self, device, tune_thresholds: bool = False):
         self.values = torch.zeros(len(SUM_NAMES), dtype=torch.float64, device=device)
+        self.grid = (torch.zeros(2, len(THRESHOLD_GRID), dtype=torch.float64, device=device)
+                     if tune_thresholds else None)
 
     def add(self, **sums) -> None:
         for name, value in sums.items():
@@ -85,12 +91,35 @@ class MetricSums:
                                    decoded_tokens.size(1) // decoded_index.size(1))
         seq_invalid = ((decoded_index == INVALID) & ~repeated).sum(-1)
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
+        if self.grid is not None:
+            self._add_grid(flat_probs, true_hot, top_k)
         s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
         correct = (seq_logits.argmax(-1) == targets)
         self.add(rows=labels.size(0), loss=row_total.sum(), seq2seq_loss=row_seq.sum(),
                  flat_loss=row_flat.sum(), token_correct=correct.sum(), token_count=correct.numel(),
                  flat_exact=f_exact, flat_tp=f_tp, flat_pred=f_pred, flat_true=f_true,
                  seq2seq_exact=s_exact, seq2seq_tp=s_tp, seq2seq_pred=s_pred, seq2seq_true=s_true)
+
+    def _add_grid(self, flat_probs, true_hot, top_k) -> None:
+        top_probs, top_index = flat_probs.topk(min(top_k, flat_probs.size(-1)), dim=-1)
+        correct = true_hot.gather(1, top_index).bool()  # (rows, k)
+        grid = THRESHOLD_GRID.to(top_probs.device)
+        chosen = top_probs.double().unsqueeze(-1) >= grid  # (rows, k, thresholds)
+        chosen[:, 0, :] = True  # the most probable code is always predicted
+        self.grid[0] += (chosen & correct.unsqueeze(-1)).sum((0, 1)).double()
+        self.grid[1] += chosen.sum((0, 1)).double()
+
+    def best_threshold(self, current: float) -> tuple:
+        """(threshold, its micro F1, F1 at `current`) from the summed grid (all-reduced)."""
+        true = self.values[SUM_NAMES.index("flat_true")]
+        tp, pred = self.grid[0], self.grid[1]
+        f1 = torch.where(pred + true > 0, 2 * tp / (pred + true).clamp(min=1), torch.zeros_like(tp))
+        # the best F1; among equals the threshold nearest the current one
+        best = torch.isclose(f1, f1.max(), rtol=0, atol=1e-12)
+        distance = torch.where(best, (THRESHOLD_GRID.to(f1.device) - current).abs(), torch.inf)
+        index = int(distance.argmin())
+        at_current = int((THRESHOLD_GRID - current).abs().argmin())
+        return float(THRESHOLD_GRID[index]), float(f1[index]), float(f1[at_current])
 
     def result(self) -> dict:
         """Divide once (after the all-reduce)."""

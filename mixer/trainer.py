@@ -233,17 +233,18 @@ class Trainer:
         if self.should_evaluate():
             self.evaluate_and_log()
 
-    def evaluate_and_log(self, full: bool = False) -> dict:
+    def evaluate_and_log(self, full: bool = False, final: bool = False) -> dict:
         if self._window.rows:
             self.window_values()  # all ranks
         with self._window.paused():  # training throughput leaves evaluation and saving out
-            return self._evaluate_and_log(full)
+            return self._evaluate_and_log(full, final)
 
-    def _evaluate_and_log(self, full: bool) -> dict:
+    def _evaluate_and_log(self, full: bool, final: bool) -> dict:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
-        metrics = self.evaluate(loader)  # all ranks
+        tune = final and self.cfg.tune_threshold
+        metrics = self.evaluate(loader, tune_threshold=tune)  # all ranks
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
             logger.warning(f"evaluation at step {self.progress.step} interrupted by the stop "
@@ -265,14 +266,14 @@ class Trainer:
         return row
 
     @torch.no_grad()
-    def evaluate(self, loader=None) -> Optional[dict]:
+    def evaluate(self, loader=None, tune_threshold: bool = False) -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
         collectives inside, so shards may differ in size); sums are all-reduced.
         A stop signal ends it within a batch: None on every rank."""
         model = unwrap_model(self.parts.model)
         was_training = model.training
         model.eval()
-        sums = MetricSums(self.device)
+        sums = MetricSums(self.device, tune_thresholds=tune_threshold)
         blocks = self.parts.num_blocks * self.parts.block_size
         key_blocks = self.parts.key_blocks.to(self.device)
         interrupted = False
@@ -300,7 +301,11 @@ class Trainer:
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None
         mdist.all_reduce_sum(sums.values, self.world)  # all ranks
-        return sums.result()
+        result = sums.result()
+        if tune_threshold:
+            mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
+            self.tuned_threshold = sums.best_threshold(self.cfg.threshold)
+        return result
 
     # ------------------------------------------------------------ epochs, saving, stopping
     def end_epoch(self) -> None:
@@ -405,8 +410,16 @@ class Trainer:
 
     def finish(self) -> None:
         full = self.parts.full_val_loader is not None
-        if self.progress.last_eval_step != self.progress.step or (full and not self.progress.last_eval_full):
-            self.evaluate_and_log(full=full)  # all ranks
+        tune = self.cfg.tune_threshold
+        if (self.progress.last_eval_step != self.progress.step or tune
+                or (full and not self.progress.last_eval_full)):
+            self.evaluate_and_log(full=full, final=True)  # all ranks
+        if tune and getattr(self, "tuned_threshold", None):
+            best, f1, before = self.tuned_threshold
+            self.parts.model_extra["threshold"] = best  # predict.py's default for this run
+            logger.info(f"tuned flat threshold: {best:.2f} gives F1 {f1:.4f} on the validation rows "
+                        f"({self.cfg.threshold:.2f} gave {before:.4f}); stored in "
+                        f"{self.run_dir}/config.json")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)

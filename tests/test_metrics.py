@@ -33,3 +33,20 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
     result = sums.result()
     assert result["seq2seq_precision"] == 2 / 4  # 4 predicted codes in all, 2 right
     assert result["seq2seq_recall"] == 1.0
+
+
+def test_the_tuned_threshold_is_the_one_with_the_best_f1():
+    """Row A holds codes 0 and 1 (1 at probability 0.355); row B holds code 2, with a wrong
+    code 3 at 0.30. Thresholds in (0.30, 0.35] predict every set exactly (F1 1.0); 0.5
+    misses code 1 (F1 0.8). Among equal F1s the one nearest 0.5 is kept."""
+    probs = torch.tensor([[0.9, 0.355, 0.05, 0.01], [0.02, 0.01, 0.8, 0.30]])
+    labels = torch.tensor([[0, 1], [2, -1]])
+    sums = MetricSums("cpu", tune_thresholds=True)
+    rows = torch.zeros(2)
+    index = torch.full((2, 2), -1)
+    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows, seq_logits=torch.zeros(2, 5, 8),
+                   targets=torch.zeros(2, 5, dtype=torch.long), flat_probs=probs, labels=labels,
+                   decoded_index=index, decoded_tokens=torch.zeros(2, 4, dtype=torch.long),
+                   threshold=0.5, num_labels=4, top_k=2)
+    best, f1, at_half = sums.best_threshold(0.5)
+    assert (best, f1) == (0.35, 1.0) and abs(at_half - 0.8) < 1e-12

@@ -1,5 +1,6 @@
 """End to end on one process: training learns, resume is exact, save/load/predict agree."""
 
+import json
 import os
 
 import numpy as np
@@ -171,3 +172,18 @@ def test_train_mixer_with_built_in_code_systems(tmp_path, small_csv):
 def test_compile_is_skipped_on_cpu_with_a_clear_message(tmp_path, small_csv, capsys):
     finetune(tmp_path / "run", small_csv, "--max-steps", 1, "--compile")
     assert "--compile skipped on CPU" in capsys.readouterr().out
+
+
+def test_tune_threshold_stores_the_best_threshold_that_predict_uses(small_csv, tmp_path):
+    out = tmp_path / "run"
+    proc = run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
+                       "--save-path", out, "--max-steps", "12", "--share-val", "0.3",
+                       "--tune-threshold", "--learning-rate", "3e-3", *TINY)
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("tuned flat threshold:"))
+    tuned = float(line.split()[3])
+    assert json.load(open(out / "config.json"))["threshold"] == tuned
+    default, explicit = tmp_path / "a.csv", tmp_path / "b.csv"
+    run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", default)
+    run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", explicit,
+                "--threshold", tuned)
+    assert open(default).read() == open(explicit).read()
