@@ -120,7 +120,7 @@ texts = pd.unique(pd.read_csv({root!r} + "/data/toy_hisco.csv", dtype=str)["occ1
 langs = np.full(len(texts), "unk", dtype=object)
 for precision in ("fp32", "bf16"):
     for head in {heads!r}:
-        p = Predictor.from_run_dir({run!r}, device="cuda:0" if torch.cuda.is_available() else "cpu", precision=precision)
+        p = Predictor.load({run!r}, device="cuda:0" if torch.cuda.is_available() else "cpu", precision=precision)
         p.predict(texts[:64], langs[:64], head=head, batch_size={batch})
         if torch.cuda.is_available(): torch.cuda.synchronize()
         start = time.perf_counter()

@@ -44,7 +44,7 @@ def main() -> None:
     distinct = pd.unique(texts)
     print(f"{torch.get_num_threads()} threads; {len(texts)} rows, {len(distinct)} distinct descriptions")
     for precision in ("fp32", "bf16"):
-        predictor = Predictor.from_run_dir(args.run_dir, precision=precision)
+        predictor = Predictor.load(args.run_dir, device="cpu", precision=precision, force_precision=True)
         as_is = records_per_second(predictor, texts, args.batch_size)
         unique = records_per_second(predictor, distinct, args.batch_size)
         print(f"{precision}: {as_is:,.0f} records/s on the example data, "

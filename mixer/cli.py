@@ -66,6 +66,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = _float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def unit_interval(text: str) -> float:
     value = _float(text)
     if not 0.0 <= value <= 1.0:
@@ -156,8 +163,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="rows per process per micro-step (default: %(default)s)")
     group.add_argument("--eval-batch-size", dest="eval_batch_size", type=positive_int,
                        default=None, help="rows per evaluation batch (default: 2x --batch-size)")
-    group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=positive_float,
-                       default=3e-4, help="peak learning rate of AdamW (default: %(default)s)")
+    group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=non_negative_float,
+                       default=3e-4, help="peak learning rate of AdamW; 0 leaves the weights as "
+                                          "they start (default: %(default)s)")
     group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=5.0,
                        help="the heads (new, random weights) learn this many times faster than "
                             "the encoder (default: %(default)s)")

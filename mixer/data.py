@@ -165,12 +165,15 @@ def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = No
 
 
 def labels_of(frame: pd.DataFrame, key_codes, max_num_codes: int) -> np.ndarray:
-    """Key indices (rows, max_num_codes), -1 where a slot is empty."""
-    columns = code_columns(max_num_codes)
+    """Key indices (rows, max_num_codes), -1 where a slot is empty (also the slots a
+    model has beyond the data's code columns)."""
+    columns = [c for c in code_columns(max_num_codes) if c in frame.columns]
     values = frame[columns].to_numpy(dtype=object).ravel()
     values = np.where(values == "", None, values)  # empty slot -> code -1
     cats = pd.Categorical(values, categories=list(key_codes))
-    return cats.codes.reshape(len(frame), max_num_codes).astype(np.int64)
+    labels = np.full((len(frame), max_num_codes), -1, dtype=np.int64)
+    labels[:, : len(columns)] = cats.codes.reshape(len(frame), len(columns))
+    return labels
 
 
 def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -278,12 +281,21 @@ def make_formatter(cfg: DataConfig, max_num_codes: int) -> CodeFormatter:
                          allow_short=cfg.allow_codes_shorter_than_block_size)
 
 
-def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
-    """Read, check, key and split the data of a run, in memory."""
-    formatter = make_formatter(cfg, len(cfg.target_cols))
-    if formatter.kind == "hisco":
+def prepare(cfg: DataConfig, seed: int, log=print, base=None) -> Prepared:
+    """Read, check, key and split the data of a run, in memory. With `base` (a
+    whole-model start, mixer.sources.Base) the codes are read in the starting
+    model's layout, and the key is its codes followed by any new ones."""
+    if base is not None:
+        formatter = CodeFormatter.from_dict(base.formatter.to_dict())
+        formatter.allow_short = cfg.allow_codes_shorter_than_block_size or formatter.allow_short
+        if len(cfg.target_cols) > formatter.max_num_codes:
+            raise UserError(f"--target-cols: {len(cfg.target_cols)} code columns, but the starting "
+                            f"model writes at most {formatter.max_num_codes} codes per row")
+    else:
+        formatter = make_formatter(cfg, len(cfg.target_cols))
+    if base is None and formatter.kind == "hisco":
         formatter.block_size = 5
-    elif formatter.kind == "occ1950":
+    elif base is None and formatter.kind == "occ1950":
         formatter.block_size = 3
     known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
     descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
@@ -309,9 +321,29 @@ def prepare(cfg: DataConfig, seed: int, log=print) -> Prepared:
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
         train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
-    formatter.fit_alphabet(sorted(seen))
-    key = build_key(formatter, seen, descriptions)
+    if base is None:
+        formatter.fit_alphabet(sorted(seen))
+        key = build_key(formatter, seen, descriptions)
+    else:
+        key = extend_key(base, formatter, seen, descriptions)
     return Prepared(train=train, val=val, key=key, formatter=formatter)
+
+
+def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[dict]) -> pd.DataFrame:
+    """The starting model's codes (its flat head's order), then the data's new codes."""
+    symbols = set(formatter.alphabet) | set(formatter.special_codes)
+    strange = sorted(c for c in seen if not set(formatter.parts(c)) <= symbols)
+    if strange:
+        raise UserError(f"code {strange[0]!r} ({len(strange)} code(s) in all) has characters the "
+                        "starting model's decoder cannot write; pass --only-encoder to start new "
+                        "heads for this code system")
+    known = set(base.codes)
+    codes = list(base.codes) + sorted(c for c in seen if c not in known)
+    merged = dict(base.descriptions)
+    merged.update(descriptions or {})
+    key = pd.DataFrame({"code": codes, "description": [merged.get(c, "") for c in codes]})
+    key.insert(1, "index", np.arange(len(key)))
+    return key
 
 
 def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
@@ -341,7 +373,11 @@ def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
     cache), a 10M-row split loads in seconds and little memory."""
     with open(os.path.join(run_dir, "prepared.json")) as handle:
         meta = json.load(handle)
-    columns = None if with_text else code_columns(meta["formatter"]["max_num_codes"]) + ["row"]
+    import pyarrow.parquet as pq
+
+    present = set(pq.read_schema(os.path.join(run_dir, "data_train.parquet")).names)
+    columns = None if with_text else [c for c in code_columns(meta["formatter"]["max_num_codes"])
+                                      if c in present] + ["row"]
     return Prepared(
         train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet"), columns=columns),
         val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet"), columns=columns),
@@ -359,12 +395,16 @@ def prepared_stamp(run_dir: str) -> Optional[dict]:
 
 
 def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
-                     check: Optional[Callable[[Prepared], None]] = None) -> Prepared:
+                     check: Optional[Callable[[Prepared], None]] = None, base=None) -> Prepared:
     """Reuse the run directory's data when it was prepared from the same input
     and settings, else prepare it and, once `check` (if any) accepts it, write it:
     bad input leaves the run directory as it was. Reused data comes without its
     text (training reads token ids; see load_prepared)."""
     stamp = fingerprint(cfg, seed)
+    if base is not None:  # the starting model fixes the layout and the key: part of the identity
+        stamp["settings"]["start"] = base.describe()
+        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
+                                                    sort_keys=True).encode()).hexdigest()[:16]
     existing = prepared_stamp(run_dir)
     if existing is not None:
         if existing.get("digest") != stamp["digest"] and not same_as_legacy(existing, cfg, seed):
@@ -377,7 +417,7 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
             check(prepared)
         return prepared
     start = time.perf_counter()
-    prepared = prepare(cfg, seed, log)
+    prepared = prepare(cfg, seed, log, base)
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)

@@ -63,18 +63,20 @@ class Collator:
     """Pads to the longest row of the batch and lays codes out as decoder blocks."""
 
     def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
-                 pad_to: Optional[int] = None, pad_multiple: int = 1):
-        self.pad_id = pad_id
+                 pad_to: Optional[int] = None, pad_multiple: int = 1, code_pad: int = PAD,
+                 eos: int = EOS):
+        self.pad_id = pad_id  # of the encoder's input
         self.pad_to = pad_to  # a fixed length for encoders that need one
         self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.precision)
-        # one extra all-PAD block for empty slots (index -1)
-        self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), PAD)]).astype(np.int64)
+        # one extra block of the decoder's PAD for empty slots (index -1)
+        self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(np.int64)
         self.bos = bos
+        self.eos = eos
 
     def targets(self, labels: np.ndarray) -> np.ndarray:
         rows = labels.shape[0]
         blocks = self.blocks[labels].reshape(rows, -1)  # -1 picks the PAD block
-        return np.concatenate([blocks, np.full((rows, 1), EOS)], axis=1)
+        return np.concatenate([blocks, np.full((rows, 1), self.eos)], axis=1)
 
     def __call__(self, items) -> Batch:
         longest = self.pad_to or round_up(max(len(item[0]) for item in items), self.pad_multiple)

@@ -76,10 +76,12 @@ def _train(config) -> int:
         # no torch on this path: preparation of millions of rows takes seconds
         from mixer.config import write_args
         from mixer.data import prepare_run_data
+        from mixer.sources import describe_start
 
-        prepare_run_data(config.data, config.train.seed, config.save_dir)
+        start = describe_start(config)
+        prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base)
         write_args(config, config.save_dir)
-        prepare_token_cache(config)
+        prepare_token_cache(config, start)
         return 0
     from mixer.run import train
 
@@ -87,16 +89,15 @@ def _train(config) -> int:
     return 0
 
 
-def prepare_token_cache(config) -> None:
+def prepare_token_cache(config, start) -> None:
     """--prepare-only also tokenises, so GPU jobs start training at once. Without
-    torch for CANINE encoders and tokenizer.json files (mixer.encoders.light_token_ids)."""
+    torch for CANINE encoders and tokenizer.json files (mixer.sources.light_tokeniser)."""
     from mixer.data import load_prepared
-    from mixer.encoders import light_token_ids
-    from mixer.sources import initial_run_dir, input_recipe
+    from mixer.sources import light_tokeniser
     from mixer.token_cache import token_cache
 
     prepared = load_prepared(config.save_dir, with_text=False)
-    token_ids = light_token_ids(config.model.encoder, input_recipe(config), initial_run_dir(config))
+    token_ids = light_tokeniser(start, config)
     for split, frame in (("train", prepared.train), ("val", prepared.val)):
         token_cache(config.save_dir, split, token_ids, len(frame), None)
     print(f"data prepared and tokenised in {config.save_dir} (--prepare-only)")
@@ -115,11 +116,20 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def predict_parser() -> cli.Parser:
-    parser = cli.Parser(prog="predict.py", description="Codes for a CSV/Parquet file from a run directory.")
+    parser = cli.Parser(prog="predict.py", description=(
+        "Codes (or embeddings) for a CSV/Parquet file, from a run directory of this tool or an "
+        "OccCANINE model."))
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
-    parser.add_argument("--checkpoint", required=True, help="run directory of finetune.py / train_mixer.py")
+    parser.add_argument("--checkpoint", required=True, metavar="SRC",
+                        help="a run directory of finetune.py / train_mixer.py, an OccCANINE hub "
+                             "directory or training checkpoint (*.bin, *.pt), or a hub id such as "
+                             "Christianvedel/OccCANINE_s2s_mix")
     parser.add_argument("--input", required=True, help="CSV or Parquet file")
-    parser.add_argument("--output", required=True, help="CSV or Parquet file (by extension)")
+    parser.add_argument("--output", default=None,
+                        help="CSV or Parquet file of predictions (by extension)")
+    parser.add_argument("--embeddings", default=None, metavar="FILE",
+                        help="also (or only) write the pooled encoder output of every row, in "
+                             "input order, to FILE.npy or FILE.parquet")
     parser.add_argument("--input-col", dest="input_col", default=None,
                         help="text column (default: the run's)")
     parser.add_argument("--language", default=None, help="language of every row (default: the run's)")
@@ -128,12 +138,15 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--batch-size", dest="batch_size", type=cli.positive_int, default=256,
                         help="rows per batch (default: %(default)s)")
     parser.add_argument("--top-k", dest="top_k", type=cli.positive_int, default=None,
-                        help="codes per row at most (default: the run's code slots)")
+                        help="codes per row at most (default: the run's code slots; 5 for "
+                             "OccCANINE's models)")
     parser.add_argument("--threshold", type=cli.unit_interval, default=None,
-                        help="flat head: keep codes with probability at least this; the most "
-                             "probable code is always kept (default: the run's)")
-    parser.add_argument("--head", choices=["flat", "seq2seq"], default="flat",
-                        help="which head predicts (default: %(default)s)")
+                        help="flat and full heads: the probability a code needs (default: the "
+                             "run's; OccCANINE's per-language thresholds for its models)")
+    parser.add_argument("--head", choices=["flat", "seq2seq", "greedy", "full"], default="flat",
+                        help="flat: the flat head; seq2seq (or greedy): the decoder, greedily; "
+                             "full: every code of the key scored by the decoder (slow on CPU; "
+                             "see README) (default: %(default)s)")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -154,6 +167,9 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     args = predict_parser().parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
+    if not args.output and not args.embeddings:
+        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, or both")
+    args.head = "seq2seq" if args.head == "greedy" else args.head
     from mixer.predict import predict_file
 
     predict_file(args)

@@ -23,6 +23,9 @@ import pandas as pd
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ["[PAD]", "[BOS]", "[EOS]"]
+# OccCANINE's decoders number their special tokens so (histocc/formatter/constants.py)
+OCCCANINE_SPECIAL_TOKENS = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "[SEP]"]
+OCCCANINE_HISCO_SYMBOLS = ["-3", "-2", "-1"] + [str(d) for d in range(10)]
 PART_SEP = ","
 
 RESOURCES = os.path.join(os.path.dirname(__file__), "resources")
@@ -40,12 +43,39 @@ class CodeFormatter:
     max_num_codes: int = 1
     use_within_block_sep: bool = False
     allow_short: bool = False
-    alphabet: list[str] = field(default_factory=list)  # token i + 3 is alphabet[i]
+    alphabet: list[str] = field(default_factory=list)  # token len(specials) + i is alphabet[i]
+    # "mixer": [PAD] [BOS] [EOS], codes shorter than a block end in PAD;
+    # "occcanine": [UNK] [PAD] [BOS] [EOS] [SEP] as OccCANINE's models number them, short
+    # codes end in EOS, HISCO's -1/-2/-3 are one symbol repeated over the block, and the
+    # vocabulary has one more (unused) entry, as its decoders are built.
+    tokens: str = "mixer"
 
     # ------------------------------------------------------------ layout
     @property
+    def specials(self) -> list[str]:
+        return OCCCANINE_SPECIAL_TOKENS if self.tokens == "occcanine" else SPECIAL_TOKENS
+
+    @property
+    def pad_id(self) -> int:
+        return self.specials.index("[PAD]")
+
+    @property
+    def bos_id(self) -> int:
+        return self.specials.index("[BOS]")
+
+    @property
+    def eos_id(self) -> int:
+        return self.specials.index("[EOS]")
+
+    @property
     def vocab_size(self) -> int:
-        return len(SPECIAL_TOKENS) + len(self.alphabet)
+        extra = 1 if self.tokens == "occcanine" else 0
+        return len(self.specials) + len(self.alphabet) + extra
+
+    @property
+    def special_codes(self) -> tuple:
+        """Codes written as one symbol repeated over the block (OccCANINE's HISCO)."""
+        return HISCO_SPECIAL if self.tokens == "occcanine" and self.kind == "hisco" else ()
 
     @property
     def target_len(self) -> int:
@@ -60,6 +90,8 @@ class CodeFormatter:
         return cls(**values)
 
     def parts(self, code: str) -> list[str]:
+        if code in self.special_codes:
+            return [code] * self.block_size
         return code.split(PART_SEP) if self.use_within_block_sep else list(code)
 
     # ------------------------------------------------------------ checking
@@ -95,33 +127,70 @@ class CodeFormatter:
     # ------------------------------------------------------------ blocks
     def fit_alphabet(self, codes) -> None:
         if self.kind in ("hisco", "occ1950"):
+            if self.tokens == "occcanine":  # the model's own symbols
+                self.alphabet = OCCCANINE_HISCO_SYMBOLS if self.kind == "hisco" else self.alphabet
+                return
             self.alphabet = list("-0123456789") if self.kind == "hisco" else list("0123456789")
+            return
+        if self.tokens == "occcanine":  # the symbols are the model's (chars.json), not the data's
             return
         symbols = set()
         for code in codes:
             symbols.update(self.parts(code))
         self.alphabet = sorted(symbols)
 
+    def symbol_tokens(self) -> dict:
+        return {symbol: i + len(self.specials) for i, symbol in enumerate(self.alphabet)}
+
     def encode_blocks(self, codes) -> np.ndarray:
         """Token blocks (len(codes), block_size) for distinct codes (e.g. the key)."""
-        lookup = {symbol: i + len(SPECIAL_TOKENS) for i, symbol in enumerate(self.alphabet)}
-        blocks = np.full((len(codes), self.block_size), PAD, dtype=np.int64)
+        lookup = self.symbol_tokens()
+        fill = self.eos_id if self.tokens == "occcanine" else self.pad_id
+        blocks = np.full((len(codes), self.block_size), fill, dtype=np.int64)
         for row, code in enumerate(codes):
             parts = self.parts(code)
+            unknown = [p for p in parts if p not in lookup]
+            if unknown:
+                from mixer.errors import UserError
+
+                raise UserError(f"code {code!r}: the decoder has no token for {unknown[0]!r}; "
+                                "its characters must be the model's (chars.json)")
             blocks[row, : len(parts)] = [lookup[p] for p in parts]
         return blocks
 
     def decode_block(self, tokens) -> Optional[str]:
-        """The code a block of token ids spells; None for an empty block. A special
-        token inside shows by its name ('64[EOS]10'), so two blocks decode to the same
-        text only when they hold the same tokens."""
+        """The code a block of token ids spells, or None for no code.
+
+        mixer's layout: an all-PAD block is no code; a special token inside shows by
+        its name ('64[EOS]10'), so two blocks read the same only when their tokens are.
+        OccCANINE's layout reads blocks as its models' own code does: a block holding
+        PAD is no code, HISCO's -1/-2/-3 is known by its first token, and a block with
+        tokens that are not symbols is dropped; in other systems the special tokens of
+        a block are skipped."""
         tokens = [int(t) for t in tokens]
-        while tokens and tokens[-1] == PAD:
+        specials = len(self.specials)
+
+        def symbol(t):
+            return self.alphabet[t - specials] if specials <= t < specials + len(self.alphabet) else None
+
+        if self.tokens == "occcanine":
+            if self.kind == "hisco":
+                if self.pad_id in tokens:
+                    return None
+                if symbol(tokens[0]) in self.special_codes:
+                    return symbol(tokens[0])
+                parts = [symbol(t) for t in tokens]
+                return None if None in parts else "".join(parts)
+            if all(t == self.pad_id for t in tokens):
+                return None
+            skip = {self.pad_id, self.bos_id, self.eos_id, self.specials.index("[SEP]")}
+            parts = [symbol(t) or "?" for t in tokens if t not in skip]
+            return (PART_SEP if self.use_within_block_sep else "").join(parts) or None
+        while tokens and tokens[-1] == self.pad_id:
             tokens.pop()
         if not tokens:
             return None
-        parts = [SPECIAL_TOKENS[t] if t < len(SPECIAL_TOKENS) else self.alphabet[t - len(SPECIAL_TOKENS)]
-                 for t in tokens]
+        parts = [self.specials[t] if t < specials else symbol(t) or f"[{t}]" for t in tokens]
         return PART_SEP.join(parts) if self.use_within_block_sep else "".join(parts)
 
 

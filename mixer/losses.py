@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mixer.formatter import PAD
+from mixer.formatter import PAD as MIXER_PAD
 
 
 def multi_hot(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
@@ -38,7 +38,7 @@ def block_costs(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int
 
 
 def seq2seq_row_loss(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int,
-                     block_size: int) -> torch.Tensor:
+                     block_size: int, pad_id: int = MIXER_PAD) -> torch.Tensor:
     """Order-invariant seq2seq loss per row.
 
     A target block holding a code costs the cheapest predicted block; an empty
@@ -48,7 +48,7 @@ def seq2seq_row_loss(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks
     costs = block_costs(seq_logits, targets, num_blocks, block_size)  # (r, i, j)
     best = costs.min(dim=2).values
     aligned = costs.diagonal(dim1=1, dim2=2)
-    is_code = targets[:, : num_blocks * block_size].view(-1, num_blocks, block_size)[..., 0] != PAD
+    is_code = targets[:, : num_blocks * block_size].view(-1, num_blocks, block_size)[..., 0] != pad_id
     block_loss = torch.where(is_code, best, aligned)  # (r, i)
     tail = num_blocks * block_size
     eos_loss = F.cross_entropy(seq_logits[:, tail:].float().flatten(0, 1),
@@ -67,9 +67,10 @@ def flat_row_loss(flat_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     return F.binary_cross_entropy_with_logits(flat_logits.float(), target, reduction="none").sum(1)
 
 
-def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size, seq2seq_weight):
+def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size, seq2seq_weight,
+               pad_id: int = MIXER_PAD):
     """(total, seq2seq, flat) per row."""
-    seq = seq2seq_row_loss(seq_logits, targets, num_blocks, block_size)
+    seq = seq2seq_row_loss(seq_logits, targets, num_blocks, block_size, pad_id)
     flat = flat_row_loss(flat_logits, labels)
     return seq2seq_weight * seq + (1.0 - seq2seq_weight) * flat, seq, flat
 

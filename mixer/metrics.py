@@ -1,4 +1,5 @@
-"""Evaluation metrics as sums, reduced across ranks, divided once.
+"""Evaluation metrics as sums, reduced across ranks, divided once; and the
+prediction rules they share with predict.py.
 
 Per head (flat, seq2seq) and over the validation rows:
   accuracy  = rows whose predicted code set equals the true set / rows
@@ -6,54 +7,76 @@ Per head (flat, seq2seq) and over the validation rows:
   recall    = sum |pred & true| / sum |true|
   f1        = 2 * precision * recall / (precision + recall)
 and for the seq2seq head token_accuracy = correct decoder labels / labels
-(teacher forcing, every position of every row). The same prediction rules
-(`flat_prediction`, `seq2seq_prediction`) are used by predict.py.
+(teacher forcing, every position of every row).
+
+The predicted sets follow the model family's rules (`PredictionRules`): the
+flat head's threshold rule, and the formatter's reading of decoded blocks; a
+decoded code that is not in the key counts as a wrong prediction, once.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from mixer.formatter import PAD
-
-INVALID = -2  # a decoded block that is not a code of the key
 SUM_NAMES = ("rows", "loss", "seq2seq_loss", "flat_loss", "token_correct", "token_count",
              "flat_exact", "flat_tp", "flat_pred", "flat_true",
              "seq2seq_exact", "seq2seq_tp", "seq2seq_pred", "seq2seq_true")
 
 
-def flat_prediction(probs: torch.Tensor, threshold: float, top_k: int):
-    """Codes with probability >= threshold, at most top_k, and at least the most
-    probable one. Returns (indices, probs, chosen) each (rows, top_k), best first."""
+@dataclass(frozen=True)
+class PredictionRules:
+    """How head outputs become predicted codes, per model family.
+
+    mixer: the flat head predicts codes with probability >= threshold and always its
+    most probable one; the decoder's codes are ranked by block probability, each once.
+    occcanine (as OccCANINE's own predict): probability > threshold, no code forced;
+    the decoder's codes in the order written, as written, with one confidence per row."""
+
+    flat_keep_best: bool = True
+    flat_strict: bool = False
+    seq2seq_order: str = "ranked"  # ranked | decoded
+
+    @classmethod
+    def for_family(cls, family: str) -> "PredictionRules":
+        return cls() if family != "occcanine" else cls(False, True, "decoded")
+
+
+def flat_prediction(probs: torch.Tensor, threshold, top_k: int,
+                    rules: PredictionRules = PredictionRules()):
+    """The flat head's codes: (indices, probs, chosen), each (rows, top_k), best first.
+    `threshold` is a number or a (rows, 1) tensor (one per row, e.g. by language)."""
     top_probs, top_index = probs.topk(min(top_k, probs.size(-1)), dim=-1)
-    chosen = top_probs >= threshold
-    chosen[:, 0] = True
+    chosen = top_probs > threshold if rules.flat_strict else top_probs >= threshold
+    if rules.flat_keep_best:
+        chosen[:, 0] = True
     return top_index, top_probs, chosen
 
 
-def seq2seq_prediction(tokens: torch.Tensor, token_probs: torch.Tensor, key_blocks: torch.Tensor,
-                       num_blocks: int, block_size: int):
-    """Decoded blocks -> (key index per block, -1 empty, INVALID not a code; block probability)."""
+def decoded_blocks(tokens: torch.Tensor, num_blocks: int, block_size: int) -> list:
+    """Greedy decoder output -> per row, its blocks as lists of token ids."""
     rows = tokens.size(0)
-    blocks = tokens[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
-    block_probs = token_probs[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
-    block_probs = block_probs.prod(-1)
-    matches = (blocks.unsqueeze(2) == key_blocks.view(1, 1, *key_blocks.shape)).all(-1)
-    found = matches.any(-1)
-    index = torch.where(found, matches.float().argmax(-1), torch.full_like(blocks[..., 0], INVALID))
-    empty = (blocks == PAD).all(-1)
-    index = torch.where(empty, torch.full_like(index, -1), index)
-    return index, block_probs
+    return tokens[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size).tolist()
 
 
-def repeated_blocks(tokens: torch.Tensor, num_blocks: int, block_size: int) -> torch.Tensor:
-    """(rows, blocks): True where a block spells the same tokens as an earlier block of
-    its row. A predicted code SET holds each code once, and so each invalid block."""
-    rows = tokens.size(0)
-    blocks = tokens[:, : num_blocks * block_size].reshape(rows, num_blocks, block_size)
-    same = (blocks.unsqueeze(2) == blocks.unsqueeze(1)).all(-1)  # (r, i, j)
-    earlier = torch.ones(num_blocks, num_blocks, dtype=torch.bool, device=tokens.device).tril(-1)
-    return (same & earlier).any(-1)
+def decoded_codes(tokens: torch.Tensor, formatter) -> list:
+    """Per row, the codes its blocks spell (formatter.decode_block), in block order."""
+    blocks = decoded_blocks(tokens, formatter.max_num_codes, formatter.block_size)
+    return [[code for code in map(formatter.decode_block, row) if code is not None] for row in blocks]
+
+
+def code_sets(codes_per_row: list, code_index: dict, num_labels: int, device) -> tuple:
+    """(multi-hot of the key's codes, count of distinct codes not in the key) per row."""
+    hot = torch.zeros(len(codes_per_row), num_labels, device=device)
+    unknown = torch.zeros(len(codes_per_row), dtype=torch.long, device=device)
+    for row, codes in enumerate(codes_per_row):
+        distinct = set(codes)
+        known = [code_index[c] for c in distinct if c in code_index]
+        if known:
+            hot[row, known] = 1.0
+        unknown[row] = len(distinct) - len(known)
+    return hot, unknown
 
 
 def _set_sums(pred_hot: torch.Tensor, invalid: torch.Tensor, true_hot: torch.Tensor):
@@ -79,20 +102,17 @@ class MetricSums:
             self.values[SUM_NAMES.index(name)] += value.double() if torch.is_tensor(value) else value
 
     def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
-                  labels, decoded_index, decoded_tokens, threshold, num_labels, top_k):
+                  labels, seq_codes, code_index, threshold, num_labels, top_k,
+                  rules: PredictionRules = PredictionRules()):
         from mixer.losses import multi_hot
 
         true_hot = multi_hot(labels, num_labels)
-        index, _, chosen = flat_prediction(flat_probs, threshold, top_k)
+        index, _, chosen = flat_prediction(flat_probs, threshold, top_k, rules)
         flat_hot = torch.zeros_like(true_hot).scatter_(1, index, chosen.float())
-        seq_valid = torch.where(decoded_index >= 0, decoded_index, torch.full_like(decoded_index, -1))
-        seq_hot = multi_hot(seq_valid, num_labels)
-        repeated = repeated_blocks(decoded_tokens, decoded_index.size(1),
-                                   decoded_tokens.size(1) // decoded_index.size(1))
-        seq_invalid = ((decoded_index == INVALID) & ~repeated).sum(-1)
+        seq_hot, seq_invalid = code_sets(seq_codes, code_index, num_labels, true_hot.device)
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
         if self.grid is not None:
-            self._add_grid(flat_probs, true_hot, top_k)
+            self._add_grid(flat_probs, true_hot, top_k, rules)
         s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
         correct = (seq_logits.argmax(-1) == targets)
         self.add(rows=labels.size(0), loss=row_total.sum(), seq2seq_loss=row_seq.sum(),
@@ -100,12 +120,14 @@ class MetricSums:
                  flat_exact=f_exact, flat_tp=f_tp, flat_pred=f_pred, flat_true=f_true,
                  seq2seq_exact=s_exact, seq2seq_tp=s_tp, seq2seq_pred=s_pred, seq2seq_true=s_true)
 
-    def _add_grid(self, flat_probs, true_hot, top_k) -> None:
+    def _add_grid(self, flat_probs, true_hot, top_k, rules: PredictionRules) -> None:
         top_probs, top_index = flat_probs.topk(min(top_k, flat_probs.size(-1)), dim=-1)
         correct = true_hot.gather(1, top_index).bool()  # (rows, k)
         grid = THRESHOLD_GRID.to(top_probs.device)
-        chosen = top_probs.double().unsqueeze(-1) >= grid  # (rows, k, thresholds)
-        chosen[:, 0, :] = True  # the most probable code is always predicted
+        probs = top_probs.double().unsqueeze(-1)
+        chosen = probs > grid if rules.flat_strict else probs >= grid  # (rows, k, thresholds)
+        if rules.flat_keep_best:
+            chosen[:, 0, :] = True
         self.grid[0] += (chosen & correct.unsqueeze(-1)).sum((0, 1)).double()
         self.grid[1] += chosen.sum((0, 1)).double()
 

@@ -1,9 +1,23 @@
-"""Prediction from a run directory: needs nothing but the run directory.
+"""Prediction: codes (or embeddings) for texts, from a run directory of this tool
+or one of OccCANINE's models (mixer.sources.load_for_prediction).
 
-Rows are read and written in chunks (10M rows never sit in memory), sorted by
-length inside a chunk so batches carry little padding, and run without
-autograd. Under torchrun each rank predicts a contiguous share of every
-chunk and rank 0 writes one output in input order.
+`Predictor` is the one path from texts to codes, used by the Python API
+(mixer.api) and by predict.py. Heads:
+
+- flat: the flat head's probabilities, thresholded by the family's rule
+  (mixer.metrics.PredictionRules); OccCANINE's models default to its
+  per-language thresholds;
+- seq2seq (greedy): the decoder's codes; mixer's family ranks them by block
+  probability, OccCANINE's lists them as decoded with one confidence per row,
+  as OccCANINE's own predict does;
+- full: the probability of every code of the key as the first code under the
+  decoder, all codes from one encoder pass per row (mixer.model
+  .first_block_probs), then thresholded like the flat head.
+
+Each distinct (language, text) runs through the model once; batches are sorted
+by length; chunks of the input stream through (10M rows never sit in memory).
+Under torchrun each rank predicts a contiguous share of every chunk and rank 0
+writes one output in input order.
 """
 
 from __future__ import annotations
@@ -17,116 +31,138 @@ import torch
 
 from mixer import distributed as mdist
 from mixer.config import DistConfig
-from mixer.data import read_key, with_context
 from mixer.dataset import shard_indices
-from mixer.encoders import encoder_from_run, fixed_input_length
+from mixer.encoders import fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
-from mixer.metrics import INVALID, flat_prediction, seq2seq_prediction
+from mixer.metrics import PredictionRules, decoded_blocks, flat_prediction
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tables import OutputWriter, iter_chunks
 from mixer.tokens import InputRecipe, token_ids_for
-from mixer.model import CONFIG_FILE, MODEL_FILE, HeadsConfig, MixerModel, read_model_config
 
-RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
+HEADS = ("flat", "seq2seq", "full")
+OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
+FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
 
 
 class Predictor:
-    """Turns texts into codes with a model, its tokenizer, formatter and key."""
+    """Turns texts into codes with a model, its tokeniser, formatter and key."""
 
-    def __init__(self, model: MixerModel, tokenizer, config: dict, key: pd.DataFrame,
+    def __init__(self, model, tokenizer, config: dict, key: pd.DataFrame,
                  device: str = "cpu", precision: str = "fp32"):
         self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
         self.config = config
+        self.family = model.cfg.family
+        self.rules = PredictionRules.for_family(self.family)
         self.formatter = CodeFormatter.from_dict(config["formatter"])
+        self.recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
+        model_type = getattr(model.encoder.config, "model_type", "")
+        self.token_ids = token_ids_for(tokenizer, model_type, self.recipe)
+        self.pad_id = self.token_ids.pad_id
+        self.fixed_length = fixed_input_length(model.encoder.config, self.recipe.max_len)
         self.device = device
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.codes = key["code"].to_numpy(dtype=object)
         self.descriptions = key["description"].to_numpy(dtype=object)
         self.has_descriptions = bool((key["description"] != "").any())
+        self.description_of = dict(zip(self.codes, self.descriptions))
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
-        recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
-        self.recipe = recipe
-        self.token_ids = token_ids_for(tokenizer, getattr(model.encoder.config, "model_type", ""), recipe)
+        self.threshold = float(config.get("threshold", 0.5))
+        self.thresholds = dict(config.get("thresholds") or {})
 
     @classmethod
-    def from_run_dir(cls, run_dir: str, device: str = "cpu", precision: str = "fp32") -> "Predictor":
-        if not os.path.isdir(run_dir):
-            raise UserError(f"--checkpoint {run_dir}: not a run directory")
-        missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
-        if missing:
-            raise UserError(f"--checkpoint {run_dir}: lacks {', '.join(missing)}; is training "
-                            "finished? (model.safetensors is written at the end of a run)")
-        from safetensors.torch import load_file
+    def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
+             log=None) -> "Predictor":
+        from mixer.sources import load_for_prediction
 
-        config = read_model_config(run_dir)
-        encoder = encoder_from_run(run_dir)
-        model = MixerModel(encoder.model, HeadsConfig(**config["heads"]))
-        model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
-        return cls(model, encoder.tokenizer, config, read_key(run_dir), device, precision)
+        device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+        precision = resolve_precision(precision, device, force_precision,
+                                      log or (lambda m: print(m, file=sys.stderr)))
+        model, tokenizer, config, key = load_for_prediction(source)
+        return cls(model, tokenizer, config, key, device, precision)
+
+    # ------------------------------------------------------------ public
+    def default_top_k(self) -> int:
+        return OCCCANINE_TOP_K if self.family == "occcanine" else self.formatter.max_num_codes
+
+    def row_thresholds(self, langs: np.ndarray, threshold) -> np.ndarray:
+        """The flat threshold of each row: the one given, else the model's (by language
+        for OccCANINE's models, 0.31 for other languages, as OccCANINE does)."""
+        if threshold is not None:
+            return np.full(len(langs), float(threshold))
+        return np.asarray([self.thresholds.get(lang, self.threshold) for lang in langs], dtype=float)
 
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
                 batch_size: int = 256) -> pd.DataFrame:
-        """code_k, prob_k (and desc_k) for each row, codes by falling probability.
-
-        Historical sources repeat descriptions a lot; each distinct (language,
-        text) is run through the model once and its answer copied."""
-        top_k = top_k or self.formatter.max_num_codes
-        threshold = self.config["threshold"] if threshold is None else threshold
-        texts = np.asarray(texts, dtype=object)
-        langs = np.asarray(langs, dtype=object)
-        pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
-        first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
-        with fast_fp32_matmuls(self.device):
-            codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head,
-                                                  top_k, threshold, batch_size)
+        """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k."""
+        if head not in HEADS:
+            raise UserError(f"head {head!r}: choose one of {', '.join(HEADS)}")
+        top_k = top_k or self.default_top_k()
+        texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+        codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head, top_k,
+                                              threshold, batch_size)
         codes, probs = codes[pair_ids], probs[pair_ids]
-        out = {}
-        for k in range(top_k):
-            out[f"code_{k + 1}"] = codes[:, k]
-        for k in range(top_k):
-            out[f"prob_{k + 1}"] = probs[:, k]
+        out = {f"code_{k + 1}": codes[:, k] for k in range(top_k)}
+        out.update({f"prob_{k + 1}": probs[:, k] for k in range(top_k)})
         if self.has_descriptions:
-            lookup = dict(zip(self.codes, self.descriptions))
             for k in range(top_k):
-                out[f"desc_{k + 1}"] = [lookup.get(c, "") for c in codes[:, k]]
+                out[f"desc_{k + 1}"] = [self.description_of.get(c, "") for c in codes[:, k]]
         return pd.DataFrame(out)
 
-    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
+    @torch.no_grad()
+    def embeddings(self, texts, langs, batch_size: int = 256) -> np.ndarray:
+        """The pooled encoder output the flat head reads, (rows, hidden), float32."""
+        texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+        hidden = self.model.encoder.config.hidden_size
+        out = np.zeros((len(first_rows), hidden), dtype=np.float32)
+        for rows, states, pooled, mask, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size):
+            out[rows] = pooled.float().cpu().numpy()
+        return out[pair_ids]
+
+    # ------------------------------------------------------------ batches
+    def _encoded(self, texts, langs, batch_size):
+        """(row indices, encoder states, pooled, attention mask, langs) per batch."""
         ids, lengths = self.token_ids.encode(texts, langs)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
-        codes = np.full((len(lengths), top_k), "", dtype=object)
-        probs = np.full((len(lengths), top_k), np.nan)
-        pad = self.tokenizer.pad_token_id or 0
-        fixed = fixed_input_length(self.model.encoder.config, self.recipe.max_len)
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            longest = fixed or round_up(int(lengths[rows].max()), pad_multiple(self.device))
-            input_ids = np.full((len(rows), longest), pad, dtype=np.int64)
-            mask = np.zeros_like(input_ids)
-            for i, row in enumerate(rows):
-                input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
-                mask[i, : lengths[row]] = 1
-            input_ids = torch.from_numpy(input_ids).to(self.device)
-            mask = torch.from_numpy(mask).to(self.device)
-            with torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
-                                enabled=self.autocast_dtype is not None):
-                states, pooled = self.model.encode(input_ids, mask)
-                if head == "flat":
-                    batch_codes, batch_probs = self._flat(pooled, top_k, threshold)
-                else:
-                    batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
+        multiple = pad_multiple(self.device)
+        with fast_fp32_matmuls(self.device):
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                longest = self.fixed_length or round_up(int(lengths[rows].max()), multiple)
+                input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
+                mask = np.zeros_like(input_ids)
+                for i, row in enumerate(rows):
+                    input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
+                    mask[i, : lengths[row]] = 1
+                input_ids = torch.from_numpy(input_ids).to(self.device)
+                mask = torch.from_numpy(mask).to(self.device)
+                with torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
+                                    enabled=self.autocast_dtype is not None):
+                    states, pooled = self.model.encode(input_ids, mask)
+                    yield rows, states, pooled, mask, langs[rows]
+
+    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
+        codes = np.full((len(texts), top_k), "", dtype=object)
+        probs = np.full((len(texts), top_k), np.nan)
+        size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
+        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size):
+            if head == "seq2seq":
+                batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
+            else:
+                scores = (self.model.flat_head(pooled).float().sigmoid() if head == "flat"
+                          else self.model.first_block_probs(states, mask, self.key_blocks))
+                limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
+                batch_codes, batch_probs = self._thresholded(scores, limits.unsqueeze(1), top_k)
             codes[rows], probs[rows] = batch_codes, batch_probs
         return codes, probs
 
-    def _flat(self, pooled, top_k, threshold):
-        probs = self.model.flat_head(pooled).float().sigmoid()
-        index, top_probs, chosen = flat_prediction(probs, threshold, top_k)
+    # ------------------------------------------------------------ heads
+    def _thresholded(self, scores, limits, top_k):
+        index, top_probs, chosen = flat_prediction(scores, limits, top_k, self.rules)
         index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
         codes = np.where(chosen, self.codes[index], "")
         out_probs = np.where(chosen, top_probs, np.nan)
@@ -134,33 +170,68 @@ class Predictor:
 
     def _seq2seq(self, states, mask, top_k):
         f = self.formatter
-        tokens, token_probs = self.model.generate(states, mask, f.max_num_codes * f.block_size)
-        return codes_of_blocks(tokens, token_probs, self.key_blocks, f, self.codes, top_k)
+        steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+        tokens, token_probs = self.model.generate(states, mask, steps)
+        blocks = decoded_blocks(tokens.cpu(), f.max_num_codes, f.block_size)
+        if self.rules.seq2seq_order == "decoded":
+            return self._as_decoded(blocks, token_probs, states, mask, top_k)
+        block_probs = token_probs[:, : f.max_num_codes * f.block_size].float().reshape(
+            len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
+        return ranked_codes(blocks, block_probs, f, top_k)
+
+    def _as_decoded(self, blocks, token_probs, states, mask, top_k):
+        """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
+        per row: the product of every step's probability (BOS counted as 1), or, for a
+        row of several codes, its "order-invariant" confidence: the sum, over the row's
+        distinct codes, of the probability that the decoder writes that code first.
+        (OccCANINE sums over the permutations of the codes, but its full-search decoder
+        fills its result with torch.empty and sets one entry per distinct first code, so
+        for rows of 3+ codes or repeated codes its sum adds uninitialised memory; this
+        is its value whenever that memory holds zeros. See README.)"""
+        f = self.formatter
+        confidence = token_probs.float().cpu().numpy().prod(axis=1)
+        out_codes = np.full((len(blocks), top_k), "", dtype=object)
+        out_probs = np.full((len(blocks), top_k), np.nan)
+        lookup = f.symbol_tokens()
+        for row, row_blocks in enumerate(blocks):
+            codes = [c for c in map(f.decode_block, row_blocks) if c is not None]
+            conf = float(confidence[row])
+            if len(codes) > 1:
+                writable = sorted({c for c in codes if set(f.parts(c)) <= set(lookup)})
+                if writable:
+                    first = self.model.first_block_probs(
+                        states[row:row + 1], mask[row:row + 1],
+                        torch.from_numpy(f.encode_blocks(writable)).to(states.device))[0]
+                    total = float(first.sum())
+                    conf = total if total > 0 else conf
+            for k, code in enumerate(codes[:top_k]):
+                out_codes[row, k], out_probs[row, k] = code, conf
+        return out_codes, out_probs
 
 
-def codes_of_blocks(tokens, token_probs, key_blocks, formatter, codes, top_k):
-    """Greedy decoder output -> (codes, probabilities), each (rows, top_k): the
-    non-empty blocks by falling probability, each distinct code once (a block that
-    spells no code of the key is kept as its text); the training metrics count the
-    same set (mixer.metrics.repeated_blocks)."""
-    f = formatter
-    index, block_probs = seq2seq_prediction(tokens, token_probs, key_blocks,
-                                            f.max_num_codes, f.block_size)
-    index, block_probs = index.cpu().numpy(), block_probs.float().cpu().numpy()
-    blocks = tokens[:, : f.max_num_codes * f.block_size].reshape(
-        len(index), f.max_num_codes, f.block_size).cpu().numpy()
-    out_codes = np.full((len(index), top_k), "", dtype=object)
-    out_probs = np.full((len(index), top_k), np.nan)
-    for row in range(len(index)):
+def ranked_codes(blocks: list, block_probs: np.ndarray, formatter, top_k: int) -> tuple:
+    """mixer's reading of the decoder: each row's codes by falling block probability,
+    each code once (the training metrics count the same set)."""
+    out_codes = np.full((len(blocks), top_k), "", dtype=object)
+    out_probs = np.full((len(blocks), top_k), np.nan)
+    for row, row_blocks in enumerate(blocks):
         found = {}
         for b in np.argsort(-block_probs[row], kind="stable"):
-            if index[row, b] == -1:
-                continue
-            code = codes[index[row, b]] if index[row, b] != INVALID else f.decode_block(blocks[row, b])
-            found.setdefault(code, block_probs[row, b])
+            code = formatter.decode_block(row_blocks[b])
+            if code is not None:
+                found.setdefault(code, block_probs[row, b])
         for k, (code, p) in enumerate(list(found.items())[:top_k]):
             out_codes[row, k], out_probs[row, k] = code, p
     return out_codes, out_probs
+
+
+def _distinct(texts, langs) -> tuple:
+    """texts, langs as arrays; each row's distinct (language, text) pair; the first row of each."""
+    texts = np.asarray(texts, dtype=object)
+    langs = np.asarray(langs, dtype=object)
+    pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
+    first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
+    return texts, langs, pair_ids, first_rows
 
 
 def _pad_columns(codes, probs, top_k):
@@ -172,65 +243,136 @@ def _pad_columns(codes, probs, top_k):
 
 
 # ------------------------------------------------------------------ files
-def text_column(chunk: pd.DataFrame, column: str) -> np.ndarray:
-    """A column as stripped strings, as training reads it (missing -> '')."""
-    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).str.strip().to_numpy(dtype=object)
+def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
+    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
+    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
 
 
 def predict_file(args) -> None:
+    from mixer.api import Model
+
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = None
+    writer = embedding_writer = None
     try:
-        precision = resolve_precision(args.precision, world.device, args.force_precision,
-                                      log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
-        predictor = Predictor.from_run_dir(args.checkpoint, world.device, precision)
+        predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
+                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+        model = Model(predictor, args.checkpoint)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))
         language = args.language or config.get("language") or "unk"
-        writer = mdist.main_only(lambda: OutputWriter(args.output), world)
+        context_cols = config.get("context_cols") or []
+        if args.output:
+            writer = mdist.main_only(lambda: OutputWriter(args.output), world)
+        if args.embeddings:
+            embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
         for chunk in iter_chunks(args.input, args.chunk_size):
-            context_cols = config.get("context_cols") or []
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
                     raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
                                     f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
-            mine = shard_indices(len(chunk), world.world_size, world.rank)
-            part = chunk.iloc[mine]
-            langs = text_column(part, language_col) if language_col else \
-                np.full(len(part), language, dtype=object)
-            texts = with_context(pd.Series(text_column(part, input_col)), part, context_cols)
-            result = predictor.predict(texts.to_numpy(dtype=object), langs,
-                                       args.head, args.top_k, args.threshold, args.batch_size)
-            pieces = mdist.gather_objects(result, world)  # all ranks
-            if world.is_main:
-                predicted = pd.concat(pieces, ignore_index=True)
-                predicted.index = chunk.index
-                clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
-                writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
-                if args.summary_plot:
-                    summary.append(predicted[["code_1", "prob_1"]])
-                if bar is not None:
-                    bar.update(len(chunk))
+            part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
+            texts = text_column(part, input_col)
+            langs = text_column(part, language_col).str.strip() if language_col else language
+            context = part[context_cols] if context_cols else None
+            if args.output:  # every rank predicts its share; rank 0 writes
+                result = model.predict(texts, langs, args.top_k, args.head, args.threshold, context,
+                                       args.batch_size)
+                pieces = mdist.gather_objects(result, world)  # all ranks
+                if world.is_main:
+                    predicted = pd.concat(pieces, ignore_index=True)
+                    predicted.index = chunk.index
+                    clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
+                    writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
+                    if args.summary_plot:
+                        summary.append(predicted[["code_1", "prob_1"]])
+            if args.embeddings:
+                vectors = mdist.gather_objects(model.embeddings(texts, langs, context, args.batch_size),
+                                               world)  # all ranks
+                if world.is_main:
+                    embedding_writer.write(np.concatenate(vectors))
+            if bar is not None:
+                bar.update(len(chunk))
         if world.is_main:
-            writer.commit()
-            if args.summary_plot:
+            if writer is not None:
+                writer.commit()
+                print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
+            if embedding_writer is not None:
+                embedding_writer.commit()
+                print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
+            if args.summary_plot and summary:
                 from mixer.plot import plot_prediction_summary
 
                 plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
                 bar.close()
-            print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
     except BaseException:
-        if writer is not None:
-            writer.abort()
+        for open_writer in (writer, embedding_writer):
+            if open_writer is not None:
+                open_writer.abort()
         raise
     finally:
         mdist.teardown(world)
+
+
+class EmbeddingWriter:
+    """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
+    list column 'embedding'), written to a temp file and renamed at the end."""
+
+    def __init__(self, path: str):
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise UserError(f"--embeddings {path}: directory {directory} does not exist; create it first")
+        if not path.lower().endswith((".npy", ".parquet", ".pq")):
+            raise UserError(f"--embeddings {path}: name it .npy or .parquet")
+        self.path = path
+        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.npy = path.lower().endswith(".npy")
+        self.rows, self.width, self.writer = 0, None, None
+        self.raw = open(self.tmp + ".raw", "wb") if self.npy else None
+
+    def write(self, vectors: np.ndarray) -> None:
+        self.width = vectors.shape[1]
+        if self.npy:
+            vectors.astype(np.float32).tofile(self.raw)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()),
+                                                       self.width)
+            table = pa.table({"embedding": column})
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.tmp, table.schema)
+            self.writer.write_table(table)
+        self.rows += len(vectors)
+
+    def commit(self) -> None:
+        if self.npy:
+            import shutil
+
+            self.raw.close()
+            with open(self.tmp, "wb") as out, open(self.tmp + ".raw", "rb") as raw:
+                np.lib.format.write_array_header_1_0(
+                    out, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)})
+                shutil.copyfileobj(raw, out, 1 << 24)
+            os.unlink(self.tmp + ".raw")
+        elif self.writer is not None:
+            self.writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self.raw is not None and not self.raw.closed:
+            self.raw.close()
+        if self.writer is not None:
+            self.writer.close()
+        for leftover in (self.tmp, self.tmp + ".raw"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)

@@ -12,17 +12,16 @@ import torch
 
 from mixer import __version__
 from mixer import distributed as mdist
-from mixer.checkpoint import Checkpointer, CheckpointError, load_file
+from mixer.checkpoint import Checkpointer, load_file
 from mixer.config import RunConfig, config_for_file, write_args
 from mixer.data import labels_of, load_prepared, prepare_run_data
 from mixer.dataset import Collator, RowDataset, StepSampler, eval_batches, shard_indices
-from mixer.encoders import (build_encoder, encoder_from_run, fixed_input_length, light_token_ids,
-                            save_encoder_files, token_ids_of)
+from mixer.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
 from mixer.token_cache import token_cache
-from mixer.sources import initial_run_dir, input_recipe, run_dir_of
+from mixer.sources import build_model, describe_start, light_tokeniser
 from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync, take_out_of_ddp
-from mixer.model import MODEL_FILE, HeadsConfig, MixerModel
+from mixer.model import MODEL_FILE, MixerModel
 from mixer.tracking import NullTracker, Tracker, configure_logging, logger
 from mixer.precision import pad_multiple
 from mixer.precision import resolve as resolve_precision
@@ -42,20 +41,16 @@ def train(config: RunConfig) -> dict:
 
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
-    def check(prepared):  # before anything is written
-        if config.model.initial_checkpoint:
-            check_initial_checkpoint(config.model.initial_checkpoint, prepared,
-                                     config.model.only_encoder)
-
+    start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
-                                              log=logger.info, check=check), world, others=lambda: None)
+                                              log=logger.info, base=start.base),
+                     world, others=lambda: None)
     prepared = load_prepared(run_dir, with_text=False)
     if world.is_main:
         write_args(config, run_dir)
-    recipe = input_recipe(config)
     if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
-        token_ids = light_token_ids(config.model.encoder, recipe, initial_run_dir(config))
+        token_ids = light_tokeniser(start, config)
         for split, frame in (("train", prepared.train), ("val", prepared.val)):
             token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
         logger.info(f"data prepared and tokenised in {run_dir} (--prepare-only)")
@@ -70,26 +65,18 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                                   config.train.force_precision, logger.info)
     formatter = prepared.formatter
     key_codes = list(prepared.key["code"])
-    encoder = (encoder_from_run(run_dir_of(config.model.initial_checkpoint), config.model.dropout)
-               if config.model.initial_checkpoint else build_encoder(config.model.encoder,
-                                                                     config.model.dropout))
-    heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
-                        target_len=formatter.target_len, decoder_dim=config.model.decoder_dim,
-                        decoder_layers=config.model.decoder_layers,
-                        decoder_heads=config.model.decoder_heads, dropout=config.model.dropout)
-    check_max_len(config.data.max_len, encoder.model.config)
-    model = MixerModel(encoder.model, heads)
-    if config.model.initial_checkpoint:
-        load_initial_weights(model, config.model.initial_checkpoint, config.model.only_encoder)
+    model, encoder = build_model(start, config, formatter, key_codes, log=logger.info)
+    check_max_len(start.recipe.max_len, encoder.model.config)
     torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
 
-    token_ids = token_ids_of(encoder, recipe)
+    token_ids = token_ids_of(encoder, start.recipe)
     train_tokens, val_tokens = (token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
                                 for split, frame in (("train", prepared.train), ("val", prepared.val)))
     num_blocks = formatter.max_num_codes
     key_blocks = formatter.encode_blocks(key_codes)
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks,
-                       pad_to=fixed_input_length(encoder.model.config, config.data.max_len),
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks, bos=formatter.bos_id,
+                       eos=formatter.eos_id, code_pad=formatter.pad_id,
+                       pad_to=fixed_input_length(encoder.model.config, start.recipe.max_len),
                        pad_multiple=pad_multiple(world.device))
     train_set = RowDataset(train_tokens, labels_of(prepared.train, key_codes, num_blocks))
     val_set = RowDataset(val_tokens, labels_of(prepared.val, key_codes, num_blocks))
@@ -123,12 +110,13 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    extra = model_extra(config, prepared.formatter, encoder.source)
+    extra = model_extra(config, prepared.formatter, encoder.source, start)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
                        full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
-                       block_size=formatter.block_size, schedule=schedule, model_extra=extra,
+                       block_size=formatter.block_size, formatter=formatter, schedule=schedule,
+                       model_extra=extra,
                        grad_sync=grad_sync)
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
@@ -217,26 +205,6 @@ def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng([seed, 7]).choice(rows, size=max_rows, replace=False))
 
 
-def check_initial_checkpoint(path: str, prepared, only_encoder: bool) -> None:
-    """The checkpoint exists, loads, and its heads fit this run's key and code layout."""
-    state, path = read_initial_weights(path)
-    run_dir = run_dir_of(path)
-    for needed in ("encoder", "tokenizer"):
-        if not os.path.isdir(os.path.join(run_dir, needed)):
-            raise UserError(f"--initial-checkpoint {path}: {run_dir} lacks {needed}/ (the encoder's "
-                            "config and tokenizer); pass the whole run directory of this tool")
-    if only_encoder:
-        return
-    formatter = prepared.formatter
-    expected = {"flat_head.weight": len(prepared.key), "decoder.embed.weight": formatter.vocab_size,
-                "decoder.position.weight": formatter.target_len + 1}
-    differ = [f"{name} has {state[name].shape[0]} rows, this run needs {rows}"
-              for name, rows in expected.items() if name in state and state[name].shape[0] != rows]
-    if differ:
-        raise UserError(f"--initial-checkpoint {path} is incompatible: {'; '.join(differ)} "
-                        "(another code system or key); pass --only-encoder to start new heads")
-
-
 def check_max_len(max_len: int, encoder_config) -> None:
     limit = getattr(encoder_config, "max_position_embeddings", None)
     if limit and max_len > limit:
@@ -244,62 +212,20 @@ def check_max_len(max_len: int, encoder_config) -> None:
                         f"pass --max-len {limit} or less")
 
 
-def read_initial_weights(path: str) -> tuple:
-    """(state dict, file) of a run directory, last.pt or model.safetensors."""
-    if not os.path.exists(path):
-        raise UserError(f"--initial-checkpoint {path}: no such file or run directory")
-    if os.path.isdir(path):
-        candidates = [os.path.join(path, MODEL_FILE), os.path.join(path, "last.pt")]
-        path = next((c for c in candidates if os.path.exists(c)), candidates[0])
-        if not os.path.exists(path):
-            raise UserError(f"--initial-checkpoint: {os.path.dirname(path)} holds neither "
-                            f"{MODEL_FILE} nor last.pt")
-    if path.endswith(".safetensors"):
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file as load_safetensors
+def model_extra(config: RunConfig, formatter, encoder_source: str, start) -> dict:
+    """What predict.py needs besides the weights, stored in config.json; and where the
+    starting weights came from."""
+    extra = {"mixer_version": __version__, "formatter": formatter.to_dict(),
+             "max_len": start.recipe.max_len, "input_col": config.data.input_col,
+             "context_cols": list(config.data.context_cols),
+             "language": config.data.language, "language_col": config.data.language_col,
+             "threshold": config.train.threshold, "encoder_source": encoder_source,
+             "input_recipe": start.recipe.to_dict(), "source": start.record()}
+    if start.family == "occcanine":  # OccCANINE's per-language thresholds stay the default
+        from mixer.occcanine import LANGUAGE_THRESHOLDS
 
-        try:
-            state = load_safetensors(path)
-        except (SafetensorError, OSError) as exc:
-            raise UserError(f"--initial-checkpoint {path}: not a complete safetensors file ({exc})")
-    else:
-        try:
-            state = load_file(path)["model"]
-        except CheckpointError as exc:
-            raise UserError(f"--initial-checkpoint {exc}")
-    return state, path
-
-
-def load_initial_weights(model: MixerModel, path: str, only_encoder: bool) -> None:
-    """Weights of an earlier run: all of them, or only the encoder's."""
-    state, path = read_initial_weights(path)
-    if only_encoder:
-        state = {k: v for k, v in state.items() if k.startswith("encoder.")}
-    own = model.state_dict()
-    differ = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
-              if k in own and own[k].shape != v.shape]
-    if differ:
-        hint = "" if only_encoder else "; pass --only-encoder to start new heads for a new code system"
-        raise UserError(f"--initial-checkpoint {path} is incompatible: shapes differ "
-                        f"(checkpoint vs model): {'; '.join(differ[:3])}{hint}")
-    missing = [k for k in own if k not in state and (not only_encoder or k.startswith("encoder."))]
-    if missing:
-        raise UserError(f"--initial-checkpoint {path} lacks {len(missing)} weight(s) of this model, "
-                        f"e.g. {missing[0]}")
-    model.load_state_dict(state, strict=not only_encoder)
-    logger.info(f"loaded {'encoder weights' if only_encoder else 'all weights'} "
-                f"({len(state)} tensors) from {path}"
-                + ("; flat head and decoder start new" if only_encoder else ""))
-
-
-def model_extra(config: RunConfig, formatter, encoder_source: str) -> dict:
-    """What predict.py needs besides the weights, stored in config.json."""
-    return {"mixer_version": __version__, "formatter": formatter.to_dict(),
-            "max_len": config.data.max_len, "input_col": config.data.input_col,
-            "context_cols": list(config.data.context_cols),
-            "language": config.data.language, "language_col": config.data.language_col,
-            "threshold": config.train.threshold, "encoder_source": encoder_source,
-            "input_recipe": input_recipe(config).to_dict()}
+        extra["thresholds"] = dict(LANGUAGE_THRESHOLDS)
+    return extra
 
 
 def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,

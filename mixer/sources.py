@@ -1,15 +1,32 @@
-"""Where a run's model comes from, described without torch: a fresh encoder
-(--encoder), or an earlier run (--initial-checkpoint). What is described here
-(the input recipe, the run directory to read the architecture from) is what
-`--prepare-only` needs to tokenise before any model exists."""
+"""Where a model comes from: a fresh encoder (--encoder), an earlier run of this
+tool, or one of OccCANINE's models (mixer.occcanine); for training
+(--initial-checkpoint) and for prediction (--checkpoint, mixer.load) alike.
+
+`describe_start` says, before any model exists, what a training run starts
+from: its model family, how rows become its input (the input recipe), and, when
+the whole model is reused, the code layout and key the data must be prepared
+with. `build_model` then makes the model and loads the starting weights. The
+flat head's rows are matched by code: a key that gains codes keeps every known
+code's row and starts new rows for the new codes.
+
+Torch is imported only where weights are read, so that describing a fresh
+encoder's run (--prepare-only) stays light.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 from mixer.config import RunConfig
+from mixer.errors import UserError
+from mixer.formatter import CodeFormatter
 from mixer.tokens import InputRecipe
+
+MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+OCCCANINE_RECIPE = dict(language="literal", lowercase=True, ascii=True, strip=False)
 
 
 def run_dir_of(path: str) -> str:
@@ -17,10 +34,309 @@ def run_dir_of(path: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
 
 
-def initial_run_dir(config: RunConfig) -> Optional[str]:
-    return run_dir_of(config.model.initial_checkpoint) if config.model.initial_checkpoint else None
+def is_run_directory(path: str) -> bool:
+    config = os.path.join(path, CONFIG_FILE)
+    if not os.path.isdir(path) or not os.path.exists(config):
+        return os.path.isdir(path) and os.path.exists(os.path.join(path, "last.pt"))
+    try:
+        with open(config, encoding="utf-8") as handle:
+            return "heads" in json.load(handle)
+    except (OSError, ValueError):
+        return False
 
 
-def input_recipe(config: RunConfig) -> InputRecipe:
-    """How rows become the encoder's input in this run (stored in config.json)."""
-    return InputRecipe(max_len=config.data.max_len)
+def occcanine_recipe() -> InputRecipe:
+    from mixer.occcanine import MAX_INPUT_LEN
+
+    return InputRecipe(max_len=MAX_INPUT_LEN, **OCCCANINE_RECIPE)
+
+
+@dataclass
+class Base:
+    """What a whole-model start fixes for the data: the code layout and the key."""
+
+    formatter: CodeFormatter
+    codes: list  # the source's codes, in the order of its flat head
+    descriptions: dict
+
+    def describe(self) -> dict:
+        import hashlib
+
+        return {"formatter": self.formatter.to_dict(),
+                "key": hashlib.sha256("\n".join(self.codes).encode()).hexdigest()[:16]}
+
+
+@dataclass
+class Start:
+    """What a training run starts from."""
+
+    kind: str  # "encoder" | "run" | "occcanine"
+    family: str  # "mixer" | "occcanine"
+    recipe: InputRecipe
+    origin: Optional[str] = None  # --initial-checkpoint as given
+    run_dir: Optional[str] = None  # kind "run"
+    occ: object = None  # kind "occcanine": a mixer.occcanine.OccSource
+    base: Optional[Base] = None  # whole model reused: the data keeps its layout and key
+
+    def record(self) -> dict:
+        """Where the starting weights came from (config.json, W&B)."""
+        if self.kind == "encoder":
+            return {"kind": "encoder"}
+        out = {"kind": self.kind, "from": self.origin}
+        if self.occ is not None:
+            out.update(layout=self.occ.kind, path=os.path.abspath(self.occ.path))
+        return out
+
+
+def describe_start(config: RunConfig) -> Start:
+    model = config.model
+    source = model.initial_checkpoint
+    if not source:
+        return Start("encoder", "mixer", InputRecipe(max_len=config.data.max_len))
+    from mixer.occcanine import is_hub_directory, is_occcanine_checkpoint, looks_like_hub_id
+
+    if looks_like_hub_id(source) or is_hub_directory(source) or (
+            os.path.isfile(source) and not source.endswith(".safetensors")
+            and not is_run_directory(run_dir_of(source)) and is_occcanine_checkpoint(source)):
+        return _occcanine_start(config, source)
+    if not os.path.exists(source):
+        raise UserError(f"--initial-checkpoint {source}: no such file or run directory")
+    run_dir = run_dir_of(source)
+    for needed in ("encoder", "tokenizer"):
+        if not os.path.isdir(os.path.join(run_dir, needed)):
+            raise UserError(f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
+                            "config and tokenizer); pass the whole run directory of this tool")
+    previous = _run_config(run_dir)
+    family = previous.get("heads", {}).get("family", "mixer")
+    recipe = (InputRecipe.from_dict(previous["input_recipe"]) if family == "occcanine" and previous.get("input_recipe")
+              else InputRecipe(max_len=config.data.max_len))
+    start = Start("run", family, recipe, origin=source, run_dir=run_dir)
+    if not model.only_encoder:
+        if not previous:
+            raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
+                            "did not finish); pass --only-encoder, or finish that run first")
+        from mixer.data import read_key
+
+        key = read_key(run_dir)
+        start.base = Base(CodeFormatter.from_dict(previous["formatter"]), list(key["code"]),
+                          dict(zip(key["code"], key["description"])))
+    return start
+
+
+def _occcanine_start(config: RunConfig, source: str) -> Start:
+    from mixer import occcanine
+    from mixer.formatter import hisco_key
+
+    if config.data.context_cols:
+        raise UserError("--context-cols: OccCANINE's models read 'lang[SEP]text' only; context "
+                        "columns need a mixer-family model (--encoder ...)")
+    occ = occcanine.read(source, "--initial-checkpoint")
+    start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
+    if not config.model.only_encoder:
+        if not occ.has_heads:
+            raise UserError(f"--initial-checkpoint {source} holds an encoder only; pass --only-encoder")
+        descriptions = (dict(zip(*hisco_key()[["code", "description"]].T.values))
+                        if occ.system == "hisco" else {})
+        start.base = Base(occcanine.formatter_of(occ), list(occ.key), descriptions)
+    return start
+
+
+def _run_config(run_dir: str) -> dict:
+    path = os.path.join(run_dir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# ------------------------------------------------------------------ the model of a run
+def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_codes: list,
+                log=print):
+    """(model, encoder) for a training run, with the starting weights loaded."""
+    from mixer.encoders import Encoder, build_encoder, encoder_from_run
+    from mixer.model import HeadsConfig, MixerModel
+
+    dropout = config.model.dropout
+    if start.kind == "occcanine":
+        from transformers import CanineModel, CanineTokenizer
+
+        from mixer import occcanine
+        from mixer.encoders import set_dropout_in_config
+
+        canine = occcanine.canine_config(start.occ.state)
+        set_dropout_in_config(canine, dropout)
+        encoder = Encoder(CanineModel(canine, add_pooling_layer=True), CanineTokenizer(),
+                          f"OccCANINE {start.occ.kind} {start.origin}")
+        heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
+        heads.num_labels = len(key_codes)
+    else:
+        encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
+                   else build_encoder(config.model.encoder, dropout))
+        previous = _run_config(start.run_dir).get("heads") if start.kind == "run" else None
+        if previous and start.base is not None:  # the whole model: its own decoder shape
+            heads = HeadsConfig.from_dict(dict(previous, num_labels=len(key_codes), dropout=dropout,
+                                               vocab_size=formatter.vocab_size,
+                                               target_len=formatter.target_len))
+        else:
+            family = start.family
+            dim = encoder.model.config.hidden_size if family == "occcanine" else config.model.decoder_dim
+            heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
+                                target_len=formatter.target_len, decoder_dim=dim,
+                                decoder_layers=3 if family == "occcanine" else config.model.decoder_layers,
+                                decoder_heads=8 if family == "occcanine" else config.model.decoder_heads,
+                                dropout=dropout, family=family, bos_id=formatter.bos_id)
+    model = MixerModel(encoder.model, heads)
+    if start.kind != "encoder":
+        load_start_weights(model, start, key_codes, config.model.only_encoder, log)
+    return model, encoder
+
+
+def _start_state(start: Start, model) -> tuple:
+    """(the starting tensors in mixer's names, the codes of their flat head, where from)."""
+    if start.kind == "occcanine":
+        from mixer import occcanine
+
+        state = occcanine.to_mixer_state(start.occ, model.state_dict(), only_encoder=start.base is None,
+                                         flat_rows_may_differ=True)
+        return state, list(start.occ.key), start.origin
+    from mixer.checkpoint import CheckpointError, load_file
+
+    path = start.origin
+    if os.path.isdir(path):
+        candidates = [os.path.join(path, MODEL_FILE), os.path.join(path, "last.pt")]
+        path = next((c for c in candidates if os.path.exists(c)), None)
+        if path is None:
+            raise UserError(f"--initial-checkpoint: {start.origin} holds neither {MODEL_FILE} nor last.pt")
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file as load_safetensors
+
+        try:
+            state = load_safetensors(path)
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"--initial-checkpoint {path}: not a complete safetensors file ({exc})")
+    else:
+        try:
+            state = load_file(path)["model"]
+        except CheckpointError as exc:
+            raise UserError(f"--initial-checkpoint {exc}")
+    codes = start.base.codes if start.base is not None else []
+    return state, codes, path
+
+
+def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool, log=print) -> None:
+    """The encoder's weights, and unless only_encoder the heads', the flat head's rows
+    matched by code."""
+    import torch
+
+    state, source_codes, path = _start_state(start, model)
+    own = model.state_dict()
+    if only_encoder:
+        state = {k: v for k, v in state.items() if k.startswith("encoder.")}
+    flat = {k: state.pop(k) for k in ("flat_head.weight", "flat_head.bias") if k in state}
+    differ = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
+              if k in own and own[k].shape != v.shape]
+    if differ:
+        hint = "" if only_encoder else "; pass --only-encoder to start new heads for a new code system"
+        raise UserError(f"--initial-checkpoint {path} is incompatible: shapes differ "
+                        f"(checkpoint vs model): {'; '.join(differ[:3])}{hint}")
+    missing = [k for k in own if k not in state and not k.startswith("flat_head.")
+               and (not only_encoder or k.startswith("encoder."))]
+    if missing:
+        raise UserError(f"--initial-checkpoint {path} lacks {len(missing)} weight(s) of this model, "
+                        f"e.g. {missing[0]}")
+    model.load_state_dict(state, strict=False)
+    if only_encoder:
+        log(f"loaded the encoder ({len(state)} tensors) from {path}; flat head and decoder start new")
+        return
+    if set(flat) != {"flat_head.weight", "flat_head.bias"} or flat["flat_head.weight"].shape[0] != len(source_codes):
+        raise UserError(f"--initial-checkpoint {path}: its flat head does not fit its key "
+                        f"({len(source_codes)} codes)")
+    row_of = {code: i for i, code in enumerate(source_codes)}
+    rows = torch.tensor([row_of.get(code, -1) for code in key_codes])
+    known = rows >= 0
+    with torch.no_grad():
+        model.flat_head.weight[known] = flat["flat_head.weight"][rows[known]].to(model.flat_head.weight.dtype)
+        model.flat_head.bias[known] = flat["flat_head.bias"][rows[known]].to(model.flat_head.bias.dtype)
+    new = int((~known).sum())
+    log(f"loaded all weights from {path}; flat head: {int(known.sum())} codes matched by code"
+        + (f", {new} new code(s) start new" if new else ""))
+
+
+# ------------------------------------------------------------------ a model to predict with
+def load_for_prediction(source: str, what: str = "--checkpoint") -> tuple:
+    """(model, tokenizer, config dict, key frame) of a run directory of this tool or
+    of an OccCANINE model (hub directory, training checkpoint, hub id)."""
+    if is_run_directory(source):
+        return _load_run(source, what)
+    from mixer import occcanine
+
+    if not (occcanine.looks_like_hub_id(source) or os.path.exists(source)):
+        raise UserError(f"{what} {source}: no such run directory, OccCANINE model or hub id")
+    if os.path.isdir(source) and not occcanine.is_hub_directory(source):
+        raise UserError(f"{what} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
+                        "training finished? model.safetensors is written at the end) nor an "
+                        "OccCANINE hub directory")
+    return _load_occcanine(source, what)
+
+
+RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
+
+
+def _load_run(run_dir: str, what: str) -> tuple:
+    from safetensors.torch import load_file
+
+    from mixer.data import read_key
+    from mixer.encoders import encoder_from_run
+    from mixer.model import HeadsConfig, MixerModel
+
+    missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
+    if missing:
+        raise UserError(f"{what} {run_dir}: lacks {', '.join(missing)}; is training finished? "
+                        "(model.safetensors is written at the end of a run)")
+    config = _run_config(run_dir)
+    encoder = encoder_from_run(run_dir)
+    model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
+    model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
+    return model, encoder.tokenizer, config, read_key(run_dir)
+
+
+def _load_occcanine(source: str, what: str) -> tuple:
+    import pandas as pd
+    from transformers import CanineModel, CanineTokenizer
+
+    from mixer import occcanine
+    from mixer.formatter import hisco_key
+    from mixer.model import MixerModel
+
+    occ = occcanine.read(source, what)
+    if not occ.has_heads:
+        raise UserError(f"{what} {source} holds an encoder only: nothing to predict with")
+    formatter = occcanine.formatter_of(occ)
+    canine = occcanine.canine_config(occ.state)
+    model = MixerModel(CanineModel(canine), occcanine.heads_config(occ, formatter, canine.hidden_size, 0.0))
+    model.load_state_dict(occcanine.to_mixer_state(occ, model.state_dict()))
+    if occ.system == "hisco":
+        key = hisco_key()
+    else:
+        key = pd.DataFrame({"code": occ.key, "description": ""})
+    key.insert(1, "index", range(len(key)))
+    config = {"formatter": formatter.to_dict(), "input_recipe": occcanine_recipe().to_dict(),
+              "max_len": occcanine.MAX_INPUT_LEN, "input_col": "occ1", "language": "unk",
+              "language_col": None, "context_cols": [],
+              "threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
+              "source": {"kind": "occcanine", "layout": occ.kind, "from": source,
+                         "path": os.path.abspath(occ.path)},
+              "heads": {"family": "occcanine"}}
+    return model, CanineTokenizer(), config, key
+
+
+def light_tokeniser(start: Start, config: RunConfig):
+    """The run's tokeniser before any model exists (--prepare-only); without torch for
+    CANINE encoders and tokenizer.json files."""
+    from mixer.encoders import light_token_ids
+    from mixer.tokens import CanineIds
+
+    if start.kind == "occcanine":
+        return CanineIds(start.recipe)
+    return light_token_ids(config.model.encoder, start.recipe, start.run_dir)

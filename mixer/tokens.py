@@ -43,6 +43,7 @@ class InputRecipe:
     language: str = "pair"
     lowercase: bool = False
     ascii: bool = False  # transliterate to ASCII (OccCANINE's prediction does)
+    strip: bool = True  # surrounding spaces removed (OccCANINE keeps them)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,6 +70,8 @@ def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
     tokenizer pairs, where rows of unknown language have first = text, second = None."""
     texts = np.asarray(texts, dtype=object)
     langs = np.asarray(langs, dtype=object)
+    if recipe.strip:
+        texts = np.asarray([t.strip() for t in texts], dtype=object)
     if recipe.lowercase:
         texts = np.asarray([t.lower() for t in texts], dtype=object)
     if recipe.ascii:

@@ -24,7 +24,7 @@ from mixer.distributed import World
 from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
-from mixer.metrics import MetricSums, seq2seq_prediction
+from mixer.metrics import MetricSums, PredictionRules, decoded_codes
 from mixer.model import save_model, unwrap_model
 from mixer.schedule import Layout, Schedule, Segment
 from mixer.tracking import NullTracker, logger
@@ -60,6 +60,7 @@ class TrainParts:
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
+    formatter: object  # mixer.formatter.CodeFormatter: token ids and how blocks read
     schedule: Schedule  # run length and learning-rate position (mixer.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
@@ -171,7 +172,7 @@ class Trainer:
                                                     batch.decoder_input)
                 total, _, _ = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
                                          self.parts.num_blocks, self.parts.block_size,
-                                         self.cfg.seq2seq_weight)
+                                         self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
                 loss = step_loss(total, batch.weights, batch.global_rows, self.world.world_size)
                 self.scaler.scale(loss).backward()  # all ranks (DDP all-reduce on the last micro-step)
             local_loss += (total.detach() * batch.weights).sum()
@@ -275,7 +276,8 @@ class Trainer:
         model.eval()
         sums = MetricSums(self.device, tune_thresholds=tune_threshold)
         blocks = self.parts.num_blocks * self.parts.block_size
-        key_blocks = self.parts.key_blocks.to(self.device)
+        rules = PredictionRules.for_family(model.cfg.family)
+        code_index = {code: i for i, code in enumerate(self.key_codes)}
         interrupted = False
         for batch in loader or self.parts.val_loader:
             if self.stop_requested:
@@ -289,14 +291,13 @@ class Trainer:
                 tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
             total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
                                           self.parts.num_blocks, self.parts.block_size,
-                                          self.cfg.seq2seq_weight)
-            decoded, _ = seq2seq_prediction(tokens, token_probs, key_blocks,
-                                            self.parts.num_blocks, self.parts.block_size)
+                                          self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
             sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
                            targets=batch.targets, flat_probs=flat_logits.float().sigmoid(),
-                           labels=batch.labels, decoded_index=decoded, decoded_tokens=tokens,
-                           threshold=self.cfg.threshold, num_labels=flat_logits.size(-1),
-                           top_k=self.parts.num_blocks)
+                           labels=batch.labels,
+                           seq_codes=decoded_codes(tokens.cpu(), self.parts.formatter),
+                           code_index=code_index, threshold=self.cfg.threshold,
+                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules)
         model.train(was_training)
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None

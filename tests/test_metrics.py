@@ -4,32 +4,34 @@ import numpy as np
 import torch
 
 from mixer.formatter import PAD, CodeFormatter
-from mixer.metrics import MetricSums
-from mixer.predict import codes_of_blocks
+from mixer.metrics import MetricSums, code_sets, decoded_blocks, decoded_codes
+from mixer.predict import ranked_codes
 
 
 def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
-    """A row decoded as [bad, bad, 64100]: predict.py writes two codes, so the
-    training metrics must count two predicted codes, not three."""
+    """A row decoded as [bad, bad, 64]: predict.py writes two codes, so the training
+    metrics must count two predicted codes, not three."""
     f = CodeFormatter(kind="general", block_size=2, max_num_codes=3, alphabet=list("0123456789"))
     codes = np.array(["11", "64"], dtype=object)
     key_blocks = torch.from_numpy(f.encode_blocks(list(codes)))
     bad = [3 + 9, 3 + 9]  # "99": not in the key
     tokens = torch.tensor([bad + bad + key_blocks[1].tolist(),          # bad, bad, 64
                            key_blocks[0].tolist() + bad + [PAD, PAD]])  # 11, bad, (empty)
-    probs = torch.full(tokens.shape, 0.9)
-    predicted, _ = codes_of_blocks(tokens, probs, key_blocks, f, codes, top_k=3)
+    block_probs = np.full((2, 3), 0.9)
+    predicted, _ = ranked_codes(decoded_blocks(tokens, 3, 2), block_probs, f, top_k=3)
     assert [sorted(c for c in row if c) for row in predicted] == [["64", "99"], ["11", "99"]]
 
-    from mixer.metrics import seq2seq_prediction
-    index, _ = seq2seq_prediction(tokens, probs, key_blocks, 3, 2)
+    seq_codes = decoded_codes(tokens, f)
+    hot, unknown = code_sets(seq_codes, {"11": 0, "64": 1}, 2, "cpu")
+    assert unknown.tolist() == [1, 1] and hot.tolist() == [[0, 1], [1, 0]]
     labels = torch.tensor([[1, -1, -1], [0, -1, -1]])
     sums = MetricSums("cpu")
     rows = torch.zeros(2)
     sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows,
                    seq_logits=torch.zeros(2, 7, 13), targets=torch.zeros(2, 7, dtype=torch.long),
                    flat_probs=torch.tensor([[0.1, 0.9], [0.9, 0.1]]), labels=labels,
-                   decoded_index=index, decoded_tokens=tokens, threshold=0.5, num_labels=2, top_k=3)
+                   seq_codes=seq_codes, code_index={"11": 0, "64": 1}, threshold=0.5,
+                   num_labels=2, top_k=3)
     result = sums.result()
     assert result["seq2seq_precision"] == 2 / 4  # 4 predicted codes in all, 2 right
     assert result["seq2seq_recall"] == 1.0
@@ -43,10 +45,8 @@ def test_the_tuned_threshold_is_the_one_with_the_best_f1():
     labels = torch.tensor([[0, 1], [2, -1]])
     sums = MetricSums("cpu", tune_thresholds=True)
     rows = torch.zeros(2)
-    index = torch.full((2, 2), -1)
     sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows, seq_logits=torch.zeros(2, 5, 8),
                    targets=torch.zeros(2, 5, dtype=torch.long), flat_probs=probs, labels=labels,
-                   decoded_index=index, decoded_tokens=torch.zeros(2, 4, dtype=torch.long),
-                   threshold=0.5, num_labels=4, top_k=2)
+                   seq_codes=[[], []], code_index={}, threshold=0.5, num_labels=4, top_k=2)
     best, f1, at_half = sums.best_threshold(0.5)
     assert (best, f1) == (0.35, 1.0) and abs(at_half - 0.8) < 1e-12

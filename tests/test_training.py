@@ -135,7 +135,7 @@ def test_save_load_predict_matches_the_in_memory_model(tmp_path):
     key.to_csv(os.path.join(run, "key.csv"), index=False)
 
     in_memory = Predictor(model, encoder.tokenizer, dict(extra, heads={}), key)
-    loaded = Predictor.from_run_dir(run)
+    loaded = Predictor.load(run, device="cpu")
     texts = np.array(["farm labourer", "wine and spirit merchant", "coal miner", "x"], dtype=object)
     langs = np.array(["unk", "en", "unk", "unk"], dtype=object)
     for head in ("flat", "seq2seq"):

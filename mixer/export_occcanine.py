@@ -1,0 +1,85 @@
+"""Write a run of the OccCANINE architecture in OccCANINE's hub layout.
+
+    python -m mixer.export_occcanine RUN_DIR OUT_DIR
+
+RUN_DIR is a run that started from one of OccCANINE's models (its family is
+"occcanine"). OUT_DIR gets config.json and model.safetensors as OccCANINE's
+`Seq2SeqMixerOccCANINE_hub.from_pretrained` reads them, and for systems other
+than HISCO key.json (code -> flat index) and chars.json (the decoder's
+symbols); predict.py and mixer.load read it back too. HISCO runs whose key
+gained no codes write no key.json: OccCANINE uses its own HISCO key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mixer import occcanine
+from mixer.errors import UserError
+
+
+def export(run_dir: str, out_dir: str) -> list:
+    """Write the hub layout; returns the files written."""
+    from safetensors.torch import load_file, save_file
+
+    from mixer.data import read_key
+    from mixer.formatter import CodeFormatter, hisco_key
+    from mixer.io import atomic_write, write_text
+    from mixer.sources import CONFIG_FILE, MODEL_FILE, is_run_directory
+
+    if not is_run_directory(run_dir) or not os.path.exists(os.path.join(run_dir, MODEL_FILE)):
+        raise UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
+                        f"and {CONFIG_FILE})")
+    with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as handle:
+        config = json.load(handle)
+    heads = config["heads"]
+    if heads.get("family") != "occcanine":
+        raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
+                        "OccCANINE's architecture (started from an OccCANINE model) have its layout")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"{out_dir}: is a file; pass a directory")
+    formatter = CodeFormatter.from_dict(config["formatter"])
+    key = list(read_key(run_dir)["code"])
+    state = load_file(os.path.join(run_dir, MODEL_FILE))
+    hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
+    feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+
+    def write_json(name: str, values) -> None:
+        write_text(os.path.join(out_dir, name), json.dumps(values, indent=2))
+        written.append(name)
+
+    hub = occcanine.hub_config(formatter, len(key), feed_forward, hidden)
+    hub["exported_by"] = {"tool": "mixer", "run": os.path.abspath(run_dir),
+                          "source": config.get("source", {}).get("from")}
+    write_json("config.json", hub)
+    tensors = occcanine.to_occcanine_state(state, hidden)
+    atomic_write(os.path.join(out_dir, "model.safetensors"), lambda p: save_file(tensors, p))
+    written.append("model.safetensors")
+    if formatter.kind != "hisco" or key != list(hisco_key()["code"]):
+        if formatter.kind == "hisco":
+            raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
+                            "always uses for HISCO models")
+        write_json("key.json", {code: i for i, code in enumerate(key)})
+        write_json("chars.json", list(formatter.alphabet))
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mixer.export_occcanine", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", help="a run directory of the OccCANINE architecture")
+    parser.add_argument("out_dir", help="where to write the hub layout")
+    args = parser.parse_args(argv)
+    files = export(args.run_dir, args.out_dir)
+    print(f"wrote {', '.join(files)} to {args.out_dir} (OccCANINE's hub layout)")
+    return 0
+
+
+if __name__ == "__main__":
+    from mixer.cli import run_main
+
+    run_main(main, sys.argv[1:])
