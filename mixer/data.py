@@ -274,14 +274,14 @@ class Prepared:
     formatter: CodeFormatter
 
 
-def make_formatter(cfg: DataConfig, max_num_codes: int) -> CodeFormatter:
+def make_formatter(cfg: DataConfig, max_num_codes: int, tokens: str = "mixer") -> CodeFormatter:
     return CodeFormatter(kind=cfg.formatter, block_size=cfg.block_size,
                          max_num_codes=max_num_codes,
                          use_within_block_sep=cfg.use_within_block_sep,
-                         allow_short=cfg.allow_codes_shorter_than_block_size)
+                         allow_short=cfg.allow_codes_shorter_than_block_size, tokens=tokens)
 
 
-def prepare(cfg: DataConfig, seed: int, log=print, base=None) -> Prepared:
+def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mixer") -> Prepared:
     """Read, check, key and split the data of a run, in memory. With `base` (a
     whole-model start, mixer.sources.Base) the codes are read in the starting
     model's layout, and the key is its codes followed by any new ones."""
@@ -291,8 +291,8 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None) -> Prepared:
         if len(cfg.target_cols) > formatter.max_num_codes:
             raise UserError(f"--target-cols: {len(cfg.target_cols)} code columns, but the starting "
                             f"model writes at most {formatter.max_num_codes} codes per row")
-    else:
-        formatter = make_formatter(cfg, len(cfg.target_cols))
+    else:  # new heads: the decoder's tokens numbered as the model family numbers them
+        formatter = make_formatter(cfg, len(cfg.target_cols), tokens)
     if base is None and formatter.kind == "hisco":
         formatter.block_size = 5
     elif base is None and formatter.kind == "occ1950":
@@ -395,12 +395,16 @@ def prepared_stamp(run_dir: str) -> Optional[dict]:
 
 
 def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
-                     check: Optional[Callable[[Prepared], None]] = None, base=None) -> Prepared:
+                     check: Optional[Callable[[Prepared], None]] = None, base=None,
+                     tokens: str = "mixer") -> Prepared:
     """Reuse the run directory's data when it was prepared from the same input
     and settings, else prepare it and, once `check` (if any) accepts it, write it:
     bad input leaves the run directory as it was. Reused data comes without its
     text (training reads token ids; see load_prepared)."""
     stamp = fingerprint(cfg, seed)
+    if tokens != "mixer":
+        stamp["settings"]["tokens"] = tokens
+        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], tokens]).encode()).hexdigest()[:16]
     if base is not None:  # the starting model fixes the layout and the key: part of the identity
         stamp["settings"]["start"] = base.describe()
         stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
@@ -417,7 +421,7 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
             check(prepared)
         return prepared
     start = time.perf_counter()
-    prepared = prepare(cfg, seed, log, base)
+    prepared = prepare(cfg, seed, log, base, tokens)
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)

@@ -79,7 +79,8 @@ def _train(config) -> int:
         from mixer.sources import describe_start
 
         start = describe_start(config)
-        prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base)
+        prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
+                         tokens=start.tokens)
         write_args(config, config.save_dir)
         prepare_token_cache(config, start)
         return 0

@@ -132,7 +132,7 @@ class CodeFormatter:
                 return
             self.alphabet = list("-0123456789") if self.kind == "hisco" else list("0123456789")
             return
-        if self.tokens == "occcanine":  # the symbols are the model's (chars.json), not the data's
+        if self.tokens == "occcanine" and self.alphabet:  # the model's own symbols (chars.json)
             return
         symbols = set()
         for code in codes:

@@ -44,7 +44,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
-                                              log=logger.info, base=start.base),
+                                              log=logger.info, base=start.base,
+                                              tokens=start.tokens),
                      world, others=lambda: None)
     prepared = load_prepared(run_dir, with_text=False)
     if world.is_main:

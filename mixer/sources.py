@@ -78,6 +78,11 @@ class Start:
     occ: object = None  # kind "occcanine": a mixer.occcanine.OccSource
     base: Optional[Base] = None  # whole model reused: the data keeps its layout and key
 
+    @property
+    def tokens(self) -> str:
+        """How new heads number their decoder tokens: as the family does."""
+        return "occcanine" if self.family == "occcanine" else "mixer"
+
     def record(self) -> dict:
         """Where the starting weights came from (config.json, W&B)."""
         if self.kind == "encoder":

@@ -1,0 +1,358 @@
+"""OccCANINE's published models: read, predicted with exactly, fine-tuned, exported.
+
+The models here are built by this file from the documented architecture
+(../shared/OCCCANINE.md) with generated weights and a small CANINE, and
+predicted with by a reference written here: sequence-first tensors, the whole
+prefix decoded again at every greedy step, the input string built by hand.
+mixer must give the same codes in the same order, probabilities within 1e-5."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from conftest import ROOT, TOY, env_for_subprocess, run_program
+
+SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=256, num_hash_buckets=512, num_hash_functions=4,
+                    downsampling_rate=4, upsampling_kernel_size=4)
+THRESHOLDS = {"en": 0.26, "da": 0.24, "unk": 0.31}
+TEXTS = ["farmer", "Agricultural Labourer", "wine and spirit merchant", "Bäcker und Müller",
+         "  fisherman  ", "smed, åbenrå", "engineer and fireman", "x" * 200, "coal miner's wife",
+         "FARMER & WIFE", "servant", ""]
+
+
+# ------------------------------------------------------------------ the reference
+class Reference(nn.Module):
+    """OccCANINE's mixer model as documented: names, shapes, sequence-first decoder."""
+
+    def __init__(self, codes: int, vocab: int):
+        from transformers import CanineConfig, CanineModel
+
+        super().__init__()
+        self.encoder = CanineModel(CanineConfig(**SMALL_CANINE))
+        hidden = SMALL_CANINE["hidden_size"]
+        self.linear_decoder = nn.Linear(hidden, codes)
+        self.decoder = nn.Module()
+        self.decoder.token_emb = nn.Module()
+        self.decoder.token_emb.embedding = nn.Embedding(vocab, hidden)
+        self.decoder.positional_encoding = nn.Module()
+        den = torch.exp(-torch.arange(0, hidden, 2) * math.log(10000) / hidden)
+        pos = torch.arange(0, 128).reshape(128, 1)
+        table = torch.zeros(128, hidden)
+        table[:, 0::2], table[:, 1::2] = torch.sin(pos * den), torch.cos(pos * den)
+        self.decoder.positional_encoding.register_buffer("pos_embedding", table.unsqueeze(1))
+        self.decoder.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(hidden, 8, hidden, 0.0), 3)
+        self.decoder.head = nn.Linear(hidden, vocab)
+
+    def encode(self, strings):
+        from transformers import CanineTokenizer
+
+        batch = CanineTokenizer()(strings, padding="max_length", max_length=128, truncation=True,
+                                  return_tensors="pt")
+        out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return out.last_hidden_state, out.pooler_output
+
+    def decode(self, memory, tokens):  # memory (rows, M, d), tokens (rows, T) -> logits (rows, T, V)
+        hidden = memory.size(-1)
+        x = self.decoder.token_emb.embedding(tokens) * math.sqrt(hidden)
+        x = x.transpose(0, 1) + self.decoder.positional_encoding.pos_embedding[: tokens.size(1)]
+        causal = torch.triu(torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool), 1)
+        out = self.decoder.decoder(x, memory.transpose(0, 1), tgt_mask=causal)
+        return self.decoder.head(out).transpose(0, 1)
+
+
+HISCO_TOKEN = {str(c): c + 8 for c in range(-3, 10)}  # UNK 0, PAD 1, BOS 2, EOS 3, SEP 4
+SYMBOL = {v: k for k, v in HISCO_TOKEN.items()}
+
+
+def model_input(texts, lang):
+    from unidecode import unidecode
+
+    return [f"{lang}[SEP]{unidecode(t.lower())}" for t in texts]
+
+
+def reference_flat(model, key, texts, lang):
+    with torch.no_grad():
+        probs = model.linear_decoder(model.encode(model_input(texts, lang))[1]).sigmoid()
+    out = []
+    for row in probs:
+        top = torch.argsort(row, descending=True)[:5]
+        out.append([(key[i], float(row[i])) for i in top if row[i] > THRESHOLDS[lang]])
+    return out
+
+
+def read_block(block):
+    if 1 in block:
+        return None
+    if block[0] in (5, 6, 7):
+        return SYMBOL[block[0]]
+    if all(t in SYMBOL for t in block):
+        return "".join(SYMBOL[t] for t in block)
+    return None
+
+
+def reference_greedy(model, texts, lang):
+    with torch.no_grad():
+        memory = model.encode(model_input(texts, lang))[0]
+        tokens = torch.full((len(texts), 1), 2)
+        probs = torch.ones(len(texts), 1)
+        for _ in range(26):  # 5 blocks of 5, then EOS: every step decodes the whole prefix
+            step = model.decode(memory, tokens)[:, -1].softmax(-1)
+            p, nxt = step.max(-1)
+            tokens, probs = torch.cat([tokens, nxt[:, None]], 1), torch.cat([probs, p[:, None]], 1)
+        out = []
+        for row in range(len(texts)):
+            blocks = [tokens[row, 1 + 5 * b: 6 + 5 * b].tolist() for b in range(5)]
+            codes = [c for c in map(read_block, blocks) if c is not None]
+            conf = float(probs[row].prod())
+            if len(codes) > 1:  # order-invariant: each distinct code written first
+                conf = 0.0
+                for code in set(codes):
+                    seq = torch.tensor([[2] + ([HISCO_TOKEN[code]] * 5 if code in ("-1", "-2", "-3")
+                                               else [HISCO_TOKEN[ch] for ch in code])])
+                    step = model.decode(memory[row:row + 1], seq[:, :-1]).softmax(-1)
+                    conf += float(step[0].gather(1, seq[0, 1:, None]).prod())
+            out.append((codes, conf))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hisco_model(tmp_path_factory):
+    """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
+    from mixer.formatter import hisco_key
+
+    torch.manual_seed(11)
+    key = list(hisco_key()["code"])
+    model = Reference(len(key), 19).eval()
+    with torch.no_grad():  # decisive heads, so that real codes come out
+        model.decoder.head.weight.mul_(4)
+        model.decoder.head.bias[8:18] += 2.5
+        model.decoder.head.bias[1] += 1.0
+        model.linear_decoder.weight.mul_(6)
+    base = tmp_path_factory.mktemp("occcanine")
+    hub = base / "hub"
+    hub.mkdir()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, hub / "model.safetensors")
+    (hub / "config.json").write_text(json.dumps({
+        "model_domain": "Multilingual_CANINE", "model_type": "seq2seq_mixer", "n_classes": 1918,
+        "num_classes_flat": 1919, "num_classes": [18] * 27, "dropout_rate": 0}))
+    torch.save({"model": state, "step": 0}, base / "last.bin")
+    return {"model": model, "key": key, "hub": str(hub), "bin": str(base / "last.bin"), "base": base}
+
+
+def assert_same_ranked(ours: pd.DataFrame, reference):
+    for row, expected in enumerate(reference):
+        got = [(ours[f"code_{k}"][row], ours[f"prob_{k}"][row]) for k in range(1, 6)
+               if ours[f"code_{k}"][row] != ""]
+        assert [c for c, _ in got] == [c for c, _ in expected], row
+        np.testing.assert_allclose([p for _, p in got], [p for _, p in expected], atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------ 1. predict
+@pytest.mark.parametrize("layout", ["hub", "bin"])
+def test_predictions_equal_the_documented_model(hisco_model, layout):
+    import mixer
+
+    model = mixer.load(hisco_model[layout], device="cpu")
+    assert model.family == "occcanine" and len(model.codes) == 1919
+    for lang in ("en", "da"):
+        assert_same_ranked(model.predict(TEXTS, lang=lang), reference_flat(hisco_model["model"], hisco_model["key"], TEXTS, lang))
+    greedy = model.predict(TEXTS, lang="en", head="seq2seq")
+    reference = reference_greedy(hisco_model["model"], TEXTS, "en")
+    assert sum(len(codes) > 1 for codes, _ in reference) >= 2  # rows of several codes are covered
+    for row, (codes, conf) in enumerate(reference):
+        got = [greedy[f"code_{k}"][row] for k in range(1, 6) if greedy[f"code_{k}"][row] != ""]
+        assert got == codes, row
+        if codes:
+            assert greedy["prob_1"][row] == pytest.approx(conf, rel=1e-5, abs=1e-12)
+    with torch.no_grad():
+        pooled = hisco_model["model"].encode(model_input(TEXTS, "da"))[1].numpy()
+    np.testing.assert_allclose(model.embeddings(TEXTS, lang="da"), pooled, atol=1e-5)
+
+
+def test_predict_py_reads_every_layout_with_per_language_thresholds(hisco_model, tmp_path):
+    data = tmp_path / "in.csv"
+    pd.DataFrame({"occ1": TEXTS, "lang": ["en", "da"] * 6}).to_csv(data, index=False)
+    outputs = []
+    for source in (hisco_model["hub"], hisco_model["bin"]):
+        out = tmp_path / f"out{len(outputs)}.csv"
+        run_program("predict.py", "--checkpoint", source, "--input", data, "--output", out,
+                    "--language-col", "lang")
+        outputs.append(pd.read_csv(out, dtype=str, keep_default_na=False))
+    pd.testing.assert_frame_equal(outputs[0], outputs[1])
+    frame = outputs[0]
+    for lang in ("en", "da"):  # each row with its language's threshold
+        rows = frame["lang"] == lang
+        expected = reference_flat(hisco_model["model"], hisco_model["key"], list(frame["occ1"][rows]), lang)
+        got = [[c for c in frame.loc[i, [f"code_{k}" for k in range(1, 6)]] if c] for i in frame.index[rows]]
+        assert got == [[c for c, _ in e] for e in expected]
+    assert set(frame.columns) >= {"code_1", "prob_1", "desc_1", "code_5"}
+
+
+def test_a_hub_id_is_read_from_the_cache_offline(hisco_model, tmp_path):
+    snapshot = (tmp_path / "hf" / "hub" / "models--Christianvedel--OccCANINE_s2s_mix")
+    revision = "0" * 40
+    (snapshot / "snapshots" / revision).mkdir(parents=True)
+    (snapshot / "refs").mkdir()
+    (snapshot / "refs" / "main").write_text(revision)
+    for name in ("config.json", "model.safetensors"):
+        os.link(os.path.join(hisco_model["hub"], name), snapshot / "snapshots" / revision / name)
+    env = env_for_subprocess()
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
+    data = tmp_path / "in.csv"
+    pd.DataFrame({"occ1": TEXTS[:4]}).to_csv(data, index=False)
+    run_program("predict.py", "--checkpoint", "Christianvedel/OccCANINE_s2s_mix", "--input", data,
+                "--output", tmp_path / "out.csv", "--language", "en", env=env)
+    expected = reference_flat(hisco_model["model"], hisco_model["key"], TEXTS[:4], "en")
+    assert pd.read_csv(tmp_path / "out.csv", dtype=str)["code_1"].tolist() == [e[0][0] for e in expected]
+    env["HF_HOME"] = str(tmp_path / "empty")
+    proc = run_program("predict.py", "--checkpoint", "Christianvedel/OccCANINE_OCC1950", "--input", data,
+                       "--output", tmp_path / "x.csv", env=env, check=False)
+    assert proc.returncode == 2 and "not in the Hugging Face cache" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_general_system_checkpoint_with_its_key_beside_it(tmp_path):
+    """Another code system: 3-digit codes, key.csv (system_code, code) beside the .bin,
+    the decoder's symbols from the default set; reads, and its shapes are checked."""
+    import mixer
+
+    torch.manual_seed(3)
+    codes = [f"{i:03d}" for i in range(0, 900, 30)]
+    chars = [str(i) for i in range(-999, 1000)] + [chr(c) for c in range(97, 123)]
+    import string
+
+    chars = [str(i) for i in range(-999, 1000)] + list(string.ascii_letters) + \
+        [c for c in string.punctuation if c not in "&,"]
+    model = Reference(len(codes), len(chars) + 6)
+    pd.DataFrame({"system_code": codes, "code": range(len(codes))}).to_csv(tmp_path / "key.csv", index=False)
+    torch.save({"model": model.state_dict()}, tmp_path / "ckpt.pt")
+    loaded = mixer.load(str(tmp_path / "ckpt.pt"), device="cpu")
+    assert list(loaded.codes["code"]) == codes
+    expected = reference_flat(model.eval(), codes, TEXTS[:5], "en")
+    assert_same_ranked(loaded.predict(TEXTS[:5], lang="en"), expected)
+
+
+# ------------------------------------------------------------------ bad sources
+def run_predict(source, tmp_path):
+    data = tmp_path / "in.csv"
+    data.write_text("occ1\nfarmer\n")
+    return run_program("predict.py", "--checkpoint", source, "--input", data, "--output",
+                       tmp_path / "out.csv", check=False)
+
+
+def test_bad_sources_get_one_line_each(hisco_model, tmp_path):
+    state = {k: v.clone() for k, v in hisco_model["model"].state_dict().items()}
+    cases = {}
+    torch.save({"model": state, "extra": pickle.dumps}, tmp_path / "code.bin")  # needs unpickling code
+    cases["code.bin"] = "could run code"
+    wrong = dict(state)
+    wrong["linear_decoder.weight"] = wrong["linear_decoder.weight"][:100]
+    wrong["linear_decoder.bias"] = wrong["linear_decoder.bias"][:100]
+    torch.save({"model": wrong}, tmp_path / "wrongkey.bin")
+    cases["wrongkey.bin"] = "no key"
+    missing = {k: v for k, v in state.items() if k != "decoder.head.bias"}
+    torch.save({"model": missing}, tmp_path / "missing.bin")
+    cases["missing.bin"] = "decoder.head.bias"
+    shapes = dict(state)
+    shapes["decoder.decoder.layers.0.linear1.weight"] = torch.zeros(64, 128)
+    torch.save({"model": shapes}, tmp_path / "shapes.bin")
+    cases["shapes.bin"] = "shapes do not fit"
+    for name, needle in cases.items():
+        proc = run_predict(tmp_path / name, tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (name, proc.stderr)
+
+
+# ------------------------------------------------------------------ 2. fine-tune
+HISCO_DATA = ["--formatter", "hisco", "--num-target-cols", "1", "--allow-codes-shorter-than-block-size",
+              "--language", "en", "--dropout", "0", "--val-max-rows", "32", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def hisco_rows(tmp_path_factory, toy_frame) -> str:
+    path = tmp_path_factory.mktemp("rows") / "hisco.csv"
+    toy_frame.head(64).to_csv(path, index=False)
+    return str(path)
+
+
+def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_rows, tmp_path):
+    import mixer
+
+    out = tmp_path / "run"
+    proc = run_program("train_mixer.py", "--train-data", hisco_rows, "--val-data", hisco_rows,
+                       "--initial-checkpoint", hisco_model["hub"], "--save-dir", out, "--max-steps", 1,
+                       "--learning-rate", 0, *HISCO_DATA)
+    assert "1919 codes matched by code" in proc.stdout
+    config = json.load(open(out / "config.json"))
+    assert config["source"]["kind"] == "occcanine" and config["source"]["from"] == hisco_model["hub"]
+    assert config["heads"]["family"] == "occcanine" and config["thresholds"]["en"] == 0.26
+    source, run = mixer.load(hisco_model["hub"], device="cpu"), mixer.load(str(out), device="cpu")
+    for head in ("flat", "seq2seq"):
+        pd.testing.assert_frame_equal(source.predict(TEXTS, lang="en", head=head),
+                                      run.predict(TEXTS, lang="en", head=head), atol=1e-6)
+
+
+def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, hisco_rows, tmp_path):
+    from safetensors.torch import load_file
+
+    from test_distributed import max_difference, run, torchrun_cmd
+
+    common = ["--train-data", hisco_rows, "--val-data", hisco_rows, "--initial-checkpoint",
+              hisco_model["bin"], "--max-steps", "2", "--learning-rate", "1e-3", *HISCO_DATA[:-2]]
+    run_program("train_mixer.py", *common, "--save-dir", tmp_path / "one", "--batch-size", 8)
+    run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "train_mixer.py"), "--distributed",
+                                           *common, "--save-dir", str(tmp_path / "two"), "--batch-size", "4"])
+    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert max_difference(one, two) < 1e-5
+    start = load_file(os.path.join(hisco_model["hub"], "model.safetensors"))["linear_decoder.weight"]
+    assert (one["flat_head.weight"] - start).abs().max() > 1e-4  # it did learn
+
+
+def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_model, tmp_path):
+    """New heads sized for a new key (comma-separated parts, PST2-like); the run exports
+    to OccCANINE's hub layout, which reads back with the same predictions."""
+    import mixer
+    from mixer.export_occcanine import export
+
+    rows = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 8,
+                         "pst_1": ["1,2,0", "1,12,0", "2,40,3", "2,5,1"] * 8})
+    data = tmp_path / "pst.csv"
+    rows.to_csv(data, index=False)
+    out = tmp_path / "run"
+    proc = run_program("finetune.py", "--dataset", data, "--target-cols", "pst_1", "--save-path", out,
+                       "--initial-checkpoint", hisco_model["bin"], "--only-encoder",
+                       "--use-within-block-sep", "--block-size", "3", "--max-steps", "2",
+                       "--batch-size", "8", "--val-max-rows", "8")
+    assert "loaded the encoder" in proc.stdout and "flat head and decoder start new" in proc.stdout
+    assert json.load(open(out / "config.json"))["heads"]["family"] == "occcanine"
+    hub = tmp_path / "exported"
+    files = export(str(out), str(hub))
+    assert {"config.json", "model.safetensors", "key.json", "chars.json"} <= set(files)
+    config = json.load(open(hub / "config.json"))
+    assert config["model_domain"] == "Multilingual_CANINE" and config["num_classes_flat"] == 4
+    run_model, exported = mixer.load(str(out), device="cpu"), mixer.load(str(hub), device="cpu")
+    for head in ("flat", "seq2seq"):
+        pd.testing.assert_frame_equal(run_model.predict(TEXTS, lang="en", head=head, top_k=2),
+                                      exported.predict(TEXTS, lang="en", head=head, top_k=2))
+
+
+def test_context_columns_are_refused_for_occcanine_models(hisco_model, hisco_rows, tmp_path):
+    proc = run_program("train_mixer.py", "--train-data", hisco_rows, "--val-data", hisco_rows,
+                       "--initial-checkpoint", hisco_model["hub"], "--save-dir", tmp_path / "run",
+                       "--context-cols", "hisco_1", *HISCO_DATA, check=False)
+    assert proc.returncode == 2 and "--context-cols" in proc.stderr
+    assert not (tmp_path / "run").exists()
