@@ -377,7 +377,7 @@ def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
 
     present = set(pq.read_schema(os.path.join(run_dir, "data_train.parquet")).names)
     columns = None if with_text else [c for c in code_columns(meta["formatter"]["max_num_codes"])
-                                      if c in present] + ["row"]
+                                      if c in present] + [LANG, "row"]
     return Prepared(
         train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet"), columns=columns),
         val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet"), columns=columns),

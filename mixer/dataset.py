@@ -34,7 +34,7 @@ class RowDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, item):
         index, global_rows, weight = item if isinstance(item, tuple) else (item, 0, 1.0)
-        return np.asarray(self.tokens.row(index)), self.labels[index], global_rows, weight
+        return np.asarray(self.tokens.row(index)), self.labels[index], global_rows, weight, index
 
 
 @dataclass
@@ -46,17 +46,19 @@ class Batch:
     targets: torch.Tensor  # blocks + EOS
     global_rows: int
     weights: torch.Tensor  # (rows,) 1, or 0 for a placeholder row (see StepSampler)
+    rows: Optional[np.ndarray] = None  # the dataset's row indices (stays on the CPU)
 
     def to(self, device: str, non_blocking: bool = False) -> "Batch":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.input_ids), move(self.attention_mask), move(self.labels),
                      move(self.decoder_input), move(self.targets), self.global_rows,
-                     move(self.weights))
+                     move(self.weights), self.rows)
 
     def pin_memory(self) -> "Batch":
         return Batch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(),
                      self.labels.pin_memory(), self.decoder_input.pin_memory(),
-                     self.targets.pin_memory(), self.global_rows, self.weights.pin_memory())
+                     self.targets.pin_memory(), self.global_rows, self.weights.pin_memory(),
+                     self.rows)
 
 
 class Collator:
@@ -89,9 +91,10 @@ class Collator:
         targets = self.targets(labels)
         decoder_input = np.concatenate([np.full((len(items), 1), self.bos), targets[:, :-1]], axis=1)
         weights = torch.tensor([item[3] for item in items])
+        rows = np.asarray([item[4] for item in items]) if len(items[0]) > 4 else None
         return Batch(torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(labels),
                      torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2],
-                     weights)
+                     weights, rows)
 
 
 # ------------------------------------------------------------------ sampling

@@ -6,6 +6,7 @@ Heavy imports (torch, transformers) happen inside the mains, so --help and
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Optional, Sequence
 
 from mixer import cli
@@ -144,10 +145,12 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--threshold", type=cli.unit_interval, default=None,
                         help="flat and full heads: the probability a code needs (default: the "
                              "run's; OccCANINE's per-language thresholds for its models)")
-    parser.add_argument("--head", choices=["flat", "seq2seq", "greedy", "full"], default="flat",
+    parser.add_argument("--head", choices=["flat", "seq2seq", "greedy", "full"], nargs="+",
+                        default=["flat"],
                         help="flat: the flat head; seq2seq (or greedy): the decoder, greedily; "
                              "full: every code of the key scored by the decoder (slow on CPU; "
-                             "see README) (default: %(default)s)")
+                             "see README). Several heads: columns <head>_code_k, ... "
+                             "(default: flat)")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -170,10 +173,81 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
         raise cli.UserError("--language and --language-col were both given; pass one")
     if not args.output and not args.embeddings:
         raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, or both")
-    args.head = "seq2seq" if args.head == "greedy" else args.head
+    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     from mixer.predict import predict_file
 
     predict_file(args)
+    return 0
+
+
+def digit_levels(text: str) -> list:
+    """'1-5' or '1,3,5' -> [1, 2, 3, 4, 5] / [1, 3, 5]."""
+    try:
+        if "-" in text:
+            low, high = (int(v) for v in text.split("-", 1))
+            levels = list(range(low, high + 1))
+        else:
+            levels = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected digits like 1-5 or 1,3,5, got {text!r}")
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"digits must be 1 or more, got {text!r}")
+    return levels
+
+
+def evaluate_parser() -> cli.Parser:
+    parser = cli.Parser(prog="evaluate.py", description=(
+        "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
+        "(the OccCANINE paper's table), for the prediction columns of a file."),
+        epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
+               "--by lang   (definitions: README, Evaluation)")
+    parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
+    parser.add_argument("--predictions", required=True, help="CSV or Parquet file with true and predicted codes")
+    parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", required=True, metavar="COL",
+                        help="columns of true codes")
+    parser.add_argument("--pred-cols", dest="pred_cols", nargs="+", default=None, metavar="COL",
+                        help="columns of predicted codes (default: the code_k / <head>_code_k "
+                             "columns predict.py writes, one table part per head)")
+    parser.add_argument("--by", default=None, metavar="COL", help="also per value of this column, e.g. lang")
+    parser.add_argument("--digits", type=digit_levels, default=[1, 2, 3, 4, 5],
+                        help="numbers of leading digits, e.g. 1-5 or 1,3,5 (default: 1-5)")
+    parser.add_argument("--code-length", dest="code_length", type=cli.positive_int, default=None,
+                        help="numeric codes shorter than this get leading zeros back (HISCO: 5)")
+    parser.add_argument("--output", default=None,
+                        help="the table as CSV (default: beside --predictions, *_evaluation.csv)")
+    parser.add_argument("--plot", default=None, help="the chart as PNG (default: beside the CSV)")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    return parser
+
+
+def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
+    args = evaluate_parser().parse_args(argv)
+    from mixer import evaluation
+    from mixer.io import write_text
+    from mixer.tables import read_table, require_columns
+
+    frame = read_table(args.predictions, "--predictions")
+    require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
+                    {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})
+    if args.pred_cols:
+        require_columns(frame, args.pred_cols, args.predictions, {c: "--pred-cols" for c in args.pred_cols})
+        heads = {"prediction": args.pred_cols}
+    else:
+        heads = evaluation.prediction_groups(frame.columns, exclude=set(args.truth_cols))
+        if not heads:
+            raise cli.UserError(f"--predictions {args.predictions}: no code_k columns; name the "
+                                "predicted columns with --pred-cols")
+    truth = evaluation.code_sets(frame, args.truth_cols, args.code_length)
+    predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
+    table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
+                                        args.digits, group_name=args.by or "group")
+    stem = os.path.splitext(args.predictions)[0]
+    output = args.output or f"{stem}_evaluation.csv"
+    plot = args.plot or f"{os.path.splitext(output)[0]}.png"
+    write_text(output, table.to_csv(index=False))
+    evaluation.plot_table(table, plot, group_name=args.by or "group")
+    print(evaluation.format_table(table))
+    print(f"wrote {output} and {plot}")
     return 0
 
 
@@ -188,3 +262,7 @@ def train_mixer_cli() -> None:
 
 def predict_cli() -> None:
     cli.run_main(predict_main)
+
+
+def evaluate_cli() -> None:
+    cli.run_main(evaluate_main)

@@ -283,16 +283,21 @@ def predict_file(args) -> None:
             langs = text_column(part, language_col).str.strip() if language_col else language
             context = part[context_cols] if context_cols else None
             if args.output:  # every rank predicts its share; rank 0 writes
-                result = model.predict(texts, langs, args.top_k, args.head, args.threshold, context,
-                                       args.batch_size)
-                pieces = mdist.gather_objects(result, world)  # all ranks
+                results = []
+                for head in args.head:
+                    result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
+                                           args.batch_size)
+                    results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
+                pieces = mdist.gather_objects(pd.concat(results, axis=1), world)  # all ranks
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
                     clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
                     writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
                     if args.summary_plot:
-                        summary.append(predicted[["code_1", "prob_1"]])
+                        first = "" if len(args.head) == 1 else f"{args.head[0]}_"
+                        summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
+                            ["code_1", "prob_1"], axis=1))
             if args.embeddings:
                 vectors = mdist.gather_objects(model.embeddings(texts, langs, context, args.batch_size),
                                                world)  # all ranks

@@ -115,6 +115,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
                        full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
+                       val_langs=prepared.val["lang"].astype(str).to_numpy(),
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra,

@@ -106,6 +106,13 @@ def describe_start(config: RunConfig) -> Start:
         return _occcanine_start(config, source)
     if not os.path.exists(source):
         raise UserError(f"--initial-checkpoint {source}: no such file or run directory")
+    if os.path.isfile(source) and not source.endswith(".safetensors"):
+        from mixer.checkpoint import CheckpointError, load_file
+
+        try:
+            load_file(source)  # a torn or foreign file is named as such before anything else
+        except CheckpointError as exc:
+            raise UserError(f"--initial-checkpoint {exc}")
     run_dir = run_dir_of(source)
     for needed in ("encoder", "tokenizer"):
         if not os.path.isdir(os.path.join(run_dir, needed)):
@@ -252,7 +259,7 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
                         f"e.g. {missing[0]}")
     model.load_state_dict(state, strict=False)
     if only_encoder:
-        log(f"loaded the encoder ({len(state)} tensors) from {path}; flat head and decoder start new")
+        log(f"loaded encoder weights ({len(state)} tensors) from {path}; flat head and decoder start new")
         return
     if set(flat) != {"flat_head.weight", "flat_head.bias"} or flat["flat_head.weight"].shape[0] != len(source_codes):
         raise UserError(f"--initial-checkpoint {path}: its flat head does not fit its key "

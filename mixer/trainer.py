@@ -24,7 +24,7 @@ from mixer.distributed import World
 from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
-from mixer.metrics import MetricSums, PredictionRules, decoded_codes
+from mixer.metrics import MetricSums, PredictionRules, decoded_codes, flat_prediction
 from mixer.model import save_model, unwrap_model
 from mixer.schedule import Layout, Schedule, Segment
 from mixer.tracking import NullTracker, logger
@@ -64,6 +64,7 @@ class TrainParts:
     schedule: Schedule  # run length and learning-rate position (mixer.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
+    val_langs: Optional[np.ndarray] = None  # language of each validation row (evaluation.csv)
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
@@ -245,7 +246,7 @@ class Trainer:
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
         tune = final and self.cfg.tune_threshold
-        metrics = self.evaluate(loader, tune_threshold=tune)  # all ranks
+        metrics = self.evaluate(loader, tune_threshold=tune, collect=final)  # all ranks
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
             logger.warning(f"evaluation at step {self.progress.step} interrupted by the stop "
@@ -267,7 +268,7 @@ class Trainer:
         return row
 
     @torch.no_grad()
-    def evaluate(self, loader=None, tune_threshold: bool = False) -> Optional[dict]:
+    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False) -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
         collectives inside, so shards may differ in size); sums are all-reduced.
         A stop signal ends it within a batch: None on every rank."""
@@ -278,6 +279,7 @@ class Trainer:
         blocks = self.parts.num_blocks * self.parts.block_size
         rules = PredictionRules.for_family(model.cfg.family)
         code_index = {code: i for i, code in enumerate(self.key_codes)}
+        self.collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
         interrupted = False
         for batch in loader or self.parts.val_loader:
             if self.stop_requested:
@@ -292,12 +294,14 @@ class Trainer:
             total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
                                           self.parts.num_blocks, self.parts.block_size,
                                           self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
+            seq_codes = decoded_codes(tokens.cpu(), self.parts.formatter)
+            flat_probs = flat_logits.float().sigmoid()
             sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
-                           targets=batch.targets, flat_probs=flat_logits.float().sigmoid(),
-                           labels=batch.labels,
-                           seq_codes=decoded_codes(tokens.cpu(), self.parts.formatter),
-                           code_index=code_index, threshold=self.cfg.threshold,
+                           targets=batch.targets, flat_probs=flat_probs, labels=batch.labels,
+                           seq_codes=seq_codes, code_index=code_index, threshold=self.cfg.threshold,
                            num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules)
+            if self.collected is not None:
+                self.collect_rows(batch, flat_probs, seq_codes, rules)
         model.train(was_training)
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None
@@ -307,6 +311,41 @@ class Trainer:
             mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
             self.tuned_threshold = sums.best_threshold(self.cfg.threshold)
         return result
+
+    def collect_rows(self, batch, flat_probs, seq_codes, rules) -> None:
+        """Keep each row's true and predicted codes for evaluation.csv."""
+        index, _, chosen = flat_prediction(flat_probs, self.cfg.threshold, self.parts.num_blocks, rules)
+        index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
+        labels = batch.labels.cpu().numpy()
+        for i, row in enumerate(batch.rows):
+            true = [self.key_codes[j] for j in labels[i] if j >= 0]
+            flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
+            self.collected.append((int(row), true, flat, seq_codes[i]))
+
+    def write_evaluation(self) -> None:
+        """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
+        evaluation's rows, overall and by language (all ranks)."""
+        pieces = mdist.gather_objects(self.collected or [], self.world)  # all ranks
+        if not self.world.is_main:
+            return
+        from mixer import evaluation
+        from mixer.io import write_text
+
+        rows = sorted(item for piece in pieces for item in piece)
+        if not rows:
+            return
+        truth = [set(true) for _, true, _, _ in rows]
+        predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
+                       "seq2seq": [set(seq) for _, _, _, seq in rows]}
+        langs = self.parts.val_langs
+        groups = np.asarray([langs[r] for r, *_ in rows]) if langs is not None else None
+        if groups is not None and len(set(groups)) < 2:
+            groups = None
+        f = self.parts.formatter
+        digits = [None] if f.use_within_block_sep else list(range(1, min(f.block_size, 5) + 1))
+        table = evaluation.evaluation_table(truth, predictions, groups, digits, group_name="lang")
+        write_text(f"{self.run_dir}/evaluation.csv", table.to_csv(index=False))
+        logger.info(f"evaluation table of {len(rows)} validation rows: {self.run_dir}/evaluation.csv")
 
     # ------------------------------------------------------------ epochs, saving, stopping
     def end_epoch(self) -> None:
@@ -415,6 +454,8 @@ class Trainer:
         if (self.progress.last_eval_step != self.progress.step or tune
                 or (full and not self.progress.last_eval_full)):
             self.evaluate_and_log(full=full, final=True)  # all ranks
+        if getattr(self, "collected", None) is not None:
+            self.write_evaluation()  # all ranks
         if tune and getattr(self, "tuned_threshold", None):
             best, f1, before = self.tuned_threshold
             self.parts.model_extra["threshold"] = best  # predict.py's default for this run

@@ -136,15 +136,18 @@ def test_initial_checkpoint_missing_or_truncated(capsys, tmp_path, run_dir):
           "not a complete checkpoint", watch=run_dir)
 
 
-def test_incompatible_initial_checkpoint_names_the_shapes(capsys, tmp_path, small_csv):
+def test_codes_the_starting_decoder_cannot_write_are_named(capsys, tmp_path, small_csv):
+    """A whole-model start keeps the earlier run's decoder: codes with characters it
+    has no token for need new heads (new codes it can write only extend the key)."""
     earlier = str(tmp_path / "earlier")
     assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
                           "--save-path", earlier, "--max-steps", "1", *TINY]) == 0
     capsys.readouterr()
-    data = write(tmp_path / "good.csv", GOOD)
+    data = write(tmp_path / "letters.csv", "occ1,code\nfarmer,AB123\nfisher,CD456\nsmith,AB123\n")
     run = str(tmp_path / "new")
-    fails(capsys, "finetune", ft(data, run, "--initial-checkpoint", earlier),
-          "incompatible", "flat_head.weight has", "--only-encoder")
+    fails(capsys, "finetune", ["--dataset", data, "--target-cols", "code", "--save-path", run,
+                               "--initial-checkpoint", earlier, "--share-val", "0.4", *TINY],
+          "cannot write", "--only-encoder")
     assert not os.path.exists(run)
 
 
@@ -153,9 +156,12 @@ def test_predict_with_a_run_directory_lacking_files(capsys, tmp_path):
     empty_run = tmp_path / "run"
     empty_run.mkdir()
     fails(capsys, "predict", ["--checkpoint", empty_run, "--input", data, "--output",
+                              tmp_path / "out.csv"], "model.safetensors is written at the end")
+    (empty_run / "last.pt").write_bytes(b"unfinished")  # a run that has not finished
+    fails(capsys, "predict", ["--checkpoint", empty_run, "--input", data, "--output",
                               tmp_path / "out.csv"], "lacks model.safetensors")
     fails(capsys, "predict", ["--checkpoint", tmp_path / "nothing", "--input", data, "--output",
-                              tmp_path / "out.csv"], "not a run directory")
+                              tmp_path / "out.csv"], "no such run directory")
 
 
 def test_predict_output_in_a_missing_directory_and_missing_column(capsys, tmp_path, small_csv):

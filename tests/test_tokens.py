@@ -16,8 +16,10 @@ LANGS = ["en", "ge", "da", "unk", "en", "unk", "en", "unk", "unk", "fr", "en", "
 
 
 def reference(tokenizer, texts, langs, max_len):
+    """transformers' tokenizer on the stripped text (mixer's recipe strips)."""
     out = []
     for text, lang in zip(texts, langs):
+        text = text.strip()
         if lang == "unk":
             out.append(tokenizer(text, truncation=True, max_length=max_len)["input_ids"])
         else:
@@ -43,7 +45,7 @@ def test_canine_literal_recipe_is_the_tokenizer_on_the_joined_string():
     """OccCANINE's input: the string 'lang[SEP]text', padded/cut to 128 characters."""
     from transformers import CanineTokenizer
 
-    recipe = InputRecipe(max_len=128, language="literal")
+    recipe = InputRecipe(max_len=128, language="literal", strip=False)
     texts, langs = np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object)
     ids, lengths = CanineIds(recipe).encode(texts, langs)
     tokenizer = CanineTokenizer()

@@ -1,0 +1,131 @@
+"""The paper's evaluation table: accuracy, precision, recall and F1 at 1 to 5
+leading digits, overall and per group, with n.
+
+For each row, the true codes T and the predicted codes P are sets (empty cells
+left out) of codes cut to their first d characters; then
+
+    accuracy  = |P & T| / max(|P|, |T|)
+    precision = |P & T| / |P|     (0 when nothing is predicted)
+    recall    = |P & T| / |T|
+    f1        = 2 precision recall / (precision + recall)   (0 when both are 0)
+
+and each statistic is the mean over the rows that have at least one true
+code. These are the definitions of OccCANINE's evaluation code
+(histocc/eval_metrics.py: per observation, averaged over observations; its
+accuracy is (|P in T| + |T in P|) / (2 max(|P|, |T|)), the same number for
+sets). Where mixer differs: rows without a true code are left out (OccCANINE
+divides by zero on a row with neither); the special codes -1, -2, -3 are
+compared whole at every number of digits (OccCANINE writes them -0001 ..
+-0003, so at 1 to 4 digits they count as equal to each other); codes written
+as numbers are read as whole numbers ('64100.0' is 64100) and, with
+--code-length, numeric codes that lost leading zeros get them back, where
+OccCANINE restores exactly one. The training metrics in logs.csv are micro
+averages over codes instead (README: Metrics).
+
+No torch here: evaluating a predictions file needs pandas only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.tables import code_cells
+
+STATISTICS = ("accuracy", "precision", "recall", "f1")
+SPECIAL = {"-1", "-2", "-3"}
+
+
+def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
+    """Per row, the set of codes in `columns` (empty and missing cells left out)."""
+    cells = []
+    for column in columns:
+        text, _ = code_cells(frame, column)
+        text = text.replace({"nan": "", "NaN": "", "None": ""})
+        if code_length:
+            numeric = text.str.fullmatch(r"\d+")
+            text = text.where(~numeric, text.str.zfill(code_length))
+        cells.append(text.to_numpy(dtype=object))
+    return [{c for c in row if c} for row in zip(*cells)] if cells else [set() for _ in range(len(frame))]
+
+
+def cut(codes: set, digits: Optional[int]) -> set:  # digits None: the whole code
+    if not digits:
+        return codes
+    return {c if c in SPECIAL else c[:digits] for c in codes}
+
+
+def row_statistics(true: set, pred: set) -> tuple:
+    hits = len(true & pred)
+    precision = hits / len(pred) if pred else 0.0
+    recall = hits / len(true)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return hits / max(len(pred), len(true)), precision, recall, f1
+
+
+def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray] = None,
+                     digits=(1, 2, 3, 4, 5), group_name: str = "group") -> pd.DataFrame:
+    """One row per (group, head, digits): n and the four statistics. `predictions`
+    maps a head's name to its per-row code sets."""
+    evaluated = np.asarray([bool(t) for t in truth])
+    groups = np.asarray(groups, dtype=object) if groups is not None else None
+    names = ["all"] + (sorted({str(g) for g in groups[evaluated]}) if groups is not None else [])
+    out = []
+    for head, predicted in predictions.items():
+        for d in digits:
+            values = np.zeros((len(truth), 4))
+            for row in np.flatnonzero(evaluated):
+                values[row] = row_statistics(cut(truth[row], d), cut(predicted[row], d))
+            for name in names:
+                rows = evaluated if name == "all" else evaluated & (groups.astype(str) == name)
+                n = int(rows.sum())
+                means = values[rows].mean(axis=0) if n else np.full(4, np.nan)
+                out.append({group_name: name, "head": head, "digits": d, "n": n,
+                            **dict(zip(STATISTICS, means))})
+    return pd.DataFrame(out)
+
+
+PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
+
+
+def prediction_groups(columns, exclude=()) -> dict:
+    """{head: [its code_k columns in order]}: predict.py writes code_k (one head) or
+    <head>_code_k (several heads); input columns renamed to *_input are not predictions."""
+    found: dict = {}
+    for column in columns:
+        match = PREDICTION_COLUMN.match(str(column))
+        if match and column not in exclude:
+            found.setdefault(match.group("head") or "prediction", []).append((int(match.group("k")), column))
+    return {head: [c for _, c in sorted(cols)] for head, cols in found.items()}
+
+
+def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str:
+    from mixer.plot import _pyplot
+
+    plt = _pyplot()
+    heads = list(dict.fromkeys(table["head"]))
+    fig, axes = plt.subplots(1, len(STATISTICS), figsize=(4 * len(STATISTICS), 3.6), sharey=True)
+    for axis, statistic in zip(axes, STATISTICS):
+        for head in heads:
+            for name, part in table[table["head"] == head].groupby(group_name, sort=False):
+                style = "-" if name == "all" else ":"
+                axis.plot(part["digits"], part[statistic], style, marker="o",
+                          label=f"{head}" + ("" if name == "all" else f" ({name})"))
+        axis.set(title=statistic, xlabel="leading digits", xticks=sorted(table["digits"].unique()))
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("mean over rows")
+    axes[-1].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def format_table(table: pd.DataFrame) -> str:
+    shown = table.copy()
+    for statistic in STATISTICS:
+        shown[statistic] = shown[statistic].map(lambda v: f"{v:.4f}")
+    return shown.to_string(index=False)

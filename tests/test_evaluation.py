@@ -1,0 +1,65 @@
+"""The paper's evaluation table: definitions by hand, evaluate.py, and the table
+finetune.py writes for its validation rows."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from conftest import TINY, run_program
+from mixer import evaluation
+
+
+def test_statistics_per_row_then_averaged():
+    """Row 1: true {61110, 64100}, predicted {61110}: accuracy 1/2, precision 1,
+    recall 1/2, F1 2/3. Row 2: true {64100}, predicted {64100, 61110}: 1/2, 1/2, 1, 2/3.
+    At 3 digits 99920 counts for 99910; the special code -1 is compared whole."""
+    truth = [{"61110", "64100"}, {"64100"}, {"99910"}, {"-1"}, set()]
+    predicted = [{"61110"}, {"64100", "61110"}, {"99920"}, {"-1"}, {"12345"}]
+    table = evaluation.evaluation_table(truth, {"flat": predicted}, digits=[3, 5])
+    five = table[table["digits"] == 5].iloc[0]
+    assert five["n"] == 4  # the row without a true code is left out
+    assert five["accuracy"] == pytest.approx((0.5 + 0.5 + 0 + 1) / 4)
+    assert five["precision"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
+    assert five["recall"] == pytest.approx((0.5 + 1 + 0 + 1) / 4)
+    assert five["f1"] == pytest.approx((2 / 3 + 2 / 3 + 0 + 1) / 4)
+    three = table[table["digits"] == 3].iloc[0]
+    assert three["accuracy"] == pytest.approx((0.5 + 0.5 + 1 + 1) / 4)
+
+
+def test_evaluate_py_prints_and_writes_the_table_by_group(tmp_path):
+    frame = pd.DataFrame({"occ1": list("abcd"), "lang": ["en", "en", "da", "da"],
+                          "hisco_1": ["61110", "64100", "99910", "-1"], "hisco_2": ["64100", "", "", ""],
+                          "flat_code_1": ["61110", "64100", "99920", "-1"], "flat_code_2": ["", "61110", "", ""],
+                          "seq2seq_code_1": ["61110", "64100", "99910", "-2"], "seq2seq_code_2": ["64100", "", "", ""]})
+    path = tmp_path / "preds.csv"
+    frame.to_csv(path, index=False)
+    proc = run_program("evaluate.py", "--predictions", path, "--truth-cols", "hisco_1", "hisco_2",
+                       "--by", "lang")
+    table = pd.read_csv(tmp_path / "preds_evaluation.csv", keep_default_na=False)
+    assert (tmp_path / "preds_evaluation.png").stat().st_size > 1000
+    assert set(table["head"]) == {"flat", "seq2seq"} and set(table["lang"]) == {"all", "en", "da"}
+    assert len(table) == 2 * 3 * 5 and "accuracy" in proc.stdout
+    en = table[(table["lang"] == "en") & (table["head"] == "seq2seq") & (table["digits"] == 5)].iloc[0]
+    assert en["n"] == 2 and en["f1"] == pytest.approx((1 + 1) / 2)
+    da = table[(table["lang"] == "da") & (table["head"] == "seq2seq") & (table["digits"] == 1)].iloc[0]
+    assert da["accuracy"] == pytest.approx(0.5)  # -2 for -1: wrong at every number of digits
+
+
+def test_training_writes_the_table_predict_and_evaluate_give(small_csv, tmp_path):
+    run = tmp_path / "run"
+    run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
+                "--save-path", run, "--max-steps", "8", "--learning-rate", "3e-3",
+                "--share-val", "0.2", "--dropout", "0", *TINY)
+    written = pd.read_csv(run / "evaluation.csv", keep_default_na=False)
+    predictions = tmp_path / "val_predictions.csv"
+    run_program("predict.py", "--checkpoint", run, "--input", run / "data_val.parquet",
+                "--input-col", "text", "--head", "flat", "seq2seq", "--output", predictions)
+    run_program("evaluate.py", "--predictions", predictions, "--truth-cols", "code_1", "code_2",
+                "--output", tmp_path / "table.csv")  # the validation file's own code columns
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
+    table = table.rename(columns={"group": "lang"})
+    pd.testing.assert_frame_equal(written, table, check_exact=False, atol=1e-9)
+    assert os.path.exists(run / "model.safetensors")
