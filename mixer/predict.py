@@ -117,13 +117,14 @@ class Predictor:
         texts, langs, pair_ids, first_rows = _distinct(texts, langs)
         hidden = self.model.encoder.config.hidden_size
         out = np.zeros((len(first_rows), hidden), dtype=np.float32)
-        for rows, states, pooled, mask, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size):
+        for rows, _, pooled, _, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size,
+                                                  states=False):
             out[rows] = pooled.float().cpu().numpy()
         return out[pair_ids]
 
     # ------------------------------------------------------------ batches
-    def _encoded(self, texts, langs, batch_size):
-        """(row indices, encoder states, pooled, attention mask, langs) per batch."""
+    def _encoded(self, texts, langs, batch_size, states: bool = True):
+        """(row indices, encoder states or None, pooled, attention mask, langs) per batch."""
         ids, lengths = self.token_ids.encode(texts, langs)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -142,14 +143,17 @@ class Predictor:
                 mask = torch.from_numpy(mask).to(self.device)
                 with torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
                                     enabled=self.autocast_dtype is not None):
-                    states, pooled = self.model.encode(input_ids, mask)
-                    yield rows, states, pooled, mask, langs[rows]
+                    if states:
+                        hidden, pooled = self.model.encode(input_ids, mask)
+                    else:
+                        hidden, pooled = None, self.model.pooled(input_ids, mask)
+                    yield rows, hidden, pooled, mask, langs[rows]
 
     def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
         codes = np.full((len(texts), top_k), "", dtype=object)
         probs = np.full((len(texts), top_k), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
-        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size):
+        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat"):
             if head == "seq2seq":
                 batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
             else:
