@@ -115,18 +115,27 @@ def records_per_second(text: str) -> dict:
 PREDICT_SPEED = r"""
 import sys, time, numpy as np, pandas as pd, torch
 sys.path.insert(0, {root!r})
-from mixer.predict import Predictor
-texts = pd.unique(pd.read_csv({root!r} + "/data/toy_hisco.csv", dtype=str)["occ1"].to_numpy(dtype=object))[:{rows}]
-langs = np.full(len(texts), "unk", dtype=object)
+import mixer
+texts = pd.unique(pd.read_csv({root!r} + "/data/toy_hisco.csv", dtype=str)["occ1"].to_numpy(dtype=object))
+device = "cuda:0" if torch.cuda.is_available() else "cpu"
 for precision in ("fp32", "bf16"):
-    for head in {heads!r}:
-        p = Predictor.load({run!r}, device="cuda:0" if torch.cuda.is_available() else "cpu", precision=precision)
-        p.predict(texts[:64], langs[:64], head=head, batch_size={batch})
+    model = mixer.load({run!r}, device=device, precision=precision, force_precision=True)
+    for head, rows in {heads!r}:
+        batch = texts[:rows]
+        model.predict(batch[:64], head=head, batch_size={batch})
         if torch.cuda.is_available(): torch.cuda.synchronize()
         start = time.perf_counter()
-        p.predict(texts, langs, head=head, batch_size={batch})
+        model.predict(batch, head=head, batch_size={batch})
         if torch.cuda.is_available(): torch.cuda.synchronize()
-        print(f"RATE {{precision}}_{{head}} {{len(texts) / (time.perf_counter() - start):.1f}}")
+        print(f"RATE {{precision}}_{{head}} {{len(batch) / (time.perf_counter() - start):.1f}}")
+"""
+
+OCCCANINE_MODEL = r"""
+import sys
+sys.path.insert(0, {root!r} + "/benchmarks")
+sys.path.insert(0, {root!r})
+from occcanine_speed import write_full_size_model
+write_full_size_model({out!r})
 """
 
 
@@ -162,7 +171,7 @@ def main() -> int:
         checks.run("cpu: tiny training", [py, "finetune.py", *EXAMPLE, *TINY, "--max-steps", "4",
                                           "--save-path", tiny], parse=final_metrics)
         checks.run("cpu: prediction", [py, "-c", PREDICT_SPEED.format(
-            root=ROOT, run=tiny, rows=500, heads=("flat", "seq2seq"), batch=128)],
+            root=ROOT, run=tiny, heads=(("flat", 500), ("seq2seq", 500)), batch=128)],
             parse=records_per_second)
         report(info, checks.rows, args.out)
         return 0
@@ -171,31 +180,28 @@ def main() -> int:
     quick = [py, "finetune.py", *EXAMPLE, "--encoder", encoder, "--log-interval", "20"]
     fp32 = os.path.join(runs, "quickstart-fp32")
     checks.run("quickstart fp32 (TF32 matmuls)", quick + ["--save-path", fp32], parse=final_metrics)
+    if os.path.exists(os.path.join(fp32, "model.safetensors")):
+        checks.run("predict: quickstart model (3,995 distinct rows; full: 1,000)", [py, "-c", PREDICT_SPEED.format(
+            root=ROOT, run=fp32, heads=(("flat", 4000), ("seq2seq", 4000), ("full", 1000)), batch=512)],
+            parse=records_per_second)
+    occ = os.path.join(args.out, "occcanine-s")
+    checks.run("OccCANINE architecture (CANINE-s): write", [py, "-c", OCCCANINE_MODEL.format(root=ROOT, out=occ)])
+    if os.path.exists(os.path.join(occ, "model.safetensors")):
+        checks.run("predict: OccCANINE architecture (CANINE-s, 2,000 distinct rows)", [
+            py, "-c", PREDICT_SPEED.format(root=ROOT, run=occ, heads=(("flat", 2000), ("seq2seq", 2000)),
+                                           batch=256)], parse=records_per_second)
     checks.run("quickstart --precision bf16", quick + ["--precision", "bf16", "--save-path",
                                                        os.path.join(runs, "quickstart-bf16")],
                parse=final_metrics)
     checks.run("quickstart --precision fp16 (scaler)", quick + [
         "--precision", "fp16", "--save-path", os.path.join(runs, "quickstart-fp16")], parse=final_metrics)
-    checks.run("--compile (2 epochs)", quick + ["--compile", "--num-epochs", "2", "--save-path",
-                                                os.path.join(runs, "compile")], timeout=300,
-               parse=final_metrics)
     checks.run("torchrun + NCCL (1 GPU, 100 steps)", [
         py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "finetune.py",
         "--distributed", "--backend", "nccl", *EXAMPLE, "--encoder", encoder, "--max-steps", "100",
         "--save-path", os.path.join(runs, "nccl")], parse=final_metrics)
-    if os.path.exists(os.path.join(fp32, "model.safetensors")):
-        checks.run("predict: quickstart model (3,995 distinct rows)", [py, "-c", PREDICT_SPEED.format(
-            root=ROOT, run=fp32, rows=10_000, heads=("flat", "seq2seq"), batch=512)],
-            parse=records_per_second)
-    canine = os.path.join(runs, "canine-s")
-    checks.run("CANINE-s architecture: 2 training steps", [
-        py, "finetune.py", *EXAMPLE, "--encoder", "canine-s-random", "--max-len", "128",
-        "--max-steps", "2", "--batch-size", "32", "--save-path", canine])
-    if os.path.exists(os.path.join(canine, "model.safetensors")):
-        checks.run("predict: CANINE-s architecture (2,000 distinct rows)", [
-            py, "-c", PREDICT_SPEED.format(root=ROOT, run=canine, rows=2000,
-                                           heads=("flat", "seq2seq"), batch=256)],
-            parse=records_per_second)
+    checks.run("--compile (1 epoch)", quick + ["--compile", "--num-epochs", "1", "--save-path",
+                                               os.path.join(runs, "compile")], timeout=300,
+               parse=final_metrics)
     report(info, checks.rows, args.out)
     return 0
 
