@@ -25,6 +25,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from mixer.precision import cpu_model  # noqa: E402
+
 EXAMPLE = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
            "--allow-codes-shorter-than-block-size", "--code-descriptions", "data/hisco_key.csv"]
 TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
@@ -50,17 +52,6 @@ def machine() -> dict:
                     bf16=torch.cuda.is_bf16_supported(), cuda_version=torch.version.cuda,
                     nccl=".".join(map(str, torch.cuda.nccl.version())))
     return info
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class Checks:

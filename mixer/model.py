@@ -208,6 +208,11 @@ def _layer_tree_step(layer: nn.TransformerDecoderLayer, x: torch.Tensor, tree: T
         keys, values = tree.cross[index]
         return layer.dropout2(_attend(layer.multihead_attn, h, keys, values, tree.allowed))
 
+    return _decoder_layer(layer, x, self_attention, cross_attention)
+
+
+def _decoder_layer(layer: nn.TransformerDecoderLayer, x: torch.Tensor, self_attention, cross_attention):
+    """nn.TransformerDecoderLayer's residual wiring around the given attentions."""
     def feed_forward(h):
         return layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(h)))))
 
@@ -263,16 +268,7 @@ def _layer_step(layer: nn.TransformerDecoderLayer, x: torch.Tensor, cache: Decod
         keys, values = cache.cross[index]
         return layer.dropout2(_attend(layer.multihead_attn, h, keys, values, cache.allowed))
 
-    def feed_forward(h):
-        return layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(h)))))
-
-    if layer.norm_first:
-        x = x + self_attention(layer.norm1(x))
-        x = x + cross_attention(layer.norm2(x))
-        return x + feed_forward(layer.norm3(x))
-    x = layer.norm1(x + self_attention(x))
-    x = layer.norm2(x + cross_attention(x))
-    return layer.norm3(x + feed_forward(x))
+    return _decoder_layer(layer, x, self_attention, cross_attention)
 
 
 class _PooledReady(Exception):
