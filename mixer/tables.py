@@ -144,14 +144,17 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
 
 def iter_chunks(path: str, chunk_size: int, what: str = "--input") -> Iterator[pd.DataFrame]:
     """The file in chunks of chunk_size rows (the last may be smaller); CSV columns as
-    text, Parquet columns with their types. At most about one chunk in memory."""
+    text, Parquet columns with the file's types (Arrow-backed). At most about one chunk in memory."""
     check_input_path(path, what)
     try:
         if is_parquet(path):
             import pyarrow.parquet as pq
 
+            # Arrow-backed columns: a chunk's pandas types do not depend on its values
+            # (numpy would make an integer column with blanks float, an all-blank one
+            # object), so every chunk has the file's schema and the output keeps it
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-                yield batch.to_pandas()  # columns keep their types in the output
+                yield batch.to_pandas(types_mapper=pd.ArrowDtype)
             return
         import pyarrow as pa
         import pyarrow.csv as pcsv
@@ -217,7 +220,12 @@ class OutputWriter:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            table = pa.Table.from_pandas(frame, preserve_index=False)
+            schema = self.writer.schema if self.writer is not None else None
+            try:  # later chunks take the first one's schema (a column may be all blank in one)
+                table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
+                                f"fit the column types of the rows before them ({_first_line(exc)})")
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.tmp, table.schema)
             self.writer.write_table(table)

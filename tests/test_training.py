@@ -187,3 +187,30 @@ def test_tune_threshold_stores_the_best_threshold_that_predict_uses(small_csv, t
     run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", explicit,
                 "--threshold", tuned)
     assert open(default).read() == open(explicit).read()
+
+
+def test_predict_parquet_whose_column_types_differ_between_row_groups(trained_run, tmp_path):
+    """A Parquet file written in parts: an integer column that has blanks in one row
+    group only, a text column that is all blank in one: every chunk converts to other
+    pandas types; the output keeps the input's column types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "parts.parquet"
+    schema = pa.schema([("occ1", pa.string()), ("year", pa.int64()), ("note", pa.string()),
+                        ("flag", pa.bool_())])
+    with pq.ParquetWriter(source, schema) as writer:
+        writer.write_table(pa.table({"occ1": ["farmer", "fisher"], "year": [1801, 1802],
+                                     "note": [None, None], "flag": [True, False]}, schema=schema))
+        writer.write_table(pa.table({"occ1": ["smith", "clerk"], "year": [None, 1804],
+                                     "note": ["a", None], "flag": [None, True]}, schema=schema))
+    out = tmp_path / "pred.parquet"
+    run_program("predict.py", "--checkpoint", trained_run, "--input", source, "--output", out,
+                "--chunk-size", 2)
+    result = pq.read_table(out)
+    assert result.schema.field("year").type == pa.int64()
+    assert result.schema.field("note").type == pa.string()
+    assert result.column("year").to_pylist() == [1801, 1802, None, 1804]
+    assert result.column("occ1").to_pylist() == ["farmer", "fisher", "smith", "clerk"]
+    assert result.column("flag").to_pylist() == [True, False, None, True]
+    assert all(result.column("code_1").to_pylist())
