@@ -166,13 +166,19 @@ def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = No
 
 def labels_of(frame: pd.DataFrame, key_codes, max_num_codes: int) -> np.ndarray:
     """Key indices (rows, max_num_codes), -1 where a slot is empty (also the slots a
-    model has beyond the data's code columns)."""
-    columns = [c for c in code_columns(max_num_codes) if c in frame.columns]
-    values = frame[columns].to_numpy(dtype=object).ravel()
-    values = np.where(values == "", None, values)  # empty slot -> code -1
-    cats = pd.Categorical(values, categories=list(key_codes))
+    model has beyond the data's code columns). Column by column, through each
+    column's categories where it has them (a prepared split's code columns), so
+    that no row-sized array of Python strings is made (10M rows on every rank)."""
+    key = pd.Index(list(key_codes))
     labels = np.full((len(frame), max_num_codes), -1, dtype=np.int64)
-    labels[:, : len(columns)] = cats.codes.reshape(len(frame), len(columns))
+    for slot, column in enumerate(c for c in code_columns(max_num_codes) if c in frame.columns):
+        values = frame[column]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            # the key index of each category, then -1 for the missing category code -1
+            lookup = np.append(key.get_indexer(values.cat.categories.astype(str)), -1)
+            labels[:, slot] = lookup[values.cat.codes.to_numpy()]
+        else:  # "" and codes outside the key -> -1
+            labels[:, slot] = key.get_indexer(values.to_numpy(dtype=object))
     return labels
 
 

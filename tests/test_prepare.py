@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import ROOT, env_for_subprocess
 
@@ -37,3 +39,19 @@ def test_prepare_only_imports_no_torch_and_is_reused(tmp_path, small_csv):
                               "--prepare-only"], cwd=ROOT, env=env_for_subprocess(),
                              capture_output=True, text=True)
     assert changed.returncode == 2 and "prepared from other input or settings" in changed.stderr
+
+
+@pytest.mark.parametrize("categorical", [False, True])
+def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical):
+    from mixer.data import labels_of
+
+    frame = pd.DataFrame({"code_1": ["b", "a", "", "zz", "c"], "code_2": ["", "c", "a", "", "b"],
+                          "lang": ["en"] * 5})
+    if categorical:  # a prepared split's columns; categories in another order, one unused
+        for column in ("code_1", "code_2"):
+            frame[column] = pd.Categorical(frame[column], categories=["zz", "c", "", "b", "a", "q"])
+        frame.loc[4, "code_1"] = None  # a missing cell
+    labels = labels_of(frame, ["a", "b", "c"], 3)
+    expected = [[1, -1, -1], [0, 2, -1], [-1, 0, -1], [-1, -1, -1],
+                [-1 if categorical else 2, 1, -1]]
+    assert labels.tolist() == expected and labels.dtype == np.int64
