@@ -12,6 +12,7 @@ processes with batch B therefore see the same rows in the same steps.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -20,6 +21,27 @@ import torch
 
 from mixer.formatter import EOS, PAD
 from mixer.precision import round_up
+
+# ------------------------------------------------------------------ loader workers
+def ignore_stop_signals(_worker_id: int) -> None:
+    """DataLoader workers leave pre-emption to the training process: a scheduler that
+    signals the whole process group (SIGTERM, Slurm's USR1) must not kill a worker
+    before the trainer has saved. The trainer shuts its workers down itself."""
+    for name in ("SIGTERM", "SIGUSR1"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def stop_workers(*loaders) -> None:
+    """Shut the loaders' worker processes down now (they ignore SIGTERM, so the
+    interpreter's exit, which terminates them with it, must not be left to do it)."""
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None)  # persistent workers live here
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        if loader is not None:
+            loader._iterator = None
+
 
 # ------------------------------------------------------------------ dataset
 class RowDataset(torch.utils.data.Dataset):

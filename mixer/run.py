@@ -15,7 +15,8 @@ from mixer import distributed as mdist
 from mixer.checkpoint import Checkpointer, load_file
 from mixer.config import RunConfig, config_for_file, write_args
 from mixer.data import labels_of, load_prepared, prepare_run_data
-from mixer.dataset import Collator, RowDataset, StepSampler, eval_batches, shard_indices
+from mixer.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
+                           shard_indices, stop_workers)
 from mixer.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
 from mixer.token_cache import token_cache
 from mixer.sources import build_model, describe_start, light_tokeniser
@@ -87,7 +88,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                           cfg.grad_accum_steps, cfg.seed)
     pin = world.device.startswith("cuda")
     workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
-                   pin_memory=pin, collate_fn=collate)
+                   pin_memory=pin, collate_fn=collate,
+                   worker_init_fn=ignore_stop_signals if cfg.num_workers else None)
     # its own generator: making an iterator must not draw from the global RNG (exact resume)
     train_loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler,
                                                generator=torch.Generator().manual_seed(cfg.seed),
@@ -143,8 +145,11 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
     report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
                  len(val_set), len(key_codes), encoder.source, model)
-    metrics = trainer.fit()
-    if world.is_main and trainer.finished():
+    try:
+        metrics = trainer.fit()
+    finally:
+        stop_workers(train_loader, val_loader, full_val_loader)
+    if world.is_main and trainer.completed:
         report_end(metrics, run_dir)
     return metrics
 

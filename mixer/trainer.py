@@ -9,6 +9,7 @@ rank-0-only side effects go through `tracker` (a NullTracker elsewhere) and
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -117,6 +118,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16" and self.device_type == "cuda")
         self.stop_requested = False
         self.last_metrics: dict = {}
+        self.completed = False  # the run reached its end and wrote its final files
         self._saved_step = -1
         self._window = TrainWindow()
 
@@ -124,8 +126,9 @@ class Trainer:
     def fit(self) -> dict:
         self.install_signal_handlers()
         self.tracker.start_progress(self.total_steps, self.progress.step)
-        if self.progress.eval_pending:  # a stop signal interrupted it before the restart
-            self.evaluate_and_log()
+        if self.progress.eval_pending and not self.finished():  # interrupted before the restart
+            self.evaluate_and_log()  # (the final evaluation runs again in finish())
+        self._window = TrainWindow(self._window.clock)  # start-up is not training time
         while not self.should_stop():
             self.parts.sampler.set_epoch(self.progress.epoch, self.progress.rows_in_epoch)
             steps_before = self.progress.step
@@ -140,9 +143,8 @@ class Trainer:
             if self.progress.step == steps_before:  # never loop without training
                 raise RuntimeError(f"epoch {self.progress.epoch} yielded no step at row "
                                    f"{self.progress.rows_in_epoch}; please report this")
-        if self.finished():
-            self.finish()
-        else:
+        self.completed = self.finished() and self.finish()
+        if not self.completed:
             self.save_checkpoint()
             logger.info(f"stopped at step {self.progress.step}; run again with the same "
                         f"--save-path to continue")
@@ -247,6 +249,7 @@ class Trainer:
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
         tune = final and self.cfg.tune_threshold
         metrics = self.evaluate(loader, tune_threshold=tune, collect=final)  # all ranks
+        self._saved_step = -1  # the evaluation state changed: the next save writes it
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
             logger.warning(f"evaluation at step {self.progress.step} interrupted by the stop "
@@ -394,6 +397,7 @@ class Trainer:
         if state.get("key") and self.key_codes and list(state["key"]) != self.key_codes:
             raise UserError(f"{self.run_dir}/last.pt was trained with a different label key; "
                             "use a new --save-path")
+        peaks = [group["initial_lr"] for group in self.parts.optimizer.param_groups]  # these flags'
         try:
             unwrap_model(self.parts.model).load_state_dict(state["model"])
             self.parts.optimizer.load_state_dict(state["optimizer"])
@@ -408,9 +412,23 @@ class Trainer:
         known = {f for f in Progress.__dataclass_fields__}
         self.progress = Progress(**{k: v for k, v in state["progress"].items() if k in known})
         self.resume_schedule()
+        self.restore_flag_learning_rates(peaks)
         states = state["rng"]
         # each rank continues its own random stream when the world size is unchanged
         set_rng_state(states[self.world.rank] if len(states) == self.world.world_size else states[0])
+
+    def restore_flag_learning_rates(self, peaks: list) -> None:
+        """The peak learning rates are this run's (--learning-rate, --head-lr-scale, and
+        --scale-lr for the global batch it runs with now), not the saved ones; the schedule's
+        factor applies to them as before. Unchanged flags and layout: the same numbers."""
+        scheduler, groups = self.parts.scheduler, self.parts.optimizer.param_groups
+        self.saved_peak_lr = scheduler.base_lrs[0]
+        factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
+        for group, peak in zip(groups, peaks):
+            group["initial_lr"] = peak
+            group["lr"] = peak * factor
+        scheduler.base_lrs = list(peaks)
+        scheduler._last_lr = [group["lr"] for group in groups]
 
     def resume_schedule(self) -> None:
         """Count the steps left from the saved position (any layout)."""
@@ -434,6 +452,10 @@ class Trainer:
                      f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
                      f"and ends after {schedule.total_steps - p.step} more step(s), at epoch "
                      f"{end_epoch}" + (f" row {end_row}" if end_row else ""))
+        peak = self.parts.scheduler.base_lrs[0]
+        if not math.isclose(peak, self.saved_peak_lr, rel_tol=1e-12):
+            line += (f"; peak learning rate now {peak:g} (was {self.saved_peak_lr:g}), from this "
+                     f"run's flags")
         return line
 
     @property
@@ -448,12 +470,17 @@ class Trainer:
         requested = mdist.any_rank(self.stop_requested, self.world)  # all ranks
         return self.finished() or requested or bool(stop_at and self.progress.step >= stop_at)
 
-    def finish(self) -> None:
+    def finish(self) -> bool:
+        """The final evaluation, evaluation.csv, the tuned threshold, the model. False
+        when a stop signal interrupted the final evaluation: nothing final is written
+        and the job continues with it."""
         full = self.parts.full_val_loader is not None
         tune = self.cfg.tune_threshold
         if (self.progress.last_eval_step != self.progress.step or tune
                 or (full and not self.progress.last_eval_full)):
             self.evaluate_and_log(full=full, final=True)  # all ranks
+            if self.progress.eval_pending:
+                return False
         if getattr(self, "collected", None) is not None:
             self.write_evaluation()  # all ranks
         if tune and getattr(self, "tuned_threshold", None):
@@ -468,6 +495,7 @@ class Trainer:
             from mixer.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
+        return True
 
     def install_signal_handlers(self) -> None:
         """SIGTERM / SIGUSR1 (Slurm pre-emption): finish the step, agree, save, exit 0."""

@@ -345,3 +345,17 @@ def test_preparing_and_tokenising_longer_than_the_timeout_is_not_a_failure(small
         "--dist-timeout", "2", "--batch-size", "4", *EXACT], timeout=300)
     assert "tokenising" in proc.stdout
     assert (out / "model.safetensors").exists()
+
+
+def test_scale_lr_follows_the_global_batch_of_the_resumed_run(small_csv, tmp_path):
+    """--scale-lr: the peak learning rate is the flags' for the global batch the run
+    continues with (here doubled by accumulation 1 -> 2), and the resume line says so."""
+    out = tmp_path / "run"
+    run(relayout_cmd(1, out, "--dataset", small_csv, "--scale-lr", "--stop-at-step", 3))
+    before = torch.load(out / "last.pt", weights_only=True)["scheduler"]["base_lrs"]
+    proc = run(relayout_cmd(1, out, "--dataset", small_csv, "--scale-lr", "--grad-accum-steps", 2,
+                            "--stop-at-step", 5))
+    after = torch.load(out / "last.pt", weights_only=True)
+    assert after["scheduler"]["base_lrs"] == pytest.approx([2 * lr for lr in before], rel=1e-12)
+    assert [g["initial_lr"] for g in after["optimizer"]["param_groups"]] == after["scheduler"]["base_lrs"]
+    assert "peak learning rate now" in proc.stdout + proc.stderr

@@ -237,3 +237,82 @@ def test_a_stop_signal_during_an_evaluation_is_honoured_at_once(tmp_path):
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, out
     assert pd.read_csv(run / "logs.csv")["step"].tolist() == [2, 4]
+
+
+def test_a_stop_signal_during_the_final_evaluation_leaves_nothing_final_half_written(tmp_path):
+    """The final evaluation is interrupted: no model.safetensors, no partial
+    evaluation.csv; the job continues with the final evaluation itself (the
+    whole table, the tuned threshold), not a mid-training one."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", TOY_DATA,
+           "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size", "--save-path",
+           str(run), "--share-val", "0.5", "--val-max-rows", "0", "--eval-batch-size", "4",
+           "--max-steps", "2", "--save-interval", "1", "--tune-threshold", *TINY]
+    proc = start(cmd)
+    wait_for_line(proc, "evaluating at step 2")
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "interrupted by the stop signal" in out and "stopped at step 2" in out
+    state = torch.load(run / "last.pt", weights_only=True)["progress"]
+    assert state["step"] == 2 and state["eval_pending"] is True
+    for name in ("model.safetensors", "evaluation.csv", "logs.csv", "training_curves.png"):
+        assert not (run / name).exists(), name
+    proc = start(cmd + ["--eval-batch-size", "256"])
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert "tuned flat threshold" in out
+    assert pd.read_csv(run / "logs.csv")["step"].tolist() == [2]
+    table = pd.read_csv(run / "evaluation.csv")
+    val_rows = int(pd.read_csv(run / "logs.csv")["val_rows"].iloc[0])
+    assert val_rows > 1000 and (run / "model.safetensors").exists()
+    assert table["n"].max() == val_rows, table
+
+
+def test_a_stop_signal_to_the_whole_process_group_with_loader_workers(small_csv, tmp_path):
+    """Schedulers signal every process of the job, DataLoader workers included: the
+    workers must not die before the trainer saves (a dead worker is an error)."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen(finetune_cmd(small_csv, run, "--max-steps", 1000, "--save-interval",
+                                         1000, "--log-interval", 1, "--num-workers", 2),
+                            cwd=ROOT, env=env_for_subprocess(), text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wait_for_line(proc, "step 3:")
+    assert len(children(proc.pid)) == 2  # the loader's workers
+    os.killpg(proc.pid, signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert 3 <= torch.load(run / "last.pt", weights_only=True)["progress"]["step"] < 1000
+
+
+@pytest.mark.parametrize("signalled", [True, False])
+def test_slurm_template_requeues_a_run_the_time_limit_stopped(small_csv, tmp_path, signalled):
+    """The single-node template with Slurm's commands stubbed: the time-limit notice
+    (USR1 to the batch script) stops the run cleanly and puts the job back in the
+    queue, since a clean exit alone ends the job as COMPLETED; a run that ends by
+    itself is not requeued."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    env = env_for_subprocess()
+    env.update(PATH=f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}",
+               SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=ROOT, GPUS_PER_NODE="1")
+    run = tmp_path / "run"
+    steps = 1000 if signalled else 3
+    proc = start(["bash", os.path.join(ROOT, "scripts", "slurm_single_node.sbatch"), "--dataset",
+                  small_csv, "--save-path", str(run), *EXACT, "--max-steps", str(steps),
+                  "--log-interval", "1", "--save-interval", "1000"], env=env)
+    if signalled:
+        wait_for_line(proc, "step 3:")
+        proc.send_signal(signal.SIGUSR1)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    state = torch.load(run / "last.pt", weights_only=True)["progress"]
+    if signalled:
+        assert 3 <= state["step"] < 1000
+        assert calls.read_text().split() == ["requeue", "4242"]
+    else:
+        assert state["step"] == 3 and (run / "model.safetensors").exists()
+        assert not calls.exists()
