@@ -114,7 +114,11 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
         if is_parquet(path):
             import pyarrow.parquet as pq
 
-            frame = pq.read_table(path, columns=columns).to_pandas()
+            table = pq.read_table(path, columns=columns)
+            try:
+                frame = table.to_pandas()
+            except TypeError:  # pandas metadata naming a dtype pandas cannot build
+                frame = table.to_pandas(ignore_metadata=True)  # ('list<...>[pyarrow]')
             numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)]
             if _duplicates(frame.columns):
                 raise UserError(f"{what} {path}: duplicate column name(s) "
@@ -227,7 +231,9 @@ class OutputWriter:
                 raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
                                 f"fit the column types of the rows before them ({_first_line(exc)})")
             if self.writer is None:
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
+                # Arrow types only: pandas would record dtypes such as
+                # 'list<element: int64>[pyarrow]' that it cannot read back itself
+                self.writer = pq.ParquetWriter(self.tmp, table.schema.remove_metadata())
             self.writer.write_table(table)
         else:
             frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)

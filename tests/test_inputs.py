@@ -52,6 +52,20 @@ def test_prepare_keeps_every_row_of_a_csv_with_quoted_newlines(newline_csv, tmp_
     assert train["text"].str.contains("\nand part-time fisher").any()
 
 
+def test_a_parquet_file_whose_pandas_metadata_pandas_cannot_read_is_read(tmp_path):
+    """pandas records Arrow-backed dtypes it cannot parse back ('list<...>[pyarrow]');
+    such a file is read by its Arrow types instead of failing with a TypeError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.DataFrame({"occ1": ["farmer", "fisher"], "hisco_1": ["61110", "64100"],
+                          "ages": pd.Series([[1], [2]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
+    path = tmp_path / "arrow_backed.parquet"
+    pq.write_table(pa.Table.from_pandas(frame), path)
+    frame = read_table(str(path))
+    assert list(frame["hisco_1"]) == ["61110", "64100"]
+
+
 # ------------------------------------------------------------------ codes stored as numbers
 def numeric_codes(tmp_path, second_code, name="codes.parquet") -> str:
     frame = pd.DataFrame({"occ1": ["farmer and fisher", "farmer", "fisher", "smith"],

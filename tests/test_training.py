@@ -214,3 +214,24 @@ def test_predict_parquet_whose_column_types_differ_between_row_groups(trained_ru
     assert result.column("occ1").to_pylist() == ["farmer", "fisher", "smith", "clerk"]
     assert result.column("flag").to_pylist() == [True, False, None, True]
     assert all(result.column("code_1").to_pylist())
+
+
+def test_predict_parquet_output_reads_back_with_pandas_whatever_the_input_types(trained_run, tmp_path):
+    """Dictionary, list and time-zone columns pass through prediction and the output
+    opens with pd.read_parquet (and evaluate.py), not only with pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({
+        "occ1": pa.array(["farmer", "fisher", "smith"]).dictionary_encode(),
+        "parish": pa.array(["A", None, "B"]).dictionary_encode(),
+        "ages": pa.array([[30, 31], None, [40]]),
+        "seen": pa.array([1, None, 3], pa.timestamp("us", tz="UTC"))}), source)
+    out = tmp_path / "pred.parquet"
+    run_program("predict.py", "--checkpoint", trained_run, "--input", source, "--output", out,
+                "--chunk-size", 2)
+    frame = pd.read_parquet(out)
+    assert list(frame["occ1"].astype(str)) == ["farmer", "fisher", "smith"]
+    assert [None if v is None else list(v) for v in frame["ages"]] == [[30, 31], None, [40]]
+    assert frame["code_1"].notna().all()
