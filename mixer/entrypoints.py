@@ -224,8 +224,13 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = evaluate_parser().parse_args(argv)
     from mixer import evaluation
     from mixer.io import write_text
-    from mixer.tables import read_table, require_columns
+    from mixer.tables import check_output_path, read_table, require_columns
 
+    stem = os.path.splitext(args.predictions)[0]
+    output = args.output or f"{stem}_evaluation.csv"
+    plot = args.plot or f"{os.path.splitext(output)[0]}.png"
+    check_output_path(output, "--output", {"--predictions": args.predictions})
+    check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
     frame = read_table(args.predictions, "--predictions")
     require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
                     {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})
@@ -241,9 +246,6 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
                                         args.digits, group_name=args.by or "group")
-    stem = os.path.splitext(args.predictions)[0]
-    output = args.output or f"{stem}_evaluation.csv"
-    plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     write_text(output, table.to_csv(index=False))
     evaluation.plot_table(table, plot, group_name=args.by or "group")
     print(evaluation.format_table(table))

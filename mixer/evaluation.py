@@ -66,21 +66,30 @@ def row_statistics(true: set, pred: set) -> tuple:
     return hits / max(len(pred), len(true)), precision, recall, f1
 
 
+def overall_label(groups) -> str:
+    """'all' names the rows of every group, or '(all)' ('((all))', ...) when a group is called that."""
+    label = "all"
+    while label in groups:
+        label = f"({label})"
+    return label
+
+
 def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray] = None,
                      digits=(1, 2, 3, 4, 5), group_name: str = "group") -> pd.DataFrame:
     """One row per (group, head, digits): n and the four statistics. `predictions`
     maps a head's name to its per-row code sets."""
     evaluated = np.asarray([bool(t) for t in truth])
     groups = np.asarray(groups, dtype=object) if groups is not None else None
-    names = ["all"] + (sorted({str(g) for g in groups[evaluated]}) if groups is not None else [])
+    names = sorted({str(g) for g in groups[evaluated]}) if groups is not None else []
+    overall = overall_label(names)
+    parts = [(overall, evaluated)] + [(name, evaluated & (groups.astype(str) == name)) for name in names]
     out = []
     for head, predicted in predictions.items():
         for d in digits:
             values = np.zeros((len(truth), 4))
             for row in np.flatnonzero(evaluated):
                 values[row] = row_statistics(cut(truth[row], d), cut(predicted[row], d))
-            for name in names:
-                rows = evaluated if name == "all" else evaluated & (groups.astype(str) == name)
+            for name, rows in parts:
                 n = int(rows.sum())
                 means = values[rows].mean(axis=0) if n else np.full(4, np.nan)
                 out.append({group_name: name, "head": head, "digits": d, "n": n,
@@ -107,13 +116,14 @@ def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str
 
     plt = _pyplot()
     heads = list(dict.fromkeys(table["head"]))
+    overall = table[group_name].iloc[0]  # evaluation_table puts the overall rows first
     fig, axes = plt.subplots(1, len(STATISTICS), figsize=(4 * len(STATISTICS), 3.6), sharey=True)
     for axis, statistic in zip(axes, STATISTICS):
         for head in heads:
             for name, part in table[table["head"] == head].groupby(group_name, sort=False):
-                style = "-" if name == "all" else ":"
+                style = "-" if name == overall else ":"
                 axis.plot(part["digits"], part[statistic], style, marker="o",
-                          label=f"{head}" + ("" if name == "all" else f" ({name})"))
+                          label=f"{head}" + ("" if name == overall else f" ({name})"))
         axis.set(title=statistic, xlabel="leading digits", xticks=sorted(table["digits"].unique()))
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("mean over rows")

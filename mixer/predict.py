@@ -38,7 +38,7 @@ from mixer.formatter import CodeFormatter
 from mixer.metrics import PredictionRules, decoded_blocks, flat_prediction
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
-from mixer.tables import OutputWriter, iter_chunks
+from mixer.tables import OutputWriter, check_output_path, iter_chunks
 from mixer.tokens import InputRecipe, token_ids_for
 
 HEADS = ("flat", "seq2seq", "full")
@@ -255,6 +255,10 @@ def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
 def predict_file(args) -> None:
     from mixer.api import Model
 
+    if args.output:  # before the model loads: a wrong path fails at once
+        check_output_path(args.output, "--output", {"--input": args.input})
+    if args.embeddings:
+        check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = None
     try:
@@ -336,9 +340,7 @@ class EmbeddingWriter:
     list column 'embedding'), written to a temp file and renamed at the end."""
 
     def __init__(self, path: str):
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise UserError(f"--embeddings {path}: directory {directory} does not exist; create it first")
+        directory = check_output_path(path, "--embeddings", {})
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"--embeddings {path}: name it .npy or .parquet")
         self.path = path

@@ -206,13 +206,27 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
 
 
 # ------------------------------------------------------------------ writing
+def check_output_path(path: str, what: str, inputs: dict) -> str:
+    """Refuse, before any work, an output whose directory is missing or that is one of
+    the inputs ({flag: path}): the rename at the end would replace it. Returns its directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
+    if os.path.isdir(path):
+        raise UserError(f"{what} {path}: is a directory; name a file")
+    for flag, other in inputs.items():
+        if other and (os.path.realpath(path) == os.path.realpath(other) or (
+                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
+            raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
+                            "write to another file")
+    return directory
+
+
 class OutputWriter:
     """Writes chunks to a temp file beside the output, renamed over it at the end."""
 
     def __init__(self, path: str, what: str = "--output"):
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
+        directory = check_output_path(path, what, {})
         self.path = path
         self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.parquet = is_parquet(path)

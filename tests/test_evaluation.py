@@ -48,6 +48,50 @@ def test_evaluate_py_prints_and_writes_the_table_by_group(tmp_path):
     assert da["accuracy"] == pytest.approx(0.5)  # -2 for -1: wrong at every number of digits
 
 
+def test_a_group_called_all_is_not_merged_with_the_overall_rows():
+    truth = [{"61110"}, {"64100"}, {"83110"}]
+    predicted = [{"61110"}, {"99999"}, {"99999"}]
+    table = evaluation.evaluation_table(truth, {"flat": predicted}, ["all", "x", "x"], digits=[5],
+                                        group_name="source")
+    assert list(table["source"]) == ["(all)", "all", "x"]
+    assert list(table["n"]) == [3, 1, 2] and list(table["accuracy"]) == pytest.approx([1 / 3, 1, 0])
+
+
+@pytest.fixture
+def predictions_csv(tmp_path):
+    path = tmp_path / "preds.csv"
+    pd.DataFrame({"hisco_1": ["61110"], "code_1": ["61110"]}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("flag", ["--output", "--plot"])
+def test_evaluate_refuses_outputs_in_a_missing_directory_before_writing(predictions_csv, tmp_path, flag):
+    proc = run_program("evaluate.py", "--predictions", predictions_csv, "--truth-cols", "hisco_1",
+                       flag, tmp_path / "missing" / ("t.csv" if flag == "--output" else "t.png"),
+                       check=False)
+    assert proc.returncode == 2 and "does not exist; create it first" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["preds.csv"]  # nothing written
+
+
+@pytest.mark.parametrize("flag", ["--output", "--plot"])
+def test_evaluate_refuses_to_write_over_the_predictions(predictions_csv, tmp_path, flag):
+    before = predictions_csv.read_bytes()
+    proc = run_program("evaluate.py", "--predictions", predictions_csv, "--truth-cols", "hisco_1",
+                       flag, predictions_csv, check=False)
+    assert proc.returncode == 2 and "is the --predictions file" in proc.stderr
+    assert predictions_csv.read_bytes() == before
+
+
+def test_predict_refuses_to_write_over_its_input(tmp_path, small_csv):
+    source = tmp_path / "input.csv"
+    source.write_bytes(open(small_csv, "rb").read())
+    proc = run_program("predict.py", "--checkpoint", tmp_path / "no-run-needed", "--input", source,
+                       "--output", source, check=False)
+    assert proc.returncode == 2 and "is the --input file" in proc.stderr, proc.stderr
+    assert source.read_bytes() == open(small_csv, "rb").read()
+
+
 def test_training_writes_the_table_predict_and_evaluate_give(small_csv, tmp_path):
     run = tmp_path / "run"
     run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
