@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.errors import UserError
-from mixer.predict import Predictor
+from mixer.predict import HEADS, Predictor
 
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
@@ -50,36 +50,50 @@ class Model:
                 batch_size: int = 256) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
 
-        texts: a string, a list or a pandas Series. lang: one language for all rows
-        ('en'), one per row, or None for the model's own default. head: 'flat',
-        'seq2seq' (greedy decoding) or 'full' (every code of the key scored by the
+        texts: a string, a list or a pandas Series (the result keeps its index). lang:
+        one language for all rows ('en'), one per row, or None for the model's own
+        default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
         decoder). threshold: the flat/full threshold (default: the model's; by
         language for OccCANINE's models). context: the context columns the model was
         trained with (a DataFrame or a dict of lists), when it has any."""
-        texts, langs = self._inputs(texts, lang, context)
-        return self._predictor.predict(texts, langs, head, top_k, threshold, batch_size)
+        head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
+        if head not in HEADS:
+            raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
+        if top_k is not None:
+            _require_count("top_k", top_k)
+        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 <= threshold <= 1.0):
+            raise UserError(f"threshold={threshold!r}: must be between 0 and 1")
+        _require_count("batch_size", batch_size)
+        index, texts, langs = self._inputs(texts, lang, context)
+        return self._predictor.predict(texts, langs, head, top_k, threshold, batch_size).set_axis(index)
 
     def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
                    batch_size: int = 256) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
-        texts, langs = self._inputs(texts, lang, context)
-        return self._predictor.embeddings(texts, langs, batch_size)
+        _require_count("batch_size", batch_size)
+        return self._predictor.embeddings(*self._inputs(texts, lang, context)[1:], batch_size)
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
+        """(the rows' index, texts, languages): a Series keeps its index in the result."""
         from mixer.data import with_context
 
         if isinstance(texts, str):
             texts = [texts]
+        index = texts.index if isinstance(texts, pd.Series) else None
         texts = pd.Series(list(texts), dtype=object).where(lambda s: s.notna(), "").astype(str)
+        index = index if index is not None else texts.index
         if lang is None:
             lang = self._predictor.config.get("language") or "unk"
         if isinstance(lang, str):
-            langs = np.full(len(texts), lang, dtype=object)
-        else:
-            langs = np.asarray(pd.Series(list(lang), dtype=object).fillna("unk").astype(str), dtype=object)
+            langs = np.full(len(texts), lang.strip(), dtype=object)
+        else:  # as training and predict.py read a language column: missing -> '', stripped
+            langs = pd.Series(list(lang), dtype=object)
+            langs = np.asarray(langs.where(langs.notna(), "").astype(str).str.strip(), dtype=object)
             if len(langs) != len(texts):
                 raise UserError(f"lang has {len(langs)} values for {len(texts)} texts")
         columns = self._predictor.config.get("context_cols") or []
+        if context is not None and not columns:
+            raise UserError("context= was given but this model reads no context columns; leave it out")
         if columns:
             if context is None:
                 raise UserError(f"this model reads context columns {', '.join(columns)}: pass "
@@ -89,10 +103,15 @@ class Model:
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
             texts = with_context(texts, frame, columns)
-        return texts.to_numpy(dtype=object), langs
+        return index, texts.to_numpy(dtype=object), langs
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
+
+
+def _require_count(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise UserError(f"{name}={value!r}: must be a whole number, 1 or more")
 
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",

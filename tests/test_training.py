@@ -189,6 +189,25 @@ def test_tune_threshold_stores_the_best_threshold_that_predict_uses(small_csv, t
     assert open(default).read() == open(explicit).read()
 
 
+def test_python_api_keeps_a_series_index_and_checks_its_arguments(trained_run):
+    import mixer
+    from mixer.errors import UserError
+
+    model = mixer.load(trained_run, device="cpu")
+    texts = pd.Series(["farmer", "fisher", "smith"], index=[10, 20, 30])
+    result = model.predict(texts, top_k=2)
+    assert list(result.index) == [10, 20, 30]
+    pd.testing.assert_frame_equal(result.reset_index(drop=True), model.predict(list(texts), top_k=2))
+    pd.testing.assert_frame_equal(model.predict(texts, head="greedy"), model.predict(texts, head="seq2seq"))
+    pd.testing.assert_frame_equal(model.predict(texts, lang=[" unk", "unk ", "unk"]), model.predict(texts))
+    for bad, message in [(dict(top_k=0), "top_k=0"), (dict(top_k=1.5), "top_k=1.5"),
+                         (dict(threshold=1.5), "threshold=1.5"), (dict(head="beam"), "head='beam'"),
+                         (dict(context={"parish": ["a", "b", "c"]}), "reads no context columns"),
+                         (dict(batch_size=0), "batch_size=0")]:
+        with pytest.raises(UserError, match=message):
+            model.predict(texts, **bad)
+
+
 def test_predict_parquet_whose_column_types_differ_between_row_groups(trained_run, tmp_path):
     """A Parquet file written in parts: an integer column that has blanks in one row
     group only, a text column that is all blank in one: every chunk converts to other
