@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
-from mixer.errors import UserError
+from mixer.errors import UserError, first_line
 from mixer.io import atomic_write
 
 LAST, PREVIOUS = "last.pt", "last.prev.pt"
@@ -47,9 +47,9 @@ def load_file(path: str) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"{path}: refused to load: it holds objects other than tensors and "
-                              f"plain values, so loading it could run code ({str(exc).splitlines()[0][:120]})")
+                              f"plain values, so loading it could run code ({first_line(exc, 120)})")
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a complete checkpoint ({str(exc).splitlines()[0][:120]})")
+        raise CheckpointError(f"{path}: not a complete checkpoint ({first_line(exc, 120)})")
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path}: not a checkpoint of this tool (no model state)")
     return state

@@ -18,7 +18,7 @@ from mixer import __version__
 from mixer.config import (
     NON_PERSISTED, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
-from mixer.errors import PeerFailed, UserError
+from mixer.errors import PeerFailed, UserError, first_line
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
             "dist": DistConfig, "log": LogConfig}
@@ -276,7 +276,7 @@ def _load_yaml_defaults(path: str) -> dict:
         with open(path, encoding="utf-8") as handle:
             values = yaml.safe_load(handle) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UserError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})")
+        raise UserError(f"--config {path}: not valid YAML ({first_line(exc)})")
     if not isinstance(values, dict):
         raise UserError(f"--config {path}: expected a mapping of flag names to values")
     flat = {}

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from mixer.errors import UserError
+from mixer.errors import UserError, first_line
 
 CANINE_PRESETS = {
     # for tests: about 0.3M parameters
@@ -73,8 +73,7 @@ def build_encoder(name: str, dropout: float) -> Encoder:
         model = AutoModel.from_pretrained(path, config=config)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"--encoder {name}: cannot load it ({first}); use a preset "
+        raise UserError(f"--encoder {name}: cannot load it ({first_line(exc)}); use a preset "
                         f"({', '.join(PRESETS)}), a local model directory, or a hub id with "
                         "network access or a filled HF_HOME cache")
     return Encoder(model, tokenizer, f"{name} (pretrained weights from {path})")
@@ -136,7 +135,7 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
         try:
             config, tokenizer = AutoConfig.from_pretrained(name), AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as exc:
-            raise UserError(f"--encoder {name}: cannot load its tokenizer ({str(exc).splitlines()[0]})")
+            raise UserError(f"--encoder {name}: cannot load its tokenizer ({first_line(exc)})")
         return token_ids_for(tokenizer, getattr(config, "model_type", ""), recipe)
     with open(os.path.join(config_dir, "config.json"), encoding="utf-8") as handle:
         model_type = json.load(handle).get("model_type", "")

@@ -1,5 +1,9 @@
 """User-facing errors: one clear line, exit status 2, no traceback."""
 
+import re
+
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
 
 class UserError(Exception):
     """Bad input or a bad flag: the message names what is wrong and what to do."""
@@ -9,3 +13,10 @@ class UserError(Exception):
 
 class PeerFailed(UserError):
     """Another rank failed and reported it; this rank stops without repeating the cause."""
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's first line for a one-line message: terminal colour codes and
+    control characters removed (torch colours its pickle warning), cut to `limit`."""
+    lines = _TERMINAL_CODES.sub("", str(exc)).strip().splitlines()
+    return (lines[0].strip() if lines else type(exc).__name__)[:limit]

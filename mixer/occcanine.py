@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mixer.errors import UserError
+from mixer.errors import UserError, first_line
 from mixer.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",
@@ -112,9 +112,8 @@ def fetch_hub_id(repo_id: str, what: str) -> str:
     try:
         return snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors"])
     except Exception as exc:  # noqa: BLE001 - huggingface_hub raises many kinds
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{what} {repo_id}: not in the Hugging Face cache and not downloadable "
-                        f"({first[:160]}); download it where there is network (huggingface-cli "
+                        f"({first_line(exc, 160)}); download it where there is network (huggingface-cli "
                         f"download {repo_id}), or pass a local directory")
 
 
@@ -182,9 +181,9 @@ def _load_checkpoint(path: str, what: str):
     except pickle.UnpicklingError as exc:
         raise UserError(f"{what} {path}: refused to load: it holds objects other than tensors "
                         f"and plain values, so loading it could run code "
-                        f"({str(exc).splitlines()[0][:120]}); re-save it with only tensors and plain values")
+                        f"({first_line(exc, 120)}); re-save it with only tensors and plain values")
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise UserError(f"{what} {path}: not a complete checkpoint ({str(exc).splitlines()[0][:120]})")
+        raise UserError(f"{what} {path}: not a complete checkpoint ({first_line(exc, 120)})")
 
 
 def _read_checkpoint(origin: str, path: str, what: str) -> OccSource:

@@ -19,7 +19,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from mixer.errors import UserError
+from mixer.errors import UserError, first_line
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
@@ -190,8 +190,7 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input") -> Iterator[p
 
 
 def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = first_line(exc, 300)
     if "utf8" in first.lower().replace("-", ""):
         return "not UTF-8 text; save it as UTF-8"
     return first

@@ -22,7 +22,7 @@ from mixer import distributed as mdist
 from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
 from mixer.config import TrainConfig
 from mixer.distributed import World
-from mixer.errors import UserError
+from mixer.errors import UserError, first_line
 from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
 from mixer.metrics import MetricSums, PredictionRules, decoded_codes, flat_prediction
@@ -402,9 +402,8 @@ class Trainer:
             unwrap_model(self.parts.model).load_state_dict(state["model"])
             self.parts.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0][:200]
             raise UserError(f"{self.run_dir}/last.pt does not fit the model these flags build "
-                            f"({first}); resume with the run's own flags (--config "
+                            f"({first_line(exc)}); resume with the run's own flags (--config "
                             f"{self.run_dir}/args.yaml) or use a new --save-path")
         self.parts.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler"):

@@ -273,6 +273,7 @@ def test_bad_sources_get_one_line_each(hisco_model, tmp_path):
         proc = run_predict(tmp_path / name, tmp_path)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (name, proc.stderr)
+        assert "\x1b" not in proc.stderr  # no terminal colour codes from torch's message
 
 
 # ------------------------------------------------------------------ 2. fine-tune
