@@ -41,8 +41,15 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's architecture (started from an OccCANINE model) have its layout")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: is a file; pass a directory")
+    if os.path.isdir(out_dir) and (os.path.samefile(out_dir, run_dir) or is_run_directory(out_dir)):
+        raise UserError(f"{out_dir}: is a run directory; its {CONFIG_FILE} would be replaced by "
+                        "OccCANINE's; pass a new directory")
     formatter = CodeFormatter.from_dict(config["formatter"])
     key = list(read_key(run_dir)["code"])
+    own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
+    if own_key and formatter.kind == "hisco":  # checked before anything is written
+        raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
+                        "always uses for HISCO models")
     state = load_file(os.path.join(run_dir, MODEL_FILE))
     hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
@@ -60,12 +67,13 @@ def export(run_dir: str, out_dir: str) -> list:
     tensors = occcanine.to_occcanine_state(state, hidden)
     atomic_write(os.path.join(out_dir, "model.safetensors"), lambda p: save_file(tensors, p))
     written.append("model.safetensors")
-    if formatter.kind != "hisco" or key != list(hisco_key()["code"]):
-        if formatter.kind == "hisco":
-            raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
-                            "always uses for HISCO models")
+    if own_key:
         write_json("key.json", {code: i for i, code in enumerate(key)})
         write_json("chars.json", list(formatter.alphabet))
+    else:  # a key left by an earlier export into this directory would be read as this model's
+        for stale in ("key.json", "chars.json"):
+            if os.path.exists(os.path.join(out_dir, stale)):
+                os.unlink(os.path.join(out_dir, stale))
     return written
 
 

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from conftest import ROOT, env_for_subprocess, run_program
+from mixer.errors import UserError
 
 SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=256, num_hash_buckets=512, num_hash_functions=4,
@@ -303,6 +304,17 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     for head in ("flat", "seq2seq"):
         pd.testing.assert_frame_equal(source.predict(TEXTS, lang="en", head=head),
                                       run.predict(TEXTS, lang="en", head=head), atol=1e-6)
+    # exported over an earlier export of another system: its key.json must not stay behind
+    from mixer.export_occcanine import export
+
+    hub = tmp_path / "exported"
+    hub.mkdir()
+    (hub / "key.json").write_text('{"1,2,0": 0}')
+    (hub / "chars.json").write_text('["1", ","]')
+    assert "key.json" not in export(str(out), str(hub))
+    assert sorted(os.listdir(hub)) == ["config.json", "model.safetensors"]
+    pd.testing.assert_frame_equal(mixer.load(str(hub), device="cpu").predict(TEXTS, lang="en"),
+                                  run.predict(TEXTS, lang="en"), atol=1e-6)
 
 
 def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, hisco_rows, tmp_path):
@@ -347,6 +359,11 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     for head in ("flat", "seq2seq"):
         pd.testing.assert_frame_equal(run_model.predict(TEXTS, lang="en", head=head, top_k=2),
                                       exported.predict(TEXTS, lang="en", head=head, top_k=2))
+    before = (out / "config.json").read_bytes()
+    for target in (out, tmp_path / "run" / "."):  # the run itself is not an export target
+        with pytest.raises(UserError, match="is a run directory"):
+            export(str(out), str(target))
+    assert (out / "config.json").read_bytes() == before
 
 
 def test_context_columns_are_refused_for_occcanine_models(hisco_model, hisco_rows, tmp_path):
