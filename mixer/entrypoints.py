@@ -243,6 +243,9 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             raise cli.UserError(f"--predictions {args.predictions}: no code_k columns; name the "
                                 "predicted columns with --pred-cols")
     truth = evaluation.code_sets(frame, args.truth_cols, args.code_length)
+    if not any(truth):
+        raise cli.UserError(f"--predictions {args.predictions}: no row has a code in --truth-cols "
+                            f"{' '.join(args.truth_cols)}; name the columns with the true codes")
     predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
                                         args.digits, group_name=args.by or "group")

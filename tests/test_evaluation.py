@@ -83,6 +83,14 @@ def test_evaluate_refuses_to_write_over_the_predictions(predictions_csv, tmp_pat
     assert predictions_csv.read_bytes() == before
 
 
+def test_evaluate_without_any_true_code_is_a_user_error(tmp_path):
+    path = tmp_path / "preds.csv"
+    pd.DataFrame({"hisco_1": ["", ""], "code_1": ["61110", "64100"]}).to_csv(path, index=False)
+    proc = run_program("evaluate.py", "--predictions", path, "--truth-cols", "hisco_1", check=False)
+    assert proc.returncode == 2 and "no row has a code in --truth-cols hisco_1" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["preds.csv"]
+
+
 def test_predict_refuses_to_write_over_its_input(tmp_path, small_csv):
     source = tmp_path / "input.csv"
     source.write_bytes(open(small_csv, "rb").read())
