@@ -1,6 +1,7 @@
 """The cost curve at OccCANINE scale: 1M, 3M and 10M rows from file to first step.
 
     python benchmarks/scale.py [--sizes 1 3 10] [--out /tmp/mixer-scale]
+    python benchmarks/scale.py --merge A/scale.json B/scale.json   # table and plot of earlier runs
 
 For each size it writes a CSV of distinct descriptions made from the example
 data (each row a real description with its HISCO code and one of OccCANINE's
@@ -219,7 +220,20 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 3, 10])
     parser.add_argument("--out", default="/tmp/mixer-scale")
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "scale.png"))
+    parser.add_argument("--merge", nargs="+", metavar="SCALE_JSON",
+                        help="draw the table and plot from earlier runs' scale.json files "
+                             "(sizes from several runs, sorted) instead of running")
     args = parser.parse_args()
+    if args.merge:
+        results = []
+        for path in args.merge:
+            with open(path) as handle:
+                results += json.load(handle)
+        results.sort(key=lambda r: r["rows"])
+        print("\n".join(table(results)))
+        plot(results, args.plot)
+        print(f"drew {args.plot}")
+        return
     os.makedirs(args.out, exist_ok=True)
     import torch
 
