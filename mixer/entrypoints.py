@@ -174,7 +174,7 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.output and not args.embeddings:
         raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, or both")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
-    from mixer.predict import predict_file
+    from mixer.predict_job import predict_file
 
     predict_file(args)
     return 0

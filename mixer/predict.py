@@ -15,30 +15,23 @@ or one of OccCANINE's models (mixer.sources.load_for_prediction).
   .first_block_probs), then thresholded like the flat head.
 
 Each distinct (language, text) runs through the model once; batches are sorted
-by length; chunks of the input stream through (10M rows never sit in memory).
-Under torchrun each rank predicts a contiguous share of every chunk and rank 0
-writes one output in input order.
+by length. Files in and out, chunked and under torchrun: mixer.predict_job.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 import pandas as pd
 import torch
 
-from mixer import distributed as mdist
-from mixer.config import DistConfig
-from mixer.dataset import shard_indices
 from mixer.encoders import fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
 from mixer.metrics import PredictionRules, decoded_blocks, flat_prediction
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
-from mixer.tables import OutputWriter, check_output_path, iter_chunks
 from mixer.tokens import InputRecipe, token_ids_for
 
 HEADS = ("flat", "seq2seq", "full")
@@ -244,146 +237,3 @@ def _pad_columns(codes, probs, top_k):
         codes = np.hstack([codes, np.full((len(codes), extra), "", dtype=object)])
         probs = np.hstack([probs, np.full((len(probs), extra), np.nan)])
     return codes, probs
-
-
-# ------------------------------------------------------------------ files
-def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
-    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
-    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
-
-
-def predict_file(args) -> None:
-    from mixer.api import Model
-
-    if args.output:  # before the model loads: a wrong path fails at once
-        check_output_path(args.output, "--output", {"--input": args.input})
-    if args.embeddings:
-        check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
-    world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = None
-    try:
-        predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
-                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
-        model = Model(predictor, args.checkpoint)
-        config = predictor.config
-        input_col = args.input_col or config["input_col"]
-        language_col = args.language_col or (None if args.language else config.get("language_col"))
-        language = args.language or config.get("language") or "unk"
-        context_cols = config.get("context_cols") or []
-        if args.output:
-            writer = mdist.main_only(lambda: OutputWriter(args.output), world)
-        if args.embeddings:
-            embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
-        bar, summary = None, []
-        if world.is_main and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            bar = tqdm(unit="row", desc="predict")
-        for chunk in iter_chunks(args.input, args.chunk_size):
-            needed = [(input_col, "--input-col"), (language_col, "--language-col")]
-            needed += [(c, "a context column the model was trained with") for c in context_cols]
-            for column, flag in needed:
-                if column and column not in chunk.columns:
-                    raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
-                                    f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
-            part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
-            texts = text_column(part, input_col)
-            langs = text_column(part, language_col).str.strip() if language_col else language
-            context = part[context_cols] if context_cols else None
-            if args.output:  # every rank predicts its share; rank 0 writes
-                results = []
-                for head in args.head:
-                    result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
-                                           args.batch_size)
-                    results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_objects(pd.concat(results, axis=1), world)  # all ranks
-                if world.is_main:
-                    predicted = pd.concat(pieces, ignore_index=True)
-                    predicted.index = chunk.index
-                    clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
-                    writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
-                    if args.summary_plot:
-                        first = "" if len(args.head) == 1 else f"{args.head[0]}_"
-                        summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
-                            ["code_1", "prob_1"], axis=1))
-            if args.embeddings:
-                vectors = mdist.gather_objects(model.embeddings(texts, langs, context, args.batch_size),
-                                               world)  # all ranks
-                if world.is_main:
-                    embedding_writer.write(np.concatenate(vectors))
-            if bar is not None:
-                bar.update(len(chunk))
-        if world.is_main:
-            if writer is not None:
-                writer.commit()
-                print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
-            if embedding_writer is not None:
-                embedding_writer.commit()
-                print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
-            if args.summary_plot and summary:
-                from mixer.plot import plot_prediction_summary
-
-                plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
-            if bar is not None:
-                bar.close()
-    except BaseException:
-        for open_writer in (writer, embedding_writer):
-            if open_writer is not None:
-                open_writer.abort()
-        raise
-    finally:
-        mdist.teardown(world)
-
-
-class EmbeddingWriter:
-    """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
-    list column 'embedding'), written to a temp file and renamed at the end."""
-
-    def __init__(self, path: str):
-        directory = check_output_path(path, "--embeddings", {})
-        if not path.lower().endswith((".npy", ".parquet", ".pq")):
-            raise UserError(f"--embeddings {path}: name it .npy or .parquet")
-        self.path = path
-        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
-        self.npy = path.lower().endswith(".npy")
-        self.rows, self.width, self.writer = 0, None, None
-        self.raw = open(self.tmp + ".raw", "wb") if self.npy else None
-
-    def write(self, vectors: np.ndarray) -> None:
-        self.width = vectors.shape[1]
-        if self.npy:
-            vectors.astype(np.float32).tofile(self.raw)
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()),
-                                                       self.width)
-            table = pa.table({"embedding": column})
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
-            self.writer.write_table(table)
-        self.rows += len(vectors)
-
-    def commit(self) -> None:
-        if self.npy:
-            import shutil
-
-            self.raw.close()
-            with open(self.tmp, "wb") as out, open(self.tmp + ".raw", "rb") as raw:
-                np.lib.format.write_array_header_1_0(
-                    out, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)})
-                shutil.copyfileobj(raw, out, 1 << 24)
-            os.unlink(self.tmp + ".raw")
-        elif self.writer is not None:
-            self.writer.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        if self.raw is not None and not self.raw.closed:
-            self.raw.close()
-        if self.writer is not None:
-            self.writer.close()
-        for leftover in (self.tmp, self.tmp + ".raw"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
