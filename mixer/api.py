@@ -11,6 +11,7 @@ predict.py is a shell over this module: the same columns and values.
 
 from __future__ import annotations
 
+import numbers
 from typing import Iterable, Optional, Union
 
 import numpy as np
@@ -61,8 +62,13 @@ class Model:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
         if top_k is not None:
             _require_count("top_k", top_k)
-        if threshold is not None and not (isinstance(threshold, (int, float)) and 0.0 <= threshold <= 1.0):
-            raise UserError(f"threshold={threshold!r}: must be between 0 and 1")
+            most = max(len(self._predictor.codes), self._predictor.default_top_k())
+            if top_k > most:
+                raise UserError(f"top_k={top_k}: the model has {len(self._predictor.codes)} codes; "
+                                f"ask for at most {most}")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
+                                      or not 0.0 <= float(threshold) <= 1.0):
+            raise UserError(f"threshold={threshold!r}: must be a number between 0 and 1")
         _require_count("batch_size", batch_size)
         index, texts, langs = self._inputs(texts, lang, context)
         return self._predictor.predict(texts, langs, head, top_k, threshold, batch_size).set_axis(index)
@@ -79,6 +85,8 @@ class Model:
 
         if isinstance(texts, str):
             texts = [texts]
+        if not _is_list_like(texts):
+            raise UserError(f"texts={texts!r}: pass a string, a list of strings or a pandas Series")
         index = texts.index if isinstance(texts, pd.Series) else None
         texts = pd.Series(list(texts), dtype=object).where(lambda s: s.notna(), "").astype(str)
         index = index if index is not None else texts.index
@@ -86,6 +94,8 @@ class Model:
             lang = self._predictor.config.get("language") or "unk"
         if isinstance(lang, str):
             langs = np.full(len(texts), lang.strip(), dtype=object)
+        elif not _is_list_like(lang):
+            raise UserError(f"lang={lang!r}: pass a language code ('en'), one per text, or None")
         else:  # as training and predict.py read a language column: missing -> '', stripped
             langs = pd.Series(list(lang), dtype=object)
             langs = np.asarray(langs.where(langs.notna(), "").astype(str).str.strip(), dtype=object)
@@ -107,6 +117,10 @@ class Model:
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
+
+
+def _is_list_like(value) -> bool:
+    return pd.api.types.is_list_like(value) and not isinstance(value, (dict, pd.DataFrame))
 
 
 def _require_count(name: str, value) -> None:

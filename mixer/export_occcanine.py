@@ -41,9 +41,10 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's architecture (started from an OccCANINE model) have its layout")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: is a file; pass a directory")
-    if os.path.isdir(out_dir) and (os.path.samefile(out_dir, run_dir) or is_run_directory(out_dir)):
-        raise UserError(f"{out_dir}: is a run directory; its {CONFIG_FILE} would be replaced by "
-                        "OccCANINE's; pass a new directory")
+    inside = os.path.realpath(out_dir) + os.sep
+    if inside.startswith(os.path.realpath(run_dir) + os.sep) or is_run_directory(out_dir):
+        raise UserError(f"{out_dir}: is (inside) a run directory, whose files the export would "
+                        "replace; pass a new directory")
     formatter = CodeFormatter.from_dict(config["formatter"])
     key = list(read_key(run_dir)["code"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
@@ -55,6 +56,9 @@ def export(run_dir: str, out_dir: str) -> list:
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
     os.makedirs(out_dir, exist_ok=True)
     written = []
+    for stale in ("key.json", "chars.json"):  # an earlier export's key would be read as this model's
+        if os.path.exists(os.path.join(out_dir, stale)):
+            os.unlink(os.path.join(out_dir, stale))
 
     def write_json(name: str, values) -> None:
         write_text(os.path.join(out_dir, name), json.dumps(values, indent=2))
@@ -70,10 +74,6 @@ def export(run_dir: str, out_dir: str) -> list:
     if own_key:
         write_json("key.json", {code: i for i, code in enumerate(key)})
         write_json("chars.json", list(formatter.alphabet))
-    else:  # a key left by an earlier export into this directory would be read as this model's
-        for stale in ("key.json", "chars.json"):
-            if os.path.exists(os.path.join(out_dir, stale)):
-                os.unlink(os.path.join(out_dir, stale))
     return written
 
 

@@ -27,11 +27,35 @@ def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
     return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
 
 
+def input_names(columns, predicted) -> dict:
+    """Renames for input columns that would clash with the output: those named like a
+    predicted column or like any prediction column evaluate.py reads (code_k, flat_code_k,
+    ...), given '_input' (again while that is taken), so no name appears twice."""
+    from mixer.evaluation import PREDICTION_COLUMN
+
+    taken = set(map(str, columns)) | set(map(str, predicted))
+    renames = {}
+    for column in columns:
+        name = str(column)
+        if name in set(map(str, predicted)) or PREDICTION_COLUMN.match(name):
+            new = f"{name}_input"
+            while new in taken:
+                new += "_input"
+            taken.add(new)
+            renames[column] = new
+    return renames
+
+
 def predict_file(args) -> None:
     if args.output:  # before the model loads: a wrong path fails at once
         check_output_path(args.output, "--output", {"--input": args.input})
     if args.embeddings:
         check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
+    if args.summary_plot:
+        check_output_path(args.summary_plot, "--summary-plot", {"--input": args.input, "--output": args.output,
+                                                                "--embeddings": args.embeddings})
+        if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
+            raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = None
     try:
@@ -73,8 +97,8 @@ def predict_file(args) -> None:
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
-                    clash = {c: f"{c}_input" for c in chunk.columns if c in predicted.columns}
-                    writer.write(pd.concat([chunk.rename(columns=clash), predicted], axis=1))
+                    writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns, predicted.columns)),
+                                            predicted], axis=1))
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(

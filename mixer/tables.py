@@ -117,8 +117,8 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
             table = pq.read_table(path, columns=columns)
             try:
                 frame = table.to_pandas()
-            except TypeError:  # pandas metadata naming a dtype pandas cannot build
-                frame = table.to_pandas(ignore_metadata=True)  # ('list<...>[pyarrow]')
+            except (TypeError, NotImplementedError):  # pandas metadata naming a dtype pandas
+                frame = table.to_pandas(ignore_metadata=True)  # cannot build ('list<...>[pyarrow]')
             numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)]
             if _duplicates(frame.columns):
                 raise UserError(f"{what} {path}: duplicate column name(s) "
@@ -158,7 +158,10 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input") -> Iterator[p
             # (numpy would make an integer column with blanks float, an all-blank one
             # object), so every chunk has the file's schema and the output keeps it
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-                yield batch.to_pandas(types_mapper=pd.ArrowDtype)
+                chunk = batch.to_pandas(types_mapper=pd.ArrowDtype)
+                if any(name is not None for name in chunk.index.names):  # a named index
+                    chunk = chunk.reset_index()  # (pandas' to_parquet) is a column of the file
+                yield chunk
             return
         import pyarrow as pa
         import pyarrow.csv as pcsv
@@ -208,11 +211,11 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
 def check_output_path(path: str, what: str, inputs: dict) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
     the inputs ({flag: path}): the rename at the end would replace it. Returns its directory."""
+    if not os.path.basename(path) or os.path.isdir(path):
+        raise UserError(f"{what} {path}: names a directory; name a file")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
-    if os.path.isdir(path):
-        raise UserError(f"{what} {path}: is a directory; name a file")
     for flag, other in inputs.items():
         if other and (os.path.realpath(path) == os.path.realpath(other) or (
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):

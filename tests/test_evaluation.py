@@ -64,12 +64,15 @@ def predictions_csv(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("flag", ["--output", "--plot"])
-def test_evaluate_refuses_outputs_in_a_missing_directory_before_writing(predictions_csv, tmp_path, flag):
+@pytest.mark.parametrize("flag,name,message", [
+    ("--output", "missing/t.csv", "does not exist; create it first"),
+    ("--plot", "missing/t.png", "does not exist; create it first"),
+    ("--output", "newdir/", "names a directory"), ("--plot", "plotdir/", "names a directory")])
+def test_evaluate_refuses_outputs_in_a_missing_directory_before_writing(predictions_csv, tmp_path, flag,
+                                                                        name, message):
     proc = run_program("evaluate.py", "--predictions", predictions_csv, "--truth-cols", "hisco_1",
-                       flag, tmp_path / "missing" / ("t.csv" if flag == "--output" else "t.png"),
-                       check=False)
-    assert proc.returncode == 2 and "does not exist; create it first" in proc.stderr
+                       flag, f"{tmp_path}/{name}", check=False)
+    assert proc.returncode == 2 and message in proc.stderr and flag in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert sorted(os.listdir(tmp_path)) == ["preds.csv"]  # nothing written
 
@@ -91,13 +94,20 @@ def test_evaluate_without_any_true_code_is_a_user_error(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["preds.csv"]
 
 
-def test_predict_refuses_to_write_over_its_input(tmp_path, small_csv):
+@pytest.mark.parametrize("flags,message", [
+    (["--output", "{input}"], "is the --input file"),
+    (["--output", "{tmp}/newdir/"], "names a directory"),
+    (["--output", "{tmp}/out.csv", "--summary-plot", "{tmp}/nodir/s.png"], "--summary-plot"),
+    (["--output", "{tmp}/out.csv", "--summary-plot", "{tmp}/s.csv"], "name it .png")])
+def test_predict_checks_its_output_paths_before_the_model_loads(tmp_path, small_csv, flags, message):
     source = tmp_path / "input.csv"
     source.write_bytes(open(small_csv, "rb").read())
+    flags = [f.format(input=source, tmp=tmp_path) for f in flags]
     proc = run_program("predict.py", "--checkpoint", tmp_path / "no-run-needed", "--input", source,
-                       "--output", source, check=False)
-    assert proc.returncode == 2 and "is the --input file" in proc.stderr, proc.stderr
+                       *flags, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert source.read_bytes() == open(small_csv, "rb").read()
+    assert sorted(os.listdir(tmp_path)) == ["input.csv"]
 
 
 def test_training_writes_the_table_predict_and_evaluate_give(small_csv, tmp_path):

@@ -316,3 +316,13 @@ def test_slurm_template_requeues_a_run_the_time_limit_stopped(small_csv, tmp_pat
     else:
         assert state["step"] == 3 and (run / "model.safetensors").exists()
         assert not calls.exists()
+
+
+def test_first_line_of_an_error_keeps_no_terminal_control_sequences():
+    from mixer.errors import first_line
+
+    message = ("\x1b[1mbold\x1b[0m \x1b[?25lcursor \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
+               "\x9bc1 bell\x07\nsecond line")
+    assert first_line(ValueError(message)) == "bold cursor link c1 bell"
+    assert first_line(ValueError("a\rb")) == "a"
+    assert first_line(ValueError("")) == "ValueError"

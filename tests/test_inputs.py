@@ -58,12 +58,15 @@ def test_a_parquet_file_whose_pandas_metadata_pandas_cannot_read_is_read(tmp_pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    frame = pd.DataFrame({"occ1": ["farmer", "fisher"], "hisco_1": ["61110", "64100"],
-                          "ages": pd.Series([[1], [2]], dtype=pd.ArrowDtype(pa.list_(pa.int64())))})
-    path = tmp_path / "arrow_backed.parquet"
-    pq.write_table(pa.Table.from_pandas(frame), path)
-    frame = read_table(str(path))
-    assert list(frame["hisco_1"]) == ["61110", "64100"]
+    lists = pa.array([[1], [2]])
+    pairs = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0, 4.0]), 2)
+    for name, column in (("list", lists), ("fixed_size_list", pairs)):  # TypeError, NotImplementedError
+        frame = pd.DataFrame({"occ1": ["farmer", "fisher"], "hisco_1": ["61110", "64100"],
+                              "extra": pd.Series(column, dtype=pd.ArrowDtype(column.type))})
+        path = tmp_path / f"arrow_backed_{name}.parquet"
+        pq.write_table(pa.Table.from_pandas(frame), path)
+        frame = read_table(str(path))
+        assert list(frame["hisco_1"]) == ["61110", "64100"]
 
 
 # ------------------------------------------------------------------ codes stored as numbers

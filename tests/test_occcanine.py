@@ -360,8 +360,8 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
         pd.testing.assert_frame_equal(run_model.predict(TEXTS, lang="en", head=head, top_k=2),
                                       exported.predict(TEXTS, lang="en", head=head, top_k=2))
     before = (out / "config.json").read_bytes()
-    for target in (out, tmp_path / "run" / "."):  # the run itself is not an export target
-        with pytest.raises(UserError, match="is a run directory"):
+    for target in (out, tmp_path / "run" / ".", out / "encoder"):  # nor is anything in the run
+        with pytest.raises(UserError, match="is \\(inside\\) a run directory"):
             export(str(out), str(target))
     assert (out / "config.json").read_bytes() == before
 

@@ -200,12 +200,37 @@ def test_python_api_keeps_a_series_index_and_checks_its_arguments(trained_run):
     pd.testing.assert_frame_equal(result.reset_index(drop=True), model.predict(list(texts), top_k=2))
     pd.testing.assert_frame_equal(model.predict(texts, head="greedy"), model.predict(texts, head="seq2seq"))
     pd.testing.assert_frame_equal(model.predict(texts, lang=[" unk", "unk ", "unk"]), model.predict(texts))
+    pd.testing.assert_frame_equal(model.predict(texts, threshold=np.float32(0.25)),
+                                  model.predict(texts, threshold=0.25))
     for bad, message in [(dict(top_k=0), "top_k=0"), (dict(top_k=1.5), "top_k=1.5"),
+                         (dict(top_k=10**9), "ask for at most"), (dict(threshold=True), "threshold=True"),
+                         (dict(lang=np.nan), "lang=nan"),
                          (dict(threshold=1.5), "threshold=1.5"), (dict(head="beam"), "head='beam'"),
                          (dict(context={"parish": ["a", "b", "c"]}), "reads no context columns"),
                          (dict(batch_size=0), "batch_size=0")]:
         with pytest.raises(UserError, match=message):
             model.predict(texts, **bad)
+    for texts in (None, 5):
+        with pytest.raises(UserError, match="pass a string, a list of strings or a pandas Series"):
+            model.predict(texts)
+
+
+def test_predict_keeps_input_columns_named_like_its_output_and_a_named_index(trained_run, tmp_path):
+    """Input columns called like prediction columns are renamed (code_1 -> code_1_input,
+    again while taken), with one head or several; pandas' named index stays a column."""
+    source = tmp_path / "odd.parquet"
+    pd.DataFrame({"id": ["a", "b"], "occ1": ["farmer", "fisher"], "code_1": ["x", "y"],
+                  "code_1_input": ["p", "q"]}).set_index("id").to_parquet(source)
+    for heads, out in ((["flat"], "one.parquet"), (["flat", "seq2seq"], "two.csv")):
+        run_program("predict.py", "--checkpoint", trained_run, "--input", source, "--output",
+                    tmp_path / out, "--head", *heads)
+        frame = (pd.read_parquet if out.endswith("parquet") else pd.read_csv)(tmp_path / out)
+        assert len(set(frame.columns)) == len(frame.columns)
+        assert list(frame.columns[:4]) == ["id", "occ1", "code_1_input_input", "code_1_input"]
+        assert list(frame["code_1_input_input"]) == ["x", "y"] and list(frame["id"]) == ["a", "b"]
+        run_program("evaluate.py", "--predictions", tmp_path / out, "--truth-cols", "code_1_input_input")
+        table = pd.read_csv(tmp_path / f"{out.split('.')[0]}_evaluation.csv")
+        assert set(table["head"]) == ({"prediction"} if len(heads) == 1 else set(heads))
 
 
 def test_predict_parquet_whose_column_types_differ_between_row_groups(trained_run, tmp_path):
