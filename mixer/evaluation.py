@@ -102,13 +102,17 @@ PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
 
 def prediction_groups(columns, exclude=()) -> dict:
     """{head: [its code_k columns in order]}: predict.py writes code_k (one head) or
-    <head>_code_k (several heads); input columns renamed to *_input are not predictions."""
+    <head>_code_k (several heads), never both, so where prefixed columns exist a plain
+    code_k is an input column (a validation file's own codes); input columns renamed
+    to *_input are not predictions either."""
     found: dict = {}
     for column in columns:
         match = PREDICTION_COLUMN.match(str(column))
         if match and column not in exclude:
-            found.setdefault(match.group("head") or "prediction", []).append((int(match.group("k")), column))
-    return {head: [c for _, c in sorted(cols)] for head, cols in found.items()}
+            found.setdefault(match.group("head") or "", []).append((int(match.group("k")), column))
+    if len(found) > 1:
+        found.pop("", None)
+    return {head or "prediction": [c for _, c in sorted(cols)] for head, cols in found.items()}
 
 
 def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str:

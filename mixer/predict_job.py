@@ -28,16 +28,23 @@ def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
 
 
 def input_names(columns, predicted) -> dict:
-    """Renames for input columns that would clash with the output: those named like a
-    predicted column or like any prediction column evaluate.py reads (code_k, flat_code_k,
-    ...), given '_input' (again while that is taken), so no name appears twice."""
+    """Renames for input columns that would clash with the output, given '_input' (again
+    while that is taken), so no name appears twice and evaluate.py sees no false head:
+    those named like a predicted column, and those named like another prediction column
+    evaluate.py reads. With one head that is any code_k or <head>_code_k; with several
+    (the output's columns all prefixed) a plain code_k stays as it is, because evaluate.py
+    then reads prefixed columns only, so a validation file's own code_1.. can be the truth."""
     from mixer.evaluation import PREDICTION_COLUMN
 
-    taken = set(map(str, columns)) | set(map(str, predicted))
+    predicted = set(map(str, predicted))
+    prefixed = not any(PREDICTION_COLUMN.match(name) and not PREDICTION_COLUMN.match(name).group("head")
+                       for name in predicted)
+    taken = set(map(str, columns)) | predicted
     renames = {}
     for column in columns:
         name = str(column)
-        if name in set(map(str, predicted)) or PREDICTION_COLUMN.match(name):
+        match = PREDICTION_COLUMN.match(name)
+        if name in predicted or (match and not (prefixed and match.group("head") is None)):
             new = f"{name}_input"
             while new in taken:
                 new += "_input"

@@ -216,21 +216,25 @@ def test_python_api_keeps_a_series_index_and_checks_its_arguments(trained_run):
 
 
 def test_predict_keeps_input_columns_named_like_its_output_and_a_named_index(trained_run, tmp_path):
-    """Input columns called like prediction columns are renamed (code_1 -> code_1_input,
-    again while taken), with one head or several; pandas' named index stays a column."""
+    """With one head, input columns called like prediction columns are renamed (code_1 ->
+    code_1_input, again while taken); with several heads the output is all prefixed, so a
+    plain code_1 stays and evaluate.py reads it as truth, never as a head; pandas' named
+    index stays a column."""
     source = tmp_path / "odd.parquet"
     pd.DataFrame({"id": ["a", "b"], "occ1": ["farmer", "fisher"], "code_1": ["x", "y"],
-                  "code_1_input": ["p", "q"]}).set_index("id").to_parquet(source)
-    for heads, out in ((["flat"], "one.parquet"), (["flat", "seq2seq"], "two.csv")):
+                  "code_1_input": ["p", "q"], "other_code_1": ["r", "s"]}).set_index("id").to_parquet(source)
+    for heads, out, names in ((["flat"], "one.parquet", ["code_1_input_input", "code_1_input", "other_code_1_input"]),
+                              (["flat", "seq2seq"], "two.csv", ["code_1", "code_1_input", "other_code_1_input"])):
         run_program("predict.py", "--checkpoint", trained_run, "--input", source, "--output",
                     tmp_path / out, "--head", *heads)
         frame = (pd.read_parquet if out.endswith("parquet") else pd.read_csv)(tmp_path / out)
         assert len(set(frame.columns)) == len(frame.columns)
-        assert list(frame.columns[:4]) == ["id", "occ1", "code_1_input_input", "code_1_input"]
-        assert list(frame["code_1_input_input"]) == ["x", "y"] and list(frame["id"]) == ["a", "b"]
-        run_program("evaluate.py", "--predictions", tmp_path / out, "--truth-cols", "code_1_input_input")
-        table = pd.read_csv(tmp_path / f"{out.split('.')[0]}_evaluation.csv")
-        assert set(table["head"]) == ({"prediction"} if len(heads) == 1 else set(heads))
+        assert list(frame.columns[:5]) == ["id", "occ1", *names]
+        assert list(frame[names[0]]) == ["x", "y"] and list(frame["id"]) == ["a", "b"]
+        for truth in (names[0], "code_1_input"):
+            run_program("evaluate.py", "--predictions", tmp_path / out, "--truth-cols", truth)
+            table = pd.read_csv(tmp_path / f"{out.split('.')[0]}_evaluation.csv")
+            assert set(table["head"]) == ({"prediction"} if len(heads) == 1 else set(heads))
 
 
 def test_predict_parquet_whose_column_types_differ_between_row_groups(trained_run, tmp_path):
