@@ -74,15 +74,44 @@ def overall_label(groups) -> str:
     return label
 
 
+BLANK_GROUP = "(blank)"
+
+
+def group_labels(values) -> np.ndarray:
+    """Each row's --by group as text: a number without a fractional part as an integer
+    (a year column with blanks reads as 1850.0), a missing or blank cell as '(blank)'."""
+    def label(value) -> str:
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            return BLANK_GROUP
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            return str(int(value))
+        text = str(value)
+        return text if text.strip() else BLANK_GROUP
+    return np.asarray([label(v) for v in values], dtype=object)
+
+
+def group_order(names) -> list:
+    """Numbers in numeric order (900 before 1850), other names in text order; '(blank)' last."""
+    def number(name):
+        try:
+            return float(name)
+        except ValueError:
+            return None
+    named = [n for n in names if n != BLANK_GROUP]
+    numeric = all(number(n) is not None for n in named)
+    ordered = sorted(named, key=number if numeric else str)
+    return ordered + ([BLANK_GROUP] if BLANK_GROUP in names else [])
+
+
 def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray] = None,
                      digits=(1, 2, 3, 4, 5), group_name: str = "group") -> pd.DataFrame:
     """One row per (group, head, digits): n and the four statistics. `predictions`
     maps a head's name to its per-row code sets."""
     evaluated = np.asarray([bool(t) for t in truth])
-    groups = np.asarray(groups, dtype=object) if groups is not None else None
-    names = sorted({str(g) for g in groups[evaluated]}) if groups is not None else []
+    groups = group_labels(groups) if groups is not None else None
+    names = group_order(set(groups[evaluated])) if groups is not None else []
     overall = overall_label(names)
-    parts = [(overall, evaluated)] + [(name, evaluated & (groups.astype(str) == name)) for name in names]
+    parts = [(overall, evaluated)] + [(name, evaluated & (groups == name)) for name in names]
     out = []
     for head, predicted in predictions.items():
         for d in digits:

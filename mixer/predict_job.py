@@ -18,6 +18,7 @@ from mixer.api import Model
 from mixer.config import DistConfig
 from mixer.dataset import shard_indices
 from mixer.errors import UserError
+from mixer.io import write_target
 from mixer.predict import Predictor
 from mixer.tables import OutputWriter, check_output_path, iter_chunks
 
@@ -147,7 +148,7 @@ class EmbeddingWriter:
         directory = check_output_path(path, "--embeddings", {})
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"--embeddings {path}: name it .npy or .parquet")
-        self.path = path
+        self.path = write_target(path)
         self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.errors import UserError, first_line
+from mixer.io import write_target
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
@@ -210,7 +211,9 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
 # ------------------------------------------------------------------ writing
 def check_output_path(path: str, what: str, inputs: dict) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
-    the inputs ({flag: path}): the rename at the end would replace it. Returns its directory."""
+    the inputs ({flag: path}): the rename at the end would replace it. Returns the
+    directory of the file written (a symbolic link's target's: the link stays)."""
+    path = write_target(path)
     if not os.path.basename(path) or os.path.isdir(path):
         raise UserError(f"{what} {path}: names a directory; name a file")
     directory = os.path.dirname(os.path.abspath(path))
@@ -229,7 +232,7 @@ class OutputWriter:
 
     def __init__(self, path: str, what: str = "--output"):
         directory = check_output_path(path, what, {})
-        self.path = path
+        self.path = write_target(path)
         self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.parquet = is_parquet(path)
         self.writer = None

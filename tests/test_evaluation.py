@@ -57,6 +57,34 @@ def test_a_group_called_all_is_not_merged_with_the_overall_rows():
     assert list(table["n"]) == [3, 1, 2] and list(table["accuracy"]) == pytest.approx([1 / 3, 1, 0])
 
 
+def test_numeric_groups_sort_as_numbers_and_blank_groups_are_named():
+    """A year column read with blanks comes as floats: 900 before 1850, no '.0', no 'nan'."""
+    truth = [{"61110"}] * 5
+    groups = [1850.0, 900.0, float("nan"), 1850.0, None]
+    table = evaluation.evaluation_table(truth, {"flat": [{"61110"}] * 5}, groups, digits=[5])
+    assert list(table["group"]) == ["all", "900", "1850", "(blank)"] and list(table["n"]) == [5, 1, 2, 2]
+    text = evaluation.evaluation_table(truth, {"flat": [set()] * 5}, ["b", "A", " ", "b", "c"], digits=[5])
+    assert list(text["group"]) == ["all", "A", "b", "c", "(blank)"]
+
+
+def test_outputs_through_a_symbolic_link_write_its_target_and_keep_the_link(tmp_path):
+    from mixer.tables import OutputWriter
+
+    predictions = tmp_path / "preds.csv"
+    pd.DataFrame({"hisco_1": ["61110"], "code_1": ["61110"]}).to_csv(predictions, index=False)
+    (tmp_path / "store").mkdir()
+    for name in ("table.csv", "out.csv"):
+        (tmp_path / name).symlink_to(tmp_path / "store" / name)  # dangling until written
+    run_program("evaluate.py", "--predictions", predictions, "--truth-cols", "hisco_1",
+                "--output", tmp_path / "table.csv")
+    writer = OutputWriter(str(tmp_path / "out.csv"))
+    writer.write(pd.DataFrame({"a": [1]}))
+    writer.commit()
+    for name in ("table.csv", "out.csv"):
+        assert (tmp_path / name).is_symlink() and (tmp_path / "store" / name).stat().st_size > 0
+    assert "accuracy" in (tmp_path / "store" / "table.csv").read_text()
+
+
 @pytest.fixture
 def predictions_csv(tmp_path):
     path = tmp_path / "preds.csv"
