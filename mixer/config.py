@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several
+
 
 @dataclass
 class DataConfig:

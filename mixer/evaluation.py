@@ -33,6 +33,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from mixer.config import HEADS
 from mixer.tables import code_cells
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
@@ -66,41 +67,45 @@ def row_statistics(true: set, pred: set) -> tuple:
     return hits / max(len(pred), len(true)), precision, recall, f1
 
 
-def overall_label(groups) -> str:
+def overall_label(groups, label: str = "all") -> str:
     """'all' names the rows of every group, or '(all)' ('((all))', ...) when a group is called that."""
-    label = "all"
     while label in groups:
         label = f"({label})"
     return label
 
 
-BLANK_GROUP = "(blank)"
+WHOLE_NUMBER_TEXT = re.compile(r"^[+-]?\d+\.0+$")  # 1850.0, as a number column with blanks is written
 
 
-def group_labels(values) -> np.ndarray:
-    """Each row's --by group as text: a number without a fractional part as an integer
-    (a year column with blanks reads as 1850.0), a missing or blank cell as '(blank)'."""
-    def label(value) -> str:
-        if value is None or (not isinstance(value, str) and pd.isna(value)):
-            return BLANK_GROUP
+def group_labels(values) -> tuple:
+    """(each row's --by group as text, the label of the rows without one). Whole numbers
+    lose a '.0' (a year column with blanks reads as 1850.0, as a float or as text); a
+    missing, blank or NaN cell is '(blank)', or '((blank))' ... when a group is called that."""
+    def label(value) -> Optional[str]:
+        if value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)):
+            return None
         if isinstance(value, (float, np.floating)) and float(value).is_integer():
             return str(int(value))
-        text = str(value)
-        return text if text.strip() else BLANK_GROUP
-    return np.asarray([label(v) for v in values], dtype=object)
+        text = str(value).strip()
+        if not text or text.lower() in ("nan", "none", "<na>", "null"):
+            return None
+        return text.split(".")[0] if WHOLE_NUMBER_TEXT.match(text) else text
+    labels = [label(v) for v in values]
+    blank = overall_label({x for x in labels if x is not None}, "(blank)")
+    return np.asarray([blank if x is None else x for x in labels], dtype=object), blank
 
 
-def group_order(names) -> list:
-    """Numbers in numeric order (900 before 1850), other names in text order; '(blank)' last."""
+def group_order(names, blank: str) -> list:
+    """Numbers in numeric order (900 before 1850), other names in text order; the blank label last."""
     def number(name):
         try:
             return float(name)
         except ValueError:
             return None
-    named = [n for n in names if n != BLANK_GROUP]
-    numeric = all(number(n) is not None for n in named)
-    ordered = sorted(named, key=number if numeric else str)
-    return ordered + ([BLANK_GROUP] if BLANK_GROUP in names else [])
+    named = sorted(n for n in set(names) if n != blank)
+    if all(number(n) is not None for n in named):
+        named.sort(key=number)  # stable: equal numbers ('1', '01') keep text order
+    return named + ([blank] if blank in names else [])
 
 
 def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray] = None,
@@ -108,8 +113,10 @@ def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray
     """One row per (group, head, digits): n and the four statistics. `predictions`
     maps a head's name to its per-row code sets."""
     evaluated = np.asarray([bool(t) for t in truth])
-    groups = group_labels(groups) if groups is not None else None
-    names = group_order(set(groups[evaluated])) if groups is not None else []
+    names = []
+    if groups is not None:
+        groups, blank = group_labels(groups)
+        names = group_order(set(groups[evaluated]), blank)
     overall = overall_label(names)
     parts = [(overall, evaluated)] + [(name, evaluated & (groups == name)) for name in names]
     out = []
@@ -131,15 +138,16 @@ PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
 
 def prediction_groups(columns, exclude=()) -> dict:
     """{head: [its code_k columns in order]}: predict.py writes code_k (one head) or
-    <head>_code_k (several heads), never both, so where prefixed columns exist a plain
-    code_k is an input column (a validation file's own codes); input columns renamed
-    to *_input are not predictions either."""
+    <head>_code_k (several heads), never both, so where its heads' prefixed columns are
+    all there is besides, a plain code_k is an input column (a validation file's own
+    codes); input columns renamed to *_input are not predictions either."""
     found: dict = {}
     for column in columns:
         match = PREDICTION_COLUMN.match(str(column))
         if match and column not in exclude:
             found.setdefault(match.group("head") or "", []).append((int(match.group("k")), column))
-    if len(found) > 1:
+    prefixed = set(found) - {""}
+    if prefixed and prefixed <= set(HEADS):
         found.pop("", None)
     return {head or "prediction": [c for _, c in sorted(cols)] for head, cols in found.items()}
 

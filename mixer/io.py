@@ -23,8 +23,9 @@ def current_umask() -> int:
 
 
 def write_target(path: str) -> str:
-    """The file a write to `path` replaces: a symbolic link's target, so that the link
-    itself stays (e.g. results/latest.csv pointing into project space)."""
+    """The file a write to a user-named output replaces: a symbolic link's target, so that
+    the link itself stays (e.g. results/latest.csv pointing into project space). Run
+    directory files are not resolved: a link there is replaced, never written through."""
     return os.path.realpath(path) if os.path.islink(path) else path
 
 
@@ -32,7 +33,6 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
     """Call write(tmp_path), fsync it, then rename it over path. The file gets the
     mode a plain open() would give (0644 under the usual umask 022), not the temp
     file's 0600, so colleagues on a shared file system can read a run directory."""
-    path = write_target(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + ".", dir=directory)
     os.close(fd)

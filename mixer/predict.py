@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mixer.config import HEADS
 from mixer.encoders import fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
@@ -34,7 +35,6 @@ from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tokens import InputRecipe, token_ids_for
 
-HEADS = ("flat", "seq2seq", "full")
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
 

@@ -213,12 +213,19 @@ def check_output_path(path: str, what: str, inputs: dict) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
     the inputs ({flag: path}): the rename at the end would replace it. Returns the
     directory of the file written (a symbolic link's target's: the link stays)."""
-    path = write_target(path)
+    if os.path.islink(path):
+        target = write_target(path)
+        if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
+            raise UserError(f"{what} {path}: a link to {target}, whose suffix differs; "
+                            "name the file itself")
+        path = target
     if not os.path.basename(path) or os.path.isdir(path):
         raise UserError(f"{what} {path}: names a directory; name a file")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path}: directory {directory} is not writable; write elsewhere")
     for flag, other in inputs.items():
         if other and (os.path.realpath(path) == os.path.realpath(other) or (
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):

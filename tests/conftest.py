@@ -17,6 +17,20 @@ TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "
         "--decoder-heads", "2", "--max-len", "48", "--log-interval", "5"]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """The whole suite (no paths given) runs in 2 pytest-xdist workers, one test file each
+    at a time: most of a test's time is a subprocess starting Python, torch and
+    transformers, so 2 cores run two. Paths given, -n given, --pdb, -p no:xdist or no
+    xdist installed: one process, as pytest would."""
+    if (not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput")
+            or config.args_source != pytest.Config.ArgsSource.TESTPATHS
+            or config.option.numprocesses is not None or config.option.dist != "no"
+            or config.getoption("usepdb") or config.getoption("collectonly")):
+        return
+    config.option.numprocesses, config.option.dist, config.option.tx = 2, "loadfile", ["popen"] * 2
+
+
 def env_for_subprocess() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")

@@ -65,6 +65,19 @@ def test_numeric_groups_sort_as_numbers_and_blank_groups_are_named():
     assert list(table["group"]) == ["all", "900", "1850", "(blank)"] and list(table["n"]) == [5, 1, 2, 2]
     text = evaluation.evaluation_table(truth, {"flat": [set()] * 5}, ["b", "A", " ", "b", "c"], digits=[5])
     assert list(text["group"]) == ["all", "A", "b", "c", "(blank)"]
+    # the same year column as text (a CSV): '1850.0' is 1850, 'NaN' is blank, order fixed
+    csv = evaluation.evaluation_table(truth, {"flat": [set()] * 5}, ["1850.0", "900", "NaN", "20", "1850"],
+                                      digits=[5])
+    assert list(csv["group"]) == ["all", "20", "900", "1850", "(blank)"] and list(csv["n"]) == [5, 1, 1, 2, 1]
+    named = evaluation.evaluation_table(truth, {"flat": [set()] * 5}, ["(blank)", "", "x", None, "x"], digits=[5])
+    assert list(named["group"]) == ["all", "(blank)", "x", "((blank))"] and list(named["n"]) == [5, 1, 2, 2]
+
+
+def test_plain_code_columns_are_predictions_unless_predict_py_heads_are_there():
+    assert evaluation.prediction_groups(["code_1", "flat_code_1", "seq2seq_code_1"]) == {
+        "flat": ["flat_code_1"], "seq2seq": ["seq2seq_code_1"]}
+    assert evaluation.prediction_groups(["hisco_1", "code_1", "isco_code_1"]) == {
+        "prediction": ["code_1"], "isco": ["isco_code_1"]}
 
 
 def test_outputs_through_a_symbolic_link_write_its_target_and_keep_the_link(tmp_path):
@@ -83,6 +96,27 @@ def test_outputs_through_a_symbolic_link_write_its_target_and_keep_the_link(tmp_
     for name in ("table.csv", "out.csv"):
         assert (tmp_path / name).is_symlink() and (tmp_path / "store" / name).stat().st_size > 0
     assert "accuracy" in (tmp_path / "store" / "table.csv").read_text()
+
+
+def test_run_files_replace_a_link_and_outputs_check_where_it_points(tmp_path, monkeypatch):
+    """A run directory's own files are never written through a link (a run built with
+    links to another run's files must not overwrite that run); a user-named output
+    through a link is checked where it points: its suffix and its directory."""
+    from mixer.errors import UserError
+    from mixer.io import write_text
+    from mixer.tables import check_output_path
+
+    (tmp_path / "base.json").write_text("base")
+    (tmp_path / "run.json").symlink_to(tmp_path / "base.json")
+    write_text(str(tmp_path / "run.json"), "mine")
+    assert not (tmp_path / "run.json").is_symlink() and (tmp_path / "run.json").read_text() == "mine"
+    assert (tmp_path / "base.json").read_text() == "base"
+    (tmp_path / "latest.parquet").symlink_to(tmp_path / "real.csv")
+    with pytest.raises(UserError, match="whose suffix differs"):
+        check_output_path(str(tmp_path / "latest.parquet"), "--output", {})
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only directory (tests run as root)
+    with pytest.raises(UserError, match="is not writable"):
+        check_output_path(str(tmp_path / "out.csv"), "--output", {})
 
 
 @pytest.fixture
