@@ -223,15 +223,14 @@ def evaluate_parser() -> cli.Parser:
 def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = evaluate_parser().parse_args(argv)
     from mixer import evaluation
-    from mixer.io import write_target, write_text
+    from mixer.io import write_text
     from mixer.tables import check_output_path, read_table, require_columns
 
     stem = os.path.splitext(args.predictions)[0]
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
-    check_output_path(output, "--output", {"--predictions": args.predictions})
+    output = check_output_path(output, "--output", {"--predictions": args.predictions})  # a link's target
     check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
-    output = write_target(output)  # a link stays a link (the plot's savefig follows it itself)
     frame = read_table(args.predictions, "--predictions")
     require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
                     {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})

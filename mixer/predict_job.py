@@ -18,7 +18,6 @@ from mixer.api import Model
 from mixer.config import DistConfig
 from mixer.dataset import shard_indices
 from mixer.errors import UserError
-from mixer.io import write_target
 from mixer.predict import Predictor
 from mixer.tables import OutputWriter, check_output_path, iter_chunks
 
@@ -38,8 +37,7 @@ def input_names(columns, predicted) -> dict:
     from mixer.evaluation import PREDICTION_COLUMN
 
     predicted = set(map(str, predicted))
-    prefixed = not any(PREDICTION_COLUMN.match(name) and not PREDICTION_COLUMN.match(name).group("head")
-                       for name in predicted)
+    prefixed = not any((m := PREDICTION_COLUMN.match(name)) and m.group("head") is None for name in predicted)
     taken = set(map(str, columns)) | predicted
     renames = {}
     for column in columns:
@@ -145,11 +143,11 @@ class EmbeddingWriter:
     list column 'embedding'), written to a temp file and renamed at the end."""
 
     def __init__(self, path: str):
-        directory = check_output_path(path, "--embeddings", {})
+        self.path = check_output_path(path, "--embeddings", {})
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"--embeddings {path}: name it .npy or .parquet")
-        self.path = write_target(path)
-        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
         self.raw = open(self.tmp + ".raw", "wb") if self.npy else None

@@ -211,8 +211,8 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
 # ------------------------------------------------------------------ writing
 def check_output_path(path: str, what: str, inputs: dict) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
-    the inputs ({flag: path}): the rename at the end would replace it. Returns the
-    directory of the file written (a symbolic link's target's: the link stays)."""
+    the inputs ({flag: path}): the rename at the end would replace it. Returns the file
+    to write: the path, or a symbolic link's target (the link stays)."""
     if os.path.islink(path):
         target = write_target(path)
         if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
@@ -231,16 +231,16 @@ def check_output_path(path: str, what: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    return directory
+    return path
 
 
 class OutputWriter:
     """Writes chunks to a temp file beside the output, renamed over it at the end."""
 
     def __init__(self, path: str, what: str = "--output"):
-        directory = check_output_path(path, what, {})
-        self.path = write_target(path)
-        self.tmp = os.path.join(directory, f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.path = check_output_path(path, what, {})
+        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.parquet = is_parquet(path)
         self.writer = None
         self.rows = 0
