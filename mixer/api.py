@@ -81,7 +81,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data import with_context
+        from mixer.data import model_text
 
         if isinstance(texts, str):
             texts = [texts]
@@ -112,7 +112,7 @@ class Model:
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
-            texts = with_context(texts, frame, columns)
+            texts = model_text(texts, frame, columns)
         return index, texts.to_numpy(dtype=object), langs
 
     def __repr__(self) -> str:

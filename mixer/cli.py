@@ -164,25 +164,50 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--eval-batch-size", dest="eval_batch_size", type=positive_int,
                        default=None, help="rows per evaluation batch (default: 2x --batch-size)")
     group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=non_negative_float,
-                       default=3e-4, help="peak learning rate of AdamW; 0 leaves the weights as "
-                                          "they start (default: %(default)s)")
-    group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=5.0,
-                       help="the heads (new, random weights) learn this many times faster than "
-                            "the encoder (default: %(default)s)")
+                       default=None, help="peak learning rate of AdamW; 0 leaves the weights as "
+                                          "they start (default: the recipe's: 3e-4, or 2e-5 from "
+                                          "an OccCANINE model; README: Training recipes)")
+    group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=None,
+                       help="the heads learn this many times faster than the encoder (default: "
+                            "5 for new heads, 1 for heads an OccCANINE model brings trained)")
     group.add_argument("--scale-lr", dest="scale_lr", action=argparse.BooleanOptionalAction, default=False,
                        help="linear scaling rule: multiply the learning rate by "
                             "global batch / --batch-size")
-    group.add_argument("--warmup-pct", dest="warmup_pct", type=unit_interval, default=0.05,
-                       help="share of the steps spent warming up (default: %(default)s)")
+    group.add_argument("--warmup-pct", dest="warmup_pct", type=unit_interval, default=None,
+                       help="share of the steps spent warming up (default: 0.05; 0 from an "
+                            "OccCANINE model, as its fine-tuning)")
     group.add_argument("--warmup-steps", dest="warmup_steps", type=non_negative_int, default=None,
                        help="warm-up steps (overrides --warmup-pct)")
     group.add_argument("--weight-decay", dest="weight_decay", type=_float, default=0.01,
                        help="AdamW weight decay (default: %(default)s)")
     group.add_argument("--seq2seq-weight", dest="seq2seq_weight", type=unit_interval, default=0.1,
                        help="w in loss = w * seq2seq + (1 - w) * BCE(flat) (default: %(default)s)")
-    group.add_argument("--dropout", type=unit_interval, default=0.1,
+    group.add_argument("--dropout", type=unit_interval, default=None,
                        help="probability of every dropout in the model, encoder included; "
-                            "0 makes training deterministic (default: %(default)s)")
+                            "0 makes training deterministic (default: 0.1; from an OccCANINE "
+                            "model 0.1 in the encoder and 0 in the heads, as OccCANINE trains)")
+    group.add_argument("--head-dropout", dest="head_dropout", type=unit_interval, default=None,
+                       help="dropout of the heads when it differs from --dropout's (default: as "
+                            "--dropout; 0 from an OccCANINE model)")
+    group.add_argument("--augmentation-prob", dest="augmentation_prob", type=unit_interval,
+                       default=None,
+                       help="share of training rows given spelling noise each time they are "
+                            "drawn (default: 0.3; README: Training noise)")
+    group.add_argument("--no-augmentation", dest="augmentation_prob", action="store_const",
+                       const=0.0, help="no spelling noise (--augmentation-prob 0)")
+    group.add_argument("--num-transformations", dest="num_transformations", type=non_negative_int,
+                       default=None, help="edits of a noised row (default: 3)")
+    group.add_argument("--unk-lang-prob", dest="unk_lang_prob", type=unit_interval, default=None,
+                       help="share of training draws whose language becomes 'unk', so the model "
+                            "also works without one (default: 0.25; no effect where every row's "
+                            "language is unknown)")
+    group.add_argument("--no-unk-lang", dest="unk_lang_prob", action="store_const", const=0.0,
+                       help="languages kept as given (--unk-lang-prob 0)")
+    group.add_argument("--eval-noise", dest="eval_noise", type=non_negative_int, default=2,
+                       help="every evaluation also scores a copy of the validation rows with "
+                            "this many edits each (fixed seed; 0: none; default: %(default)s)")
+    group.add_argument("--no-eval-noise", dest="eval_noise", action="store_const", const=0,
+                       help="no noised validation copy (--eval-noise 0)")
     group.add_argument("--grad-accum-steps", dest="grad_accum_steps", type=positive_int, default=1,
                        help="micro-steps per optimizer step (default: %(default)s)")
     group.add_argument("--max-grad-norm", dest="max_grad_norm", type=positive_float, default=1.0,
@@ -199,13 +224,20 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="seed of the split, the data order and the weights (default: %(default)s)")
     group.add_argument("--num-workers", dest="num_workers", type=non_negative_int, default=0,
                        help="data-loader worker processes per rank (default: %(default)s)")
-    group.add_argument("--threshold", type=unit_interval, default=0.5,
+    group.add_argument("--threshold", type=unit_interval, default=None,
                        help="flat head: codes with probability at least this are predicted "
-                            "(default: %(default)s)")
+                            "(default: 0.5; from an OccCANINE model its table by language, 0.31 "
+                            "for other languages)")
+    group.add_argument("--inherit-thresholds", dest="inherit_thresholds",
+                       action=argparse.BooleanOptionalAction, default=None,
+                       help="keep the per-language thresholds of the OccCANINE model the run "
+                            "starts from (default: when the run keeps its code system)")
     group.add_argument("--tune-threshold", dest="tune_threshold",
                        action=argparse.BooleanOptionalAction, default=False,
                        help="at the end, choose the flat threshold with the best F1 on the "
-                            "validation rows and store it in the run (predict.py's default)")
+                            "validation rows for each language (languages with few rows take "
+                            "the best overall one) and store the table in the run: predict.py's "
+                            "and the API's default")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
 
     group = parser.add_argument_group("logging and saving")

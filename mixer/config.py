@@ -44,7 +44,8 @@ class ModelConfig:
     decoder_dim: int = 256
     decoder_layers: int = 2
     decoder_heads: int = 4
-    dropout: float = 0.1
+    dropout: Optional[float] = None  # None: the recipe's (mixer.recipe)
+    head_dropout: Optional[float] = None  # None: as dropout (the OccCANINE recipe: 0)
     initial_checkpoint: Optional[str] = None
     only_encoder: bool = False
     freeze_encoder: bool = False
@@ -57,10 +58,11 @@ class TrainConfig:
     stop_at_step: Optional[int] = None
     batch_size: int = 64
     eval_batch_size: Optional[int] = None
-    learning_rate: float = 3e-4
-    head_lr_scale: float = 5.0
+    # None: the recipe's value for this start (mixer.recipe fills them before training)
+    learning_rate: Optional[float] = None
+    head_lr_scale: Optional[float] = None
     scale_lr: bool = False
-    warmup_pct: float = 0.05
+    warmup_pct: Optional[float] = None
     warmup_steps: Optional[int] = None
     weight_decay: float = 0.01
     seq2seq_weight: float = 0.1
@@ -76,8 +78,14 @@ class TrainConfig:
     full_val_at_end: bool = False
     save_interval: Optional[int] = None
     save_each_epoch: bool = False
-    threshold: float = 0.5
+    threshold: Optional[float] = None  # None: the model's (mixer.metrics.Thresholds)
+    inherit_thresholds: Optional[bool] = None  # None: yes when the start's codes are kept
     tune_threshold: bool = False
+    # training noise (mixer.noise); None: the recipe's
+    augmentation_prob: Optional[float] = None
+    num_transformations: Optional[int] = None
+    unk_lang_prob: Optional[float] = None
+    eval_noise: int = 2  # edits of every row of the noised validation copy; 0: none
     compile: bool = False
 
 

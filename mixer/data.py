@@ -33,16 +33,21 @@ def code_columns(max_num_codes: int) -> list[str]:
 
 # ------------------------------------------------------------------ context
 CONTEXT_SEP = " [SEP] "
+DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
 
 
-def with_context(text: pd.Series, frame: pd.DataFrame, context_cols) -> pd.Series:
-    """The model's text: the description, then each context column that has a value,
-    as 'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. An
-    empty or missing value is left out (never written as 'nan'); the column names
-    and their order come from the run, so prediction builds the same text."""
+def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols) -> pd.Series:
+    """The text a model reads for each row, built here for training, predict.py and the
+    Python API alike: the description, then each context column that has a value, as
+    'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. With
+    context the description is stripped first (training always strips it), so
+    'farmer ' and 'farmer' read the same; an empty or missing value is left out
+    (never written as 'nan'); the column names and their order come from the run.
+    Without context the description is passed on as it is (the input recipe decides
+    about surrounding spaces: OccCANINE's models keep them)."""
     if not context_cols:
-        return text
-    text = text.reset_index(drop=True)
+        return descriptions
+    text = descriptions.reset_index(drop=True).astype(str).str.strip()
     for column in context_cols:
         values = as_text(frame[column]).str.strip().reset_index(drop=True)
         part = (CONTEXT_SEP + column + ": " + values).where(values != "", "")
@@ -73,7 +78,8 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
 
     text = frame[cfg.input_col].astype("str").str.strip()
     empty_text = text.eq("").to_numpy()
-    text = with_context(text, frame, cfg.context_cols)
+    desc_chars = text.str.len().to_numpy(dtype=np.int32)
+    text = model_text(text, frame, cfg.context_cols)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
     # all code cells as one column of strings (column after column), stripped and
     # factorised: the formatter then looks at each distinct value once
@@ -120,6 +126,8 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     # categorical columns: no string copies per row, dictionary-encoded in Parquet
     categories = pd.Index(code_names, dtype=object)
     out = pd.DataFrame({TEXT: text.reset_index(drop=True), LANG: lang})
+    if cfg.context_cols:  # training noise edits the description, never the context
+        out[DESC_CHARS] = desc_chars
     for i, name in enumerate(code_columns(n_cols)):
         out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
     out["row"] = np.arange(1, n_rows + 1)

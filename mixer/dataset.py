@@ -45,18 +45,29 @@ def stop_workers(*loaders) -> None:
 
 # ------------------------------------------------------------------ dataset
 class RowDataset(torch.utils.data.Dataset):
-    """Rows by index; the sampler passes (index, rows in this step's global batch)."""
+    """Rows by index. The sampler passes (index, rows in this step's global batch,
+    weight, epoch, position in the epoch's order); evaluation passes plain indices.
+    A batch's token ids are made together (`__getitems__`, which the DataLoader
+    calls with the whole batch): the cache's, or the noised rows tokenised at once
+    (mixer.training_inputs)."""
 
-    def __init__(self, tokens, labels: np.ndarray):  # tokens: a mixer.token_cache.TokenCache
-        self.tokens = tokens
+    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.training_inputs.RowInputs
+        self.inputs = inputs
         self.labels = labels
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, item):
-        index, global_rows, weight = item if isinstance(item, tuple) else (item, 0, 1.0)
-        return np.asarray(self.tokens.row(index)), self.labels[index], global_rows, weight, index
+        return self.__getitems__([item])[0]
+
+    def __getitems__(self, items: list) -> list:
+        items = [item if isinstance(item, tuple) else (item, 0, 1.0, 0, item) for item in items]
+        rows = np.fromiter((item[0] for item in items), dtype=np.int64, count=len(items))
+        positions = np.fromiter((item[4] for item in items), dtype=np.int64, count=len(items))
+        ids = self.inputs.ids(rows, items[0][3], positions)
+        return [(ids[k], self.labels[index], size, weight, index)
+                for k, (index, size, weight, _, _) in enumerate(items)]
 
 
 @dataclass
@@ -163,18 +174,20 @@ class StepSampler:
         return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
 
     def __iter__(self) -> Iterator[list]:
-        """Micro-batches of (row index, rows in the step's global batch, weight)."""
+        """Micro-batches of (row index, rows in the step's global batch, weight, epoch,
+        position in the epoch's order): the position names the row's draw of noise,
+        whichever rank, layout or restart takes it (mixer.noise)."""
         order = self.permutation()
         begin = self.start
         for size in self.step_sizes(self.start):
-            chunk = order[begin:begin + size]
+            positions = np.arange(begin, begin + size)
             begin += size
-            mine = np.array_split(chunk, self.world_size)[self.rank]
+            mine = np.array_split(positions, self.world_size)[self.rank]
             for micro in np.array_split(mine, self.grad_accum_steps):
                 if len(micro):
-                    yield [(int(i), size, 1.0) for i in micro]
+                    yield [(int(order[p]), size, 1.0, self.epoch, int(p)) for p in micro]
                 else:
-                    yield [(int(chunk[0]), size, 0.0)]
+                    yield [(int(order[positions[0]]), size, 0.0, self.epoch, int(positions[0]))]
 
     def __len__(self) -> int:
         return len(self.step_sizes(self.start)) * self.grad_accum_steps

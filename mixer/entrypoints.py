@@ -96,12 +96,10 @@ def prepare_token_cache(config, start) -> None:
     torch for CANINE encoders and tokenizer.json files (mixer.sources.light_tokeniser)."""
     from mixer.data import load_prepared
     from mixer.sources import light_tokeniser
-    from mixer.token_cache import token_cache
+    from mixer.training_inputs import split_caches
 
     prepared = load_prepared(config.save_dir, with_text=False)
-    token_ids = light_tokeniser(start, config)
-    for split, frame in (("train", prepared.train), ("val", prepared.val)):
-        token_cache(config.save_dir, split, token_ids, len(frame), None)
+    split_caches(config.save_dir, light_tokeniser(start, config), prepared)
     print(f"data prepared and tokenised in {config.save_dir} (--prepare-only)")
 
 

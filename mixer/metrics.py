@@ -17,7 +17,9 @@ decoded code that is not in the key counts as a wrong prediction, once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+import numpy as np
 import torch
 
 SUM_NAMES = ("rows", "loss", "seq2seq_loss", "flat_loss", "token_correct", "token_count",
@@ -41,6 +43,35 @@ class PredictionRules:
     @classmethod
     def for_family(cls, family: str) -> "PredictionRules":
         return cls() if family != "occcanine" else cls(False, True, "decoded")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The flat head's threshold for each row: by the row's language where the table
+    has it, else the default. The one owner of the rule: training's evaluation,
+    predict.py and the Python API all ask it, so a run's metrics use the thresholds
+    its predictions will use. Stored in config.json as "threshold" and "thresholds"."""
+
+    default: float = 0.5
+    by_language: tuple = ()  # ((language, threshold), ...)
+
+    @classmethod
+    def of(cls, default: float, table: Optional[dict] = None) -> "Thresholds":
+        return cls(float(default), tuple(sorted((str(k), float(v)) for k, v in (table or {}).items())))
+
+    @property
+    def table(self) -> dict:
+        return dict(self.by_language)
+
+    def for_languages(self, langs) -> np.ndarray:
+        table = self.table
+        return np.asarray([table.get(lang, self.default) for lang in langs], dtype=np.float64)
+
+    def describe(self) -> str:
+        if not self.by_language:
+            return f"{self.default:g}"
+        return (f"{self.default:g} (by language: "
+                + ", ".join(f"{k} {v:g}" for k, v in self.by_language) + ")")
 
 
 def flat_prediction(probs: torch.Tensor, threshold, top_k: int,
@@ -88,14 +119,18 @@ def _set_sums(pred_hot: torch.Tensor, invalid: torch.Tensor, true_hot: torch.Ten
 THRESHOLD_GRID = torch.arange(1, 100, dtype=torch.float64) / 100  # 0.01 .. 0.99
 
 
-class MetricSums:
-    """Running sums of one evaluation on one rank. With `tune_thresholds`, also the flat
-    head's true positives and predictions at every threshold of THRESHOLD_GRID."""
+MIN_TUNE_ROWS = 100  # a language with fewer validation rows takes the overall best threshold
 
-    def __init__(self, device, tune_thresholds: bool = False):
+
+class MetricSums:
+    """Running sums of one evaluation on one rank. With `tune_groups` (the number of
+    languages), also, per language, the flat head's true positives and predictions at
+    every threshold of THRESHOLD_GRID, its true codes and its rows."""
+
+    def __init__(self, device, tune_groups: int = 0):
         self.values = torch.zeros(len(SUM_NAMES), dtype=torch.float64, device=device)
-        self.grid = (torch.zeros(2, len(THRESHOLD_GRID), dtype=torch.float64, device=device)
-                     if tune_thresholds else None)
+        self.grid = (torch.zeros(tune_groups, 2 * len(THRESHOLD_GRID) + 2, dtype=torch.float64,
+                                 device=device) if tune_groups else None)
 
     def add(self, **sums) -> None:
         for name, value in sums.items():
@@ -103,7 +138,7 @@ class MetricSums:
 
     def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
                   labels, seq_codes, code_index, threshold, num_labels, top_k,
-                  rules: PredictionRules = PredictionRules()):
+                  rules: PredictionRules = PredictionRules(), groups=None):
         from mixer.losses import multi_hot
 
         true_hot = multi_hot(labels, num_labels)
@@ -112,7 +147,7 @@ class MetricSums:
         seq_hot, seq_invalid = code_sets(seq_codes, code_index, num_labels, true_hot.device)
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
         if self.grid is not None:
-            self._add_grid(flat_probs, true_hot, top_k, rules)
+            self._add_grid(flat_probs, true_hot, top_k, rules, groups)
         s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
         correct = (seq_logits.argmax(-1) == targets)
         self.add(rows=labels.size(0), loss=row_total.sum(), seq2seq_loss=row_seq.sum(),
@@ -120,7 +155,7 @@ class MetricSums:
                  flat_exact=f_exact, flat_tp=f_tp, flat_pred=f_pred, flat_true=f_true,
                  seq2seq_exact=s_exact, seq2seq_tp=s_tp, seq2seq_pred=s_pred, seq2seq_true=s_true)
 
-    def _add_grid(self, flat_probs, true_hot, top_k, rules: PredictionRules) -> None:
+    def _add_grid(self, flat_probs, true_hot, top_k, rules: PredictionRules, groups) -> None:
         top_probs, top_index = flat_probs.topk(min(top_k, flat_probs.size(-1)), dim=-1)
         correct = true_hot.gather(1, top_index).bool()  # (rows, k)
         grid = THRESHOLD_GRID.to(top_probs.device)
@@ -128,20 +163,30 @@ class MetricSums:
         chosen = probs > grid if rules.flat_strict else probs >= grid  # (rows, k, thresholds)
         if rules.flat_keep_best:
             chosen[:, 0, :] = True
-        self.grid[0] += (chosen & correct.unsqueeze(-1)).sum((0, 1)).double()
-        self.grid[1] += chosen.sum((0, 1)).double()
+        per_row = torch.cat([(chosen & correct.unsqueeze(-1)).sum(1).double(), chosen.sum(1).double(),
+                             true_hot.sum(1, keepdim=True).double(),
+                             torch.ones(len(true_hot), 1, dtype=torch.float64, device=true_hot.device)], 1)
+        self.grid.index_add_(0, groups.to(self.grid.device), per_row)
 
-    def best_threshold(self, current: float) -> tuple:
-        """(threshold, its micro F1, F1 at `current`) from the summed grid (all-reduced)."""
-        true = self.values[SUM_NAMES.index("flat_true")]
-        tp, pred = self.grid[0], self.grid[1]
-        f1 = torch.where(pred + true > 0, 2 * tp / (pred + true).clamp(min=1), torch.zeros_like(tp))
-        # the best F1; among equals the threshold nearest the current one
-        best = torch.isclose(f1, f1.max(), rtol=0, atol=1e-12)
-        distance = torch.where(best, (THRESHOLD_GRID.to(f1.device) - current).abs(), torch.inf)
-        index = int(distance.argmin())
-        at_current = int((THRESHOLD_GRID - current).abs().argmin())
-        return float(THRESHOLD_GRID[index]), float(f1[index]), float(f1[at_current])
+    def best_thresholds(self, names, current) -> tuple:
+        """From the summed grid (all-reduced): (Thresholds with the overall best as default
+        and each language's best where it has MIN_TUNE_ROWS rows, {name: (F1 at its
+        threshold, F1 at the current one, rows)} with "all" for the overall rows).
+        `current` is the Thresholds in use: the F1 it gave is reported beside."""
+        n = len(THRESHOLD_GRID)
+        overall = self.grid.sum(0, keepdim=True)
+        report, table = {}, {}
+        best_all, f1_all, before_all = _best(overall[0], n, current.default)
+        report["all"] = (f1_all, before_all, int(overall[0, -1]))
+        for group, name in enumerate(names):
+            row = self.grid[group]
+            if row[-1] < MIN_TUNE_ROWS:
+                continue
+            best, f1, before = _best(row, n, current.table.get(name, current.default))
+            table[name] = best
+            report[name] = (f1, before, int(row[-1]))
+        return Thresholds.of(best_all, table), report
+
 
     def result(self) -> dict:
         """Divide once (after the all-reduce)."""
@@ -157,3 +202,15 @@ class MetricSums:
             out.update({f"{head}_accuracy": v[f"{head}_exact"] / rows, f"{head}_precision": precision,
                         f"{head}_recall": recall, f"{head}_f1": f1})
         return out
+
+
+def _best(row: torch.Tensor, n: int, current: float) -> tuple:
+    """(best threshold, its micro F1, F1 at `current`) of one group's grid row; among
+    equal F1s the threshold nearest the current one."""
+    tp, pred, true = row[:n], row[n:2 * n], row[2 * n]
+    f1 = torch.where(pred + true > 0, 2 * tp / (pred + true).clamp(min=1), torch.zeros_like(tp))
+    best = torch.isclose(f1, f1.max(), rtol=0, atol=1e-12)
+    distance = torch.where(best, (THRESHOLD_GRID.to(f1.device) - current).abs(), torch.inf)
+    index = int(distance.argmin())
+    at_current = int((THRESHOLD_GRID - current).abs().argmin())
+    return float(THRESHOLD_GRID[index]), float(f1[index]), float(f1[at_current])

@@ -30,7 +30,7 @@ from mixer.config import HEADS
 from mixer.encoders import fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
-from mixer.metrics import PredictionRules, decoded_blocks, flat_prediction
+from mixer.metrics import PredictionRules, Thresholds, decoded_blocks, flat_prediction
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tokens import InputRecipe, token_ids_for
@@ -61,8 +61,7 @@ class Predictor:
         self.has_descriptions = bool((key["description"] != "").any())
         self.description_of = dict(zip(self.codes, self.descriptions))
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
-        self.threshold = float(config.get("threshold", 0.5))
-        self.thresholds = dict(config.get("thresholds") or {})
+        self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
@@ -81,10 +80,10 @@ class Predictor:
 
     def row_thresholds(self, langs: np.ndarray, threshold) -> np.ndarray:
         """The flat threshold of each row: the one given, else the model's (by language
-        for OccCANINE's models, 0.31 for other languages, as OccCANINE does)."""
+        where its table has one: OccCANINE's models and runs with tuned thresholds)."""
         if threshold is not None:
             return np.full(len(langs), float(threshold))
-        return np.asarray([self.thresholds.get(lang, self.threshold) for lang in langs], dtype=float)
+        return self.thresholds.for_languages(langs)
 
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,

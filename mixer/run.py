@@ -18,7 +18,10 @@ from mixer.data import labels_of, load_prepared, prepare_run_data
 from mixer.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                            shard_indices, stop_workers)
 from mixer.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
-from mixer.token_cache import token_cache
+from mixer.metrics import Thresholds
+from mixer.noise import NoiseConfig
+from mixer.recipe import resolve as resolve_recipe
+from mixer.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.sources import build_model, describe_start, light_tokeniser
 from mixer.errors import UserError
 from mixer.gradsync import no_grad_sync, take_out_of_ddp
@@ -43,6 +46,7 @@ def train(config: RunConfig) -> dict:
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
+    config, recipe = resolve_recipe(config, start)  # the flags left out, filled for this start
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
                                               log=logger.info, base=start.base,
@@ -52,9 +56,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.is_main:
         write_args(config, run_dir)
     if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
-        token_ids = light_tokeniser(start, config)
-        for split, frame in (("train", prepared.train), ("val", prepared.val)):
-            token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
+        split_caches(run_dir, light_tokeniser(start, config), prepared, world, log=logger.info)
         logger.info(f"data prepared and tokenised in {run_dir} (--prepare-only)")
         return {}
 
@@ -72,16 +74,34 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
 
     token_ids = token_ids_of(encoder, start.recipe)
-    train_tokens, val_tokens = (token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
-                                for split, frame in (("train", prepared.train), ("val", prepared.val)))
+    caches = split_caches(run_dir, token_ids, prepared, world, log=logger.info)
     num_blocks = formatter.max_num_codes
     key_blocks = formatter.encode_blocks(key_codes)
     collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks, bos=formatter.bos_id,
                        eos=formatter.eos_id, code_pad=formatter.pad_id,
                        pad_to=fixed_input_length(encoder.model.config, start.recipe.max_len),
                        pad_multiple=pad_multiple(world.device))
-    train_set = RowDataset(train_tokens, labels_of(prepared.train, key_codes, num_blocks))
-    val_set = RowDataset(val_tokens, labels_of(prepared.val, key_codes, num_blocks))
+    noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
+                        config.train.unk_lang_prob)
+
+    def inputs_of(split, frame, noise_config, every_row=False):
+        """Token ids of a split's drawn rows: the cache's, or noised and tokenised now."""
+        if not noise_config.active:
+            return RowInputs(caches[split])
+        def store(name):
+            return text_store(run_dir, name, prepared_data_id(run_dir, name), world, log=logger.info)
+
+        codes, names = language_codes(frame["lang"])
+        return RowInputs(caches[split], token_ids, store(split), codes, names, noise_config,
+                         config.train.seed, every_row=every_row, words=store("train"))
+
+    train_labels = labels_of(prepared.train, key_codes, num_blocks)
+    val_labels = labels_of(prepared.val, key_codes, num_blocks)
+    train_set = RowDataset(inputs_of("train", prepared.train, noise), train_labels)
+    val_set = RowDataset(inputs_of("val", prepared.val, NoiseConfig(0.0, 0, 0.0)), val_labels)
+    eval_noise = NoiseConfig(1.0, config.train.eval_noise, 0.0)
+    noisy_val_set = (RowDataset(inputs_of("val", prepared.val, eval_noise, every_row=True), val_labels)
+                     if config.train.eval_noise else None)
 
     cfg = dataclasses.replace(config.train, precision=precision)
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
@@ -97,12 +117,13 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     eval_size = cfg.eval_batch_size or 2 * cfg.batch_size
     sample = validation_sample(len(val_set), cfg.val_max_rows, cfg.seed)
 
-    def val_loader_of(rows):  # this rank's share of `rows`: every row on exactly one rank
+    def val_loader_of(rows, dataset=val_set):  # this rank's share of `rows`: each row on one rank
         mine = rows[shard_indices(len(rows), world.world_size, world.rank)]
-        return torch.utils.data.DataLoader(val_set, batch_sampler=eval_batches(mine, eval_size),
+        return torch.utils.data.DataLoader(dataset, batch_sampler=eval_batches(mine, eval_size),
                                            **workers)
 
     val_loader = val_loader_of(sample)
+    noisy_val_loader = val_loader_of(sample, noisy_val_set) if noisy_val_set is not None else None
     full_val_loader = (val_loader_of(np.arange(len(val_set)))
                        if cfg.full_val_at_end and len(sample) < len(val_set) else None)
 
@@ -113,11 +134,13 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    extra = model_extra(config, prepared.formatter, encoder.source, start)
+    thresholds = starting_thresholds(config, start)
+    extra = model_extra(config, prepared.formatter, encoder.source, start, thresholds)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
                        full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
                        val_langs=prepared.val["lang"].astype(str).to_numpy(),
+                       thresholds=thresholds, noisy_val_loader=noisy_val_loader,
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra,
@@ -144,11 +167,13 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
 
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
     report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
-                 len(val_set), len(key_codes), encoder.source, model)
+                 len(val_set), len(key_codes), encoder.source, model,
+                 [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
+                  f"flat threshold {thresholds.describe()}"])
     try:
         metrics = trainer.fit()
     finally:
-        stop_workers(train_loader, val_loader, full_val_loader)
+        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader)
     if world.is_main and trainer.completed:
         report_end(metrics, run_dir)
     return metrics
@@ -219,24 +244,62 @@ def check_max_len(max_len: int, encoder_config) -> None:
                         f"pass --max-len {limit} or less")
 
 
-def model_extra(config: RunConfig, formatter, encoder_source: str, start) -> dict:
+def model_extra(config: RunConfig, formatter, encoder_source: str, start, thresholds: Thresholds) -> dict:
     """What predict.py needs besides the weights, stored in config.json; and where the
     starting weights came from."""
-    extra = {"mixer_version": __version__, "formatter": formatter.to_dict(),
-             "max_len": start.recipe.max_len, "input_col": config.data.input_col,
-             "context_cols": list(config.data.context_cols),
-             "language": config.data.language, "language_col": config.data.language_col,
-             "threshold": config.train.threshold, "encoder_source": encoder_source,
-             "input_recipe": start.recipe.to_dict(), "source": start.record()}
-    if start.family == "occcanine":  # OccCANINE's per-language thresholds stay the default
-        from mixer.occcanine import LANGUAGE_THRESHOLDS
+    return {"mixer_version": __version__, "formatter": formatter.to_dict(),
+            "max_len": start.recipe.max_len, "input_col": config.data.input_col,
+            "context_cols": list(config.data.context_cols),
+            "language": config.data.language, "language_col": config.data.language_col,
+            "threshold": thresholds.default, "thresholds": thresholds.table,
+            "encoder_source": encoder_source, "input_recipe": start.recipe.to_dict(),
+            "source": start.record()}
 
-        extra["thresholds"] = dict(LANGUAGE_THRESHOLDS)
-    return extra
+
+def starting_thresholds(config: RunConfig, start) -> Thresholds:
+    """The flat thresholds the run evaluates with and stores for prediction (until
+    --tune-threshold replaces them): a start that keeps its code system keeps its
+    thresholds by language (OccCANINE's table, 0.31 for languages outside it), unless
+    --no-inherit-thresholds; --threshold sets the default for the other languages
+    (and every language, without a table)."""
+    inherit = config.train.inherit_thresholds
+    table, default = {}, 0.5
+    if start.base is not None and inherit is not False:
+        if start.kind == "occcanine":
+            from mixer.occcanine import LANGUAGE_THRESHOLDS
+
+            table, default = dict(LANGUAGE_THRESHOLDS), LANGUAGE_THRESHOLDS["unk"]
+        elif start.kind == "run":
+            from mixer.sources import run_config
+
+            previous = run_config(start.run_dir)
+            table, default = dict(previous.get("thresholds") or {}), previous.get("threshold", 0.5)
+    elif inherit:
+        raise UserError("--inherit-thresholds: the run starts from no model whose code system it "
+                        "keeps (a new encoder, or --only-encoder); leave the flag out")
+    if config.train.threshold is not None:
+        default = config.train.threshold
+    return Thresholds.of(default, table)
+
+
+def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:
+    parts = []
+    if noise.prob and noise.edits:
+        parts.append(f"spelling noise on {noise.prob:g} of the training rows each draw "
+                     f"({noise.edits} edits; --no-augmentation to switch off)")
+    else:
+        parts.append("no spelling noise")
+    if noise.unknown_prob:
+        known = bool((train_langs.astype(str) != "unk").any())
+        parts.append(f"language 'unk' for {noise.unknown_prob:g} of the draws"
+                     + ("" if known else " (no effect: every row's language is unknown)"))
+    parts.append(f"noised validation copy with {eval_noise} edits per row" if eval_noise
+                 else "no noised validation copy")
+    return "training inputs: " + "; ".join(parts)
 
 
 def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
-                 encoder_source, model) -> None:
+                 encoder_source, model, more=()) -> None:
     devices = mdist.gather_objects(world.device, world)  # all ranks
     if not world.is_main:
         return
@@ -256,7 +319,7 @@ def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_trai
         f"  data: {n_train} training rows, {n_val} validation rows, {n_codes} codes",
         f"  encoder: {encoder_source}; {parameters / 1e6:.1f}M parameters, "
         f"{trainable / 1e6:.1f}M trainable",
-    ]
+    ] + [f"  {line}" for line in more]
     logger.info("\n".join(lines))
 
 

@@ -118,7 +118,7 @@ def describe_start(config: RunConfig) -> Start:
         if not os.path.isdir(os.path.join(run_dir, needed)):
             raise UserError(f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
                             "config and tokenizer); pass the whole run directory of this tool")
-    previous = _run_config(run_dir)
+    previous = run_config(run_dir)
     family = previous.get("heads", {}).get("family", "mixer")
     recipe = (InputRecipe.from_dict(previous["input_recipe"]) if family == "occcanine" and previous.get("input_recipe")
               else InputRecipe(max_len=config.data.max_len))
@@ -153,7 +153,7 @@ def _occcanine_start(config: RunConfig, source: str) -> Start:
     return start
 
 
-def _run_config(run_dir: str) -> dict:
+def run_config(run_dir: str) -> dict:
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.exists(path):
         return {}
@@ -184,7 +184,7 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
     else:
         encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
                    else build_encoder(config.model.encoder, dropout))
-        previous = _run_config(start.run_dir).get("heads") if start.kind == "run" else None
+        previous = run_config(start.run_dir).get("heads") if start.kind == "run" else None
         if previous and start.base is not None:  # the whole model: its own decoder shape
             heads = HeadsConfig.from_dict(dict(previous, num_labels=len(key_codes), dropout=dropout,
                                                vocab_size=formatter.vocab_size,
@@ -198,6 +198,13 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                                 decoder_heads=8 if family == "occcanine" else config.model.decoder_heads,
                                 dropout=dropout, family=family, bos_id=formatter.bos_id)
     model = MixerModel(encoder.model, heads)
+    from mixer.recipe import head_dropout
+
+    if head_dropout(config) is not None:  # the heads' own (the OccCANINE recipe: none)
+        from mixer.model import set_dropout
+
+        set_dropout(model.decoder, head_dropout(config))
+        set_dropout(model.flat_dropout, head_dropout(config))
     if start.kind != "encoder":
         load_start_weights(model, start, key_codes, config.model.only_encoder, log)
     return model, encoder
@@ -306,7 +313,7 @@ def _load_run(run_dir: str, what: str) -> tuple:
     if missing:
         raise UserError(f"{what} {run_dir}: lacks {', '.join(missing)}; is training finished? "
                         "(model.safetensors is written at the end of a run)")
-    config = _run_config(run_dir)
+    config = run_config(run_dir)
     encoder = encoder_from_run(run_dir)
     model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
     model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))

@@ -49,14 +49,23 @@ def cache_dir(run_dir: str, split: str, token_ids) -> str:
     return os.path.join(run_dir, "cache", f"tokens_{split}_{tag_of(token_ids)}")
 
 
-def load(directory: str, rows: Optional[int] = None) -> Optional[TokenCache]:
-    """The cache in `directory`, or None when it is absent or incomplete."""
+def read_manifest(directory: str) -> Optional[dict]:
     manifest = os.path.join(directory, MANIFEST)
     if not os.path.exists(manifest):
         return None
     with open(manifest) as handle:
-        meta = json.load(handle)
+        return json.load(handle)
+
+
+def load(directory: str, rows: Optional[int] = None, data_id: Optional[str] = None) -> Optional[TokenCache]:
+    """The cache in `directory`, or None when it is absent, incomplete, or built from
+    other prepared data (another row count or content, `data_id`)."""
+    meta = read_manifest(directory)
+    if meta is None:
+        return None
     if rows is not None and meta["rows"] != rows:
+        return None
+    if data_id is not None and meta.get("data") != data_id:
         return None
     offsets = np.load(os.path.join(directory, "offsets.npy"), mmap_mode="r")
     size = int(offsets[-1])
@@ -146,20 +155,30 @@ def _save(path: str, array: np.ndarray) -> None:
 
 
 def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
-                text_col: str = "text", lang_col: str = "lang",
+                data_id: Optional[str] = None, text_col: str = "text", lang_col: str = "lang",
                 log: Callable[[str], None] = print) -> TokenCache:
     """The cache of a split: loaded, or built first by all ranks together (all ranks).
-    `world` None: one process that has no process group (and need not import torch)."""
+    The cache is named by the tokeniser and its input recipe (max length, language
+    handling) and records the prepared split it was built from (`data_id`, its
+    content, mixer.training_inputs.prepared_data_id): a cache of other data is
+    rebuilt, and the run says so. `world` None: one process that has no process
+    group (and need not import torch)."""
     directory = cache_dir(run_dir, split, token_ids)
-    cache = load(directory, rows)
+    cache = load(directory, rows, data_id)
     if cache is not None:
         return cache
     parquet = os.path.join(run_dir, f"data_{split}.parquet")
     world_size, rank = (world.world_size, world.rank) if world is not None else (1, 0)
-    describe = {"split": split, "tokeniser": token_ids.kind, "recipe": token_ids.recipe.to_dict()}
+    describe = {"split": split, "tokeniser": token_ids.kind, "recipe": token_ids.recipe.to_dict(),
+                "data": data_id}
 
     def prepare_directory():
-        if os.path.isdir(directory):  # an incomplete build (no manifest): start over
+        stale = read_manifest(directory)
+        if stale is not None:
+            log(f"the token cache in {directory} was built from other prepared data "
+                f"({stale.get('rows')} rows, content {stale.get('data')}; now {rows} rows, "
+                f"content {data_id}): rebuilding it")
+        if os.path.isdir(directory):  # incomplete (no manifest) or stale: start over
             shutil.rmtree(directory)
         os.makedirs(directory)
         log(f"tokenising {rows:,} {split} rows ({token_ids.kind}) into {directory}"
@@ -183,4 +202,4 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
         mdist.all_ranks(build, world)  # every rank its share; waits without a time limit
         mdist.main_first(join, world, others=lambda: None)
     log(f"tokenised {rows:,} {split} rows in {time.perf_counter() - start:.1f} s")
-    return load(directory, rows)
+    return load(directory, rows, data_id)

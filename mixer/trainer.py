@@ -25,7 +25,7 @@ from mixer.distributed import World
 from mixer.errors import UserError, first_line
 from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
-from mixer.metrics import MetricSums, PredictionRules, decoded_codes, flat_prediction
+from mixer.metrics import MetricSums, PredictionRules, Thresholds, decoded_codes, flat_prediction
 from mixer.model import save_model, unwrap_model
 from mixer.schedule import Layout, Schedule, Segment
 from mixer.tracking import NullTracker, logger
@@ -66,6 +66,8 @@ class TrainParts:
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
     val_langs: Optional[np.ndarray] = None  # language of each validation row (evaluation.csv)
+    thresholds: Thresholds = Thresholds()  # the flat head's, by language (as prediction uses)
+    noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
@@ -247,8 +249,12 @@ class Trainer:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
-        tune = final and self.cfg.tune_threshold
-        metrics = self.evaluate(loader, tune_threshold=tune, collect=final)  # all ranks
+        metrics = self.evaluate(loader, collect=final)  # all ranks
+        if metrics is not None and self.parts.noisy_val_loader is not None:
+            noisy = self.evaluate(self.parts.noisy_val_loader, collect=final, noised=True)  # all ranks
+            metrics = None if noisy is None else dict(metrics, **{
+                f"noisy_{k}": noisy[k] for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy",
+                                                 "seq2seq_f1")})
         self._saved_step = -1  # the evaluation state changed: the next save writes it
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
@@ -271,18 +277,22 @@ class Trainer:
         return row
 
     @torch.no_grad()
-    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False) -> Optional[dict]:
+    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
+                 noised: bool = False) -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
         collectives inside, so shards may differ in size); sums are all-reduced.
+        Each row's flat threshold is the one prediction will use (by its language).
         A stop signal ends it within a batch: None on every rank."""
         model = unwrap_model(self.parts.model)
         was_training = model.training
         model.eval()
-        sums = MetricSums(self.device, tune_thresholds=tune_threshold)
+        lang_ids, lang_names = self.validation_languages()
+        sums = MetricSums(self.device, tune_groups=len(lang_names) if tune_threshold else 0)
         blocks = self.parts.num_blocks * self.parts.block_size
         rules = PredictionRules.for_family(model.cfg.family)
         code_index = {code: i for i, code in enumerate(self.key_codes)}
-        self.collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
+        row_thresholds = self.parts.thresholds.for_languages(lang_names)[lang_ids]
+        collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
         interrupted = False
         for batch in loader or self.parts.val_loader:
             if self.stop_requested:
@@ -299,47 +309,68 @@ class Trainer:
                                           self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
             seq_codes = decoded_codes(tokens.cpu(), self.parts.formatter)
             flat_probs = flat_logits.float().sigmoid()
+            threshold = torch.from_numpy(row_thresholds[batch.rows]).to(flat_probs.device).unsqueeze(1)
             sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
                            targets=batch.targets, flat_probs=flat_probs, labels=batch.labels,
-                           seq_codes=seq_codes, code_index=code_index, threshold=self.cfg.threshold,
-                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules)
-            if self.collected is not None:
-                self.collect_rows(batch, flat_probs, seq_codes, rules)
+                           seq_codes=seq_codes, code_index=code_index, threshold=threshold,
+                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules,
+                           groups=torch.from_numpy(lang_ids[batch.rows]).long())
+            if collected is not None:
+                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules)
         model.train(was_training)
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None
         mdist.all_reduce_sum(sums.values, self.world)  # all ranks
         result = sums.result()
+        if collect:
+            setattr(self, "collected_noised" if noised else "collected", collected)
         if tune_threshold:
             mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
-            self.tuned_threshold = sums.best_threshold(self.cfg.threshold)
+            self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
         return result
 
-    def collect_rows(self, batch, flat_probs, seq_codes, rules) -> None:
+    def validation_languages(self) -> tuple:
+        """(language index of each validation row, the languages): a language known to
+        the thresholds table keeps its threshold; the rest share the default."""
+        if getattr(self, "_val_languages", None) is None:
+            langs = self.parts.val_langs
+            if langs is None:
+                langs = np.full(self.parts.val_rows[1], "unk", dtype=object)
+            names, ids = np.unique(np.asarray(langs, dtype=str), return_inverse=True)
+            self._val_languages = (ids.astype(np.int64), names.astype(object))
+        return self._val_languages
+
+    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules) -> None:
         """Keep each row's true and predicted codes for evaluation.csv."""
-        index, _, chosen = flat_prediction(flat_probs, self.cfg.threshold, self.parts.num_blocks, rules)
+        index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
         index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
         labels = batch.labels.cpu().numpy()
         for i, row in enumerate(batch.rows):
             true = [self.key_codes[j] for j in labels[i] if j >= 0]
             flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
-            self.collected.append((int(row), true, flat, seq_codes[i]))
+            collected.append((int(row), true, flat, seq_codes[i]))
 
     def write_evaluation(self) -> None:
         """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
-        evaluation's rows, overall and by language (all ranks)."""
-        pieces = mdist.gather_objects(self.collected or [], self.world)  # all ranks
+        evaluation's rows, overall and by language, and with --eval-noise the same rows
+        noised (heads "flat noised", "seq2seq noised") (all ranks)."""
+        pieces = mdist.gather_objects((self.collected or [], getattr(self, "collected_noised", None) or []),
+                                      self.world)  # all ranks
         if not self.world.is_main:
             return
         from mixer import evaluation
         from mixer.io import write_text
 
-        rows = sorted(item for piece in pieces for item in piece)
+        rows = sorted(item for piece, _ in pieces for item in piece)
         if not rows:
             return
         truth = [set(true) for _, true, _, _ in rows]
         predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
                        "seq2seq": [set(seq) for _, _, _, seq in rows]}
+        noised = {row: (flat, seq) for _, piece in pieces for row, _, flat, seq in piece}
+        if noised:
+            predictions["flat noised"] = [set(noised[r][0]) if r in noised else set() for r, *_ in rows]
+            predictions["seq2seq noised"] = [set(noised[r][1]) if r in noised else set() for r, *_ in rows]
         langs = self.parts.val_langs
         groups = np.asarray([langs[r] for r, *_ in rows]) if langs is not None else None
         if groups is not None and len(set(groups)) < 2:
@@ -470,30 +501,50 @@ class Trainer:
         return self.finished() or requested or bool(stop_at and self.progress.step >= stop_at)
 
     def finish(self) -> bool:
-        """The final evaluation, evaluation.csv, the tuned threshold, the model. False
+        """The final evaluation, evaluation.csv, the tuned thresholds, the model. False
         when a stop signal interrupted the final evaluation: nothing final is written
         and the job continues with it."""
         full = self.parts.full_val_loader is not None
-        tune = self.cfg.tune_threshold
-        if (self.progress.last_eval_step != self.progress.step or tune
+        if self.cfg.tune_threshold and not self.tune_thresholds(full):
+            return False
+        if (self.progress.last_eval_step != self.progress.step or self.cfg.tune_threshold
                 or (full and not self.progress.last_eval_full)):
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
         if getattr(self, "collected", None) is not None:
             self.write_evaluation()  # all ranks
-        if tune and getattr(self, "tuned_threshold", None):
-            best, f1, before = self.tuned_threshold
-            self.parts.model_extra["threshold"] = best  # predict.py's default for this run
-            logger.info(f"tuned flat threshold: {best:.2f} gives F1 {f1:.4f} on the validation rows "
-                        f"({self.cfg.threshold:.2f} gave {before:.4f}); stored in "
-                        f"{self.run_dir}/config.json")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)
             from mixer.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
+        return True
+
+    def tune_thresholds(self, full: bool) -> bool:
+        """--tune-threshold: the flat threshold with the best F1 per language (overall for
+        languages with few rows) on the validation rows becomes the run's, used by the
+        final evaluation that follows and stored for predict.py (all ranks)."""
+        loader = self.parts.full_val_loader if full else None
+        with self._window.paused():
+            if self.evaluate(loader, tune_threshold=True) is None:  # all ranks
+                self.progress.eval_pending = True
+                return False
+        before = self.parts.thresholds
+        tuned, report = self.tuned
+        self.parts.thresholds = tuned
+        self.parts.model_extra["threshold"] = tuned.default  # predict.py's and the API's default
+        self.parts.model_extra["thresholds"] = tuned.table
+        lines = [f"tuned flat thresholds (best F1 on the validation rows; stored in "
+                 f"{self.run_dir}/config.json):"]
+        for name, (f1, f1_before, rows) in report.items():
+            value = tuned.default if name == "all" else tuned.table[name]
+            was = before.default if name == "all" else before.table.get(name, before.default)
+            label = "default (all rows)" if name == "all" else f"language {name}"
+            lines.append(f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave "
+                         f"{f1_before:.4f})")
+        logger.info("\n".join(lines))
         return True
 
     def install_signal_handlers(self) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_program
-from mixer.data import with_context
+from mixer.data import model_text
 
 CODES = {("servant", "wife"): "54010", ("servant", "son"): "62105",
          ("labourer", "wife"): "99910", ("labourer", "son"): "62110",
@@ -35,7 +35,7 @@ def households(tmp_path_factory) -> str:
 
 def test_the_template_leaves_missing_values_out():
     frame = pd.DataFrame({"relation": ["wife", None, ""], "industry": [None, "coal", np.nan]})
-    texts = with_context(pd.Series(["servant", "miner", "clerk"]), frame, ["relation", "industry"])
+    texts = model_text(pd.Series(["servant", "miner", "clerk"]), frame, ["relation", "industry"])
     assert texts.tolist() == ["servant [SEP] relation: wife", "miner [SEP] industry: coal", "clerk"]
 
 
@@ -62,3 +62,39 @@ def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
     proc = run_program("predict.py", "--checkpoint", tmp_path / "ctx", "--input", missing,
                        "--output", tmp_path / "x.csv", check=False)
     assert proc.returncode == 2 and "no column 'relation'" in proc.stderr
+    # a title with spaces reads as in training ('servant' stripped, then the context), in the
+    # API and so in predict.py: before, 'servant  [SEP] relation: wife' was a string never seen
+    import mixer
+
+    model = mixer.load(str(tmp_path / "ctx"), device="cpu")
+    context = {"relation": ["wife", "son", "wife"], "industry": [None, "coal", ""]}
+    clean = model.predict(["servant", "miner", "clerk"], context=context, top_k=3)
+    spaced = model.predict(["servant  ", " miner", "\tclerk "], context=context, top_k=3)
+    pd.testing.assert_frame_equal(clean, spaced)
+    # training noise edits the title only: the prepared data knows where it ends
+    assert (train["desc_chars"] == train["text"].str.split(" [SEP] ", regex=False).str[0].str.len()).all()
+
+
+def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
+    from mixer.noise import NoiseConfig
+    from mixer.token_cache import TokenCache
+    from mixer.tokens import CanineIds, InputRecipe
+    from mixer.training_inputs import RowInputs, TextStore, build_text_store, language_codes
+
+    texts = model_text(pd.Series(["servant", "farm labourer"]), pd.DataFrame({"relation": ["wife", "son"]}),
+                       ["relation"])
+    frame = pd.DataFrame({"text": texts, "lang": ["en", "en"], "desc_chars": np.int32([7, 13])})
+    frame.to_parquet(tmp_path / "data_train.parquet")
+    build_text_store(str(tmp_path), "train", str(tmp_path / "t.arrow"))
+    store = TextStore(str(tmp_path / "t.arrow"))
+    assert store.rows(np.array([1, 0])) == (["farm labourer", "servant"], [" [SEP] relation: son",
+                                                                            " [SEP] relation: wife"])
+    assert store.words == ["farm", "labourer", "servant"]  # the descriptions' words only
+    ids = CanineIds(InputRecipe(max_len=256))  # room for padded titles (up to 40 more characters)
+    flat, lengths = ids.encode(texts.to_numpy(object), frame["lang"].to_numpy(object))
+    cache = TokenCache(flat, np.concatenate([[0], np.cumsum(lengths)]))
+    codes, names = language_codes(frame["lang"])
+    inputs = RowInputs(cache, ids, store, codes, names, NoiseConfig(1.0, 3, 0.0), seed=1)
+    for ids_of_row, row in zip(inputs.ids(np.array([0, 1] * 20), 0, np.arange(40)), [0, 1] * 20):
+        text = "".join(map(chr, ids_of_row[1:-1]))
+        assert text.startswith("en" + chr(0xE001)) and text.endswith(frame["text"][row][frame["desc_chars"][row]:])

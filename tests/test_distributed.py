@@ -16,9 +16,12 @@ from safetensors.torch import load_file
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
 
-# Deterministic and short: dropout 0, a fixed seed, 6 optimizer steps.
+# Deterministic and short: dropout 0, a fixed seed, 6 optimizer steps. Training noise
+# (spelling edits, and language "en" -> "unk") stays on, as by default: every
+# comparison below also proves that N processes, a resume and another layout draw
+# the same noise as one process.
 EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "6", "--eval-interval", "3",
-         "--share-val", "0.09", "--target-cols", "hisco_1", "hisco_2", *TINY]
+         "--share-val", "0.09", "--target-cols", "hisco_1", "hisco_2", "--language", "en", *TINY]
 
 
 def free_port() -> int:
@@ -86,9 +89,22 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     assert_same_metrics(single, out)
 
 
+def test_noise_is_on_and_changes_what_is_learned(single, small_csv, tmp_path):
+    """The equivalence tests run with noise: without it another model comes out."""
+    with open(os.path.join(single, "logs.csv")) as handle:
+        assert "val_noisy_flat_accuracy" in handle.readline()
+    out = str(tmp_path / "run")
+    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", out, "--batch-size", 8,
+                       *EXACT, "--no-augmentation", "--no-unk-lang")
+    assert "no spelling noise" in proc.stdout
+    assert max_difference(weights(single), weights(out)) > 1e-4
+
+
 def test_rank_zero_alone_prints_logs_and_writes(two_procs):
     out, proc = two_procs
     text = proc.stdout + proc.stderr
+    assert text.count("spelling noise on 0.3 of the training rows") == 1
+    assert text.count("language 'unk' for 0.25 of the draws") == 1
     assert text.count("world size 2 (1 node(s) x 2 process(es)), backend gloo") == 1
     assert text.count("global batch 8") == 1
     assert text.count("eval step 3 ") == 1 and text.count("eval step 6 ") == 1

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from conftest import ROOT, TINY, TOY as TOY_DATA, env_for_subprocess, run_program
 from test_distributed import children, max_difference, torchrun_cmd
 
-EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09",
+EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09", "--language", "en",
          "--target-cols", "hisco_1", "hisco_2", *TINY]
 
 

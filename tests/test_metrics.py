@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from mixer.formatter import PAD, CodeFormatter
-from mixer.metrics import MetricSums, code_sets, decoded_blocks, decoded_codes
+from mixer.metrics import MIN_TUNE_ROWS, Thresholds, MetricSums, code_sets, decoded_blocks, decoded_codes
 from mixer.predict import ranked_codes
 
 
@@ -37,16 +37,44 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
     assert result["seq2seq_recall"] == 1.0
 
 
+def _tuning_sums(probs, labels, groups, n_groups):
+    sums = MetricSums("cpu", tune_groups=n_groups)
+    rows = torch.zeros(len(probs))
+    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows, seq_logits=torch.zeros(len(probs), 5, 8),
+                   targets=torch.zeros(len(probs), 5, dtype=torch.long), flat_probs=probs, labels=labels,
+                   seq_codes=[[]] * len(probs), code_index={}, threshold=0.5, num_labels=4, top_k=2,
+                   groups=torch.as_tensor(groups))
+    return sums
+
+
 def test_the_tuned_threshold_is_the_one_with_the_best_f1():
     """Row A holds codes 0 and 1 (1 at probability 0.355); row B holds code 2, with a wrong
     code 3 at 0.30. Thresholds in (0.30, 0.35] predict every set exactly (F1 1.0); 0.5
     misses code 1 (F1 0.8). Among equal F1s the one nearest 0.5 is kept."""
     probs = torch.tensor([[0.9, 0.355, 0.05, 0.01], [0.02, 0.01, 0.8, 0.30]])
     labels = torch.tensor([[0, 1], [2, -1]])
-    sums = MetricSums("cpu", tune_thresholds=True)
-    rows = torch.zeros(2)
-    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows, seq_logits=torch.zeros(2, 5, 8),
-                   targets=torch.zeros(2, 5, dtype=torch.long), flat_probs=probs, labels=labels,
-                   seq_codes=[[], []], code_index={}, threshold=0.5, num_labels=4, top_k=2)
-    best, f1, at_half = sums.best_threshold(0.5)
-    assert (best, f1) == (0.35, 1.0) and abs(at_half - 0.8) < 1e-12
+    sums = _tuning_sums(probs, labels, [0, 0], 1)
+    tuned, report = sums.best_thresholds(["en"], Thresholds.of(0.5))
+    f1, at_half, rows = report["all"]
+    assert (tuned.default, f1, rows) == (0.35, 1.0, 2) and abs(at_half - 0.8) < 1e-12
+    assert tuned.table == {}  # 2 rows: too few for a threshold of its own
+
+
+def test_thresholds_are_tuned_per_language_with_enough_rows():
+    """Language 'a' needs a low threshold (its second code at 0.355), 'b' a high one (a
+    wrong code at 0.6); 'c' has too few rows and takes the overall best."""
+    a = ([[0.9, 0.355, 0.05, 0.01]], [[0, 1]])
+    b = ([[0.9, 0.05, 0.6, 0.01]], [[0, -1]])
+    c = ([[0.9, 0.2, 0.05, 0.01]], [[0, -1]])
+    many = MIN_TUNE_ROWS
+    probs = torch.tensor(a[0] * many + b[0] * many + c[0] * 3)
+    labels = torch.tensor(a[1] * many + b[1] * many + c[1] * 3)
+    groups = [0] * many + [1] * many + [2] * 3
+    tuned, report = _tuning_sums(probs, labels, groups, 3).best_thresholds(
+        ["a", "b", "c"], Thresholds.of(0.5))
+    assert tuned.table["a"] <= 0.35 and tuned.table["b"] > 0.6 and "c" not in tuned.table
+    assert report["a"][0] == 1.0 and report["b"][0] == 1.0
+    assert set(report) == {"all", "a", "b"}
+    # what prediction uses: the table where it has the language, else the default
+    assert list(tuned.for_languages(["a", "b", "c", "zz"])) == [
+        tuned.table["a"], tuned.table["b"], tuned.default, tuned.default]

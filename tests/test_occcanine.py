@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from safetensors.torch import save_file
 from torch import nn
 
@@ -300,10 +301,19 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     config = json.load(open(out / "config.json"))
     assert config["source"]["kind"] == "occcanine" and config["source"]["from"] == hisco_model["hub"]
     assert config["heads"]["family"] == "occcanine" and config["thresholds"]["en"] == 0.26
+    assert config["threshold"] == 0.31  # languages outside the table: OccCANINE's, not 0.5
+    assert "recipe: OccCANINE fine-tuning" in proc.stdout and "unknown language 0.25" in proc.stdout
+    args = yaml.safe_load(open(out / "args.yaml"))  # the recipe, filled in where no flag said
+    assert (args["train"]["head_lr_scale"], args["train"]["warmup_pct"], args["model"]["dropout"],
+            args["model"]["head_dropout"], args["train"]["augmentation_prob"],
+            args["train"]["num_transformations"]) == (1.0, 0.0, 0.1, 0.0, 0.3, 3)
     source, run = mixer.load(hisco_model["hub"], device="cpu"), mixer.load(str(out), device="cpu")
-    for head in ("flat", "seq2seq"):
-        pd.testing.assert_frame_equal(source.predict(TEXTS, lang="en", head=head),
-                                      run.predict(TEXTS, lang="en", head=head), atol=1e-6)
+    # languages in the table, outside it ("sv", "xx") and unknown, one per row or mixed
+    mixed = (["en", "da", "sv", "unk", "xx", "ge", "", "is"] * len(TEXTS))[:len(TEXTS)]
+    for lang in ("en", "da", "sv", "unk", "xx", mixed):
+        for head in ("flat", "seq2seq"):
+            pd.testing.assert_frame_equal(source.predict(TEXTS, lang=lang, head=head),
+                                          run.predict(TEXTS, lang=lang, head=head), atol=1e-6)
     # exported over an earlier export of another system: its key.json must not stay behind
     from mixer.export_occcanine import export
 
@@ -349,7 +359,10 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
                        "--use-within-block-sep", "--block-size", "3", "--max-steps", "2",
                        "--batch-size", "8", "--val-max-rows", "8")
     assert "loaded encoder weights" in proc.stdout and "flat head and decoder start new" in proc.stdout
-    assert json.load(open(out / "config.json"))["heads"]["family"] == "occcanine"
+    assert "learning rate 2e-05, heads x5" in proc.stdout  # new heads learn faster
+    config = json.load(open(out / "config.json"))
+    assert config["heads"]["family"] == "occcanine"
+    assert config["thresholds"] == {} and config["threshold"] == 0.5  # no HISCO table for PST
     hub = tmp_path / "exported"
     files = export(str(out), str(hub))
     assert {"config.json", "model.safetensors", "key.json", "chars.json"} <= set(files)

@@ -55,3 +55,41 @@ def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical
     expected = [[1, -1, -1], [0, 2, -1], [-1, 0, -1], [-1, -1, -1],
                 [-1 if categorical else 2, 1, -1]]
     assert labels.tolist() == expected and labels.dtype == np.int64
+
+
+def test_a_token_cache_of_other_prepared_data_is_rebuilt(tmp_path, small_csv):
+    """Prepared files removed, changed data of the same row count prepared in their place:
+    the token cache built from the old texts must not be used under the new labels."""
+    from mixer.token_cache import load, read_manifest
+
+    run = tmp_path / "run"
+
+    def prepare(csv):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", csv,
+                               "--target-cols", "hisco_1", "--save-path", str(run), "--prepare-only",
+                               "--encoder", "canine-tiny"], cwd=ROOT, env=env_for_subprocess(),
+                              capture_output=True, text=True)
+
+    first = prepare(small_csv)
+    assert first.returncode == 0, first.stderr
+    caches = sorted(p for p in os.listdir(run / "cache") if p.startswith("tokens_train"))
+    assert len(caches) == 1
+    cache_dir = str(run / "cache" / caches[0])
+    old_ids = np.asarray(load(cache_dir).ids).copy()
+    upper = tmp_path / "upper.csv"
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    frame["occ1"] = frame["occ1"].str.upper()
+    frame.to_csv(upper, index=False)
+    for name in ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json", "args.yaml"):
+        os.unlink(run / name)
+    second = prepare(str(upper))
+    assert second.returncode == 0, second.stderr
+    assert "was built from other prepared data" in second.stdout and "rebuilding it" in second.stdout
+    texts = pd.read_parquet(run / "data_train.parquet")["text"]
+    rebuilt = load(cache_dir)
+    assert read_manifest(cache_dir)["rows"] == len(texts)
+    first_row = rebuilt.row(0)
+    assert "".join(map(chr, first_row[1:-1])) == texts[0] and not np.array_equal(rebuilt.ids, old_ids)
+    # the same data again: the cache is reused, nothing rebuilt
+    third = prepare(str(upper))
+    assert "tokenising" not in third.stdout and "rebuilding" not in third.stdout

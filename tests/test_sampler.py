@@ -12,7 +12,7 @@ def steps(sampler):
     per_step = sampler.grad_accum_steps
     for i in range(0, len(micro), per_step):
         group = micro[i:i + per_step]
-        out.append([idx for batch in group for idx, _, weight in batch if weight])
+        out.append([idx for batch in group for idx, _, weight, *_ in batch if weight])
         sizes.append(group[0][0][1])
     return out, sizes
 
@@ -55,9 +55,9 @@ def test_a_tail_smaller_than_the_micro_batches_is_trained_with_placeholders():
     micro = [list(s) for s in samplers]
     assert [len(m) for m in micro] == [4, 4]  # 2 steps x 2 micro-batches on each rank
     tail = [batch for m in micro for batch in m[2:]]
-    weights = sorted(w for batch in tail for _, _, w in batch)
+    weights = sorted(w for batch in tail for _, _, w, *_ in batch)
     assert weights == [0.0, 0.0, 0.0, 1.0]
-    real = [i for m in micro for batch in m for i, _, w in batch if w]
+    real = [i for m in micro for batch in m for i, _, w, *_ in batch if w]
     assert sorted(real) == list(range(9))
 
 

@@ -1,0 +1,92 @@
+"""The training recipe of a run: the one place that answers "which learning rate,
+warm-up, dropout and noise does this run use, and why".
+
+Flags the user leaves out are None in the configuration; `resolve` fills them from
+the recipe that fits the start:
+
+- mixer's own (a fresh encoder or an earlier run of this tool): tuned on the
+  quickstart, a small encoder whose heads start from random weights.
+- OccCANINE's fine-tuning (the start is one of OccCANINE's models, whole): what
+  OccCANINE's own fine-tuning scripts use, so a fine-tune does not wipe out what
+  the published model knows: learning rate 2e-5, no warm-up, one learning rate for
+  encoder and heads (they arrive trained), CANINE's dropout 0.1 in the encoder and
+  none in the heads (its models' dropout_rate 0), noise 0.3 x 3 edits, unknown
+  language 0.25. With --only-encoder the heads are new and learn 5x faster.
+
+Flags given on the command line (or in --config) always win; the setup block
+prints the recipe, why, and which flags overrode it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+MIXER = {"learning_rate": 3e-4, "head_lr_scale": 5.0, "warmup_pct": 0.05, "dropout": 0.1,
+         "head_dropout": None, "augmentation_prob": 0.3, "num_transformations": 3,
+         "unk_lang_prob": 0.25}
+OCCCANINE_FINETUNE = {"learning_rate": 2e-5, "head_lr_scale": 1.0, "warmup_pct": 0.0,
+                      "dropout": 0.1, "head_dropout": 0.0, "augmentation_prob": 0.3,
+                      "num_transformations": 3, "unk_lang_prob": 0.25}
+SECTION = {"dropout": "model", "head_dropout": "model"}  # the rest are training settings
+FLAG = {name: "--" + name.replace("_", "-") for name in MIXER}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    name: str
+    why: str
+    values: dict
+    overridden: tuple = ()
+
+    def describe(self) -> str:
+        v = self.values
+        heads = (f"heads x{v['head_lr_scale']:g}" if v["head_lr_scale"] != 1 else "one rate for encoder and heads")
+        dropout = (f"dropout {v['dropout']:g}" if v["head_dropout"] is None
+                   else f"dropout {v['dropout']:g} in the encoder, {v['head_dropout']:g} in the heads")
+        noise = (f"noise {v['augmentation_prob']:g} x {v['num_transformations']} edits"
+                 if v["augmentation_prob"] and v["num_transformations"] else "no noise")
+        line = (f"recipe: {self.name} ({self.why}): learning rate {v['learning_rate']:g}, {heads}, "
+                f"warm-up {v['warmup_pct']:g}, {dropout}, {noise}, unknown language "
+                f"{v['unk_lang_prob']:g}")
+        if self.overridden:
+            line += "; from your flags: " + ", ".join(FLAG[n] for n in self.overridden)
+        return line
+
+
+def choose(start, only_encoder: bool) -> tuple:
+    """(name, why, defaults) of the recipe for a start (a mixer.sources.Start)."""
+    if start.kind == "occcanine":
+        values = dict(OCCCANINE_FINETUNE)
+        why = f"the run starts from OccCANINE's model {start.origin}"
+        if only_encoder:
+            values["head_lr_scale"] = MIXER["head_lr_scale"]
+            why += "; its heads are new (--only-encoder) and learn 5x faster"
+        return "OccCANINE fine-tuning", why, values
+    why = {"encoder": "a new model", "run": f"the run starts from {start.origin}"}[start.kind]
+    return "mixer", why, dict(MIXER)
+
+
+def resolve(config, start):
+    """(the configuration with every recipe setting filled, the Recipe used)."""
+    name, why, values = choose(start, config.model.only_encoder)
+    overridden, model, train = [], {}, {}
+    for setting, default in values.items():
+        section = model if SECTION.get(setting) == "model" else train
+        given = getattr(config.model if section is model else config.train, setting)
+        if given is not None:
+            overridden.append(setting)
+            values[setting] = given
+        else:
+            section[setting] = default
+    if "dropout" in overridden and "head_dropout" not in overridden:
+        values["head_dropout"] = model["head_dropout"] = None  # --dropout alone: every dropout
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, **model),
+                                 train=dataclasses.replace(config.train, **train))
+    return config, Recipe(name, why, values, tuple(overridden))
+
+
+def head_dropout(config) -> Optional[float]:
+    """The heads' dropout when it differs from the encoder's, else None."""
+    value = config.model.head_dropout
+    return None if value is None or value == config.model.dropout else value

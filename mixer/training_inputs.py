@@ -1,0 +1,207 @@
+"""Token ids of the rows a step draws: from the token cache, or tokenised on the fly
+when the draw noises the row (mixer.noise).
+
+A clean row's ids come from the run's token cache (mixer.token_cache); a row whose
+draw edits its description or hides its language is rebuilt from its text and
+tokenised with the rest of the batch's such rows, by the same tokeniser that built
+the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).
+So a row the draw leaves alone has exactly the ids it had without noise, and a
+noised row has the ids its noised text has at prediction.
+
+The texts live in a text store, RUN_DIR/cache/texts_<split>_<data>.arrow: an
+uncompressed Arrow IPC file memory-mapped by every rank and DataLoader worker
+(the page cache holds one copy per machine), with the description and, for runs
+with context columns, the context after it (noise edits the description only),
+and the words the `word` edit inserts. It is built once from the prepared split
+and named by the split's content, like the token cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Optional
+
+import numpy as np
+
+from mixer.noise import NoiseConfig, draw, noised, word_list
+
+TEXT_STORE_ROWS = 1_000_000  # rows per record batch
+
+
+def prepared_data_id(run_dir: str, split: str) -> str:
+    """The content of a prepared split (xxh3-128 of data_<split>.parquet, ~0.1 s per
+    10M rows): what a cache built from it is named and checked by."""
+    from mixer.data import content_hash
+
+    return content_hash(os.path.join(run_dir, f"data_{split}.parquet"))[:16]
+
+
+def split_caches(run_dir: str, token_ids, prepared, world=None,
+                 log: Callable[[str], None] = print) -> dict:
+    """{split: its token cache} for "train" and "val", each checked against the
+    prepared split's content (all ranks; no torch needed)."""
+    from mixer.token_cache import token_cache
+
+    return {split: token_cache(run_dir, split, token_ids, len(frame), world,
+                               data_id=prepared_data_id(run_dir, split), log=log)
+            for split, frame in (("train", prepared.train), ("val", prepared.val))}
+
+
+# ------------------------------------------------------------------ text store
+class TextStore:
+    """A split's descriptions (and contexts), memory-mapped; pickles by path, so a
+    DataLoader worker maps the file instead of receiving a copy."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._table = None
+        self._words = None
+
+    def __getstate__(self):
+        return {"path": self.path}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    @property
+    def table(self):
+        if self._table is None:
+            import pyarrow as pa
+
+            self._table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
+        return self._table
+
+    @property
+    def words(self) -> list:
+        if self._words is None:
+            with open(self.path + ".words.json", encoding="utf-8") as handle:
+                self._words = json.load(handle)
+        return self._words
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def rows(self, indices: np.ndarray) -> tuple:
+        """(descriptions, contexts) of the rows: lists of str ('' where no context)."""
+        taken = self.table.take(np.asarray(indices, dtype=np.int64))
+        descriptions = taken.column("text").to_pylist()
+        contexts = (taken.column("context").to_pylist() if "context" in taken.column_names
+                    else [""] * len(descriptions))
+        return descriptions, contexts
+
+
+def _split_context(texts: list, desc_chars: Optional[np.ndarray]) -> tuple:
+    if desc_chars is None:
+        return texts, None
+    return ([t[:n] for t, n in zip(texts, desc_chars)], [t[n:] for t, n in zip(texts, desc_chars)])
+
+
+def build_text_store(run_dir: str, split: str, path: str) -> None:
+    """Write the text store of a prepared split, a row group at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mixer.data import DESC_CHARS, TEXT
+    from mixer.io import atomic_write, write_text
+
+    source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
+    with_context = DESC_CHARS in source.schema_arrow.names
+    columns = [TEXT] + ([DESC_CHARS] if with_context else [])
+    schema = pa.schema([("text", pa.large_string())] + ([("context", pa.large_string())] if with_context else []))
+    words: set = set()
+
+    def write(tmp: str) -> None:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for index in range(source.num_row_groups):
+                group = source.read_row_group(index, columns=columns)
+                texts = group.column(TEXT).to_pylist()
+                cuts = group.column(DESC_CHARS).to_numpy() if with_context else None
+                descriptions, contexts = _split_context(texts, cuts)
+                arrays = [pa.array(descriptions, pa.large_string())]
+                if with_context:
+                    arrays.append(pa.array(contexts, pa.large_string()))
+                words.update(word_list(arrays[0]))
+                writer.write_batch(pa.record_batch(arrays, schema=schema))
+
+    atomic_write(path, write)
+    write_text(path + ".words.json", json.dumps(sorted(words)))  # last: the store is complete
+
+
+def text_store(run_dir: str, split: str, data_id: str, world=None,
+               log: Callable[[str], None] = print) -> TextStore:
+    """The split's text store, built first by rank 0 when absent (all ranks)."""
+    path = os.path.join(run_dir, "cache", f"texts_{split}_{data_id}.arrow")
+
+    def build():
+        if not os.path.exists(path + ".words.json"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            log(f"storing the {split} texts for on-the-fly noise in {path}")
+            build_text_store(run_dir, split, path)
+
+    if world is None or not world.is_distributed:
+        build()
+    else:
+        from mixer import distributed as mdist
+
+        mdist.main_first(build, world, others=lambda: None)
+    return TextStore(path)
+
+
+# ------------------------------------------------------------------ ids of drawn rows
+class RowInputs:
+    """Token ids of drawn rows: the cache's, or (noised rows) tokenised now.
+
+    every_row: every row gets the noise's edits at the fixed evaluation "epoch",
+    languages kept (the noised copy of the validation rows, --eval-noise)."""
+
+    def __init__(self, tokens, token_ids=None, texts: Optional[TextStore] = None,
+                 lang_codes: Optional[np.ndarray] = None, lang_names: Optional[np.ndarray] = None,
+                 noise: Optional[NoiseConfig] = None, seed: int = 0, every_row: bool = False,
+                 words: Optional[TextStore] = None):
+        self.tokens = tokens  # a mixer.token_cache.TokenCache
+        self.token_ids = token_ids
+        self.texts = texts
+        self.lang_codes = lang_codes  # small ints per row; names in lang_names
+        self.lang_names = lang_names
+        self.noise = noise if noise is not None else NoiseConfig(0.0, 0, 0.0)
+        self.seed = seed
+        self.every_row = every_row
+        self.words = words or texts  # whose words the `word` edit inserts: the training rows'
+        self.active = self.noise.active and texts is not None and token_ids is not None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def ids(self, rows: np.ndarray, epoch: int, positions: np.ndarray) -> list:
+        """The ids of `rows`, drawn at `positions` of epoch `epoch`."""
+        out = [np.asarray(self.tokens.row(int(r))) for r in rows]
+        if not self.active or not len(rows):
+            return out
+        from mixer.noise import EVAL_EPOCH
+
+        rows = np.asarray(rows, dtype=np.int64)
+        langs = self.lang_names[self.lang_codes[rows]]
+        noise = draw(self.noise, self.seed, EVAL_EPOCH if self.every_row else epoch, positions,
+                     langs, every_row=self.every_row)
+        redo = np.flatnonzero(noise.noised | noise.unknown)
+        if not len(redo):
+            return out
+        descriptions, contexts = self.texts.rows(rows[redo])
+        texts = np.asarray([
+            (noised(d, self.noise.edits, noise.keys[k], self.words.words) if noise.noised[k] else d) + c
+            for k, d, c in zip(redo, descriptions, contexts)], dtype=object)
+        new_langs = np.where(noise.unknown[redo], "unk", langs[redo]).astype(object)
+        ids, lengths = self.token_ids.encode(texts, new_langs)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        for j, k in enumerate(redo):
+            out[k] = ids[starts[j]:starts[j + 1]]
+        return out
+
+
+def language_codes(langs) -> tuple:
+    """(codes, names) of a prepared split's language column: a byte or two per row."""
+    import pandas as pd
+
+    categorical = pd.Categorical(langs)
+    return np.asarray(categorical.codes), np.asarray(categorical.categories, dtype=object)
