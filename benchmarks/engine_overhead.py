@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 from mixer.data import labels_of, load_prepared  # noqa: E402
 from mixer.dataset import Collator, RowDataset, StepSampler  # noqa: E402
 from mixer.encoders import token_ids_of  # noqa: E402
-from mixer.token_cache import token_cache  # noqa: E402
+from mixer.training_inputs import RowInputs, split_caches  # noqa: E402
 from mixer.tokens import InputRecipe  # noqa: E402
 from mixer.encoders import build_encoder  # noqa: E402
 from mixer.losses import row_losses, step_loss  # noqa: E402
@@ -55,9 +55,8 @@ def setup(run_dir: str, encoder_name: str, batch: int):
     f = prepared.formatter
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=f.vocab_size,
                                                   target_len=f.target_len))
-    tokens = token_cache(run_dir, "train", token_ids_of(encoder, InputRecipe(max_len=64)),
-                         len(prepared.train))
-    dataset = RowDataset(tokens, labels_of(prepared.train, key_codes, f.max_num_codes))
+    tokens = split_caches(run_dir, token_ids_of(encoder, InputRecipe(max_len=64)), prepared)["train"]
+    dataset = RowDataset(RowInputs(tokens), labels_of(prepared.train, key_codes, f.max_num_codes))
     collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes))
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)

@@ -91,9 +91,7 @@ class TextStore:
         return descriptions, contexts
 
 
-def _split_context(texts: list, desc_chars: Optional[np.ndarray]) -> tuple:
-    if desc_chars is None:
-        return texts, None
+def _split_context(texts: list, desc_chars: np.ndarray) -> tuple:
     return ([t[:n] for t, n in zip(texts, desc_chars)], [t[n:] for t, n in zip(texts, desc_chars)])
 
 
@@ -115,12 +113,13 @@ def build_text_store(run_dir: str, split: str, path: str) -> None:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for index in range(source.num_row_groups):
                 group = source.read_row_group(index, columns=columns)
-                texts = group.column(TEXT).to_pylist()
-                cuts = group.column(DESC_CHARS).to_numpy() if with_context else None
-                descriptions, contexts = _split_context(texts, cuts)
-                arrays = [pa.array(descriptions, pa.large_string())]
-                if with_context:
-                    arrays.append(pa.array(contexts, pa.large_string()))
+                if with_context:  # description and context apart (a Python pass: context runs only)
+                    descriptions, contexts = _split_context(group.column(TEXT).to_pylist(),
+                                                            group.column(DESC_CHARS).to_numpy())
+                    arrays = [pa.array(descriptions, pa.large_string()),
+                              pa.array(contexts, pa.large_string())]
+                else:
+                    arrays = [group.column(TEXT).combine_chunks().cast(pa.large_string())]
                 words.update(word_list(arrays[0]))
                 writer.write_batch(pa.record_batch(arrays, schema=schema))
 

@@ -120,3 +120,24 @@ def test_clean_rows_keep_the_cache_ids_and_noised_rows_are_tokenised_as_their_te
 
 def test_word_list_is_sorted_and_distinct():
     assert word_list(["b a", "a  c", ""]) == ["a", "b", "c"]
+
+
+def test_the_noised_validation_copy_is_the_baseline_s_text(store):
+    """--eval-noise: every validation row with its edits at the fixed evaluation draw, the
+    same texts benchmarks/baseline_tfidf_svm.py scores (mixer.noise.noised_texts)."""
+    frame, texts = store
+    ids = CanineIds(InputRecipe(max_len=64))
+    flat, lengths = ids.encode(frame["text"].to_numpy(object), frame["lang"].to_numpy(object))
+    cache = TokenCache(flat, np.concatenate([[0], np.cumsum(lengths)]))
+    codes, names = language_codes(frame["lang"])
+    inputs = RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0), seed=5, every_row=True)
+    dataset = RowDataset(inputs, np.zeros((4, 1), dtype=np.int64))
+    got = [item[0].tolist() for item in dataset.__getitems__([0, 1, 2, 3])]  # as evaluation asks
+    expected_texts = noised_texts(list(frame["text"]), 5, 2, word_list(frame["text"]))
+    expected, lengths = ids.encode(np.asarray(expected_texts, object), frame["lang"].to_numpy(object))
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    assert got == [expected[starts[i]:starts[i + 1]].tolist() for i in range(4)]
+    assert expected_texts != list(frame["text"])
+    # the training epochs' draws are other draws
+    assert got != [g.tolist() for g in RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0),
+                                                 seed=5).ids(np.arange(4), 0, np.arange(4))]

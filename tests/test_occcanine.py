@@ -306,7 +306,8 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     args = yaml.safe_load(open(out / "args.yaml"))  # the recipe, filled in where no flag said
     assert (args["train"]["head_lr_scale"], args["train"]["warmup_pct"], args["model"]["dropout"],
             args["model"]["head_dropout"], args["train"]["augmentation_prob"],
-            args["train"]["num_transformations"]) == (1.0, 0.0, 0.1, 0.0, 0.3, 3)
+            args["train"]["num_transformations"]) == (1.0, 0.0, 0.0, None, 0.3, 3)  # --dropout 0: all
+    assert "from your flags: --learning-rate, --dropout" in proc.stdout
     source, run = mixer.load(hisco_model["hub"], device="cpu"), mixer.load(str(out), device="cpu")
     # languages in the table, outside it ("sv", "xx") and unknown, one per row or mixed
     mixed = (["en", "da", "sv", "unk", "xx", "ge", "", "is"] * len(TEXTS))[:len(TEXTS)]
@@ -385,3 +386,29 @@ def test_context_columns_are_refused_for_occcanine_models(hisco_model, hisco_row
                        "--context-cols", "hisco_1", *HISCO_DATA, check=False)
     assert proc.returncode == 2 and "--context-cols" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_fine_tuned_run_evaluates_with_the_thresholds_it_predicts_with(hisco_model, toy_frame, tmp_path):
+    """Rows in languages of OccCANINE's table, outside it and unknown: evaluation.csv of an
+    lr-0 fine-tune equals predict.py (its stored thresholds by language) + evaluate.py."""
+    frame = toy_frame.head(96).copy()
+    frame["lang"] = (["en", "da", "sv", "unk", "ge", "xx"] * 16)[:len(frame)]
+    data = tmp_path / "langs.csv"
+    frame.to_csv(data, index=False)
+    run = tmp_path / "run"
+    run_program("train_mixer.py", "--train-data", data, "--val-data", data, "--initial-checkpoint",
+                hisco_model["hub"], "--save-dir", run, "--max-steps", 1, "--learning-rate", 0,
+                *[a for a in HISCO_DATA if a not in ("--language", "en")], "--language-col", "lang",
+                "--val-max-rows", 0)
+    written = pd.read_csv(run / "evaluation.csv", keep_default_na=False)
+    predictions = tmp_path / "val_predictions.csv"
+    run_program("predict.py", "--checkpoint", run, "--input", run / "data_val.parquet", "--input-col",
+                "text", "--language-col", "lang", "--head", "flat", "seq2seq", "--output", predictions)
+    run_program("evaluate.py", "--predictions", predictions, "--truth-cols", "code_1", "--by", "lang",
+                "--output", tmp_path / "table.csv")
+    table = pd.read_csv(tmp_path / "table.csv", keep_default_na=False)
+    written = written[written["head"].isin(["flat", "seq2seq"])].reset_index(drop=True)
+    assert set(written["lang"]) >= {"en", "da", "sv", "unk", "ge", "xx"}
+    assert (written["head"] == "flat").any()
+    pd.testing.assert_frame_equal(written, table.rename(columns={"group": "lang"}),
+                                  check_exact=False, atol=1e-9)

@@ -1,0 +1,121 @@
+"""What training noise costs: the time to make a batch (rows drawn, noised rows edited
+and tokenised, collated) with noise on and off, against a training step of the same
+batch (forward, backward, optimizer), for minilm-l6 and the CANINE-s architecture;
+and the memory noise holds per training row. The target: data loading at most 5% of
+a step with noise on, in the main process (--num-workers 0).
+
+    python benchmarks/noise_loading.py [--batch-size 64] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mixer.data import labels_of, load_prepared  # noqa: E402
+from mixer.dataset import Collator, RowDataset, StepSampler  # noqa: E402
+from mixer.encoders import build_encoder, token_ids_of  # noqa: E402
+from mixer.losses import row_losses, step_loss  # noqa: E402
+from mixer.model import HeadsConfig, MixerModel  # noqa: E402
+from mixer.noise import NoiseConfig  # noqa: E402
+from mixer.run import build_optimizer  # noqa: E402
+from mixer.tokens import InputRecipe  # noqa: E402
+from mixer.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
+                                   split_caches, text_store)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import EXAMPLE_FLAGS  # noqa: E402
+
+NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
+
+
+def loader_of(run_dir, encoder, noise, batch, max_len):
+    prepared = load_prepared(run_dir, with_text=False)
+    key_codes = list(prepared.key["code"])
+    f = prepared.formatter
+    token_ids = token_ids_of(encoder, InputRecipe(max_len=max_len))
+    caches = split_caches(run_dir, token_ids, prepared, log=lambda _: None)
+    if noise.active:
+        store = text_store(run_dir, "train", prepared_data_id(run_dir, "train"), log=lambda _: None)
+        codes, names = language_codes(prepared.train["lang"])
+        inputs = RowInputs(caches["train"], token_ids, store, codes, names, noise, seed=42)
+    else:
+        inputs = RowInputs(caches["train"])
+    dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes))
+    sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+    return loader, f, key_codes, inputs
+
+
+def seconds_per_batch(loader, steps: int) -> float:
+    iterator = iter(loader)
+    next(iterator)  # the first batch maps the files
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(iterator)
+    return (time.perf_counter() - start) / steps
+
+
+def seconds_per_step(encoder, formatter, key_codes, loader, steps: int) -> float:
+    model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
+                                                  target_len=formatter.target_len))
+    optimizer = build_optimizer(model, 3e-4, 5.0, 0.01)
+    model.train()
+    batches = [b for _, b in zip(range(steps + 2), loader)]
+    times = []
+    for batch in batches:
+        begin = time.perf_counter()
+        flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
+        total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
+                                 formatter.block_size, 0.1)
+        step_loss(total, batch.weights, batch.global_rows, 1).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times[2:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--encoders", nargs="+", default=["minilm-l6", "canine-s-random"])
+    parser.add_argument("--workdir", default="/tmp/mixer-bench-noise")
+    args = parser.parse_args()
+    print(f"batch {args.batch_size}, noise {NOISE.prob} x {NOISE.edits} edits, unknown language "
+          f"{NOISE.unknown_prob}, language 'en'; medians over {args.steps} batches/steps")
+    for name in args.encoders:
+        max_len = 128 if name.startswith("canine") else 64
+        run_dir = os.path.join(args.workdir, name)
+        subprocess.run([sys.executable, "finetune.py", *EXAMPLE_FLAGS, "--language", "en",
+                        "--save-path", run_dir, "--encoder", name, "--max-len", str(max_len),
+                        "--prepare-only"], cwd=ROOT, check=True, capture_output=True)
+        encoder = build_encoder(name, dropout=0.1)
+        clean, f, key_codes, _ = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0), args.batch_size, max_len)
+        noisy, _, _, inputs = loader_of(run_dir, encoder, NOISE, args.batch_size, max_len)
+        load_clean = seconds_per_batch(clean, args.steps)
+        load_noisy = seconds_per_batch(noisy, args.steps)
+        step = seconds_per_step(encoder, f, key_codes, noisy, args.steps)
+        rows = len(inputs)
+        held = inputs.lang_codes.nbytes / rows
+        mapped = os.path.getsize(inputs.texts.path) / rows
+        print(f"{name}: batch made in {1e3 * load_clean:.2f} ms clean, {1e3 * load_noisy:.2f} ms "
+              f"with noise; training step {1e3 * step:.0f} ms; loading share with noise "
+              f"{100 * load_noisy / (load_noisy + step):.2f}% (clean {100 * load_clean / (load_clean + step):.2f}%)")
+        print(f"  memory per training row for noise: {held:.0f} B held by each process (language "
+              f"codes), {mapped:.0f} B of text store memory-mapped (page cache, shared by the ranks)")
+
+
+if __name__ == "__main__":
+    main()
