@@ -290,7 +290,8 @@ def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:
     else:
         parts.append("no spelling noise")
     if noise.unknown_prob:
-        known = bool((train_langs.astype(str) != "unk").any())
+        _, names = language_codes(train_langs)  # the distinct languages, not a string per row
+        known = bool((names.astype(str) != "unk").any())
         parts.append(f"language 'unk' for {noise.unknown_prob:g} of the draws"
                      + ("" if known else " (no effect: every row's language is unknown)"))
     parts.append(f"noised validation copy with {eval_noise} edits per row" if eval_noise
