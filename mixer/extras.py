@@ -9,6 +9,7 @@ not imported, so the check costs nothing and runs on every rank alike.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from mixer.errors import UserError
 
@@ -33,7 +34,23 @@ def has_extra(extra: str) -> bool:
 
 
 def install_hint(extra: str) -> str:
-    return f"pip install 'mixer[{extra}]'"
+    """The command that adds `extra`. Where mixer runs from a clone that pip never installed,
+    it names the clone: `pip install 'mixer[...]'` would fetch PyPI's unrelated "mixer"."""
+    return f"pip install '{'mixer' if _installed_by_pip() else _source_tree()}[{extra}]'"
+
+
+def _installed_by_pip() -> bool:
+    from importlib import metadata
+
+    try:
+        return any(e.name == "mixer-finetune" for e in metadata.distribution("mixer").entry_points)
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def _source_tree() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else "mixer"
 
 
 def require(extra: str, what: str, otherwise: str = "") -> None:

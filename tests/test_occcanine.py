@@ -190,7 +190,7 @@ def test_predict_py_reads_every_layout_with_per_language_thresholds(hisco_model,
         out = tmp_path / f"out{len(outputs)}.csv"
         proc = run_program("predict.py", "--checkpoint", source, "--input", data, "--output", out,
                            "--language-col", "lang")
-        assert "mixer[occcanine]" not in proc.stderr  # Unidecode is installed: nothing to say
+        assert "[occcanine]" not in proc.stderr  # Unidecode is installed: nothing to say
         outputs.append(pd.read_csv(out, dtype=str, keep_default_na=False))
     pd.testing.assert_frame_equal(outputs[0], outputs[1])
     frame = outputs[0]
@@ -380,7 +380,7 @@ def test_without_unidecode_a_run_and_a_prediction_say_once_that_predictions_may_
     """Only unidecode gives OccCANINE's exact inputs; without it (a GPL-free install) mixer
     spells Greek and Cyrillic out with anyascii and says once what to install."""
     note = "predictions may differ from OccCANINE's on non-ASCII text"
-    hint = "pip install 'mixer[occcanine]'"
+    hint = "[occcanine]'"  # pip install 'mixer[occcanine]', or this clone's path
     out = tmp_path / "run"
     for program, args in (
             ("finetune.py", ["--dataset", hisco_rows, "--target-cols", "hisco_1", "--prepare-only",

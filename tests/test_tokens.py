@@ -101,5 +101,5 @@ def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(mo
     monkeypatch.setattr(transliterate, "_unidecode", False)
     note = transliterate.exactness_note(occcanine)
     assert "\n" not in note and "may differ from OccCANINE's" in note
-    assert "pip install 'mixer[occcanine]'" in note
+    assert "pip install '" in note and "[occcanine]'" in note
     assert transliterate.exactness_note(InputRecipe()) is None  # mixer's own models keep the text
