@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
 from packaging.requirements import Requirement
@@ -24,6 +23,7 @@ def canonical(name: str) -> str:
 
 
 def project() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+ (mixer itself runs on 3.10)
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         return tomllib.load(handle)["project"]
 
