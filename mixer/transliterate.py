@@ -9,7 +9,7 @@ without accents, then a short table for Latin letters that do not decompose
 (ß, æ, ø, þ, ...), which agrees with unidecode on the Latin letters of the
 languages OccCANINE covers, then `anyascii` (ISC licence) for every other
 character, so Greek, Cyrillic and other scripts are spelled out in ASCII,
-never deleted. anyascii and unidecode differ on some of them (Cyrillic 'я':
+never deleted (emoji are dropped, as unidecode drops them). anyascii and unidecode differ on some of them (Cyrillic 'я':
 'ya' against 'ia'), so an OccCANINE model run without unidecode says so once
 (`exactness_note`).
 """
@@ -67,8 +67,12 @@ def own_rule(text: str) -> str:
             out.append(char)
         elif unicodedata.combining(char):
             continue
+        elif char in OWN_TABLE:
+            out.append(OWN_TABLE[char])
+        elif ord(char) > 0xFFFF and unicodedata.category(char) == "So":
+            continue  # emoji: anyascii names them (":fishing_pole_and_fish:"), unidecode drops them
         else:
-            out.append(OWN_TABLE.get(char) or anyascii(char))
+            out.append(anyascii(char))
     return "".join(out)
 
 

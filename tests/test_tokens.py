@@ -83,10 +83,12 @@ def test_without_unidecode_greek_and_cyrillic_are_spelled_out_not_deleted(monkey
 
     monkeypatch.setattr(transliterate, "_unidecode", False)  # as if Unidecode were not installed
     recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
-    texts = ["Γεωργός και ψαράς", "Кузнец", "жена шахтёра", "Bäcker ÆBLE", "Θυρωρός", "农民"]
-    first, _ = model_strings(texts, ["gr", "unk", "unk", "ge", "gr", "unk"], recipe)
+    texts = ["Γεωργός και ψαράς", "Кузнец", "жена шахтёра", "Bäcker ÆBLE", "Θυρωρός", "农民",
+             "fisherman 🎣 ¿"]
+    first, _ = model_strings(texts, ["gr", "unk", "unk", "ge", "gr", "unk", "en"], recipe)
     assert list(first) == ["gr[SEP]georgos kai psaras", "unk[SEP]kuznets", "unk[SEP]zhena shakhtera",
-                           "ge[SEP]backer aeble", "gr[SEP]thyroros", "unk[SEP]NongMin"]
+                           "ge[SEP]backer aeble", "gr[SEP]thyroros", "unk[SEP]NongMin",
+                           "en[SEP]fisherman  ?"]  # emoji dropped, as unidecode does
     assert all(s.isascii() for s in first)
     # the Latin letters of OccCANINE's languages as unidecode spells them, from the own table
     assert transliterate.own_rule("Straße, Ørsted, Þór, Łódź, œuvre — «x»") == \
