@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,12 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import EXAMPLE_FLAGS, timed_rate  # noqa: E402
 
 FLAGS = [*EXAMPLE_FLAGS, "--eval-interval", "100000", "--save-interval", "100000"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def fresh_run_dir(run_dir: str, args) -> str:
@@ -59,8 +52,7 @@ def start(cmd: list) -> subprocess.Popen:
 def ddp_rate(nproc: int, args) -> float:
     """Global samples/s of torchrun with nproc processes over the timed windows."""
     run_dir = fresh_run_dir(os.path.join(args.workdir, f"ddp{nproc}"), args)
-    return finish(start(["-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                         "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+    return finish(start(["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                          *train_cmd(run_dir, args), "--distributed"]))
 
 

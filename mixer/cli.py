@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-from mixer import __version__
+from mixer import __version__, extras
 from mixer.config import (
     NON_PERSISTED, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
@@ -398,6 +398,7 @@ def validate_config(config: RunConfig) -> None:
         raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
     if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):
         raise UserError(f"--save-path {config.save_dir} is a file; pass a directory for the run")
+    extras.check_training_config(config)  # a flag whose package is missing fails here, before any data
 
 
 def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:

@@ -42,7 +42,9 @@ def package_model_dir(name: str) -> str:
     module, sub, pip_name = PRETRAINED_PACKAGES[name]
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        raise UserError(f"--encoder {name} needs the package {pip_name}: pip install {pip_name}")
+        from mixer.extras import install_hint
+
+        raise UserError(f"--encoder {name} needs the package {pip_name}: {install_hint('quickstart')}")
     return os.path.join(os.path.dirname(spec.origin), sub)
 
 

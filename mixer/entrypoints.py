@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Optional, Sequence
 
 from mixer import cli
@@ -78,8 +79,12 @@ def _train(config) -> int:
         from mixer.config import write_args
         from mixer.data import prepare_run_data
         from mixer.sources import describe_start
+        from mixer.transliterate import exactness_note
 
         start = describe_start(config)
+        note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
+        if note:
+            print(note, file=sys.stderr)
         prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
                          tokens=start.tokens)
         write_args(config, config.save_dir)

@@ -34,6 +34,7 @@ from mixer.metrics import PredictionRules, Thresholds, decoded_blocks, flat_pred
 from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tokens import InputRecipe, token_ids_for
+from mixer.transliterate import exactness_note
 
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
@@ -68,11 +69,15 @@ class Predictor:
              log=None) -> "Predictor":
         from mixer.sources import load_for_prediction
 
+        log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-        precision = resolve_precision(precision, device, force_precision,
-                                      log or (lambda m: print(m, file=sys.stderr)))
+        precision = resolve_precision(precision, device, force_precision, log)
         model, tokenizer, config, key = load_for_prediction(source)
-        return cls(model, tokenizer, config, key, device, precision)
+        predictor = cls(model, tokenizer, config, key, device, precision)
+        note = exactness_note(predictor.recipe)  # OccCANINE's inputs without unidecode
+        if note:
+            log(note)
+        return predictor
 
     # ------------------------------------------------------------ public
     def default_top_k(self) -> int:

@@ -31,6 +31,7 @@ from mixer.precision import pad_multiple
 from mixer.precision import resolve as resolve_precision
 from mixer.schedule import Layout, Schedule
 from mixer.trainer import Trainer, TrainParts, seed_everything
+from mixer.transliterate import exactness_note
 
 
 def train(config: RunConfig) -> dict:
@@ -47,6 +48,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     config, recipe = resolve_recipe(config, start)  # the flags left out, filled for this start
+    note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
+    if note:
+        logger.warning(note)
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
                                               log=logger.info, base=start.base,

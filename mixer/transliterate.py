@@ -2,19 +2,23 @@
 
 OccCANINE transliterates its inputs with the `unidecode` package before its
 models read them. unidecode is GPL-2.0-or-later; mixer is Apache-2.0 and does
-not copy it: mixer imports it when it is installed (requirements.txt installs
-it, so predictions match OccCANINE's by default) and otherwise falls back to
-a rule of its own (Unicode decomposition without accents, then a short table
-for letters that do not decompose, e.g. ß, æ, ø, þ), which agrees with
-unidecode on the Latin letters of the languages OccCANINE covers but not on
-Greek or other scripts. Whoever must ship mixer without GPL code can leave
-unidecode out; mixer then says once that it uses its own rule.
+not copy it: mixer imports it when it is installed (`pip install
+'mixer[occcanine]'`; requirements.txt installs it) so that predictions match
+OccCANINE's, and otherwise uses a rule of its own: Unicode decomposition
+without accents, then a short table for Latin letters that do not decompose
+(ß, æ, ø, þ, ...), which agrees with unidecode on the Latin letters of the
+languages OccCANINE covers, then `anyascii` (ISC licence) for every other
+character, so Greek, Cyrillic and other scripts are spelled out in ASCII,
+never deleted (emoji are dropped, as unidecode drops them). anyascii and unidecode differ on some of them (Cyrillic 'я':
+'ya' against 'ia'), so an OccCANINE model run without unidecode says so once
+(`exactness_note`).
 """
 
 from __future__ import annotations
 
-import sys
 import unicodedata
+
+from anyascii import anyascii
 
 OWN_TABLE = {
     "ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "ø": "o", "Ø": "O", "œ": "oe", "Œ": "OE",
@@ -25,7 +29,6 @@ OWN_TABLE = {
 }
 
 _unidecode = None
-_warned = False
 
 
 def _load():
@@ -44,6 +47,18 @@ def uses_unidecode() -> bool:
     return bool(_load())
 
 
+def exactness_note(recipe) -> str | None:
+    """The line an OccCANINE-style run or prediction prints when its input recipe
+    transliterates and unidecode is missing; None when there is nothing to say."""
+    if not getattr(recipe, "ascii", False) or uses_unidecode():
+        return None
+    from mixer.extras import install_hint
+
+    return ("note: the Unidecode package is not installed, so predictions may differ from "
+            "OccCANINE's on non-ASCII text (mixer transliterates with its own rule and anyascii); "
+            f"to match them: {install_hint('occcanine')}")
+
+
 def own_rule(text: str) -> str:
     """mixer's own transliteration (no GPL code): see the module docstring."""
     out = []
@@ -52,8 +67,12 @@ def own_rule(text: str) -> str:
             out.append(char)
         elif unicodedata.combining(char):
             continue
+        elif char in OWN_TABLE:
+            out.append(OWN_TABLE[char])
+        elif ord(char) > 0xFFFF and unicodedata.category(char) == "So":
+            continue  # emoji: anyascii names them (":fishing_pole_and_fish:"), unidecode drops them
         else:
-            out.append(OWN_TABLE.get(char, ""))
+            out.append(anyascii(char))
     return "".join(out)
 
 
@@ -61,12 +80,4 @@ def transliterate(text: str) -> str:
     if text.isascii():
         return text
     unidecode = _load()
-    if unidecode:
-        return unidecode(text)
-    global _warned
-    if not _warned:
-        _warned = True
-        print("note: the unidecode package is not installed, so non-ASCII text is transliterated "
-              "by mixer's own rule, which can differ from what OccCANINE's models saw "
-              "(pip install Unidecode to match them)", file=sys.stderr)
-    return own_rule(text)
+    return unidecode(text) if unidecode else own_rule(text)

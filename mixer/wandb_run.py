@@ -14,7 +14,7 @@ def start_wandb(run_dir: str, config: dict, project: str, mode: str):
     try:
         import wandb
     except ImportError:
-        raise UserError("--log-wandb needs the wandb package: pip install wandb")
+        raise UserError("--log-wandb needs the wandb package: pip install 'mixer[wandb]'")
     id_path = os.path.join(run_dir, ID_FILE)
     if os.path.exists(id_path):
         with open(id_path) as handle:

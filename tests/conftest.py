@@ -82,3 +82,18 @@ def tiny_bert_dir(tmp_path_factory) -> str:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return str(directory)
+
+
+def run_without(modules, script: str, *args, timeout: int = 300, check: bool = True):
+    """Run an entry point as if the packages of `modules` were not installed: each is
+    set to None in sys.modules before anything imports it, so `import x` raises
+    ImportError and importlib.util.find_spec('x') says it is absent."""
+    blocked = "".join(f"sys.modules[{name!r}] = None; " for name in modules)
+    code = (f"import runpy, sys; {blocked}sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env_for_subprocess())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -25,6 +25,8 @@ EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "6", "--eval-interval",
 
 
 def free_port() -> int:
+    """For the launches that need a port known beforehand: two "nodes", and ranks started
+    without torchrun (Slurm's variables). Everything on one node uses --standalone."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -75,11 +77,13 @@ def single(tmp_path_factory, small_csv):
 
 @pytest.fixture(scope="module")
 def two_procs(tmp_path_factory, small_csv):
-    """torchrun, one node, 2 processes of batch 4."""
+    """One node, 2 processes of batch 4, launched as README shows: scripts/train_multi_gpu.sh,
+    which runs `torchrun --standalone` (no port picked beforehand) and adds --distributed."""
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    proc = run(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", out, "--batch-size", "4", *EXACT])
+    env = env_for_subprocess()
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]  # this Python's torchrun
+    proc = run(["bash", os.path.join(ROOT, "scripts", "train_multi_gpu.sh"), "2", "finetune.py",
+                "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT], env=env)
     return out, proc
 
 
@@ -144,9 +148,7 @@ def test_legacy_launcher_and_automatic_distributed(single, small_csv, tmp_path):
     Also the dense path for embedding gradients (--embedding-sync ddp; the
     other tests use the default, rows)."""
     out = str(tmp_path / "run")
-    port = free_port()
-    proc = run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
-                "--master_addr=127.0.0.1", f"--master_port={port}",
+    proc = run([sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc_per_node=2",
                 os.path.join(ROOT, "finetune.py"), "--dataset", small_csv,
                 "--save-path", out, "--batch-size", "4", "--embedding-sync", "ddp", *EXACT])
     text = proc.stdout + proc.stderr
@@ -294,7 +296,7 @@ def test_a_process_that_joined_a_group_exits_with_its_status_and_its_output(code
     env = env_for_subprocess()
     env.pop("PYTHONUNBUFFERED", None)
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()))
+               MASTER_PORT="0")  # one process hosts the store alone: port 0 binds a free one
     proc = run([sys.executable, "-c", EXIT_AFTER_GROUP, str(code)], check=False, env=env)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout == "finished"

@@ -21,7 +21,7 @@ import yaml
 from safetensors.torch import save_file
 from torch import nn
 
-from conftest import ROOT, env_for_subprocess, run_program
+from conftest import ROOT, env_for_subprocess, run_program, run_without
 from mixer.errors import UserError
 
 SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -189,8 +189,9 @@ def test_predict_py_reads_every_layout_with_per_language_thresholds(hisco_model,
     outputs = []
     for source in (hisco_model["hub"], hisco_model["bin"]):
         out = tmp_path / f"out{len(outputs)}.csv"
-        run_program("predict.py", "--checkpoint", source, "--input", data, "--output", out,
-                    "--language-col", "lang")
+        proc = run_program("predict.py", "--checkpoint", source, "--input", data, "--output", out,
+                           "--language-col", "lang")
+        assert "[occcanine]" not in proc.stderr  # Unidecode is installed: nothing to say
         outputs.append(pd.read_csv(out, dtype=str, keep_default_na=False))
     pd.testing.assert_frame_equal(outputs[0], outputs[1])
     frame = outputs[0]
@@ -412,3 +413,28 @@ def test_a_fine_tuned_run_evaluates_with_the_thresholds_it_predicts_with(hisco_m
     assert (written["head"] == "flat").any()
     pd.testing.assert_frame_equal(written, table.rename(columns={"group": "lang"}),
                                   check_exact=False, atol=1e-9)
+
+
+def test_without_unidecode_a_run_and_a_prediction_say_once_that_predictions_may_differ(
+        hisco_model, hisco_rows, tmp_path):
+    """Only unidecode gives OccCANINE's exact inputs; without it (a GPL-free install) mixer
+    spells Greek and Cyrillic out with anyascii and says once what to install."""
+    note = "predictions may differ from OccCANINE's on non-ASCII text"
+    hint = "[occcanine]'"  # pip install 'mixer[occcanine]', or this clone's path
+    out = tmp_path / "run"
+    for program, args in (
+            ("finetune.py", ["--dataset", hisco_rows, "--target-cols", "hisco_1", "--prepare-only",
+                             "--allow-codes-shorter-than-block-size", "--save-path", tmp_path / "prep"]),
+            ("train_mixer.py", ["--train-data", hisco_rows, "--val-data", hisco_rows, "--save-dir", out,
+                                "--max-steps", 1, *HISCO_DATA])):
+        proc = run_without(["unidecode"], program, "--initial-checkpoint", hisco_model["hub"], *args)
+        text = proc.stdout + proc.stderr
+        assert text.count(note) == 1 and text.count(hint) == 1, text
+    data = tmp_path / "in.csv"
+    texts = ["γεωργός και ψαράς", "кузнец", "farmer"]
+    pd.DataFrame({"occ1": texts, "lang": ["gr", "unk", "en"]}).to_csv(data, index=False)
+    proc = run_without(["unidecode"], "predict.py", "--checkpoint", out, "--input", data,
+                       "--output", tmp_path / "codes.csv", "--language-col", "lang")
+    assert proc.stderr.count(note) == 1 and hint in proc.stderr, proc.stderr
+    codes = pd.read_csv(tmp_path / "codes.csv", dtype=str, keep_default_na=False)
+    assert list(codes["occ1"]) == texts

@@ -74,3 +74,34 @@ def test_literal_recipe_lowercases_and_transliterates():
     recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
     first, second = model_strings(["Bäcker ÆBLE", "Fisher"], ["ge", ""], recipe)
     assert second is None and list(first) == ["ge[SEP]backer aeble", "unk[SEP]fisher"]
+
+
+def test_without_unidecode_greek_and_cyrillic_are_spelled_out_not_deleted(monkeypatch):
+    """mixer's own rule (no GPL code) for Latin letters, then anyascii for other scripts:
+    OccCANINE has a Greek language code ('gr'), and its input must keep the text."""
+    from mixer import transliterate
+
+    monkeypatch.setattr(transliterate, "_unidecode", False)  # as if Unidecode were not installed
+    recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
+    texts = ["Γεωργός και ψαράς", "Кузнец", "жена шахтёра", "Bäcker ÆBLE", "Θυρωρός", "农民",
+             "fisherman 🎣 ¿"]
+    first, _ = model_strings(texts, ["gr", "unk", "unk", "ge", "gr", "unk", "en"], recipe)
+    assert list(first) == ["gr[SEP]georgos kai psaras", "unk[SEP]kuznets", "unk[SEP]zhena shakhtera",
+                           "ge[SEP]backer aeble", "gr[SEP]thyroros", "unk[SEP]NongMin",
+                           "en[SEP]fisherman  ?"]  # emoji dropped, as unidecode does
+    assert all(s.isascii() for s in first)
+    # the Latin letters of OccCANINE's languages as unidecode spells them, from the own table
+    assert transliterate.own_rule("Straße, Ørsted, Þór, Łódź, œuvre — «x»") == \
+        "Strasse, Orsted, Thor, Lodz, oeuvre -- <<x>>"
+
+
+def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(monkeypatch):
+    from mixer import transliterate
+
+    occcanine = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
+    assert transliterate.exactness_note(occcanine) is None  # Unidecode is installed here
+    monkeypatch.setattr(transliterate, "_unidecode", False)
+    note = transliterate.exactness_note(occcanine)
+    assert "\n" not in note and "may differ from OccCANINE's" in note
+    assert "pip install '" in note and "[occcanine]'" in note
+    assert transliterate.exactness_note(InputRecipe()) is None  # mixer's own models keep the text
