@@ -64,9 +64,13 @@ def noised_accuracy(run_dir, train, val, vectorizer, classifier, truth):
     edits = train_args.get("eval_noise") or 0
     if not edits or "desc_chars" in val.columns:  # context runs: the baseline reads no context
         return None, edits
-    texts = noised_texts(list(val["text"]), train_args["seed"], edits, word_list(train["text"]))
+    from mixer.run import validation_sample
+
+    rows = validation_sample(len(val), train_args.get("val_max_rows") or 0, train_args["seed"])
+    texts = noised_texts(list(val["text"].iloc[rows]), train_args["seed"], edits,
+                         word_list(train["text"]), positions=rows)  # the run's sample, its draws
     predicted = classifier.predict(vectorizer.transform(texts))
-    return sum({p} == t for p, t in zip(predicted, truth)) / len(val), edits
+    return sum({p} == t for p, t in zip(predicted, truth.iloc[rows])) / len(rows), edits
 
 
 if __name__ == "__main__":

@@ -203,9 +203,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                             "language is unknown)")
     group.add_argument("--no-unk-lang", dest="unk_lang_prob", action="store_const", const=0.0,
                        help="languages kept as given (--unk-lang-prob 0)")
-    group.add_argument("--eval-noise", dest="eval_noise", type=non_negative_int, default=2,
+    group.add_argument("--eval-noise", dest="eval_noise", type=non_negative_int, default=None,
                        help="every evaluation also scores a copy of the validation rows with "
-                            "this many edits each (fixed seed; 0: none; default: %(default)s)")
+                            "this many edits each (fixed seed; 0: none; default: 2)")
     group.add_argument("--no-eval-noise", dest="eval_noise", action="store_const", const=0,
                        help="no noised validation copy (--eval-noise 0)")
     group.add_argument("--grad-accum-steps", dest="grad_accum_steps", type=positive_int, default=1,
@@ -349,6 +349,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = 
 
 
 def _coerce(action: argparse.Action, value):
+    if value is None and action.default is None:  # a setting left to the run (args.yaml: null)
+        return None
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
                            argparse.BooleanOptionalAction)):
         if not isinstance(value, bool):

@@ -85,7 +85,7 @@ class TrainConfig:
     augmentation_prob: Optional[float] = None
     num_transformations: Optional[int] = None
     unk_lang_prob: Optional[float] = None
-    eval_noise: int = 2  # edits of every row of the noised validation copy; 0: none
+    eval_noise: Optional[int] = None  # edits of every row of the noised validation copy; 0: none
     compile: bool = False
 
 

@@ -169,24 +169,32 @@ class MetricSums:
         self.grid.index_add_(0, groups.to(self.grid.device), per_row)
 
     def best_thresholds(self, names, current) -> tuple:
-        """From the summed grid (all-reduced): (Thresholds with the overall best as default
-        and each language's best where it has MIN_TUNE_ROWS rows, {name: (F1 at its
-        threshold, F1 at the current one, rows)} with "all" for the overall rows).
-        `current` is the Thresholds in use: the F1 it gave is reported beside."""
+        """From the summed grid (all-reduced): (the tuned Thresholds, {name: (F1 at its
+        threshold, F1 at the current one, rows)}). Each language with MIN_TUNE_ROWS rows
+        gets its best threshold; the table's other languages (e.g. OccCANINE's) keep
+        theirs. The default serves the languages outside that table, so it is tuned on
+        their rows ("others" in the report) when they are enough; else, for a run that
+        had no table, on all rows ("all"); else it stays as it was."""
         n = len(THRESHOLD_GRID)
-        overall = self.grid.sum(0, keepdim=True)
-        report, table = {}, {}
-        best_all, f1_all, before_all = _best(overall[0], n, current.default)
-        report["all"] = (f1_all, before_all, int(overall[0, -1]))
+        report, tuned = {}, {}
         for group, name in enumerate(names):
             row = self.grid[group]
-            if row[-1] < MIN_TUNE_ROWS:
-                continue
-            best, f1, before = _best(row, n, current.table.get(name, current.default))
-            table[name] = best
-            report[name] = (f1, before, int(row[-1]))
-        return Thresholds.of(best_all, table), report
-
+            if row[-1] >= MIN_TUNE_ROWS:
+                best, f1, before = _best(row, n, current.table.get(name, current.default))
+                tuned[name] = best
+                report[name] = (f1, before, int(row[-1]))
+        table = {**current.table, **tuned}
+        outside = [g for g, name in enumerate(names) if name not in table]
+        others = self.grid[outside].sum(0) if outside else None
+        default = current.default
+        if others is not None and others[-1] >= MIN_TUNE_ROWS:
+            default, f1, before = _best(others, n, current.default)
+            report["others"] = (f1, before, int(others[-1]))
+        elif not current.table:
+            overall = self.grid.sum(0)
+            default, f1, before = _best(overall, n, current.default)
+            report["all"] = (f1, before, int(overall[-1]))
+        return Thresholds.of(default, table), report
 
     def result(self) -> dict:
         """Divide once (after the all-reduce)."""

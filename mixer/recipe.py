@@ -24,10 +24,10 @@ from typing import Optional
 
 MIXER = {"learning_rate": 3e-4, "head_lr_scale": 5.0, "warmup_pct": 0.05, "dropout": 0.1,
          "head_dropout": None, "augmentation_prob": 0.3, "num_transformations": 3,
-         "unk_lang_prob": 0.25}
+         "unk_lang_prob": 0.25, "eval_noise": 2}
 OCCCANINE_FINETUNE = {"learning_rate": 2e-5, "head_lr_scale": 1.0, "warmup_pct": 0.0,
                       "dropout": 0.1, "head_dropout": 0.0, "augmentation_prob": 0.3,
-                      "num_transformations": 3, "unk_lang_prob": 0.25}
+                      "num_transformations": 3, "unk_lang_prob": 0.25, "eval_noise": 2}
 SECTION = {"dropout": "model", "head_dropout": "model"}  # the rest are training settings
 FLAG = {name: "--" + name.replace("_", "-") for name in MIXER}
 
@@ -54,11 +54,17 @@ class Recipe:
         return line
 
 
+NOISE_SETTINGS = ("augmentation_prob", "num_transformations", "unk_lang_prob", "eval_noise")
+
+
 def choose(start, only_encoder: bool) -> tuple:
-    """(name, why, defaults) of the recipe for a start (a mixer.sources.Start)."""
-    if start.kind == "occcanine":
+    """(name, why, defaults) of the recipe for a start (a mixer.sources.Start): OccCANINE's
+    fine-tuning for its models and for runs of their architecture (an earlier fine-tune),
+    mixer's for the rest."""
+    if start.family == "occcanine":
         values = dict(OCCCANINE_FINETUNE)
-        why = f"the run starts from OccCANINE's model {start.origin}"
+        what = "OccCANINE's model" if start.kind == "occcanine" else "a run of OccCANINE's architecture"
+        why = f"the run starts from {what} {start.origin}"
         if only_encoder:
             values["head_lr_scale"] = MIXER["head_lr_scale"]
             why += "; its heads are new (--only-encoder) and learn 5x faster"
@@ -67,9 +73,23 @@ def choose(start, only_encoder: bool) -> tuple:
     return "mixer", why, dict(MIXER)
 
 
-def resolve(config, start):
-    """(the configuration with every recipe setting filled, the Recipe used)."""
+def resolve(config, start, resumed: Optional[dict] = None):
+    """(the configuration with every recipe setting filled, the Recipe used).
+
+    resumed: the args.yaml of the run this job continues (its directory holds a
+    checkpoint). A setting left out then keeps the value the run has used so far, not
+    the recipe's default, so a resumed run neither changes its learning rates nor
+    switches noise on halfway; a run made before training noise existed continues
+    without it."""
     name, why, values = choose(start, config.model.only_encoder)
+    if resumed is not None:
+        before = {**resumed.get("model", {}), **resumed.get("train", {})}
+        for setting in values:
+            if before.get(setting) is not None:
+                values[setting] = before[setting]
+            elif setting in NOISE_SETTINGS:
+                values[setting] = 0 if setting in ("num_transformations", "eval_noise") else 0.0
+        why += "; settings as the run being resumed used them"
     overridden, model, train = [], {}, {}
     for setting, default in values.items():
         section = model if SECTION.get(setting) == "model" else train
@@ -84,6 +104,21 @@ def resolve(config, start):
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, **model),
                                  train=dataclasses.replace(config.train, **train))
     return config, Recipe(name, why, values, tuple(overridden))
+
+
+def previous_settings(run_dir: str) -> Optional[dict]:
+    """The args.yaml of a run directory that holds a checkpoint to resume, else None."""
+    import os
+
+    import yaml
+
+    args = os.path.join(run_dir, "args.yaml")
+    if not (os.path.exists(args) and any(os.path.exists(os.path.join(run_dir, f))
+                                         for f in ("last.pt", "last.prev.pt"))):
+        return None
+    with open(args, encoding="utf-8") as handle:
+        values = yaml.safe_load(handle)
+    return values if isinstance(values, dict) else None
 
 
 def head_dropout(config) -> Optional[float]:

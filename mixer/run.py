@@ -20,6 +20,7 @@ from mixer.dataset import (Collator, RowDataset, StepSampler, eval_batches, igno
 from mixer.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
 from mixer.metrics import Thresholds
 from mixer.noise import NoiseConfig
+from mixer.recipe import previous_settings
 from mixer.recipe import resolve as resolve_recipe
 from mixer.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.sources import build_model, describe_start, light_tokeniser
@@ -47,7 +48,8 @@ def train(config: RunConfig) -> dict:
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
-    config, recipe = resolve_recipe(config, start)  # the flags left out, filled for this start
+    # the flags left out, filled for this start (or as the run being resumed had them)
+    config, recipe = resolve_recipe(config, start, previous_settings(run_dir))
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
@@ -93,7 +95,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         if not noise_config.active:
             return RowInputs(caches[split])
         def store(name):
-            return text_store(run_dir, name, prepared_data_id(run_dir, name), world, log=logger.info)
+            return text_store(run_dir, name, prepared_data_id(run_dir, name), world, log=logger.info,
+                              has_context=bool(config.data.context_cols))
 
         codes, names = language_codes(frame["lang"])
         return RowInputs(caches[split], token_ids, store(split), codes, names, noise_config,
@@ -130,6 +133,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     noisy_val_loader = val_loader_of(sample, noisy_val_set) if noisy_val_set is not None else None
     full_val_loader = (val_loader_of(np.arange(len(val_set)))
                        if cfg.full_val_at_end and len(sample) < len(val_set) else None)
+    noisy_full_val_loader = (val_loader_of(np.arange(len(val_set)), noisy_val_set)
+                             if noisy_val_set is not None and full_val_loader is not None else None)
 
     model, grad_sync = place_model(model, config, world)
     schedule = Schedule(len(train_set), Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
@@ -145,6 +150,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
                        val_langs=prepared.val["lang"].astype(str).to_numpy(),
                        thresholds=thresholds, noisy_val_loader=noisy_val_loader,
+                       noisy_full_val_loader=noisy_full_val_loader,
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra,
@@ -177,7 +183,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     try:
         metrics = trainer.fit()
     finally:
-        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader)
+        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader, noisy_full_val_loader)
     if world.is_main and trainer.completed:
         report_end(metrics, run_dir)
     return metrics

@@ -25,7 +25,8 @@ from mixer.distributed import World
 from mixer.errors import UserError, first_line
 from mixer.gradsync import no_grad_sync
 from mixer.losses import row_losses, step_loss
-from mixer.metrics import MetricSums, PredictionRules, Thresholds, decoded_codes, flat_prediction
+from mixer.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
+                           flat_prediction)
 from mixer.model import save_model, unwrap_model
 from mixer.schedule import Layout, Schedule, Segment
 from mixer.tracking import NullTracker, logger
@@ -68,6 +69,7 @@ class TrainParts:
     val_langs: Optional[np.ndarray] = None  # language of each validation row (evaluation.csv)
     thresholds: Thresholds = Thresholds()  # the flat head's, by language (as prediction uses)
     noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
+    noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
 
@@ -250,8 +252,10 @@ class Trainer:
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
         metrics = self.evaluate(loader, collect=final)  # all ranks
-        if metrics is not None and self.parts.noisy_val_loader is not None:
-            noisy = self.evaluate(self.parts.noisy_val_loader, collect=final, noised=True)  # all ranks
+        noisy_loader = (self.parts.noisy_full_val_loader if loader is not None
+                        else self.parts.noisy_val_loader)  # the same rows as the clean figures
+        if metrics is not None and noisy_loader is not None:
+            noisy = self.evaluate(noisy_loader, collect=final, noised=True)  # all ranks
             metrics = None if noisy is None else dict(metrics, **{
                 f"noisy_{k}": noisy[k] for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy",
                                                  "seq2seq_f1")})
@@ -539,11 +543,20 @@ class Trainer:
         lines = [f"tuned flat thresholds (best F1 on the validation rows; stored in "
                  f"{self.run_dir}/config.json):"]
         for name, (f1, f1_before, rows) in report.items():
-            value = tuned.default if name == "all" else tuned.table[name]
-            was = before.default if name == "all" else before.table.get(name, before.default)
-            label = "default (all rows)" if name == "all" else f"language {name}"
+            is_default = name in ("all", "others")
+            value = tuned.default if is_default else tuned.table[name]
+            was = before.default if is_default else before.table.get(name, before.default)
+            label = {"all": "default (all rows)", "others": "default (languages outside the table)"
+                     }.get(name, f"language {name}")
             lines.append(f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave "
                          f"{f1_before:.4f})")
+        if not any(name in ("all", "others") for name in report):
+            lines.append(f"  default (languages outside the table): {tuned.default:.2f}, kept "
+                         f"(fewer than {MIN_TUNE_ROWS} validation rows outside the table)")
+        kept = sorted(set(before.table) - set(report))
+        if kept:
+            lines.append(f"  kept from the start: {', '.join(kept)} (fewer than {MIN_TUNE_ROWS} "
+                         "validation rows each)")
         logger.info("\n".join(lines))
         return True
 

@@ -18,7 +18,6 @@ and named by the split's content, like the token cache.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable, Optional
 
@@ -56,6 +55,7 @@ class TextStore:
     def __init__(self, path: str):
         self.path = path
         self._table = None
+        self._starts = None
         self._words = None
 
     def __getstate__(self):
@@ -67,45 +67,85 @@ class TextStore:
     @property
     def table(self):
         if self._table is None:
-            import pyarrow as pa
-
-            self._table = pa.ipc.open_file(pa.memory_map(self.path)).read_all()
+            self._table = _mapped(self.path)
+            lengths = [len(chunk) for chunk in self._table.column("text").chunks]
+            self._starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         return self._table
 
     @property
-    def words(self) -> list:
+    def words(self) -> "WordList":
         if self._words is None:
-            with open(self.path + ".words.json", encoding="utf-8") as handle:
-                self._words = json.load(handle)
+            self._words = WordList(_mapped(self.path + WORDS).column("word"))
         return self._words
 
     def __len__(self) -> int:
         return self.table.num_rows
 
     def rows(self, indices: np.ndarray) -> tuple:
-        """(descriptions, contexts) of the rows: lists of str ('' where no context)."""
-        taken = self.table.take(np.asarray(indices, dtype=np.int64))
-        descriptions = taken.column("text").to_pylist()
-        contexts = (taken.column("context").to_pylist() if "context" in taken.column_names
-                    else [""] * len(descriptions))
-        return descriptions, contexts
+        """(descriptions, contexts) of the rows: lists of str ('' where no context). Each
+        row is read from its own record batch: a `take` over the whole column would first
+        join every batch into one copy (per call)."""
+        table, indices = self.table, np.asarray(indices, dtype=np.int64)
+        names = ["text"] + (["context"] if "context" in table.column_names else [])
+        out = {name: [None] * len(indices) for name in names}
+        chunk_of = np.searchsorted(self._starts, indices, side="right") - 1
+        for chunk in np.unique(chunk_of):
+            picked = np.flatnonzero(chunk_of == chunk)
+            local = indices[picked] - self._starts[chunk]
+            for name in names:
+                values = table.column(name).chunk(int(chunk)).take(local).to_pylist()
+                for k, value in zip(picked, values):
+                    out[name][k] = value
+        return out["text"], out.get("context", [""] * len(indices))
 
 
-def _split_context(texts: list, desc_chars: np.ndarray) -> tuple:
+class WordList:
+    """The words the `word` edit inserts, memory-mapped: len() and [i] are all it needs."""
+
+    def __init__(self, column):
+        self.array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index: int) -> str:
+        return self.array[index].as_py()
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    def __iter__(self):
+        return iter(self.array.to_pylist())
+
+
+WORDS = ".words.arrow"
+
+
+def _mapped(path: str):
+    import pyarrow as pa
+
+    return pa.ipc.open_file(pa.memory_map(path)).read_all()
+
+
+def _split_context(texts: list, desc_chars) -> tuple:
     return ([t[:n] for t, n in zip(texts, desc_chars)], [t[n:] for t, n in zip(texts, desc_chars)])
 
 
-def build_text_store(run_dir: str, split: str, path: str) -> None:
-    """Write the text store of a prepared split, a row group at a time."""
+def build_text_store(run_dir: str, split: str, path: str, has_context: bool = False) -> None:
+    """Write the text store of a prepared split, a row group at a time. The description
+    ends where the prepared `desc_chars` says; data prepared before that column existed
+    (a run with context columns resumed) is cut at its first ' [SEP] ', where the
+    context template begins."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data import DESC_CHARS, TEXT
-    from mixer.io import atomic_write, write_text
+    from mixer.data import CONTEXT_SEP, DESC_CHARS, TEXT
+    from mixer.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
-    with_context = DESC_CHARS in source.schema_arrow.names
-    columns = [TEXT] + ([DESC_CHARS] if with_context else [])
+    cut_given = DESC_CHARS in source.schema_arrow.names
+    with_context = cut_given or has_context
+    columns = [TEXT] + ([DESC_CHARS] if cut_given else [])
     schema = pa.schema([("text", pa.large_string())] + ([("context", pa.large_string())] if with_context else []))
     words: set = set()
 
@@ -114,8 +154,10 @@ def build_text_store(run_dir: str, split: str, path: str) -> None:
             for index in range(source.num_row_groups):
                 group = source.read_row_group(index, columns=columns)
                 if with_context:  # description and context apart (a Python pass: context runs only)
-                    descriptions, contexts = _split_context(group.column(TEXT).to_pylist(),
-                                                            group.column(DESC_CHARS).to_numpy())
+                    texts = group.column(TEXT).to_pylist()
+                    cuts = (group.column(DESC_CHARS).to_numpy() if cut_given else
+                            [t.find(CONTEXT_SEP) if CONTEXT_SEP in t else len(t) for t in texts])
+                    descriptions, contexts = _split_context(texts, cuts)
                     arrays = [pa.array(descriptions, pa.large_string()),
                               pa.array(contexts, pa.large_string())]
                 else:
@@ -124,19 +166,25 @@ def build_text_store(run_dir: str, split: str, path: str) -> None:
                 writer.write_batch(pa.record_batch(arrays, schema=schema))
 
     atomic_write(path, write)
-    write_text(path + ".words.json", json.dumps(sorted(words)))  # last: the store is complete
+    word_table = pa.table({"word": pa.array(sorted(words), pa.large_string())})
+
+    def write_words(tmp: str) -> None:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, word_table.schema) as writer:
+            writer.write_table(word_table)
+
+    atomic_write(path + WORDS, write_words)  # last: the store is complete
 
 
 def text_store(run_dir: str, split: str, data_id: str, world=None,
-               log: Callable[[str], None] = print) -> TextStore:
+               log: Callable[[str], None] = print, has_context: bool = False) -> TextStore:
     """The split's text store, built first by rank 0 when absent (all ranks)."""
     path = os.path.join(run_dir, "cache", f"texts_{split}_{data_id}.arrow")
 
     def build():
-        if not os.path.exists(path + ".words.json"):
+        if not os.path.exists(path + WORDS):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             log(f"storing the {split} texts for on-the-fly noise in {path}")
-            build_text_store(run_dir, split, path)
+            build_text_store(run_dir, split, path, has_context)
 
     if world is None or not world.is_distributed:
         build()
@@ -187,15 +235,21 @@ class RowInputs:
         if not len(redo):
             return out
         descriptions, contexts = self.texts.rows(rows[redo])
-        texts = np.asarray([
-            (noised(d, self.noise.edits, noise.keys[k], self.words.words) if noise.noised[k] else d) + c
-            for k, d, c in zip(redo, descriptions, contexts)], dtype=object)
+        texts = np.asarray([_join(noised(d, self.noise.edits, noise.keys[k], self.words.words)
+                                  if noise.noised[k] else d, c)
+                            for k, d, c in zip(redo, descriptions, contexts)], dtype=object)
         new_langs = np.where(noise.unknown[redo], "unk", langs[redo]).astype(object)
         ids, lengths = self.token_ids.encode(texts, new_langs)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         for j, k in enumerate(redo):
             out[k] = ids[starts[j]:starts[j + 1]]
         return out
+
+
+def _join(description: str, context: str) -> str:
+    """A description and its context as mixer.data.model_text joins them: with context,
+    the description stripped (a padded noised title ends in a space)."""
+    return description.strip() + context if context else description
 
 
 def language_codes(langs) -> tuple:

@@ -98,3 +98,5 @@ def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
     for ids_of_row, row in zip(inputs.ids(np.array([0, 1] * 20), 0, np.arange(40)), [0, 1] * 20):
         text = "".join(map(chr, ids_of_row[1:-1]))
         assert text.startswith("en" + chr(0xE001)) and text.endswith(frame["text"][row][frame["desc_chars"][row]:])
+        description = text[3:-len(frame["text"][row][frame["desc_chars"][row]:])]
+        assert description == description.strip()  # as model_text builds it: no '  [SEP]'

@@ -78,3 +78,25 @@ def test_thresholds_are_tuned_per_language_with_enough_rows():
     # what prediction uses: the table where it has the language, else the default
     assert list(tuned.for_languages(["a", "b", "c", "zz"])) == [
         tuned.table["a"], tuned.table["b"], tuned.default, tuned.default]
+
+
+def test_tuning_keeps_the_table_it_started_with_and_tunes_the_default_on_the_other_languages():
+    """An OccCANINE table: 'en' (enough rows) is tuned, 'da' (too few) keeps 0.24; 'zz' (enough,
+    outside the table) gets its own; three small languages outside the table, together
+    enough, tune the default they share."""
+    en = ([[0.9, 0.355, 0.05, 0.01]], [[0, 1]])
+    high = ([[0.9, 0.05, 0.6, 0.01]], [[0, -1]])  # a wrong code at 0.6: a threshold above it
+    da = ([[0.9, 0.2, 0.05, 0.01]], [[0, -1]])
+    many, few = MIN_TUNE_ROWS, MIN_TUNE_ROWS // 3 + 1
+    probs = torch.tensor(en[0] * many + high[0] * many + da[0] * 3 + high[0] * 3 * few)
+    labels = torch.tensor(en[1] * many + high[1] * many + da[1] * 3 + high[1] * 3 * few)
+    groups = [0] * many + [1] * many + [2] * 3 + [3] * few + [4] * few + [5] * few
+    start = Thresholds.of(0.31, {"en": 0.26, "da": 0.24, "unk": 0.31})
+    tuned, report = _tuning_sums(probs, labels, groups, 6).best_thresholds(
+        ["en", "zz", "da", "x1", "x2", "x3"], start)
+    assert tuned.table["da"] == 0.24 and tuned.table["unk"] == 0.31 and tuned.table["en"] <= 0.35
+    assert tuned.table["zz"] > 0.6 and tuned.default > 0.6 and "x1" not in tuned.table
+    assert set(report) == {"en", "zz", "others"} and report["others"][2] == 3 * few
+    # too few rows outside the table: the default stays
+    tuned, report = _tuning_sums(probs[:many], labels[:many], [0] * many, 1).best_thresholds(["en"], start)
+    assert tuned.default == 0.31 and set(report) == {"en"}

@@ -80,7 +80,7 @@ def test_the_sampler_gives_each_row_its_epoch_and_position_whatever_the_layout()
 def store(tmp_path):
     frame = pd.DataFrame({"text": ["farmer", "wine merchant", "smith", "labourer"],
                           "lang": ["en", "en", "unk", "en"], "code_1": ["1", "2", "3", "4"]})
-    frame.to_parquet(tmp_path / "data_train.parquet")
+    frame.to_parquet(tmp_path / "data_train.parquet", row_group_size=3)  # a store of 2 batches
     path = str(tmp_path / "texts.arrow")
     build_text_store(str(tmp_path), "train", path)
     return frame, TextStore(path)
@@ -141,3 +141,10 @@ def test_the_noised_validation_copy_is_the_baseline_s_text(store):
     # the training epochs' draws are other draws
     assert got != [g.tolist() for g in RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0),
                                                  seed=5).ids(np.arange(4), 0, np.arange(4))]
+
+
+def test_the_text_store_reads_rows_across_its_batches(store):
+    frame, texts = store
+    assert texts.table.column("text").num_chunks == 2
+    order = np.array([3, 0, 2, 1, 3])
+    assert texts.rows(order) == ([frame["text"][i] for i in order], [""] * 5)

@@ -316,6 +316,12 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
         for head in ("flat", "seq2seq"):
             pd.testing.assert_frame_equal(source.predict(TEXTS, lang=lang, head=head),
                                           run.predict(TEXTS, lang=lang, head=head), atol=1e-6)
+    # a run of OccCANINE's architecture as the start: OccCANINE's recipe again, not mixer's
+    again = run_program("train_mixer.py", "--train-data", hisco_rows, "--val-data", hisco_rows,
+                        "--initial-checkpoint", out, "--save-dir", tmp_path / "again", "--max-steps", 1,
+                        "--no-eval-noise", *HISCO_DATA)
+    assert "recipe: OccCANINE fine-tuning (the run starts from a run of OccCANINE's architecture" in again.stdout
+    assert "learning rate 2e-05, one rate for encoder and heads" in again.stdout
     # exported over an earlier export of another system: its key.json must not stay behind
     from mixer.export_occcanine import export
 

@@ -179,9 +179,11 @@ def test_tune_threshold_stores_the_best_threshold_that_predict_uses(small_csv, t
     proc = run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
                        "--save-path", out, "--max-steps", "12", "--share-val", "0.3",
                        "--tune-threshold", "--learning-rate", "3e-3", *TINY)
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("tuned flat threshold:"))
-    tuned = float(line.split()[3])
-    assert json.load(open(out / "config.json"))["threshold"] == tuned
+    assert "tuned flat thresholds" in proc.stdout
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("  default (all rows):"))
+    tuned = float(line.split()[3].rstrip(","))
+    config = json.load(open(out / "config.json"))
+    assert config["threshold"] == tuned and config["thresholds"] == {}  # 36 rows: no language of its own
     default, explicit = tmp_path / "a.csv", tmp_path / "b.csv"
     run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", default)
     run_program("predict.py", "--checkpoint", out, "--input", small_csv, "--output", explicit,
@@ -283,3 +285,39 @@ def test_predict_parquet_output_reads_back_with_pandas_whatever_the_input_types(
     assert list(frame["occ1"].astype(str)) == ["farmer", "fisher", "smith"]
     assert [None if v is None else list(v) for v in frame["ages"]] == [[30, 31], None, [40]]
     assert frame["code_1"].notna().all()
+
+
+def test_a_resumed_run_keeps_its_recipe_and_a_run_from_before_noise_stays_without(small_csv, tmp_path):
+    """Flags left out on resume keep the values the run used (not the recipe's defaults);
+    a run whose args.yaml predates training noise continues without noise."""
+    import yaml
+
+    out = tmp_path / "run"
+    common = ["--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", out, "--max-steps", "6",
+              "--language", "en", *TINY]
+    run_program("finetune.py", *common, "--augmentation-prob", "0.5", "--learning-rate", "1e-3",
+                "--stop-at-step", "2")
+    proc = run_program("finetune.py", *common, "--stop-at-step", "4")
+    assert "spelling noise on 0.5 of the training rows" in proc.stdout
+    assert "learning rate 0.001" in proc.stdout and "as the run being resumed used them" in proc.stdout
+    args = yaml.safe_load(open(out / "args.yaml"))
+    for name in ("augmentation_prob", "num_transformations", "unk_lang_prob", "eval_noise"):
+        del args["train"][name]  # as mixer 0.2 wrote it
+    (out / "args.yaml").write_text(yaml.safe_dump(args))
+    proc = run_program("finetune.py", *common)
+    assert "no spelling noise" in proc.stdout and "no noised validation copy" in proc.stdout
+    assert "language 'unk'" not in proc.stdout
+
+
+def test_the_noised_copy_scores_the_rows_the_clean_figures_score(small_csv, tmp_path):
+    """--full-val-at-end: the final evaluation scores every validation row as written and
+    noised; evaluation.csv's noised heads count the same rows."""
+    out = tmp_path / "run"
+    run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", out,
+                "--max-steps", "3", "--share-val", "0.3", "--val-max-rows", "10", "--full-val-at-end",
+                *TINY)
+    table = pd.read_csv(out / "evaluation.csv")
+    counts = table[table["digits"] == 1].set_index("head")["n"]
+    assert counts["flat"] == counts["flat noised"] == counts["seq2seq noised"] > 10
+    final = logs(out).iloc[-1]
+    assert final["val_rows"] == counts["flat"]
