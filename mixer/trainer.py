@@ -229,7 +229,9 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
     def should_evaluate(self) -> bool:
-        if self.cfg.eval_interval:
+        """Every --eval-interval steps, except at the last step: there the final
+        evaluation (finish) runs instead, the one that also writes evaluation.csv."""
+        if self.cfg.eval_interval and not self.finished():
             return self.progress.step % self.cfg.eval_interval == 0
         return False
 
