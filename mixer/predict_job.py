@@ -99,7 +99,7 @@ def predict_file(args) -> None:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
                                            args.batch_size)
                     results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_objects(pd.concat(results, axis=1), world)  # all ranks
+                pieces = mdist.gather_to_main(pd.concat(results, axis=1), world)  # all ranks
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
@@ -110,7 +110,7 @@ def predict_file(args) -> None:
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                             ["code_1", "prob_1"], axis=1))
             if args.embeddings:
-                vectors = mdist.gather_objects(model.embeddings(texts, langs, context, args.batch_size),
+                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, args.batch_size),
                                                world)  # all ranks
                 if world.is_main:
                     embedding_writer.write(np.concatenate(vectors))

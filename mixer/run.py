@@ -237,7 +237,7 @@ def model_extra(config: RunConfig, formatter, encoder_source: str, start) -> dic
 
 def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
                  encoder_source, model) -> None:
-    devices = mdist.gather_objects(world.device, world)  # all ranks
+    devices = mdist.gather_to_main(world.device, world)  # all ranks
     if not world.is_main:
         return
     parameters = sum(p.numel() for p in model.parameters())

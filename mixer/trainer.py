@@ -330,7 +330,7 @@ class Trainer:
     def write_evaluation(self) -> None:
         """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
         evaluation's rows, overall and by language (all ranks)."""
-        pieces = mdist.gather_objects(self.collected or [], self.world)  # all ranks
+        pieces = mdist.gather_to_main(self.collected or [], self.world)  # all ranks: rank 0 writes
         if not self.world.is_main:
             return
         from mixer import evaluation
@@ -371,7 +371,7 @@ class Trainer:
         if self._saved_step == self.progress.step:
             return  # this very state is on disk already
         self._saved_step = self.progress.step
-        rng = mdist.gather_objects(rng_state(), self.world)  # all ranks: each rank's RNG
+        rng = mdist.gather_to_main(rng_state(), self.world)  # all ranks: each rank's RNG, to rank 0
         if self.checkpointer is None:  # rank 0 alone writes
             return
         state = self.state_dict()

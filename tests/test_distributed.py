@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -70,13 +71,33 @@ def single(tmp_path_factory, small_csv):
     return out
 
 
+# Runs a program with every all-gather refused: what only rank 0 uses (evaluation rows,
+# prediction chunks and embeddings, RNG states, setup reports) is gathered to rank 0 alone.
+RANK0_GATHERS = """
+import runpy, sys
+import torch.distributed as dist
+
+def refused(*args, **kwargs):
+    raise AssertionError("all_gather_object: every rank would receive every rank's data")
+
+dist.all_gather_object = refused
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def rank0_gathers_cmd(nproc: int, script: str) -> list:
+    """torchrun of one of the programs, on one node, with all-gathers refused."""
+    return torchrun_cmd(nproc, "--standalone") + ["--no-python", sys.executable, "-c", RANK0_GATHERS,
+                                                  os.path.join(ROOT, script)]
+
+
 @pytest.fixture(scope="module")
 def two_procs(tmp_path_factory, small_csv):
     """torchrun, one node, 2 processes of batch 4."""
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    proc = run(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", out, "--batch-size", "4", *EXACT])
+    proc = run(rank0_gathers_cmd(2, "finetune.py") + [
+        "--distributed", "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT])
     return out, proc
 
 
@@ -84,6 +105,9 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     out, _ = two_procs
     assert max_difference(weights(single), weights(out)) < 1e-5
     assert_same_metrics(single, out)
+    tables = [pd.read_csv(os.path.join(d, "evaluation.csv")) for d in (single, out)]
+    assert tables[0]["n"].max() == 11  # every validation row, gathered to rank 0
+    pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
 
 
 def test_rank_zero_alone_prints_logs_and_writes(two_procs):
@@ -243,14 +267,39 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
                 "--batch-size", 16)
-    run(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "predict.py"), "--distributed", "--checkpoint", single,
-        "--input", small_csv, "--output", str(two), "--batch-size", "16", "--chunk-size", "50"])
+    run(rank0_gathers_cmd(2, "predict.py") + [
+        "--distributed", "--checkpoint", single, "--input", small_csv, "--output", str(two),
+        "--embeddings", str(tmp_path / "two.npy"), "--batch-size", "16", "--chunk-size", "50"])
     a = pd.read_csv(one, dtype=str, keep_default_na=False)
     b = pd.read_csv(two, dtype=str, keep_default_na=False)
     assert len(b) == 121
     pd.testing.assert_frame_equal(a.drop(columns=["prob_1", "prob_2"]), b.drop(columns=["prob_1", "prob_2"]))
     np.testing.assert_allclose(a["prob_1"].astype(float), b["prob_1"].astype(float), atol=1e-5)
+    import mixer
+
+    expected = mixer.load(single, device="cpu").embeddings(a["occ1"].tolist())
+    np.testing.assert_allclose(np.load(tmp_path / "two.npy"), expected, atol=1e-5)
+
+
+GATHER_TO_MAIN = """
+import json, os, sys
+from mixer import distributed
+from mixer.config import DistConfig
+
+world = distributed.setup(DistConfig(distributed=True))
+got = distributed.gather_to_main({"rank": world.rank, "rows": [world.rank] * 3}, world)
+with open(os.path.join(sys.argv[1], f"rank{world.rank}.json"), "w") as handle:
+    json.dump(got, handle)
+distributed.teardown(world)
+"""
+
+
+def test_gather_to_main_gives_rank_zero_every_value_and_the_others_nothing(tmp_path):
+    run(torchrun_cmd(2, "--standalone") + ["--no-python", sys.executable, "-c", GATHER_TO_MAIN,
+                                           str(tmp_path)])
+    with open(tmp_path / "rank0.json") as zero, open(tmp_path / "rank1.json") as one:
+        assert json.load(zero) == [{"rank": 0, "rows": [0, 0, 0]}, {"rank": 1, "rows": [1, 1, 1]}]
+        assert json.load(one) is None
 
 
 EXIT_AFTER_GROUP = """
