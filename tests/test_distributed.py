@@ -359,6 +359,11 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
     text = proc.stdout + proc.stderr
     assert "global batch changed from " in text and text.count("global batch changed") == 1
     state = torch.load(out / "last.pt", weights_only=True)
+    assert len(state["rng"]) == second[0]  # each rank's random state, saved by rank 0
+    if first[0] != second[0]:  # not rank 0's stream copied to every rank: their own draws
+        assert "each rank's stream (dropout) starts from (seed, rank, step)" in text
+        torch_states = [rank_state["torch"] for rank_state in state["rng"]]
+        assert all(not torch.equal(torch_states[0], other) for other in torch_states[1:])
     assert state["progress"]["step"] == expected_steps
     assert (state["progress"]["epoch"], state["progress"]["rows_in_epoch"]) == (2, 0)
     logs = pd.read_csv(out / "logs.csv")
