@@ -129,8 +129,11 @@ def _require_count(name: str, value) -> None:
 
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",
-         force_precision: bool = False) -> Model:
+         force_precision: bool = False, tf32: Optional[bool] = None) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
-    device: None for cuda:0 when there is a GPU, else the CPU."""
-    return Model(Predictor.load(source, device, precision, force_precision), source)
+    device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
+    matrix products in TF32, faster but approximate (about 1e-3 in probability);
+    None: on for this tool's models (they train with it), off for OccCANINE's
+    (exact predictions)."""
+    return Model(Predictor.load(source, device, precision, force_precision, tf32=tf32), source)

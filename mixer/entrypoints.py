@@ -159,6 +159,11 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--force-precision", dest="force_precision",
                         action=argparse.BooleanOptionalAction, default=False,
                         help="run --precision bf16/fp16 even where the device would emulate it")
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,
+                        help="on a GPU, fp32 matrix products in TF32: faster, but approximate "
+                             "(probabilities move by about 1e-3, enough to reorder close codes). "
+                             "Default: on for this tool's models (they train with it), off for "
+                             "OccCANINE's models, whose predictions are then exact")
     parser.add_argument("--summary-plot", dest="summary_plot", default=None, metavar="PNG",
                         help="also draw the most frequent predicted codes and a histogram of "
                              "the top code's probability")

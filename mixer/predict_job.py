@@ -66,7 +66,8 @@ def predict_file(args) -> None:
     writer = embedding_writer = None
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
-                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
+                                   tf32=args.tf32)
         model = Model(predictor, args.checkpoint)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
