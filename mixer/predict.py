@@ -76,7 +76,7 @@ class Predictor:
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
         log = log or (lambda m: print(m, file=sys.stderr))
         precision = resolve_precision(precision, device, force_precision, log)
-        model, tokenizer, config, key = load_for_prediction(source)
+        model, tokenizer, config, key = load_for_prediction(source, log=log)
         predictor = cls(model, tokenizer, config, key, device, precision, tf32)
         if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
             log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "

@@ -251,7 +251,9 @@ def test_a_hub_id_is_read_from_the_cache_offline(hisco_model, tmp_path):
     proc = run_program("predict.py", "--checkpoint", "Christianvedel/OccCANINE_OCC1950", "--input", data,
                        "--output", tmp_path / "x.csv", env=env, check=False)
     assert proc.returncode == 2 and "not in the Hugging Face cache" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    said, error = proc.stderr.strip().splitlines()  # the fetch is announced, then its one-line error
+    assert said == "fetching Hugging Face model Christianvedel/OccCANINE_OCC1950"
+    assert error.startswith("error: --checkpoint Christianvedel/OccCANINE_OCC1950: not in the")
 
 
 def test_a_general_system_checkpoint_with_its_key_beside_it(tmp_path):
