@@ -56,7 +56,9 @@ class Model:
         default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
         decoder). threshold: the flat/full threshold (default: the model's; by
         language for OccCANINE's models). context: the context columns the model was
-        trained with (a DataFrame or a dict of lists), when it has any."""
+        trained with (a DataFrame or a dict of lists), when it has any. When texts is a
+        Series, a lang Series and a context DataFrame are matched to it by index (a
+        different index is an error); lists and dicts of lists go by position."""
         head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
         if head not in HEADS:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
@@ -88,6 +90,9 @@ class Model:
         if not _is_list_like(texts):
             raise UserError(f"texts={texts!r}: pass a string, a list of strings or a pandas Series")
         index = texts.index if isinstance(texts, pd.Series) else None
+        if index is not None:  # a Series and a DataFrame beside it pair rows by index, as in pandas
+            lang = _aligned("lang", lang, index)
+            context = _aligned("context", context, index)
         texts = pd.Series(list(texts), dtype=object).where(lambda s: s.notna(), "").astype(str)
         index = index if index is not None else texts.index
         if lang is None:
@@ -117,6 +122,22 @@ class Model:
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
+
+
+def _aligned(name: str, value, index: pd.Index):
+    """A Series or DataFrame given beside a Series of texts, in the texts' row order
+    (matched by index label); anything else as it is (by position)."""
+    if not isinstance(value, (pd.Series, pd.DataFrame)) or value.index.equals(index):
+        return value
+    if (index.is_unique and value.index.is_unique and len(value.index) == len(index)
+            and value.index.isin(index).all()):
+        return value.reindex(index)
+    extra = [label for label in value.index[:50] if label not in index][:3]
+    missing = [label for label in index[:50] if label not in value.index][:3]
+    detail = "; ".join(part for part in (f"it has {extra}, which the texts lack" if extra else "",
+                                         f"it lacks {missing}" if missing else "") if part)
+    raise UserError(f"{name}'s index does not match the texts' index ({detail or 'repeated labels'}): "
+                    f"give {name} the texts' index, or pass plain lists to pair rows by position")
 
 
 def _is_list_like(value) -> bool:

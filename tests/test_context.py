@@ -62,3 +62,47 @@ def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
     proc = run_program("predict.py", "--checkpoint", tmp_path / "ctx", "--input", missing,
                        "--output", tmp_path / "x.csv", check=False)
     assert proc.returncode == 2 and "no column 'relation'" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def context_model(households, tmp_path_factory):
+    import mixer
+    from mixer.entrypoints import finetune_main
+
+    run = tmp_path_factory.mktemp("ctx-api") / "run"
+    assert finetune_main(["--dataset", households, "--save-path", str(run), "--context-cols", "relation",
+                          *LEARN[:10], "--max-steps", "1", "--batch-size", "8"]) == 0
+    return mixer.load(str(run), device="cpu")
+
+
+def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_model):
+    """A reordered lang Series and context DataFrame are matched to the texts by index
+    (pandas' rule): every row gets its own relation and language, whatever the order."""
+    model = context_model
+    texts = pd.Series(["servant", "servant", "farmer"], index=[10, 20, 30])
+    context = pd.DataFrame({"relation": ["wife", "son", "son"]}, index=[10, 20, 30])
+    langs = pd.Series(["en", "da", "nl"], index=[10, 20, 30])
+    seen = []
+    real = model._predictor.predict
+
+    def spy(texts_in, langs_in, *args):  # what reaches the model, row by row
+        seen.append(list(zip(texts_in, langs_in)))
+        return real(texts_in, langs_in, *args)
+
+    model._predictor.predict = spy
+    in_order = model.predict(texts, lang=langs, context=context)
+    shuffled = [30, 10, 20]
+    reordered = model.predict(texts, lang=langs.loc[shuffled], context=context.loc[shuffled])
+    by_position = model.predict(list(texts), lang=list(langs), context={"relation": list(context["relation"])})
+    assert seen[0] == seen[1] == seen[2]
+    assert [lang for _, lang in seen[0]] == ["en", "da", "nl"] and "wife" in seen[0][0][0]
+    pd.testing.assert_frame_equal(reordered, in_order)
+    pd.testing.assert_frame_equal(by_position.set_axis(texts.index), in_order)
+    np.testing.assert_array_equal(model.embeddings(texts, lang=langs, context=context.loc[shuffled]),
+                                  model.embeddings(texts, lang=langs, context=context))
+    from mixer.errors import UserError
+
+    for bad in (dict(context=context.set_axis([10, 20, 31])), dict(lang=langs.set_axis([1, 2, 3])),
+                dict(context=context.reset_index(drop=True))):
+        with pytest.raises(UserError, match="index does not match the texts' index"):
+            model.predict(texts, **{"context": context, **bad})
