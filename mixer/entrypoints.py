@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from typing import Optional, Sequence
 
 from mixer import cli
 from mixer.formatter import FORMATTERS
 
 
+def program_name(script: str) -> str:
+    """What usage lines call the program: the installed command's own name
+    (mixer-finetune, ...) when run as one, else the script's."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("mixer-") else script
+
+
 def finetune_parser() -> cli.Parser:
-    parser = cli.Parser(prog="finetune.py", description=(
+    parser = cli.Parser(prog=program_name("finetune.py"), description=(
         "Fine-tune a classifier on one dataset with any code system: builds the label key from "
         "the data, splits train/validation, trains and writes a run directory."),
         epilog="Launch: python finetune.py ... | torchrun --standalone --nproc_per_node=N "
@@ -36,7 +45,13 @@ def finetune_parser() -> cli.Parser:
     group.add_argument("--save-path", "--save-dir", dest="save_dir", required=True,
                        help="run directory (created; reused to resume)")
     group.add_argument("--prepare-only", dest="prepare_only", action=argparse.BooleanOptionalAction, default=False,
-                       help="validate and write data_train/data_val/key.csv, then stop")
+                       help="validate and write data_train/data_val/key.csv, tokenise them for "
+                            "--encoder into the run's token cache (so GPU jobs start training at "
+                            "once), then stop; each stage's time is printed")
+    group.add_argument("--token-cache", dest="token_cache", action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="with --prepare-only: --no-token-cache prepares the data without "
+                            "tokenising it (the encoder is not chosen yet; training tokenises)")
     cli.add_model_args(parser)
     cli.add_training_args(parser)
     cli.add_distributed_args(parser)
@@ -45,7 +60,7 @@ def finetune_parser() -> cli.Parser:
 
 
 def train_mixer_parser() -> cli.Parser:
-    parser = cli.Parser(prog="train_mixer.py", description=(
+    parser = cli.Parser(prog=program_name("train_mixer.py"), description=(
         "Train on lists of train/validation files with a built-in code system."),
         epilog="Launch: as finetune.py (python, torchrun, srun).")
     cli.add_common(parser)
@@ -79,11 +94,15 @@ def _train(config) -> int:
         from mixer.data import prepare_run_data
         from mixer.sources import describe_start
 
+        began = time.perf_counter()
         start = describe_start(config)
         prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
                          tokens=start.tokens)
         write_args(config, config.save_dir)
-        prepare_token_cache(config, start)
+        print(f"data prepared in {config.save_dir} in {time.perf_counter() - began:.1f} s "
+              "(--prepare-only)")
+        if config.data.token_cache:
+            prepare_token_cache(config, start)
         return 0
     from mixer.run import train
 
@@ -98,11 +117,13 @@ def prepare_token_cache(config, start) -> None:
     from mixer.sources import light_tokeniser
     from mixer.token_cache import token_cache
 
+    began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
     token_ids = light_tokeniser(start, config)
     for split, frame in (("train", prepared.train), ("val", prepared.val)):
         token_cache(config.save_dir, split, token_ids, len(frame), None)
-    print(f"data prepared and tokenised in {config.save_dir} (--prepare-only)")
+    print(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
+          "--no-token-cache skips it)")
 
 
 def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -118,7 +139,7 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def predict_parser() -> cli.Parser:
-    parser = cli.Parser(prog="predict.py", description=(
+    parser = cli.Parser(prog=program_name("predict.py"), description=(
         "Codes (or embeddings) for a CSV/Parquet file, from a run directory of this tool or an "
         "OccCANINE model."))
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
@@ -201,7 +222,7 @@ def digit_levels(text: str) -> list:
 
 
 def evaluate_parser() -> cli.Parser:
-    parser = cli.Parser(prog="evaluate.py", description=(
+    parser = cli.Parser(prog=program_name("evaluate.py"), description=(
         "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
         "(the OccCANINE paper's table), for the prediction columns of a file."),
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ def train(config: RunConfig) -> dict:
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
+    began = time.perf_counter()
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
                                               log=logger.info, base=start.base,
@@ -52,10 +54,14 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.is_main:
         write_args(config, run_dir)
     if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
-        token_ids = light_tokeniser(start, config)
-        for split, frame in (("train", prepared.train), ("val", prepared.val)):
-            token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
-        logger.info(f"data prepared and tokenised in {run_dir} (--prepare-only)")
+        logger.info(f"data prepared in {run_dir} in {time.perf_counter() - began:.1f} s (--prepare-only)")
+        if config.data.token_cache:
+            began = time.perf_counter()
+            token_ids = light_tokeniser(start, config)
+            for split, frame in (("train", prepared.train), ("val", prepared.val)):
+                token_cache(run_dir, split, token_ids, len(frame), world, log=logger.info)
+            logger.info(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
+                        "--no-token-cache skips it)")
         return {}
 
     seed_everything(config.train.seed)
