@@ -94,8 +94,8 @@ def _train(config) -> int:
         from mixer.data import prepare_run_data
         from mixer.sources import describe_start
 
-        began = time.perf_counter()
         start = describe_start(config)
+        began = time.perf_counter()
         prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
                          tokens=start.tokens)
         write_args(config, config.save_dir)

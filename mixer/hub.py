@@ -40,7 +40,7 @@ def check_local(source: str, what: str, kind: str = "file or directory") -> None
 
 def say(message: str) -> None:
     """A note on stderr from the first process only (torchrun starts one per GPU)."""
-    if os.environ.get("RANK", "0") == "0":
+    if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
         print(message, file=sys.stderr, flush=True)
 
 
