@@ -53,6 +53,14 @@ def set_dropout_in_config(config, dropout: float) -> None:
             setattr(config, name, dropout)
 
 
+def check_encoder_name(name: str) -> None:
+    """Before anything is prepared: an --encoder that names a local path must exist."""
+    if name not in CANINE_PRESETS and name not in PRETRAINED_PACKAGES and "/" in name:
+        from mixer import hub
+
+        hub.check_local(name, "--encoder", "model directory")
+
+
 def hub_or_local(name: str) -> None:
     """--encoder that is not a preset: a local directory, or a hub id (said before any
     download); a missing local path is an error, never a download (mixer.hub)."""

@@ -97,6 +97,9 @@ def describe_start(config: RunConfig) -> Start:
     model = config.model
     source = model.initial_checkpoint
     if not source:
+        from mixer.encoders import check_encoder_name
+
+        check_encoder_name(model.encoder)  # a mistyped path fails before any data is prepared
         return Start("encoder", "mixer", InputRecipe(max_len=config.data.max_len))
     from mixer.hub import check_local, is_hub_id
     from mixer.occcanine import is_hub_directory, is_occcanine_checkpoint
