@@ -93,7 +93,8 @@ def predict_file(args) -> None:
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
-            context = part[context_cols] if context_cols else None
+            # the rows' own order, as texts and langs (whose index this chunk's position resets)
+            context = part[context_cols].reset_index(drop=True) if context_cols else None
             if args.output:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:

@@ -106,3 +106,19 @@ def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_
                 dict(context=context.reset_index(drop=True))):
         with pytest.raises(UserError, match="index does not match the texts' index"):
             model.predict(texts, **{"context": context, **bad})
+
+
+def test_predict_py_pairs_each_row_with_its_own_context_in_every_chunk(context_model, tmp_path):
+    """Chunks after the first (and a rank's share under torchrun) have an index that
+    does not start at 0: each row still reads its own context columns."""
+    from mixer.entrypoints import predict_main
+
+    frame = pd.DataFrame({"occ1": ["servant", "farmer", "servant", "miner", "servant"],
+                          "relation": ["wife", "son", "son", "wife", None]})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    assert predict_main(["--checkpoint", context_model.source, "--input", str(tmp_path / "in.csv"),
+                         "--output", str(tmp_path / "out.csv"), "--chunk-size", "2"]) == 0
+    written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    expected = context_model.predict(list(frame["occ1"]), context={"relation": list(frame["relation"])})
+    assert written["code_1"].tolist() == expected["code_1"].fillna("").tolist()
+    np.testing.assert_allclose(pd.to_numeric(written["prob_1"]), expected["prob_1"], atol=1e-6)
