@@ -56,7 +56,9 @@ class Model:
         default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
         decoder). threshold: the flat/full threshold (default: the model's; by
         language for OccCANINE's models). context: the context columns the model was
-        trained with (a DataFrame or a dict of lists), when it has any."""
+        trained with (a DataFrame or a dict of lists), when it has any. When texts is a
+        Series, a lang Series and a context DataFrame are matched to it by index (a
+        different index is an error); lists and dicts of lists go by position."""
         head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
         if head not in HEADS:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
@@ -88,6 +90,9 @@ class Model:
         if not _is_list_like(texts):
             raise UserError(f"texts={texts!r}: pass a string, a list of strings or a pandas Series")
         index = texts.index if isinstance(texts, pd.Series) else None
+        if index is not None:  # a Series and a DataFrame beside it pair rows by index, as in pandas
+            lang = _aligned("lang", lang, index)
+            context = _aligned("context", context, index)
         texts = pd.Series(list(texts), dtype=object).where(lambda s: s.notna(), "").astype(str)
         index = index if index is not None else texts.index
         if lang is None:
@@ -119,6 +124,22 @@ class Model:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
 
 
+def _aligned(name: str, value, index: pd.Index):
+    """A Series or DataFrame given beside a Series of texts, in the texts' row order
+    (matched by index label); anything else as it is (by position)."""
+    if not isinstance(value, (pd.Series, pd.DataFrame)) or value.index.equals(index):
+        return value
+    if (index.is_unique and value.index.is_unique and len(value.index) == len(index)
+            and value.index.isin(index).all()):
+        return value.reindex(index)
+    extra = [label for label in value.index[:50] if label not in index][:3]
+    missing = [label for label in index[:50] if label not in value.index][:3]
+    detail = "; ".join(part for part in (f"it has {extra}, which the texts lack" if extra else "",
+                                         f"it lacks {missing}" if missing else "") if part)
+    raise UserError(f"{name}'s index does not match the texts' index ({detail or 'repeated labels'}): "
+                    f"give {name} the texts' index, or pass plain lists to pair rows by position")
+
+
 def _is_list_like(value) -> bool:
     return pd.api.types.is_list_like(value) and not isinstance(value, (dict, pd.DataFrame))
 
@@ -129,8 +150,11 @@ def _require_count(name: str, value) -> None:
 
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",
-         force_precision: bool = False) -> Model:
+         force_precision: bool = False, tf32: Optional[bool] = None) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
-    device: None for cuda:0 when there is a GPU, else the CPU."""
-    return Model(Predictor.load(source, device, precision, force_precision), source)
+    device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
+    matrix products in TF32, faster but approximate (about 1e-3 in probability);
+    None: on for this tool's models (they train with it), off for OccCANINE's
+    (exact predictions)."""
+    return Model(Predictor.load(source, device, precision, force_precision, tf32=tf32), source)

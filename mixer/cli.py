@@ -396,6 +396,9 @@ def validate_config(config: RunConfig) -> None:
     if data.language_col and data.language not in (None, "unk"):
         raise UserError("--language and --language-col were both given; pass one: a language "
                         "for every row, or the column that holds one per row")
+    if not data.token_cache and not data.prepare_only:
+        raise UserError("--no-token-cache goes with --prepare-only (prepare the data without "
+                        "tokenising it); training always tokenises, for its --encoder")
     if config.model.only_encoder and not config.model.initial_checkpoint:
         raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
     if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):

@@ -36,6 +36,7 @@ class DataConfig:
     code_descriptions: Optional[str] = None
     max_len: int = 64
     prepare_only: bool = False
+    token_cache: bool = True  # --prepare-only also tokenises for the encoder
 
 
 @dataclass
@@ -144,7 +145,7 @@ class RunConfig:
 # stop at a step) and launcher facts (--distributed, --local-rank). `--config
 # RUN/args.yaml` then repeats the run itself, under any launcher.
 NON_PERSISTED = {("dist", "local_rank"), ("dist", "distributed"), ("data", "prepare_only"),
-                 ("train", "stop_at_step")}
+                 ("data", "token_cache"), ("train", "stop_at_step")}
 
 
 def config_for_file(config: RunConfig) -> dict:

@@ -242,3 +242,14 @@ def gather_objects(value: Any, world: World) -> list:
     out = [None] * world.world_size
     dist.all_gather_object(out, value)
     return out
+
+
+def gather_to_main(value: Any, world: World) -> Optional[list]:
+    """[value of rank 0, value of rank 1, ...] on rank 0, None on the others (all
+    ranks): for results only rank 0 uses (prediction chunks, evaluation rows,
+    setup reports), so the other ranks neither receive nor hold every rank's data."""
+    if not world.is_distributed:
+        return [value]
+    out = [None] * world.world_size if world.is_main else None
+    dist.gather_object(value, out, dst=0)
+    return out

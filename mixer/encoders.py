@@ -55,6 +55,27 @@ def set_dropout_in_config(config, dropout: float) -> None:
             setattr(config, name, dropout)
 
 
+def check_encoder_name(name: str) -> None:
+    """Before anything is prepared: an --encoder that names a local path must exist."""
+    if name not in CANINE_PRESETS and name not in PRETRAINED_PACKAGES and "/" in name:
+        from mixer import hub
+
+        hub.check_local(name, "--encoder", "model directory")
+
+
+def hub_or_local(name: str) -> None:
+    """--encoder that is not a preset: a local directory, or a hub id (said before any
+    download); a missing local path is an error, never a download (mixer.hub)."""
+    from mixer import hub
+
+    if "/" not in name and not os.path.exists(name):  # an id without owner (bert-base-uncased)
+        hub.announce(name)
+        return
+    hub.check_local(name, "--encoder", "model directory")
+    if hub.is_hub_id(name):
+        hub.announce(name)
+
+
 def build_encoder(name: str, dropout: float) -> Encoder:
     """The encoder and tokenizer named by --encoder."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -69,6 +90,8 @@ def build_encoder(name: str, dropout: float) -> Encoder:
         return Encoder(CanineModel(config), CanineTokenizer(),
                        f"preset {name} (random weights)")
     path = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
+    if name not in PRETRAINED_PACKAGES:
+        hub_or_local(name)
     try:
         config = AutoConfig.from_pretrained(path)
         set_dropout_in_config(config, dropout)
@@ -134,6 +157,7 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
     else:  # a hub id: transformers knows how to fetch it
         from transformers import AutoConfig, AutoTokenizer
 
+        hub_or_local(name)
         try:
             config, tokenizer = AutoConfig.from_pretrained(name), AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError) as exc:

@@ -8,14 +8,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Optional, Sequence
 
 from mixer import cli
 from mixer.formatter import FORMATTERS
 
 
+def program_name(script: str) -> str:
+    """What usage lines call the program: the installed command's own name
+    (mixer-finetune, ...) when run as one, else the script's."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("mixer-") else script
+
+
 def finetune_parser() -> cli.Parser:
-    parser = cli.Parser(prog="finetune.py", description=(
+    parser = cli.Parser(prog=program_name("finetune.py"), description=(
         "Fine-tune a classifier on one dataset with any code system: builds the label key from "
         "the data, splits train/validation, trains and writes a run directory."),
         epilog="Launch: python finetune.py ... | torchrun --standalone --nproc_per_node=N "
@@ -37,7 +45,13 @@ def finetune_parser() -> cli.Parser:
     group.add_argument("--save-path", "--save-dir", dest="save_dir", required=True,
                        help="run directory (created; reused to resume)")
     group.add_argument("--prepare-only", dest="prepare_only", action=argparse.BooleanOptionalAction, default=False,
-                       help="validate and write data_train/data_val/key.csv, then stop")
+                       help="validate and write data_train/data_val/key.csv, tokenise them for "
+                            "--encoder into the run's token cache (so GPU jobs start training at "
+                            "once), then stop; each stage's time is printed")
+    group.add_argument("--token-cache", dest="token_cache", action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="with --prepare-only: --no-token-cache prepares the data without "
+                            "tokenising it (the encoder is not chosen yet; training tokenises)")
     cli.add_model_args(parser)
     cli.add_training_args(parser)
     cli.add_distributed_args(parser)
@@ -46,7 +60,7 @@ def finetune_parser() -> cli.Parser:
 
 
 def train_mixer_parser() -> cli.Parser:
-    parser = cli.Parser(prog="train_mixer.py", description=(
+    parser = cli.Parser(prog=program_name("train_mixer.py"), description=(
         "Train on lists of train/validation files with a built-in code system."),
         epilog="Launch: as finetune.py (python, torchrun, srun).")
     cli.add_common(parser)
@@ -85,10 +99,14 @@ def _train(config) -> int:
         note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
         if note:
             print(note, file=sys.stderr)
+        began = time.perf_counter()
         prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
                          tokens=start.tokens)
         write_args(config, config.save_dir)
-        prepare_token_cache(config, start)
+        print(f"data prepared in {config.save_dir} in {time.perf_counter() - began:.1f} s "
+              "(--prepare-only)")
+        if config.data.token_cache:
+            prepare_token_cache(config, start)
         return 0
     from mixer.run import train
 
@@ -103,9 +121,11 @@ def prepare_token_cache(config, start) -> None:
     from mixer.sources import light_tokeniser
     from mixer.training_inputs import split_caches
 
+    began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
     split_caches(config.save_dir, light_tokeniser(start, config), prepared)
-    print(f"data prepared and tokenised in {config.save_dir} (--prepare-only)")
+    print(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
+          "--no-token-cache skips it)")
 
 
 def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -121,7 +141,7 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def predict_parser() -> cli.Parser:
-    parser = cli.Parser(prog="predict.py", description=(
+    parser = cli.Parser(prog=program_name("predict.py"), description=(
         "Codes (or embeddings) for a CSV/Parquet file, from a run directory of this tool or an "
         "OccCANINE model."))
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
@@ -162,6 +182,11 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--force-precision", dest="force_precision",
                         action=argparse.BooleanOptionalAction, default=False,
                         help="run --precision bf16/fp16 even where the device would emulate it")
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,
+                        help="on a GPU, fp32 matrix products in TF32: faster, but approximate "
+                             "(probabilities move by about 1e-3, enough to reorder close codes). "
+                             "Default: on for this tool's models (they train with it), off for "
+                             "OccCANINE's models, whose predictions are then exact")
     parser.add_argument("--summary-plot", dest="summary_plot", default=None, metavar="PNG",
                         help="also draw the most frequent predicted codes and a histogram of "
                              "the top code's probability")
@@ -199,7 +224,7 @@ def digit_levels(text: str) -> list:
 
 
 def evaluate_parser() -> cli.Parser:
-    parser = cli.Parser(prog="evaluate.py", description=(
+    parser = cli.Parser(prog=program_name("evaluate.py"), description=(
         "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
         "(the OccCANINE paper's table), for the prediction columns of a file."),
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "

@@ -86,11 +86,6 @@ class OccSource:
 
 
 # ------------------------------------------------------------------ where it is
-def looks_like_hub_id(source: str) -> bool:
-    return (not os.path.exists(source) and re.fullmatch(r"[\w.-]+/[\w.-]+", source) is not None
-            and not source.startswith((".", "/")))
-
-
 def is_hub_directory(path: str) -> bool:
     config = os.path.join(path, "config.json")
     if not (os.path.isdir(path) and os.path.exists(config)):
@@ -100,21 +95,6 @@ def is_hub_directory(path: str) -> bool:
             return "model_domain" in json.load(handle)
     except (OSError, ValueError):
         return False
-
-
-def fetch_hub_id(repo_id: str, what: str) -> str:
-    """The local directory of a hub repository: from huggingface_hub's cache, or downloaded
-    (HF_HUB_OFFLINE=1: the cache only)."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UserError(f"{what} {repo_id}: fetching hub models needs huggingface_hub: pip install huggingface_hub")
-    try:
-        return snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors"])
-    except Exception as exc:  # noqa: BLE001 - huggingface_hub raises many kinds
-        raise UserError(f"{what} {repo_id}: not in the Hugging Face cache and not downloadable "
-                        f"({first_line(exc, 160)}); download it where there is network (huggingface-cli "
-                        f"download {repo_id}), or pass a local directory")
 
 
 def is_occcanine_checkpoint(path: str) -> bool:
@@ -128,11 +108,13 @@ def is_occcanine_checkpoint(path: str) -> bool:
 
 
 # ------------------------------------------------------------------ reading
-def read(source: str, what: str = "--checkpoint") -> OccSource:
-    """An OccCANINE model from a hub directory, a training checkpoint or a hub id."""
-    path = fetch_hub_id(source, what) if looks_like_hub_id(source) else source
-    if not os.path.exists(path):
-        raise UserError(f"{what} {source}: no such file or directory")
+def read(source: str, what: str = "--checkpoint", log=None) -> OccSource:
+    """An OccCANINE model from a hub directory, a training checkpoint or a hub id
+    (mixer.hub: only a name that cannot be a local path)."""
+    from mixer import hub
+
+    hub.check_local(source, what)
+    path = hub.fetch(source, what, log) if hub.is_hub_id(source) else source
     if os.path.isdir(path):
         if not is_hub_directory(path):
             raise UserError(f"{what} {source}: not OccCANINE's hub layout (config.json with "

@@ -7,8 +7,10 @@ Elsewhere PyTorch emulates them, which made the quickstart 24x slower in
 bf16 than in fp32 on an AVX2 CPU. So `resolve` runs fp32 there and says so in
 one line, unless the user insists (--force-precision).
 
-On CUDA, fp32 matrix products use TF32 (about fp32 accuracy, several times
-faster on Ampere and newer), and batches are padded to a multiple of 8 tokens:
+On CUDA, training's fp32 matrix products use TF32 (about fp32 accuracy, several
+times faster on Ampere and newer); prediction uses it for this tool's models
+(they train with it) but not for OccCANINE's, whose predictions are meant to be
+exact (`fp32_matmuls`; --tf32 / --no-tf32 choose). Batches are padded to a multiple of 8 tokens:
 fewer distinct shapes for the attention kernels, which build a plan per shape
 (bf16 prediction on an H100 ran 4x slower than fp32 without it).
 """
@@ -91,15 +93,17 @@ def round_up(length: int, multiple: int) -> int:
 
 
 @contextlib.contextmanager
-def fast_fp32_matmuls(device: str):
-    """TF32 matrix products on CUDA inside the block (restored after it)."""
-    if not device.startswith("cuda"):
-        yield
-        return
+def fp32_matmuls(tf32: bool):
+    """CUDA's fp32 matrix products and convolutions inside the block: TF32 (tf32=True;
+    several times faster on Ampere and newer, about 1e-3 relative error) or true fp32
+    (False); the caller's settings come back after it. Enter it around one batch's
+    computation, never across a `yield`: a generator suspended inside it would leave
+    its setting on whatever code runs meanwhile. (The flags are CUDA's own, so this
+    changes nothing on the CPU; they are set there too, the same on every device.)"""
     import torch
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(tf32)
     try:
         yield
     finally:

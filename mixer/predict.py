@@ -20,7 +20,9 @@ by length. Files in and out, chunked and under torchrun: mixer.predict_job.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -31,7 +33,7 @@ from mixer.encoders import fixed_input_length
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter
 from mixer.metrics import PredictionRules, Thresholds, decoded_blocks, flat_prediction
-from mixer.precision import fast_fp32_matmuls, pad_multiple, round_up
+from mixer.precision import fp32_matmuls, pad_multiple, round_up
 from mixer.precision import resolve as resolve_precision
 from mixer.tokens import InputRecipe, token_ids_for
 from mixer.transliterate import exactness_note
@@ -44,10 +46,12 @@ class Predictor:
     """Turns texts into codes with a model, its tokeniser, formatter and key."""
 
     def __init__(self, model, tokenizer, config: dict, key: pd.DataFrame,
-                 device: str = "cpu", precision: str = "fp32"):
+                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None):
         self.model = model.to(device).eval()
         self.config = config
         self.family = model.cfg.family
+        # TF32 on CUDA: this tool's models train with it; OccCANINE's predict exactly unless asked
+        self.tf32 = self.family != "occcanine" if tf32 is None else bool(tf32)
         self.rules = PredictionRules.for_family(self.family)
         self.formatter = CodeFormatter.from_dict(config["formatter"])
         self.recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
@@ -66,14 +70,18 @@ class Predictor:
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None) -> "Predictor":
+             log=None, tf32: Optional[bool] = None) -> "Predictor":
         from mixer.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+        log = log or (lambda m: print(m, file=sys.stderr))
         precision = resolve_precision(precision, device, force_precision, log)
-        model, tokenizer, config, key = load_for_prediction(source)
-        predictor = cls(model, tokenizer, config, key, device, precision)
+        model, tokenizer, config, key = load_for_prediction(source, log=log)
+        predictor = cls(model, tokenizer, config, key, device, precision, tf32)
+        if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
+            log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
+                "differ from OccCANINE's exact ones by about 1e-3")
         note = exactness_note(predictor.recipe)  # OccCANINE's inputs without unidecode
         if note:
             log(note)
@@ -120,6 +128,15 @@ class Predictor:
         return out[pair_ids]
 
     # ------------------------------------------------------------ batches
+    @contextlib.contextmanager
+    def _numerics(self):
+        """One batch's arithmetic: autocast (bf16/fp16) and TF32 or true fp32 matrix
+        products. Entered and left around each batch's computation, never across a
+        yield, so the caller's settings hold whenever this code is suspended."""
+        with fp32_matmuls(self.tf32), torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
+                                                     enabled=self.autocast_dtype is not None):
+            yield
+
     def _encoded(self, texts, langs, batch_size, states: bool = True):
         """(row indices, encoder states or None, pooled, attention mask, langs) per batch."""
         ids, lengths = self.token_ids.encode(texts, langs)
@@ -127,37 +144,36 @@ class Predictor:
         np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
         multiple = pad_multiple(self.device)
-        with fast_fp32_matmuls(self.device):
-            for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
-                longest = self.fixed_length or round_up(int(lengths[rows].max()), multiple)
-                input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
-                mask = np.zeros_like(input_ids)
-                for i, row in enumerate(rows):
-                    input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
-                    mask[i, : lengths[row]] = 1
-                input_ids = torch.from_numpy(input_ids).to(self.device)
-                mask = torch.from_numpy(mask).to(self.device)
-                with torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
-                                    enabled=self.autocast_dtype is not None):
-                    if states:
-                        hidden, pooled = self.model.encode(input_ids, mask)
-                    else:
-                        hidden, pooled = None, self.model.pooled(input_ids, mask)
-                    yield rows, hidden, pooled, mask, langs[rows]
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            longest = self.fixed_length or round_up(int(lengths[rows].max()), multiple)
+            input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
+            mask = np.zeros_like(input_ids)
+            for i, row in enumerate(rows):
+                input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
+                mask[i, : lengths[row]] = 1
+            input_ids = torch.from_numpy(input_ids).to(self.device)
+            mask = torch.from_numpy(mask).to(self.device)
+            with self._numerics():
+                if states:
+                    hidden, pooled = self.model.encode(input_ids, mask)
+                else:
+                    hidden, pooled = None, self.model.pooled(input_ids, mask)
+            yield rows, hidden, pooled, mask, langs[rows]
 
     def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
         codes = np.full((len(texts), top_k), "", dtype=object)
         probs = np.full((len(texts), top_k), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
         for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat"):
-            if head == "seq2seq":
-                batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
-            else:
-                scores = (self.model.flat_head(pooled).float().sigmoid() if head == "flat"
-                          else self.model.first_block_probs(states, mask, self.key_blocks))
-                limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
-                batch_codes, batch_probs = self._thresholded(scores, limits.unsqueeze(1), top_k)
+            with self._numerics():  # the heads' arithmetic, as the encoder's
+                if head == "seq2seq":
+                    batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
+                else:
+                    scores = (self.model.flat_head(pooled).float().sigmoid() if head == "flat"
+                              else self.model.first_block_probs(states, mask, self.key_blocks))
+                    limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
+                    batch_codes, batch_probs = self._thresholded(scores, limits.unsqueeze(1), top_k)
             codes[rows], probs[rows] = batch_codes, batch_probs
         return codes, probs
 

@@ -66,7 +66,8 @@ def predict_file(args) -> None:
     writer = embedding_writer = None
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
-                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
+                                   tf32=args.tf32)
         model = Model(predictor, args.checkpoint)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
@@ -92,14 +93,15 @@ def predict_file(args) -> None:
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
-            context = part[context_cols] if context_cols else None
+            # the rows' own order, as texts and langs (whose index this chunk's position resets)
+            context = part[context_cols].reset_index(drop=True) if context_cols else None
             if args.output:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
                                            args.batch_size)
                     results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_objects(pd.concat(results, axis=1), world)  # all ranks
+                pieces = mdist.gather_to_main(pd.concat(results, axis=1), world)  # all ranks
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
@@ -110,7 +112,7 @@ def predict_file(args) -> None:
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                             ["code_1", "prob_1"], axis=1))
             if args.embeddings:
-                vectors = mdist.gather_objects(model.embeddings(texts, langs, context, args.batch_size),
+                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, args.batch_size),
                                                world)  # all ranks
                 if world.is_main:
                     embedding_writer.write(np.concatenate(vectors))

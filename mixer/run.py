@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
+    began = time.perf_counter()
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
                                               log=logger.info, base=start.base,
@@ -62,8 +64,12 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.is_main:
         write_args(config, run_dir)
     if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
-        split_caches(run_dir, light_tokeniser(start, config), prepared, world, log=logger.info)
-        logger.info(f"data prepared and tokenised in {run_dir} (--prepare-only)")
+        logger.info(f"data prepared in {run_dir} in {time.perf_counter() - began:.1f} s (--prepare-only)")
+        if config.data.token_cache:
+            began = time.perf_counter()
+            split_caches(run_dir, light_tokeniser(start, config), prepared, world, log=logger.info)
+            logger.info(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
+                        "--no-token-cache skips it)")
         return {}
 
     seed_everything(config.train.seed)
@@ -311,7 +317,7 @@ def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:
 
 def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
                  encoder_source, model, more=()) -> None:
-    devices = mdist.gather_objects(world.device, world)  # all ranks
+    devices = mdist.gather_to_main(world.device, world)  # all ranks
     if not world.is_main:
         return
     parameters = sum(p.numel() for p in model.parameters())

@@ -97,10 +97,15 @@ def describe_start(config: RunConfig) -> Start:
     model = config.model
     source = model.initial_checkpoint
     if not source:
-        return Start("encoder", "mixer", InputRecipe(max_len=config.data.max_len))
-    from mixer.occcanine import is_hub_directory, is_occcanine_checkpoint, looks_like_hub_id
+        from mixer.encoders import check_encoder_name
 
-    if looks_like_hub_id(source) or is_hub_directory(source) or (
+        check_encoder_name(model.encoder)  # a mistyped path fails before any data is prepared
+        return Start("encoder", "mixer", InputRecipe(max_len=config.data.max_len))
+    from mixer.hub import check_local, is_hub_id
+    from mixer.occcanine import is_hub_directory, is_occcanine_checkpoint
+
+    check_local(source, "--initial-checkpoint", "file or run directory")
+    if is_hub_id(source) or is_hub_directory(source) or (
             os.path.isfile(source) and not source.endswith(".safetensors")
             and not is_run_directory(run_dir_of(source)) and is_occcanine_checkpoint(source)):
         return _occcanine_start(config, source)
@@ -283,20 +288,20 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
 
 
 # ------------------------------------------------------------------ a model to predict with
-def load_for_prediction(source: str, what: str = "--checkpoint") -> tuple:
+def load_for_prediction(source: str, what: str = "--checkpoint", log=None) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
-    of an OccCANINE model (hub directory, training checkpoint, hub id)."""
+    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.hub)."""
     if is_run_directory(source):
         return _load_run(source, what)
     from mixer import occcanine
+    from mixer.hub import check_local
 
-    if not (occcanine.looks_like_hub_id(source) or os.path.exists(source)):
-        raise UserError(f"{what} {source}: no such run directory, OccCANINE model or hub id")
+    check_local(source, what, "run directory or model file")
     if os.path.isdir(source) and not occcanine.is_hub_directory(source):
         raise UserError(f"{what} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
                         "training finished? model.safetensors is written at the end) nor an "
                         "OccCANINE hub directory")
-    return _load_occcanine(source, what)
+    return _load_occcanine(source, what, log)
 
 
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
@@ -320,7 +325,7 @@ def _load_run(run_dir: str, what: str) -> tuple:
     return model, encoder.tokenizer, config, read_key(run_dir)
 
 
-def _load_occcanine(source: str, what: str) -> tuple:
+def _load_occcanine(source: str, what: str, log=None) -> tuple:
     import pandas as pd
     from transformers import CanineModel, CanineTokenizer
 
@@ -328,7 +333,7 @@ def _load_occcanine(source: str, what: str) -> tuple:
     from mixer.formatter import hisco_key
     from mixer.model import MixerModel
 
-    occ = occcanine.read(source, what)
+    occ = occcanine.read(source, what, log)
     if not occ.has_heads:
         raise UserError(f"{what} {source} holds an encoder only: nothing to predict with")
     formatter = occcanine.formatter_of(occ)

@@ -233,7 +233,9 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
     def should_evaluate(self) -> bool:
-        if self.cfg.eval_interval:
+        """Every --eval-interval steps, except at the last step: there the final
+        evaluation (finish) runs instead, the one that also writes evaluation.csv."""
+        if self.cfg.eval_interval and not self.finished():
             return self.progress.step % self.cfg.eval_interval == 0
         return False
 
@@ -357,8 +359,8 @@ class Trainer:
     def write_evaluation(self) -> None:
         """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
         evaluation's rows, overall and by language, and with --eval-noise the same rows
-        noised (heads "flat noised", "seq2seq noised") (all ranks)."""
-        pieces = mdist.gather_objects((self.collected or [], getattr(self, "collected_noised", None) or []),
+        noised (heads "flat noised", "seq2seq noised") (all ranks; rank 0 writes)."""
+        pieces = mdist.gather_to_main((self.collected or [], getattr(self, "collected_noised", None) or []),
                                       self.world)  # all ranks
         if not self.world.is_main:
             return
@@ -404,7 +406,7 @@ class Trainer:
         if self._saved_step == self.progress.step:
             return  # this very state is on disk already
         self._saved_step = self.progress.step
-        rng = mdist.gather_objects(rng_state(), self.world)  # all ranks: each rank's RNG
+        rng = mdist.gather_to_main(rng_state(), self.world)  # all ranks: each rank's RNG, to rank 0
         if self.checkpointer is None:  # rank 0 alone writes
             return
         state = self.state_dict()
@@ -448,8 +450,11 @@ class Trainer:
         self.resume_schedule()
         self.restore_flag_learning_rates(peaks)
         states = state["rng"]
-        # each rank continues its own random stream when the world size is unchanged
-        set_rng_state(states[self.world.rank] if len(states) == self.world.world_size else states[0])
+        self.reseeded = len(states) != self.world.world_size
+        if self.reseeded:  # another layout: rank r's saved stream is not this rank r's
+            seed_streams(self.cfg.seed, self.world.rank, self.progress.step)
+        else:  # the same layout: each rank continues its own stream exactly
+            set_rng_state(states[self.world.rank])
 
     def restore_flag_learning_rates(self, peaks: list) -> None:
         """The peak learning rates are this run's (--learning-rate, --head-lr-scale, and
@@ -486,6 +491,9 @@ class Trainer:
                      f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
                      f"and ends after {schedule.total_steps - p.step} more step(s), at epoch "
                      f"{end_epoch}" + (f" row {end_row}" if end_row else ""))
+        if getattr(self, "reseeded", False):
+            line += (f"; {self.world.world_size} process(es) where {saved.world_size} saved their "
+                     f"random state: each rank's stream (dropout) starts from (seed, rank, step)")
         peak = self.parts.scheduler.base_lrs[0]
         if not math.isclose(peak, self.saved_peak_lr, rel_tol=1e-12):
             line += (f"; peak learning rate now {peak:g} (was {self.saved_peak_lr:g}), from this "
@@ -580,3 +588,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2 ** 32))
     torch.manual_seed(seed)
+
+
+def seed_streams(seed: int, rank: int, step: int) -> None:
+    """Seed this rank's torch (CPU and GPU), numpy and Python random streams from
+    (seed, rank, step): after a resume in another layout every rank draws its own
+    dropout masks, and the same resume draws the same ones again."""
+    import random
+
+    words = np.random.SeedSequence([seed, rank, step]).generate_state(2, dtype=np.uint64)
+    random.seed(int(words[0]))
+    np.random.seed(int(words[0]) % (2 ** 32))
+    torch.manual_seed(int(words[1]) % (2 ** 63))  # torch.manual_seed seeds every GPU too

@@ -161,7 +161,7 @@ def test_predict_with_a_run_directory_lacking_files(capsys, tmp_path):
     fails(capsys, "predict", ["--checkpoint", empty_run, "--input", data, "--output",
                               tmp_path / "out.csv"], "lacks model.safetensors")
     fails(capsys, "predict", ["--checkpoint", tmp_path / "nothing", "--input", data, "--output",
-                              tmp_path / "out.csv"], "no such run directory")
+                              tmp_path / "out.csv"], "no such run directory or model file")
 
 
 def test_predict_output_in_a_missing_directory_and_missing_column(capsys, tmp_path, small_csv):
@@ -175,3 +175,47 @@ def test_predict_output_in_a_missing_directory_and_missing_column(capsys, tmp_pa
                               tmp_path / "out.csv", "--input-col", "job"], "no column 'job'")
     assert not os.path.exists(tmp_path / "out.csv")
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
+
+
+@pytest.mark.parametrize("source", ["runs/quickstrat", "./x", "../x", "~/x", "/abs/x", "x"])
+def test_a_missing_local_path_is_named_and_never_fetched(capsys, tmp_path, monkeypatch, source):
+    """A source is a hub id only when it cannot be a path: with runs/ on disk,
+    runs/quickstrat is a mistyped run directory, not a repository to download."""
+    import huggingface_hub
+
+    def no_download(*args, **kwargs):
+        raise AssertionError(f"{source} went to the hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    data = write(tmp_path / "good.csv", GOOD)
+    line = fails(capsys, "predict", ["--checkpoint", source, "--input", data, "--output",
+                                     tmp_path / "out.csv"], f"--checkpoint {source}: no such")
+    if source == "runs/quickstrat":
+        assert "runs/ exists, so this is a local path, not a Hugging Face model id" in line
+    fails(capsys, "finetune", ft(data, "run", "--initial-checkpoint", source),
+          f"--initial-checkpoint {source}: no such", watch=str(tmp_path / "runs"))
+    if "/" in source:
+        fails(capsys, "finetune", ft(data, "run2", "--encoder", source),
+              f"--encoder {source}: no such model directory")
+    for written in ("run", "run2", "out.csv"):  # refused before any data was prepared
+        assert not os.path.exists(tmp_path / written)
+
+
+def test_an_owner_name_source_is_a_hub_id_said_before_the_fetch(capsys, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    said_before = []
+
+    def offline(repo_id, **kwargs):  # what was printed before the download began
+        said_before.append((repo_id, capsys.readouterr().err))
+        raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()  # another directory does not make owner/name a path
+    data = write(tmp_path / "good.csv", GOOD)
+    fails(capsys, "predict", ["--checkpoint", "someone/occ-model", "--input", data, "--output",
+                              tmp_path / "out.csv"], "someone/occ-model: not in the Hugging Face cache")
+    assert said_before == [("someone/occ-model", "fetching Hugging Face model someone/occ-model\n")]

@@ -100,3 +100,65 @@ def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
         assert text.startswith("en" + chr(0xE001)) and text.endswith(frame["text"][row][frame["desc_chars"][row]:])
         description = text[3:-len(frame["text"][row][frame["desc_chars"][row]:])]
         assert description == description.strip()  # as model_text builds it: no '  [SEP]'
+
+
+
+
+@pytest.fixture(scope="module")
+def context_model(households, tmp_path_factory):
+    import mixer
+    from mixer.entrypoints import finetune_main
+
+    run = tmp_path_factory.mktemp("ctx-api") / "run"
+    assert finetune_main(["--dataset", households, "--save-path", str(run), "--context-cols", "relation",
+                          *LEARN[:10], "--max-steps", "1", "--batch-size", "8"]) == 0
+    return mixer.load(str(run), device="cpu")
+
+
+def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_model):
+    """A reordered lang Series and context DataFrame are matched to the texts by index
+    (pandas' rule): every row gets its own relation and language, whatever the order."""
+    model = context_model
+    texts = pd.Series(["servant", "servant", "farmer"], index=[10, 20, 30])
+    context = pd.DataFrame({"relation": ["wife", "son", "son"]}, index=[10, 20, 30])
+    langs = pd.Series(["en", "da", "nl"], index=[10, 20, 30])
+    seen = []
+    real = model._predictor.predict
+
+    def spy(texts_in, langs_in, *args):  # what reaches the model, row by row
+        seen.append(list(zip(texts_in, langs_in)))
+        return real(texts_in, langs_in, *args)
+
+    model._predictor.predict = spy
+    in_order = model.predict(texts, lang=langs, context=context)
+    shuffled = [30, 10, 20]
+    reordered = model.predict(texts, lang=langs.loc[shuffled], context=context.loc[shuffled])
+    by_position = model.predict(list(texts), lang=list(langs), context={"relation": list(context["relation"])})
+    assert seen[0] == seen[1] == seen[2]
+    assert [lang for _, lang in seen[0]] == ["en", "da", "nl"] and "wife" in seen[0][0][0]
+    pd.testing.assert_frame_equal(reordered, in_order)
+    pd.testing.assert_frame_equal(by_position.set_axis(texts.index), in_order)
+    np.testing.assert_array_equal(model.embeddings(texts, lang=langs, context=context.loc[shuffled]),
+                                  model.embeddings(texts, lang=langs, context=context))
+    from mixer.errors import UserError
+
+    for bad in (dict(context=context.set_axis([10, 20, 31])), dict(lang=langs.set_axis([1, 2, 3])),
+                dict(context=context.reset_index(drop=True))):
+        with pytest.raises(UserError, match="index does not match the texts' index"):
+            model.predict(texts, **{"context": context, **bad})
+
+
+def test_predict_py_pairs_each_row_with_its_own_context_in_every_chunk(context_model, tmp_path):
+    """Chunks after the first (and a rank's share under torchrun) have an index that
+    does not start at 0: each row still reads its own context columns."""
+    from mixer.entrypoints import predict_main
+
+    frame = pd.DataFrame({"occ1": ["servant", "farmer", "servant", "miner", "servant"],
+                          "relation": ["wife", "son", "son", "wife", None]})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    assert predict_main(["--checkpoint", context_model.source, "--input", str(tmp_path / "in.csv"),
+                         "--output", str(tmp_path / "out.csv"), "--chunk-size", "2"]) == 0
+    written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    expected = context_model.predict(list(frame["occ1"]), context={"relation": list(frame["relation"])})
+    assert written["code_1"].tolist() == expected["code_1"].fillna("").tolist()
+    np.testing.assert_allclose(pd.to_numeric(written["prob_1"]), expected["prob_1"], atol=1e-6)

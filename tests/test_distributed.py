@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -75,15 +76,33 @@ def single(tmp_path_factory, small_csv):
     return out
 
 
+# Runs a program with every all-gather refused: what only rank 0 uses (evaluation rows,
+# prediction chunks and embeddings, RNG states, setup reports) is gathered to rank 0 alone.
+RANK0_GATHERS = """
+import runpy, sys
+import torch.distributed as dist
+
+def refused(*args, **kwargs):
+    raise AssertionError("all_gather_object: every rank would receive every rank's data")
+
+dist.all_gather_object = refused
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def rank0_gathers_cmd(nproc: int, script: str) -> list:
+    """torchrun of one of the programs, on one node, with all-gathers refused."""
+    return torchrun_cmd(nproc, "--standalone") + ["--no-python", sys.executable, "-c", RANK0_GATHERS,
+                                                  os.path.join(ROOT, script)]
+
+
 @pytest.fixture(scope="module")
 def two_procs(tmp_path_factory, small_csv):
-    """One node, 2 processes of batch 4, launched as README shows: scripts/train_multi_gpu.sh,
-    which runs `torchrun --standalone` (no port picked beforehand) and adds --distributed."""
+    """torchrun, one node, 2 processes of batch 4, with all-gathers refused (rank 0 gathers)."""
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    env = env_for_subprocess()
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]  # this Python's torchrun
-    proc = run(["bash", os.path.join(ROOT, "scripts", "train_multi_gpu.sh"), "2", "finetune.py",
-                "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT], env=env)
+    proc = run(rank0_gathers_cmd(2, "finetune.py") + [
+        "--distributed", "--dataset", small_csv, "--save-path", out, "--batch-size", "4", *EXACT])
     return out, proc
 
 
@@ -91,6 +110,9 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     out, _ = two_procs
     assert max_difference(weights(single), weights(out)) < 1e-5
     assert_same_metrics(single, out)
+    tables = [pd.read_csv(os.path.join(d, "evaluation.csv")) for d in (single, out)]
+    assert tables[0]["n"].max() == 11  # every validation row, gathered to rank 0
+    pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
 
 
 def test_noise_is_on_and_changes_what_is_learned(single, small_csv, tmp_path):
@@ -189,9 +211,11 @@ def test_distributed_without_a_launcher_says_how_to_launch(small_csv, tmp_path):
 def test_resume_with_a_different_number_of_processes(single, small_csv, tmp_path):
     """2 processes stop at step 3; 1 process with the same global batch finishes."""
     out = str(tmp_path / "run")
-    run(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", out, "--batch-size", "4", "--stop-at-step", "3", *EXACT])
+    env = env_for_subprocess()  # launched as README shows: the script runs torchrun --standalone
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]  # this Python's torchrun
+    run(["bash", os.path.join(ROOT, "scripts", "train_multi_gpu.sh"), "2", "finetune.py",
+         "--dataset", small_csv, "--save-path", out, "--batch-size", "4", "--stop-at-step", "3",
+         *EXACT], env=env)
     state = torch.load(os.path.join(out, "last.pt"), weights_only=True)
     assert state["progress"]["step"] == 3 and state["progress"]["rows_in_epoch"] == 24
     proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", out,
@@ -261,14 +285,39 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
                 "--batch-size", 16)
-    run(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "predict.py"), "--distributed", "--checkpoint", single,
-        "--input", small_csv, "--output", str(two), "--batch-size", "16", "--chunk-size", "50"])
+    run(rank0_gathers_cmd(2, "predict.py") + [
+        "--distributed", "--checkpoint", single, "--input", small_csv, "--output", str(two),
+        "--embeddings", str(tmp_path / "two.npy"), "--batch-size", "16", "--chunk-size", "50"])
     a = pd.read_csv(one, dtype=str, keep_default_na=False)
     b = pd.read_csv(two, dtype=str, keep_default_na=False)
     assert len(b) == 121
     pd.testing.assert_frame_equal(a.drop(columns=["prob_1", "prob_2"]), b.drop(columns=["prob_1", "prob_2"]))
     np.testing.assert_allclose(a["prob_1"].astype(float), b["prob_1"].astype(float), atol=1e-5)
+    import mixer
+
+    expected = mixer.load(single, device="cpu").embeddings(a["occ1"].tolist())
+    np.testing.assert_allclose(np.load(tmp_path / "two.npy"), expected, atol=1e-5)
+
+
+GATHER_TO_MAIN = """
+import json, os, sys
+from mixer import distributed
+from mixer.config import DistConfig
+
+world = distributed.setup(DistConfig(distributed=True))
+got = distributed.gather_to_main({"rank": world.rank, "rows": [world.rank] * 3}, world)
+with open(os.path.join(sys.argv[1], f"rank{world.rank}.json"), "w") as handle:
+    json.dump(got, handle)
+distributed.teardown(world)
+"""
+
+
+def test_gather_to_main_gives_rank_zero_every_value_and_the_others_nothing(tmp_path):
+    run(torchrun_cmd(2, "--standalone") + ["--no-python", sys.executable, "-c", GATHER_TO_MAIN,
+                                           str(tmp_path)])
+    with open(tmp_path / "rank0.json") as zero, open(tmp_path / "rank1.json") as one:
+        assert json.load(zero) == [{"rank": 0, "rows": [0, 0, 0]}, {"rank": 1, "rows": [1, 1, 1]}]
+        assert json.load(one) is None
 
 
 EXIT_AFTER_GROUP = """
@@ -328,6 +377,11 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
     text = proc.stdout + proc.stderr
     assert "global batch changed from " in text and text.count("global batch changed") == 1
     state = torch.load(out / "last.pt", weights_only=True)
+    assert len(state["rng"]) == second[0]  # each rank's random state, saved by rank 0
+    if first[0] != second[0]:  # not rank 0's stream copied to every rank: their own draws
+        assert "each rank's stream (dropout) starts from (seed, rank, step)" in text
+        torch_states = [rank_state["torch"] for rank_state in state["rng"]]
+        assert all(not torch.equal(torch_states[0], other) for other in torch_states[1:])
     assert state["progress"]["step"] == expected_steps
     assert (state["progress"]["epoch"], state["progress"]["rows_in_epoch"]) == (2, 0)
     logs = pd.read_csv(out / "logs.csv")

@@ -189,3 +189,21 @@ def test_training_writes_the_table_predict_and_evaluate_give(small_csv, tmp_path
     written = written[written["head"].isin(["flat", "seq2seq"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(written, table, check_exact=False, atol=1e-9)
     assert os.path.exists(run / "model.safetensors")
+
+
+@pytest.mark.parametrize("schedule,steps", [
+    (["--max-steps", "4", "--eval-interval", "2"], [2, 4]),  # the interval lands on the last step
+    (["--num-epochs", "2"], [2, 4]),  # each epoch ends with an evaluation, the last at the last step
+])
+def test_the_last_evaluation_writes_the_table_when_an_interval_lands_on_the_last_step(
+        small_csv, tmp_path, schedule, steps):
+    from mixer.entrypoints import finetune_main
+
+    run = tmp_path / "run"
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
+                          "--save-path", str(run), "--share-val", "0.09", "--batch-size", "64",
+                          *schedule, *TINY]) == 0
+    logs = pd.read_csv(run / "logs.csv")
+    assert logs["step"].tolist() == steps  # the last step is evaluated once
+    table = pd.read_csv(run / "evaluation.csv", keep_default_na=False)
+    assert table["n"].max() == logs["val_rows"].iloc[-1] == 11

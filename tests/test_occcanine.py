@@ -183,6 +183,36 @@ def test_predictions_equal_the_documented_model(hisco_model, layout):
     np.testing.assert_allclose(model.embeddings(TEXTS, lang="da"), pooled, atol=1e-5)
 
 
+def test_occcanine_predictions_are_true_fp32_unless_tf32_is_asked_for(hisco_model):
+    """The TF32 switch seen by the encoder and the heads while a batch computes: off for
+    OccCANINE's models (exact) even where the caller turned TF32 on, on with tf32=True;
+    the caller's setting is back after a call and while a batch generator is suspended."""
+    import mixer
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (matmul.allow_tf32, cudnn.allow_tf32)
+    try:
+        for callers, tf32, inside in [(True, None, False), (False, True, True), (True, False, False)]:
+            matmul.allow_tf32 = cudnn.allow_tf32 = callers
+            model = mixer.load(hisco_model["hub"], device="cpu", tf32=tf32)
+            net = model._predictor.model
+            seen = []
+            for part in (net.encoder, net.flat_head, net.decoder):
+                part.register_forward_hook(lambda *_: seen.append((matmul.allow_tf32, cudnn.allow_tf32)))
+            model.predict(TEXTS[:3], lang="en")
+            model.predict(TEXTS[:3], lang="en", head="seq2seq")
+            model.embeddings(TEXTS[:3], lang="en")
+            assert seen and set(seen) == {(inside, inside)}, (callers, tf32)
+            assert (matmul.allow_tf32, cudnn.allow_tf32) == (callers, callers)
+            batches = model._predictor._encoded(np.asarray(TEXTS, dtype=object),
+                                                np.asarray(["en"] * len(TEXTS), dtype=object), 4)
+            next(batches)  # suspended after its first batch
+            assert (matmul.allow_tf32, cudnn.allow_tf32) == (callers, callers)
+            batches.close()
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = before
+
+
 def test_predict_py_reads_every_layout_with_per_language_thresholds(hisco_model, tmp_path):
     data = tmp_path / "in.csv"
     pd.DataFrame({"occ1": TEXTS, "lang": ["en", "da"] * 6}).to_csv(data, index=False)
@@ -223,7 +253,9 @@ def test_a_hub_id_is_read_from_the_cache_offline(hisco_model, tmp_path):
     proc = run_program("predict.py", "--checkpoint", "Christianvedel/OccCANINE_OCC1950", "--input", data,
                        "--output", tmp_path / "x.csv", env=env, check=False)
     assert proc.returncode == 2 and "not in the Hugging Face cache" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    said, error = proc.stderr.strip().splitlines()  # the fetch is announced, then its one-line error
+    assert said == "fetching Hugging Face model Christianvedel/OccCANINE_OCC1950"
+    assert error.startswith("error: --checkpoint Christianvedel/OccCANINE_OCC1950: not in the")
 
 
 def test_a_general_system_checkpoint_with_its_key_beside_it(tmp_path):

@@ -93,3 +93,56 @@ def test_a_token_cache_of_other_prepared_data_is_rebuilt(tmp_path, small_csv):
     # the same data again: the cache is reused, nothing rebuilt
     third = prepare(str(upper))
     assert "tokenising" not in third.stdout and "rebuilding" not in third.stdout
+
+
+def test_prepare_only_times_its_two_stages_and_can_leave_tokenising_out(tmp_path, small_csv, capsys,
+                                                                         monkeypatch):
+    import re
+
+    from mixer.cli import run_main
+    from mixer.entrypoints import finetune_main, finetune_parser
+
+    monkeypatch.chdir(tmp_path)
+    help_text = " ".join(finetune_parser().format_help().split())
+    assert "tokenise them for --encoder" in help_text and "--no-token-cache prepares" in help_text
+    common = ["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--prepare-only"]
+    # no encoder chosen yet: a name that would be fetched from the hub if it were touched
+    assert finetune_main([*common, "--save-path", "plain", "--no-token-cache",
+                          "--encoder", "not-chosen/yet"]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"^data prepared in plain in \d+\.\d s \(--prepare-only\)$", out, re.M), out
+    assert "token cache" not in out and "fetching" not in err
+    assert not os.path.exists(tmp_path / "plain" / "cache")
+    assert finetune_main([*common, "--save-path", "tokens", "--encoder", "canine-tiny"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^data prepared in tokens in \d+\.\d s", out, re.M), out
+    assert re.search(r"^token cache ready in \d+\.\d s \(--prepare-only; --no-token-cache skips it\)$",
+                     out, re.M), out
+    assert len(os.listdir(tmp_path / "tokens" / "cache")) == 2  # training and validation ids
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(finetune_main, ["--dataset", small_csv, "--target-cols", "hisco_1",
+                                 "--save-path", "train", "--no-token-cache"])
+    assert exit_info.value.code == 2
+    assert "--no-token-cache goes with --prepare-only" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "train")
+
+
+CONSOLE_SCRIPT = """import re, sys
+from mixer.entrypoints import {function}
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit({function}())
+"""  # what pip writes for a [project.scripts] entry
+
+
+@pytest.mark.parametrize("command,function", [("mixer-finetune", "finetune_cli"), ("mixer-train", "train_mixer_cli"),
+                                              ("mixer-predict", "predict_cli"), ("mixer-evaluate", "evaluate_cli")])
+def test_installed_commands_use_their_own_name(tmp_path, command, function):
+    script = tmp_path / command
+    script.write_text(CONSOLE_SCRIPT.format(function=function))
+    shown = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, env=env_for_subprocess(),
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout.startswith(f"usage: {command} "), shown.stdout[:200]
+    wrong = subprocess.run([sys.executable, str(script), "--no-such-flag"], cwd=tmp_path,
+                           env=env_for_subprocess(), capture_output=True, text=True)
+    assert wrong.returncode == 2 and f"{command}: error: " in wrong.stderr and ".py" not in wrong.stderr
