@@ -67,6 +67,10 @@ def seconds_per_batch(loader, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def mean_width(loader, steps: int) -> float:
+    return statistics.mean(b.input_ids.shape[1] for _, b in zip(range(steps), loader))
+
+
 def seconds_per_step(encoder, formatter, key_codes, loader, steps: int) -> float:
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
                                                   target_len=formatter.target_len))
@@ -107,12 +111,17 @@ def main() -> None:
         load_clean = seconds_per_batch(clean, args.steps)
         load_noisy = seconds_per_batch(noisy, args.steps)
         step = seconds_per_step(encoder, f, key_codes, noisy, args.steps)
+        step_clean = seconds_per_step(build_encoder(name, dropout=0.1), f, key_codes, clean, args.steps)
+        widths = [mean_width(loader, args.steps) for loader in (clean, noisy)]
         rows = len(inputs)
         held = inputs.lang_codes.nbytes / rows
         mapped = os.path.getsize(inputs.texts.path) / rows
         print(f"{name}: batch made in {1e3 * load_clean:.2f} ms clean, {1e3 * load_noisy:.2f} ms "
               f"with noise; training step {1e3 * step:.0f} ms; loading share with noise "
               f"{100 * load_noisy / (load_noisy + step):.2f}% (clean {100 * load_clean / (load_clean + step):.2f}%)")
+        print(f"  step on clean batches {1e3 * step_clean:.0f} ms: noise makes a step {step / step_clean:.2f}x "
+              f"as long (batches padded to {widths[0]:.1f} tokens clean, {widths[1]:.1f} with noise: "
+              "edits lengthen rows)")
         print(f"  memory per training row for noise: {held:.0f} B held by each process (language "
               f"codes), {mapped:.0f} B of text store memory-mapped (page cache, shared by the ranks)")
 
