@@ -96,7 +96,10 @@ class ExcelSheet:
                 raise UserError(f"{what} {path}: no sheet {sheet!r} (--sheet); the workbook has: "
                                 f"{', '.join(map(repr, names))}")
             self.sheets = names
-            self.rows_iter = self.book[self.sheet].iter_rows()
+            worksheet = self.book[self.sheet]
+            # the size a workbook states can be wrong (some programs write A1): read what is there
+            worksheet.reset_dimensions()
+            self.rows_iter = worksheet.iter_rows()
             self.header = self._header()
         except BaseException:
             self.close()
@@ -210,8 +213,9 @@ class ExcelWriter:
                             "most an Excel sheet holds; write .parquet or .dta instead")
         values = []
         for name, kind, array in columns:
-            if kind == "number":
-                values.append([None if v != v else v for v in array.tolist()])
+            if kind == "number":  # blank for NaN; an infinity, which a cell cannot hold, as text
+                values.append([None if v != v else v if math.isfinite(v) else str(v)
+                               for v in array.tolist()])
             else:
                 values.append(array.tolist())
         kinds = [kind for _, kind, _ in columns]

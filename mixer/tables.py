@@ -518,17 +518,32 @@ def check_fits_excel(output: str, source: str, options: TableOptions, what: str 
                         f"sheet holds ({limit:,} under the header); write .parquet or .dta instead")
 
 
+EXACT_WHOLE = 10 ** 15  # whole numbers below this are exact in Excel (15 digits) and Stata doubles
+
+
+def _too_long_for_numbers(series: pd.Series) -> bool:
+    if not pd.api.types.is_integer_dtype(series.dtype):
+        return False
+    values = series.dropna()
+    return bool(len(values)) and bool((values.abs() >= EXACT_WHOLE).any())
+
+
 def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
     """[(name, 'number' | 'text', numpy values)] for Excel and Stata: numbers (and
     booleans as 0/1) stay numbers with NaN for blanks, everything else is text as
-    `as_text` writes it. `kinds` (the first chunk's) keeps later chunks alike."""
+    `as_text` writes it; so are whole numbers of 16 digits or more (record ids), which
+    neither format's numbers hold exactly. `kinds` (the first chunk's) keeps later
+    chunks alike."""
     columns = []
     for i, name in enumerate(frame.columns):
         series = frame.iloc[:, i]
         numeric = (pd.api.types.is_numeric_dtype(series.dtype)
-                   or pd.api.types.is_bool_dtype(series.dtype))
+                   or pd.api.types.is_bool_dtype(series.dtype)) and not _too_long_for_numbers(series)
         kind = kinds[i] if kinds is not None else ("number" if numeric else "text")
         if kind == "number":
+            if _too_long_for_numbers(series):
+                raise UserError(f"column {name!r} holds whole numbers of 16 digits or more, which "
+                                "the format's numbers do not hold exactly; write .csv or .parquet")
             try:
                 values = pd.to_numeric(series.astype(object).where(series.notna(), None),
                                        errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
