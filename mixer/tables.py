@@ -246,8 +246,11 @@ def decoding_error(path: str, encoding: str, what: str) -> UserError:
         row = None
         if line_start <= ROWS_COUNTED_UP_TO:  # rows differ from lines when cells hold line breaks
             handle.seek(0)
-            prefix = io.TextIOWrapper(io.BytesIO(handle.read(line_start)), "latin-1", newline="")
+            before = handle.read(line_start)
+            prefix = io.TextIOWrapper(io.BytesIO(before), "latin-1", newline="")
             row = sum(1 for _ in csv.reader(prefix))  # the header is record 1: data rows count from 1
+            if before.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
+                row -= 1
     line = newlines + 1
     where = f"row {row} (line {line})" if row is not None and row >= 1 else f"line {line}"
     if row == 0 or line == 1:

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, TINY, env_for_subprocess, run_program
 from mixer import formats
 from mixer.config import DataConfig
-from mixer.data import prepare_run_data
+from mixer.data import fingerprint, prepare_run_data
 from mixer.errors import UserError
 from mixer.tables import (
     NUMERIC_COLUMNS, OutputWriter, TableOptions, first_undecodable, iter_chunks, read_table,
@@ -74,6 +74,9 @@ def test_rows_are_counted_past_quoted_line_breaks(tmp_path):
     path.write_bytes('occ1,hisco_1\n"farmer\nand fisher",61110\nsmith,83110\nm\xe9decin,06110\n'
                      .encode("latin-1"))
     with pytest.raises(UserError, match=r"row 3 \(line 5\)"):
+        read_table(str(path))
+    path.write_bytes('occ1,hisco_1\nfarmer,61110\n"a\nm\xe9decin\nb",06110\n'.encode("latin-1"))
+    with pytest.raises(UserError, match=r"row 2 \(line 4\), byte 2 "):  # inside a quoted cell
         read_table(str(path))
 
 
@@ -139,6 +142,20 @@ def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     failed = run_program("finetune.py", "--dataset", path, "--target-cols", "hisco_1", "--save-path",
                          tmp_path / "run2", "--prepare-only", check=False)
     assert failed.returncode == 2 and "row 1 (line 2)" in failed.stderr and "as cp1252: 'drängen;" in failed.stderr
+
+
+@pytest.mark.parametrize("parser,required", [
+    ("finetune_parser", ["--dataset", "x", "--target-cols", "a", "--save-path", "r"]),
+    ("train_mixer_parser", ["--train-data", "x", "--val-data", "y", "--save-dir", "r"]),
+    ("predict_parser", ["--checkpoint", "c", "--input", "x"]),
+    ("evaluate_parser", ["--predictions", "x", "--truth-cols", "a"]),
+])
+def test_every_program_that_reads_a_table_has_the_reading_flags(parser, required):
+    from mixer import entrypoints
+
+    args = getattr(entrypoints, parser)().parse_args(required + ["--encoding", "latin1", "--sep", ";",
+                                                                 "--sheet", "1850"])
+    assert (args.encoding, args.sep, args.sheet) == ("iso8859-1", ";", "1850")
 
 
 def test_encoding_and_separator_flags_are_checked(tmp_path):
@@ -296,6 +313,7 @@ def test_prepared_data_from_a_workbook_is_identified_by_content_and_sheet(excel_
     with pytest.raises(UserError, match="--sheet was None, now 'data'"):
         prepare_run_data(DataConfig(dataset=data, target_cols=["hisco_1"], share_val=0.2, sheet="data"),
                          0, run_dir, log=lambda _: None)
+    assert not {"encoding", "sep", "sheet"} & set(fingerprint(cfg, 0)["settings"])  # older runs resume
     edited = write_xlsx(tmp_path / "edited.xlsx", [list(frame.columns)] + frame.values.tolist()[:-1])
     with pytest.raises(UserError, match="--dataset differs"):
         prepare_run_data(DataConfig(dataset=edited, target_cols=["hisco_1"], share_val=0.2), 0, run_dir,
@@ -340,3 +358,13 @@ def test_without_openpyxl_the_error_names_the_extra(tmp_path, program, argv):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().endswith("install it with: pip install 'mixer[excel]'")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_training_and_validation_files_of_different_formats(excel_run, tmp_path):
+    _, frame, data = excel_run
+    val = tmp_path / "val.dta"
+    frame.head(20).to_stata(val, write_index=False, version=118)
+    cfg = DataConfig(train_data=[data], val_data=[str(val)], target_cols=["hisco_1"])
+    prepared = prepare_run_data(cfg, 0, str(tmp_path / "run"), log=lambda _: None)
+    assert len(prepared.train) == len(frame) and len(prepared.val) == 20
+    assert set(prepared.val["code_1"].astype(str)) <= set(frame["hisco_1"])  # '0...' codes as text
