@@ -92,9 +92,10 @@ def as_text(series: pd.Series) -> pd.Series:
         values = series.to_numpy(dtype=float, na_value=np.nan)
         out = np.full(len(values), "", dtype=object)
         finite = np.isfinite(values)
-        whole = finite & (values == np.floor(values))
+        with np.errstate(invalid="ignore"):
+            whole = finite & (values == np.floor(values)) & (np.abs(values) < 2.0 ** 63)
         out[whole] = values[whole].astype(np.int64).astype(str)
-        fractional = finite & ~whole
+        fractional = finite & ~whole  # and whole numbers past int64, written out in full
         out[fractional] = [np.format_float_positional(v, trim="-") for v in values[fractional]]
         return pd.Series(out, index=series.index, dtype=object)
     return series.astype(object).where(series.notna(), "").astype(str)

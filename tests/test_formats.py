@@ -221,6 +221,13 @@ def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
     assert chunks[1]["year"].isna().tolist() == [True, False]
 
 
+def test_whole_numbers_past_int64_are_written_out_in_full():
+    from mixer.tables import as_text
+
+    assert as_text(pd.Series([1e20, 64100.0, np.nan, -3.0])).tolist() == [
+        "100000000000000000000", "64100", "", "-3"]
+
+
 # ------------------------------------------------------------------ writing
 def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
     long_text = "labourer " * 300  # 2,700 bytes: past str2045, a strL
