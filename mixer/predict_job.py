@@ -19,7 +19,9 @@ from mixer.config import DistConfig
 from mixer.dataset import shard_indices
 from mixer.errors import UserError
 from mixer.predict import Predictor
-from mixer.tables import OutputWriter, TableOptions, check_fits_excel, check_output_path, iter_chunks
+from mixer.tables import (
+    OutputWriter, TableOptions, check_fits_excel, check_input_table, check_output_path, iter_chunks,
+)
 
 
 def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
@@ -54,6 +56,7 @@ def input_names(columns, predicted) -> dict:
 
 def predict_file(args) -> None:
     options = TableOptions(args.encoding, args.sep, args.sheet)
+    check_input_table(args.input, "--input")  # before the model loads, as the outputs below
     if args.output:  # before the model loads: a wrong path fails at once
         check_output_path(args.output, "--output", {"--input": args.input})
         check_fits_excel(args.output, args.input, options)

@@ -76,6 +76,16 @@ def check_input_path(path: str, what: str) -> None:
         raise UserError(f"{what} {path}: is a directory; pass a .csv, .parquet, .xlsx or .dta file")
 
 
+def check_input_table(path: str, what: str) -> str:
+    """Refuse, before any work, an input that is missing, of a kind not read, or an
+    Excel file without openpyxl; returns its kind."""
+    check_input_path(path, what)
+    kind = table_kind(path, what)
+    if kind == "excel":
+        formats.openpyxl_module(what, path)
+    return kind
+
+
 def canonical_encoding(name: str) -> str:
     """Python's name of an encoding ('UTF8', 'windows-1252' -> 'utf-8', 'cp1252');
     ValueError for one Python does not know."""

@@ -352,6 +352,7 @@ def test_an_excel_output_longer_than_a_sheet_stops_before_any_work(excel_run, tm
 @pytest.mark.parametrize("program,argv", [
     ("evaluate", ["--predictions", "{xlsx}", "--truth-cols", "hisco_1"]),
     ("predict", ["--checkpoint", "nowhere", "--input", "{csv}", "--output", "{out}"]),
+    ("predict", ["--checkpoint", "nowhere", "--input", "{xlsx}", "--output", "{csv}"]),
 ])
 def test_without_openpyxl_the_error_names_the_extra(tmp_path, program, argv):
     xlsx = write_xlsx(tmp_path / "p.xlsx", [["hisco_1", "code_1"], ["61110", "61110"]])
