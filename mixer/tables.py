@@ -217,6 +217,29 @@ LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error
 ROWS_COUNTED_UP_TO = 64 << 20  # bytes before a bad one parsed to give its row, not only its line
 
 
+def utf8_lookalike(path: str, encoding: str) -> Optional[str]:
+    """For a file read in another single-byte encoding: when it is also valid UTF-8 with
+    characters past ASCII, a note showing its first such line both ways (the encoding
+    given turns UTF-8's 'ä' into 'Ã¤'); None otherwise. It says so, it does not choose."""
+    if canonical_encoding(encoding).startswith(("utf-", "utf_")):
+        return None
+    first_line_bytes, position = None, 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 22):
+            if not block.isascii():
+                at = next(i for i, byte in enumerate(block) if byte >= 0x80)
+                handle.seek(position + block.rfind(b"\n", 0, at) + 1)
+                first_line_bytes = handle.readline().rstrip(b"\r\n")[:LINE_SHOWN * 2]
+                break
+            position += len(block)
+    if first_line_bytes is None or first_undecodable(path, "utf-8") is not None:
+        return None
+    return (f"note: the file is also valid UTF-8; its first line past ASCII reads as {encoding} "
+            f"{first_line_bytes.decode(encoding, errors='replace')[:LINE_SHOWN]!r} and as UTF-8 "
+            f"{first_line_bytes.decode('utf-8', errors='replace')[:LINE_SHOWN]!r}: if the second is "
+            "right, leave --encoding out")
+
+
 def first_undecodable(path: str, encoding: str) -> Optional[int]:
     """The offset of the first byte that does not decode in `encoding`, or None."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
@@ -358,6 +381,8 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
             _check_names(layout.header, path, what)
             if log is not None:
                 log(layout.describe(what, path))
+                if (note := utf8_lookalike(path, layout.encoding)) is not None:
+                    log(f"{what} {path}: {note}")
             frame = pcsv.read_csv(path, **_csv_options(layout)).to_pandas()
     except UserError:
         raise
@@ -430,6 +455,8 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input",
             raise decoding_error(path, layout.encoding, what)
         if log is not None:
             log(layout.describe(what, path))
+            if (note := utf8_lookalike(path, layout.encoding)) is not None:
+                log(f"{what} {path}: {note}")
         reader = pcsv.open_csv(path, **_csv_options(layout, stream=True))
         pending, rows = [], 0
         for batch in reader:

@@ -90,6 +90,22 @@ def test_a_bad_byte_past_a_block_boundary_is_found_at_its_offset(tmp_path):
     assert first_undecodable(str(path), "utf-8") is None
 
 
+def test_a_utf8_file_read_as_cp1252_is_read_so_and_the_user_told(tmp_path):
+    path = tmp_path / "u8.csv"
+    path.write_bytes(("occ1;hisco_1\n" + "bonde;61110\n" * 3 + "drängen;62120\n").encode("utf-8"))
+    said = []
+    frame = read_table(str(path), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert frame["occ1"].iloc[-1] == "drÃ¤ngen"  # the encoding given, never another
+    assert said[1] == (f"--dataset {path}: note: the file is also valid UTF-8; its first line past ASCII "
+                       "reads as cp1252 'drÃ¤ngen;62120' and as UTF-8 'drängen;62120': if the second is "
+                       "right, leave --encoding out")
+    cp1252 = tmp_path / "cp.csv"
+    cp1252.write_bytes("occ1;hisco_1\ndrängen;62120\n".encode("cp1252"))
+    said = []
+    read_table(str(cp1252), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert len(said) == 1  # no note where the encoding is the file's
+
+
 def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes("\ufeffocc1;hisco_1\ndrängen;62120\n".encode("utf-8"))
