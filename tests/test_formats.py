@@ -3,6 +3,7 @@ with ';' or tabs, in Windows encodings. Codes stay text in every one."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -189,14 +190,14 @@ def test_encoding_and_separator_flags_are_checked(tmp_path):
 def test_excel_cells_read_as_codes(tmp_path):
     path = write_xlsx(tmp_path / "t.xlsx", [
         ["occ1", "hisco_1", "hisco_2", "year", "when"],
-        ["farmer", "01110", 61110, 1850, None],
+        ["farmer", "01110", 61110, 1850, dt.datetime(1850, 3, 1)],
         ["fisher", "64100", 64100.0, None, None],
         [None, None, None, None, None],  # an empty row is no row
         ["smith", "83110", 1110, 1851.5, None],
     ], before="notes", formats_by_cell={(5, 3): "00000"})
     said = []
     frame = read_table(path, options=TableOptions(sheet="data"), log=said.append)
-    assert frame.values.tolist() == [["farmer", "01110", "61110", "1850", ""],
+    assert frame.values.tolist() == [["farmer", "01110", "61110", "1850", "1850-03-01"],
                                      ["fisher", "64100", "64100", "", ""],
                                      ["smith", "83110", "01110", "1851.5", ""]]
     assert frame.attrs[NUMERIC_COLUMNS] == ["hisco_2", "year"]  # fractions there are bad codes
