@@ -65,10 +65,6 @@ def table_kind(path: str, what: str = "--input") -> str:
     return "csv"
 
 
-def is_parquet(path: str) -> bool:
-    return path.lower().endswith(PARQUET_SUFFIXES)
-
-
 def check_input_path(path: str, what: str) -> None:
     if not os.path.exists(path):
         raise UserError(f"{what} {path}: no such file; check the path")
@@ -206,11 +202,6 @@ def csv_layout(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "
                             f"{header[0][:80]!r}, which holds {shown}; pass --sep {shown} "
                             "(or leave --sep out to take the header's)")
     return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding)
-
-
-def csv_header(path: str, options: TableOptions = DEFAULT_OPTIONS) -> list[str]:
-    """The column names of a CSV file."""
-    return csv_layout(path, options).header
 
 
 LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error
