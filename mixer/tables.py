@@ -134,13 +134,19 @@ def code_cells(frame: pd.DataFrame, column: str) -> tuple[pd.Series, np.ndarray]
 class CsvLayout:
     header: list
     sep: str
-    detected: bool  # the separator came from the header line, not --sep
+    detected: bool  # the separator came from the file, not --sep
     encoding: str
+    skip_rows: int = 0  # 1: a first line 'sep=;' (Excel's way to name the separator)
 
     def describe(self, what: str, path: str) -> str:
         how = "found in the header line; --sep sets it" if self.detected else "--sep"
+        if self.detected and self.skip_rows:
+            how = "the file's 'sep=' line; --sep sets it"
         shown = "tab" if self.sep == "\t" else repr(self.sep)
         return f"{what} {path}: CSV, separator {shown} ({how}), encoding {self.encoding}"
+
+
+SEP_LINE = re.compile(r"sep=(.)")  # Excel reads (and some programs write) 'sep=;' above the header
 
 
 def _python_encoding(encoding: str) -> str:
@@ -177,9 +183,16 @@ def csv_layout(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "
     # a wrong separator; one in the header is reported here
     with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
         first = handle.readline()
+        named = SEP_LINE.fullmatch(first.rstrip("\r\n"))
+        skip_rows = 1 if named else 0
+        start = handle.tell() if named else 0
+        if named:
+            first = handle.readline()
         if "\ufffd" in first and first_undecodable(path, encoding) is not None:
             raise decoding_error(path, encoding, what)
-        if options.sep is None:
+        if options.sep is None and named:
+            sep = named.group(1)
+        elif options.sep is None:
             sep = detect_separator(first.rstrip("\r\n"))
             if sep is None:
                 found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(first).count(s))
@@ -187,7 +200,7 @@ def csv_layout(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "
                                 "name the separator with --sep")
         else:
             sep = options.sep
-        handle.seek(0)
+        handle.seek(start)
         try:
             header = next(csv.reader(handle, delimiter=sep))
         except StopIteration:
@@ -201,7 +214,8 @@ def csv_layout(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "
             raise UserError(f"{what} {path}: with --sep {sep!r} the header is one column "
                             f"{header[0][:80]!r}, which holds {shown}; pass --sep {shown} "
                             "(or leave --sep out to take the header's)")
-    return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding)
+    return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding,
+                     skip_rows=skip_rows)
 
 
 LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error
@@ -274,6 +288,9 @@ def decoding_error(path: str, encoding: str, what: str) -> UserError:
             before = handle.read(line_start)
             prefix = io.TextIOWrapper(io.BytesIO(before), "latin-1", newline="")
             row = sum(1 for _ in csv.reader(prefix))  # the header is record 1: data rows count from 1
+            first_bytes, newline, _ = before.partition(b"\n")
+            if newline and SEP_LINE.fullmatch(first_bytes.rstrip(b"\r").decode("latin-1")):
+                row -= 1  # the 'sep=' line is no record
             if before.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
                 row -= 1
     line = newlines + 1
@@ -311,7 +328,8 @@ def _csv_options(layout: CsvLayout, stream: bool = False):
     # without bound (1.3 GB at the start of a 10M-row prediction, 0.9 GB at its end)
     return dict(
         read_options=pcsv.ReadOptions(block_size=READ_BLOCK, use_threads=not stream,
-                                      encoding=_arrow_encoding(layout.encoding)),
+                                      encoding=_arrow_encoding(layout.encoding),
+                                      skip_rows=layout.skip_rows),
         parse_options=pcsv.ParseOptions(delimiter=layout.sep, newlines_in_values=True),
         convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in layout.header},
                                             strings_can_be_null=False))

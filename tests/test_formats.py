@@ -141,6 +141,19 @@ def test_a_header_read_as_one_column_holding_a_separator_is_refused(tmp_path):
         read_table(str(tied))
 
 
+def test_a_sep_line_above_the_header_names_the_separator(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("sep=;\r\nocc1;hisco_1\r\nbonde;61110\r\ndrängen;62120\r\n".encode("cp1252"))
+    with pytest.raises(UserError, match=r"row 2 \(line 4\)"):  # the sep= line is no row
+        read_table(str(path))
+    said = []
+    frame = read_table(str(path), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert frame.values.tolist() == [["bonde", "61110"], ["drängen", "62120"]]
+    assert "separator ';' (the file's 'sep=' line; --sep sets it)" in said[0]
+    chunks = list(iter_chunks(str(path), 1, options=TableOptions(encoding="cp1252")))
+    assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
+
+
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
     frame.loc[0, "occ1"] = "drängen"
