@@ -122,8 +122,8 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def predict_parser() -> cli.Parser:
     parser = cli.Parser(prog="predict.py", description=(
-        "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of this tool or an "
-        "OccCANINE model."))
+        "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of "
+        "this tool or an OccCANINE model."))
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
     parser.add_argument("--checkpoint", required=True, metavar="SRC",
                         help="a run directory of finetune.py / train_mixer.py, an OccCANINE hub "
