@@ -110,6 +110,36 @@ def add_input_text_args(group, with_language=True) -> None:
                            help="column with a language per row (instead of --language)")
 
 
+def encoding_name(text: str) -> str:
+    from mixer.tables import canonical_encoding
+
+    try:
+        return canonical_encoding(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def separator(text: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+    value = named.get(text.lower(), text)
+    if len(value) != 1 or value in "\"\r\n":
+        raise argparse.ArgumentTypeError(f"expected one character such as , ; | or tab, got {text!r}")
+    return value
+
+
+def add_table_args(group) -> None:
+    """How input tables are read: every program that reads one has these flags."""
+    group.add_argument("--encoding", type=encoding_name, default="utf-8",
+                       help="text encoding of CSV input, e.g. cp1252 (Windows), latin-1, utf-16 "
+                            "(default: %(default)s; a byte-order mark is accepted). Never guessed: "
+                            "a file that does not decode is an error showing the first bad row")
+    group.add_argument("--sep", type=separator, default=None,
+                       help="separator of CSV input: , ; | or tab (default: the one the header line "
+                            "uses, printed at the start)")
+    group.add_argument("--sheet", default=None, metavar="NAME",
+                       help="Excel input: the worksheet to read (default: the first)")
+
+
 def add_code_args(group) -> None:
     group.add_argument("--block-size", dest="block_size", type=positive_int, default=5,
                        help="characters per code (default: %(default)s)")

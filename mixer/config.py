@@ -22,6 +22,9 @@ class DataConfig:
     dataset: Optional[str] = None  # finetune.py: one file, split into train/val
     train_data: list[str] = field(default_factory=list)  # train_mixer.py
     val_data: list[str] = field(default_factory=list)
+    encoding: str = "utf-8"  # CSV input (mixer.tables.TableOptions)
+    sep: Optional[str] = None  # CSV input; None: the header line's
+    sheet: Optional[str] = None  # Excel input; None: the first sheet
     input_col: str = "occ1"
     context_cols: list[str] = field(default_factory=list)
     target_cols: list[str] = field(default_factory=list)

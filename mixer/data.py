@@ -20,7 +20,9 @@ import pandas as pd
 from mixer.config import DataConfig
 from mixer.errors import UserError
 from mixer.formatter import CodeFormatter, hisco_key, read_descriptions
-from mixer.tables import as_text, check_input_path, code_cells, read_table, require_columns
+from mixer.tables import (
+    TableOptions, as_text, check_input_path, code_cells, read_table, require_columns,
+)
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
@@ -205,7 +207,14 @@ def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np
 FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", "language_col", "formatter",
                         "block_size", "use_within_block_sep", "drop_bad_labels",
                         "allow_codes_shorter_than_block_size", "share_val")
+# how the files are read: part of the identity when set, so runs prepared before these
+# settings existed keep their fingerprint
+READ_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None}
 HASH_BLOCK = 1 << 23
+
+
+def table_options(cfg: DataConfig) -> TableOptions:
+    return TableOptions(encoding=cfg.encoding, sep=cfg.sep, sheet=cfg.sheet)
 
 
 def content_hash(path: str) -> str:
@@ -240,6 +249,8 @@ def fingerprint(cfg: DataConfig, seed: int) -> dict:
     if cfg.code_descriptions:
         inputs["code_descriptions"] = [file_identity(cfg.code_descriptions, "--code-descriptions")]
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
+    settings.update({k: getattr(cfg, k) for k, default in READ_SETTINGS.items()
+                     if getattr(cfg, k) != default})
     settings["seed"] = seed
     contents = {role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()}
     digest = hashlib.sha256(json.dumps([contents, settings], sort_keys=True).encode()).hexdigest()
@@ -273,10 +284,12 @@ def describe_difference(old: dict, new: dict) -> str:
         if before != after:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")
-    for name, value in new["settings"].items():
-        if old.get("settings", {}).get(name) != value:
+    for name in list(new["settings"]) + [k for k in old.get("settings", {}) if k not in new["settings"]]:
+        value = new["settings"].get(name, READ_SETTINGS.get(name))
+        if old.get("settings", {}).get(name, READ_SETTINGS.get(name)) != value:
             flag = "--seed" if name == "seed" else "--" + name.replace("_", "-")
-            changed.append(f"{flag} was {old.get('settings', {}).get(name)!r}, now {value!r}")
+            changed.append(f"{flag} was {old.get('settings', {}).get(name, READ_SETTINGS.get(name))!r}, "
+                           f"now {value!r}")
     return "; ".join(changed) or "the settings differ"
 
 
@@ -319,7 +332,8 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     def load(paths, what):
         frames = []
         for path in paths:
-            checked = check_rows(read_table(path, what), cfg, formatter, path, known)
+            frame = read_table(path, what, options=table_options(cfg), log=log)
+            checked = check_rows(frame, cfg, formatter, path, known)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)

@@ -31,7 +31,9 @@ def finetune_parser() -> cli.Parser:
                "--master_addr=HEAD --master_port=P finetune.py --distributed ...")
     cli.add_common(parser)
     group = parser.add_argument_group("data")
-    group.add_argument("--dataset", required=True, help="CSV or Parquet file with text and codes")
+    group.add_argument("--dataset", required=True,
+                       help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with text and codes")
+    cli.add_table_args(group)
     cli.add_input_text_args(group)
     group.add_argument("--target-cols", dest="target_cols", nargs="+", required=True,
                        metavar="COL", help="one column per code slot, e.g. hisco_1 hisco_2 "
@@ -66,9 +68,10 @@ def train_mixer_parser() -> cli.Parser:
     cli.add_common(parser)
     group = parser.add_argument_group("data")
     group.add_argument("--train-data", dest="train_data", nargs="+", required=True, metavar="PATH",
-                       help="training files (CSV or Parquet)")
+                       help="training files (CSV, Parquet, .xlsx or .dta)")
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
-                       help="validation files (CSV or Parquet)")
+                       help="validation files (CSV, Parquet, .xlsx or .dta)")
+    cli.add_table_args(group)
     group.add_argument("--formatter", choices=[f for f in FORMATTERS if f != "general"],
                        default="hisco", help="built-in code system (default: %(default)s)")
     group.add_argument("--target-col-naming", dest="target_col_naming", default="hisco",
@@ -142,16 +145,17 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def predict_parser() -> cli.Parser:
     parser = cli.Parser(prog=program_name("predict.py"), description=(
-        "Codes (or embeddings) for a CSV/Parquet file, from a run directory of this tool or an "
-        "OccCANINE model."))
+        "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of "
+        "this tool or an OccCANINE model."))
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
     parser.add_argument("--checkpoint", required=True, metavar="SRC",
                         help="a run directory of finetune.py / train_mixer.py, an OccCANINE hub "
                              "directory or training checkpoint (*.bin, *.pt), or a hub id such as "
                              "Christianvedel/OccCANINE_s2s_mix")
-    parser.add_argument("--input", required=True, help="CSV or Parquet file")
+    parser.add_argument("--input", required=True, help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file")
+    cli.add_table_args(parser)
     parser.add_argument("--output", default=None,
-                        help="CSV or Parquet file of predictions (by extension)")
+                        help="file of predictions: .csv, .parquet, .xlsx or .dta (by extension)")
     parser.add_argument("--embeddings", default=None, metavar="FILE",
                         help="also (or only) write the pooled encoder output of every row, in "
                              "input order, to FILE.npy or FILE.parquet")
@@ -230,7 +234,9 @@ def evaluate_parser() -> cli.Parser:
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
                "--by lang   (definitions: README, Evaluation)")
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
-    parser.add_argument("--predictions", required=True, help="CSV or Parquet file with true and predicted codes")
+    parser.add_argument("--predictions", required=True,
+                        help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes")
+    cli.add_table_args(parser)
     parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", required=True, metavar="COL",
                         help="columns of true codes")
     parser.add_argument("--pred-cols", dest="pred_cols", nargs="+", default=None, metavar="COL",
@@ -252,14 +258,15 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = evaluate_parser().parse_args(argv)
     from mixer import evaluation
     from mixer.io import write_text
-    from mixer.tables import check_output_path, read_table, require_columns
+    from mixer.tables import TableOptions, check_output_path, read_table, require_columns
 
     stem = os.path.splitext(args.predictions)[0]
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     output = check_output_path(output, "--output", {"--predictions": args.predictions})  # a link's target
     check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
-    frame = read_table(args.predictions, "--predictions")
+    frame = read_table(args.predictions, "--predictions",
+                       options=TableOptions(args.encoding, args.sep, args.sheet), log=print)
     require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
                     {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})
     if args.pred_cols:

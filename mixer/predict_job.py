@@ -19,7 +19,9 @@ from mixer.config import DistConfig
 from mixer.dataset import shard_indices
 from mixer.errors import UserError
 from mixer.predict import Predictor
-from mixer.tables import OutputWriter, check_output_path, iter_chunks
+from mixer.tables import (
+    OutputWriter, TableOptions, check_fits_excel, check_input_table, check_output_path, iter_chunks,
+)
 
 
 def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
@@ -53,8 +55,11 @@ def input_names(columns, predicted) -> dict:
 
 
 def predict_file(args) -> None:
+    options = TableOptions(args.encoding, args.sep, args.sheet)
+    check_input_table(args.input, "--input")  # before the model loads, as the outputs below
     if args.output:  # before the model loads: a wrong path fails at once
         check_output_path(args.output, "--output", {"--input": args.input})
+        check_fits_excel(args.output, args.input, options)
     if args.embeddings:
         check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
     if args.summary_plot:
@@ -64,6 +69,11 @@ def predict_file(args) -> None:
             raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = None
+
+    def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
+        if world.is_main:
+            print(message, flush=True)
+
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
@@ -75,7 +85,7 @@ def predict_file(args) -> None:
         language = args.language or config.get("language") or "unk"
         context_cols = config.get("context_cols") or []
         if args.output:
-            writer = mdist.main_only(lambda: OutputWriter(args.output), world)
+            writer = mdist.main_only(lambda: OutputWriter(args.output, log=say), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         bar, summary = None, []
@@ -83,7 +93,7 @@ def predict_file(args) -> None:
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
-        for chunk in iter_chunks(args.input, args.chunk_size):
+        for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:

@@ -1,0 +1,526 @@
+"""Excel (.xlsx) and Stata (.dta) tables: read whole or in chunks, written in chunks.
+
+mixer.tables chooses the format by extension and turns what these readers give into
+text; this module knows the two formats only. Excel goes through openpyxl (the
+optional extra mixer[excel]); Stata is read by pandas and written here, in the
+dta 118 layout (Stata 14 and later), so that an output of any size is written in
+chunks: the rows go to a temporary Parquet file first (a .dta file states its row
+count and string widths before its rows), then into the .dta file batch by batch.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import struct
+from typing import Iterator, Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.errors import UserError, first_line
+
+EXCEL_SUFFIXES = (".xlsx", ".xlsm")
+OLD_EXCEL_SUFFIXES = (".xls", ".xlsb", ".ods")
+STATA_SUFFIXES = (".dta",)
+EXCEL_MAX_ROWS = 1_048_576  # rows of a worksheet, the header row included
+EXCEL_MAX_COLUMNS = 16_384
+EXCEL_MAX_CELL = 32_767  # characters in one cell
+
+
+# ------------------------------------------------------------------ Excel
+def openpyxl_module(what: str, path: str):
+    """openpyxl, or one line naming the extra that brings it."""
+    from mixer.extras import install_hint
+
+    try:
+        import openpyxl
+    except ImportError:
+        raise UserError(f"{what} {path}: Excel files need the package openpyxl; "
+                        f"install it with: {install_hint('excel')}")
+    return openpyxl
+
+
+ZERO_PADDED = re.compile(r"^0+$")  # a number format such as 00000 shows 1110 as 01110
+
+
+def excel_cell_text(value, number_format: str = "General") -> tuple[str, bool]:
+    """(the cell as text, whether it holds a number). Whole numbers without '.0';
+    a number whose cell format pads it with zeros (00000) keeps them, as Excel shows it."""
+    if value is None:
+        return "", False
+    if isinstance(value, bool):
+        return ("TRUE" if value else "FALSE"), False
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return "", False
+        if float(value).is_integer():
+            text = str(int(value))
+            if value >= 0 and ZERO_PADDED.match(number_format or ""):
+                text = text.zfill(len(number_format))
+        else:
+            text = np.format_float_positional(value, trim="-")
+        return text, True
+    if isinstance(value, dt.datetime):
+        return (value.date().isoformat() if value.time() == dt.time() else value.isoformat()), False
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat(), False
+    return str(value), False
+
+
+class ExcelSheet:
+    """One worksheet of a workbook, read row by row (openpyxl's read-only mode): the
+    header row's names, then rows of text cells. Entirely empty rows are skipped, as
+    empty lines of a CSV file are. `numeric` names the columns in which every filled
+    cell held a number, once the rows have been read."""
+
+    def __init__(self, path: str, sheet: Optional[str], what: str):
+        openpyxl = openpyxl_module(what, path)
+        self.path, self.what = path, what
+        try:
+            self.book = openpyxl.load_workbook(path, read_only=True, data_only=True)
+        except Exception as exc:  # zipfile.BadZipFile, KeyError, InvalidFileException, ...
+            raise UserError(f"{what} {path}: cannot read it as an Excel workbook (.xlsx) "
+                            f"({first_line(exc)})")
+        try:
+            names = [ws.title for ws in self.book.worksheets]
+            if sheet is None:
+                if not names:
+                    raise UserError(f"{what} {path}: the workbook has no worksheet")
+                self.sheet = names[0]
+            elif sheet in names:
+                self.sheet = sheet
+            else:
+                raise UserError(f"{what} {path}: no sheet {sheet!r} (--sheet); the workbook has: "
+                                f"{', '.join(map(repr, names))}")
+            self.sheets = names
+            worksheet = self.book[self.sheet]
+            # the size a workbook states can be wrong (some programs write A1): read what is there
+            worksheet.reset_dimensions()
+            self.rows_iter = worksheet.iter_rows()
+            self.header = self._header()
+        except BaseException:
+            self.close()
+            raise
+        self._has_text = [False] * len(self.header)
+        self._has_number = [False] * len(self.header)
+
+    def _header(self) -> list:
+        for cells in self.rows_iter:
+            names = [excel_cell_text(c.value)[0].strip() if c.value is not None else "" for c in cells]
+            while names and names[-1] == "":
+                names.pop()
+            if not names:
+                continue  # empty rows above the header
+            if "" in names:
+                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: the header row has "
+                                f"an empty cell in column {names.index('') + 1}; name every column")
+            return names
+        others = [name for name in self.sheets if name != self.sheet]
+        hint = f" (--sheet chooses another: {', '.join(map(repr, others))})" if others else ""
+        raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
+                        f"row and rows{hint}")
+
+    @property
+    def numeric(self) -> list:
+        return [name for name, text, number in zip(self.header, self._has_text, self._has_number)
+                if number and not text]
+
+    def rows(self) -> Iterator[list]:
+        width = len(self.header)
+        for cells in self.rows_iter:
+            texts = [""] * width
+            filled = False
+            for i, cell in enumerate(cells):
+                value = cell.value
+                if value is None:
+                    continue
+                text, number = excel_cell_text(value, getattr(cell, "number_format", "General"))
+                if i >= width:
+                    if text.strip():
+                        raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: a value in "
+                                        f"column {i + 1}, which has no name in the header row")
+                    continue
+                texts[i] = text
+                filled = filled or text != ""
+                if number:
+                    self._has_number[i] = True
+                elif text.strip():
+                    self._has_text[i] = True
+            if filled:
+                yield texts
+
+    def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
+        pending = []
+        for row in self.rows():
+            pending.append(row)
+            if len(pending) == chunk_size:
+                yield self._frame(pending)
+                pending = []
+        if pending:
+            yield self._frame(pending)
+
+    def _frame(self, rows: list) -> pd.DataFrame:
+        columns = list(zip(*rows))
+        return pd.DataFrame({name: pd.Series(values, dtype=object)
+                             for name, values in zip(self.header, columns)})
+
+    def close(self) -> None:
+        book = getattr(self, "book", None)
+        if book is not None:
+            book.close()
+            self.book = None
+
+
+def excel_row_count(path: str, sheet: Optional[str], what: str) -> int:
+    """Rows under the header (a worksheet never holds more than Excel's limit)."""
+    reader = ExcelSheet(path, sheet, what)
+    try:
+        return sum(1 for _ in reader.rows())
+    finally:
+        reader.close()
+
+
+ILLEGAL_IN_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+class ExcelWriter:
+    """Rows appended to one worksheet (openpyxl's write-only mode keeps them on disk),
+    saved as a workbook by close(). Text stays text (a cell starting with '=' too: it
+    is never made a formula); numbers are numbers; an empty value is an empty cell."""
+
+    def __init__(self, tmp: str, path: str, what: str):
+        openpyxl = openpyxl_module(what, path)
+        self.tmp, self.path, self.what = tmp, path, what
+        self.book = openpyxl.Workbook(write_only=True)
+        self.sheet = self.book.create_sheet("predictions")
+        self.rows = 0
+
+    def write(self, columns: list) -> None:
+        """columns: [(name, 'number' | 'text', numpy values)], the same names each time."""
+        from openpyxl.cell import WriteOnlyCell
+
+        n_rows = len(columns[0][2]) if columns else 0
+        if self.rows == 0:
+            if len(columns) > EXCEL_MAX_COLUMNS:
+                raise UserError(f"{self.what} {self.path}: {len(columns)} columns, more than an "
+                                f"Excel sheet holds ({EXCEL_MAX_COLUMNS:,}); write .parquet or .dta")
+            self.sheet.append([self._text_cell(WriteOnlyCell, str(name), 0, name) for name, _, _ in columns])
+        if self.rows + n_rows + 1 > EXCEL_MAX_ROWS:
+            raise UserError(f"{self.what} {self.path}: more than {EXCEL_MAX_ROWS - 1:,} rows, the "
+                            "most an Excel sheet holds; write .parquet or .dta instead")
+        values = []
+        for name, kind, array in columns:
+            if kind == "number":  # blank for NaN; an infinity, which a cell cannot hold, as text
+                values.append([None if v != v else v if math.isfinite(v) else str(v)
+                               for v in array.tolist()])
+            else:
+                values.append(array.tolist())
+        kinds = [kind for _, kind, _ in columns]
+        names = [name for name, _, _ in columns]
+        for offset, row in enumerate(zip(*values)):
+            cells = []
+            for value, kind, name in zip(row, kinds, names):
+                if kind == "number" or value == "":
+                    cells.append(None if value == "" else value)
+                else:
+                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name))
+            self.sheet.append(cells)
+        self.rows += n_rows
+
+    def _text_cell(self, cell_class, value: str, row: int, name):
+        if len(value) > EXCEL_MAX_CELL:
+            raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds "
+                            f"{len(value):,} characters, more than an Excel cell holds "
+                            f"({EXCEL_MAX_CELL:,}); write .csv, .parquet or .dta")
+        if ILLEGAL_IN_XML.search(value):
+            raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds a control "
+                            "character an Excel file cannot store; write .csv, .parquet or .dta")
+        if value.startswith("="):  # text, not a formula
+            cell = cell_class(self.sheet, value=value)
+            cell.data_type = "s"
+            return cell
+        return value
+
+    def close(self) -> None:
+        if self.book is not None:
+            self.book.save(self.tmp)
+            self.book = None
+
+    def abort(self) -> None:
+        """Drop the rows written so far (openpyxl keeps them in a temporary file)."""
+        if self.book is None:
+            return
+        self.book = None
+        try:
+            self.sheet.close()
+            writer = getattr(self.sheet, "_writer", None)
+            if writer is not None:
+                writer.cleanup()
+        except (OSError, ValueError, KeyError):  # already closed or removed: nothing left
+            pass
+
+
+# ------------------------------------------------------------------ Stata: reading
+def _stata_reader(path: str, what: str, chunk_size: Optional[int] = None):
+    try:
+        return pd.read_stata(path, iterator=True, chunksize=chunk_size, convert_categoricals=False,
+                             convert_missing=False, preserve_dtypes=True)
+    except (ValueError, OSError, struct.error) as exc:
+        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+
+
+def stata_chunks(path: str, chunk_size: int, what: str) -> Iterator[pd.DataFrame]:
+    """The rows in chunks with the file's declared types, Arrow-backed: an integer
+    variable stays an integer in every chunk (pandas makes a chunk with a missing value
+    float), so every chunk has one schema. Value labels are not applied: a labelled
+    variable gives its stored values. Stata's missing values (., .a-.z) are blanks."""
+    import pyarrow as pa
+
+    reader = _stata_reader(path, what, chunk_size)
+    try:
+        with reader:
+            declared = _declared_types(reader)
+            for chunk in reader:
+                fields = []
+                for name in chunk.columns:
+                    kind = declared.get(name)
+                    if kind is not None and pd.api.types.is_numeric_dtype(chunk[name].dtype):
+                        fields.append(pa.field(name, kind))
+                    else:
+                        fields.append(pa.field(name, pa.Table.from_pandas(chunk[[name]],
+                                                                          preserve_index=False).schema[0].type))
+                table = pa.Table.from_pandas(chunk, schema=pa.schema(fields), preserve_index=False)
+                yield table.to_pandas(types_mapper=pd.ArrowDtype)
+    except UserError:
+        raise
+    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+
+
+def _declared_types(reader) -> dict:
+    """{variable: Arrow type} for the numeric variables, from the file's header."""
+    import pyarrow as pa
+
+    reader.data_label  # reads the header
+    names = getattr(reader, "_varlist", None)
+    dtypes = getattr(reader, "_dtyplist", None)
+    if names is None or dtypes is None:
+        return {}
+    declared = {}
+    for name, dtype in zip(names, dtypes):
+        kind = np.dtype(dtype) if not isinstance(dtype, (int, str)) else None
+        if kind is not None and kind.kind in "iu":
+            declared[name] = pa.int64()
+        elif kind is not None and kind.kind == "f":
+            declared[name] = pa.float64()
+    return declared
+
+
+def stata_row_count(path: str, what: str) -> int:
+    reader = _stata_reader(path, what)
+    with reader:
+        reader.data_label
+        count = getattr(reader, "_nobs", None)
+        if count is None:
+            count = sum(len(chunk) for chunk in stata_chunks(path, 100_000, what))
+        return int(count)
+
+
+# ------------------------------------------------------------------ Stata: writing
+STATA_STR_MAX = 2045  # bytes of a fixed-width str#; longer text is a strL
+STATA_STRL, STATA_DOUBLE = 32768, 65526
+STATA_MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FE0000000000000))[0]  # "."
+STATA_MAX_VARIABLES = 32_767
+STATA_RESERVED = {"_all", "_b", "byte", "_coef", "_cons", "double", "float", "if", "in", "int",
+                  "long", "_n", "_N", "_pi", "_pred", "_rc", "_skip", "strL", "using", "with"}
+
+
+def stata_names(names: list) -> list:
+    """Valid, distinct Stata variable names: letters, digits and _, not starting with a
+    digit, not a reserved word, at most 32 characters."""
+    out, used = [], set()
+    for name in map(str, names):
+        new = re.sub(r"\W", "_", name) or "_"
+        if new[0].isdigit() or new in STATA_RESERVED or re.fullmatch(r"str\d+", new):
+            new = "_" + new
+        new = new[:32]
+        if new in used:
+            stem, number = new, 2
+            while new in used:
+                suffix = f"_{number}"
+                new, number = stem[:32 - len(suffix)] + suffix, number + 1
+        used.add(new)
+        out.append(new)
+    return out
+
+
+class StataWriter:
+    """A .dta file (format 118) written from chunks: write() keeps the chunks in a
+    temporary Parquet file and measures each text column's widest value; close()
+    writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
+    as doubles, blanks as Stata's missing value (.)."""
+
+    def __init__(self, tmp: str, path: str, what: str):
+        self.tmp, self.path, self.what = tmp, path, what
+        self.parts_path = tmp + ".parts"
+        self.parts = None
+        self.kinds, self.widths, self.names, self.labels = [], [], [], []
+        self.rows = 0
+
+    def write(self, columns: list) -> None:
+        """columns: [(name, 'number' | 'text', numpy values)], the same kinds each time."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        if self.parts is None:
+            if len(columns) > STATA_MAX_VARIABLES:
+                raise UserError(f"{self.what} {self.path}: {len(columns)} columns, more than a "
+                                f"Stata file holds ({STATA_MAX_VARIABLES:,}); write .parquet")
+            originals = [str(name) for name, _, _ in columns]
+            self.names = stata_names(originals)
+            self.labels = [original[:80] if original != new else ""
+                           for original, new in zip(originals, self.names)]
+            self.kinds = [kind for _, kind, _ in columns]
+            self.widths = [0] * len(columns)
+        arrays = []
+        for i, (_, kind, values) in enumerate(columns):
+            if kind == "number":
+                arrays.append(pa.array(values, type=pa.float64(), from_pandas=True))
+            else:
+                array = pa.array(values, type=pa.string())
+                widest = pc.max(pc.binary_length(array)).as_py() if len(array) else 0
+                self.widths[i] = max(self.widths[i], widest or 0)
+                arrays.append(array)
+        table = pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+        if self.parts is None:
+            self.parts = pq.ParquetWriter(self.parts_path, table.schema)
+        self.parts.write_table(table)
+        self.rows += table.num_rows
+
+    def renamed(self) -> list:
+        return [(label, name) for label, name in zip(self.labels, self.names) if label]
+
+    def close(self) -> None:
+        import pyarrow.parquet as pq
+
+        if self.parts is None:
+            return
+        self.parts.close()
+        self.parts = None
+        types, formats, dtypes = [], [], []
+        for kind, width in zip(self.kinds, self.widths):
+            if kind == "number":
+                types.append(STATA_DOUBLE)
+                formats.append("%10.0g")
+                dtypes.append("<f8")
+            elif width <= STATA_STR_MAX:
+                width = max(width, 1)
+                types.append(width)
+                formats.append(f"%{min(width, 2045)}s")
+                dtypes.append(f"S{width}")
+            else:
+                types.append(STATA_STRL)
+                formats.append("%9s")
+                dtypes.append("<u8")
+        record = np.dtype([(f"c{i}", d) for i, d in enumerate(dtypes)])
+        strls_path = self.tmp + ".strls"
+        try:
+            with open(self.tmp, "wb") as out, open(strls_path, "w+b") as strls:
+                offsets = self._write_head(out, types, formats)
+                offsets["data"] = out.tell()
+                out.write(b"<data>")
+                row = 0
+                for batch in pq.ParquetFile(self.parts_path).iter_batches(batch_size=65_536):
+                    records = np.zeros(batch.num_rows, dtype=record)
+                    for i, kind in enumerate(types):
+                        column = batch.column(i)
+                        if kind == STATA_DOUBLE:
+                            values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+                            records[f"c{i}"] = np.where(np.isnan(values), STATA_MISSING, values)
+                        elif kind == STATA_STRL:
+                            records[f"c{i}"] = self._strls(column.to_pylist(), i + 1, row, strls)
+                        else:
+                            records[f"c{i}"] = [v.encode("utf-8") for v in column.to_pylist()]
+                    out.write(records.tobytes())
+                    row += batch.num_rows
+                out.write(b"</data>")
+                offsets["strls"] = out.tell()
+                out.write(b"<strls>")
+                strls.seek(0)
+                while block := strls.read(1 << 24):
+                    out.write(block)
+                out.write(b"</strls>")
+                offsets["value_labels"] = out.tell()
+                out.write(b"<value_labels></value_labels>")
+                offsets["stata_data_close"] = out.tell()
+                out.write(b"</stata_dta>")
+                offsets["end-of-file"] = out.tell()
+                out.seek(offsets["map"] + len(b"<map>"))
+                out.write(b"".join(struct.pack("<Q", offsets[name]) for name in MAP_ORDER))
+        finally:
+            for leftover in (strls_path, self.parts_path):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+
+    @staticmethod
+    def _strls(values: list, variable: int, first_row: int, out) -> np.ndarray:
+        """The (v, o) keys of one strL column's cells (0 for an empty one); each
+        non-empty cell's text goes to `out` as one GSO entry."""
+        keys = np.zeros(len(values), dtype=np.uint64)
+        for i, value in enumerate(values):
+            if not value:
+                continue
+            observation = first_row + i + 1
+            encoded = value.encode("utf-8")
+            out.write(b"GSO" + struct.pack("<IQBI", variable, observation, 130, len(encoded) + 1)
+                      + encoded + b"\x00")
+            keys[i] = variable + (observation << 16)  # dta 118: v in 2 bytes, o in 6
+        return keys
+
+    def _write_head(self, out, types: list, formats: list) -> dict:
+        def tag(name: str, content: bytes) -> bytes:
+            return b"<" + name.encode() + b">" + content + b"</" + name.encode() + b">"
+
+        def padded(text: str, size: int) -> bytes:
+            return text.encode("utf-8")[:size - 1].ljust(size, b"\x00")
+
+        now = dt.datetime.now()
+        stamp = f"{now:%d} {MONTHS[now.month - 1]} {now:%Y %H:%M}".encode()
+        n_vars = len(types)
+        out.write(b"<stata_dta>")
+        out.write(tag("header", tag("release", b"118") + tag("byteorder", b"LSF")
+                      + tag("K", struct.pack("<H", n_vars)) + tag("N", struct.pack("<Q", self.rows))
+                      + tag("label", struct.pack("<H", 0)) + tag("timestamp", bytes([len(stamp)]) + stamp)))
+        offsets = {"stata_data": 0, "map": out.tell()}
+        out.write(tag("map", b"\x00" * 8 * len(MAP_ORDER)))
+        sections = [
+            ("variable_types", b"".join(struct.pack("<H", t) for t in types)),
+            ("varnames", b"".join(padded(name, 129) for name in self.names)),
+            ("sortlist", b"\x00" * 2 * (n_vars + 1)),
+            ("formats", b"".join(padded(f, 57) for f in formats)),
+            ("value_label_names", b"\x00" * 129 * n_vars),
+            ("variable_labels", b"".join(padded(label, 321) for label in self.labels)),
+            ("characteristics", b""),
+        ]
+        for name, content in sections:
+            offsets[name] = out.tell()
+            out.write(tag(name, content))
+        return offsets
+
+    def abort(self) -> None:
+        if self.parts is not None:
+            self.parts.close()
+            self.parts = None
+        if os.path.exists(self.parts_path):
+            os.unlink(self.parts_path)
+
+
+MAP_ORDER = ("stata_data", "map", "variable_types", "varnames", "sortlist", "formats",
+             "value_label_names", "variable_labels", "characteristics", "data", "strls",
+             "value_labels", "stata_data_close", "end-of-file")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

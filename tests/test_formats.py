@@ -1,0 +1,409 @@
+"""Files as historians and economists keep them: Excel workbooks, Stata files, CSV
+with ';' or tabs, in Windows encodings. Codes stay text in every one."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, TINY, env_for_subprocess, run_program
+from mixer import formats
+from mixer.config import DataConfig
+from mixer.data import fingerprint, prepare_run_data
+from mixer.errors import UserError
+from mixer.tables import (
+    NUMERIC_COLUMNS, OutputWriter, TableOptions, first_undecodable, iter_chunks, read_table,
+)
+
+import openpyxl  # noqa: E402  requirements.txt installs it (the extra mixer[excel])
+
+
+def write_xlsx(path, rows, sheet="data", before=None, formats_by_cell=None):
+    """rows[0] is the header; cells keep their Python types (str stays text)."""
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    if before:
+        book.create_sheet(before)
+    sheet_ = book.create_sheet(sheet)
+    for row in rows:
+        sheet_.append(row)
+    for (row, column), number_format in (formats_by_cell or {}).items():
+        sheet_.cell(row=row, column=column).number_format = number_format
+    book.save(path)
+    return str(path)
+
+
+def xlsx_cells(path) -> list:
+    book = openpyxl.load_workbook(path, read_only=True)
+    rows = [list(r) for r in book.worksheets[0].iter_rows(values_only=True)]
+    book.close()
+    return [row + [None] * (len(rows[0]) - len(row)) for row in rows]  # trailing empty cells
+
+
+# ------------------------------------------------------------------ encodings
+def test_a_cp1252_file_is_an_error_naming_the_row_byte_and_both_readings(tmp_path):
+    path = tmp_path / "sv.csv"
+    path.write_bytes("occ1;hisco_1\nbonde;61110\ndrängen;62120\nskräddare;79100\n".encode("cp1252"))
+    with pytest.raises(UserError) as error:
+        read_table(str(path))
+    message = str(error.value)
+    assert "not UTF-8 text: row 2 (line 3), byte 3 of that line (0xE4 at offset 27)" in message
+    assert "as cp1252: 'drängen;62120'; as latin-1: 'drängen;62120'" in message
+    assert "--encoding cp1252" in message and "\n" not in message
+    with pytest.raises(UserError, match="row 2 .line 3."):  # the stream says so before any chunk
+        next(iter_chunks(str(path), 1))
+    frame = read_table(str(path), options=TableOptions(encoding="cp1252"))
+    assert list(frame["occ1"]) == ["bonde", "drängen", "skräddare"]
+
+
+def test_the_two_readings_differ_where_cp1252_and_latin1_differ(tmp_path):
+    path = tmp_path / "quotes.csv"
+    path.write_bytes(b"occ1,hisco_1\n\x93smith\x94,83110\n")
+    with pytest.raises(UserError) as error:
+        read_table(str(path))
+    assert "as cp1252: '\u201csmith\u201d,83110'; as latin-1: '\\x93smith\\x94,83110'" in str(error.value)
+
+
+def test_rows_are_counted_past_quoted_line_breaks(tmp_path):
+    path = tmp_path / "wrapped.csv"
+    path.write_bytes('occ1,hisco_1\n"farmer\nand fisher",61110\nsmith,83110\nm\xe9decin,06110\n'
+                     .encode("latin-1"))
+    with pytest.raises(UserError, match=r"row 3 \(line 5\)"):
+        read_table(str(path))
+    path.write_bytes('occ1,hisco_1\nfarmer,61110\n"a\nm\xe9decin\nb",06110\n'.encode("latin-1"))
+    with pytest.raises(UserError, match=r"row 2 \(line 4\), byte 2 "):  # inside a quoted cell
+        read_table(str(path))
+
+
+def test_a_bad_byte_past_a_block_boundary_is_found_at_its_offset(tmp_path):
+    """The scan reads 4 MiB blocks; a character split by a block's end is no error."""
+    head = b"occ1\n" + "é".encode() * ((1 << 21) + 7)  # the boundary falls inside an 'é'
+    path = tmp_path / "big.csv"
+    path.write_bytes(head + b"\n\xff\n")
+    assert first_undecodable(str(path), "utf-8") == len(head) + 1
+    path.write_bytes(head + b"\n")
+    assert first_undecodable(str(path), "utf-8") is None
+
+
+def test_a_utf8_file_read_as_cp1252_is_read_so_and_the_user_told(tmp_path):
+    path = tmp_path / "u8.csv"
+    path.write_bytes(("occ1;hisco_1\n" + "bonde;61110\n" * 3 + "drängen;62120\n").encode("utf-8"))
+    said = []
+    frame = read_table(str(path), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert frame["occ1"].iloc[-1] == "drÃ¤ngen"  # the encoding given, never another
+    assert said[1] == (f"--dataset {path}: note: the file is also valid UTF-8; its first line past ASCII "
+                       "reads as cp1252 'drÃ¤ngen;62120' and as UTF-8 'drängen;62120': if the second is "
+                       "right, leave --encoding out")
+    cp1252 = tmp_path / "cp.csv"
+    cp1252.write_bytes("occ1;hisco_1\ndrängen;62120\n".encode("cp1252"))
+    said = []
+    read_table(str(cp1252), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert len(said) == 1  # no note where the encoding is the file's
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffocc1;hisco_1\ndrängen;62120\n".encode("utf-8"))
+    assert list(read_table(str(path)).columns) == ["occ1", "hisco_1"]
+
+
+# ------------------------------------------------------------------ separators
+@pytest.mark.parametrize("sep,shown", [(";", "';'"), ("\t", "tab"), ("|", "'|'"), (",", "','")])
+def test_the_separator_is_taken_from_the_header_and_said(tmp_path, sep, shown):
+    path = tmp_path / "t.csv"
+    path.write_text(f"occ1{sep}hisco_1{sep}note\nfarmer{sep}61110{sep}\"a, b; c\"\n")
+    said = []
+    frame = read_table(str(path), log=said.append)
+    assert list(frame.columns) == ["occ1", "hisco_1", "note"]
+    assert frame.loc[0, "note"] == "a, b; c"
+    assert said == [f"--dataset {path}: CSV, separator {shown} (found in the header line; --sep sets "
+                    "it), encoding utf-8"]
+
+
+def test_a_header_read_as_one_column_holding_a_separator_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("occ1;lang\nfarmer;en\n")
+    with pytest.raises(UserError, match=r"with --sep ',' the header is one column 'occ1;lang', which "
+                                        r"holds ';'; pass --sep ';'"):
+        read_table(str(path), options=TableOptions(sep=","))
+    quoted = tmp_path / "quoted.csv"  # a quoted name may hold anything
+    quoted.write_text('"occ1;lang"\nfarmer\n')
+    assert list(read_table(str(quoted)).columns) == ["occ1;lang"]
+    tied = tmp_path / "tied.csv"
+    tied.write_text("occ1;lang,x\n1;2,3\n")
+    with pytest.raises(UserError, match="equally often; name the separator with --sep"):
+        read_table(str(tied))
+
+
+def test_a_sep_line_above_the_header_names_the_separator(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("sep=;\r\nocc1;hisco_1\r\nbonde;61110\r\ndrängen;62120\r\n".encode("cp1252"))
+    with pytest.raises(UserError, match=r"row 2 \(line 4\)"):  # the sep= line is no row
+        read_table(str(path))
+    said = []
+    frame = read_table(str(path), options=TableOptions(encoding="cp1252"), log=said.append)
+    assert frame.values.tolist() == [["bonde", "61110"], ["drängen", "62120"]]
+    assert "separator ';' (the file's 'sep=' line; --sep sets it)" in said[0]
+    chunks = list(iter_chunks(str(path), 1, options=TableOptions(encoding="cp1252")))
+    assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
+
+
+def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
+    frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
+    frame.loc[0, "occ1"] = "drängen"
+    path = tmp_path / "export.csv"
+    path.write_bytes(frame.to_csv(index=False, sep=";").encode("cp1252"))
+    run = tmp_path / "run"
+    proc = run_program("finetune.py", "--dataset", path, "--target-cols", "hisco_1", "--save-path", run,
+                       "--encoding", "windows-1252", "--allow-codes-shorter-than-block-size",
+                       "--prepare-only")
+    assert "separator ';' (found in the header line" in proc.stdout
+    assert "encoding cp1252" in proc.stdout
+    prepared = pd.concat([pd.read_parquet(run / "data_train.parquet"), pd.read_parquet(run / "data_val.parquet")])
+    assert "drängen" in set(prepared["text"])
+    args = (run / "args.yaml").read_text()
+    assert "encoding: cp1252" in args
+    failed = run_program("finetune.py", "--dataset", path, "--target-cols", "hisco_1", "--save-path",
+                         tmp_path / "run2", "--prepare-only", check=False)
+    assert failed.returncode == 2 and "row 1 (line 2)" in failed.stderr and "as cp1252: 'drängen;" in failed.stderr
+
+
+@pytest.mark.parametrize("parser,required", [
+    ("finetune_parser", ["--dataset", "x", "--target-cols", "a", "--save-path", "r"]),
+    ("train_mixer_parser", ["--train-data", "x", "--val-data", "y", "--save-dir", "r"]),
+    ("predict_parser", ["--checkpoint", "c", "--input", "x"]),
+    ("evaluate_parser", ["--predictions", "x", "--truth-cols", "a"]),
+])
+def test_every_program_that_reads_a_table_has_the_reading_flags(parser, required):
+    from mixer import entrypoints
+
+    args = getattr(entrypoints, parser)().parse_args(required + ["--encoding", "latin1", "--sep", ";",
+                                                                 "--sheet", "1850"])
+    assert (args.encoding, args.sep, args.sheet) == ("iso8859-1", ";", "1850")
+
+
+def test_encoding_and_separator_flags_are_checked(tmp_path):
+    from mixer.entrypoints import finetune_parser
+
+    with pytest.raises(SystemExit):
+        finetune_parser().parse_args(["--dataset", "x", "--target-cols", "a", "--save-path", "r",
+                                      "--encoding", "klingon"])
+    args = finetune_parser().parse_args(["--dataset", "x", "--target-cols", "a", "--save-path", "r",
+                                         "--sep", "tab", "--encoding", "UTF8"])
+    assert (args.sep, args.encoding) == ("\t", "utf-8")
+
+
+# ------------------------------------------------------------------ Excel in
+def test_excel_cells_read_as_codes(tmp_path):
+    path = write_xlsx(tmp_path / "t.xlsx", [
+        ["occ1", "hisco_1", "hisco_2", "year", "when"],
+        ["farmer", "01110", 61110, 1850, dt.datetime(1850, 3, 1)],
+        ["fisher", "64100", 64100.0, None, None],
+        [None, None, None, None, None],  # an empty row is no row
+        ["smith", "83110", 1110, 1851.5, None],
+    ], before="notes", formats_by_cell={(5, 3): "00000"})
+    said = []
+    frame = read_table(path, options=TableOptions(sheet="data"), log=said.append)
+    assert frame.values.tolist() == [["farmer", "01110", "61110", "1850", "1850-03-01"],
+                                     ["fisher", "64100", "64100", "", ""],
+                                     ["smith", "83110", "01110", "1851.5", ""]]
+    assert frame.attrs[NUMERIC_COLUMNS] == ["hisco_2", "year"]  # fractions there are bad codes
+    assert said == [f"--dataset {path}: Excel, sheet 'data' of 2 (--sheet chooses another)"]
+    with pytest.raises(UserError, match=r"no sheet 'Data' \(--sheet\); the workbook has: 'notes', 'data'"):
+        read_table(path, options=TableOptions(sheet="Data"))
+    with pytest.raises(UserError, match=r"sheet 'notes' is empty.*--sheet chooses another: 'data'"):
+        read_table(path)
+    chunks = list(iter_chunks(path, 2, options=TableOptions(sheet="data")))
+    assert [len(c) for c in chunks] == [2, 1]
+    assert list(pd.concat(chunks)["hisco_2"]) == ["61110", "64100", "01110"]
+
+
+def test_a_broken_workbook_and_an_old_xls_are_one_line_errors(tmp_path):
+    broken = tmp_path / "broken.xlsx"
+    broken.write_text("occ1,hisco_1\n")
+    with pytest.raises(UserError, match="cannot read it as an Excel workbook"):
+        read_table(str(broken))
+    old = tmp_path / "old.xls"
+    old.write_bytes(b"\xd0\xcf\x11\xe0")
+    with pytest.raises(UserError, match=r"\.xls is not read; save the sheet as \.xlsx"):
+        read_table(str(old))
+
+
+# ------------------------------------------------------------------ Stata in
+def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
+    path = str(tmp_path / "t.dta")
+    pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "miner"],
+                  "hisco_1": ["01110", "64100", "83110", "71110"],
+                  "hisco_2": [61110.0, np.nan, np.nan, 64100.0],
+                  "year": pd.array([1850, 1851, None, 1853], dtype="Int32")}).to_stata(path, write_index=False)
+    frame = read_table(path)
+    assert frame.values.tolist() == [["farmer", "01110", "61110", "1850"], ["fisher", "64100", "", "1851"],
+                                     ["smith", "83110", "", ""], ["miner", "71110", "64100", "1853"]]
+    assert set(frame.attrs[NUMERIC_COLUMNS]) == {"hisco_2", "year"}
+    chunks = list(iter_chunks(path, 2))
+    assert [str(c["year"].dtype) for c in chunks] == ["int64[pyarrow]"] * 2  # a blank is no float
+    assert chunks[1]["year"].isna().tolist() == [True, False]
+
+
+def test_whole_numbers_past_int64_are_written_out_in_full():
+    from mixer.tables import as_text
+
+    assert as_text(pd.Series([1e20, 64100.0, np.nan, -3.0])).tolist() == [
+        "100000000000000000000", "64100", "", "-3"]
+
+
+# ------------------------------------------------------------------ writing
+def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
+    long_text = "labourer " * 300  # 2,700 bytes: past str2045, a strL
+    path = tmp_path / "out.dta"
+    writer = OutputWriter(str(path), log=print)
+    frame = pd.DataFrame({"occupation title (as written)": ["drängen", long_text, ""],
+                          "code_1": ["01110", "61110", ""], "prob_1": [0.5, np.nan, 1.0],
+                          "1850": ["a", "b", "c"], "x" * 40: ["", "", ""], "int": [1, 2, 3],
+                          "in chunk": pd.array([True, False, None], dtype="boolean")})
+    writer.write(frame)
+    writer.write(frame.iloc[:2])
+    writer.commit()
+    back = pd.read_stata(path)
+    assert list(back.columns) == ["occupation_title__as_written_", "code_1", "prob_1", "_1850", "x" * 32,
+                                  "_int", "in_chunk"]
+    assert back["code_1"].tolist() == ["01110", "61110", "", "01110", "61110"]
+    assert back["occupation_title__as_written_"].tolist() == ["drängen", long_text, "", "drängen", long_text]
+    assert back["prob_1"].isna().tolist() == [False, True, False, False, True]
+    assert back["in_chunk"].tolist()[:2] == [1.0, 0.0]
+    with pd.io.stata.StataReader(path) as reader:
+        labels = reader.variable_labels()
+    assert labels["occupation_title__as_written_"] == "occupation title (as written)"
+    assert labels["code_1"] == ""
+    assert "Stata names: 'occupation title (as written)' -> occupation_title__as_written_" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == ["out.dta"]  # no temporary file left
+
+
+def test_excel_output_keeps_text_as_text(tmp_path):
+    path = tmp_path / "out.xlsx"
+    writer = OutputWriter(str(path))
+    writer.write(pd.DataFrame({"occ1": ["=1+1", "farmer"], "code_1": ["01110", ""],
+                               "prob_1": [0.25, np.nan]}))
+    writer.commit()
+    assert xlsx_cells(path) == [["occ1", "code_1", "prob_1"], ["=1+1", "01110", 0.25], ["farmer", None, None]]
+    assert read_table(str(path)).values.tolist() == [["=1+1", "01110", "0.25"], ["farmer", "", ""]]
+    for bad, message in (("a\x01b", "control character"), ("x" * 32_768, "more than an Excel cell holds")):
+        broken = OutputWriter(str(tmp_path / "bad.xlsx"))
+        with pytest.raises(UserError, match=message):
+            broken.write(pd.DataFrame({"occ1": [bad]}))
+        broken.abort()
+    assert sorted(os.listdir(tmp_path)) == ["out.xlsx"]
+
+
+# ------------------------------------------------------------------ the programs
+@pytest.fixture(scope="module")
+def excel_run(tmp_path_factory):
+    """A tiny run trained from an .xlsx workbook whose codes start with 0 (text cells)."""
+    frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, keep_default_na=False)
+    frame = frame[frame["hisco_1"].str.len() == 5].head(60)
+    frame["hisco_1"] = "0" + frame["hisco_1"].str[1:]
+    directory = tmp_path_factory.mktemp("excel")
+    data = write_xlsx(directory / "train.xlsx", [list(frame.columns)] + frame.values.tolist())
+    run = directory / "run"
+    proc = run_program("finetune.py", "--dataset", data, "--target-cols", "hisco_1", "--save-path", run,
+                       *TINY, "--max-steps", 6, "--batch-size", 16)
+    assert f"--dataset {data}: Excel, sheet 'data'" in proc.stdout
+    return str(run), frame, data
+
+
+def test_predict_and_evaluate_between_excel_stata_csv_and_parquet(excel_run, tmp_path):
+    run, frame, data = excel_run
+    source = tmp_path / "in.dta"
+    frame.assign(year=1850.0).to_stata(source, write_index=False)
+    out_xlsx, out_dta = tmp_path / "p.xlsx", tmp_path / "p.dta"
+    run_program("predict.py", "--checkpoint", run, "--input", source, "--output", out_xlsx, "--chunk-size", 25)
+    cells = xlsx_cells(out_xlsx)
+    header = cells[0]
+    assert header[:3] == ["occ1", "hisco_1", "year"] and "code_1" in header and "prob_1" in header
+    assert len(cells) == len(frame) + 1
+    code_1 = [row[header.index("code_1")] for row in cells[1:]]
+    assert all(isinstance(c, str) and c.startswith("0") for c in code_1)  # text, zero kept
+    assert [row[1] for row in cells[1:]] == list(frame["hisco_1"])
+    assert all(isinstance(row[header.index("prob_1")], float) for row in cells[1:])
+    run_program("predict.py", "--checkpoint", run, "--input", out_xlsx, "--output", out_dta)
+    back = pd.read_stata(out_dta)
+    assert back["code_1"].tolist() == code_1 and back["code_1_input"].tolist() == code_1
+    proc = run_program("evaluate.py", "--predictions", out_dta, "--truth-cols", "hisco_1",
+                       "--output", tmp_path / "e.csv")
+    assert "accuracy" in proc.stdout.lower() or os.path.getsize(tmp_path / "e.csv") > 0
+
+
+def test_prepared_data_from_a_workbook_is_identified_by_content_and_sheet(excel_run, tmp_path):
+    _, frame, data = excel_run
+    cfg = DataConfig(dataset=data, target_cols=["hisco_1"], share_val=0.2)
+    run_dir = str(tmp_path / "run")
+    prepare_run_data(cfg, 0, run_dir, log=lambda _: None)
+    said = []
+    prepare_run_data(cfg, 0, run_dir, log=said.append)
+    assert said == [f"reusing prepared data in {run_dir}"]
+    with pytest.raises(UserError, match="--sheet was None, now 'data'"):
+        prepare_run_data(DataConfig(dataset=data, target_cols=["hisco_1"], share_val=0.2, sheet="data"),
+                         0, run_dir, log=lambda _: None)
+    assert not {"encoding", "sep", "sheet"} & set(fingerprint(cfg, 0)["settings"])  # older runs resume
+    edited = write_xlsx(tmp_path / "edited.xlsx", [list(frame.columns)] + frame.values.tolist()[:-1])
+    with pytest.raises(UserError, match="--dataset differs"):
+        prepare_run_data(DataConfig(dataset=edited, target_cols=["hisco_1"], share_val=0.2), 0, run_dir,
+                         log=lambda _: None)
+
+
+def test_an_excel_output_longer_than_a_sheet_stops_before_any_work(excel_run, tmp_path):
+    run, _, _ = excel_run
+    rows = formats.EXCEL_MAX_ROWS  # one more than a sheet holds under its header
+    big = tmp_path / "big.csv"
+    big.write_text("occ1\n" + "farmer\n" * rows)
+    parquet = tmp_path / "big.parquet"
+    pd.DataFrame({"occ1": ["farmer"] * rows}).to_parquet(parquet)
+    for source in (big, parquet):
+        proc = run_program("predict.py", "--checkpoint", run, "--input", source, "--output",
+                           tmp_path / "p.xlsx", check=False)
+        assert proc.returncode == 2
+        assert f"has {rows:,} rows, more than an Excel sheet holds (1,048,575 under the header); " \
+               "write .parquet or .dta instead" in proc.stderr
+        assert "loaded" not in proc.stderr.lower()  # before the model
+    assert not os.path.exists(tmp_path / "p.xlsx")
+    fits = tmp_path / "fits.csv"
+    fits.write_text("occ1\n" + "farmer\n" * (rows - 1))
+    from mixer.tables import check_fits_excel
+
+    check_fits_excel(str(tmp_path / "p.xlsx"), str(fits), TableOptions())
+
+
+@pytest.mark.parametrize("program,argv", [
+    ("evaluate", ["--predictions", "{xlsx}", "--truth-cols", "hisco_1"]),
+    ("predict", ["--checkpoint", "nowhere", "--input", "{csv}", "--output", "{out}"]),
+    ("predict", ["--checkpoint", "nowhere", "--input", "{xlsx}", "--output", "{csv}"]),
+])
+def test_without_openpyxl_the_error_names_the_extra(tmp_path, program, argv):
+    xlsx = write_xlsx(tmp_path / "p.xlsx", [["hisco_1", "code_1"], ["61110", "61110"]])
+    csv = tmp_path / "in.csv"
+    csv.write_text("occ1\nfarmer\n")
+    argv = [a.format(xlsx=xlsx, csv=csv, out=tmp_path / "out.xlsx") for a in argv]
+    code = ("import sys; sys.modules['openpyxl'] = None; from mixer import entrypoints; "
+            f"sys.argv = ['{program}.py'] + {argv!r}; entrypoints.{program}_cli()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env=env_for_subprocess(), timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith("[excel]'")  # pip install 'mixer[excel]', or this clone's path
+    assert "install it with: pip install '" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_training_and_validation_files_of_different_formats(excel_run, tmp_path):
+    _, frame, data = excel_run
+    val = tmp_path / "val.dta"
+    frame.head(20).to_stata(val, write_index=False, version=118)
+    cfg = DataConfig(train_data=[data], val_data=[str(val)], target_cols=["hisco_1"])
+    prepared = prepare_run_data(cfg, 0, str(tmp_path / "run"), log=lambda _: None)
+    assert len(prepared.train) == len(frame) and len(prepared.val) == 20
+    assert set(prepared.val["code_1"].astype(str)) <= set(frame["hisco_1"])  # '0...' codes as text
