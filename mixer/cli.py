@@ -122,6 +122,14 @@ def add_code_args(group) -> None:
                        dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
                        help="accept codes shorter than --block-size (they are usually codes "
                             "that lost leading zeros; hisco: restore them)")
+    group.add_argument("--key", dest="key_file", default=None, metavar="FILE",
+                       help="a fixed, complete list of codes (CSV with a column 'code', and "
+                            "optionally 'description'; a run's key.csv works): the key is these "
+                            "codes in this order, codes absent from the data included, so two "
+                            "runs share one numbering; a code of the data outside it is a bad label")
+    group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
+                       help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
+                            "occupation' is learned as a class; default: such rows are an error")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

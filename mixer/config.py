@@ -34,6 +34,8 @@ class DataConfig:
     allow_codes_shorter_than_block_size: bool = False
     share_val: float = 0.1
     code_descriptions: Optional[str] = None
+    key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
+    empty_code_label: Optional[str] = None  # rows without a code get this code (off: an error)
     max_len: int = 64
     prepare_only: bool = False
 

@@ -61,9 +61,11 @@ class Checked:
 
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
-               known: Optional[set] = None) -> Checked:
+               known: Optional[set] = None, allowed: Optional[set] = None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
-    naming them, or dropped with --drop-bad-labels."""
+    naming them, or dropped with --drop-bad-labels. `allowed`: the codes of --key (a
+    code outside it is bad). With --empty-code-label a row without any code gets that
+    code in its first slot."""
     flags = {cfg.input_col: "--input-col"}
     flags.update({c: "--target-cols" for c in cfg.target_cols})
     flags.update({c: "--context-cols" for c in cfg.context_cols})
@@ -79,11 +81,20 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     # factorised: the formatter then looks at each distinct value once
     columns = [code_cells(frame, c) for c in cfg.target_cols]
     cells = pd.concat([cells for cells, _ in columns], ignore_index=True)
+    if cfg.empty_code_label is not None and n_cols:
+        no_code = np.ones(n_rows, dtype=bool)
+        for column in range(n_cols):
+            no_code &= cells.iloc[column * n_rows:(column + 1) * n_rows].eq("").to_numpy()
+        if no_code.any():
+            cells = cells.copy()
+            cells.iloc[np.flatnonzero(no_code)] = cfg.empty_code_label  # the first code column
     not_whole = np.stack([mask for _, mask in columns], axis=1)  # (rows, cols)
     ids, uniques = pd.factorize(cells, sort=False)
     normalised, reasons = [], []
     for value in uniques:  # each distinct code once
         code, reason = formatter.check(value, known) if value != "" else ("", "")
+        if value != "" and not reason and allowed is not None and code not in allowed:
+            reason = f"not in --key {cfg.key_file}"
         normalised.append(code)
         reasons.append(reason)
     normalised = np.asarray(normalised, dtype=object)
@@ -151,10 +162,15 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
 
 
 # ------------------------------------------------------------------ key
-def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None) -> pd.DataFrame:
-    """The label key: code, index, description ('' when unknown). Built-in HISCO
-    has its full list; otherwise the key is the sorted distinct codes seen."""
-    if formatter.kind == "hisco":
+def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None,
+              order: Optional[list] = None) -> pd.DataFrame:
+    """The label key: code, index, description ('' when unknown). `order`: the codes of
+    --key, as listed; else built-in HISCO has its full list, other systems the sorted
+    distinct codes seen."""
+    if order is not None:
+        known = dict(zip(hisco_key()["code"], hisco_key()["description"])) if formatter.kind == "hisco" else {}
+        key = pd.DataFrame({"code": order, "description": [known.get(c, "") for c in order]})
+    elif formatter.kind == "hisco":
         key = hisco_key()
     else:
         key = pd.DataFrame({"code": sorted(c for c in codes if c != ""), "description": ""})
@@ -197,6 +213,7 @@ def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np
 FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", "language_col", "formatter",
                         "block_size", "use_within_block_sep", "drop_bad_labels",
                         "allow_codes_shorter_than_block_size", "share_val")
+OPTIONAL_SETTINGS = ("empty_code_label",)
 HASH_BLOCK = 1 << 23
 
 
@@ -231,7 +248,12 @@ def fingerprint(cfg: DataConfig, seed: int) -> dict:
                   "val_data": [file_identity(p, "--val-data") for p in cfg.val_data]}
     if cfg.code_descriptions:
         inputs["code_descriptions"] = [file_identity(cfg.code_descriptions, "--code-descriptions")]
+    if cfg.key_file:
+        inputs["key"] = [file_identity(cfg.key_file, "--key")]
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
+    for name in OPTIONAL_SETTINGS:  # only when set: data prepared before they existed stays valid
+        if getattr(cfg, name) is not None:
+            settings[name] = getattr(cfg, name)
     settings["seed"] = seed
     contents = {role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()}
     digest = hashlib.sha256(json.dumps([contents, settings], sort_keys=True).encode()).hexdigest()
@@ -265,6 +287,8 @@ def describe_difference(old: dict, new: dict) -> str:
         if before != after:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")
+    for name in sorted(set(old.get("settings", {})) - set(new["settings"])):
+        changed.append(f"--{name.replace('_', '-')} was {old['settings'][name]!r}, now not given")
     for name, value in new["settings"].items():
         if old.get("settings", {}).get(name) != value:
             flag = "--seed" if name == "seed" else "--" + name.replace("_", "-")
@@ -305,13 +329,20 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         formatter.block_size = 3
     known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
     descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
+    fixed = read_key_file(cfg.key_file, formatter, known) if cfg.key_file else None
+    if fixed is not None:
+        file_descriptions = {c: d for c, d in zip(fixed["code"], fixed["description"]) if d}
+        descriptions = {**file_descriptions, **(descriptions or {})}
+    allowed = set(fixed["code"]) if fixed is not None else None
+    if cfg.empty_code_label is not None:
+        check_empty_code_label(cfg, formatter, known, allowed)
 
     seen = set()
 
     def load(paths, what):
         frames = []
         for path in paths:
-            checked = check_rows(read_table(path, what), cfg, formatter, path, known)
+            checked = check_rows(read_table(path, what), cfg, formatter, path, known, allowed)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
@@ -327,12 +358,65 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
         train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
+    if fixed is not None:  # every code of --key, those absent from the data too
+        seen = set(fixed["code"])
     if base is None:
         formatter.fit_alphabet(sorted(seen))
-        key = build_key(formatter, seen, descriptions)
+        key = build_key(formatter, seen, descriptions, order=None if fixed is None else list(fixed["code"]))
     else:
         key = extend_key(base, formatter, seen, descriptions)
     return Prepared(train=train, val=val, key=key, formatter=formatter)
+
+
+def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> pd.DataFrame:
+    """--key: code and description, in the file's order (a run's key.csv works, in its
+    index order). Every code is checked as the data's codes are, once; a bad, empty or
+    repeated code is an error naming it."""
+    table = read_table(path, "--key")
+    hisco_layout = {"hisco", "en_hisco_text"} <= set(table.columns)  # data/hisco_key.csv
+    code_col = "hisco" if hisco_layout else ("code" if "code" in table.columns else None)
+    if code_col is None:
+        raise UserError(f"--key {path}: needs a column 'code' (and optionally 'description'); "
+                        f"it has: {', '.join(map(str, table.columns[:12]))}")
+    if "index" in table.columns and not hisco_layout:
+        order = pd.to_numeric(table["index"], errors="coerce")
+        if order.isna().any():
+            raise UserError(f"--key {path}: column 'index' holds a value that is not a number")
+        table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
+    text_col = next((c for c in ("description", "en_hisco_text") if c in table.columns), None)
+    codes, _ = code_cells(table, code_col)
+    if hisco_layout and formatter.kind == "hisco":  # that file lost HISCO's leading zeros
+        codes = codes.where(~codes.str.isdigit(), codes.str.zfill(5))
+    descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
+                    else np.full(len(table), "", dtype=object))
+    out, seen = [], set()
+    for row, (raw, text) in enumerate(zip(codes, descriptions)):
+        if raw == "":
+            if hisco_layout:  # the HISCO key layout starts with an empty row
+                continue
+            raise UserError(f"--key {path}: row {row + 1} has no code; every row names one code")
+        code, reason = formatter.check(raw, known)
+        if reason:
+            raise UserError(f"--key {path}: row {row + 1} code {raw!r}: {reason}")
+        if code in seen:
+            raise UserError(f"--key {path}: code {code!r} appears twice; list each code once")
+        seen.add(code)
+        out.append((code, "" if text is None else str(text)))
+    if not out:
+        raise UserError(f"--key {path}: no codes; list one code per row in a column 'code'")
+    return pd.DataFrame(out, columns=["code", "description"])
+
+
+def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, allowed) -> None:
+    label = cfg.empty_code_label
+    if label.strip() != label or label == "":
+        raise UserError(f"--empty-code-label {label!r}: give a code without spaces, e.g. -1")
+    code, reason = formatter.check(label, known)
+    if reason or code != label:
+        raise UserError(f"--empty-code-label {label!r}: {reason or f'is written {code!r} in this code system'}; "
+                        "give a code the code system accepts")
+    if allowed is not None and label not in allowed:
+        raise UserError(f"--empty-code-label {label!r} is not in --key {cfg.key_file}; add it there")
 
 
 def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[dict]) -> pd.DataFrame:

@@ -54,12 +54,21 @@ def train_mixer_parser() -> cli.Parser:
                        help="training files (CSV or Parquet)")
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
                        help="validation files (CSV or Parquet)")
-    group.add_argument("--formatter", choices=[f for f in FORMATTERS if f != "general"],
-                       default="hisco", help="built-in code system (default: %(default)s)")
+    group.add_argument("--formatter", choices=list(FORMATTERS),
+                       default="hisco", help="code system: hisco or occ1950 (built in), or "
+                                             "general: any codes, --block-size characters (or "
+                                             "parts with --use-within-block-sep), the key from "
+                                             "the data or --key (default: %(default)s)")
     group.add_argument("--target-col-naming", dest="target_col_naming", default="hisco",
                        help="target columns are <naming>_1 .. <naming>_N (default: %(default)s)")
     group.add_argument("--num-target-cols", dest="num_target_cols", type=cli.positive_int,
                        default=5, help="N above: code slots per row (default: %(default)s)")
+    group.add_argument("--target-cols", dest="target_cols", nargs="+", default=None, metavar="COL",
+                       help="the code columns by name (instead of --target-col-naming and "
+                            "--num-target-cols)")
+    group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
+                       help="CSV of code descriptions (columns code,description or the HISCO "
+                            "key layout); predictions then carry desc_K")
     cli.add_input_text_args(group)
     cli.add_code_args(group)
     group.add_argument("--save-dir", "--save-path", dest="save_dir", required=True,
@@ -112,8 +121,9 @@ def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
     namespace = cli.parse_args(train_mixer_parser(), argv)
-    namespace.target_cols = [f"{namespace.target_col_naming}_{i + 1}"
-                             for i in range(namespace.num_target_cols)]
+    if not namespace.target_cols:
+        namespace.target_cols = [f"{namespace.target_col_naming}_{i + 1}"
+                                 for i in range(namespace.num_target_cols)]
     return _train(cli.build_config(namespace))
 
 
