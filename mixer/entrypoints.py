@@ -161,6 +161,25 @@ def predict_parser() -> cli.Parser:
                              "full: every code of the key scored by the decoder (slow on CPU; "
                              "see README). Several heads: columns <head>_code_k, ... "
                              "(default: flat)")
+    parser.add_argument("--what", choices=["codes", "probs", "bin", "logits"], default="codes",
+                        help="codes: the code table beside the input's columns (default); or a "
+                             "matrix, a column per code of the key, rows in input order, to "
+                             "--output .parquet, .csv or .npy: probs (flat head, or --head full), "
+                             "logits (flat head), bin (1 for each code the table holds)")
+    parser.add_argument("--alternatives", type=cli.positive_int, default=None, metavar="K",
+                        help="greedy top-k: K different code sets from the decoder per row, each "
+                             "with its confidence (OccCANINE's greedy-topk); K output rows per "
+                             "input row, column 'alternative'")
+    parser.add_argument("--columns", choices=["mixer", "occcanine"], default="mixer",
+                        help="occcanine: OccCANINE's column names and order (its predict() table: "
+                             "occ1, hisco_1, prob_1, desc_1, ...; greedy: hisco_k, desc_k, conf), "
+                             "without the input's other columns (default: %(default)s)")
+    parser.add_argument("--system", default=None, metavar="NAME",
+                        help="with --columns occcanine: the code system in column names, e.g. "
+                             "isco68_1 (default: hisco, occ1950, or code)")
+    parser.add_argument("--code-descriptions", dest="code_descriptions", default=None, metavar="CSV",
+                        help="descriptions of the model's codes (columns code,description or the "
+                             "HISCO key layout): desc_k for a model of any code system")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",

@@ -2,6 +2,7 @@
 rows without a code as a class, OccCANINE's output shapes, descriptions for any system."""
 
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -119,3 +120,149 @@ def test_empty_code_label_learns_rows_without_a_code(tmp_path, small_csv):
     # a changed label is another preparation: the run directory refuses it
     with pytest.raises(UserError, match="--empty-code-label was '00000', now '00001'"):
         finetune_main([*common, "--save-path", str(run), "--empty-code-label", "00001"])
+
+
+# ------------------------------------------------------------------ output shapes
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory, small_csv):
+    run = tmp_path_factory.mktemp("shapes") / "run"
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
+                          "--save-path", str(run), "--share-val", "0.09", *TINY, "--max-steps", "30",
+                          "--batch-size", "16", "--learning-rate", "2e-3"]) == 0
+    return str(run)
+
+
+TEXTS = ["farmer", "agricultural labourer", "coal miner", "farmer", "engineer and fireman", "smith"]
+
+
+def sets_of(table, prefix="code_"):
+    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix):].isdigit()]
+    return [frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()]
+
+
+def test_score_matrices_agree_with_the_code_table(shapes_run):
+    import mixer
+
+    model = mixer.load(shapes_run)
+    codes = list(model.codes["code"])
+    series = pd.Series(TEXTS, index=[10, 11, 12, 13, 14, 15])
+    table = model.predict(series)
+    probs = model.predict(series, what="probs")
+    assert list(probs.columns) == codes and list(probs.index) == list(series.index)
+    assert probs.to_numpy().max(1) == pytest.approx(table["prob_1"].to_numpy(), abs=1e-6)
+    assert [codes[i] for i in probs.to_numpy().argmax(1)] == list(table["code_1"])
+    logits = model.predict(series, what="logits")
+    assert 1 / (1 + np.exp(-logits.to_numpy())) == pytest.approx(probs.to_numpy(), abs=1e-6)
+    binary = model.predict(series, what="bin", threshold=0.05)
+    assert [frozenset(binary.columns[binary.iloc[r].to_numpy() == 1]) for r in range(len(binary))] == \
+        sets_of(model.predict(series, threshold=0.05))
+    full = model.predict(series, what="probs", head="full")
+    full_table = model.predict(series, head="full")
+    for r, code in enumerate(full_table["code_1"]):
+        assert full.iloc[r][code] == pytest.approx(full_table["prob_1"].iloc[r], abs=1e-6)
+    occ = model.predict(series, what="bin", columns="occcanine", system="hisco")
+    assert list(occ.columns) == [f"hisco_{c}" for c in codes]
+    with pytest.raises(UserError, match="greedy decoding gives no probability"):
+        model.predict(series, what="probs", head="seq2seq")
+    with pytest.raises(UserError, match="what='odds'"):
+        model.predict(series, what="odds")
+
+
+def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
+    import mixer
+    from mixer.outputs import blocked_generate
+
+    model = mixer.load(shapes_run)
+    predictor = model._predictor
+    # without blocks, the decoding is the model's own greedy decoding, token for token
+    for _, states, _, mask, _ in predictor._encoded(np.asarray(TEXTS, dtype=object),
+                                                    np.full(len(TEXTS), "unk", dtype=object), 8):
+        tokens, probs = blocked_generate(predictor.model, states, mask, 10, None)
+        expected_tokens, expected_probs = predictor.model.generate(states, mask, 10)
+        assert torch_equal(tokens, expected_tokens) and torch_equal(probs, expected_probs)
+    alternatives = model.alternatives(pd.Series(TEXTS, index=list("abcdef")), k=3)
+    assert list(alternatives.index) == [i for i in "abcdef" for _ in range(3)]
+    assert list(alternatives["alternative"]) == [1, 2, 3] * len(TEXTS)
+    greedy = sets_of(model.predict(TEXTS, head="seq2seq"))
+    found = sets_of(alternatives)
+    for row in range(len(TEXTS)):
+        mine = found[3 * row:3 * row + 3]
+        assert mine[0] == greedy[row]
+        written = [s for s, p in zip(mine, alternatives["prob"].iloc[3 * row:3 * row + 3]) if not np.isnan(p)]
+        assert len(set(written)) == len(written) >= 2  # different code sets
+    assert found[0:3] == found[9:12]  # the same text, the same alternatives
+    occ = model.alternatives(TEXTS[:2], k=2, columns="occcanine", system="hisco")
+    assert list(occ.columns) == ["occ1", "hisco_1", "desc_1", "hisco_2", "desc_2", "top-k-pos", "conf"]
+    assert list(occ["top-k-pos"]) == [0, 1, 0, 1]
+
+
+def torch_equal(a, b):
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_predict_py_writes_occcanine_shapes(shapes_run, small_csv, tmp_path):
+    import mixer
+    from mixer.entrypoints import predict_main
+
+    def predict(output, *args):
+        return predict_main(["--checkpoint", shapes_run, "--input", small_csv, "--output", str(output),
+                             *map(str, args)])
+
+    model = mixer.load(shapes_run)
+    source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    assert predict(tmp_path / "probs.npy", "--what", "probs", "--chunk-size", "50") == 0
+    matrix = np.load(tmp_path / "probs.npy")
+    expected = model.predict(source["occ1"], what="probs").to_numpy()
+    assert matrix.shape == (len(source), len(model.codes)) and np.abs(matrix - expected).max() < 1e-6
+    assert predict(tmp_path / "bin.parquet", "--what", "bin") == 0
+    binary = pd.read_parquet(tmp_path / "bin.parquet")
+    assert list(binary.columns) == list(model.codes["code"]) and len(binary) == len(source)
+    assert predict(tmp_path / "occ.csv", "--columns", "occcanine", "--system", "hisco", "--top-k", "3",
+                   "--code-descriptions", os.path.join(os.path.dirname(__file__), "..", "data",
+                                                       "hisco_key.csv")) == 0
+    occ = pd.read_csv(tmp_path / "occ.csv", dtype=str, keep_default_na=False)
+    assert list(occ.columns) == ["occ1", "hisco_1", "prob_1", "desc_1", "hisco_2", "prob_2", "desc_2",
+                                 "hisco_3", "prob_3", "desc_3"]
+    assert (occ["occ1"] == source["occ1"]).all()
+    assert (occ.loc[occ["hisco_3"] == "", "desc_3"] == "No pred").all()
+    assert occ.loc[occ["hisco_1"] != "", "desc_1"].str.len().gt(0).all()  # HISCO titles
+    assert predict(tmp_path / "alt.csv", "--alternatives", "2", "--chunk-size", "50") == 0
+    alt = pd.read_csv(tmp_path / "alt.csv", dtype=str, keep_default_na=False)
+    assert len(alt) == 2 * len(source) and list(alt.columns[:3]) == list(source.columns)
+    assert (alt["occ1"].iloc[::2].to_numpy() == source["occ1"].to_numpy()).all()
+    for output, args, message in (
+            ("x.csv", ["--what", "probs", "--head", "seq2seq"], "greedy decoding gives no probability"),
+            ("x.csv", ["--alternatives", "2", "--what", "bin"], "pass one of them"),
+            ("x.csv", ["--what", "bin", "--head", "flat", "seq2seq"], "takes one --head"),
+            ("codes.npy", [], ".npy holds a matrix")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            predict(tmp_path / output, *args)
+        assert not os.path.exists(tmp_path / output)
+    proc = run_program("predict.py", "--checkpoint", shapes_run, "--input", small_csv, "--output",
+                       tmp_path / "x.csv", "--alternatives", "2", "--what", "bin", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+
+
+def test_code_descriptions_for_a_model_of_any_code_system(pst_files, tmp_path):
+    import mixer
+
+    run = tmp_path / "pst"
+    assert train_general(pst_files, run) == 0
+    model = mixer.load(str(run))
+    assert "desc_1" not in model.predict(["smith"]).columns  # the run was given none
+    described = mixer.load(str(run), code_descriptions=str(pst_files / "key.csv"))
+    row = described.predict(["smith"], top_k=1)
+    assert row["desc_1"].iloc[0] == {"5,9,9": "carter"}.get(row["code_1"].iloc[0], "")
+    assert described.codes.set_index("code").loc["5,9,9", "description"] == "carter"
+    as_dict = mixer.load(str(run), code_descriptions={"2,3,1": "smith", "1,1,0": "farmer"})
+    assert as_dict.codes.set_index("code").loc["2,3,1", "description"] == "smith"
+    with pytest.raises(UserError, match="none of its codes is a code of the model"):
+        mixer.load(str(run), code_descriptions={"99999": "nothing"})
+    pd.DataFrame({"code": ["2,3,1"], "description": ["smith"]}).to_csv(tmp_path / "d.csv", index=False)
+    run_program("predict.py", "--checkpoint", run, "--input", pst_files / "train.csv", "--output",
+                tmp_path / "p.csv", "--code-descriptions", tmp_path / "d.csv")
+    out = pd.read_csv(tmp_path / "p.csv", dtype=str, keep_default_na=False)
+    assert (out.loc[out["code_1"] == "2,3,1", "desc_1"] == "smith").all()
+    assert (out.loc[out["code_1"] != "2,3,1", "desc_1"] == "").all()
