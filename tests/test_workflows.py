@@ -266,3 +266,45 @@ def test_code_descriptions_for_a_model_of_any_code_system(pst_files, tmp_path):
     out = pd.read_csv(tmp_path / "p.csv", dtype=str, keep_default_na=False)
     assert (out.loc[out["code_1"] == "2,3,1", "desc_1"] == "smith").all()
     assert (out.loc[out["code_1"] != "2,3,1", "desc_1"] == "").all()
+
+
+# ------------------------------------------------------------------ notebook
+def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
+    import mixer
+    import yaml
+
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    tiny = dict(encoder="canine-tiny", decoder_dim=32, decoder_layers=1, decoder_heads=2, max_len=48,
+                max_steps=2, share_val=0.09, dropout=0.0)
+    model = mixer.finetune(frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"),
+                           **tiny)
+    assert isinstance(model, mixer.api.Model) and len(model.predict(["farmer"])) == 1
+    # the same run from the command line: the same configuration, data and weights
+    argv = ["--dataset", str(tmp_path / "nb" / "dataset.parquet"), "--target-cols", "hisco_1", "hisco_2",
+            "--save-path", str(tmp_path / "cli")]
+    for name, value in tiny.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    assert finetune_main(argv) == 0
+    args = [yaml.safe_load(open(tmp_path / run / "args.yaml")) for run in ("nb", "cli")]
+    for section in ("data", "model", "train"):
+        a = {k: v for k, v in args[0][section].items() if k != "dataset"}
+        b = {k: v for k, v in args[1][section].items() if k != "dataset"}
+        assert a == b, section
+    from safetensors.torch import load_file
+
+    a, b = (load_file(os.path.join(tmp_path / run, "model.safetensors")) for run in ("nb", "cli"))
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+    # the same call again resumes (here: finds the run complete) instead of refusing the data
+    again = mixer.finetune(frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"), **tiny)
+    assert list(again.codes["code"]) == list(model.codes["code"])
+    # errors are the programs' one-line messages, raised
+    with pytest.raises(UserError, match="no flag --num-epoch;"):
+        mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), num_epoch=2)
+    with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
+        mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), batch_size=0)
+    with pytest.raises(UserError, match="no column 'occupation'"):
+        mixer.finetune(small_csv, target_cols="hisco_1", save_path=str(tmp_path / "y"),
+                       input_col="occupation", **tiny)
+    with pytest.raises(UserError, match="row.s. with no code"):
+        mixer.finetune(frame.assign(hisco_1=""), target_cols="hisco_1", save_path=str(tmp_path / "z"),
+                       **tiny)
