@@ -127,6 +127,9 @@ def add_code_args(group) -> None:
                             "optionally 'description'; a run's key.csv works): the key is these "
                             "codes in this order, codes absent from the data included, so two "
                             "runs share one numbering; a code of the data outside it is a bad label")
+    group.add_argument("--extra-train", dest="extra_train", nargs="+", default=[], metavar="CHECK.csv",
+                       help="files predict.py --to-check wrote, filled by hand: their rows with a "
+                            "code in checked_1.. are added to the training rows (never validation)")
     group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
                        help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
                             "occupation' is learned as a class; default: such rows are an error")

@@ -36,6 +36,7 @@ class DataConfig:
     code_descriptions: Optional[str] = None
     key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
     empty_code_label: Optional[str] = None  # rows without a code get this code (off: an error)
+    extra_train: list[str] = field(default_factory=list)  # checked files (predict.py --to-check)
     max_len: int = 64
     prepare_only: bool = False
 

@@ -250,6 +250,8 @@ def fingerprint(cfg: DataConfig, seed: int) -> dict:
         inputs["code_descriptions"] = [file_identity(cfg.code_descriptions, "--code-descriptions")]
     if cfg.key_file:
         inputs["key"] = [file_identity(cfg.key_file, "--key")]
+    if cfg.extra_train:
+        inputs["extra_train"] = [file_identity(p, "--extra-train") for p in cfg.extra_train]
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
     for name in OPTIONAL_SETTINGS:  # only when set: data prepared before they existed stays valid
         if getattr(cfg, name) is not None:
@@ -358,6 +360,8 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
         train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
+    if cfg.extra_train:  # rows checked by hand: training only, after the split
+        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log))
     if fixed is not None:  # every code of --key, those absent from the data too
         seen = set(fixed["code"])
     if base is None:
@@ -366,6 +370,57 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     else:
         key = extend_key(base, formatter, seen, descriptions)
     return Prepared(train=train, val=val, key=key, formatter=formatter)
+
+
+def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log) -> pd.DataFrame:
+    """The rows of --extra-train files that a person filled (a code in checked_1..), checked
+    like any training row, with the run's text, language and context columns."""
+    import dataclasses
+
+    from mixer.checking import checked_columns, filled_rows
+
+    frames = []
+    for path in cfg.extra_train:
+        table = read_table(path, "--extra-train")
+        columns = checked_columns(table, path)
+        filled = filled_rows(table, columns)
+        if not filled.any():
+            raise UserError(f"--extra-train {path}: no row has a code in {', '.join(columns)}; fill "
+                            "the right codes of the rows you checked")
+        if len(columns) > len(cfg.target_cols):
+            extra = filled_rows(table.loc[filled], columns[len(cfg.target_cols):])
+            if extra.any():
+                raise UserError(f"--extra-train {path}: a row has codes in {columns[len(cfg.target_cols)]} "
+                                f"or later, but the run has {len(cfg.target_cols)} code slot(s)")
+            columns = columns[:len(cfg.target_cols)]
+        rows = table.loc[filled].reset_index(drop=True)
+        rows.attrs = table.attrs
+        checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
+                             formatter, path, known, allowed)
+        if checked.dropped:
+            log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
+        seen.update(checked.codes)
+        log(f"{path}: {len(checked.frame)} checked row(s) added to the training rows")
+        frames.append(checked.frame)
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def add_rows(train: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """Training rows and more rows, code columns kept categorical (one union of categories)."""
+    for column in [c for c in train.columns if c.startswith("code_")]:
+        if column not in extra.columns:
+            extra[column] = pd.Categorical.from_codes(np.full(len(extra), 0), [""]) if len(extra) else ""
+        categories = train[column].cat.categories.union(extra[column].astype("category").cat.categories)
+        train[column] = train[column].cat.set_categories(categories)
+        extra[column] = extra[column].astype("category").cat.set_categories(categories)
+    extra = extra[[c for c in train.columns]]
+    for column in (LANG,):
+        if isinstance(train[column].dtype, pd.CategoricalDtype) or isinstance(extra[column].dtype, pd.CategoricalDtype):
+            categories = pd.Index(train[column].astype("category").cat.categories).union(
+                extra[column].astype("category").cat.categories)
+            train[column] = train[column].astype("category").cat.set_categories(categories)
+            extra[column] = extra[column].astype("category").cat.set_categories(categories)
+    return pd.concat([train, extra], ignore_index=True)
 
 
 def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> pd.DataFrame:

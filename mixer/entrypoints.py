@@ -180,6 +180,10 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--code-descriptions", dest="code_descriptions", default=None, metavar="CSV",
                         help="descriptions of the model's codes (columns code,description or the "
                              "HISCO key layout): desc_k for a model of any code system")
+    parser.add_argument("--to-check", dest="to_check", nargs=2, default=None, metavar=("N", "CHECK.csv"),
+                        help="also write the N distinct descriptions most worth checking by hand "
+                             "(rows sharing it x (1 - confidence)) with the model's codes and empty "
+                             "columns checked_1.. to fill; train on them with --extra-train")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -200,8 +204,9 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     args = predict_parser().parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    if not args.output and not args.embeddings:
-        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, or both")
+    if not args.output and not args.embeddings and not args.to_check:
+        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
+                            "or several")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     from mixer.predict_job import predict_file
 

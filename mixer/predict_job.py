@@ -63,12 +63,22 @@ def predict_file(args) -> None:
         if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
     check_shape_args(args)
+    to_check = None
+    if getattr(args, "to_check", None):
+        from mixer.checking import parse_to_check
+
+        to_check = parse_to_check(args.to_check)
+        if is_shaped(args):
+            raise UserError("--to-check lists codes of the code table; leave out --what, --alternatives "
+                            "and --columns occcanine")
+        check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
+                                                      "--embeddings": args.embeddings})
     if getattr(args, "code_descriptions", None):
         from mixer.tables import check_input_path
 
         check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = None
+    writer = embedding_writer = checklist = None
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None)
@@ -86,6 +96,13 @@ def predict_file(args) -> None:
             writer = mdist.main_only(lambda: output_writer(args), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
+        if to_check:
+            from mixer.checking import CheckList
+
+            keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
+            checklist = mdist.main_only(lambda: CheckList(
+                to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
+                args.top_k or predictor.default_top_k()), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
@@ -106,7 +123,7 @@ def predict_file(args) -> None:
                 pieces = mdist.gather_objects(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
                     writer.write(shaped_output(chunk, pd.concat(pieces), args))
-            elif args.output:  # every rank predicts its share; rank 0 writes
+            elif args.output or to_check:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
@@ -116,8 +133,12 @@ def predict_file(args) -> None:
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
-                    writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns, predicted.columns)),
-                                            predicted], axis=1))
+                    if writer is not None:
+                        writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns,
+                                                                                 predicted.columns)),
+                                                predicted], axis=1))
+                    if checklist is not None:
+                        checklist.add(chunk, predicted)
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
@@ -133,6 +154,10 @@ def predict_file(args) -> None:
             if writer is not None:
                 writer.commit()
                 print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
+            if checklist is not None:
+                from mixer.checking import describe
+
+                print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
                 print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)

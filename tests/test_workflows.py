@@ -308,3 +308,58 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
     with pytest.raises(UserError, match="row.s. with no code"):
         mixer.finetune(frame.assign(hisco_1=""), target_cols="hisco_1", save_path=str(tmp_path / "z"),
                        **tiny)
+
+
+# ------------------------------------------------------------------ the checking loop
+def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_them(
+        shapes_run, small_csv, tmp_path):
+    from mixer.entrypoints import predict_main
+
+    source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    pool = pd.concat([source, source.head(10), source.head(10)], ignore_index=True)  # repeated titles
+    pool.to_csv(tmp_path / "pool.csv", index=False)
+    assert predict_main(["--checkpoint", shapes_run, "--input", str(tmp_path / "pool.csv"),
+                         "--to-check", "8", str(tmp_path / "check.csv"), "--chunk-size", "40"]) == 0
+    check = pd.read_csv(tmp_path / "check.csv", dtype=str, keep_default_na=False)
+    assert list(check.columns) == ["occ1", "n_rows", "confidence", "code_1", "prob_1", "code_2", "prob_2",
+                                   "checked_1", "checked_2"]
+    assert len(check) == 8 and check["occ1"].is_unique and (check["checked_1"] == "").all()
+    # the order: rows sharing the description x (1 - confidence), over every chunk
+    import mixer
+
+    model = mixer.load(shapes_run)
+    table = model.predict(pool["occ1"]).assign(occ1=pool["occ1"].to_numpy())
+    counts = pool["occ1"].value_counts()
+    first = table.drop_duplicates("occ1").set_index("occ1")
+    score = counts * (1 - first["prob_1"].reindex(counts.index).fillna(0))
+    expected = score.sort_values(ascending=False, kind="stable")
+    assert check["n_rows"].astype(int).tolist() == counts.reindex(check["occ1"]).tolist()
+    assert (check["n_rows"].astype(int) * (1 - check["confidence"].astype(float))).round(9).tolist() == \
+        pytest.approx(expected.head(8).round(9).tolist())
+    # a person fills some rows; only those become training rows
+    truth = source.drop_duplicates("occ1").set_index("occ1")["hisco_1"]
+    check.loc[:4, "checked_1"] = truth.reindex(check["occ1"].iloc[:5]).to_numpy()
+    check.loc[0, "checked_2"] = "99910" if check.loc[0, "checked_1"] != "99910" else ""
+    check.to_csv(tmp_path / "filled.csv", index=False)
+    run = tmp_path / "again"
+    argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--share-val", "0.09", *TINY,
+            "--max-steps", "1"]
+    assert finetune_main([*argv, "--save-path", str(tmp_path / "plain")]) == 0
+    assert finetune_main([*argv, "--save-path", str(run), "--extra-train", str(tmp_path / "filled.csv")]) == 0
+    plain = pd.read_parquet(tmp_path / "plain" / "data_train.parquet")
+    train = pd.read_parquet(run / "data_train.parquet")
+    assert len(train) == len(plain) + 5
+    added = train.iloc[len(plain):]
+    assert added["text"].tolist() == check["occ1"].iloc[:5].tolist()
+    assert added["code_1"].astype(str).tolist() == check["checked_1"].iloc[:5].tolist()
+    assert added["code_2"].astype(str).tolist()[0] == check.loc[0, "checked_2"]
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "data_val.parquet"),
+                                  pd.read_parquet(tmp_path / "plain" / "data_val.parquet"))  # the same split
+    # files that cannot be training rows are named
+    check.assign(checked_1="", checked_2="").to_csv(tmp_path / "empty.csv", index=False)
+    with pytest.raises(UserError, match="no row has a code in checked_1, checked_2"):
+        finetune_main([*argv, "--save-path", str(tmp_path / "e"), "--extra-train", str(tmp_path / "empty.csv")])
+    with pytest.raises(UserError, match="no checked_1, checked_2, ... columns"):
+        finetune_main([*argv, "--save-path", str(tmp_path / "f"), "--extra-train", small_csv])
+    with pytest.raises(UserError, match="N must be a whole number"):
+        predict_main(["--checkpoint", shapes_run, "--input", small_csv, "--to-check", "many", "c.csv"])
