@@ -217,6 +217,15 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        action=argparse.BooleanOptionalAction, default=False,
                        help="at the end, choose the flat threshold with the best F1 on the "
                             "validation rows and store it in the run (predict.py's default)")
+    group.add_argument("--upsample-below", dest="upsample_below", type=non_negative_int, default=0,
+                       metavar="N",
+                       help="each epoch, a code (a row's first code) with fewer than N training rows "
+                            "is drawn up to N rows, with replacement; drawn from --seed and the epoch "
+                            "(default: 0, off)")
+    group.add_argument("--downsample-top", dest="downsample_top", type=open_unit_interval, default=None,
+                       metavar="F",
+                       help="each epoch, a code with more than a share F of the training rows keeps "
+                            "F x rows of them, drawn anew (e.g. 0.05; default: off)")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
 
     group = parser.add_argument_group("logging and saving")

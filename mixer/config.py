@@ -81,6 +81,8 @@ class TrainConfig:
     save_each_epoch: bool = False
     threshold: float = 0.5
     tune_threshold: bool = False
+    upsample_below: int = 0  # mixer.resample: codes with fewer training rows are drawn up to this
+    downsample_top: Optional[float] = None  # codes above this share of the rows are drawn down to it
     compile: bool = False
 
 
