@@ -126,7 +126,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data import with_context
+        from mixer.data import context_within
 
         if isinstance(texts, str):
             texts = [texts]
@@ -157,7 +157,17 @@ class Model:
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
-            texts = with_context(texts, frame, columns)
+            room = None
+            if self._predictor.family == "occcanine":  # its fixed 128 characters
+                from mixer.data import occcanine_room
+
+                room = occcanine_room(langs, len(texts))
+            texts, cut = context_within(texts, frame, columns, room)
+            if cut:
+                import sys
+
+                print(f"note: the context of {cut} row(s) was cut from its end to fit OccCANINE's "
+                      "128 characters", file=sys.stderr)
         return index, texts.to_numpy(dtype=object), langs
 
     def __repr__(self) -> str:

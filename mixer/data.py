@@ -40,14 +40,39 @@ def with_context(text: pd.Series, frame: pd.DataFrame, context_cols) -> pd.Serie
     as 'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. An
     empty or missing value is left out (never written as 'nan'); the column names
     and their order come from the run, so prediction builds the same text."""
+    return context_within(text, frame, context_cols)[0]
+
+
+def context_within(text: pd.Series, frame: pd.DataFrame, context_cols, room=None) -> tuple:
+    """(with_context's text, rows whose context was cut). `room`: per row, the characters
+    the description and its context may take (a model with a fixed input length, e.g.
+    OccCANINE's 128); the context is cut from its end to fit, the description never."""
     if not context_cols:
-        return text
+        return text, 0
     text = text.reset_index(drop=True)
+    context = pd.Series("", index=text.index, dtype=object)
     for column in context_cols:
         values = as_text(frame[column]).str.strip().reset_index(drop=True)
-        part = (CONTEXT_SEP + column + ": " + values).where(values != "", "")
-        text = text + part
-    return text
+        context = context + (CONTEXT_SEP + column + ": " + values).where(values != "", "")
+    cut = 0
+    if room is not None:
+        space = np.maximum(np.asarray(room) - text.str.len().to_numpy(), 0)
+        over = np.flatnonzero(context.str.len().to_numpy() > space)
+        if len(over):
+            context = context.copy()
+            context.iloc[over] = [context.iloc[i][:space[i]] for i in over]
+            cut = len(over)
+    return text + context, cut
+
+
+def occcanine_room(langs, n_rows: int) -> np.ndarray:
+    """Characters left for description and context in OccCANINE's input: 128 ids are
+    [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
+    from mixer.occcanine import MAX_INPUT_LEN
+
+    langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
+    lengths = langs.where(langs != "", "unk").str.len().to_numpy()
+    return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths
 
 
 # ------------------------------------------------------------------ labels
@@ -61,7 +86,7 @@ class Checked:
 
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
-               known: Optional[set] = None, allowed: Optional[set] = None) -> Checked:
+               known: Optional[set] = None, allowed: Optional[set] = None, log=None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
     naming them, or dropped with --drop-bad-labels. `allowed`: the codes of --key (a
     code outside it is bad). With --empty-code-label a row without any code gets that
@@ -75,8 +100,15 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
 
     text = frame[cfg.input_col].astype("str").str.strip()
     empty_text = text.eq("").to_numpy()
-    text = with_context(text, frame, cfg.context_cols)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
+    room = None
+    if cfg.context_cols and formatter.tokens == "occcanine":  # OccCANINE's fixed 128 characters
+        langs = (frame[cfg.language_col].astype("str").str.strip().to_numpy(dtype=object)
+                 if cfg.language_col else cfg.language or "unk")
+        room = occcanine_room(langs, n_rows)
+    text, cut = context_within(text, frame, cfg.context_cols, room)
+    if cut and log is not None:
+        log(f"{path}: the context of {cut} row(s) was cut from its end to fit OccCANINE's 128 characters")
     # all code cells as one column of strings (column after column), stripped and
     # factorised: the formatter then looks at each distinct value once
     columns = [code_cells(frame, c) for c in cfg.target_cols]
@@ -344,7 +376,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     def load(paths, what):
         frames = []
         for path in paths:
-            checked = check_rows(read_table(path, what), cfg, formatter, path, known, allowed)
+            checked = check_rows(read_table(path, what), cfg, formatter, path, known, allowed, log)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
@@ -396,7 +428,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
         rows = table.loc[filled].reset_index(drop=True)
         rows.attrs = table.attrs
         checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
-                             formatter, path, known, allowed)
+                             formatter, path, known, allowed, log)
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
         seen.update(checked.codes)
