@@ -56,6 +56,7 @@ class CheckList:
         table = pd.concat([keys, predicted[[n for n in names if n in predicted.columns]]
                            .set_axis(keys.index)], axis=1)
         table.columns = self.key_columns + [n[len(self.prefix):] for n in names if n in predicted.columns]
+        table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
         counts = table.groupby(self.key_columns, sort=False, dropna=False).size().rename("n_rows")
         distinct = table.drop_duplicates(self.key_columns).set_index(self.key_columns)
         self.parts.append(distinct.join(counts))
@@ -63,8 +64,8 @@ class CheckList:
     def commit(self) -> int:
         from mixer.io import atomic_write
 
-        if not self.parts:
-            raise UserError(f"--to-check {self.path}: the input has no rows")
+        if not self.parts or not sum(len(p) for p in self.parts):
+            raise UserError(f"--to-check {self.path}: the input has no rows with a description")
         table = pd.concat(self.parts)
         counts = table.groupby(level=list(range(len(self.key_columns))), sort=False)["n_rows"].sum()
         table = table[~table.index.duplicated()].copy()

@@ -40,6 +40,9 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         raise UserError("save_path: name the run directory to write (e.g. save_path='runs/mine')")
     if target_cols is None or (not isinstance(target_cols, str) and not list(target_cols)):
         raise UserError("target_cols: name the code column(s), e.g. target_cols=['hisco_1']")
+    for name, instead in (("dataset", "data (the first argument)"), ("save_dir", "save_path")):
+        if name in options:
+            raise UserError(f"{name}=: pass {instead} instead")
     parser = finetune_parser()
     parser.error = _raise_user_error  # one line as an exception, not an exit
     options = dict(options, target_cols=[target_cols] if isinstance(target_cols, str) else list(target_cols),

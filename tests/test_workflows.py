@@ -406,3 +406,22 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
     assert got["code_1"].tolist() == ["1,1", "1,2"]
     with pytest.raises(UserError, match="reads context columns relation"):
         model.predict(["servant"], lang="en")
+
+
+def test_check_list_counts_each_description_and_language_over_chunks_and_skips_blank_text(tmp_path):
+    from mixer.checking import CheckList
+
+    checks = CheckList(3, str(tmp_path / "c.csv"), ["occ1", "lang"], "", 2)
+    chunk = pd.DataFrame({"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]})
+    predicted = pd.DataFrame({"code_1": ["1", "2", "3", "1", "", ""], "prob_1": [.9, .5, .2, .9, np.nan, np.nan],
+                              "code_2": [""] * 6, "prob_2": [np.nan] * 6})
+    checks.add(chunk, predicted)
+    checks.add(chunk.iloc[:2], predicted.iloc[:2])  # a second chunk
+    assert checks.commit() == 3
+    table = pd.read_csv(tmp_path / "c.csv", dtype=str, keep_default_na=False)
+    # a/da: 2 rows x 0.5; b/en: 1 x 0.8; a/en: 3 x 0.1; blank text is never listed
+    assert table[["occ1", "lang", "n_rows"]].values.tolist() == [["a", "da", "2"], ["b", "en", "1"], ["a", "en", "3"]]
+    import mixer
+
+    with pytest.raises(UserError, match="dataset=: pass data"):
+        mixer.finetune("x.csv", target_cols="a", save_path=str(tmp_path / "r"), dataset="y.csv")
