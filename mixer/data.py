@@ -472,7 +472,7 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> 
         table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
     text_col = next((c for c in ("description", "en_hisco_text") if c in table.columns), None)
     codes, _ = code_cells(table, code_col)
-    if hisco_layout and formatter.kind == "hisco":  # that file lost HISCO's leading zeros
+    if hisco_layout:  # HISCO codes, 5 characters, in a file that lost their leading zeros
         codes = codes.where(~codes.str.isdigit(), codes.str.zfill(5))
     descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
                     else np.full(len(table), "", dtype=object))

@@ -406,6 +406,11 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
     assert got["code_1"].tolist() == ["1,1", "1,2"]
     with pytest.raises(UserError, match="reads context columns relation"):
         model.predict(["servant"], lang="en")
+    from mixer.export_occcanine import export
+
+    with pytest.raises(UserError, match="trained with --context-cols relation"):
+        export(str(run), str(tmp_path / "hub"))
+    assert not os.path.exists(tmp_path / "hub")
 
 
 def test_check_list_counts_each_description_and_language_over_chunks_and_skips_blank_text(tmp_path):
