@@ -364,11 +364,3 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
         with pytest.raises(UserError, match="is \\(inside\\) a run directory"):
             export(str(out), str(target))
     assert (out / "config.json").read_bytes() == before
-
-
-def test_context_columns_are_refused_for_occcanine_models(hisco_model, hisco_rows, tmp_path):
-    proc = run_program("train_mixer.py", "--train-data", hisco_rows, "--val-data", hisco_rows,
-                       "--initial-checkpoint", hisco_model["hub"], "--save-dir", tmp_path / "run",
-                       "--context-cols", "hisco_1", *HISCO_DATA, check=False)
-    assert proc.returncode == 2 and "--context-cols" in proc.stderr
-    assert not (tmp_path / "run").exists()
