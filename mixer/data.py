@@ -321,7 +321,7 @@ def describe_difference(old: dict, new: dict) -> str:
         if before != after:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")
-    for name in sorted(set(old.get("settings", {})) - set(new["settings"])):
+    for name in sorted((set(old.get("settings", {})) - set(new["settings"])) & set(OPTIONAL_SETTINGS)):
         changed.append(f"--{name.replace('_', '-')} was {old['settings'][name]!r}, now not given")
     for name, value in new["settings"].items():
         if old.get("settings", {}).get(name) != value:
