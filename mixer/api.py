@@ -20,6 +20,7 @@ import pandas as pd
 from mixer.errors import UserError
 from mixer.predict import HEADS, Predictor
 
+MAX_ALTERNATIVES = 50
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
 Context = Union[None, pd.DataFrame, dict]
@@ -106,6 +107,9 @@ class Model:
         from mixer import outputs
 
         _require_count("k", k)
+        if k > MAX_ALTERNATIVES:
+            raise UserError(f"k={k}: at most {MAX_ALTERNATIVES} alternatives (each costs up to 3 greedy "
+                            "decodings of every row)")
         _require_count("batch_size", batch_size)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         index, texts, langs = self._inputs(texts, lang, context)
