@@ -194,6 +194,8 @@ def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
     occ = model.alternatives(TEXTS[:2], k=2, columns="occcanine", system="hisco")
     assert list(occ.columns) == ["occ1", "hisco_1", "desc_1", "hisco_2", "desc_2", "top-k-pos", "conf"]
     assert list(occ["top-k-pos"]) == [0, 1, 0, 1]
+    with pytest.raises(UserError, match="at most 50 alternatives"):
+        model.alternatives(TEXTS, k=51)
 
 
 def torch_equal(a, b):
