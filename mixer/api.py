@@ -20,6 +20,7 @@ import pandas as pd
 from mixer.errors import UserError
 from mixer.predict import HEADS, Predictor
 
+MAX_ALTERNATIVES = 50
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
 Context = Union[None, pd.DataFrame, dict]
@@ -48,7 +49,8 @@ class Model:
 
     def predict(self, texts: Texts, lang: Languages = None, top_k: Optional[int] = None,
                 head: str = "flat", threshold: Optional[float] = None, context: Context = None,
-                batch_size: int = 256) -> pd.DataFrame:
+                batch_size: int = 256, what: str = "codes", columns: str = "mixer",
+                system: Optional[str] = None) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
 
         texts: a string, a list or a pandas Series (the result keeps its index). lang:
@@ -58,7 +60,13 @@ class Model:
         language for OccCANINE's models). context: the context columns the model was
         trained with (a DataFrame or a dict of lists), when it has any. When texts is a
         Series, a lang Series and a context DataFrame are matched to it by index (a
-        different index is an error); lists and dicts of lists go by position."""
+        different index is an error); lists and dicts of lists go by position.
+
+        what: 'codes' (the table above), or a matrix with a column per code of the key
+        (mixer.outputs): 'probs' (flat or full head), 'logits' (flat head) or 'bin' (1 for
+        each code the table would hold). columns: 'occcanine' for OccCANINE's column names
+        and order (its predict() table: occ1, <system>_k, prob_k, desc_k; a matrix's
+        columns <system>_<code>); system: that name (default: hisco, occ1950 or code)."""
         head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
         if head not in HEADS:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
@@ -72,8 +80,49 @@ class Model:
                                       or not 0.0 <= float(threshold) <= 1.0):
             raise UserError(f"threshold={threshold!r}: must be a number between 0 and 1")
         _require_count("batch_size", batch_size)
+        from mixer import outputs
+
+        outputs.check_what(what, head)
+        _require_choice("columns", columns, outputs.COLUMN_STYLES)
+        name = outputs.system_name(self._predictor, system)
         index, texts, langs = self._inputs(texts, lang, context)
-        return self._predictor.predict(texts, langs, head, top_k, threshold, batch_size).set_axis(index)
+        if what in ("probs", "logits"):
+            matrix = outputs.score_matrix(self._predictor, texts, langs, what, head, batch_size)
+            return pd.DataFrame(matrix, index=index,
+                                columns=outputs.matrix_columns(self._predictor.codes, columns, name))
+        table = self._predictor.predict(texts, langs, head, top_k, threshold, batch_size).set_axis(index)
+        if what == "bin":
+            return pd.DataFrame(outputs.binary_matrix(table, self._predictor.codes), index=index,
+                                columns=outputs.matrix_columns(self._predictor.codes, columns, name))
+        if columns == "occcanine":
+            return outputs.occcanine_table(table, texts, self._predictor.description_of, name, head)
+        return table
+
+    def alternatives(self, texts: Texts, lang: Languages = None, k: int = 3, context: Context = None,
+                     batch_size: int = 256, columns: str = "mixer",
+                     system: Optional[str] = None) -> pd.DataFrame:
+        """Greedy top-k: k different code sets the decoder writes for each text, each with its
+        confidence (the product of its steps' probabilities), as OccCANINE's greedy-topk.
+        A long table, k rows per text in input order: alternative (1..k), code_1.., prob,
+        desc_.. (columns='occcanine': <system>_i, desc_i, top-k-pos from 0, conf). The
+        result's index repeats each text's index k times."""
+        from mixer import outputs
+
+        _require_count("k", k)
+        if k > MAX_ALTERNATIVES:
+            raise UserError(f"k={k}: at most {MAX_ALTERNATIVES} alternatives (each costs up to 3 greedy "
+                            "decodings of every row)")
+        _require_count("batch_size", batch_size)
+        _require_choice("columns", columns, outputs.COLUMN_STYLES)
+        index, texts, langs = self._inputs(texts, lang, context)
+        codes, confidence = outputs.greedy_alternatives(self._predictor, texts, langs, k, batch_size)
+        table = outputs.alternatives_table(codes, confidence, self._predictor.description_of, columns,
+                                           outputs.system_name(self._predictor, system),
+                                           self._predictor.has_descriptions)
+        table.index = np.repeat(np.asarray(index), k)
+        if columns == "occcanine":
+            table.insert(0, "occ1", np.repeat(texts, k))
+        return table
 
     def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
                    batch_size: int = 256) -> np.ndarray:
@@ -83,7 +132,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data import model_text
+        from mixer.data import context_within
 
         if isinstance(texts, str):
             texts = [texts]
@@ -117,7 +166,17 @@ class Model:
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
-            texts = model_text(texts, frame, columns)
+            room = None
+            if self._predictor.family == "occcanine":  # its fixed 128 characters
+                from mixer.data import occcanine_room
+
+                room = occcanine_room(langs, len(texts))
+            texts, cut = context_within(texts, frame, columns, room)
+            if cut:
+                import sys
+
+                print(f"note: the context of {cut} row(s) was cut from its end to fit OccCANINE's "
+                      "128 characters", file=sys.stderr)
         return index, texts.to_numpy(dtype=object), langs
 
     def __repr__(self) -> str:
@@ -144,17 +203,30 @@ def _is_list_like(value) -> bool:
     return pd.api.types.is_list_like(value) and not isinstance(value, (dict, pd.DataFrame))
 
 
+def _require_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise UserError(f"{name}={value!r}: choose one of {', '.join(choices)}")
+
+
 def _require_count(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise UserError(f"{name}={value!r}: must be a whole number, 1 or more")
 
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",
-         force_precision: bool = False, tf32: Optional[bool] = None) -> Model:
+         force_precision: bool = False, tf32: Optional[bool] = None,
+         code_descriptions=None) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
     device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
     matrix products in TF32, faster but approximate (about 1e-3 in probability);
     None: on for this tool's models (they train with it), off for OccCANINE's
-    (exact predictions)."""
-    return Model(Predictor.load(source, device, precision, force_precision, tf32=tf32), source)
+    (exact predictions). code_descriptions: a CSV (code,description or the HISCO key
+    layout), a dict or a DataFrame: descriptions of the model's codes (desc_k), for a
+    model of any code system."""
+    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32)
+    if code_descriptions is not None:
+        from mixer.outputs import set_descriptions
+
+        set_descriptions(predictor, code_descriptions)
+    return Model(predictor, source)

@@ -152,6 +152,17 @@ def add_code_args(group) -> None:
                        dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
                        help="accept codes shorter than --block-size (they are usually codes "
                             "that lost leading zeros; hisco: restore them)")
+    group.add_argument("--key", dest="key_file", default=None, metavar="FILE",
+                       help="a fixed, complete list of codes (CSV with a column 'code', and "
+                            "optionally 'description'; a run's key.csv works): the key is these "
+                            "codes in this order, codes absent from the data included, so two "
+                            "runs share one numbering; a code of the data outside it is a bad label")
+    group.add_argument("--extra-train", dest="extra_train", nargs="+", default=[], metavar="CHECK.csv",
+                       help="files predict.py --to-check wrote, filled by hand: their rows with a "
+                            "code in checked_1.. are added to the training rows (never validation)")
+    group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
+                       help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
+                            "occupation' is learned as a class; default: such rows are an error")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -265,9 +276,18 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tune-threshold", dest="tune_threshold",
                        action=argparse.BooleanOptionalAction, default=False,
                        help="at the end, choose the flat threshold with the best F1 on the "
-                            "validation rows for each language (languages with few rows take "
-                            "the best overall one) and store the table in the run: predict.py's "
-                            "and the API's default")
+                            "validation rows for each language with enough rows (README: "
+                            "Metrics) and store the table in the run: predict.py's and the "
+                            "API's default")
+    group.add_argument("--upsample-below", dest="upsample_below", type=non_negative_int, default=0,
+                       metavar="N",
+                       help="each epoch, a code (a row's first code) with fewer than N training rows "
+                            "is drawn up to N rows, with replacement; drawn from --seed and the epoch "
+                            "(default: 0, off)")
+    group.add_argument("--downsample-top", dest="downsample_top", type=open_unit_interval, default=None,
+                       metavar="F",
+                       help="each epoch, a code with more than a share F of the training rows keeps "
+                            "F x rows of them, drawn anew (e.g. 0.05; default: off)")
     group.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile the model")
 
     group = parser.add_argument_group("logging and saving")

@@ -37,6 +37,9 @@ class DataConfig:
     allow_codes_shorter_than_block_size: bool = False
     share_val: float = 0.1
     code_descriptions: Optional[str] = None
+    key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
+    empty_code_label: Optional[str] = None  # rows without a code get this code (off: an error)
+    extra_train: list[str] = field(default_factory=list)  # checked files (predict.py --to-check)
     max_len: int = 64
     prepare_only: bool = False
     token_cache: bool = True  # --prepare-only also tokenises for the encoder
@@ -90,6 +93,8 @@ class TrainConfig:
     num_transformations: Optional[int] = None
     unk_lang_prob: Optional[float] = None
     eval_noise: Optional[int] = None  # edits of every row of the noised validation copy; 0: none
+    upsample_below: int = 0  # mixer.resample: codes with fewer training rows are drawn up to this
+    downsample_top: Optional[float] = None  # codes above this share of the rows are drawn down to it
     compile: bool = False
 
 

@@ -47,14 +47,40 @@ def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_c
     (never written as 'nan'); the column names and their order come from the run.
     Without context the description is passed on as it is (the input recipe decides
     about surrounding spaces: OccCANINE's models keep them)."""
+    return context_within(descriptions, frame, context_cols)[0]
+
+
+def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols,
+                   room=None) -> tuple:
+    """(model_text's text, rows whose context was cut). `room`: per row, the characters
+    the description and its context may take (a model with a fixed input length, e.g.
+    OccCANINE's 128); the context is cut from its end to fit, the description never."""
     if not context_cols:
-        return descriptions
+        return descriptions, 0
     text = descriptions.reset_index(drop=True).astype(str).str.strip()
+    context = pd.Series("", index=text.index, dtype=object)
     for column in context_cols:
         values = as_text(frame[column]).str.strip().reset_index(drop=True)
-        part = (CONTEXT_SEP + column + ": " + values).where(values != "", "")
-        text = text + part
-    return text
+        context = context + (CONTEXT_SEP + column + ": " + values).where(values != "", "")
+    cut = 0
+    if room is not None:
+        space = np.maximum(np.asarray(room) - text.str.len().to_numpy(), 0)
+        over = np.flatnonzero(context.str.len().to_numpy() > space)
+        if len(over):
+            context = context.copy()
+            context.iloc[over] = [context.iloc[i][:space[i]] for i in over]
+            cut = len(over)
+    return text + context, cut
+
+
+def occcanine_room(langs, n_rows: int) -> np.ndarray:
+    """Characters left for description and context in OccCANINE's input: 128 ids are
+    [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
+    from mixer.occcanine import MAX_INPUT_LEN
+
+    langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
+    lengths = langs.where(langs != "", "unk").str.len().to_numpy()
+    return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths
 
 
 # ------------------------------------------------------------------ labels
@@ -68,9 +94,11 @@ class Checked:
 
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
-               known: Optional[set] = None) -> Checked:
+               known: Optional[set] = None, allowed: Optional[set] = None, log=None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
-    naming them, or dropped with --drop-bad-labels."""
+    naming them, or dropped with --drop-bad-labels. `allowed`: the codes of --key (a
+    code outside it is bad). With --empty-code-label a row without any code gets that
+    code in its first slot."""
     flags = {cfg.input_col: "--input-col"}
     flags.update({c: "--target-cols" for c in cfg.target_cols})
     flags.update({c: "--context-cols" for c in cfg.context_cols})
@@ -81,17 +109,33 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     text = frame[cfg.input_col].astype("str").str.strip()
     empty_text = text.eq("").to_numpy()
     desc_chars = text.str.len().to_numpy(dtype=np.int32)
-    text = model_text(text, frame, cfg.context_cols)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
+    room = None
+    if cfg.context_cols and formatter.tokens == "occcanine":  # OccCANINE's fixed 128 characters
+        langs = (frame[cfg.language_col].astype("str").str.strip().to_numpy(dtype=object)
+                 if cfg.language_col else cfg.language or "unk")
+        room = occcanine_room(langs, n_rows)
+    text, cut = context_within(text, frame, cfg.context_cols, room)
+    if cut and log is not None:
+        log(f"{path}: the context of {cut} row(s) was cut from its end to fit OccCANINE's 128 characters")
     # all code cells as one column of strings (column after column), stripped and
     # factorised: the formatter then looks at each distinct value once
     columns = [code_cells(frame, c) for c in cfg.target_cols]
     cells = pd.concat([cells for cells, _ in columns], ignore_index=True)
+    if cfg.empty_code_label is not None and n_cols:
+        no_code = np.ones(n_rows, dtype=bool)
+        for column in range(n_cols):
+            no_code &= cells.iloc[column * n_rows:(column + 1) * n_rows].eq("").to_numpy()
+        if no_code.any():
+            cells = cells.copy()
+            cells.iloc[np.flatnonzero(no_code)] = cfg.empty_code_label  # the first code column
     not_whole = np.stack([mask for _, mask in columns], axis=1)  # (rows, cols)
     ids, uniques = pd.factorize(cells, sort=False)
     normalised, reasons = [], []
     for value in uniques:  # each distinct code once
         code, reason = formatter.check(value, known) if value != "" else ("", "")
+        if value != "" and not reason and allowed is not None and code not in allowed:
+            reason = f"not in --key {cfg.key_file}"
         normalised.append(code)
         reasons.append(reason)
     normalised = np.asarray(normalised, dtype=object)
@@ -161,10 +205,15 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
 
 
 # ------------------------------------------------------------------ key
-def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None) -> pd.DataFrame:
-    """The label key: code, index, description ('' when unknown). Built-in HISCO
-    has its full list; otherwise the key is the sorted distinct codes seen."""
-    if formatter.kind == "hisco":
+def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None,
+              order: Optional[list] = None) -> pd.DataFrame:
+    """The label key: code, index, description ('' when unknown). `order`: the codes of
+    --key, as listed; else built-in HISCO has its full list, other systems the sorted
+    distinct codes seen."""
+    if order is not None:
+        known = dict(zip(hisco_key()["code"], hisco_key()["description"])) if formatter.kind == "hisco" else {}
+        key = pd.DataFrame({"code": order, "description": [known.get(c, "") for c in order]})
+    elif formatter.kind == "hisco":
         key = hisco_key()
     else:
         key = pd.DataFrame({"code": sorted(c for c in codes if c != ""), "description": ""})
@@ -207,9 +256,9 @@ def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np
 FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", "language_col", "formatter",
                         "block_size", "use_within_block_sep", "drop_bad_labels",
                         "allow_codes_shorter_than_block_size", "share_val")
-# how the files are read: part of the identity when set, so runs prepared before these
-# settings existed keep their fingerprint
-READ_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None}
+# settings that join the identity only when set (how the files are read, optional
+# labels), so runs prepared before they existed keep their fingerprint
+OPTIONAL_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None, "empty_code_label": None}
 HASH_BLOCK = 1 << 23
 
 
@@ -248,8 +297,12 @@ def fingerprint(cfg: DataConfig, seed: int) -> dict:
                   "val_data": [file_identity(p, "--val-data") for p in cfg.val_data]}
     if cfg.code_descriptions:
         inputs["code_descriptions"] = [file_identity(cfg.code_descriptions, "--code-descriptions")]
+    if cfg.key_file:
+        inputs["key"] = [file_identity(cfg.key_file, "--key")]
+    if cfg.extra_train:
+        inputs["extra_train"] = [file_identity(p, "--extra-train") for p in cfg.extra_train]
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
-    settings.update({k: getattr(cfg, k) for k, default in READ_SETTINGS.items()
+    settings.update({k: getattr(cfg, k) for k, default in OPTIONAL_SETTINGS.items()
                      if getattr(cfg, k) != default})
     settings["seed"] = seed
     contents = {role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()}
@@ -285,10 +338,10 @@ def describe_difference(old: dict, new: dict) -> str:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")
     for name in list(new["settings"]) + [k for k in old.get("settings", {}) if k not in new["settings"]]:
-        value = new["settings"].get(name, READ_SETTINGS.get(name))
-        if old.get("settings", {}).get(name, READ_SETTINGS.get(name)) != value:
+        value = new["settings"].get(name, OPTIONAL_SETTINGS.get(name))
+        if old.get("settings", {}).get(name, OPTIONAL_SETTINGS.get(name)) != value:
             flag = "--seed" if name == "seed" else "--" + name.replace("_", "-")
-            changed.append(f"{flag} was {old.get('settings', {}).get(name, READ_SETTINGS.get(name))!r}, "
+            changed.append(f"{flag} was {old.get('settings', {}).get(name, OPTIONAL_SETTINGS.get(name))!r}, "
                            f"now {value!r}")
     return "; ".join(changed) or "the settings differ"
 
@@ -326,6 +379,13 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         formatter.block_size = 3
     known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
     descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
+    fixed = read_key_file(cfg.key_file, formatter, known) if cfg.key_file else None
+    if fixed is not None:
+        file_descriptions = {c: d for c, d in zip(fixed["code"], fixed["description"]) if d}
+        descriptions = {**file_descriptions, **(descriptions or {})}
+    allowed = set(fixed["code"]) if fixed is not None else None
+    if cfg.empty_code_label is not None:
+        check_empty_code_label(cfg, formatter, known, allowed)
 
     seen = set()
 
@@ -333,7 +393,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         frames = []
         for path in paths:
             frame = read_table(path, what, options=table_options(cfg), log=log)
-            checked = check_rows(frame, cfg, formatter, path, known)
+            checked = check_rows(frame, cfg, formatter, path, known, allowed, log)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
@@ -349,12 +409,118 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
         train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
+    if cfg.extra_train:  # rows checked by hand: training only, after the split
+        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log))
+    if fixed is not None:  # every code of --key, those absent from the data too
+        seen = set(fixed["code"])
     if base is None:
         formatter.fit_alphabet(sorted(seen))
-        key = build_key(formatter, seen, descriptions)
+        key = build_key(formatter, seen, descriptions, order=None if fixed is None else list(fixed["code"]))
     else:
         key = extend_key(base, formatter, seen, descriptions)
     return Prepared(train=train, val=val, key=key, formatter=formatter)
+
+
+def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log) -> pd.DataFrame:
+    """The rows of --extra-train files that a person filled (a code in checked_1..), checked
+    like any training row, with the run's text, language and context columns."""
+    import dataclasses
+
+    from mixer.checking import checked_columns, filled_rows
+
+    frames = []
+    for path in cfg.extra_train:
+        table = read_table(path, "--extra-train")
+        columns = checked_columns(table, path)
+        filled = filled_rows(table, columns)
+        if not filled.any():
+            raise UserError(f"--extra-train {path}: no row has a code in {', '.join(columns)}; fill "
+                            "the right codes of the rows you checked")
+        if len(columns) > len(cfg.target_cols):
+            extra = filled_rows(table.loc[filled], columns[len(cfg.target_cols):])
+            if extra.any():
+                raise UserError(f"--extra-train {path}: a row has codes in {columns[len(cfg.target_cols)]} "
+                                f"or later, but the run has {len(cfg.target_cols)} code slot(s)")
+            columns = columns[:len(cfg.target_cols)]
+        rows = table.loc[filled].reset_index(drop=True)
+        rows.attrs = table.attrs
+        checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
+                             formatter, path, known, allowed, log)
+        if checked.dropped:
+            log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
+        seen.update(checked.codes)
+        log(f"{path}: {len(checked.frame)} checked row(s) added to the training rows")
+        frames.append(checked.frame)
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def add_rows(train: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """Training rows and more rows, code columns kept categorical (one union of categories)."""
+    for column in [c for c in train.columns if c.startswith("code_")]:
+        if column not in extra.columns:
+            extra[column] = pd.Categorical.from_codes(np.full(len(extra), 0), [""]) if len(extra) else ""
+        categories = train[column].cat.categories.union(extra[column].astype("category").cat.categories)
+        train[column] = train[column].cat.set_categories(categories)
+        extra[column] = extra[column].astype("category").cat.set_categories(categories)
+    extra = extra[[c for c in train.columns]]
+    for column in (LANG,):
+        if isinstance(train[column].dtype, pd.CategoricalDtype) or isinstance(extra[column].dtype, pd.CategoricalDtype):
+            categories = pd.Index(train[column].astype("category").cat.categories).union(
+                extra[column].astype("category").cat.categories)
+            train[column] = train[column].astype("category").cat.set_categories(categories)
+            extra[column] = extra[column].astype("category").cat.set_categories(categories)
+    return pd.concat([train, extra], ignore_index=True)
+
+
+def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> pd.DataFrame:
+    """--key: code and description, in the file's order (a run's key.csv works, in its
+    index order). Every code is checked as the data's codes are, once; a bad, empty or
+    repeated code is an error naming it."""
+    table = read_table(path, "--key")
+    hisco_layout = {"hisco", "en_hisco_text"} <= set(table.columns)  # data/hisco_key.csv
+    code_col = "hisco" if hisco_layout else ("code" if "code" in table.columns else None)
+    if code_col is None:
+        raise UserError(f"--key {path}: needs a column 'code' (and optionally 'description'); "
+                        f"it has: {', '.join(map(str, table.columns[:12]))}")
+    if "index" in table.columns and not hisco_layout:
+        order = pd.to_numeric(table["index"], errors="coerce")
+        if order.isna().any():
+            raise UserError(f"--key {path}: column 'index' holds a value that is not a number")
+        table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
+    text_col = next((c for c in ("description", "en_hisco_text") if c in table.columns), None)
+    codes, _ = code_cells(table, code_col)
+    if hisco_layout:  # HISCO codes, 5 characters, in a file that lost their leading zeros
+        codes = codes.where(~codes.str.isdigit(), codes.str.zfill(5))
+    descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
+                    else np.full(len(table), "", dtype=object))
+    out, seen = [], set()
+    for row, (raw, text) in enumerate(zip(codes, descriptions)):
+        if raw == "":
+            if hisco_layout:  # the HISCO key layout starts with an empty row
+                continue
+            raise UserError(f"--key {path}: row {row + 1} has no code; every row names one code")
+        code, reason = formatter.check(raw, known)
+        if reason:
+            raise UserError(f"--key {path}: row {row + 1} code {raw!r}: {reason}")
+        if code in seen:
+            raise UserError(f"--key {path}: code {code!r} appears twice; list each code once")
+        seen.add(code)
+        out.append((code, "" if text is None else str(text)))
+    if not out:
+        raise UserError(f"--key {path}: no codes; list one code per row in a column 'code'")
+    return pd.DataFrame(out, columns=["code", "description"])
+
+
+def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, allowed) -> None:
+    label = cfg.empty_code_label
+    if label.strip() != label or label == "":
+        raise UserError(f"--empty-code-label {label!r}: give a code without spaces, e.g. -1")
+    code, reason = formatter.check(label, known)
+    if reason or code != label:
+        raise UserError(f"--empty-code-label {label!r}: {reason or f'is written {code!r} in this code system'}; "
+                        "give a code the code system accepts")
+    if allowed is not None and label not in allowed:
+        raise UserError(f"--empty-code-label {label!r} is not in --key {cfg.key_file}; add it there")
 
 
 def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[dict]) -> pd.DataFrame:

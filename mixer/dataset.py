@@ -142,8 +142,11 @@ class StepSampler:
     multiplied by 0 and changes nothing."""
 
     def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,
-                 grad_accum_steps: int, seed: int):
-        self.num_rows = num_rows
+                 grad_accum_steps: int, seed: int, epoch_rows=None):
+        # epoch_rows: epoch -> the epoch's row indices (mixer.resample; the same size every
+        # epoch), permuted instead of every row once; rows_per_epoch is then its length
+        self.epoch_rows = epoch_rows
+        self.num_rows = len(epoch_rows(0)) if epoch_rows is not None else num_rows
         self.world_size = world_size
         self.rank = rank
         self.grad_accum_steps = grad_accum_steps
@@ -171,7 +174,8 @@ class StepSampler:
         return len(self.step_sizes())
 
     def permutation(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
+        return order if self.epoch_rows is None else self.epoch_rows(self.epoch)[order]
 
     def __iter__(self) -> Iterator[list]:
         """Micro-batches of (row index, rows in the step's global batch, weight, epoch,

@@ -72,12 +72,21 @@ def train_mixer_parser() -> cli.Parser:
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
                        help="validation files (CSV, Parquet, .xlsx or .dta)")
     cli.add_table_args(group)
-    group.add_argument("--formatter", choices=[f for f in FORMATTERS if f != "general"],
-                       default="hisco", help="built-in code system (default: %(default)s)")
+    group.add_argument("--formatter", choices=list(FORMATTERS),
+                       default="hisco", help="code system: hisco or occ1950 (built in), or "
+                                             "general: any codes, --block-size characters (or "
+                                             "parts with --use-within-block-sep), the key from "
+                                             "the data or --key (default: %(default)s)")
     group.add_argument("--target-col-naming", dest="target_col_naming", default="hisco",
                        help="target columns are <naming>_1 .. <naming>_N (default: %(default)s)")
     group.add_argument("--num-target-cols", dest="num_target_cols", type=cli.positive_int,
                        default=5, help="N above: code slots per row (default: %(default)s)")
+    group.add_argument("--target-cols", dest="target_cols", nargs="+", default=None, metavar="COL",
+                       help="the code columns by name (instead of --target-col-naming and "
+                            "--num-target-cols)")
+    group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
+                       help="CSV of code descriptions (columns code,description or the HISCO "
+                            "key layout); predictions then carry desc_K")
     cli.add_input_text_args(group)
     cli.add_code_args(group)
     group.add_argument("--save-dir", "--save-path", dest="save_dir", required=True,
@@ -138,8 +147,9 @@ def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
     namespace = cli.parse_args(train_mixer_parser(), argv)
-    namespace.target_cols = [f"{namespace.target_col_naming}_{i + 1}"
-                             for i in range(namespace.num_target_cols)]
+    if not namespace.target_cols:
+        namespace.target_cols = [f"{namespace.target_col_naming}_{i + 1}"
+                                 for i in range(namespace.num_target_cols)]
     return _train(cli.build_config(namespace))
 
 
@@ -178,6 +188,29 @@ def predict_parser() -> cli.Parser:
                              "full: every code of the key scored by the decoder (slow on CPU; "
                              "see README). Several heads: columns <head>_code_k, ... "
                              "(default: flat)")
+    parser.add_argument("--what", choices=["codes", "probs", "bin", "logits"], default="codes",
+                        help="codes: the code table beside the input's columns (default); or a "
+                             "matrix, a column per code of the key, rows in input order, to "
+                             "--output .parquet, .csv or .npy: probs (flat head, or --head full), "
+                             "logits (flat head), bin (1 for each code the table holds)")
+    parser.add_argument("--alternatives", type=cli.positive_int, default=None, metavar="K",
+                        help="greedy top-k: K different code sets from the decoder per row, each "
+                             "with its confidence (OccCANINE's greedy-topk); K output rows per "
+                             "input row, column 'alternative'")
+    parser.add_argument("--columns", choices=["mixer", "occcanine"], default="mixer",
+                        help="occcanine: OccCANINE's column names and order (its predict() table: "
+                             "occ1, hisco_1, prob_1, desc_1, ...; greedy: hisco_k, desc_k, conf), "
+                             "without the input's other columns (default: %(default)s)")
+    parser.add_argument("--system", default=None, metavar="NAME",
+                        help="with --columns occcanine: the code system in column names, e.g. "
+                             "isco68_1 (default: hisco, occ1950, or code)")
+    parser.add_argument("--code-descriptions", dest="code_descriptions", default=None, metavar="CSV",
+                        help="descriptions of the model's codes (columns code,description or the "
+                             "HISCO key layout): desc_k for a model of any code system")
+    parser.add_argument("--to-check", dest="to_check", nargs=2, default=None, metavar=("N", "CHECK.csv"),
+                        help="also write the N distinct descriptions most worth checking by hand "
+                             "(rows sharing it x (1 - confidence)) with the model's codes and empty "
+                             "columns checked_1.. to fill; train on them with --extra-train")
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -203,8 +236,9 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     args = predict_parser().parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    if not args.output and not args.embeddings:
-        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, or both")
+    if not args.output and not args.embeddings and not args.to_check:
+        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
+                            "or several")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     from mixer.predict_job import predict_file
 

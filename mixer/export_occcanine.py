@@ -45,6 +45,10 @@ def export(run_dir: str, out_dir: str) -> list:
     if inside.startswith(os.path.realpath(run_dir) + os.sep) or is_run_directory(out_dir):
         raise UserError(f"{out_dir}: is (inside) a run directory, whose files the export would "
                         "replace; pass a new directory")
+    if config.get("context_cols"):
+        raise UserError(f"{run_dir}: trained with --context-cols {' '.join(config['context_cols'])}, which "
+                        "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
+                        "predict with mixer (predict.py, mixer.load) instead")
     formatter = CodeFormatter.from_dict(config["formatter"])
     key = list(read_key(run_dir)["code"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])

@@ -212,7 +212,13 @@ def read_descriptions(path: str) -> dict:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise UserError(f"--code-descriptions {path}: cannot read it ({exc})")
-    for code_col, text_col in (("code", "description"), ("hisco", "en_hisco_text")):
+    for code_col, text_col in (("hisco", "en_hisco_text"), ("code", "description")):
         if code_col in table.columns and text_col in table.columns:
-            return dict(zip(table[code_col].str.strip(), table[text_col]))
+            codes = table[code_col].str.strip()
+            mapping = dict(zip(codes, table[text_col]))
+            if code_col == "hisco":  # that layout lost HISCO's leading zeros: both spellings
+                short = codes.str.isdigit() & (codes.str.len() < 5)
+                for code, text in zip(codes[short].str.zfill(5), table[text_col][short]):
+                    mapping.setdefault(code, text)
+            return mapping
     raise UserError(f"--code-descriptions {path}: needs columns 'code' and 'description'")

@@ -67,8 +67,23 @@ def predict_file(args) -> None:
                                                                 "--embeddings": args.embeddings})
         if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
+    check_shape_args(args)
+    to_check = None
+    if getattr(args, "to_check", None):
+        from mixer.checking import parse_to_check
+
+        to_check = parse_to_check(args.to_check)
+        if is_shaped(args):
+            raise UserError("--to-check lists codes of the code table; leave out --what, --alternatives "
+                            "and --columns occcanine")
+        check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
+                                                      "--embeddings": args.embeddings})
+    if getattr(args, "code_descriptions", None):
+        from mixer.tables import check_input_path
+
+        check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = None
+    writer = embedding_writer = checklist = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -78,6 +93,10 @@ def predict_file(args) -> None:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
                                    tf32=args.tf32)
+        if getattr(args, "code_descriptions", None):
+            from mixer.outputs import set_descriptions
+
+            set_descriptions(predictor, args.code_descriptions)
         model = Model(predictor, args.checkpoint)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
@@ -85,9 +104,16 @@ def predict_file(args) -> None:
         language = args.language or config.get("language") or "unk"
         context_cols = config.get("context_cols") or []
         if args.output:
-            writer = mdist.main_only(lambda: OutputWriter(args.output, log=say), world)
+            writer = mdist.main_only(lambda: output_writer(args, say), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
+        if to_check:
+            from mixer.checking import CheckList
+
+            keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
+            checklist = mdist.main_only(lambda: CheckList(
+                to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
+                args.top_k or predictor.default_top_k()), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
@@ -105,7 +131,11 @@ def predict_file(args) -> None:
             langs = text_column(part, language_col).str.strip() if language_col else language
             # the rows' own order, as texts and langs (whose index this chunk's position resets)
             context = part[context_cols].reset_index(drop=True) if context_cols else None
-            if args.output:  # every rank predicts its share; rank 0 writes
+            if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.outputs)
+                pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
+                if world.is_main:
+                    writer.write(shaped_output(chunk, pd.concat(pieces), args))
+            elif args.output or to_check:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
@@ -115,8 +145,12 @@ def predict_file(args) -> None:
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
-                    writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns, predicted.columns)),
-                                            predicted], axis=1))
+                    if writer is not None:
+                        writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns,
+                                                                                 predicted.columns)),
+                                                predicted], axis=1))
+                    if checklist is not None:
+                        checklist.add(chunk, predicted)
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
@@ -132,6 +166,10 @@ def predict_file(args) -> None:
             if writer is not None:
                 writer.commit()
                 print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
+            if checklist is not None:
+                from mixer.checking import describe
+
+                print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
                 print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
@@ -150,14 +188,76 @@ def predict_file(args) -> None:
         mdist.teardown(world)
 
 
+# ------------------------------------------------------------------ output shapes
+def is_shaped(args) -> bool:
+    """An output other than the code table beside the input's columns."""
+    return (getattr(args, "what", "codes") != "codes" or getattr(args, "columns", "mixer") != "mixer"
+            or bool(getattr(args, "alternatives", None)))
+
+
+def is_matrix(args) -> bool:
+    return getattr(args, "what", "codes") != "codes"
+
+
+def check_shape_args(args) -> None:
+    """Combinations that have no one meaning, refused before the model loads."""
+    if args.output and args.output.lower().endswith(".npy") and not is_matrix(args):
+        raise UserError(f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
+                        "name it .csv or .parquet")
+    if not is_shaped(args):
+        return
+    flag = "--alternatives" if args.alternatives else ("--what " + args.what if is_matrix(args)
+                                                       else "--columns occcanine")
+    if not args.output:
+        raise UserError(f"{flag} writes --output FILE; pass one")
+    if args.alternatives and is_matrix(args):
+        raise UserError("--alternatives writes code sets, --what a matrix: pass one of them")
+    if len(args.head) > 1:
+        raise UserError(f"{flag} takes one --head, got {' '.join(args.head)}")
+    if args.alternatives and args.head != ["seq2seq"] and args.head != ["flat"]:
+        raise UserError("--alternatives are written by the decoder: leave out --head or pass seq2seq")
+    if args.summary_plot:
+        raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
+    if is_matrix(args):
+        from mixer.outputs import check_what
+
+        check_what(args.what, args.head[0])
+
+
+def output_writer(args, log=None):
+    if is_matrix(args) and args.output.lower().endswith(".npy"):
+        return EmbeddingWriter(args.output, flag="--output")
+    return OutputWriter(args.output, log=log)
+
+
+def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
+    if args.alternatives:
+        return model.alternatives(texts, langs, args.alternatives, context, args.batch_size,
+                                  args.columns, args.system)
+    return model.predict(texts, langs, args.top_k, args.head[0], args.threshold, context,
+                         args.batch_size, what=args.what, columns=args.columns, system=args.system)
+
+
+def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, args):
+    """What is written for a chunk: a matrix (an array for .npy) or OccCANINE's table
+    alone, in input order; mixer's alternatives beside each input row, repeated k times."""
+    if is_matrix(args):
+        return predicted.to_numpy() if args.output.lower().endswith(".npy") else predicted.reset_index(drop=True)
+    if args.columns == "occcanine":
+        return predicted.reset_index(drop=True)
+    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
+    repeated = repeated.rename(columns=input_names(chunk.columns, predicted.columns))
+    return pd.concat([repeated.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
+
+
 class EmbeddingWriter:
     """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
     list column 'embedding'), written to a temp file and renamed at the end."""
 
-    def __init__(self, path: str):
-        self.path = check_output_path(path, "--embeddings", {})
+    def __init__(self, path: str, flag: str = "--embeddings"):
+        self.path = check_output_path(path, flag, {})
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
-            raise UserError(f"--embeddings {path}: name it .npy or .parquet")
+            raise UserError(f"{flag} {path}: name it .npy or .parquet")
         self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
                                 f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")

@@ -118,7 +118,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
 
     cfg = dataclasses.replace(config.train, precision=precision)
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
-                          cfg.grad_accum_steps, cfg.seed)
+                          cfg.grad_accum_steps, cfg.seed, resampled_rows(train_labels[:, 0], cfg))
     pin = world.device.startswith("cuda")
     workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
                    pin_memory=pin, collate_fn=collate,
@@ -143,7 +143,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                              if noisy_val_set is not None and full_val_loader is not None else None)
 
     model, grad_sync = place_model(model, config, world)
-    schedule = Schedule(len(train_set), Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
+    schedule = Schedule(sampler.rows_per_epoch, Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
                         cfg.num_epochs, cfg.max_steps, cfg.warmup_steps, cfg.warmup_pct)
     learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
@@ -196,6 +196,16 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
 
 
 # ------------------------------------------------------------------ pieces
+def resampled_rows(first_codes: np.ndarray, cfg):
+    """epoch -> the epoch's training rows with --upsample-below / --downsample-top (the
+    same on every rank: seed and epoch only), or None: every row once."""
+    from mixer.resample import epoch_rows, is_active
+
+    if not is_active(cfg.upsample_below, cfg.downsample_top):
+        return None
+    return lambda epoch: epoch_rows(first_codes, cfg.seed, epoch, cfg.upsample_below, cfg.downsample_top)
+
+
 def place_model(model: MixerModel, config: RunConfig, world: mdist.World):
     """Freeze, move, compile and wrap, in that order. Also returns what every
     rank calls after the last backward of a step (mixer.gradsync)."""
@@ -333,7 +343,10 @@ def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_trai
         f"global batch {sampler.global_batch_size}",
         f"  steps per epoch {sampler.steps_per_epoch}, total steps {total_steps}, "
         f"learning rate {learning_rate:g}{scaled}, precision {cfg.precision}",
-        f"  data: {n_train} training rows, {n_val} validation rows, {n_codes} codes",
+        f"  data: {n_train} training rows"
+        + (f" (resampled: {sampler.rows_per_epoch} per epoch)" if sampler.rows_per_epoch != n_train
+           or sampler.epoch_rows is not None else "")
+        + f", {n_val} validation rows, {n_codes} codes",
         f"  encoder: {encoder_source}; {parameters / 1e6:.1f}M parameters, "
         f"{trainable / 1e6:.1f}M trainable",
     ] + [f"  {line}" for line in more]

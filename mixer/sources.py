@@ -144,9 +144,6 @@ def _occcanine_start(config: RunConfig, source: str) -> Start:
     from mixer import occcanine
     from mixer.formatter import hisco_key
 
-    if config.data.context_cols:
-        raise UserError("--context-cols: OccCANINE's models read 'lang[SEP]text' only; context "
-                        "columns need a mixer-family model (--encoder ...)")
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
     if not config.model.only_encoder:

@@ -419,14 +419,6 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     assert (out / "config.json").read_bytes() == before
 
 
-def test_context_columns_are_refused_for_occcanine_models(hisco_model, hisco_rows, tmp_path):
-    proc = run_program("train_mixer.py", "--train-data", hisco_rows, "--val-data", hisco_rows,
-                       "--initial-checkpoint", hisco_model["hub"], "--save-dir", tmp_path / "run",
-                       "--context-cols", "hisco_1", *HISCO_DATA, check=False)
-    assert proc.returncode == 2 and "--context-cols" in proc.stderr
-    assert not (tmp_path / "run").exists()
-
-
 def test_a_fine_tuned_run_evaluates_with_the_thresholds_it_predicts_with(hisco_model, toy_frame, tmp_path):
     """Rows in languages of OccCANINE's table, outside it and unknown: evaluation.csv of an
     lr-0 fine-tune equals predict.py (its stored thresholds by language) + evaluate.py."""

@@ -1,0 +1,230 @@
+"""The shapes a prediction can take besides the code table (OccCANINE's outputs), and
+code descriptions for a model of any code system.
+
+- score matrices, one row per input row and one column per code of the key:
+  `probs` (the flat head's sigmoid, or with head 'full' the decoder's probability of
+  each code as the first code), `logits` (the flat head), `bin` (1 for each code the
+  code table predicts, 0 elsewhere: the same rule as `--what codes`);
+- greedy top-k alternatives: k different code sets written by the decoder, each with
+  its confidence, as OccCANINE's greedy-topk: after each greedy pass the least confident
+  step's token is blocked at that step, and the decoder writes again;
+- OccCANINE's column names and order for the code table and the alternatives.
+
+Everything reads the model through mixer.predict.Predictor (its batches, distinct rows
+and rules), so these outputs agree with the code table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mixer.errors import UserError
+
+WHATS = ("codes", "probs", "bin", "logits")
+COLUMN_STYLES = ("mixer", "occcanine")
+NO_PRED = "No pred"  # OccCANINE's description of an empty slot
+
+
+# ------------------------------------------------------------------ descriptions
+def set_descriptions(predictor, descriptions) -> int:
+    """Give the model's codes descriptions (desc_k): a CSV path (columns code,description
+    or the HISCO key layout), a dict code -> text or a DataFrame (code, description).
+    Returns how many codes of the key got one; none is an error (wrong file or column)."""
+    from mixer.formatter import read_descriptions
+
+    if isinstance(descriptions, str):
+        mapping = read_descriptions(descriptions)
+        name = f"--code-descriptions {descriptions}"
+    elif isinstance(descriptions, pd.DataFrame):
+        if not {"code", "description"} <= set(descriptions.columns):
+            raise UserError("code_descriptions: a DataFrame needs columns 'code' and 'description'")
+        mapping = dict(zip(descriptions["code"].astype(str).str.strip(), descriptions["description"].astype(str)))
+        name = "code_descriptions"
+    elif isinstance(descriptions, dict):
+        mapping = {str(k).strip(): str(v) for k, v in descriptions.items()}
+        name = "code_descriptions"
+    else:
+        raise UserError(f"code_descriptions={descriptions!r}: pass a CSV path, a dict or a DataFrame")
+    matched = [c for c in predictor.codes if c in mapping]
+    if not matched:
+        shown = ", ".join(list(predictor.codes[:3]))
+        raise UserError(f"{name}: none of its codes is a code of the model (the model's codes are "
+                        f"like {shown}); check the file's code column")
+    predictor.descriptions = np.asarray([mapping.get(c, d) for c, d in zip(predictor.codes, predictor.descriptions)],
+                                        dtype=object)
+    predictor.description_of = dict(zip(predictor.codes, predictor.descriptions))
+    predictor.has_descriptions = True
+    return len(matched)
+
+
+# ------------------------------------------------------------------ matrices
+def check_what(what: str, head: str) -> None:
+    if what not in WHATS:
+        raise UserError(f"what={what!r}: choose one of {', '.join(WHATS)}")
+    if what == "probs" and head not in ("flat", "full"):
+        raise UserError("probabilities of every code come from the flat head or 'full' (the decoder "
+                        "scoring every code); greedy decoding gives no probability per code")
+    if what == "logits" and head != "flat":
+        raise UserError("logits are the flat head's; use head 'flat' (or what='probs' with 'full')")
+
+
+@torch.no_grad()
+def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int) -> np.ndarray:
+    """(rows, codes) float32: the flat head's probabilities or logits, or with head 'full'
+    the probability of each code as the first code the decoder writes."""
+    from mixer.predict import FULL_BATCH, _distinct
+
+    texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+    out = np.zeros((len(first_rows), len(predictor.codes)), dtype=np.float32)
+    size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
+    for rows, states, pooled, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], size,
+                                                            states=head == "full"):
+        if head == "full":
+            values = predictor.model.first_block_probs(states, mask, predictor.key_blocks)
+        else:
+            values = predictor.model.flat_head(pooled).float()
+            values = values if what == "logits" else values.sigmoid()
+        out[rows] = values.float().cpu().numpy()
+    return out[pair_ids]
+
+
+def binary_matrix(table: pd.DataFrame, codes) -> np.ndarray:
+    """(rows, codes) uint8: 1 where the code table (code_1..code_k) holds the code."""
+    index = {code: i for i, code in enumerate(codes)}
+    out = np.zeros((len(table), len(codes)), dtype=np.uint8)
+    for column in [c for c in table.columns if c.startswith("code_")]:
+        cols = table[column].map(index)
+        rows = np.flatnonzero(cols.notna().to_numpy())
+        out[rows, cols.iloc[rows].astype(int).to_numpy()] = 1
+    return out
+
+
+def matrix_columns(codes, style: str, system: str) -> list:
+    """A column per code: the code itself, or OccCANINE's '<system>_<code>'."""
+    return [f"{system}_{c}" for c in codes] if style == "occcanine" else [str(c) for c in codes]
+
+
+# ------------------------------------------------------------------ alternatives
+@torch.no_grad()
+def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int) -> tuple:
+    """(codes (rows, k, max codes) object, confidence (rows, k)): k different code sets per
+    row, the first the greedy one. Rows with fewer than k sets the decoder can be pushed
+    to write (after 3k passes) have empty sets and NaN at the end."""
+    from mixer.predict import _distinct
+
+    f = predictor.formatter
+    texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+    width = f.max_num_codes
+    codes = np.full((len(first_rows), k, width), "", dtype=object)
+    confidence = np.full((len(first_rows), k), np.nan)
+    steps = f.target_len if predictor.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+    for rows, states, _, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], batch_size):
+        found = [dict() for _ in rows]
+        blocked = None
+        for _ in range(3 * k):
+            tokens, probs = blocked_generate(predictor.model, states, mask, steps, blocked)
+            sets = _code_sets(tokens.cpu(), f)
+            row_conf = probs.double().prod(1).cpu().numpy()
+            for i, codes_of_row in enumerate(sets):
+                if len(found[i]) < k and codes_of_row not in found[i]:
+                    found[i][codes_of_row] = float(row_conf[i])
+            if all(len(d) >= k for d in found):
+                break
+            blocked = block_least_confident(tokens, probs, blocked, predictor.model.cfg.vocab_size, f.pad_id)
+        for i, row in enumerate(rows):
+            for j, (code_set, conf) in enumerate(found[i].items()):
+                codes[row, j, :len(code_set[:width])] = code_set[:width]
+                confidence[row, j] = conf
+    return codes[pair_ids], confidence[pair_ids]
+
+
+def blocked_generate(model, states, mask, steps: int, blocked):
+    """Greedy decoding where blocked[row, step, token] may not be chosen: (tokens, the
+    probability of each chosen token before blocking), each (rows, steps)."""
+    cache = model.decoder.start_cache(states, mask == 0)
+    token = torch.full((states.size(0), 1), model.cfg.bos_id, dtype=torch.long, device=states.device)
+    tokens, probs = [], []
+    for step in range(steps):
+        logits = model.decoder.step(token, cache).float()
+        p = logits.softmax(-1)
+        if blocked is not None:
+            logits = logits.masked_fill(blocked[:, step].to(logits.device), -torch.inf)
+        token = logits.argmax(-1, keepdim=True)
+        tokens.append(token)
+        probs.append(p.gather(-1, token))
+    return torch.cat(tokens, 1), torch.cat(probs, 1)
+
+
+def block_least_confident(tokens, probs, blocked, vocab_size: int, pad_id: int):
+    """Block, in each row, the chosen token of its least confident step among the steps
+    up to its first PAD (after that the row writes no more codes)."""
+    rows, steps = tokens.shape
+    if blocked is None:
+        blocked = torch.zeros(rows, steps, vocab_size, dtype=torch.bool)
+    is_pad = tokens.cpu() == pad_id
+    after_first_pad = (is_pad.cumsum(1) - is_pad.long()) > 0
+    scores = probs.float().cpu().masked_fill(after_first_pad, torch.inf)
+    step = scores.argmin(1)
+    chosen = tokens.cpu().gather(1, step.unsqueeze(1)).squeeze(1)
+    blocked[torch.arange(rows), step, chosen] = True
+    return blocked
+
+
+def _code_sets(tokens, formatter) -> list:
+    """Per row, its codes as written (each once, in order), as a tuple."""
+    from mixer.metrics import decoded_codes
+
+    return [tuple(dict.fromkeys(row)) for row in decoded_codes(tokens, formatter)]
+
+
+def alternatives_table(codes, confidence, description_of, style: str, system: str,
+                       with_descriptions: bool) -> pd.DataFrame:
+    """The long table: k rows per input row, in input order, alternative by alternative."""
+    rows, k, width = codes.shape
+    flat_codes = codes.reshape(rows * k, width)
+    conf = confidence.reshape(rows * k)
+    position = np.tile(np.arange(k), rows)
+    out = {}
+    if style == "occcanine":  # its greedy-topk table: <system>_i, desc_i, top-k-pos, conf
+        for i in range(width):
+            out[f"{system}_{i + 1}"] = flat_codes[:, i]
+            out[f"desc_{i + 1}"] = [description_of.get(c, NO_PRED) if c else NO_PRED for c in flat_codes[:, i]]
+        out["top-k-pos"] = position
+        out["conf"] = conf
+        return pd.DataFrame(out)
+    out["alternative"] = position + 1
+    for i in range(width):
+        out[f"code_{i + 1}"] = flat_codes[:, i]
+    out["prob"] = conf
+    if with_descriptions:
+        for i in range(width):
+            out[f"desc_{i + 1}"] = [description_of.get(c, "") for c in flat_codes[:, i]]
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------ OccCANINE's table
+def occcanine_table(table: pd.DataFrame, texts, description_of, system: str, head: str) -> pd.DataFrame:
+    """The code table in OccCANINE's predict() layout: occ1, then <system>_k, prob_k,
+    desc_k per slot (flat and full; an empty slot has no code, NaN and 'No pred'), or for
+    greedy decoding <system>_k, desc_k per slot and one 'conf' per row."""
+    top_k = sum(1 for c in table.columns if c.startswith("code_"))
+    out = {"occ1": list(texts)}
+    for k in range(1, top_k + 1):
+        codes = table[f"code_{k}"].to_numpy(dtype=object)
+        out[f"{system}_{k}"] = codes
+        if head != "seq2seq":
+            out[f"prob_{k}"] = table[f"prob_{k}"].to_numpy()
+        out[f"desc_{k}"] = [description_of.get(c, "") if c else NO_PRED for c in codes]
+    if head == "seq2seq":
+        out["conf"] = table["prob_1"].to_numpy()  # one confidence per row, on every code of it
+    return pd.DataFrame(out, index=table.index)
+
+
+def system_name(predictor, system) -> str:
+    """OccCANINE names its columns by the code system: hisco_1, hisco_<code>, ..."""
+    if system:
+        return str(system)
+    kind = predictor.formatter.kind
+    return kind if kind != "general" else "code"
