@@ -78,3 +78,18 @@ def test_a_run_prints_and_schedules_the_resampled_epoch(tmp_path, small_csv, cap
     assert f"{len(train)} training rows (resampled: {size} per epoch)" in out
     steps = -(-size // 32)
     assert f"steps per epoch {steps}, total steps {steps}" in out
+
+
+def test_a_resumed_resampled_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, small_csv):
+    from safetensors.torch import load_file
+
+    from mixer.entrypoints import finetune_main
+
+    common = ["--dataset", small_csv, "--target-cols", "hisco_1", "--share-val", "0.09", *TINY,
+              "--num-epochs", "2", "--batch-size", "16", "--dropout", "0", "--upsample-below", "3",
+              "--downsample-top", "0.05"]
+    assert finetune_main([*common, "--save-path", str(tmp_path / "straight")]) == 0
+    assert finetune_main([*common, "--save-path", str(tmp_path / "split"), "--stop-at-step", "7"]) == 0
+    assert finetune_main([*common, "--save-path", str(tmp_path / "split")]) == 0
+    a, b = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("straight", "split"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) == 0.0
