@@ -48,12 +48,12 @@ def test_ranks_together_train_the_resampled_epoch_of_one_process(world, accum):
         single = StepSampler(len(CODES), 8 * world * accum, 1, 0, 1, seed=7, epoch_rows=rows_of)
         single.set_epoch(epoch)
         assert single.rows_per_epoch == 56
-        one = [i for batch in single for i, _, w in batch if w]
+        one = [i for batch in single for i, _, w, *_ in batch if w]
         ranks = [StepSampler(len(CODES), 8, world, r, accum, seed=7, epoch_rows=rows_of) for r in range(world)]
         steps = []
         for sampler in ranks:
             sampler.set_epoch(epoch)
-            steps.append([[i for i, _, w in batch if w] for batch in sampler])
+            steps.append([[i for i, _, w, *_ in batch if w] for batch in sampler])
         # step by step, the ranks' micro-batches hold the single process's batch
         merged = [sorted(sum((steps[r][s * accum + m] for r in range(world) for m in range(accum)), []))
                   for s in range(single.steps_per_epoch)]
