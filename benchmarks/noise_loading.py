@@ -4,6 +4,13 @@ batch (forward, backward, optimizer), for minilm-l6 and the CANINE-s architectur
 and the memory noise holds per training row. The target: data loading at most 5% of
 a step with noise on, in the main process (--num-workers 0).
 
+Noised rows are longer (edits add characters, and a word-piece tokeniser splits a
+misspelt word into several pieces), so a batch padded to its longest row grows;
+--length-groups cuts each micro-batch into groups of similar length. The step
+times of clean batches padded whole (the quickstart before noise), noised batches
+padded whole and noised batches in 2 and 4 groups are taken in turn on the same
+model, step after step, so a busy machine slows them alike.
+
     python benchmarks/noise_loading.py [--batch-size 64] [--steps 20]
 """
 
@@ -24,7 +31,7 @@ sys.path.insert(0, ROOT)
 
 from mixer.data import labels_of, load_prepared  # noqa: E402
 from mixer.dataset import Collator, RowDataset, StepSampler  # noqa: E402
-from mixer.encoders import build_encoder, token_ids_of  # noqa: E402
+from mixer.encoders import build_encoder, fixed_input_length, token_ids_of  # noqa: E402
 from mixer.losses import row_losses, step_loss  # noqa: E402
 from mixer.model import HeadsConfig, MixerModel  # noqa: E402
 from mixer.noise import NoiseConfig  # noqa: E402
@@ -39,7 +46,7 @@ from common import EXAMPLE_FLAGS  # noqa: E402
 NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
 
 
-def loader_of(run_dir, encoder, noise, batch, max_len):
+def loader_of(run_dir, encoder, noise, batch, max_len, groups=1):
     prepared = load_prepared(run_dir, with_text=False)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter
@@ -52,9 +59,11 @@ def loader_of(run_dir, encoder, noise, batch, max_len):
     else:
         inputs = RowInputs(caches["train"])
     dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes))
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes),
+                       pad_to=fixed_input_length(encoder.model.config, max_len),
+                       groups=groups)
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate.grouped)
     return loader, f, key_codes, inputs
 
 
@@ -67,27 +76,36 @@ def seconds_per_batch(loader, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def mean_width(loader, steps: int) -> float:
-    return statistics.mean(b.input_ids.shape[1] for _, b in zip(range(steps), loader))
+def padded_tokens(loader, steps: int) -> float:
+    """Mean padded tokens per row (input slots the encoder computes)."""
+    slots, rows = 0, 0
+    for _, groups in zip(range(steps), loader):
+        slots += sum(b.input_ids.numel() for b in groups)
+        rows += sum(len(b.input_ids) for b in groups)
+    return slots / rows
 
 
-def seconds_per_step(encoder, formatter, key_codes, loader, steps: int) -> float:
+def seconds_per_step(encoder, formatter, key_codes, loaders: dict, steps: int) -> dict:
+    """{name: median seconds of a training step (forward and backward of every group,
+    optimizer)} over the loaders' first batches, the loaders taken in turn each step."""
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
                                                   target_len=formatter.target_len))
     optimizer = build_optimizer(model, 3e-4, 5.0, 0.01)
     model.train()
-    batches = [b for _, b in zip(range(steps + 2), loader)]
-    times = []
-    for batch in batches:
-        begin = time.perf_counter()
-        flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
-        total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
-                                 formatter.block_size, 0.1)
-        step_loss(total, batch.weights, batch.global_rows, 1).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times[2:])
+    batches = {name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()}
+    times: dict = {name: [] for name in loaders}
+    for step in range(steps + 2):
+        for name in loaders:
+            begin = time.perf_counter()
+            for batch in batches[name][step]:
+                flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
+                total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
+                                         formatter.block_size, 0.1)
+                step_loss(total, batch.weights, batch.global_rows, 1).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            times[name].append(time.perf_counter() - begin)
+    return {name: statistics.median(values[2:]) for name, values in times.items()}
 
 
 def main() -> None:
@@ -110,18 +128,23 @@ def main() -> None:
         noisy, _, _, inputs = loader_of(run_dir, encoder, NOISE, args.batch_size, max_len)
         load_clean = seconds_per_batch(clean, args.steps)
         load_noisy = seconds_per_batch(noisy, args.steps)
-        step = seconds_per_step(encoder, f, key_codes, noisy, args.steps)
-        step_clean = seconds_per_step(build_encoder(name, dropout=0.1), f, key_codes, clean, args.steps)
-        widths = [mean_width(loader, args.steps) for loader in (clean, noisy)]
+        loaders = {"clean, padded whole": clean, "noised, padded whole": noisy}
+        for groups in (2, 4):
+            loaders[f"noised, {groups} length groups"] = loader_of(run_dir, encoder, NOISE, args.batch_size,
+                                                                   max_len, groups)[0]
+        loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
+                                                      args.batch_size, max_len, 2)[0]
+        steps = seconds_per_step(encoder, f, key_codes, loaders, args.steps)
+        base = steps["clean, padded whole"]
         rows = len(inputs)
         held = inputs.lang_codes.nbytes / rows
         mapped = os.path.getsize(inputs.texts.path) / rows
         print(f"{name}: batch made in {1e3 * load_clean:.2f} ms clean, {1e3 * load_noisy:.2f} ms "
-              f"with noise; training step {1e3 * step:.0f} ms; loading share with noise "
-              f"{100 * load_noisy / (load_noisy + step):.2f}% (clean {100 * load_clean / (load_clean + step):.2f}%)")
-        print(f"  step on clean batches {1e3 * step_clean:.0f} ms: noise makes a step {step / step_clean:.2f}x "
-              f"as long (batches padded to {widths[0]:.1f} tokens clean, {widths[1]:.1f} with noise: "
-              "edits lengthen rows)")
+              f"with noise; loading share with noise {100 * load_noisy / (load_noisy + base):.2f}% "
+              f"of a step (clean {100 * load_clean / (load_clean + base):.2f}%)")
+        for label, loader in loaders.items():
+            print(f"  step, {label}: {1e3 * steps[label]:.0f} ms, {steps[label] / base:.2f}x the clean "
+                  f"step padded whole ({padded_tokens(loader, args.steps):.1f} padded tokens per row)")
         print(f"  memory per training row for noise: {held:.0f} B held by each process (language "
               f"codes), {mapped:.0f} B of text store memory-mapped (page cache, shared by the ranks)")
 

@@ -79,6 +79,7 @@ class TrainConfig:
     force_precision: bool = False
     seed: int = 42
     num_workers: int = 0
+    length_groups: Optional[int] = None  # groups of similar length per micro-batch; None: 2 on CPUs, 1 on GPUs
     log_interval: int = 20
     eval_interval: Optional[int] = None
     val_max_rows: int = 20_000  # 0: every validation row at every evaluation

@@ -2,6 +2,10 @@
 
 Token ids come from the run's token cache (mixer.token_cache). Batches are
 padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
+A training micro-batch is cut into --length-groups groups of rows of similar
+length, each padded on its own: one long (noised) row no longer pads the
+whole batch. The rows, and so the gradient, stay the same; only the order of
+the sums changes (rounding).
 
 The sampler owns the data order. Each epoch has one global permutation
 (seeded by seed and epoch); an optimizer step takes the next
@@ -95,14 +99,18 @@ class Batch:
 
 
 class Collator:
-    """Pads to the longest row of the batch and lays codes out as decoder blocks."""
+    """Pads to the longest row of the batch and lays codes out as decoder blocks.
+
+    groups: `grouped` cuts a training micro-batch into this many groups of rows of
+    similar length (none where every row is padded to `pad_to` anyway)."""
 
     def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
                  pad_to: Optional[int] = None, pad_multiple: int = 1, code_pad: int = PAD,
-                 eos: int = EOS):
+                 eos: int = EOS, groups: int = 1):
         self.pad_id = pad_id  # of the encoder's input
         self.pad_to = pad_to  # a fixed length for encoders that need one
         self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.precision)
+        self.groups = 1 if pad_to else groups
         # one extra block of the decoder's PAD for empty slots (index -1)
         self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(np.int64)
         self.bos = bos
@@ -112,6 +120,17 @@ class Collator:
         rows = labels.shape[0]
         blocks = self.blocks[labels].reshape(rows, -1)  # -1 picks the PAD block
         return np.concatenate([blocks, np.full((rows, 1), self.eos)], axis=1)
+
+    def grouped(self, items) -> list:
+        """A training micro-batch as a list of Batches: its rows sorted by length (stable:
+        the same rows give the same groups on every run) and cut where the padded tokens
+        of at most `groups` groups are fewest, each group padded to its own longest row."""
+        if self.groups == 1 or len(items) == 1:
+            return [self(items)]
+        lengths = np.asarray([len(item[0]) for item in items])
+        order = np.argsort(lengths, kind="stable")
+        cuts = fewest_padded(lengths[order], self.groups)
+        return [self([items[k] for k in part]) for part in np.split(order, cuts)]
 
     def __call__(self, items) -> Batch:
         longest = self.pad_to or round_up(max(len(item[0]) for item in items), self.pad_multiple)
@@ -128,6 +147,35 @@ class Collator:
         return Batch(torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(labels),
                      torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2],
                      weights, rows)
+
+
+def fewest_padded(lengths: np.ndarray, groups: int) -> list:
+    """Where to cut ascending `lengths` into at most `groups` runs so that the padded
+    tokens, sum over runs of rows x longest, are fewest (dynamic programming, O(groups x
+    rows^2) in numpy rows). Ties keep fewer groups and earlier cuts: the same lengths
+    always give the same cuts."""
+    n = len(lengths)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.arange(n)
+    best = np.full(n + 1, np.iinfo(np.int64).max // 4, dtype=np.int64)  # rows [0, j) in k runs
+    best[0] = 0
+    choices = []
+    for _ in range(min(groups, n)):
+        new, choice = best.copy(), np.arange(n + 1)  # keeping k-1 runs: no new cut
+        for end in range(1, n + 1):
+            costs = best[:end] + (end - starts[:end]) * lengths[end - 1]
+            start = int(np.argmin(costs))
+            if costs[start] < new[end]:
+                new[end], choice[end] = costs[start], start
+        best = new
+        choices.append(choice)
+    cuts, end = [], n
+    for choice in reversed(choices):  # walk back through the runs
+        start = int(choice[end])
+        if start != end and start > 0:
+            cuts.append(start)
+        end = start if start != end else end
+    return sorted(cuts)
 
 
 # ------------------------------------------------------------------ sampling

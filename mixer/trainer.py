@@ -156,13 +156,15 @@ class Trainer:
         return self.last_metrics
 
     def steps_of_epoch(self):
-        """Groups the loader's micro-batches into optimizer steps."""
-        group = []
-        for batch in self.parts.train_loader:
-            group.append(batch)
-            if len(group) == self.cfg.grad_accum_steps:
+        """Groups the loader's micro-batches into optimizer steps: each arrives as its
+        length groups (mixer.dataset.Collator.grouped), and a step trains on all of them."""
+        group, micro_batches = [], 0
+        for batches in self.parts.train_loader:
+            group.extend(batches)
+            micro_batches += 1
+            if micro_batches == self.cfg.grad_accum_steps:
                 yield group
-                group = []
+                group, micro_batches = [], 0
 
     # ------------------------------------------------------------ one step
     def train_step(self, micro_batches: list) -> None:
