@@ -115,6 +115,44 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A word-piece encoder (BERT layout, random weights, the quickstart's tokeniser): its
+    batches are padded to their longest row, so --length-groups applies (CANINE's are not)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from mixer.encoders import package_model_dir
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(package_model_dir("minilm-l6"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+              ).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def test_length_groups_change_only_rounding_also_across_processes(tiny_bert, small_csv, tmp_path):
+    """Noised rows cut into groups of similar length: one process with whole batches, one
+    with 3 groups per batch and 2 processes with 3 groups each end with the same weights."""
+    common = ["--dataset", small_csv, *EXACT, "--encoder", tiny_bert, "--max-len", "64"]
+    whole = run_program("finetune.py", *common, "--save-path", tmp_path / "whole", "--batch-size", 8,
+                        "--length-groups", 1)
+    grouped = run_program("finetune.py", *common, "--save-path", tmp_path / "grouped", "--batch-size", 8,
+                          "--length-groups", 3)
+    two = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
+              *map(str, common), "--save-path", str(tmp_path / "two"), "--batch-size", "4",
+              "--length-groups", "3"])
+    assert "micro-batches padded whole (--length-groups)" in whole.stdout + whole.stderr
+    assert "cut into 3 groups of similar length" in grouped.stdout + grouped.stderr
+    assert "cut into 3 groups of similar length" in two.stdout + two.stderr
+    reference = weights(tmp_path / "whole")
+    assert max_difference(reference, weights(tmp_path / "grouped")) < 1e-5
+    assert max_difference(reference, weights(tmp_path / "two")) < 1e-5
+    assert_same_metrics(str(tmp_path / "whole"), str(tmp_path / "grouped"))
+
+
 def test_noise_is_on_and_changes_what_is_learned(single, small_csv, tmp_path):
     """The equivalence tests run with noise: without it another model comes out."""
     with open(os.path.join(single, "logs.csv")) as handle:

@@ -105,3 +105,48 @@ def test_a_resume_with_another_global_batch_trains_every_row_of_the_epoch_once()
             assert sorted(seen) == list(range(rows)), (before, after, stop)
             order = StepSampler(rows, 1, 1, 0, 1, seed=3).permutation()
             assert set(seen[:stop * 8]) <= set(order[:len(seen)])  # the same epoch order
+
+
+# ------------------------------------------------------------------ length groups
+def padded(lengths, cuts):
+    return sum(len(part) * part.max() for part in np.split(np.asarray(lengths), cuts))
+
+
+def test_length_groups_cut_where_the_padded_tokens_are_fewest():
+    import itertools
+
+    from mixer.dataset import fewest_padded
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        lengths = np.sort(rng.integers(1, 40, rng.integers(1, 9)))
+        groups = int(rng.integers(1, 5))
+        cuts = fewest_padded(lengths, groups)
+        assert len(cuts) < groups and cuts == sorted(set(cuts))
+        assert all(0 < c < len(lengths) for c in cuts)
+        best = min(padded(lengths, list(c)) for k in range(groups)
+                   for c in itertools.combinations(range(1, len(lengths)), k))
+        assert padded(lengths, cuts) == best
+    # one long noised row among short ones gets a group of its own
+    assert fewest_padded(np.array([5, 5, 6, 6, 6, 7, 30]), 2) == [6]
+    assert fewest_padded(np.array([6, 6, 6]), 4) == []  # nothing to gain: one group
+
+
+def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
+    from mixer.dataset import Collator
+
+    lengths = [4, 17, 5, 3, 16, 6, 4, 5]
+    items = [(np.arange(1, n + 1), np.array([i % 3, -1]), 8, 1.0, 100 + i) for i, n in enumerate(lengths)]
+    whole = Collator(0, np.arange(6).reshape(3, 2)).grouped(items)
+    assert len(whole) == 1 and whole[0].input_ids.shape == (8, 17)
+    groups = Collator(0, np.arange(6).reshape(3, 2), groups=2).grouped(items)
+    assert [g.input_ids.shape for g in groups] == [(6, 6), (2, 17)]
+    assert sorted(np.concatenate([g.rows for g in groups]).tolist()) == list(range(100, 108))
+    for group in groups:  # each row keeps its ids, labels and the step's size
+        for row, ids, mask, labels in zip(group.rows, group.input_ids, group.attention_mask, group.labels):
+            n = lengths[row - 100]
+            assert ids[:n].tolist() == list(range(1, n + 1)) and int(mask.sum()) == n
+            assert labels.tolist() == [(row - 100) % 3, -1]
+        assert group.global_rows == 8
+    # encoders with fixed-length inputs gain nothing: one group
+    assert len(Collator(0, np.arange(6).reshape(3, 2), pad_to=32, groups=2).grouped(items)) == 1
