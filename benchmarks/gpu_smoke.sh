@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_smoke.sh [--out DIR]
 # On a machine without the quickstart encoder's package, first run here
 #   python benchmarks/minilm_pack.py pack .carry/minilm-l6-fp16
-# and carry .carry/ along (see README: Performance, GPU).
+# and carry .carry/ along (see docs/gpu.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

