@@ -101,7 +101,7 @@ def add_input_text_args(group, with_language=True) -> None:
     group.add_argument("--context-cols", dest="context_cols", nargs="+", default=[], metavar="COL",
                        help="more columns the model reads after the text, e.g. relation "
                             "industry: 'title [SEP] relation: wife [SEP] industry: coal' "
-                            "(empty cells are left out; see README: Data rules)")
+                            "(empty cells are left out; see docs/data.md)")
     if with_language:
         group.add_argument("--language", default="unk",
                            help="language of every row, e.g. en (default: %(default)s = unknown); "
@@ -207,7 +207,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--learning-rate", "--lr", dest="learning_rate", type=non_negative_float,
                        default=None, help="peak learning rate of AdamW; 0 leaves the weights as "
                                           "they start (default: the recipe's: 3e-4, or 2e-5 from "
-                                          "an OccCANINE model; README: Training recipes)")
+                                          "an OccCANINE model; docs/occcanine.md)")
     group.add_argument("--head-lr-scale", dest="head_lr_scale", type=positive_float, default=None,
                        help="the heads learn this many times faster than the encoder (default: "
                             "5 for new heads, 1 for heads an OccCANINE model brings trained)")
@@ -233,7 +233,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--augmentation-prob", dest="augmentation_prob", type=unit_interval,
                        default=None,
                        help="share of training rows given spelling noise each time they are "
-                            "drawn (default: 0.3; README: Training noise)")
+                            "drawn (default: 0.3; docs/training.md)")
     group.add_argument("--no-augmentation", dest="augmentation_prob", action="store_const",
                        const=0.0, help="no spelling noise (--augmentation-prob 0)")
     group.add_argument("--num-transformations", dest="num_transformations", type=non_negative_int,
@@ -281,8 +281,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tune-threshold", dest="tune_threshold",
                        action=argparse.BooleanOptionalAction, default=False,
                        help="at the end, choose the flat threshold with the best F1 on the "
-                            "validation rows for each language with enough rows (README: "
-                            "Metrics) and store the table in the run: predict.py's and the "
+                            "validation rows for each language with enough rows (docs/"
+                            "evaluation.md) and store the table in the run: predict.py's and the "
                             "API's default")
     group.add_argument("--upsample-below", dest="upsample_below", type=non_negative_int, default=0,
                        metavar="N",
@@ -302,7 +302,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="steps between evaluations (default: once per epoch and at the end)")
     group.add_argument("--val-max-rows", dest="val_max_rows", type=non_negative_int, default=20_000,
                        help="evaluate on a fixed, seeded sample of this many validation rows "
-                            "(0: all of them; default: %(default)s, see README: Metrics)")
+                            "(0: all of them; default: %(default)s, see docs/evaluation.md)")
     group.add_argument("--full-val-at-end", dest="full_val_at_end",
                        action=argparse.BooleanOptionalAction, default=False,
                        help="the final evaluation uses every validation row")
@@ -329,7 +329,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_distributed_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("distributed (see README: Multi-GPU and multi-node)")
+    group = parser.add_argument_group("distributed (see docs/distributed.md)")
     group.add_argument("--distributed", action=argparse.BooleanOptionalAction, default=False,
                        help="train with DistributedDataParallel under torchrun / srun")
     group.add_argument("--backend", choices=["nccl", "gloo"], default=None,

@@ -267,7 +267,7 @@ def table_options(cfg: DataConfig) -> TableOptions:
 
 
 def content_hash(path: str) -> str:
-    """xxh3-128 of the file's bytes: about 0.2 s per GB (README: Performance)."""
+    """xxh3-128 of the file's bytes: about 0.2 s per GB (docs/data.md)."""
     import xxhash
 
     digest = xxhash.xxh3_128()

@@ -24,7 +24,7 @@ from mixer.errors import PeerFailed, UserError
 from mixer.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
 LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
-               "(or srun under Slurm; see README 'Multi-GPU and multi-node')")
+               "(or srun under Slurm; see docs/distributed.md)")
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def predict_parser() -> cli.Parser:
                         default=["flat"],
                         help="flat: the flat head; seq2seq (or greedy): the decoder, greedily; "
                              "full: every code of the key scored by the decoder (slow on CPU; "
-                             "see README). Several heads: columns <head>_code_k, ... "
+                             "see docs/predicting.md). Several heads: columns <head>_code_k, ... "
                              "(default: flat)")
     parser.add_argument("--what", choices=["codes", "probs", "bin", "logits"], default="codes",
                         help="codes: the code table beside the input's columns (default); or a "
@@ -266,7 +266,7 @@ def evaluate_parser() -> cli.Parser:
         "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
         "(the OccCANINE paper's table), for the prediction columns of a file."),
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
-               "--by lang   (definitions: README, Evaluation)")
+               "--by lang   (definitions: docs/evaluation.md)")
     parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
     parser.add_argument("--predictions", required=True,
                         help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes")

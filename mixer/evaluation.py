@@ -20,7 +20,7 @@ compared whole at every number of digits (OccCANINE writes them -0001 ..
 as numbers are read as whole numbers ('64100.0' is 64100) and, with
 --code-length, numeric codes that lost leading zeros get them back, where
 OccCANINE restores exactly one. The training metrics in logs.csv are micro
-averages over codes instead (README: Metrics).
+averages over codes instead (docs/evaluation.md).
 
 No torch here: evaluating a predictions file needs pandas only.
 """

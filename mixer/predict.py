@@ -204,7 +204,7 @@ class Predictor:
         (OccCANINE sums over the permutations of the codes, but its full-search decoder
         fills its result with torch.empty and sets one entry per distinct first code, so
         for rows of 3+ codes or repeated codes its sum adds uninitialised memory; this
-        is its value whenever that memory holds zeros. See README.)"""
+        is its value whenever that memory holds zeros. See docs/occcanine.md.)"""
         f = self.formatter
         confidence = token_probs.float().cpu().numpy().prod(axis=1)
         out_codes = np.full((len(blocks), top_k), "", dtype=object)
