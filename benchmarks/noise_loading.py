@@ -129,11 +129,13 @@ def main() -> None:
         load_clean = seconds_per_batch(clean, args.steps)
         load_noisy = seconds_per_batch(noisy, args.steps)
         loaders = {"clean, padded whole": clean, "noised, padded whole": noisy}
-        for groups in (2, 4):
+        fixed = fixed_input_length(encoder.model.config, max_len) is not None  # groups change nothing
+        for groups in () if fixed else (2, 4):
             loaders[f"noised, {groups} length groups"] = loader_of(run_dir, encoder, NOISE, args.batch_size,
                                                                    max_len, groups)[0]
-        loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
-                                                      args.batch_size, max_len, 2)[0]
+        if not fixed:
+            loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
+                                                          args.batch_size, max_len, 2)[0]
         steps = seconds_per_step(encoder, f, key_codes, loaders, args.steps)
         base = steps["clean, padded whole"]
         rows = len(inputs)
