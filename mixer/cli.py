@@ -267,9 +267,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="data-loader worker processes per rank (default: %(default)s)")
     group.add_argument("--length-groups", dest="length_groups", type=positive_int, default=None,
                        help="cut each training micro-batch into this many groups of rows of "
-                            "similar length, each padded on its own: the same gradient with less "
-                            "padding (default: 2 on CPUs, 1 on GPUs; no effect for encoders with "
-                            "fixed-length inputs)")
+                            "similar length, each padded on its own: the same rows with less "
+                            "padding (default: 2 on CPUs, 1 on GPUs, a resumed run's own; no "
+                            "effect for encoders with fixed-length inputs)")
     group.add_argument("--threshold", type=unit_interval, default=None,
                        help="flat head: codes with probability at least this are predicted "
                             "(default: 0.5; from an OccCANINE model its table by language, 0.31 "

@@ -4,8 +4,9 @@ Token ids come from the run's token cache (mixer.token_cache). Batches are
 padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
 A training micro-batch is cut into --length-groups groups of rows of similar
 length, each padded on its own: one long (noised) row no longer pads the
-whole batch. The rows, and so the gradient, stay the same; only the order of
-the sums changes (rounding).
+whole batch. The rows stay the same, and so does the gradient up to the order
+of its sums (rounding); with dropout on, the masks differ, as they do in
+another layout.
 
 The sampler owns the data order. Each epoch has one global permutation
 (seeded by seed and epoch); an optimizer step takes the next
@@ -129,7 +130,7 @@ class Collator:
             return [self(items)]
         lengths = np.asarray([len(item[0]) for item in items])
         order = np.argsort(lengths, kind="stable")
-        cuts = fewest_padded(lengths[order], self.groups)
+        cuts = fewest_padded(lengths[order], self.groups, self.pad_multiple)
         return [self([items[k] for k in part]) for part in np.split(order, cuts)]
 
     def __call__(self, items) -> Batch:
@@ -149,32 +150,36 @@ class Collator:
                      weights, rows)
 
 
-def fewest_padded(lengths: np.ndarray, groups: int) -> list:
+def fewest_padded(lengths: np.ndarray, groups: int, multiple: int = 1) -> list:
     """Where to cut ascending `lengths` into at most `groups` runs so that the padded
-    tokens, sum over runs of rows x longest, are fewest (dynamic programming, O(groups x
-    rows^2) in numpy rows). Ties keep fewer groups and earlier cuts: the same lengths
-    always give the same cuts."""
-    n = len(lengths)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    starts = np.arange(n)
-    best = np.full(n + 1, np.iinfo(np.int64).max // 4, dtype=np.int64)  # rows [0, j) in k runs
+    tokens, sum over runs of rows x longest (rounded up to `multiple`, as the Collator
+    pads), are fewest. Rows of one length never gain from a cut between them, so the
+    dynamic programme runs over the distinct lengths: O(groups x distinct^2), at most
+    --max-len distinct lengths whatever the batch size. Ties keep fewer groups and
+    earlier cuts: the same lengths always give the same cuts."""
+    lengths = round_up(np.asarray(lengths, dtype=np.int64), multiple)
+    values, counts = np.unique(lengths, return_counts=True)
+    before = np.concatenate([[0], np.cumsum(counts)])  # rows before the i-th distinct length
+    distinct = len(values)
+    best = np.full(distinct + 1, np.iinfo(np.int64).max // 4, dtype=np.int64)  # first j lengths
     best[0] = 0
     choices = []
-    for _ in range(min(groups, n)):
-        new, choice = best.copy(), np.arange(n + 1)  # keeping k-1 runs: no new cut
-        for end in range(1, n + 1):
-            costs = best[:end] + (end - starts[:end]) * lengths[end - 1]
+    for _ in range(min(groups, distinct)):
+        new, choice = best.copy(), np.arange(distinct + 1)  # keeping the runs so far: no new cut
+        for end in range(1, distinct + 1):
+            costs = best[:end] + (before[end] - before[:end]) * values[end - 1]
             start = int(np.argmin(costs))
             if costs[start] < new[end]:
                 new[end], choice[end] = costs[start], start
         best = new
         choices.append(choice)
-    cuts, end = [], n
+    cuts, end = [], distinct
     for choice in reversed(choices):  # walk back through the runs
         start = int(choice[end])
-        if start != end and start > 0:
-            cuts.append(start)
-        end = start if start != end else end
+        if start != end:
+            if start > 0:
+                cuts.append(int(before[start]))
+            end = start
     return sorted(cuts)
 
 

@@ -51,7 +51,10 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
     start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     # the flags left out, filled for this start (or as the run being resumed had them)
-    config, recipe = resolve_recipe(config, start, previous_settings(run_dir))
+    resumed = previous_settings(run_dir)
+    config, recipe = resolve_recipe(config, start, resumed)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, length_groups=length_groups(config, world.device, resumed)))  # args.yaml keeps it
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
@@ -94,7 +97,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        eos=formatter.eos_id, code_pad=formatter.pad_id,
                        pad_to=fixed_input_length(encoder.model.config, start.recipe.max_len),
                        pad_multiple=pad_multiple(world.device),
-                       groups=length_groups(config.train.length_groups, world.device))
+                       groups=config.train.length_groups)
     noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
                         config.train.unk_lang_prob)
 
@@ -187,7 +190,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
                  len(val_set), len(key_codes), encoder.source, model,
                  [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
-                  describe_groups(collate.groups, config.train.length_groups),
+                  describe_groups(collate.groups, collate.pad_to is not None),
                   f"flat threshold {thresholds.describe()}"])
     try:
         metrics = trainer.fit()
@@ -311,20 +314,33 @@ def starting_thresholds(config: RunConfig, start) -> Thresholds:
     return Thresholds.of(default, table)
 
 
-def length_groups(requested: Optional[int], device: str) -> int:
-    """Groups of similar length per training micro-batch (mixer.dataset.Collator): on a
-    CPU a step's time follows its padded tokens, so 2 groups pay; a GPU runs one wide
-    batch about as fast as a narrow one, and more launches cost more than padding."""
+def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
+    """Groups of similar length per training micro-batch (mixer.dataset.Collator): the
+    flag's; else, resuming, what the run used (1 for a run from before groups); else 2
+    on a CPU, where a step's time follows its padded tokens, and 1 on a GPU, which runs
+    one wide batch about as fast as a narrow one. DDP's static graph cannot take the
+    unsynchronised backward passes of groups (or of --grad-accum-steps)."""
+    requested = config.train.length_groups
+    if config.dist.static_graph:
+        if (requested or 1) > 1 or config.train.grad_accum_steps > 1:
+            raise UserError("--static-graph: DDP's static graph cannot sum several backward passes "
+                            "per step (--length-groups above 1, --grad-accum-steps above 1); "
+                            "leave one of them out")
+        return 1
     if requested is not None:
         return requested
+    if resumed is not None:
+        return int(resumed.get("train", {}).get("length_groups") or 1)
     return 1 if device.startswith("cuda") else 2
 
 
-def describe_groups(groups: int, requested: Optional[int]) -> str:
-    how = "--length-groups" if requested is not None else "the default here; --length-groups to set"
+def describe_groups(groups: int, fixed_length: bool) -> str:
+    if fixed_length:
+        return "micro-batches padded whole: the encoder's inputs have a fixed length (--length-groups has no effect)"
     if groups == 1:
-        return f"micro-batches padded whole ({how})"
-    return f"micro-batches cut into {groups} groups of similar length, each padded on its own ({how})"
+        return "micro-batches padded whole (--length-groups 1)"
+    return (f"micro-batches cut into at most {groups} groups of similar length, each padded on its own "
+            f"(--length-groups {groups})")
 
 
 def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:

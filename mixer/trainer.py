@@ -56,7 +56,7 @@ class TrainParts:
     model: torch.nn.Module  # possibly DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    train_loader: torch.utils.data.DataLoader
+    train_loader: torch.utils.data.DataLoader  # yields each micro-batch as a list of Batches (Collator.grouped)
     sampler: object  # mixer.dataset.StepSampler
     val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor

@@ -150,3 +150,30 @@ def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
         assert group.global_rows == 8
     # encoders with fixed-length inputs gain nothing: one group
     assert len(Collator(0, np.arange(6).reshape(3, 2), pad_to=32, groups=2).grouped(items)) == 1
+
+
+def test_how_many_length_groups_a_run_uses():
+    import dataclasses
+
+    import pytest
+
+    from mixer.config import RunConfig
+    from mixer.errors import UserError
+    from mixer.run import length_groups
+
+    config = RunConfig()
+
+    def with_(train=None, dist=None):
+        return dataclasses.replace(config, train=dataclasses.replace(config.train, **(train or {})),
+                                   dist=dataclasses.replace(config.dist, **(dist or {})))
+
+    assert length_groups(config, "cpu") == 2 and length_groups(config, "cuda:0") == 1
+    assert length_groups(with_({"length_groups": 3}), "cuda:0") == 3
+    # a resumed run keeps its own; one from before length groups was padded whole
+    assert length_groups(config, "cuda:0", {"train": {"length_groups": 2}}) == 2
+    assert length_groups(config, "cpu", {"train": {"seed": 1}}) == 1
+    # DDP's static graph takes one synchronised backward pass per step
+    assert length_groups(with_(dist={"static_graph": True}), "cpu") == 1
+    for bad in ({"length_groups": 2}, {"grad_accum_steps": 2}):
+        with pytest.raises(UserError, match="--static-graph"):
+            length_groups(with_(bad, {"static_graph": True}), "cpu")
