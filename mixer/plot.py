@@ -36,7 +36,9 @@ def plot_training_curves(run_dir: str, output: str = None) -> str:
     panels = [
         (axes[0, 0], "loss", [("train_loss", "train"), ("val_loss", "validation")]),
         (axes[0, 1], "exact-match accuracy", [("val_flat_accuracy", "flat head"),
-                                              ("val_seq2seq_accuracy", "seq2seq head")]),
+                                              ("val_seq2seq_accuracy", "seq2seq head"),
+                                              ("val_noisy_flat_accuracy", "flat head, noised rows"),
+                                              ("val_noisy_seq2seq_accuracy", "seq2seq head, noised rows")]),
         (axes[1, 0], "F1 (micro)", [("val_flat_f1", "flat head"), ("val_seq2seq_f1", "seq2seq head")]),
         (axes[1, 1], "learning rate", [("lr", "encoder")]),
     ]
