@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mixer.dataset import StepSampler, shard_indices
+from mixer.data.dataset import StepSampler, shard_indices
 
 
 def steps(sampler):

@@ -1,21 +1,21 @@
 """Prediction: codes (or embeddings) for texts, from a run directory of this tool
-or one of OccCANINE's models (mixer.sources.load_for_prediction).
+or one of OccCANINE's models (mixer.models.sources.load_for_prediction).
 
 `Predictor` is the one path from texts to codes, used by the Python API
-(mixer.api) and by predict.py. Heads:
+(mixer.prediction.api) and by predict.py. Heads:
 
 - flat: the flat head's probabilities, thresholded by the family's rule
-  (mixer.metrics.PredictionRules); OccCANINE's models default to its
+  (mixer.reporting.metrics.PredictionRules); OccCANINE's models default to its
   per-language thresholds;
 - seq2seq (greedy): the decoder's codes; mixer's family ranks them by block
   probability, OccCANINE's lists them as decoded with one confidence per row,
   as OccCANINE's own predict does;
 - full: the probability of every code of the key as the first code under the
-  decoder, all codes from one encoder pass per row (mixer.model
+  decoder, all codes from one encoder pass per row (mixer.models.model
   .first_block_probs), then thresholded like the flat head.
 
 Each distinct (language, text) runs through the model once; batches are sorted
-by length. Files in and out, chunked and under torchrun: mixer.predict_job.
+by length. Files in and out, chunked and under torchrun: mixer.prediction.predict_job.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mixer.config import HEADS
-from mixer.encoders import fixed_input_length
-from mixer.errors import UserError
-from mixer.formatter import CodeFormatter
-from mixer.metrics import PredictionRules, Thresholds, decoded_blocks, flat_prediction
-from mixer.precision import fp32_matmuls, pad_multiple, round_up
-from mixer.precision import resolve as resolve_precision
-from mixer.tokens import InputRecipe, token_ids_for
-from mixer.transliterate import exactness_note
+from mixer.core.config import HEADS
+from mixer.models.encoders import fixed_input_length
+from mixer.core.errors import UserError
+from mixer.data.formatter import CodeFormatter
+from mixer.reporting.metrics import PredictionRules, Thresholds, decoded_blocks, flat_prediction
+from mixer.core.precision import fp32_matmuls, pad_multiple, round_up
+from mixer.core.precision import resolve as resolve_precision
+from mixer.data.tokens import InputRecipe, token_ids_for
+from mixer.data.transliterate import exactness_note
 
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
@@ -71,7 +71,7 @@ class Predictor:
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
              log=None, tf32: Optional[bool] = None) -> "Predictor":
-        from mixer.sources import load_for_prediction
+        from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")

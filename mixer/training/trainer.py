@@ -18,18 +18,18 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from mixer import distributed as mdist
-from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
-from mixer.config import TrainConfig
-from mixer.distributed import World
-from mixer.errors import UserError, first_line
-from mixer.gradsync import no_grad_sync
-from mixer.losses import row_losses, step_loss
-from mixer.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
-                           flat_prediction)
-from mixer.model import save_model, unwrap_model
-from mixer.schedule import Layout, Schedule, Segment
-from mixer.tracking import NullTracker, logger
+from mixer.distributed import world as mdist
+from mixer.models.checkpoint import Checkpointer, rng_state, set_rng_state
+from mixer.core.config import TrainConfig
+from mixer.distributed.world import World
+from mixer.core.errors import UserError, first_line
+from mixer.distributed.gradsync import no_grad_sync
+from mixer.models.losses import row_losses, step_loss
+from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
+                                     flat_prediction)
+from mixer.models.model import save_model, unwrap_model
+from mixer.training.schedule import Layout, Schedule, Segment
+from mixer.reporting.tracking import NullTracker, logger
 
 MAX_NONFINITE_IN_A_ROW = 5
 
@@ -43,7 +43,7 @@ class Progress:
     last_eval_step: int = -1
     last_eval_full: bool = False  # the last evaluation used every validation row
     eval_pending: bool = False  # an evaluation a stop signal interrupted: it runs first on resume
-    # the layout that made the steps, and the schedule's step -> position map (mixer.schedule)
+    # the layout that made the steps, and the schedule's step -> position map (mixer.training.schedule)
     layout: Optional[dict] = None
     base_global_batch: Optional[int] = None
     schedule_segment: Optional[list] = None
@@ -51,19 +51,19 @@ class Progress:
 
 @dataclass
 class TrainParts:
-    """What the loop works on, built by mixer.run."""
+    """What the loop works on, built by mixer.training.run."""
 
     model: torch.nn.Module  # possibly DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     train_loader: torch.utils.data.DataLoader
-    sampler: object  # mixer.dataset.StepSampler
+    sampler: object  # mixer.data.dataset.StepSampler
     val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
-    formatter: object  # mixer.formatter.CodeFormatter: token ids and how blocks read
-    schedule: Schedule  # run length and learning-rate position (mixer.schedule)
+    formatter: object  # mixer.data.formatter.CodeFormatter: token ids and how blocks read
+    schedule: Schedule  # run length and learning-rate position (mixer.training.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
     val_langs: Optional[np.ndarray] = None  # language of each validation row (evaluation.csv)
@@ -71,7 +71,7 @@ class TrainParts:
     noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
-    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
+    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
 
 
 class TrainWindow:
@@ -357,15 +357,15 @@ class Trainer:
             collected.append((int(row), true, flat, seq_codes[i]))
 
     def write_evaluation(self) -> None:
-        """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
+        """RUN_DIR/evaluation.csv: the evaluation table (mixer.reporting.evaluation) of the final
         evaluation's rows, overall and by language, and with --eval-noise the same rows
         noised (heads "flat noised", "seq2seq noised") (all ranks; rank 0 writes)."""
         pieces = mdist.gather_to_main((self.collected or [], getattr(self, "collected_noised", None) or []),
                                       self.world)  # all ranks
         if not self.world.is_main:
             return
-        from mixer import evaluation
-        from mixer.io import write_text
+        from mixer.reporting import evaluation
+        from mixer.core.io import write_text
 
         rows = sorted(item for piece, _ in pieces for item in piece)
         if not rows:
@@ -529,7 +529,7 @@ class Trainer:
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)
-            from mixer.plot import plot_training_curves
+            from mixer.reporting.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
         return True
