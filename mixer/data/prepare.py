@@ -76,7 +76,7 @@ def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], conte
 def occcanine_room(langs, n_rows: int) -> np.ndarray:
     """Characters left for description and context in OccCANINE's input: 128 ids are
     [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
-    from mixer.models.occcanine import MAX_INPUT_LEN
+    from mixer.data.tokens import OCCCANINE_MAX_LEN as MAX_INPUT_LEN
 
     langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
     lengths = langs.where(langs != "", "unk").str.len().to_numpy()

@@ -30,6 +30,7 @@ import numpy as np
 
 CANINE_CLS, CANINE_SEP = 0xE000, 0xE001
 UNKNOWN_LANGUAGE = "unk"
+OCCCANINE_MAX_LEN = 128  # OccCANINE pads and cuts every input to 128 characters
 CHUNK_ROWS = 200_000  # rows tokenised at a time: bounds memory whatever the data size
 
 

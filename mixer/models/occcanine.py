@@ -30,6 +30,7 @@ from typing import Optional
 
 from mixer.core.errors import UserError, first_line
 from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+from mixer.data.tokens import OCCCANINE_MAX_LEN
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",
               "Christianvedel/OccCANINE_ISCO68", "Christianvedel/OccCANINE_OCCICEM")
@@ -39,7 +40,7 @@ LANGUAGE_THRESHOLDS = {"unk": 0.31, "ca": 0.3, "da": 0.24, "ge": 0.21, "en": 0.2
                        "pt": 0.27, "se": 0.26}
 DEFAULT_THRESHOLD = 0.31
 MODEL_DOMAIN = "Multilingual_CANINE"
-MAX_INPUT_LEN = 128  # OccCANINE pads and cuts every input to 128 characters
+MAX_INPUT_LEN = OCCCANINE_MAX_LEN  # OccCANINE pads and cuts every input to 128 characters
 DECODER_LAYERS, DECODER_HEADS = 3, 8
 GENERAL_MAX_CODES = 4  # OccCANINE's default target columns for other systems: <system>_1 .. _4
 POSITIONS = "decoder.positional_encoding.pos_embedding"
