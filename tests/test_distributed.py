@@ -301,8 +301,8 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
 
 GATHER_TO_MAIN = """
 import json, os, sys
-from mixer.distributed import world as distributed
 from mixer.core.config import DistConfig
+from mixer.distributed import world as distributed
 
 world = distributed.setup(DistConfig(distributed=True))
 got = distributed.gather_to_main({"rank": world.rank, "rows": [world.rank] * 3}, world)

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
-from mixer.data import formats
 from mixer.core.config import DataConfig
-from mixer.data.prepare import fingerprint, prepare_run_data
 from mixer.core.errors import UserError
+from mixer.data import formats
+from mixer.data.prepare import fingerprint, prepare_run_data
 from mixer.data.tables import (
     NUMERIC_COLUMNS, OutputWriter, TableOptions, first_undecodable, iter_chunks, read_table,
 )

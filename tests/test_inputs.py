@@ -12,8 +12,8 @@ import pytest
 
 from conftest import run_program
 from mixer.core.config import DataConfig
-from mixer.data.prepare import prepare_run_data
 from mixer.core.errors import UserError
+from mixer.data.prepare import prepare_run_data
 from mixer.data.tables import iter_chunks, read_table
 
 

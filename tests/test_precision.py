@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from conftest import run_program
-from mixer.data.dataset import Collator
 from mixer.core.precision import native, resolve
+from mixer.data.dataset import Collator
 
 AVX2_ONLY = {"avx2", "fma"}
 SAPPHIRE_RAPIDS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}

@@ -17,8 +17,8 @@ import json
 import os
 import sys
 
-from mixer.models import occcanine
 from mixer.core.errors import UserError
+from mixer.models import occcanine
 
 
 def export(run_dir: str, out_dir: str) -> list:

@@ -26,9 +26,9 @@ from typing import Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from mixer.data import formats
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
+from mixer.data import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file

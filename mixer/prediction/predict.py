@@ -31,15 +31,15 @@ import pandas as pd
 import torch
 
 from mixer.core.config import HEADS
-from mixer.models.encoders import fixed_input_length
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.reporting.metrics import PredictionRules, Thresholds
 from mixer.core.precision import fp32_matmuls, pad_multiple, round_up
 from mixer.core.precision import resolve as resolve_precision
+from mixer.data.formatter import CodeFormatter
 from mixer.data.tokens import InputRecipe, token_ids_for
 from mixer.data.transliterate import exactness_note
+from mixer.models.encoders import fixed_input_length
 from mixer.prediction.heads import HeadReader
+from mixer.reporting.metrics import PredictionRules, Thresholds
 
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)

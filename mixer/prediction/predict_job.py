@@ -13,15 +13,15 @@ import sys
 import numpy as np
 import pandas as pd
 
-from mixer.distributed import world as mdist
-from mixer.prediction.api import Model
 from mixer.core.config import DistConfig
-from mixer.data.dataset import shard_indices
 from mixer.core.errors import UserError
-from mixer.prediction.predict import Predictor
+from mixer.data.dataset import shard_indices
 from mixer.data.tables import (
     OutputWriter, TableOptions, check_fits_excel, check_input_table, check_output_path, iter_chunks,
 )
+from mixer.distributed import world as mdist
+from mixer.prediction.api import Model
+from mixer.prediction.predict import Predictor
 
 
 def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
