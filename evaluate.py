@@ -5,7 +5,7 @@ precision, recall and F1 at 1 to 5 leading digits, overall and per group.
   python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 --by lang
 """
 
-from mixer.entrypoints import evaluate_cli
+from mixer.cli.entrypoints import evaluate_cli
 
 if __name__ == "__main__":
     evaluate_cli()

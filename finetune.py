@@ -16,7 +16,7 @@ writes a run directory (see README). The same command runs everywhere:
         --master_addr=HEAD --master_port=29500 finetune.py --distributed ...
 """
 
-from mixer.entrypoints import finetune_cli
+from mixer.cli.entrypoints import finetune_cli
 
 if __name__ == "__main__":
     finetune_cli()

@@ -7,7 +7,7 @@
     torchrun --standalone --nproc_per_node=N predict.py --checkpoint runs/toy ...
 """
 
-from mixer.entrypoints import predict_cli
+from mixer.cli.entrypoints import predict_cli
 
 if __name__ == "__main__":
     predict_cli()

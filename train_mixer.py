@@ -14,7 +14,7 @@
         --master_addr=HEAD --master_port=29500 train_mixer.py --distributed ...
 """
 
-from mixer.entrypoints import train_mixer_cli
+from mixer.cli.entrypoints import train_mixer_cli
 
 if __name__ == "__main__":
     train_mixer_cli()

@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.precision import cpu_model  # noqa: E402
+from mixer.core.precision import cpu_model  # noqa: E402
 
 EXAMPLE = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
            "--allow-codes-shorter-than-block-size", "--code-descriptions", "data/hisco_key.csv"]

@@ -22,7 +22,7 @@ def pack(directory: str) -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from mixer.encoders import package_model_dir
+    from mixer.models.encoders import package_model_dir
 
     source = package_model_dir("minilm-l6")
     model = AutoModel.from_pretrained(source).to(torch.float16)

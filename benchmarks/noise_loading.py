@@ -29,16 +29,16 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.data import labels_of, load_prepared  # noqa: E402
-from mixer.dataset import Collator, RowDataset, StepSampler  # noqa: E402
-from mixer.encoders import build_encoder, fixed_input_length, token_ids_of  # noqa: E402
-from mixer.losses import row_losses, step_loss  # noqa: E402
-from mixer.model import HeadsConfig, MixerModel  # noqa: E402
-from mixer.noise import NoiseConfig  # noqa: E402
-from mixer.run import build_optimizer  # noqa: E402
-from mixer.tokens import InputRecipe  # noqa: E402
-from mixer.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
-                                   split_caches, text_store)
+from mixer.data.dataset import Collator, RowDataset, StepSampler  # noqa: E402
+from mixer.data.noise import NoiseConfig  # noqa: E402
+from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
+from mixer.data.tokens import InputRecipe  # noqa: E402
+from mixer.data.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
+                                        split_caches, text_store)
+from mixer.models.encoders import build_encoder, fixed_input_length, token_ids_of  # noqa: E402
+from mixer.models.losses import row_losses, step_loss  # noqa: E402
+from mixer.models.model import HeadsConfig, MixerModel  # noqa: E402
+from mixer.training.run import build_optimizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import EXAMPLE_FLAGS  # noqa: E402

@@ -27,16 +27,16 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.precision import cpu_model, native  # noqa: E402
+from mixer.core.precision import cpu_model, native  # noqa: E402
 
 
 def write_full_size_model(directory: str) -> None:
     from safetensors.torch import save_file
     from transformers import CanineConfig, CanineModel
 
-    from mixer import occcanine
-    from mixer.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
-    from mixer.model import MixerModel
+    from mixer.models import occcanine
+    from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+    from mixer.models.model import MixerModel
 
     torch.manual_seed(0)
     formatter = CodeFormatter(kind="hisco", block_size=5, max_num_codes=5, tokens="occcanine",

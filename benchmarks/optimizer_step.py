@@ -1,6 +1,6 @@
 """One AdamW step over minilm-l6's parameters on one thread: the loop over
 tensors, the multi-tensor (foreach) path and the fused kernel that training
-uses (mixer.run.build_optimizer).
+uses (mixer.training.run.build_optimizer).
 
     python benchmarks/optimizer_step.py [--encoder minilm-l6] [--repeats 5]
 """
@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mixer.encoders import build_encoder  # noqa: E402
+from mixer.models.encoders import build_encoder  # noqa: E402
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.precision import cpu_model  # noqa: E402
-from mixer.predict import Predictor  # noqa: E402
+from mixer.core.precision import cpu_model  # noqa: E402
+from mixer.prediction.predict import Predictor  # noqa: E402
 
 
 FULL_ROWS = 500

@@ -42,7 +42,7 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.precision import cpu_model  # noqa: E402
+from mixer.core.precision import cpu_model  # noqa: E402
 
 LANGUAGES = ["en", "da", "ge", "fr", "nl", "no", "se", "es", "pt", "it", "ca", "gr", "is"]
 PEAK = ("import resource, subprocess, sys\n"
@@ -104,7 +104,7 @@ def tiny_bert(out: str) -> str:
     if not os.path.isdir(directory):
         from transformers import AutoTokenizer, BertConfig, BertModel
 
-        from mixer.encoders import package_model_dir
+        from mixer.models.encoders import package_model_dir
 
         tokenizer = AutoTokenizer.from_pretrained(package_model_dir("minilm-l6"))
         BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,

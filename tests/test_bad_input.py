@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import TINY
-from mixer.cli import run_main
-from mixer.entrypoints import finetune_main, predict_main, train_mixer_main
+from mixer.cli.entrypoints import finetune_main, predict_main, train_mixer_main
+from mixer.cli.parsing import run_main
 
 MAIN = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_program
-from mixer.data import model_text
+from mixer.data.prepare import model_text
 
 CODES = {("servant", "wife"): "54010", ("servant", "son"): "62105",
          ("labourer", "wife"): "99910", ("labourer", "son"): "62110",
@@ -76,10 +76,10 @@ def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
 
 
 def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
-    from mixer.noise import NoiseConfig
-    from mixer.token_cache import TokenCache
-    from mixer.tokens import CanineIds, InputRecipe
-    from mixer.training_inputs import RowInputs, TextStore, build_text_store, language_codes
+    from mixer.data.noise import NoiseConfig
+    from mixer.data.token_cache import TokenCache
+    from mixer.data.tokens import CanineIds, InputRecipe
+    from mixer.data.training_inputs import RowInputs, TextStore, build_text_store, language_codes
 
     texts = model_text(pd.Series(["servant", "farm labourer"]), pd.DataFrame({"relation": ["wife", "son"]}),
                        ["relation"])
@@ -107,7 +107,7 @@ def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
 @pytest.fixture(scope="module")
 def context_model(households, tmp_path_factory):
     import mixer
-    from mixer.entrypoints import finetune_main
+    from mixer.cli.entrypoints import finetune_main
 
     run = tmp_path_factory.mktemp("ctx-api") / "run"
     assert finetune_main(["--dataset", households, "--save-path", str(run), "--context-cols", "relation",
@@ -140,7 +140,7 @@ def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_
     pd.testing.assert_frame_equal(by_position.set_axis(texts.index), in_order)
     np.testing.assert_array_equal(model.embeddings(texts, lang=langs, context=context.loc[shuffled]),
                                   model.embeddings(texts, lang=langs, context=context))
-    from mixer.errors import UserError
+    from mixer.core.errors import UserError
 
     for bad in (dict(context=context.set_axis([10, 20, 31])), dict(lang=langs.set_axis([1, 2, 3])),
                 dict(context=context.reset_index(drop=True))):
@@ -151,7 +151,7 @@ def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_
 def test_predict_py_pairs_each_row_with_its_own_context_in_every_chunk(context_model, tmp_path):
     """Chunks after the first (and a rank's share under torchrun) have an index that
     does not start at 0: each row still reads its own context columns."""
-    from mixer.entrypoints import predict_main
+    from mixer.cli.entrypoints import predict_main
 
     frame = pd.DataFrame({"occ1": ["servant", "farmer", "servant", "miner", "servant"],
                           "relation": ["wife", "son", "son", "wife", None]})

@@ -121,7 +121,7 @@ def tiny_bert(tmp_path_factory):
     batches are padded to their longest row, so --length-groups applies (CANINE's are not)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from mixer.encoders import package_model_dir
+    from mixer.models.encoders import package_model_dir
 
     out = tmp_path_factory.mktemp("tiny-bert")
     tokenizer = AutoTokenizer.from_pretrained(package_model_dir("minilm-l6"))
@@ -345,8 +345,8 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
 
 GATHER_TO_MAIN = """
 import json, os, sys
-from mixer import distributed
-from mixer.config import DistConfig
+from mixer.core.config import DistConfig
+from mixer.distributed import world as distributed
 
 world = distributed.setup(DistConfig(distributed=True))
 got = distributed.gather_to_main({"rank": world.rank, "rows": [world.rank] * 3}, world)
@@ -366,11 +366,11 @@ def test_gather_to_main_gives_rank_zero_every_value_and_the_others_nothing(tmp_p
 
 EXIT_AFTER_GROUP = """
 import sys
-from mixer import cli
-from mixer.config import DistConfig
+from mixer.cli import parsing as cli
+from mixer.core.config import DistConfig
 
 def main(argv):
-    from mixer import distributed
+    from mixer.distributed import world as distributed
     world = distributed.setup(DistConfig(distributed=True))
     distributed.gather_objects(1, world)
     print("finished", end="")  # stdout is a pipe: this sits in Python's buffer
@@ -437,15 +437,15 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
 SLOW_RANKS = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-import mixer.data, mixer.token_cache
+import mixer.data.prepare, mixer.data.token_cache
 rank = os.environ["RANK"]
 if rank == "0":  # a preparation that outlasts --dist-timeout (time passing is the point)
-    prepare = mixer.data.prepare
-    mixer.data.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
+    prepare = mixer.data.prepare.prepare
+    mixer.data.prepare.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
 else:  # and a share of the tokenising that does too
-    build = mixer.token_cache.build_part
-    mixer.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
-from mixer.entrypoints import finetune_cli
+    build = mixer.data.token_cache.build_part
+    mixer.data.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
+from mixer.cli.entrypoints import finetune_cli
 finetune_cli()
 """
 

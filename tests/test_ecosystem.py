@@ -152,7 +152,7 @@ def test_installable_commands_are_the_same_programs(tmp_path):
     assert "mixer/resources/hisco_key.csv" in names
     for command, target in (("mixer-finetune", "finetune_cli"), ("mixer-train", "train_mixer_cli"),
                             ("mixer-predict", "predict_cli")):
-        assert f"{command} = mixer.entrypoints:{target}" in entry_points
+        assert f"{command} = mixer.cli.entrypoints:{target}" in entry_points
     from mixer import __version__
 
     for script in ("finetune.py", "train_mixer.py", "predict.py"):
@@ -160,9 +160,9 @@ def test_installable_commands_are_the_same_programs(tmp_path):
 
 
 def test_args_yaml_holds_no_actions_or_launcher_facts_and_every_switch_turns_off(small_csv, tmp_path):
-    from mixer import cli
-    from mixer.config import RunConfig, config_for_file
-    from mixer.entrypoints import finetune_parser
+    from mixer.cli import parsing as cli
+    from mixer.core.config import RunConfig, config_for_file
+    from mixer.cli.entrypoints import finetune_parser
 
     config = RunConfig(save_dir=str(tmp_path / "run"))
     config.dist.distributed, config.data.prepare_only, config.train.stop_at_step = True, True, 3
@@ -206,8 +206,8 @@ def test_throughput_after_an_evaluation_leaves_the_evaluation_out(small_csv, tmp
     """An evaluation that took 1000 s must not show in the next training throughput."""
     import time as clock
 
-    from mixer.entrypoints import finetune_main
-    from mixer.trainer import Trainer
+    from mixer.cli.entrypoints import finetune_main
+    from mixer.training.trainer import Trainer
 
     real, offset = clock.perf_counter, [0.0]
     monkeypatch.setattr(clock, "perf_counter", lambda: real() + offset[0])

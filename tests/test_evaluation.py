@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import TINY, run_program
-from mixer import evaluation
+from mixer.reporting import evaluation
 
 
 def test_statistics_per_row_then_averaged():
@@ -81,7 +81,7 @@ def test_plain_code_columns_are_predictions_unless_predict_py_heads_are_there():
 
 
 def test_outputs_through_a_symbolic_link_write_its_target_and_keep_the_link(tmp_path):
-    from mixer.tables import OutputWriter
+    from mixer.data.tables import OutputWriter
 
     predictions = tmp_path / "preds.csv"
     pd.DataFrame({"hisco_1": ["61110"], "code_1": ["61110"]}).to_csv(predictions, index=False)
@@ -102,9 +102,9 @@ def test_run_files_replace_a_link_and_outputs_check_where_it_points(tmp_path, mo
     """A run directory's own files are never written through a link (a run built with
     links to another run's files must not overwrite that run); a user-named output
     through a link is checked where it points: its suffix and its directory."""
-    from mixer.errors import UserError
-    from mixer.io import write_text
-    from mixer.tables import check_output_path
+    from mixer.core.errors import UserError
+    from mixer.core.io import write_text
+    from mixer.data.tables import check_output_path
 
     (tmp_path / "base.json").write_text("base")
     (tmp_path / "run.json").symlink_to(tmp_path / "base.json")
@@ -197,7 +197,7 @@ def test_training_writes_the_table_predict_and_evaluate_give(small_csv, tmp_path
 ])
 def test_the_last_evaluation_writes_the_table_when_an_interval_lands_on_the_last_step(
         small_csv, tmp_path, schedule, steps):
-    from mixer.entrypoints import finetune_main
+    from mixer.cli.entrypoints import finetune_main
 
     run = tmp_path / "run"
     assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",

@@ -157,7 +157,7 @@ def test_diverging_training_stops_naming_the_step_and_writes_no_nan(small_csv, t
 
 
 def test_disk_error_while_saving_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    from mixer.checkpoint import Checkpointer
+    from mixer.models.checkpoint import Checkpointer
 
     saver = Checkpointer(str(tmp_path))
     saver.save({"model": {"w": torch.ones(2)}, "progress": {"step": 1}})
@@ -319,7 +319,7 @@ def test_slurm_template_requeues_a_run_the_time_limit_stopped(small_csv, tmp_pat
 
 
 def test_first_line_of_an_error_keeps_no_terminal_control_sequences():
-    from mixer.errors import first_line
+    from mixer.core.errors import first_line
 
     message = ("\x1b[1mbold\x1b[0m \x1b[?25lcursor \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
                "\x9bc1 bell\x07\nsecond line")

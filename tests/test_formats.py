@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
-from mixer import formats
-from mixer.config import DataConfig
-from mixer.data import fingerprint, prepare_run_data
-from mixer.errors import UserError
-from mixer.tables import (
+from mixer.core.config import DataConfig
+from mixer.core.errors import UserError
+from mixer.data import formats
+from mixer.data.prepare import fingerprint, prepare_run_data
+from mixer.data.tables import (
     NUMERIC_COLUMNS, OutputWriter, TableOptions, first_undecodable, iter_chunks, read_table,
 )
 
@@ -181,7 +181,7 @@ def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     ("evaluate_parser", ["--predictions", "x", "--truth-cols", "a"]),
 ])
 def test_every_program_that_reads_a_table_has_the_reading_flags(parser, required):
-    from mixer import entrypoints
+    from mixer.cli import entrypoints
 
     args = getattr(entrypoints, parser)().parse_args(required + ["--encoding", "latin1", "--sep", ";",
                                                                  "--sheet", "1850"])
@@ -189,7 +189,7 @@ def test_every_program_that_reads_a_table_has_the_reading_flags(parser, required
 
 
 def test_encoding_and_separator_flags_are_checked(tmp_path):
-    from mixer.entrypoints import finetune_parser
+    from mixer.cli.entrypoints import finetune_parser
 
     with pytest.raises(SystemExit):
         finetune_parser().parse_args(["--dataset", "x", "--target-cols", "a", "--save-path", "r",
@@ -252,7 +252,7 @@ def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
 
 
 def test_whole_numbers_past_int64_are_written_out_in_full():
-    from mixer.tables import as_text
+    from mixer.data.tables import as_text
 
     assert as_text(pd.Series([1e20, 64100.0, np.nan, -3.0])).tolist() == [
         "100000000000000000000", "64100", "", "-3"]
@@ -374,7 +374,7 @@ def test_an_excel_output_longer_than_a_sheet_stops_before_any_work(excel_run, tm
     assert not os.path.exists(tmp_path / "p.xlsx")
     fits = tmp_path / "fits.csv"
     fits.write_text("occ1\n" + "farmer\n" * (rows - 1))
-    from mixer.tables import check_fits_excel
+    from mixer.data.tables import check_fits_excel
 
     check_fits_excel(str(tmp_path / "p.xlsx"), str(fits), TableOptions())
 
@@ -389,7 +389,7 @@ def test_without_openpyxl_the_error_names_the_extra(tmp_path, program, argv):
     csv = tmp_path / "in.csv"
     csv.write_text("occ1\nfarmer\n")
     argv = [a.format(xlsx=xlsx, csv=csv, out=tmp_path / "out.xlsx") for a in argv]
-    code = ("import sys; sys.modules['openpyxl'] = None; from mixer import entrypoints; "
+    code = ("import sys; sys.modules['openpyxl'] = None; from mixer.cli import entrypoints; "
             f"sys.argv = ['{program}.py'] + {argv!r}; entrypoints.{program}_cli()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env=env_for_subprocess(), timeout=300)

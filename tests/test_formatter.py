@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
-from mixer.config import DataConfig
-from mixer.data import check_rows, make_formatter
-from mixer.errors import UserError
-from mixer.formatter import PAD, CodeFormatter, hisco_key
+from mixer.core.config import DataConfig
+from mixer.core.errors import UserError
+from mixer.data.formatter import PAD, CodeFormatter, hisco_key
+from mixer.data.prepare import check_rows, make_formatter
 
 
 def round_trip(formatter: CodeFormatter, codes):

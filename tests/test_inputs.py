@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from conftest import run_program
-from mixer.config import DataConfig
-from mixer.data import prepare_run_data
-from mixer.errors import UserError
-from mixer.tables import iter_chunks, read_table
+from mixer.core.config import DataConfig
+from mixer.core.errors import UserError
+from mixer.data.prepare import prepare_run_data
+from mixer.data.tables import iter_chunks, read_table
 
 
 # ------------------------------------------------------------------ quoted newlines

@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from mixer.formatter import EOS, PAD
-from mixer.losses import flat_row_loss, multi_hot, row_losses, seq2seq_row_loss, step_loss
+from mixer.data.formatter import EOS, PAD
+from mixer.models.losses import flat_row_loss, multi_hot, row_losses, seq2seq_row_loss, step_loss
 
 
 def make_targets(blocks, block_size):

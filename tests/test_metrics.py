@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from mixer.formatter import PAD, CodeFormatter
-from mixer.metrics import MIN_TUNE_ROWS, Thresholds, MetricSums, code_sets, decoded_blocks, decoded_codes
-from mixer.predict import ranked_codes
+from mixer.data.formatter import PAD, CodeFormatter
+from mixer.prediction.heads import ranked_codes
+from mixer.reporting.metrics import MIN_TUNE_ROWS, Thresholds, MetricSums, code_sets, decoded_blocks, decoded_codes
 
 
 def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():

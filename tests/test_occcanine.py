@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from conftest import ROOT, env_for_subprocess, run_program, run_without
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                     intermediate_size=256, num_hash_buckets=512, num_hash_functions=4,
@@ -131,7 +131,7 @@ def reference_greedy(model, texts, lang):
 @pytest.fixture(scope="module")
 def hisco_model(tmp_path_factory):
     """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
-    from mixer.formatter import hisco_key
+    from mixer.data.formatter import hisco_key
 
     torch.manual_seed(11)
     key = list(hisco_key()["code"])
@@ -355,7 +355,7 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     assert "recipe: OccCANINE fine-tuning (the run starts from a run of OccCANINE's architecture" in again.stdout
     assert "learning rate 2e-05, one rate for encoder and heads" in again.stdout
     # exported over an earlier export of another system: its key.json must not stay behind
-    from mixer.export_occcanine import export
+    from mixer.cli.export_occcanine import export
 
     hub = tmp_path / "exported"
     hub.mkdir()
@@ -387,7 +387,7 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     """New heads sized for a new key (comma-separated parts, PST2-like); the run exports
     to OccCANINE's hub layout, which reads back with the same predictions."""
     import mixer
-    from mixer.export_occcanine import export
+    from mixer.cli.export_occcanine import export
 
     rows = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 8,
                          "pst_1": ["1,2,0", "1,12,0", "2,40,3", "2,5,1"] * 8})

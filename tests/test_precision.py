@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from conftest import run_program
-from mixer.dataset import Collator
-from mixer.precision import native, resolve
+from mixer.core.precision import native, resolve
+from mixer.data.dataset import Collator
 
 AVX2_ONLY = {"avx2", "fma"}
 SAPPHIRE_RAPIDS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -38,7 +38,7 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
     change what a BERT-like encoder gives the heads."""
     from transformers import AutoModel
 
-    from mixer.model import HeadsConfig, MixerModel
+    from mixer.models.model import HeadsConfig, MixerModel
 
     torch.manual_seed(0)
     model = MixerModel(AutoModel.from_pretrained(tiny_bert_dir), HeadsConfig(5, 6, 3)).eval()

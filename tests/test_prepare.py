@@ -15,7 +15,7 @@ def test_prepare_only_imports_no_torch_and_is_reused(tmp_path, small_csv):
     run = tmp_path / "run"
     code = (
         "import sys\n"
-        "from mixer.entrypoints import finetune_main\n"
+        "from mixer.cli.entrypoints import finetune_main\n"
         f"finetune_main(['--dataset', {small_csv!r}, '--target-cols', 'hisco_1', 'hisco_2',"
         f" '--save-path', {str(run)!r}, '--prepare-only'])\n"
         "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
@@ -43,7 +43,7 @@ def test_prepare_only_imports_no_torch_and_is_reused(tmp_path, small_csv):
 
 @pytest.mark.parametrize("categorical", [False, True])
 def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical):
-    from mixer.data import labels_of
+    from mixer.data.prepare import labels_of
 
     frame = pd.DataFrame({"code_1": ["b", "a", "", "zz", "c"], "code_2": ["", "c", "a", "", "b"],
                           "lang": ["en"] * 5})
@@ -60,7 +60,7 @@ def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical
 def test_a_token_cache_of_other_prepared_data_is_rebuilt(tmp_path, small_csv):
     """Prepared files removed, changed data of the same row count prepared in their place:
     the token cache built from the old texts must not be used under the new labels."""
-    from mixer.token_cache import load, read_manifest
+    from mixer.data.token_cache import load, read_manifest
 
     run = tmp_path / "run"
 
@@ -99,8 +99,8 @@ def test_prepare_only_times_its_two_stages_and_can_leave_tokenising_out(tmp_path
                                                                          monkeypatch):
     import re
 
-    from mixer.cli import run_main
-    from mixer.entrypoints import finetune_main, finetune_parser
+    from mixer.cli.parsing import run_main
+    from mixer.cli.entrypoints import finetune_main, finetune_parser
 
     monkeypatch.chdir(tmp_path)
     help_text = " ".join(finetune_parser().format_help().split())
@@ -128,7 +128,7 @@ def test_prepare_only_times_its_two_stages_and_can_leave_tokenising_out(tmp_path
 
 
 CONSOLE_SCRIPT = """import re, sys
-from mixer.entrypoints import {function}
+from mixer.cli.entrypoints import {function}
 if __name__ == "__main__":
     sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
     sys.exit({function}())

@@ -1,12 +1,12 @@
-"""Resampling of the training rows (mixer.resample): drawn by (seed, epoch) only, so
+"""Resampling of the training rows (mixer.data.resample): drawn by (seed, epoch) only, so
 every rank and a resumed run see the same epoch; the schedule counts the resampled rows."""
 
 import numpy as np
 import pytest
 
 from conftest import TINY
-from mixer.dataset import StepSampler
-from mixer.resample import epoch_rows, epoch_size
+from mixer.data.dataset import StepSampler
+from mixer.data.resample import epoch_rows, epoch_size
 
 # code 0 dominant (60 rows), code 1 common (30), codes 2, 3 rare (3 and 1 rows), 6 without code
 CODES = np.array([0] * 60 + [1] * 30 + [2] * 3 + [3] + [-1] * 6)
@@ -64,7 +64,7 @@ def test_ranks_together_train_the_resampled_epoch_of_one_process(world, accum):
 
 
 def test_a_run_prints_and_schedules_the_resampled_epoch(tmp_path, small_csv, capsys):
-    from mixer.entrypoints import finetune_main
+    from mixer.cli.entrypoints import finetune_main
 
     assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "--share-val", "0.09",
                           "--save-path", str(tmp_path / "run"), *TINY, "--num-epochs", "1",
@@ -83,7 +83,7 @@ def test_a_run_prints_and_schedules_the_resampled_epoch(tmp_path, small_csv, cap
 def test_a_resumed_resampled_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, small_csv):
     from safetensors.torch import load_file
 
-    from mixer.entrypoints import finetune_main
+    from mixer.cli.entrypoints import finetune_main
 
     common = ["--dataset", small_csv, "--target-cols", "hisco_1", "--share-val", "0.09", *TINY,
               "--num-epochs", "2", "--batch-size", "16", "--dropout", "0", "--upsample-below", "3",

@@ -1,11 +1,11 @@
 """The run length and the learning-rate schedule across changes of the global batch
-(plain numbers: mixer.schedule has no torch)."""
+(plain numbers: mixer.training.schedule has no torch)."""
 
 import math
 
 import pytest
 
-from mixer.schedule import Layout, Plan, Schedule, steps_between, steps_per_epoch
+from mixer.training.schedule import Layout, Plan, Schedule, steps_between, steps_per_epoch
 
 ROWS = 223
 

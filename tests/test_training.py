@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import ROOT, TINY, run_program
-from mixer.entrypoints import finetune_main
+from mixer.cli.entrypoints import finetune_main
 
 
 def finetune(tmp, csv, *extra):
@@ -112,11 +112,11 @@ def test_predict_agrees_with_the_training_evaluation(trained_run, tmp_path, head
 
 def test_save_load_predict_matches_the_in_memory_model(tmp_path):
     """A model saved the way training saves it predicts what the model in memory predicts."""
-    from mixer.data import build_key
-    from mixer.encoders import build_encoder, save_encoder_files
-    from mixer.formatter import CodeFormatter
-    from mixer.model import HeadsConfig, MixerModel, save_model
-    from mixer.predict import Predictor
+    from mixer.data.prepare import build_key
+    from mixer.models.encoders import build_encoder, save_encoder_files
+    from mixer.data.formatter import CodeFormatter
+    from mixer.models.model import HeadsConfig, MixerModel, save_model
+    from mixer.prediction.predict import Predictor
 
     torch.manual_seed(0)
     formatter = CodeFormatter(kind="general", block_size=5, max_num_codes=2)
@@ -146,7 +146,7 @@ def test_save_load_predict_matches_the_in_memory_model(tmp_path):
 
 
 def test_train_mixer_with_built_in_code_systems(tmp_path, small_csv):
-    from mixer.entrypoints import train_mixer_main
+    from mixer.cli.entrypoints import train_mixer_main
 
     frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     train, val = tmp_path / "train.csv", tmp_path / "val.parquet"
@@ -193,7 +193,7 @@ def test_tune_threshold_stores_the_best_threshold_that_predict_uses(small_csv, t
 
 def test_python_api_keeps_a_series_index_and_checks_its_arguments(trained_run):
     import mixer
-    from mixer.errors import UserError
+    from mixer.core.errors import UserError
 
     model = mixer.load(trained_run, device="cpu")
     texts = pd.Series(["farmer", "fisher", "smith"], index=[10, 20, 30])

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import TINY, run_program
-from mixer.entrypoints import finetune_main, train_mixer_main
-from mixer.errors import UserError
+from mixer.cli.entrypoints import finetune_main, train_mixer_main
+from mixer.core.errors import UserError
 
 
 def read_key(run_dir):
@@ -170,7 +170,7 @@ def test_score_matrices_agree_with_the_code_table(shapes_run):
 
 def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
     import mixer
-    from mixer.outputs import blocked_generate
+    from mixer.prediction.outputs import blocked_generate
 
     model = mixer.load(shapes_run)
     predictor = model._predictor
@@ -206,7 +206,7 @@ def torch_equal(a, b):
 
 def test_predict_py_writes_occcanine_shapes(shapes_run, small_csv, tmp_path):
     import mixer
-    from mixer.entrypoints import predict_main
+    from mixer.cli.entrypoints import predict_main
 
     def predict(output, *args):
         return predict_main(["--checkpoint", shapes_run, "--input", small_csv, "--output", str(output),
@@ -280,7 +280,7 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
                 max_steps=2, share_val=0.09, dropout=0.0)
     model = mixer.finetune(frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"),
                            **tiny)
-    assert isinstance(model, mixer.api.Model) and len(model.predict(["farmer"])) == 1
+    assert isinstance(model, mixer.prediction.api.Model) and len(model.predict(["farmer"])) == 1
     # the same run from the command line: the same configuration, data and weights
     argv = ["--dataset", str(tmp_path / "nb" / "dataset.parquet"), "--target-cols", "hisco_1", "hisco_2",
             "--save-path", str(tmp_path / "cli")]
@@ -315,7 +315,7 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
 # ------------------------------------------------------------------ the checking loop
 def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_them(
         shapes_run, small_csv, tmp_path):
-    from mixer.entrypoints import predict_main
+    from mixer.cli.entrypoints import predict_main
 
     source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     pool = pd.concat([source, source.head(10), source.head(10)], ignore_index=True)  # repeated titles
@@ -409,7 +409,7 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
     assert got["code_1"].tolist() == ["1,1", "1,2"]
     with pytest.raises(UserError, match="reads context columns relation"):
         model.predict(["servant"], lang="en")
-    from mixer.export_occcanine import export
+    from mixer.cli.export_occcanine import export
 
     with pytest.raises(UserError, match="trained with --context-cols relation"):
         export(str(run), str(tmp_path / "hub"))
@@ -417,7 +417,7 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
 
 
 def test_check_list_counts_each_description_and_language_over_chunks_and_skips_blank_text(tmp_path):
-    from mixer.checking import CheckList
+    from mixer.data.checking import CheckList
 
     checks = CheckList(3, str(tmp_path / "c.csv"), ["occ1", "lang"], "", 2)
     chunk = pd.DataFrame({"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]})

@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from mixer import cli
-from mixer.formatter import FORMATTERS
+from mixer.cli import parsing as cli
+from mixer.data.formatter import FORMATTERS
 
 
 def program_name(script: str) -> str:
@@ -98,14 +98,14 @@ def train_mixer_parser() -> cli.Parser:
 
 
 def _train(config) -> int:
-    from mixer.launch import launched_as_one_of_several
+    from mixer.distributed.launch import launched_as_one_of_several
 
     if config.data.prepare_only and not launched_as_one_of_several():
         # no torch on this path: preparation of millions of rows takes seconds
-        from mixer.config import write_args
-        from mixer.data import prepare_run_data
-        from mixer.sources import describe_start
-        from mixer.transliterate import exactness_note
+        from mixer.core.config import write_args
+        from mixer.data.prepare import prepare_run_data
+        from mixer.models.sources import describe_start
+        from mixer.data.transliterate import exactness_note
 
         start = describe_start(config)
         note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
@@ -120,7 +120,7 @@ def _train(config) -> int:
         if config.data.token_cache:
             prepare_token_cache(config, start)
         return 0
-    from mixer.run import train
+    from mixer.training.run import train
 
     train(config)
     return 0
@@ -128,10 +128,10 @@ def _train(config) -> int:
 
 def prepare_token_cache(config, start) -> None:
     """--prepare-only also tokenises, so GPU jobs start training at once. Without
-    torch for CANINE encoders and tokenizer.json files (mixer.sources.light_tokeniser)."""
-    from mixer.data import load_prepared
-    from mixer.sources import light_tokeniser
-    from mixer.training_inputs import split_caches
+    torch for CANINE encoders and tokenizer.json files (mixer.models.sources.light_tokeniser)."""
+    from mixer.data.prepare import load_prepared
+    from mixer.models.sources import light_tokeniser
+    from mixer.data.training_inputs import split_caches
 
     began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
@@ -240,7 +240,7 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
         raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
                             "or several")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
-    from mixer.predict_job import predict_file
+    from mixer.prediction.predict_job import predict_file
 
     predict_file(args)
     return 0
@@ -290,9 +290,9 @@ def evaluate_parser() -> cli.Parser:
 
 def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = evaluate_parser().parse_args(argv)
-    from mixer import evaluation
-    from mixer.io import write_text
-    from mixer.tables import TableOptions, check_output_path, read_table, require_columns
+    from mixer.reporting import evaluation
+    from mixer.core.io import write_text
+    from mixer.data.tables import TableOptions, check_output_path, read_table, require_columns
 
     stem = os.path.splitext(args.predictions)[0]
     output = args.output or f"{stem}_evaluation.csv"

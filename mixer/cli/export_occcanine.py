@@ -17,18 +17,18 @@ import json
 import os
 import sys
 
-from mixer import occcanine
-from mixer.errors import UserError
+from mixer.core.errors import UserError
+from mixer.models import occcanine
 
 
 def export(run_dir: str, out_dir: str) -> list:
     """Write the hub layout; returns the files written."""
     from safetensors.torch import load_file, save_file
 
-    from mixer.data import read_key
-    from mixer.formatter import CodeFormatter, hisco_key
-    from mixer.io import atomic_write, write_text
-    from mixer.sources import CONFIG_FILE, MODEL_FILE, is_run_directory
+    from mixer.data.prepare import read_key
+    from mixer.data.formatter import CodeFormatter, hisco_key
+    from mixer.core.io import atomic_write, write_text
+    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory
 
     if not is_run_directory(run_dir) or not os.path.exists(os.path.join(run_dir, MODEL_FILE)):
         raise UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
@@ -92,6 +92,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from mixer.cli import run_main
+    from mixer.cli.parsing import run_main
 
     run_main(main, sys.argv[1:])

@@ -3,7 +3,7 @@
 One code path with finetune.py: the keyword arguments become that program's flags
 (each argument is the flag's name with '_', e.g. num_epochs=2 for --num-epochs 2), are
 parsed by its parser, so they have its defaults and checks, and the run is trained by
-the function the program calls. Bad input raises mixer.errors.UserError with the
+the function the program calls. Bad input raises mixer.core.errors.UserError with the
 program's one-line message, instead of printing it and exiting.
 """
 
@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import pandas as pd
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 DATA_FILE = "dataset.parquet"  # a DataFrame given to finetune() is kept here, in the run
 
@@ -33,8 +33,8 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb", num_epochs=2)
         model.predict(["farm labourer"])
     """
-    from mixer import cli
-    from mixer.entrypoints import _train, finetune_parser
+    from mixer.cli import parsing as cli
+    from mixer.cli.entrypoints import _train, finetune_parser
 
     if not save_path:
         raise UserError("save_path: name the run directory to write (e.g. save_path='runs/mine')")
@@ -53,7 +53,7 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
     _train(config)
     if config.data.prepare_only:
         return None
-    from mixer.api import load
+    from mixer.prediction.api import load
 
     return load(save_path)
 
@@ -98,7 +98,7 @@ def _dataset_path(data, save_path: str) -> str:
         raise UserError(f"data: pass a CSV or Parquet path or a pandas DataFrame, not {type(data).__name__}")
     if os.path.exists(save_path) and not os.path.isdir(save_path):
         raise UserError(f"save_path {save_path} is a file; pass a directory for the run")
-    from mixer.io import atomic_write
+    from mixer.core.io import atomic_write
 
     os.makedirs(save_path, exist_ok=True)
     path = os.path.join(save_path, DATA_FILE)

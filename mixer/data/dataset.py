@@ -1,6 +1,6 @@
 """From prepared rows to batches: the dataset, the sampler, collation.
 
-Token ids come from the run's token cache (mixer.token_cache). Batches are
+Token ids come from the run's token cache (mixer.data.token_cache). Batches are
 padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
 A training micro-batch is cut into --length-groups groups of rows of similar
 length, each padded on its own: one long (noised) row no longer pads the
@@ -24,8 +24,8 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from mixer.formatter import EOS, PAD
-from mixer.precision import round_up
+from mixer.data.formatter import EOS, PAD
+from mixer.core.precision import round_up
 
 # ------------------------------------------------------------------ loader workers
 def ignore_stop_signals(_worker_id: int) -> None:
@@ -54,9 +54,9 @@ class RowDataset(torch.utils.data.Dataset):
     weight, epoch, position in the epoch's order); evaluation passes plain indices.
     A batch's token ids are made together (`__getitems__`, which the DataLoader
     calls with the whole batch): the cache's, or the noised rows tokenised at once
-    (mixer.training_inputs)."""
+    (mixer.data.training_inputs)."""
 
-    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.training_inputs.RowInputs
+    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.data.training_inputs.RowInputs
         self.inputs = inputs
         self.labels = labels
 
@@ -110,7 +110,7 @@ class Collator:
                  eos: int = EOS, groups: int = 1):
         self.pad_id = pad_id  # of the encoder's input
         self.pad_to = pad_to  # a fixed length for encoders that need one
-        self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.precision)
+        self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.core.precision)
         self.groups = 1 if pad_to else groups
         # one extra block of the decoder's PAD for empty slots (index -1)
         self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(np.int64)
@@ -196,7 +196,7 @@ class StepSampler:
 
     def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,
                  grad_accum_steps: int, seed: int, epoch_rows=None):
-        # epoch_rows: epoch -> the epoch's row indices (mixer.resample; the same size every
+        # epoch_rows: epoch -> the epoch's row indices (mixer.data.resample; the same size every
         # epoch), permuted instead of every row once; rows_per_epoch is then its length
         self.epoch_rows = epoch_rows
         self.num_rows = len(epoch_rows(0)) if epoch_rows is not None else num_rows
@@ -233,7 +233,7 @@ class StepSampler:
     def __iter__(self) -> Iterator[list]:
         """Micro-batches of (row index, rows in the step's global batch, weight, epoch,
         position in the epoch's order): the position names the row's draw of noise,
-        whichever rank, layout or restart takes it (mixer.noise)."""
+        whichever rank, layout or restart takes it (mixer.data.noise)."""
         order = self.permutation()
         begin = self.start
         for size in self.step_sizes(self.start):

@@ -1,6 +1,6 @@
 """Excel (.xlsx) and Stata (.dta) tables: read whole or in chunks, written in chunks.
 
-mixer.tables chooses the format by extension and turns what these readers give into
+mixer.data.tables chooses the format by extension and turns what these readers give into
 text; this module knows the two formats only. Excel goes through openpyxl (the
 optional extra mixer[excel]); Stata is read by pandas and written here, in the
 dta 118 layout (Stata 14 and later), so that an output of any size is written in
@@ -21,7 +21,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from mixer.errors import UserError, first_line
+from mixer.core.errors import UserError, first_line
 
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 OLD_EXCEL_SUFFIXES = (".xls", ".xlsb", ".ods")
@@ -34,7 +34,7 @@ EXCEL_MAX_CELL = 32_767  # characters in one cell
 # ------------------------------------------------------------------ Excel
 def openpyxl_module(what: str, path: str):
     """openpyxl, or one line naming the extra that brings it."""
-    from mixer.extras import install_hint
+    from mixer.core.extras import install_hint
 
     try:
         import openpyxl

@@ -28,7 +28,7 @@ OCCCANINE_SPECIAL_TOKENS = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "[SEP]"]
 OCCCANINE_HISCO_SYMBOLS = ["-3", "-2", "-1"] + [str(d) for d in range(10)]
 PART_SEP = ","
 
-RESOURCES = os.path.join(os.path.dirname(__file__), "resources")
+RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")  # mixer/resources
 HISCO_KEY_PATH = os.path.join(RESOURCES, "hisco_key.csv")
 HISCO_SPECIAL = ("-1", "-2", "-3")
 FORMATTERS = ("general", "hisco", "occ1950")
@@ -151,7 +151,7 @@ class CodeFormatter:
             parts = self.parts(code)
             unknown = [p for p in parts if p not in lookup]
             if unknown:
-                from mixer.errors import UserError
+                from mixer.core.errors import UserError
 
                 raise UserError(f"code {code!r}: the decoder has no token for {unknown[0]!r}; "
                                 "its characters must be the model's (chars.json)")
@@ -206,7 +206,7 @@ def hisco_key() -> pd.DataFrame:
 
 def read_descriptions(path: str) -> dict:
     """code -> description from a CSV with columns (code, description) or the HISCO key layout."""
-    from mixer.errors import UserError
+    from mixer.core.errors import UserError
 
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)

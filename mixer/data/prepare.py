@@ -17,10 +17,10 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from mixer.config import DataConfig
-from mixer.errors import UserError
-from mixer.formatter import CodeFormatter, hisco_key, read_descriptions
-from mixer.tables import (
+from mixer.core.config import DataConfig
+from mixer.core.errors import UserError
+from mixer.data.formatter import CodeFormatter, hisco_key, read_descriptions
+from mixer.data.tables import (
     TableOptions, as_text, check_input_path, code_cells, read_table, require_columns,
 )
 
@@ -76,7 +76,7 @@ def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], conte
 def occcanine_room(langs, n_rows: int) -> np.ndarray:
     """Characters left for description and context in OccCANINE's input: 128 ids are
     [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
-    from mixer.occcanine import MAX_INPUT_LEN
+    from mixer.data.tokens import OCCCANINE_MAX_LEN as MAX_INPUT_LEN
 
     langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
     lengths = langs.where(langs != "", "unk").str.len().to_numpy()
@@ -363,7 +363,7 @@ def make_formatter(cfg: DataConfig, max_num_codes: int, tokens: str = "mixer") -
 
 def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mixer") -> Prepared:
     """Read, check, key and split the data of a run, in memory. With `base` (a
-    whole-model start, mixer.sources.Base) the codes are read in the starting
+    whole-model start, mixer.models.sources.Base) the codes are read in the starting
     model's layout, and the key is its codes followed by any new ones."""
     if base is not None:
         formatter = CodeFormatter.from_dict(base.formatter.to_dict())
@@ -426,7 +426,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
     like any training row, with the run's text, language and context columns."""
     import dataclasses
 
-    from mixer.checking import checked_columns, filled_rows
+    from mixer.data.checking import checked_columns, filled_rows
 
     frames = []
     for path in cfg.extra_train:
@@ -542,7 +542,7 @@ def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional
 
 def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
     """Write data_train/data_val/key.csv/prepared.json; each file atomically."""
-    from mixer.io import atomic_write
+    from mixer.core.io import atomic_write
 
     os.makedirs(run_dir, exist_ok=True)
     # row groups of a million rows: the token cache splits its work over ranks by them

@@ -1,5 +1,5 @@
 """Tables in and out: whole tables for training, streams for prediction, in CSV,
-Parquet, Excel (.xlsx) and Stata (.dta), chosen by extension (mixer.formats reads
+Parquet, Excel (.xlsx) and Stata (.dta), chosen by extension (mixer.data.formats reads
 and writes the last two).
 
 Everything is read as text, so codes keep their leading zeros ("01110" is not
@@ -26,9 +26,9 @@ from typing import Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from mixer import formats
-from mixer.errors import UserError, first_line
-from mixer.io import write_target
+from mixer.core.errors import UserError, first_line
+from mixer.core.io import write_target
+from mixer.data import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file

@@ -10,7 +10,7 @@ Building it is split over the ranks: rank r tokenises its share of the
 prepared Parquet file's row groups, a million rows at a time, appending to its
 own part files (peak memory does not grow with the number of rows); rank 0
 then joins the parts. Ranks wait for each other on the rendezvous store with
-no time limit (mixer.distributed.all_ranks), never in a collective that
+no time limit (mixer.distributed.world.all_ranks), never in a collective that
 --dist-timeout would end.
 """
 
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.tokens import CHUNK_ROWS, tag_of
+from mixer.data.tokens import CHUNK_ROWS, tag_of
 
 MANIFEST = "manifest.json"
 
@@ -122,7 +122,7 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
 
 def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> None:
     """Rank 0: one ids.bin and offsets.npy from the parts, then the manifest."""
-    from mixer.io import atomic_write, write_text
+    from mixer.core.io import atomic_write, write_text
 
     lengths = []
     for rank in range(world_size):
@@ -160,7 +160,7 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
     """The cache of a split: loaded, or built first by all ranks together (all ranks).
     The cache is named by the tokeniser and its input recipe (max length, language
     handling) and records the prepared split it was built from (`data_id`, its
-    content, mixer.training_inputs.prepared_data_id): a cache of other data is
+    content, mixer.data.training_inputs.prepared_data_id): a cache of other data is
     rebuilt, and the run says so. `world` None: one process that has no process
     group (and need not import torch)."""
     directory = cache_dir(run_dir, split, token_ids)
@@ -196,7 +196,7 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
         build()
         join()
     else:
-        from mixer import distributed as mdist
+        from mixer.distributed import world as mdist
 
         mdist.main_first(prepare_directory, world, others=lambda: None)
         mdist.all_ranks(build, world)  # every rank its share; waits without a time limit

@@ -30,6 +30,7 @@ import numpy as np
 
 CANINE_CLS, CANINE_SEP = 0xE000, 0xE001
 UNKNOWN_LANGUAGE = "unk"
+OCCCANINE_MAX_LEN = 128  # OccCANINE pads and cuts every input to 128 characters
 CHUNK_ROWS = 200_000  # rows tokenised at a time: bounds memory whatever the data size
 
 
@@ -57,10 +58,10 @@ class InputRecipe:
 def to_ascii(texts: np.ndarray) -> np.ndarray:
     """ASCII transliteration, each distinct text once. Uses `unidecode` (GPL-2.0+,
     what OccCANINE's own prediction uses) when it is installed; otherwise mixer's
-    own rule (mixer.transliterate): Unicode decomposition without the accents and a
+    own rule (mixer.data.transliterate): Unicode decomposition without the accents and a
     small table, which agree with unidecode on the Latin letters of European
     languages, then anyascii for other scripts."""
-    from mixer.transliterate import transliterate
+    from mixer.data.transliterate import transliterate
 
     unique, inverse = np.unique(texts.astype(str), return_inverse=True)
     return np.asarray([transliterate(t) for t in unique], dtype=object)[inverse]

@@ -1,7 +1,7 @@
 """Token ids of the rows a step draws: from the token cache, or tokenised on the fly
-when the draw noises the row (mixer.noise).
+when the draw noises the row (mixer.data.noise).
 
-A clean row's ids come from the run's token cache (mixer.token_cache); a row whose
+A clean row's ids come from the run's token cache (mixer.data.token_cache); a row whose
 draw edits its description or hides its language is rebuilt from its text and
 tokenised with the rest of the batch's such rows, by the same tokeniser that built
 the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).
@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.noise import NoiseConfig, draw, noised, word_list
+from mixer.data.noise import NoiseConfig, draw, noised, word_list
 
 TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 
@@ -31,7 +31,7 @@ TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 def prepared_data_id(run_dir: str, split: str) -> str:
     """The content of a prepared split (xxh3-128 of data_<split>.parquet, ~0.1 s per
     10M rows): what a cache built from it is named and checked by."""
-    from mixer.data import content_hash
+    from mixer.data.prepare import content_hash
 
     return content_hash(os.path.join(run_dir, f"data_{split}.parquet"))[:16]
 
@@ -40,7 +40,7 @@ def split_caches(run_dir: str, token_ids, prepared, world=None,
                  log: Callable[[str], None] = print) -> dict:
     """{split: its token cache} for "train" and "val", each checked against the
     prepared split's content (all ranks; no torch needed)."""
-    from mixer.token_cache import token_cache
+    from mixer.data.token_cache import token_cache
 
     return {split: token_cache(run_dir, split, token_ids, len(frame), world,
                                data_id=prepared_data_id(run_dir, split), log=log)
@@ -139,8 +139,8 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data import CONTEXT_SEP, DESC_CHARS, TEXT
-    from mixer.io import atomic_write
+    from mixer.data.prepare import CONTEXT_SEP, DESC_CHARS, TEXT
+    from mixer.core.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
     cut_given = DESC_CHARS in source.schema_arrow.names
@@ -189,7 +189,7 @@ def text_store(run_dir: str, split: str, data_id: str, world=None,
     if world is None or not world.is_distributed:
         build()
     else:
-        from mixer import distributed as mdist
+        from mixer.distributed import world as mdist
 
         mdist.main_first(build, world, others=lambda: None)
     return TextStore(path)
@@ -206,7 +206,7 @@ class RowInputs:
                  lang_codes: Optional[np.ndarray] = None, lang_names: Optional[np.ndarray] = None,
                  noise: Optional[NoiseConfig] = None, seed: int = 0, every_row: bool = False,
                  words: Optional[TextStore] = None):
-        self.tokens = tokens  # a mixer.token_cache.TokenCache
+        self.tokens = tokens  # a mixer.data.token_cache.TokenCache
         self.token_ids = token_ids
         self.texts = texts
         self.lang_codes = lang_codes  # small ints per row; names in lang_names
@@ -225,7 +225,7 @@ class RowInputs:
         out = [np.asarray(self.tokens.row(int(r))) for r in rows]
         if not self.active or not len(rows):
             return out
-        from mixer.noise import EVAL_EPOCH
+        from mixer.data.noise import EVAL_EPOCH
 
         rows = np.asarray(rows, dtype=np.int64)
         langs = self.lang_names[self.lang_codes[rows]]
@@ -247,7 +247,7 @@ class RowInputs:
 
 
 def _join(description: str, context: str) -> str:
-    """A description and its context as mixer.data.model_text joins them: with context,
+    """A description and its context as mixer.data.prepare.model_text joins them: with context,
     the description stripped (a padded noised title ends in a space)."""
     return description.strip() + context if context else description
 

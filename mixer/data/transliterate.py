@@ -52,7 +52,7 @@ def exactness_note(recipe) -> str | None:
     transliterates and unidecode is missing; None when there is nothing to say."""
     if not getattr(recipe, "ascii", False) or uses_unidecode():
         return None
-    from mixer.extras import install_hint
+    from mixer.core.extras import install_hint
 
     return ("note: the Unidecode package is not installed, so predictions may differ from "
             "OccCANINE's on non-ASCII text (mixer transliterates with its own rule and anyascii); "

@@ -4,7 +4,7 @@ torchrun and torch.distributed.launch set RANK, WORLD_SIZE, LOCAL_RANK (the
 legacy launcher passes --local-rank too); a task started by srun has
 SLURM_PROCID and SLURM_STEP_ID. No torch here, so `--prepare-only` can ask
 whether it is one of several processes without importing it;
-mixer.distributed builds the process group from what this returns.
+mixer.distributed.world builds the process group from what this returns.
 """
 
 from __future__ import annotations

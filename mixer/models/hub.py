@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Callable, Optional
 
-from mixer.errors import UserError, first_line
+from mixer.core.errors import UserError, first_line
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 

@@ -9,7 +9,7 @@ One model class, configured by its family (`HeadsConfig.family`):
   the encoder's pooler output; the decoder works at the encoder's width, scales
   its token embeddings by sqrt(width), adds sinusoidal positions, uses post-norm
   layers and attends to every encoder position. Its weights are read and
-  written by mixer.occcanine; this module does not know where they come from.
+  written by mixer.models.occcanine; this module does not know where they come from.
 
 The decoder writes codes as max_num_codes blocks of block_size tokens, then
 EOS. Greedy decoding keeps each layer's keys and values (and the memory's,
@@ -403,7 +403,7 @@ def save_model(model: nn.Module, run_dir: str, extra: dict, filename: str = MODE
     """model.safetensors (+ config.json) of the unwrapped model, atomically."""
     from safetensors.torch import save_file
 
-    from mixer.io import atomic_write, write_text
+    from mixer.core.io import atomic_write, write_text
 
     model = unwrap_model(model)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}

@@ -16,7 +16,7 @@ other code systems. They come as:
 This module is the adapter between that layout and mixer's: a table of tensor
 names (`NAME_MAP`) and the few facts around it (the CANINE configuration from
 the tensors' shapes, the key, the decoder's symbols). The model itself
-(mixer.model, family "occcanine") does not know where its weights came from.
+(mixer.models.model, family "occcanine") does not know where its weights came from.
 Nothing here unpickles code: safetensors, or torch.load(weights_only=True).
 """
 
@@ -28,8 +28,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mixer.errors import UserError, first_line
-from mixer.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+from mixer.core.errors import UserError, first_line
+from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+from mixer.data.tokens import OCCCANINE_MAX_LEN
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",
               "Christianvedel/OccCANINE_ISCO68", "Christianvedel/OccCANINE_OCCICEM")
@@ -39,7 +40,7 @@ LANGUAGE_THRESHOLDS = {"unk": 0.31, "ca": 0.3, "da": 0.24, "ge": 0.21, "en": 0.2
                        "pt": 0.27, "se": 0.26}
 DEFAULT_THRESHOLD = 0.31
 MODEL_DOMAIN = "Multilingual_CANINE"
-MAX_INPUT_LEN = 128  # OccCANINE pads and cuts every input to 128 characters
+MAX_INPUT_LEN = OCCCANINE_MAX_LEN  # OccCANINE pads and cuts every input to 128 characters
 DECODER_LAYERS, DECODER_HEADS = 3, 8
 GENERAL_MAX_CODES = 4  # OccCANINE's default target columns for other systems: <system>_1 .. _4
 POSITIONS = "decoder.positional_encoding.pos_embedding"
@@ -110,8 +111,8 @@ def is_occcanine_checkpoint(path: str) -> bool:
 # ------------------------------------------------------------------ reading
 def read(source: str, what: str = "--checkpoint", log=None) -> OccSource:
     """An OccCANINE model from a hub directory, a training checkpoint or a hub id
-    (mixer.hub: only a name that cannot be a local path)."""
-    from mixer import hub
+    (mixer.models.hub: only a name that cannot be a local path)."""
+    from mixer.models import hub
 
     hub.check_local(source, what)
     path = hub.fetch(source, what, log) if hub.is_hub_id(source) else source
@@ -271,7 +272,7 @@ def default_chars() -> list:
 
 
 def heads_config(source: OccSource, formatter: CodeFormatter, hidden: int, dropout: float):
-    from mixer.model import HeadsConfig
+    from mixer.models.model import HeadsConfig
 
     state = source.state
     ff = state["decoder.decoder.layers.0.linear1.weight"].shape[0] if "decoder.decoder.layers.0.linear1.weight" in state \
@@ -310,7 +311,7 @@ def to_mixer_state(source: OccSource, model_state: dict, only_encoder: bool = Fa
     may differ when the caller matches them by code)."""
     import torch
 
-    from mixer.model import sinusoidal_positions
+    from mixer.models.model import sinusoidal_positions
 
     out = {}
     for name, tensor in source.state.items():
@@ -342,7 +343,7 @@ def to_mixer_state(source: OccSource, model_state: dict, only_encoder: bool = Fa
 # ------------------------------------------------------------------ writing
 def to_occcanine_state(model_state: dict, hidden: int) -> dict:
     """mixer's tensors of an occcanine-family model under OccCANINE's names."""
-    from mixer.model import sinusoidal_positions
+    from mixer.models.model import sinusoidal_positions
 
     out = {}
     for name, tensor in model_state.items():

@@ -1,5 +1,5 @@
 """Where a model comes from: a fresh encoder (--encoder), an earlier run of this
-tool, or one of OccCANINE's models (mixer.occcanine); for training
+tool, or one of OccCANINE's models (mixer.models.occcanine); for training
 (--initial-checkpoint) and for prediction (--checkpoint, mixer.load) alike.
 
 `describe_start` says, before any model exists, what a training run starts
@@ -20,10 +20,10 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from mixer.config import RunConfig
-from mixer.errors import UserError
-from mixer.formatter import CodeFormatter
-from mixer.tokens import InputRecipe
+from mixer.core.config import RunConfig
+from mixer.core.errors import UserError
+from mixer.data.formatter import CodeFormatter
+from mixer.data.tokens import InputRecipe
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 OCCCANINE_RECIPE = dict(language="literal", lowercase=True, ascii=True, strip=False)
@@ -46,7 +46,7 @@ def is_run_directory(path: str) -> bool:
 
 
 def occcanine_recipe() -> InputRecipe:
-    from mixer.occcanine import MAX_INPUT_LEN
+    from mixer.models.occcanine import MAX_INPUT_LEN
 
     return InputRecipe(max_len=MAX_INPUT_LEN, **OCCCANINE_RECIPE)
 
@@ -75,7 +75,7 @@ class Start:
     recipe: InputRecipe
     origin: Optional[str] = None  # --initial-checkpoint as given
     run_dir: Optional[str] = None  # kind "run"
-    occ: object = None  # kind "occcanine": a mixer.occcanine.OccSource
+    occ: object = None  # kind "occcanine": a mixer.models.occcanine.OccSource
     base: Optional[Base] = None  # whole model reused: the data keeps its layout and key
 
     @property
@@ -97,12 +97,12 @@ def describe_start(config: RunConfig) -> Start:
     model = config.model
     source = model.initial_checkpoint
     if not source:
-        from mixer.encoders import check_encoder_name
+        from mixer.models.encoders import check_encoder_name
 
         check_encoder_name(model.encoder)  # a mistyped path fails before any data is prepared
         return Start("encoder", "mixer", InputRecipe(max_len=config.data.max_len))
-    from mixer.hub import check_local, is_hub_id
-    from mixer.occcanine import is_hub_directory, is_occcanine_checkpoint
+    from mixer.models.hub import check_local, is_hub_id
+    from mixer.models.occcanine import is_hub_directory, is_occcanine_checkpoint
 
     check_local(source, "--initial-checkpoint", "file or run directory")
     if is_hub_id(source) or is_hub_directory(source) or (
@@ -112,7 +112,7 @@ def describe_start(config: RunConfig) -> Start:
     if not os.path.exists(source):
         raise UserError(f"--initial-checkpoint {source}: no such file or run directory")
     if os.path.isfile(source) and not source.endswith(".safetensors"):
-        from mixer.checkpoint import CheckpointError, load_file
+        from mixer.models.checkpoint import CheckpointError, load_file
 
         try:
             load_file(source)  # a torn or foreign file is named as such before anything else
@@ -132,7 +132,7 @@ def describe_start(config: RunConfig) -> Start:
         if not previous:
             raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
                             "did not finish); pass --only-encoder, or finish that run first")
-        from mixer.data import read_key
+        from mixer.data.prepare import read_key
 
         key = read_key(run_dir)
         start.base = Base(CodeFormatter.from_dict(previous["formatter"]), list(key["code"]),
@@ -141,8 +141,8 @@ def describe_start(config: RunConfig) -> Start:
 
 
 def _occcanine_start(config: RunConfig, source: str) -> Start:
-    from mixer import occcanine
-    from mixer.formatter import hisco_key
+    from mixer.models import occcanine
+    from mixer.data.formatter import hisco_key
 
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
@@ -167,15 +167,15 @@ def run_config(run_dir: str) -> dict:
 def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_codes: list,
                 log=print):
     """(model, encoder) for a training run, with the starting weights loaded."""
-    from mixer.encoders import Encoder, build_encoder, encoder_from_run
-    from mixer.model import HeadsConfig, MixerModel
+    from mixer.models.encoders import Encoder, build_encoder, encoder_from_run
+    from mixer.models.model import HeadsConfig, MixerModel
 
     dropout = config.model.dropout
     if start.kind == "occcanine":
         from transformers import CanineModel, CanineTokenizer
 
-        from mixer import occcanine
-        from mixer.encoders import set_dropout_in_config
+        from mixer.models import occcanine
+        from mixer.models.encoders import set_dropout_in_config
 
         canine = occcanine.canine_config(start.occ.state)
         set_dropout_in_config(canine, dropout)
@@ -200,10 +200,10 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                                 decoder_heads=8 if family == "occcanine" else config.model.decoder_heads,
                                 dropout=dropout, family=family, bos_id=formatter.bos_id)
     model = MixerModel(encoder.model, heads)
-    from mixer.recipe import head_dropout
+    from mixer.core.recipe import head_dropout
 
     if head_dropout(config) is not None:  # the heads' own (the OccCANINE recipe: none)
-        from mixer.model import set_dropout
+        from mixer.models.model import set_dropout
 
         set_dropout(model.decoder, head_dropout(config))
         set_dropout(model.flat_dropout, head_dropout(config))
@@ -215,12 +215,12 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
 def _start_state(start: Start, model) -> tuple:
     """(the starting tensors in mixer's names, the codes of their flat head, where from)."""
     if start.kind == "occcanine":
-        from mixer import occcanine
+        from mixer.models import occcanine
 
         state = occcanine.to_mixer_state(start.occ, model.state_dict(), only_encoder=start.base is None,
                                          flat_rows_may_differ=True)
         return state, list(start.occ.key), start.origin
-    from mixer.checkpoint import CheckpointError, load_file
+    from mixer.models.checkpoint import CheckpointError, load_file
 
     path = start.origin
     if os.path.isdir(path):
@@ -287,11 +287,11 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
 # ------------------------------------------------------------------ a model to predict with
 def load_for_prediction(source: str, what: str = "--checkpoint", log=None) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
-    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.hub)."""
+    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub)."""
     if is_run_directory(source):
         return _load_run(source, what)
-    from mixer import occcanine
-    from mixer.hub import check_local
+    from mixer.models import occcanine
+    from mixer.models.hub import check_local
 
     check_local(source, what, "run directory or model file")
     if os.path.isdir(source) and not occcanine.is_hub_directory(source):
@@ -307,9 +307,9 @@ RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 def _load_run(run_dir: str, what: str) -> tuple:
     from safetensors.torch import load_file
 
-    from mixer.data import read_key
-    from mixer.encoders import encoder_from_run
-    from mixer.model import HeadsConfig, MixerModel
+    from mixer.data.prepare import read_key
+    from mixer.models.encoders import encoder_from_run
+    from mixer.models.model import HeadsConfig, MixerModel
 
     missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
     if missing:
@@ -326,9 +326,9 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
     import pandas as pd
     from transformers import CanineModel, CanineTokenizer
 
-    from mixer import occcanine
-    from mixer.formatter import hisco_key
-    from mixer.model import MixerModel
+    from mixer.models import occcanine
+    from mixer.data.formatter import hisco_key
+    from mixer.models.model import MixerModel
 
     occ = occcanine.read(source, what, log)
     if not occ.has_heads:
@@ -355,8 +355,8 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
 def light_tokeniser(start: Start, config: RunConfig):
     """The run's tokeniser before any model exists (--prepare-only); without torch for
     CANINE encoders and tokenizer.json files."""
-    from mixer.encoders import light_token_ids
-    from mixer.tokens import CanineIds
+    from mixer.models.encoders import light_token_ids
+    from mixer.data.tokens import CanineIds
 
     if start.kind == "occcanine":
         return CanineIds(start.recipe)

@@ -17,8 +17,8 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import pandas as pd
 
-from mixer.errors import UserError
-from mixer.predict import HEADS, Predictor
+from mixer.core.errors import UserError
+from mixer.prediction.predict import HEADS, Predictor
 
 MAX_ALTERNATIVES = 50
 Texts = Union[str, Iterable[str], pd.Series]
@@ -35,7 +35,7 @@ class Model:
 
     @property
     def family(self) -> str:
-        """'mixer' or 'occcanine' (mixer.model)."""
+        """'mixer' or 'occcanine' (mixer.models.model)."""
         return self._predictor.family
 
     @property
@@ -63,7 +63,7 @@ class Model:
         different index is an error); lists and dicts of lists go by position.
 
         what: 'codes' (the table above), or a matrix with a column per code of the key
-        (mixer.outputs): 'probs' (flat or full head), 'logits' (flat head) or 'bin' (1 for
+        (mixer.prediction.outputs): 'probs' (flat or full head), 'logits' (flat head) or 'bin' (1 for
         each code the table would hold). columns: 'occcanine' for OccCANINE's column names
         and order (its predict() table: occ1, <system>_k, prob_k, desc_k; a matrix's
         columns <system>_<code>); system: that name (default: hisco, occ1950 or code)."""
@@ -80,7 +80,7 @@ class Model:
                                       or not 0.0 <= float(threshold) <= 1.0):
             raise UserError(f"threshold={threshold!r}: must be a number between 0 and 1")
         _require_count("batch_size", batch_size)
-        from mixer import outputs
+        from mixer.prediction import outputs
 
         outputs.check_what(what, head)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
@@ -106,7 +106,7 @@ class Model:
         A long table, k rows per text in input order: alternative (1..k), code_1.., prob,
         desc_.. (columns='occcanine': <system>_i, desc_i, top-k-pos from 0, conf). The
         result's index repeats each text's index k times."""
-        from mixer import outputs
+        from mixer.prediction import outputs
 
         _require_count("k", k)
         if k > MAX_ALTERNATIVES:
@@ -132,7 +132,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data import context_within
+        from mixer.data.prepare import context_within
 
         if isinstance(texts, str):
             texts = [texts]
@@ -168,7 +168,7 @@ class Model:
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
             room = None
             if self._predictor.family == "occcanine":  # its fixed 128 characters
-                from mixer.data import occcanine_room
+                from mixer.data.prepare import occcanine_room
 
                 room = occcanine_room(langs, len(texts))
             texts, cut = context_within(texts, frame, columns, room)
@@ -226,7 +226,7 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
     model of any code system."""
     predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32)
     if code_descriptions is not None:
-        from mixer.outputs import set_descriptions
+        from mixer.prediction.outputs import set_descriptions
 
         set_descriptions(predictor, code_descriptions)
     return Model(predictor, source)

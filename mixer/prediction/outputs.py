@@ -10,7 +10,7 @@ code descriptions for a model of any code system.
   step's token is blocked at that step, and the decoder writes again;
 - OccCANINE's column names and order for the code table and the alternatives.
 
-Everything reads the model through mixer.predict.Predictor (its batches, distinct rows
+Everything reads the model through mixer.prediction.predict.Predictor (its batches, distinct rows
 and rules), so these outputs agree with the code table.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 WHATS = ("codes", "probs", "bin", "logits")
 COLUMN_STYLES = ("mixer", "occcanine")
@@ -32,7 +32,7 @@ def set_descriptions(predictor, descriptions) -> int:
     """Give the model's codes descriptions (desc_k): a CSV path (columns code,description
     or the HISCO key layout), a dict code -> text or a DataFrame (code, description).
     Returns how many codes of the key got one; none is an error (wrong file or column)."""
-    from mixer.formatter import read_descriptions
+    from mixer.data.formatter import read_descriptions
 
     if isinstance(descriptions, str):
         mapping = read_descriptions(descriptions)
@@ -74,7 +74,7 @@ def check_what(what: str, head: str) -> None:
 def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int) -> np.ndarray:
     """(rows, codes) float32: the flat head's probabilities or logits, or with head 'full'
     the probability of each code as the first code the decoder writes."""
-    from mixer.predict import FULL_BATCH, _distinct
+    from mixer.prediction.predict import FULL_BATCH, _distinct
 
     texts, langs, pair_ids, first_rows = _distinct(texts, langs)
     out = np.zeros((len(first_rows), len(predictor.codes)), dtype=np.float32)
@@ -112,7 +112,7 @@ def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int) -> tup
     """(codes (rows, k, max codes) object, confidence (rows, k)): k different code sets per
     row, the first the greedy one. Rows with fewer than k sets the decoder can be pushed
     to write (after 3k passes) have empty sets and NaN at the end."""
-    from mixer.predict import _distinct
+    from mixer.prediction.predict import _distinct
 
     f = predictor.formatter
     texts, langs, pair_ids, first_rows = _distinct(texts, langs)
@@ -174,7 +174,7 @@ def block_least_confident(tokens, probs, blocked, vocab_size: int, pad_id: int):
 
 def _code_sets(tokens, formatter) -> list:
     """Per row, its codes as written (each once, in order), as a tuple."""
-    from mixer.metrics import decoded_codes
+    from mixer.reporting.metrics import decoded_codes
 
     return [tuple(dict.fromkeys(row)) for row in decoded_codes(tokens, formatter)]
 

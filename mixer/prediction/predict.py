@@ -1,21 +1,23 @@
 """Prediction: codes (or embeddings) for texts, from a run directory of this tool
-or one of OccCANINE's models (mixer.sources.load_for_prediction).
+or one of OccCANINE's models (mixer.models.sources.load_for_prediction).
 
 `Predictor` is the one path from texts to codes, used by the Python API
-(mixer.api) and by predict.py. Heads:
+(mixer.prediction.api) and by predict.py: it batches distinct texts, runs the
+encoder and the head asked for, and leaves reading the heads' outputs as codes to
+mixer.prediction.heads. Heads:
 
 - flat: the flat head's probabilities, thresholded by the family's rule
-  (mixer.metrics.PredictionRules); OccCANINE's models default to its
+  (mixer.reporting.metrics.PredictionRules); OccCANINE's models default to its
   per-language thresholds;
 - seq2seq (greedy): the decoder's codes; mixer's family ranks them by block
   probability, OccCANINE's lists them as decoded with one confidence per row,
   as OccCANINE's own predict does;
 - full: the probability of every code of the key as the first code under the
-  decoder, all codes from one encoder pass per row (mixer.model
+  decoder, all codes from one encoder pass per row (mixer.models.model
   .first_block_probs), then thresholded like the flat head.
 
 Each distinct (language, text) runs through the model once; batches are sorted
-by length. Files in and out, chunked and under torchrun: mixer.predict_job.
+by length. Files in and out, chunked and under torchrun: mixer.prediction.predict_job.
 """
 
 from __future__ import annotations
@@ -28,15 +30,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mixer.config import HEADS
-from mixer.encoders import fixed_input_length
-from mixer.errors import UserError
-from mixer.formatter import CodeFormatter
-from mixer.metrics import PredictionRules, Thresholds, decoded_blocks, flat_prediction
-from mixer.precision import fp32_matmuls, pad_multiple, round_up
-from mixer.precision import resolve as resolve_precision
-from mixer.tokens import InputRecipe, token_ids_for
-from mixer.transliterate import exactness_note
+from mixer.core.config import HEADS
+from mixer.core.errors import UserError
+from mixer.core.precision import fp32_matmuls, pad_multiple, round_up
+from mixer.core.precision import resolve as resolve_precision
+from mixer.data.formatter import CodeFormatter
+from mixer.data.tokens import InputRecipe, token_ids_for
+from mixer.data.transliterate import exactness_note
+from mixer.models.encoders import fixed_input_length
+from mixer.prediction.heads import HeadReader
+from mixer.reporting.metrics import PredictionRules, Thresholds
 
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
@@ -67,11 +70,12 @@ class Predictor:
         self.description_of = dict(zip(self.codes, self.descriptions))
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
+        self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
              log=None, tf32: Optional[bool] = None) -> "Predictor":
-        from mixer.sources import load_for_prediction
+        from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -168,78 +172,14 @@ class Predictor:
         for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat"):
             with self._numerics():  # the heads' arithmetic, as the encoder's
                 if head == "seq2seq":
-                    batch_codes, batch_probs = self._seq2seq(states, mask, top_k)
+                    batch_codes, batch_probs = self.heads.seq2seq(states, mask, top_k)
                 else:
                     scores = (self.model.flat_head(pooled).float().sigmoid() if head == "flat"
                               else self.model.first_block_probs(states, mask, self.key_blocks))
                     limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
-                    batch_codes, batch_probs = self._thresholded(scores, limits.unsqueeze(1), top_k)
+                    batch_codes, batch_probs = self.heads.thresholded(scores, limits.unsqueeze(1), top_k)
             codes[rows], probs[rows] = batch_codes, batch_probs
         return codes, probs
-
-    # ------------------------------------------------------------ heads
-    def _thresholded(self, scores, limits, top_k):
-        index, top_probs, chosen = flat_prediction(scores, limits, top_k, self.rules)
-        index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
-        codes = np.where(chosen, self.codes[index], "")
-        out_probs = np.where(chosen, top_probs, np.nan)
-        return _pad_columns(codes, out_probs, top_k)
-
-    def _seq2seq(self, states, mask, top_k):
-        f = self.formatter
-        steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
-        tokens, token_probs = self.model.generate(states, mask, steps)
-        blocks = decoded_blocks(tokens.cpu(), f.max_num_codes, f.block_size)
-        if self.rules.seq2seq_order == "decoded":
-            return self._as_decoded(blocks, token_probs, states, mask, top_k)
-        block_probs = token_probs[:, : f.max_num_codes * f.block_size].float().reshape(
-            len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
-        return ranked_codes(blocks, block_probs, f, top_k)
-
-    def _as_decoded(self, blocks, token_probs, states, mask, top_k):
-        """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
-        per row: the product of every step's probability (BOS counted as 1), or, for a
-        row of several codes, its "order-invariant" confidence: the sum, over the row's
-        distinct codes, of the probability that the decoder writes that code first.
-        (OccCANINE sums over the permutations of the codes, but its full-search decoder
-        fills its result with torch.empty and sets one entry per distinct first code, so
-        for rows of 3+ codes or repeated codes its sum adds uninitialised memory; this
-        is its value whenever that memory holds zeros. See docs/occcanine.md.)"""
-        f = self.formatter
-        confidence = token_probs.float().cpu().numpy().prod(axis=1)
-        out_codes = np.full((len(blocks), top_k), "", dtype=object)
-        out_probs = np.full((len(blocks), top_k), np.nan)
-        lookup = f.symbol_tokens()
-        for row, row_blocks in enumerate(blocks):
-            codes = [c for c in map(f.decode_block, row_blocks) if c is not None]
-            conf = float(confidence[row])
-            if len(codes) > 1:
-                writable = sorted({c for c in codes if set(f.parts(c)) <= set(lookup)})
-                if writable:
-                    first = self.model.first_block_probs(
-                        states[row:row + 1], mask[row:row + 1],
-                        torch.from_numpy(f.encode_blocks(writable)).to(states.device))[0]
-                    total = float(first.sum())
-                    conf = total if total > 0 else conf
-            for k, code in enumerate(codes[:top_k]):
-                out_codes[row, k], out_probs[row, k] = code, conf
-        return out_codes, out_probs
-
-
-def ranked_codes(blocks: list, block_probs: np.ndarray, formatter, top_k: int) -> tuple:
-    """mixer's reading of the decoder: each row's codes by falling block probability,
-    each code once (the training metrics count the same set)."""
-    out_codes = np.full((len(blocks), top_k), "", dtype=object)
-    out_probs = np.full((len(blocks), top_k), np.nan)
-    for row, row_blocks in enumerate(blocks):
-        found = {}
-        for b in np.argsort(-block_probs[row], kind="stable"):
-            code = formatter.decode_block(row_blocks[b])
-            if code is not None:
-                found.setdefault(code, block_probs[row, b])
-        for k, (code, p) in enumerate(list(found.items())[:top_k]):
-            out_codes[row, k], out_probs[row, k] = code, p
-    return out_codes, out_probs
 
 
 def _distinct(texts, langs) -> tuple:
@@ -249,11 +189,3 @@ def _distinct(texts, langs) -> tuple:
     pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
     first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
     return texts, langs, pair_ids, first_rows
-
-
-def _pad_columns(codes, probs, top_k):
-    if codes.shape[1] < top_k:  # fewer codes in the key than top_k
-        extra = top_k - codes.shape[1]
-        codes = np.hstack([codes, np.full((len(codes), extra), "", dtype=object)])
-        probs = np.hstack([probs, np.full((len(probs), extra), np.nan)])
-    return codes, probs

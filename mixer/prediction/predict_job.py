@@ -1,6 +1,6 @@
 """predict.py's job: a CSV or Parquet file in, the same rows with codes (and/or
 embeddings) out, streamed in --chunk-size chunks through the Python API
-(mixer.api.Model), so the program and a notebook give the same values. Under
+(mixer.prediction.api.Model), so the program and a notebook give the same values. Under
 torchrun each rank predicts a contiguous share of every chunk and rank 0
 writes one output in input order; outputs go to temp files renamed at the end.
 """
@@ -13,15 +13,15 @@ import sys
 import numpy as np
 import pandas as pd
 
-from mixer import distributed as mdist
-from mixer.api import Model
-from mixer.config import DistConfig
-from mixer.dataset import shard_indices
-from mixer.errors import UserError
-from mixer.predict import Predictor
-from mixer.tables import (
+from mixer.core.config import DistConfig
+from mixer.core.errors import UserError
+from mixer.data.dataset import shard_indices
+from mixer.data.tables import (
     OutputWriter, TableOptions, check_fits_excel, check_input_table, check_output_path, iter_chunks,
 )
+from mixer.distributed import world as mdist
+from mixer.prediction.api import Model
+from mixer.prediction.predict import Predictor
 
 
 def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
@@ -36,7 +36,7 @@ def input_names(columns, predicted) -> dict:
     evaluate.py reads. With one head that is any code_k or <head>_code_k; with several
     (the output's columns all prefixed) a plain code_k stays as it is, because evaluate.py
     then reads prefixed columns only, so a validation file's own code_1.. can be the truth."""
-    from mixer.evaluation import PREDICTION_COLUMN
+    from mixer.reporting.evaluation import PREDICTION_COLUMN
 
     predicted = set(map(str, predicted))
     prefixed = not any((m := PREDICTION_COLUMN.match(name)) and m.group("head") is None for name in predicted)
@@ -70,7 +70,7 @@ def predict_file(args) -> None:
     check_shape_args(args)
     to_check = None
     if getattr(args, "to_check", None):
-        from mixer.checking import parse_to_check
+        from mixer.data.checking import parse_to_check
 
         to_check = parse_to_check(args.to_check)
         if is_shaped(args):
@@ -79,7 +79,7 @@ def predict_file(args) -> None:
         check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
                                                       "--embeddings": args.embeddings})
     if getattr(args, "code_descriptions", None):
-        from mixer.tables import check_input_path
+        from mixer.data.tables import check_input_path
 
         check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
@@ -94,7 +94,7 @@ def predict_file(args) -> None:
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
                                    tf32=args.tf32)
         if getattr(args, "code_descriptions", None):
-            from mixer.outputs import set_descriptions
+            from mixer.prediction.outputs import set_descriptions
 
             set_descriptions(predictor, args.code_descriptions)
         model = Model(predictor, args.checkpoint)
@@ -108,7 +108,7 @@ def predict_file(args) -> None:
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         if to_check:
-            from mixer.checking import CheckList
+            from mixer.data.checking import CheckList
 
             keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
             checklist = mdist.main_only(lambda: CheckList(
@@ -131,7 +131,7 @@ def predict_file(args) -> None:
             langs = text_column(part, language_col).str.strip() if language_col else language
             # the rows' own order, as texts and langs (whose index this chunk's position resets)
             context = part[context_cols].reset_index(drop=True) if context_cols else None
-            if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.outputs)
+            if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
                     writer.write(shaped_output(chunk, pd.concat(pieces), args))
@@ -167,14 +167,14 @@ def predict_file(args) -> None:
                 writer.commit()
                 print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
             if checklist is not None:
-                from mixer.checking import describe
+                from mixer.data.checking import describe
 
                 print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
                 print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
             if args.summary_plot and summary:
-                from mixer.plot import plot_prediction_summary
+                from mixer.reporting.plot import plot_prediction_summary
 
                 plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
@@ -219,7 +219,7 @@ def check_shape_args(args) -> None:
     if args.summary_plot:
         raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
     if is_matrix(args):
-        from mixer.outputs import check_what
+        from mixer.prediction.outputs import check_what
 
         check_what(args.what, args.head[0])
 

@@ -33,8 +33,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from mixer.config import HEADS
-from mixer.tables import code_cells
+from mixer.core.config import HEADS
+from mixer.data.tables import code_cells
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
 SPECIAL = {"-1", "-2", "-3"}
@@ -153,7 +153,7 @@ def prediction_groups(columns, exclude=()) -> dict:
 
 
 def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str:
-    from mixer.plot import _pyplot
+    from mixer.reporting.plot import _pyplot
 
     plt = _pyplot()
     heads = list(dict.fromkeys(table["head"]))

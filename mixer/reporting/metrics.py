@@ -139,7 +139,7 @@ class MetricSums:
     def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
                   labels, seq_codes, code_index, threshold, num_labels, top_k,
                   rules: PredictionRules = PredictionRules(), groups=None):
-        from mixer.losses import multi_hot
+        from mixer.models.losses import multi_hot
 
         true_hot = multi_hot(labels, num_labels)
         index, _, chosen = flat_prediction(flat_probs, threshold, top_k, rules)

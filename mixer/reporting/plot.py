@@ -11,7 +11,7 @@ import sys
 
 import pandas as pd
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 CURVES = "training_curves.png"
 

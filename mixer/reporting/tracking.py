@@ -43,7 +43,7 @@ class Tracker(NullTracker):
         self.tensorboard = None
         self._trim_logs(resume_step)
         if wandb_settings:
-            from mixer.wandb_run import start_wandb
+            from mixer.reporting.wandb_run import start_wandb
 
             self.wandb = start_wandb(run_dir, config, **wandb_settings)
         if tensorboard:  # for clusters where W&B is not allowed: the same scalars, as files
@@ -62,7 +62,7 @@ class Tracker(NullTracker):
             self._write_rows(kept, list(rows[0].keys()) if rows else BASE_COLUMNS)
 
     def _write_rows(self, rows, columns) -> None:
-        from mixer.io import atomic_write
+        from mixer.core.io import atomic_write
 
         def write(tmp):
             with open(tmp, "w", newline="") as handle:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 
-from mixer.errors import UserError
+from mixer.core.errors import UserError
 
 ID_FILE = "wandb_id.txt"
 

@@ -13,28 +13,28 @@ import numpy as np
 import torch
 
 from mixer import __version__
-from mixer import distributed as mdist
-from mixer.checkpoint import Checkpointer, load_file
-from mixer.config import RunConfig, config_for_file, write_args
-from mixer.data import labels_of, load_prepared, prepare_run_data
-from mixer.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
-                           shard_indices, stop_workers)
-from mixer.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
-from mixer.metrics import Thresholds
-from mixer.noise import NoiseConfig
-from mixer.recipe import previous_settings
-from mixer.recipe import resolve as resolve_recipe
-from mixer.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
-from mixer.sources import build_model, describe_start, light_tokeniser
-from mixer.errors import UserError
-from mixer.gradsync import no_grad_sync, take_out_of_ddp
-from mixer.model import MODEL_FILE, MixerModel
-from mixer.tracking import NullTracker, Tracker, configure_logging, logger
-from mixer.precision import pad_multiple
-from mixer.precision import resolve as resolve_precision
-from mixer.schedule import Layout, Schedule
-from mixer.trainer import Trainer, TrainParts, seed_everything
-from mixer.transliterate import exactness_note
+from mixer.distributed import world as mdist
+from mixer.models.checkpoint import Checkpointer, load_file
+from mixer.core.config import RunConfig, config_for_file, write_args
+from mixer.data.prepare import labels_of, load_prepared, prepare_run_data
+from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
+                                shard_indices, stop_workers)
+from mixer.models.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
+from mixer.reporting.metrics import Thresholds
+from mixer.data.noise import NoiseConfig
+from mixer.core.recipe import previous_settings
+from mixer.core.recipe import resolve as resolve_recipe
+from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
+from mixer.models.sources import build_model, describe_start, light_tokeniser
+from mixer.core.errors import UserError
+from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
+from mixer.models.model import MODEL_FILE, MixerModel
+from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, logger
+from mixer.core.precision import pad_multiple
+from mixer.core.precision import resolve as resolve_precision
+from mixer.training.schedule import Layout, Schedule
+from mixer.training.trainer import Trainer, TrainParts, seed_everything
+from mixer.data.transliterate import exactness_note
 
 
 def train(config: RunConfig) -> dict:
@@ -80,7 +80,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if world.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls on Ampere+: ~fp32 accuracy, much faster
         torch.backends.cudnn.allow_tf32 = True
-    # what runs is what the device computes in (mixer.precision); args.yaml keeps the request
+    # what runs is what the device computes in (mixer.core.precision); args.yaml keeps the request
     precision = resolve_precision(config.train.precision, world.device,
                                   config.train.force_precision, logger.info)
     formatter = prepared.formatter
@@ -205,7 +205,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
 def resampled_rows(first_codes: np.ndarray, cfg):
     """epoch -> the epoch's training rows with --upsample-below / --downsample-top (the
     same on every rank: seed and epoch only), or None: every row once."""
-    from mixer.resample import epoch_rows, is_active
+    from mixer.data.resample import epoch_rows, is_active
 
     if not is_active(cfg.upsample_below, cfg.downsample_top):
         return None
@@ -214,7 +214,7 @@ def resampled_rows(first_codes: np.ndarray, cfg):
 
 def place_model(model: MixerModel, config: RunConfig, world: mdist.World):
     """Freeze, move, compile and wrap, in that order. Also returns what every
-    rank calls after the last backward of a step (mixer.gradsync)."""
+    rank calls after the last backward of a step (mixer.distributed.gradsync)."""
     if config.model.freeze_encoder:
         for parameter in model.encoder.parameters():
             parameter.requires_grad_(False)
@@ -298,11 +298,11 @@ def starting_thresholds(config: RunConfig, start) -> Thresholds:
     table, default = {}, 0.5
     if start.base is not None and inherit is not False:
         if start.kind == "occcanine":
-            from mixer.occcanine import LANGUAGE_THRESHOLDS
+            from mixer.models.occcanine import LANGUAGE_THRESHOLDS
 
             table, default = dict(LANGUAGE_THRESHOLDS), LANGUAGE_THRESHOLDS["unk"]
         elif start.kind == "run":
-            from mixer.sources import run_config
+            from mixer.models.sources import run_config
 
             previous = run_config(start.run_dir)
             table, default = dict(previous.get("thresholds") or {}), previous.get("threshold", 0.5)

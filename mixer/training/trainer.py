@@ -1,7 +1,10 @@
 """The training loop, written once for one process and for DDP.
 
 `fit()` reads like a table of contents; the work is in `train_step`,
-`evaluate`, `maybe_evaluate`, `maybe_save`. Every rank runs every line here;
+`evaluate`, `maybe_evaluate`, `maybe_save`. Evaluating itself (metrics on the
+validation rows, the rows of evaluation.csv, threshold tuning) is the
+Validator's (mixer.training.validation); the Trainer decides when, logs and
+saves. Every rank runs every line here;
 rank-0-only side effects go through `tracker` (a NullTracker elsewhere) and
 `checkpointer` (None elsewhere). Collectives are marked "all ranks".
 """
@@ -18,18 +21,18 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from mixer import distributed as mdist
-from mixer.checkpoint import Checkpointer, rng_state, set_rng_state
-from mixer.config import TrainConfig
-from mixer.distributed import World
-from mixer.errors import UserError, first_line
-from mixer.gradsync import no_grad_sync
-from mixer.losses import row_losses, step_loss
-from mixer.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
-                           flat_prediction)
-from mixer.model import save_model, unwrap_model
-from mixer.schedule import Layout, Schedule, Segment
-from mixer.tracking import NullTracker, logger
+from mixer.distributed import world as mdist
+from mixer.models.checkpoint import Checkpointer, rng_state, set_rng_state
+from mixer.core.config import TrainConfig
+from mixer.distributed.world import World
+from mixer.core.errors import UserError, first_line
+from mixer.distributed.gradsync import no_grad_sync
+from mixer.models.losses import row_losses, step_loss
+from mixer.reporting.metrics import Thresholds
+from mixer.models.model import save_model, unwrap_model
+from mixer.training.schedule import Layout, Schedule, Segment
+from mixer.reporting.tracking import NullTracker, logger
+from mixer.training.validation import Validator, tuning_report
 
 MAX_NONFINITE_IN_A_ROW = 5
 
@@ -43,7 +46,7 @@ class Progress:
     last_eval_step: int = -1
     last_eval_full: bool = False  # the last evaluation used every validation row
     eval_pending: bool = False  # an evaluation a stop signal interrupted: it runs first on resume
-    # the layout that made the steps, and the schedule's step -> position map (mixer.schedule)
+    # the layout that made the steps, and the schedule's step -> position map (mixer.training.schedule)
     layout: Optional[dict] = None
     base_global_batch: Optional[int] = None
     schedule_segment: Optional[list] = None
@@ -51,19 +54,19 @@ class Progress:
 
 @dataclass
 class TrainParts:
-    """What the loop works on, built by mixer.run."""
+    """What the loop works on, built by mixer.training.run."""
 
     model: torch.nn.Module  # possibly DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     train_loader: torch.utils.data.DataLoader  # yields each micro-batch as a list of Batches (Collator.grouped)
-    sampler: object  # mixer.dataset.StepSampler
+    sampler: object  # mixer.data.dataset.StepSampler
     val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
-    formatter: object  # mixer.formatter.CodeFormatter: token ids and how blocks read
-    schedule: Schedule  # run length and learning-rate position (mixer.schedule)
+    formatter: object  # mixer.data.formatter.CodeFormatter: token ids and how blocks read
+    schedule: Schedule  # run length and learning-rate position (mixer.training.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split
     val_langs: Optional[np.ndarray] = None  # language of each validation row (evaluation.csv)
@@ -71,7 +74,7 @@ class TrainParts:
     noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
-    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.gradsync)
+    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
 
 
 class TrainWindow:
@@ -125,6 +128,8 @@ class Trainer:
         self.completed = False  # the run reached its end and wrote its final files
         self._saved_step = -1
         self._window = TrainWindow()
+        self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
+                                   stopping=lambda: self.stop_requested)
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
@@ -284,110 +289,10 @@ class Trainer:
             self.save_checkpoint()
         return row
 
-    @torch.no_grad()
     def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
                  noised: bool = False) -> Optional[dict]:
-        """Every rank evaluates its shard with the unwrapped model (no DDP
-        collectives inside, so shards may differ in size); sums are all-reduced.
-        Each row's flat threshold is the one prediction will use (by its language).
-        A stop signal ends it within a batch: None on every rank."""
-        model = unwrap_model(self.parts.model)
-        was_training = model.training
-        model.eval()
-        lang_ids, lang_names = self.validation_languages()
-        sums = MetricSums(self.device, tune_groups=len(lang_names) if tune_threshold else 0)
-        blocks = self.parts.num_blocks * self.parts.block_size
-        rules = PredictionRules.for_family(model.cfg.family)
-        code_index = {code: i for i, code in enumerate(self.key_codes)}
-        row_thresholds = self.parts.thresholds.for_languages(lang_names)[lang_ids]
-        collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
-        interrupted = False
-        for batch in loader or self.parts.val_loader:
-            if self.stop_requested:
-                interrupted = True
-                break
-            batch = batch.to(self.device, non_blocking=True)
-            with self.autocast():
-                states, pooled = model.encode(batch.input_ids, batch.attention_mask)
-                flat_logits = model.flat_head(pooled)
-                seq_logits = model.decoder(batch.decoder_input, states, batch.attention_mask == 0)
-                tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
-            total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
-                                          self.parts.num_blocks, self.parts.block_size,
-                                          self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
-            seq_codes = decoded_codes(tokens.cpu(), self.parts.formatter)
-            flat_probs = flat_logits.float().sigmoid()
-            threshold = torch.from_numpy(row_thresholds[batch.rows]).to(flat_probs.device).unsqueeze(1)
-            sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
-                           targets=batch.targets, flat_probs=flat_probs, labels=batch.labels,
-                           seq_codes=seq_codes, code_index=code_index, threshold=threshold,
-                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules,
-                           groups=torch.from_numpy(lang_ids[batch.rows]).long())
-            if collected is not None:
-                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules)
-        model.train(was_training)
-        if mdist.any_rank(interrupted, self.world):  # all ranks
-            return None
-        mdist.all_reduce_sum(sums.values, self.world)  # all ranks
-        result = sums.result()
-        if collect:
-            setattr(self, "collected_noised" if noised else "collected", collected)
-        if tune_threshold:
-            mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
-            self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
-        return result
-
-    def validation_languages(self) -> tuple:
-        """(language index of each validation row, the languages): a language known to
-        the thresholds table keeps its threshold; the rest share the default."""
-        if getattr(self, "_val_languages", None) is None:
-            langs = self.parts.val_langs
-            if langs is None:
-                langs = np.full(self.parts.val_rows[1], "unk", dtype=object)
-            names, ids = np.unique(np.asarray(langs, dtype=str), return_inverse=True)
-            self._val_languages = (ids.astype(np.int64), names.astype(object))
-        return self._val_languages
-
-    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules) -> None:
-        """Keep each row's true and predicted codes for evaluation.csv."""
-        index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
-        index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
-        labels = batch.labels.cpu().numpy()
-        for i, row in enumerate(batch.rows):
-            true = [self.key_codes[j] for j in labels[i] if j >= 0]
-            flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
-            collected.append((int(row), true, flat, seq_codes[i]))
-
-    def write_evaluation(self) -> None:
-        """RUN_DIR/evaluation.csv: the evaluation table (mixer.evaluation) of the final
-        evaluation's rows, overall and by language, and with --eval-noise the same rows
-        noised (heads "flat noised", "seq2seq noised") (all ranks; rank 0 writes)."""
-        pieces = mdist.gather_to_main((self.collected or [], getattr(self, "collected_noised", None) or []),
-                                      self.world)  # all ranks
-        if not self.world.is_main:
-            return
-        from mixer import evaluation
-        from mixer.io import write_text
-
-        rows = sorted(item for piece, _ in pieces for item in piece)
-        if not rows:
-            return
-        truth = [set(true) for _, true, _, _ in rows]
-        predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
-                       "seq2seq": [set(seq) for _, _, _, seq in rows]}
-        noised = {row: (flat, seq) for _, piece in pieces for row, _, flat, seq in piece}
-        if noised:
-            predictions["flat noised"] = [set(noised[r][0]) if r in noised else set() for r, *_ in rows]
-            predictions["seq2seq noised"] = [set(noised[r][1]) if r in noised else set() for r, *_ in rows]
-        langs = self.parts.val_langs
-        groups = np.asarray([langs[r] for r, *_ in rows]) if langs is not None else None
-        if groups is not None and len(set(groups)) < 2:
-            groups = None
-        f = self.parts.formatter
-        digits = [None] if f.use_within_block_sep else list(range(1, min(f.block_size, 5) + 1))
-        table = evaluation.evaluation_table(truth, predictions, groups, digits, group_name="lang")
-        write_text(f"{self.run_dir}/evaluation.csv", table.to_csv(index=False))
-        logger.info(f"evaluation table of {len(rows)} validation rows: {self.run_dir}/evaluation.csv")
+        """Metrics on the validation rows (all ranks): see Validator.evaluate."""
+        return self.validator.evaluate(loader, tune_threshold, collect, noised)
 
     # ------------------------------------------------------------ epochs, saving, stopping
     def end_epoch(self) -> None:
@@ -526,12 +431,12 @@ class Trainer:
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
-        if getattr(self, "collected", None) is not None:
-            self.write_evaluation()  # all ranks
+        if self.validator.collected is not None:
+            self.validator.write_evaluation()  # all ranks
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, self.parts.model_extra)
-            from mixer.plot import plot_training_curves
+            from mixer.reporting.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
         return True
@@ -546,28 +451,11 @@ class Trainer:
                 self.progress.eval_pending = True
                 return False
         before = self.parts.thresholds
-        tuned, report = self.tuned
+        tuned, report = self.validator.tuned
         self.parts.thresholds = tuned
         self.parts.model_extra["threshold"] = tuned.default  # predict.py's and the API's default
         self.parts.model_extra["thresholds"] = tuned.table
-        lines = [f"tuned flat thresholds (best F1 on the validation rows; stored in "
-                 f"{self.run_dir}/config.json):"]
-        for name, (f1, f1_before, rows) in report.items():
-            is_default = name in ("all", "others")
-            value = tuned.default if is_default else tuned.table[name]
-            was = before.default if is_default else before.table.get(name, before.default)
-            label = {"all": "default (all rows)", "others": "default (languages outside the table)"
-                     }.get(name, f"language {name}")
-            lines.append(f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave "
-                         f"{f1_before:.4f})")
-        if not any(name in ("all", "others") for name in report):
-            lines.append(f"  default (languages outside the table): {tuned.default:.2f}, kept "
-                         f"(fewer than {MIN_TUNE_ROWS} validation rows outside the table)")
-        kept = sorted(set(before.table) - set(report))
-        if kept:
-            lines.append(f"  kept from the start: {', '.join(kept)} (fewer than {MIN_TUNE_ROWS} "
-                         "validation rows each)")
-        logger.info("\n".join(lines))
+        logger.info(tuning_report(before, tuned, report, self.run_dir))
         return True
 
     def install_signal_handlers(self) -> None:

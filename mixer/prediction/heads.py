@@ -1,0 +1,106 @@
+"""How prediction reads the model's heads: from scores and decoded blocks to codes and
+probabilities, by the rules of the model's family (mixer.reporting.metrics
+.PredictionRules).
+
+- flat and full: the codes whose probability passes the row's threshold, at most
+  top_k (mixer.reporting.metrics.flat_prediction);
+- seq2seq: the decoder's greedy blocks; mixer's family ranks them by block
+  probability, OccCANINE's lists them as decoded with one confidence per row, as
+  OccCANINE's own predict does.
+
+The Predictor (mixer.prediction.predict) batches texts, runs the encoder and hands the
+outputs here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mixer.reporting.metrics import decoded_blocks, flat_prediction
+
+
+class HeadReader:
+    """Codes and probabilities from one model's head outputs, read the way its family
+    reads them."""
+
+    def __init__(self, model, formatter, rules, codes: np.ndarray):
+        self.model = model  # the decoder's generate and first_block_probs (OccCANINE's confidence)
+        self.formatter = formatter
+        self.rules = rules
+        self.codes = codes  # the key's codes, by flat-head index
+
+    def thresholded(self, scores, limits, top_k):
+        """The codes whose score passes the row's limit (by the family's rule), at most
+        top_k, with their scores: the flat head, and the full scoring of the key."""
+        index, top_probs, chosen = flat_prediction(scores, limits, top_k, self.rules)
+        index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
+        codes = np.where(chosen, self.codes[index], "")
+        out_probs = np.where(chosen, top_probs, np.nan)
+        return _pad_columns(codes, out_probs, top_k)
+
+    def seq2seq(self, states, mask, top_k):
+        """The decoder's codes for encoder states: greedy blocks, ranked by block
+        probability (mixer) or as decoded with one confidence per row (OccCANINE)."""
+        f = self.formatter
+        steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+        tokens, token_probs = self.model.generate(states, mask, steps)
+        blocks = decoded_blocks(tokens.cpu(), f.max_num_codes, f.block_size)
+        if self.rules.seq2seq_order == "decoded":
+            return self._as_decoded(blocks, token_probs, states, mask, top_k)
+        block_probs = token_probs[:, : f.max_num_codes * f.block_size].float().reshape(
+            len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
+        return ranked_codes(blocks, block_probs, f, top_k)
+
+    def _as_decoded(self, blocks, token_probs, states, mask, top_k):
+        """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
+        per row: the product of every step's probability (BOS counted as 1), or, for a
+        row of several codes, its "order-invariant" confidence: the sum, over the row's
+        distinct codes, of the probability that the decoder writes that code first.
+        (OccCANINE sums over the permutations of the codes, but its full-search decoder
+        fills its result with torch.empty and sets one entry per distinct first code, so
+        for rows of 3+ codes or repeated codes its sum adds uninitialised memory; this
+        is its value whenever that memory holds zeros. See docs/occcanine.md.)"""
+        f = self.formatter
+        confidence = token_probs.float().cpu().numpy().prod(axis=1)
+        out_codes = np.full((len(blocks), top_k), "", dtype=object)
+        out_probs = np.full((len(blocks), top_k), np.nan)
+        lookup = f.symbol_tokens()
+        for row, row_blocks in enumerate(blocks):
+            codes = [c for c in map(f.decode_block, row_blocks) if c is not None]
+            conf = float(confidence[row])
+            if len(codes) > 1:
+                writable = sorted({c for c in codes if set(f.parts(c)) <= set(lookup)})
+                if writable:
+                    first = self.model.first_block_probs(
+                        states[row:row + 1], mask[row:row + 1],
+                        torch.from_numpy(f.encode_blocks(writable)).to(states.device))[0]
+                    total = float(first.sum())
+                    conf = total if total > 0 else conf
+            for k, code in enumerate(codes[:top_k]):
+                out_codes[row, k], out_probs[row, k] = code, conf
+        return out_codes, out_probs
+
+
+def ranked_codes(blocks: list, block_probs: np.ndarray, formatter, top_k: int) -> tuple:
+    """mixer's reading of the decoder: each row's codes by falling block probability,
+    each code once (the training metrics count the same set)."""
+    out_codes = np.full((len(blocks), top_k), "", dtype=object)
+    out_probs = np.full((len(blocks), top_k), np.nan)
+    for row, row_blocks in enumerate(blocks):
+        found = {}
+        for b in np.argsort(-block_probs[row], kind="stable"):
+            code = formatter.decode_block(row_blocks[b])
+            if code is not None:
+                found.setdefault(code, block_probs[row, b])
+        for k, (code, p) in enumerate(list(found.items())[:top_k]):
+            out_codes[row, k], out_probs[row, k] = code, p
+    return out_codes, out_probs
+
+
+def _pad_columns(codes, probs, top_k):
+    if codes.shape[1] < top_k:  # fewer codes in the key than top_k
+        extra = top_k - codes.shape[1]
+        codes = np.hstack([codes, np.full((len(codes), extra), "", dtype=object)])
+        probs = np.hstack([probs, np.full((len(probs), extra), np.nan)])
+    return codes, probs

@@ -1,0 +1,173 @@
+"""The validation side of a training run, out of the loop: metrics over the validation
+rows, each row's codes kept for evaluation.csv, and the flat thresholds tuned on them.
+
+Every rank evaluates its shard of the validation rows with the unwrapped model and the
+sums are all-reduced (every row counted once, on one rank); rank 0 writes
+evaluation.csv. The Trainer decides when to evaluate and what to log (mixer.training
+.trainer); this module does the evaluating.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from mixer.core.config import TrainConfig
+from mixer.distributed import world as mdist
+from mixer.distributed.world import World
+from mixer.models.losses import row_losses
+from mixer.models.model import unwrap_model
+from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
+                                     flat_prediction)
+from mixer.reporting.tracking import logger
+
+
+class Validator:
+    """Evaluates a run's model on its validation loaders (the parts' `val_loader`, or
+    one given: every row, or a noised copy). After an evaluation with `collect`, the
+    rows' true and predicted codes are in `collected` (`collected_noised` for a noised
+    loader); after one with `tune_threshold`, `tuned` is (thresholds, report)."""
+
+    def __init__(self, cfg: TrainConfig, world: World, parts, run_dir: str, autocast: Callable,
+                 key_codes: list, stopping: Callable[[], bool]):
+        self.cfg = cfg
+        self.world = world
+        self.parts = parts  # the Trainer's TrainParts: thresholds change when they are tuned
+        self.run_dir = run_dir
+        self.device = world.device
+        self.autocast = autocast
+        self.key_codes = key_codes
+        self.stopping = stopping  # a stop signal arrived (the Trainer's handler sets it)
+        self.collected: Optional[list] = None
+        self.collected_noised: Optional[list] = None
+        self.tuned: Optional[tuple] = None
+
+    @torch.no_grad()
+    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
+                 noised: bool = False) -> Optional[dict]:
+        """Every rank evaluates its shard with the unwrapped model (no DDP
+        collectives inside, so shards may differ in size); sums are all-reduced.
+        Each row's flat threshold is the one prediction will use (by its language).
+        A stop signal ends it within a batch: None on every rank."""
+        model = unwrap_model(self.parts.model)
+        was_training = model.training
+        model.eval()
+        lang_ids, lang_names = self.validation_languages()
+        sums = MetricSums(self.device, tune_groups=len(lang_names) if tune_threshold else 0)
+        blocks = self.parts.num_blocks * self.parts.block_size
+        rules = PredictionRules.for_family(model.cfg.family)
+        code_index = {code: i for i, code in enumerate(self.key_codes)}
+        row_thresholds = self.parts.thresholds.for_languages(lang_names)[lang_ids]
+        collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
+        interrupted = False
+        for batch in loader or self.parts.val_loader:
+            if self.stopping():
+                interrupted = True
+                break
+            batch = batch.to(self.device, non_blocking=True)
+            with self.autocast():
+                states, pooled = model.encode(batch.input_ids, batch.attention_mask)
+                flat_logits = model.flat_head(pooled)
+                seq_logits = model.decoder(batch.decoder_input, states, batch.attention_mask == 0)
+                tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
+            total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
+                                          self.parts.num_blocks, self.parts.block_size,
+                                          self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
+            seq_codes = decoded_codes(tokens.cpu(), self.parts.formatter)
+            flat_probs = flat_logits.float().sigmoid()
+            threshold = torch.from_numpy(row_thresholds[batch.rows]).to(flat_probs.device).unsqueeze(1)
+            sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
+                           targets=batch.targets, flat_probs=flat_probs, labels=batch.labels,
+                           seq_codes=seq_codes, code_index=code_index, threshold=threshold,
+                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules,
+                           groups=torch.from_numpy(lang_ids[batch.rows]).long())
+            if collected is not None:
+                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules)
+        model.train(was_training)
+        if mdist.any_rank(interrupted, self.world):  # all ranks
+            return None
+        mdist.all_reduce_sum(sums.values, self.world)  # all ranks
+        result = sums.result()
+        if collect:
+            setattr(self, "collected_noised" if noised else "collected", collected)
+        if tune_threshold:
+            mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
+            self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
+        return result
+
+    def validation_languages(self) -> tuple:
+        """(language index of each validation row, the languages): a language known to
+        the thresholds table keeps its threshold; the rest share the default."""
+        if getattr(self, "_val_languages", None) is None:
+            langs = self.parts.val_langs
+            if langs is None:
+                langs = np.full(self.parts.val_rows[1], "unk", dtype=object)
+            names, ids = np.unique(np.asarray(langs, dtype=str), return_inverse=True)
+            self._val_languages = (ids.astype(np.int64), names.astype(object))
+        return self._val_languages
+
+    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules) -> None:
+        """Keep each row's true and predicted codes for evaluation.csv."""
+        index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
+        index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
+        labels = batch.labels.cpu().numpy()
+        for i, row in enumerate(batch.rows):
+            true = [self.key_codes[j] for j in labels[i] if j >= 0]
+            flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
+            collected.append((int(row), true, flat, seq_codes[i]))
+
+    def write_evaluation(self) -> None:
+        """RUN_DIR/evaluation.csv: the evaluation table (mixer.reporting.evaluation) of the final
+        evaluation's rows, overall and by language, and with --eval-noise the same rows
+        noised (heads "flat noised", "seq2seq noised") (all ranks; rank 0 writes)."""
+        pieces = mdist.gather_to_main((self.collected or [], self.collected_noised or []),
+                                      self.world)  # all ranks
+        if not self.world.is_main:
+            return
+        from mixer.reporting import evaluation
+        from mixer.core.io import write_text
+
+        rows = sorted(item for piece, _ in pieces for item in piece)
+        if not rows:
+            return
+        truth = [set(true) for _, true, _, _ in rows]
+        predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
+                       "seq2seq": [set(seq) for _, _, _, seq in rows]}
+        noised = {row: (flat, seq) for _, piece in pieces for row, _, flat, seq in piece}
+        if noised:
+            predictions["flat noised"] = [set(noised[r][0]) if r in noised else set() for r, *_ in rows]
+            predictions["seq2seq noised"] = [set(noised[r][1]) if r in noised else set() for r, *_ in rows]
+        langs = self.parts.val_langs
+        groups = np.asarray([langs[r] for r, *_ in rows]) if langs is not None else None
+        if groups is not None and len(set(groups)) < 2:
+            groups = None
+        f = self.parts.formatter
+        digits = [None] if f.use_within_block_sep else list(range(1, min(f.block_size, 5) + 1))
+        table = evaluation.evaluation_table(truth, predictions, groups, digits, group_name="lang")
+        write_text(f"{self.run_dir}/evaluation.csv", table.to_csv(index=False))
+        logger.info(f"evaluation table of {len(rows)} validation rows: {self.run_dir}/evaluation.csv")
+
+
+def tuning_report(before: Thresholds, tuned: Thresholds, report: dict, run_dir: str) -> str:
+    """The lines --tune-threshold prints: each tuned threshold, its F1 and the F1 the
+    threshold before it gave, and the thresholds kept for want of rows."""
+    lines = [f"tuned flat thresholds (best F1 on the validation rows; stored in "
+             f"{run_dir}/config.json):"]
+    for name, (f1, f1_before, rows) in report.items():
+        is_default = name in ("all", "others")
+        value = tuned.default if is_default else tuned.table[name]
+        was = before.default if is_default else before.table.get(name, before.default)
+        label = {"all": "default (all rows)", "others": "default (languages outside the table)"
+                 }.get(name, f"language {name}")
+        lines.append(f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave "
+                     f"{f1_before:.4f})")
+    if not any(name in ("all", "others") for name in report):
+        lines.append(f"  default (languages outside the table): {tuned.default:.2f}, kept "
+                     f"(fewer than {MIN_TUNE_ROWS} validation rows outside the table)")
+    kept = sorted(set(before.table) - set(report))
+    if kept:
+        lines.append(f"  kept from the start: {', '.join(kept)} (fewer than {MIN_TUNE_ROWS} "
+                     "validation rows each)")
+    return "\n".join(lines)

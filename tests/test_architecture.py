@@ -1,0 +1,212 @@
+"""The package's folders are its layers (docs/architecture.md): every import of mixer
+names a module and a name that exist, and no module imports from a layer above its own.
+
+Read from the source with ast, nothing imported: the imports inside functions (most of
+mixer's heavy ones are) are checked as strictly as those at the top of a file.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from functools import lru_cache
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Bottom to top, the same order as docs/architecture.md. A module may import its own
+# folder and any folder on a lower line; folders on one line are siblings and may not
+# import each other. "mixer" is the package root: __init__ (mixer.load, mixer.finetune)
+# and the modules kept at the names the README gives (mixer.errors, mixer.plot, ...).
+LAYERS = [
+    ("core",),
+    ("distributed",),
+    ("data",),
+    ("models",),
+    ("reporting",),
+    ("training", "prediction"),
+    ("cli",),
+    ("mixer",),
+]
+RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+# The version string lives in mixer/__init__.py (pyproject reads it there); any layer
+# may read it.
+ANYWHERE = {("mixer", "__version__")}
+
+CODE_IN_STRING = re.compile(r"(?:^|[;\s(])(from\s+(mixer(?:\.\w+)*)\s+import\s+([\w ,]+)"
+                            r"|import\s+(mixer(?:\.\w+)*))")
+MODULE_STRING = re.compile(r"mixer(?:\.\w+)+")
+
+
+def python_files(folder: str, recursive: bool = True) -> list:
+    found = []
+    for path, dirs, files in os.walk(os.path.join(ROOT, folder)):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+        found += [os.path.join(path, f) for f in sorted(files) if f.endswith(".py")]
+        if not recursive:
+            break
+    return found
+
+
+def checked_files() -> list:
+    """mixer/, the programs at the repository root, benchmarks/, tests/, scripts/."""
+    return (python_files("mixer") + python_files("", recursive=False) + python_files("benchmarks")
+            + python_files("tests") + python_files("scripts"))
+
+
+def module_file(module: str):
+    """The file of a dotted module name under ROOT, or None."""
+    base = os.path.join(ROOT, *module.split("."))
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=None)
+def top_level_names(path: str) -> frozenset:
+    """Names a module defines at its top level (in if/try blocks too)."""
+    names = set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                visit(getattr(node, "finalbody", []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    with open(path, encoding="utf-8") as f:
+        visit(ast.parse(f.read()).body)
+    return frozenset(names)
+
+
+def mixer_imports(path: str) -> list:
+    """(line, module, names) of every import of mixer in a file: statements at any depth,
+    and code in string constants (programs run with `python -c`, subprocess scripts).
+    names is () for `import mixer.x`."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "mixer":
+            found.append((node.lineno, node.module, tuple(a.name for a in node.names)))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, ()) for a in node.names if a.name.split(".")[0] == "mixer"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "mixer" in node.value:
+            for match in CODE_IN_STRING.finditer(node.value):
+                if match.group(2):
+                    names = tuple(n.strip().split(" as ")[0] for n in match.group(3).split(",") if n.strip())
+                    found.append((node.lineno, match.group(2), names))
+                else:
+                    found.append((node.lineno, match.group(4), ()))
+    return found
+
+
+def module_strings(path: str) -> list:
+    """(line, text) of string constants that are nothing but a dotted mixer name
+    (sys.modules keys, `python -m` targets)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and MODULE_STRING.fullmatch(node.value)]
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module (or package) name: its folder under mixer/, or
+    "mixer" for the package root and the modules directly in it."""
+    parts = module.split(".")
+    if len(parts) >= 2 and os.path.isdir(os.path.join(ROOT, "mixer", parts[1])):
+        return parts[1]
+    return "mixer"
+
+
+def module_of(path: str) -> str:
+    rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def unresolved(module: str, names: tuple) -> list:
+    target = module_file(module)
+    if target is None:
+        return [f"no module {module}"]
+    missing = []
+    for name in names:
+        if name == "*" or name in top_level_names(target):
+            continue
+        if target.endswith("__init__.py") and module_file(f"{module}.{name}"):
+            continue  # a sub-module
+        missing.append(f"{module} has no {name}")
+    return missing
+
+
+def test_every_import_of_mixer_names_a_module_and_a_name_that_exist():
+    problems = []
+    for path in checked_files():
+        rel = os.path.relpath(path, ROOT)
+        for line, module, names in mixer_imports(path):
+            problems += [f"{rel}:{line}: {why}" for why in unresolved(module, names)]
+        for line, text in module_strings(path):
+            parts = text.split(".")
+            if not (module_file(text) or unresolved(".".join(parts[:-1]), (parts[-1],)) == []):
+                problems.append(f"{rel}:{line}: {text!r} names no module of mixer")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_project_checks_some_imports_here():
+    """The walk above finds imports in every place it claims to (a typo in a folder name
+    would make it pass on nothing)."""
+    counts = {}
+    for path in checked_files():
+        top = os.path.relpath(path, ROOT).split(os.sep)[0]
+        top = top if top in ("mixer", "tests", "benchmarks") else "root"
+        counts[top] = counts.get(top, 0) + len(mixer_imports(path))
+    assert counts.get("mixer", 0) > 200 and counts.get("tests", 0) > 100, counts
+    assert counts.get("benchmarks", 0) > 10 and counts.get("root", 0) >= 4, counts
+
+
+def imported_layers(module: str, names: tuple) -> set:
+    """The layers an import reaches: `from mixer import x` reaches the folder x when x is
+    one, else the package root."""
+    if module != "mixer":
+        return {layer_of(module)}
+    return {layer_of(f"mixer.{n}") if module_file(f"mixer.{n}") else "mixer"
+            for n in names if (module, n) not in ANYWHERE}
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    folders = {d for d in os.listdir(os.path.join(ROOT, "mixer"))
+               if os.path.isfile(os.path.join(ROOT, "mixer", d, "__init__.py"))}
+    assert set(RANK) == folders | {"mixer"}, "every folder of mixer/ has its place in LAYERS"
+    problems = []
+    for path in python_files("mixer"):
+        importer = module_of(path)
+        own = layer_of(importer)
+        for line, module, names in mixer_imports(path):
+            for layer in imported_layers(module, names) - {own}:
+                if RANK[layer] >= RANK[own]:
+                    side = "a sibling" if RANK[layer] == RANK[own] else "a layer above"
+                    problems.append(f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) "
+                                    f"imports {module} ({layer}), {side}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("script", ["mixer-finetune", "mixer-train", "mixer-predict", "mixer-evaluate"])
+def test_console_scripts_name_functions_that_exist(script):
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        target = re.search(rf'^{script} = "([\w.]+):(\w+)"', f.read(), re.M)
+    assert target, f"{script} in pyproject.toml"
+    assert unresolved(target.group(1), (target.group(2),)) == []
