@@ -21,8 +21,6 @@ from conftest import ROOT, env_for_subprocess
 
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT)
                               for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
-# Written on another branch at the same time as these pages; excused only while absent.
-EXPECTED_FROM_ELSEWHERE = {"docs/architecture.md"}
 
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -100,8 +98,7 @@ def test_every_relative_link_resolves():
             resolved = (os.path.normpath(os.path.join(os.path.dirname(name), path)) if path
                         else name)
             if not os.path.exists(os.path.join(ROOT, resolved)):
-                if resolved.replace(os.sep, "/") not in EXPECTED_FROM_ELSEWHERE:
-                    problems.append(f"{name}: link ({target}): no file {resolved}")
+                problems.append(f"{name}: link ({target}): no file {resolved}")
                 continue
             if anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
                 problems.append(f"{name}: link ({target}): {resolved} has no heading "
@@ -286,8 +283,7 @@ def stale_path(path: str):
     path = path.rstrip(".")
     tops, basenames = tracked()
     if "/" in path:
-        if (path.split("/")[0] not in tops or os.path.exists(os.path.join(ROOT, path))
-                or path in EXPECTED_FROM_ELSEWHERE):
+        if path.split("/")[0] not in tops or os.path.exists(os.path.join(ROOT, path)):
             return None
         return f"path {path}: no such file or directory"
     if path not in basenames:
