@@ -139,17 +139,31 @@ def test_logs_are_plain_lines_when_output_is_not_a_terminal(small_csv, tmp_path)
 
 
 def test_installable_commands_are_the_same_programs(tmp_path):
+    """The wheel holds exactly the package's tracked modules. It is built from a copy of
+    the tracked files: setuptools never empties a checkout's build/, so a wheel built in
+    place after the modules moved would also carry the old ones (and leave build/ here)."""
+    import shutil
+    import zipfile
+
+    tracked = subprocess.run(["git", "ls-files", "-z"], capture_output=True, text=True, cwd=ROOT,
+                             check=True).stdout.split("\0")
+    source = tmp_path / "source"
+    for name in filter(None, tracked):
+        if os.path.isfile(os.path.join(ROOT, name)):
+            os.makedirs(source / os.path.dirname(name), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, name), source / name)
     wheel_dir = tmp_path / "wheel"
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                           "-w", str(wheel_dir), ROOT], capture_output=True, text=True, cwd=tmp_path)
+                           "-w", str(wheel_dir), str(source)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = glob.glob(str(wheel_dir / "mixer-*.whl"))[0]
-    import zipfile
 
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "mixer/resources/hisco_key.csv" in names
+    modules = {n for n in tracked if n.startswith("mixer/") and n.endswith(".py")}
+    assert {n for n in names if n.startswith("mixer/") and n.endswith(".py")} == modules
     for command, target in (("mixer-finetune", "finetune_cli"), ("mixer-train", "train_mixer_cli"),
                             ("mixer-predict", "predict_cli")):
         assert f"{command} = mixer.cli.entrypoints:{target}" in entry_points

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from mixer import __version__
 from mixer.cli import parsing as cli
 from mixer.data.formatter import FORMATTERS
 
@@ -157,7 +158,7 @@ def predict_parser() -> cli.Parser:
     parser = cli.Parser(prog=program_name("predict.py"), description=(
         "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of "
         "this tool or an OccCANINE model."))
-    parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
+    parser.add_argument("--version", action="version", version=f"mixer {__version__}")
     parser.add_argument("--checkpoint", required=True, metavar="SRC",
                         help="a run directory of finetune.py / train_mixer.py, an OccCANINE hub "
                              "directory or training checkpoint (*.bin, *.pt), or a hub id such as "
@@ -267,7 +268,7 @@ def evaluate_parser() -> cli.Parser:
         "(the OccCANINE paper's table), for the prediction columns of a file."),
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
                "--by lang   (definitions: docs/evaluation.md)")
-    parser.add_argument("--version", action="version", version=f"mixer {__import__('mixer').__version__}")
+    parser.add_argument("--version", action="version", version=f"mixer {__version__}")
     parser.add_argument("--predictions", required=True,
                         help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes")
     cli.add_table_args(parser)

@@ -162,7 +162,7 @@ class Trainer:
 
     def steps_of_epoch(self):
         """Groups the loader's micro-batches into optimizer steps: each arrives as its
-        length groups (mixer.dataset.Collator.grouped), and a step trains on all of them."""
+        length groups (mixer.data.dataset.Collator.grouped), and a step trains on all of them."""
         group, micro_batches = [], 0
         for batches in self.parts.train_loader:
             group.extend(batches)
