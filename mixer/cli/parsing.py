@@ -33,24 +33,22 @@ class Parser(argparse.ArgumentParser):
 
 
 # ----------------------------------------------------------------- validators
-def positive_int(text: str) -> int:
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _whole_number(text, 0)
 
 
 def _float(text: str) -> float:
