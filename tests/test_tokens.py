@@ -105,3 +105,29 @@ def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(mo
     assert "\n" not in note and "may differ from OccCANINE's" in note
     assert "pip install '" in note and "[occcanine]'" in note
     assert transliterate.exactness_note(InputRecipe()) is None  # mixer's own models keep the text
+
+
+def test_canine_runs_load_without_building_transformers_tokenizer(tmp_path, monkeypatch):
+    """CanineTokenizer lists all 1.1M code points (about 2 s of CPU in every process
+    that loads a CANINE model); mixer asks it only for its padding id and its files."""
+    import transformers
+    from transformers import AutoTokenizer, CanineTokenizer
+
+    from mixer.models.encoders import build_encoder, encoder_from_run, save_encoder_files
+
+    encoder = build_encoder("canine-tiny", dropout=0.0)
+    assert encoder.tokenizer.pad_token_id == CanineTokenizer().pad_token_id
+    save_encoder_files(encoder, str(tmp_path / "run"))
+    CanineTokenizer().save_pretrained(str(tmp_path / "theirs"))
+    ours, theirs = tmp_path / "run" / "tokenizer", tmp_path / "theirs"
+    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+    for path in theirs.iterdir():  # transformers' own files: AutoTokenizer reads the run as before
+        assert (ours / path.name).read_bytes() == path.read_bytes()
+    assert isinstance(AutoTokenizer.from_pretrained(str(ours)), CanineTokenizer)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("CanineTokenizer built")
+
+    monkeypatch.setattr(transformers.CanineTokenizer, "__init__", refuse)
+    assert encoder_from_run(str(tmp_path / "run")).tokenizer.pad_token_id == 0
+    build_encoder("canine-tiny", dropout=0.0)

@@ -38,6 +38,22 @@ class Encoder:
     source: str  # what was loaded, for the report
 
 
+class CanineTokenizerFiles:
+    """CANINE's tokeniser as mixer needs it. CANINE reads Unicode code points, which
+    mixer.data.tokens.CanineIds computes with numpy; all mixer asks of transformers'
+    CanineTokenizer is its padding id and, once per run, its files (so that
+    AutoTokenizer reads a run directory). Building one lists all 1.1M code points,
+    about 2 s of CPU in every process that loads a CANINE model (each rank, each
+    prediction); so one is built only to write the files."""
+
+    pad_token_id = 0  # CanineTokenizer's: the code point 0
+
+    def save_pretrained(self, directory: str):
+        from transformers import CanineTokenizer
+
+        return CanineTokenizer().save_pretrained(directory)
+
+
 def package_model_dir(name: str) -> str:
     module, sub, pip_name = PRETRAINED_PACKAGES[name]
     spec = importlib.util.find_spec(module)
@@ -83,11 +99,11 @@ def build_encoder(name: str, dropout: float) -> Encoder:
 
     hf_logging.disable_progress_bar()
     if name in CANINE_PRESETS:
-        from transformers import CanineConfig, CanineModel, CanineTokenizer
+        from transformers import CanineConfig, CanineModel
 
         config = CanineConfig(**CANINE_PRESETS[name])
         set_dropout_in_config(config, dropout)
-        return Encoder(CanineModel(config), CanineTokenizer(),
+        return Encoder(CanineModel(config), CanineTokenizerFiles(),
                        f"preset {name} (random weights)")
     path = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
     if name not in PRETRAINED_PACKAGES:
@@ -117,7 +133,8 @@ def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
     config = AutoConfig.from_pretrained(os.path.join(run_dir, "encoder"))
     set_dropout_in_config(config, dropout)
     model = AutoModel.from_config(config)
-    tokenizer = AutoTokenizer.from_pretrained(os.path.join(run_dir, "tokenizer"))
+    tokenizer = (CanineTokenizerFiles() if config.model_type == "canine"
+                 else AutoTokenizer.from_pretrained(os.path.join(run_dir, "tokenizer")))
     return Encoder(model, tokenizer, f"architecture saved in {run_dir}")
 
 

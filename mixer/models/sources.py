@@ -172,14 +172,14 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
 
     dropout = config.model.dropout
     if start.kind == "occcanine":
-        from transformers import CanineModel, CanineTokenizer
+        from transformers import CanineModel
 
         from mixer.models import occcanine
-        from mixer.models.encoders import set_dropout_in_config
+        from mixer.models.encoders import CanineTokenizerFiles, set_dropout_in_config
 
         canine = occcanine.canine_config(start.occ.state)
         set_dropout_in_config(canine, dropout)
-        encoder = Encoder(CanineModel(canine, add_pooling_layer=True), CanineTokenizer(),
+        encoder = Encoder(CanineModel(canine, add_pooling_layer=True), CanineTokenizerFiles(),
                           f"OccCANINE {start.occ.kind} {start.origin}")
         heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
         heads.num_labels = len(key_codes)
@@ -324,10 +324,11 @@ def _load_run(run_dir: str, what: str) -> tuple:
 
 def _load_occcanine(source: str, what: str, log=None) -> tuple:
     import pandas as pd
-    from transformers import CanineModel, CanineTokenizer
+    from transformers import CanineModel
 
     from mixer.models import occcanine
     from mixer.data.formatter import hisco_key
+    from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 
     occ = occcanine.read(source, what, log)
@@ -349,7 +350,7 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
               "source": {"kind": "occcanine", "layout": occ.kind, "from": source,
                          "path": os.path.abspath(occ.path)},
               "heads": {"family": "occcanine"}}
-    return model, CanineTokenizer(), config, key
+    return model, CanineTokenizerFiles(), config, key
 
 
 def light_tokeniser(start: Start, config: RunConfig):
