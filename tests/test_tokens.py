@@ -109,25 +109,26 @@ def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(mo
 
 def test_canine_runs_load_without_building_transformers_tokenizer(tmp_path, monkeypatch):
     """CanineTokenizer lists all 1.1M code points (about 2 s of CPU in every process
-    that loads a CANINE model); mixer asks it only for its padding id and its files."""
+    that loads a CANINE model); mixer asks it only for its padding id and its file,
+    which mixer writes as transformers does."""
     import transformers
     from transformers import AutoTokenizer, CanineTokenizer
 
     from mixer.models.encoders import build_encoder, encoder_from_run, save_encoder_files
 
-    encoder = build_encoder("canine-tiny", dropout=0.0)
-    assert encoder.tokenizer.pad_token_id == CanineTokenizer().pad_token_id
-    save_encoder_files(encoder, str(tmp_path / "run"))
+    pad_id = CanineTokenizer().pad_token_id
     CanineTokenizer().save_pretrained(str(tmp_path / "theirs"))
-    ours, theirs = tmp_path / "run" / "tokenizer", tmp_path / "theirs"
-    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
-    for path in theirs.iterdir():  # transformers' own files: AutoTokenizer reads the run as before
-        assert (ours / path.name).read_bytes() == path.read_bytes()
-    assert isinstance(AutoTokenizer.from_pretrained(str(ours)), CanineTokenizer)
 
     def refuse(*args, **kwargs):
         raise AssertionError("CanineTokenizer built")
 
-    monkeypatch.setattr(transformers.CanineTokenizer, "__init__", refuse)
-    assert encoder_from_run(str(tmp_path / "run")).tokenizer.pad_token_id == 0
-    build_encoder("canine-tiny", dropout=0.0)
+    with monkeypatch.context() as patched:
+        patched.setattr(transformers.CanineTokenizer, "__init__", refuse)
+        encoder = build_encoder("canine-tiny", dropout=0.0)
+        save_encoder_files(encoder, str(tmp_path / "run"))
+        assert encoder_from_run(str(tmp_path / "run")).tokenizer.pad_token_id == encoder.tokenizer.pad_token_id == pad_id
+    ours, theirs = tmp_path / "run" / "tokenizer", tmp_path / "theirs"
+    assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+    for path in theirs.iterdir():  # transformers' own files: AutoTokenizer reads a run as before
+        assert (ours / path.name).read_bytes() == path.read_bytes()
+    assert isinstance(AutoTokenizer.from_pretrained(str(ours)), CanineTokenizer)

@@ -41,17 +41,28 @@ class Encoder:
 class CanineTokenizerFiles:
     """CANINE's tokeniser as mixer needs it. CANINE reads Unicode code points, which
     mixer.data.tokens.CanineIds computes with numpy; all mixer asks of transformers'
-    CanineTokenizer is its padding id and, once per run, its files (so that
-    AutoTokenizer reads a run directory). Building one lists all 1.1M code points,
-    about 2 s of CPU in every process that loads a CANINE model (each rank, each
-    prediction); so one is built only to write the files."""
+    CanineTokenizer is its padding id and its file, so that AutoTokenizer reads a run
+    directory. Building one lists all 1.1M code points, about 2 s of CPU in every
+    process that loads a CANINE model (each rank, each prediction, each fresh run), so
+    none is built: the file is the one CanineTokenizer().save_pretrained writes with the
+    pinned transformers (tests/test_tokens.py compares them byte for byte)."""
 
-    pad_token_id = 0  # CanineTokenizer's: the code point 0
+    pad_token_id = 0  # the code point 0
+    SPECIAL = {0: "\u0000", 0xE000: "\ue000", 0xE001: "\ue001", 0xE003: "\ue003"}  # pad, CLS, SEP, MASK
 
-    def save_pretrained(self, directory: str):
-        from transformers import CanineTokenizer
+    def save_pretrained(self, directory: str) -> None:
+        import json
 
-        return CanineTokenizer().save_pretrained(directory)
+        config = {"add_prefix_space": False, "backend": "custom", "model_max_length": 2048,
+                  "tokenizer_class": "CanineTokenizer",
+                  "pad_token": "\u0000", "bos_token": "\ue000", "cls_token": "\ue000",
+                  "eos_token": "\ue001", "sep_token": "\ue001", "mask_token": "\ue003",
+                  "added_tokens_decoder": {str(i): dict(content=c, lstrip=False, normalized=False, rstrip=False,
+                                                        single_word=False, special=True)
+                                           for i, c in self.SPECIAL.items()}}
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def package_model_dir(name: str) -> str:
