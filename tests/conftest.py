@@ -10,6 +10,12 @@ import pandas as pd
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One thread per process, in the pytest workers (tests that train in-process) as in the
+# programs they start: the suite runs in 2 workers on 2 cores, and torch's own default (a
+# thread per core in each worker) would put 4 busy threads on 2 cores. Set before any
+# test module imports torch; a value the caller set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 TOY = os.path.join(ROOT, "data", "toy_hisco.csv")
 
 # A tiny model and a short schedule: a run takes a few seconds on 2 cores.
