@@ -60,9 +60,16 @@ def test_local_hugging_face_encoder_trains_and_predicts(small_csv, tiny_bert, tm
     assert len(frame) == 121 and (frame["code_1"] != "").all()
 
 
-def test_fine_tune_a_hisco_run_on_another_code_system(small_csv, tmp_path):
-    hisco_run = tmp_path / "hisco"
-    finetune(small_csv, hisco_run)
+@pytest.fixture(scope="module")
+def short_run(small_csv, tmp_path_factory):
+    """One SHORT run on small_csv, which the tests below read and never change."""
+    out = tmp_path_factory.mktemp("short") / "run"
+    finetune(small_csv, out)
+    return out
+
+
+def test_fine_tune_a_hisco_run_on_another_code_system(small_csv, short_run, tmp_path):
+    hisco_run = short_run
     occ = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     occ["occ1950"] = occ["hisco_1"].str[:3]  # 3-digit codes: another code system
     occ_csv = tmp_path / "occ.csv"
@@ -78,9 +85,8 @@ def test_fine_tune_a_hisco_run_on_another_code_system(small_csv, tmp_path):
     assert max(len(c) for c in keys["code"]) == 3
 
 
-def test_args_yaml_repeats_the_run_and_flags_win(small_csv, tmp_path):
-    first = tmp_path / "first"
-    finetune(small_csv, first)
+def test_args_yaml_repeats_the_run_and_flags_win(small_csv, short_run, tmp_path):
+    first = short_run
     second = tmp_path / "second"
     run_program("finetune.py", "--config", first / "args.yaml", "--save-path", second)
     assert max_difference(load_file(first / "model.safetensors"),
@@ -103,14 +109,13 @@ def test_args_yaml_repeats_the_run_and_flags_win(small_csv, tmp_path):
     assert proc.returncode == 2 and "unknown setting(s) learning_rat" in proc.stderr
 
 
-def test_parquet_input_gives_the_same_run_as_csv(small_csv, tmp_path):
+def test_parquet_input_gives_the_same_run_as_csv(small_csv, short_run, tmp_path):
     parquet = tmp_path / "small.parquet"
     pd.read_csv(small_csv, dtype=str, keep_default_na=False).to_parquet(parquet)
-    finetune(small_csv, tmp_path / "csv")
     finetune(parquet, tmp_path / "pq")
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "csv" / "data_val.parquet"),
+    pd.testing.assert_frame_equal(pd.read_parquet(short_run / "data_val.parquet"),
                                   pd.read_parquet(tmp_path / "pq" / "data_val.parquet"))
-    assert max_difference(load_file(tmp_path / "csv" / "model.safetensors"),
+    assert max_difference(load_file(short_run / "model.safetensors"),
                           load_file(tmp_path / "pq" / "model.safetensors")) == 0
 
 
