@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 from mixer import __version__
 from mixer.cli import parsing as cli
+from mixer.core.allocator import keep_freed_memory
 from mixer.data.formatter import FORMATTERS
 
 
@@ -326,16 +327,21 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-# console scripts (pyproject.toml): the same programs as the scripts
+# the programs (the scripts and the console scripts of pyproject.toml); the ones that
+# run a model keep the memory they free (mixer.core.allocator: a process-wide setting,
+# so the programs' alone, not the Python API's)
 def finetune_cli() -> None:
+    keep_freed_memory()
     cli.run_main(finetune_main)
 
 
 def train_mixer_cli() -> None:
+    keep_freed_memory()
     cli.run_main(train_mixer_main)
 
 
 def predict_cli() -> None:
+    keep_freed_memory()
     cli.run_main(predict_main)
 
 

@@ -45,13 +45,16 @@ class CanineTokenizerFiles:
     directory. Building one lists all 1.1M code points, about 2 s of CPU in every
     process that loads a CANINE model (each rank, each prediction, each fresh run), so
     none is built: the file is the one CanineTokenizer().save_pretrained writes with the
-    pinned transformers (tests/test_tokens.py compares them byte for byte)."""
+    pinned transformers (tests/test_tokens.py: the same bytes there, and read back by
+    AutoTokenizer, the same tokenizer)."""
 
     pad_token_id = 0  # the code point 0
     SPECIAL = {0: "\u0000", 0xE000: "\ue000", 0xE001: "\ue001", 0xE003: "\ue003"}  # pad, CLS, SEP, MASK
 
     def save_pretrained(self, directory: str) -> None:
         import json
+
+        from mixer.core.io import atomic_write
 
         config = {"add_prefix_space": False, "backend": "custom", "model_max_length": 2048,
                   "tokenizer_class": "CanineTokenizer",
@@ -60,9 +63,14 @@ class CanineTokenizerFiles:
                   "added_tokens_decoder": {str(i): dict(content=c, lstrip=False, normalized=False, rstrip=False,
                                                         single_word=False, special=True)
                                            for i, c in self.SPECIAL.items()}}
+        text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+        def write(path: str) -> None:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        atomic_write(os.path.join(directory, "tokenizer_config.json"), write)
 
 
 def package_model_dir(name: str) -> str:

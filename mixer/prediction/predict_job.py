@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pandas as pd
 
-from mixer.core.allocator import keep_freed_memory
 from mixer.core.config import DistConfig
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
@@ -90,8 +89,6 @@ def predict_file(args) -> None:
         if world.is_main:
             print(message, flush=True)
 
-    if world.device == "cpu":
-        keep_freed_memory()  # mixer.core.allocator: chunks of many shapes, no page faults each
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,

@@ -15,7 +15,7 @@ import torch
 from mixer import __version__
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
-from mixer.core.allocator import keep_freed_memory
+from mixer.core import allocator
 from mixer.core.config import RunConfig, config_for_file, write_args
 from mixer.data.prepare import labels_of, load_prepared, prepare_run_data
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
@@ -78,7 +78,6 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         return {}
 
     seed_everything(config.train.seed)
-    kept = world.device == "cpu" and keep_freed_memory()  # mixer.core.allocator: no page faults per step
     if world.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls on Ampere+: ~fp32 accuracy, much faster
         torch.backends.cudnn.allow_tf32 = True
@@ -194,8 +193,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                  [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
                   describe_groups(collate.groups, collate.pad_to is not None),
                   f"flat threshold {thresholds.describe()}"]
-                 + (["C allocator keeps freed memory for reuse (mixer.core.allocator; an LD_PRELOAD or "
-                     "MALLOC_* variable leaves it as set)"] if kept else []))
+                 + ([allocator.kept()] if allocator.kept() else []))
     try:
         metrics = trainer.fit()
     finally:
