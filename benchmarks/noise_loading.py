@@ -29,6 +29,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from mixer.core.allocator import keep_freed_memory  # noqa: E402
 from mixer.data.dataset import Collator, RowDataset, StepSampler  # noqa: E402
 from mixer.data.noise import NoiseConfig  # noqa: E402
 from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
@@ -115,6 +116,7 @@ def main() -> None:
     parser.add_argument("--encoders", nargs="+", default=["minilm-l6", "canine-s-random"])
     parser.add_argument("--workdir", default="/tmp/mixer-bench-noise")
     args = parser.parse_args()
+    print(keep_freed_memory() or "C allocator as it is")  # as finetune.py does (mixer.core.allocator)
     print(f"batch {args.batch_size}, noise {NOISE.prob} x {NOISE.edits} edits, unknown language "
           f"{NOISE.unknown_prob}, language 'en'; medians over {args.steps} batches/steps")
     for name in args.encoders:
