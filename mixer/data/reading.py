@@ -339,10 +339,7 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
     """A whole table, every column as text. Columns that held numbers are listed in
     frame.attrs['numeric_columns']. `log` hears how a CSV file was read (separator,
     encoding) and which sheet and header row of a workbook."""
-    what = options.what
-    check_input_path(path, what)
-    kind = table_kind(path, what)
-    layout = None
+    what, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -383,6 +380,12 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
     if len(frame) == 0:
         raise UserError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def _kind_of(path: str, options: TableOptions) -> str:
+    """The kind of an input file that exists (csv, parquet, excel, stata)."""
+    check_input_path(path, options.what)
+    return table_kind(path, options.what)
 
 
 def _say_layout(layout: CsvLayout, options: TableOptions, path: str, log) -> None:
@@ -449,10 +452,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
     columns as text, Parquet and Stata columns with the file's types (Arrow-backed).
     At most about one chunk in memory. A CSV file's encoding is checked before the
     first chunk, so a bad byte near the end stops the job before any work."""
-    what = options.what
-    check_input_path(path, what)
-    kind = table_kind(path, what)
-    layout = None
+    what, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
