@@ -140,8 +140,8 @@ class KeptFrame:
                             "text or numbers")
         new = buffer.getvalue()
         self.before = _read_bytes(self.path) if os.path.isfile(self.path) else None
-        self.prepared = os.path.join(save_path, "prepared.json")
-        if self.before not in (None, new) and os.path.exists(self.prepared):
+        self.save_path = save_path
+        if self.before not in (None, new) and self.prepared():
             raise UserError(f"save_path {save_path} holds a run of another DataFrame (its {DATA_FILE} "
                             "differs); pass a new save_path, or the same DataFrame to resume")
         self.made = _missing_dirs(save_path)
@@ -150,8 +150,14 @@ class KeptFrame:
             atomic_write(self.path, lambda p: _write_bytes(p, new))
         self.new = new
 
+    def prepared(self) -> bool:
+        """Whether the run directory holds prepared data (its dataset.parquet is its input)."""
+        from mixer.data.prepare import prepared_stamp
+
+        return prepared_stamp(self.save_path) is not None
+
     def undo(self) -> None:
-        if os.path.exists(self.prepared):
+        if self.prepared():
             return  # the run has its data: the file is its input now
         from mixer.core.io import atomic_write
 
