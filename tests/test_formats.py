@@ -391,6 +391,24 @@ def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["out.dta"]  # no temporary file left
 
 
+def test_output_names_come_after_each_formats_own_renaming():
+    """One naming step for every output (issue 27, item 2): the format's renaming first,
+    then the code_1_input rule, so no input column takes a prediction's place in the file."""
+    from mixer.data.writing import output_names
+
+    predicted = ["code_1", "prob_1", "code_2", "prob_2"]
+    inputs = ["occ1", "code 1", "prob 2", "a b", "a_b", "x" * 40, "x" * 40 + "y"]
+    assert output_names("stata", inputs, predicted) == [
+        "occ1", "code_1_input", "prob_2_input", "a_b", "a_b_2", "x" * 32, "x" * 30 + "_2", *predicted]
+    assert output_names("csv", inputs, predicted)[:3] == ["occ1", "code 1", "prob 2"]  # CSV keeps them
+    assert output_names("excel", [" code_2", "note", "note "], predicted)[:3] == [
+        "code_2_input", "note", "note_2"]  # a worksheet's header comes back stripped
+    # several heads: all outputs prefixed, so a file's own code_1 stays (evaluate.py's truth)
+    assert output_names("csv", ["code_1", "flat_code_1"], ["flat_code_1", "seq2seq_code_1"])[:2] == [
+        "code_1", "flat_code_1_input"]
+    assert output_names("stata", [], ["1,1,0", "1.1.0"]) == ["_1_1_0", "_1_1_0_2"]  # a matrix's codes
+
+
 def test_excel_output_keeps_text_as_text(tmp_path):
     path = tmp_path / "out.xlsx"
     writer = OutputWriter(str(path))

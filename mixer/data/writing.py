@@ -41,10 +41,15 @@ def output_names(kind: str, inputs, outputs) -> list:
     renamed <name>_input (again while that is taken); two input columns that the format
     gives one name: the second gets _2 (_3, ...)."""
     rename = FORMAT_RENAMING.get(kind, _as_written)
-    outputs = [rename(name) for name in outputs]
-    used = set(outputs)
-    if len(used) < len(outputs):
-        raise ValueError(f"two output columns named alike in {kind}: {outputs}")
+    renamed, used = [], set()
+    for name in outputs:  # distinct as given; a format may name two alike (a matrix's codes)
+        base, number = rename(name), 2
+        name = base
+        while name in used:
+            name, number = rename(base, f"_{number}"), number + 1
+        used.add(name)
+        renamed.append(name)
+    outputs = renamed
     prefixed = not any((m := PREDICTION_COLUMN.match(n)) and m.group("head") is None for n in outputs)
 
     def read_as_prediction(name: str) -> bool:
