@@ -124,6 +124,17 @@ class Model:
             table.insert(0, "occ1", np.repeat(texts, k))
         return table
 
+    def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
+        """Per row, the string the model reads (its language, text and context as the
+        input recipe makes them): rows with equal strings get equal predictions."""
+        from mixer.data.tokens import model_strings
+
+        _, texts, langs = self._inputs(texts, lang, context)
+        first, second = model_strings(texts, langs, self._predictor.recipe)
+        second = np.full(len(first), "", dtype=object) if second is None else np.where(
+            pd.isna(second), "", second)
+        return np.asarray(first, dtype=object) + "\x00" + second
+
     def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
                    batch_size: int = 256) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
@@ -132,7 +143,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data.prepare import context_within
+        from mixer.data.normalise import context_within
 
         if isinstance(texts, str):
             texts = [texts]
@@ -168,7 +179,7 @@ class Model:
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
             room = None
             if self._predictor.family == "occcanine":  # its fixed 128 characters
-                from mixer.data.prepare import occcanine_room
+                from mixer.data.normalise import occcanine_room
 
                 room = occcanine_room(langs, len(texts))
             texts, cut = context_within(texts, frame, columns, room)
