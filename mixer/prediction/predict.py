@@ -32,12 +32,12 @@ import torch
 
 from mixer.core.config import HEADS
 from mixer.core.errors import UserError
-from mixer.core.precision import fp32_matmuls, pad_multiple, round_up
+from mixer.core.precision import fp32_matmuls, pad_multiple
 from mixer.core.precision import resolve as resolve_precision
 from mixer.data.formatter import CodeFormatter
+from mixer.data.padding import InputPadding
 from mixer.data.tokens import InputRecipe, token_ids_for
 from mixer.data.transliterate import exactness_note
-from mixer.models.encoders import fixed_input_length
 from mixer.prediction.heads import HeadReader
 from mixer.reporting.metrics import PredictionRules, Thresholds
 
@@ -61,7 +61,6 @@ class Predictor:
         model_type = getattr(model.encoder.config, "model_type", "")
         self.token_ids = token_ids_for(tokenizer, model_type, self.recipe)
         self.pad_id = self.token_ids.pad_id
-        self.fixed_length = fixed_input_length(model.encoder.config, self.recipe.max_len)
         self.device = device
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.codes = key["code"].to_numpy(dtype=object)
@@ -141,16 +140,24 @@ class Predictor:
                                                      enabled=self.autocast_dtype is not None):
             yield
 
+    def padding(self, states: bool) -> InputPadding:
+        """How far a batch is padded: what its longest row needs for what the pass reads
+        (the decoder's states, or the pooled vector alone; mixer.data.padding)."""
+        return InputPadding.for_encoder(self.model.encoder.config, self.recipe.max_len,
+                                        self.model.padding_reads(decoder=states),
+                                        pad_multiple(self.device))
+
     def _encoded(self, texts, langs, batch_size, states: bool = True):
-        """(row indices, encoder states or None, pooled, attention mask, langs) per batch."""
+        """(row indices, encoder states or None, pooled, attention mask, langs) per batch,
+        each batch rows of similar length padded as far as its longest needs."""
         ids, lengths = self.token_ids.encode(texts, langs)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
-        multiple = pad_multiple(self.device)
+        padding = self.padding(states)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            longest = self.fixed_length or round_up(int(lengths[rows].max()), multiple)
+            longest = padding.length(int(lengths[rows].max()))
             input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for i, row in enumerate(rows):
