@@ -48,7 +48,9 @@ from common import EXAMPLE_FLAGS  # noqa: E402
 NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
 
 
-def loader_of(run_dir, encoder, noise, batch, max_len, groups=1):
+def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTERS):
+    """A training loader of the prepared run: its token cache, noise, and batches padded as
+    far as `reads` needs (mixer.data.padding)."""
     prepared = load_prepared(run_dir, with_text=False)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter
@@ -62,7 +64,7 @@ def loader_of(run_dir, encoder, noise, batch, max_len, groups=1):
         inputs = RowInputs(caches["train"])
     dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
     collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes),
-                       padding=InputPadding.for_encoder(encoder.model.config, max_len, CHARACTERS),
+                       padding=InputPadding.for_encoder(encoder.model.config, max_len, reads),
                        groups=groups)
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate.grouped)

@@ -178,3 +178,39 @@ def test_the_token_cache_holds_each_row_at_its_own_length(canine_run):
     expected = np.minimum(prepared.train["text"].str.len().to_numpy() + len("en") + 3, 48)
     assert (cache.lengths() == expected).all() and expected.min() < 48
     assert os.path.getsize(os.path.join(directory, "ids.bin")) == 4 * int(expected.sum())
+
+
+# ------------------------------------------------------------------ int8 on CPUs
+def test_int8_quantizes_every_linear_layer_and_stays_close_to_fp32(canine_run, toy_frame):
+    import mixer
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    texts = list(toy_frame["occ1"].iloc[:200])
+    fp32 = mixer.load(canine_run, device="cpu")
+    int8 = mixer.load(canine_run, device="cpu", quantize="int8")
+    linear = [name for name, m in fp32._predictor.model.named_modules() if type(m) is torch.nn.Linear]
+    quantized = [name for name, m in int8._predictor.model.named_modules() if isinstance(m, Int8Linear)]
+    assert quantized == linear and any(n.startswith("encoder.") for n in linear) and "flat_head" in linear
+    for head in ("flat", "seq2seq"):
+        a, b = fp32.predict(texts, lang="en", head=head), int8.predict(texts, lang="en", head=head)
+        gap_1 = np.nanmax(np.abs(a["prob_1"].astype(float) - b["prob_1"].astype(float)))
+        assert 0 < gap_1 < 0.01, head  # approximate, and close (agreement on trained models:
+        # benchmarks/int8_agreement.py; these weights have near ties)
+
+
+def test_predict_py_says_int8_is_approximate_and_refuses_what_it_cannot_run(canine_run, small_csv, tmp_path):
+    from conftest import run_program
+
+    from mixer.core.errors import UserError
+    from mixer.models.quantize import check_quantize
+
+    proc = run_program("predict.py", "--checkpoint", canine_run, "--input", small_csv, "--output",
+                       tmp_path / "int8.csv", "--quantize", "int8")
+    assert "--quantize int8" in proc.stderr and "approximate" in proc.stderr
+    assert len(pd.read_csv(tmp_path / "int8.csv")) == 121
+    bad = run_program("predict.py", "--checkpoint", canine_run, "--input", small_csv, "--output",
+                      tmp_path / "bf16.csv", "--quantize", "int8", "--precision", "bf16", check=False)
+    assert bad.returncode == 2 and "leave --precision at fp32" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "bf16.csv").exists()
+    with pytest.raises(UserError, match="runs on CPUs"):
+        check_quantize("int8", "cuda:0", "fp32")

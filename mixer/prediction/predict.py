@@ -38,6 +38,8 @@ from mixer.data.formatter import CodeFormatter
 from mixer.data.padding import InputPadding
 from mixer.data.tokens import InputRecipe, token_ids_for
 from mixer.data.transliterate import exactness_note
+from mixer.models.quantize import APPROXIMATE_NOTE, check_quantize
+from mixer.models.quantize import quantize as quantize_model
 from mixer.prediction.heads import HeadReader
 from mixer.reporting.metrics import PredictionRules, Thresholds
 
@@ -49,8 +51,11 @@ class Predictor:
     """Turns texts into codes with a model, its tokeniser, formatter and key."""
 
     def __init__(self, model, tokenizer, config: dict, key: pd.DataFrame,
-                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None):
-        self.model = model.to(device).eval()
+                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None,
+                 quantize: Optional[str] = None):
+        check_quantize(quantize, device, precision)
+        self.model = quantize_model(model.to(device).eval(), quantize)
+        self.quantize = quantize
         self.config = config
         self.family = model.cfg.family
         # TF32 on CUDA: this tool's models train with it; OccCANINE's predict exactly unless asked
@@ -73,15 +78,17 @@ class Predictor:
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None, tf32: Optional[bool] = None) -> "Predictor":
+             log=None, tf32: Optional[bool] = None, quantize: Optional[str] = None) -> "Predictor":
         from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-        log = log or (lambda m: print(m, file=sys.stderr))
+        check_quantize(quantize, device, precision)  # before the model loads
         precision = resolve_precision(precision, device, force_precision, log)
         model, tokenizer, config, key = load_for_prediction(source, log=log)
-        predictor = cls(model, tokenizer, config, key, device, precision, tf32)
+        predictor = cls(model, tokenizer, config, key, device, precision, tf32, quantize)
+        if quantize:
+            log(APPROXIMATE_NOTE)
         if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
             log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
                 "differ from OccCANINE's exact ones by about 1e-3")
