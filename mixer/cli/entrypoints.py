@@ -222,7 +222,7 @@ def predict_parser() -> cli.Parser:
                         action=argparse.BooleanOptionalAction, default=False,
                         help="run --precision bf16/fp16 even where the device would emulate it")
     parser.add_argument("--quantize", choices=["int8"], default=None,
-                        help="int8: on a CPU, the model's linear layers in int8 (PyTorch's dynamic "
+                        help="int8: on a CPU, the encoder's linear layers in int8 (PyTorch's dynamic "
                              "quantization): approximate predictions, faster on CPUs with int8 "
                              "instructions (docs/performance.md). Default: fp32, exact")
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,

@@ -223,7 +223,7 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
     None: on for this tool's models (they train with it), off for OccCANINE's
     (exact predictions). code_descriptions: a CSV (code,description or the HISCO key
     layout), a dict or a DataFrame: descriptions of the model's codes (desc_k), for a
-    model of any code system. quantize: 'int8' on a CPU, the linear layers in int8:
+    model of any code system. quantize: 'int8' on a CPU, the encoder's linear layers in int8:
     approximate predictions (mixer.models.quantize); None: fp32."""
     predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32, quantize=quantize)
     if code_descriptions is not None:
