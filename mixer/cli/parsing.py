@@ -291,7 +291,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="cut each training micro-batch into this many groups of rows of "
                             "similar length, each padded on its own: the same rows with less "
                             "padding (default: 2 on CPUs, 1 on GPUs, a resumed run's own; no "
-                            "effect for encoders with fixed-length inputs)")
+                            "effect where every batch is padded to one length: OccCANINE's "
+                            "decoder reads all of its 128 characters)")
     group.add_argument("--threshold", type=unit_interval, default=None,
                        help="flat head: codes with probability at least this are predicted "
                             "(default: 0.5; from an OccCANINE model its table by language, 0.31 "

@@ -226,7 +226,7 @@ def _require_count(name: str, value) -> None:
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",
          force_precision: bool = False, tf32: Optional[bool] = None,
-         code_descriptions=None) -> Model:
+         code_descriptions=None, quantize: Optional[str] = None) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
     device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
@@ -234,8 +234,9 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
     None: on for this tool's models (they train with it), off for OccCANINE's
     (exact predictions). code_descriptions: a CSV (code,description or the HISCO key
     layout), a dict or a DataFrame: descriptions of the model's codes (desc_k), for a
-    model of any code system."""
-    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32)
+    model of any code system. quantize: 'int8' on a CPU, the encoder's linear layers in int8:
+    approximate predictions (mixer.models.quantize); None: fp32."""
+    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32, quantize=quantize)
     if code_descriptions is not None:
         from mixer.prediction.outputs import set_descriptions
 
