@@ -41,7 +41,7 @@ def test_wandb_offline_under_torchrun_is_one_run_resumed_with_its_id(small_csv, 
     # the offline record log holds the configuration and every logged metric
     records = open(glob.glob(os.path.join(runs[-1], "run-*.wandb"))[0], "rb").read()
     for name in (b"learning_rate", b"seq2seq_weight", b"val_flat_accuracy", b"val_seq2seq_f1",
-                 b"train/loss", b"train/samples_per_sec", b"mixer-tests"):
+                 b"train/loss", b"train/samples_per_sec", b"train/remaining_s", b"mixer-tests"):
         assert name in records, name
 
 
@@ -263,7 +263,7 @@ def test_tensorboard_event_files_hold_the_scalars_wandb_gets(small_csv, tmp_path
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/samples_per_sec", "val_loss", "val_flat_accuracy",
-            "val_seq2seq_f1", "epoch"} <= tags
+            "val_seq2seq_f1", "epoch", "train/epoch", "train/elapsed_s", "train/remaining_s"} <= tags
     steps = [e.step for e in events.Scalars("val_flat_accuracy")]
     logs = pd.read_csv(out / "logs.csv")
     assert steps == logs["step"].tolist() == [2, 4]
