@@ -55,6 +55,27 @@ def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, language
     }
 
 
+def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Optional[dict],
+               last: dict) -> str:
+    """The card of the run's best model (`best`, its record: mixer.training.best) or, when
+    it kept none, of its last step's weights (`last`: step, epoch, metrics, table).
+    `stored`: the config.json those weights have or get, whose thresholds prediction
+    will use; `where`: the path to predict with."""
+    from mixer.reporting.metrics import Thresholds
+
+    if best is not None:
+        model = dict(which="best", step=best["step"], epoch=best["epoch"], metric=best["metric"],
+                     value=best["value"], metrics=best["metrics"], table=best.get("table"),
+                     other=(f"The run's last step ({progress['step']:,}) left other weights: "
+                            "`model.safetensors` in the run directory (`--checkpoint RUN/model.safetensors`)."
+                            if progress["ended"] else None))
+    else:
+        model = dict(which="last", other=None, **last)
+    return render(facts, dict(model, where=where, progress=progress,
+                              thresholds=Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds")),
+                              thresholds_origin=stored.get("thresholds_from", "the run's")))
+
+
 def render(facts: dict, model: dict) -> str:
     """The card of one model of the run. model: which ("best" | "last"), where (its
     directory), step, epoch, metrics (logs.csv's val_ values of its evaluation), table

@@ -22,7 +22,6 @@ a training state (a run started over in the same directory) is removed.
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -180,6 +179,11 @@ class BestKeeper:
         decides, every rank receives the result; all ranks)."""
         best = mdist.main_only(lambda: self._reconcile(progress, model), self.world)  # all ranks
         progress.best = mdist.broadcast_object(best, self.world)  # all ranks
+        if best is not None:
+            waited = f"{progress.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
+            self.log(f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
+                     f"({os.path.join(self.run_dir, BEST_DIR)}); {waited} evaluation(s) after it "
+                     "without improvement")
 
     def _reconcile(self, progress, model) -> Optional[dict]:
         from mixer.models.model_dir import recover
@@ -220,5 +224,5 @@ def _read(directory: str, name: str) -> Optional[str]:
     path = os.path.join(directory, name)
     if not os.path.exists(path):
         return None
-    with io.open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8") as handle:
         return handle.read()

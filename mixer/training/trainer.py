@@ -136,13 +136,14 @@ class Trainer:
         self.stop_requested = False
         self.last_metrics: dict = {}
         self.completed = False  # the run reached its end and wrote its final files
+        self.last_table: Optional[str] = None  # evaluation.csv of the last step's weights (rank 0)
         self._saved_step = -1
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
                                    stopping=lambda: self.stop_requested)
         self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info)
                        if cfg.keep_best else None)
-        self.eta = Eta(0)
+        self.eta = Eta(0)  # fit() starts the real one, from the resumed state
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
@@ -398,7 +399,6 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         known = {f for f in Progress.__dataclass_fields__}
         self.progress = Progress(**{k: v for k, v in state["progress"].items() if k in known})
-        self.eta = Eta(self.progress.step, self.progress.elapsed)
         self.resume_schedule()
         self.restore_flag_learning_rates(peaks)
         states = state["rng"]
@@ -546,26 +546,12 @@ class Trainer:
             card.write(best_dir, self.card_text(best, best_dir, stored))
 
     def card_text(self, best: Optional[dict], where: str, stored: dict) -> str:
-        """The model card of the best model (`best`, its record) or, without one, of the
-        last step's weights; `stored` is the config.json those weights have or get (the
-        thresholds prediction will use)."""
+        """The model card (mixer.reporting.card.model_card) of the run as it stands."""
         p = self.progress
         progress = {"step": p.step, "total_steps": self.total_steps, "epochs": self.epoch_fraction(),
                     "stop_reason": p.stop_reason, "elapsed": self.eta.elapsed(), "ended": self.completed}
-        thresholds = (Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds")),
-                      stored.get("thresholds_from", ""))
-        if best is not None:
-            model = dict(which="best", step=best["step"], epoch=best["epoch"], metric=best["metric"],
-                         value=best["value"], metrics=best["metrics"], table=best.get("table"))
-            other = (f"The run's last step ({p.step:,}) left other weights: `model.safetensors` in the "
-                     "run directory (`--checkpoint RUN/model.safetensors`)." if self.completed else None)
-        else:
-            model = dict(which="last", step=p.step, epoch=p.epoch, metrics=self.last_metrics,
-                         table=getattr(self, "last_table", None))
-            other = None
-        return card.render(self.parts.card_facts, dict(model, where=where, progress=progress, other=other,
-                                                       thresholds=thresholds[0],
-                                                       thresholds_origin=thresholds[1]))
+        last = {"step": p.step, "epoch": p.epoch, "metrics": self.last_metrics, "table": self.last_table}
+        return card.model_card(self.parts.card_facts, where, stored, progress, best, last)
 
     def tune_thresholds(self, full: bool) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
