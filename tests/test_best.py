@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -26,14 +27,17 @@ from safetensors.torch import load_file
 from conftest import ROOT, TINY, env_for_subprocess, run_program
 from test_distributed import max_difference, run, torchrun_cmd
 
-# val_loss on these 11 validation rows falls to its lowest at step 12 and rises after. Its
-# falls at steps 2-10 are 0.019 or more, at step 12 0.013: with --early-stopping-min-delta
-# 0.015 step 12 is the best but not an improvement, so the patience count is already 1
-# there; with an evaluation every 2 steps and patience 3 the run stops at step 16 of 60.
+# Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
+# its lowest at step 18 and rises after. It falls by 0.02 at step 16, by 0.01 at step 18:
+# with --early-stopping-min-delta 0.015 step 18 is the best but not an improvement, so the
+# patience count is already 1 there; with an evaluation every 2 steps and patience 3 the
+# run stops at step 22 of 60. At the end the last step's weights and the best are scored
+# on every row, each with the thresholds tuned on its own outputs.
 KEEP = ["--dataset", None, "--dropout", "0", "--seed", "9", "--share-val", "0.09", "--language", "en",
         "--target-cols", "hisco_1", "hisco_2", *TINY, "--max-steps", "60", "--eval-interval", "2",
-        "--keep-best", "val_loss", "--early-stopping-patience", "3", "--early-stopping-min-delta", "0.015"]
-BEST_STEP, STOP_STEP = 12, 16
+        "--keep-best", "val_loss", "--early-stopping-patience", "3", "--early-stopping-min-delta", "0.015",
+        "--val-max-rows", "8", "--full-val-at-end", "--tune-threshold"]
+BEST_STEP, BEST_EPOCH, STOP_STEP = 18, 1, 22
 
 
 def keep_args(csv, run_dir, *extra) -> list:
@@ -44,9 +48,10 @@ def keep_args(csv, run_dir, *extra) -> list:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, small_csv):
-    """One process, batch 8; its output is a pipe, as in a Slurm log."""
+    """One process, batch 8; its output is a pipe, as in a Slurm job, whose end is a day away."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8))
+    env = dict(env_for_subprocess(), SLURM_JOB_ID="4242", SLURM_JOB_END_TIME=str(int(time.time()) + 86_400))
+    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8), env=env)
     return out, proc.stdout
 
 
@@ -61,7 +66,7 @@ def progress_of(run_dir) -> dict:
 
 def assert_reaches_the_reference(reference_dir, run_dir, tolerance=1e-5):
     record, expected = best_record(run_dir), best_record(reference_dir)
-    assert (record["step"], record["epoch"]) == (expected["step"], expected["epoch"]) == (BEST_STEP, 0)
+    assert (record["step"], record["epoch"]) == (expected["step"], expected["epoch"]) == (BEST_STEP, BEST_EPOCH)
     assert record["value"] == pytest.approx(expected["value"], abs=2e-5)
     assert max_difference(load_file(os.path.join(reference_dir, "best", "model.safetensors")),
                           load_file(os.path.join(run_dir, "best", "model.safetensors"))) <= tolerance
@@ -69,7 +74,7 @@ def assert_reaches_the_reference(reference_dir, run_dir, tolerance=1e-5):
     assert progress["step"] == STOP_STEP and progress["evals_since_best"] == 3
     assert progress["stop_reason"].startswith("early stopping: val_loss did not improve")
     logs, want = pd.read_csv(os.path.join(run_dir, "logs.csv")), pd.read_csv(os.path.join(reference_dir, "logs.csv"))
-    assert logs["step"].tolist() == want["step"].tolist() == list(range(2, STOP_STEP + 1, 2))
+    assert logs["step"].tolist() == want["step"].tolist() == list(range(2, STOP_STEP + 1, 2)) + [STOP_STEP]
     np.testing.assert_allclose(logs["val_loss"], want["val_loss"], atol=2e-5)
 
 
@@ -77,24 +82,31 @@ def assert_reaches_the_reference(reference_dir, run_dir, tolerance=1e-5):
 def test_the_best_evaluation_is_kept_and_the_run_stops_when_it_no_longer_improves(reference):
     out, stdout = reference
     logs = pd.read_csv(out / "logs.csv")
-    assert logs["val_loss"].idxmin() == logs.index[logs["step"] == BEST_STEP][0]  # the lowest, not the last
+    chosen_on = logs[logs["val_rows"] == 8]  # the sample; the final evaluation reads all 11 rows
+    assert len(chosen_on) == len(logs) - 1 and logs["val_rows"].iloc[-1] == 11
+    assert chosen_on["step"][chosen_on["val_loss"].idxmin()] == BEST_STEP  # the lowest, not the last
     assert_reaches_the_reference(out, out, tolerance=0)
-    assert "stopping at step 16: early stopping: val_loss did not improve on" in stdout
+    assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1
     assert "by at least 0.015 in 3 evaluation(s)" in stdout
-    assert "eval step 12 (epoch 0): " in stdout and "new best val_loss" in stdout
-    assert "eval step 14 (epoch 1): " in stdout and "2 of 3 evaluation(s) without improvement" in stdout
+    eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
+    assert eval_lines["eval step 18 (epoch 1)"].endswith("; new best val_loss")
+    assert eval_lines["eval step 20 (epoch 1)"].endswith("; 2 of 3 evaluation(s) without improvement")
     last, best = load_file(out / "model.safetensors"), load_file(out / "best" / "model.safetensors")
     assert max_difference(last, best) > 1e-4  # two models: the last step's and the best
     with open(out / "config.json") as handle:
         assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1}
+    with open(out / "best" / "config.json") as handle:
+        stored = json.load(handle)
+    assert stored["weights"]["metrics"]["val_rows"] == 11  # scored on every row at the end ...
+    assert stored["thresholds_from"] == "tuned for these weights on the validation rows"  # ... tuned for it
+    assert f"tuned flat thresholds (best F1 on the validation rows; stored in {out}/best/config.json)" in stdout
     for name in ("model.safetensors", "config.json", "key.csv", "encoder", "tokenizer", "evaluation.csv",
                  "README.md"):
         assert os.path.exists(out / "best" / name), name
     assert not [f for f in os.listdir(out) if f.startswith(".")]
-    table = pd.read_csv(out / "best" / "evaluation.csv")
-    assert table["n"].max() == 11
-    assert "validation of the best model (step 12, epoch 0" in stdout
-    assert "validation of the last step's weights (step 16" in stdout
+    assert pd.read_csv(out / "best" / "evaluation.csv")["n"].max() == 11
+    assert "validation of the best model (step 18, epoch 1" in stdout
+    assert "validation of the last step's weights (step 22" in stdout
 
 
 def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(reference):
@@ -105,6 +117,8 @@ def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(refe
     assert line.startswith("step 15: 15/60 steps, epoch 2/5, loss ")
     assert ", elapsed 0:00:" in line and ", remaining 0:" in line
     assert line.endswith("(early stopping may end it sooner)")
+    slurm = [line for line in stdout.splitlines() if line.startswith("Slurm job 4242: ")]
+    assert len(slurm) == 1 and slurm[0].endswith("more: it should end in this job"), stdout
 
 
 def test_predict_and_the_api_use_the_best_and_say_so(reference, capsys):
@@ -117,10 +131,10 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, capsys):
     kept = mixer.load(str(out), device="cpu").predict(texts)
     said = capsys.readouterr().err
     assert f"model: {out}/best: the best evaluation of its run by val_loss" in said
-    assert f"at step {BEST_STEP}, epoch 0); the weights of its last step: --checkpoint {out}/model.safetensors" in said
+    assert f"at step {BEST_STEP}, epoch 1); the weights of its last step: --checkpoint {out}/model.safetensors" in said
     pd.testing.assert_frame_equal(kept, mixer.load(str(out / "best"), device="cpu").predict(texts))
     last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
-    assert f"model: {out}/model.safetensors: the weights of its run's last step (step 16" in capsys.readouterr().err
+    assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
     assert not np.allclose(kept["prob_1"].astype(float), last["prob_1"].astype(float))
     config = RunConfig()
     config.model.initial_checkpoint = str(out)  # a new run starts from the best too
@@ -139,12 +153,13 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
     record = best_record(out)["metrics"]
     assert metrics["flat head accuracy"] == round(record["val_flat_accuracy"], 4)
     assert metrics["seq2seq head f1 (noised)"] == round(record["val_noisy_seq2seq_f1"], 4)
-    assert f"--keep-best val_loss --early-stopping-patience 3 --early-stopping-min-delta 0.015 --save-path {out}" in body
+    assert "python finetune.py --dataset" in body and f"--early-stopping-min-delta 0.015" in body
+    assert f"Measured at step {BEST_STEP} on 11 validation rows" in body
     assert "110 training, 11 validation" in body and "en 110 (training rows)" in body
     with open(out / "prepared.json") as handle:
         assert json.load(handle)["digest"] in body
     assert f"| loss | {record['val_loss']:.4f} |" in body
-    assert "Training ended at step 16 of 60 planned" in body and "early stopping" in body
+    assert "Training ended at step 22 of 60 planned" in body and "early stopping" in body
     assert "score it optimistically" in body
     with open(out / "best" / "config.json") as handle:
         stored = json.load(handle)
@@ -174,7 +189,7 @@ def test_two_processes_choose_the_best_step_of_one_and_every_rank_stops_with_it(
     out = tmp_path / "run"
     proc = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
                *keep_args(small_csv, out, "--batch-size", 4)])
-    assert proc.stdout.count("stopping at step 16: early stopping") == 1  # rank 0 says it; both exit 0
+    assert proc.stdout.count("stopping at step 22: early stopping") == 1  # rank 0 says it; both exit 0
     assert_reaches_the_reference(reference[0], out)
 
 
@@ -196,8 +211,8 @@ finetune_cli()
 
 def test_a_kill_between_the_state_and_the_best_model_then_a_resume_in_another_layout(
         reference, small_csv, tmp_path):
-    """Killed at step 12 after last.pt records the new best (and a patience count of 1)
-    and before best/ holds it: best/ is still the whole model of step 10. A resume with
+    """Killed at step 18 after last.pt records the new best (and a patience count of 1)
+    and before best/ holds it: best/ is still the whole model of step 16. A resume with
     batch 8 where the killed run had 4 x 2 accumulation steps writes the best from the
     weights it loaded, continues the count, and stops where the reference stopped."""
     script = tmp_path / "kill.py"
@@ -209,12 +224,12 @@ def test_a_kill_between_the_state_and_the_best_model_then_a_resume_in_another_la
     assert proc.returncode == -9, proc.stdout + proc.stderr
     progress = progress_of(out)
     assert (progress["step"], progress["best"]["step"], progress["evals_since_best"]) == (BEST_STEP, BEST_STEP, 1)
-    assert best_record(out)["step"] == 10  # the best model of the step before, whole
+    assert best_record(out)["step"] == 16  # the best model of the evaluation before, whole
     assert max_difference(load_file(out / "best" / "model.safetensors"),
                           load_file(reference[0] / "best" / "model.safetensors")) > 1e-6
     proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8))
     assert "global batch" not in proc.stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
-    assert f"wrote {out}/best: the best model (step 12) the training state records" in proc.stdout
+    assert f"wrote {out}/best: the best model (step 18) the training state records" in proc.stdout
     assert_reaches_the_reference(reference[0], out)  # another layout: equal up to float rounding
     assert not [f for f in os.listdir(out) if f.startswith(".")]
 
@@ -304,6 +319,17 @@ def test_a_model_directory_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch
     assert weight() == 4.0 and sorted(os.listdir(run_dir / "best")) == [
         "README.md", "config.json", "encoder", "key.csv", "model.safetensors", "tokenizer"]
     assert sorted(os.listdir(run_dir)) == ["best", "encoder", "key.csv", "tokenizer"]
+
+
+def test_a_run_that_starts_over_removes_a_best_model_left_in_its_directory(tmp_path):
+    from mixer.training.best import discard_leftover
+
+    said = []
+    for leftover in ("best", ".best.old"):  # a whole one, or one a kill left aside
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "model.safetensors").write_text("old")
+        discard_leftover(str(tmp_path), said.append)
+        assert os.listdir(tmp_path) == [] and "removed" in said[-1]
 
 
 def test_the_eta_counts_measured_steps_and_evaluations_and_every_job():

@@ -143,6 +143,8 @@ class Trainer:
                                    stopping=lambda: self.stop_requested)
         self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info)
                        if cfg.keep_best else None)
+        self.starting_thresholds = (parts.thresholds, {k: parts.model_extra.get(k) for k in (
+            "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
 
     # ------------------------------------------------------------ the loop
@@ -314,7 +316,7 @@ class Trainer:
         if verdict is not None and verdict.new_best and self.world.is_main:
             self.keeper.write(self.parts.model, self.progress.best)
             card.write(self.run_dir, self.card_text(self.progress.best, self.run_dir, self.parts.model_extra))
-        if self.progress.stop_reason:
+        if verdict is not None and verdict.stop:
             logger.info(f"stopping at step {self.progress.step}: {self.progress.stop_reason}")
         return row
 
@@ -513,8 +515,11 @@ class Trainer:
             return
         if best["step"] != self.progress.step:
             self.keeper.load_weights(self.parts.model)  # all ranks (the last step's are saved)
-            if self.cfg.tune_threshold and not self.tune_thresholds(full is not None):
-                return
+            if self.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
+                self.parts.thresholds, extra = self.starting_thresholds
+                self.parts.model_extra.update(extra)
+                if not self.tune_thresholds(full is not None, os.path.join(self.run_dir, BEST_DIR)):
+                    return
         metrics = self.measure(full, collect=True)  # all ranks
         if metrics is None:
             logger.warning(f"the best model's final evaluation was interrupted; {self.run_dir}/best "
@@ -553,10 +558,11 @@ class Trainer:
         last = {"step": p.step, "epoch": p.epoch, "metrics": self.last_metrics, "table": self.last_table}
         return card.model_card(self.parts.card_facts, where, stored, progress, best, last)
 
-    def tune_thresholds(self, full: bool) -> bool:
+    def tune_thresholds(self, full: bool, stored_in: Optional[str] = None) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
         languages with few rows) on the validation rows becomes the run's, used by the
-        final evaluation that follows and stored for predict.py (all ranks)."""
+        final evaluation that follows and stored for predict.py in `stored_in`'s
+        config.json (the run directory's by default) (all ranks)."""
         loader = self.parts.full_val_loader if full else None
         with self._window.paused():
             if self.evaluate(loader, tune_threshold=True) is None:  # all ranks
@@ -568,7 +574,7 @@ class Trainer:
         self.parts.model_extra["threshold"] = tuned.default  # predict.py's and the API's default
         self.parts.model_extra["thresholds"] = tuned.table
         self.parts.model_extra["thresholds_from"] = "tuned for these weights on the validation rows"
-        logger.info(tuning_report(before, tuned, report, self.run_dir))
+        logger.info(tuning_report(before, tuned, report, stored_in or self.run_dir))
         return True
 
     def install_signal_handlers(self) -> None:
