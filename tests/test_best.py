@@ -390,7 +390,7 @@ def test_a_card_leaves_out_what_the_run_did_not_measure():
              "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
                        "family": "occcanine"},
              "recipe": {"line": "recipe: x", "layout": "8 (...)", "epochs": 3, "total_steps": 30,
-                        "max_steps": None, "precision": "fp32", "weight_decay": 0.01, "eval_noise": 0,
+                        "precision": "fp32", "weight_decay": 0.01, "eval_noise": 0,
                         "keep_best": None, "patience": None, "min_delta": 0.0}}
     table = pd.DataFrame({"lang": ["all", "all", "da", "da", "en", "en"], "head": ["flat", "seq2seq"] * 3,
                           "digits": [5] * 6, "n": [10, 10, 4, 4, 6, 6],

@@ -7,10 +7,11 @@ OccCANINE export read it as they read a run directory.
 
 It is built in a temp directory beside its place, then swapped in by two renames: the
 old directory aside (`.best.old`), the new one in place; the old one is removed last.
-A reader sees the old directory or the new one, never a mix. A kill between the two
-renames leaves no `best/` and a complete `.best.old`; `recover` puts it back (rank 0,
-before training); a kill while building leaves a `.tmp-best.*` directory, which the
-run removes as it removes other temp files.
+A reader finds the old directory or the new one, never a mix of the two (for the
+instant between the renames, neither). A kill between the two renames leaves no
+`best/` and a complete `.best.old`; `recover` puts it back (rank 0, before training);
+a kill while building leaves a `.tmp-best.*` directory, which the run removes as it
+removes other temp files.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import shutil
 import tempfile
 
-from mixer.core.io import current_umask, write_text
+from mixer.core.io import current_umask, fsync_directory, write_text
 from mixer.models.model import save_model
 
 SHARED = ("key.csv", "encoder", "tokenizer")  # the run's files a model directory carries
@@ -38,14 +39,14 @@ def write_model_dir(run_dir: str, name: str, model, extra: dict, files: dict) ->
         for file_name, text in files.items():
             write_text(os.path.join(staging, file_name), text)
         os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide it from colleagues
-        _fsync_directory(staging)
+        fsync_directory(staging)
         if os.path.exists(target):
             os.rename(target, aside)
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_directory(run_dir)
+    fsync_directory(run_dir)
     shutil.rmtree(aside, ignore_errors=True)
     return target
 
@@ -74,14 +75,3 @@ def _copy(source: str, destination: str) -> None:
     os.chmod(destination, 0o666 & ~current_umask())
     with open(destination, "rb") as handle:
         os.fsync(handle.fileno())
-
-
-def _fsync_directory(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass

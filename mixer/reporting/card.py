@@ -49,7 +49,7 @@ def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, language
         "start": {"encoder": encoder_source, "kind": start.kind, "origin": start.origin,
                   "family": start.family},
         "recipe": {"line": recipe_line, "layout": layout, "epochs": epochs, "total_steps": total_steps,
-                   "max_steps": t.max_steps, "precision": t.precision, "weight_decay": t.weight_decay,
+                   "precision": t.precision, "weight_decay": t.weight_decay,
                    "eval_noise": t.eval_noise, "keep_best": t.keep_best,
                    "patience": t.early_stopping_patience, "min_delta": t.early_stopping_min_delta},
     }
@@ -67,12 +67,12 @@ def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Opti
         model = dict(which="best", step=best["step"], epoch=best["epoch"], metric=best["metric"],
                      value=best["value"], metrics=best["metrics"], table=best.get("table"),
                      other=(f"The run's last step ({progress['step']:,}) left other weights: "
-                            "`model.safetensors` in the run directory (`--checkpoint RUN/model.safetensors`)."
-                            if progress["ended"] else None))
+                            "`model.safetensors` in the run directory "
+                            "(`--checkpoint RUN/model.safetensors`)." if progress["ended"] else None))
     else:
         model = dict(which="last", other=None, **last)
-    return render(facts, dict(model, where=where, progress=progress,
-                              thresholds=Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds")),
+    thresholds = Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds"))
+    return render(facts, dict(model, where=where, progress=progress, thresholds=thresholds,
                               thresholds_origin=stored.get("thresholds_from", "the run's")))
 
 
@@ -95,7 +95,7 @@ def _header(facts: dict, model: dict) -> str:
     if languages:
         header["language"] = languages
     origin = facts["start"]["origin"]
-    if origin and "/" in origin and not os.path.exists(origin):  # a hub id, e.g. Christianvedel/OccCANINE_s2s_mix
+    if origin and "/" in origin and not os.path.exists(origin):  # a hub id: Christianvedel/OccCANINE_s2s_mix
         header["base_model"] = origin
     measured = [(name, value) for name, value in _headline(model["metrics"]) if value is not None]
     if measured:
@@ -109,7 +109,9 @@ def _header(facts: dict, model: dict) -> str:
 
 
 def _headline(metrics: dict) -> list:
-    return [(f"{label} {kind}{' (noised)' if noisy else ''}", metrics.get(f"val_{'noisy_' if noisy else ''}{head}_{kind}"))
+    """(name, value) of each head's accuracy and F1, as written and noised."""
+    return [(f"{label} {kind}" + (" (noised)" if noisy else ""),
+             metrics.get(f"val_{'noisy_' if noisy else ''}{head}_{kind}"))
             for noisy in (False, True) for head, label in HEADS for kind in ("accuracy", "f1")]
 
 
@@ -119,7 +121,7 @@ def _body(facts: dict, model: dict) -> list:
              f"A text classifier made with mixer: it reads `{data['input_col']}`"
              + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
              + f" and writes {data['system']} codes ({data['key_size']:,} codes in its key; up to "
-             f"{data['codes_per_row']} per row, {data['block_size']} characters each) with two heads: "
+             f"{data['codes_per_row']} per row, in blocks of {data['block_size']}) with two heads: "
              "a flat head (a probability for every code of the key) and a seq2seq decoder.", ""]
     lines += ["## Which weights", "", _which(model)]
     if model.get("other"):
@@ -129,14 +131,16 @@ def _body(facts: dict, model: dict) -> list:
         lines += ["```bash", facts["command"], "```", ""]
     where = (f"step {progress['step']:,} of {progress['total_steps']:,} planned, "
              f"{progress['epochs']:.2f} of {recipe['epochs']} epochs")
-    took = f"; {_duration(progress['elapsed'])} of training, evaluations included" if progress["elapsed"] else ""
+    took = (f"; {_duration(progress['elapsed'])} of training, evaluations included"
+            if progress["elapsed"] else "")
     if progress["ended"]:
         lines += [f"Training ended at {where}: {progress['stop_reason'] or 'the planned end'}{took}.", ""]
     else:
         lines += [f"Training is in progress, at {where}{took}; this card is rewritten at each best "
                   "model and at the end.", ""]
     lines += ["| | |", "|---|---|"]
-    files = "; ".join(f"`{name}` (xxh3-128 {digest})" if digest else f"`{name}`" for name, digest in data["files"])
+    files = "; ".join(f"`{name}` (xxh3-128 {digest})" if digest else f"`{name}`"
+                      for name, digest in data["files"])
     rows = data["rows"]
     lines += [f"| data | {files} |" if files else "| data | |",
               f"| rows | {rows.get('train', 0):,} training, {rows.get('val', 0):,} validation (each "
@@ -187,9 +191,10 @@ def _start(start: dict) -> str:
 def _metrics(model: dict, facts: dict) -> list:
     metrics = model["metrics"]
     noised = any(k.startswith("val_noisy_") for k in metrics)
-    lines = [f"Measured at step {model['step']:,} on {int(metrics.get('val_rows', 0)) or facts['data']['evaluated_rows']:,} "
-             "validation rows" + (", as written and with "
-                                  f"{facts['recipe']['eval_noise']} typo(s) in every row (noised)" if noised else "")
+    rows = int(metrics.get("val_rows", 0)) or facts["data"]["evaluated_rows"]
+    lines = [f"Measured at step {model['step']:,} on {rows:,} validation rows"
+             + (f", as written and with {facts['recipe']['eval_noise']} typo(s) in every row (noised)"
+                if noised else "")
              + ". Exact match: a row counts when the predicted code set equals the true set; F1: micro "
              "over codes (docs/evaluation.md)."]
     if model["which"] == "best":

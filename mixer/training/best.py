@@ -31,7 +31,7 @@ from mixer.core.errors import UserError
 from mixer.distributed import world as mdist
 from mixer.models.sources import BEST_DIR, is_run_directory, run_config
 
-RECORD_KEYS = ("metric", "value", "step", "epoch", "place")  # what best/config.json's "weights" holds besides the metrics
+RECORD_KEYS = ("metric", "value", "step", "epoch", "place")  # best/config.json's "weights", and "metrics"
 
 
 @dataclass(frozen=True)

@@ -495,7 +495,8 @@ class Trainer:
             if self.progress.eval_pending:
                 return False
         if self.validator.collected is not None:  # all ranks
-            self.last_table = self.validator.write_evaluation(f"the weights of the last step, {self.progress.step}")
+            self.last_table = self.validator.write_evaluation(
+                f"the weights of the last step, {self.progress.step}")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={
