@@ -121,7 +121,7 @@ def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(refe
     assert len(slurm) == 1 and slurm[0].endswith("more: it should end in this job"), stdout
 
 
-def test_predict_and_the_api_use_the_best_and_say_so(reference, capsys):
+def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_path, capsys):
     import mixer
     from mixer.core.config import RunConfig
     from mixer.models.sources import describe_start
@@ -136,6 +136,11 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, capsys):
     last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
     assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
     assert not np.allclose(kept["prob_1"].astype(float), last["prob_1"].astype(float))
+    from mixer.cli.entrypoints import predict_main
+
+    predict_main(["--checkpoint", str(out), "--input", str(small_csv), "--output", str(tmp_path / "p.csv")])
+    first = capsys.readouterr().out.splitlines()[0]  # stdout, beside how the input was read
+    assert first.startswith(f"model: {out}/best: the best evaluation of its run by val_loss")
     config = RunConfig()
     config.model.initial_checkpoint = str(out)  # a new run starts from the best too
     assert describe_start(config).run_dir == os.path.join(str(out), "best")
@@ -373,6 +378,8 @@ def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
     assert slurm_job_end({"SLURM_JOB_ID": "8", "PATH": str(bin_dir)}) is None  # squeue printed nothing
     fits = slurm_line(3600, 10_000, 0, "7", False)
     assert fits == "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more: it should end in this job"
+    assert slurm_line(3600, 10_000, 0, "7", False, False).startswith(
+        "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more and its evaluations: ")
     late = slurm_line(20_000, 10_000, 0, "7", True)
     assert "the time limit comes first, after about 50% of it (unless early stopping ends the run sooner)" in late
     assert "continues only when the job is requeued" in late and "--requeue" in late

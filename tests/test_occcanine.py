@@ -362,7 +362,7 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     (hub / "key.json").write_text('{"1,2,0": 0}')
     (hub / "chars.json").write_text('["1", ","]')
     assert "key.json" not in export(str(out), str(hub))
-    assert sorted(os.listdir(hub)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(hub)) == ["README.md", "config.json", "model.safetensors"]  # the run's card
     pd.testing.assert_frame_equal(mixer.load(str(hub), device="cpu").predict(TEXTS, lang="en"),
                                   run.predict(TEXTS, lang="en"), atol=1e-6)
 

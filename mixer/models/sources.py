@@ -322,14 +322,16 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
 
 
 # ------------------------------------------------------------------ a model to predict with
-def load_for_prediction(source: str, what: str = "--checkpoint", log=None) -> tuple:
+def load_for_prediction(source: str, what: str = "--checkpoint", log=None, announce=None) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
-    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub)."""
+    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub).
+    A run's model, once loaded, is named to `announce` (model_of's line; default `log`)."""
     model_dir, weights, line = model_of(source)
     if weights is not None:
-        if log is not None:
-            log(line)
-        return _load_run(model_dir, what, weights)
+        loaded = _load_run(model_dir, what, weights)
+        if (announce or log) is not None:
+            (announce or log)(line)
+        return loaded
     from mixer.models import occcanine
     from mixer.models.hub import check_local
 

@@ -74,14 +74,14 @@ class Predictor:
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None, tf32: Optional[bool] = None) -> "Predictor":
+             log=None, tf32: Optional[bool] = None, announce=None) -> "Predictor":
         from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
         log = log or (lambda m: print(m, file=sys.stderr))
         precision = resolve_precision(precision, device, force_precision, log)
-        model, tokenizer, config, key = load_for_prediction(source, log=log)
+        model, tokenizer, config, key = load_for_prediction(source, log=log, announce=announce)
         predictor = cls(model, tokenizer, config, key, device, precision, tf32)
         if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
             log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "

@@ -90,11 +90,12 @@ class Eta:
                        bool(self.evaluation_seconds), self.early_stopping)
 
 
-def slurm_line(remaining: float, job_end: float, now: float, job_id: str, early_stopping: bool) -> str:
+def slurm_line(remaining: float, job_end: float, now: float, job_id: str, early_stopping: bool,
+               evaluations_timed: bool = True) -> str:
     """The start-up line under Slurm: the estimate against the job's end."""
     left = job_end - now
     head = (f"Slurm job {job_id}: {clock_text(left)} left until its time limit; this run needs "
-            f"about {clock_text(remaining)} more")
+            f"about {clock_text(remaining)} more" + ("" if evaluations_timed else " and its evaluations"))
     if remaining <= left:
         return head + ": it should end in this job"
     share = max(0.0, left) / remaining

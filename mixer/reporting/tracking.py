@@ -41,7 +41,7 @@ class Tracker(NullTracker):
         self.bar = None
         self.wandb = None
         self.tensorboard = None
-        self.slurm_said = False
+        self.slurm_said = None  # the Slurm line: not yet, or said with(out) evaluations timed
         self._trim_logs(resume_step)
         if wandb_settings:
             from mixer.reporting.wandb_run import start_wandb
@@ -94,12 +94,14 @@ class Tracker(NullTracker):
             if reading is not None:
                 parts = [reading.where()] + parts + [reading.when()]
             logger.info("step %d: %s", step, ", ".join(parts))
-        if reading is not None and reading.remaining is not None and not self.slurm_said:
-            self.slurm_said = True
-            self.say_slurm(reading)
+        if reading is not None and reading.remaining is not None and self.slurm_said in (None, False):
+            if self.slurm_said is None or reading.evaluations_timed:
+                self.slurm_said = reading.evaluations_timed
+                self.say_slurm(reading)
 
     def say_slurm(self, reading) -> None:
-        """Under Slurm, once: the estimate against the job's time limit."""
+        """Under Slurm: the estimate against the job's time limit, at the first report, and
+        again when the first evaluation's time is part of it."""
         import time
 
         from mixer.distributed.launch import slurm_job_end
@@ -107,7 +109,8 @@ class Tracker(NullTracker):
 
         job = slurm_job_end()
         if job is not None:
-            self.write(slurm_line(reading.remaining, job[1], time.time(), job[0], reading.early_stopping))
+            self.write(slurm_line(reading.remaining, job[1], time.time(), job[0], reading.early_stopping,
+                                  reading.evaluations_timed))
 
     def write(self, message: str) -> None:
         """A line beside the bar, or in the log."""
