@@ -264,6 +264,20 @@ def test_the_verdict_direction_ties_nan_min_delta_and_replayed_evaluations():
     assert not verdict(best, 1.2, (2, 0), waited=5, patience=None).stop
 
 
+def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
+    from mixer.core.config import TrainConfig
+    from mixer.distributed.world import World
+    from mixer.training.best import BestKeeper
+    from mixer.training.trainer import Progress
+
+    keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
+                        dict, print)
+    progress = Progress(step=20, epoch=2, best={"value": 1.0, "place": [1, 0], "step": 10, "epoch": 1})
+    assert keeper.judge(progress, {"val_loss": 2.0}, planned_end=True).stop is False
+    assert progress.stop_reason is None and progress.evals_since_best == 1
+    assert keeper.judge(progress, {"val_loss": 2.0}).stop and "did not improve on 1.0000 (step 10" in progress.stop_reason
+
+
 def test_the_metrics_one_can_keep_by_are_the_columns_a_run_logs(reference):
     from mixer.core.config import BEST_METRICS
 

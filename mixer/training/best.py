@@ -125,13 +125,15 @@ class BestKeeper:
         self.write_files = write_files
         self.log = log
 
-    def judge(self, progress, row: dict) -> Verdict:
+    def judge(self, progress, row: dict, planned_end: bool = False) -> Verdict:
         """Rank 0's verdict on an evaluation, on every rank (all ranks); updates the
-        patience count and, when it runs out, the stop reason."""
+        patience count and, when it runs out before the planned end, the stop reason."""
         verdict = None
         if self.world.is_main:
             verdict = judge(progress.best, progress.evals_since_best, self.metric, row[self.metric],
                             place_of(progress), self.patience, self.min_delta)
+            if planned_end:  # the run ends here anyway: nothing for early stopping to end
+                verdict = Verdict(verdict.new_best, verdict.waited, False)
         verdict = mdist.broadcast_object(verdict, self.world)  # all ranks
         progress.evals_since_best = verdict.waited
         if verdict.stop:

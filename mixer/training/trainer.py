@@ -302,7 +302,8 @@ class Trainer:
                "lr": self.parts.scheduler.get_last_lr()[0],
                "samples_per_sec": train.get("samples_per_sec", float("nan"))}
         row.update({f"val_{k}": v for k, v in metrics.items()})
-        verdict = self.keeper.judge(self.progress, row) if chooses else None  # all ranks
+        verdict = (self.keeper.judge(self.progress, row, planned_end=self.progress.step >= self.total_steps)
+                   if chooses else None)  # all ranks
         if verdict is not None and verdict.new_best:
             table = self.validator.evaluation_table()  # all ranks: gathered to rank 0
             self.progress.best = self.keeper.record(self.progress, row, table)
