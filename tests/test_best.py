@@ -403,7 +403,7 @@ def test_a_card_leaves_out_what_the_run_did_not_measure():
     from mixer.reporting.card import render
     from mixer.reporting.metrics import Thresholds
 
-    facts = {"name": "r", "command": "python finetune.py --dataset d.csv",
+    facts = {"name": "r", "version": "0.2.0", "command": "python finetune.py --dataset d.csv",
              "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
                       "evaluated_rows": 10, "languages": {"en": 50, "da": 40}, "input_col": "occ1",
                       "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,

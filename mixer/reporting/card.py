@@ -30,7 +30,10 @@ HEADS = (("flat", "flat head"), ("seq2seq", "seq2seq head"))
 def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, languages: dict, start,
               recipe_line: str, layout: str, epochs: int, total_steps: int, evaluated_rows: int,
               encoder_source: str) -> dict:
-    """What the card says of a run before any evaluation (mixer.training.run builds it)."""
+    """What the card says of a run before any evaluation (mixer.training.run builds it;
+    config.train holds the precision the run computes in)."""
+    from mixer import __version__
+
     command = list(config.log.command)
     if command and command[0].endswith(".py"):
         command = ["python"] + command
@@ -39,7 +42,7 @@ def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, language
              for item in part]
     t = config.train
     return {
-        "name": os.path.basename(os.path.abspath(config.save_dir)), "run_dir": config.save_dir,
+        "name": os.path.basename(os.path.abspath(config.save_dir)), "version": __version__,
         "command": shlex.join(command) if command else "",
         "data": {"files": files, "rows": stamp.get("rows", {}), "digest": stamp.get("digest", ""),
                  "evaluated_rows": evaluated_rows, "languages": languages,
@@ -118,7 +121,7 @@ def _headline(metrics: dict) -> list:
 def _body(facts: dict, model: dict) -> list:
     data, recipe, progress = facts["data"], facts["recipe"], model["progress"]
     lines = [f"# {facts['name']}", "",
-             f"A text classifier made with mixer: it reads `{data['input_col']}`"
+             f"A text classifier made with mixer {facts['version']}: it reads `{data['input_col']}`"
              + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
              + f" and writes {data['system']} codes ({data['key_size']:,} codes in its key; up to "
              f"{data['codes_per_row']} per row, in blocks of {data['block_size']}) with two heads: "

@@ -172,7 +172,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra, grad_sync=grad_sync,
                        card_facts=card.run_facts(
-                           config, prepared_stamp(run_dir), formatter, len(key_codes),
+                           dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
                            language_rows(prepared.train["lang"]), start, recipe.describe(),
                            schedule.layout.describe(), schedule.epochs, schedule.total_steps,
                            len(sample), encoder.source))
