@@ -150,9 +150,9 @@ class Trainer:
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
         self.install_signal_handlers()
+        self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
         if self.keeper is not None:
             self.keeper.start(self.progress, self.parts.model)  # all ranks
-        self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
         self.tracker.start_progress(self.total_steps, self.progress.step)
         if self.progress.eval_pending and not self.finished():  # interrupted before the restart
             self.evaluate_and_log()  # (the final evaluation runs again in finish())
