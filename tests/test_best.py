@@ -1,11 +1,12 @@
 """The best model, early stopping, the ETA and the model card (docs/training.md,
 "When to stop and what to keep").
 
-One reference run (one process) keeps its best by val_loss and stops early; two others
-reach the same best and the same stop: 2 processes under torchrun, and a run killed
-between the training state's commit of a new best and the best model's write, resumed
-in another layout. The rules themselves (the verdict, the model directory's swap, the
-ETA, the Slurm line, the card) are tested as plain functions."""
+One reference run, 2 processes under torchrun, keeps its best by val_loss and stops
+early on every rank. One process chooses the same best step, is killed between the
+training state's commit of that best and the best model's write, resumes in another
+layout and reaches the reference's best model and stop. The rules themselves (the
+verdict, the model directory's swap, the ETA, the Slurm line, the card) are tested as
+plain functions."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ def keep_args(csv, run_dir, *extra) -> list:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, small_csv):
-    """One process, batch 8; its output is a pipe, as in a Slurm job, whose end is a day away."""
+    """torchrun, 2 processes of batch 4 (global batch 8): rank 0 judges the all-reduced
+    metrics and every rank gets its verdict. Its output is a pipe, as in a Slurm job whose
+    end is a day away."""
     out = tmp_path_factory.mktemp("reference") / "run"
     env = dict(env_for_subprocess(), SLURM_JOB_ID="4242", SLURM_JOB_END_TIME=str(int(time.time()) + 86_400))
-    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8), env=env)
+    proc = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
+               *keep_args(small_csv, out, "--batch-size", 4)], env=env)  # every rank exits 0
     return out, proc.stdout
 
 
@@ -79,14 +83,14 @@ def assert_reaches_the_reference(reference_dir, run_dir, tolerance=1e-5):
 
 
 # ------------------------------------------------------------------ one process
-def test_the_best_evaluation_is_kept_and_the_run_stops_when_it_no_longer_improves(reference):
+def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_improves(reference):
     out, stdout = reference
     logs = pd.read_csv(out / "logs.csv")
     chosen_on = logs[logs["val_rows"] == 8]  # the sample; the final evaluation reads all 11 rows
     assert len(chosen_on) == len(logs) - 1 and logs["val_rows"].iloc[-1] == 11
     assert chosen_on["step"][chosen_on["val_loss"].idxmin()] == BEST_STEP  # the lowest, not the last
     assert_reaches_the_reference(out, out, tolerance=0)
-    assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1
+    assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1  # rank 0
     assert "by at least 0.015 in 3 evaluation(s)" in stdout
     eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
     assert eval_lines["eval step 18 (epoch 1)"].endswith("; new best val_loss")
@@ -158,7 +162,8 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
     record = best_record(out)["metrics"]
     assert metrics["flat head accuracy"] == round(record["val_flat_accuracy"], 4)
     assert metrics["seq2seq head f1 (noised)"] == round(record["val_noisy_seq2seq_f1"], 4)
-    assert "python finetune.py --dataset" in body and f"--early-stopping-min-delta 0.015" in body
+    assert "python finetune.py --distributed --dataset" in body and "--early-stopping-min-delta 0.015" in body
+    assert "| batch | 8 (2 process(es) x 4 rows x 1 accumulation step(s))" in body
     assert f"Measured at step {BEST_STEP} on 11 validation rows" in body
     assert "110 training, 11 validation" in body and "en 110 (training rows)" in body
     with open(out / "prepared.json") as handle:
@@ -188,16 +193,6 @@ def test_a_resume_with_another_metric_is_refused_before_anything_changes(referen
 
 
 # ------------------------------------------------------------------ processes, layouts, kills
-def test_two_processes_choose_the_best_step_of_one_and_every_rank_stops_with_it(reference, small_csv, tmp_path):
-    """torchrun, 2 processes of batch 4: rank 0 judges the all-reduced metrics, every rank
-    gets its verdict, and both end at the step one process of batch 8 ended at."""
-    out = tmp_path / "run"
-    proc = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
-               *keep_args(small_csv, out, "--batch-size", 4)])
-    assert proc.stdout.count("stopping at step 22: early stopping") == 1  # rank 0 says it; both exit 0
-    assert_reaches_the_reference(reference[0], out)
-
-
 KILL_AT_THE_BEST = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
@@ -214,12 +209,13 @@ finetune_cli()
 """
 
 
-def test_a_kill_between_the_state_and_the_best_model_then_a_resume_in_another_layout(
+def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_another_layout_keeps_it(
         reference, small_csv, tmp_path):
-    """Killed at step 18 after last.pt records the new best (and a patience count of 1)
-    and before best/ holds it: best/ is still the whole model of step 16. A resume with
-    batch 8 where the killed run had 4 x 2 accumulation steps writes the best from the
-    weights it loaded, continues the count, and stops where the reference stopped."""
+    """One process of batch 4 with 2 accumulation steps chooses step 18 as 2 processes did
+    and is killed after last.pt records it (and a patience count of 1) and before best/
+    holds it: best/ is still the whole model of step 16. A resume with batch 8 writes the
+    best from the weights it loaded, continues the count, and stops where the reference
+    stopped, with its best model."""
     script = tmp_path / "kill.py"
     script.write_text(KILL_AT_THE_BEST.format(root=ROOT, step=BEST_STEP))
     out = tmp_path / "run"
