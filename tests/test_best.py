@@ -212,15 +212,16 @@ finetune_cli()
 def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_another_layout_keeps_it(
         reference, small_csv, tmp_path):
     """One process of batch 4 with 2 accumulation steps chooses step 18 as 2 processes did
-    and is killed after last.pt records it (and a patience count of 1) and before best/
-    holds it: best/ is still the whole model of step 16. A resume with batch 8 writes the
+    and is killed after last.pt records it (and a patience count of 1; a new best writes
+    last.pt whatever --save-interval says) and before best/ holds it: best/ is still the
+    whole model of step 16. A resume with batch 8 writes the
     best from the weights it loaded, continues the count, and stops where the reference
     stopped, with its best model."""
     script = tmp_path / "kill.py"
     script.write_text(KILL_AT_THE_BEST.format(root=ROOT, step=BEST_STEP))
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(script), *keep_args(small_csv, out, "--batch-size", 4,
-                                                                   "--grad-accum-steps", 2)],
+    proc = subprocess.run([sys.executable, str(script), *keep_args(  # last.pt: at each new best only
+                              small_csv, out, "--batch-size", 4, "--grad-accum-steps", 2, "--save-interval", 1000)],
                           capture_output=True, text=True, cwd=ROOT, env=env_for_subprocess(), timeout=300)
     assert proc.returncode == -9, proc.stdout + proc.stderr
     progress = progress_of(out)
