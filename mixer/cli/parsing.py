@@ -306,7 +306,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        action=argparse.BooleanOptionalAction, default=False,
                        help="the final evaluation uses every validation row")
     group.add_argument("--save-interval", dest="save_interval", type=positive_int, default=None,
-                       help="steps between writes of last.pt (default: at every evaluation)")
+                       help="steps between writes of last.pt (default: at every evaluation; with "
+                            "--keep-best also at each new best)")
     group.add_argument("--save-each-epoch", dest="save_each_epoch", action=argparse.BooleanOptionalAction, default=False,
                        help="also keep epoch_<N>.safetensors at the end of each epoch")
     group.add_argument("--keep-best", dest="keep_best", choices=list(BEST_METRICS), default=None,
