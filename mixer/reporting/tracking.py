@@ -85,9 +85,12 @@ class Tracker(NullTracker):
         text = {k: f"{v:.4g}" for k, v in values.items()}
         if self.bar is not None:
             self.bar.n = step
-            if reading is not None:
+            if reading is not None:  # the bar shows the steps and the elapsed time itself
                 self.bar.set_description(f"epoch {reading.epoch}/{reading.epochs}", refresh=False)
-                text["time"] = reading.when()
+                if reading.remaining is not None:
+                    from mixer.reporting.eta import clock_text
+
+                    text["remaining"] = clock_text(reading.remaining)
             self.bar.set_postfix(text, refresh=True)
         else:
             parts = [f"{k} {v}" for k, v in text.items()]
