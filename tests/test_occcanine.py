@@ -131,7 +131,7 @@ def reference_greedy(model, texts, lang):
 @pytest.fixture(scope="module")
 def hisco_model(tmp_path_factory):
     """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
 
     torch.manual_seed(11)
     key = list(hisco_key()["code"])

@@ -178,7 +178,7 @@ def describe_start(config: RunConfig) -> Start:
 
 def _occcanine_start(config: RunConfig, source: str) -> Start:
     from mixer.models import occcanine
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
 
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
@@ -369,7 +369,7 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
     from transformers import CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
     from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 
