@@ -426,11 +426,12 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
     like any training row, with the run's text, language and context columns."""
     import dataclasses
 
+    from mixer.data.audits import training_table
     from mixer.data.checking import checked_columns, filled_rows
 
     frames = []
     for path in cfg.extra_train:
-        table = read_table(path, "--extra-train")
+        table = training_table(read_table(path, "--extra-train"), path, cfg.train_on_audit)  # audits
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():

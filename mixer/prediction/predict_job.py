@@ -78,12 +78,22 @@ def predict_file(args) -> None:
                             "and --columns occcanine")
         check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
                                                       "--embeddings": args.embeddings})
+    audit = None
+    if getattr(args, "audit", None):
+        from mixer.prediction.audit import parse_audit_args
+
+        audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
+        if is_shaped(args):
+            raise UserError("--audit draws from the code table; leave out --what, --alternatives and "
+                            "--columns occcanine")
+        audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
+                          "--to-check": to_check[1] if to_check else None})
     if getattr(args, "code_descriptions", None):
         from mixer.data.tables import check_input_path
 
         check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = checklist = None
+    writer = embedding_writer = checklist = draw = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -135,7 +145,7 @@ def predict_file(args) -> None:
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
                     writer.write(shaped_output(chunk, pd.concat(pieces), args))
-            elif args.output or to_check:  # every rank predicts its share; rank 0 writes
+            elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
@@ -145,10 +155,16 @@ def predict_file(args) -> None:
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
+                    renames = input_names(chunk.columns, predicted.columns)
                     if writer is not None:
-                        writer.write(pd.concat([chunk.rename(columns=input_names(chunk.columns,
-                                                                                 predicted.columns)),
-                                                predicted], axis=1))
+                        writer.write(pd.concat([chunk.rename(columns=renames), predicted], axis=1))
+                    if audit is not None:
+                        from mixer.prediction.audit import AuditDraw
+
+                        keys = [input_col, language_col, *context_cols]
+                        draw = draw or AuditDraw.for_output(audit, renames, keys, args.head[0],
+                                                            len(args.head) > 1, predictor.config)
+                        draw.add_output(chunk.rename(columns=renames), predicted)
                     if checklist is not None:
                         checklist.add(chunk, predicted)
                     if args.summary_plot:
@@ -162,6 +178,11 @@ def predict_file(args) -> None:
                     embedding_writer.write(np.concatenate(vectors))
             if bar is not None:
                 bar.update(len(chunk))
+        if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
+            from mixer.prediction.audit import finish_audit
+
+            mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
+                                                 args.threshold), world)
         if world.is_main:
             if writer is not None:
                 writer.commit()
