@@ -204,15 +204,14 @@ class AuditDraw:
         predicted = sorted(predicted, key=lambda c: (int(c.rsplit("_", 1)[1]), ("code", "prob", "desc").index(
             c.rsplit("_", 1)[0])))
         if design.unit == "rows":
-            unit = pd.Series(chosen[_ROW].to_numpy(), name=audits.ROW)
             inputs = [c for c in chosen.columns if c not in predicted and not str(c).startswith("\x00")]
-        else:
-            keys = [audits.audit_name(c) for c in self.key_cols]
-            first = chosen.groupby(keys, dropna=False, sort=False)
-            draws = first[_KEY].transform("size")
-            chosen = chosen.assign(**{audits.DRAWS: draws.to_numpy()}).drop_duplicates(keys)
-            unit = pd.Series(chosen[audits.DRAWS].to_numpy(), name=audits.DRAWS)
-            inputs = keys
+        else:  # each description once, where its first row drawn was
+            inputs = [audits.audit_name(c) for c in self.key_cols]
+            draws = chosen.groupby(inputs, dropna=False, sort=False)[_KEY].transform("size")
+            chosen = chosen.assign(**{audits.DRAWS: draws.to_numpy()}).drop_duplicates(inputs)
+        chosen = _interleaved(chosen)
+        unit = (pd.Series(chosen[_ROW].to_numpy(), name=audits.ROW) if design.unit == "rows"
+                else pd.Series(chosen[audits.DRAWS].to_numpy(), name=audits.DRAWS))
         out = pd.concat([unit, chosen[inputs + predicted].reset_index(drop=True)], axis=1)
         for column in audits.verdict_columns(len(self.code_columns)):
             out[column] = ""
@@ -247,6 +246,15 @@ class AuditDraw:
                 lines.append(f"  {_shown(s.label):<{width}}  {s.rows:>9,} rows  {s.rows / total:6.1%}  "
                              f"-> {s.drawn:,}")
         return lines
+
+
+def _interleaved(chosen: pd.DataFrame) -> pd.DataFrame:
+    """The order a person checks in: each stratum's rows in key order, the strata
+    interleaved in proportion, every stratum's first row at the top. The first m rows are
+    then a (stratified) random sample too, so a person who stops early has one."""
+    by_stratum = chosen.groupby(_STRATUM, sort=False)
+    place = by_stratum.cumcount() / by_stratum[_KEY].transform("size")
+    return chosen.iloc[np.lexsort((chosen[_KEY].to_numpy(), place.to_numpy()))]
 
 
 def _stratum_rows(kept: pd.DataFrame, label) -> np.ndarray:
