@@ -242,9 +242,17 @@ def test_an_audit_is_scored_only_against_what_it_was_drawn_from(example, tmp_pat
         evaluate_main(["--audit", str(audit_path), "--truth-cols", "hisco_1"])
     with pytest.raises(UserError, match="not an audit"):
         evaluate_main(["--audit", predicted])
-    with pytest.raises(UserError, match="--audit-margin 0.03: the margin chooses the number of rows"):
-        predict_main(["--checkpoint", model_dir(example), "--input", predicted, "--audit", "20", "a.csv",
-                      "--audit-margin", "0.03"])
+    held = str(example / "held_back.csv")
+    for flags, message in [(["--audit", "20", "a.csv", "--audit-margin", "0.03"],
+                            "--audit-margin 0.03: the margin chooses the number of rows"),
+                           (["--audit", "a.csv"], "give the number of rows .* or the half-width"),
+                           (["--audit", "5", "a.csv", "--what", "probs", "--output", "p.parquet"],
+                            "--audit draws from the code table"),
+                           (["--audit", "5", "a.csv", "--audit-by", "parish"], r"no column 'parish' \(--audit-by\)"),
+                           (["--audit", "10", "a.csv", "--audit-by", "occ1"], "more strata than the audit has rows")]:
+        with pytest.raises(UserError, match=message):
+            predict_main(["--checkpoint", model_dir(example), "--input", held, *flags])
+    assert not os.path.exists("a.csv")
 
 
 def test_an_audit_checked_in_excel_scores_as_written(example, tmp_path):
@@ -306,3 +314,12 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     design = json.loads(following["audit"].iloc[0])
     assert design["left_out"] == {"in audits the model trained on": int(seen.sum())}
     assert design["strata"] == [[None, int((~seen).sum()), 100]]
+
+
+def test_what_a_spreadsheet_does_to_codes_is_not_an_edit():
+    """An audit's predicted codes are compared as a spreadsheet leaves them: a CSV opened
+    and saved in Excel has 6510 for 06510, and number columns read back as 6510.0."""
+    saved = pd.DataFrame({"code_1": ["06510", "6510", "6510.0", " 06510 ", 6510, "1,12,0", "-1"],
+                          "code_2": ["", None, float("nan"), "nan", "", "", ""]})
+    codes = audits.canonical_codes(saved, ["code_1", "code_2"])
+    assert codes.tolist() == ["6510|"] * 5 + ["1,12,0|", "-1|"]
