@@ -21,8 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None) -> int:
     from mixer.cli.parsing import Parser, positive_int
+    from mixer.core.errors import UserError
     from mixer.data import audits
-    from mixer.data.tables import OutputWriter, read_table, require_columns
+    from mixer.data.tables import OutputWriter, as_text, read_table, require_columns
 
     parser = Parser(prog="simulate_audit_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("audit", help="the audit file predict.py --audit wrote")
@@ -35,11 +36,11 @@ def main(argv=None) -> int:
     frame = read_table(args.audit, "audit")
     audit = audits.parse_audit(frame, args.audit, "audit")
     if audit.design.unit != "rows":
-        raise audits.UserError(f"{args.audit}: an audit of descriptions has no row's own codes to copy")
+        raise UserError(f"{args.audit}: an audit of descriptions has no row's own codes to copy")
     require_columns(frame, args.truth_cols, args.audit, {c: "--truth-cols" for c in args.truth_cols})
     checked = len(frame) if args.rows is None else min(args.rows, len(frame))
     for k, column in enumerate(args.truth_cols):
-        filled = audits.as_text(frame[column]).str.strip()
+        filled = as_text(frame[column]).str.strip()
         frame[audits.TRUE_CODE.format(k + 1)] = filled.where(frame.index < checked, "")
     writer = OutputWriter(args.audit, "audit")
     try:

@@ -20,6 +20,7 @@ from mixer.core.errors import UserError
 from mixer.data import audits
 from mixer.reporting import audit as stats
 from mixer.reporting.evaluation import group_order
+from test_audit_statistics import bottom_k
 
 
 def simulate_check(*argv):
@@ -96,7 +97,7 @@ def test_the_docs_example_runs_and_estimates_the_accuracy_of_all_rows(example):
     assert len(predicted) == 800 and len(audit) == 200
     # the sample: the 200 rows of smallest sampling key, in key order
     rows = audit["audit_row"].astype(int).to_numpy() - 1
-    assert list(rows) == list(stats.bottom_k(stats.row_keys(0, np.arange(800)), 200))
+    assert list(rows) == list(bottom_k(stats.row_keys(0, np.arange(800)), 200))
     assert (audit["occ1"].to_numpy() == predicted["occ1"].to_numpy()[rows]).all()
     # the estimate: the share right of the rows drawn, with Wilson's interval
     right = predicted["code_1"].to_numpy()[rows] == true_codes(predicted["hisco_1"]).to_numpy()[rows]
@@ -136,7 +137,7 @@ def test_the_draw_depends_on_the_seed_and_the_rows_alone(example, tmp_path):
     keys = stats.row_keys(0, np.arange(len(frame)))
     for label, count in zip(labels, stats.allocate(sizes, 60)):
         members = np.flatnonzero(frame["decade"] == label)
-        expected = sorted(members[stats.bottom_k(keys[members], int(count))] + 1)
+        expected = sorted(members[bottom_k(keys[members], int(count))] + 1)
         assert sorted(drawn[37].loc[drawn[37]["decade"] == label, "audit_row"].astype(int)) == expected
     other = mixer.load(model_dir(example)).audit(read(held), 60, by="decade", seed=1)
     assert set(other["audit_row"]) != set(api["audit_row"])
@@ -192,7 +193,7 @@ def test_an_audit_of_descriptions_is_the_rows_drawn_collapsed(example, tmp_path)
     assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
                          "--audit", "120", str(out), "--audit-unit", "descriptions"]) == 0
     drawn = read(out)
-    rows = stats.bottom_k(stats.row_keys(0, np.arange(len(held))), 120)
+    rows = bottom_k(stats.row_keys(0, np.arange(len(held))), 120)
     counts = held["occ1"].iloc[rows].value_counts()
     assert drawn["occ1"].is_unique and len(drawn) == len(counts) < 120
     assert drawn.set_index("occ1")["audit_draws"].astype(int).to_dict() == counts.to_dict()

@@ -54,10 +54,10 @@ _ZEROS = re.compile(r"^0+(?=\d)")
 _SPACES = re.compile(r"\s+")
 
 
-def _hash(text: str, bits: int = 64) -> str:
+def _hash(text: str) -> str:
     import xxhash
 
-    return (xxhash.xxh3_64 if bits == 64 else xxhash.xxh3_128)(text.encode("utf-8")).hexdigest()
+    return xxhash.xxh3_64(text.encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------ what identifies rows
@@ -232,10 +232,6 @@ class Audit:
     correct: np.ndarray  # True / False / None: the `correct` column
     true_columns: list  # true_code_k columns with a code somewhere
     has_codes: np.ndarray  # a true code given
-
-    @property
-    def checked(self) -> np.ndarray:
-        return np.asarray([c is not None for c in self.correct]) | self.has_codes
 
     def row_names(self, rows) -> str:
         """Rows named as a person finds them: by audit_row, else the file's line."""

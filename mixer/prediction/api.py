@@ -130,8 +130,7 @@ class Model:
         head = "seq2seq" if head == "greedy" else head
         predicted = self.predict(frame[input_col], frame[language_col] if language_col else lang, top_k, head,
                                  threshold, frame[context_cols] if context_cols else None, batch_size)
-        draw = AuditDraw(request, input_col, [language_col, *context_cols] if language_col else context_cols,
-                         excluded=config.get("audited") or ())
+        draw = AuditDraw(request, input_col, [language_col, *context_cols], excluded=config.get("audited") or ())
         draw.add(frame, predicted)
         table, lines = draw.finish(model_fingerprint(self._predictor), self.source, head,
                                    threshold_used(self._predictor, head, threshold))

@@ -23,6 +23,7 @@ from mixer.data import audits
 from mixer.reporting import audit as stats
 
 _KEY, _ROW, _STRATUM = "\x00key", "\x00row", "\x00stratum"  # the draw's own columns, never a file's
+PREDICTED = re.compile(r"^(code|prob|desc)_\d+$")  # a head's columns, as the audit names them
 PROBABILITY_UNITS = 10 ** 6  # prob_1 summed in millionths: the same sum in any order
 
 
@@ -104,14 +105,14 @@ class AuditDraw:
     def add_output(self, frame: pd.DataFrame, predicted: pd.DataFrame) -> None:
         """predict.py's rows: the head's columns of a table that may hold several heads."""
         own = [c for c in predicted.columns if str(c).startswith(self.prefix)
-               and re.match(r"^(code|prob|desc)_\d+$", str(c)[len(self.prefix):])]
+               and PREDICTED.match(str(c)[len(self.prefix):])]
         self.add(frame, predicted[own].rename(columns=lambda c: c[len(self.prefix):]))
 
     def __init__(self, request: AuditRequest, text_col: str, key_cols: list, prefix: str = "",
                  excluded=()):
         self.request, self.text_col, self.prefix = request, text_col, prefix
         self.code_columns = []
-        self.key_cols = list(dict.fromkeys([text_col, *key_cols, *([request.by] if request.by else [])]))
+        self.key_cols = list(dict.fromkeys(c for c in (text_col, *key_cols, request.by) if c))
         self.excluded = frozenset(excluded)
         self.kept = None
         self.sizes: dict = {}
@@ -129,11 +130,9 @@ class AuditDraw:
         self.code_columns = [self.prefix + c for c in _code_columns(predicted)]
         rows = np.arange(self.offset, self.offset + len(frame))
         self.offset += len(frame)
-        for column in [self.text_col] + ([self.request.by] if self.request.by else []):
-            if column not in frame.columns:
-                flag = "--audit-by" if column == self.request.by else "the description column"
-                raise UserError(f"--audit: no column {column!r} ({flag}); the rows have: "
-                                f"{', '.join(map(str, frame.columns[:12]))}")
+        if self.request.by and self.request.by not in frame.columns:
+            raise UserError(f"--audit: no column {self.request.by!r} (--audit-by); the rows have: "
+                            f"{', '.join(map(str, frame.columns[:12]))}")
         self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
         texts = frame[self.text_col]
         eligible = audits.descriptions(texts).ne("").to_numpy().copy()
@@ -200,9 +199,7 @@ class AuditDraw:
         return table, self._report(design, asked, total)
 
     def _table(self, chosen: pd.DataFrame, design: audits.Design) -> pd.DataFrame:
-        predicted = _code_columns(chosen) + [c for c in chosen.columns if re.match(r"^(prob|desc)_\d+$", str(c))]
-        predicted = sorted(predicted, key=lambda c: (int(c.rsplit("_", 1)[1]), ("code", "prob", "desc").index(
-            c.rsplit("_", 1)[0])))
+        predicted = [c for c in chosen.columns if PREDICTED.match(str(c))]  # as predict.py orders them
         if design.unit == "rows":
             inputs = [c for c in chosen.columns if c not in predicted and not str(c).startswith("\x00")]
         else:  # each description once, where its first row drawn was

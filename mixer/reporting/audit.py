@@ -4,9 +4,10 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
 - Drawing: every row of the predicted file gets a key, a 64-bit hash of (seed, row
   number) (SplitMix64's mixing function, a bijection: no two rows share a key). The n
   rows of smallest key are a simple random sample of n rows without replacement, whatever
-  the order or the chunks the rows arrive in; within a stratum, its n_h rows of smallest
-  key. The first m rows of a sample in key order are a simple random sample of m rows too,
-  so a person who stops early has still checked a random sample.
+  the order or the chunks the rows arrive in (mixer.prediction.audit keeps them); within a
+  stratum, its n_h rows of smallest key. The first m rows of a sample in key order are a
+  simple random sample of m rows too, so a person who stops early has still checked a
+  random sample.
 - Allocation (stratified): proportional to the strata's rows by largest remainders, with
   every stratum at least 2 rows (or all of its rows when it has fewer), so that each
   stratum's variance can be estimated.
@@ -86,14 +87,6 @@ def allocate(sizes: Sequence[int], n: int, floor: int = STRATUM_FLOOR) -> np.nda
     order = np.lexsort((np.arange(len(sizes)), -remainders))
     counts[order[: n - int(counts.sum())]] += 1
     return np.minimum(counts, sizes)
-
-
-def bottom_k(keys: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k smallest keys, smallest first: a simple random sample of k."""
-    if k >= len(keys):
-        return np.argsort(keys, kind="stable")
-    part = np.argpartition(keys, k)[:k]
-    return part[np.argsort(keys[part], kind="stable")]
 
 
 def wilson(successes, n, z: float = Z) -> tuple:
@@ -186,7 +179,3 @@ def estimate(rows: Sequence[int], correct: Sequence[float], checked: Sequence[fl
         return simple(float(np.sum(correct)), float(np.sum(checked)), z)
     return stratified(rows, correct, checked, z)
 
-
-def expected_accuracy(prob_sum: float, rows: int) -> Optional[float]:
-    """The accuracy a model expects: the mean of its top code's probability."""
-    return None if rows <= 0 else prob_sum / rows
