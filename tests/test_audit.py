@@ -305,6 +305,10 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     with open(run / "config.json", encoding="utf-8") as handle:
         audited = json.load(handle)["audited"]
     assert sorted(set(audits.description_keys(filled["occ1"]))) == audited
+    # a run that starts from it keeps them
+    assert finetune_main([*argv, "--save-path", str(tmp_path / "after"), "--initial-checkpoint", str(run)]) == 0
+    with open(tmp_path / "after" / "config.json", encoding="utf-8") as handle:
+        assert json.load(handle)["audited"] == audited
     # the next audit of this model's predictions: only rows whose description it did not train on
     held = read(example / "held_back.csv")
     seen = held["occ1"].isin(set(filled["occ1"]))

@@ -156,15 +156,16 @@ def predict_file(args) -> None:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
                     renames = input_names(chunk.columns, predicted.columns)
+                    shown = chunk.rename(columns=renames)  # the input's columns as the output names them
                     if writer is not None:
-                        writer.write(pd.concat([chunk.rename(columns=renames), predicted], axis=1))
+                        writer.write(pd.concat([shown, predicted], axis=1))
                     if audit is not None:
                         from mixer.prediction.audit import AuditDraw
 
                         keys = [input_col, language_col, *context_cols]
                         draw = draw or AuditDraw.for_output(audit, renames, keys, args.head[0],
                                                             len(args.head) > 1, predictor.config)
-                        draw.add_output(chunk.rename(columns=renames), predicted)
+                        draw.add_output(shown, predicted)
                     if checklist is not None:
                         checklist.add(chunk, predicted)
                     if args.summary_plot:

@@ -147,9 +147,9 @@ def plot_scores(table: pd.DataFrame, path: str) -> str:
         axis.errorbar(x, value, yerr=errors, fmt="o", capsize=3, label=label)
     axis.set_xticks(np.arange(len(names)), [f"{n}\n(n={int(c)})" for n, c in zip(
         names, table.drop_duplicates(group).set_index(group).reindex(names)["checked"])])
-    axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title="audit")
+    axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title=f"audit {table['audit'].iloc[0]}")
     axis.grid(alpha=0.3, axis="y")
-    axis.legend(fontsize=7, loc="lower left")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
