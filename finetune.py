@@ -6,7 +6,7 @@ writes a run directory (see README). The same command runs everywhere:
 
   one process (cuda:0 if present, else CPU):
     python finetune.py --dataset data/toy_hisco.csv --target-cols hisco_1 \\
-        --allow-codes-shorter-than-block-size --save-path runs/toy
+        --zero-padded-codes --allow-codes-shorter-than-block-size --save-path runs/toy
 
   one machine, N GPUs (or N CPU processes):
     torchrun --standalone --nproc_per_node=N finetune.py --distributed ...

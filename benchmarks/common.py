@@ -5,7 +5,7 @@ import re
 import statistics
 
 # finetune.py on the shipped example data
-EXAMPLE_FLAGS = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
+EXAMPLE_FLAGS = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1", "--zero-padded-codes",
                  "--allow-codes-shorter-than-block-size"]
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 from mixer.core.precision import cpu_model  # noqa: E402
 
-EXAMPLE = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1",
+EXAMPLE = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1", "--zero-padded-codes",
            "--allow-codes-shorter-than-block-size", "--code-descriptions", "data/hisco_key.csv"]
 TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
         "--decoder-heads", "2", "--max-len", "48"]

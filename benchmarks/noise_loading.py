@@ -36,7 +36,8 @@ from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
 from mixer.data.tokens import InputRecipe  # noqa: E402
 from mixer.data.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
                                         split_caches, text_store)
-from mixer.models.encoders import build_encoder, fixed_input_length, token_ids_of  # noqa: E402
+from mixer.data.padding import CHARACTERS, InputPadding  # noqa: E402
+from mixer.models.encoders import build_encoder, token_ids_of  # noqa: E402
 from mixer.models.losses import row_losses, step_loss  # noqa: E402
 from mixer.models.model import HeadsConfig, MixerModel  # noqa: E402
 from mixer.training.run import build_optimizer  # noqa: E402
@@ -47,7 +48,9 @@ from common import EXAMPLE_FLAGS  # noqa: E402
 NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
 
 
-def loader_of(run_dir, encoder, noise, batch, max_len, groups=1):
+def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTERS):
+    """A training loader of the prepared run: its token cache, noise, and batches padded as
+    far as `reads` needs (mixer.data.padding)."""
     prepared = load_prepared(run_dir, with_text=False)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter
@@ -61,7 +64,7 @@ def loader_of(run_dir, encoder, noise, batch, max_len, groups=1):
         inputs = RowInputs(caches["train"])
     dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
     collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes),
-                       pad_to=fixed_input_length(encoder.model.config, max_len),
+                       padding=InputPadding.for_encoder(encoder.model.config, max_len, reads),
                        groups=groups)
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate.grouped)
@@ -131,13 +134,11 @@ def main() -> None:
         load_clean = seconds_per_batch(clean, args.steps)
         load_noisy = seconds_per_batch(noisy, args.steps)
         loaders = {"clean, padded whole": clean, "noised, padded whole": noisy}
-        fixed = fixed_input_length(encoder.model.config, max_len) is not None  # groups change nothing
-        for groups in () if fixed else (2, 4):
+        for groups in (2, 4):
             loaders[f"noised, {groups} length groups"] = loader_of(run_dir, encoder, NOISE, args.batch_size,
                                                                    max_len, groups)[0]
-        if not fixed:
-            loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
-                                                          args.batch_size, max_len, 2)[0]
+        loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
+                                                      args.batch_size, max_len, 2)[0]
         steps = seconds_per_step(encoder, f, key_codes, loaders, args.steps)
         base = steps["clean, padded whole"]
         rows = len(inputs)

@@ -3,12 +3,15 @@
     python benchmarks/occcanine_speed.py [--rows 500] [--keep DIR]
 
 Builds a model of the architecture of Christianvedel/OccCANINE_s2s_mix with
-random weights, writes it in OccCANINE's hub layout (the weights do not change
-the speed), and times mixer's prediction on distinct descriptions from the
-example data: the flat head and greedy decoding, in fp32 and in bf16 (bf16 is
-forced even where the CPU would emulate it, and the line says so). Prints the
-CPU model and capability with the figures. --keep DIR keeps the hub directory,
-e.g. to time OccCANINE's own predict() on the same weights side by side.
+random weights, writes it in OccCANINE's hub layout (the weights do not change the
+speed), and times mixer's prediction on distinct descriptions from the example data,
+the flat head and greedy decoding: in fp32 with every batch padded to 128 characters
+(as OccCANINE pads, and mixer did before 0.3), in fp32 padded as far as each batch
+needs (exact: mixer.data.padding; OccCANINE's decoder reads all 128 positions, so greedy
+decoding keeps them), in int8 (--quantize int8, approximate), and in bf16 where the CPU
+computes it natively. Prints the CPU model and capability, and the characters computed per
+row. --keep DIR keeps the hub directory, e.g. to time OccCANINE's own predict() on the
+same weights side by side (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -60,6 +63,40 @@ def rate(model, texts, head: str, batch_size: int) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
+def characters_per_row(model, texts, head: str, batch_size: int) -> float:
+    """The input slots the encoder computes per row: its batches' padded lengths."""
+    predictor = model._predictor
+    _, lengths = predictor.token_ids.encode(np.asarray(texts, dtype=object),
+                                            np.full(len(texts), "en", dtype=object))
+    padding = predictor.padding(states=head != "flat")
+    ordered = np.sort(lengths, kind="stable")
+    return float(np.mean(np.concatenate([np.full(len(part), padding.length(int(part.max())))
+                                         for part in np.split(ordered, range(batch_size, len(ordered), batch_size))])))
+
+
+class Padded128:
+    """Every batch padded to 128 characters, as before mixer 0.3 (for the comparison)."""
+
+    def __enter__(self):
+        from mixer.data.padding import EVERY_POSITION, InputPadding
+        from mixer.prediction.predict import Predictor
+
+        self.original = Predictor.padding
+        original = self.original
+
+        def whole(predictor, states):
+            padding = original(predictor, states)
+            return InputPadding(padding.max_len, padding.rate, padding.right_context, EVERY_POSITION)
+
+        Predictor.padding = whole
+        return self
+
+    def __exit__(self, *_):
+        from mixer.prediction.predict import Predictor
+
+        Predictor.padding = self.original
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500)
@@ -77,10 +114,20 @@ def main() -> None:
           f"bf16 {'native' if bf16_native else 'emulated'} on this CPU")
     print(f"{len(texts)} distinct descriptions, batch {args.batch_size}, OccCANINE's architecture "
           f"(CANINE-s, 1,919 codes) from {directory}")
-    for precision in ("fp32", "bf16"):
-        model = mixer.load(directory, device="cpu", precision=precision, force_precision=True)
+    variants = [("fp32, padded to 128", "fp32", None, True), ("fp32", "fp32", None, False),
+                ("int8", "fp32", "int8", False)]
+    if bf16_native:
+        variants.append(("bf16", "bf16", None, False))
+    for name, precision, quantize, whole in variants:
+        model = mixer.load(directory, device="cpu", precision=precision, quantize=quantize)
         for head in ("flat", "seq2seq"):
-            print(f"mixer {precision} {head:8s}: {rate(model, np.asarray(texts), head, args.batch_size):6.1f} records/s",
+            if whole:
+                with Padded128():
+                    speed, chars = rate(model, np.asarray(texts), head, args.batch_size), 128.0
+            else:
+                speed = rate(model, np.asarray(texts), head, args.batch_size)
+                chars = characters_per_row(model, texts, head, args.batch_size)
+            print(f"mixer {name:20s} {head:8s}: {speed:6.1f} records/s, {chars:5.1f} characters per row",
                   flush=True)
     if not args.keep:
         import shutil

@@ -16,12 +16,12 @@ from mixer import errors  # noqa: E402,F401
 
 
 def load(source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-         tf32=None, code_descriptions=None):
+         tf32=None, code_descriptions=None, quantize=None):
     """A model to predict with: see mixer.prediction.api.load."""
     from mixer.api import load as _load  # the alias: `mixer.api.Model` after a load, as before
 
     return _load(source, device, precision, force_precision, tf32=tf32,
-                 code_descriptions=code_descriptions)
+                 code_descriptions=code_descriptions, quantize=quantize)
 
 
 def finetune(data, target_cols=None, initial_checkpoint=None, save_path=None, **options):

@@ -12,7 +12,6 @@ The file is rewritten in place, in its own format (.csv, .xlsx, .parquet).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -21,9 +20,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None) -> int:
     from mixer.cli.parsing import Parser, positive_int
+    from mixer.core.config import TableOptions
     from mixer.core.errors import UserError
     from mixer.data import audits
-    from mixer.data.tables import OutputWriter, as_text, read_table, require_columns
+    from mixer.data.reading import as_text, read_table, require_columns
+    from mixer.data.writing import write_table
 
     parser = Parser(prog="simulate_audit_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("audit", help="the audit file predict.py --audit wrote")
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
                         help="check only the first ROWS rows (from the top, as a person would); "
                              "the others stay blank")
     args = parser.parse_args(argv)
-    frame = read_table(args.audit, "audit")
+    frame = read_table(args.audit, TableOptions(role="audit"))
     audit = audits.parse_audit(frame, args.audit, "audit")
     if audit.design.unit != "rows":
         raise UserError(f"{args.audit}: an audit of descriptions has no row's own codes to copy")
@@ -42,13 +43,7 @@ def main(argv=None) -> int:
     for k, column in enumerate(args.truth_cols):
         filled = as_text(frame[column]).str.strip()
         frame[audits.TRUE_CODE.format(k + 1)] = filled.where(frame.index < checked, "")
-    writer = OutputWriter(args.audit, "audit")
-    try:
-        writer.write(frame)
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    write_table(frame, args.audit, "audit")
     print(f"{args.audit}: true_code_1.. of {checked} of {len(frame)} rows filled from "
           f"{', '.join(args.truth_cols)} (a simulation of the hand check)")
     return 0

@@ -250,3 +250,65 @@ def test_console_scripts_name_functions_that_exist(script):
         target = re.search(rf'^{script} = "([\w.]+):(\w+)"', f.read(), re.M)
     assert target, f"{script} in pyproject.toml"
     assert unresolved(target.group(1), (target.group(2),)) == []
+
+
+# ------------------------------------------------------------------ one way in for every table
+# The calls of pandas, pyarrow and openpyxl that read a table from a file, by name.
+TABLE_READERS = {"read_csv", "read_table", "read_parquet", "read_excel", "read_stata", "read_json",
+                 "read_feather", "read_fwf", "read_sas", "read_spss", "read_orc", "open_csv",
+                 "ParquetFile", "read_schema", "load_workbook", "StataReader", "ExcelFile", "dataset"}
+READING_MODULES = {"mixer/data/reading.py", "mixer/data/formats.py"}  # the reader and its formats
+# Files that are not tables a user gives: the tool's own, read where they are written.
+OWN_FILES = {
+    ("mixer/data/prepare.py", "read_key"): "a run's key.csv, written by write_prepared",
+    ("mixer/data/prepare.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
+    ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
+    ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
+    ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
+    ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
+    ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
+}
+
+
+def table_reads(path: str) -> list:
+    """(function, line) of each call in a file that reads a table with pandas, pyarrow or
+    openpyxl: module.reader(...) or a reader imported by name from those packages."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[0] in ("pandas", "pyarrow", "openpyxl")
+                for a in node.names if a.name in TABLE_READERS}
+    reads = []
+
+    def visit(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Call):
+                func = child.func
+                if ((isinstance(func, ast.Attribute) and func.attr in TABLE_READERS
+                     and not (isinstance(func.value, ast.Name) and func.value.id in ("reading", "self")))
+                        or (isinstance(func, ast.Name) and func.id in imported)):
+                    reads.append((function, child.lineno))
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return reads
+
+
+def test_every_table_is_read_by_the_one_reader():
+    """Every file a user gives (--dataset, --train-data, --val-data, --extra-train, --key,
+    --code-descriptions, --input, --predictions, ...) comes in through mixer.data.reading,
+    with its role's options; a new path that reads a table itself fails here. The tool's
+    own files (a run's key.csv and prepared splits, its logs) are listed, each with why."""
+    found = {}
+    for path in python_files("mixer"):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel in READING_MODULES:
+            continue
+        for function, line in table_reads(path):
+            found.setdefault((rel, function), []).append(line)
+    bypass = {f"{rel}:{lines[0]} ({function})" for (rel, function), lines in found.items()
+              if (rel, function) not in OWN_FILES}
+    assert not bypass, f"tables read outside mixer.data.reading: {sorted(bypass)}"
+    assert set(found) == set(OWN_FILES), f"stale entries: {sorted(set(OWN_FILES) - set(found))}"
+    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "reading.py"))) >= 4  # it sees reads

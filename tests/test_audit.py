@@ -232,6 +232,8 @@ def test_an_audit_is_scored_only_against_what_it_was_drawn_from(example, tmp_pat
     refused(audit.assign(code_1=audit["code_1"].where(audit.index != first_wrong, audit["true_code_1"])),
             rf"1 row\(s\) \(line {first_wrong + 2}\) differ from what predict.py wrote")
     refused(audit.assign(audit=audit["audit"].str.replace('"seed": 0', '"seed": 1')), "'audit' column was changed")
+    refused(audit.assign(audit=audit["audit"].str.replace('"version": 2', '"version": 1')),
+            "drawn by an earlier mixer .* draw the audit again")
     sized = example / "other_audit.csv"
     assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
                          "--audit", "5", str(sized), "--audit-seed", "3"]) == 0
@@ -321,10 +323,110 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     assert design["strata"] == [[None, int((~seen).sum()), 100]]
 
 
-def test_what_a_spreadsheet_does_to_codes_is_not_an_edit():
-    """An audit's predicted codes are compared as a spreadsheet leaves them: a CSV opened
-    and saved in Excel has 6510 for 06510, and number columns read back as 6510.0."""
-    saved = pd.DataFrame({"code_1": ["06510", "6510", "6510.0", " 06510 ", 6510, "1,12,0", "-1"],
-                          "code_2": ["", None, float("nan"), "nan", "", "", ""]})
-    codes = audits.canonical_codes(saved, ["code_1", "code_2"])
-    assert codes.tolist() == ["6510|"] * 5 + ["1,12,0|", "-1|"]
+def test_an_audit_reads_its_codes_as_the_model_spells_them():
+    """An audit's codes go through the one normaliser (mixer.data.normalise) with the model's
+    code system: a spreadsheet's 6510.0 is 6510, a number cell a whole number, and a digit
+    code that lost its leading zeros gets them back where the model's codes have a width
+    (HISCO's 5, a --key's or --zero-padded-codes' width; number cells: --block-size unless
+    codes may be shorter); where they have none, 6510 is not 06510."""
+    from mixer.data.formatter import CodeFormatter
+    from mixer.data.reading import frame_as_text
+
+    hisco, toy = CodeFormatter(kind="hisco"), CodeFormatter(allow_short=True)  # toy: the tests' model
+    padded, fixed = CodeFormatter(digit_width=5), CodeFormatter()
+    parts = CodeFormatter(block_size=3, use_within_block_sep=True)
+    text = pd.DataFrame({"code_1": ["06510", "6510", " 06510 ", "-1"], "code_2": ["", "", "14120", ""]})
+    decimals = pd.DataFrame({"code_1": ["6510.0", "14120.0", ""]})  # a CSV column as a spreadsheet writes numbers
+    numbers = frame_as_text(pd.DataFrame({"code_1": [6510.0, 14120.0, np.nan]}), "test")  # Excel, Stata, Parquet
+    assert audits.canonical_codes(text, ["code_1", "code_2"], hisco).tolist() == \
+        ["06510|", "06510|", "06510|14120", "-1|"]
+    assert audits.canonical_codes(text, ["code_1", "code_2"], padded).tolist() == \
+        ["06510|", "06510|", "06510|14120", "-1|"]
+    for unknown in (toy, fixed):  # a text column of a code system without a width: as written
+        assert audits.canonical_codes(text, ["code_1"], unknown).tolist() == ["06510", "6510", "06510", "-1"]
+    assert audits.canonical_codes(decimals, ["code_1"], toy).tolist() == ["6510", "14120", ""]
+    for frame in (decimals, numbers):
+        assert audits.canonical_codes(frame, ["code_1"], hisco).tolist() == ["06510", "14120", ""]
+        assert audits.canonical_codes(frame, ["code_1"], fixed).tolist() == ["06510", "14120", ""]
+        assert audits.canonical_codes(frame, ["code_1"], toy).tolist() == ["6510", "14120", ""]
+    assert audits.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
+
+
+def drawn_without_a_model(formatter, codes: list, path, inputs=None) -> pd.DataFrame:
+    """An audit of every row of a small table whose predicted codes are given: the draw of
+    predict.py and Model.audit, without a model."""
+    from mixer.prediction.audit import AuditDraw, AuditRequest, write_audit
+
+    frame = pd.DataFrame({"occ1": [f"occupation {i}" for i in range(len(codes))], **(inputs or {})})
+    predicted = pd.DataFrame({"code_1": codes, "prob_1": [0.9] * len(codes)})
+    draw = AuditDraw(AuditRequest(str(path), size=len(codes)).check(), "occ1", [], formatter)
+    draw.add(frame, predicted)
+    table, lines = draw.finish("m-test", "test", "flat", "0.5")
+    write_audit(table, str(path), lines, log=lambda line: None)
+    return table
+
+
+def test_a_spreadsheet_that_drops_zeros_is_no_edit_where_the_model_has_a_width(tmp_path, capsys):
+    """A HISCO model's audit saved by a spreadsheet as CSV (06510 becomes 6510, true codes
+    typed as numbers) scores as written, without --code-length; a model whose codes have no
+    width cannot tell 6510 from 06510, so there the change is an edit, refused."""
+    from mixer.data.formatter import CodeFormatter
+
+    codes = ["06510", "14120", "06510", "-1"]
+    for formatter, kept in ((CodeFormatter(kind="hisco"), True), (CodeFormatter(allow_short=True), False)):
+        path = tmp_path / f"{formatter.kind}.csv"
+        table = drawn_without_a_model(formatter, codes, path)
+        saved = read(path)  # the true codes typed as numbers (06510 as 6510), one of them another code
+        saved["true_code_1"] = saved["code_1"].str.lstrip("0").replace("14120", "1110")
+        saved["code_1"] = saved["code_1"].str.lstrip("0")
+        saved.to_csv(path, index=False)
+        if not kept:  # the rows whose code lost its zero, named by their lines
+            lines = ", ".join(f"line {i + 2}" for i in np.flatnonzero(table["code_1"].str.startswith("0")))
+            with pytest.raises(UserError, match=rf"2 row\(s\) \({lines}\) differ from what predict.py wrote"):
+                evaluate_main(["--audit", str(path)])
+            continue
+        assert evaluate_main(["--audit", str(path)]) == 0
+        whole = pd.read_csv(tmp_path / f"{formatter.kind}_scores.csv").iloc[0]
+        assert (whole["checked"], whole["correct"]) == (4, 3)
+    assert "score with --code-length" not in capsys.readouterr().out  # the zeros are back: nothing to warn of
+
+
+def test_an_audit_names_the_input_columns_through_the_one_naming_step(tmp_path):
+    """The input's columns beside the audit's own are named by mixer.data.writing.output_names,
+    in the audit's format: one that would take an audit's name, or that the audit's reader
+    would read as a person's code (true_code_7), is written <name>_input; Stata's names are
+    made valid. The audit reads back as written."""
+    from mixer.data.formatter import CodeFormatter
+
+    inputs = {"code_1": ["a"] * 3, "correct": ["b"] * 3, "true_code_7": ["c"] * 3, "parish name": ["d"] * 3}
+    for name in ("audit.csv", "audit.dta"):
+        table = drawn_without_a_model(CodeFormatter(kind="hisco"), ["06510", "14120", "-1"], tmp_path / name, inputs)
+        parish = "parish name" if name.endswith(".csv") else "parish_name"
+        assert list(table.columns)[:6] == ["audit_row", "occ1", "code_1_input", "correct_input",
+                                           "true_code_7_input", parish]
+        assert list(table.columns)[6:] == ["code_1", "prob_1", "correct", "true_code_1", "note", "audit_check",
+                                           "audit"]
+        audit = audits.read_audit(str(tmp_path / name))
+        assert audit.true_columns == ["true_code_1"] and audit.design.audit_text_col == "occ1"
+        assert audit.frame["code_1"].tolist() == table["code_1"].tolist()
+        assert sorted(audit.frame["code_1"]) == ["-1", "06510", "14120"]
+
+
+def test_an_audit_is_read_with_its_own_flags(tmp_path):
+    """evaluate.py reads --audit with its role's options (--audit-encoding, --audit-sep,
+    --audit-sheet, --audit-header-row) and --predictions with the main ones: an audit
+    re-saved by Excel on Windows (cp1252, ';') beside UTF-8 predictions."""
+    from mixer.data.formatter import CodeFormatter
+
+    path = tmp_path / "audit.csv"
+    drawn_without_a_model(CodeFormatter(kind="hisco"), ["06510", "14120", "-1"], path,
+                          {"parish": ["Tromsø", "Åsnes", "Bergen"]})
+    filled = read(path)
+    filled["correct"] = "yes"
+    filled.to_csv(path, index=False, sep=";", encoding="cp1252")
+    with pytest.raises(UserError, match=r"--audit .*audit.csv: not UTF-8 text.*--audit-encoding cp1252"):
+        evaluate_main(["--audit", str(path)])
+    with pytest.raises(UserError, match="--audit-sep"):
+        evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--audit-sep", ","])
+    assert evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--encoding", "utf-8"]) == 0
+    assert pd.read_csv(tmp_path / "audit_scores.csv").iloc[0]["correct"] == 3

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_program
-from mixer.data.prepare import model_text
+from mixer.data.normalise import model_text
 
 CODES = {("servant", "wife"): "54010", ("servant", "son"): "62105",
          ("labourer", "wife"): "99910", ("labourer", "son"): "62110",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -326,7 +327,28 @@ def test_bad_input_under_torchrun_fails_every_rank_once(tmp_path):
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert text.count("row 1 hisco_1='6110'") == 1
-    assert "/mixer/" not in text  # torchrun reports the failed worker; no traceback of ours
+    assert not own_frames(text)  # torchrun reports the failed worker; no traceback of ours
+
+
+def test_own_frames_are_the_project_files_whatever_the_clone_is_called():
+    venv = os.path.join(ROOT, ".venv")  # a clone in /somewhere/mixer/ with its .venv inside
+    report = (f"[rank1]: {venv}/bin/python exited with code 2\n"
+              f'  File "{venv}/lib/python3.11/site-packages/torch/distributed/run.py", line 9, in main\n')
+    assert own_frames(report) == []
+    ours = f'  File "{os.path.join(ROOT, "mixer", "data", "prepare.py")}", line 1, in prepare\n'
+    program = f'  File "{os.path.join(ROOT, "finetune.py")}", line 1, in <module>\n'
+    assert len(own_frames(report + ours + program)) == 2
+
+
+def own_frames(text: str) -> list:
+    """The traceback frames of the project's own files (its package and programs) in a
+    program's output: judged by the files' real paths, so that a clone in a directory
+    named mixer (whose .venv torchrun names in its report) is no false alarm."""
+    root = os.path.realpath(ROOT)
+    ours = os.path.join(root, "mixer") + os.sep
+    programs = {os.path.join(root, name) for name in os.listdir(root) if name.endswith(".py")}
+    frames = [os.path.realpath(path) for path in re.findall(r'File "([^"]+)", line \d+', text)]
+    return [path for path in frames if path.startswith(ours) or path in programs]
 
 
 def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv, tmp_path):

@@ -167,6 +167,11 @@ def test_installable_commands_are_the_same_programs(tmp_path):
         names = archive.namelist()
         entry_points = archive.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "mixer/resources/hisco_key.csv" in names
+    licence = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert len(licence) == 1  # the licence's text travels with the code (and the HISCO key it ships)
+    with zipfile.ZipFile(wheel) as archive, open(os.path.join(ROOT, "LICENSE"), "rb") as handle:
+        text = archive.read(licence[0])
+        assert text == handle.read() and b"Apache License\n                           Version 2.0" in text
     modules = {n for n in tracked if n.startswith("mixer/") and n.endswith(".py")}
     assert {n for n in names if n.startswith("mixer/") and n.endswith(".py")} == modules
     for command, target in (("mixer-finetune", "finetune_cli"), ("mixer-train", "train_mixer_cli"),

@@ -4,6 +4,7 @@ with ';' or tabs, in Windows encodings. Codes stay text in every one."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -17,9 +18,9 @@ from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
 from mixer.data import formats
 from mixer.data.prepare import fingerprint, prepare_run_data
-from mixer.data.tables import (
-    NUMERIC_COLUMNS, OutputWriter, TableOptions, first_undecodable, iter_chunks, read_table,
-)
+from mixer.core.config import TableOptions
+from mixer.data.reading import NUMERIC_COLUMNS, first_undecodable, iter_chunks, read_table
+from mixer.data.writing import OutputWriter
 
 import openpyxl  # noqa: E402  requirements.txt installs it (the extra mixer[excel])
 
@@ -154,6 +155,110 @@ def test_a_sep_line_above_the_header_names_the_separator(tmp_path):
     assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
 
 
+def test_every_hint_names_the_flag_of_the_file_it_is_about(tmp_path):
+    """A --key file's encoding and separator are --key-encoding and --key-sep: every
+    message about that file names them, never the main data's --encoding (issue 27, item 4)."""
+    path = tmp_path / "key.csv"
+    path.write_bytes("code;description\n61110;bonde\n62120;drängen\n".encode("cp1252"))
+    key = TableOptions(role="key")
+    with pytest.raises(UserError) as error:
+        read_table(str(path), key)
+    assert str(error.value).startswith(f"--key {path}: not UTF-8 text: row 2 (line 3)")
+    assert "(e.g. --key-encoding cp1252)" in str(error.value) and "--encoding" not in str(error.value).replace(
+        "--key-encoding", "")
+    with pytest.raises(UserError, match=r"with --key-sep ',' the header is one column .*pass --key-sep ';'"):
+        read_table(str(path), TableOptions(encoding="cp1252", sep=",", role="key"))
+    said = []
+    read_table(str(path), TableOptions(encoding="cp1252", role="key"), log=said.append)
+    assert said == [f"--key {path}: CSV, separator ';' (found in the header line; --key-sep sets it), "
+                    "encoding cp1252"]
+
+
+def test_a_typed_separator_that_the_file_names_anyway_is_the_same_run(tmp_path):
+    """The fingerprint records the reading a file got, not which flags were typed: --sep ','
+    on a file whose header uses ',' resumes a run prepared without it, and the other way
+    round; a separator that reads the file otherwise is another run (issue 27, item 9)."""
+    path = tmp_path / "data.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 5)
+    run = str(tmp_path / "run")
+    plain = DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2)
+    prepare_run_data(plain, 0, run, log=lambda _: None)
+    for typed in (DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, sep=","), plain):
+        said = []
+        prepare_run_data(typed, 0, run, log=said.append)
+        assert said == [f"reusing prepared data in {run}"]
+    assert fingerprint(plain, 0)["digest"] == fingerprint(
+        DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, sep=",", header_row=1), 0)["digest"]
+    other = tmp_path / "other"
+    prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, sep=","), 0,
+                     str(other), log=lambda _: None)
+    assert "sep" not in json.load(open(other / "prepared.json"))["settings"]
+    semi = tmp_path / "semi.csv"
+    semi.write_text("occ1;hisco_1;x,y\n" + "farmer;61110;a,b\nfisher;64100;c,d\n" * 5)
+    prepare_run_data(DataConfig(dataset=str(semi), target_cols=["hisco_1"], share_val=0.2), 0,
+                     str(tmp_path / "semi"), log=lambda _: None)
+    with pytest.raises(UserError, match="--sep was None, now ','"):  # ',' reads this file otherwise
+        prepare_run_data(DataConfig(dataset=str(semi), target_cols=["hisco_1", ], share_val=0.2, sep=","), 0,
+                         str(tmp_path / "semi"), log=lambda _: None)
+
+
+def test_a_run_prepared_with_a_typed_separator_before_it_was_canonical_resumes(tmp_path):
+    """Runs whose fingerprint recorded the flags as typed (before) resume unchanged."""
+    path = tmp_path / "data.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 5)
+    cfg = DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, sep=",")
+    run = tmp_path / "run"
+    prepare_run_data(cfg, 0, str(run), log=lambda _: None)
+    stamp = json.load(open(run / "prepared.json"))
+    stamp.update({k: v for k, v in fingerprint(cfg, 0, typed=True).items() if k in ("settings", "digest")})
+    assert stamp["settings"]["sep"] == ","
+    (run / "prepared.json").write_text(json.dumps(stamp))
+    said = []
+    prepare_run_data(cfg, 0, str(run), log=said.append)
+    assert said == [f"reusing prepared data in {run}"]
+
+
+def test_a_title_row_above_the_header_is_named_and_skipped_with_header_row(tmp_path):
+    """A workbook or CSV file with a title above the column names: the error says which row
+    was taken as the header and names the flag that takes another; --header-row N reads
+    it, and the run says which row it took (issue 27, item 8)."""
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "1850"
+    sheet["A1"] = "Occupations, parish of X, 1850"
+    sheet.merge_cells("A1:C1")
+    sheet.append([])
+    sheet.append(["occ1", "hisco_1", "note"])
+    sheet.append(["farmer", "61110", "x"])
+    sheet.append(["fisher", 64100, ""])
+    path = str(tmp_path / "titled.xlsx")
+    book.save(path)
+    with pytest.raises(UserError) as error:
+        read_table(path)
+    assert str(error.value) == (
+        f"--dataset {path}: sheet '1850': row 3 has a value in column B, which has no name in the header "
+        "row (row 1: 'Occupations, parish of X, 1850'); if the column names are in another row (a title "
+        "above them), pass --header-row with its number")
+    said = []
+    frame = read_table(path, TableOptions(header_row=3, role="extra_train"), log=said.append)
+    assert frame.values.tolist() == [["farmer", "61110", "x"], ["fisher", "64100", ""]]
+    assert said == [f"--extra-train {path}: Excel, sheet '1850', header row 3 (--extra-train-header-row "
+                    "chooses another)"]
+    with pytest.raises(UserError, match=r"row 2 \(--header-row\) is empty"):
+        read_table(path, TableOptions(header_row=2))
+    csv_path = tmp_path / "titled.csv"
+    csv_path.write_bytes("Occupations of 1850\r\n\r\nocc1;hisco_1\r\nbonde;61110\r\ndrängen;62120\r\n"
+                         .encode("cp1252"))
+    said = []
+    frame = read_table(str(csv_path), TableOptions(encoding="cp1252", header_row=3), log=said.append)
+    assert frame.values.tolist() == [["bonde", "61110"], ["drängen", "62120"]]
+    assert said[0].endswith("encoding cp1252, header row 3")
+    with pytest.raises(UserError, match=r"not UTF-8 text: row 2 \(line 5\)"):  # rows counted under it
+        read_table(str(csv_path), TableOptions(header_row=3))
+    chunks = list(iter_chunks(str(csv_path), 1, TableOptions(encoding="cp1252", header_row=3)))
+    assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
+
+
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
     frame.loc[0, "occ1"] = "drängen"
@@ -252,7 +357,7 @@ def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
 
 
 def test_whole_numbers_past_int64_are_written_out_in_full():
-    from mixer.data.tables import as_text
+    from mixer.data.reading import as_text
 
     assert as_text(pd.Series([1e20, 64100.0, np.nan, -3.0])).tolist() == [
         "100000000000000000000", "64100", "", "-3"]
@@ -281,8 +386,27 @@ def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
         labels = reader.variable_labels()
     assert labels["occupation_title__as_written_"] == "occupation title (as written)"
     assert labels["code_1"] == ""
-    assert "Stata names: 'occupation title (as written)' -> occupation_title__as_written_" in capsys.readouterr().out
+    assert ("columns written under other names: 'occupation title (as written)' -> "
+            "occupation_title__as_written_") in capsys.readouterr().out
     assert sorted(os.listdir(tmp_path)) == ["out.dta"]  # no temporary file left
+
+
+def test_output_names_come_after_each_formats_own_renaming():
+    """One naming step for every output (issue 27, item 2): the format's renaming first,
+    then the code_1_input rule, so no input column takes a prediction's place in the file."""
+    from mixer.data.writing import output_names
+
+    predicted = ["code_1", "prob_1", "code_2", "prob_2"]
+    inputs = ["occ1", "code 1", "prob 2", "a b", "a_b", "x" * 40, "x" * 40 + "y"]
+    assert output_names("stata", inputs, predicted) == [
+        "occ1", "code_1_input", "prob_2_input", "a_b", "a_b_2", "x" * 32, "x" * 30 + "_2", *predicted]
+    assert output_names("csv", inputs, predicted)[:3] == ["occ1", "code 1", "prob 2"]  # CSV keeps them
+    assert output_names("excel", [" code_2", "note", "note "], predicted)[:3] == [
+        "code_2_input", "note", "note_2"]  # a worksheet's header comes back stripped
+    # several heads: all outputs prefixed, so a file's own code_1 stays (evaluate.py's truth)
+    assert output_names("csv", ["code_1", "flat_code_1"], ["flat_code_1", "seq2seq_code_1"])[:2] == [
+        "code_1", "flat_code_1_input"]
+    assert output_names("stata", [], ["1,1,0", "1.1.0"]) == ["_1_1_0", "_1_1_0_2"]  # a matrix's codes
 
 
 def test_excel_output_keeps_text_as_text(tmp_path):
@@ -347,10 +471,23 @@ def test_prepared_data_from_a_workbook_is_identified_by_content_and_sheet(excel_
     said = []
     prepare_run_data(cfg, 0, run_dir, log=said.append)
     assert said == [f"reusing prepared data in {run_dir}"]
-    with pytest.raises(UserError, match="--sheet was None, now 'data'"):
-        prepare_run_data(DataConfig(dataset=data, target_cols=["hisco_1"], share_val=0.2, sheet="data"),
-                         0, run_dir, log=lambda _: None)
+    # --sheet naming the sheet read anyway is the same reading, so the same run (issue 27, item 9)
+    said = []
+    prepare_run_data(DataConfig(dataset=data, target_cols=["hisco_1"], share_val=0.2, sheet="data"),
+                     0, run_dir, log=said.append)
+    assert said == [f"reusing prepared data in {run_dir}"]
     assert not {"encoding", "sep", "sheet"} & set(fingerprint(cfg, 0)["settings"])  # older runs resume
+    two = write_xlsx(tmp_path / "two.xlsx", [list(frame.columns)] + frame.values.tolist(), sheet="b",
+                     before="a")
+    book = openpyxl.load_workbook(two)
+    for row in [list(frame.columns)] + frame.values.tolist()[:-1]:
+        book["a"].append(row)
+    book.save(two)
+    two_cfg = DataConfig(dataset=two, target_cols=["hisco_1"], share_val=0.2)
+    prepare_run_data(two_cfg, 0, str(tmp_path / "two"), log=lambda _: None)
+    with pytest.raises(UserError, match="--sheet was None, now 'b'"):  # another sheet: another run
+        prepare_run_data(DataConfig(dataset=two, target_cols=["hisco_1"], share_val=0.2, sheet="b"),
+                         0, str(tmp_path / "two"), log=lambda _: None)
     edited = write_xlsx(tmp_path / "edited.xlsx", [list(frame.columns)] + frame.values.tolist()[:-1])
     with pytest.raises(UserError, match="--dataset differs"):
         prepare_run_data(DataConfig(dataset=edited, target_cols=["hisco_1"], share_val=0.2), 0, run_dir,
@@ -374,7 +511,7 @@ def test_an_excel_output_longer_than_a_sheet_stops_before_any_work(excel_run, tm
     assert not os.path.exists(tmp_path / "p.xlsx")
     fits = tmp_path / "fits.csv"
     fits.write_text("occ1\n" + "farmer\n" * (rows - 1))
-    from mixer.data.tables import check_fits_excel
+    from mixer.data.writing import check_fits_excel
 
     check_fits_excel(str(tmp_path / "p.xlsx"), str(fits), TableOptions())
 

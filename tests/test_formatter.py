@@ -25,12 +25,23 @@ def test_hisco_round_trip_keeps_leading_zeros_and_special_codes():
     assert round_trip(f, codes) == codes
 
 
-def test_hisco_short_codes_are_errors_unless_allowed_then_zero_padded():
+def test_hisco_codes_get_their_zeros_back_before_they_are_checked(capsys):
+    """HISCO codes are 5 digits: one that came shorter lost its zeros, and the one
+    normaliser (mixer.data.normalise) restores them, with or without
+    --allow-codes-shorter-than-block-size; the formatter checks codes so spelled."""
     known = set(hisco_key()["code"])
-    code, reason = CodeFormatter(kind="hisco").check("1110", known)
-    assert "leading zeros" in reason
-    assert CodeFormatter(kind="hisco", allow_short=True).check("1110", known) == ("01110", "")
+    assert "leading zeros" in CodeFormatter(kind="hisco").check("1110", known)[1]
     assert "not in the HISCO" in CodeFormatter(kind="hisco").check("12345", known)[1]
+    frame = pd.DataFrame({"occ1": ["chemist", "chemist", "none"], "hisco_1": ["1110", "01110", "-1"]})
+    for allow_short in (False, True):
+        cfg = DataConfig(target_cols=["hisco_1"], formatter="hisco",
+                         allow_codes_shorter_than_block_size=allow_short)
+        checked = check_rows(frame, cfg, make_formatter(cfg, 1), "x.csv", known, log=print,
+                             why="HISCO codes are 5 digits")
+        assert checked.frame["code_1"].astype(str).tolist() == ["01110", "01110", "-1"]
+        assert checked.codes == {"01110", "-1"}  # one class
+    assert ("x.csv: hisco_1: 1 code(s) without their leading zeros read as 5-digit codes "
+            "(e.g. '1110' -> '01110'; HISCO codes are 5 digits)") in capsys.readouterr().out
 
 
 def test_occ1950_round_trip():

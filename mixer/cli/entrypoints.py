@@ -44,8 +44,9 @@ def finetune_parser() -> cli.Parser:
     group.add_argument("--share-val", dest="share_val", type=cli.open_unit_interval, default=0.1,
                        help="share of rows held out for validation (default: %(default)s)")
     group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
-                       help="CSV of code descriptions (columns code,description or the HISCO "
+                       help="a table of code descriptions (columns code,description or the HISCO "
                             "key layout, e.g. data/hisco_key.csv); predictions then carry desc_K")
+    cli.add_table_args(group, "code_descriptions")
     group.add_argument("--save-path", "--save-dir", dest="save_dir", required=True,
                        help="run directory (created; reused to resume)")
     group.add_argument("--prepare-only", dest="prepare_only", action=argparse.BooleanOptionalAction, default=False,
@@ -73,7 +74,7 @@ def train_mixer_parser() -> cli.Parser:
                        help="training files (CSV, Parquet, .xlsx or .dta)")
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
                        help="validation files (CSV, Parquet, .xlsx or .dta)")
-    cli.add_table_args(group)
+    cli.add_table_args(group, "train_data")
     group.add_argument("--formatter", choices=list(FORMATTERS),
                        default="hisco", help="code system: hisco or occ1950 (built in), or "
                                              "general: any codes, --block-size characters (or "
@@ -87,8 +88,9 @@ def train_mixer_parser() -> cli.Parser:
                        help="the code columns by name (instead of --target-col-naming and "
                             "--num-target-cols)")
     group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
-                       help="CSV of code descriptions (columns code,description or the HISCO "
+                       help="a table of code descriptions (columns code,description or the HISCO "
                             "key layout); predictions then carry desc_K")
+    cli.add_table_args(group, "code_descriptions")
     cli.add_input_text_args(group)
     cli.add_code_args(group)
     group.add_argument("--save-dir", "--save-path", dest="save_dir", required=True,
@@ -165,7 +167,7 @@ def predict_parser() -> cli.Parser:
                              "directory or training checkpoint (*.bin, *.pt), or a hub id such as "
                              "Christianvedel/OccCANINE_s2s_mix")
     parser.add_argument("--input", required=True, help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file")
-    cli.add_table_args(parser)
+    cli.add_table_args(parser, "input")
     parser.add_argument("--output", default=None,
                         help="file of predictions: .csv, .parquet, .xlsx or .dta (by extension)")
     parser.add_argument("--embeddings", default=None, metavar="FILE",
@@ -206,13 +208,15 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--system", default=None, metavar="NAME",
                         help="with --columns occcanine: the code system in column names, e.g. "
                              "isco68_1 (default: hisco, occ1950, or code)")
-    parser.add_argument("--code-descriptions", dest="code_descriptions", default=None, metavar="CSV",
+    parser.add_argument("--code-descriptions", dest="code_descriptions", default=None, metavar="FILE",
                         help="descriptions of the model's codes (columns code,description or the "
                              "HISCO key layout): desc_k for a model of any code system")
+    cli.add_table_args(parser, "code_descriptions")
     parser.add_argument("--to-check", dest="to_check", nargs=2, default=None, metavar=("N", "CHECK.csv"),
-                        help="also write the N distinct descriptions most worth checking by hand "
-                             "(rows sharing it x (1 - confidence)) with the model's codes and empty "
-                             "columns checked_1.. to fill; train on them with --extra-train")
+                        help="also write the N distinct inputs most worth checking by hand (rows "
+                             "the model reads as one x (1 - confidence)) with the model's codes and "
+                             "empty columns checked_1.. to fill (.csv, .parquet, .xlsx or .dta); "
+                             "train on them with --extra-train")
     cli.add_audit_args(parser)
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
@@ -222,6 +226,10 @@ def predict_parser() -> cli.Parser:
     parser.add_argument("--force-precision", dest="force_precision",
                         action=argparse.BooleanOptionalAction, default=False,
                         help="run --precision bf16/fp16 even where the device would emulate it")
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8: on a CPU, the encoder's linear layers in int8 (PyTorch's dynamic "
+                             "quantization): approximate predictions, faster on CPUs with int8 "
+                             "instructions (docs/performance.md). Default: fp32, exact")
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,
                         help="on a GPU, fp32 matrix products in TF32: faster, but approximate "
                              "(probabilities move by about 1e-3, enough to reorder close codes). "
@@ -274,11 +282,12 @@ def evaluate_parser() -> cli.Parser:
     parser.add_argument("--predictions", default=None,
                         help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes "
                              "(with --audit: the predictions the audit was drawn from, to check that)")
+    cli.add_table_args(parser, "predictions")
     parser.add_argument("--audit", default=None, metavar="AUDIT",
                         help="score an audit predict.py --audit wrote, filled in by hand: the accuracy of "
                              "the predictions it was drawn from with a 95%% interval, overall and by "
                              "stratum (docs/evaluation.md#audits)")
-    cli.add_table_args(parser)
+    cli.add_table_args(parser, "audit")
     parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", default=None, metavar="COL",
                         help="columns of true codes (an audit has its own: true_code_1..)")
     parser.add_argument("--pred-cols", dest="pred_cols", nargs="+", default=None, metavar="COL",
@@ -302,7 +311,9 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = evaluate_parser().parse_args(argv)
     from mixer.reporting import evaluation
     from mixer.core.io import write_text
-    from mixer.data.tables import TableOptions, check_output_path, read_table, require_columns
+    from mixer.core.config import table_options
+    from mixer.data.reading import read_table, require_columns
+    from mixer.data.writing import check_output_path
 
     if args.audit:
         other = [flag for flag, value in (("--truth-cols", args.truth_cols), ("--pred-cols", args.pred_cols),
@@ -311,8 +322,9 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             raise cli.UserError(f"--audit is scored with its own columns and strata; leave out {' '.join(other)}")
         from mixer.reporting.audit_scores import evaluate_audit
 
-        evaluate_audit(args.audit, args.predictions, TableOptions(args.encoding, args.sep, args.sheet),
-                       args.digits or [], args.code_length, args.output, args.plot)
+        evaluate_audit(args.audit, args.predictions, table_options(vars(args), "audit"),
+                       table_options(vars(args), "predictions"), args.digits or [], args.code_length,
+                       args.output, args.plot)
         return 0
     if not args.predictions or not args.truth_cols:
         raise cli.UserError("pass --predictions FILE and --truth-cols COL..., or --audit AUDIT")
@@ -322,8 +334,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     output = check_output_path(output, "--output", {"--predictions": args.predictions})  # a link's target
     check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
-    frame = read_table(args.predictions, "--predictions",
-                       options=TableOptions(args.encoding, args.sep, args.sheet), log=print)
+    frame = read_table(args.predictions, table_options(vars(args), "predictions"), log=print)
     require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
                     {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})
     if args.pred_cols:

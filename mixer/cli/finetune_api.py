@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import pandas as pd
 
-from mixer.core.errors import UserError
+from mixer.core.errors import UserError, first_line
 
 DATA_FILE = "dataset.parquet"  # a DataFrame given to finetune() is kept here, in the run
 
@@ -24,11 +24,13 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
              save_path: Optional[str] = None, **options):
     """Fine-tune on one dataset as finetune.py does; returns the trained model (mixer.load).
 
-    data: a CSV or Parquet path, or a pandas DataFrame (written to SAVE_PATH/dataset.parquet,
-    so that running the same call again resumes the run). target_cols: a column name or a
-    list of them. options: any finetune.py flag by its name with '_' (input_col='occ1',
-    num_epochs=2, encoder='canine-tiny', allow_codes_shorter_than_block_size=True,
-    context_cols=['relation'], ...); True/False switch an on/off flag. Example:
+    data: a CSV, Parquet, Excel or Stata path, or a pandas DataFrame (kept in
+    SAVE_PATH/dataset.parquet, so that running the same call again resumes the run).
+    target_cols: a column name or a list of them. options: any finetune.py flag by its
+    name with '_' (input_col='occ1', num_epochs=2, encoder='canine-tiny',
+    zero_padded_codes=True, context_cols=['relation'], ...); True/False switch an on/off
+    flag. The options and the DataFrame are checked before anything is written; a run
+    refused later (bad labels) leaves the run directory as it was. Example:
 
         model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb", num_epochs=2)
         model.predict(["farm labourer"])
@@ -43,14 +45,21 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
     for name, instead in (("dataset", "data (the first argument)"), ("save_dir", "save_path")):
         if name in options:
             raise UserError(f"{name}=: pass {instead} instead")
+    frame = _as_table(data)  # before anything is written
     parser = finetune_parser()
     parser.error = _raise_user_error  # one line as an exception, not an exit
     options = dict(options, target_cols=[target_cols] if isinstance(target_cols, str) else list(target_cols),
                    save_dir=save_path, initial_checkpoint=initial_checkpoint,
-                   dataset=_dataset_path(data, save_path))
+                   dataset=os.fspath(data) if frame is None else os.path.join(save_path, DATA_FILE))
     namespace = cli.parse_args(parser, to_argv(parser, options))
     config = cli.build_config(namespace)
-    _train(config)
+    kept = None if frame is None else KeptFrame(frame, save_path)
+    try:
+        _train(config)
+    except UserError:
+        if kept is not None:
+            kept.undo()
+        raise
     if config.data.prepare_only:
         return None
     from mixer.prediction.api import load
@@ -91,22 +100,95 @@ def to_argv(parser: argparse.ArgumentParser, options: dict) -> list:
     return argv
 
 
-def _dataset_path(data, save_path: str) -> str:
+def _as_table(data) -> Optional[pd.DataFrame]:
+    """A DataFrame as a file holds one (names as text, distinct; a column of numbers and
+    text mixed, as pd.read_excel gives one, as text; numbers stay numbers, so their lost
+    zeros are restored as a file's are), or None for a path."""
     if isinstance(data, (str, os.PathLike)):
-        return os.fspath(data)
+        return None
     if not isinstance(data, pd.DataFrame):
-        raise UserError(f"data: pass a CSV or Parquet path or a pandas DataFrame, not {type(data).__name__}")
-    if os.path.exists(save_path) and not os.path.isdir(save_path):
-        raise UserError(f"save_path {save_path} is a file; pass a directory for the run")
-    from mixer.core.io import atomic_write
+        raise UserError(f"data: pass a path (CSV, Parquet, .xlsx, .dta) or a pandas DataFrame, "
+                        f"not {type(data).__name__}")
+    from mixer.data.reading import check_names, text_cells
 
-    os.makedirs(save_path, exist_ok=True)
-    path = os.path.join(save_path, DATA_FILE)
     frame = data.reset_index(drop=True)
-    frame.columns = [str(c) for c in frame.columns]
-    # the same DataFrame gives the same bytes, so a second call resumes the run
-    atomic_write(path, lambda p: frame.to_parquet(p, index=False))
-    return path
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    check_names(frame.columns, "(a DataFrame)", "data")
+    return pd.DataFrame({c: text_cells(frame[c]) for c in frame.columns})
+
+
+class KeptFrame:
+    """The DataFrame written to SAVE_PATH/dataset.parquet, the file its run reads and
+    resumes from. The same DataFrame gives the same bytes (a second call resumes); a
+    run directory that holds another DataFrame's prepared run is refused before it is
+    touched. undo() puts the directory back as it was when the run was refused before
+    its data was prepared."""
+
+    def __init__(self, frame: pd.DataFrame, save_path: str):
+        import io
+
+        from mixer.core.io import atomic_write
+
+        if os.path.exists(save_path) and not os.path.isdir(save_path):
+            raise UserError(f"save_path {save_path} is a file; pass a directory for the run")
+        self.path = os.path.join(save_path, DATA_FILE)
+        buffer = io.BytesIO()
+        try:
+            frame.to_parquet(buffer, index=False)
+        except (ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid and ArrowTypeError among them
+            raise UserError(f"data: a column Parquet cannot hold ({first_line(exc, 200)}); make it "
+                            "text or numbers")
+        new = buffer.getvalue()
+        self.before = _read_bytes(self.path) if os.path.isfile(self.path) else None
+        self.save_path = save_path
+        if self.before not in (None, new) and self.prepared():
+            raise UserError(f"save_path {save_path} holds a run of another DataFrame (its {DATA_FILE} "
+                            "differs); pass a new save_path, or the same DataFrame to resume")
+        self.made = _missing_dirs(save_path)
+        os.makedirs(save_path, exist_ok=True)
+        if new != self.before:
+            atomic_write(self.path, lambda p: _write_bytes(p, new))
+        self.new = new
+
+    def prepared(self) -> bool:
+        """Whether the run directory holds prepared data (its dataset.parquet is its input)."""
+        from mixer.data.prepare import prepared_stamp
+
+        return prepared_stamp(self.save_path) is not None
+
+    def undo(self) -> None:
+        if self.prepared():
+            return  # the run has its data: the file is its input now
+        from mixer.core.io import atomic_write
+
+        if self.before is None:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        elif self.before != self.new:
+            atomic_write(self.path, lambda p: _write_bytes(p, self.before))
+        for directory in reversed(self.made):
+            if os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def _missing_dirs(path: str) -> list:
+    """The directories os.makedirs(path) would create, outermost first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing[::-1]
 
 
 def _raise_user_error(message: str):

@@ -17,7 +17,8 @@ from typing import Callable, Optional, Sequence
 from mixer import __version__
 from mixer.core import extras
 from mixer.core.config import (
-    NON_PERSISTED, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TrainConfig,
+    NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig,
+    RunConfig, TrainConfig,
 )
 from mixer.core.errors import PeerFailed, UserError, first_line
 
@@ -110,7 +111,7 @@ def add_input_text_args(group, with_language=True) -> None:
 
 
 def encoding_name(text: str) -> str:
-    from mixer.data.tables import canonical_encoding
+    from mixer.data.reading import canonical_encoding
 
     try:
         return canonical_encoding(text)
@@ -126,17 +127,28 @@ def separator(text: str) -> str:
     return value
 
 
-def add_table_args(group) -> None:
-    """How input tables are read: every program that reads one has these flags."""
-    group.add_argument("--encoding", type=encoding_name, default="utf-8",
-                       help="text encoding of CSV input, e.g. cp1252 (Windows), latin-1, utf-16 "
-                            "(default: %(default)s; a byte-order mark is accepted). Never guessed: "
-                            "a file that does not decode is an error showing the first bad row")
-    group.add_argument("--sep", type=separator, default=None,
-                       help="separator of CSV input: , ; | or tab (default: the one the header line "
-                            "uses, printed at the start)")
-    group.add_argument("--sheet", default=None, metavar="NAME",
-                       help="Excel input: the worksheet to read (default: the first)")
+def add_table_args(group, role: str = "dataset") -> None:
+    """How a role's files are read (mixer.core.config.TABLE_ROLES): the main data's
+    --encoding, --sep, --sheet and --header-row, or a role's own (--key-encoding, ...).
+    Each file is read with its own role's options only; nothing is shared."""
+    what, prefix = TABLE_ROLES[role]
+    if not prefix:
+        files, default_encoding = "input", "utf-8"
+    else:
+        files, default_encoding = f"the {what} file(s)", None
+    group.add_argument(f"--{prefix}encoding", type=encoding_name, default=default_encoding,
+                       help=f"text encoding of CSV {files}, e.g. cp1252 (Windows), latin-1, utf-16 "
+                            "(default: utf-8; a byte-order mark is accepted). Never guessed: a file "
+                            "that does not decode is an error showing the first bad row")
+    group.add_argument(f"--{prefix}sep", type=separator, default=None,
+                       help=f"separator of CSV {files}: , ; | or tab (default: the one a first line "
+                            "'sep=;' names, else the one the header line uses, printed at the start)")
+    group.add_argument(f"--{prefix}sheet", default=None, metavar="NAME",
+                       help=f"Excel {files}: the worksheet to read (default: the first)")
+    group.add_argument(f"--{prefix}header-row", type=positive_int, default=None, metavar="N",
+                       help=f"CSV and Excel {files}: the row that holds the column names, counted "
+                            "from 1 as a spreadsheet shows rows; the rows above it (a title) are "
+                            "skipped (default: the first row that is not empty)")
 
 
 def add_code_args(group) -> None:
@@ -147,18 +159,29 @@ def add_code_args(group) -> None:
                             "token and --block-size counts parts")
     group.add_argument("--drop-bad-labels", dest="drop_bad_labels", action=argparse.BooleanOptionalAction, default=False,
                        help="drop rows with invalid codes instead of stopping with an error")
+    group.add_argument("--zero-padded-codes", dest="zero_padded_codes",
+                       action=argparse.BooleanOptionalAction, default=False,
+                       help="digit codes are --block-size digits, zero-padded (as HISCO's 01110): a "
+                            "shorter one lost its leading zeros and gets them back ('1110' -> "
+                            "'01110'), and the run says how many (hisco and occ1950 always do so)")
     group.add_argument("--allow-codes-shorter-than-block-size",
                        dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
-                       help="accept codes shorter than --block-size (they are usually codes "
-                            "that lost leading zeros; hisco: restore them)")
+                       help="accept codes shorter than --block-size as written, for code systems "
+                            "whose codes have several lengths (codes that lost leading zeros: "
+                            "--zero-padded-codes); one number written with and without zeros "
+                            "('1110', '01110') is refused")
     group.add_argument("--key", dest="key_file", default=None, metavar="FILE",
-                       help="a fixed, complete list of codes (CSV with a column 'code', and "
-                            "optionally 'description'; a run's key.csv works): the key is these "
-                            "codes in this order, codes absent from the data included, so two "
-                            "runs share one numbering; a code of the data outside it is a bad label")
+                       help="a fixed, complete list of codes (a table with a column 'code', and "
+                            "optionally 'description', or the HISCO key layout; a run's key.csv "
+                            "works): the key is these codes in this order, codes absent from the "
+                            "data included, so two runs share one numbering; a code of the data "
+                            "outside it is a bad label. When its digit codes all have one width, "
+                            "the data's shorter digit codes get their leading zeros back")
+    add_table_args(group, "key")
     group.add_argument("--extra-train", dest="extra_train", nargs="+", default=[], metavar="CHECK.csv",
                        help="files predict.py --to-check wrote, filled by hand: their rows with a "
                             "code in checked_1.. are added to the training rows (never validation)")
+    add_table_args(group, "extra_train")
     group.add_argument("--train-on-audit", dest="train_on_audit", action=argparse.BooleanOptionalAction,
                        default=False,
                        help="let --extra-train take audit files (predict.py --audit), which are for "
@@ -175,7 +198,7 @@ def add_audit_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--audit", nargs="+", default=None, metavar="ARG",
                        help="N AUDIT.csv: also write a seeded random sample of N predicted rows, with "
                             "empty columns correct and true_code_1.. to fill by hand, for evaluate.py "
-                            "--audit (.csv, .xlsx or .parquet); AUDIT.csv alone with --audit-margin")
+                            "--audit (.csv, .xlsx, .parquet or .dta); AUDIT.csv alone with --audit-margin")
     group.add_argument("--audit-margin", dest="audit_margin", type=open_unit_interval, default=None,
                        metavar="M", help="instead of N: the rows that give a 95%% interval of +-M "
                                          "(e.g. 0.03) at the accuracy the model expects, the mean of "
@@ -295,7 +318,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="cut each training micro-batch into this many groups of rows of "
                             "similar length, each padded on its own: the same rows with less "
                             "padding (default: 2 on CPUs, 1 on GPUs, a resumed run's own; no "
-                            "effect for encoders with fixed-length inputs)")
+                            "effect where every batch is padded to one length: OccCANINE's "
+                            "decoder reads all of its 128 characters)")
     group.add_argument("--threshold", type=unit_interval, default=None,
                        help="flat head: codes with probability at least this are predicted "
                             "(default: 0.5; from an OccCANINE model its table by language, 0.31 "
@@ -398,6 +422,7 @@ def _load_yaml_defaults(path: str) -> dict:
             flat.update(value)  # the nested layout of args.yaml
         else:
             flat[key.replace("-", "_")] = value
+    flat.update(flat.pop("read_options", None) or {})  # args.yaml: the other files' options
     # one-shot actions and launcher facts are not configuration (args.yaml of mixer 0.1 held them)
     return {k: v for k, v in flat.items() if k not in {name for _, name in NON_PERSISTED}}
 
@@ -467,6 +492,7 @@ def build_config(namespace: argparse.Namespace) -> RunConfig:
     for name, section_cls in SECTIONS.items():
         fields = {f.name for f in dataclasses.fields(section_cls)}
         sections[name] = section_cls(**{k: v for k, v in values.items() if k in fields})
+    sections["data"].read_options = {k: values[k] for k in OWN_OPTION_DESTS if values.get(k) is not None}
     config = RunConfig(save_dir=values["save_dir"], **sections)
     validate_config(config)
     return config

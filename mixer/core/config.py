@@ -14,6 +14,63 @@ from typing import Optional
 
 HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several
 
+# Every table a program reads, by role: the flag that names the file, and the prefix of the
+# flags that say how to read it (--encoding, --sep, --sheet, --header-row for the main data;
+# --key-encoding ... for --key). Adding a role is one line here; its flags come from
+# mixer.cli.parsing.add_table_args(group, role), its options from table_options(values, role).
+TABLE_ROLES = {
+    "dataset": ("--dataset", ""),  # finetune.py
+    "train_data": ("--train-data", ""),  # train_mixer.py: training and validation files
+    "val_data": ("--val-data", ""),  # share the main data's flags
+    "input": ("--input", ""),  # predict.py
+    "predictions": ("--predictions", ""),  # evaluate.py
+    "extra_train": ("--extra-train", "extra-train-"),
+    "key": ("--key", "key-"),
+    "code_descriptions": ("--code-descriptions", "code-descriptions-"),
+    "audit": ("--audit", "audit-"),  # evaluate.py: an audit filled by hand (predict.py --audit writes it)
+}
+READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How one file is read: CSV's encoding and separator (None: the one the file names
+    or its header line uses), a workbook's sheet (None: the first) and the row that holds
+    the column names (None: the first one that is not empty). `role` (a key of
+    TABLE_ROLES) names the file's flag and the flags that set these, for every message."""
+
+    encoding: str = "utf-8"
+    sep: Optional[str] = None
+    sheet: Optional[str] = None
+    header_row: Optional[int] = None  # 1 = the file's first row (a spreadsheet's row numbers)
+    role: str = "dataset"
+
+    @property
+    def what(self) -> str:
+        """The flag that names the file: --dataset, --key, ..."""
+        return TABLE_ROLES[self.role][0]
+
+    def flag(self, option: str) -> str:
+        """The flag that sets one option for this file: --encoding, --key-encoding, ..."""
+        return "--" + TABLE_ROLES[self.role][1] + option.replace("_", "-")
+
+
+def option_dest(role: str, option: str) -> str:
+    """The argparse destination (and config name) of a role's option: sep, key_sep, ..."""
+    return TABLE_ROLES[role][1].replace("-", "_") + option
+
+
+def table_options(values, role: str) -> TableOptions:
+    """A role's reading options from flat values (an argparse namespace's vars, or
+    DataConfig.flat_read_options()); a value left out takes TableOptions' default."""
+    given = {option: values.get(option_dest(role, option)) for option in READ_OPTIONS}
+    return TableOptions(role=role, **{k: v for k, v in given.items() if v is not None})
+
+
+# the options of the roles with their own flags: what DataConfig.read_options may hold
+OWN_OPTION_DESTS = tuple(option_dest(role, option) for role, (_, prefix) in TABLE_ROLES.items() if prefix
+                         for option in READ_OPTIONS)
+
 
 @dataclass
 class DataConfig:
@@ -22,9 +79,12 @@ class DataConfig:
     dataset: Optional[str] = None  # finetune.py: one file, split into train/val
     train_data: list[str] = field(default_factory=list)  # train_mixer.py
     val_data: list[str] = field(default_factory=list)
-    encoding: str = "utf-8"  # CSV input (mixer.data.tables.TableOptions)
+    # how the main data is read (TableOptions); the other files' options are in read_options
+    encoding: str = "utf-8"  # CSV input
     sep: Optional[str] = None  # CSV input; None: the header line's
     sheet: Optional[str] = None  # Excel input; None: the first sheet
+    header_row: Optional[int] = None  # CSV and Excel input; None: the first row that is not empty
+    read_options: dict = field(default_factory=dict)  # e.g. {"key_encoding": "cp1252"}: as given
     input_col: str = "occ1"
     context_cols: list[str] = field(default_factory=list)
     target_cols: list[str] = field(default_factory=list)
@@ -35,6 +95,7 @@ class DataConfig:
     use_within_block_sep: bool = False
     drop_bad_labels: bool = False
     allow_codes_shorter_than_block_size: bool = False
+    zero_padded_codes: bool = False  # digit codes are --block-size digits: '1110' is '01110'
     share_val: float = 0.1
     code_descriptions: Optional[str] = None
     key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
@@ -44,6 +105,14 @@ class DataConfig:
     max_len: int = 64
     prepare_only: bool = False
     token_cache: bool = True  # --prepare-only also tokenises for the encoder
+
+    def table_options(self, role: str) -> TableOptions:
+        """How this run reads the files of a role (a key of TABLE_ROLES)."""
+        return table_options(self.flat_read_options(), role)
+
+    def flat_read_options(self) -> dict:
+        main = {option: getattr(self, option) for option in READ_OPTIONS}
+        return {**main, **self.read_options}
 
 
 @dataclass

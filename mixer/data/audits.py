@@ -15,8 +15,16 @@ that no spreadsheet reads as a number or a date):
   predicted codes, so a row pasted from another audit, or codes changed by hand, show;
 - `audit_stratum`: per row, its stratum's number in the design (stratified audits).
 
-The predicted codes are compared without leading zeros and with '64100.0' read as
-64100: what Excel does to a CSV file it saves is not an edit.
+The file is written by mixer.data.writing (its columns named by output_names: an input
+column that would take one of the audit's names is written <name>_input) and read back by
+mixer.data.reading with the options of its role (evaluate.py's --audit-encoding, ...;
+--extra-train's for an audit trained on). Its codes, predicted and true, are read as the
+model spells its codes (mixer.data.normalise, with the model's code system, which the
+design carries): a spreadsheet's '64100.0' is 64100, and digit codes that lost their
+leading zeros get them back where the model's codes have a known width (HISCO's 5, a
+--key's or --zero-padded-codes' width), as training reads them. What a spreadsheet does
+to such codes is not an edit; where the width is not known, a code that lost its zeros is
+another code.
 
 No torch here.
 """
@@ -31,8 +39,11 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.tables import as_text
+from mixer.data.formatter import CodeFormatter
+from mixer.data.normalise import code_column, code_text
+from mixer.data.reading import NUMERIC_COLUMNS, as_text
 
 AUDIT = "audit"
 CHECK = "audit_check"
@@ -44,13 +55,12 @@ NOTE = "note"
 TRUE_CODE = "true_code_{}"
 TRUE_CODE_COLUMN = re.compile(r"^true_code_(\d+)$")
 UNITS = ("rows", "descriptions")
-VERSION = 1
+VERSION = 2  # 2: codes spelled as the model spells them (1 compared them without leading zeros)
+# what the model's formatter says of how its codes are spelled (mixer.data.normalise.width_of)
+SPELLING = ("kind", "block_size", "use_within_block_sep", "allow_short", "digit_width")
 
 YES = {"yes", "y", "true", "1", "right", "correct"}
 NO = {"no", "n", "false", "0", "wrong", "incorrect"}
-RESERVED = re.compile(r"^(?:(?:code|prob|desc|true_code)_\d+|correct|note|audit(?:_.*)?)$")
-_WHOLE = re.compile(r"^([+-]?\d+)\.0+$")
-_ZEROS = re.compile(r"^0+(?=\d)")
 _SPACES = re.compile(r"\s+")
 
 
@@ -74,35 +84,41 @@ def description_keys(values: pd.Series) -> np.ndarray:
     return hashed[codes] if len(codes) else np.asarray([], dtype=object)
 
 
-def canonical_codes(frame: pd.DataFrame, columns: list) -> pd.Series:
-    """Each row's codes in column order, joined by '|': text, leading zeros and a spreadsheet's
-    '.0' dropped, blank and NaN cells empty."""
-    parts = []
-    for column in columns:
-        text = as_text(frame[column]).str.strip()
-        text = text.mask(text.str.lower().isin(["nan", "none", "<na>"]), "")
-        text = text.str.replace(_WHOLE, r"\1", regex=True).str.replace(_ZEROS, "", regex=True)
-        parts.append(text.reset_index(drop=True))
-    if not parts:
+def spelling_of(formatter: CodeFormatter) -> dict:
+    """How a model spells its codes, as the design keeps it."""
+    return {name: getattr(formatter, name) for name in SPELLING}
+
+
+def spelled(frame: pd.DataFrame, column: str, formatter: CodeFormatter) -> pd.Series:
+    """A column of codes as the model spells them (mixer.data.normalise.code_column)."""
+    return code_column(frame, column, formatter).text.reset_index(drop=True)
+
+
+def canonical_codes(frame: pd.DataFrame, columns: list, formatter: CodeFormatter) -> pd.Series:
+    """Each row's codes in column order, spelled as the model spells them, joined by '|'."""
+    if not columns:
         return pd.Series([""] * len(frame), dtype=object)
-    joined = parts[0]
-    for part in parts[1:]:
-        joined = joined + "|" + part
+    joined = spelled(frame, columns[0], formatter)
+    for column in columns[1:]:
+        joined = joined + "|" + spelled(frame, column, formatter)
     return joined
 
 
 class PredictionsDigest:
     """A fingerprint of predictions, fed row blocks in order: every row's description and
-    codes. The same for a file however it was chunked, and for the file read back."""
+    codes (spelled by the model's formatter). The same for a file however it was chunked,
+    and for the file read back."""
 
-    def __init__(self):
+    def __init__(self, formatter: CodeFormatter):
         import xxhash
 
         self._hash = xxhash.xxh3_128()
+        self.formatter = formatter
         self.rows = 0
 
     def update(self, texts: pd.Series, codes: pd.DataFrame, columns: list) -> None:
-        lines = descriptions(texts).reset_index(drop=True) + "\x1e" + canonical_codes(codes, columns)
+        codes = canonical_codes(codes, columns, self.formatter)
+        lines = descriptions(texts).reset_index(drop=True) + "\x1e" + codes
         self._hash.update(("\n".join(lines.tolist()) + "\n").encode("utf-8"))
         self.rows += len(lines)
 
@@ -133,10 +149,17 @@ class Design:
     head: str
     threshold: str
     text_col: str  # the description column, as the predictions file names it
+    audit_text_col: str  # the description column, as the audit names it
     code_columns: tuple  # the head's code columns in the predictions file
     expected: Optional[float]  # mean prob_1 over the rows drawn from
     margin: Optional[float]  # --audit-margin, when it chose the size
     left_out: dict = field(default_factory=dict)  # {reason: rows not drawn from}
+    spelling: dict = field(default_factory=dict)  # the model's code system (SPELLING)
+
+    @property
+    def formatter(self) -> CodeFormatter:
+        """The model's code system, as far as it decides how codes are spelled."""
+        return CodeFormatter(**self.spelling)
 
     @property
     def audit_code_columns(self) -> tuple:
@@ -174,7 +197,14 @@ class Design:
         try:
             body = json.loads(text)
             stated = body.pop("id")
-            if body.pop("version") != VERSION:
+            version = body.pop("version")
+        except (ValueError, TypeError, KeyError, AttributeError):
+            version = None
+        if version == 1:
+            raise UserError(f"{where}: drawn by an earlier mixer (audit version 1, whose codes were compared "
+                            "without their leading zeros); draw the audit again with predict.py --audit")
+        try:
+            if version != VERSION:
                 raise ValueError("version")
             body["strata"] = tuple(Stratum(label, int(rows), int(drawn)) for label, rows, drawn in body["strata"])
             body["code_columns"] = tuple(body["code_columns"])
@@ -197,26 +227,30 @@ def checks(audit_id: str, strata: np.ndarray, units: pd.Series, codes: pd.Series
 
 
 def unit_values(frame: pd.DataFrame, unit: str) -> pd.Series:
-    """What places a row in the design: its row number (rows), its draws (descriptions)."""
-    column = ROW if unit == "rows" else DRAWS
-    return as_text(frame[column]).str.strip().str.replace(_WHOLE, r"\1", regex=True).reset_index(drop=True)
-
-
-def audit_name(column, taken=()) -> str:
-    """An input column's name in the audit: its own, or with '_input' where the audit
-    uses that name itself (code_1, correct, note, audit_*, ...)."""
-    name = str(column)
-    if not RESERVED.match(name):
-        return name
-    renamed = f"{name}_input"
-    if renamed in taken:
-        raise UserError(f"input columns {name!r} and {renamed!r}: the audit needs the name {name!r} "
-                        f"and {renamed!r} is taken; rename one of them")
-    return renamed
+    """What places a row in the design: its row number (rows), its draws (descriptions);
+    whole numbers as the normaliser reads them (a spreadsheet's 12.0 is 12)."""
+    return code_text(frame, ROW if unit == "rows" else DRAWS)[0].reset_index(drop=True)
 
 
 def verdict_columns(slots: int) -> list:
     return [CORRECT] + [TRUE_CODE.format(k + 1) for k in range(slots)] + [NOTE]
+
+
+def own_columns(unit: str, predicted: list, slots: int, stratified: bool) -> list:
+    """The audit's own columns: the unit's, the head's (code_k, prob_k, desc_k), the
+    person's, the bookkeeping."""
+    return ([ROW if unit == "rows" else DRAWS] + list(predicted) + verdict_columns(slots)
+            + ([STRATUM] if stratified else []) + [CHECK, AUDIT])
+
+
+def input_names(kind: str, inputs, own: list) -> list:
+    """The input's columns as an audit file of `kind` names them beside the audit's `own`
+    columns: mixer.data.writing.output_names, which also keeps the input out of the
+    true_code_k names the audit's reader takes as a person's codes (an input's
+    true_code_9 beside true_code_1..3)."""
+    from mixer.data.writing import output_names
+
+    return output_names(kind, inputs, own, TRUE_CODE_COLUMN)[:len(inputs)]
 
 
 # ------------------------------------------------------------------ reading it back
@@ -247,9 +281,10 @@ def is_audit(frame: pd.DataFrame) -> bool:
     return AUDIT in frame.columns and CHECK in frame.columns
 
 
-def parse_verdicts(values: pd.Series, where: str) -> np.ndarray:
+def parse_verdicts(frame: pd.DataFrame, where: str) -> np.ndarray:
     """yes/no (y/n, true/false, 1/0, right/wrong) -> True/False; blank -> None."""
-    text = as_text(values).str.strip().str.lower().str.replace(_WHOLE, r"\1", regex=True)
+    values = frame[CORRECT]
+    text = code_text(frame, CORRECT)[0].str.lower()  # a spreadsheet's 1.0 is 1
     out = np.full(len(text), None, dtype=object)
     yes, no = text.isin(YES).to_numpy(), text.isin(NO).to_numpy()
     out[yes], out[no] = True, False
@@ -287,7 +322,8 @@ def parse_audit(frame: pd.DataFrame, path: str, what: str = "--audit") -> Audit:
         strata = pd.to_numeric(as_text(frame[STRATUM]), errors="coerce").to_numpy()
     else:
         strata = np.zeros(len(frame))
-    codes = canonical_codes(frame, list(design.audit_code_columns))
+    formatter = design.formatter
+    codes = canonical_codes(frame, list(design.audit_code_columns), formatter)
     valid_strata = np.isfinite(strata) & (strata >= 0) & (strata < len(design.strata))
     strata = np.where(valid_strata, strata, 0).astype(np.int64)
     expected = checks(design.id, strata, units, codes)
@@ -302,19 +338,26 @@ def parse_audit(frame: pd.DataFrame, path: str, what: str = "--audit") -> Audit:
         raise UserError(f"{where}: {ROW} {units[units.duplicated()].iloc[0]} appears twice; remove the copy")
     draws = np.ones(len(frame), dtype=np.int64) if design.unit == "rows" else \
         pd.to_numeric(units, errors="coerce").fillna(0).astype(np.int64).to_numpy()
-    correct = (parse_verdicts(frame[CORRECT], where) if CORRECT in frame.columns
+    correct = (parse_verdicts(frame, where) if CORRECT in frame.columns
                else np.full(len(frame), None, dtype=object))
     true_columns = sorted((c for c in frame.columns if TRUE_CODE_COLUMN.match(str(c))),
                           key=lambda c: int(TRUE_CODE_COLUMN.match(c).group(1)))
-    has_codes = canonical_codes(frame, true_columns).str.replace("|", "", regex=False).ne("").to_numpy() \
-        if true_columns else np.zeros(len(frame), dtype=bool)
-    return Audit(frame.reset_index(drop=True), design, path, strata, draws, correct, true_columns, has_codes)
+    # the codes, predicted and true, from here on as the model spells them
+    frame = frame.reset_index(drop=True)
+    codes = {c: spelled(frame, c, formatter) for c in [*design.audit_code_columns, *true_columns]}
+    frame = frame.assign(**codes)
+    frame.attrs[NUMERIC_COLUMNS] = [c for c in frame.attrs.get(NUMERIC_COLUMNS, ()) if c not in codes]
+    has_codes = np.zeros(len(frame), dtype=bool)
+    for column in true_columns:
+        has_codes |= frame[column].ne("").to_numpy()
+    return Audit(frame, design, path, strata, draws, correct, true_columns, has_codes)
 
 
-def read_audit(path: str, options=None, what: str = "--audit", log=None) -> Audit:
-    from mixer.data.tables import DEFAULT_OPTIONS, read_table
+def read_audit(path: str, options: TableOptions = TableOptions(role="audit"), log=None) -> Audit:
+    """An audit file read by the one reader, with its role's options, and checked."""
+    from mixer.data.reading import read_table
 
-    return parse_audit(read_table(path, what, options=options or DEFAULT_OPTIONS, log=log), path, what)
+    return parse_audit(read_table(path, options, log=log), path, options.what)
 
 
 def check_drawn_from(audit: Audit, predictions: pd.DataFrame, path: str) -> None:
@@ -322,7 +365,7 @@ def check_drawn_from(audit: Audit, predictions: pd.DataFrame, path: str) -> None
     design = audit.design
     columns = [design.text_col, *design.code_columns]
     missing = [c for c in columns if c not in predictions.columns]
-    digest = PredictionsDigest()
+    digest = PredictionsDigest(design.formatter)
     if not missing:
         digest.update(predictions[design.text_col], predictions, list(design.code_columns))
     if missing or digest.hexdigest() != design.predictions:
@@ -359,26 +402,27 @@ def _truth_cells(audit: Audit) -> list:
     predicted = list(audit.design.audit_code_columns)
     slots = max(len(predicted), len(audit.true_columns))
     yes = np.asarray([c is True for c in audit.correct])
+    blank = np.full(len(audit.frame), "", dtype=object)
     cells = []
-    for k in range(slots):
-        given = (as_text(audit.frame[audit.true_columns[k]]).str.strip() if k < len(audit.true_columns)
-                 else pd.Series([""] * len(audit.frame)))
-        own = (as_text(audit.frame[predicted[k]]).str.strip() if k < len(predicted)
-               else pd.Series([""] * len(audit.frame)))
+    for k in range(slots):  # the codes are spelled (parse_audit)
+        given = audit.frame[audit.true_columns[k]].to_numpy(dtype=object) if k < len(audit.true_columns) else blank
+        own = audit.frame[predicted[k]].to_numpy(dtype=object) if k < len(predicted) else blank
         cells.append(np.where(audit.has_codes, given, np.where(yes, own, "")))
     return cells
 
 
-def trained_descriptions(paths: list, previous=()) -> list:
-    """The description keys of the audit rows among the --extra-train files that a run
-    trains on, with those its starting run trained on: the rows the next audit leaves out."""
-    from mixer.data.tables import read_table
+def trained_descriptions(paths: list, options: TableOptions = TableOptions(role="extra_train"),
+                         previous=()) -> list:
+    """The description keys of the audit rows among the --extra-train files (read with
+    `options`, the role's) that a run trains on, with those its starting run trained on:
+    the rows the next audit leaves out."""
+    from mixer.data.reading import read_table
 
     keys = set(previous or ())
     for path in paths:
-        table = read_table(path, "--extra-train")
+        table = read_table(path, options)
         if is_audit(table):
-            audit = parse_audit(table, path, "--extra-train")
+            audit = parse_audit(table, path, options.what)
             trained = np.asarray([bool(c) for c in _truth_cells(audit)[0]])
-            keys.update(description_keys(audit.frame.loc[trained, audit_name(audit.design.text_col)]))
+            keys.update(description_keys(audit.frame.loc[trained, audit.design.audit_text_col]))
     return sorted(keys)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from mixer.data.formatter import EOS, PAD
-from mixer.core.precision import round_up
+from mixer.data.padding import InputPadding
 
 # ------------------------------------------------------------------ loader workers
 def ignore_stop_signals(_worker_id: int) -> None:
@@ -100,18 +100,18 @@ class Batch:
 
 
 class Collator:
-    """Pads to the longest row of the batch and lays codes out as decoder blocks.
+    """Pads a batch as far as its longest row needs (`padding`, mixer.data.padding: the
+    longest row itself for word-piece encoders) and lays codes out as decoder blocks.
 
     groups: `grouped` cuts a training micro-batch into this many groups of rows of
-    similar length (none where every row is padded to `pad_to` anyway)."""
+    similar length (none where every batch is padded to one length anyway)."""
 
     def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
-                 pad_to: Optional[int] = None, pad_multiple: int = 1, code_pad: int = PAD,
+                 padding: InputPadding = InputPadding(), code_pad: int = PAD,
                  eos: int = EOS, groups: int = 1):
         self.pad_id = pad_id  # of the encoder's input
-        self.pad_to = pad_to  # a fixed length for encoders that need one
-        self.pad_multiple = pad_multiple  # on GPUs: few distinct shapes (mixer.core.precision)
-        self.groups = 1 if pad_to else groups
+        self.padding = padding
+        self.groups = 1 if padding.fixed else groups
         # one extra block of the decoder's PAD for empty slots (index -1)
         self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(np.int64)
         self.bos = bos
@@ -130,11 +130,11 @@ class Collator:
             return [self(items)]
         lengths = np.asarray([len(item[0]) for item in items])
         order = np.argsort(lengths, kind="stable")
-        cuts = fewest_padded(lengths[order], self.groups, self.pad_multiple)
+        cuts = fewest_padded(self.padding.lengths(lengths[order]), self.groups)
         return [self([items[k] for k in part]) for part in np.split(order, cuts)]
 
     def __call__(self, items) -> Batch:
-        longest = self.pad_to or round_up(max(len(item[0]) for item in items), self.pad_multiple)
+        longest = self.padding.length(max(len(item[0]) for item in items))
         input_ids = np.full((len(items), longest), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(items), longest), dtype=np.int64)
         for row, (ids, *_) in enumerate(items):
@@ -150,14 +150,15 @@ class Collator:
                      weights, rows)
 
 
-def fewest_padded(lengths: np.ndarray, groups: int, multiple: int = 1) -> list:
+def fewest_padded(lengths: np.ndarray, groups: int) -> list:
     """Where to cut ascending `lengths` into at most `groups` runs so that the padded
-    tokens, sum over runs of rows x longest (rounded up to `multiple`, as the Collator
-    pads), are fewest. Rows of one length never gain from a cut between them, so the
-    dynamic programme runs over the distinct lengths: O(groups x distinct^2), at most
-    --max-len distinct lengths whatever the batch size. Ties keep fewer groups and
-    earlier cuts: the same lengths always give the same cuts."""
-    lengths = round_up(np.asarray(lengths, dtype=np.int64), multiple)
+    tokens, sum over runs of rows x longest, are fewest. `lengths`: the length each row
+    would be padded to alone (the Collator's InputPadding.lengths, which grow with the
+    row), so a run's cost is its rows x its last length. Rows of one length never gain
+    from a cut between them, so the dynamic programme runs over the distinct lengths:
+    O(groups x distinct^2), at most --max-len distinct lengths whatever the batch size.
+    Ties keep fewer groups and earlier cuts: the same lengths always give the same cuts."""
+    lengths = np.asarray(lengths, dtype=np.int64)
     values, counts = np.unique(lengths, return_counts=True)
     before = np.concatenate([[0], np.cumsum(counts)])  # rows before the i-th distinct length
     distinct = len(values)

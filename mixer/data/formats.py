@@ -1,7 +1,8 @@
 """Excel (.xlsx) and Stata (.dta) tables: read whole or in chunks, written in chunks.
 
-mixer.data.tables chooses the format by extension and turns what these readers give into
-text; this module knows the two formats only. Excel goes through openpyxl (the
+mixer.data.reading chooses the format by extension and turns what these readers give into
+text, mixer.data.writing names the columns and hands rows to these writers; this module
+knows the two formats only. Excel goes through openpyxl (the
 optional extra mixer[excel]); Stata is read by pandas and written here, in the
 dta 118 layout (Stata 14 and later), so that an output of any size is written in
 chunks: the rows go to a temporary Parquet file first (a .dta file states its row
@@ -73,13 +74,17 @@ def excel_cell_text(value, number_format: str = "General") -> tuple[str, bool]:
 
 class ExcelSheet:
     """One worksheet of a workbook, read row by row (openpyxl's read-only mode): the
-    header row's names, then rows of text cells. Entirely empty rows are skipped, as
-    empty lines of a CSV file are. `numeric` names the columns in which every filled
-    cell held a number, once the rows have been read."""
+    header row's names, then rows of text cells. The header row is the options' (a row
+    number as Excel shows it) or the first row that is not empty; `header_row` says
+    which. Entirely empty rows are skipped, as empty lines of a CSV file are. `numeric`
+    names the columns in which every filled cell held a number, once the rows have been
+    read. `options`: mixer.core.config.TableOptions (sheet, header row, the flags that
+    set them)."""
 
-    def __init__(self, path: str, sheet: Optional[str], what: str):
+    def __init__(self, path: str, options):
+        what = options.what
         openpyxl = openpyxl_module(what, path)
-        self.path, self.what = path, what
+        self.path, self.what, self.options = path, what, options
         try:
             self.book = openpyxl.load_workbook(path, read_only=True, data_only=True)
         except Exception as exc:  # zipfile.BadZipFile, KeyError, InvalidFileException, ...
@@ -87,6 +92,7 @@ class ExcelSheet:
                             f"({first_line(exc)})")
         try:
             names = [ws.title for ws in self.book.worksheets]
+            sheet = options.sheet
             if sheet is None:
                 if not names:
                     raise UserError(f"{what} {path}: the workbook has no worksheet")
@@ -94,33 +100,41 @@ class ExcelSheet:
             elif sheet in names:
                 self.sheet = sheet
             else:
-                raise UserError(f"{what} {path}: no sheet {sheet!r} (--sheet); the workbook has: "
-                                f"{', '.join(map(repr, names))}")
+                raise UserError(f"{what} {path}: no sheet {sheet!r} ({options.flag('sheet')}); the "
+                                f"workbook has: {', '.join(map(repr, names))}")
             self.sheets = names
             worksheet = self.book[self.sheet]
             # the size a workbook states can be wrong (some programs write A1): read what is there
             worksheet.reset_dimensions()
-            self.rows_iter = worksheet.iter_rows()
-            self.header = self._header()
+            first = options.header_row or 1
+            # read-only rows come one per row number, an empty row as an empty tuple
+            self.rows_iter = enumerate(worksheet.iter_rows(min_row=first), start=first)
+            self.header_row, self.header = self._header()
         except BaseException:
             self.close()
             raise
         self._has_text = [False] * len(self.header)
         self._has_number = [False] * len(self.header)
 
-    def _header(self) -> list:
-        for cells in self.rows_iter:
+    def _header(self) -> tuple:
+        for number, cells in self.rows_iter:
             names = [excel_cell_text(c.value)[0].strip() if c.value is not None else "" for c in cells]
             while names and names[-1] == "":
                 names.pop()
             if not names:
+                if self.options.header_row:
+                    raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {number} "
+                                    f"({self.options.flag('header_row')}) is empty; name the row "
+                                    "that holds the column names")
                 continue  # empty rows above the header
             if "" in names:
-                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: the header row has "
-                                f"an empty cell in column {names.index('') + 1}; name every column")
-            return names
+                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: the header row {number} "
+                                f"has an empty cell in column {column_letter(names.index('') + 1)}; name "
+                                f"every column, or pass {self.options.flag('header_row')} N if the "
+                                "column names are in another row")
+            return number, names
         others = [name for name in self.sheets if name != self.sheet]
-        hint = f" (--sheet chooses another: {', '.join(map(repr, others))})" if others else ""
+        hint = f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})" if others else ""
         raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
                         f"row and rows{hint}")
 
@@ -131,27 +145,36 @@ class ExcelSheet:
 
     def rows(self) -> Iterator[list]:
         width = len(self.header)
-        for cells in self.rows_iter:
+        for number, cells in self.rows_iter:
             texts = [""] * width
             filled = False
             for i, cell in enumerate(cells):
                 value = cell.value
                 if value is None:
                     continue
-                text, number = excel_cell_text(value, getattr(cell, "number_format", "General"))
+                text, is_number = excel_cell_text(value, getattr(cell, "number_format", "General"))
                 if i >= width:
                     if text.strip():
-                        raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: a value in "
-                                        f"column {i + 1}, which has no name in the header row")
+                        raise self._unnamed(number, i)
                     continue
                 texts[i] = text
                 filled = filled or text != ""
-                if number:
+                if is_number:
                     self._has_number[i] = True
                 elif text.strip():
                     self._has_text[i] = True
             if filled:
                 yield texts
+
+    def _unnamed(self, number: int, column: int) -> UserError:
+        """A value right of the header's last name: the header row taken is probably a
+        title above the real one; the message says which row was taken and how to name
+        another."""
+        shown = ", ".join(repr(n) for n in self.header[:4]) + (", ..." if len(self.header) > 4 else "")
+        return UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {number} has a value in "
+                         f"column {column_letter(column + 1)}, which has no name in the header row "
+                         f"(row {self.header_row}: {shown}); if the column names are in another row "
+                         f"(a title above them), pass {self.options.flag('header_row')} with its number")
 
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
         pending = []
@@ -175,9 +198,18 @@ class ExcelSheet:
             self.book = None
 
 
-def excel_row_count(path: str, sheet: Optional[str], what: str) -> int:
+def column_letter(number: int) -> str:
+    """A spreadsheet's name of a column: 1 -> A, 27 -> AA."""
+    letters = ""
+    while number:
+        number, rest = divmod(number - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def excel_row_count(path: str, options) -> int:
     """Rows under the header (a worksheet never holds more than Excel's limit)."""
-    reader = ExcelSheet(path, sheet, what)
+    reader = ExcelSheet(path, options)
     try:
         return sum(1 for _ in reader.rows())
     finally:
@@ -339,23 +371,23 @@ STATA_RESERVED = {"_all", "_b", "byte", "_coef", "_cons", "double", "float", "if
                   "long", "_n", "_N", "_pi", "_pred", "_rc", "_skip", "strL", "using", "with"}
 
 
-def stata_names(names: list) -> list:
-    """Valid, distinct Stata variable names: letters, digits and _, not starting with a
-    digit, not a reserved word, at most 32 characters."""
-    out, used = [], set()
-    for name in map(str, names):
-        new = re.sub(r"\W", "_", name) or "_"
-        if new[0].isdigit() or new in STATA_RESERVED or re.fullmatch(r"str\d+", new):
-            new = "_" + new
-        new = new[:32]
-        if new in used:
-            stem, number = new, 2
-            while new in used:
-                suffix = f"_{number}"
-                new, number = stem[:32 - len(suffix)] + suffix, number + 1
-        used.add(new)
-        out.append(new)
-    return out
+STATA_NAME_LENGTH = 32
+
+
+def stata_name(name, suffix: str = "") -> str:
+    """A valid Stata variable name: letters, digits and _, not starting with a digit, not a
+    reserved word, at most 32 characters, `suffix` kept whole at its end. Distinct names
+    are mixer.data.writing's concern (output_names)."""
+    new = re.sub(r"\W", "_", str(name)) or "_"
+    if new[0].isdigit() or new in STATA_RESERVED or re.fullmatch(r"str\d+", new):
+        new = "_" + new
+    return new[:STATA_NAME_LENGTH - len(suffix)] + suffix
+
+
+def excel_name(name, suffix: str = "") -> str:
+    """A column name as a worksheet's header cell gives it back: without surrounding
+    spaces (mixer's reader strips them), never empty."""
+    return (str(name).strip() or "_") + suffix
 
 
 class StataWriter:
@@ -364,15 +396,19 @@ class StataWriter:
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 
-    def __init__(self, tmp: str, path: str, what: str):
+    def __init__(self, tmp: str, path: str, what: str, labels: Optional[list] = None):
+        """labels: a variable label per column ('' for none): the names the columns had
+        before mixer.data.writing made them valid Stata names."""
         self.tmp, self.path, self.what = tmp, path, what
         self.parts_path = tmp + ".parts"
         self.parts = None
-        self.kinds, self.widths, self.names, self.labels = [], [], [], []
+        self.kinds, self.widths, self.names = [], [], []
+        self.labels = [label[:80] for label in labels or []]
         self.rows = 0
 
     def write(self, columns: list) -> None:
-        """columns: [(name, 'number' | 'text', numpy values)], the same kinds each time."""
+        """columns: [(name, 'number' | 'text', numpy values)], valid distinct Stata names
+        and the same kinds each time."""
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
@@ -381,10 +417,8 @@ class StataWriter:
             if len(columns) > STATA_MAX_VARIABLES:
                 raise UserError(f"{self.what} {self.path}: {len(columns)} columns, more than a "
                                 f"Stata file holds ({STATA_MAX_VARIABLES:,}); write .parquet")
-            originals = [str(name) for name, _, _ in columns]
-            self.names = stata_names(originals)
-            self.labels = [original[:80] if original != new else ""
-                           for original, new in zip(originals, self.names)]
+            self.names = [str(name) for name, _, _ in columns]
+            self.labels = self.labels or [""] * len(columns)
             self.kinds = [kind for _, kind, _ in columns]
             self.widths = [0] * len(columns)
         arrays = []
@@ -401,9 +435,6 @@ class StataWriter:
             self.parts = pq.ParquetWriter(self.parts_path, table.schema)
         self.parts.write_table(table)
         self.rows += table.num_rows
-
-    def renamed(self) -> list:
-        return [(label, name) for label, name in zip(self.labels, self.names) if label]
 
     def close(self) -> None:
         import pyarrow.parquet as pq

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -43,6 +44,9 @@ class CodeFormatter:
     max_num_codes: int = 1
     use_within_block_sep: bool = False
     allow_short: bool = False
+    # general systems: digit codes are this many digits (--zero-padded-codes, or the width of
+    # --key's codes); shorter ones lost their leading zeros (mixer.data.normalise restores them)
+    digit_width: Optional[int] = None
     alphabet: list[str] = field(default_factory=list)  # token len(specials) + i is alphabet[i]
     # "mixer": [PAD] [BOS] [EOS], codes shorter than a block end in PAD;
     # "occcanine": [UNK] [PAD] [BOS] [EOS] [SEP] as OccCANINE's models number them, short
@@ -82,8 +86,17 @@ class CodeFormatter:
         """Decoder labels per row: max_num_codes blocks, then EOS."""
         return self.max_num_codes * self.block_size + 1
 
+    @property
+    def zero_pad(self) -> Optional[int]:
+        """The width digit codes have in this system (shorter ones lost leading zeros), or
+        None when the system does not fix one."""
+        return {"hisco": 5, "occ1950": 3}.get(self.kind, self.digit_width)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        values = asdict(self)
+        if values["digit_width"] is None:  # runs prepared before it existed keep their identity
+            del values["digit_width"]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> "CodeFormatter":
@@ -105,10 +118,8 @@ class CodeFormatter:
                 return code, ""
             if not code.isdigit():
                 return code, f"not a {self.kind.upper()} code (digits only)"
-            if len(code) < width:
-                if not self.allow_short:
-                    return code, (f"shorter than {width} characters (leading zeros lost?)")
-                code = code.zfill(width)
+            if len(code) < width:  # mixer.data.normalise restores the zeros before this
+                return code, f"shorter than {width} characters (write it with its leading zeros)"
             if len(code) > width:
                 return code, f"longer than {width} characters"
             if known is not None and code not in known:
@@ -120,8 +131,12 @@ class CodeFormatter:
         if len(parts) > self.block_size:
             return code, f"longer than --block-size {self.block_size}"
         if len(parts) < self.block_size and not self.allow_short:
-            return code, (f"shorter than --block-size {self.block_size} (leading zeros lost? "
-                          "pass --allow-codes-shorter-than-block-size)")
+            shorter = "pass --allow-codes-shorter-than-block-size if the code system has shorter codes"
+            if code.isdigit() and not self.use_within_block_sep:  # a number that lost its zeros?
+                return code, (f"shorter than --block-size {self.block_size} (leading zeros lost? pass "
+                              f"--zero-padded-codes to read it as {code.zfill(self.block_size)!r}; "
+                              f"{shorter})")
+            return code, f"shorter than --block-size {self.block_size} ({shorter})"
         return code, ""
 
     # ------------------------------------------------------------ blocks
@@ -196,29 +211,18 @@ class CodeFormatter:
 
 def hisco_key() -> pd.DataFrame:
     """The full HISCO list: code (5 characters, leading zeros restored), description."""
-    table = pd.read_csv(HISCO_KEY_PATH, dtype=str, keep_default_na=False)
-    table = table[table["hisco"].str.strip() != ""]
-    codes = table["hisco"].str.strip()
-    numeric = codes.str.isdigit()
-    codes = codes.where(~numeric, codes.str.zfill(5))
-    return pd.DataFrame({"code": codes.to_numpy(), "description": table["en_hisco_text"].to_numpy()})
+    return _hisco_key().copy()
 
 
-def read_descriptions(path: str) -> dict:
-    """code -> description from a CSV with columns (code, description) or the HISCO key layout."""
-    from mixer.core.errors import UserError
+@lru_cache(maxsize=1)
+def _hisco_key() -> pd.DataFrame:
+    # read and spelled as every other table (a file that lost HISCO's leading zeros)
+    from mixer.core.config import TableOptions
+    from mixer.data.normalise import code_column
+    from mixer.data.reading import read_table
 
-    try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise UserError(f"--code-descriptions {path}: cannot read it ({exc})")
-    for code_col, text_col in (("hisco", "en_hisco_text"), ("code", "description")):
-        if code_col in table.columns and text_col in table.columns:
-            codes = table[code_col].str.strip()
-            mapping = dict(zip(codes, table[text_col]))
-            if code_col == "hisco":  # that layout lost HISCO's leading zeros: both spellings
-                short = codes.str.isdigit() & (codes.str.len() < 5)
-                for code, text in zip(codes[short].str.zfill(5), table[text_col][short]):
-                    mapping.setdefault(code, text)
-            return mapping
-    raise UserError(f"--code-descriptions {path}: needs columns 'code' and 'description'")
+    table = read_table(HISCO_KEY_PATH, TableOptions(role="key"))
+    codes = code_column(table, "hisco", CodeFormatter(kind="hisco")).text
+    listed = (codes != "").to_numpy()
+    return pd.DataFrame({"code": codes[listed].to_numpy(),
+                         "description": table["en_hisco_text"][listed].to_numpy()})

@@ -1,4 +1,8 @@
-"""Reading tables, checking labels, building the key, splitting, writing prepared data.
+"""Preparing: a run's data from its files, in the order reading (mixer.data.reading: every
+file through the one reader, with its role's options), normalising (mixer.data.normalise:
+codes as the code system spells them, the model's text), then here: label checks, the key,
+the split, and the prepared files of the run directory with the fingerprint of what they
+were prepared from.
 
 Everything here is vectorised over columns: a formatter looks at each distinct
 code once, and rows are handled by numpy/pandas. No torch import, so
@@ -7,6 +11,7 @@ code once, and rows are handled by numpy/pandas. No torch import, so
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,70 +22,24 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from mixer.core.config import DataConfig
+from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter, hisco_key, read_descriptions
-from mixer.data.tables import (
-    TableOptions, as_text, check_input_path, code_cells, read_table, require_columns,
+from mixer.data.formatter import CodeFormatter, hisco_key
+# model_text and CONTEXT_SEP are also imported from here (their home before mixer.data.normalise)
+from mixer.data.normalise import (  # noqa: F401
+    CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, key_digit_width,
+    model_text, occcanine_room, restore_digits, width_reason,
 )
+from mixer.data.reading import as_text, canonical_options, check_input_path, read_table, require_columns
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
+DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
 ROW_GROUP = 1_000_000
 
 
 def code_columns(max_num_codes: int) -> list[str]:
     return [f"code_{i + 1}" for i in range(max_num_codes)]
-
-
-# ------------------------------------------------------------------ context
-CONTEXT_SEP = " [SEP] "
-DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
-
-
-def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols) -> pd.Series:
-    """The text a model reads for each row, built here for training, predict.py and the
-    Python API alike: the description, then each context column that has a value, as
-    'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. With
-    context the description is stripped first (training always strips it), so
-    'farmer ' and 'farmer' read the same; an empty or missing value is left out
-    (never written as 'nan'); the column names and their order come from the run.
-    Without context the description is passed on as it is (the input recipe decides
-    about surrounding spaces: OccCANINE's models keep them)."""
-    return context_within(descriptions, frame, context_cols)[0]
-
-
-def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols,
-                   room=None) -> tuple:
-    """(model_text's text, rows whose context was cut). `room`: per row, the characters
-    the description and its context may take (a model with a fixed input length, e.g.
-    OccCANINE's 128); the context is cut from its end to fit, the description never."""
-    if not context_cols:
-        return descriptions, 0
-    text = descriptions.reset_index(drop=True).astype(str).str.strip()
-    context = pd.Series("", index=text.index, dtype=object)
-    for column in context_cols:
-        values = as_text(frame[column]).str.strip().reset_index(drop=True)
-        context = context + (CONTEXT_SEP + column + ": " + values).where(values != "", "")
-    cut = 0
-    if room is not None:
-        space = np.maximum(np.asarray(room) - text.str.len().to_numpy(), 0)
-        over = np.flatnonzero(context.str.len().to_numpy() > space)
-        if len(over):
-            context = context.copy()
-            context.iloc[over] = [context.iloc[i][:space[i]] for i in over]
-            cut = len(over)
-    return text + context, cut
-
-
-def occcanine_room(langs, n_rows: int) -> np.ndarray:
-    """Characters left for description and context in OccCANINE's input: 128 ids are
-    [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
-    from mixer.data.tokens import OCCCANINE_MAX_LEN as MAX_INPUT_LEN
-
-    langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
-    lengths = langs.where(langs != "", "unk").str.len().to_numpy()
-    return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths
 
 
 # ------------------------------------------------------------------ labels
@@ -94,9 +53,12 @@ class Checked:
 
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
-               known: Optional[set] = None, allowed: Optional[set] = None, log=None) -> Checked:
+               known: Optional[set] = None, allowed: Optional[set] = None, log=None,
+               why: str = "") -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
-    naming them, or dropped with --drop-bad-labels. `allowed`: the codes of --key (a
+    naming them, or dropped with --drop-bad-labels. Codes are first spelled as the code
+    system spells them (mixer.data.normalise; `why` says why its digit codes have a fixed
+    width, in the line that counts the zeros restored). `allowed`: the codes of --key (a
     code outside it is bad). With --empty-code-label a row without any code gets that
     code in its first slot."""
     flags = {cfg.input_col: "--input-col"}
@@ -118,10 +80,13 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     text, cut = context_within(text, frame, cfg.context_cols, room)
     if cut and log is not None:
         log(f"{path}: the context of {cut} row(s) was cut from its end to fit OccCANINE's 128 characters")
-    # all code cells as one column of strings (column after column), stripped and
+    # all code cells as one column of strings (column after column), normalised and
     # factorised: the formatter then looks at each distinct value once
-    columns = [code_cells(frame, c) for c in cfg.target_cols]
-    cells = pd.concat([cells for cells, _ in columns], ignore_index=True)
+    columns = [code_column(frame, c, formatter) for c in cfg.target_cols]
+    for column, spelled in zip(cfg.target_cols, columns):
+        if log is not None and (line := describe_restored(path, column, spelled, formatter, why)):
+            log(line)
+    cells = pd.concat([spelled.text for spelled in columns], ignore_index=True)
     if cfg.empty_code_label is not None and n_cols:
         no_code = np.ones(n_rows, dtype=bool)
         for column in range(n_cols):
@@ -129,7 +94,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
         if no_code.any():
             cells = cells.copy()
             cells.iloc[np.flatnonzero(no_code)] = cfg.empty_code_label  # the first code column
-    not_whole = np.stack([mask for _, mask in columns], axis=1)  # (rows, cols)
+    not_whole = np.stack([spelled.not_whole for spelled in columns], axis=1)  # (rows, cols)
     ids, uniques = pd.factorize(cells, sort=False)
     normalised, reasons = [], []
     for value in uniques:  # each distinct code once
@@ -141,7 +106,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     normalised = np.asarray(normalised, dtype=object)
     reasons = np.asarray(reasons, dtype=object)
     ids = ids.reshape(n_cols, n_rows).T
-    # distinct raw values may normalise to one code ('1110' and '01110' in HISCO)
+    # distinct values may be one code ('-1' and '-1 ' in the formatter's eyes)
     code_ids, code_names = pd.factorize(normalised, sort=False)
     cell_code = code_ids[ids]  # (rows, cols) index into code_names
     code_names = np.asarray(code_names, dtype=object)
@@ -149,7 +114,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     cell_reason = reasons[ids]
     if not_whole.any():  # fractional values in a column of numbers are not codes
         cell_reason = np.where(not_whole, "not a whole number (the column holds numbers)", cell_reason)
-    raw = np.asarray(uniques, dtype=object)[ids]
+    raw = np.asarray(uniques, dtype=object)[ids]  # as normalised: as written, or zeros restored
 
     problems = []  # (mask, description)
     problems.append((empty_text, f"empty text in {cfg.input_col!r}"))
@@ -205,7 +170,7 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
 
 
 # ------------------------------------------------------------------ key
-def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = None,
+def build_key(formatter: CodeFormatter, codes, descriptions: Optional["Descriptions"] = None,
               order: Optional[list] = None) -> pd.DataFrame:
     """The label key: code, index, description ('' when unknown). `order`: the codes of
     --key, as listed; else built-in HISCO has its full list, other systems the sorted
@@ -217,8 +182,9 @@ def build_key(formatter: CodeFormatter, codes, descriptions: Optional[dict] = No
         key = hisco_key()
     else:
         key = pd.DataFrame({"code": sorted(c for c in codes if c != ""), "description": ""})
-    if descriptions:
-        key["description"] = key["code"].map(descriptions).fillna(key["description"])
+    if descriptions is not None:
+        given = pd.Series(descriptions.lookup(key["code"]), index=key.index, dtype=object)
+        key["description"] = given.fillna(key["description"])
     key.insert(1, "index", np.arange(len(key)))
     return key.reset_index(drop=True)
 
@@ -257,13 +223,10 @@ FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", 
                         "block_size", "use_within_block_sep", "drop_bad_labels",
                         "allow_codes_shorter_than_block_size", "share_val")
 # settings that join the identity only when set (how the files are read, optional
-# labels), so runs prepared before they existed keep their fingerprint
-OPTIONAL_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None, "empty_code_label": None}
+# labels and spellings), so runs prepared before they existed keep their fingerprint
+OPTIONAL_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None, "header_row": None,
+                     "read_options": {}, "empty_code_label": None, "zero_padded_codes": False}
 HASH_BLOCK = 1 << 23
-
-
-def table_options(cfg: DataConfig) -> TableOptions:
-    return TableOptions(encoding=cfg.encoding, sep=cfg.sep, sheet=cfg.sheet)
 
 
 def content_hash(path: str) -> str:
@@ -287,27 +250,63 @@ def file_identity(path: str, what: str) -> dict:
             "xxh3_128": content_hash(path)}
 
 
-def fingerprint(cfg: DataConfig, seed: int) -> dict:
+def run_files(cfg: DataConfig) -> dict:
+    """{role: [paths]}: every file the run reads, by role (mixer.core.config.TABLE_ROLES)."""
+    files = {"dataset": [cfg.dataset]} if cfg.dataset else {"train_data": list(cfg.train_data),
+                                                            "val_data": list(cfg.val_data)}
+    files.update({"code_descriptions": [cfg.code_descriptions] if cfg.code_descriptions else [],
+                  "key": [cfg.key_file] if cfg.key_file else [], "extra_train": list(cfg.extra_train)})
+    return {role: paths for role, paths in files.items() if paths}
+
+
+def reading_settings(cfg: DataConfig, files: dict, typed: bool = False) -> dict:
+    """How the run's files are read, as part of its identity: each option as the files
+    make it mean (mixer.data.reading.canonical_options: a typed value that only says what
+    the file says by itself, such as --sep ',' on a file whose header uses ',', is the
+    default), or with `typed` as given (how runs were identified before)."""
+    values = {}
+    for role, paths in files.items():
+        given = cfg.table_options(role)
+        for option in READ_OPTIONS:
+            value, default = getattr(given, option), getattr(TableOptions(), option)
+            if not typed and value != default and all(getattr(canonical_options(path, given), option) == default
+                                                      for path in paths):
+                value = default
+            if value != default:
+                values[option_dest(role, option)] = value
+    main = {k: v for k, v in values.items() if k in READ_OPTIONS}
+    own = {k: v for k, v in values.items() if k not in READ_OPTIONS}
+    return {**main, **({"read_options": own} if own else {})}
+
+
+def fingerprint(cfg: DataConfig, seed: int, typed: bool = False) -> dict:
     """The identity of a run's prepared data: each role's files by content (training and
-    validation apart, in order), the code descriptions, and the data settings."""
-    if cfg.dataset:
-        inputs = {"dataset": [file_identity(cfg.dataset, "--dataset")]}
-    else:
-        inputs = {"train_data": [file_identity(p, "--train-data") for p in cfg.train_data],
-                  "val_data": [file_identity(p, "--val-data") for p in cfg.val_data]}
-    if cfg.code_descriptions:
-        inputs["code_descriptions"] = [file_identity(cfg.code_descriptions, "--code-descriptions")]
-    if cfg.key_file:
-        inputs["key"] = [file_identity(cfg.key_file, "--key")]
-    if cfg.extra_train:
-        inputs["extra_train"] = [file_identity(p, "--extra-train") for p in cfg.extra_train]
+    validation apart, in order), how they are read, and the data settings."""
+    files = run_files(cfg)
+    inputs = {role: [file_identity(p, TableOptions(role=role).what) for p in paths]
+              for role, paths in files.items()}
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
     settings.update({k: getattr(cfg, k) for k, default in OPTIONAL_SETTINGS.items()
-                     if getattr(cfg, k) != default})
+                     if k not in ("read_options",) + READ_OPTIONS and getattr(cfg, k) != default})
+    settings.update(reading_settings(cfg, files, typed))
     settings["seed"] = seed
     contents = {role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()}
     digest = hashlib.sha256(json.dumps([contents, settings], sort_keys=True).encode()).hexdigest()
     return {"identity": "content", "inputs": inputs, "settings": settings, "digest": digest[:16]}
+
+
+def run_stamp(cfg: DataConfig, seed: int, base=None, tokens: str = "mixer", typed: bool = False) -> dict:
+    """The fingerprint with what else fixes the prepared data: the decoder's token layout
+    and the starting model (its layout and key)."""
+    stamp = fingerprint(cfg, seed, typed)
+    if tokens != "mixer":
+        stamp["settings"]["tokens"] = tokens
+        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], tokens]).encode()).hexdigest()[:16]
+    if base is not None:
+        stamp["settings"]["start"] = base.describe()
+        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
+                                                    sort_keys=True).encode()).hexdigest()[:16]
+    return stamp
 
 
 def same_as_legacy(old: dict, cfg: DataConfig, seed: int) -> bool:
@@ -337,12 +336,19 @@ def describe_difference(old: dict, new: dict) -> str:
         if before != after:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")
-    for name in list(new["settings"]) + [k for k in old.get("settings", {}) if k not in new["settings"]]:
-        value = new["settings"].get(name, OPTIONAL_SETTINGS.get(name))
-        if old.get("settings", {}).get(name, OPTIONAL_SETTINGS.get(name)) != value:
+
+    def flat(settings: dict) -> dict:
+        values = {k: v for k, v in settings.items() if k != "read_options"}
+        return {**values, **settings.get("read_options", {})}
+
+    before, after = flat(old.get("settings", {})), flat(new["settings"])
+    defaults = {**{option_dest(role, option): getattr(TableOptions(), option)
+                   for role in TABLE_ROLES for option in READ_OPTIONS}, **OPTIONAL_SETTINGS}
+    for name in list(after) + [k for k in before if k not in after]:
+        default = defaults.get(name)
+        if before.get(name, default) != after.get(name, default):
             flag = "--seed" if name == "seed" else "--" + name.replace("_", "-")
-            changed.append(f"{flag} was {old.get('settings', {}).get(name, OPTIONAL_SETTINGS.get(name))!r}, "
-                           f"now {value!r}")
+            changed.append(f"{flag} was {before.get(name, default)!r}, now {after.get(name, default)!r}")
     return "; ".join(changed) or "the settings differ"
 
 
@@ -361,6 +367,17 @@ def make_formatter(cfg: DataConfig, max_num_codes: int, tokens: str = "mixer") -
                          allow_short=cfg.allow_codes_shorter_than_block_size, tokens=tokens)
 
 
+def spell_as_flags_say(cfg: DataConfig, formatter: CodeFormatter) -> None:
+    """--zero-padded-codes: digit codes are --block-size digits."""
+    if not cfg.zero_padded_codes:
+        return
+    if formatter.use_within_block_sep:
+        raise UserError("--zero-padded-codes pads digit codes to --block-size characters, but with "
+                        "--use-within-block-sep --block-size counts parts: leave one of them out")
+    if formatter.kind == "general":
+        formatter.digit_width = formatter.block_size
+
+
 def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mixer") -> Prepared:
     """Read, check, key and split the data of a run, in memory. With `base` (a
     whole-model start, mixer.models.sources.Base) the codes are read in the starting
@@ -377,40 +394,46 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         formatter.block_size = 5
     elif base is None and formatter.kind == "occ1950":
         formatter.block_size = 3
+    spell_as_flags_say(cfg, formatter)
     known = set(hisco_key()["code"]) if formatter.kind == "hisco" else None
-    descriptions = read_descriptions(cfg.code_descriptions) if cfg.code_descriptions else None
-    fixed = read_key_file(cfg.key_file, formatter, known) if cfg.key_file else None
+    fixed = (read_key_file(cfg.key_file, formatter, known, cfg.table_options("key"), log)
+             if cfg.key_file else None)
+    why = width_reason(formatter, cfg.key_file if fixed is not None and fixed.attrs.get("width") else None)
+    descriptions = (read_descriptions(cfg.code_descriptions, formatter, cfg.table_options("code_descriptions"))
+                    if cfg.code_descriptions else None)
     if fixed is not None:
-        file_descriptions = {c: d for c, d in zip(fixed["code"], fixed["description"]) if d}
-        descriptions = {**file_descriptions, **(descriptions or {})}
+        own = Descriptions({c: d for c, d in zip(fixed["code"], fixed["description"]) if d})
+        descriptions = own if descriptions is None else descriptions.over(own)
     allowed = set(fixed["code"]) if fixed is not None else None
     if cfg.empty_code_label is not None:
         check_empty_code_label(cfg, formatter, known, allowed)
 
     seen = set()
 
-    def load(paths, what):
+    def load(paths, role):
         frames = []
         for path in paths:
-            frame = read_table(path, what, options=table_options(cfg), log=log)
-            checked = check_rows(frame, cfg, formatter, path, known, allowed, log)
+            frame = read_table(path, cfg.table_options(role), log=log)
+            checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
             seen.update(checked.codes)
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         if len(frame) == 0:
-            raise UserError(f"{what}: no rows left after dropping bad labels")
+            raise UserError(f"{TableOptions(role=role).what}: no rows left after dropping bad labels")
         return frame
 
     if cfg.dataset:
-        frame = load([cfg.dataset], "--dataset")
+        frame = load([cfg.dataset], "dataset")
         train_idx, val_idx = split_rows(len(frame), cfg.share_val, seed)
         train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
     else:
-        train, val = load(cfg.train_data, "--train-data"), load(cfg.val_data, "--val-data")
+        train, val = load(cfg.train_data, "train_data"), load(cfg.val_data, "val_data")
     if cfg.extra_train:  # rows checked by hand: training only, after the split
-        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log))
+        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why))
+    # with codes shorter than the block allowed: one number written two ways is refused
+    check_one_spelling(seen, f"--dataset {cfg.dataset}" if cfg.dataset else "--train-data and --val-data")
     if fixed is not None:  # every code of --key, those absent from the data too
         seen = set(fixed["code"])
     if base is None:
@@ -421,17 +444,17 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     return Prepared(train=train, val=val, key=key, formatter=formatter)
 
 
-def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log) -> pd.DataFrame:
+def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log,
+                     why: str = "") -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
-    import dataclasses
-
     from mixer.data.audits import training_table
     from mixer.data.checking import checked_columns, filled_rows
 
     frames = []
     for path in cfg.extra_train:
-        table = training_table(read_table(path, "--extra-train"), path, cfg.train_on_audit)  # audits
+        table = read_table(path, cfg.table_options("extra_train"), log=log)
+        table = training_table(table, path, cfg.train_on_audit)  # an audit: refused, or its checked rows
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():
@@ -446,7 +469,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
         rows = table.loc[filled].reset_index(drop=True)
         rows.attrs = table.attrs
         checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
-                             formatter, path, known, allowed, log)
+                             formatter, path, known, allowed, log, why)
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
         seen.update(checked.codes)
@@ -473,13 +496,32 @@ def add_rows(train: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([train, extra], ignore_index=True)
 
 
-def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> pd.DataFrame:
+HISCO_LAYOUT = ("hisco", "en_hisco_text")  # data/hisco_key.csv: its codes are HISCO's, zeros lost
+
+
+def _code_layout(table: pd.DataFrame) -> tuple:
+    """(code column, description column or None, whether the file is in the HISCO key layout)."""
+    if set(HISCO_LAYOUT) <= set(table.columns):
+        return "hisco", "en_hisco_text", True
+    if "code" in table.columns:
+        return "code", "description" if "description" in table.columns else None, False
+    return None, None, False
+
+
+def _codes_of(table: pd.DataFrame, column: str, formatter: CodeFormatter, hisco_layout: bool):
+    """A file's codes as the run spells them; the HISCO layout's as HISCO spells them."""
+    return code_column(table, column, CodeFormatter(kind="hisco") if hisco_layout else formatter)
+
+
+def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
+                  options: TableOptions = TableOptions(role="key"), log=None) -> pd.DataFrame:
     """--key: code and description, in the file's order (a run's key.csv works, in its
-    index order). Every code is checked as the data's codes are, once; a bad, empty or
-    repeated code is an error naming it."""
-    table = read_table(path, "--key")
-    hisco_layout = {"hisco", "en_hisco_text"} <= set(table.columns)  # data/hisco_key.csv
-    code_col = "hisco" if hisco_layout else ("code" if "code" in table.columns else None)
+    index order). Every code is normalised and checked as the data's codes are, once; a
+    bad, empty or repeated code is an error naming it. In a general code system whose
+    --key digit codes all have one width, digit codes are that many digits: the
+    formatter's digit_width is set (frame.attrs['width'] says so)."""
+    table = read_table(path, options, log=log)
+    code_col, text_col, hisco_layout = _code_layout(table)
     if code_col is None:
         raise UserError(f"--key {path}: needs a column 'code' (and optionally 'description'); "
                         f"it has: {', '.join(map(str, table.columns[:12]))}")
@@ -488,14 +530,11 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> 
         if order.isna().any():
             raise UserError(f"--key {path}: column 'index' holds a value that is not a number")
         table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
-    text_col = next((c for c in ("description", "en_hisco_text") if c in table.columns), None)
-    codes, _ = code_cells(table, code_col)
-    if hisco_layout:  # HISCO codes, 5 characters, in a file that lost their leading zeros
-        codes = codes.where(~codes.str.isdigit(), codes.str.zfill(5))
+    spelled = _codes_of(table, code_col, formatter, hisco_layout)
     descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
                     else np.full(len(table), "", dtype=object))
     out, seen = [], set()
-    for row, (raw, text) in enumerate(zip(codes, descriptions)):
+    for row, (raw, text) in enumerate(zip(spelled.text, descriptions)):
         if raw == "":
             if hisco_layout:  # the HISCO key layout starts with an empty row
                 continue
@@ -509,7 +548,49 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set]) -> 
         out.append((code, "" if text is None else str(text)))
     if not out:
         raise UserError(f"--key {path}: no codes; list one code per row in a column 'code'")
-    return pd.DataFrame(out, columns=["code", "description"])
+    key = pd.DataFrame(out, columns=["code", "description"])
+    if formatter.kind == "general" and formatter.zero_pad is None and not formatter.use_within_block_sep:
+        formatter.digit_width = key_digit_width(key["code"])
+        key.attrs["width"] = formatter.digit_width
+    return key
+
+
+@dataclass
+class Descriptions:
+    """code -> description, from a file; `width`: the width the file's digit codes were
+    restored to (the HISCO key layout: 5), so that a code written without its zeros
+    finds its description too."""
+
+    texts: dict
+    width: Optional[int] = None
+
+    def lookup(self, codes) -> list:
+        """Each code's description, or None."""
+        codes = pd.Series(list(codes), dtype=object).astype(str)
+        restored, _ = restore_digits(codes, self.width)
+        return [self.texts.get(c, self.texts.get(r)) for c, r in zip(codes, restored)]
+
+    def over(self, other: "Descriptions") -> "Descriptions":
+        """These descriptions, and the other's for codes these lack."""
+        return Descriptions({**other.texts, **self.texts}, self.width)
+
+
+def read_descriptions(path: str, formatter: CodeFormatter,
+                      options: TableOptions = TableOptions(role="code_descriptions")) -> Descriptions:
+    """--code-descriptions: a table with columns code and description, or the HISCO key
+    layout (data/hisco_key.csv), in any format the reader reads; codes spelled as the
+    run spells them."""
+    table = read_table(path, options)
+    code_col, text_col, hisco_layout = _code_layout(table)
+    if code_col is None or text_col is None:
+        raise UserError(f"--code-descriptions {path}: needs columns 'code' and 'description' (or the "
+                        f"HISCO key's 'hisco' and 'en_hisco_text'); it has: "
+                        f"{', '.join(map(str, table.columns[:12]))}")
+    spelled = _codes_of(table, code_col, formatter, hisco_layout)
+    texts = as_text(table[text_col])
+    listed = (spelled.text != "").to_numpy()
+    return Descriptions(dict(zip(spelled.text[listed], texts[listed])),
+                        5 if hisco_layout else formatter.zero_pad)
 
 
 def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, allowed) -> None:
@@ -524,7 +605,7 @@ def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, all
         raise UserError(f"--empty-code-label {label!r} is not in --key {cfg.key_file}; add it there")
 
 
-def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[dict]) -> pd.DataFrame:
+def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[Descriptions]) -> pd.DataFrame:
     """The starting model's codes (its flat head's order), then the data's new codes."""
     symbols = set(formatter.alphabet) | set(formatter.special_codes)
     strange = sorted(c for c in seen if not set(formatter.parts(c)) <= symbols)
@@ -534,9 +615,10 @@ def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional
                         "heads for this code system")
     known = set(base.codes)
     codes = list(base.codes) + sorted(c for c in seen if c not in known)
-    merged = dict(base.descriptions)
-    merged.update(descriptions or {})
-    key = pd.DataFrame({"code": codes, "description": [merged.get(c, "") for c in codes]})
+    given = descriptions.lookup(codes) if descriptions is not None else [None] * len(codes)
+    key = pd.DataFrame({"code": codes, "description": [text if text is not None else
+                                                       base.descriptions.get(c, "")
+                                                       for c, text in zip(codes, given)]})
     key.insert(1, "index", np.arange(len(key)))
     return key
 
@@ -596,17 +678,11 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
     and settings, else prepare it and, once `check` (if any) accepts it, write it:
     bad input leaves the run directory as it was. Reused data comes without its
     text (training reads token ids; see load_prepared)."""
-    stamp = fingerprint(cfg, seed)
-    if tokens != "mixer":
-        stamp["settings"]["tokens"] = tokens
-        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], tokens]).encode()).hexdigest()[:16]
-    if base is not None:  # the starting model fixes the layout and the key: part of the identity
-        stamp["settings"]["start"] = base.describe()
-        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
-                                                    sort_keys=True).encode()).hexdigest()[:16]
+    stamp = run_stamp(cfg, seed, base, tokens)
     existing = prepared_stamp(run_dir)
     if existing is not None:
-        if existing.get("digest") != stamp["digest"] and not same_as_legacy(existing, cfg, seed):
+        if existing.get("digest") not in (stamp["digest"], run_stamp(cfg, seed, base, tokens, typed=True)["digest"]) \
+                and not same_as_legacy(existing, cfg, seed):
             raise UserError(f"{run_dir} holds data prepared from other input or settings "
                             f"({describe_difference(existing, stamp)}); use a new --save-path, "
                             "or the original files and flags to resume")

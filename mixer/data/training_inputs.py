@@ -139,7 +139,8 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data.prepare import CONTEXT_SEP, DESC_CHARS, TEXT
+    from mixer.data.normalise import CONTEXT_SEP
+    from mixer.data.prepare import DESC_CHARS, TEXT
     from mixer.core.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))

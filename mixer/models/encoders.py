@@ -157,17 +157,6 @@ def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
     return Encoder(model, tokenizer, f"architecture saved in {run_dir}")
 
 
-def fixed_input_length(config, max_len: int) -> int | None:
-    """Pad every batch to max_len for encoders whose outputs depend on the padding.
-
-    CANINE's character downsampling lets the amount of padding change the
-    states of real characters (by whole units, not rounding), so a row would
-    get other outputs in another batch, and N processes would not learn what
-    one process learns. BERT-like encoders mask padding exactly: they keep
-    batches padded to their longest row."""
-    return max_len if getattr(config, "model_type", "") == "canine" else None
-
-
 # ------------------------------------------------------------------ tokenisers
 def token_ids_of(encoder: Encoder, recipe):
     """The tokeniser (mixer.data.tokens) of a loaded encoder."""

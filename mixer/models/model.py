@@ -293,6 +293,17 @@ class MixerModel(nn.Module):
         self.decoder = BlockDecoder(cfg, hidden)
         set_dropout(self, cfg.dropout)
 
+    def padding_reads(self, decoder: bool) -> str:
+        """What of the encoder's output a pass reads, which decides how far its batches are
+        padded (mixer.data.padding): OccCANINE's flat head reads the pooled vector and its
+        decoder every position, padding included; mixer's heads read the real characters'
+        states (their mean; its decoder masks padding). `decoder`: the pass runs the decoder."""
+        from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED
+
+        if self.cfg.family == "occcanine":
+            return EVERY_POSITION if decoder else POOLED
+        return CHARACTERS
+
     def encode(self, input_ids, attention_mask):
         """(encoder states, the pooled vector the flat head reads)."""
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)

@@ -130,7 +130,8 @@ class Model:
         head = "seq2seq" if head == "greedy" else head
         predicted = self.predict(frame[input_col], frame[language_col] if language_col else lang, top_k, head,
                                  threshold, frame[context_cols] if context_cols else None, batch_size)
-        draw = AuditDraw(request, input_col, [language_col, *context_cols], excluded=config.get("audited") or ())
+        draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
+                         excluded=config.get("audited") or ())
         draw.add(frame, predicted)
         table, lines = draw.finish(model_fingerprint(self._predictor), self.source, head,
                                    threshold_used(self._predictor, head, threshold))
@@ -166,6 +167,17 @@ class Model:
             table.insert(0, "occ1", np.repeat(texts, k))
         return table
 
+    def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
+        """Per row, the string the model reads (its language, text and context as the
+        input recipe makes them): rows with equal strings get equal predictions."""
+        from mixer.data.tokens import model_strings
+
+        _, texts, langs = self._inputs(texts, lang, context)
+        first, second = model_strings(texts, langs, self._predictor.recipe)
+        second = np.full(len(first), "", dtype=object) if second is None else np.where(
+            pd.isna(second), "", second)
+        return np.asarray(first, dtype=object) + "\x00" + second
+
     def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
                    batch_size: int = 256) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
@@ -174,7 +186,7 @@ class Model:
 
     def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
         """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data.prepare import context_within
+        from mixer.data.normalise import context_within
 
         if isinstance(texts, str):
             texts = [texts]
@@ -210,7 +222,7 @@ class Model:
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
             room = None
             if self._predictor.family == "occcanine":  # its fixed 128 characters
-                from mixer.data.prepare import occcanine_room
+                from mixer.data.normalise import occcanine_room
 
                 room = occcanine_room(langs, len(texts))
             texts, cut = context_within(texts, frame, columns, room)
@@ -255,7 +267,7 @@ def _require_count(name: str, value) -> None:
 
 def load(source: str, device: Optional[str] = None, precision: str = "fp32",
          force_precision: bool = False, tf32: Optional[bool] = None,
-         code_descriptions=None) -> Model:
+         code_descriptions=None, quantize: Optional[str] = None) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
     device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
@@ -263,8 +275,9 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
     None: on for this tool's models (they train with it), off for OccCANINE's
     (exact predictions). code_descriptions: a CSV (code,description or the HISCO key
     layout), a dict or a DataFrame: descriptions of the model's codes (desc_k), for a
-    model of any code system."""
-    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32)
+    model of any code system. quantize: 'int8' on a CPU, the encoder's linear layers in int8:
+    approximate predictions (mixer.models.quantize); None: fp32."""
+    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32, quantize=quantize)
     if code_descriptions is not None:
         from mixer.prediction.outputs import set_descriptions
 

@@ -53,10 +53,17 @@ class AuditRequest:
 
     def check_path(self, inputs: dict) -> None:
         """Before any work: a file that can be written, and none of the job's other files."""
-        from mixer.data.tables import check_output_path, output_kind
+        from mixer.data.writing import check_output_path
 
         check_output_path(self.path, "--audit", inputs)
-        output_kind(self.path, "--audit")
+        self.kind  # noqa: B018 - a kind that is written, or the refusal
+
+    @property
+    def kind(self) -> str:
+        """The audit file's format (csv, parquet, excel, stata); csv when it is not written."""
+        from mixer.data.writing import output_kind
+
+        return output_kind(self.path, "--audit")
 
     @property
     def most(self) -> int:
@@ -87,38 +94,50 @@ class AuditDraw:
 
     text_col: the description column, as the predictions name it; key_cols: what makes
     a description (text, language and context columns), for unit 'descriptions';
+    formatter: the model's code system (its codes are spelled by it, mixer.data.normalise);
     prefix: what the predictions file puts before the head's columns ('flat_' when it holds
     several heads); excluded: description keys the model trained on from audits
     (mixer.data.audits.trained_descriptions)."""
 
     @classmethod
-    def for_output(cls, request: AuditRequest, renames: dict, keys: list, head: str, prefixed: bool,
-                   config: dict) -> "AuditDraw":
-        """predict.py's draw: columns by the names the predictions file gives them."""
+    def for_output(cls, request: AuditRequest, kind: str, inputs, outputs, keys: list, head: str,
+                   prefixed: bool, predictor) -> "AuditDraw":
+        """predict.py's draw: the input's columns by the names a predictions file of `kind`
+        gives them beside the `outputs` (mixer.data.writing.output_names)."""
         import dataclasses
 
-        name = lambda column: renames.get(column, column)  # noqa: E731
-        request = dataclasses.replace(request, by=name(request.by) if request.by else None)
-        return cls(request, name(keys[0]), [name(k) for k in keys[1:] if k], f"{head}_" if prefixed else "",
-                   config.get("audited") or ())
+        from mixer.data.writing import output_names
 
-    def add_output(self, frame: pd.DataFrame, predicted: pd.DataFrame) -> None:
-        """predict.py's rows: the head's columns of a table that may hold several heads."""
+        names = output_names(kind, inputs, outputs)[:len(inputs)]
+        name = dict(zip(inputs, names)).get
+        request = dataclasses.replace(request, by=name(request.by, request.by) if request.by else None)
+        draw = cls(request, name(keys[0]), [name(k) for k in keys[1:] if k], predictor.formatter,
+                   f"{head}_" if prefixed else "", predictor.config.get("audited") or ())
+        draw.shown = names
+        return draw
+
+    def add_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame) -> None:
+        """predict.py's rows: the input's columns as the predictions file names them, and the
+        head's columns of a table that may hold several heads."""
         own = [c for c in predicted.columns if str(c).startswith(self.prefix)
                and PREDICTED.match(str(c)[len(self.prefix):])]
-        self.add(frame, predicted[own].rename(columns=lambda c: c[len(self.prefix):]))
+        self.add(chunk.set_axis(self.shown, axis=1), predicted[own].rename(columns=lambda c: c[len(self.prefix):]))
 
-    def __init__(self, request: AuditRequest, text_col: str, key_cols: list, prefix: str = "",
+    def __init__(self, request: AuditRequest, text_col: str, key_cols: list, formatter, prefix: str = "",
                  excluded=()):
         self.request, self.text_col, self.prefix = request, text_col, prefix
+        self.formatter = formatter
+        self.kind = request.kind
         self.code_columns = []
         self.key_cols = list(dict.fromkeys(c for c in (text_col, *key_cols, request.by) if c))
         self.excluded = frozenset(excluded)
         self.kept = None
+        self.names = None  # {input column: its name in the audit}
+        self.predicted = []  # the head's columns, as predict.py orders them
         self.sizes: dict = {}
         self.probability = 0  # prob_1 of the rows drawn from, in PROBABILITY_UNITS
         self.left_out = {"no description": 0, "in audits the model trained on": 0}
-        self.digest = audits.PredictionsDigest()
+        self.digest = audits.PredictionsDigest(formatter)
         self.offset = 0
 
     def add(self, frame: pd.DataFrame, predicted: pd.DataFrame) -> None:
@@ -153,8 +172,12 @@ class AuditDraw:
                             f"strata than the audit has rows; stratify by a coarser column")
         best = pd.to_numeric(predicted["prob_1"], errors="coerce").fillna(0.0).clip(0, 1).to_numpy()
         self.probability += int(np.rint(best[eligible] * PROBABILITY_UNITS).sum())
-        taken = set(map(str, frame.columns))
-        rows_out = frame.rename(columns=lambda c: audits.audit_name(c, taken))
+        if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.writing)
+            self.predicted = list(predicted.columns)
+            own = audits.own_columns(self.request.unit, self.predicted, len(self.code_columns),
+                                     self.request.by is not None)
+            self.names = dict(zip(frame.columns, audits.input_names(self.kind, list(frame.columns), own)))
+        rows_out = frame.set_axis([self.names[c] for c in frame.columns], axis=1)
         candidates = pd.concat([rows_out, predicted], axis=1)[eligible]
         candidates[_KEY] = stats.row_keys(self.request.seed, rows[eligible])
         candidates[_ROW] = rows[eligible] + 1
@@ -194,16 +217,17 @@ class AuditDraw:
             predictions=self.digest.hexdigest(), predicted_rows=self.digest.rows, model=model, source=source,
             head=head, threshold=threshold, text_col=self.text_col, code_columns=tuple(self.code_columns),
             expected=expected, margin=request.margin,
-            left_out={reason: n for reason, n in self.left_out.items() if n})
+            left_out={reason: n for reason, n in self.left_out.items() if n},
+            audit_text_col=self.names[self.text_col], spelling=audits.spelling_of(self.formatter))
         table = self._table(chosen, design)
         return table, self._report(design, asked, total)
 
     def _table(self, chosen: pd.DataFrame, design: audits.Design) -> pd.DataFrame:
-        predicted = [c for c in chosen.columns if PREDICTED.match(str(c))]  # as predict.py orders them
+        predicted = self.predicted
         if design.unit == "rows":
-            inputs = [c for c in chosen.columns if c not in predicted and not str(c).startswith("\x00")]
+            inputs = list(self.names.values())
         else:  # each description once, where its first row drawn was
-            inputs = [audits.audit_name(c) for c in self.key_cols]
+            inputs = [self.names[c] for c in self.key_cols]
             draws = chosen.groupby(inputs, dropna=False, sort=False)[_KEY].transform("size")
             chosen = chosen.assign(**{audits.DRAWS: draws.to_numpy()}).drop_duplicates(inputs)
         chosen = _interleaved(chosen)
@@ -216,7 +240,7 @@ class AuditDraw:
         if design.stratified:
             out[audits.STRATUM] = strata
         units = audits.unit_values(out, design.unit)
-        codes = audits.canonical_codes(out, list(design.audit_code_columns))
+        codes = audits.canonical_codes(out, list(design.audit_code_columns), self.formatter)
         out[audits.CHECK] = audits.checks(design.id, strata, units, codes)
         out[audits.AUDIT] = design.to_json()
         out.attrs["audit"] = design
@@ -300,15 +324,11 @@ def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, so
 
 
 def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
-    from mixer.data.tables import OutputWriter
+    """The audit, through mixer.data.writing (its columns are already named by output_names,
+    mixer.data.audits.input_names)."""
+    from mixer.data.writing import write_table
 
-    writer = OutputWriter(path, "--audit")
-    try:
-        writer.write(table)
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    write_table(table, path, "--audit")
     design = table.attrs["audit"]
     unit = "rows" if design.unit == "rows" else f"distinct descriptions ({design.drawn:,} rows drawn)"
     for line in lines + [f"audit: wrote {len(table):,} {unit} to {path}, in random order: check them from "

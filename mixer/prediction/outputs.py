@@ -28,35 +28,43 @@ NO_PRED = "No pred"  # OccCANINE's description of an empty slot
 
 
 # ------------------------------------------------------------------ descriptions
-def set_descriptions(predictor, descriptions) -> int:
-    """Give the model's codes descriptions (desc_k): a CSV path (columns code,description
-    or the HISCO key layout), a dict code -> text or a DataFrame (code, description).
-    Returns how many codes of the key got one; none is an error (wrong file or column)."""
-    from mixer.data.formatter import read_descriptions
+def set_descriptions(predictor, descriptions, options=None) -> int:
+    """Give the model's codes descriptions (desc_k): a table's path (columns code and
+    description, or the HISCO key layout; any format, read with `options`, a
+    mixer.core.config.TableOptions of the role code_descriptions), a dict code -> text or a
+    DataFrame (code, description). Codes are spelled as the model spells its own
+    (mixer.data.normalise). Returns how many codes of the key got one; none is an error
+    (wrong file or column)."""
+    from mixer.core.config import TableOptions
+    from mixer.data.normalise import code_column
+    from mixer.data.prepare import Descriptions, read_descriptions
+    from mixer.data.reading import frame_as_text
 
+    formatter = predictor.formatter
     if isinstance(descriptions, str):
-        mapping = read_descriptions(descriptions)
+        given = read_descriptions(descriptions, formatter, options or TableOptions(role="code_descriptions"))
         name = f"--code-descriptions {descriptions}"
-    elif isinstance(descriptions, pd.DataFrame):
+    elif isinstance(descriptions, (pd.DataFrame, dict)):
+        if isinstance(descriptions, dict):
+            descriptions = pd.DataFrame({"code": list(descriptions), "description": list(descriptions.values())})
         if not {"code", "description"} <= set(descriptions.columns):
             raise UserError("code_descriptions: a DataFrame needs columns 'code' and 'description'")
-        mapping = dict(zip(descriptions["code"].astype(str).str.strip(), descriptions["description"].astype(str)))
-        name = "code_descriptions"
-    elif isinstance(descriptions, dict):
-        mapping = {str(k).strip(): str(v) for k, v in descriptions.items()}
+        table = frame_as_text(descriptions[["code", "description"]], "code_descriptions")
+        given = Descriptions(dict(zip(code_column(table, "code", formatter).text, table["description"])),
+                             formatter.zero_pad)
         name = "code_descriptions"
     else:
-        raise UserError(f"code_descriptions={descriptions!r}: pass a CSV path, a dict or a DataFrame")
-    matched = [c for c in predictor.codes if c in mapping]
-    if not matched:
+        raise UserError(f"code_descriptions={descriptions!r}: pass a table's path, a dict or a DataFrame")
+    found = given.lookup(predictor.codes)
+    if all(text is None for text in found):
         shown = ", ".join(list(predictor.codes[:3]))
         raise UserError(f"{name}: none of its codes is a code of the model (the model's codes are "
                         f"like {shown}); check the file's code column")
-    predictor.descriptions = np.asarray([mapping.get(c, d) for c, d in zip(predictor.codes, predictor.descriptions)],
-                                        dtype=object)
+    predictor.descriptions = np.asarray([d if text is None else text for text, d in
+                                         zip(found, predictor.descriptions)], dtype=object)
     predictor.description_of = dict(zip(predictor.codes, predictor.descriptions))
     predictor.has_descriptions = True
-    return len(matched)
+    return sum(text is not None for text in found)
 
 
 # ------------------------------------------------------------------ matrices

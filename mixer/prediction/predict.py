@@ -32,12 +32,14 @@ import torch
 
 from mixer.core.config import HEADS
 from mixer.core.errors import UserError
-from mixer.core.precision import fp32_matmuls, pad_multiple, round_up
+from mixer.core.precision import fp32_matmuls, pad_multiple
 from mixer.core.precision import resolve as resolve_precision
 from mixer.data.formatter import CodeFormatter
+from mixer.data.padding import InputPadding
 from mixer.data.tokens import InputRecipe, token_ids_for
 from mixer.data.transliterate import exactness_note
-from mixer.models.encoders import fixed_input_length
+from mixer.models.quantize import APPROXIMATE_NOTE, check_quantize
+from mixer.models.quantize import quantize as quantize_model
 from mixer.prediction.heads import HeadReader
 from mixer.reporting.metrics import PredictionRules, Thresholds
 
@@ -49,8 +51,11 @@ class Predictor:
     """Turns texts into codes with a model, its tokeniser, formatter and key."""
 
     def __init__(self, model, tokenizer, config: dict, key: pd.DataFrame,
-                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None):
-        self.model = model.to(device).eval()
+                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None,
+                 quantize: Optional[str] = None):
+        check_quantize(quantize, device, precision)
+        self.model = quantize_model(model.to(device).eval(), quantize)
+        self.quantize = quantize
         self.config = config
         self.family = model.cfg.family
         # TF32 on CUDA: this tool's models train with it; OccCANINE's predict exactly unless asked
@@ -61,7 +66,6 @@ class Predictor:
         model_type = getattr(model.encoder.config, "model_type", "")
         self.token_ids = token_ids_for(tokenizer, model_type, self.recipe)
         self.pad_id = self.token_ids.pad_id
-        self.fixed_length = fixed_input_length(model.encoder.config, self.recipe.max_len)
         self.device = device
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.codes = key["code"].to_numpy(dtype=object)
@@ -74,15 +78,17 @@ class Predictor:
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None, tf32: Optional[bool] = None) -> "Predictor":
+             log=None, tf32: Optional[bool] = None, quantize: Optional[str] = None) -> "Predictor":
         from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-        log = log or (lambda m: print(m, file=sys.stderr))
+        check_quantize(quantize, device, precision)  # before the model loads
         precision = resolve_precision(precision, device, force_precision, log)
         model, tokenizer, config, key = load_for_prediction(source, log=log)
-        predictor = cls(model, tokenizer, config, key, device, precision, tf32)
+        predictor = cls(model, tokenizer, config, key, device, precision, tf32, quantize)
+        if quantize:
+            log(APPROXIMATE_NOTE)
         if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
             log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
                 "differ from OccCANINE's exact ones by about 1e-3")
@@ -141,16 +147,24 @@ class Predictor:
                                                      enabled=self.autocast_dtype is not None):
             yield
 
+    def padding(self, states: bool) -> InputPadding:
+        """How far a batch is padded: what its longest row needs for what the pass reads
+        (the decoder's states, or the pooled vector alone; mixer.data.padding)."""
+        return InputPadding.for_encoder(self.model.encoder.config, self.recipe.max_len,
+                                        self.model.padding_reads(decoder=states),
+                                        pad_multiple(self.device))
+
     def _encoded(self, texts, langs, batch_size, states: bool = True):
-        """(row indices, encoder states or None, pooled, attention mask, langs) per batch."""
+        """(row indices, encoder states or None, pooled, attention mask, langs) per batch,
+        each batch rows of similar length padded as far as its longest needs."""
         ids, lengths = self.token_ids.encode(texts, langs)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
-        multiple = pad_multiple(self.device)
+        padding = self.padding(states)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            longest = self.fixed_length or round_up(int(lengths[rows].max()), multiple)
+            longest = padding.length(int(lengths[rows].max()))
             input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for i, row in enumerate(rows):

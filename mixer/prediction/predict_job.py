@@ -13,12 +13,11 @@ import sys
 import numpy as np
 import pandas as pd
 
-from mixer.core.config import DistConfig
+from mixer.core.config import DistConfig, table_options
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
-from mixer.data.tables import (
-    OutputWriter, TableOptions, check_fits_excel, check_input_table, check_output_path, iter_chunks,
-)
+from mixer.data.reading import check_input_path, check_input_table, iter_chunks
+from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
@@ -29,33 +28,8 @@ def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
     return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
 
 
-def input_names(columns, predicted) -> dict:
-    """Renames for input columns that would clash with the output, given '_input' (again
-    while that is taken), so no name appears twice and evaluate.py sees no false head:
-    those named like a predicted column, and those named like another prediction column
-    evaluate.py reads. With one head that is any code_k or <head>_code_k; with several
-    (the output's columns all prefixed) a plain code_k stays as it is, because evaluate.py
-    then reads prefixed columns only, so a validation file's own code_1.. can be the truth."""
-    from mixer.reporting.evaluation import PREDICTION_COLUMN
-
-    predicted = set(map(str, predicted))
-    prefixed = not any((m := PREDICTION_COLUMN.match(name)) and m.group("head") is None for name in predicted)
-    taken = set(map(str, columns)) | predicted
-    renames = {}
-    for column in columns:
-        name = str(column)
-        match = PREDICTION_COLUMN.match(name)
-        if name in predicted or (match and not (prefixed and match.group("head") is None)):
-            new = f"{name}_input"
-            while new in taken:
-                new += "_input"
-            taken.add(new)
-            renames[column] = new
-    return renames
-
-
 def predict_file(args) -> None:
-    options = TableOptions(args.encoding, args.sep, args.sheet)
+    options = table_options(vars(args), "input")
     check_input_table(args.input, "--input")  # before the model loads, as the outputs below
     if args.output:  # before the model loads: a wrong path fails at once
         check_output_path(args.output, "--output", {"--input": args.input})
@@ -89,8 +63,6 @@ def predict_file(args) -> None:
         audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
                           "--to-check": to_check[1] if to_check else None})
     if getattr(args, "code_descriptions", None):
-        from mixer.data.tables import check_input_path
-
         check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = checklist = draw = None
@@ -102,11 +74,11 @@ def predict_file(args) -> None:
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=args.tf32)
+                                   tf32=args.tf32, quantize=getattr(args, "quantize", None))
         if getattr(args, "code_descriptions", None):
             from mixer.prediction.outputs import set_descriptions
 
-            set_descriptions(predictor, args.code_descriptions)
+            set_descriptions(predictor, args.code_descriptions, table_options(vars(args), "code_descriptions"))
         model = Model(predictor, args.checkpoint)
         config = predictor.config
         input_col = args.input_col or config["input_col"]
@@ -144,7 +116,8 @@ def predict_file(args) -> None:
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
-                    writer.write(shaped_output(chunk, pd.concat(pieces), args))
+                    outputs, inputs = shaped_output(chunk, pd.concat(pieces), args)
+                    writer.write(outputs) if inputs is None else writer.write(outputs, inputs=inputs)
             elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
@@ -155,19 +128,20 @@ def predict_file(args) -> None:
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
-                    renames = input_names(chunk.columns, predicted.columns)
-                    shown = chunk.rename(columns=renames)  # the input's columns as the output names them
                     if writer is not None:
-                        writer.write(pd.concat([shown, predicted], axis=1))
+                        writer.write(predicted, inputs=chunk)
+                    if checklist is not None:  # rows grouped by what the model reads
+                        checklist.add(chunk, predicted, model.model_inputs(
+                            text_column(chunk, input_col),
+                            text_column(chunk, language_col) if language_col else language,
+                            chunk[context_cols].reset_index(drop=True) if context_cols else None))
                     if audit is not None:
                         from mixer.prediction.audit import AuditDraw
 
-                        keys = [input_col, language_col, *context_cols]
-                        draw = draw or AuditDraw.for_output(audit, renames, keys, args.head[0],
-                                                            len(args.head) > 1, predictor.config)
-                        draw.add_output(shown, predicted)
-                    if checklist is not None:
-                        checklist.add(chunk, predicted)
+                        draw = draw or AuditDraw.for_output(
+                            audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
+                            [input_col, language_col, *context_cols], args.head[0], len(args.head) > 1, predictor)
+                        draw.add_output(chunk, predicted)
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
@@ -260,16 +234,17 @@ def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
                          args.batch_size, what=args.what, columns=args.columns, system=args.system)
 
 
-def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, args):
-    """What is written for a chunk: a matrix (an array for .npy) or OccCANINE's table
-    alone, in input order; mixer's alternatives beside each input row, repeated k times."""
+def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, args) -> tuple:
+    """What is written for a chunk, as (outputs, the input's columns beside them or None):
+    a matrix (an array for .npy) or OccCANINE's table alone, in input order; mixer's
+    alternatives beside each input row, repeated k times."""
     if is_matrix(args):
-        return predicted.to_numpy() if args.output.lower().endswith(".npy") else predicted.reset_index(drop=True)
+        return (predicted.to_numpy() if args.output.lower().endswith(".npy")
+                else predicted.reset_index(drop=True)), None
     if args.columns == "occcanine":
-        return predicted.reset_index(drop=True)
+        return predicted.reset_index(drop=True), None
     repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
-    repeated = repeated.rename(columns=input_names(chunk.columns, predicted.columns))
-    return pd.concat([repeated.reset_index(drop=True), predicted.reset_index(drop=True)], axis=1)
+    return predicted.reset_index(drop=True), repeated.reset_index(drop=True)
 
 
 class EmbeddingWriter:

@@ -156,15 +156,18 @@ def plot_scores(table: pd.DataFrame, path: str) -> str:
     return path
 
 
-def evaluate_audit(path: str, predictions, options, digits: list, code_length, output, plot) -> None:
-    """evaluate.py --audit: read and check the audit (and the predictions it must come
-    from), refuse what does not fit before writing anything, then print the table and
-    write it (CSV) and its picture."""
+def evaluate_audit(path: str, predictions, options, predictions_options, digits: list, code_length, output,
+                   plot) -> None:
+    """evaluate.py --audit: read and check the audit (with its role's options,
+    --audit-encoding ...) and the predictions it must come from (with --encoding ...),
+    refuse what does not fit before writing anything, then print the table and write it
+    (CSV) and its picture."""
     import os
 
     from mixer.core.io import write_text
     from mixer.data.audits import check_drawn_from, read_audit
-    from mixer.data.tables import check_output_path, read_table
+    from mixer.data.reading import read_table
+    from mixer.data.writing import check_output_path
 
     stem = os.path.splitext(path)[0]
     output = output or f"{stem}_scores.csv"
@@ -174,7 +177,7 @@ def evaluate_audit(path: str, predictions, options, digits: list, code_length, o
     check_output_path(plot, "--plot", {**inputs, "--output": output})
     audit = read_audit(path, options, log=print)
     if predictions:
-        check_drawn_from(audit, read_table(predictions, "--predictions", options=options, log=print), predictions)
+        check_drawn_from(audit, read_table(predictions, predictions_options, log=print), predictions)
     levels, notes = outcomes(audit, digits, code_length)
     table = score_table(audit, levels)
     if not table["checked"].iloc[0]:

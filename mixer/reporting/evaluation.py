@@ -34,21 +34,22 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import HEADS
-from mixer.data.tables import code_cells
+from mixer.data.normalise import code_text, restore_digits
+from mixer.data.writing import PREDICTION_COLUMN
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
 SPECIAL = {"-1", "-2", "-3"}
 
 
 def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
-    """Per row, the set of codes in `columns` (empty and missing cells left out)."""
+    """Per row, the set of codes in `columns` (empty and missing cells left out), spelled
+    as training spells them (mixer.data.normalise): with --code-length, digit codes shorter
+    than it get their leading zeros back."""
     cells = []
     for column in columns:
-        text, _ = code_cells(frame, column)
+        text, _, _ = code_text(frame, column)
         text = text.replace({"nan": "", "NaN": "", "None": ""})
-        if code_length:
-            numeric = text.str.fullmatch(r"\d+")
-            text = text.where(~numeric, text.str.zfill(code_length))
+        text, _ = restore_digits(text, code_length)
         cells.append(text.to_numpy(dtype=object))
     return [{c for c in row if c} for row in zip(*cells)] if cells else [set() for _ in range(len(frame))]
 
@@ -134,9 +135,6 @@ def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray
                 out.append({group_name: name, "head": head, "digits": d, "n": n,
                             **dict(zip(STATISTICS, means))})
     return pd.DataFrame(out)
-
-
-PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
 
 
 def prediction_groups(columns, exclude=()) -> dict:

@@ -18,9 +18,10 @@ from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
 from mixer.core.config import RunConfig, config_for_file, write_args
 from mixer.data.prepare import labels_of, load_prepared, prepare_run_data
+from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                                 shard_indices, stop_workers)
-from mixer.models.encoders import (fixed_input_length, save_encoder_files, token_ids_of)
+from mixer.models.encoders import save_encoder_files, token_ids_of
 from mixer.reporting.metrics import Thresholds
 from mixer.data.noise import NoiseConfig
 from mixer.core.recipe import previous_settings
@@ -96,8 +97,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     key_blocks = formatter.encode_blocks(key_codes)
     collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks, bos=formatter.bos_id,
                        eos=formatter.eos_id, code_pad=formatter.pad_id,
-                       pad_to=fixed_input_length(encoder.model.config, start.recipe.max_len),
-                       pad_multiple=pad_multiple(world.device),
+                       padding=InputPadding.for_encoder(encoder.model.config, start.recipe.max_len,
+                                                        model.padding_reads(decoder=True),
+                                                        pad_multiple(world.device)),
                        groups=config.train.length_groups)
     noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
                         config.train.unk_lang_prob)
@@ -191,7 +193,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
                  len(val_set), len(key_codes), encoder.source, model,
                  [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
-                  describe_groups(collate.groups, collate.pad_to is not None),
+                  describe_groups(collate.groups, collate.padding),
                   f"flat threshold {thresholds.describe()}"]
                  + ([allocator.kept()] if allocator.kept() else []))
     try:
@@ -298,7 +300,7 @@ def audited_descriptions(config: RunConfig, start) -> list:
     from mixer.models.sources import run_config
 
     previous = run_config(start.run_dir).get("audited") if start.kind == "run" else None
-    return trained_descriptions(config.data.extra_train, previous)
+    return trained_descriptions(config.data.extra_train, config.data.table_options("extra_train"), previous)
 
 
 def starting_thresholds(config: RunConfig, start) -> Thresholds:
@@ -347,13 +349,13 @@ def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
     return 1 if device.startswith("cuda") else 2
 
 
-def describe_groups(groups: int, fixed_length: bool) -> str:
-    if fixed_length:
-        return "micro-batches padded whole: the encoder's inputs have a fixed length (--length-groups has no effect)"
+def describe_groups(groups: int, padding: InputPadding) -> str:
+    if padding.fixed:
+        return f"micro-batches padded whole: {padding.describe()} (--length-groups has no effect)"
     if groups == 1:
-        return "micro-batches padded whole (--length-groups 1)"
+        return f"micro-batches padded whole (--length-groups 1); {padding.describe()}"
     return (f"micro-batches cut into at most {groups} groups of similar length, each padded on its own "
-            f"(--length-groups {groups})")
+            f"(--length-groups {groups}); {padding.describe()}")
 
 
 def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:

@@ -1,16 +1,20 @@
-"""Tables in and out: whole tables for training, streams for prediction, in CSV,
-Parquet, Excel (.xlsx) and Stata (.dta), chosen by extension (mixer.data.formats reads
-and writes the last two).
+"""Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
+--train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
+evaluate.py's --predictions and --audit): CSV, Parquet, Excel (.xlsx) and Stata (.dta),
+chosen by extension (mixer.data.formats knows the last two), each file with its own options
+(mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
+message naming the flags of that file's role (--key-encoding for --key).
 
 Everything is read as text, so codes keep their leading zeros ("01110" is not
 "1110"). CSV goes through pyarrow with newlines allowed inside quoted cells
 ("labourer\\nand fisher"), in the whole-file and the streaming reader alike, in
-the encoding of --encoding (never guessed: a wrong guess changes the text the
-model reads) and with the separator of --sep or the one the header line uses.
+the encoding given (never guessed: a wrong guess changes the text the model
+reads) and with the separator given or the one the file names or its header line uses.
 Numbers are turned into text the way a person reads them: a Parquet, Stata or
 Excel column of numbers (pandas stores an integer column with blanks as floats)
-gives "64100", not "64100.0"; its fractional values are kept as written and
-reported as bad codes by `code_cells`. No torch here.
+gives "64100", not "64100.0"; the columns that held numbers are listed in
+frame.attrs['numeric_columns'] (mixer.data.normalise restores the zeros numbers cannot
+keep). Next in line: mixer.data.normalise, then mixer.data.prepare. No torch here.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ import csv
 import io
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 import numpy as np
 import pandas as pd
 
+from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
-from mixer.core.io import write_target
 from mixer.data import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -35,19 +39,6 @@ NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in
 READ_BLOCK = 1 << 20  # 1 MiB blocks (pyarrow's default) for the CSV readers
 SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
 FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
-
-
-@dataclass(frozen=True)
-class TableOptions:
-    """How to read a table: CSV's encoding and separator (None: the header line's),
-    and an Excel workbook's sheet (None: the first)."""
-
-    encoding: str = "utf-8"
-    sep: Optional[str] = None
-    sheet: Optional[str] = None
-
-
-DEFAULT_OPTIONS = TableOptions()
 
 
 def table_kind(path: str, what: str = "--input") -> str:
@@ -107,43 +98,25 @@ def as_text(series: pd.Series) -> pd.Series:
     return series.astype(object).where(series.notna(), "").astype(str)
 
 
-SPREADSHEET_WHOLE = re.compile(r"^[+-]?\d+\.0+$")
-
-
-def code_cells(frame: pd.DataFrame, column: str) -> tuple[pd.Series, np.ndarray]:
-    """(stripped code text, mask of cells that are not whole numbers in a number column).
-
-    A column read from numbers (Parquet float/int) or a CSV column in which every
-    non-empty cell is a whole number written as a spreadsheet writes it ('64100.0')
-    gives the whole numbers' text; other columns are taken as written, because some
-    code systems write codes with decimals."""
-    text = frame[column].astype(str).str.strip()
-    numeric = column in frame.attrs.get(NUMERIC_COLUMNS, ())
-    fractional = np.zeros(len(text), dtype=bool)
-    if numeric:
-        fractional = text.str.contains(".", regex=False).to_numpy()
-    else:
-        filled = text[text != ""]
-        if len(filled) and filled.str.match(SPREADSHEET_WHOLE).all():
-            text = text.str.replace(r"\.0+$", "", regex=True).str.lstrip("+")
-    return text, fractional
-
-
 # ------------------------------------------------------------------ CSV text
 @dataclass(frozen=True)
 class CsvLayout:
     header: list
     sep: str
-    detected: bool  # the separator came from the file, not --sep
+    detected: bool  # the separator came from the file, not from the options
     encoding: str
-    skip_rows: int = 0  # 1: a first line 'sep=;' (Excel's way to name the separator)
+    skip_rows: int = 0  # rows above the header: a first line 'sep=;' (Excel's way to name the
+    #                     separator) or the title rows a header row option skips
+    named: bool = False  # the separator came from a 'sep=' line
 
-    def describe(self, what: str, path: str) -> str:
-        how = "found in the header line; --sep sets it" if self.detected else "--sep"
-        if self.detected and self.skip_rows:
-            how = "the file's 'sep=' line; --sep sets it"
+    def describe(self, options: TableOptions, path: str) -> str:
+        how = options.flag("sep")
+        if self.detected:
+            found = "the file's 'sep=' line" if self.named else "found in the header line"
+            how = f"{found}; {options.flag('sep')} sets it"
         shown = "tab" if self.sep == "\t" else repr(self.sep)
-        return f"{what} {path}: CSV, separator {shown} ({how}), encoding {self.encoding}"
+        header = f", header row {self.skip_rows + 1}" if options.header_row else ""
+        return f"{options.what} {path}: CSV, separator {shown} ({how}), encoding {self.encoding}{header}"
 
 
 SEP_LINE = re.compile(r"sep=(.)")  # Excel reads (and some programs write) 'sep=;' above the header
@@ -174,55 +147,62 @@ def detect_separator(line: str) -> Optional[str]:
     return counts[0][1]
 
 
-def csv_layout(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "--input") -> CsvLayout:
+def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     """A CSV file's column names and separator (quoted names with separators or
-    newlines included). A header that reads as one column holding another separator
-    is refused: it is the wrong --sep, never one column."""
-    encoding = canonical_encoding(options.encoding)
+    newlines included). The header is the first line, the one after a 'sep=' line, or
+    the options' header row. A header that reads as one column holding another
+    separator is refused: it is the wrong separator, never one column."""
+    encoding, what = canonical_encoding(options.encoding), options.what
     # rows below the header are checked by the readers, so a bad byte there does not hide
     # a wrong separator; one in the header is reported here
     with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
         first = handle.readline()
         named = SEP_LINE.fullmatch(first.rstrip("\r\n"))
-        skip_rows = 1 if named else 0
-        start = handle.tell() if named else 0
-        if named:
-            first = handle.readline()
-        if "\ufffd" in first and first_undecodable(path, encoding) is not None:
-            raise decoding_error(path, encoding, what)
-        if options.sep is None and named:
+        skip_rows = options.header_row - 1 if options.header_row else (1 if named else 0)
+        handle.seek(0)
+        for _ in range(skip_rows):
+            handle.readline()
+        start = handle.tell()
+        header_line = handle.readline()
+        if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
+            raise decoding_error(path, options)
+        if options.sep is None and named and skip_rows:
             sep = named.group(1)
         elif options.sep is None:
-            sep = detect_separator(first.rstrip("\r\n"))
+            sep = detect_separator(header_line.rstrip("\r\n"))
             if sep is None:
-                found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(first).count(s))
+                found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(header_line).count(s))
                 raise UserError(f"{what} {path}: the header line holds {found} equally often; "
-                                "name the separator with --sep")
+                                f"name the separator with {options.flag('sep')}")
         else:
             sep = options.sep
         handle.seek(start)
         try:
             header = next(csv.reader(handle, delimiter=sep))
         except StopIteration:
-            raise pd.errors.EmptyDataError("empty")
+            header = []
     if not any(name.strip() for name in header):
+        if options.header_row:
+            raise UserError(f"{what} {path}: row {options.header_row} ({options.flag('header_row')}) is "
+                            "empty; name the row that holds the column names")
         raise pd.errors.EmptyDataError("empty")
     if len(header) == 1:
-        others = [s for s in SEPARATORS if s != sep and s in _outside_quotes(first)]
+        others = [s for s in SEPARATORS if s != sep and s in _outside_quotes(header_line)]
         if others:
             shown = "tab" if others[0] == "\t" else repr(others[0])
-            raise UserError(f"{what} {path}: with --sep {sep!r} the header is one column "
-                            f"{header[0][:80]!r}, which holds {shown}; pass --sep {shown} "
-                            "(or leave --sep out to take the header's)")
+            flag = options.flag("sep")
+            raise UserError(f"{what} {path}: with {flag} {sep!r} the header is one column "
+                            f"{header[0][:80]!r}, which holds {shown}; pass {flag} {shown} "
+                            f"(or leave {flag} out to take the header's)")
     return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding,
-                     skip_rows=skip_rows)
+                     skip_rows=skip_rows, named=bool(named and options.sep is None and skip_rows))
 
 
 LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error
 ROWS_COUNTED_UP_TO = 64 << 20  # bytes before a bad one parsed to give its row, not only its line
 
 
-def utf8_lookalike(path: str, encoding: str) -> Optional[str]:
+def utf8_lookalike(path: str, encoding: str, flag: str = "--encoding") -> Optional[str]:
     """For a file read in another single-byte encoding: when it is also valid UTF-8 with
     characters past ASCII, a note showing its first such line both ways (the encoding
     given turns UTF-8's 'ä' into 'Ã¤'); None otherwise. It says so, it does not choose."""
@@ -242,7 +222,7 @@ def utf8_lookalike(path: str, encoding: str) -> Optional[str]:
     return (f"note: the file is also valid UTF-8; its first line past ASCII reads as {encoding} "
             f"{first_line_bytes.decode(encoding, errors='replace')[:LINE_SHOWN]!r} and as UTF-8 "
             f"{first_line_bytes.decode('utf-8', errors='replace')[:LINE_SHOWN]!r}: if the second is "
-            "right, leave --encoding out")
+            f"right, leave {flag} out")
 
 
 def first_undecodable(path: str, encoding: str) -> Optional[int]:
@@ -262,13 +242,14 @@ def first_undecodable(path: str, encoding: str) -> Optional[int]:
             fed += len(block)
 
 
-def decoding_error(path: str, encoding: str, what: str) -> UserError:
+def decoding_error(path: str, options: TableOptions) -> UserError:
     """One line naming the first row and byte that do not decode, and that row read
-    as cp1252 and latin-1, so the user can name the encoding in one step."""
-    encoding = canonical_encoding(encoding)
+    as cp1252 and latin-1, so the user can name the encoding in one step, with the
+    flag that sets it for this file."""
+    encoding, what, flag = canonical_encoding(options.encoding), options.what, options.flag("encoding")
     offset = first_undecodable(path, encoding)
     if offset is None:  # the reader failed for another reason
-        return UserError(f"{what} {path}: cannot read it as {encoding} text; pass --encoding")
+        return UserError(f"{what} {path}: cannot read it as {encoding} text; pass {flag}")
     with open(path, "rb") as handle:
         head = handle.read(4)
         line_start, newlines, position = 0, 0, 0
@@ -289,14 +270,16 @@ def decoding_error(path: str, encoding: str, what: str) -> UserError:
             prefix = io.TextIOWrapper(io.BytesIO(before), "latin-1", newline="")
             row = sum(1 for _ in csv.reader(prefix))  # the header is record 1: data rows count from 1
             first_bytes, newline, _ = before.partition(b"\n")
-            if newline and SEP_LINE.fullmatch(first_bytes.rstrip(b"\r").decode("latin-1")):
+            if options.header_row:
+                row -= options.header_row - 1  # the rows above the header are no records
+            elif newline and SEP_LINE.fullmatch(first_bytes.rstrip(b"\r").decode("latin-1")):
                 row -= 1  # the 'sep=' line is no record
             if before.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
                 row -= 1
     line = newlines + 1
     where = f"row {row} (line {line})" if row is not None and row >= 1 else f"line {line}"
-    if row == 0 or line == 1:
-        where = "the header line"
+    if row is not None and row <= 0 or line == 1:
+        where = "the header line" if row in (0, None) else f"line {line}, above the header"
     bad = offset - line_start
 
     def shown(codec: str) -> str:
@@ -305,13 +288,13 @@ def decoding_error(path: str, encoding: str, what: str) -> UserError:
 
     hint = ""
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        hint = " The file starts with a UTF-16 byte-order mark: --encoding utf-16."
+        hint = f" The file starts with a UTF-16 byte-order mark: {flag} utf-16."
     name = "UTF-8" if encoding == "utf-8" else encoding
     return UserError(
         f"{what} {path}: not {name} text: {where}, byte {bad + 1} of that line "
         f"(0x{_byte_at(path, offset):02X} at offset {offset}). That line as cp1252: {shown('cp1252')}; "
         f"as latin-1: {shown('latin-1')}. Pass the encoding that reads it right "
-        f"(e.g. --encoding cp1252) or save the file as UTF-8.{hint}")
+        f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}")
 
 
 def _byte_at(path: str, offset: int) -> int:
@@ -340,7 +323,7 @@ def _duplicates(names) -> list:
     return sorted({n for n in names if names.count(n) > 1})
 
 
-def _check_names(names, path: str, what: str) -> None:
+def check_names(names, path: str, what: str) -> None:
     if _duplicates(names):  # pyarrow would keep both under one name
         raise UserError(f"{what} {path}: duplicate column name(s) "
                         f"{', '.join(_duplicates(names))}; rename them")
@@ -351,14 +334,12 @@ def _decode_failure(exc: Exception) -> bool:
 
 
 # ------------------------------------------------------------------ reading
-def read_table(path: str, what: str = "--dataset", columns: Optional[list] = None,
-               options: TableOptions = DEFAULT_OPTIONS, log=None) -> pd.DataFrame:
+def read_table(path: str, options: TableOptions = TableOptions(), columns: Optional[list] = None,
+               log=None) -> pd.DataFrame:
     """A whole table, every column as text. Columns that held numbers are listed in
     frame.attrs['numeric_columns']. `log` hears how a CSV file was read (separator,
-    encoding) and which sheet of a workbook."""
-    check_input_path(path, what)
-    kind = table_kind(path, what)
-    layout = None
+    encoding) and which sheet and header row of a workbook."""
+    what, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -374,61 +355,104 @@ def read_table(path: str, what: str = "--dataset", columns: Optional[list] = Non
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
             frame = _numbers_as_text(frame[columns] if columns else frame, path, what)
         elif kind == "excel":
-            sheet = formats.ExcelSheet(path, options.sheet, what)
+            sheet = formats.ExcelSheet(path, options)
             try:
-                _check_names(sheet.header, path, what)
+                check_names(sheet.header, path, what)
                 frame = pd.DataFrame([row for row in sheet.rows()], columns=sheet.header, dtype=object)
                 frame.attrs[NUMERIC_COLUMNS] = sheet.numeric
             finally:
                 sheet.close()
             if log is not None:
-                log(_sheet_line(what, path, sheet))
+                log(_sheet_line(options, path, sheet))
         else:
             import pyarrow.csv as pcsv
 
-            layout = csv_layout(path, options, what)
-            _check_names(layout.header, path, what)
-            if log is not None:
-                log(layout.describe(what, path))
-                if (note := utf8_lookalike(path, layout.encoding)) is not None:
-                    log(f"{what} {path}: {note}")
+            layout = csv_layout(path, options)
+            check_names(layout.header, path, what)
+            _say_layout(layout, options, path, log)
             frame = pcsv.read_csv(path, **_csv_options(layout)).to_pandas()
     except UserError:
         raise
     except pd.errors.EmptyDataError:
         raise UserError(f"{what} {path}: the file is empty; it needs a header and rows")
     except (ValueError, OSError) as exc:  # pyarrow's errors are ValueError / OSError
-        if layout is not None and _decode_failure(exc):
-            raise decoding_error(path, layout.encoding, what)
-        raise UserError(f"{what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+        raise _read_failure(exc, path, kind, layout, options)
     if len(frame) == 0:
         raise UserError(f"{what} {path}: has a header but no rows")
     return frame
 
 
-def _sheet_line(what: str, path: str, sheet) -> str:
-    others = f" of {len(sheet.sheets)} (--sheet chooses another)" if len(sheet.sheets) > 1 else ""
-    return f"{what} {path}: Excel, sheet {sheet.sheet!r}{others}"
+def _kind_of(path: str, options: TableOptions) -> str:
+    """The kind of an input file that exists (csv, parquet, excel, stata)."""
+    check_input_path(path, options.what)
+    return table_kind(path, options.what)
+
+
+def _say_layout(layout: CsvLayout, options: TableOptions, path: str, log) -> None:
+    if log is not None:
+        log(layout.describe(options, path))
+        if (note := utf8_lookalike(path, layout.encoding, options.flag("encoding"))) is not None:
+            log(f"{options.what} {path}: {note}")
+
+
+def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOptions) -> UserError:
+    if layout is not None and _decode_failure(exc):
+        return decoding_error(path, options)
+    return UserError(f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+
+
+def _sheet_line(options: TableOptions, path: str, sheet) -> str:
+    others = (f" of {len(sheet.sheets)} ({options.flag('sheet')} chooses another)"
+              if len(sheet.sheets) > 1 else "")
+    header = (f", header row {sheet.header_row} ({options.flag('header_row')} chooses another)"
+              if sheet.header_row != 1 or options.header_row else "")
+    return f"{options.what} {path}: Excel, sheet {sheet.sheet!r}{others}{header}"
 
 
 def _numbers_as_text(frame: pd.DataFrame, path: str, what: str) -> pd.DataFrame:
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
                and not pd.api.types.is_bool_dtype(frame[c].dtype)]
-    _check_names(frame.columns, path, what)
+    check_names(frame.columns, path, what)
     frame = pd.DataFrame({c: as_text(frame[c]) for c in frame.columns})
     frame.attrs[NUMERIC_COLUMNS] = numeric
     return frame
 
 
-def iter_chunks(path: str, chunk_size: int, what: str = "--input",
-                options: TableOptions = DEFAULT_OPTIONS, log=None) -> Iterator[pd.DataFrame]:
+def frame_as_text(frame: pd.DataFrame, what: str) -> pd.DataFrame:
+    """A DataFrame given in Python read as a file is read: every column as text, the
+    columns of numbers listed in frame.attrs['numeric_columns']."""
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    check_names(frame.columns, "(a DataFrame)", what)
+    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
+               and not pd.api.types.is_bool_dtype(frame[c].dtype)]
+    out = pd.DataFrame({c: as_text(text_cells(frame[c])) for c in frame.columns}).reset_index(drop=True)
+    out.attrs[NUMERIC_COLUMNS] = numeric
+    return out
+
+
+def text_cells(series: pd.Series) -> pd.Series:
+    """A column of Python objects (numbers and text mixed, as pd.read_excel gives one)
+    as text, cell by cell, numbers as as_text writes them; other columns as they are."""
+    if series.dtype != object:
+        return series
+
+    def text(value) -> str:
+        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+            return ""
+        if isinstance(value, (float, np.floating)):
+            return as_text(pd.Series([float(value)])).iloc[0]
+        return str(value)
+
+    return pd.Series([text(v) for v in series], index=series.index, dtype=object)
+
+
+def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"),
+                log=None) -> Iterator[pd.DataFrame]:
     """The file in chunks of chunk_size rows (the last may be smaller); CSV and Excel
     columns as text, Parquet and Stata columns with the file's types (Arrow-backed).
     At most about one chunk in memory. A CSV file's encoding is checked before the
     first chunk, so a bad byte near the end stops the job before any work."""
-    check_input_path(path, what)
-    kind = table_kind(path, what)
-    layout = None
+    what, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -446,11 +470,11 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input",
             yield from formats.stata_chunks(path, chunk_size, what)
             return
         if kind == "excel":
-            sheet = formats.ExcelSheet(path, options.sheet, what)
+            sheet = formats.ExcelSheet(path, options)
             try:
-                _check_names(sheet.header, path, what)
+                check_names(sheet.header, path, what)
                 if log is not None:
-                    log(_sheet_line(what, path, sheet))
+                    log(_sheet_line(options, path, sheet))
                 yield from sheet.chunks(chunk_size)
             finally:
                 sheet.close()
@@ -458,14 +482,11 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input",
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
-        layout = csv_layout(path, options, what)
-        _check_names(layout.header, path, what)
+        layout = csv_layout(path, options)
+        check_names(layout.header, path, what)
         if first_undecodable(path, layout.encoding) is not None:
-            raise decoding_error(path, layout.encoding, what)
-        if log is not None:
-            log(layout.describe(what, path))
-            if (note := utf8_lookalike(path, layout.encoding)) is not None:
-                log(f"{what} {path}: {note}")
+            raise decoding_error(path, options)
+        _say_layout(layout, options, path, log)
         reader = pcsv.open_csv(path, **_csv_options(layout, stream=True))
         pending, rows = [], 0
         for batch in reader:
@@ -483,31 +504,68 @@ def iter_chunks(path: str, chunk_size: int, what: str = "--input",
     except pd.errors.EmptyDataError:
         raise UserError(f"{what} {path}: the file is empty")
     except (ValueError, OSError) as exc:
-        if layout is not None and _decode_failure(exc):
-            raise decoding_error(path, layout.encoding, what)
-        raise UserError(f"{what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+        raise _read_failure(exc, path, kind, layout, options)
 
 
-def count_rows(path: str, options: TableOptions = DEFAULT_OPTIONS, what: str = "--input",
+def count_rows(path: str, options: TableOptions = TableOptions(role="input"),
                at_least: Optional[int] = None) -> int:
     """The table's rows under the header. With `at_least`, a CSV file is counted
     exactly only when its lines are more than that (counting lines is cheap)."""
-    kind = table_kind(path, what)
+    kind = table_kind(path, options.what)
     if kind == "parquet":
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).metadata.num_rows
     if kind == "stata":
-        return formats.stata_row_count(path, what)
+        return formats.stata_row_count(path, options.what)
     if kind == "excel":
-        return formats.excel_row_count(path, options.sheet, what)
+        return formats.excel_row_count(path, options)
     lines = 0
     with open(path, "rb") as handle:
         while block := handle.read(1 << 24):
             lines += block.count(b"\n")
     if at_least is not None and lines <= at_least:
         return lines  # an upper bound of the rows, enough to know they fit
-    return sum(len(chunk) for chunk in iter_chunks(path, 1_000_000, what, options))
+    return sum(len(chunk) for chunk in iter_chunks(path, 1_000_000, options))
+
+
+def canonical_options(path: str, options: TableOptions) -> TableOptions:
+    """The options as they identify a reading: a value that only says what the file says
+    by itself (--sep ',' on a file whose header line uses ',', --sheet naming the first
+    sheet, --header-row naming the row that would be taken anyway, an encoding given to
+    a workbook) is left out, so that a run resumed with it typed is the same run."""
+    kind = table_kind(path, options.what)
+    found = TableOptions(role=options.role)
+    if kind == "csv":
+        found = replace(found, encoding=options.encoding)
+        if options.sep is not None and options.sep != _own(lambda: csv_layout(
+                path, replace(options, sep=None)).sep):
+            found = replace(found, sep=options.sep)
+        if options.header_row is not None and options.header_row - 1 != _own(lambda: csv_layout(
+                path, replace(options, header_row=None)).skip_rows):
+            found = replace(found, header_row=options.header_row)
+    elif kind == "excel":
+        if options.sheet is not None and options.sheet != _own(lambda: _sheet_of(path, replace(
+                options, sheet=None, header_row=None)).sheet):
+            found = replace(found, sheet=options.sheet)
+        if options.header_row is not None and options.header_row != _own(lambda: _sheet_of(
+                path, replace(options, header_row=None)).header_row):
+            found = replace(found, header_row=options.header_row)
+    return found  # Parquet and Stata: nothing to choose
+
+
+def _own(what_the_file_says):
+    """What a file gives by itself, or None where it gives nothing (a tie of separators)."""
+    try:
+        return what_the_file_says()
+    except (UserError, pd.errors.EmptyDataError):
+        return None
+
+
+def _sheet_of(path: str, options: TableOptions):
+    sheet = formats.ExcelSheet(path, options)
+    sheet.close()
+    return sheet
 
 
 def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dict) -> None:
@@ -516,160 +574,3 @@ def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dic
             have = ", ".join(map(str, list(frame.columns)[:12]))
             raise UserError(f"{path}: no column {column!r} ({flag_for.get(column, 'column')}); "
                             f"the file has: {have}")
-
-
-# ------------------------------------------------------------------ writing
-def check_output_path(path: str, what: str, inputs: dict) -> str:
-    """Refuse, before any work, an output whose directory is missing or that is one of
-    the inputs ({flag: path}): the rename at the end would replace it. Returns the file
-    to write: the path, or a symbolic link's target (the link stays)."""
-    if os.path.islink(path):
-        target = write_target(path)
-        if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
-            raise UserError(f"{what} {path}: a link to {target}, whose suffix differs; "
-                            "name the file itself")
-        path = target
-    if not os.path.basename(path) or os.path.isdir(path):
-        raise UserError(f"{what} {path}: names a directory; name a file")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise UserError(f"{what} {path}: directory {directory} is not writable; write elsewhere")
-    for flag, other in inputs.items():
-        if other and (os.path.realpath(path) == os.path.realpath(other) or (
-                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
-            raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
-                            "write to another file")
-    return path
-
-
-def output_kind(path: str, what: str = "--output") -> str:
-    """csv, parquet, excel or stata for a table to write, by extension; refuses a
-    kind that is read but not written, and an Excel output without openpyxl."""
-    if path.lower().endswith((".xlsm",) + formats.OLD_EXCEL_SUFFIXES):
-        raise UserError(f"{what} {path}: Excel output is written as .xlsx; name it so")
-    kind = table_kind(path, what)
-    if kind == "excel":
-        formats.openpyxl_module(what, path)
-    return kind
-
-
-def check_fits_excel(output: str, source: str, options: TableOptions, what: str = "--output",
-                     source_flag: str = "--input") -> None:
-    """An .xlsx output of one row per input row: refused before any work when the
-    input has more rows than a sheet holds."""
-    if output_kind(output, what) != "excel" or table_kind(source, source_flag) == "excel":
-        return  # a sheet's rows fit a sheet: not counted (openpyxl reads some 5,000 rows/s)
-    limit = formats.EXCEL_MAX_ROWS - 1
-    rows = count_rows(source, options, source_flag, at_least=limit)
-    if rows > limit:
-        raise UserError(f"{what} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
-                        f"sheet holds ({limit:,} under the header); write .parquet or .dta instead")
-
-
-EXACT_WHOLE = 10 ** 15  # whole numbers below this are exact in Excel (15 digits) and Stata doubles
-
-
-def _too_long_for_numbers(series: pd.Series) -> bool:
-    if not pd.api.types.is_integer_dtype(series.dtype):
-        return False
-    values = series.dropna()
-    return bool(len(values)) and bool((values.abs() >= EXACT_WHOLE).any())
-
-
-def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
-    """[(name, 'number' | 'text', numpy values)] for Excel and Stata: numbers (and
-    booleans as 0/1) stay numbers with NaN for blanks, everything else is text as
-    `as_text` writes it; so are whole numbers of 16 digits or more (record ids), which
-    neither format's numbers hold exactly. `kinds` (the first chunk's) keeps later
-    chunks alike."""
-    columns = []
-    for i, name in enumerate(frame.columns):
-        series = frame.iloc[:, i]
-        numeric = (pd.api.types.is_numeric_dtype(series.dtype)
-                   or pd.api.types.is_bool_dtype(series.dtype)) and not _too_long_for_numbers(series)
-        kind = kinds[i] if kinds is not None else ("number" if numeric else "text")
-        if kind == "number":
-            if _too_long_for_numbers(series):
-                raise UserError(f"column {name!r} holds whole numbers of 16 digits or more, which "
-                                "the format's numbers do not hold exactly; write .csv or .parquet")
-            try:
-                values = pd.to_numeric(series.astype(object).where(series.notna(), None),
-                                       errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
-            except (ValueError, TypeError):
-                raise UserError(f"column {name!r} holds numbers in the first rows and text later; "
-                                "write .csv or .parquet")
-        else:
-            values = as_text(series).to_numpy(dtype=object)
-        columns.append((name, kind, values))
-    return columns
-
-
-class OutputWriter:
-    """Writes chunks to a temp file beside the output, renamed over it at the end:
-    CSV (UTF-8), Parquet, Excel (.xlsx) or Stata (.dta), by extension."""
-
-    def __init__(self, path: str, what: str = "--output", log=None):
-        self.kind = output_kind(path, what)
-        self.path = check_output_path(path, what, {})
-        self.what = what
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
-        self.parquet = self.kind == "parquet"
-        self.writer = None
-        self.sheet = None  # Excel or Stata: formats.ExcelWriter / StataWriter
-        self.kinds = None
-        self.rows = 0
-        self.log = log
-
-    def write(self, frame: pd.DataFrame) -> None:
-        if self.kind in ("excel", "stata"):
-            if self.sheet is None:
-                make = formats.ExcelWriter if self.kind == "excel" else formats.StataWriter
-                self.sheet = make(self.tmp, self.path, self.what)
-            try:
-                columns = sheet_columns(frame, self.kinds)
-            except UserError as exc:
-                raise UserError(f"{self.what} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
-            self.kinds = [kind for _, kind, _ in columns]
-            self.sheet.write(columns)
-        elif self.parquet:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            schema = self.writer.schema if self.writer is not None else None
-            try:  # later chunks take the first one's schema (a column may be all blank in one)
-                table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
-                                f"fit the column types of the rows before them ({first_line(exc, 300)})")
-            if self.writer is None:
-                # Arrow types only: pandas would record dtypes such as
-                # 'list<element: int64>[pyarrow]' that it cannot read back itself
-                self.writer = pq.ParquetWriter(self.tmp, table.schema.remove_metadata())
-            self.writer.write_table(table)
-        else:
-            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
-        self.rows += len(frame)
-
-    def commit(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.sheet is not None:
-            self.sheet.close()
-            if self.kind == "stata" and self.sheet.renamed() and self.log is not None:
-                self.log(f"{self.what} {self.path}: Stata names: " + ", ".join(
-                    f"{old!r} -> {new}" for old, new in self.sheet.renamed())
-                    + " (the old names are the variable labels)")
-        if not os.path.exists(self.tmp):
-            raise UserError(f"{self.path}: the input has no rows; nothing to predict")
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.sheet is not None:
-            self.sheet.abort()
-        if os.path.exists(self.tmp):
-            os.unlink(self.tmp)

@@ -1,0 +1,199 @@
+"""Normalising: the codes and the text of a table as the model learns them, one rule for
+every path (finetune.py, train_mixer.py, --key, --extra-train, --code-descriptions,
+predict.py's descriptions, evaluate.py). Between reading (mixer.data.reading: a file to
+text columns) and preparing (mixer.data.prepare: label checks, key, split).
+
+Codes. A code is text: "01110" is not "1110". But a code of digits of a known width that
+comes shorter lost its leading zeros on the way (a spreadsheet, a number column), and
+read as written it would be a second class of the same code. The width is known
+
+- from the code system: HISCO 5 digits, OCC1950 3;
+- from --key, when its digit codes all have one width (non-digit codes such as -1 aside);
+- from --zero-padded-codes: digit codes are --block-size digits;
+- for a column the file stores as numbers (a Stata numeric variable, a Parquet integer
+  column, Excel number cells, a CSV column of spreadsheet decimals such as 1110.0), which
+  cannot hold a leading zero, from --block-size, unless codes may be shorter
+  (--allow-codes-shorter-than-block-size: the block size is then a most, not a width).
+
+Where it is known, the zeros are restored ("1110" -> "01110") and the run says how many
+cells changed; where it is not (a text column of a general code system) a short code is a
+bad label whose message names --zero-padded-codes. With short codes allowed, one number
+written two ways ("1110" and "01110") is refused, never split into two classes.
+
+Text. model_text builds the text the model reads for a row (the description and its
+context columns), for training, predict.py and the Python API alike.
+
+Numpy and pandas only, no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.errors import UserError
+from mixer.data.formatter import CodeFormatter
+from mixer.data.reading import NUMERIC_COLUMNS, as_text
+
+SPREADSHEET_WHOLE = re.compile(r"^[+-]?\d+\.0+$")
+ZERO_PADDED_FLAG = "--zero-padded-codes"
+
+
+# ------------------------------------------------------------------ codes
+@dataclass
+class CodeColumn:
+    """One column of codes, normalised: the text (stripped, numbers as whole numbers,
+    zeros restored), the cells that are fractions in a column of numbers (bad codes),
+    the cells whose zeros were restored, and the width they were restored to."""
+
+    text: pd.Series
+    not_whole: np.ndarray
+    restored: np.ndarray
+    width: Optional[int]
+
+
+def code_text(frame: pd.DataFrame, column: str) -> tuple[pd.Series, np.ndarray, bool]:
+    """(stripped code text, mask of cells that are not whole numbers in a number column,
+    whether the column holds numbers).
+
+    A column read from numbers (Parquet, Stata, Excel number cells) or a CSV column in
+    which every non-empty cell is a whole number written as a spreadsheet writes it
+    ('64100.0') gives the whole numbers' text; other columns are taken as written,
+    because some code systems write codes with decimals."""
+    text = as_text(frame[column]).str.strip()
+    numbers = column in frame.attrs.get(NUMERIC_COLUMNS, ())
+    fractional = np.zeros(len(text), dtype=bool)
+    if numbers:
+        fractional = text.str.contains(".", regex=False).to_numpy()
+    else:
+        filled = text[text != ""]
+        if len(filled) and filled.str.match(SPREADSHEET_WHOLE).all():
+            text = text.str.replace(r"\.0+$", "", regex=True).str.lstrip("+")
+            numbers = True
+    return text, fractional, numbers
+
+
+def restore_digits(text: pd.Series, width: Optional[int]) -> tuple[pd.Series, np.ndarray]:
+    """(codes, mask of the cells changed): digit codes shorter than `width` get their
+    leading zeros back; everything else as it is."""
+    if not width:
+        return text, np.zeros(len(text), dtype=bool)
+    short = (text.str.fullmatch(r"\d+") & (text.str.len() < width)).to_numpy(dtype=bool)
+    if not short.any():
+        return text, short
+    return text.where(~short, text.str.zfill(width)), short
+
+
+def width_of(formatter: CodeFormatter, numbers: bool) -> Optional[int]:
+    """The width a column's digit codes are restored to, or None (taken as written)."""
+    if formatter.use_within_block_sep:
+        return None  # --block-size counts parts, not digits
+    if formatter.zero_pad:
+        return formatter.zero_pad
+    if numbers and not formatter.allow_short:
+        return formatter.block_size
+    return None
+
+
+def code_column(frame: pd.DataFrame, column: str, formatter: CodeFormatter) -> CodeColumn:
+    """One column of codes, read as the code system spells its codes."""
+    text, not_whole, numbers = code_text(frame, column)
+    width = width_of(formatter, numbers)
+    text, restored = restore_digits(text, width)
+    return CodeColumn(text=text, not_whole=not_whole, restored=restored & ~not_whole, width=width)
+
+
+def describe_restored(where: str, column: str, spelled: CodeColumn, formatter: CodeFormatter,
+                      why: str) -> Optional[str]:
+    """One line for the log when zeros were restored in a column, else None."""
+    count = int(spelled.restored.sum())
+    if not count:
+        return None
+    example = spelled.text[spelled.restored].iloc[0]
+    if not formatter.zero_pad:
+        why = "the file stores the column as numbers, which keep no leading zeros"
+    return (f"{where}: {column}: {count} code(s) without their leading zeros read as "
+            f"{spelled.width}-digit codes (e.g. {example.lstrip('0') or '0'!r} -> {example!r}; {why})")
+
+
+def width_reason(formatter: CodeFormatter, key: Optional[str] = None) -> str:
+    """Why the codes have a fixed width, for describe_restored."""
+    if formatter.kind in ("hisco", "occ1950"):
+        return f"{formatter.kind.upper()} codes are {formatter.zero_pad} digits"
+    if key:
+        return f"the digit codes of --key {key} are {formatter.zero_pad} digits"
+    return f"{ZERO_PADDED_FLAG}"
+
+
+def key_digit_width(codes) -> Optional[int]:
+    """The one width of a key's digit codes (codes such as -1 aside), or None."""
+    widths = {len(c) for c in codes if c.isdigit()}
+    return widths.pop() if len(widths) == 1 else None
+
+
+def check_one_spelling(codes, where: str) -> None:
+    """Refuse one number written two ways ('1110' and '01110'): read as written they would
+    be two classes of one code."""
+    seen: dict = {}
+    for code in sorted(codes):
+        if code.isdigit():
+            other = seen.setdefault(code.lstrip("0"), code)
+            if other != code:
+                raise UserError(
+                    f"{where}: codes {other!r} and {code!r} are one number written with and without "
+                    f"leading zeros, which would be two classes; pass {ZERO_PADDED_FLAG} to read "
+                    "digit codes as --block-size digits (both are then one code), or correct the "
+                    "data")
+
+
+# ------------------------------------------------------------------ text
+CONTEXT_SEP = " [SEP] "
+
+
+def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols) -> pd.Series:
+    """The text a model reads for each row, built here for training, predict.py and the
+    Python API alike: the description, then each context column that has a value, as
+    'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. With
+    context the description is stripped first (training always strips it), so
+    'farmer ' and 'farmer' read the same; an empty or missing value is left out
+    (never written as 'nan'); the column names and their order come from the run.
+    Without context the description is passed on as it is (the input recipe decides
+    about surrounding spaces: OccCANINE's models keep them)."""
+    return context_within(descriptions, frame, context_cols)[0]
+
+
+def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols,
+                   room=None) -> tuple:
+    """(model_text's text, rows whose context was cut). `room`: per row, the characters
+    the description and its context may take (a model with a fixed input length, e.g.
+    OccCANINE's 128); the context is cut from its end to fit, the description never."""
+    if not context_cols:
+        return descriptions, 0
+    text = descriptions.reset_index(drop=True).astype(str).str.strip()
+    context = pd.Series("", index=text.index, dtype=object)
+    for column in context_cols:
+        values = as_text(frame[column]).str.strip().reset_index(drop=True)
+        context = context + (CONTEXT_SEP + column + ": " + values).where(values != "", "")
+    cut = 0
+    if room is not None:
+        space = np.maximum(np.asarray(room) - text.str.len().to_numpy(), 0)
+        over = np.flatnonzero(context.str.len().to_numpy() > space)
+        if len(over):
+            context = context.copy()
+            context.iloc[over] = [context.iloc[i][:space[i]] for i in over]
+            cut = len(over)
+    return text + context, cut
+
+
+def occcanine_room(langs, n_rows: int) -> np.ndarray:
+    """Characters left for description and context in OccCANINE's input: 128 ids are
+    [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
+    from mixer.data.tokens import OCCCANINE_MAX_LEN as MAX_INPUT_LEN
+
+    langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
+    lengths = langs.where(langs != "", "unk").str.len().to_numpy()
+    return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths

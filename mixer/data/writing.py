@@ -1,0 +1,263 @@
+"""Writing: frames into files (CSV, Parquet, Excel .xlsx, Stata .dta, by extension),
+written to a temporary file beside the output and renamed over it at the end, and the one
+step that names an output's columns (output_names), used by every table the tool writes
+for a user (predict.py --output, --to-check, --audit). It runs after each format's own renaming
+(Stata's letters, digits and _ in 32 characters; a worksheet's header without surrounding
+spaces), so the rule that keeps an input column out of a prediction's place (code_1_input)
+holds in the file itself, whatever the format. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.config import HEADS, TableOptions
+from mixer.core.errors import UserError, first_line
+from mixer.core.io import write_target
+from mixer.data import formats
+from mixer.data.reading import as_text, count_rows, table_kind
+
+# what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
+PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
+# each format's own renaming of a column name, a suffix kept whole (CSV and Parquet: none)
+FORMAT_RENAMING = {"stata": formats.stata_name, "excel": formats.excel_name}
+
+
+def _as_written(name, suffix: str = "") -> str:
+    return str(name) + suffix
+
+
+def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = None) -> list:
+    """The column names of a file of `kind` holding the input's columns, then the tool's:
+    each name as the format writes it, then one rule on clashes. The tool's columns keep
+    their names. An input column whose name would be one of them, or that evaluate.py
+    would read as a prediction (a code_k or <head>_code_k; with several heads, whose
+    columns are all prefixed, a plain code_k stays: a validation file's own codes), or
+    that matches `read_back` (names the file's own reader takes as the tool's, such as an
+    audit's true_code_k), is renamed <name>_input (again while that is taken); two input
+    columns that the format gives one name: the second gets _2 (_3, ...)."""
+    rename = FORMAT_RENAMING.get(kind, _as_written)
+    renamed, used = [], set()
+    for name in outputs:  # distinct as given; a format may name two alike (a matrix's codes)
+        base, number = rename(name), 2
+        name = base
+        while name in used:
+            name, number = rename(base, f"_{number}"), number + 1
+        used.add(name)
+        renamed.append(name)
+    outputs = renamed
+    prefixed = not any((m := PREDICTION_COLUMN.match(n)) and m.group("head") is None for n in outputs)
+
+    def read_as_tool(name: str) -> bool:
+        if read_back is not None and read_back.match(name):
+            return True
+        match = PREDICTION_COLUMN.match(name)
+        return bool(match) and not (prefixed and match.group("head") is None)
+
+    formatted = [rename(name) for name in inputs]
+    reserved = used | set(formatted)  # a new name takes none of the input's own names either
+    names = []
+    for name in formatted:
+        if name in outputs or read_as_tool(name):
+            suffixes = ("_input" * k for k in range(1, 1000))
+        elif name in used:  # an earlier input column has this name in this format
+            suffixes = (f"_{k}" for k in range(2, 1_000_000))
+        else:
+            suffixes = None
+        if suffixes is not None:
+            base = name
+            while name in reserved or read_as_tool(name):
+                name = rename(base, next(suffixes))
+        used.add(name)
+        reserved.add(name)
+        names.append(name)
+    return names + outputs
+
+
+def check_output_path(path: str, what: str, inputs: dict) -> str:
+    """Refuse, before any work, an output whose directory is missing or that is one of
+    the inputs ({flag: path}): the rename at the end would replace it. Returns the file
+    to write: the path, or a symbolic link's target (the link stays)."""
+    if os.path.islink(path):
+        target = write_target(path)
+        if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
+            raise UserError(f"{what} {path}: a link to {target}, whose suffix differs; "
+                            "name the file itself")
+        path = target
+    if not os.path.basename(path) or os.path.isdir(path):
+        raise UserError(f"{what} {path}: names a directory; name a file")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {path}: directory {directory} is not writable; write elsewhere")
+    for flag, other in inputs.items():
+        if other and (os.path.realpath(path) == os.path.realpath(other) or (
+                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
+            raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
+                            "write to another file")
+    return path
+
+
+def output_kind(path: str, what: str = "--output") -> str:
+    """csv, parquet, excel or stata for a table to write, by extension; refuses a
+    kind that is read but not written, and an Excel output without openpyxl."""
+    if path.lower().endswith((".xlsm",) + formats.OLD_EXCEL_SUFFIXES):
+        raise UserError(f"{what} {path}: Excel output is written as .xlsx; name it so")
+    kind = table_kind(path, what)
+    if kind == "excel":
+        formats.openpyxl_module(what, path)
+    return kind
+
+
+def check_fits_excel(output: str, source: str, options: TableOptions, what: str = "--output") -> None:
+    """An .xlsx output of one row per input row: refused before any work when the
+    input (read with `options`) has more rows than a sheet holds."""
+    source_flag = options.what
+    if output_kind(output, what) != "excel" or table_kind(source, source_flag) == "excel":
+        return  # a sheet's rows fit a sheet: not counted (openpyxl reads some 5,000 rows/s)
+    limit = formats.EXCEL_MAX_ROWS - 1
+    rows = count_rows(source, options, at_least=limit)
+    if rows > limit:
+        raise UserError(f"{what} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
+                        f"sheet holds ({limit:,} under the header); write .parquet or .dta instead")
+
+
+EXACT_WHOLE = 10 ** 15  # whole numbers below this are exact in Excel (15 digits) and Stata doubles
+
+
+def _too_long_for_numbers(series: pd.Series) -> bool:
+    if not pd.api.types.is_integer_dtype(series.dtype):
+        return False
+    values = series.dropna()
+    return bool(len(values)) and bool((values.abs() >= EXACT_WHOLE).any())
+
+
+def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
+    """[(name, 'number' | 'text', numpy values)] for Excel and Stata: numbers (and
+    booleans as 0/1) stay numbers with NaN for blanks, everything else is text as
+    `as_text` writes it; so are whole numbers of 16 digits or more (record ids), which
+    neither format's numbers hold exactly. `kinds` (the first chunk's) keeps later
+    chunks alike."""
+    columns = []
+    for i, name in enumerate(frame.columns):
+        series = frame.iloc[:, i]
+        numeric = (pd.api.types.is_numeric_dtype(series.dtype)
+                   or pd.api.types.is_bool_dtype(series.dtype)) and not _too_long_for_numbers(series)
+        kind = kinds[i] if kinds is not None else ("number" if numeric else "text")
+        if kind == "number":
+            if _too_long_for_numbers(series):
+                raise UserError(f"column {name!r} holds whole numbers of 16 digits or more, which "
+                                "the format's numbers do not hold exactly; write .csv or .parquet")
+            try:
+                values = pd.to_numeric(series.astype(object).where(series.notna(), None),
+                                       errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+            except (ValueError, TypeError):
+                raise UserError(f"column {name!r} holds numbers in the first rows and text later; "
+                                "write .csv or .parquet")
+        else:
+            values = as_text(series).to_numpy(dtype=object)
+        columns.append((name, kind, values))
+    return columns
+
+
+class OutputWriter:
+    """Writes chunks to a temp file beside the output, renamed over it at the end:
+    CSV (UTF-8), Parquet, Excel (.xlsx) or Stata (.dta), by extension. Each chunk is the
+    input's columns (if any) and the tool's, named once by output_names."""
+
+    def __init__(self, path: str, what: str = "--output", log=None):
+        self.kind = output_kind(path, what)
+        self.path = check_output_path(path, what, {})
+        self.what = what
+        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.parquet = self.kind == "parquet"
+        self.writer = None
+        self.sheet = None  # Excel or Stata: formats.ExcelWriter / StataWriter
+        self.kinds = None
+        self.names = None  # the columns as written, from the first chunk
+        self.labels = []  # per column, the name given where the one written differs, else ''
+        self.renamed = []  # (name given, name written)
+        self.rows = 0
+        self.log = log
+
+    def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None) -> None:
+        """One chunk: `inputs` (the input's columns, row for row) beside `outputs`."""
+        frame = outputs if inputs is None else pd.concat(
+            [inputs.reset_index(drop=True), outputs.reset_index(drop=True)], axis=1)
+        if self.names is None:
+            given = [str(c) for c in frame.columns]
+            self.names = output_names(self.kind, [] if inputs is None else inputs.columns, outputs.columns)
+            self.labels = [old if old != new else "" for old, new in zip(given, self.names)]
+            self.renamed = [(old, new) for old, new in zip(self.labels, self.names) if old]
+        frame = frame.set_axis(self.names, axis=1)
+        if self.kind in ("excel", "stata"):
+            if self.sheet is None:
+                if self.kind == "excel":
+                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.what)
+                else:
+                    self.sheet = formats.StataWriter(self.tmp, self.path, self.what, self.labels)
+            try:
+                columns = sheet_columns(frame, self.kinds)
+            except UserError as exc:
+                raise UserError(f"{self.what} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
+            self.kinds = [kind for _, kind, _ in columns]
+            self.sheet.write(columns)
+        elif self.parquet:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            schema = self.writer.schema if self.writer is not None else None
+            try:  # later chunks take the first one's schema (a column may be all blank in one)
+                table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
+                                f"fit the column types of the rows before them ({first_line(exc, 300)})")
+            if self.writer is None:
+                # Arrow types only: pandas would record dtypes such as
+                # 'list<element: int64>[pyarrow]' that it cannot read back itself
+                self.writer = pq.ParquetWriter(self.tmp, table.schema.remove_metadata())
+            self.writer.write_table(table)
+        else:
+            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
+        self.rows += len(frame)
+
+    def commit(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.sheet is not None:
+            self.sheet.close()
+        if not os.path.exists(self.tmp):
+            raise UserError(f"{self.path}: the input has no rows; nothing to predict")
+        os.replace(self.tmp, self.path)
+        if self.renamed and self.log is not None:
+            labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
+            self.log(f"{self.what} {self.path}: columns written under other names: " + ", ".join(
+                f"{old!r} -> {new}" for old, new in self.renamed) + labels)
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.sheet is not None:
+            self.sheet.abort()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+
+def write_table(frame: pd.DataFrame, path: str, what: str = "--output", log=None) -> None:
+    """A whole frame written at once, its columns named already (output_names gives each
+    the format's spelling only): the file, or on any failure nothing (an audit, a
+    simulated hand check)."""
+    writer = OutputWriter(path, what, log)
+    try:
+        writer.write(frame)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise

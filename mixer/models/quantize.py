@@ -1,0 +1,68 @@
+"""int8 prediction on CPUs: a model's linear layers quantized when it is loaded.
+
+`predict.py --quantize int8` (and `mixer.load(..., quantize="int8")`) replaces every
+`nn.Linear` of the encoder, where nearly all of the arithmetic is, by PyTorch's
+dynamically quantized one: int8 weights, activations quantized per batch, int32 sums, so
+predictions are approximate. The heads stay in fp32: quantizing them too moved more codes
+(on a CANINE model trained on the example data, top-1 agreement with fp32 99.50% flat and
+99.00% greedy with every linear layer quantized, 99.88% and 99.12% with the encoder's
+alone). What int8 costs in agreement and accuracy, and what it gains in speed on which
+CPUs: benchmarks/int8_agreement.py and benchmarks/occcanine_speed.py (docs/performance.md).
+
+Why PyTorch's dynamic quantization (torch.ao.quantization.quantize_dynamic): it is the
+one implementation that ran CANINE here. ONNX Runtime could not run transformers'
+CanineModel as exported (a shape traced as a constant in its final character layer),
+and torchao's int8 configuration ran 16x slower than fp32 on a CPU. PyTorch marks its
+eager quantization as deprecated: where a torch no longer has it, --quantize says so.
+Never used unless asked: OccCANINE's models and this tool's predict in fp32 by default.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+from mixer.core.errors import UserError
+
+QUANTIZE_MODES = ("int8",)
+APPROXIMATE_NOTE = ("note: --quantize int8: the encoder's linear layers compute in int8, so probabilities are "
+                    "approximate and a few codes may differ from fp32's (agreement measured in "
+                    "docs/performance.md)")
+
+
+def check_quantize(mode: Optional[str], device: str, precision: str) -> None:
+    """Refuse, before the model loads, a quantization this device or precision cannot run."""
+    if mode is None:
+        return
+    if mode not in QUANTIZE_MODES:
+        raise UserError(f"quantize={mode!r}: choose {', '.join(QUANTIZE_MODES)} (or leave it out for fp32)")
+    if not str(device).startswith("cpu"):
+        raise UserError(f"--quantize {mode} runs on CPUs (PyTorch's dynamic quantization); on a GPU "
+                        "leave it out (or pass --precision bf16)")
+    if precision != "fp32":
+        raise UserError(f"--quantize {mode} computes in int8 and fp32; leave --precision at fp32")
+
+
+def quantize(model, mode: Optional[str]):
+    """The model with its encoder's linear layers in int8 (a copy: `model` is left as it is)."""
+    if mode is None:
+        return model
+    import copy
+
+    import torch
+
+    try:
+        from torch.ao.quantization import quantize_dynamic
+    except ImportError:
+        raise UserError(f"--quantize {mode}: this torch ({torch.__version__}) has no "
+                        "torch.ao.quantization.quantize_dynamic; predict in fp32")
+    engines = torch.backends.quantized.supported_engines
+    for engine in ("x86", "fbgemm", "qnnpack"):  # x86 CPUs, then ARM
+        if engine in engines:
+            torch.backends.quantized.engine = engine
+            break
+    quantized = copy.deepcopy(model)
+    with warnings.catch_warnings():  # its deprecation notices: the module docstring says why it is used
+        warnings.simplefilter("ignore")
+        quantized.encoder = quantize_dynamic(model.encoder, {torch.nn.Linear}, dtype=torch.qint8, inplace=False)
+    return quantized
