@@ -38,7 +38,8 @@ def write_full_size_model(directory: str) -> None:
     from transformers import CanineConfig, CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+    from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
+    from mixer.data.normalise import hisco_key
     from mixer.models.model import MixerModel
 
     torch.manual_seed(0)

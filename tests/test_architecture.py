@@ -267,6 +267,7 @@ OWN_FILES = {
     ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
     ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
+    ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
 }
 
 

@@ -112,6 +112,10 @@ def test_characters_outside_a_built_in_code_system(capsys, tmp_path, run_dir):
     (["--learning-rate", "fast"], ["--learning-rate", "expected a number"]),
     (["--language", "en", "--language-col", "lang"], ["--language and --language-col"]),
     (["--only-encoder"], ["--only-encoder needs --initial-checkpoint"]),
+    (["--early-stopping-patience", "3"], ["--early-stopping-patience", "pass --keep-best METRIC too"]),
+    (["--keep-best", "accuracy"], ["--keep-best", "invalid choice: 'accuracy'", "val_flat_accuracy"]),
+    (["--keep-best", "val_noisy_flat_accuracy", "--no-eval-noise"],
+     ["--keep-best val_noisy_flat_accuracy", "noised validation copy", "--eval-noise 2"]),
 ])
 def test_bad_flags(capsys, tmp_path, run_dir, extra, needles):
     data = write(tmp_path / "good.csv", GOOD)

@@ -41,7 +41,7 @@ def test_wandb_offline_under_torchrun_is_one_run_resumed_with_its_id(small_csv, 
     # the offline record log holds the configuration and every logged metric
     records = open(glob.glob(os.path.join(runs[-1], "run-*.wandb"))[0], "rb").read()
     for name in (b"learning_rate", b"seq2seq_weight", b"val_flat_accuracy", b"val_seq2seq_f1",
-                 b"train/loss", b"train/samples_per_sec", b"mixer-tests"):
+                 b"train/loss", b"train/samples_per_sec", b"train/remaining_s", b"mixer-tests"):
         assert name in records, name
 
 
@@ -137,7 +137,8 @@ def test_logs_are_plain_lines_when_output_is_not_a_terminal(small_csv, tmp_path)
     proc = finetune(small_csv, tmp_path / "run", "--log-interval", 1)
     assert "\r" not in proc.stdout + proc.stderr  # no progress bar redraws
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("step 1: loss") for line in lines)
+    assert any(line.startswith("step 1: 1/") and ", epoch 1/" in line and ", remaining " in line
+               for line in lines)  # where the run is and how long it has left
     assert any(line.startswith("eval step 4 (epoch 0)") for line in lines)
     quiet = finetune(small_csv, tmp_path / "quiet", "--log-level", "WARNING")
     assert "step 1:" not in quiet.stdout and "eval step" not in quiet.stdout
@@ -268,7 +269,7 @@ def test_tensorboard_event_files_hold_the_scalars_wandb_gets(small_csv, tmp_path
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/loss", "train/lr", "train/samples_per_sec", "val_loss", "val_flat_accuracy",
-            "val_seq2seq_f1", "epoch"} <= tags
+            "val_seq2seq_f1", "epoch", "train/epoch", "train/elapsed_s", "train/remaining_s"} <= tags
     steps = [e.step for e in events.Scalars("val_flat_accuracy")]
     logs = pd.read_csv(out / "logs.csv")
     assert steps == logs["step"].tolist() == [2, 4]

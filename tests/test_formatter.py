@@ -5,7 +5,8 @@ import pytest
 
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
-from mixer.data.formatter import PAD, CodeFormatter, hisco_key
+from mixer.data.formatter import PAD, CodeFormatter
+from mixer.data.normalise import hisco_key
 from mixer.data.prepare import check_rows, make_formatter
 
 

@@ -131,7 +131,7 @@ def reference_greedy(model, texts, lang):
 @pytest.fixture(scope="module")
 def hisco_model(tmp_path_factory):
     """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
 
     torch.manual_seed(11)
     key = list(hisco_key()["code"])
@@ -396,7 +396,7 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     (hub / "key.json").write_text('{"1,2,0": 0}')
     (hub / "chars.json").write_text('["1", ","]')
     assert "key.json" not in export(str(out), str(hub))
-    assert sorted(os.listdir(hub)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(hub)) == ["README.md", "config.json", "model.safetensors"]  # the run's card
     pd.testing.assert_frame_equal(mixer.load(str(hub), device="cpu").predict(TEXTS, lang="en"),
                                   run.predict(TEXTS, lang="en"), atol=1e-6)
 
@@ -431,7 +431,7 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     proc = run_program("finetune.py", "--dataset", data, "--target-cols", "pst_1", "--save-path", out,
                        "--initial-checkpoint", hisco_model["bin"], "--only-encoder",
                        "--use-within-block-sep", "--block-size", "3", "--max-steps", "2",
-                       "--batch-size", "8", "--val-max-rows", "8")
+                       "--batch-size", "8", "--val-max-rows", "8", "--keep-best", "val_loss")
     assert "loaded encoder weights" in proc.stdout and "flat head and decoder start new" in proc.stdout
     assert "learning rate 2e-05, heads x5" in proc.stdout  # new heads learn faster
     config = json.load(open(out / "config.json"))
@@ -439,7 +439,10 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     assert config["thresholds"] == {} and config["threshold"] == 0.5  # no HISCO table for PST
     hub = tmp_path / "exported"
     files = export(str(out), str(hub))
-    assert {"config.json", "model.safetensors", "key.json", "chars.json"} <= set(files)
+    assert {"config.json", "model.safetensors", "key.json", "chars.json", "README.md"} <= set(files)
+    card = (hub / "README.md").read_text()  # the best model's card, and how to load the layout
+    assert card.startswith("---\n") and (out / "best" / "README.md").read_text() in card
+    assert "## OccCANINE's layout" in card and f"model: {out}/best: the best evaluation" in card
     config = json.load(open(hub / "config.json"))
     assert config["model_domain"] == "Multilingual_CANINE" and config["num_classes_flat"] == 4
     run_model, exported = mixer.load(str(out), device="cpu"), mixer.load(str(hub), device="cpu")

@@ -3,11 +3,13 @@
     python -m mixer.export_occcanine RUN_DIR OUT_DIR
 
 RUN_DIR is a run that started from one of OccCANINE's models (its family is
-"occcanine"). OUT_DIR gets config.json and model.safetensors as OccCANINE's
-`Seq2SeqMixerOccCANINE_hub.from_pretrained` reads them, and for systems other
-than HISCO key.json (code -> flat index) and chars.json (the decoder's
-symbols); predict.py and mixer.load read it back too. HISCO runs whose key
-gained no codes write no key.json: OccCANINE uses its own HISCO key.
+"occcanine"); its weights are those predict.py --checkpoint RUN_DIR uses (its best
+model when it kept one: RUN_DIR/best). OUT_DIR gets config.json and
+model.safetensors as OccCANINE's `Seq2SeqMixerOccCANINE_hub.from_pretrained` reads
+them, and for systems other than HISCO key.json (code -> flat index) and chars.json
+(the decoder's symbols); predict.py and mixer.load read it back too. HISCO runs whose
+key gained no codes write no key.json: OccCANINE uses its own HISCO key. The run's
+model card (README.md) goes with them, with a section on the layout.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ def export(run_dir: str, out_dir: str) -> list:
     from safetensors.torch import load_file, save_file
 
     from mixer.data.prepare import read_key
-    from mixer.data.formatter import CodeFormatter, hisco_key
+    from mixer.data.formatter import CodeFormatter
+    from mixer.data.normalise import hisco_key
     from mixer.core.io import atomic_write, write_text
-    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory
+    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, model_of
 
-    if not is_run_directory(run_dir) or not os.path.exists(os.path.join(run_dir, MODEL_FILE)):
+    model_dir, weights, line = model_of(run_dir)
+    if weights is None or not os.path.exists(os.path.join(model_dir, weights)):
         raise UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
                         f"and {CONFIG_FILE})")
-    with open(os.path.join(run_dir, CONFIG_FILE), encoding="utf-8") as handle:
+    with open(os.path.join(model_dir, CONFIG_FILE), encoding="utf-8") as handle:
         config = json.load(handle)
     heads = config["heads"]
     if heads.get("family") != "occcanine":
@@ -50,12 +54,12 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
                         "predict with mixer (predict.py, mixer.load) instead")
     formatter = CodeFormatter.from_dict(config["formatter"])
-    key = list(read_key(run_dir)["code"])
+    key = list(read_key(model_dir)["code"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
     if own_key and formatter.kind == "hisco":  # checked before anything is written
         raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
                         "always uses for HISCO models")
-    state = load_file(os.path.join(run_dir, MODEL_FILE))
+    state = load_file(os.path.join(model_dir, weights))
     hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
     os.makedirs(out_dir, exist_ok=True)
@@ -78,7 +82,23 @@ def export(run_dir: str, out_dir: str) -> list:
     if own_key:
         write_json("key.json", {code: i for i, code in enumerate(key)})
         write_json("chars.json", list(formatter.alphabet))
+    card = os.path.join(model_dir, "README.md")
+    if os.path.exists(card):
+        with open(card, encoding="utf-8") as handle:
+            text = handle.read()
+        write_text(os.path.join(out_dir, "README.md"), text + LAYOUT_NOTE.format(weights=line))
+        written.append("README.md")
     return written
+
+
+LAYOUT_NOTE = """
+## OccCANINE's layout
+
+This directory holds the model above in OccCANINE's hub layout, written by
+`python -m mixer.export_occcanine` ({weights}). OccCANINE's own code loads it with
+`Seq2SeqMixerOccCANINE_hub.from_pretrained`, and mixer's too: `predict.py --checkpoint`
+and `mixer.load` take this directory.
+"""
 
 
 def main(argv=None) -> int:

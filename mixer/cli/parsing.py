@@ -17,8 +17,8 @@ from typing import Callable, Optional, Sequence
 from mixer import __version__
 from mixer.core import extras
 from mixer.core.config import (
-    NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig,
-    RunConfig, TrainConfig,
+    BEST_METRICS, NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig, LogConfig,
+    ModelConfig, RunConfig, TrainConfig,
 )
 from mixer.core.errors import PeerFailed, UserError, first_line
 
@@ -357,9 +357,24 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                        action=argparse.BooleanOptionalAction, default=False,
                        help="the final evaluation uses every validation row")
     group.add_argument("--save-interval", dest="save_interval", type=positive_int, default=None,
-                       help="steps between writes of last.pt (default: at every evaluation)")
+                       help="steps between writes of last.pt (default: at every evaluation; with "
+                            "--keep-best also at each new best)")
     group.add_argument("--save-each-epoch", dest="save_each_epoch", action=argparse.BooleanOptionalAction, default=False,
                        help="also keep epoch_<N>.safetensors at the end of each epoch")
+    group.add_argument("--keep-best", dest="keep_best", choices=list(BEST_METRICS), default=None,
+                       metavar="METRIC",
+                       help="keep the model of the best evaluation by this logs.csv column (losses: "
+                            "lowest; the rest: highest; ties: the earlier) as RUN/best/, which "
+                            "predict.py --checkpoint RUN then uses (docs/training.md); one of "
+                            + ", ".join(BEST_METRICS))
+    group.add_argument("--early-stopping-patience", dest="early_stopping_patience", type=positive_int,
+                       default=None, metavar="N",
+                       help="with --keep-best: end the run after N evaluations in a row without an "
+                            "improvement of its metric (default: off)")
+    group.add_argument("--early-stopping-min-delta", dest="early_stopping_min_delta",
+                       type=non_negative_float, default=0.0, metavar="D",
+                       help="an improvement smaller than D does not reset the patience count (the "
+                            "model is still kept as the best; default: %(default)s)")
     group.add_argument("--log-wandb", dest="log_wandb", action=argparse.BooleanOptionalAction, default=False,
                        help="log to Weights & Biases (rank 0 only)")
     group.add_argument("--log-tensorboard", dest="log_tensorboard",
@@ -451,7 +466,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]] = 
             if action.required and usable.get(action.dest) not in (None, [], ""):
                 action.required = False  # the file gives it
         parser.set_defaults(**usable)
-    return parser.parse_args(argv)
+    namespace = parser.parse_args(argv)
+    namespace.command = [parser.prog, *argv]  # what made the run, for its model card
+    return namespace
 
 
 def _coerce(action: argparse.Action, value):
@@ -506,6 +523,9 @@ def validate_config(config: RunConfig) -> None:
     if not data.token_cache and not data.prepare_only:
         raise UserError("--no-token-cache goes with --prepare-only (prepare the data without "
                         "tokenising it); training always tokenises, for its --encoder")
+    if config.train.early_stopping_patience and not config.train.keep_best:
+        raise UserError("--early-stopping-patience counts evaluations without an improvement of the "
+                        "--keep-best metric; pass --keep-best METRIC too, e.g. --keep-best val_loss")
     if config.model.only_encoder and not config.model.initial_checkpoint:
         raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
     if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):

@@ -72,6 +72,17 @@ OWN_OPTION_DESTS = tuple(option_dest(role, option) for role, (_, prefix) in TABL
                          for option in READ_OPTIONS)
 
 
+# The logs.csv columns a run can keep its best model by (--keep-best), and which way is
+# better: losses fall, the rest rise. The names are those the evaluation writes
+# (mixer.reporting.metrics.MetricSums.result, "val_" first; "noisy_" for the noised copy).
+BEST_METRICS = {**{f"val_{name}": "min" for name in ("loss", "seq2seq_loss", "flat_loss")},
+                **{f"val_{name}": "max" for name in (
+                    "token_accuracy", "flat_accuracy", "flat_precision", "flat_recall", "flat_f1",
+                    "seq2seq_accuracy", "seq2seq_precision", "seq2seq_recall", "seq2seq_f1",
+                    "noisy_flat_accuracy", "noisy_flat_f1", "noisy_seq2seq_accuracy",
+                    "noisy_seq2seq_f1")}}
+
+
 @dataclass
 class DataConfig:
     """Where the rows come from and how codes are read."""
@@ -156,6 +167,9 @@ class TrainConfig:
     full_val_at_end: bool = False
     save_interval: Optional[int] = None
     save_each_epoch: bool = False
+    keep_best: Optional[str] = None  # a BEST_METRICS column: RUN/best/ holds the best evaluation's model
+    early_stopping_patience: Optional[int] = None  # evaluations without improvement of keep_best
+    early_stopping_min_delta: float = 0.0  # an improvement smaller than this does not count
     threshold: Optional[float] = None  # None: the model's (mixer.reporting.metrics.Thresholds)
     inherit_thresholds: Optional[bool] = None  # None: yes when the start's codes are kept
     tune_threshold: bool = False
@@ -189,6 +203,7 @@ class LogConfig:
     wandb_mode: str = "online"
     log_level: str = "INFO"
     debug: bool = False
+    command: list[str] = field(default_factory=list)  # the program and flags (the model card's)
 
 
 @dataclass
@@ -221,10 +236,10 @@ class RunConfig:
 
 
 # Flags whose values never go to args.yaml: one-shot actions (prepare and stop,
-# stop at a step) and launcher facts (--distributed, --local-rank). `--config
+# stop at a step), launcher facts (--distributed, --local-rank) and the command line. `--config
 # RUN/args.yaml` then repeats the run itself, under any launcher.
 NON_PERSISTED = {("dist", "local_rank"), ("dist", "distributed"), ("data", "prepare_only"),
-                 ("data", "token_cache"), ("train", "stop_at_step")}
+                 ("data", "token_cache"), ("train", "stop_at_step"), ("log", "command")}
 
 
 def config_for_file(config: RunConfig) -> dict:

@@ -46,7 +46,12 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    try:  # make the rename itself durable
+    fsync_directory(directory)  # make the rename itself durable
+
+
+def fsync_directory(directory: str) -> None:
+    """Make a directory's entries (a rename into it) durable, where the system allows."""
+    try:
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

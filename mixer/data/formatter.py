@@ -5,10 +5,11 @@ codes into fixed-size blocks of decoder tokens and back. Built-in systems:
 
 - general: any code system; the label key is built from the data.
 - hisco:   HISCO, 5 characters, plus the special codes -1, -2, -3; the key is
-           the full HISCO list shipped in mixer/resources/hisco_key.csv.
+           the full HISCO list shipped in mixer/resources/hisco_key.csv
+           (read by mixer.data.normalise.hisco_key).
 - occ1950: OCC1950, 3 digits; the key is built from the data.
 
-Numpy and pandas only: data preparation must not import torch.
+Numpy only: data preparation must not import torch.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Optional
 
 import numpy as np
-import pandas as pd
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIAL_TOKENS = ["[PAD]", "[BOS]", "[EOS]"]
@@ -207,22 +206,3 @@ class CodeFormatter:
             return None
         parts = [self.specials[t] if t < specials else symbol(t) or f"[{t}]" for t in tokens]
         return PART_SEP.join(parts) if self.use_within_block_sep else "".join(parts)
-
-
-def hisco_key() -> pd.DataFrame:
-    """The full HISCO list: code (5 characters, leading zeros restored), description."""
-    return _hisco_key().copy()
-
-
-@lru_cache(maxsize=1)
-def _hisco_key() -> pd.DataFrame:
-    # read and spelled as every other table (a file that lost HISCO's leading zeros)
-    from mixer.core.config import TableOptions
-    from mixer.data.normalise import code_column
-    from mixer.data.reading import read_table
-
-    table = read_table(HISCO_KEY_PATH, TableOptions(role="key"))
-    codes = code_column(table, "hisco", CodeFormatter(kind="hisco")).text
-    listed = (codes != "").to_numpy()
-    return pd.DataFrame({"code": codes[listed].to_numpy(),
-                         "description": table["en_hisco_text"][listed].to_numpy()})

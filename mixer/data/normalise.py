@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.data.reading import NUMERIC_COLUMNS, as_text
+from mixer.data.formatter import HISCO_KEY_PATH, CodeFormatter
+from mixer.data.reading import NUMERIC_COLUMNS, as_text, read_table
 
 SPREADSHEET_WHOLE = re.compile(r"^[+-]?\d+\.0+$")
 ZERO_PADDED_FLAG = "--zero-padded-codes"
@@ -197,3 +198,21 @@ def occcanine_room(langs, n_rows: int) -> np.ndarray:
     langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
     lengths = langs.where(langs != "", "unk").str.len().to_numpy()
     return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths
+
+
+# ------------------------------------------------------------------ the HISCO list
+def hisco_key() -> pd.DataFrame:
+    """The full HISCO list (mixer/resources/hisco_key.csv): code (5 characters, leading zeros
+    restored), description; read and spelled as every other table (the file lost them)."""
+    return _hisco_key().copy()
+
+
+@lru_cache(maxsize=1)
+def _hisco_key() -> pd.DataFrame:
+    from mixer.core.config import TableOptions
+
+    table = read_table(HISCO_KEY_PATH, TableOptions(role="key"))
+    codes = code_column(table, "hisco", CodeFormatter(kind="hisco")).text
+    listed = (codes != "").to_numpy()
+    return pd.DataFrame({"code": codes[listed].to_numpy(),
+                         "description": table["en_hisco_text"][listed].to_numpy()})

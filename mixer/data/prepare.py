@@ -24,11 +24,11 @@ import pandas as pd
 
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter, hisco_key
+from mixer.data.formatter import CodeFormatter
 # model_text and CONTEXT_SEP are also imported from here (their home before mixer.data.normalise)
 from mixer.data.normalise import (  # noqa: F401
-    CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, key_digit_width,
-    model_text, occcanine_room, restore_digits, width_reason,
+    CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, hisco_key,
+    key_digit_width, model_text, occcanine_room, restore_digits, width_reason,
 )
 from mixer.data.reading import as_text, canonical_options, check_input_path, read_table, require_columns
 

@@ -52,3 +52,29 @@ def launched_as_one_of_several(env: Optional[Mapping[str, str]] = None) -> bool:
     """True in a process that a launcher started as one rank of a group."""
     launch = detect_launch(os.environ if env is None else env)
     return launch is not None and launch.world_size > 1
+
+
+def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None) -> Optional[tuple]:
+    """(job id, the Unix time of the job's time limit) under Slurm, else None: from
+    SLURM_JOB_END_TIME, else `squeue -j JOB -o %e` when squeue is there; None when
+    neither tells (an interactive shell outside a job, no limit, squeue failing)."""
+    import shutil
+    import subprocess
+    from datetime import datetime
+
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    value = env.get("SLURM_JOB_END_TIME", "")
+    if value.isdigit():
+        return job, float(value)
+    squeue = shutil.which("squeue", path=env.get("PATH"))
+    if squeue is None:
+        return None
+    try:
+        out = (run or subprocess.run)([squeue, "-h", "-j", job, "-o", "%e"], capture_output=True,
+                                      text=True, timeout=10).stdout.strip()
+        return job, datetime.strptime(out, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import zipfile
 from typing import Callable, Optional
 
@@ -74,10 +75,14 @@ class Checkpointer:
         atomic_write(path, write)
 
     def remove_stale_temp_files(self) -> None:
-        """Temp files of writers that were killed mid-write (rank 0, before training)."""
+        """Temp files (and model directories, mixer.models.model_dir) of writers that were
+        killed mid-write (rank 0, before training)."""
         for name in os.listdir(self.run_dir):
-            if name.startswith(".tmp-"):
-                os.unlink(os.path.join(self.run_dir, name))
+            path = os.path.join(self.run_dir, name)
+            if name.startswith(".tmp-") and os.path.isdir(path):
+                shutil.rmtree(path)
+            elif name.startswith(".tmp-"):
+                os.unlink(path)
 
     def latest_loadable(self) -> Optional[str]:
         """The newest checkpoint file that loads; None when there is none at all.

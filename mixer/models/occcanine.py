@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mixer.core.errors import UserError, first_line
-from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter, hisco_key
+from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
+from mixer.data.normalise import hisco_key
 from mixer.data.tokens import OCCCANINE_MAX_LEN
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",

@@ -26,6 +26,7 @@ from mixer.data.formatter import CodeFormatter
 from mixer.data.tokens import InputRecipe
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+BEST_DIR = "best"  # a run's best model (--keep-best): a model directory (mixer.models.model_dir)
 OCCCANINE_RECIPE = dict(language="literal", lowercase=True, ascii=True, strip=False)
 
 
@@ -43,6 +44,41 @@ def is_run_directory(path: str) -> bool:
             return "heads" in json.load(handle)
     except (OSError, ValueError):
         return False
+
+
+def model_of(source: str) -> tuple:
+    """What a path to a run of this tool predicts with, and starts from: (the model's
+    directory, its weights file, a line naming those weights), or (source, None, None)
+    for anything else. A run that kept a best model (--keep-best) means its best/; its
+    model.safetensors (or any .safetensors beside it, e.g. epoch_3.safetensors) means
+    those weights with the run's configuration; a run without a best, its last step's."""
+    best = os.path.join(source, BEST_DIR)
+    if os.path.isdir(source) and is_run_directory(best):
+        return best, MODEL_FILE, (f"{weights_line(best, MODEL_FILE, best)}; the weights of its last step: "
+                                  f"--checkpoint {os.path.join(source, MODEL_FILE)}")
+    if source.endswith(".safetensors") and os.path.isfile(source):
+        run_dir, weights = os.path.split(source)
+        run_dir = run_dir or "."
+        if is_run_directory(run_dir):
+            line = weights_line(run_dir, weights, source)
+            if is_run_directory(os.path.join(run_dir, BEST_DIR)):
+                line += f"; its best evaluation's: --checkpoint {run_dir}"
+            return run_dir, weights, line
+    if is_run_directory(source):
+        return source, MODEL_FILE, weights_line(source, MODEL_FILE, source)
+    return source, None, None
+
+
+def weights_line(model_dir: str, weights: str, where: str) -> str:
+    """'model: WHERE: which weights', from the record config.json keeps of its
+    model.safetensors (mixer.training.trainer writes it)."""
+    record = (run_config(model_dir).get("weights") or {}) if weights == MODEL_FILE else {}
+    if record.get("kind") == "best":
+        return (f"model: {where}: the best evaluation of its run by {record['metric']} "
+                f"({record['value']:.4f} at step {record['step']}, epoch {record['epoch']})")
+    if record.get("kind") == "last":
+        return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {record['epoch']})"
+    return f"model: {where}, with the configuration of {model_dir}"
 
 
 def occcanine_recipe() -> InputRecipe:
@@ -118,7 +154,7 @@ def describe_start(config: RunConfig) -> Start:
             load_file(source)  # a torn or foreign file is named as such before anything else
         except CheckpointError as exc:
             raise UserError(f"--initial-checkpoint {exc}")
-    run_dir = run_dir_of(source)
+    run_dir = model_of(source)[0] if os.path.isdir(source) else run_dir_of(source)
     for needed in ("encoder", "tokenizer"):
         if not os.path.isdir(os.path.join(run_dir, needed)):
             raise UserError(f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
@@ -142,7 +178,7 @@ def describe_start(config: RunConfig) -> Start:
 
 def _occcanine_start(config: RunConfig, source: str) -> Start:
     from mixer.models import occcanine
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
 
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
@@ -224,6 +260,7 @@ def _start_state(start: Start, model) -> tuple:
 
     path = start.origin
     if os.path.isdir(path):
+        path = start.run_dir  # a run's best/ when it kept one (model_of)
         candidates = [os.path.join(path, MODEL_FILE), os.path.join(path, "last.pt")]
         path = next((c for c in candidates if os.path.exists(c)), None)
         if path is None:
@@ -285,11 +322,16 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
 
 
 # ------------------------------------------------------------------ a model to predict with
-def load_for_prediction(source: str, what: str = "--checkpoint", log=None) -> tuple:
+def load_for_prediction(source: str, what: str = "--checkpoint", log=None, announce=None) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
-    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub)."""
-    if is_run_directory(source):
-        return _load_run(source, what)
+    of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub).
+    A run's model, once loaded, is named to `announce` (model_of's line; default `log`)."""
+    model_dir, weights, line = model_of(source)
+    if weights is not None:
+        loaded = _load_run(model_dir, what, weights)
+        if (announce or log) is not None:
+            (announce or log)(line)
+        return loaded
     from mixer.models import occcanine
     from mixer.models.hub import check_local
 
@@ -304,21 +346,21 @@ def load_for_prediction(source: str, what: str = "--checkpoint", log=None) -> tu
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 
 
-def _load_run(run_dir: str, what: str) -> tuple:
+def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE) -> tuple:
     from safetensors.torch import load_file
 
     from mixer.data.prepare import read_key
     from mixer.models.encoders import encoder_from_run
     from mixer.models.model import HeadsConfig, MixerModel
 
-    missing = [f for f in RUN_FILES if not os.path.exists(os.path.join(run_dir, f))]
+    missing = [f for f in (weights,) + RUN_FILES[1:] if not os.path.exists(os.path.join(run_dir, f))]
     if missing:
         raise UserError(f"{what} {run_dir}: lacks {', '.join(missing)}; is training finished? "
                         "(model.safetensors is written at the end of a run)")
     config = run_config(run_dir)
     encoder = encoder_from_run(run_dir)
     model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
-    model.load_state_dict(load_file(os.path.join(run_dir, MODEL_FILE)))
+    model.load_state_dict(load_file(os.path.join(run_dir, weights)))
     return model, encoder.tokenizer, config, read_key(run_dir)
 
 
@@ -327,7 +369,7 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
     from transformers import CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.formatter import hisco_key
+    from mixer.data.normalise import hisco_key
     from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 

@@ -78,14 +78,15 @@ class Predictor:
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None, tf32: Optional[bool] = None, quantize: Optional[str] = None) -> "Predictor":
+             log=None, tf32: Optional[bool] = None, quantize: Optional[str] = None,
+             announce=None) -> "Predictor":
         from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
         check_quantize(quantize, device, precision)  # before the model loads
         precision = resolve_precision(precision, device, force_precision, log)
-        model, tokenizer, config, key = load_for_prediction(source, log=log)
+        model, tokenizer, config, key = load_for_prediction(source, log=log, announce=announce)
         predictor = cls(model, tokenizer, config, key, device, precision, tf32, quantize)
         if quantize:
             log(APPROXIMATE_NOTE)

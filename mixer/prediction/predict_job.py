@@ -74,7 +74,8 @@ def predict_file(args) -> None:
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=args.tf32, quantize=getattr(args, "quantize", None))
+                                   tf32=args.tf32, quantize=getattr(args, "quantize", None),
+                                   announce=say)  # which weights: stdout, as how it reads
         if getattr(args, "code_descriptions", None):
             from mixer.prediction.outputs import set_descriptions
 

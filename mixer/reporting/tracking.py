@@ -26,8 +26,8 @@ def configure_logging(level: str, is_main: bool) -> None:
 
 class NullTracker:
     def start_progress(self, total: int, initial: int) -> None: ...
-    def progress(self, step: int, values: dict) -> None: ...
-    def log_eval(self, row: dict) -> None: ...
+    def progress(self, step: int, values: dict, reading=None) -> None: ...
+    def log_eval(self, row: dict, note: str = "") -> None: ...
     def log_train(self, step: int, values: dict) -> None: ...
     def close(self) -> None: ...
 
@@ -41,6 +41,7 @@ class Tracker(NullTracker):
         self.bar = None
         self.wandb = None
         self.tensorboard = None
+        self.slurm_said = None  # the Slurm line: not yet, or said with(out) evaluations timed
         self._trim_logs(resume_step)
         if wandb_settings:
             from mixer.reporting.wandb_run import start_wandb
@@ -78,13 +79,48 @@ class Tracker(NullTracker):
 
             self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
 
-    def progress(self, step: int, values: dict) -> None:
+    def progress(self, step: int, values: dict, reading=None) -> None:
+        """A progress report: the bar's postfix on a terminal, else one plain line with
+        where the run is and how long it has left (mixer.reporting.eta.Reading)."""
         text = {k: f"{v:.4g}" for k, v in values.items()}
         if self.bar is not None:
             self.bar.n = step
+            if reading is not None:  # the bar shows the steps and the elapsed time itself
+                self.bar.set_description(f"epoch {reading.epoch}/{reading.epochs}", refresh=False)
+                if reading.remaining is not None:
+                    from mixer.reporting.eta import clock_text
+
+                    text["remaining"] = clock_text(reading.remaining)
             self.bar.set_postfix(text, refresh=True)
         else:
-            logger.info("step %d: %s", step, ", ".join(f"{k} {v}" for k, v in text.items()))
+            parts = [f"{k} {v}" for k, v in text.items()]
+            if reading is not None:
+                parts = [reading.where()] + parts + [reading.when()]
+            logger.info("step %d: %s", step, ", ".join(parts))
+        if reading is not None and reading.remaining is not None and self.slurm_said in (None, False):
+            if self.slurm_said is None or reading.evaluations_timed:
+                self.slurm_said = reading.evaluations_timed
+                self.say_slurm(reading)
+
+    def say_slurm(self, reading) -> None:
+        """Under Slurm: the estimate against the job's time limit, at the first report, and
+        again when the first evaluation's time is part of it."""
+        import time
+
+        from mixer.distributed.launch import slurm_job_end
+        from mixer.reporting.eta import slurm_line
+
+        job = slurm_job_end()
+        if job is not None:
+            self.write(slurm_line(reading.remaining, job[1], time.time(), job[0], reading.early_stopping,
+                                  reading.evaluations_timed))
+
+    def write(self, message: str) -> None:
+        """A line beside the bar, or in the log."""
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            logger.info(message)
 
     def log_train(self, step: int, values: dict) -> None:
         scalars = {f"train/{k}": v for k, v in values.items()}
@@ -98,7 +134,7 @@ class Tracker(NullTracker):
                 self.tensorboard.add_scalar(name, value, step)
             self.tensorboard.flush()
 
-    def log_eval(self, row: dict) -> None:
+    def log_eval(self, row: dict, note: str = "") -> None:
         exists = os.path.exists(self.path)
         if exists:
             with open(self.path, newline="") as handle:
@@ -121,11 +157,7 @@ class Tracker(NullTracker):
         summary = ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items()
                             if k in ("val_loss", "val_flat_accuracy", "val_flat_f1",
                                      "val_seq2seq_accuracy", "val_token_accuracy"))
-        message = f"eval step {row['step']} (epoch {row['epoch']}): {summary}"
-        if self.bar is not None:
-            self.bar.write(message)
-        else:
-            logger.info(message)
+        self.write(f"eval step {row['step']} (epoch {row['epoch']}): {summary}" + (f"; {note}" if note else ""))
 
     def close(self) -> None:
         if self.bar is not None:

@@ -17,11 +17,12 @@ from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
 from mixer.core.config import RunConfig, config_for_file, write_args
-from mixer.data.prepare import labels_of, load_prepared, prepare_run_data
+from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
 from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                                 shard_indices, stop_workers)
 from mixer.models.encoders import save_encoder_files, token_ids_of
+from mixer.reporting import card
 from mixer.reporting.metrics import Thresholds
 from mixer.data.noise import NoiseConfig
 from mixer.core.recipe import previous_settings
@@ -35,6 +36,7 @@ from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, lo
 from mixer.core.precision import pad_multiple
 from mixer.core.precision import resolve as resolve_precision
 from mixer.training.schedule import Layout, Schedule
+from mixer.training import best
 from mixer.training.trainer import Trainer, TrainParts, seed_everything
 from mixer.data.transliterate import exactness_note
 
@@ -57,6 +59,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     config, recipe = resolve_recipe(config, start, resumed)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, length_groups=length_groups(config, world.device, resumed)))  # args.yaml keeps it
+    best.check_metric(config.train)  # before anything is written
+    best.check_resume(run_dir, config.train.keep_best, resuming=resumed is not None)
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
@@ -157,8 +161,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    thresholds = starting_thresholds(config, start)
-    extra = model_extra(config, prepared.formatter, encoder.source, start, thresholds)
+    thresholds, thresholds_from = starting_thresholds(config, start)
+    extra = dict(model_extra(config, prepared.formatter, encoder.source, start, thresholds),
+                 thresholds_from=thresholds_from)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
                        train_loader=train_loader, sampler=sampler, val_loader=val_loader,
                        full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
@@ -167,8 +172,12 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        noisy_full_val_loader=noisy_full_val_loader,
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
-                       model_extra=extra,
-                       grad_sync=grad_sync)
+                       model_extra=extra, grad_sync=grad_sync,
+                       card_facts=card.run_facts(
+                           dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
+                           language_rows(prepared.train["lang"]), start, recipe.describe(),
+                           schedule.layout.describe(), schedule.epochs, schedule.total_steps,
+                           len(sample), encoder.source))
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
         checkpointer.remove_stale_temp_files()
@@ -181,6 +190,8 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     if chosen is not None:
         mdist.main_first(lambda: trainer.load_state_dict(load_file(chosen)), world)
         logger.info(trainer.resume_report(chosen))
+    else:  # a run that starts over never passes an earlier run's best model for its own
+        mdist.main_only(lambda: best.discard_leftover(run_dir, logger.warning), world)
 
     def start_tracking():
         save_encoder_files(encoder, run_dir)  # after the resume check: never overwrite a run's encoder
@@ -201,7 +212,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     finally:
         stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader, noisy_full_val_loader)
     if world.is_main and trainer.completed:
-        report_end(metrics, run_dir)
+        report_end(metrics, run_dir, trainer.progress.best)
     return metrics
 
 
@@ -303,14 +314,14 @@ def audited_descriptions(config: RunConfig, start) -> list:
     return trained_descriptions(config.data.extra_train, config.data.table_options("extra_train"), previous)
 
 
-def starting_thresholds(config: RunConfig, start) -> Thresholds:
+def starting_thresholds(config: RunConfig, start) -> tuple:
     """The flat thresholds the run evaluates with and stores for prediction (until
     --tune-threshold replaces them): a start that keeps its code system keeps its
     thresholds by language (OccCANINE's table, 0.31 for languages outside it), unless
     --no-inherit-thresholds; --threshold sets the default for the other languages
-    (and every language, without a table)."""
+    (and every language, without a table). Returns (the Thresholds, where they came from)."""
     inherit = config.train.inherit_thresholds
-    table, default = {}, 0.5
+    table, default, origin = {}, 0.5, "the default"
     if start.base is not None and inherit is not False:
         if start.kind == "occcanine":
             from mixer.models.occcanine import LANGUAGE_THRESHOLDS
@@ -321,12 +332,14 @@ def starting_thresholds(config: RunConfig, start) -> Thresholds:
 
             previous = run_config(start.run_dir)
             table, default = dict(previous.get("thresholds") or {}), previous.get("threshold", 0.5)
+        origin = f"the starting model's ({start.origin})"
     elif inherit:
         raise UserError("--inherit-thresholds: the run starts from no model whose code system it "
                         "keeps (a new encoder, or --only-encoder); leave the flag out")
     if config.train.threshold is not None:
         default = config.train.threshold
-    return Thresholds.of(default, table)
+        origin = "set by --threshold" + (f", by language {origin}" if table else "")
+    return Thresholds.of(default, table), origin
 
 
 def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
@@ -356,6 +369,12 @@ def describe_groups(groups: int, padding: InputPadding) -> str:
         return f"micro-batches padded whole (--length-groups 1); {padding.describe()}"
     return (f"micro-batches cut into at most {groups} groups of similar length, each padded on its own "
             f"(--length-groups {groups}); {padding.describe()}")
+
+
+def language_rows(langs) -> dict:
+    """Rows by language, the most frequent first (the model card's)."""
+    names, counts = np.unique(np.asarray(langs, dtype=str), return_counts=True)
+    return {str(names[i]): int(counts[i]) for i in np.argsort(-counts, kind="stable")}
 
 
 def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:
@@ -403,9 +422,23 @@ def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_trai
     logger.info("\n".join(lines))
 
 
-def report_end(metrics: dict, run_dir: str) -> None:
+def report_end(metrics: dict, run_dir: str, kept: Optional[dict] = None) -> None:
+    """The final metrics, naming the weights they score, and the model predict.py uses."""
+    def values(row):
+        return ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items() if k.startswith("val_") and k != "val_rows")
+
+    if kept is None:
+        if metrics:
+            logger.info("validation: " + values(metrics))
+        logger.info(f"model: {os.path.join(run_dir, MODEL_FILE)} (predict with: python predict.py "
+                    f"--checkpoint {run_dir} --input FILE --output FILE)")
+        return
     if metrics:
-        shown = {k: v for k, v in metrics.items() if k.startswith("val_") and k != "val_rows"}
-        logger.info("validation: " + ", ".join(f"{k[4:]} {v:.4f}" for k, v in shown.items()))
-    logger.info(f"model: {os.path.join(run_dir, MODEL_FILE)} (predict with: python predict.py "
-                f"--checkpoint {run_dir} --input FILE --output FILE)")
+        logger.info(f"validation of the last step's weights (step {metrics['step']}, "
+                    f"{os.path.join(run_dir, MODEL_FILE)}): " + values(metrics))
+    best_dir = os.path.join(run_dir, best.BEST_DIR)
+    logger.info(f"validation of the best model (step {kept['step']}, epoch {kept['epoch']}, "
+                f"{best_dir}): " + values(kept["metrics"]))
+    logger.info(f"model: {best_dir}, the best by {kept['metric']} (predict with: python predict.py "
+                f"--checkpoint {run_dir} --input FILE --output FILE; the last step's weights: "
+                f"--checkpoint {os.path.join(run_dir, MODEL_FILE)})")

@@ -132,6 +132,12 @@ class Schedule:
     def factor(self, step: int) -> float:
         return self.plan.factor(self.segment.position(step))
 
+    @property
+    def epochs(self) -> int:
+        """The epochs the run plans: whole ones, and the one --max-steps ends inside."""
+        epochs, rows = self.plan.end
+        return epochs + (1 if rows else 0)
+
     def fraction_done(self, step: int) -> float:
         return min(1.0, self.segment.position(step) / max(1, self.plan.total))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,11 @@ from mixer.core.errors import UserError, first_line
 from mixer.distributed.gradsync import no_grad_sync
 from mixer.models.losses import row_losses, step_loss
 from mixer.reporting.metrics import Thresholds
-from mixer.models.model import save_model, unwrap_model
+from mixer.models.model import read_model_config, save_model, unwrap_model
+from mixer.models.sources import BEST_DIR
+from mixer.reporting import card
+from mixer.reporting.eta import Eta
+from mixer.training.best import BestKeeper
 from mixer.training.schedule import Layout, Schedule, Segment
 from mixer.reporting.tracking import NullTracker, logger
 from mixer.training.validation import Validator, tuning_report
@@ -50,6 +55,10 @@ class Progress:
     layout: Optional[dict] = None
     base_global_batch: Optional[int] = None
     schedule_segment: Optional[list] = None
+    best: Optional[dict] = None  # the best evaluation so far (--keep-best; mixer.training.best)
+    evals_since_best: int = 0  # evaluations after the best without an improvement
+    stop_reason: Optional[str] = None  # why the run ended before its planned end (early stopping)
+    elapsed: float = 0.0  # seconds of training, evaluations included, over every job of the run
 
 
 @dataclass
@@ -74,6 +83,7 @@ class TrainParts:
     noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
+    card_facts: dict = field(default_factory=dict)  # what the model card says of the run (mixer.reporting.card)
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
 
 
@@ -126,14 +136,23 @@ class Trainer:
         self.stop_requested = False
         self.last_metrics: dict = {}
         self.completed = False  # the run reached its end and wrote its final files
+        self.last_table: Optional[str] = None  # evaluation.csv of the last step's weights (rank 0)
         self._saved_step = -1
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
                                    stopping=lambda: self.stop_requested)
+        self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info)
+                       if cfg.keep_best else None)
+        self.starting_thresholds = (parts.thresholds, {k: parts.model_extra.get(k) for k in (
+            "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
+        self.eta = Eta(0)  # fit() starts the real one, from the resumed state
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
         self.install_signal_handlers()
+        self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
+        if self.keeper is not None:
+            self.keeper.start(self.progress, self.parts.model)  # all ranks
         self.tracker.start_progress(self.total_steps, self.progress.step)
         if self.progress.eval_pending and not self.finished():  # interrupted before the restart
             self.evaluate_and_log()  # (the final evaluation runs again in finish())
@@ -153,7 +172,10 @@ class Trainer:
                 raise RuntimeError(f"epoch {self.progress.epoch} yielded no step at row "
                                    f"{self.progress.rows_in_epoch}; please report this")
         self.completed = self.finished() and self.finish()
-        if not self.completed:
+        if self.completed:
+            self.finish_best()  # all ranks
+            self.write_cards()
+        else:
             self.save_checkpoint()
             logger.info(f"stopped at step {self.progress.step}; run again with the same "
                         f"--save-path to continue")
@@ -224,8 +246,10 @@ class Trainer:
         if not (self.progress.step % self.cfg.log_interval == 0 or self.finished()):
             return
         values = self.window_values()  # all ranks
-        self.tracker.log_train(self.progress.step, values)
-        self.tracker.progress(self.progress.step, values)
+        reading = self.eta.reading(self.progress.step, self.total_steps, self.epoch_fraction(),
+                                   self.parts.schedule.epochs, self.evaluations_left())
+        self.tracker.log_train(self.progress.step, dict(values, **reading.scalars()))
+        self.tracker.progress(self.progress.step, values, reading)
 
     def window_values(self) -> dict:
         """Train loss and throughput since the last report, summed over ranks."""
@@ -253,21 +277,19 @@ class Trainer:
     def evaluate_and_log(self, full: bool = False, final: bool = False) -> dict:
         if self._window.rows:
             self.window_values()  # all ranks
+        began = time.perf_counter()
         with self._window.paused():  # training throughput leaves evaluation and saving out
-            return self._evaluate_and_log(full, final)
+            row = self._evaluate_and_log(full, final)
+        self.eta.evaluated(time.perf_counter() - began)
+        return row
 
     def _evaluate_and_log(self, full: bool, final: bool) -> dict:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
-        metrics = self.evaluate(loader, collect=final)  # all ranks
-        noisy_loader = (self.parts.noisy_full_val_loader if loader is not None
-                        else self.parts.noisy_val_loader)  # the same rows as the clean figures
-        if metrics is not None and noisy_loader is not None:
-            noisy = self.evaluate(noisy_loader, collect=final, noised=True)  # all ranks
-            metrics = None if noisy is None else dict(metrics, **{
-                f"noisy_{k}": noisy[k] for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy",
-                                                 "seq2seq_f1")})
+        # it takes part in the choice of the best on the rows and thresholds every evaluation used
+        chooses = self.keeper is not None and loader is None and self.validator.tuned is None
+        metrics = self.measure(loader, collect=final or chooses)  # all ranks
         self._saved_step = -1  # the evaluation state changed: the next save writes it
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
@@ -280,14 +302,38 @@ class Trainer:
                "lr": self.parts.scheduler.get_last_lr()[0],
                "samples_per_sec": train.get("samples_per_sec", float("nan"))}
         row.update({f"val_{k}": v for k, v in metrics.items()})
-        self.tracker.log_eval(row)
+        verdict = (self.keeper.judge(self.progress, row, planned_end=self.progress.step >= self.total_steps)
+                   if chooses else None)  # all ranks
+        if verdict is not None and verdict.new_best:
+            table = self.validator.evaluation_table()  # all ranks: gathered to rank 0
+            self.progress.best = self.keeper.record(self.progress, row, table)
+        self.tracker.log_eval(row, self.keeper.note(self.progress, verdict) if verdict else "")
         self.progress.last_eval_step = self.progress.step
         self.progress.last_eval_full = loader is not None or self.parts.full_val_loader is None
         self.progress.eval_pending = False
         self.last_metrics = row
-        if not self.cfg.save_interval:
-            self.save_checkpoint()
+        if not self.cfg.save_interval or (verdict is not None and verdict.new_best):
+            self.save_checkpoint()  # all ranks; the state records a new best before best/ holds it
+        if verdict is not None and verdict.new_best and self.world.is_main:
+            self.keeper.write(self.parts.model, self.progress.best)
+            card.write(self.run_dir, self.card_text(self.progress.best, self.run_dir, self.parts.model_extra))
+        if verdict is not None and verdict.stop:
+            logger.info(f"stopping at step {self.progress.step}: {self.progress.stop_reason}")
         return row
+
+    def measure(self, loader=None, collect: bool = False) -> Optional[dict]:
+        """The validation metrics of `loader`'s rows (the sample by default), and with
+        --eval-noise of their noised copy as noisy_*; None when a stop signal interrupted
+        them (all ranks)."""
+        metrics = self.evaluate(loader, collect=collect)  # all ranks
+        noisy_loader = (self.parts.noisy_full_val_loader if loader is not None
+                        else self.parts.noisy_val_loader)  # the same rows as the clean figures
+        if metrics is not None and noisy_loader is not None:
+            noisy = self.evaluate(noisy_loader, collect=collect, noised=True)  # all ranks
+            metrics = None if noisy is None else dict(metrics, **{
+                f"noisy_{k}": noisy[k] for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy",
+                                                 "seq2seq_f1")})
+        return metrics
 
     def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
                  noised: bool = False) -> Optional[dict]:
@@ -332,7 +378,9 @@ class Trainer:
                          "last_eval_full": p.last_eval_full, "eval_pending": p.eval_pending,
                          "layout": schedule.layout.to_dict(),
                          "base_global_batch": schedule.plan.base_global_batch,
-                         "schedule_segment": schedule.segment.to_list()},
+                         "schedule_segment": schedule.segment.to_list(), "best": p.best,
+                         "evals_since_best": p.evals_since_best, "stop_reason": p.stop_reason,
+                         "elapsed": self.eta.elapsed()},
             "rng": [rng_state()],
             "key": self.key_codes,
         }
@@ -412,7 +460,18 @@ class Trainer:
         return self.parts.schedule.total_steps
 
     def finished(self) -> bool:
-        return self.progress.step >= self.total_steps
+        """The planned end reached, or early stopping ended the run."""
+        return self.progress.step >= self.total_steps or self.progress.stop_reason is not None
+
+    def epoch_fraction(self) -> float:
+        return self.progress.epoch + self.progress.rows_in_epoch / max(1, self.parts.sampler.rows_per_epoch)
+
+    def evaluations_left(self) -> int:
+        """The evaluations still to come, the final one included (for the ETA)."""
+        p, interval = self.progress, self.cfg.eval_interval
+        periodic = ((self.total_steps - 1) // interval - p.step // interval if interval
+                    else self.parts.schedule.epochs - p.epoch - 1)
+        return max(0, periodic) + 1
 
     def should_stop(self) -> bool:
         stop_at = self.cfg.stop_at_step
@@ -424,6 +483,11 @@ class Trainer:
         when a stop signal interrupted the final evaluation: nothing final is written
         and the job continues with it."""
         full = self.parts.full_val_loader is not None
+        if (self.keeper is not None and self.progress.last_eval_step != self.progress.step
+                and (full or self.cfg.tune_threshold)):
+            self.evaluate_and_log()  # all ranks: the last step competes on the rows the others did
+            if self.progress.eval_pending:
+                return False
         if self.cfg.tune_threshold and not self.tune_thresholds(full):
             return False
         if (self.progress.last_eval_step != self.progress.step or self.cfg.tune_threshold
@@ -431,20 +495,76 @@ class Trainer:
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
-        if self.validator.collected is not None:
-            self.validator.write_evaluation()  # all ranks
+        if self.validator.collected is not None:  # all ranks
+            self.last_table = self.validator.write_evaluation(
+                f"the weights of the last step, {self.progress.step}")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
-            save_model(self.parts.model, self.run_dir, self.parts.model_extra)
+            save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={
+                "kind": "last", "step": self.progress.step, "epoch": self.progress.epoch}))
             from mixer.reporting.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
         return True
 
-    def tune_thresholds(self, full: bool) -> bool:
+    def finish_best(self) -> None:
+        """The best model's final files, when the final rows or thresholds differ from those
+        it was chosen with (--full-val-at-end, --tune-threshold): its thresholds tuned on its
+        own outputs and its evaluation on the final rows, RUN/best/ rewritten whole (all
+        ranks). A stop signal here leaves RUN/best/ as it was; the job, run again, does it."""
+        best, full = self.progress.best, self.parts.full_val_loader
+        if best is None or not (self.cfg.tune_threshold or full is not None):
+            return
+        if best["step"] != self.progress.step:
+            self.keeper.load_weights(self.parts.model)  # all ranks (the last step's are saved)
+            if self.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
+                self.parts.thresholds, extra = self.starting_thresholds
+                self.parts.model_extra.update(extra)
+                if not self.tune_thresholds(full is not None, os.path.join(self.run_dir, BEST_DIR)):
+                    return
+        metrics = self.measure(full, collect=True)  # all ranks
+        if metrics is None:
+            logger.warning(f"the best model's final evaluation was interrupted; {self.run_dir}/best "
+                           "keeps the files it had")
+            return
+        table = self.validator.evaluation_table()  # all ranks
+        best["metrics"] = dict(best["metrics"], **{f"val_{k}": v for k, v in metrics.items()})
+        best["table"] = table
+        if self.world.is_main:
+            self.keeper.write(self.parts.model, best)
+
+    def best_files(self, record: dict) -> dict:
+        """What RUN/best/ carries besides the model: its evaluation table and model card."""
+        files = {card.CARD: self.card_text(record, os.path.join(self.run_dir, BEST_DIR), self.parts.model_extra)}
+        if record.get("table"):
+            files["evaluation.csv"] = record["table"]
+        return files
+
+    def write_cards(self) -> None:
+        """The model cards at the end: RUN/README.md describes the weights --checkpoint RUN
+        predicts with (the best, when the run kept one), RUN/best/README.md the best (rank 0)."""
+        if not self.world.is_main:
+            return
+        best = self.progress.best
+        best_dir = os.path.join(self.run_dir, BEST_DIR)
+        stored = read_model_config(best_dir if best is not None else self.run_dir)  # as prediction reads it
+        card.write(self.run_dir, self.card_text(best, self.run_dir, stored))
+        if best is not None:
+            card.write(best_dir, self.card_text(best, best_dir, stored))
+
+    def card_text(self, best: Optional[dict], where: str, stored: dict) -> str:
+        """The model card (mixer.reporting.card.model_card) of the run as it stands."""
+        p = self.progress
+        progress = {"step": p.step, "total_steps": self.total_steps, "epochs": self.epoch_fraction(),
+                    "stop_reason": p.stop_reason, "elapsed": self.eta.elapsed(), "ended": self.completed}
+        last = {"step": p.step, "epoch": p.epoch, "metrics": self.last_metrics, "table": self.last_table}
+        return card.model_card(self.parts.card_facts, where, stored, progress, best, last)
+
+    def tune_thresholds(self, full: bool, stored_in: Optional[str] = None) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
         languages with few rows) on the validation rows becomes the run's, used by the
-        final evaluation that follows and stored for predict.py (all ranks)."""
+        final evaluation that follows and stored for predict.py in `stored_in`'s
+        config.json (the run directory's by default) (all ranks)."""
         loader = self.parts.full_val_loader if full else None
         with self._window.paused():
             if self.evaluate(loader, tune_threshold=True) is None:  # all ranks
@@ -455,7 +575,8 @@ class Trainer:
         self.parts.thresholds = tuned
         self.parts.model_extra["threshold"] = tuned.default  # predict.py's and the API's default
         self.parts.model_extra["thresholds"] = tuned.table
-        logger.info(tuning_report(before, tuned, report, self.run_dir))
+        self.parts.model_extra["thresholds_from"] = "tuned for these weights on the validation rows"
+        logger.info(tuning_report(before, tuned, report, stored_in or self.run_dir))
         return True
 
     def install_signal_handlers(self) -> None:

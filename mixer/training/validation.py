@@ -43,6 +43,7 @@ class Validator:
         self.collected: Optional[list] = None
         self.collected_noised: Optional[list] = None
         self.tuned: Optional[tuple] = None
+        self.table_rows = 0  # rows of the last evaluation table
 
     @torch.no_grad()
     def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
@@ -118,20 +119,20 @@ class Validator:
             flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
             collected.append((int(row), true, flat, seq_codes[i]))
 
-    def write_evaluation(self) -> None:
-        """RUN_DIR/evaluation.csv: the evaluation table (mixer.reporting.evaluation) of the final
+    def evaluation_table(self) -> Optional[str]:
+        """The evaluation table (mixer.reporting.evaluation) of the last collecting
         evaluation's rows, overall and by language, and with --eval-noise the same rows
-        noised (heads "flat noised", "seq2seq noised") (all ranks; rank 0 writes)."""
+        noised (heads "flat noised", "seq2seq noised"), as CSV text: on rank 0, None
+        on the others (all ranks: the rows are gathered to rank 0)."""
         pieces = mdist.gather_to_main((self.collected or [], self.collected_noised or []),
                                       self.world)  # all ranks
         if not self.world.is_main:
-            return
+            return None
         from mixer.reporting import evaluation
-        from mixer.core.io import write_text
 
         rows = sorted(item for piece, _ in pieces for item in piece)
         if not rows:
-            return
+            return None
         truth = [set(true) for _, true, _, _ in rows]
         predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
                        "seq2seq": [set(seq) for _, _, _, seq in rows]}
@@ -146,8 +147,21 @@ class Validator:
         f = self.parts.formatter
         digits = [None] if f.use_within_block_sep else list(range(1, min(f.block_size, 5) + 1))
         table = evaluation.evaluation_table(truth, predictions, groups, digits, group_name="lang")
-        write_text(f"{self.run_dir}/evaluation.csv", table.to_csv(index=False))
-        logger.info(f"evaluation table of {len(rows)} validation rows: {self.run_dir}/evaluation.csv")
+        self.table_rows = len(rows)
+        return table.to_csv(index=False)
+
+    def write_evaluation(self, which: str) -> Optional[str]:
+        """RUN_DIR/evaluation.csv: the evaluation table of the final evaluation's rows
+        (all ranks; rank 0 writes and gets the table). `which` names the weights it scores."""
+        table = self.evaluation_table()  # all ranks
+        if table is None:
+            return None
+        from mixer.core.io import write_text
+
+        write_text(f"{self.run_dir}/evaluation.csv", table)
+        logger.info(f"evaluation table of {self.table_rows} validation rows ({which}): "
+                    f"{self.run_dir}/evaluation.csv")
+        return table
 
 
 def tuning_report(before: Thresholds, tuned: Thresholds, report: dict, run_dir: str) -> str:

@@ -1,0 +1,258 @@
+"""The model card: README.md in every run directory, in its best model's directory and
+in the OccCANINE-layout export, in the Hugging Face layout (a YAML header, then text).
+
+What a colleague needs without the code: the command that made the model, its data
+(files, rows, fingerprint, languages, code system, key size), where its weights
+started, the recipe (learning rates, noise, epochs, why it stopped), the validation
+metrics of the very weights it describes (as written and noised; per language where
+there are several), the thresholds prediction will use (as stored for predict.py:
+mixer.reporting.metrics.Thresholds) and how to predict with it. Every figure comes from
+what the run measured or recorded; a figure the run has not measured is left out,
+never estimated.
+
+`run_facts` gathers what the run knows at its start; `render` adds the weights it
+describes. Plain values in, text out: tested without training.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+from typing import Optional
+
+from mixer.core.config import RunConfig
+
+CARD = "README.md"
+HEADS = (("flat", "flat head"), ("seq2seq", "seq2seq head"))
+
+
+def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, languages: dict, start,
+              recipe_line: str, layout: str, epochs: int, total_steps: int, evaluated_rows: int,
+              encoder_source: str) -> dict:
+    """What the card says of a run before any evaluation (mixer.training.run builds it;
+    config.train holds the precision the run computes in)."""
+    from mixer import __version__
+
+    command = list(config.log.command)
+    if command and command[0].endswith(".py"):
+        command = ["python"] + command
+    data = config.data
+    files = [(item["name"], item.get("xxh3_128", "")) for part in (stamp.get("inputs") or {}).values()
+             for item in part]
+    t = config.train
+    return {
+        "name": os.path.basename(os.path.abspath(config.save_dir)), "version": __version__,
+        "command": shlex.join(command) if command else "",
+        "data": {"files": files, "rows": stamp.get("rows", {}), "digest": stamp.get("digest", ""),
+                 "evaluated_rows": evaluated_rows, "languages": languages,
+                 "input_col": data.input_col, "context_cols": list(data.context_cols),
+                 "system": formatter.kind, "block_size": formatter.block_size,
+                 "codes_per_row": formatter.max_num_codes, "key_size": key_size},
+        "start": {"encoder": encoder_source, "kind": start.kind, "origin": start.origin,
+                  "family": start.family},
+        "recipe": {"line": recipe_line, "layout": layout, "epochs": epochs, "total_steps": total_steps,
+                   "precision": t.precision, "weight_decay": t.weight_decay,
+                   "eval_noise": t.eval_noise, "keep_best": t.keep_best,
+                   "patience": t.early_stopping_patience, "min_delta": t.early_stopping_min_delta},
+    }
+
+
+def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Optional[dict],
+               last: dict) -> str:
+    """The card of the run's best model (`best`, its record: mixer.training.best) or, when
+    it kept none, of its last step's weights (`last`: step, epoch, metrics, table).
+    `stored`: the config.json those weights have or get, whose thresholds prediction
+    will use; `where`: the path to predict with."""
+    from mixer.reporting.metrics import Thresholds
+
+    if best is not None:
+        model = dict(which="best", step=best["step"], epoch=best["epoch"], metric=best["metric"],
+                     value=best["value"], metrics=best["metrics"], table=best.get("table"),
+                     other=(f"The run's last step ({progress['step']:,}) left other weights: "
+                            "`model.safetensors` in the run directory "
+                            "(`--checkpoint RUN/model.safetensors`)." if progress["ended"] else None))
+    else:
+        model = dict(which="last", other=None, **last)
+    thresholds = Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds"))
+    return render(facts, dict(model, where=where, progress=progress, thresholds=thresholds,
+                              thresholds_origin=stored.get("thresholds_from", "the run's")))
+
+
+def render(facts: dict, model: dict) -> str:
+    """The card of one model of the run. model: which ("best" | "last"), where (its
+    directory), step, epoch, metrics (logs.csv's val_ values of its evaluation), table
+    (its evaluation table as CSV, or None), thresholds (the Thresholds it stores),
+    thresholds_origin, progress (step, total_steps, epochs done, stop_reason, elapsed, ended),
+    other (a line on the run's other weights, or None)."""
+    return "---\n" + _header(facts, model) + "---\n\n" + "\n".join(_body(facts, model)) + "\n"
+
+
+def _header(facts: dict, model: dict) -> str:
+    import yaml
+
+    data = facts["data"]
+    header = {"library_name": "mixer", "pipeline_tag": "text-classification",
+              "tags": ["mixer", "occupational-coding", data["system"]]}
+    languages = sorted(lang for lang in data["languages"] if lang != "unk")
+    if languages:
+        header["language"] = languages
+    origin = facts["start"]["origin"]
+    if origin and "/" in origin and not os.path.exists(origin):  # a hub id: Christianvedel/OccCANINE_s2s_mix
+        header["base_model"] = origin
+    measured = [(name, value) for name, value in _headline(model["metrics"]) if value is not None]
+    if measured:
+        header["model-index"] = [{"name": facts["name"], "results": [{
+            "task": {"type": "text-classification", "name": f"occupational coding ({data['system']})"},
+            "dataset": {"type": "validation-rows", "name": ", ".join(f for f, _ in data["files"]) or "data",
+                        "split": "validation"},
+            "metrics": [{"type": "accuracy" if "accuracy" in name else "f1", "name": name,
+                         "value": round(float(value), 4)} for name, value in measured]}]}]
+    return yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
+
+
+def _headline(metrics: dict) -> list:
+    """(name, value) of each head's accuracy and F1, as written and noised."""
+    return [(f"{label} {kind}" + (" (noised)" if noisy else ""),
+             metrics.get(f"val_{'noisy_' if noisy else ''}{head}_{kind}"))
+            for noisy in (False, True) for head, label in HEADS for kind in ("accuracy", "f1")]
+
+
+def _body(facts: dict, model: dict) -> list:
+    data, recipe, progress = facts["data"], facts["recipe"], model["progress"]
+    lines = [f"# {facts['name']}", "",
+             f"A text classifier made with mixer {facts['version']}: it reads `{data['input_col']}`"
+             + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
+             + f" and writes {data['system']} codes ({data['key_size']:,} codes in its key; up to "
+             f"{data['codes_per_row']} per row, in blocks of {data['block_size']}) with two heads: "
+             "a flat head (a probability for every code of the key) and a seq2seq decoder.", ""]
+    lines += ["## Which weights", "", _which(model)]
+    if model.get("other"):
+        lines += ["", model["other"]]
+    lines += ["", "## How it was made", ""]
+    if facts["command"]:
+        lines += ["```bash", facts["command"], "```", ""]
+    where = (f"step {progress['step']:,} of {progress['total_steps']:,} planned, "
+             f"{progress['epochs']:.2f} of {recipe['epochs']} epochs")
+    took = (f"; {_duration(progress['elapsed'])} of training, evaluations included"
+            if progress["elapsed"] else "")
+    if progress["ended"]:
+        lines += [f"Training ended at {where}: {progress['stop_reason'] or 'the planned end'}{took}.", ""]
+    else:
+        lines += [f"Training is in progress, at {where}{took}; this card is rewritten at each best "
+                  "model and at the end.", ""]
+    lines += ["| | |", "|---|---|"]
+    files = "; ".join(f"`{name}` (xxh3-128 {digest})" if digest else f"`{name}`"
+                      for name, digest in data["files"])
+    rows = data["rows"]
+    lines += [f"| data | {files} |" if files else "| data | |",
+              f"| rows | {rows.get('train', 0):,} training, {rows.get('val', 0):,} validation (each "
+              f"evaluation reads {data['evaluated_rows']:,}) |",
+              f"| fingerprint | prepared data {data['digest']} (`prepared.json`) |",
+              "| languages | " + (", ".join(f"{lang} {n:,}" for lang, n in data["languages"].items())
+                                  + " (training rows)" if data["languages"] else "not given") + " |",
+              f"| starting weights | {_start(facts['start'])} |",
+              f"| recipe | {recipe['line'].removeprefix('recipe: ')} |",
+              f"| batch | {recipe['layout']}; precision {recipe['precision']}, weight decay "
+              f"{recipe['weight_decay']:g} |",
+              f"| length | {recipe['epochs']} epoch(s) planned, {recipe['total_steps']:,} steps; the "
+              "learning rate warms up, then falls linearly to 0 at the planned end |"]
+    if recipe["keep_best"]:
+        stopping = (f"; early stopping after {recipe['patience']} evaluation(s) without an improvement of "
+                    f"at least {recipe['min_delta']:g}" if recipe["patience"] else "")
+        lines.append(f"| best model | kept by {recipe['keep_best']}{stopping} |")
+    lines += ["", "## Validation metrics", ""] + _metrics(model, facts)
+    rule = (f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)"
+            if facts["start"]["family"] == "occcanine" else
+            f"of at least {model['thresholds'].describe()}, and always its most probable code")
+    lines += ["", "## Thresholds", "",
+              f"The flat head predicts the codes with a probability {rule}; these thresholds are "
+              f"{model['thresholds_origin']}, stored in `config.json`, and predict.py and `mixer.load` "
+              "use them unless given `--threshold`."]
+    where = model["where"]
+    lines += ["", "## How to predict", "", "```bash",
+              f"python predict.py --checkpoint {where} --input records.csv --output codes.csv", "```", "",
+              "From Python, after `import mixer`:", "", "```python", f'model = mixer.load("{where}")',
+              'model.predict(["farm labourer", "wine and spirit merchant"])', "```"]
+    return lines
+
+
+def _which(model: dict) -> str:
+    if model["which"] == "best":
+        return (f"The best evaluation of the run by {model['metric']}: {model['value']:.4f} at step "
+                f"{model['step']:,} (epoch {model['epoch']}), kept in `best/`; `--checkpoint RUN` and "
+                "`mixer.load(RUN)` predict with these weights.")
+    return f"The weights of the run's last step, step {model['step']:,} (epoch {model['epoch']})."
+
+
+def _start(start: dict) -> str:
+    if start["kind"] == "encoder":
+        return f"a new model: encoder {start['encoder']}, new heads"
+    return f"{start['origin']} ({start['encoder']})"
+
+
+def _metrics(model: dict, facts: dict) -> list:
+    metrics = model["metrics"]
+    noised = any(k.startswith("val_noisy_") for k in metrics)
+    rows = int(metrics.get("val_rows", 0)) or facts["data"]["evaluated_rows"]
+    lines = [f"Measured at step {model['step']:,} on {rows:,} validation rows"
+             + (f", as written and with {facts['recipe']['eval_noise']} typo(s) in every row (noised)"
+                if noised else "")
+             + ". Exact match: a row counts when the predicted code set equals the true set; F1: micro "
+             "over codes (docs/evaluation.md)."]
+    if model["which"] == "best":
+        lines[0] += (" These rows chose this model among the run's evaluations, so they score it "
+                     "optimistically: for an unbiased figure, hold out a test file, predict it and score "
+                     "it with evaluate.py.")
+    lines += ["", "| | as written" + (" | noised" if noised else "") + " |",
+              "|---|---" + ("|---" if noised else "") + "|"]
+    names = [("loss", "val_loss", None)] + [
+        (f"{label} {kind}", f"val_{head}_{kind}", f"val_noisy_{head}_{kind}")
+        for head, label in HEADS for kind in ("accuracy", "f1")]
+    for label, clean, noisy in names:
+        if clean in metrics:
+            cells = [_number(metrics[clean])] + ([_number(metrics.get(noisy)) if noisy else ""] if noised else [])
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    by_language = _by_language(model.get("table"))
+    if by_language:
+        lines += ["", "By language (the evaluation table's accuracy of the whole code, the OccCANINE "
+                      "paper's; `evaluation.csv`):", ""] + by_language
+    return lines
+
+
+def _by_language(table: Optional[str]) -> list:
+    """Per language, each head's accuracy at the longest number of digits, when the
+    table has several languages."""
+    if not table:
+        return []
+    import pandas as pd
+
+    frame = pd.read_csv(io.StringIO(table), dtype={"lang": str}, keep_default_na=False)
+    if "lang" not in frame.columns or frame["lang"].nunique() < 3:  # "all" and one language
+        return []
+    digits = frame["digits"].astype(str)
+    frame = frame[digits == digits.iloc[-1]]
+    heads = list(dict.fromkeys(frame["head"]))
+    lines = ["| language | rows | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    for lang, part in frame.groupby("lang", sort=False):
+        accuracy = dict(zip(part["head"], part["accuracy"]))
+        lines.append(f"| {lang} | {int(part['n'].iloc[0]):,} | "
+                     + " | ".join(_number(accuracy.get(h)) for h in heads) + " |")
+    return lines
+
+
+def _number(value) -> str:
+    return "" if value is None or value != value else f"{float(value):.4f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, minutes = divmod(seconds // 60, 60)
+    return (f"{hours} h {minutes} min" if hours else f"{minutes} min {seconds % 60} s" if minutes
+            else f"{seconds} s")
+
+
+def write(directory: str, text: str) -> None:
+    from mixer.core.io import write_text
+
+    write_text(os.path.join(directory, CARD), text)

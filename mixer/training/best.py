@@ -1,0 +1,230 @@
+"""The best model of a run and when to stop (--keep-best, --early-stopping-patience).
+
+The rule (`judge`, plain numbers): an evaluation is the new best when its metric is
+strictly better than the best so far (lower for losses, higher for the rest; NaN never
+is), or equal to it at an earlier place in the data (ties keep the earlier step). The
+patience count is the number of evaluations after the best that did not improve on it
+by at least --early-stopping-min-delta; an evaluation at or before the best's place (one
+a resume replays) counts none. Places are (epoch, rows of the epoch trained on): a
+resume in another layout counts other steps, never another place.
+
+In the run (`BestKeeper`, all ranks): each evaluation's metrics are already all-reduced
+sums over every rank's rows; rank 0 judges and every rank receives its verdict
+(a broadcast), so every rank agrees on the best and stops at the same step. The best's
+record (metric, value, step, epoch, place, its metrics and its evaluation table) and
+the patience count live in the training state (last.pt). A new best is committed in
+this order: last.pt first (it holds the record and the weights of this very step), then
+RUN/best/ (mixer.models.model_dir, written whole or not at all), then RUN/README.md. A
+kill between the two leaves a state whose best is ahead of RUN/best/: the resume
+writes RUN/best/ from the weights it loaded, which are the best's. A best/ left without
+a training state (a run started over in the same directory) is removed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from mixer.core.config import BEST_METRICS, TrainConfig
+from mixer.core.errors import UserError
+from mixer.distributed import world as mdist
+from mixer.models.sources import BEST_DIR, is_run_directory, run_config
+
+RECORD_KEYS = ("metric", "value", "step", "epoch", "place")  # best/config.json's "weights", and "metrics"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    new_best: bool
+    waited: int  # evaluations after the best without an improvement
+    stop: bool
+
+
+def better(metric: str, value: float, than: float) -> bool:
+    if value != value:  # NaN
+        return False
+    if than != than:
+        return True
+    return value < than if BEST_METRICS[metric] == "min" else value > than
+
+
+def judge(best: Optional[dict], waited: int, metric: str, value: float, place: tuple,
+          patience: Optional[int], min_delta: float) -> Verdict:
+    """The verdict on one evaluation (see the module's docstring)."""
+    if best is None:
+        new_best, improved, after_best = value == value, True, True
+    else:
+        earlier = tuple(place) < tuple(best["place"])
+        new_best = better(metric, value, best["value"]) or (value == best["value"] and earlier)
+        improved = better(metric, value, best["value"]) and abs(value - best["value"]) >= min_delta
+        after_best = tuple(place) > tuple(best["place"])
+    waited = waited + 1 if after_best and not improved else 0
+    return Verdict(new_best, waited, bool(patience) and waited >= patience)
+
+
+def check_metric(cfg: TrainConfig) -> None:
+    """Before anything is written: a noised metric needs the noised validation copy."""
+    if cfg.keep_best and "noisy" in cfg.keep_best and not cfg.eval_noise:
+        raise UserError(f"--keep-best {cfg.keep_best} is measured on the noised validation copy, which "
+                        "this run does not make; leave out --no-eval-noise (or pass --eval-noise 2), "
+                        "or keep the best by another metric")
+
+
+def disk_record(run_dir: str) -> Optional[dict]:
+    """The record RUN/best/ holds (its config.json's "weights"), or None."""
+    best_dir = os.path.join(run_dir, BEST_DIR)
+    if not is_run_directory(best_dir):
+        return None
+    record = run_config(best_dir).get("weights") or {}
+    return record if record.get("kind") == "best" else None
+
+
+def check_resume(run_dir: str, metric: Optional[str], resuming: bool) -> None:
+    """Before anything is written: a resumed run keeps its best by the metric it chose."""
+    record = disk_record(run_dir) if resuming else None
+    if record is not None and record["metric"] != metric:
+        raise metric_changed(run_dir, record["metric"])
+
+
+def metric_changed(run_dir: str, kept: str) -> UserError:
+    return UserError(f"{run_dir} keeps its best model by {kept} ({run_dir}/{BEST_DIR}); resume with "
+                     f"--keep-best {kept}, or move {run_dir}/{BEST_DIR} away to continue without it")
+
+
+def discard_leftover(run_dir: str, log: Callable[[str], None]) -> None:
+    """A run that starts over (no training state to resume) removes a best model an
+    earlier run left in its directory: predict.py --checkpoint RUN would take it for
+    this run's (rank 0, before training)."""
+    from mixer.models.model_dir import recover
+
+    best_dir = os.path.join(run_dir, BEST_DIR)
+    recover(run_dir, BEST_DIR)
+    if os.path.isdir(best_dir):
+        import shutil
+
+        shutil.rmtree(best_dir)
+        log(f"removed {best_dir}: a best model left without a training state to resume (the run "
+            "starts over)")
+
+
+class BestKeeper:
+    """The best model of one run (every rank holds one; rank 0 alone writes).
+
+    write_files(record) -> {file name: text} gives the files RUN/best/ carries besides
+    the model (its evaluation table, its model card); extra is config.json's content."""
+
+    def __init__(self, cfg: TrainConfig, world: mdist.World, run_dir: str, extra: dict,
+                 write_files: Callable[[dict], dict], log: Callable[[str], None]):
+        self.metric = cfg.keep_best
+        self.patience = cfg.early_stopping_patience
+        self.min_delta = cfg.early_stopping_min_delta
+        self.world = world
+        self.run_dir = run_dir
+        self.extra = extra  # the Trainer's model_extra: thresholds change when they are tuned
+        self.write_files = write_files
+        self.log = log
+
+    def judge(self, progress, row: dict, planned_end: bool = False) -> Verdict:
+        """Rank 0's verdict on an evaluation, on every rank (all ranks); updates the
+        patience count and, when it runs out before the planned end, the stop reason."""
+        verdict = None
+        if self.world.is_main:
+            verdict = judge(progress.best, progress.evals_since_best, self.metric, row[self.metric],
+                            place_of(progress), self.patience, self.min_delta)
+            if planned_end:  # the run ends here anyway: nothing for early stopping to end
+                verdict = Verdict(verdict.new_best, verdict.waited, False)
+        verdict = mdist.broadcast_object(verdict, self.world)  # all ranks
+        progress.evals_since_best = verdict.waited
+        if verdict.stop:
+            best = progress.best
+            by = f" by at least {self.min_delta:g}" if self.min_delta else ""
+            progress.stop_reason = (
+                f"early stopping: {self.metric} did not improve on {best['value']:.4f} (step "
+                f"{best['step']}, epoch {best['epoch']}){by} in {self.patience} evaluation(s)")
+        return verdict
+
+    def note(self, progress, verdict: Verdict) -> str:
+        """What the evaluation line adds: a new best, or how patient the run still is."""
+        if verdict.new_best:
+            return f"new best {self.metric}"
+        best = progress.best
+        text = f"best {self.metric} {best['value']:.4f} at step {best['step']}"
+        if self.patience and verdict.waited:
+            text += f"; {verdict.waited} of {self.patience} evaluation(s) without improvement"
+        return text
+
+    def record(self, progress, row: dict, table: Optional[str]) -> dict:
+        """The best's record as the training state keeps it."""
+        return {"metric": self.metric, "value": float(row[self.metric]), "step": progress.step,
+                "epoch": progress.epoch, "place": list(place_of(progress)),
+                "metrics": {k: v for k, v in row.items() if k.startswith("val_")}, "table": table}
+
+    def write(self, model, record: dict) -> None:
+        """RUN/best/ of `model` (rank 0)."""
+        from mixer.models.model_dir import write_model_dir
+
+        weights = dict({k: record[k] for k in RECORD_KEYS}, kind="best", metrics=record["metrics"])
+        write_model_dir(self.run_dir, BEST_DIR, model, dict(self.extra, weights=weights),
+                        self.write_files(record))
+
+    def load_weights(self, model) -> None:
+        """The weights of RUN/best/ into `model` (every rank reads the shared file)."""
+        from safetensors.torch import load_file
+
+        from mixer.models.model import MODEL_FILE, unwrap_model
+
+        unwrap_model(model).load_state_dict(load_file(os.path.join(self.run_dir, BEST_DIR, MODEL_FILE)))
+
+    def start(self, progress, model) -> None:
+        """Make a resumed state's best and RUN/best/ agree before training (rank 0
+        decides, every rank receives the result; all ranks)."""
+        best = mdist.main_only(lambda: self._reconcile(progress, model), self.world)  # all ranks
+        progress.best = mdist.broadcast_object(best, self.world)  # all ranks
+        if best is not None:
+            waited = f"{progress.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
+            self.log(f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
+                     f"({os.path.join(self.run_dir, BEST_DIR)}); {waited} evaluation(s) after it "
+                     "without improvement")
+
+    def _reconcile(self, progress, model) -> Optional[dict]:
+        from mixer.models.model_dir import recover
+
+        recover(self.run_dir, BEST_DIR)
+        best_dir = os.path.join(self.run_dir, BEST_DIR)
+        disk, state = disk_record(self.run_dir), progress.best
+        for record in (disk, state):
+            if record is not None and record["metric"] != self.metric:
+                raise metric_changed(self.run_dir, record["metric"])
+        if state is not None and (disk is None or tuple(state["place"]) > tuple(disk["place"])):
+            if state["step"] == progress.step:  # killed between last.pt and RUN/best/: finish it
+                self.write(model, state)
+                self.log(f"wrote {best_dir}: the best model (step {state['step']}) the training state "
+                         "records, which the interrupted job had not written yet")
+                return state
+            self.log(f"warning: {best_dir} lacks the best model the training state records (step "
+                     f"{state['step']}, {self.metric} {state['value']:.4f}); the run continues with "
+                     + ("the one it holds" if disk else "none"))
+            return _from_disk(best_dir, disk)
+        if disk is not None and (state is None or tuple(disk["place"]) > tuple(state["place"])):
+            return _from_disk(best_dir, disk)  # newer than the state: last.pt did not load, last.prev.pt did
+        return state
+
+
+def _from_disk(best_dir: str, disk: Optional[dict]) -> Optional[dict]:
+    if disk is None:
+        return None
+    record = {k: disk[k] for k in RECORD_KEYS}
+    return dict(record, metrics=disk.get("metrics") or {}, table=_read(best_dir, "evaluation.csv"))
+
+
+def place_of(progress) -> tuple:
+    return (progress.epoch, progress.rows_in_epoch)
+
+
+def _read(directory: str, name: str) -> Optional[str]:
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()

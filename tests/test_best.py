@@ -1,0 +1,434 @@
+"""The best model, early stopping, the ETA and the model card (docs/training.md,
+"When to stop and what to keep").
+
+One reference run, 2 processes under torchrun, keeps its best by val_loss and stops
+early on every rank. One process chooses the same best step, is killed between the
+training state's commit of that best and the best model's write, resumes in another
+layout and reaches the reference's best model and stop. The rules themselves (the
+verdict, the model directory's swap, the ETA, the Slurm line, the card) are tested as
+plain functions."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from conftest import ROOT, TINY, env_for_subprocess, run_program
+from test_distributed import max_difference, run, torchrun_cmd
+
+# Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
+# its lowest at step 18 and rises after. It falls by 0.02 at step 16, by 0.01 at step 18:
+# with --early-stopping-min-delta 0.015 step 18 is the best but not an improvement, so the
+# patience count is already 1 there; with an evaluation every 2 steps and patience 3 the
+# run stops at step 22 of 60. At the end the last step's weights and the best are scored
+# on every row, each with the thresholds tuned on its own outputs.
+KEEP = ["--dataset", None, "--dropout", "0", "--seed", "9", "--share-val", "0.09", "--language", "en",
+        "--target-cols", "hisco_1", "hisco_2", *TINY, "--max-steps", "60", "--eval-interval", "2",
+        "--keep-best", "val_loss", "--early-stopping-patience", "3", "--early-stopping-min-delta", "0.015",
+        "--val-max-rows", "8", "--full-val-at-end", "--tune-threshold"]
+BEST_STEP, BEST_EPOCH, STOP_STEP = 18, 1, 22
+
+
+def keep_args(csv, run_dir, *extra) -> list:
+    args = list(KEEP)
+    args[1] = str(csv)
+    return args + ["--save-path", str(run_dir), *map(str, extra)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, small_csv):
+    """torchrun, 2 processes of batch 4 (global batch 8): rank 0 judges the all-reduced
+    metrics and every rank gets its verdict. Its output is a pipe, as in a Slurm job whose
+    end is a day away."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    env = dict(env_for_subprocess(), SLURM_JOB_ID="4242", SLURM_JOB_END_TIME=str(int(time.time()) + 86_400))
+    proc = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
+               *keep_args(small_csv, out, "--batch-size", 4)], env=env)  # every rank exits 0
+    return out, proc.stdout
+
+
+def best_record(run_dir) -> dict:
+    with open(os.path.join(run_dir, "best", "config.json")) as handle:
+        return json.load(handle)["weights"]
+
+
+def progress_of(run_dir) -> dict:
+    return torch.load(os.path.join(run_dir, "last.pt"), weights_only=True)["progress"]
+
+
+def assert_reaches_the_reference(reference_dir, run_dir, tolerance=1e-5):
+    record, expected = best_record(run_dir), best_record(reference_dir)
+    assert (record["step"], record["epoch"]) == (expected["step"], expected["epoch"]) == (BEST_STEP, BEST_EPOCH)
+    assert record["value"] == pytest.approx(expected["value"], abs=2e-5)
+    assert max_difference(load_file(os.path.join(reference_dir, "best", "model.safetensors")),
+                          load_file(os.path.join(run_dir, "best", "model.safetensors"))) <= tolerance
+    progress = progress_of(run_dir)
+    assert progress["step"] == STOP_STEP and progress["evals_since_best"] == 3
+    assert progress["stop_reason"].startswith("early stopping: val_loss did not improve")
+    logs, want = pd.read_csv(os.path.join(run_dir, "logs.csv")), pd.read_csv(os.path.join(reference_dir, "logs.csv"))
+    assert logs["step"].tolist() == want["step"].tolist() == list(range(2, STOP_STEP + 1, 2)) + [STOP_STEP]
+    np.testing.assert_allclose(logs["val_loss"], want["val_loss"], atol=2e-5)
+
+
+# ------------------------------------------------------------------ one process
+def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_improves(reference):
+    out, stdout = reference
+    logs = pd.read_csv(out / "logs.csv")
+    chosen_on = logs[logs["val_rows"] == 8]  # the sample; the final evaluation reads all 11 rows
+    assert len(chosen_on) == len(logs) - 1 and logs["val_rows"].iloc[-1] == 11
+    assert chosen_on["step"][chosen_on["val_loss"].idxmin()] == BEST_STEP  # the lowest, not the last
+    assert_reaches_the_reference(out, out, tolerance=0)
+    assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1  # rank 0
+    assert "by at least 0.015 in 3 evaluation(s)" in stdout
+    eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
+    assert eval_lines["eval step 18 (epoch 1)"].endswith("; new best val_loss")
+    assert eval_lines["eval step 20 (epoch 1)"].endswith("; 2 of 3 evaluation(s) without improvement")
+    last, best = load_file(out / "model.safetensors"), load_file(out / "best" / "model.safetensors")
+    assert max_difference(last, best) > 1e-4  # two models: the last step's and the best
+    with open(out / "config.json") as handle:
+        assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1}
+    with open(out / "best" / "config.json") as handle:
+        stored = json.load(handle)
+    assert stored["weights"]["metrics"]["val_rows"] == 11  # scored on every row at the end ...
+    assert stored["thresholds_from"] == "tuned for these weights on the validation rows"  # ... tuned for it
+    assert f"tuned flat thresholds (best F1 on the validation rows; stored in {out}/best/config.json)" in stdout
+    for name in ("model.safetensors", "config.json", "key.csv", "encoder", "tokenizer", "evaluation.csv",
+                 "README.md"):
+        assert os.path.exists(out / "best" / name), name
+    assert not [f for f in os.listdir(out) if f.startswith(".")]
+    assert pd.read_csv(out / "best" / "evaluation.csv")["n"].max() == 11
+    assert "validation of the best model (step 18, epoch 1" in stdout
+    assert "validation of the last step's weights (step 22" in stdout
+
+
+def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(reference):
+    _, stdout = reference
+    lines = [line for line in stdout.splitlines() if line.startswith("step 15: ")]
+    assert len(lines) == 1, stdout
+    line = lines[0]
+    assert line.startswith("step 15: 15/60 steps, epoch 2/5, loss ")
+    assert ", elapsed 0:00:" in line and ", remaining 0:" in line
+    assert line.endswith("(early stopping may end it sooner)")
+    slurm = [line for line in stdout.splitlines() if line.startswith("Slurm job 4242: ")]
+    assert len(slurm) == 1 and slurm[0].endswith("more: it should end in this job"), stdout
+
+
+def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_path, capsys):
+    import mixer
+    from mixer.core.config import RunConfig
+    from mixer.models.sources import describe_start
+
+    out, _ = reference
+    texts = ["farmer", "fisherman", "wine merchant"]
+    kept = mixer.load(str(out), device="cpu").predict(texts)
+    said = capsys.readouterr().err
+    assert f"model: {out}/best: the best evaluation of its run by val_loss" in said
+    assert f"at step {BEST_STEP}, epoch 1); the weights of its last step: --checkpoint {out}/model.safetensors" in said
+    pd.testing.assert_frame_equal(kept, mixer.load(str(out / "best"), device="cpu").predict(texts))
+    last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
+    assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
+    assert not np.allclose(kept["prob_1"].astype(float), last["prob_1"].astype(float))
+    from mixer.cli.entrypoints import predict_main
+
+    predict_main(["--checkpoint", str(out), "--input", str(small_csv), "--output", str(tmp_path / "p.csv")])
+    first = capsys.readouterr().out.splitlines()[0]  # stdout, beside how the input was read
+    assert first.startswith(f"model: {out}/best: the best evaluation of its run by val_loss")
+    config = RunConfig()
+    config.model.initial_checkpoint = str(out)  # a new run starts from the best too
+    assert describe_start(config).run_dir == os.path.join(str(out), "best")
+
+
+def test_the_model_card_says_what_the_run_measured(reference, small_csv):
+    from mixer.reporting.metrics import Thresholds
+
+    out, _ = reference
+    text = (out / "README.md").read_text()
+    header, body = text.split("---\n")[1], text.split("---\n", 2)[2]
+    meta = yaml.safe_load(header)
+    assert meta["library_name"] == "mixer" and meta["language"] == ["en"]
+    metrics = {m["name"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    record = best_record(out)["metrics"]
+    assert metrics["flat head accuracy"] == round(record["val_flat_accuracy"], 4)
+    assert metrics["seq2seq head f1 (noised)"] == round(record["val_noisy_seq2seq_f1"], 4)
+    assert "python finetune.py --distributed --dataset" in body and "--early-stopping-min-delta 0.015" in body
+    assert "| batch | 8 (2 process(es) x 4 rows x 1 accumulation step(s))" in body
+    assert f"Measured at step {BEST_STEP} on 11 validation rows" in body
+    assert "110 training, 11 validation" in body and "en 110 (training rows)" in body
+    with open(out / "prepared.json") as handle:
+        assert json.load(handle)["digest"] in body
+    assert f"| loss | {record['val_loss']:.4f} |" in body
+    assert "Training ended at step 22 of 60 planned" in body and "early stopping" in body
+    assert "score it optimistically" in body
+    with open(out / "best" / "config.json") as handle:
+        stored = json.load(handle)
+    assert Thresholds.of(stored["threshold"], stored["thresholds"]).describe() in body
+    assert f"python predict.py --checkpoint {out} --input" in body
+    assert (out / "best" / "README.md").read_text().replace(f"{out}/best", str(out)) == text
+
+
+def test_a_resume_with_another_metric_is_refused_before_anything_changes(reference, small_csv, tmp_path, capsys):
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    args = keep_args(small_csv, run_dir, "--batch-size", 8)
+    args[args.index("val_loss")] = "val_flat_accuracy"
+    fails(capsys, "finetune", args, "keeps its best model by val_loss", "--keep-best val_loss", watch=run_dir)
+    without = keep_args(small_csv, run_dir, "--batch-size", 8)
+    cut = without.index("--keep-best")
+    fails(capsys, "finetune", without[:cut] + without[cut + 6:], "resume with --keep-best val_loss",
+          watch=run_dir)
+
+
+# ------------------------------------------------------------------ processes, layouts, kills
+KILL_AT_THE_BEST = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import mixer.training.best as best
+
+def killed(self, model, record):  # the training state has committed the new best; best/ has not
+    if record["step"] == {step}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write(self, model, record)
+
+write, best.BestKeeper.write = best.BestKeeper.write, killed
+from mixer.cli.entrypoints import finetune_cli
+finetune_cli()
+"""
+
+
+def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_another_layout_keeps_it(
+        reference, small_csv, tmp_path):
+    """One process of batch 4 with 2 accumulation steps chooses step 18 as 2 processes did
+    and is killed after last.pt records it (and a patience count of 1; a new best writes
+    last.pt whatever --save-interval says) and before best/ holds it: best/ is still the
+    whole model of step 16. A resume with batch 8 writes the
+    best from the weights it loaded, continues the count, and stops where the reference
+    stopped, with its best model."""
+    script = tmp_path / "kill.py"
+    script.write_text(KILL_AT_THE_BEST.format(root=ROOT, step=BEST_STEP))
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(script), *keep_args(  # last.pt: at each new best only
+                              small_csv, out, "--batch-size", 4, "--grad-accum-steps", 2, "--save-interval", 1000)],
+                          capture_output=True, text=True, cwd=ROOT, env=env_for_subprocess(), timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    progress = progress_of(out)
+    assert (progress["step"], progress["best"]["step"], progress["evals_since_best"]) == (BEST_STEP, BEST_STEP, 1)
+    assert best_record(out)["step"] == 16  # the best model of the evaluation before, whole
+    assert max_difference(load_file(out / "best" / "model.safetensors"),
+                          load_file(reference[0] / "best" / "model.safetensors")) > 1e-6
+    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8))
+    assert "global batch" not in proc.stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
+    assert f"wrote {out}/best: the best model (step 18) the training state records" in proc.stdout
+    assert_reaches_the_reference(reference[0], out)  # another layout: equal up to float rounding
+    assert not [f for f in os.listdir(out) if f.startswith(".")]
+
+
+# ------------------------------------------------------------------ the rules
+def test_the_verdict_direction_ties_nan_min_delta_and_replayed_evaluations():
+    from mixer.training.best import judge
+
+    def verdict(best, value, place, waited=0, metric="val_loss", patience=2, min_delta=0.0):
+        return judge(best, waited, metric, value, place, patience, min_delta)
+
+    best = {"value": 1.0, "place": [1, 0]}
+    assert verdict(None, 5.0, (0, 8)).new_best
+    assert not verdict(None, float("nan"), (0, 8)).new_best
+    assert verdict(best, 0.9, (2, 0)).new_best and not verdict(best, 1.1, (2, 0)).new_best
+    assert verdict(best, 1.1, (2, 0), metric="val_flat_accuracy").new_best  # accuracies rise
+    assert not verdict(best, float("nan"), (2, 0)).new_best
+    assert not verdict(best, 1.0, (2, 0)).new_best  # a tie keeps the earlier step ...
+    assert verdict(best, 1.0, (0, 8)).new_best  # ... also when the later one was kept first
+    late = verdict(best, 1.2, (2, 0), waited=1)
+    assert (late.waited, late.stop) == (2, True)
+    assert verdict(best, 1.2, (1, 0), waited=1).waited == 0  # the best's own evaluation, replayed
+    assert verdict(best, 1.2, (0, 8), waited=1).waited == 0  # before the best: nothing to wait for
+    small = verdict(best, 0.99, (2, 0), waited=1, min_delta=0.05)
+    assert small.new_best and (small.waited, small.stop) == (2, True)  # kept, but not an improvement
+    assert verdict(best, 0.95, (2, 0), waited=1, min_delta=0.05).waited == 0
+    assert not verdict(best, 1.2, (2, 0), waited=5, patience=None).stop
+
+
+def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
+    from mixer.core.config import TrainConfig
+    from mixer.distributed.world import World
+    from mixer.training.best import BestKeeper
+    from mixer.training.trainer import Progress
+
+    keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
+                        dict, print)
+    progress = Progress(step=20, epoch=2, best={"value": 1.0, "place": [1, 0], "step": 10, "epoch": 1})
+    assert keeper.judge(progress, {"val_loss": 2.0}, planned_end=True).stop is False
+    assert progress.stop_reason is None and progress.evals_since_best == 1
+    assert keeper.judge(progress, {"val_loss": 2.0}).stop and "did not improve on 1.0000 (step 10" in progress.stop_reason
+
+
+def test_the_metrics_one_can_keep_by_are_the_columns_a_run_logs(reference):
+    from mixer.core.config import BEST_METRICS
+
+    columns = {c for c in pd.read_csv(reference[0] / "logs.csv").columns if c.startswith("val_")}
+    assert set(BEST_METRICS) == columns - {"val_rows"}
+    assert {m for m, way in BEST_METRICS.items() if way == "min"} == {c for c in columns if c.endswith("loss")}
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self, value: float):
+        super().__init__()
+        from mixer.models.model import HeadsConfig
+
+        self.cfg = HeadsConfig(num_labels=2, vocab_size=3, target_len=2)
+        self.weight = torch.nn.Parameter(torch.full((2,), value))
+
+
+def test_a_model_directory_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    from mixer.core.io import current_umask
+    from mixer.models import model_dir
+
+    run_dir = tmp_path / "run"
+    for name in ("encoder", "tokenizer"):
+        (run_dir / name).mkdir(parents=True)
+        (run_dir / name / "config.json").write_text("{}")
+    (run_dir / "key.csv").write_text("code,index,description\n")
+    model_dir.write_model_dir(str(run_dir), "best", Tiny(1.0), {"weights": {"step": 1}}, {"README.md": "one"})
+    assert os.stat(run_dir / "best").st_mode & 0o777 == 0o777 & ~current_umask()  # readable by colleagues
+
+    def weight():
+        return float(load_file(run_dir / "best" / "model.safetensors")["weight"][0])
+
+    real_rename, renames = os.rename, []
+
+    def killed_after_one_rename(src, dst):  # the old directory aside, the new one not yet in place
+        renames.append(dst)
+        if len(renames) == 2:
+            raise KeyboardInterrupt("killed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", killed_after_one_rename)
+    with pytest.raises(KeyboardInterrupt):
+        model_dir.write_model_dir(str(run_dir), "best", Tiny(2.0), {}, {"README.md": "two"})
+    monkeypatch.undo()
+    assert not (run_dir / "best").exists() and (run_dir / ".best.old" / "model.safetensors").exists()
+    model_dir.recover(str(run_dir), "best")
+    assert weight() == 1.0 and (run_dir / "best" / "README.md").read_text() == "one"
+
+    def failing_save(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model_dir, "save_model", failing_save)
+    with pytest.raises(OSError):
+        model_dir.write_model_dir(str(run_dir), "best", Tiny(3.0), {}, {})
+    monkeypatch.undo()
+    assert weight() == 1.0 and sorted(os.listdir(run_dir)) == ["best", "encoder", "key.csv", "tokenizer"]
+    model_dir.write_model_dir(str(run_dir), "best", Tiny(4.0), {}, {"README.md": "four"})
+    assert weight() == 4.0 and sorted(os.listdir(run_dir / "best")) == [
+        "README.md", "config.json", "encoder", "key.csv", "model.safetensors", "tokenizer"]
+    assert sorted(os.listdir(run_dir)) == ["best", "encoder", "key.csv", "tokenizer"]
+
+
+def test_a_run_that_starts_over_removes_a_best_model_left_in_its_directory(tmp_path):
+    from mixer.training.best import discard_leftover
+
+    said = []
+    for leftover in ("best", ".best.old"):  # a whole one, or one a kill left aside
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "model.safetensors").write_text("old")
+        discard_leftover(str(tmp_path), said.append)
+        assert os.listdir(tmp_path) == [] and "removed" in said[-1]
+
+
+def test_the_eta_counts_measured_steps_and_evaluations_and_every_job():
+    from mixer.reporting.eta import Eta
+
+    now = [100.0]
+    eta = Eta(step=10, elapsed_before=50.0, early_stopping=False, clock=lambda: now[0])
+    now[0] += 20  # 10 steps in 20 s
+    reading = eta.reading(20, 110, 1.5, 4, evaluations_left=3)
+    assert reading.remaining == pytest.approx(90 * 2.0) and not reading.evaluations_timed
+    assert reading.where() == "20/110 steps, epoch 2/4"
+    assert reading.when() == "elapsed 0:01:10, remaining 0:03:00 (evaluations not timed yet)"
+    eta.evaluated(30.0)  # an evaluation of 30 s, then 10 more steps in 20 s
+    now[0] += 50
+    reading = eta.reading(30, 110, 2.0, 4, evaluations_left=2)
+    assert reading.remaining == pytest.approx(80 * 2.0 + 2 * 30.0)
+    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 3
+    assert reading.scalars() == {"epoch": 2.0, "elapsed_s": 120.0, "remaining_s": pytest.approx(220.0)}
+    assert Eta(0, early_stopping=True, clock=lambda: now[0]).reading(0, 5, 0, 1, 1).when() == "elapsed 0:00:00"
+    eta = Eta(0, early_stopping=True, clock=lambda: now[0])
+    now[0] += 1
+    assert eta.reading(1, 2, 0.5, 1, 1).when().endswith(
+        "(evaluations not timed yet; early stopping may end it sooner)")
+    assert eta.reading(2, 2, 1.0, 1, 0).epoch == 1  # the end: the last epoch, not one more
+
+
+def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
+    from mixer.distributed.launch import slurm_job_end
+    from mixer.reporting.eta import slurm_line
+
+    assert slurm_job_end({"PATH": ""}) is None  # not in a job
+    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "1700000000"}) == ("7", 1700000000.0)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$*" = "-h -j 7 -o %e" ] && echo 2030-01-02T03:04:05\n')
+    (bin_dir / "squeue").chmod(0o755)
+    from datetime import datetime
+
+    expected = datetime(2030, 1, 2, 3, 4, 5).timestamp()
+    assert slurm_job_end({"SLURM_JOB_ID": "7", "PATH": str(bin_dir)}) == ("7", expected)
+    assert slurm_job_end({"SLURM_JOB_ID": "8", "PATH": str(bin_dir)}) is None  # squeue printed nothing
+    fits = slurm_line(3600, 10_000, 0, "7", False)
+    assert fits == "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more: it should end in this job"
+    assert slurm_line(3600, 10_000, 0, "7", False, False).startswith(
+        "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more and its evaluations: ")
+    late = slurm_line(20_000, 10_000, 0, "7", True)
+    assert "the time limit comes first, after about 50% of it (unless early stopping ends the run sooner)" in late
+    assert "continues only when the job is requeued" in late and "--requeue" in late
+
+
+def test_a_card_leaves_out_what_the_run_did_not_measure():
+    from mixer.reporting.card import render
+    from mixer.reporting.metrics import Thresholds
+
+    facts = {"name": "r", "version": "0.2.0", "command": "python finetune.py --dataset d.csv",
+             "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
+                      "evaluated_rows": 10, "languages": {"en": 50, "da": 40}, "input_col": "occ1",
+                      "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,
+                      "key_size": 1919},
+             "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
+                       "family": "occcanine"},
+             "recipe": {"line": "recipe: x", "layout": "8 (...)", "epochs": 3, "total_steps": 30,
+                        "precision": "fp32", "weight_decay": 0.01, "eval_noise": 0,
+                        "keep_best": None, "patience": None, "min_delta": 0.0}}
+    table = pd.DataFrame({"lang": ["all", "all", "da", "da", "en", "en"], "head": ["flat", "seq2seq"] * 3,
+                          "digits": [5] * 6, "n": [10, 10, 4, 4, 6, 6],
+                          "accuracy": [0.5, 0.4, 0.25, 0.5, 0.6667, 0.3333]})
+    model = {"which": "last", "where": "runs/r", "step": 30, "epoch": 3,
+             "metrics": {"val_rows": 10, "val_loss": 1.25, "val_flat_accuracy": 0.5},
+             "table": table.to_csv(index=False), "thresholds": Thresholds.of(0.31, {"da": 0.24}),
+             "thresholds_origin": "the starting model's", "other": None,
+             "progress": {"step": 30, "total_steps": 30, "epochs": 3.0, "stop_reason": None, "elapsed": 0.0,
+                          "ended": True}}
+    text = render(facts, model)
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["base_model"] == "Christianvedel/OccCANINE_s2s_mix" and meta["language"] == ["da", "en"]
+    assert [m["name"] for m in meta["model-index"][0]["results"][0]["metrics"]] == ["flat head accuracy"]
+    assert "noised" not in text.split("## Validation metrics")[1].split("By language")[0]
+    assert "| loss | 1.2500 |" in text and "| flat head accuracy | 0.5000 |" in text
+    assert "| da | 4 | 0.2500 | 0.5000 |" in text and "| en | 6 | 0.6667 | 0.3333 |" in text
+    assert "above 0.31 (by language: da 0.24), no code forced (OccCANINE's rule)" in text
+    assert "optimistically" not in text and "of training" not in text  # the last step's; no time measured
+    assert "Training ended at step 30 of 30 planned, 3.00 of 3 epochs: the planned end." in text
+    one_language = render(dict(facts, data=dict(facts["data"], languages={"unk": 100})),
+                          dict(model, table=table[table["lang"] != "da"].to_csv(index=False)))
+    assert "By language" not in one_language and "language:" not in one_language.split("---")[1]
