@@ -1,9 +1,10 @@
 """The CANINE padding rule checked exhaustively: for every row length n and every padded
 length L up to 128, a row's pooled output and character states against those at 128.
 
-    python benchmarks/canine_padding_rule.py [--configs 4x4 2x2 2x3 3x2] [--width 64]
+    python benchmarks/canine_padding_rule.py [--configs 4x4 2x2 2x3 3x2 4x4w16] [--width 64]
 
-For each downsampling rate x upsampling kernel (4x4 is CANINE-s's, 2x2 canine-tiny's) a
+For each downsampling rate x upsampling kernel (4x4 is CANINE-s's, 2x2 canine-tiny's; a
+suffix wN sets the local attention window, 128 otherwise, as in CANINE-s) a
 CANINE with random weights (--width wide, 2 deep layers; the rule does not depend on the
 widths) is run on one row of n random characters padded to each L from n to 128. Prints,
 for the pooled output and for the real characters' states: the largest difference from
@@ -30,13 +31,14 @@ from mixer.data.padding import CHARACTERS, POOLED, InputPadding  # noqa: E402
 MAX_LEN = 128
 
 
-def check(rate: int, kernel: int, width: int, step: int) -> None:
+def check(rate: int, kernel: int, width: int, step: int, window: int = 128) -> None:
     from transformers import CanineConfig, CanineModel
 
     torch.manual_seed(0)
     config = CanineConfig(hidden_size=width, num_hidden_layers=2, num_attention_heads=4,
                           intermediate_size=2 * width, num_hash_buckets=1024, num_hash_functions=4,
-                          downsampling_rate=rate, upsampling_kernel_size=kernel)
+                          downsampling_rate=rate, upsampling_kernel_size=kernel,
+                          local_transformer_stride=window)
     model = CanineModel(config).eval()
     rules = {what: InputPadding.for_encoder(config, MAX_LEN, what) for what in (POOLED, CHARACTERS)}
     ids = torch.randint(32, 5000, (MAX_LEN,))
@@ -65,20 +67,21 @@ def check(rate: int, kernel: int, width: int, step: int) -> None:
                 elif rule.length(n) < MAX_LEN:  # a rule of 128 is the reference itself: nothing is below it
                     entry["below"] = min(entry["below"], gap)
     for what, entry in found.items():
-        print(f"rate {rate}, kernel {kernel}, {what:10s}: at or above the rule largest difference "
+        print(f"rate {rate}, kernel {kernel}, window {window}, {what:10s}: at or above the rule largest difference "
               f"{entry['above']:.1e} ({entry['identical']} of {entry['count']} bit-identical); below it "
               f"smallest difference {entry['below']:.1e}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=["4x4", "2x2", "2x3", "3x2"])
+    parser.add_argument("--configs", nargs="+", default=["4x4", "2x2", "2x3", "3x2", "4x4w16"])
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--step", type=int, default=1, help="every step-th n and L (1: all)")
     args = parser.parse_args()
     for config in args.configs:
-        rate, kernel = map(int, config.split("x"))
-        check(rate, kernel, args.width, args.step)
+        shape, _, window = config.partition("w")
+        rate, kernel = map(int, shape.split("x"))
+        check(rate, kernel, args.width, args.step, int(window or 128))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ class Padded128:
     """Every batch padded to 128 characters, as before mixer 0.3 (for the comparison)."""
 
     def __enter__(self):
-        from mixer.data.padding import EVERY_POSITION, InputPadding
+        import dataclasses
+
+        from mixer.data.padding import EVERY_POSITION
         from mixer.prediction.predict import Predictor
 
         self.original = Predictor.padding
@@ -87,7 +89,7 @@ class Padded128:
 
         def whole(predictor, states):
             padding = original(predictor, states)
-            return InputPadding(padding.max_len, padding.rate, padding.right_context, EVERY_POSITION)
+            return dataclasses.replace(padding, reads=EVERY_POSITION)
 
         Predictor.padding = whole
         return self

@@ -25,14 +25,21 @@ characters (its [CLS] and [SEP] included) unless L is long enough:
   gets the last molecule instead of its own. So the real characters' states are those
   of any longer padding when each character up to n - 1 + e gets its own molecule:
   (floor(L/r) - 1) * r > n - 1 + e, i.e. L >= r * (floor((n - 1 + e)/r) + 2).
-- The local attention of the first character layer works in fixed windows from
-  position 0 (128 characters in CANINE-s) and masks padding: no condition.
+- The first character layer attends locally, in windows of W characters fixed from
+  position 0 (W is `local_transformer_stride`, 128 in CANINE-s), the last one cut at L.
+  It masks padding, so a window that holds a real character gives the same states for
+  any L; but a window of padding alone attends to its own padding evenly, up to where it
+  ends, and so changes with L. The real characters' states read every character up to the
+  last one of the last molecule they read, r * ((n - 1 + e)//r + 1) - 1: when that one lies
+  in a window after the last real character's, L must take that window whole (or reach
+  max_len, where the reference cuts it too). The pooled output reads real characters only.
 
-Checked numerically for every n and every L up to 128 and several rates and kernels
-(tests/test_padding.py; docs/occcanine.md): at or above the rule a row's outputs are
-those of padding to 128 up to float rounding (about 1e-6; mostly bit-identical), one
-window below it they differ (by 1e-4 to 1 in the pooled output, by 0.5 or more in the
-characters).
+Checked numerically for every n and every L up to 128, several rates and kernels, and a
+window shorter than the padding (benchmarks/canine_padding_rule.py; the boundaries on
+every test run: tests/test_padding.py; docs/occcanine.md): at or above the rule a row's
+outputs are those of the full length up to float rounding (about 1e-6; mostly
+bit-identical), one character below it they differ (by 1e-4 to 1 in the pooled output,
+by 0.5 or more in the characters).
 
 What is read decides the rule: OccCANINE's flat head (and its embeddings) read the
 pooled output; mixer's own heads read the states of the real characters (their mean,
@@ -56,13 +63,15 @@ class InputPadding:
     """The padded length of a batch, from its longest row (in tokens, [CLS] and [SEP]
     included). `rate` 0: the encoder masks padding exactly (a batch is padded to its
     longest row); otherwise CANINE's downsampling rate, with `right_context` characters
-    read after each position by its upsampling, inputs at most `max_len` long, and
-    `reads` what of the outputs is used. `multiple`: lengths rounded up to it (GPUs run
+    read after each position by its upsampling, its local attention in windows of
+    `window` characters, inputs at most `max_len` long, and `reads` what of the outputs
+    is used. `multiple`: lengths rounded up to it (GPUs run
     few distinct shapes faster; mixer.core.precision.pad_multiple)."""
 
-    max_len: int = 0  # 0: no cap (word pieces are cut by their tokeniser)
+    max_len: int = 0  # 0: no cap
     rate: int = 0
     right_context: int = 0
+    window: int = 0  # CANINE's local attention window (local_transformer_stride); 0: none
     reads: str = CHARACTERS
     multiple: int = 1
 
@@ -72,10 +81,12 @@ class InputPadding:
         if reads not in READS:
             raise ValueError(f"reads {reads!r}: one of {', '.join(READS)}")
         if getattr(config, "model_type", "") != "canine":
-            return cls(multiple=multiple)
+            return cls(max_len=max_len, multiple=multiple)
         kernel = int(config.upsampling_kernel_size)
         return cls(max_len=max_len, rate=int(config.downsampling_rate),
-                   right_context=(kernel - 1) - (kernel - 1) // 2, reads=reads, multiple=multiple)
+                   right_context=(kernel - 1) - (kernel - 1) // 2,
+                   window=int(getattr(config, "local_transformer_stride", 0) or 0), reads=reads,
+                   multiple=multiple)
 
     @property
     def fixed(self) -> bool:
@@ -85,13 +96,18 @@ class InputPadding:
     def lengths(self, longest) -> np.ndarray:
         """The padded length for each longest-row length in `longest` (vectorised)."""
         n = np.asarray(longest, dtype=np.int64)
-        if not self.rate:
-            return -(-n // self.multiple) * self.multiple
+        if not self.rate:  # masked exactly: the longest row (never past the model's max_len)
+            need = -(-n // self.multiple) * self.multiple
+            return np.minimum(need, self.max_len) if self.max_len else need
         r = self.rate
         if self.reads == POOLED:
             need = r * -(-n // r)
         elif self.reads == CHARACTERS:
             need = r * ((n - 1 + self.right_context) // r + 2)
+            if self.window:  # a window of padding alone that is read must be whole
+                last_read = r * ((n - 1 + self.right_context) // r + 1) - 1
+                w = self.window
+                need = np.where(last_read // w > (n - 1) // w, np.maximum(need, (last_read // w + 1) * w), need)
         else:
             need = np.full_like(n, self.max_len)
         need = np.maximum(need, r)  # one window at least: the molecules' max pool needs it

@@ -9,6 +9,11 @@ predictions are approximate. The heads stay in fp32: quantizing them too moved m
 alone). What int8 costs in agreement and accuracy, and what it gains in speed on which
 CPUs: benchmarks/int8_agreement.py and benchmarks/occcanine_speed.py (docs/performance.md).
 
+A quantized activation's scale is that of the whole tensor a layer gets, so a row batched
+with others would get a result that depends on them (and on their padding). The predictor
+therefore runs a quantized encoder on one row at a time (mixer.prediction.predict): each
+row's result is its own, whatever the batch, the chunk or the number of processes.
+
 Why PyTorch's dynamic quantization (torch.ao.quantization.quantize_dynamic): it is the
 one implementation that ran CANINE here. ONNX Runtime could not run transformers'
 CanineModel as exported (a shape traced as a constant in its final character layer),
@@ -38,17 +43,17 @@ def check_quantize(mode: Optional[str], device: str, precision: str) -> None:
         raise UserError(f"quantize={mode!r}: choose {', '.join(QUANTIZE_MODES)} (or leave it out for fp32)")
     if not str(device).startswith("cpu"):
         raise UserError(f"--quantize {mode} runs on CPUs (PyTorch's dynamic quantization); on a GPU "
-                        "leave it out (or pass --precision bf16)")
+                        "leave it out (or pass --precision bf16), or hide the GPU to predict on the CPU "
+                        "(CUDA_VISIBLE_DEVICES= python predict.py ...)")
     if precision != "fp32":
         raise UserError(f"--quantize {mode} computes in int8 and fp32; leave --precision at fp32")
 
 
 def quantize(model, mode: Optional[str]):
-    """The model with its encoder's linear layers in int8 (a copy: `model` is left as it is)."""
+    """The model with its encoder's linear layers in int8, changed in place (no second copy
+    of the weights is held: the fp32 layers are freed as they are replaced)."""
     if mode is None:
         return model
-    import copy
-
     import torch
 
     try:
@@ -56,13 +61,7 @@ def quantize(model, mode: Optional[str]):
     except ImportError:
         raise UserError(f"--quantize {mode}: this torch ({torch.__version__}) has no "
                         "torch.ao.quantization.quantize_dynamic; predict in fp32")
-    engines = torch.backends.quantized.supported_engines
-    for engine in ("x86", "fbgemm", "qnnpack"):  # x86 CPUs, then ARM
-        if engine in engines:
-            torch.backends.quantized.engine = engine
-            break
-    quantized = copy.deepcopy(model)
     with warnings.catch_warnings():  # its deprecation notices: the module docstring says why it is used
         warnings.simplefilter("ignore")
-        quantized.encoder = quantize_dynamic(model.encoder, {torch.nn.Linear}, dtype=torch.qint8, inplace=False)
-    return quantized
+        quantize_dynamic(model.encoder, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return model

@@ -174,11 +174,32 @@ class Predictor:
             input_ids = torch.from_numpy(input_ids).to(self.device)
             mask = torch.from_numpy(mask).to(self.device)
             with self._numerics():
-                if states:
+                if self.quantize:
+                    hidden, pooled = self._encoded_row_by_row(input_ids, mask, lengths[rows], padding, states)
+                elif states:
                     hidden, pooled = self.model.encode(input_ids, mask)
                 else:
                     hidden, pooled = None, self.model.pooled(input_ids, mask)
             yield rows, hidden, pooled, mask, langs[rows]
+
+    def _encoded_row_by_row(self, input_ids, mask, lengths, padding: InputPadding, states: bool):
+        """A quantized encoder on one row at a time, each padded as far as it alone needs: a
+        quantized layer scales its activations by the whole tensor's range, so a row's result
+        would otherwise depend on the rows (and the padding) beside it. The states are laid
+        out as the batch's (zeros past a row's length, where its mask is 0)."""
+        hidden = torch.zeros(*input_ids.shape, self.model.encoder.config.hidden_size,
+                             device=input_ids.device) if states else None
+        pooled = []
+        for i, length in enumerate(int(n) for n in lengths):
+            width = padding.length(length)
+            row_ids, row_mask = input_ids[i:i + 1, :width], mask[i:i + 1, :width]
+            if states:
+                row_states, row_pooled = self.model.encode(row_ids, row_mask)
+                hidden[i, :width] = row_states[0]
+            else:
+                row_pooled = self.model.pooled(row_ids, row_mask)
+            pooled.append(row_pooled)
+        return hidden, torch.cat(pooled)
 
     def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
         codes = np.full((len(texts), top_k), "", dtype=object)
