@@ -354,10 +354,17 @@ def own_frames(text: str) -> list:
 def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv, tmp_path):
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
-                "--batch-size", 16)
+                "--batch-size", 16, "--audit", 30, tmp_path / "audit_one.csv")
     run(rank0_gathers_cmd(2, "predict.py") + [
         "--distributed", "--checkpoint", single, "--input", small_csv, "--output", str(two),
-        "--embeddings", str(tmp_path / "two.npy"), "--batch-size", "16", "--chunk-size", "50"])
+        "--embeddings", str(tmp_path / "two.npy"), "--batch-size", "16", "--chunk-size", "50",
+        "--audit", "30", str(tmp_path / "audit_two.csv")])
+    # the audit: drawn once, by rank 0, the same rows and design (fingerprints) as one process
+    audit_one, audit_two = (pd.read_csv(tmp_path / f"audit_{n}.csv", dtype=str, keep_default_na=False)
+                            for n in ("one", "two"))
+    assert len(audit_two) == 30
+    pd.testing.assert_frame_equal(audit_one.drop(columns=["prob_1", "prob_2"]),
+                                  audit_two.drop(columns=["prob_1", "prob_2"]))
     a = pd.read_csv(one, dtype=str, keep_default_na=False)
     b = pd.read_csv(two, dtype=str, keep_default_na=False)
     assert len(b) == 121

@@ -217,6 +217,7 @@ def predict_parser() -> cli.Parser:
                              "the model reads as one x (1 - confidence)) with the model's codes and "
                              "empty columns checked_1.. to fill (.csv, .parquet, .xlsx or .dta); "
                              "train on them with --extra-train")
+    cli.add_audit_args(parser)
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -246,9 +247,9 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     args = predict_parser().parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    if not args.output and not args.embeddings and not args.to_check:
+    if not args.output and not args.embeddings and not args.to_check and not args.audit:
         raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
-                            "or several")
+                            "--audit N FILE, or several")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     from mixer.prediction.predict_job import predict_file
 
@@ -278,21 +279,29 @@ def evaluate_parser() -> cli.Parser:
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
                "--by lang   (definitions: docs/evaluation.md)")
     parser.add_argument("--version", action="version", version=f"mixer {__version__}")
-    parser.add_argument("--predictions", required=True,
-                        help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes")
+    parser.add_argument("--predictions", default=None,
+                        help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file with true and predicted codes "
+                             "(with --audit: the predictions the audit was drawn from, to check that)")
     cli.add_table_args(parser, "predictions")
-    parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", required=True, metavar="COL",
-                        help="columns of true codes")
+    parser.add_argument("--audit", default=None, metavar="AUDIT",
+                        help="score an audit predict.py --audit wrote, filled in by hand: the accuracy of "
+                             "the predictions it was drawn from with a 95%% interval, overall and by "
+                             "stratum (docs/evaluation.md#audits)")
+    cli.add_table_args(parser, "audit")
+    parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", default=None, metavar="COL",
+                        help="columns of true codes (an audit has its own: true_code_1..)")
     parser.add_argument("--pred-cols", dest="pred_cols", nargs="+", default=None, metavar="COL",
                         help="columns of predicted codes (default: the code_k / <head>_code_k "
                              "columns predict.py writes, one table part per head)")
     parser.add_argument("--by", default=None, metavar="COL", help="also per value of this column, e.g. lang")
-    parser.add_argument("--digits", type=digit_levels, default=[1, 2, 3, 4, 5],
-                        help="numbers of leading digits, e.g. 1-5 or 1,3,5 (default: 1-5)")
+    parser.add_argument("--digits", type=digit_levels, default=None,
+                        help="numbers of leading digits, e.g. 1-5 or 1,3,5 (default: 1-5; for an "
+                             "audit, the whole code alone)")
     parser.add_argument("--code-length", dest="code_length", type=cli.positive_int, default=None,
                         help="numeric codes shorter than this get leading zeros back (HISCO: 5)")
     parser.add_argument("--output", default=None,
-                        help="the table as CSV (default: beside --predictions, *_evaluation.csv)")
+                        help="the table as CSV (default: beside --predictions, *_evaluation.csv; "
+                             "beside --audit, *_scores.csv)")
     parser.add_argument("--plot", default=None, help="the chart as PNG (default: beside the CSV)")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     return parser
@@ -306,6 +315,20 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     from mixer.data.reading import read_table, require_columns
     from mixer.data.writing import check_output_path
 
+    if args.audit:
+        other = [flag for flag, value in (("--truth-cols", args.truth_cols), ("--pred-cols", args.pred_cols),
+                                          ("--by", args.by)) if value]
+        if other:
+            raise cli.UserError(f"--audit is scored with its own columns and strata; leave out {' '.join(other)}")
+        from mixer.reporting.audit_scores import evaluate_audit
+
+        evaluate_audit(args.audit, args.predictions, table_options(vars(args), "audit"),
+                       table_options(vars(args), "predictions"), args.digits or [], args.code_length,
+                       args.output, args.plot)
+        return 0
+    if not args.predictions or not args.truth_cols:
+        raise cli.UserError("pass --predictions FILE and --truth-cols COL..., or --audit AUDIT")
+    args.digits = args.digits or [1, 2, 3, 4, 5]
     stem = os.path.splitext(args.predictions)[0]
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"

@@ -182,9 +182,36 @@ def add_code_args(group) -> None:
                        help="files predict.py --to-check wrote, filled by hand: their rows with a "
                             "code in checked_1.. are added to the training rows (never validation)")
     add_table_args(group, "extra_train")
+    group.add_argument("--train-on-audit", dest="train_on_audit", action=argparse.BooleanOptionalAction,
+                       default=False,
+                       help="let --extra-train take audit files (predict.py --audit), which are for "
+                            "measuring: their checked rows train, and the next audit of this run's "
+                            "predictions leaves out rows with those descriptions")
     group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
                        help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
                             "occupation' is learned as a class; default: such rows are an error")
+
+
+def add_audit_args(parser: argparse.ArgumentParser) -> None:
+    """predict.py: a random sample of the predictions to check by hand (docs/evaluation.md#audits)."""
+    group = parser.add_argument_group("audit (a random sample to check by hand: docs/evaluation.md)")
+    group.add_argument("--audit", nargs="+", default=None, metavar="ARG",
+                       help="N AUDIT.csv: also write a seeded random sample of N predicted rows, with "
+                            "empty columns correct and true_code_1.. to fill by hand, for evaluate.py "
+                            "--audit (.csv, .xlsx, .parquet or .dta); AUDIT.csv alone with --audit-margin")
+    group.add_argument("--audit-margin", dest="audit_margin", type=open_unit_interval, default=None,
+                       metavar="M", help="instead of N: the rows that give a 95%% interval of +-M "
+                                         "(e.g. 0.03) at the accuracy the model expects, the mean of "
+                                         "its top code's probability")
+    group.add_argument("--audit-by", dest="audit_by", default=None, metavar="COL",
+                       help="a stratified sample: proportional to the rows of each value of COL "
+                            "(e.g. lang, a source or decade column), each value at least 2 rows")
+    group.add_argument("--audit-unit", dest="audit_unit", choices=["rows", "descriptions"], default="rows",
+                       help="rows: the sampled rows, one per line; descriptions: the sampled rows "
+                            "collapsed to their distinct descriptions (each with its count of rows "
+                            "drawn, checked once) (default: %(default)s)")
+    group.add_argument("--audit-seed", dest="audit_seed", type=non_negative_int, default=0,
+                       help="the sample's seed (default: %(default)s)")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

@@ -27,6 +27,7 @@ TABLE_ROLES = {
     "extra_train": ("--extra-train", "extra-train-"),
     "key": ("--key", "key-"),
     "code_descriptions": ("--code-descriptions", "code-descriptions-"),
+    "audit": ("--audit", "audit-"),  # evaluate.py: an audit filled by hand (predict.py --audit writes it)
 }
 READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
 
@@ -111,6 +112,7 @@ class DataConfig:
     key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
     empty_code_label: Optional[str] = None  # rows without a code get this code (off: an error)
     extra_train: list[str] = field(default_factory=list)  # checked files (predict.py --to-check)
+    train_on_audit: bool = False  # --extra-train may hold audits (predict.py --audit)
     max_len: int = 64
     prepare_only: bool = False
     token_cache: bool = True  # --prepare-only also tokenises for the encoder

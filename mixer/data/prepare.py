@@ -448,11 +448,13 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                      why: str = "") -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
+    from mixer.data.audits import training_table
     from mixer.data.checking import checked_columns, filled_rows
 
     frames = []
     for path in cfg.extra_train:
         table = read_table(path, cfg.table_options("extra_train"), log=log)
+        table = training_table(table, path, cfg.train_on_audit)  # an audit: refused, or its checked rows
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():

@@ -1,7 +1,7 @@
 """Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
 --train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
-evaluate.py's --predictions): CSV, Parquet, Excel (.xlsx) and Stata (.dta), chosen by
-extension (mixer.data.formats knows the last two), each file with its own options
+evaluate.py's --predictions and --audit): CSV, Parquet, Excel (.xlsx) and Stata (.dta),
+chosen by extension (mixer.data.formats knows the last two), each file with its own options
 (mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
 message naming the flags of that file's role (--key-encoding for --key).
 

@@ -1,7 +1,7 @@
 """Writing: frames into files (CSV, Parquet, Excel .xlsx, Stata .dta, by extension),
 written to a temporary file beside the output and renamed over it at the end, and the one
 step that names an output's columns (output_names), used by every table the tool writes
-for a user (predict.py --output, --to-check). It runs after each format's own renaming
+for a user (predict.py --output, --to-check, --audit). It runs after each format's own renaming
 (Stata's letters, digits and _ in 32 characters; a worksheet's header without surrounding
 spaces), so the rule that keeps an input column out of a prediction's place (code_1_input)
 holds in the file itself, whatever the format. No torch here.
@@ -32,14 +32,15 @@ def _as_written(name, suffix: str = "") -> str:
     return str(name) + suffix
 
 
-def output_names(kind: str, inputs, outputs) -> list:
+def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = None) -> list:
     """The column names of a file of `kind` holding the input's columns, then the tool's:
     each name as the format writes it, then one rule on clashes. The tool's columns keep
     their names. An input column whose name would be one of them, or that evaluate.py
     would read as a prediction (a code_k or <head>_code_k; with several heads, whose
-    columns are all prefixed, a plain code_k stays: a validation file's own codes), is
-    renamed <name>_input (again while that is taken); two input columns that the format
-    gives one name: the second gets _2 (_3, ...)."""
+    columns are all prefixed, a plain code_k stays: a validation file's own codes), or
+    that matches `read_back` (names the file's own reader takes as the tool's, such as an
+    audit's true_code_k), is renamed <name>_input (again while that is taken); two input
+    columns that the format gives one name: the second gets _2 (_3, ...)."""
     rename = FORMAT_RENAMING.get(kind, _as_written)
     renamed, used = [], set()
     for name in outputs:  # distinct as given; a format may name two alike (a matrix's codes)
@@ -52,7 +53,9 @@ def output_names(kind: str, inputs, outputs) -> list:
     outputs = renamed
     prefixed = not any((m := PREDICTION_COLUMN.match(n)) and m.group("head") is None for n in outputs)
 
-    def read_as_prediction(name: str) -> bool:
+    def read_as_tool(name: str) -> bool:
+        if read_back is not None and read_back.match(name):
+            return True
         match = PREDICTION_COLUMN.match(name)
         return bool(match) and not (prefixed and match.group("head") is None)
 
@@ -60,7 +63,7 @@ def output_names(kind: str, inputs, outputs) -> list:
     reserved = used | set(formatted)  # a new name takes none of the input's own names either
     names = []
     for name in formatted:
-        if name in outputs or read_as_prediction(name):
+        if name in outputs or read_as_tool(name):
             suffixes = ("_input" * k for k in range(1, 1000))
         elif name in used:  # an earlier input column has this name in this format
             suffixes = (f"_{k}" for k in range(2, 1_000_000))
@@ -68,7 +71,7 @@ def output_names(kind: str, inputs, outputs) -> list:
             suffixes = None
         if suffixes is not None:
             base = name
-            while name in reserved or read_as_prediction(name):
+            while name in reserved or read_as_tool(name):
                 name = rename(base, next(suffixes))
         used.add(name)
         reserved.add(name)
@@ -245,3 +248,16 @@ class OutputWriter:
             self.sheet.abort()
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
+
+
+def write_table(frame: pd.DataFrame, path: str, what: str = "--output", log=None) -> None:
+    """A whole frame written at once, its columns named already (output_names gives each
+    the format's spelling only): the file, or on any failure nothing (an audit, a
+    simulated hand check)."""
+    writer = OutputWriter(path, what, log)
+    try:
+        writer.write(frame)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise

@@ -5,6 +5,7 @@
     m.predict(["farmer and fisher", "smith"], lang="en")  # a pandas.DataFrame
     m.embeddings(["farmer"], lang="en")                 # numpy array (rows, hidden)
     m.codes                                             # the key: code, description
+    m.audit(frame, 200, "audit.csv")                    # a random sample to check by hand
 
 predict.py is a shell over this module: the same columns and values.
 """
@@ -12,6 +13,7 @@ predict.py is a shell over this module: the same columns and values.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Iterable, Optional, Union
 
 import numpy as np
@@ -96,6 +98,47 @@ class Model:
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
         if columns == "occcanine":
             return outputs.occcanine_table(table, texts, self._predictor.description_of, name, head)
+        return table
+
+    def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
+              margin: Optional[float] = None, by: Optional[str] = None, unit: str = "rows", seed: int = 0,
+              input_col: Optional[str] = None, lang: Languages = None, language_col: Optional[str] = None,
+              head: str = "flat", threshold: Optional[float] = None, top_k: Optional[int] = None,
+              batch_size: int = 256) -> pd.DataFrame:
+        """A random sample of the rows of `frame`, predicted, to check by hand: what
+        predict.py --audit writes (docs/evaluation.md, "Audits"), returned as a DataFrame
+        and, with `path` (.csv, .xlsx, .parquet), written there for evaluate.py --audit.
+
+        n rows, or with `margin` the rows that give a 95% interval of +-margin at the
+        accuracy the model expects. by: a column of `frame` to stratify by. unit: 'rows' or
+        'descriptions' (the rows drawn, collapsed to distinct descriptions). input_col,
+        lang / language_col: as predict.py's (default: the model's)."""
+        from mixer.prediction.audit import AuditDraw, AuditRequest, model_fingerprint, threshold_used, write_audit
+
+        request = AuditRequest(path or "(not written)", n, margin, by, unit, seed).check()
+        if path:
+            request.check_path({})
+        if not isinstance(frame, pd.DataFrame):
+            raise UserError(f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame")
+        config = self._predictor.config
+        input_col = input_col or config["input_col"]
+        language_col = language_col or (None if lang is not None else config.get("language_col"))
+        context_cols = list(config.get("context_cols") or [])
+        for column in [input_col, language_col, by, *context_cols]:
+            if column and column not in frame.columns:
+                raise UserError(f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}")
+        head = "seq2seq" if head == "greedy" else head
+        predicted = self.predict(frame[input_col], frame[language_col] if language_col else lang, top_k, head,
+                                 threshold, frame[context_cols] if context_cols else None, batch_size)
+        draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
+                         excluded=config.get("audited") or ())
+        draw.add(frame, predicted)
+        table, lines = draw.finish(model_fingerprint(self._predictor), self.source, head,
+                                   threshold_used(self._predictor, head, threshold))
+        if path:
+            write_audit(table, path, lines)
+        else:
+            print("\n".join(lines), file=sys.stderr)
         return table
 
     def alternatives(self, texts: Texts, lang: Languages = None, k: int = 3, context: Context = None,
@@ -184,8 +227,6 @@ class Model:
                 room = occcanine_room(langs, len(texts))
             texts, cut = context_within(texts, frame, columns, room)
             if cut:
-                import sys
-
                 print(f"note: the context of {cut} row(s) was cut from its end to fit OccCANINE's "
                       "128 characters", file=sys.stderr)
         return index, texts.to_numpy(dtype=object), langs

@@ -52,10 +52,20 @@ def predict_file(args) -> None:
                             "and --columns occcanine")
         check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
                                                       "--embeddings": args.embeddings})
+    audit = None
+    if getattr(args, "audit", None):
+        from mixer.prediction.audit import parse_audit_args
+
+        audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
+        if is_shaped(args):
+            raise UserError("--audit draws from the code table; leave out --what, --alternatives and "
+                            "--columns occcanine")
+        audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
+                          "--to-check": to_check[1] if to_check else None})
     if getattr(args, "code_descriptions", None):
         check_input_path(args.code_descriptions, "--code-descriptions")
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = checklist = None
+    writer = embedding_writer = checklist = draw = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -109,7 +119,7 @@ def predict_file(args) -> None:
                 if world.is_main:
                     outputs, inputs = shaped_output(chunk, pd.concat(pieces), args)
                     writer.write(outputs) if inputs is None else writer.write(outputs, inputs=inputs)
-            elif args.output or to_check:  # every rank predicts its share; rank 0 writes
+            elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
@@ -126,6 +136,13 @@ def predict_file(args) -> None:
                             text_column(chunk, input_col),
                             text_column(chunk, language_col) if language_col else language,
                             chunk[context_cols].reset_index(drop=True) if context_cols else None))
+                    if audit is not None:
+                        from mixer.prediction.audit import AuditDraw
+
+                        draw = draw or AuditDraw.for_output(
+                            audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
+                            [input_col, language_col, *context_cols], args.head[0], len(args.head) > 1, predictor)
+                        draw.add_output(chunk, predicted)
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
@@ -137,6 +154,11 @@ def predict_file(args) -> None:
                     embedding_writer.write(np.concatenate(vectors))
             if bar is not None:
                 bar.update(len(chunk))
+        if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
+            from mixer.prediction.audit import finish_audit
+
+            mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
+                                                 args.threshold), world)
         if world.is_main:
             if writer is not None:
                 writer.commit()

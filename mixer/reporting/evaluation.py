@@ -78,20 +78,23 @@ def overall_label(groups, label: str = "all") -> str:
 WHOLE_NUMBER_TEXT = re.compile(r"^[+-]?\d+\.0+$")  # 1850.0, as a number column with blanks is written
 
 
+def group_label(value) -> Optional[str]:
+    """A --by cell as a group's name: whole numbers lose a '.0' (a year column with blanks
+    reads as 1850.0, as a float or as text); None for a missing, blank or NaN cell."""
+    if value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)):
+        return None
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    text = str(value).strip()
+    if not text or text.lower() in ("nan", "none", "<na>", "null"):
+        return None
+    return text.split(".")[0] if WHOLE_NUMBER_TEXT.match(text) else text
+
+
 def group_labels(values) -> tuple:
-    """(each row's --by group as text, the label of the rows without one). Whole numbers
-    lose a '.0' (a year column with blanks reads as 1850.0, as a float or as text); a
-    missing, blank or NaN cell is '(blank)', or '((blank))' ... when a group is called that."""
-    def label(value) -> Optional[str]:
-        if value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)):
-            return None
-        if isinstance(value, (float, np.floating)) and float(value).is_integer():
-            return str(int(value))
-        text = str(value).strip()
-        if not text or text.lower() in ("nan", "none", "<na>", "null"):
-            return None
-        return text.split(".")[0] if WHOLE_NUMBER_TEXT.match(text) else text
-    labels = [label(v) for v in values]
+    """(each row's --by group as text (group_label), the label of the rows without one:
+    '(blank)', or '((blank))' ... when a group is called that)."""
+    labels = [group_label(v) for v in values]
     blank = overall_label({x for x in labels if x is not None}, "(blank)")
     return np.asarray([blank if x is None else x for x in labels], dtype=object), blank
 

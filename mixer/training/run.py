@@ -300,7 +300,18 @@ def model_extra(config: RunConfig, formatter, encoder_source: str, start, thresh
             "language": config.data.language, "language_col": config.data.language_col,
             "threshold": thresholds.default, "thresholds": thresholds.table,
             "encoder_source": encoder_source, "input_recipe": start.recipe.to_dict(),
-            "source": start.record()}
+            "source": start.record(), "audited": audited_descriptions(config, start)}
+
+
+def audited_descriptions(config: RunConfig, start) -> list:
+    """The descriptions of audit rows this run, and the run it starts from, trained on
+    (--train-on-audit; a resumed run reuses data prepared with it): the next audit of
+    its predictions leaves them out."""
+    from mixer.data.audits import trained_descriptions
+    from mixer.models.sources import run_config
+
+    previous = run_config(start.run_dir).get("audited") if start.kind == "run" else None
+    return trained_descriptions(config.data.extra_train, config.data.table_options("extra_train"), previous)
 
 
 def starting_thresholds(config: RunConfig, start) -> tuple:

@@ -1,0 +1,338 @@
+"""Drawing an audit from predictions: `predict.py --audit N AUDIT.csv` and
+`mixer.load(...).audit(frame, n)` (docs/evaluation.md, "Audits").
+
+`AuditDraw` sees the predicted rows once, in order, in blocks of any size (predict.py's
+chunks, on rank 0), and keeps per stratum only the rows of smallest sampling key
+(mixer.reporting.audit.row_keys): at the end it knows every stratum's rows, sizes the
+audit, allocates it and writes the rows drawn. What it draws depends on the seed and the
+rows alone: not on --chunk-size, nor on the number of processes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.errors import UserError
+from mixer.data import audits
+from mixer.reporting import audit as stats
+
+_KEY, _ROW, _STRATUM = "\x00key", "\x00row", "\x00stratum"  # the draw's own columns, never a file's
+PREDICTED = re.compile(r"^(code|prob|desc)_\d+$")  # a head's columns, as the audit names them
+PROBABILITY_UNITS = 10 ** 6  # prob_1 summed in millionths: the same sum in any order
+
+
+@dataclass(frozen=True)
+class AuditRequest:
+    """What a person asked for: `size` rows, or the rows that give +-`margin`."""
+
+    path: str
+    size: Optional[int] = None
+    margin: Optional[float] = None
+    by: Optional[str] = None
+    unit: str = "rows"
+    seed: int = 0
+
+    def check(self) -> "AuditRequest":
+        if (self.size is None) == (self.margin is None):
+            raise UserError(f"--audit {self.path}: give the number of rows (--audit N {self.path}) or "
+                            "the half-width of the interval (--audit-margin 0.03), one of them")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, (int, np.integer))
+                                      or self.size < 1):
+            raise UserError(f"--audit {self.size}: the number of rows must be a whole number, 1 or more")
+        if self.margin is not None and not 0 < self.margin < 0.5:
+            raise UserError(f"--audit-margin {self.margin}: a half-width between 0 and 0.5, e.g. 0.03")
+        if self.unit not in audits.UNITS:
+            raise UserError(f"--audit-unit {self.unit}: choose {' or '.join(audits.UNITS)}")
+        return self
+
+    def check_path(self, inputs: dict) -> None:
+        """Before any work: a file that can be written, and none of the job's other files."""
+        from mixer.data.writing import check_output_path
+
+        check_output_path(self.path, "--audit", inputs)
+        self.kind  # noqa: B018 - a kind that is written, or the refusal
+
+    @property
+    def kind(self) -> str:
+        """The audit file's format (csv, parquet, excel, stata); csv when it is not written."""
+        from mixer.data.writing import output_kind
+
+        return output_kind(self.path, "--audit")
+
+    @property
+    def most(self) -> int:
+        """The most rows the audit can take: its size, or the size at the worst accuracy, 0.5."""
+        return self.size if self.size is not None else stats.sample_size(0.5, self.margin)
+
+
+def parse_audit_args(values: list, margin: Optional[float], by: Optional[str], unit: str,
+                     seed: int) -> AuditRequest:
+    """--audit N AUDIT.csv, or --audit AUDIT.csv with --audit-margin."""
+    if len(values) == 1:
+        return AuditRequest(values[0], None, margin, by, unit, seed).check()
+    if len(values) != 2:
+        raise UserError(f"--audit {' '.join(values)}: pass N AUDIT.csv, or AUDIT.csv with --audit-margin")
+    count, path = values
+    try:
+        size = int(count)
+    except ValueError:
+        raise UserError(f"--audit {count} {path}: N must be a whole number, e.g. --audit 200 audit.csv")
+    if margin is not None:
+        raise UserError(f"--audit {count} {path} --audit-margin {margin}: the margin chooses the number "
+                        f"of rows; pass --audit {path} --audit-margin {margin}, or leave the margin out")
+    return AuditRequest(path, size, None, by, unit, seed).check()
+
+
+class AuditDraw:
+    """An audit drawn from predicted rows seen once, in order (rank 0 alone).
+
+    text_col: the description column, as the predictions name it; key_cols: what makes
+    a description (text, language and context columns), for unit 'descriptions';
+    formatter: the model's code system (its codes are spelled by it, mixer.data.normalise);
+    prefix: what the predictions file puts before the head's columns ('flat_' when it holds
+    several heads); excluded: description keys the model trained on from audits
+    (mixer.data.audits.trained_descriptions)."""
+
+    @classmethod
+    def for_output(cls, request: AuditRequest, kind: str, inputs, outputs, keys: list, head: str,
+                   prefixed: bool, predictor) -> "AuditDraw":
+        """predict.py's draw: the input's columns by the names a predictions file of `kind`
+        gives them beside the `outputs` (mixer.data.writing.output_names)."""
+        import dataclasses
+
+        from mixer.data.writing import output_names
+
+        names = output_names(kind, inputs, outputs)[:len(inputs)]
+        name = dict(zip(inputs, names)).get
+        request = dataclasses.replace(request, by=name(request.by, request.by) if request.by else None)
+        draw = cls(request, name(keys[0]), [name(k) for k in keys[1:] if k], predictor.formatter,
+                   f"{head}_" if prefixed else "", predictor.config.get("audited") or ())
+        draw.shown = names
+        return draw
+
+    def add_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame) -> None:
+        """predict.py's rows: the input's columns as the predictions file names them, and the
+        head's columns of a table that may hold several heads."""
+        own = [c for c in predicted.columns if str(c).startswith(self.prefix)
+               and PREDICTED.match(str(c)[len(self.prefix):])]
+        self.add(chunk.set_axis(self.shown, axis=1), predicted[own].rename(columns=lambda c: c[len(self.prefix):]))
+
+    def __init__(self, request: AuditRequest, text_col: str, key_cols: list, formatter, prefix: str = "",
+                 excluded=()):
+        self.request, self.text_col, self.prefix = request, text_col, prefix
+        self.formatter = formatter
+        self.kind = request.kind
+        self.code_columns = []
+        self.key_cols = list(dict.fromkeys(c for c in (text_col, *key_cols, request.by) if c))
+        self.excluded = frozenset(excluded)
+        self.kept = None
+        self.names = None  # {input column: its name in the audit}
+        self.predicted = []  # the head's columns, as predict.py orders them
+        self.sizes: dict = {}
+        self.probability = 0  # prob_1 of the rows drawn from, in PROBABILITY_UNITS
+        self.left_out = {"no description": 0, "in audits the model trained on": 0}
+        self.digest = audits.PredictionsDigest(formatter)
+        self.offset = 0
+
+    def add(self, frame: pd.DataFrame, predicted: pd.DataFrame) -> None:
+        """The next rows: `frame` as the predictions file holds them (input columns) and
+        the head's `predicted` code_k, prob_k (desc_k), in the same order."""
+        from mixer.reporting.evaluation import group_label
+
+        frame, predicted = frame.reset_index(drop=True), predicted.reset_index(drop=True)
+        self.code_columns = [self.prefix + c for c in _code_columns(predicted)]
+        rows = np.arange(self.offset, self.offset + len(frame))
+        self.offset += len(frame)
+        if self.request.by and self.request.by not in frame.columns:
+            raise UserError(f"--audit: no column {self.request.by!r} (--audit-by); the rows have: "
+                            f"{', '.join(map(str, frame.columns[:12]))}")
+        self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
+        texts = frame[self.text_col]
+        eligible = audits.descriptions(texts).ne("").to_numpy().copy()
+        self.left_out["no description"] += int((~eligible).sum())
+        if self.excluded:
+            seen = np.isin(audits.description_keys(texts), list(self.excluded)) & eligible
+            self.left_out["in audits the model trained on"] += int(seen.sum())
+            eligible &= ~seen
+        if not eligible.any():
+            return
+        labels = (pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)
+                  if self.request.by else pd.Series([None] * len(frame), dtype=object))
+        for label, count in labels[eligible].value_counts(dropna=False, sort=False).items():
+            label = None if pd.isna(label) else label
+            self.sizes[label] = self.sizes.get(label, 0) + int(count)
+        if len(self.sizes) > self.request.most:
+            raise UserError(f"--audit-by {self.request.by}: more than {self.request.most} values, more "
+                            f"strata than the audit has rows; stratify by a coarser column")
+        best = pd.to_numeric(predicted["prob_1"], errors="coerce").fillna(0.0).clip(0, 1).to_numpy()
+        self.probability += int(np.rint(best[eligible] * PROBABILITY_UNITS).sum())
+        if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.writing)
+            self.predicted = list(predicted.columns)
+            own = audits.own_columns(self.request.unit, self.predicted, len(self.code_columns),
+                                     self.request.by is not None)
+            self.names = dict(zip(frame.columns, audits.input_names(self.kind, list(frame.columns), own)))
+        rows_out = frame.set_axis([self.names[c] for c in frame.columns], axis=1)
+        candidates = pd.concat([rows_out, predicted], axis=1)[eligible]
+        candidates[_KEY] = stats.row_keys(self.request.seed, rows[eligible])
+        candidates[_ROW] = rows[eligible] + 1
+        candidates[_STRATUM] = labels[eligible].to_numpy()
+        kept = candidates if self.kept is None else pd.concat([self.kept, candidates], ignore_index=True)
+        self.kept = (kept.sort_values(_KEY, kind="stable")
+                     .groupby(_STRATUM, dropna=False, sort=False).head(self.request.most))
+
+    # ------------------------------------------------------------ the end
+    def finish(self, model: str, source: str, head: str, threshold: str) -> tuple:
+        """(the audit table, the lines that say how it was drawn)."""
+        from mixer.reporting.evaluation import group_order
+
+        request = self.request
+        total = sum(self.sizes.values())
+        if not total:
+            raise UserError(f"--audit {request.path}: no row with a description to draw"
+                            + (" that the model did not train on" if self.left_out["in audits the model trained on"]
+                               else ""))
+        named = set(label for label in self.sizes if label is not None)
+        labels = group_order(named, None) + ([None] if None in self.sizes else [])
+        sizes = [self.sizes[label] for label in labels]
+        expected = round(self.probability / PROBABILITY_UNITS / total, 3)
+        asked = request.size if request.size is not None else stats.sample_size(expected, request.margin)
+        count = min(asked, total)
+        try:
+            allocation = stats.allocate(sizes, count) if request.by else np.asarray([count])
+        except ValueError:
+            raise UserError(f"--audit-by {request.by}: {len(labels)} values; {count} rows cannot give each "
+                            f"{stats.STRATUM_FLOOR} rows; audit more rows or stratify by a coarser column")
+        chosen = pd.concat([self.kept[_stratum_rows(self.kept, label)].head(int(n))
+                            for label, n in zip(labels, allocation)]).sort_values(_KEY, kind="stable")
+        chosen[_STRATUM] = [labels.index(None if pd.isna(label) else label) for label in chosen[_STRATUM]]
+        design = audits.Design(
+            unit=request.unit, by=request.by, seed=request.seed,
+            strata=tuple(audits.Stratum(label, n_rows, int(n)) for label, n_rows, n in zip(labels, sizes, allocation)),
+            predictions=self.digest.hexdigest(), predicted_rows=self.digest.rows, model=model, source=source,
+            head=head, threshold=threshold, text_col=self.text_col, code_columns=tuple(self.code_columns),
+            expected=expected, margin=request.margin,
+            left_out={reason: n for reason, n in self.left_out.items() if n},
+            audit_text_col=self.names[self.text_col], spelling=audits.spelling_of(self.formatter))
+        table = self._table(chosen, design)
+        return table, self._report(design, asked, total)
+
+    def _table(self, chosen: pd.DataFrame, design: audits.Design) -> pd.DataFrame:
+        predicted = self.predicted
+        if design.unit == "rows":
+            inputs = list(self.names.values())
+        else:  # each description once, where its first row drawn was
+            inputs = [self.names[c] for c in self.key_cols]
+            draws = chosen.groupby(inputs, dropna=False, sort=False)[_KEY].transform("size")
+            chosen = chosen.assign(**{audits.DRAWS: draws.to_numpy()}).drop_duplicates(inputs)
+        chosen = _interleaved(chosen)
+        unit = (pd.Series(chosen[_ROW].to_numpy(), name=audits.ROW) if design.unit == "rows"
+                else pd.Series(chosen[audits.DRAWS].to_numpy(), name=audits.DRAWS))
+        out = pd.concat([unit, chosen[inputs + predicted].reset_index(drop=True)], axis=1)
+        for column in audits.verdict_columns(len(self.code_columns)):
+            out[column] = ""
+        strata = chosen[_STRATUM].to_numpy()
+        if design.stratified:
+            out[audits.STRATUM] = strata
+        units = audits.unit_values(out, design.unit)
+        codes = audits.canonical_codes(out, list(design.audit_code_columns), self.formatter)
+        out[audits.CHECK] = audits.checks(design.id, strata, units, codes)
+        out[audits.AUDIT] = design.to_json()
+        out.attrs["audit"] = design
+        return out
+
+    def _report(self, design: audits.Design, asked: int, total: int) -> list:
+        request = self.request
+        drawn = design.drawn
+        left = "".join(f"; {n:,} {reason} are not drawn from" for reason, n in design.left_out.items())
+        lines = [f"audit: {drawn:,} rows drawn at random (seed {request.seed}) from the {total:,} rows "
+                 f"with a description of {design.predicted_rows:,}{left}"]
+        if request.margin is not None:
+            lines.append(f"audit: {asked:,} rows give a 95% interval of +-{request.margin:g} at the accuracy "
+                         f"the model expects, {design.expected:.3f} (the mean of prob_1 over the rows drawn "
+                         "from; at 0.5 it would take "
+                         f"{stats.sample_size(0.5, request.margin):,})")
+        if asked > total:
+            lines.append(f"audit: {asked:,} rows asked, the file has {total:,}: all of them are drawn")
+        if design.stratified:
+            lines.append(f"audit by {design.by}: proportional to the rows, each stratum at least "
+                         f"{stats.STRATUM_FLOOR} rows (all of a smaller one)")
+            width = max(len(_shown(s.label)) for s in design.strata)
+            for s in design.strata:
+                lines.append(f"  {_shown(s.label):<{width}}  {s.rows:>9,} rows  {s.rows / total:6.1%}  "
+                             f"-> {s.drawn:,}")
+        return lines
+
+
+def _interleaved(chosen: pd.DataFrame) -> pd.DataFrame:
+    """The order a person checks in: each stratum's rows in key order, the strata
+    interleaved in proportion, every stratum's first row at the top. The first m rows are
+    then a (stratified) random sample too, so a person who stops early has one."""
+    by_stratum = chosen.groupby(_STRATUM, sort=False)
+    place = by_stratum.cumcount() / by_stratum[_KEY].transform("size")
+    return chosen.iloc[np.lexsort((chosen[_KEY].to_numpy(), place.to_numpy()))]
+
+
+def _stratum_rows(kept: pd.DataFrame, label) -> np.ndarray:
+    column = kept[_STRATUM]
+    return column.isna().to_numpy() if label is None else (column == label).to_numpy()
+
+
+def _code_columns(frame: pd.DataFrame) -> list:
+    found = [c for c in frame.columns if re.match(r"^code_\d+$", str(c))]
+    return sorted(found, key=lambda c: int(c.split("_")[1]))
+
+
+def _shown(label) -> str:
+    return "(blank)" if label is None else label
+
+
+def model_fingerprint(predictor) -> str:
+    """A hash of the model's weights and codes: the same model, however it was saved or loaded."""
+    import torch
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    for name, tensor in sorted(predictor.model.state_dict().items()):
+        tensor = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update("\x1f".join(map(str, predictor.codes)).encode("utf-8"))
+    return "m-" + digest.hexdigest()[:16]
+
+
+def threshold_used(predictor, head: str, threshold: Optional[float]) -> str:
+    """The threshold the head's codes were chosen at, as the audit reports it."""
+    if head == "seq2seq":
+        return "none (seq2seq head)"
+    return f"{threshold:g}" if threshold is not None else predictor.thresholds.describe()
+
+
+def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, source: str, head: str,
+                 threshold: Optional[float]) -> None:
+    """predict.py's end (rank 0): the audit drawn, described and written."""
+    if draw is None:
+        raise UserError(f"--audit {request.path}: the input has no rows to draw from")
+    table, lines = draw.finish(model_fingerprint(predictor), source, head,
+                               threshold_used(predictor, head, threshold))
+    write_audit(table, request.path, lines)
+
+
+def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
+    """The audit, through mixer.data.writing (its columns are already named by output_names,
+    mixer.data.audits.input_names)."""
+    from mixer.data.writing import write_table
+
+    write_table(table, path, "--audit")
+    design = table.attrs["audit"]
+    unit = "rows" if design.unit == "rows" else f"distinct descriptions ({design.drawn:,} rows drawn)"
+    for line in lines + [f"audit: wrote {len(table):,} {unit} to {path}, in random order: check them from "
+                         "the top (if you stop early, the rows checked are still a random sample); write "
+                         "yes or no in 'correct', or the right codes in true_code_1..; then score it with "
+                         f"evaluate.py --audit {path}"]:
+        (log or (lambda m: print(m, file=sys.stderr)))(line)

@@ -1,0 +1,432 @@
+"""Audits end to end with a tiny model on the shipped data: the example of
+docs/evaluation.md run as written, a draw that depends on the seed and the rows alone,
+strata and sizing, descriptions, the refusals, Excel, and training on an audit.
+The statistics themselves: tests/test_audit_statistics.py."""
+
+import importlib.util
+import json
+import math
+import os
+import re
+import shlex
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, TINY, TOY
+from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main
+from mixer.core.errors import UserError
+from mixer.data import audits
+from mixer.reporting import audit as stats
+from mixer.reporting.evaluation import group_order
+from test_audit_statistics import bottom_k
+
+
+def simulate_check(*argv):
+    spec = importlib.util.spec_from_file_location("simulate_audit_check",
+                                                  os.path.join(ROOT, "scripts", "simulate_audit_check.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(a) for a in argv]) == 0
+
+
+def docs_example() -> list:
+    """The commands of the first bash block of docs/evaluation.md's "Audits"."""
+    with open(os.path.join(ROOT, "docs", "evaluation.md"), encoding="utf-8") as handle:
+        section = handle.read().split("\n## Audits\n", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [shlex.split(line, comments=True) for line in block.split("\n") if shlex.split(line, comments=True)]
+
+
+def run_in_process(command: list) -> None:
+    assert command[0] == "python", command
+    program, args = command[1], command[2:]
+    if program == "-c":
+        exec(args[0], {})
+    elif program == "predict.py":
+        assert predict_main(args) == 0
+    elif program == "evaluate.py":
+        assert evaluate_main(args) == 0
+    elif program == "scripts/simulate_audit_check.py":
+        simulate_check(*args)
+    else:
+        raise AssertionError(f"a command the test does not know: {command}")
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """docs/evaluation.md's example as written, in a directory where runs/quickstart is a
+    tiny model trained on the shipped data (its held-back rows are the quickstart's: the
+    split depends on the data and the seed alone). Also the held-back rows with a decade."""
+    base = tmp_path_factory.mktemp("audit")
+    assert finetune_main(["--dataset", TOY, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
+                          "--save-path", str(base / "runs" / "quickstart"), *TINY, "--max-steps", "60",
+                          "--batch-size", "32", "--learning-rate", "3e-3", "--no-eval-noise"]) == 0
+    os.symlink(os.path.join(ROOT, "data"), base / "data")
+    here = os.getcwd()
+    os.chdir(base)
+    try:
+        for command in docs_example():
+            run_in_process(command)
+    finally:
+        os.chdir(here)
+    held = read(base / "held_back.csv")
+    draw = np.random.default_rng(0).random(len(held))
+    held["decade"] = np.select([draw < 0.6, draw < 0.95, draw < 0.99], ["1850", "1880", "1900"], "")
+    held.to_csv(base / "held_decades.csv", index=False)
+    return base
+
+
+def read(path) -> pd.DataFrame:
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def true_codes(column: pd.Series) -> pd.Series:
+    """HISCO codes with their leading zeros (as --code-length 5 restores them)."""
+    return column.where(~column.str.fullmatch(r"\d+"), column.str.zfill(5))
+
+
+def model_dir(example) -> str:
+    return str(example / "runs" / "quickstart")
+
+
+def test_the_docs_example_runs_and_estimates_the_accuracy_of_all_rows(example):
+    audit = read(example / "audit.csv")
+    predicted = read(example / "held_back_predicted.csv")
+    assert len(predicted) == 800 and len(audit) == 200
+    # the sample: the 200 rows of smallest sampling key, in key order
+    rows = audit["audit_row"].astype(int).to_numpy() - 1
+    assert list(rows) == list(bottom_k(stats.row_keys(0, np.arange(800)), 200))
+    assert (audit["occ1"].to_numpy() == predicted["occ1"].to_numpy()[rows]).all()
+    # the estimate: the share right of the rows drawn, with Wilson's interval
+    right = predicted["code_1"].to_numpy()[rows] == true_codes(predicted["hisco_1"]).to_numpy()[rows]
+    scores = pd.read_csv(example / "audit_scores.csv", dtype={"digits": str, "threshold": str})
+    whole = scores.iloc[0]
+    assert (whole["stratum"], whole["digits"], whole["rows"], whole["checked"], whole["blank"]) == \
+        ("all", "all", 800, 200, 0)
+    assert whole["correct"] == right.sum() and whole["accuracy"] == pytest.approx(right.mean())
+    assert (whole["low"], whole["high"]) == pytest.approx(stats.wilson(right.sum(), 200))
+    assert (whole["model"], whole["head"], whole["threshold"]) == ("runs/quickstart", "flat", "0.5")
+    assert os.path.getsize(example / "audit_scores.png") > 0
+    # what it estimates: the accuracy of all 800 rows, within 4 standard errors
+    full = pd.read_csv(example / "held_back_predicted_evaluation.csv").iloc[0]["accuracy"]
+    assert full == pytest.approx((predicted["code_1"] == true_codes(predicted["hisco_1"])).mean())
+    assert abs(whole["accuracy"] - full) <= 4 * math.sqrt(full * (1 - full) / 200)
+
+
+def test_the_draw_depends_on_the_seed_and_the_rows_alone(example, tmp_path):
+    import mixer
+
+    held = example / "held_decades.csv"
+    drawn = {}
+    for chunk in (37, 1000):
+        out = tmp_path / f"audit{chunk}.csv"
+        assert predict_main(["--checkpoint", model_dir(example), "--input", str(held), "--audit", "60", str(out),
+                             "--audit-by", "decade", "--chunk-size", str(chunk)]) == 0
+        drawn[chunk] = read(out)
+    pd.testing.assert_frame_equal(drawn[37], drawn[1000])
+    # the Python API draws the same sample, with the same design (fingerprints included)
+    api = mixer.load(model_dir(example)).audit(read(held), 60, by="decade")
+    assert api["audit_row"].tolist() == drawn[37]["audit_row"].astype(int).tolist()
+    assert api["audit"].iloc[0] == drawn[37]["audit"].iloc[0]
+    # within each decade: its allocation of the rows of smallest key
+    frame = read(held)
+    labels = group_order(set(frame["decade"]) - {""}, None) + [""]
+    sizes = [int((frame["decade"] == label).sum()) for label in labels]
+    keys = stats.row_keys(0, np.arange(len(frame)))
+    for label, count in zip(labels, stats.allocate(sizes, 60)):
+        members = np.flatnonzero(frame["decade"] == label)
+        expected = sorted(members[bottom_k(keys[members], int(count))] + 1)
+        assert sorted(drawn[37].loc[drawn[37]["decade"] == label, "audit_row"].astype(int)) == expected
+    other = mixer.load(model_dir(example)).audit(read(held), 60, by="decade", seed=1)
+    assert set(other["audit_row"]) != set(api["audit_row"])
+
+
+def test_a_stratified_audit_sized_by_its_margin_and_scored_with_blanks(example, tmp_path, capsys):
+    held, audit, predicted = example / "held_decades.csv", tmp_path / "audit.csv", tmp_path / "predicted.csv"
+    assert predict_main(["--checkpoint", model_dir(example), "--input", str(held), "--output", str(predicted),
+                         "--audit", str(audit), "--audit-margin", "0.08", "--audit-by", "decade"]) == 0
+    said = capsys.readouterr().err
+    # the size: the fewest rows for +-0.08 at the mean prob_1, said before anything is checked
+    expected = round(pd.to_numeric(read(predicted)["prob_1"]).mean(), 3)
+    count = stats.sample_size(expected, 0.08)
+    assert f"audit: {count:,} rows give a 95% interval of +-0.08 at the accuracy the model expects, " \
+           f"{expected:.3f}" in said
+    # the allocation, printed, and drawn
+    frame, drawn = read(held), read(audit)
+    labels = group_order(set(frame["decade"]) - {""}, None) + [""]
+    sizes = [int((frame["decade"] == label).sum()) for label in labels]
+    allocation = stats.allocate(sizes, count)
+    assert allocation[-1] == 2 > count * sizes[-1] / sum(sizes)  # the blank decade: more than its share
+    for label, size, n in zip(labels, sizes, allocation):
+        assert re.search(rf"\n  {re.escape(label or '(blank)')} +{size:,} rows +\S+ +-> {n}\n", said)
+        assert (drawn["decade"] == label).sum() == n
+    # a person checks from the top and stops 7 rows before the end: those are blanks
+    checked = len(drawn) - 7
+    simulate_check(audit, "--truth-cols", "hisco_1", "--rows", checked)
+    assert evaluate_main(["--audit", str(audit), "--predictions", str(predicted), "--code-length", "5",
+                          "--digits", "3"]) == 0
+    scores = pd.read_csv(tmp_path / "audit_scores.csv", dtype={"digits": str, "decade": str})
+    filled = read(audit)
+    is_checked = filled["true_code_1"] != ""
+    for digits, width in (("all", None), ("3", 3)):
+        right = [(a[:width] == b[:width]) for a, b in zip(filled["code_1"], true_codes(filled["true_code_1"]))]
+        right = np.asarray(right) & is_checked.to_numpy()
+        correct = [right[(filled["decade"] == label).to_numpy()].sum() for label in labels]
+        counted = [(is_checked & (filled["decade"] == label)).sum() for label in labels]
+        part = scores[scores["digits"] == digits].reset_index(drop=True)
+        whole = stats.stratified(sizes, correct, counted)
+        assert (part.loc[0, "decade"], part.loc[0, "checked"], part.loc[0, "blank"]) == ("all", checked, 7)
+        assert part.loc[0, ["accuracy", "low", "high", "n_eff"]].astype(float).tolist() == \
+            pytest.approx([whole.value, whole.low, whole.high, whole.n_eff])
+        assert part["decade"].tolist()[1:] == ["1850", "1880", "1900", "(blank)"]
+        for h in range(len(labels)):
+            own = stats.simple(correct[h], counted[h])
+            assert part.loc[h + 1, ["low", "high"]].astype(float).tolist() == pytest.approx([own.low, own.high])
+    assert "left blank 7" in capsys.readouterr().out
+
+
+def test_an_audit_of_descriptions_is_the_rows_drawn_collapsed(example, tmp_path):
+    held = read(example / "held_back.csv")
+    out = tmp_path / "descriptions.csv"
+    assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
+                         "--audit", "120", str(out), "--audit-unit", "descriptions"]) == 0
+    drawn = read(out)
+    rows = bottom_k(stats.row_keys(0, np.arange(len(held))), 120)
+    counts = held["occ1"].iloc[rows].value_counts()
+    assert drawn["occ1"].is_unique and len(drawn) == len(counts) < 120
+    assert drawn.set_index("occ1")["audit_draws"].astype(int).to_dict() == counts.to_dict()
+    # a verdict per description counts once per row drawn
+    truth = held.drop_duplicates("occ1").set_index("occ1")["hisco_1"]
+    right = drawn["code_1"].to_numpy() == true_codes(truth.reindex(drawn["occ1"])).to_numpy()
+    drawn["correct"] = np.where(right, "yes", "no")
+    drawn.to_csv(out, index=False)
+    assert evaluate_main(["--audit", str(out)]) == 0
+    whole = pd.read_csv(tmp_path / "descriptions_scores.csv").iloc[0]
+    weighted = int((drawn["audit_draws"].astype(int) * right).sum())
+    assert (whole["checked"], whole["correct"]) == (120, weighted)
+    assert (whole["low"], whole["high"]) == pytest.approx(stats.wilson(weighted, 120))
+
+
+def test_an_audit_is_scored_only_against_what_it_was_drawn_from(example, tmp_path):
+    audit_path, predicted = example / "audit.csv", str(example / "held_back_predicted.csv")
+    other = tmp_path / "seq2seq.csv"
+    assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
+                         "--output", str(other), "--head", "seq2seq"]) == 0
+    with pytest.raises(UserError, match="drawn from other predictions .* than --predictions .*seq2seq.csv"):
+        evaluate_main(["--audit", str(audit_path), "--predictions", str(other)])
+    read(predicted).iloc[1:].to_csv(tmp_path / "fewer.csv", index=False)
+    with pytest.raises(UserError, match="drawn from other predictions"):
+        evaluate_main(["--audit", str(audit_path), "--predictions", str(tmp_path / "fewer.csv")])
+    audit = read(audit_path)
+    wrong = audit["code_1"] != true_codes(audit["true_code_1"])
+
+    def refused(frame, message):
+        frame.to_csv(tmp_path / "edited.csv", index=False)
+        with pytest.raises(UserError, match=message):
+            evaluate_main(["--audit", str(tmp_path / "edited.csv"), "--predictions", predicted, "--code-length", "5"])
+        assert not os.path.exists(tmp_path / "edited_scores.csv")  # nothing written
+
+    first_wrong = int(np.flatnonzero(wrong)[0])
+    refused(audit.assign(code_1=audit["code_1"].where(audit.index != first_wrong, audit["true_code_1"])),
+            rf"1 row\(s\) \(line {first_wrong + 2}\) differ from what predict.py wrote")
+    refused(audit.assign(audit=audit["audit"].str.replace('"seed": 0', '"seed": 1')), "'audit' column was changed")
+    refused(audit.assign(audit=audit["audit"].str.replace('"version": 2', '"version": 1')),
+            "drawn by an earlier mixer .* draw the audit again")
+    sized = example / "other_audit.csv"
+    assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
+                         "--audit", "5", str(sized), "--audit-seed", "3"]) == 0
+    refused(pd.concat([audit, read(sized)]), "holds rows of 2 audits")
+    refused(pd.concat([audit, audit.iloc[:1]]), f"audit_row {audit['audit_row'].iloc[0]} appears twice")
+    refused(audit.assign(correct=np.where(wrong, "yes", "")), "'correct' says otherwise than the true codes")
+    refused(audit.assign(correct="maybe"), "'correct' holds yes or no")
+    with pytest.raises(UserError, match="leave out --truth-cols"):
+        evaluate_main(["--audit", str(audit_path), "--truth-cols", "hisco_1"])
+    with pytest.raises(UserError, match="not an audit"):
+        evaluate_main(["--audit", predicted])
+    held = str(example / "held_back.csv")
+    for flags, message in [(["--audit", "20", "a.csv", "--audit-margin", "0.03"],
+                            "--audit-margin 0.03: the margin chooses the number of rows"),
+                           (["--audit", "a.csv"], "give the number of rows .* or the half-width"),
+                           (["--audit", "5", "a.csv", "--what", "probs", "--output", "p.parquet"],
+                            "--audit draws from the code table"),
+                           (["--audit", "5", "a.csv", "--audit-by", "parish"], r"no column 'parish' \(--audit-by\)"),
+                           (["--audit", "10", "a.csv", "--audit-by", "occ1"], "more strata than the audit has rows")]:
+        with pytest.raises(UserError, match=message):
+            predict_main(["--checkpoint", model_dir(example), "--input", held, *flags])
+    assert not os.path.exists("a.csv")
+
+
+def test_an_audit_checked_in_excel_scores_as_written(example, tmp_path):
+    """Filled in Excel: true codes typed as numbers (leading zeros gone), verdicts as 'Yes';
+    as .xlsx (openpyxl saves it) and as a CSV file Excel saved (numbers as numbers)."""
+    import mixer
+    import openpyxl
+
+    model = mixer.load(model_dir(example))
+    held = read(example / "held_back.csv")
+    table = model.audit(held, 40, str(tmp_path / "audit.xlsx"))
+    truth = table["hisco_1"].tolist()
+    book = openpyxl.load_workbook(tmp_path / "audit.xlsx")
+    sheet = book.active
+    header = [cell.value for cell in sheet[1]]
+    for row, code in enumerate(truth, start=2):
+        if row % 4:
+            sheet.cell(row, header.index("true_code_1") + 1).value = int(code) if code.isdigit() else code
+        else:  # a verdict alone, as a person types it
+            right = sheet.cell(row, header.index("code_1") + 1).value == true_codes(pd.Series([code]))[0]
+            sheet.cell(row, header.index("correct") + 1).value = "Yes" if right else "No"
+    book.save(tmp_path / "audit.xlsx")
+    assert evaluate_main(["--audit", str(tmp_path / "audit.xlsx"), "--code-length", "5"]) == 0
+    excel = pd.read_csv(tmp_path / "audit_scores.csv")
+    # the same verdicts in a CSV that a spreadsheet saved: every number-like cell a number
+    csv = table.assign(true_code_1=[c if r % 4 else "" for r, c in enumerate(truth, start=2)],
+                       correct=[pd.NA if r % 4 else None for r in range(2, len(truth) + 2)])
+    csv["correct"] = ["" if r % 4 else ("Yes" if table["code_1"].iloc[r - 2] == true_codes(
+        pd.Series([truth[r - 2]]))[0] else "No") for r in range(2, len(truth) + 2)]
+    csv.to_csv(tmp_path / "saved.csv", index=False)
+    pd.read_csv(tmp_path / "saved.csv").to_csv(tmp_path / "saved.csv", index=False)  # codes become numbers
+    assert pd.read_csv(tmp_path / "saved.csv")["code_1"].dtype.kind in "if"
+    assert evaluate_main(["--audit", str(tmp_path / "saved.csv"), "--code-length", "5"]) == 0
+    saved = pd.read_csv(tmp_path / "saved_scores.csv")
+    assert excel["checked"].iloc[0] == 40
+    pd.testing.assert_frame_equal(excel, saved)
+
+
+def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_out(example, small_csv, tmp_path):
+    audit = example / "audit.csv"  # filled by the docs' example
+    argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
+            "--share-val", "0.09", *TINY, "--max-steps", "1", "--no-eval-noise"]
+    with pytest.raises(UserError, match="an audit .* pass --train-on-audit"):
+        finetune_main([*argv, "--save-path", str(tmp_path / "refused"), "--extra-train", str(audit)])
+    run = tmp_path / "trained"
+    assert finetune_main([*argv, "--save-path", str(run), "--extra-train", str(audit), "--train-on-audit"]) == 0
+    filled = read(audit)
+    assert len(pd.read_parquet(run / "data_train.parquet")) == 110 + len(filled)  # 121 rows, 11 for validation
+    with open(run / "config.json", encoding="utf-8") as handle:
+        audited = json.load(handle)["audited"]
+    assert sorted(set(audits.description_keys(filled["occ1"]))) == audited
+    # a run that starts from it keeps them
+    assert finetune_main([*argv, "--save-path", str(tmp_path / "after"), "--initial-checkpoint", str(run)]) == 0
+    with open(tmp_path / "after" / "config.json", encoding="utf-8") as handle:
+        assert json.load(handle)["audited"] == audited
+    # the next audit of this model's predictions: only rows whose description it did not train on
+    held = read(example / "held_back.csv")
+    seen = held["occ1"].isin(set(filled["occ1"]))
+    assert predict_main(["--checkpoint", str(run), "--input", str(example / "held_back.csv"),
+                         "--audit", "100", str(tmp_path / "next.csv")]) == 0
+    following = read(tmp_path / "next.csv")
+    assert not following["occ1"].isin(set(filled["occ1"])).any()
+    design = json.loads(following["audit"].iloc[0])
+    assert design["left_out"] == {"in audits the model trained on": int(seen.sum())}
+    assert design["strata"] == [[None, int((~seen).sum()), 100]]
+
+
+def test_an_audit_reads_its_codes_as_the_model_spells_them():
+    """An audit's codes go through the one normaliser (mixer.data.normalise) with the model's
+    code system: a spreadsheet's 6510.0 is 6510, a number cell a whole number, and a digit
+    code that lost its leading zeros gets them back where the model's codes have a width
+    (HISCO's 5, a --key's or --zero-padded-codes' width; number cells: --block-size unless
+    codes may be shorter); where they have none, 6510 is not 06510."""
+    from mixer.data.formatter import CodeFormatter
+    from mixer.data.reading import frame_as_text
+
+    hisco, toy = CodeFormatter(kind="hisco"), CodeFormatter(allow_short=True)  # toy: the tests' model
+    padded, fixed = CodeFormatter(digit_width=5), CodeFormatter()
+    parts = CodeFormatter(block_size=3, use_within_block_sep=True)
+    text = pd.DataFrame({"code_1": ["06510", "6510", " 06510 ", "-1"], "code_2": ["", "", "14120", ""]})
+    decimals = pd.DataFrame({"code_1": ["6510.0", "14120.0", ""]})  # a CSV column as a spreadsheet writes numbers
+    numbers = frame_as_text(pd.DataFrame({"code_1": [6510.0, 14120.0, np.nan]}), "test")  # Excel, Stata, Parquet
+    assert audits.canonical_codes(text, ["code_1", "code_2"], hisco).tolist() == \
+        ["06510|", "06510|", "06510|14120", "-1|"]
+    assert audits.canonical_codes(text, ["code_1", "code_2"], padded).tolist() == \
+        ["06510|", "06510|", "06510|14120", "-1|"]
+    for unknown in (toy, fixed):  # a text column of a code system without a width: as written
+        assert audits.canonical_codes(text, ["code_1"], unknown).tolist() == ["06510", "6510", "06510", "-1"]
+    assert audits.canonical_codes(decimals, ["code_1"], toy).tolist() == ["6510", "14120", ""]
+    for frame in (decimals, numbers):
+        assert audits.canonical_codes(frame, ["code_1"], hisco).tolist() == ["06510", "14120", ""]
+        assert audits.canonical_codes(frame, ["code_1"], fixed).tolist() == ["06510", "14120", ""]
+        assert audits.canonical_codes(frame, ["code_1"], toy).tolist() == ["6510", "14120", ""]
+    assert audits.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
+
+
+def drawn_without_a_model(formatter, codes: list, path, inputs=None) -> pd.DataFrame:
+    """An audit of every row of a small table whose predicted codes are given: the draw of
+    predict.py and Model.audit, without a model."""
+    from mixer.prediction.audit import AuditDraw, AuditRequest, write_audit
+
+    frame = pd.DataFrame({"occ1": [f"occupation {i}" for i in range(len(codes))], **(inputs or {})})
+    predicted = pd.DataFrame({"code_1": codes, "prob_1": [0.9] * len(codes)})
+    draw = AuditDraw(AuditRequest(str(path), size=len(codes)).check(), "occ1", [], formatter)
+    draw.add(frame, predicted)
+    table, lines = draw.finish("m-test", "test", "flat", "0.5")
+    write_audit(table, str(path), lines, log=lambda line: None)
+    return table
+
+
+def test_a_spreadsheet_that_drops_zeros_is_no_edit_where_the_model_has_a_width(tmp_path, capsys):
+    """A HISCO model's audit saved by a spreadsheet as CSV (06510 becomes 6510, true codes
+    typed as numbers) scores as written, without --code-length; a model whose codes have no
+    width cannot tell 6510 from 06510, so there the change is an edit, refused."""
+    from mixer.data.formatter import CodeFormatter
+
+    codes = ["06510", "14120", "06510", "-1"]
+    for formatter, kept in ((CodeFormatter(kind="hisco"), True), (CodeFormatter(allow_short=True), False)):
+        path = tmp_path / f"{formatter.kind}.csv"
+        table = drawn_without_a_model(formatter, codes, path)
+        saved = read(path)  # the true codes typed as numbers (06510 as 6510), one of them another code
+        saved["true_code_1"] = saved["code_1"].str.lstrip("0").replace("14120", "1110")
+        saved["code_1"] = saved["code_1"].str.lstrip("0")
+        saved.to_csv(path, index=False)
+        if not kept:  # the rows whose code lost its zero, named by their lines
+            lines = ", ".join(f"line {i + 2}" for i in np.flatnonzero(table["code_1"].str.startswith("0")))
+            with pytest.raises(UserError, match=rf"2 row\(s\) \({lines}\) differ from what predict.py wrote"):
+                evaluate_main(["--audit", str(path)])
+            continue
+        assert evaluate_main(["--audit", str(path)]) == 0
+        whole = pd.read_csv(tmp_path / f"{formatter.kind}_scores.csv").iloc[0]
+        assert (whole["checked"], whole["correct"]) == (4, 3)
+    assert "score with --code-length" not in capsys.readouterr().out  # the zeros are back: nothing to warn of
+
+
+def test_an_audit_names_the_input_columns_through_the_one_naming_step(tmp_path):
+    """The input's columns beside the audit's own are named by mixer.data.writing.output_names,
+    in the audit's format: one that would take an audit's name, or that the audit's reader
+    would read as a person's code (true_code_7), is written <name>_input; Stata's names are
+    made valid. The audit reads back as written."""
+    from mixer.data.formatter import CodeFormatter
+
+    inputs = {"code_1": ["a"] * 3, "correct": ["b"] * 3, "true_code_7": ["c"] * 3, "parish name": ["d"] * 3}
+    for name in ("audit.csv", "audit.dta"):
+        table = drawn_without_a_model(CodeFormatter(kind="hisco"), ["06510", "14120", "-1"], tmp_path / name, inputs)
+        parish = "parish name" if name.endswith(".csv") else "parish_name"
+        assert list(table.columns)[:6] == ["audit_row", "occ1", "code_1_input", "correct_input",
+                                           "true_code_7_input", parish]
+        assert list(table.columns)[6:] == ["code_1", "prob_1", "correct", "true_code_1", "note", "audit_check",
+                                           "audit"]
+        audit = audits.read_audit(str(tmp_path / name))
+        assert audit.true_columns == ["true_code_1"] and audit.design.audit_text_col == "occ1"
+        assert audit.frame["code_1"].tolist() == table["code_1"].tolist()
+        assert sorted(audit.frame["code_1"]) == ["-1", "06510", "14120"]
+
+
+def test_an_audit_is_read_with_its_own_flags(tmp_path):
+    """evaluate.py reads --audit with its role's options (--audit-encoding, --audit-sep,
+    --audit-sheet, --audit-header-row) and --predictions with the main ones: an audit
+    re-saved by Excel on Windows (cp1252, ';') beside UTF-8 predictions."""
+    from mixer.data.formatter import CodeFormatter
+
+    path = tmp_path / "audit.csv"
+    drawn_without_a_model(CodeFormatter(kind="hisco"), ["06510", "14120", "-1"], path,
+                          {"parish": ["Tromsø", "Åsnes", "Bergen"]})
+    filled = read(path)
+    filled["correct"] = "yes"
+    filled.to_csv(path, index=False, sep=";", encoding="cp1252")
+    with pytest.raises(UserError, match=r"--audit .*audit.csv: not UTF-8 text.*--audit-encoding cp1252"):
+        evaluate_main(["--audit", str(path)])
+    with pytest.raises(UserError, match="--audit-sep"):
+        evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--audit-sep", ","])
+    assert evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--encoding", "utf-8"]) == 0
+    assert pd.read_csv(tmp_path / "audit_scores.csv").iloc[0]["correct"] == 3
