@@ -12,8 +12,10 @@ read as written it would be a second class of the same code. The width is known
 - from --zero-padded-codes: digit codes are --block-size digits;
 - for a column the file stores as numbers (a Stata numeric variable, a Parquet integer
   column, Excel number cells, a CSV column of spreadsheet decimals such as 1110.0), which
-  cannot hold a leading zero, from --block-size, unless codes may be shorter
-  (--allow-codes-shorter-than-block-size: the block size is then a most, not a width).
+  cannot hold a leading zero, from --block-size, whatever
+  --allow-codes-shorter-than-block-size says: that flag is for codes written shorter
+  (-1 in a general system), and a number's digits have one spelling only when restored
+  (a code system whose codes really have several lengths keeps them as text).
 
 Where it is known, the zeros are restored ("1110" -> "01110") and the run says how many
 cells changed; where it is not (a text column of a general code system) a short code is a
@@ -95,7 +97,7 @@ def width_of(formatter: CodeFormatter, numbers: bool) -> Optional[int]:
         return None  # --block-size counts parts, not digits
     if formatter.zero_pad:
         return formatter.zero_pad
-    if numbers and not formatter.allow_short:
+    if numbers:  # a number holds no leading zero, whatever --allow-codes-shorter-than-block-size says
         return formatter.block_size
     return None
 
@@ -116,7 +118,8 @@ def describe_restored(where: str, column: str, spelled: CodeColumn, formatter: C
         return None
     example = spelled.text[spelled.restored].iloc[0]
     if not formatter.zero_pad:
-        why = "the file stores the column as numbers, which keep no leading zeros"
+        why = "the file stores the column as numbers, which keep no leading zeros; store the codes " \
+              "as text to keep them as written"
     return (f"{where}: {column}: {count} code(s) without their leading zeros read as "
             f"{spelled.width}-digit codes (e.g. {example.lstrip('0') or '0'!r} -> {example!r}; {why})")
 

@@ -529,6 +529,10 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
             raise UserError(f"--key {path}: column 'index' holds a value that is not a number")
         table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
     spelled = _codes_of(table, code_col, formatter, hisco_layout)
+    spelling = CodeFormatter(kind="hisco") if hisco_layout else formatter
+    if log is not None and (line := describe_restored(f"--key {path}", code_col, spelled, spelling,
+                                                      width_reason(spelling))):
+        log(line)
     descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
                     else np.full(len(table), "", dtype=object))
     out, seen = [], set()
