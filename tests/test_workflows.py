@@ -473,3 +473,45 @@ def test_check_list_counts_each_description_and_language_over_chunks_and_skips_b
 
     with pytest.raises(UserError, match="dataset=: pass data"):
         mixer.finetune("x.csv", target_cols="a", save_path=str(tmp_path / "r"), dataset="y.csv")
+
+
+def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
+    """Review of issue 27, item 2: a check list written as .dta ('occ title' is occ_title
+    there) or .xlsx ('occ1 ' is occ1 there) feeds back with --extra-train: its columns are
+    read under the run's names (the variable labels, or the naming rule), and the writer and
+    the reader say so."""
+    from mixer.core.config import DataConfig
+    from mixer.data.checking import CheckList
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "data.csv"
+    pd.DataFrame({"occ title": ["farmer", "fisher", "smith", "weaver"] * 2, "hisco_1": ["61110", "64100"] * 4,
+                  "place ": ["x", "y"] * 4}).to_csv(data, index=False)
+    chunk = pd.DataFrame({"occ title": ["miner", "tailor"], "place ": ["x", ""]})
+    predicted = pd.DataFrame({"code_1": ["61110", "64100"], "prob_1": [0.5, 0.4]})
+    for suffix in (".dta", ".xlsx"):
+        path = str(tmp_path / f"check{suffix}")
+        said = []
+        checks = CheckList(2, path, ["occ title", "place "], "", 1, log=said.append)
+        checks.add(chunk, predicted, ["miner|x", "tailor|"])
+        checks.commit()
+        assert said and "columns written under other names" in said[0]
+        written = (pd.read_stata(path) if suffix == ".dta" else pd.read_excel(path, dtype=str)).fillna("")
+        assert {"occ title", "place "} - set(written.columns)  # a name the format cannot hold
+        written["checked_1"] = ["71110", "79100"] if written.iloc[0, 0] == "miner" else ["79100", "71110"]
+        if suffix == ".dta":
+            from mixer.data.writing import OutputWriter
+
+            writer = OutputWriter(path)  # as Stata saves it: the labels kept
+            writer.write(written[["n_rows", "confidence", "code_1", "prob_1", "checked_1"]],
+                         inputs=written[["occ_title", "place_"]].set_axis(["occ title", "place "], axis=1))
+            writer.commit()
+        else:
+            written.to_excel(path, index=False)
+        said = []
+        cfg = DataConfig(dataset=str(data), input_col="occ title", context_cols=["place "], target_cols=["hisco_1"],
+                         share_val=0.25, extra_train=[path])
+        prepared = prepare(cfg, 0, log=said.append)
+        added = prepared.train.tail(2)
+        assert sorted(added["text"]) == ["miner [SEP] place : x", "tailor"], suffix
+        assert any("columns read under the run's names" in line for line in said), said

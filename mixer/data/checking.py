@@ -26,6 +26,8 @@ from mixer.core.errors import UserError
 CHECKED = "checked_{}"
 INPUT = "model input"  # the index of the collected rows: the string the model reads
 CHECKED_COLUMN = re.compile(r"^checked_(\d+)$")
+# the columns the tool writes into a check list (the others are the input's)
+TOOL_COLUMN = re.compile(r"^(?:n_rows|confidence|(?:code|prob|desc|checked)_\d+)$")
 
 
 def parse_to_check(values) -> tuple:
@@ -50,11 +52,11 @@ class CheckList:
     caller gives each row's model input (mixer.prediction.api.Model.model_inputs); the
     description's columns are written as the first such row has them."""
 
-    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int):
+    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
         from mixer.data.writing import OutputWriter
 
         self.count, self.path = count, path
-        self.writer = OutputWriter(path, "--to-check")
+        self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
 
@@ -93,6 +95,44 @@ class CheckList:
         self.writer.write(out, inputs=chosen[self.key_columns])
         self.writer.commit()
         return len(out)
+
+
+def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> pd.DataFrame:
+    """A check list's columns under the run's names: a format that cannot hold a name
+    (Stata's 'occ title' is written occ_title, Excel's 'occ1 ' occ1; mixer.data.writing's
+    output_names) wrote it under another, which is read back as the run's own name. A .dta
+    file's variable labels (the names before the renaming) are used first, then the naming
+    rule of each format; `columns`: the run's input columns in the order the check list
+    writes them (description, language, context)."""
+    from mixer.data.reading import LABELS
+    from mixer.data.writing import output_names
+
+    wanted = [c for c in dict.fromkeys(columns) if c and c not in frame.columns]
+    if not wanted:
+        return frame
+    names = list(dict.fromkeys(c for c in columns if c))
+    tools = [c for c in frame.columns if TOOL_COLUMN.match(str(c))]
+    labelled = {}
+    for name, label in frame.attrs.get(LABELS, {}).items():
+        labelled.setdefault(label, name)
+    renamed = {}
+    for column in wanted:
+        candidates = [labelled.get(column)] + [output_names(kind, names, tools)[names.index(column)]
+                                               for kind in ("stata", "excel")]
+        found = next((c for c in candidates if c is not None and c in frame.columns
+                      and c not in names and c not in renamed), None)
+        if found is not None:
+            renamed[found] = column
+    if not renamed:
+        return frame
+    if log is not None:
+        log(f"--extra-train {path}: columns read under the run's names: " +
+            ", ".join(f"{old} -> {new!r}" for old, new in renamed.items()))
+    attrs = dict(frame.attrs)
+    frame = frame.rename(columns=renamed)
+    frame.attrs = attrs
+    frame.attrs["numeric_columns"] = [renamed.get(c, c) for c in attrs.get("numeric_columns", [])]
+    return frame
 
 
 def checked_columns(frame: pd.DataFrame, path: str) -> list:

@@ -352,6 +352,17 @@ def _declared_types(reader) -> dict:
     return declared
 
 
+def stata_labels(path: str, what: str) -> dict:
+    """{variable: label} for the variables that have a label (mixer's writer labels a
+    variable with the name it had before Stata's renaming)."""
+    reader = _stata_reader(path, what)
+    try:
+        with reader:
+            return {name: label for name, label in reader.variable_labels().items() if label}
+    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+
+
 def stata_row_count(path: str, what: str) -> int:
     reader = _stata_reader(path, what)
     with reader:

@@ -448,11 +448,12 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                      why: str = "") -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
-    from mixer.data.checking import checked_columns, filled_rows
+    from mixer.data.checking import checked_columns, filled_rows, with_run_names
 
     frames = []
+    inputs = [cfg.input_col] + ([cfg.language_col] if cfg.language_col else []) + list(cfg.context_cols)
     for path in cfg.extra_train:
-        table = read_table(path, cfg.table_options("extra_train"), log=log)
+        table = with_run_names(read_table(path, cfg.table_options("extra_train"), log=log), inputs, path, log)
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():

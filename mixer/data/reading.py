@@ -36,6 +36,7 @@ from mixer.data import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
+LABELS = "labels"  # frame.attrs: a .dta file's variable labels, {name: label}
 READ_BLOCK = 1 << 20  # 1 MiB blocks (pyarrow's default) for the CSV readers
 SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
 FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
@@ -354,6 +355,7 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             chunks = list(formats.stata_chunks(path, 1_000_000, what))
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
             frame = _numbers_as_text(frame[columns] if columns else frame, path, what)
+            frame.attrs[LABELS] = formats.stata_labels(path, what)
         elif kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:

@@ -86,7 +86,7 @@ def predict_file(args) -> None:
             keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
             checklist = mdist.main_only(lambda: CheckList(
                 to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
-                args.top_k or predictor.default_top_k()), world)
+                args.top_k or predictor.default_top_k(), log=say), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
