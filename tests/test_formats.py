@@ -544,3 +544,32 @@ def test_training_and_validation_files_of_different_formats(excel_run, tmp_path)
     prepared = prepare_run_data(cfg, 0, str(tmp_path / "run"), log=lambda _: None)
     assert len(prepared.train) == len(frame) and len(prepared.val) == 20
     assert set(prepared.val["code_1"].astype(str)) <= set(frame["hisco_1"])  # '0...' codes as text
+
+
+def test_training_and_validation_files_are_read_with_their_own_flags(tmp_path):
+    """Review of issue 27, item 3: train_mixer.py's validation files have their own reading
+    flags (--val-encoding, ...), so the hint about a validation file never changes how the
+    training files are read; a role's flags apply to each of its files, which an error about
+    one of several says."""
+    from mixer.cli import parsing as cli
+    from mixer.cli.entrypoints import train_mixer_parser
+    from mixer.data.prepare import prepare
+
+    train, val = tmp_path / "tr_u8.csv", tmp_path / "va_cp.csv"
+    train.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\nsmith,83110\n".encode("utf-8"))
+    val.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\n".encode("cp1252"))
+    argv = ["--train-data", str(train), "--val-data", str(val), "--target-cols", "hisco_1",
+            "--save-dir", str(tmp_path / "run")]
+    cfg = cli.build_config(cli.parse_args(train_mixer_parser(), argv)).data
+    with pytest.raises(UserError) as error:
+        prepare(cfg, 0, log=lambda _: None)
+    assert str(error.value).startswith(f"--val-data {val}: not UTF-8 text")
+    assert "(e.g. --val-encoding cp1252)" in str(error.value)
+    cfg = cli.build_config(cli.parse_args(train_mixer_parser(), argv + ["--val-encoding", "cp1252"])).data
+    prepared = prepare(cfg, 0, log=lambda _: None)
+    assert list(prepared.train["text"])[0] == list(prepared.val["text"])[0] == "drängare"
+    both = DataConfig(train_data=[str(train), str(val)], val_data=[str(train)], formatter="hisco",
+                      target_cols=["hisco_1"])
+    with pytest.raises(UserError, match=r"--encoding cp1252\).*\(--encoding applies to each of the 2 "
+                                        r"--train-data files"):
+        prepare(both, 0, log=lambda _: None)

@@ -75,6 +75,7 @@ def train_mixer_parser() -> cli.Parser:
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
                        help="validation files (CSV, Parquet, .xlsx or .dta)")
     cli.add_table_args(group, "train_data")
+    cli.add_table_args(group, "val_data")
     group.add_argument("--formatter", choices=list(FORMATTERS),
                        default="hisco", help="code system: hisco or occ1950 (built in), or "
                                              "general: any codes, --block-size characters (or "

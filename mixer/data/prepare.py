@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -413,7 +414,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     def load(paths, role):
         frames = []
         for path in paths:
-            frame = read_table(path, cfg.table_options(role), log=log)
+            frame = read_role_file(cfg, role, path, paths, log)
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
@@ -444,6 +445,23 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     return Prepared(train=train, val=val, key=key, formatter=formatter)
 
 
+def read_role_file(cfg: DataConfig, role: str, path: str, paths: list, log) -> pd.DataFrame:
+    """One of a role's files, read with the role's options. A role's options apply to each of
+    its files (--train-data A B --encoding cp1252 reads both so), which an error about one of
+    several files says, since its hint then changes how the others are read too."""
+    options = cfg.table_options(role)
+    try:
+        return read_table(path, options, log=log)
+    except UserError as exc:
+        named = [options.flag(o) for o in READ_OPTIONS
+                 if re.search(rf"(?<![\w-]){re.escape(options.flag(o))}\b", str(exc))]
+        if len(paths) < 2 or not named:
+            raise
+        raise UserError(f"{exc} ({' and '.join(named)} applies to each of the {len(paths)} "
+                        f"{options.what} files: files that need other options are saved alike "
+                        "first, e.g. all as UTF-8)") from None
+
+
 def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log,
                      why: str = "") -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
@@ -453,7 +471,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
     frames = []
     inputs = [cfg.input_col] + ([cfg.language_col] if cfg.language_col else []) + list(cfg.context_cols)
     for path in cfg.extra_train:
-        table = with_run_names(read_table(path, cfg.table_options("extra_train"), log=log), inputs, path, log)
+        table = with_run_names(read_role_file(cfg, "extra_train", path, cfg.extra_train, log), inputs, path, log)
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():
