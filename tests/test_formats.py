@@ -259,6 +259,54 @@ def test_a_title_row_above_the_header_is_named_and_skipped_with_header_row(tmp_p
     assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
 
 
+def test_a_csv_title_row_or_blank_first_line_is_named_or_skipped(tmp_path):
+    """Review of issue 27, item 4: a CSV title row gives an error naming the row taken as
+    the header and --header-row (whole-file and streaming reader alike); blank lines above
+    the header are skipped, as a workbook's empty rows are, never 'the file is empty'."""
+    data = "occ1,hisco_1\nfarmer,61110\nsmith,83110\n"
+    titled = tmp_path / "t.csv"
+    titled.write_text("Occupations parish of X 1850\n" + data)
+    expected = (f"--dataset {titled}: row 1 has 2 cell(s), but the header (line 1: 'Occupations parish of X "
+                "1850') names 1 column(s): 'occ1,hisco_1'; if the column names are in another row (a title "
+                "above them), pass --header-row with its number; else quote a cell that holds ',' "
+                "(\"smith, master\") (rows count from 1 under the header)")
+    for read in (read_table, lambda path: list(iter_chunks(path, 1, TableOptions()))):
+        with pytest.raises(UserError) as error:
+            read(str(titled))
+        assert str(error.value) == expected
+    assert read_table(str(titled), TableOptions(header_row=2)).values.tolist() == [["farmer", "61110"],
+                                                                                  ["smith", "83110"]]
+    blank = tmp_path / "b.csv"
+    blank.write_text("\n ;\n" + data)
+    assert read_table(str(blank)).values.tolist() == [["farmer", "61110"], ["smith", "83110"]]
+    assert [len(c) for c in iter_chunks(str(blank), 1)] == [1, 1]
+    assert fingerprint(DataConfig(dataset=str(blank), target_cols=["hisco_1"]), 0)["digest"] == fingerprint(
+        DataConfig(dataset=str(blank), target_cols=["hisco_1"], header_row=3), 0)["digest"]
+    blank.write_bytes(b"\n\nocc1,hisco_1\nfarmer,61110\n\nm\xe9decin,06110\n")
+    with pytest.raises(UserError, match=r"not UTF-8 text: row 2 \(line 6\)"):  # empty lines are no rows
+        read_table(str(blank))
+    (tmp_path / "empty.csv").write_text("\n\n")
+    with pytest.raises(UserError, match="the file is empty"):
+        read_table(str(tmp_path / "empty.csv"))
+
+
+def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
+    """Review of issue 27, item 14: a row with more cells than the header gives its row
+    number whichever reader met it (pyarrow's threaded reader gives none)."""
+    path = tmp_path / "r.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\n" * 5000 + "smith, blacksmith,83110\n")
+    for read in (read_table, lambda p: list(iter_chunks(p, 1000, TableOptions()))):
+        with pytest.raises(UserError) as error:
+            read(str(path))
+        assert str(error.value) == (
+            f"--dataset {path}: row 5001 has 3 cell(s), but the header (line 1: 'occ1,hisco_1') names 2 "
+            "column(s): 'smith, blacksmith,83110'; quote a cell that holds ',' (\"smith, master\") (rows "
+            "count from 1 under the header)")
+    path.write_text("occ1,hisco_1\nfarmer,61110\nsmith\n")
+    with pytest.raises(UserError, match="row 2 has 1 cell.s., .* give the row its missing cells"):
+        read_table(str(path))
+
+
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
     frame.loc[0, "occ1"] = "drängen"

@@ -148,10 +148,16 @@ def detect_separator(line: str) -> Optional[str]:
     return counts[0][1]
 
 
+def blank_line(line: str) -> bool:
+    """A line that holds nothing: empty, spaces, or separators alone (an empty row of a
+    spreadsheet's export). Such lines above the header are skipped."""
+    return not line.strip().strip("".join(SEPARATORS)).strip()
+
+
 def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     """A CSV file's column names and separator (quoted names with separators or
-    newlines included). The header is the first line, the one after a 'sep=' line, or
-    the options' header row. A header that reads as one column holding another
+    newlines included). The header is the first line that is not blank (after a 'sep='
+    line), or the options' header row. A header that reads as one column holding another
     separator is refused: it is the wrong separator, never one column."""
     encoding, what = canonical_encoding(options.encoding), options.what
     # rows below the header are checked by the readers, so a bad byte there does not hide
@@ -159,10 +165,22 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
         first = handle.readline()
         named = SEP_LINE.fullmatch(first.rstrip("\r\n"))
-        skip_rows = options.header_row - 1 if options.header_row else (1 if named else 0)
         handle.seek(0)
-        for _ in range(skip_rows):
-            handle.readline()
+        if options.header_row:
+            skip_rows = options.header_row - 1
+            for _ in range(skip_rows):
+                handle.readline()
+        else:  # a 'sep=' line, then blank lines, are no header
+            skip_rows = 1 if named else 0
+            if named:
+                handle.readline()
+            while True:
+                at = handle.tell()
+                line = handle.readline()
+                if not line or not blank_line(line):
+                    handle.seek(at)
+                    break
+                skip_rows += 1
         start = handle.tell()
         header_line = handle.readline()
         if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
@@ -268,15 +286,17 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         if line_start <= ROWS_COUNTED_UP_TO:  # rows differ from lines when cells hold line breaks
             handle.seek(0)
             before = handle.read(line_start)
-            prefix = io.TextIOWrapper(io.BytesIO(before), "latin-1", newline="")
-            row = sum(1 for _ in csv.reader(prefix))  # the header is record 1: data rows count from 1
-            first_bytes, newline, _ = before.partition(b"\n")
-            if options.header_row:
-                row -= options.header_row - 1  # the rows above the header are no records
-            elif newline and SEP_LINE.fullmatch(first_bytes.rstrip(b"\r").decode("latin-1")):
-                row -= 1  # the 'sep=' line is no record
-            if before.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
-                row -= 1
+            lines = before.split(b"\n")[:-1]  # the whole lines above the bad one
+            above = _lines_above_header(lines, options)
+            if len(lines) < above:
+                row = -1  # a title line above the header
+            else:
+                rest = b"".join(line + b"\n" for line in lines[above:])
+                prefix = io.TextIOWrapper(io.BytesIO(rest), "latin-1", newline="")
+                # the header is record 1, so data rows count from 1; empty lines are no rows
+                row = sum(1 for record in csv.reader(prefix) if record)
+                if rest.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
+                    row -= 1
     line = newlines + 1
     where = f"row {row} (line {line})" if row is not None and row >= 1 else f"line {line}"
     if row is not None and row <= 0 or line == 1:
@@ -296,6 +316,17 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         f"(0x{_byte_at(path, offset):02X} at offset {offset}). That line as cp1252: {shown('cp1252')}; "
         f"as latin-1: {shown('latin-1')}. Pass the encoding that reads it right "
         f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}")
+
+
+def _lines_above_header(lines: list, options: TableOptions) -> int:
+    """How many of a file's first lines (bytes) are above its header, as csv_layout
+    takes them: the header row's, or a 'sep=' line and the blank lines."""
+    if options.header_row:
+        return options.header_row - 1
+    above = 1 if lines and SEP_LINE.fullmatch(lines[0].rstrip(b"\r").decode("latin-1")) else 0
+    while above < len(lines) and blank_line(lines[above].decode("latin-1")):
+        above += 1
+    return above
 
 
 def _byte_at(path: str, offset: int) -> int:
@@ -397,10 +428,52 @@ def _say_layout(layout: CsvLayout, options: TableOptions, path: str, log) -> Non
             log(f"{options.what} {path}: {note}")
 
 
+RAGGED = re.compile(r"(?:Row #(\d+): )?Expected (\d+) columns, got (\d+): (.*)", re.S)
+
+
 def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOptions) -> UserError:
     if layout is not None and _decode_failure(exc):
         return decoding_error(path, options)
+    if layout is not None and RAGGED.search(str(exc)):
+        return ragged_row(str(exc), path, layout, options)
     return UserError(f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+
+
+def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
+    """A row with more or fewer cells than the header names, as one line: which row, which
+    row was taken as the header, and the flag that names another header row (a title above
+    the column names reads as a header of one column). The row's number comes from
+    pyarrow's reader without threads (the threaded one does not give it), read again here."""
+    import pyarrow.csv as pcsv
+
+    match = RAGGED.search(message)
+    if match.group(1) is None:
+        try:
+            for _ in pcsv.open_csv(path, **_csv_options(layout, stream=True)):
+                pass
+        except (ValueError, OSError) as exc:
+            match = RAGGED.search(str(exc)) or match
+    record, named, got, text = match.groups()
+    # pyarrow counts the lines skipped above the header, then records (empty lines not)
+    row = int(record) - layout.skip_rows - 1 if record else None
+    where = f"row {row}" if row else "a row"
+    header = layout.sep.join(layout.header)
+    shown = text.strip()[:LINE_SHOWN]
+    said = (f"{options.what} {path}: {where} has {got} cell(s), but the header (line {layout.skip_rows + 1}: "
+            f"{header[:LINE_SHOWN]!r}) names {named} column(s): {shown!r}")
+    quote = f"quote a cell that holds {_shown(layout.sep)} (\"smith, master\")"
+    if int(named) < int(got) and (row == 1 or int(named) == 1):  # a title taken as the header?
+        hint = (f"if the column names are in another row (a title above them), pass "
+                f"{options.flag('header_row')} with its number; else {quote}")
+    elif int(named) < int(got):
+        hint = quote
+    else:
+        hint = "give the row its missing cells (empty ones between separators)"
+    return UserError(f"{said}; {hint} (rows count from 1 under the header)")
+
+
+def _shown(sep: str) -> str:
+    return "tab" if sep == "\t" else repr(sep)
 
 
 def _sheet_line(options: TableOptions, path: str, sheet) -> str:
