@@ -307,6 +307,20 @@ def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
         read_table(str(path))
 
 
+def test_a_header_row_past_the_last_row_is_named_so(tmp_path):
+    """Review of issue 27, item 5: --header-row past a sheet's (or a CSV file's) last row
+    says so and names the flag, never 'the sheet is empty'."""
+    path = write_xlsx(tmp_path / "s.xlsx", [["occ1", "hisco_1"]] + [["farmer", "61110"]] * 3, sheet="Sheet")
+    with pytest.raises(UserError) as error:
+        read_table(path, TableOptions(header_row=900))
+    assert str(error.value) == (f"--dataset {path}: sheet 'Sheet': row 900 (--header-row) is past its last row "
+                                "(4); name the row that holds the column names")
+    csv_path = tmp_path / "s.csv"
+    csv_path.write_text("occ1,hisco_1\nfarmer,61110\n")
+    with pytest.raises(UserError, match=r"row 9000 \(--key-header-row\) is past the file's last line \(2\)"):
+        read_table(str(csv_path), TableOptions(header_row=9000, role="key"))
+
+
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
     frame.loc[0, "occ1"] = "drängen"

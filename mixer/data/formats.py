@@ -133,6 +133,13 @@ class ExcelSheet:
                                 f"every column, or pass {self.options.flag('header_row')} N if the "
                                 "column names are in another row")
             return number, names
+        if self.options.header_row:  # past the sheet's rows: say so, not that the sheet is empty
+            last = max((number for number, cells in enumerate(self.book[self.sheet].iter_rows(), start=1)
+                        if any(c.value is not None for c in cells)), default=0)
+            if last:
+                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
+                                f"({self.options.flag('header_row')}) is past its last row ({last}); name the "
+                                "row that holds the column names")
         others = [name for name in self.sheets if name != self.sheet]
         hint = f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})" if others else ""
         raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r} is empty; it needs a header "

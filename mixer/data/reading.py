@@ -183,6 +183,13 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
                 skip_rows += 1
         start = handle.tell()
         header_line = handle.readline()
+        if options.header_row and not header_line:  # past the end: say so, not 'is empty'
+            handle.seek(0)
+            lines = sum(1 for _ in handle)
+            if not lines:
+                raise pd.errors.EmptyDataError("empty")
+            raise UserError(f"{what} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
+                            f"the file's last line ({lines}); name the row that holds the column names")
         if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
             raise decoding_error(path, options)
         if options.sep is None and named and skip_rows:
