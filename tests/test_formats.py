@@ -321,6 +321,29 @@ def test_a_header_row_past_the_last_row_is_named_so(tmp_path):
         read_table(str(csv_path), TableOptions(header_row=9000, role="key"))
 
 
+def test_trailing_empty_columns_of_a_csv_export_are_dropped_as_a_workbooks_are(tmp_path):
+    """Review of issue 27, item 6: 'occ1,hisco_1,,' (a spreadsheet's export of its used
+    range) reads as its two columns, as the Excel reader drops trailing empty header cells;
+    a value under a column without a name is an error naming its row and column."""
+    path = tmp_path / "e.csv"
+    path.write_text("occ1,hisco_1,,\nfarmer,61110,,\nsmith,83110,,\n")
+    for read in (read_table, lambda p: pd.concat(iter_chunks(p, 1, TableOptions()))):
+        assert read(str(path)).values.tolist() == [["farmer", "61110"], ["smith", "83110"]]
+    path.write_text("occ1,hisco_1,,\nfarmer,61110,,\nsmith,83110,, x\n")
+    for read in (read_table, lambda p: list(iter_chunks(p, 1, TableOptions()))):
+        with pytest.raises(UserError) as error:
+            read(str(path))
+        assert str(error.value) == (
+            f"--dataset {path}: row 2 has a value in column 4 (' x'), which has no name in the header (line 1: "
+            "'occ1,hisco_1,,'); name the column, or pass --header-row with the number of the row that holds "
+            "the column names")
+    path.write_text(",occ1,,hisco_1,\n0,farmer,,61110,\n")  # inside the header: named by position
+    with pytest.raises(UserError, match=r"columns 1, 3 have no name in the header; name them"):
+        read_table(str(path))
+    path.write_text(",occ1,hisco_1,\n0,farmer,61110,\n")  # pandas' index, written without a name
+    assert list(read_table(str(path)).columns) == ["", "occ1", "hisco_1"]
+
+
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
     frame = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, nrows=40)
     frame.loc[0, "occ1"] = "drängen"

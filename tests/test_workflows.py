@@ -335,7 +335,7 @@ def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(t
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False)
     assert not os.path.exists(tmp_path / "new")  # refused: nothing written, no directory made
     twice = frame.set_axis(["occ1", "occ1"], axis=1)
-    with pytest.raises(UserError, match="duplicate column name.s. occ1"):
+    with pytest.raises(UserError, match="duplicate column name.s. .occ1."):
         mixer.finetune(twice, target_cols="occ1", save_path=str(run))
     with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), batch_size=0)

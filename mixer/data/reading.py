@@ -110,6 +110,15 @@ class CsvLayout:
     #                     separator) or the title rows a header row option skips
     named: bool = False  # the separator came from a 'sep=' line
 
+    @property
+    def names(self) -> list:
+        """The header's names without its trailing empty ones (a spreadsheet's export of a
+        used range: 'occ1,hisco_1,,'), whose columns are dropped when they hold nothing."""
+        names = list(self.header)
+        while len(names) > 1 and not names[-1].strip():
+            names.pop()
+        return names
+
     def describe(self, options: TableOptions, path: str) -> str:
         how = options.flag("sep")
         if self.detected:
@@ -348,13 +357,38 @@ def _csv_options(layout: CsvLayout, stream: bool = False):
 
     # a stream is read without threads: the threaded reader reads ahead of its consumer
     # without bound (1.3 GB at the start of a 10M-row prediction, 0.9 GB at its end)
+    names, own = list(layout.header), {}
+    if len(layout.names) < len(names):  # trailing columns without a name: named here, dropped later
+        names = layout.names + [f"{UNNAMED}{i}" for i in range(len(layout.names), len(names))]
+        own = dict(column_names=names, skip_rows_after_names=1)
     return dict(
         read_options=pcsv.ReadOptions(block_size=READ_BLOCK, use_threads=not stream,
                                       encoding=_arrow_encoding(layout.encoding),
-                                      skip_rows=layout.skip_rows),
+                                      skip_rows=layout.skip_rows, **own),
         parse_options=pcsv.ParseOptions(delimiter=layout.sep, newlines_in_values=True),
-        convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in layout.header},
+        convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names},
                                             strings_can_be_null=False))
+
+
+UNNAMED = "\x00unnamed "  # a trailing column without a name, while it is read
+
+
+def _without_unnamed(frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str,
+                     rows_before: int = 0) -> pd.DataFrame:
+    """The frame without the trailing columns that have no name, which must hold nothing;
+    a value in one is an error naming its row and column (a title row taken as the header,
+    or a name missing)."""
+    unnamed = [c for c in frame.columns if str(c).startswith(UNNAMED)]
+    for column in unnamed:
+        filled = np.flatnonzero(frame[column].str.strip().ne("").to_numpy())
+        if len(filled):
+            position = int(column[len(UNNAMED):]) + 1
+            raise UserError(
+                f"{options.what} {path}: row {rows_before + filled[0] + 1} has a value in column {position} "
+                f"({frame[column].iloc[filled[0]][:40]!r}), which has no name in the header (line "
+                f"{layout.skip_rows + 1}: {layout.sep.join(layout.header)[:LINE_SHOWN]!r}); name the column, "
+                f"or pass {options.flag('header_row')} with the number of the row that holds the column names")
+    return frame.drop(columns=unnamed) if unnamed else frame
 
 
 def _duplicates(names) -> list:
@@ -363,9 +397,14 @@ def _duplicates(names) -> list:
 
 
 def check_names(names, path: str, what: str) -> None:
+    names = [str(n) for n in names]
+    if names.count("") > 1:
+        positions = [str(i + 1) for i, n in enumerate(names) if n == ""]
+        raise UserError(f"{what} {path}: columns {', '.join(positions)} have no name in the header; name "
+                        "them")
     if _duplicates(names):  # pyarrow would keep both under one name
         raise UserError(f"{what} {path}: duplicate column name(s) "
-                        f"{', '.join(_duplicates(names))}; rename them")
+                        f"{', '.join(map(repr, _duplicates(names)))}; rename them")
 
 
 def _decode_failure(exc: Exception) -> bool:
@@ -408,9 +447,10 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             import pyarrow.csv as pcsv
 
             layout = csv_layout(path, options)
-            check_names(layout.header, path, what)
+            check_names(layout.names, path, what)
             _say_layout(layout, options, path, log)
-            frame = pcsv.read_csv(path, **_csv_options(layout)).to_pandas()
+            frame = _without_unnamed(pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout,
+                                     options, path)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
@@ -565,22 +605,23 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
         import pyarrow.csv as pcsv
 
         layout = csv_layout(path, options)
-        check_names(layout.header, path, what)
+        check_names(layout.names, path, what)
         if first_undecodable(path, layout.encoding) is not None:
             raise decoding_error(path, options)
         _say_layout(layout, options, path, log)
         reader = pcsv.open_csv(path, **_csv_options(layout, stream=True))
-        pending, rows = [], 0
+        pending, rows, done = [], 0, 0
         for batch in reader:
             pending.append(batch)
             rows += batch.num_rows
             while rows >= chunk_size:
                 table = pa.Table.from_batches(pending)
-                yield table.slice(0, chunk_size).to_pandas()
+                yield _without_unnamed(table.slice(0, chunk_size).to_pandas(), layout, options, path, done)
+                done += chunk_size
                 rest = table.slice(chunk_size)
                 pending, rows = rest.to_batches(), rest.num_rows
         if rows:
-            yield pa.Table.from_batches(pending).to_pandas()
+            yield _without_unnamed(pa.Table.from_batches(pending).to_pandas(), layout, options, path, done)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
