@@ -515,3 +515,19 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
         added = prepared.train.tail(2)
         assert sorted(added["text"]) == ["miner [SEP] place : x", "tailor"], suffix
         assert any("columns read under the run's names" in line for line in said), said
+
+
+def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
+    """Review of issue 27, item 7: a bad code in a filled row of a check list is named by
+    that row's number in the file, not by its place among the filled rows."""
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "data.csv"
+    data.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 3)
+    check = tmp_path / "check.csv"
+    check.write_text("occ1,n_rows,confidence,code_1,prob_1,checked_1\nminer,3,0.2,61110,0.2,\n"
+                     "tailor,2,0.3,64100,0.3,\nsmith,1,0.4,83110,0.4,641100\n")
+    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)])
+    with pytest.raises(UserError, match=r"row 3 checked_1='641100': longer than --block-size 5"):
+        prepare(cfg, 0, log=lambda _: None)

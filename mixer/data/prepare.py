@@ -55,13 +55,14 @@ class Checked:
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
                known: Optional[set] = None, allowed: Optional[set] = None, log=None,
-               why: str = "") -> Checked:
+               why: str = "", numbers: Optional[np.ndarray] = None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
     naming them, or dropped with --drop-bad-labels. Codes are first spelled as the code
     system spells them (mixer.data.normalise; `why` says why its digit codes have a fixed
     width, in the line that counts the zeros restored). `allowed`: the codes of --key (a
     code outside it is bad). With --empty-code-label a row without any code gets that
-    code in its first slot."""
+    code in its first slot. `numbers`: each row's number in its file (rows count from 1
+    under the header), where the frame holds some of the file's rows only."""
     flags = {cfg.input_col: "--input-col"}
     flags.update({c: "--target-cols" for c in cfg.target_cols})
     flags.update({c: "--context-cols" for c in cfg.context_cols})
@@ -127,7 +128,8 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     for mask, _ in problems:
         bad |= mask
     if bad.any() and not cfg.drop_bad_labels:
-        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg))
+        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg,
+                                           np.arange(1, n_rows + 1) if numbers is None else numbers))
 
     lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
             if cfg.language_col else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8),
@@ -142,7 +144,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
         out[DESC_CHARS] = desc_chars
     for i, name in enumerate(code_columns(n_cols)):
         out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
-    out["row"] = np.arange(1, n_rows + 1)
+    out["row"] = np.arange(1, n_rows + 1) if numbers is None else np.asarray(numbers)
     keep = ~bad
     present = np.bincount(cell_code[keep].ravel(), minlength=len(categories)) > 0
     kept_codes = {c for c, used in zip(categories, present) if used and c != ""}
@@ -150,7 +152,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     return Checked(frame=frame, dropped=int(bad.sum()), codes=kept_codes)
 
 
-def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
+def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, numbers) -> str:
     parts = []
     for mask, what in problems:
         rows = np.flatnonzero(mask)
@@ -160,11 +162,11 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
             examples = []
             for row in rows[:3]:
                 col = int(np.flatnonzero(bad_cells[row])[0])
-                examples.append(f"row {row + 1} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
+                examples.append(f"row {numbers[row]} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
                                 f"{cell_reason[row, col]}")
             parts.append(f"{len(rows)} row(s) with bad codes ({'; '.join(examples)})")
         else:
-            shown = ", ".join(str(r + 1) for r in rows[:5])
+            shown = ", ".join(str(numbers[r]) for r in rows[:5])
             parts.append(f"{len(rows)} row(s) with {what} (rows {shown}{', ...' if len(rows) > 5 else ''})")
     return (f"{path}: " + "; ".join(parts) +
             ". Fix these rows or pass --drop-bad-labels to skip them (rows count from 1 after the header)")
@@ -486,7 +488,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
         rows = table.loc[filled].reset_index(drop=True)
         rows.attrs = table.attrs
         checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
-                             formatter, path, known, allowed, log, why)
+                             formatter, path, known, allowed, log, why, numbers=np.flatnonzero(filled) + 1)
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
         seen.update(checked.codes)
