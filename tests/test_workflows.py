@@ -531,3 +531,29 @@ def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
     cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)])
     with pytest.raises(UserError, match=r"row 3 checked_1='641100': longer than --block-size 5"):
         prepare(cfg, 0, log=lambda _: None)
+
+
+def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
+    """Review of issue 27, item 8: '01110' in the dataset and '1110' in a check list is
+    refused naming both files (it named the dataset for both); as an Excel number cell the
+    check list's 1110 is 01110, one class."""
+    import openpyxl
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "ds.csv"
+    data.write_text("occ1,hisco_1\n" + "chemist,01110\nfisher,64100\n" * 3)
+    check = tmp_path / "check.csv"
+    check.write_text("occ1,checked_1\nchemist's help,1110\n")
+    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)],
+                     allow_codes_shorter_than_block_size=True)
+    with pytest.raises(UserError) as error:
+        prepare(cfg, 0, log=lambda _: None)
+    assert str(error.value).startswith(f"codes '01110' (--dataset {data}) and '1110' (--extra-train {check}) "
+                                       "are one number written with and without leading zeros")
+    book = openpyxl.Workbook()
+    book.active.append(["occ1", "checked_1"])
+    book.active.append(["chemist's help", 1110])
+    book.save(tmp_path / "check.xlsx")
+    cfg.extra_train = [str(tmp_path / "check.xlsx")]
+    assert list(prepare(cfg, 0, log=lambda _: None).key["code"]) == ["01110", "64100"]

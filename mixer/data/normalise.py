@@ -139,19 +139,24 @@ def key_digit_width(codes) -> Optional[int]:
     return widths.pop() if len(widths) == 1 else None
 
 
-def check_one_spelling(codes, where: str) -> None:
+def check_one_spelling(sources) -> None:
     """Refuse one number written two ways ('1110' and '01110'): read as written they would
-    be two classes of one code."""
+    be two classes of one code. `sources`: (where, codes) per file read, so that the message
+    names the file of each spelling."""
     seen: dict = {}
-    for code in sorted(codes):
-        if code.isdigit():
-            other = seen.setdefault(code.lstrip("0"), code)
-            if other != code:
-                raise UserError(
-                    f"{where}: codes {other!r} and {code!r} are one number written with and without "
-                    f"leading zeros, which would be two classes; pass {ZERO_PADDED_FLAG} to read "
-                    "digit codes as --block-size digits (both are then one code), or correct the "
-                    "data")
+    for where, codes in sources:
+        for code in sorted(codes):
+            if not code.isdigit():
+                continue
+            other, there = seen.setdefault(code.lstrip("0"), (code, where))
+            if other == code:
+                continue
+            found = (f"{where}: codes {other!r} and {code!r}" if there == where else
+                     f"codes {other!r} ({there}) and {code!r} ({where})")
+            raise UserError(
+                f"{found} are one number written with and without leading zeros, which would be two "
+                f"classes; pass {ZERO_PADDED_FLAG} to read digit codes as --block-size digits (both are "
+                "then one code), or correct the data")
 
 
 # ------------------------------------------------------------------ text

@@ -411,7 +411,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     if cfg.empty_code_label is not None:
         check_empty_code_label(cfg, formatter, known, allowed)
 
-    seen = set()
+    seen, sources = set(), []  # sources: (file, its codes), for check_one_spelling
 
     def load(paths, role):
         frames = []
@@ -422,6 +422,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
             seen.update(checked.codes)
+            sources.append((f"{TableOptions(role=role).what} {path}", checked.codes))
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         if len(frame) == 0:
             raise UserError(f"{TableOptions(role=role).what}: no rows left after dropping bad labels")
@@ -434,9 +435,9 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     else:
         train, val = load(cfg.train_data, "train_data"), load(cfg.val_data, "val_data")
     if cfg.extra_train:  # rows checked by hand: training only, after the split
-        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why))
+        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why, sources))
     # with codes shorter than the block allowed: one number written two ways is refused
-    check_one_spelling(seen, f"--dataset {cfg.dataset}" if cfg.dataset else "--train-data and --val-data")
+    check_one_spelling(sources)
     if fixed is not None:  # every code of --key, those absent from the data too
         seen = set(fixed["code"])
     if base is None:
@@ -465,7 +466,7 @@ def read_role_file(cfg: DataConfig, role: str, path: str, paths: list, log) -> p
 
 
 def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log,
-                     why: str = "") -> pd.DataFrame:
+                     why: str = "", sources: Optional[list] = None) -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
     from mixer.data.checking import checked_columns, filled_rows, with_run_names
@@ -492,6 +493,8 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
         seen.update(checked.codes)
+        if sources is not None:
+            sources.append((f"--extra-train {path}", checked.codes))
         log(f"{path}: {len(checked.frame)} checked row(s) added to the training rows")
         frames.append(checked.frame)
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
