@@ -441,6 +441,28 @@ def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
     assert chunks[1]["year"].isna().tolist() == [True, False]
 
 
+def test_parquet_is_read_alike_by_every_program(tmp_path):
+    """Review of issue 27, items 9 and 13: a named pandas index is a column for the whole-file
+    reader (finetune.py, evaluate.py) as for the streaming one (predict.py), and an int64
+    column with nulls in a file without pandas metadata (pyarrow, polars, R) keeps its
+    digits (as float64 12345678901234567 came back as ...568)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    indexed = tmp_path / "ix.parquet"
+    pd.DataFrame({"parish": ["a", "b"], "occ1": ["farmer", "smith"]}).set_index("parish").to_parquet(indexed)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pa.table({"id": pa.array([12345678901234567, None], pa.int64()), "occ1": ["farmer", "smith"]}),
+                   bare)
+    for path, expected in ((indexed, [["a", "farmer"], ["b", "smith"]]),
+                           (bare, [["12345678901234567", "farmer"], ["", "smith"]])):
+        whole = read_table(str(path))
+        streamed = pd.concat(iter_chunks(str(path), 1, TableOptions()), ignore_index=True)
+        assert whole.values.tolist() == expected
+        assert list(streamed.columns) == list(whole.columns)
+        assert [[str(v) if pd.notna(v) else "" for v in row] for row in streamed.values.tolist()] == expected
+
+
 def test_whole_numbers_past_int64_are_written_out_in_full():
     from mixer.data.reading import as_text
 

@@ -422,11 +422,7 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path, columns=columns)
-            try:
-                frame = table.to_pandas()
-            except (TypeError, NotImplementedError):  # pandas metadata naming a dtype pandas
-                frame = table.to_pandas(ignore_metadata=True)  # cannot build ('list<...>[pyarrow]')
+            frame = _parquet_frame(pq.read_table(path, columns=columns))
             frame = _numbers_as_text(frame, path, what)
         elif kind == "stata":
             chunks = list(formats.stata_chunks(path, 1_000_000, what))
@@ -460,6 +456,21 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
     if len(frame) == 0:
         raise UserError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def _parquet_frame(table) -> pd.DataFrame:
+    """A Parquet table or batch as pandas, read alike by the whole-file and the streaming
+    reader: Arrow-backed columns, so a chunk's types do not depend on its values and an
+    integer column with nulls stays integers (numpy would make it float64, and
+    12345678901234567 would come back as ...568), and a named index (pandas' to_parquet of
+    a frame indexed by 'parish') is a column of the file."""
+    try:
+        frame = table.to_pandas(types_mapper=pd.ArrowDtype)
+    except (TypeError, NotImplementedError, ValueError):  # pandas metadata naming a dtype pandas
+        frame = table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)  # cannot build
+    if any(name is not None for name in frame.index.names):
+        frame = frame.reset_index()
+    return frame.reset_index(drop=True)
 
 
 def _kind_of(path: str, options: TableOptions) -> str:
@@ -583,10 +594,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
             # (numpy would make an integer column with blanks float, an all-blank one
             # object), so every chunk has the file's schema and the output keeps it
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-                chunk = batch.to_pandas(types_mapper=pd.ArrowDtype)
-                if any(name is not None for name in chunk.index.names):  # a named index
-                    chunk = chunk.reset_index()  # (pandas' to_parquet) is a column of the file
-                yield chunk
+                yield _parquet_frame(batch)
             return
         if kind == "stata":
             yield from formats.stata_chunks(path, chunk_size, what)
