@@ -463,6 +463,36 @@ def test_parquet_is_read_alike_by_every_program(tmp_path):
         assert [[str(v) if pd.notna(v) else "" for v in row] for row in streamed.values.tolist()] == expected
 
 
+def test_one_value_is_one_text_in_every_format(tmp_path):
+    """Review of issue 27, item 12: the model's text of a date, a boolean or a float does
+    not depend on the format it was read from (a run trained on Parquet and predicting
+    from Excel rebuilds its input exactly): dates ISO without a midnight time, booleans
+    TRUE/FALSE, floats by their shortest repr at their own precision (Stata's float 1.1 is
+    '1.1'); the streaming reader (predict.py) gives what the whole-file reader gives."""
+    from mixer.data.reading import as_text
+
+    when = [dt.datetime(1850, 3, 1), dt.datetime(1850, 3, 1, 12, 30)]
+    frame = pd.DataFrame({"occ1": ["farmer", "smith"], "when": when, "flag": [True, False],
+                          "x": np.array([1.1, 2.5], dtype=np.float32)})
+    frame.to_parquet(tmp_path / "v.parquet")
+    frame.drop(columns="flag").to_stata(tmp_path / "v.dta", write_index=False, version=118,
+                                        convert_dates={"when": "tc"})
+    write_xlsx(tmp_path / "v.xlsx", [list(frame.columns)] + [["farmer", when[0], True, 1.1],
+                                                             ["smith", when[1], False, 2.5]])
+    expected = {"occ1": ["farmer", "smith"], "when": ["1850-03-01", "1850-03-01 12:30:00"],
+                "flag": ["TRUE", "FALSE"], "x": ["1.1", "2.5"]}
+    for name in ("v.parquet", "v.dta", "v.xlsx"):
+        path = str(tmp_path / name)
+        whole = read_table(path)
+        streamed = pd.concat(iter_chunks(path, 1, TableOptions()), ignore_index=True)
+        for column in whole.columns:
+            assert whole[column].tolist() == expected[column], (name, column)
+            assert as_text(streamed[column]).tolist() == expected[column], (name, column)
+    pd.DataFrame({"when": pd.to_datetime(["1850-03-01"]), "n": [1]}).to_stata(
+        tmp_path / "td.dta", write_index=False, convert_dates={"when": "td"})
+    assert read_table(str(tmp_path / "td.dta"))["when"].tolist() == ["1850-03-01"]
+
+
 def test_whole_numbers_past_int64_are_written_out_in_full():
     from mixer.data.reading import as_text
 

@@ -46,30 +46,51 @@ def openpyxl_module(what: str, path: str):
 
 
 ZERO_PADDED = re.compile(r"^0+$")  # a number format such as 00000 shows 1110 as 01110
+TRUE, FALSE = "TRUE", "FALSE"  # a boolean's one spelling, in every format (as Excel and R write it)
+
+
+def value_text(value) -> str:
+    """One value as text, the one form per type every reader gives (mixer.data.reading.as_text
+    is its vectorised twin), so that the same table read from any format gives the model the
+    same text: missing -> ''; booleans TRUE/FALSE; whole numbers without '.0'; other numbers
+    by their shortest repr at their own precision (a float32 1.1 is '1.1', not
+    '1.100000023841858'); a date or a midnight time stamp as 1850-03-01, other time stamps
+    as 1850-03-01 12:30:00; text as it is."""
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, np.datetime64)
+                                                              and np.isnat(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return TRUE if value else FALSE
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            return ""
+        if float(value).is_integer() and abs(value) < 2.0 ** 63:
+            return str(int(value))
+        return np.format_float_positional(value, trim="-")
+    if isinstance(value, np.datetime64):
+        value = pd.Timestamp(value)
+    if isinstance(value, dt.datetime):
+        if value.time() == dt.time() and value.tzinfo is None and not getattr(value, "nanosecond", 0):
+            return value.date().isoformat()
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    return str(value)
 
 
 def excel_cell_text(value, number_format: str = "General") -> tuple[str, bool]:
-    """(the cell as text, whether it holds a number). Whole numbers without '.0';
-    a number whose cell format pads it with zeros (00000) keeps them, as Excel shows it."""
-    if value is None:
-        return "", False
-    if isinstance(value, bool):
-        return ("TRUE" if value else "FALSE"), False
-    if isinstance(value, (int, float)):
+    """(the cell as text, whether it holds a number), as value_text writes it; a number
+    whose cell format pads it with zeros (00000) keeps them, as Excel shows it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             return "", False
-        if float(value).is_integer():
-            text = str(int(value))
-            if value >= 0 and ZERO_PADDED.match(number_format or ""):
-                text = text.zfill(len(number_format))
-        else:
-            text = np.format_float_positional(value, trim="-")
+        text = value_text(value)
+        if float(value).is_integer() and value >= 0 and ZERO_PADDED.match(number_format or ""):
+            text = text.zfill(len(number_format))
         return text, True
-    if isinstance(value, dt.datetime):
-        return (value.date().isoformat() if value.time() == dt.time() else value.isoformat()), False
-    if isinstance(value, (dt.date, dt.time)):
-        return value.isoformat(), False
-    return str(value), False
+    return value_text(value), False
 
 
 class ExcelSheet:
@@ -354,8 +375,8 @@ def _declared_types(reader) -> dict:
         kind = np.dtype(dtype) if not isinstance(dtype, (int, str)) else None
         if kind is not None and kind.kind in "iu":
             declared[name] = pa.int64()
-        elif kind is not None and kind.kind == "f":
-            declared[name] = pa.float64()
+        elif kind is not None and kind.kind == "f":  # a float variable keeps its precision
+            declared[name] = pa.float32() if kind.itemsize == 4 else pa.float64()
     return declared
 
 

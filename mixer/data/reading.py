@@ -85,9 +85,20 @@ def canonical_encoding(name: str) -> str:
 
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
-    """A column as strings: missing -> '', whole floats -> '64100', others as written."""
-    if pd.api.types.is_float_dtype(series.dtype):
-        values = series.to_numpy(dtype=float, na_value=np.nan)
+    """A column as strings, one form per value type whatever the format it came from
+    (mixer.data.formats.value_text, cell by cell): missing -> '', booleans TRUE/FALSE, whole
+    numbers '64100', other numbers by their shortest repr at the column's precision, dates
+    ISO (1850-03-01, a time only where it is not midnight), text as it is."""
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        flags = series.astype(object)
+        out = np.where(flags.isna().to_numpy(), "", np.where(flags.fillna(False).astype(bool).to_numpy(),
+                                                            formats.TRUE, formats.FALSE))
+        return pd.Series(out, index=series.index, dtype=object)
+    if pd.api.types.is_float_dtype(dtype):
+        precision = getattr(dtype, "numpy_dtype", dtype)
+        precision = precision if getattr(precision, "itemsize", 8) < 8 else np.dtype(float)
+        values = series.to_numpy(dtype=precision, na_value=np.nan)
         out = np.full(len(values), "", dtype=object)
         finite = np.isfinite(values)
         with np.errstate(invalid="ignore"):
@@ -96,7 +107,15 @@ def as_text(series: pd.Series) -> pd.Series:
         fractional = finite & ~whole  # and whole numbers past int64, written out in full
         out[fractional] = [np.format_float_positional(v, trim="-") for v in values[fractional]]
         return pd.Series(out, index=series.index, dtype=object)
-    return series.astype(object).where(series.notna(), "").astype(str)
+    if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_string_dtype(dtype) and not _mixed(series):
+        return series.astype(object).where(series.notna(), "").astype(str)
+    return pd.Series([formats.value_text(v) for v in series.astype(object)], index=series.index, dtype=object)
+
+
+def _mixed(series: pd.Series) -> bool:
+    """An object column that holds more than text (numbers, dates, booleans, as
+    pd.read_excel or a notebook gives one)."""
+    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) not in ("string", "empty")
 
 
 # ------------------------------------------------------------------ CSV text
@@ -565,18 +584,10 @@ def frame_as_text(frame: pd.DataFrame, what: str) -> pd.DataFrame:
 
 def text_cells(series: pd.Series) -> pd.Series:
     """A column of Python objects (numbers and text mixed, as pd.read_excel gives one)
-    as text, cell by cell, numbers as as_text writes them; other columns as they are."""
+    as text, cell by cell, as as_text writes each value; other columns as they are."""
     if series.dtype != object:
         return series
-
-    def text(value) -> str:
-        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-            return ""
-        if isinstance(value, (float, np.floating)):
-            return as_text(pd.Series([float(value)])).iloc[0]
-        return str(value)
-
-    return pd.Series([text(v) for v in series], index=series.index, dtype=object)
+    return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
 
 
 def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"),
