@@ -557,3 +557,28 @@ def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
     book.save(tmp_path / "check.xlsx")
     cfg.extra_train = [str(tmp_path / "check.xlsx")]
     assert list(prepare(cfg, 0, log=lambda _: None).key["code"]) == ["01110", "64100"]
+
+
+def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_nothing(tmp_path, monkeypatch):
+    """Review of issue 27, item 10: a text the check list's format cannot hold is named by
+    its row in the input as well as in the check list, and the half-written workbook is
+    dropped (no 'Exception ignored ... I/O operation on closed file' at exit)."""
+    import gc
+    import sys
+
+    from mixer.data.checking import CheckList
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    texts = [f"title {i}" for i in range(300)]
+    texts[150] = "bad\x01title"
+    checks = CheckList(300, str(tmp_path / "c.xlsx"), ["occ1"], "", 1)
+    for start in range(0, 300, 100):
+        chunk = pd.DataFrame({"occ1": texts[start:start + 100]})
+        predicted = pd.DataFrame({"code_1": ["61110"] * 100, "prob_1": np.linspace(0.99, 0.0, 300)[start:start + 100]})
+        checks.add(chunk, predicted, chunk["occ1"].tolist())
+    with pytest.raises(UserError, match=r"row 150 \(input row 151\) column 'occ1' holds a control character"):
+        checks.commit()
+    del checks
+    gc.collect()
+    assert not unraisable and os.listdir(tmp_path) == []

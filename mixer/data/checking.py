@@ -25,6 +25,7 @@ from mixer.core.errors import UserError
 
 CHECKED = "checked_{}"
 INPUT = "model input"  # the index of the collected rows: the string the model reads
+SOURCE_ROW = "\x00input row"  # a collected row's row in the input (its first, for a repeated one)
 CHECKED_COLUMN = re.compile(r"^checked_(\d+)$")
 # the columns the tool writes into a check list (the others are the input's)
 TOOL_COLUMN = re.compile(r"^(?:n_rows|confidence|(?:code|prob|desc|checked)_\d+)$")
@@ -59,6 +60,7 @@ class CheckList:
         self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
+        self.rows = 0  # input rows seen, so that a row is named by its row in the input
 
     def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs) -> None:
         """inputs: per row of the chunk, the string the model reads for it."""
@@ -68,6 +70,8 @@ class CheckList:
                            .reset_index(drop=True)], axis=1)
         table.columns = self.key_columns + [n[len(self.prefix):] for n in names if n in predicted.columns]
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
+        table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
+        self.rows += len(table)
         table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
         counts = table.groupby(level=0, sort=False).size().rename("n_rows")
         distinct = table[~table.index.duplicated()]
@@ -92,9 +96,17 @@ class CheckList:
         out = chosen[["n_rows", "confidence"] + codes]
         for k in range(self.slots):
             out[CHECKED.format(k + 1)] = ""
-        self.writer.write(out, inputs=chosen[self.key_columns])
-        self.writer.commit()
+        try:  # a row the format cannot hold is named by its row in the input too
+            self.writer.write(out, inputs=chosen[self.key_columns], source_rows=chosen[SOURCE_ROW].to_numpy())
+            self.writer.commit()
+        except BaseException:
+            self.writer.abort()
+            raise
         return len(out)
+
+    def abort(self) -> None:
+        """Leave nothing behind (a prediction that failed)."""
+        self.writer.abort()
 
 
 def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> pd.DataFrame:

@@ -259,8 +259,10 @@ class ExcelWriter:
         self.sheet = self.book.create_sheet("predictions")
         self.rows = 0
 
-    def write(self, columns: list) -> None:
-        """columns: [(name, 'number' | 'text', numpy values)], the same names each time."""
+    def write(self, columns: list, source_rows=None) -> None:
+        """columns: [(name, 'number' | 'text', numpy values)], the same names each time;
+        source_rows: each row's row in the input it comes from, for messages, where the rows
+        are not the input's own (a check list)."""
         from openpyxl.cell import WriteOnlyCell
 
         n_rows = len(columns[0][2]) if columns else 0
@@ -287,11 +289,14 @@ class ExcelWriter:
                 if kind == "number" or value == "":
                     cells.append(None if value == "" else value)
                 else:
-                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name))
+                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name,
+                                                 None if source_rows is None else source_rows[offset]))
             self.sheet.append(cells)
         self.rows += n_rows
 
-    def _text_cell(self, cell_class, value: str, row: int, name):
+    def _text_cell(self, cell_class, value: str, row: int, name, source=None):
+        if source is not None:
+            row = f"{row} (input row {source})"
         if len(value) > EXCEL_MAX_CELL:
             raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds "
                             f"{len(value):,} characters, more than an Excel cell holds "

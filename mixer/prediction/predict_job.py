@@ -155,7 +155,7 @@ def predict_file(args) -> None:
             if bar is not None:
                 bar.close()
     except BaseException:
-        for open_writer in (writer, embedding_writer):
+        for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
                 open_writer.abort()
         raise
