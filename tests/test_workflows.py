@@ -582,3 +582,41 @@ def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_noth
     del checks
     gc.collect()
     assert not unraisable and os.listdir(tmp_path) == []
+
+
+def test_finetune_takes_each_flag_by_its_name_and_refuses_in_one_line(tmp_path):
+    """Review of issue 27, item 11: mixer.finetune(key=...) is --key (its dest is key_file);
+    a DataFrame where a path goes and a complex column are one-line UserErrors; a refused
+    call into a directory that holds a run prepared from the command line leaves no
+    dataset.parquet there."""
+    import mixer
+
+    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
+                          "hisco_1": ["61110", "64100", "83110", "75100"] * 2})
+    key = tmp_path / "key.csv"
+    key.write_text("code,description\n61110,farmer\n64100,fisher\n83110,smith\n75100,weaver\n99999,other\n")
+    run = tmp_path / "api"
+    assert mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), key=str(key), prepare_only=True,
+                          token_cache=False, share_val=0.25) is None
+    assert read_key(run)["code"].tolist() == ["61110", "64100", "83110", "75100", "99999"]
+    for bad, message in ((dict(code_descriptions=frame), r"^code_descriptions=: pass text, a number or a file's "
+                                                         r"path, not a DataFrame \(write it to a file"),
+                         (dict(context_cols=[frame]), r"^context_cols=: pass text")):
+        with pytest.raises(UserError, match=message) as error:
+            mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), **bad)
+        assert "\n" not in str(error.value)
+    with pytest.raises(UserError, match=r"^data: column 'z' \(complex128\) cannot be kept in Parquet") as error:
+        mixer.finetune(frame.assign(z=1 + 2j), target_cols="hisco_1", save_path=str(tmp_path / "x"))
+    assert "\n" not in str(error.value) and not os.path.exists(tmp_path / "x")
+    cli_run = tmp_path / "cli"
+    data = tmp_path / "data.csv"
+    frame.to_csv(data, index=False)
+    assert finetune_main(["--dataset", str(data), "--target-cols", "hisco_1", "--share-val", "0.25",
+                          "--save-path", str(cli_run), "--prepare-only", "--no-token-cache"]) == 0
+    before = sorted(os.listdir(cli_run))
+    with pytest.raises(UserError, match="prepared from other input or settings"):
+        mixer.finetune(frame.assign(occ1="clerk"), target_cols="hisco_1", save_path=str(cli_run), share_val=0.25,
+                       prepare_only=True, token_cache=False)
+    assert sorted(os.listdir(cli_run)) == before  # no dataset.parquet left behind
+    with pytest.raises(UserError, match=r"^data: 4 row\(s\) with bad codes \(row 2 hisco_1='6410'"):
+        mixer.finetune(frame.assign(hisco_1=["61110", "6410"] * 4), target_cols="hisco_1", save_path=str(run / "y"))
