@@ -202,6 +202,26 @@ def test_a_typed_separator_that_the_file_names_anyway_is_the_same_run(tmp_path):
                          str(tmp_path / "semi"), log=lambda _: None)
 
 
+def test_an_encoding_that_reads_the_file_as_utf8_does_is_the_same_run(tmp_path):
+    """An ASCII file resumed with --encoding cp1252, or a UTF-8 one with utf-8-sig, reads as
+    it was read, so it is the same run; an encoding that reads the file otherwise is not."""
+    path = tmp_path / "data.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 5)
+    run = str(tmp_path / "run")
+    prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2), 0, run, log=lambda _: None)
+    for encoding in ("cp1252", "utf-8-sig", "latin-1"):
+        said = []
+        prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, encoding=encoding),
+                         0, run, log=said.append)
+        assert said == [f"reusing prepared data in {run}"], encoding
+    path.write_text("occ1,hisco_1\n" + "drängen,61110\nfisher,64100\n" * 5)
+    prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2), 0, str(tmp_path / "u8"),
+                     log=lambda _: None)
+    with pytest.raises(UserError, match="--encoding was 'utf-8', now 'iso8859-1'"):
+        prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, encoding="iso8859-1"),
+                         0, str(tmp_path / "u8"), log=lambda _: None)
+
+
 def test_a_run_prepared_with_a_typed_separator_before_it_was_canonical_resumes(tmp_path):
     """Runs whose fingerprint recorded the flags as typed (before) resume unchanged."""
     path = tmp_path / "data.csv"

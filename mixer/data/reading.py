@@ -679,7 +679,8 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":
-        found = replace(found, encoding=options.encoding)
+        if not reads_as_utf8(path, options.encoding):
+            found = replace(found, encoding=options.encoding)
         if options.sep is not None and options.sep != _own(lambda: csv_layout(
                 path, replace(options, sep=None)).sep):
             found = replace(found, sep=options.sep)
@@ -694,6 +695,26 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
                 path, replace(options, header_row=None)).header_row):
             found = replace(found, header_row=options.header_row)
     return found  # Parquet and Stata: nothing to choose
+
+
+def reads_as_utf8(path: str, encoding: str) -> bool:
+    """Whether a CSV file reads in `encoding` as it reads in UTF-8, the default: UTF-8 with
+    or without a byte-order mark, or a file of ASCII bytes in an encoding that keeps ASCII
+    (cp1252, latin-1, ...; not utf-16)."""
+    name = canonical_encoding(encoding)
+    if name in ("utf-8", "utf-8-sig"):
+        return True
+    sample = "occ1,;|\t\r\n\"azAZ09 "
+    try:
+        if sample.encode(name) != sample.encode("ascii"):
+            return False
+    except (UnicodeError, LookupError):
+        return False
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 24):
+            if not block.isascii():
+                return False
+    return True
 
 
 def _own(what_the_file_says):
