@@ -434,6 +434,20 @@ def test_excel_cells_read_as_codes(tmp_path):
     assert list(pd.concat(chunks)["hisco_2"]) == ["61110", "64100", "01110"]
 
 
+def test_a_bad_row_of_a_workbook_is_also_named_by_its_sheet_row(tmp_path):
+    """Rows count from 1 under the header in every format (empty rows are no rows); in a
+    workbook with a title above its header a bad row is also named as Excel numbers it."""
+    from mixer.data.prepare import prepare
+
+    rows = [["Occupations, 1850"], [], ["occ1", "hisco_1"]] + [["farmer", "61110"]] * 6 + [
+        ["smith", "8311"], [], ["", "83110"]]
+    path = write_xlsx(tmp_path / "t.xlsx", rows)
+    with pytest.raises(UserError) as error:
+        prepare(DataConfig(dataset=path, header_row=3, target_cols=["hisco_1"]), 0, log=lambda _: None)
+    assert "empty text in 'occ1' (rows 8 (sheet row 12))" in str(error.value)
+    assert "(row 7 (sheet row 10) hisco_1='8311'" in str(error.value)
+
+
 def test_a_broken_workbook_and_an_old_xls_are_one_line_errors(tmp_path):
     broken = tmp_path / "broken.xlsx"
     broken.write_text("occ1,hisco_1\n")

@@ -136,6 +136,7 @@ class ExcelSheet:
             raise
         self._has_text = [False] * len(self.header)
         self._has_number = [False] * len(self.header)
+        self.numbers = []  # the sheet's row number of each row read (empty rows are none)
 
     def _header(self) -> tuple:
         for number, cells in self.rows_iter:
@@ -192,6 +193,7 @@ class ExcelSheet:
                 elif text.strip():
                     self._has_text[i] = True
             if filled:
+                self.numbers.append(number)
                 yield texts
 
     def _unnamed(self, number: int, column: int) -> UserError:

@@ -31,7 +31,9 @@ from mixer.data.normalise import (  # noqa: F401
     CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, hisco_key,
     key_digit_width, model_text, occcanine_room, restore_digits, width_reason,
 )
-from mixer.data.reading import as_text, canonical_options, check_input_path, read_table, require_columns
+from mixer.data.reading import (
+    SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns,
+)
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
@@ -128,8 +130,11 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     for mask, _ in problems:
         bad |= mask
     if bad.any() and not cfg.drop_bad_labels:
-        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg,
-                                           np.arange(1, n_rows + 1) if numbers is None else numbers))
+        numbers = np.arange(1, n_rows + 1) if numbers is None else numbers
+        sheet = frame.attrs.get(SHEET_ROWS)  # a workbook's rows: also as Excel numbers them
+        shown = [str(n) if sheet is None else f"{n} (sheet row {s})" for n, s in
+                 zip(numbers, sheet if sheet is not None else numbers)]
+        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, shown))
 
     lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
             if cfg.language_col else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8),
@@ -487,7 +492,9 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                                 f"or later, but the run has {len(cfg.target_cols)} code slot(s)")
             columns = columns[:len(cfg.target_cols)]
         rows = table.loc[filled].reset_index(drop=True)
-        rows.attrs = table.attrs
+        rows.attrs = dict(table.attrs)
+        if SHEET_ROWS in rows.attrs:
+            rows.attrs[SHEET_ROWS] = list(np.asarray(table.attrs[SHEET_ROWS])[filled])
         checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
                              formatter, path, known, allowed, log, why, numbers=np.flatnonzero(filled) + 1)
         if checked.dropped:

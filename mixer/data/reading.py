@@ -37,6 +37,7 @@ from mixer.data import formats
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
 LABELS = "labels"  # frame.attrs: a .dta file's variable labels, {name: label}
+SHEET_ROWS = "sheet_rows"  # frame.attrs: a workbook's row number of each row (as Excel shows it)
 READ_BLOCK = 1 << 20  # 1 MiB blocks (pyarrow's default) for the CSV readers
 SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
 FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
@@ -454,6 +455,7 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
                 check_names(sheet.header, path, what)
                 frame = pd.DataFrame([row for row in sheet.rows()], columns=sheet.header, dtype=object)
                 frame.attrs[NUMERIC_COLUMNS] = sheet.numeric
+                frame.attrs[SHEET_ROWS] = list(sheet.numbers)
             finally:
                 sheet.close()
             if log is not None:
