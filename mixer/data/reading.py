@@ -736,6 +736,17 @@ def _sheet_of(path: str, options: TableOptions):
 def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dict) -> None:
     for column in columns:
         if column not in frame.columns:
-            have = ", ".join(map(str, list(frame.columns)[:12]))
-            raise UserError(f"{path}: no column {column!r} ({flag_for.get(column, 'column')}); "
-                            f"the file has: {have}")
+            raise missing_column(column, frame.columns, path, flag_for.get(column, "column"))
+
+
+def missing_column(column: str, have, path: str, flag: str) -> UserError:
+    """One line for a column a file lacks: the names it has (a name with surrounding spaces
+    quoted, so the space shows), and the one that differs by those spaces only, if any.
+    Column names are kept as the file writes them (a worksheet's header cells come
+    stripped)."""
+    names = [str(c) for c in have]
+    shown = ", ".join(repr(n) if n != n.strip() or not n else n for n in names[:12])
+    near = [n for n in names if n.strip() == str(column).strip()]
+    hint = f"; the file's {near[0]!r} differs by spaces: pass {flag} {near[0]!r}" if near and flag.startswith("--") \
+        else ""
+    return UserError(f"{path}: no column {column!r} ({flag}); the file has: {shown}{hint}")

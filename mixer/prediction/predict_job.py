@@ -16,7 +16,7 @@ import pandas as pd
 from mixer.core.config import DistConfig, table_options
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
-from mixer.data.reading import check_input_path, check_input_table, iter_chunks
+from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
@@ -97,8 +97,7 @@ def predict_file(args) -> None:
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
-                    raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
-                                    f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
+                    raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
