@@ -328,6 +328,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
         raise cli.UserError(f"--predictions {args.predictions}: no row has a code in --truth-cols "
                             f"{' '.join(args.truth_cols)}; name the columns with the true codes")
     predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
+    if args.code_length is None and (note := evaluation.lost_zeros_note(truth, predicted)):
+        print(note, file=sys.stderr)
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
                                         args.digits, group_name=args.by or "group")
     write_text(output, table.to_csv(index=False))
