@@ -167,7 +167,8 @@ def add_code_args(group) -> None:
                        dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
                        help="accept codes shorter than --block-size as written, for code systems "
                             "whose codes have several lengths (codes that lost leading zeros: "
-                            "--zero-padded-codes); one number written with and without zeros "
+                            "--zero-padded-codes; the digit codes of a column stored as numbers get "
+                            "theirs back anyway); one number written with and without zeros "
                             "('1110', '01110') is refused")
     group.add_argument("--key", dest="key_file", default=None, metavar="FILE",
                        help="a fixed, complete list of codes (a table with a column 'code', and "
