@@ -207,7 +207,10 @@ class OutputWriter:
             except UserError as exc:
                 raise UserError(f"{self.what} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
             self.kinds = [kind for _, kind, _ in columns]
-            self.sheet.write(columns) if source_rows is None else self.sheet.write(columns, source_rows)
+            if self.kind == "excel" and source_rows is not None:  # its messages name rows
+                self.sheet.write(columns, source_rows)
+            else:
+                self.sheet.write(columns)
         elif self.parquet:
             import pyarrow as pa
             import pyarrow.parquet as pq
