@@ -116,7 +116,7 @@ def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> p
     file's variable labels (the names before the renaming) are used first, then the naming
     rule of each format; `columns`: the run's input columns in the order the check list
     writes them (description, language, context)."""
-    from mixer.data.reading import LABELS
+    from mixer.data.reading import LABELS, NUMERIC_COLUMNS
     from mixer.data.writing import output_names
 
     wanted = [c for c in dict.fromkeys(columns) if c and c not in frame.columns]
@@ -143,7 +143,7 @@ def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> p
     attrs = dict(frame.attrs)
     frame = frame.rename(columns=renamed)
     frame.attrs = attrs
-    frame.attrs["numeric_columns"] = [renamed.get(c, c) for c in attrs.get("numeric_columns", [])]
+    frame.attrs[NUMERIC_COLUMNS] = [renamed.get(c, c) for c in attrs.get(NUMERIC_COLUMNS, [])]
     return frame
 
 

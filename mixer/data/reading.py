@@ -110,7 +110,11 @@ def as_text(series: pd.Series) -> pd.Series:
         return pd.Series(out, index=series.index, dtype=object)
     if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_string_dtype(dtype) and not _mixed(series):
         return series.astype(object).where(series.notna(), "").astype(str)
-    return pd.Series([formats.value_text(v) for v in series.astype(object)], index=series.index, dtype=object)
+    if dtype == object:  # cell by cell: 1, 1.0 and True are equal to Python, but not one text
+        return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
+    codes, uniques = pd.factorize(series)  # dates, categories, ...: each distinct value once
+    texts = np.array([formats.value_text(v) for v in pd.Series(uniques).astype(object)] + [""], dtype=object)
+    return pd.Series(texts[codes], index=series.index, dtype=object)
 
 
 def _mixed(series: pd.Series) -> bool:
