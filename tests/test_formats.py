@@ -279,6 +279,15 @@ def test_a_title_row_above_the_header_is_named_and_skipped_with_header_row(tmp_p
     assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
 
 
+def both_readers_refuse(path, message: str, chunk_size: int = 1) -> None:
+    """The whole-file reader (finetune.py, evaluate.py) and the streaming one (predict.py)
+    refuse a file with the same one-line message."""
+    for read in (read_table, lambda p: list(iter_chunks(p, chunk_size, TableOptions()))):
+        with pytest.raises(UserError) as error:
+            read(str(path))
+        assert str(error.value) == message
+
+
 def test_a_csv_title_row_or_blank_first_line_is_named_or_skipped(tmp_path):
     """Review of issue 27, item 4: a CSV title row gives an error naming the row taken as
     the header and --header-row (whole-file and streaming reader alike); blank lines above
@@ -290,10 +299,7 @@ def test_a_csv_title_row_or_blank_first_line_is_named_or_skipped(tmp_path):
                 "1850') names 1 column(s): 'occ1,hisco_1'; if the column names are in another row (a title "
                 "above them), pass --header-row with its number; else quote a cell that holds ',' "
                 "(\"smith, master\") (rows count from 1 under the header)")
-    for read in (read_table, lambda path: list(iter_chunks(path, 1, TableOptions()))):
-        with pytest.raises(UserError) as error:
-            read(str(titled))
-        assert str(error.value) == expected
+    both_readers_refuse(titled, expected)
     assert read_table(str(titled), TableOptions(header_row=2)).values.tolist() == [["farmer", "61110"],
                                                                                   ["smith", "83110"]]
     blank = tmp_path / "b.csv"
@@ -315,13 +321,9 @@ def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
     number whichever reader met it (pyarrow's threaded reader gives none)."""
     path = tmp_path / "r.csv"
     path.write_text("occ1,hisco_1\n" + "farmer,61110\n" * 5000 + "smith, blacksmith,83110\n")
-    for read in (read_table, lambda p: list(iter_chunks(p, 1000, TableOptions()))):
-        with pytest.raises(UserError) as error:
-            read(str(path))
-        assert str(error.value) == (
-            f"--dataset {path}: row 5001 has 3 cell(s), but the header (line 1: 'occ1,hisco_1') names 2 "
-            "column(s): 'smith, blacksmith,83110'; quote a cell that holds ',' (\"smith, master\") (rows "
-            "count from 1 under the header)")
+    both_readers_refuse(path, f"--dataset {path}: row 5001 has 3 cell(s), but the header (line 1: 'occ1,hisco_1') "
+                              "names 2 column(s): 'smith, blacksmith,83110'; quote a cell that holds ',' "
+                              "(\"smith, master\") (rows count from 1 under the header)", chunk_size=1000)
     path.write_text("occ1,hisco_1\nfarmer,61110\nsmith\n")
     with pytest.raises(UserError, match="row 2 has 1 cell.s., .* give the row its missing cells"):
         read_table(str(path))
@@ -350,13 +352,9 @@ def test_trailing_empty_columns_of_a_csv_export_are_dropped_as_a_workbooks_are(t
     for read in (read_table, lambda p: pd.concat(iter_chunks(p, 1, TableOptions()))):
         assert read(str(path)).values.tolist() == [["farmer", "61110"], ["smith", "83110"]]
     path.write_text("occ1,hisco_1,,\nfarmer,61110,,\nsmith,83110,, x\n")
-    for read in (read_table, lambda p: list(iter_chunks(p, 1, TableOptions()))):
-        with pytest.raises(UserError) as error:
-            read(str(path))
-        assert str(error.value) == (
-            f"--dataset {path}: row 2 has a value in column 4 (' x'), which has no name in the header (line 1: "
-            "'occ1,hisco_1,,'); name the column, or pass --header-row with the number of the row that holds "
-            "the column names")
+    both_readers_refuse(path, f"--dataset {path}: row 2 has a value in column 4 (' x'), which has no name in "
+                              "the header (line 1: 'occ1,hisco_1,,'); name the column, or pass --header-row "
+                              "with the number of the row that holds the column names")
     path.write_text(",occ1,,hisco_1,\n0,farmer,,61110,\n")  # inside the header: named by position
     with pytest.raises(UserError, match=r"columns 1, 3 have no name in the header; name them"):
         read_table(str(path))
