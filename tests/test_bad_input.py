@@ -73,6 +73,8 @@ GOOD = ("occ1,hisco_1\nfarmer,61110\nfisher,64100\nclerk,39310\nsmith,83110\nmin
     ("dupe.csv", "occ1,hisco_1,hisco_1\nfarmer,61110,61110\n", ["duplicate column", "hisco_1"]),
     ("nocol.csv", "text,hisco_1\nfarmer,61110\n", ["no column 'occ1'", "--input-col", "text, hisco_1"]),
     ("notarget.csv", "occ1,code\nfarmer,61110\n", ["no column 'hisco_1'", "--target-cols"]),
+    ("spaced.csv", "occ1 ,hisco_1\nfarmer,61110\n", ["the file has: 'occ1 ', hisco_1; the file's 'occ1 ' "
+                                                      "differs by spaces: pass --input-col 'occ1 '"]),
     ("emptytext.csv", GOOD + ",61110\n", ["empty text", "rows 11"]),
     ("long.csv", GOOD + "weaver,751100\n", ["row 11 hisco_1='751100'", "longer than --block-size 5"]),
     ("short.csv", GOOD + "gardener,6210\n", ["row 11 hisco_1='6210'", "shorter", "--allow-codes-shorter"]),

@@ -48,6 +48,21 @@ def test_evaluate_py_prints_and_writes_the_table_by_group(tmp_path):
     assert da["accuracy"] == pytest.approx(0.5)  # -2 for -1: wrong at every number of digits
 
 
+def test_true_codes_that_lost_their_zeros_are_noted_without_code_length(tmp_path, capsys):
+    """Predictions written with their zeros ('01110') against true codes that lost them
+    ('1110', a number column): scored as written, with a note naming --code-length."""
+    from mixer.cli.entrypoints import evaluate_main
+
+    path = tmp_path / "p.parquet"
+    pd.DataFrame({"hisco_1": [1110, 61110, 2000], "code_1": ["01110", "61110", "02000"]}).to_parquet(path)
+    assert evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--digits", "5"]) == 0
+    err = capsys.readouterr().err
+    assert ("note: 2 distinct true code(s) are digits shorter than the predictions' 5-digit codes (e.g. "
+            "'1110' beside '01110'), scored as written; if they lost leading zeros, pass --code-length 5") in err
+    assert evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--code-length", "5"]) == 0
+    assert "note" not in capsys.readouterr().err
+
+
 def test_a_group_called_all_is_not_merged_with_the_overall_rows():
     truth = [{"61110"}, {"64100"}, {"83110"}]
     predicted = [{"61110"}, {"99999"}, {"99999"}]

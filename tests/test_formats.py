@@ -202,6 +202,26 @@ def test_a_typed_separator_that_the_file_names_anyway_is_the_same_run(tmp_path):
                          str(tmp_path / "semi"), log=lambda _: None)
 
 
+def test_an_encoding_that_reads_the_file_as_utf8_does_is_the_same_run(tmp_path):
+    """An ASCII file resumed with --encoding cp1252, or a UTF-8 one with utf-8-sig, reads as
+    it was read, so it is the same run; an encoding that reads the file otherwise is not."""
+    path = tmp_path / "data.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 5)
+    run = str(tmp_path / "run")
+    prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2), 0, run, log=lambda _: None)
+    for encoding in ("cp1252", "utf-8-sig", "latin-1"):
+        said = []
+        prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, encoding=encoding),
+                         0, run, log=said.append)
+        assert said == [f"reusing prepared data in {run}"], encoding
+    path.write_text("occ1,hisco_1\n" + "drängen,61110\nfisher,64100\n" * 5)
+    prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2), 0, str(tmp_path / "u8"),
+                     log=lambda _: None)
+    with pytest.raises(UserError, match="--encoding was 'utf-8', now 'iso8859-1'"):
+        prepare_run_data(DataConfig(dataset=str(path), target_cols=["hisco_1"], share_val=0.2, encoding="iso8859-1"),
+                         0, str(tmp_path / "u8"), log=lambda _: None)
+
+
 def test_a_run_prepared_with_a_typed_separator_before_it_was_canonical_resumes(tmp_path):
     """Runs whose fingerprint recorded the flags as typed (before) resume unchanged."""
     path = tmp_path / "data.csv"
@@ -257,6 +277,89 @@ def test_a_title_row_above_the_header_is_named_and_skipped_with_header_row(tmp_p
         read_table(str(csv_path), TableOptions(header_row=3))
     chunks = list(iter_chunks(str(csv_path), 1, TableOptions(encoding="cp1252", header_row=3)))
     assert [c.values.tolist() for c in chunks] == [[["bonde", "61110"]], [["drängen", "62120"]]]
+
+
+def both_readers_refuse(path, message: str, chunk_size: int = 1) -> None:
+    """The whole-file reader (finetune.py, evaluate.py) and the streaming one (predict.py)
+    refuse a file with the same one-line message."""
+    for read in (read_table, lambda p: list(iter_chunks(p, chunk_size, TableOptions()))):
+        with pytest.raises(UserError) as error:
+            read(str(path))
+        assert str(error.value) == message
+
+
+def test_a_csv_title_row_or_blank_first_line_is_named_or_skipped(tmp_path):
+    """Review of issue 27, item 4: a CSV title row gives an error naming the row taken as
+    the header and --header-row (whole-file and streaming reader alike); blank lines above
+    the header are skipped, as a workbook's empty rows are, never 'the file is empty'."""
+    data = "occ1,hisco_1\nfarmer,61110\nsmith,83110\n"
+    titled = tmp_path / "t.csv"
+    titled.write_text("Occupations parish of X 1850\n" + data)
+    expected = (f"--dataset {titled}: row 1 has 2 cell(s), but the header (line 1: 'Occupations parish of X "
+                "1850') names 1 column(s): 'occ1,hisco_1'; if the column names are in another row (a title "
+                "above them), pass --header-row with its number; else quote a cell that holds ',' "
+                "(\"smith, master\") (rows count from 1 under the header)")
+    both_readers_refuse(titled, expected)
+    assert read_table(str(titled), TableOptions(header_row=2)).values.tolist() == [["farmer", "61110"],
+                                                                                  ["smith", "83110"]]
+    blank = tmp_path / "b.csv"
+    blank.write_text("\n ;\n" + data)
+    assert read_table(str(blank)).values.tolist() == [["farmer", "61110"], ["smith", "83110"]]
+    assert [len(c) for c in iter_chunks(str(blank), 1)] == [1, 1]
+    assert fingerprint(DataConfig(dataset=str(blank), target_cols=["hisco_1"]), 0)["digest"] == fingerprint(
+        DataConfig(dataset=str(blank), target_cols=["hisco_1"], header_row=3), 0)["digest"]
+    blank.write_bytes(b"\n\nocc1,hisco_1\nfarmer,61110\n\nm\xe9decin,06110\n")
+    with pytest.raises(UserError, match=r"not UTF-8 text: row 2 \(line 6\)"):  # empty lines are no rows
+        read_table(str(blank))
+    (tmp_path / "empty.csv").write_text("\n\n")
+    with pytest.raises(UserError, match="the file is empty"):
+        read_table(str(tmp_path / "empty.csv"))
+
+
+def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
+    """Review of issue 27, item 14: a row with more cells than the header gives its row
+    number whichever reader met it (pyarrow's threaded reader gives none)."""
+    path = tmp_path / "r.csv"
+    path.write_text("occ1,hisco_1\n" + "farmer,61110\n" * 5000 + "smith, blacksmith,83110\n")
+    both_readers_refuse(path, f"--dataset {path}: row 5001 has 3 cell(s), but the header (line 1: 'occ1,hisco_1') "
+                              "names 2 column(s): 'smith, blacksmith,83110'; quote a cell that holds ',' "
+                              "(\"smith, master\") (rows count from 1 under the header)", chunk_size=1000)
+    path.write_text("occ1,hisco_1\nfarmer,61110\nsmith\n")
+    with pytest.raises(UserError, match="row 2 has 1 cell.s., .* give the row its missing cells"):
+        read_table(str(path))
+
+
+def test_a_header_row_past_the_last_row_is_named_so(tmp_path):
+    """Review of issue 27, item 5: --header-row past a sheet's (or a CSV file's) last row
+    says so and names the flag, never 'the sheet is empty'."""
+    path = write_xlsx(tmp_path / "s.xlsx", [["occ1", "hisco_1"]] + [["farmer", "61110"]] * 3, sheet="Sheet")
+    with pytest.raises(UserError) as error:
+        read_table(path, TableOptions(header_row=900))
+    assert str(error.value) == (f"--dataset {path}: sheet 'Sheet': row 900 (--header-row) is past its last row "
+                                "(4); name the row that holds the column names")
+    csv_path = tmp_path / "s.csv"
+    csv_path.write_text("occ1,hisco_1\nfarmer,61110\n")
+    with pytest.raises(UserError, match=r"row 9000 \(--key-header-row\) is past the file's last line \(2\)"):
+        read_table(str(csv_path), TableOptions(header_row=9000, role="key"))
+
+
+def test_trailing_empty_columns_of_a_csv_export_are_dropped_as_a_workbooks_are(tmp_path):
+    """Review of issue 27, item 6: 'occ1,hisco_1,,' (a spreadsheet's export of its used
+    range) reads as its two columns, as the Excel reader drops trailing empty header cells;
+    a value under a column without a name is an error naming its row and column."""
+    path = tmp_path / "e.csv"
+    path.write_text("occ1,hisco_1,,\nfarmer,61110,,\nsmith,83110,,\n")
+    for read in (read_table, lambda p: pd.concat(iter_chunks(p, 1, TableOptions()))):
+        assert read(str(path)).values.tolist() == [["farmer", "61110"], ["smith", "83110"]]
+    path.write_text("occ1,hisco_1,,\nfarmer,61110,,\nsmith,83110,, x\n")
+    both_readers_refuse(path, f"--dataset {path}: row 2 has a value in column 4 (' x'), which has no name in "
+                              "the header (line 1: 'occ1,hisco_1,,'); name the column, or pass --header-row "
+                              "with the number of the row that holds the column names")
+    path.write_text(",occ1,,hisco_1,\n0,farmer,,61110,\n")  # inside the header: named by position
+    with pytest.raises(UserError, match=r"columns 1, 3 have no name in the header; name them"):
+        read_table(str(path))
+    path.write_text(",occ1,hisco_1,\n0,farmer,61110,\n")  # pandas' index, written without a name
+    assert list(read_table(str(path)).columns) == ["", "occ1", "hisco_1"]
 
 
 def test_finetune_reads_a_semicolon_cp1252_export_and_says_how(tmp_path):
@@ -329,6 +432,20 @@ def test_excel_cells_read_as_codes(tmp_path):
     assert list(pd.concat(chunks)["hisco_2"]) == ["61110", "64100", "01110"]
 
 
+def test_a_bad_row_of_a_workbook_is_also_named_by_its_sheet_row(tmp_path):
+    """Rows count from 1 under the header in every format (empty rows are no rows); in a
+    workbook with a title above its header a bad row is also named as Excel numbers it."""
+    from mixer.data.prepare import prepare
+
+    rows = [["Occupations, 1850"], [], ["occ1", "hisco_1"]] + [["farmer", "61110"]] * 6 + [
+        ["smith", "8311"], [], ["", "83110"]]
+    path = write_xlsx(tmp_path / "t.xlsx", rows)
+    with pytest.raises(UserError) as error:
+        prepare(DataConfig(dataset=path, header_row=3, target_cols=["hisco_1"]), 0, log=lambda _: None)
+    assert "empty text in 'occ1' (rows 8 (sheet row 12))" in str(error.value)
+    assert "(row 7 (sheet row 10) hisco_1='8311'" in str(error.value)
+
+
 def test_a_broken_workbook_and_an_old_xls_are_one_line_errors(tmp_path):
     broken = tmp_path / "broken.xlsx"
     broken.write_text("occ1,hisco_1\n")
@@ -354,6 +471,58 @@ def test_stata_numbers_read_as_codes_and_chunks_keep_their_types(tmp_path):
     chunks = list(iter_chunks(path, 2))
     assert [str(c["year"].dtype) for c in chunks] == ["int64[pyarrow]"] * 2  # a blank is no float
     assert chunks[1]["year"].isna().tolist() == [True, False]
+
+
+def test_parquet_is_read_alike_by_every_program(tmp_path):
+    """Review of issue 27, items 9 and 13: a named pandas index is a column for the whole-file
+    reader (finetune.py, evaluate.py) as for the streaming one (predict.py), and an int64
+    column with nulls in a file without pandas metadata (pyarrow, polars, R) keeps its
+    digits (as float64 12345678901234567 came back as ...568)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    indexed = tmp_path / "ix.parquet"
+    pd.DataFrame({"parish": ["a", "b"], "occ1": ["farmer", "smith"]}).set_index("parish").to_parquet(indexed)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pa.table({"id": pa.array([12345678901234567, None], pa.int64()), "occ1": ["farmer", "smith"]}),
+                   bare)
+    for path, expected in ((indexed, [["a", "farmer"], ["b", "smith"]]),
+                           (bare, [["12345678901234567", "farmer"], ["", "smith"]])):
+        whole = read_table(str(path))
+        streamed = pd.concat(iter_chunks(str(path), 1, TableOptions()), ignore_index=True)
+        assert whole.values.tolist() == expected
+        assert list(streamed.columns) == list(whole.columns)
+        assert [[str(v) if pd.notna(v) else "" for v in row] for row in streamed.values.tolist()] == expected
+
+
+def test_one_value_is_one_text_in_every_format(tmp_path):
+    """Review of issue 27, item 12: the model's text of a date, a boolean or a float does
+    not depend on the format it was read from (a run trained on Parquet and predicting
+    from Excel rebuilds its input exactly): dates ISO without a midnight time, booleans
+    TRUE/FALSE, floats by their shortest repr at their own precision (Stata's float 1.1 is
+    '1.1'); the streaming reader (predict.py) gives what the whole-file reader gives."""
+    from mixer.data.reading import as_text
+
+    when = [dt.datetime(1850, 3, 1), dt.datetime(1850, 3, 1, 12, 30)]
+    frame = pd.DataFrame({"occ1": ["farmer", "smith"], "when": when, "flag": [True, False],
+                          "x": np.array([1.1, 2.5], dtype=np.float32)})
+    frame.to_parquet(tmp_path / "v.parquet")
+    frame.drop(columns="flag").to_stata(tmp_path / "v.dta", write_index=False, version=118,
+                                        convert_dates={"when": "tc"})
+    write_xlsx(tmp_path / "v.xlsx", [list(frame.columns)] + [["farmer", when[0], True, 1.1],
+                                                             ["smith", when[1], False, 2.5]])
+    expected = {"occ1": ["farmer", "smith"], "when": ["1850-03-01", "1850-03-01 12:30:00"],
+                "flag": ["TRUE", "FALSE"], "x": ["1.1", "2.5"]}
+    for name in ("v.parquet", "v.dta", "v.xlsx"):
+        path = str(tmp_path / name)
+        whole = read_table(path)
+        streamed = pd.concat(iter_chunks(path, 1, TableOptions()), ignore_index=True)
+        for column in whole.columns:
+            assert whole[column].tolist() == expected[column], (name, column)
+            assert as_text(streamed[column]).tolist() == expected[column], (name, column)
+    pd.DataFrame({"when": pd.to_datetime(["1850-03-01"]), "n": [1]}).to_stata(
+        tmp_path / "td.dta", write_index=False, convert_dates={"when": "td"})
+    assert read_table(str(tmp_path / "td.dta"))["when"].tolist() == ["1850-03-01"]
 
 
 def test_whole_numbers_past_int64_are_written_out_in_full():
@@ -544,3 +713,32 @@ def test_training_and_validation_files_of_different_formats(excel_run, tmp_path)
     prepared = prepare_run_data(cfg, 0, str(tmp_path / "run"), log=lambda _: None)
     assert len(prepared.train) == len(frame) and len(prepared.val) == 20
     assert set(prepared.val["code_1"].astype(str)) <= set(frame["hisco_1"])  # '0...' codes as text
+
+
+def test_training_and_validation_files_are_read_with_their_own_flags(tmp_path):
+    """Review of issue 27, item 3: train_mixer.py's validation files have their own reading
+    flags (--val-encoding, ...), so the hint about a validation file never changes how the
+    training files are read; a role's flags apply to each of its files, which an error about
+    one of several says."""
+    from mixer.cli import parsing as cli
+    from mixer.cli.entrypoints import train_mixer_parser
+    from mixer.data.prepare import prepare
+
+    train, val = tmp_path / "tr_u8.csv", tmp_path / "va_cp.csv"
+    train.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\nsmith,83110\n".encode("utf-8"))
+    val.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\n".encode("cp1252"))
+    argv = ["--train-data", str(train), "--val-data", str(val), "--target-cols", "hisco_1",
+            "--save-dir", str(tmp_path / "run")]
+    cfg = cli.build_config(cli.parse_args(train_mixer_parser(), argv)).data
+    with pytest.raises(UserError) as error:
+        prepare(cfg, 0, log=lambda _: None)
+    assert str(error.value).startswith(f"--val-data {val}: not UTF-8 text")
+    assert "(e.g. --val-encoding cp1252)" in str(error.value)
+    cfg = cli.build_config(cli.parse_args(train_mixer_parser(), argv + ["--val-encoding", "cp1252"])).data
+    prepared = prepare(cfg, 0, log=lambda _: None)
+    assert list(prepared.train["text"])[0] == list(prepared.val["text"])[0] == "drängare"
+    both = DataConfig(train_data=[str(train), str(val)], val_data=[str(train)], formatter="hisco",
+                      target_cols=["hisco_1"])
+    with pytest.raises(UserError, match=r"--encoding cp1252\).*\(--encoding applies to each of the 2 "
+                                        r"--train-data files"):
+        prepare(both, 0, log=lambda _: None)

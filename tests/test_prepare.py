@@ -146,3 +146,52 @@ def test_installed_commands_use_their_own_name(tmp_path, command, function):
     wrong = subprocess.run([sys.executable, str(script), "--no-such-flag"], cwd=tmp_path,
                            env=env_for_subprocess(), capture_output=True, text=True)
     assert wrong.returncode == 2 and f"{command}: error: " in wrong.stderr and ".py" not in wrong.stderr
+
+
+def _number_tables(tmp_path, frame) -> list:
+    """The same table as a Parquet integer column, an .xlsx of number cells and a Stata
+    numeric variable."""
+    import openpyxl
+
+    parquet, dta, xlsx = tmp_path / "n.parquet", tmp_path / "n.dta", tmp_path / "n.xlsx"
+    frame.to_parquet(parquet)
+    frame.to_stata(dta, write_index=False, version=118)
+    book = openpyxl.Workbook()
+    book.active.append(list(frame.columns))
+    for row in frame.itertuples(index=False):
+        book.active.append(list(row))
+    book.save(xlsx)
+    return [str(parquet), str(dta), str(xlsx)]
+
+
+def test_number_codes_get_their_zeros_back_whatever_allow_short_says(tmp_path):
+    """Review of issue 27, item 1: a number column cannot carry a leading zero, so its digit
+    codes are --block-size digits with short codes allowed too; the hint for -1 (a code
+    written shorter) then leads to one class per code, not '1110' beside '01110'. A --key
+    stored as numbers is spelled so, and restores the data's zeros."""
+    from mixer.core.config import DataConfig
+    from mixer.core.errors import UserError
+    from mixer.data.prepare import prepare
+
+    frame = pd.DataFrame({"occ1": ["chemist", "engineer", "farmer", "no title"],
+                          "hisco_1": [1110, 2000, 61110, -1]})
+    for path in _number_tables(tmp_path, frame):
+        cfg = DataConfig(dataset=path, target_cols=["hisco_1"], share_val=0.25)
+        with pytest.raises(UserError) as error:
+            prepare(cfg, 0, log=lambda _: None)
+        assert "hisco_1='-1'" in str(error.value) and "--allow-codes-shorter-than-block-size" in str(error.value)
+        said = []
+        cfg.allow_codes_shorter_than_block_size = True
+        prepared = prepare(cfg, 0, log=said.append)
+        assert list(prepared.key["code"]) == ["-1", "01110", "02000", "61110"], path
+        assert any("2 code(s) without their leading zeros read as 5-digit codes" in line for line in said)
+    key = tmp_path / "key.xlsx"
+    _number_tables(tmp_path, pd.DataFrame({"code": [1110, 2000, 61110, 7110], "description": "x"}))
+    os.replace(tmp_path / "n.xlsx", key)
+    data = tmp_path / "d.csv"
+    data.write_text("occ1,hisco_1\nchemist,1110\nengineer,02000\nfarmer,61110\nsmith,7110\n")
+    said = []
+    prepared = prepare(DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, key_file=str(key),
+                                  allow_codes_shorter_than_block_size=True), 0, log=said.append)
+    assert list(prepared.key["code"]) == ["01110", "02000", "61110", "07110"]
+    assert any(line.startswith(f"--key {key}: code: 3 code(s)") for line in said)

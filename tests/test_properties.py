@@ -201,6 +201,8 @@ AS_NUMBERS = [{"kind": kind, "numbers": True, "lost": [True]} for kind in KINDS[
        key=st.sampled_from([None, "code", "hisco"]))
 @example(table=TOY, spellings_=(CSV, *AS_NUMBERS), key=None)  # issue 27, item 1: the quickstart's data
 @example(table=TOY, spellings_=(CSV, *AS_NUMBERS), key="hisco")  # item 6: --key data/hisco_key.csv
+# its review, item 1: -1 asks for --allow-codes-shorter-than-block-size, which kept 6510 of a number column
+@example(table=TOY | {"hisco_1": ["06510", "61110", "-1", "75400"]}, spellings_=(CSV, *AS_NUMBERS), key=None)
 def test_one_logical_table_prepares_alike_in_every_format_following_the_hints(table, spellings_, key):
     """The same table as CSV, Parquet, .xlsx and .dta, each written its own way: following
     the tool's hints, every one prepares to the logical rows, codes with their zeros, and a

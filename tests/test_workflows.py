@@ -335,7 +335,7 @@ def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(t
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False)
     assert not os.path.exists(tmp_path / "new")  # refused: nothing written, no directory made
     twice = frame.set_axis(["occ1", "occ1"], axis=1)
-    with pytest.raises(UserError, match="duplicate column name.s. occ1"):
+    with pytest.raises(UserError, match="duplicate column name.s. .occ1."):
         mixer.finetune(twice, target_cols="occ1", save_path=str(run))
     with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), batch_size=0)
@@ -473,3 +473,150 @@ def test_check_list_counts_each_description_and_language_over_chunks_and_skips_b
 
     with pytest.raises(UserError, match="dataset=: pass data"):
         mixer.finetune("x.csv", target_cols="a", save_path=str(tmp_path / "r"), dataset="y.csv")
+
+
+def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
+    """Review of issue 27, item 2: a check list written as .dta ('occ title' is occ_title
+    there) or .xlsx ('occ1 ' is occ1 there) feeds back with --extra-train: its columns are
+    read under the run's names (the variable labels, or the naming rule), and the writer and
+    the reader say so."""
+    from mixer.core.config import DataConfig
+    from mixer.data.checking import CheckList
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "data.csv"
+    pd.DataFrame({"occ title": ["farmer", "fisher", "smith", "weaver"] * 2, "hisco_1": ["61110", "64100"] * 4,
+                  "place ": ["x", "y"] * 4}).to_csv(data, index=False)
+    chunk = pd.DataFrame({"occ title": ["miner", "tailor"], "place ": ["x", ""]})
+    predicted = pd.DataFrame({"code_1": ["61110", "64100"], "prob_1": [0.5, 0.4]})
+    for suffix in (".dta", ".xlsx"):
+        path = str(tmp_path / f"check{suffix}")
+        said = []
+        checks = CheckList(2, path, ["occ title", "place "], "", 1, log=said.append)
+        checks.add(chunk, predicted, ["miner|x", "tailor|"])
+        checks.commit()
+        assert said and "columns written under other names" in said[0]
+        written = (pd.read_stata(path) if suffix == ".dta" else pd.read_excel(path, dtype=str)).fillna("")
+        assert {"occ title", "place "} - set(written.columns)  # a name the format cannot hold
+        written["checked_1"] = ["71110", "79100"] if written.iloc[0, 0] == "miner" else ["79100", "71110"]
+        if suffix == ".dta":
+            from mixer.data.writing import OutputWriter
+
+            writer = OutputWriter(path)  # as Stata saves it: the labels kept
+            writer.write(written[["n_rows", "confidence", "code_1", "prob_1", "checked_1"]],
+                         inputs=written[["occ_title", "place_"]].set_axis(["occ title", "place "], axis=1))
+            writer.commit()
+        else:
+            written.to_excel(path, index=False)
+        said = []
+        cfg = DataConfig(dataset=str(data), input_col="occ title", context_cols=["place "], target_cols=["hisco_1"],
+                         share_val=0.25, extra_train=[path])
+        prepared = prepare(cfg, 0, log=said.append)
+        added = prepared.train.tail(2)
+        assert sorted(added["text"]) == ["miner [SEP] place : x", "tailor"], suffix
+        assert any("columns read under the run's names" in line for line in said), said
+
+
+def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
+    """Review of issue 27, item 7: a bad code in a filled row of a check list is named by
+    that row's number in the file, not by its place among the filled rows."""
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "data.csv"
+    data.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 3)
+    check = tmp_path / "check.csv"
+    check.write_text("occ1,n_rows,confidence,code_1,prob_1,checked_1\nminer,3,0.2,61110,0.2,\n"
+                     "tailor,2,0.3,64100,0.3,\nsmith,1,0.4,83110,0.4,641100\n")
+    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)])
+    with pytest.raises(UserError, match=r"row 3 checked_1='641100': longer than --block-size 5"):
+        prepare(cfg, 0, log=lambda _: None)
+
+
+def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
+    """Review of issue 27, item 8: '01110' in the dataset and '1110' in a check list is
+    refused naming both files (it named the dataset for both); as an Excel number cell the
+    check list's 1110 is 01110, one class."""
+    import openpyxl
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+
+    data = tmp_path / "ds.csv"
+    data.write_text("occ1,hisco_1\n" + "chemist,01110\nfisher,64100\n" * 3)
+    check = tmp_path / "check.csv"
+    check.write_text("occ1,checked_1\nchemist's help,1110\n")
+    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)],
+                     allow_codes_shorter_than_block_size=True)
+    with pytest.raises(UserError) as error:
+        prepare(cfg, 0, log=lambda _: None)
+    assert str(error.value).startswith(f"codes '01110' (--dataset {data}) and '1110' (--extra-train {check}) "
+                                       "are one number written with and without leading zeros")
+    book = openpyxl.Workbook()
+    book.active.append(["occ1", "checked_1"])
+    book.active.append(["chemist's help", 1110])
+    book.save(tmp_path / "check.xlsx")
+    cfg.extra_train = [str(tmp_path / "check.xlsx")]
+    assert list(prepare(cfg, 0, log=lambda _: None).key["code"]) == ["01110", "64100"]
+
+
+def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_nothing(tmp_path, monkeypatch):
+    """Review of issue 27, item 10: a text the check list's format cannot hold is named by
+    its row in the input as well as in the check list, and the half-written workbook is
+    dropped (no 'Exception ignored ... I/O operation on closed file' at exit)."""
+    import gc
+    import sys
+
+    from mixer.data.checking import CheckList
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    texts = [f"title {i}" for i in range(300)]
+    texts[150] = "bad\x01title"
+    checks = CheckList(300, str(tmp_path / "c.xlsx"), ["occ1"], "", 1)
+    for start in range(0, 300, 100):
+        chunk = pd.DataFrame({"occ1": texts[start:start + 100]})
+        predicted = pd.DataFrame({"code_1": ["61110"] * 100, "prob_1": np.linspace(0.99, 0.0, 300)[start:start + 100]})
+        checks.add(chunk, predicted, chunk["occ1"].tolist())
+    with pytest.raises(UserError, match=r"row 150 \(input row 151\) column 'occ1' holds a control character"):
+        checks.commit()
+    del checks
+    gc.collect()
+    assert not unraisable and os.listdir(tmp_path) == []
+
+
+def test_finetune_takes_each_flag_by_its_name_and_refuses_in_one_line(tmp_path):
+    """Review of issue 27, item 11: mixer.finetune(key=...) is --key (its dest is key_file);
+    a DataFrame where a path goes and a complex column are one-line UserErrors; a refused
+    call into a directory that holds a run prepared from the command line leaves no
+    dataset.parquet there."""
+    import mixer
+
+    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
+                          "hisco_1": ["61110", "64100", "83110", "75100"] * 2})
+    key = tmp_path / "key.csv"
+    key.write_text("code,description\n61110,farmer\n64100,fisher\n83110,smith\n75100,weaver\n99999,other\n")
+    run = tmp_path / "api"
+    assert mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), key=str(key), prepare_only=True,
+                          token_cache=False, share_val=0.25) is None
+    assert read_key(run)["code"].tolist() == ["61110", "64100", "83110", "75100", "99999"]
+    for bad, message in ((dict(code_descriptions=frame), r"^code_descriptions=: pass text, a number or a file's "
+                                                         r"path, not a DataFrame \(write it to a file"),
+                         (dict(context_cols=[frame]), r"^context_cols=: pass text")):
+        with pytest.raises(UserError, match=message) as error:
+            mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), **bad)
+        assert "\n" not in str(error.value)
+    with pytest.raises(UserError, match=r"^data: column 'z' \(complex128\) cannot be kept in Parquet") as error:
+        mixer.finetune(frame.assign(z=1 + 2j), target_cols="hisco_1", save_path=str(tmp_path / "x"))
+    assert "\n" not in str(error.value) and not os.path.exists(tmp_path / "x")
+    cli_run = tmp_path / "cli"
+    data = tmp_path / "data.csv"
+    frame.to_csv(data, index=False)
+    assert finetune_main(["--dataset", str(data), "--target-cols", "hisco_1", "--share-val", "0.25",
+                          "--save-path", str(cli_run), "--prepare-only", "--no-token-cache"]) == 0
+    before = sorted(os.listdir(cli_run))
+    with pytest.raises(UserError, match="prepared from other input or settings"):
+        mixer.finetune(frame.assign(occ1="clerk"), target_cols="hisco_1", save_path=str(cli_run), share_val=0.25,
+                       prepare_only=True, token_cache=False)
+    assert sorted(os.listdir(cli_run)) == before  # no dataset.parquet left behind
+    with pytest.raises(UserError, match=r"^data: 4 row\(s\) with bad codes \(row 2 hisco_1='6410'"):
+        mixer.finetune(frame.assign(hisco_1=["61110", "6410"] * 4), target_cols="hisco_1", save_path=str(run / "y"))

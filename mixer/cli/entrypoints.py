@@ -75,6 +75,7 @@ def train_mixer_parser() -> cli.Parser:
     group.add_argument("--val-data", dest="val_data", nargs="+", required=True, metavar="PATH",
                        help="validation files (CSV, Parquet, .xlsx or .dta)")
     cli.add_table_args(group, "train_data")
+    cli.add_table_args(group, "val_data")
     group.add_argument("--formatter", choices=list(FORMATTERS),
                        default="hisco", help="code system: hisco or occ1950 (built in), or "
                                              "general: any codes, --block-size characters (or "
@@ -350,6 +351,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
         raise cli.UserError(f"--predictions {args.predictions}: no row has a code in --truth-cols "
                             f"{' '.join(args.truth_cols)}; name the columns with the true codes")
     predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
+    if args.code_length is None and (note := evaluation.lost_zeros_note(truth, predicted)):
+        print(note, file=sys.stderr)
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
                                         args.digits, group_name=args.by or "group")
     write_text(output, table.to_csv(index=False))

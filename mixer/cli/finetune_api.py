@@ -56,10 +56,13 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
     kept = None if frame is None else KeptFrame(frame, save_path)
     try:
         _train(config)
-    except UserError:
-        if kept is not None:
-            kept.undo()
-        raise
+    except UserError as exc:
+        if kept is None:
+            raise
+        kept.undo()
+        # a message about the DataFrame names it, not the file it is kept in (rows count from 1
+        # in its order, as in a file)
+        raise UserError(str(exc).replace(f"--dataset {kept.path}", "data").replace(kept.path, "data")) from None
     if config.data.prepare_only:
         return None
     from mixer.prediction.api import load
@@ -73,6 +76,11 @@ def to_argv(parser: argparse.ArgumentParser, options: dict) -> list:
     for action in parser._actions:  # the first flag of a name: --precision, not its alias --fp16
         if action.option_strings and action.dest not in ("help", "version"):
             actions.setdefault(action.dest, action)
+    for action in parser._actions:  # and each flag by its own name: key= for --key (dest key_file)
+        if action.dest not in ("help", "version"):
+            for option in action.option_strings:
+                if option.startswith("--") and not option.startswith("--no-"):
+                    actions.setdefault(option[2:].replace("-", "_"), action)
     argv = []
     for name, value in options.items():
         action = actions.get(name)
@@ -81,6 +89,12 @@ def to_argv(parser: argparse.ArgumentParser, options: dict) -> list:
                             "see python finetune.py --help for the options")
         if value is None:
             continue
+        for one in (value if isinstance(value, (list, tuple)) and action.nargs in ("+", "*") else [value]):
+            if not isinstance(one, (str, int, float, bool, os.PathLike, list, tuple, dict, set)):
+                table = " (write it to a file, e.g. with .to_parquet, and pass the path)" \
+                    if isinstance(one, (pd.DataFrame, pd.Series)) else ""
+                raise UserError(f"{name}=: pass text, a number or a file's path, not a "
+                                f"{type(one).__name__}{table}")
         flag = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
         if isinstance(action, argparse.BooleanOptionalAction):
             if not isinstance(value, bool):
@@ -90,13 +104,13 @@ def to_argv(parser: argparse.ArgumentParser, options: dict) -> list:
                                  argparse._StoreFalseAction, argparse._VersionAction)):
             raise UserError(f"{name}=: not an option of finetune(); see python finetune.py --help")
         elif action.nargs in ("+", "*"):
-            values = [value] if isinstance(value, (str, int, float)) else list(value)
+            values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
             argv.append(flag)
-            argv.extend(str(v) for v in values)
+            argv.extend(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in values)
         else:
             if isinstance(value, (list, tuple, dict, set)):
-                raise UserError(f"{name}={value!r}: pass one value")
-            argv.append(f"{flag}={value}")  # '=': a value such as '-1' is not read as a flag
+                raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
+            argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")  # '=': a value such as '-1' is not read as a flag
     return argv
 
 
@@ -135,12 +149,13 @@ class KeptFrame:
         buffer = io.BytesIO()
         try:
             frame.to_parquet(buffer, index=False)
-        except (ValueError, TypeError) as exc:  # pyarrow's ArrowInvalid and ArrowTypeError among them
-            raise UserError(f"data: a column Parquet cannot hold ({first_line(exc, 200)}); make it "
-                            "text or numbers")
+        except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's ArrowInvalid,
+            raise UserError(f"data: {_unkept(frame)} ({first_line(exc, 200)}); make it "  # ArrowTypeError,
+                            "text or numbers")  # ArrowNotImplementedError (complex numbers) among them
         new = buffer.getvalue()
         self.before = _read_bytes(self.path) if os.path.isfile(self.path) else None
         self.save_path = save_path
+        self.was_prepared = os.path.isdir(save_path) and self.prepared()
         if self.before not in (None, new) and self.prepared():
             raise UserError(f"save_path {save_path} holds a run of another DataFrame (its {DATA_FILE} "
                             "differs); pass a new save_path, or the same DataFrame to resume")
@@ -157,8 +172,8 @@ class KeptFrame:
         return prepared_stamp(self.save_path) is not None
 
     def undo(self) -> None:
-        if self.prepared():
-            return  # the run has its data: the file is its input now
+        if self.prepared() and not self.was_prepared:
+            return  # this call prepared the run's data: the file is its input now
         from mixer.core.io import atomic_write
 
         if self.before is None:
@@ -169,6 +184,18 @@ class KeptFrame:
         for directory in reversed(self.made):
             if os.path.isdir(directory) and not os.listdir(directory):
                 os.rmdir(directory)
+
+
+def _unkept(frame: pd.DataFrame) -> str:
+    """Which column Parquet cannot hold, in words."""
+    import io
+
+    for column in frame.columns:
+        try:
+            frame[[column]].to_parquet(io.BytesIO(), index=False)
+        except (ValueError, TypeError, NotImplementedError):
+            return f"column {column!r} ({frame[column].dtype}) cannot be kept in Parquet"
+    return "a column Parquet cannot hold"
 
 
 def _read_bytes(path: str) -> bytes:

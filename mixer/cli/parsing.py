@@ -130,12 +130,11 @@ def separator(text: str) -> str:
 def add_table_args(group, role: str = "dataset") -> None:
     """How a role's files are read (mixer.core.config.TABLE_ROLES): the main data's
     --encoding, --sep, --sheet and --header-row, or a role's own (--key-encoding, ...).
-    Each file is read with its own role's options only; nothing is shared."""
+    Each file is read with its own role's options only; nothing is shared between roles,
+    and a role's options apply to each of its files (--train-data A B: --encoding reads both)."""
     what, prefix = TABLE_ROLES[role]
-    if not prefix:
-        files, default_encoding = "input", "utf-8"
-    else:
-        files, default_encoding = f"the {what} file(s)", None
+    files = "input" if role in ("dataset", "input", "predictions") else f"the {what} file(s)"
+    default_encoding = None if prefix else "utf-8"
     group.add_argument(f"--{prefix}encoding", type=encoding_name, default=default_encoding,
                        help=f"text encoding of CSV {files}, e.g. cp1252 (Windows), latin-1, utf-16 "
                             "(default: utf-8; a byte-order mark is accepted). Never guessed: a file "
@@ -168,7 +167,8 @@ def add_code_args(group) -> None:
                        dest="allow_codes_shorter_than_block_size", action=argparse.BooleanOptionalAction, default=False,
                        help="accept codes shorter than --block-size as written, for code systems "
                             "whose codes have several lengths (codes that lost leading zeros: "
-                            "--zero-padded-codes); one number written with and without zeros "
+                            "--zero-padded-codes; the digit codes of a column stored as numbers get "
+                            "theirs back anyway); one number written with and without zeros "
                             "('1110', '01110') is refused")
     group.add_argument("--key", dest="key_file", default=None, metavar="FILE",
                        help="a fixed, complete list of codes (a table with a column 'code', and "
@@ -500,7 +500,7 @@ def _coerce_one(action: argparse.Action, value):
 
 # Settings of the run configuration: an args.yaml of either program may hold
 # some that the other program has no flag for; they are ignored, not errors.
-CONFIG_KEYS = {f.name for section in SECTIONS.values() for f in dataclasses.fields(section)}
+CONFIG_KEYS = {f.name for section in SECTIONS.values() for f in dataclasses.fields(section)} | set(OWN_OPTION_DESTS)
 
 
 def build_config(namespace: argparse.Namespace) -> RunConfig:

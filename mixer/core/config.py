@@ -20,8 +20,8 @@ HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>
 # mixer.cli.parsing.add_table_args(group, role), its options from table_options(values, role).
 TABLE_ROLES = {
     "dataset": ("--dataset", ""),  # finetune.py
-    "train_data": ("--train-data", ""),  # train_mixer.py: training and validation files
-    "val_data": ("--val-data", ""),  # share the main data's flags
+    "train_data": ("--train-data", ""),  # train_mixer.py: the training files read with the main
+    "val_data": ("--val-data", "val-"),  # flags, the validation files with their own (--val-encoding)
     "input": ("--input", ""),  # predict.py
     "predictions": ("--predictions", ""),  # evaluate.py
     "extra_train": ("--extra-train", "extra-train-"),

@@ -25,7 +25,10 @@ from mixer.core.errors import UserError
 
 CHECKED = "checked_{}"
 INPUT = "model input"  # the index of the collected rows: the string the model reads
+SOURCE_ROW = "\x00input row"  # a collected row's row in the input (its first, for a repeated one)
 CHECKED_COLUMN = re.compile(r"^checked_(\d+)$")
+# the columns the tool writes into a check list (the others are the input's)
+TOOL_COLUMN = re.compile(r"^(?:n_rows|confidence|(?:code|prob|desc|checked)_\d+)$")
 
 
 def parse_to_check(values) -> tuple:
@@ -50,13 +53,14 @@ class CheckList:
     caller gives each row's model input (mixer.prediction.api.Model.model_inputs); the
     description's columns are written as the first such row has them."""
 
-    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int):
+    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
         from mixer.data.writing import OutputWriter
 
         self.count, self.path = count, path
-        self.writer = OutputWriter(path, "--to-check")
+        self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
+        self.rows = 0  # input rows seen, so that a row is named by its row in the input
 
     def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs) -> None:
         """inputs: per row of the chunk, the string the model reads for it."""
@@ -66,6 +70,8 @@ class CheckList:
                            .reset_index(drop=True)], axis=1)
         table.columns = self.key_columns + [n[len(self.prefix):] for n in names if n in predicted.columns]
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
+        table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
+        self.rows += len(table)
         table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
         counts = table.groupby(level=0, sort=False).size().rename("n_rows")
         distinct = table[~table.index.duplicated()]
@@ -90,9 +96,55 @@ class CheckList:
         out = chosen[["n_rows", "confidence"] + codes]
         for k in range(self.slots):
             out[CHECKED.format(k + 1)] = ""
-        self.writer.write(out, inputs=chosen[self.key_columns])
-        self.writer.commit()
+        try:  # a row the format cannot hold is named by its row in the input too
+            self.writer.write(out, inputs=chosen[self.key_columns], source_rows=chosen[SOURCE_ROW].to_numpy())
+            self.writer.commit()
+        except BaseException:
+            self.writer.abort()
+            raise
         return len(out)
+
+    def abort(self) -> None:
+        """Leave nothing behind (a prediction that failed)."""
+        self.writer.abort()
+
+
+def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> pd.DataFrame:
+    """A check list's columns under the run's names: a format that cannot hold a name
+    (Stata's 'occ title' is written occ_title, Excel's 'occ1 ' occ1; mixer.data.writing's
+    output_names) wrote it under another, which is read back as the run's own name. A .dta
+    file's variable labels (the names before the renaming) are used first, then the naming
+    rule of each format; `columns`: the run's input columns in the order the check list
+    writes them (description, language, context)."""
+    from mixer.data.reading import LABELS, NUMERIC_COLUMNS
+    from mixer.data.writing import output_names
+
+    wanted = [c for c in dict.fromkeys(columns) if c and c not in frame.columns]
+    if not wanted:
+        return frame
+    names = list(dict.fromkeys(c for c in columns if c))
+    tools = [c for c in frame.columns if TOOL_COLUMN.match(str(c))]
+    labelled = {}
+    for name, label in frame.attrs.get(LABELS, {}).items():
+        labelled.setdefault(label, name)
+    renamed = {}
+    for column in wanted:
+        candidates = [labelled.get(column)] + [output_names(kind, names, tools)[names.index(column)]
+                                               for kind in ("stata", "excel")]
+        found = next((c for c in candidates if c is not None and c in frame.columns
+                      and c not in names and c not in renamed), None)
+        if found is not None:
+            renamed[found] = column
+    if not renamed:
+        return frame
+    if log is not None:
+        log(f"--extra-train {path}: columns read under the run's names: " +
+            ", ".join(f"{old} -> {new!r}" for old, new in renamed.items()))
+    attrs = dict(frame.attrs)
+    frame = frame.rename(columns=renamed)
+    frame.attrs = attrs
+    frame.attrs[NUMERIC_COLUMNS] = [renamed.get(c, c) for c in attrs.get(NUMERIC_COLUMNS, [])]
+    return frame
 
 
 def checked_columns(frame: pd.DataFrame, path: str) -> list:

@@ -46,30 +46,51 @@ def openpyxl_module(what: str, path: str):
 
 
 ZERO_PADDED = re.compile(r"^0+$")  # a number format such as 00000 shows 1110 as 01110
+TRUE, FALSE = "TRUE", "FALSE"  # a boolean's one spelling, in every format (as Excel and R write it)
+
+
+def value_text(value) -> str:
+    """One value as text, the one form per type every reader gives (mixer.data.reading.as_text
+    is its vectorised twin), so that the same table read from any format gives the model the
+    same text: missing -> ''; booleans TRUE/FALSE; whole numbers without '.0'; other numbers
+    by their shortest repr at their own precision (a float32 1.1 is '1.1', not
+    '1.100000023841858'); a date or a midnight time stamp as 1850-03-01, other time stamps
+    as 1850-03-01 12:30:00; text as it is."""
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, np.datetime64)
+                                                              and np.isnat(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return TRUE if value else FALSE
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            return ""
+        if float(value).is_integer() and abs(value) < 2.0 ** 63:
+            return str(int(value))
+        return np.format_float_positional(value, trim="-")
+    if isinstance(value, np.datetime64):
+        value = pd.Timestamp(value)
+    if isinstance(value, dt.datetime):
+        if value.time() == dt.time() and value.tzinfo is None and not getattr(value, "nanosecond", 0):
+            return value.date().isoformat()
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    return str(value)
 
 
 def excel_cell_text(value, number_format: str = "General") -> tuple[str, bool]:
-    """(the cell as text, whether it holds a number). Whole numbers without '.0';
-    a number whose cell format pads it with zeros (00000) keeps them, as Excel shows it."""
-    if value is None:
-        return "", False
-    if isinstance(value, bool):
-        return ("TRUE" if value else "FALSE"), False
-    if isinstance(value, (int, float)):
+    """(the cell as text, whether it holds a number), as value_text writes it; a number
+    whose cell format pads it with zeros (00000) keeps them, as Excel shows it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             return "", False
-        if float(value).is_integer():
-            text = str(int(value))
-            if value >= 0 and ZERO_PADDED.match(number_format or ""):
-                text = text.zfill(len(number_format))
-        else:
-            text = np.format_float_positional(value, trim="-")
+        text = value_text(value)
+        if float(value).is_integer() and value >= 0 and ZERO_PADDED.match(number_format or ""):
+            text = text.zfill(len(number_format))
         return text, True
-    if isinstance(value, dt.datetime):
-        return (value.date().isoformat() if value.time() == dt.time() else value.isoformat()), False
-    if isinstance(value, (dt.date, dt.time)):
-        return value.isoformat(), False
-    return str(value), False
+    return value_text(value), False
 
 
 class ExcelSheet:
@@ -115,6 +136,7 @@ class ExcelSheet:
             raise
         self._has_text = [False] * len(self.header)
         self._has_number = [False] * len(self.header)
+        self.numbers = []  # the sheet's row number of each row read (empty rows are none)
 
     def _header(self) -> tuple:
         for number, cells in self.rows_iter:
@@ -133,6 +155,13 @@ class ExcelSheet:
                                 f"every column, or pass {self.options.flag('header_row')} N if the "
                                 "column names are in another row")
             return number, names
+        if self.options.header_row:  # past the sheet's rows: say so, not that the sheet is empty
+            last = max((number for number, cells in enumerate(self.book[self.sheet].iter_rows(), start=1)
+                        if any(c.value is not None for c in cells)), default=0)
+            if last:
+                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
+                                f"({self.options.flag('header_row')}) is past its last row ({last}); name the "
+                                "row that holds the column names")
         others = [name for name in self.sheets if name != self.sheet]
         hint = f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})" if others else ""
         raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
@@ -164,6 +193,7 @@ class ExcelSheet:
                 elif text.strip():
                     self._has_text[i] = True
             if filled:
+                self.numbers.append(number)
                 yield texts
 
     def _unnamed(self, number: int, column: int) -> UserError:
@@ -231,8 +261,10 @@ class ExcelWriter:
         self.sheet = self.book.create_sheet("predictions")
         self.rows = 0
 
-    def write(self, columns: list) -> None:
-        """columns: [(name, 'number' | 'text', numpy values)], the same names each time."""
+    def write(self, columns: list, source_rows=None) -> None:
+        """columns: [(name, 'number' | 'text', numpy values)], the same names each time;
+        source_rows: each row's row in the input it comes from, for messages, where the rows
+        are not the input's own (a check list)."""
         from openpyxl.cell import WriteOnlyCell
 
         n_rows = len(columns[0][2]) if columns else 0
@@ -259,11 +291,14 @@ class ExcelWriter:
                 if kind == "number" or value == "":
                     cells.append(None if value == "" else value)
                 else:
-                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name))
+                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name,
+                                                 None if source_rows is None else source_rows[offset]))
             self.sheet.append(cells)
         self.rows += n_rows
 
-    def _text_cell(self, cell_class, value: str, row: int, name):
+    def _text_cell(self, cell_class, value: str, row: int, name, source=None):
+        if source is not None:
+            row = f"{row} (input row {source})"
         if len(value) > EXCEL_MAX_CELL:
             raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds "
                             f"{len(value):,} characters, more than an Excel cell holds "
@@ -347,9 +382,20 @@ def _declared_types(reader) -> dict:
         kind = np.dtype(dtype) if not isinstance(dtype, (int, str)) else None
         if kind is not None and kind.kind in "iu":
             declared[name] = pa.int64()
-        elif kind is not None and kind.kind == "f":
-            declared[name] = pa.float64()
+        elif kind is not None and kind.kind == "f":  # a float variable keeps its precision
+            declared[name] = pa.float32() if kind.itemsize == 4 else pa.float64()
     return declared
+
+
+def stata_labels(path: str, what: str) -> dict:
+    """{variable: label} for the variables that have a label (mixer's writer labels a
+    variable with the name it had before Stata's renaming)."""
+    reader = _stata_reader(path, what)
+    try:
+        with reader:
+            return {name: label for name, label in reader.variable_labels().items() if label}
+    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
 
 
 def stata_row_count(path: str, what: str) -> int:

@@ -12,8 +12,10 @@ read as written it would be a second class of the same code. The width is known
 - from --zero-padded-codes: digit codes are --block-size digits;
 - for a column the file stores as numbers (a Stata numeric variable, a Parquet integer
   column, Excel number cells, a CSV column of spreadsheet decimals such as 1110.0), which
-  cannot hold a leading zero, from --block-size, unless codes may be shorter
-  (--allow-codes-shorter-than-block-size: the block size is then a most, not a width).
+  cannot hold a leading zero, from --block-size, whatever
+  --allow-codes-shorter-than-block-size says: that flag is for codes written shorter
+  (-1 in a general system), and a number's digits have one spelling only when restored
+  (a code system whose codes really have several lengths keeps them as text).
 
 Where it is known, the zeros are restored ("1110" -> "01110") and the run says how many
 cells changed; where it is not (a text column of a general code system) a short code is a
@@ -95,7 +97,7 @@ def width_of(formatter: CodeFormatter, numbers: bool) -> Optional[int]:
         return None  # --block-size counts parts, not digits
     if formatter.zero_pad:
         return formatter.zero_pad
-    if numbers and not formatter.allow_short:
+    if numbers:  # a number holds no leading zero, whatever --allow-codes-shorter-than-block-size says
         return formatter.block_size
     return None
 
@@ -116,7 +118,8 @@ def describe_restored(where: str, column: str, spelled: CodeColumn, formatter: C
         return None
     example = spelled.text[spelled.restored].iloc[0]
     if not formatter.zero_pad:
-        why = "the file stores the column as numbers, which keep no leading zeros"
+        why = "the file stores the column as numbers, which keep no leading zeros; store the codes " \
+              "as text to keep them as written"
     return (f"{where}: {column}: {count} code(s) without their leading zeros read as "
             f"{spelled.width}-digit codes (e.g. {example.lstrip('0') or '0'!r} -> {example!r}; {why})")
 
@@ -136,19 +139,24 @@ def key_digit_width(codes) -> Optional[int]:
     return widths.pop() if len(widths) == 1 else None
 
 
-def check_one_spelling(codes, where: str) -> None:
+def check_one_spelling(sources) -> None:
     """Refuse one number written two ways ('1110' and '01110'): read as written they would
-    be two classes of one code."""
+    be two classes of one code. `sources`: (where, codes) per file read, so that the message
+    names the file of each spelling."""
     seen: dict = {}
-    for code in sorted(codes):
-        if code.isdigit():
-            other = seen.setdefault(code.lstrip("0"), code)
-            if other != code:
-                raise UserError(
-                    f"{where}: codes {other!r} and {code!r} are one number written with and without "
-                    f"leading zeros, which would be two classes; pass {ZERO_PADDED_FLAG} to read "
-                    "digit codes as --block-size digits (both are then one code), or correct the "
-                    "data")
+    for where, codes in sources:
+        for code in sorted(codes):
+            if not code.isdigit():
+                continue
+            other, there = seen.setdefault(code.lstrip("0"), (code, where))
+            if other == code:
+                continue
+            found = (f"{where}: codes {other!r} and {code!r}" if there == where else
+                     f"codes {other!r} ({there}) and {code!r} ({where})")
+            raise UserError(
+                f"{found} are one number written with and without leading zeros, which would be two "
+                f"classes; pass {ZERO_PADDED_FLAG} to read digit codes as --block-size digits (both are "
+                "then one code), or correct the data")
 
 
 # ------------------------------------------------------------------ text

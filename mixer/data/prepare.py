@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -30,7 +31,9 @@ from mixer.data.normalise import (  # noqa: F401
     CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, hisco_key,
     key_digit_width, model_text, occcanine_room, restore_digits, width_reason,
 )
-from mixer.data.reading import as_text, canonical_options, check_input_path, read_table, require_columns
+from mixer.data.reading import (
+    SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns,
+)
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
@@ -54,13 +57,14 @@ class Checked:
 
 def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
                known: Optional[set] = None, allowed: Optional[set] = None, log=None,
-               why: str = "") -> Checked:
+               why: str = "", numbers: Optional[np.ndarray] = None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
     naming them, or dropped with --drop-bad-labels. Codes are first spelled as the code
     system spells them (mixer.data.normalise; `why` says why its digit codes have a fixed
     width, in the line that counts the zeros restored). `allowed`: the codes of --key (a
     code outside it is bad). With --empty-code-label a row without any code gets that
-    code in its first slot."""
+    code in its first slot. `numbers`: each row's number in its file (rows count from 1
+    under the header), where the frame holds some of the file's rows only."""
     flags = {cfg.input_col: "--input-col"}
     flags.update({c: "--target-cols" for c in cfg.target_cols})
     flags.update({c: "--context-cols" for c in cfg.context_cols})
@@ -126,7 +130,11 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     for mask, _ in problems:
         bad |= mask
     if bad.any() and not cfg.drop_bad_labels:
-        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg))
+        numbers = np.arange(1, n_rows + 1) if numbers is None else numbers
+        sheet = frame.attrs.get(SHEET_ROWS)  # a workbook's rows: also as Excel numbers them
+        shown = [str(n) if sheet is None else f"{n} (sheet row {s})" for n, s in
+                 zip(numbers, sheet if sheet is not None else numbers)]
+        raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, shown))
 
     lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
             if cfg.language_col else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8),
@@ -141,7 +149,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
         out[DESC_CHARS] = desc_chars
     for i, name in enumerate(code_columns(n_cols)):
         out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
-    out["row"] = np.arange(1, n_rows + 1)
+    out["row"] = np.arange(1, n_rows + 1) if numbers is None else np.asarray(numbers)
     keep = ~bad
     present = np.bincount(cell_code[keep].ravel(), minlength=len(categories)) > 0
     kept_codes = {c for c, used in zip(categories, present) if used and c != ""}
@@ -149,7 +157,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     return Checked(frame=frame, dropped=int(bad.sum()), codes=kept_codes)
 
 
-def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
+def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, numbers) -> str:
     parts = []
     for mask, what in problems:
         rows = np.flatnonzero(mask)
@@ -159,11 +167,11 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg) -> str:
             examples = []
             for row in rows[:3]:
                 col = int(np.flatnonzero(bad_cells[row])[0])
-                examples.append(f"row {row + 1} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
+                examples.append(f"row {numbers[row]} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
                                 f"{cell_reason[row, col]}")
             parts.append(f"{len(rows)} row(s) with bad codes ({'; '.join(examples)})")
         else:
-            shown = ", ".join(str(r + 1) for r in rows[:5])
+            shown = ", ".join(str(numbers[r]) for r in rows[:5])
             parts.append(f"{len(rows)} row(s) with {what} (rows {shown}{', ...' if len(rows) > 5 else ''})")
     return (f"{path}: " + "; ".join(parts) +
             ". Fix these rows or pass --drop-bad-labels to skip them (rows count from 1 after the header)")
@@ -408,17 +416,18 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     if cfg.empty_code_label is not None:
         check_empty_code_label(cfg, formatter, known, allowed)
 
-    seen = set()
+    seen, sources = set(), []  # sources: (file, its codes), for check_one_spelling
 
     def load(paths, role):
         frames = []
         for path in paths:
-            frame = read_table(path, cfg.table_options(role), log=log)
+            frame = read_role_file(cfg, role, path, paths, log)
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
             frames.append(checked.frame)
             seen.update(checked.codes)
+            sources.append((f"{TableOptions(role=role).what} {path}", checked.codes))
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         if len(frame) == 0:
             raise UserError(f"{TableOptions(role=role).what}: no rows left after dropping bad labels")
@@ -431,9 +440,9 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     else:
         train, val = load(cfg.train_data, "train_data"), load(cfg.val_data, "val_data")
     if cfg.extra_train:  # rows checked by hand: training only, after the split
-        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why))
+        train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why, sources))
     # with codes shorter than the block allowed: one number written two ways is refused
-    check_one_spelling(seen, f"--dataset {cfg.dataset}" if cfg.dataset else "--train-data and --val-data")
+    check_one_spelling(sources)
     if fixed is not None:  # every code of --key, those absent from the data too
         seen = set(fixed["code"])
     if base is None:
@@ -444,17 +453,36 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
     return Prepared(train=train, val=val, key=key, formatter=formatter)
 
 
+def read_role_file(cfg: DataConfig, role: str, path: str, paths: list, log) -> pd.DataFrame:
+    """One of a role's files, read with the role's options. A role's options apply to each of
+    its files (--train-data A B --encoding cp1252 reads both so), which an error about one of
+    several files says, since its hint then changes how the others are read too."""
+    options = cfg.table_options(role)
+    try:
+        return read_table(path, options, log=log)
+    except UserError as exc:
+        named = [options.flag(o) for o in READ_OPTIONS
+                 if re.search(rf"(?<![\w-]){re.escape(options.flag(o))}\b", str(exc))]
+        if len(paths) < 2 or not named:
+            raise
+        raise UserError(f"{exc} ({' and '.join(named)} applies to each of the {len(paths)} "
+                        f"{options.what} files: files that need other options are saved alike "
+                        "first, e.g. all as UTF-8)") from None
+
+
 def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, seen: set, log,
-                     why: str = "") -> pd.DataFrame:
+                     why: str = "", sources: Optional[list] = None) -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
     from mixer.data.audits import training_table
-    from mixer.data.checking import checked_columns, filled_rows
+    from mixer.data.checking import checked_columns, filled_rows, with_run_names
 
     frames = []
+    inputs = [cfg.input_col] + ([cfg.language_col] if cfg.language_col else []) + list(cfg.context_cols)
     for path in cfg.extra_train:
-        table = read_table(path, cfg.table_options("extra_train"), log=log)
+        table = read_role_file(cfg, "extra_train", path, cfg.extra_train, log)
         table = training_table(table, path, cfg.train_on_audit)  # an audit: refused, or its checked rows
+        table = with_run_names(table, inputs, path, log)
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
         if not filled.any():
@@ -467,12 +495,16 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                                 f"or later, but the run has {len(cfg.target_cols)} code slot(s)")
             columns = columns[:len(cfg.target_cols)]
         rows = table.loc[filled].reset_index(drop=True)
-        rows.attrs = table.attrs
+        rows.attrs = dict(table.attrs)
+        if SHEET_ROWS in rows.attrs:
+            rows.attrs[SHEET_ROWS] = list(np.asarray(table.attrs[SHEET_ROWS])[filled])
         checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
-                             formatter, path, known, allowed, log, why)
+                             formatter, path, known, allowed, log, why, numbers=np.flatnonzero(filled) + 1)
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
         seen.update(checked.codes)
+        if sources is not None:
+            sources.append((f"--extra-train {path}", checked.codes))
         log(f"{path}: {len(checked.frame)} checked row(s) added to the training rows")
         frames.append(checked.frame)
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -531,6 +563,10 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
             raise UserError(f"--key {path}: column 'index' holds a value that is not a number")
         table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
     spelled = _codes_of(table, code_col, formatter, hisco_layout)
+    spelling = CodeFormatter(kind="hisco") if hisco_layout else formatter
+    if log is not None and (line := describe_restored(f"--key {path}", code_col, spelled, spelling,
+                                                      width_reason(spelling))):
+        log(line)
     descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
                     else np.full(len(table), "", dtype=object))
     out, seen = [], set()

@@ -36,6 +36,8 @@ from mixer.data import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
+LABELS = "labels"  # frame.attrs: a .dta file's variable labels, {name: label}
+SHEET_ROWS = "sheet_rows"  # frame.attrs: a workbook's row number of each row (as Excel shows it)
 READ_BLOCK = 1 << 20  # 1 MiB blocks (pyarrow's default) for the CSV readers
 SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
 FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
@@ -84,9 +86,20 @@ def canonical_encoding(name: str) -> str:
 
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
-    """A column as strings: missing -> '', whole floats -> '64100', others as written."""
-    if pd.api.types.is_float_dtype(series.dtype):
-        values = series.to_numpy(dtype=float, na_value=np.nan)
+    """A column as strings, one form per value type whatever the format it came from
+    (mixer.data.formats.value_text, cell by cell): missing -> '', booleans TRUE/FALSE, whole
+    numbers '64100', other numbers by their shortest repr at the column's precision, dates
+    ISO (1850-03-01, a time only where it is not midnight), text as it is."""
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        flags = series.astype(object)
+        out = np.where(flags.isna().to_numpy(), "", np.where(flags.fillna(False).astype(bool).to_numpy(),
+                                                            formats.TRUE, formats.FALSE))
+        return pd.Series(out, index=series.index, dtype=object)
+    if pd.api.types.is_float_dtype(dtype):
+        precision = getattr(dtype, "numpy_dtype", dtype)
+        precision = precision if getattr(precision, "itemsize", 8) < 8 else np.dtype(float)
+        values = series.to_numpy(dtype=precision, na_value=np.nan)
         out = np.full(len(values), "", dtype=object)
         finite = np.isfinite(values)
         with np.errstate(invalid="ignore"):
@@ -95,7 +108,19 @@ def as_text(series: pd.Series) -> pd.Series:
         fractional = finite & ~whole  # and whole numbers past int64, written out in full
         out[fractional] = [np.format_float_positional(v, trim="-") for v in values[fractional]]
         return pd.Series(out, index=series.index, dtype=object)
-    return series.astype(object).where(series.notna(), "").astype(str)
+    if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_string_dtype(dtype) and not _mixed(series):
+        return series.astype(object).where(series.notna(), "").astype(str)
+    if dtype == object:  # cell by cell: 1, 1.0 and True are equal to Python, but not one text
+        return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
+    codes, uniques = pd.factorize(series)  # dates, categories, ...: each distinct value once
+    texts = np.array([formats.value_text(v) for v in pd.Series(uniques).astype(object)] + [""], dtype=object)
+    return pd.Series(texts[codes], index=series.index, dtype=object)
+
+
+def _mixed(series: pd.Series) -> bool:
+    """An object column that holds more than text (numbers, dates, booleans, as
+    pd.read_excel or a notebook gives one)."""
+    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) not in ("string", "empty")
 
 
 # ------------------------------------------------------------------ CSV text
@@ -108,6 +133,15 @@ class CsvLayout:
     skip_rows: int = 0  # rows above the header: a first line 'sep=;' (Excel's way to name the
     #                     separator) or the title rows a header row option skips
     named: bool = False  # the separator came from a 'sep=' line
+
+    @property
+    def names(self) -> list:
+        """The header's names without its trailing empty ones (a spreadsheet's export of a
+        used range: 'occ1,hisco_1,,'), whose columns are dropped when they hold nothing."""
+        names = list(self.header)
+        while len(names) > 1 and not names[-1].strip():
+            names.pop()
+        return names
 
     def describe(self, options: TableOptions, path: str) -> str:
         how = options.flag("sep")
@@ -147,10 +181,16 @@ def detect_separator(line: str) -> Optional[str]:
     return counts[0][1]
 
 
+def blank_line(line: str) -> bool:
+    """A line that holds nothing: empty, spaces, or separators alone (an empty row of a
+    spreadsheet's export). Such lines above the header are skipped."""
+    return not line.strip().strip("".join(SEPARATORS)).strip()
+
+
 def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     """A CSV file's column names and separator (quoted names with separators or
-    newlines included). The header is the first line, the one after a 'sep=' line, or
-    the options' header row. A header that reads as one column holding another
+    newlines included). The header is the first line that is not blank (after a 'sep='
+    line), or the options' header row. A header that reads as one column holding another
     separator is refused: it is the wrong separator, never one column."""
     encoding, what = canonical_encoding(options.encoding), options.what
     # rows below the header are checked by the readers, so a bad byte there does not hide
@@ -158,12 +198,31 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
         first = handle.readline()
         named = SEP_LINE.fullmatch(first.rstrip("\r\n"))
-        skip_rows = options.header_row - 1 if options.header_row else (1 if named else 0)
         handle.seek(0)
-        for _ in range(skip_rows):
-            handle.readline()
+        if options.header_row:
+            skip_rows = options.header_row - 1
+            for _ in range(skip_rows):
+                handle.readline()
+        else:  # a 'sep=' line, then blank lines, are no header
+            skip_rows = 1 if named else 0
+            if named:
+                handle.readline()
+            while True:
+                at = handle.tell()
+                line = handle.readline()
+                if not line or not blank_line(line):
+                    handle.seek(at)
+                    break
+                skip_rows += 1
         start = handle.tell()
         header_line = handle.readline()
+        if options.header_row and not header_line:  # past the end: say so, not 'is empty'
+            handle.seek(0)
+            lines = sum(1 for _ in handle)
+            if not lines:
+                raise pd.errors.EmptyDataError("empty")
+            raise UserError(f"{what} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
+                            f"the file's last line ({lines}); name the row that holds the column names")
         if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
             raise decoding_error(path, options)
         if options.sep is None and named and skip_rows:
@@ -267,15 +326,17 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         if line_start <= ROWS_COUNTED_UP_TO:  # rows differ from lines when cells hold line breaks
             handle.seek(0)
             before = handle.read(line_start)
-            prefix = io.TextIOWrapper(io.BytesIO(before), "latin-1", newline="")
-            row = sum(1 for _ in csv.reader(prefix))  # the header is record 1: data rows count from 1
-            first_bytes, newline, _ = before.partition(b"\n")
-            if options.header_row:
-                row -= options.header_row - 1  # the rows above the header are no records
-            elif newline and SEP_LINE.fullmatch(first_bytes.rstrip(b"\r").decode("latin-1")):
-                row -= 1  # the 'sep=' line is no record
-            if before.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
-                row -= 1
+            lines = before.split(b"\n")[:-1]  # the whole lines above the bad one
+            above = _lines_above_header(lines, options)
+            if len(lines) < above:
+                row = -1  # a title line above the header
+            else:
+                rest = b"".join(line + b"\n" for line in lines[above:])
+                prefix = io.TextIOWrapper(io.BytesIO(rest), "latin-1", newline="")
+                # the header is record 1, so data rows count from 1; empty lines are no rows
+                row = sum(1 for record in csv.reader(prefix) if record)
+                if rest.count(b'"') % 2:  # the line continues a quoted cell: its record was counted
+                    row -= 1
     line = newlines + 1
     where = f"row {row} (line {line})" if row is not None and row >= 1 else f"line {line}"
     if row is not None and row <= 0 or line == 1:
@@ -297,6 +358,17 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}")
 
 
+def _lines_above_header(lines: list, options: TableOptions) -> int:
+    """How many of a file's first lines (bytes) are above its header, as csv_layout
+    takes them: the header row's, or a 'sep=' line and the blank lines."""
+    if options.header_row:
+        return options.header_row - 1
+    above = 1 if lines and SEP_LINE.fullmatch(lines[0].rstrip(b"\r").decode("latin-1")) else 0
+    while above < len(lines) and blank_line(lines[above].decode("latin-1")):
+        above += 1
+    return above
+
+
 def _byte_at(path: str, offset: int) -> int:
     with open(path, "rb") as handle:
         handle.seek(offset)
@@ -309,13 +381,38 @@ def _csv_options(layout: CsvLayout, stream: bool = False):
 
     # a stream is read without threads: the threaded reader reads ahead of its consumer
     # without bound (1.3 GB at the start of a 10M-row prediction, 0.9 GB at its end)
+    names, own = list(layout.header), {}
+    if len(layout.names) < len(names):  # trailing columns without a name: named here, dropped later
+        names = layout.names + [f"{UNNAMED}{i}" for i in range(len(layout.names), len(names))]
+        own = dict(column_names=names, skip_rows_after_names=1)
     return dict(
         read_options=pcsv.ReadOptions(block_size=READ_BLOCK, use_threads=not stream,
                                       encoding=_arrow_encoding(layout.encoding),
-                                      skip_rows=layout.skip_rows),
+                                      skip_rows=layout.skip_rows, **own),
         parse_options=pcsv.ParseOptions(delimiter=layout.sep, newlines_in_values=True),
-        convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in layout.header},
+        convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names},
                                             strings_can_be_null=False))
+
+
+UNNAMED = "\x00unnamed "  # a trailing column without a name, while it is read
+
+
+def _without_unnamed(frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str,
+                     rows_before: int = 0) -> pd.DataFrame:
+    """The frame without the trailing columns that have no name, which must hold nothing;
+    a value in one is an error naming its row and column (a title row taken as the header,
+    or a name missing)."""
+    unnamed = [c for c in frame.columns if str(c).startswith(UNNAMED)]
+    for column in unnamed:
+        filled = np.flatnonzero(frame[column].str.strip().ne("").to_numpy())
+        if len(filled):
+            position = int(column[len(UNNAMED):]) + 1
+            raise UserError(
+                f"{options.what} {path}: row {rows_before + filled[0] + 1} has a value in column {position} "
+                f"({frame[column].iloc[filled[0]][:40]!r}), which has no name in the header (line "
+                f"{layout.skip_rows + 1}: {layout.sep.join(layout.header)[:LINE_SHOWN]!r}); name the column, "
+                f"or pass {options.flag('header_row')} with the number of the row that holds the column names")
+    return frame.drop(columns=unnamed) if unnamed else frame
 
 
 def _duplicates(names) -> list:
@@ -324,9 +421,14 @@ def _duplicates(names) -> list:
 
 
 def check_names(names, path: str, what: str) -> None:
+    names = [str(n) for n in names]
+    if names.count("") > 1:
+        positions = [str(i + 1) for i, n in enumerate(names) if n == ""]
+        raise UserError(f"{what} {path}: columns {', '.join(positions)} have no name in the header; name "
+                        "them")
     if _duplicates(names):  # pyarrow would keep both under one name
         raise UserError(f"{what} {path}: duplicate column name(s) "
-                        f"{', '.join(_duplicates(names))}; rename them")
+                        f"{', '.join(map(repr, _duplicates(names)))}; rename them")
 
 
 def _decode_failure(exc: Exception) -> bool:
@@ -344,22 +446,20 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path, columns=columns)
-            try:
-                frame = table.to_pandas()
-            except (TypeError, NotImplementedError):  # pandas metadata naming a dtype pandas
-                frame = table.to_pandas(ignore_metadata=True)  # cannot build ('list<...>[pyarrow]')
+            frame = _parquet_frame(pq.read_table(path, columns=columns))
             frame = _numbers_as_text(frame, path, what)
         elif kind == "stata":
             chunks = list(formats.stata_chunks(path, 1_000_000, what))
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
             frame = _numbers_as_text(frame[columns] if columns else frame, path, what)
+            frame.attrs[LABELS] = formats.stata_labels(path, what)
         elif kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
                 check_names(sheet.header, path, what)
                 frame = pd.DataFrame([row for row in sheet.rows()], columns=sheet.header, dtype=object)
                 frame.attrs[NUMERIC_COLUMNS] = sheet.numeric
+                frame.attrs[SHEET_ROWS] = list(sheet.numbers)
             finally:
                 sheet.close()
             if log is not None:
@@ -368,9 +468,10 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             import pyarrow.csv as pcsv
 
             layout = csv_layout(path, options)
-            check_names(layout.header, path, what)
+            check_names(layout.names, path, what)
             _say_layout(layout, options, path, log)
-            frame = pcsv.read_csv(path, **_csv_options(layout)).to_pandas()
+            frame = _without_unnamed(pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout,
+                                     options, path)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
@@ -380,6 +481,21 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
     if len(frame) == 0:
         raise UserError(f"{what} {path}: has a header but no rows")
     return frame
+
+
+def _parquet_frame(table) -> pd.DataFrame:
+    """A Parquet table or batch as pandas, read alike by the whole-file and the streaming
+    reader: Arrow-backed columns, so a chunk's types do not depend on its values and an
+    integer column with nulls stays integers (numpy would make it float64, and
+    12345678901234567 would come back as ...568), and a named index (pandas' to_parquet of
+    a frame indexed by 'parish') is a column of the file."""
+    try:
+        frame = table.to_pandas(types_mapper=pd.ArrowDtype)
+    except (TypeError, NotImplementedError, ValueError):  # pandas metadata naming a dtype pandas
+        frame = table.to_pandas(types_mapper=pd.ArrowDtype, ignore_metadata=True)  # cannot build
+    if any(name is not None for name in frame.index.names):
+        frame = frame.reset_index()
+    return frame.reset_index(drop=True)
 
 
 def _kind_of(path: str, options: TableOptions) -> str:
@@ -395,10 +511,52 @@ def _say_layout(layout: CsvLayout, options: TableOptions, path: str, log) -> Non
             log(f"{options.what} {path}: {note}")
 
 
+RAGGED = re.compile(r"(?:Row #(\d+): )?Expected (\d+) columns, got (\d+): (.*)", re.S)
+
+
 def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOptions) -> UserError:
     if layout is not None and _decode_failure(exc):
         return decoding_error(path, options)
+    if layout is not None and RAGGED.search(str(exc)):
+        return ragged_row(str(exc), path, layout, options)
     return UserError(f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+
+
+def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
+    """A row with more or fewer cells than the header names, as one line: which row, which
+    row was taken as the header, and the flag that names another header row (a title above
+    the column names reads as a header of one column). The row's number comes from
+    pyarrow's reader without threads (the threaded one does not give it), read again here."""
+    import pyarrow.csv as pcsv
+
+    match = RAGGED.search(message)
+    if match.group(1) is None:
+        try:
+            for _ in pcsv.open_csv(path, **_csv_options(layout, stream=True)):
+                pass
+        except (ValueError, OSError) as exc:
+            match = RAGGED.search(str(exc)) or match
+    record, named, got, text = match.groups()
+    # pyarrow counts the lines skipped above the header, then records (empty lines not)
+    row = int(record) - layout.skip_rows - 1 if record else None
+    where = f"row {row}" if row else "a row"
+    header = layout.sep.join(layout.header)
+    shown = text.strip()[:LINE_SHOWN]
+    said = (f"{options.what} {path}: {where} has {got} cell(s), but the header (line {layout.skip_rows + 1}: "
+            f"{header[:LINE_SHOWN]!r}) names {named} column(s): {shown!r}")
+    quote = f"quote a cell that holds {_shown(layout.sep)} (\"smith, master\")"
+    if int(named) < int(got) and (row == 1 or int(named) == 1):  # a title taken as the header?
+        hint = (f"if the column names are in another row (a title above them), pass "
+                f"{options.flag('header_row')} with its number; else {quote}")
+    elif int(named) < int(got):
+        hint = quote
+    else:
+        hint = "give the row its missing cells (empty ones between separators)"
+    return UserError(f"{said}; {hint} (rows count from 1 under the header)")
+
+
+def _shown(sep: str) -> str:
+    return "tab" if sep == "\t" else repr(sep)
 
 
 def _sheet_line(options: TableOptions, path: str, sheet) -> str:
@@ -432,18 +590,10 @@ def frame_as_text(frame: pd.DataFrame, what: str) -> pd.DataFrame:
 
 def text_cells(series: pd.Series) -> pd.Series:
     """A column of Python objects (numbers and text mixed, as pd.read_excel gives one)
-    as text, cell by cell, numbers as as_text writes them; other columns as they are."""
+    as text, cell by cell, as as_text writes each value; other columns as they are."""
     if series.dtype != object:
         return series
-
-    def text(value) -> str:
-        if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-            return ""
-        if isinstance(value, (float, np.floating)):
-            return as_text(pd.Series([float(value)])).iloc[0]
-        return str(value)
-
-    return pd.Series([text(v) for v in series], index=series.index, dtype=object)
+    return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
 
 
 def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"),
@@ -461,10 +611,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
             # (numpy would make an integer column with blanks float, an all-blank one
             # object), so every chunk has the file's schema and the output keeps it
             for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
-                chunk = batch.to_pandas(types_mapper=pd.ArrowDtype)
-                if any(name is not None for name in chunk.index.names):  # a named index
-                    chunk = chunk.reset_index()  # (pandas' to_parquet) is a column of the file
-                yield chunk
+                yield _parquet_frame(batch)
             return
         if kind == "stata":
             yield from formats.stata_chunks(path, chunk_size, what)
@@ -483,22 +630,23 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
         import pyarrow.csv as pcsv
 
         layout = csv_layout(path, options)
-        check_names(layout.header, path, what)
+        check_names(layout.names, path, what)
         if first_undecodable(path, layout.encoding) is not None:
             raise decoding_error(path, options)
         _say_layout(layout, options, path, log)
         reader = pcsv.open_csv(path, **_csv_options(layout, stream=True))
-        pending, rows = [], 0
+        pending, rows, done = [], 0, 0
         for batch in reader:
             pending.append(batch)
             rows += batch.num_rows
             while rows >= chunk_size:
                 table = pa.Table.from_batches(pending)
-                yield table.slice(0, chunk_size).to_pandas()
+                yield _without_unnamed(table.slice(0, chunk_size).to_pandas(), layout, options, path, done)
+                done += chunk_size
                 rest = table.slice(chunk_size)
                 pending, rows = rest.to_batches(), rest.num_rows
         if rows:
-            yield pa.Table.from_batches(pending).to_pandas()
+            yield _without_unnamed(pa.Table.from_batches(pending).to_pandas(), layout, options, path, done)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
@@ -537,7 +685,8 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":
-        found = replace(found, encoding=options.encoding)
+        if not reads_as_utf8(path, options.encoding):
+            found = replace(found, encoding=options.encoding)
         if options.sep is not None and options.sep != _own(lambda: csv_layout(
                 path, replace(options, sep=None)).sep):
             found = replace(found, sep=options.sep)
@@ -552,6 +701,26 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
                 path, replace(options, header_row=None)).header_row):
             found = replace(found, header_row=options.header_row)
     return found  # Parquet and Stata: nothing to choose
+
+
+def reads_as_utf8(path: str, encoding: str) -> bool:
+    """Whether a CSV file reads in `encoding` as it reads in UTF-8, the default: UTF-8 with
+    or without a byte-order mark, or a file of ASCII bytes in an encoding that keeps ASCII
+    (cp1252, latin-1, ...; not utf-16)."""
+    name = canonical_encoding(encoding)
+    if name in ("utf-8", "utf-8-sig"):
+        return True
+    sample = "occ1,;|\t\r\n\"azAZ09 "
+    try:
+        if sample.encode(name) != sample.encode("ascii"):
+            return False
+    except (UnicodeError, LookupError):
+        return False
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 24):
+            if not block.isascii():
+                return False
+    return True
 
 
 def _own(what_the_file_says):
@@ -571,6 +740,17 @@ def _sheet_of(path: str, options: TableOptions):
 def require_columns(frame: pd.DataFrame, columns: list, path: str, flag_for: dict) -> None:
     for column in columns:
         if column not in frame.columns:
-            have = ", ".join(map(str, list(frame.columns)[:12]))
-            raise UserError(f"{path}: no column {column!r} ({flag_for.get(column, 'column')}); "
-                            f"the file has: {have}")
+            raise missing_column(column, frame.columns, path, flag_for.get(column, "column"))
+
+
+def missing_column(column: str, have, path: str, flag: str) -> UserError:
+    """One line for a column a file lacks: the names it has (a name with surrounding spaces
+    quoted, so the space shows), and the one that differs by those spaces only, if any.
+    Column names are kept as the file writes them (a worksheet's header cells come
+    stripped)."""
+    names = [str(c) for c in have]
+    shown = ", ".join(repr(n) if n != n.strip() or not n else n for n in names[:12])
+    near = [n for n in names if n.strip() == str(column).strip()]
+    hint = f"; the file's {near[0]!r} differs by spaces: pass {flag} {near[0]!r}" if near and flag.startswith("--") \
+        else ""
+    return UserError(f"{path}: no column {column!r} ({flag}); the file has: {shown}{hint}")

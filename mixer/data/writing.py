@@ -187,8 +187,10 @@ class OutputWriter:
         self.rows = 0
         self.log = log
 
-    def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None) -> None:
-        """One chunk: `inputs` (the input's columns, row for row) beside `outputs`."""
+    def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None) -> None:
+        """One chunk: `inputs` (the input's columns, row for row) beside `outputs`;
+        `source_rows`: each row's row in the input, for messages, where the rows are not the
+        input's own in order (a check list)."""
         frame = outputs if inputs is None else pd.concat(
             [inputs.reset_index(drop=True), outputs.reset_index(drop=True)], axis=1)
         if self.names is None:
@@ -208,7 +210,10 @@ class OutputWriter:
             except UserError as exc:
                 raise UserError(f"{self.what} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
             self.kinds = [kind for _, kind, _ in columns]
-            self.sheet.write(columns)
+            if self.kind == "excel" and source_rows is not None:  # its messages name rows
+                self.sheet.write(columns, source_rows)
+            else:
+                self.sheet.write(columns)
         elif self.parquet:
             import pyarrow as pa
             import pyarrow.parquet as pq

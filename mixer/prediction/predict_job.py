@@ -16,7 +16,7 @@ import pandas as pd
 from mixer.core.config import DistConfig, table_options
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
-from mixer.data.reading import check_input_path, check_input_table, iter_chunks
+from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
@@ -96,7 +96,7 @@ def predict_file(args) -> None:
             keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
             checklist = mdist.main_only(lambda: CheckList(
                 to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
-                args.top_k or predictor.default_top_k()), world)
+                args.top_k or predictor.default_top_k(), log=say), world)
         bar, summary = None, []
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
@@ -107,8 +107,7 @@ def predict_file(args) -> None:
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
-                    raise UserError(f"--input {args.input}: no column {column!r} ({flag}); "
-                                    f"the file has: {', '.join(map(str, chunk.columns[:12]))}")
+                    raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
@@ -177,7 +176,7 @@ def predict_file(args) -> None:
             if bar is not None:
                 bar.close()
     except BaseException:
-        for open_writer in (writer, embedding_writer):
+        for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
                 open_writer.abort()
         raise

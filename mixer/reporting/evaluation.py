@@ -54,6 +54,24 @@ def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = N
     return [{c for c in row if c} for row in zip(*cells)] if cells else [set() for _ in range(len(frame))]
 
 
+def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
+    """Without --code-length: a note when true codes are digits shorter than the predictions'
+    digit codes, all of one width (the model writes '01110', the truth says '1110'): scored
+    as written they count as wrong, so the note names the flag that restores them."""
+    written = {c for sets in predicted.values() for row in sets for c in row if c.isdigit()}
+    widths = {len(c) for c in written}
+    if len(widths) != 1:
+        return None
+    width = widths.pop()
+    short = sorted({c for row in truth for c in row if c.isdigit() and len(c) < width})
+    if not short:
+        return None
+    example = next((c for c in short if c.zfill(width) in written), short[0])
+    return (f"note: {len(short)} distinct true code(s) are digits shorter than the predictions' "
+            f"{width}-digit codes (e.g. {example!r} beside {example.zfill(width)!r}), scored as written; "
+            f"if they lost leading zeros, pass --code-length {width}")
+
+
 def cut(codes: set, digits: Optional[int]) -> set:  # digits None: the whole code
     if not digits:
         return codes
