@@ -327,8 +327,9 @@ def test_an_audit_reads_its_codes_as_the_model_spells_them():
     """An audit's codes go through the one normaliser (mixer.data.normalise) with the model's
     code system: a spreadsheet's 6510.0 is 6510, a number cell a whole number, and a digit
     code that lost its leading zeros gets them back where the model's codes have a width
-    (HISCO's 5, a --key's or --zero-padded-codes' width; number cells: --block-size unless
-    codes may be shorter); where they have none, 6510 is not 06510."""
+    (HISCO's 5, a --key's or --zero-padded-codes' width; number cells, which keep no zeros:
+    --block-size, whatever --allow-codes-shorter-than-block-size says); where they have
+    none, a text 6510 is not 06510."""
     from mixer.data.formatter import CodeFormatter
     from mixer.data.reading import frame_as_text
 
@@ -344,11 +345,9 @@ def test_an_audit_reads_its_codes_as_the_model_spells_them():
         ["06510|", "06510|", "06510|14120", "-1|"]
     for unknown in (toy, fixed):  # a text column of a code system without a width: as written
         assert audits.canonical_codes(text, ["code_1"], unknown).tolist() == ["06510", "6510", "06510", "-1"]
-    assert audits.canonical_codes(decimals, ["code_1"], toy).tolist() == ["6510", "14120", ""]
-    for frame in (decimals, numbers):
-        assert audits.canonical_codes(frame, ["code_1"], hisco).tolist() == ["06510", "14120", ""]
-        assert audits.canonical_codes(frame, ["code_1"], fixed).tolist() == ["06510", "14120", ""]
-        assert audits.canonical_codes(frame, ["code_1"], toy).tolist() == ["6510", "14120", ""]
+    for frame in (decimals, numbers):  # numbers keep no zeros: the block size is their width
+        for formatter in (hisco, fixed, toy):
+            assert audits.canonical_codes(frame, ["code_1"], formatter).tolist() == ["06510", "14120", ""]
     assert audits.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
 
 
