@@ -219,3 +219,43 @@ def test_a_stratified_audit_sized_by_its_margin_reaches_the_margin_at_the_expect
         assert 0.9 * margin <= np.median(reached) <= 1.01 * margin, (sizes[:2], n, np.median(reached))
     # where the design costs nothing (equal strata, proportional), the simple sample's size
     assert stats.design_size([10_000, 10_000], [0.9, 0.9], 0.05) == stats.sample_size(0.9, 0.05)
+
+
+def test_an_audit_of_descriptions_stopped_early_counts_a_random_sample_of_rows():
+    """Unit descriptions: the lines are the distinct descriptions of the rows drawn, each
+    at its first row drawn, so the first lines are the frequent descriptions. A person who
+    checks the first L lines is scored on the rows drawn before the first line left blank
+    (counted_ranks), a prefix of the sample in key order: unbiased and covered. Counting
+    every row of the lines checked (as before) gave, on this file, 0.94 for a true 0.74
+    after 10 lines, covering 0.5% of the time."""
+    rng = np.random.default_rng(0)
+    # one description on 4,000 rows (always right), 20 on 100 rows each, 4,000 on one row each
+    description = np.concatenate([np.zeros(4000, int), np.repeat(np.arange(1, 21), 100), np.arange(21, 4021)])
+    right_of = np.concatenate([[1.0], rng.random(20) < 0.8, rng.random(4000) < 0.5]).astype(float)
+    rng.shuffle(description)
+    truth = right_of[description].mean()
+    rows = np.arange(len(description))
+    for lines_checked in (5, 10, 30):
+        estimates, covered, naive_covered = [], 0, 0
+        for seed in range(1000):
+            drawn = description[bottom_k(stats.row_keys(seed, rows), 200)]  # in key order
+            lines, first = np.unique(drawn, return_index=True)
+            order = np.argsort(first)  # the lines as the audit lists them
+            ranks = [np.flatnonzero(drawn == lines[i]) + 1 for i in order]
+            checked = np.arange(len(ranks)) < lines_checked
+            counted = stats.counted_ranks(ranks, checked, 200)
+            right = right_of[lines[order]]
+            estimate = stats.simple(float((counted * right).sum()), float(counted.sum()))
+            estimates.append(estimate.value)
+            covered += estimate.low <= truth <= estimate.high
+            everything = np.asarray([len(r) for r in ranks]) * checked
+            naive = stats.simple(float((everything * right).sum()), float(everything.sum()))
+            naive_covered += naive.low <= truth <= naive.high
+        # 1,000 audits: a coverage of 0.95 shows above 0.93 but for 3 standard errors (0.0069)
+        assert covered / 1000 >= 0.93 and abs(np.mean(estimates) - truth) < 0.02, (lines_checked, covered)
+        assert naive_covered / 1000 < 0.5
+    # the rule itself: places 1..6 over three lines; the second line blank stops the count at place 3
+    ranks = [np.asarray([1, 2, 5]), np.asarray([3]), np.asarray([4, 6])]
+    assert stats.counted_ranks(ranks, np.asarray([True, False, True]), 6).tolist() == [2, 0, 0]
+    assert stats.counted_ranks(ranks, np.asarray([True, True, True]), 6).tolist() == [3, 1, 2]
+    assert stats.counted_ranks(ranks, np.asarray([True, True, True]), 7).tolist() == [3, 1, 2]  # 7 missing

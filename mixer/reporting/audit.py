@@ -278,6 +278,21 @@ def design_size(sizes: Sequence[int], expected: Sequence[float], margin: float,
     return _fewest(meets, max(least, 1), total)
 
 
+def counted_ranks(ranks: list, checked: np.ndarray, drawn: int) -> np.ndarray:
+    """An audit of descriptions, one stratum: how many rows drawn each line counts. Line i
+    stands for the rows drawn at places ranks[i] (1 = drawn first) of the stratum's
+    `drawn`; the rows counted are those before the first place whose line is not checked
+    (or is missing): the first rows of the sample in key order, a simple random sample,
+    however the lines were ordered or left blank. Counting every row of the lines checked
+    instead would favour frequent descriptions, which come first."""
+    covered = np.zeros(int(drawn) + 2, dtype=bool)
+    for line in np.flatnonzero(checked):
+        covered[ranks[line]] = True
+    stop = int(np.argmin(covered[1:])) + 1  # the first place not covered by a line checked
+    return np.asarray([int((ranks[i] < stop).sum()) if checked[i] else 0 for i in range(len(ranks))],
+                      dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """An accuracy and its 95% interval from `n` checked draws (n_eff: the sample size
