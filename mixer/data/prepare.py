@@ -409,11 +409,13 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         check_empty_code_label(cfg, formatter, known, allowed)
 
     seen = set()
+    from mixer.data.audits import refuse_audit_rows
 
     def load(paths, role):
         frames = []
         for path in paths:
             frame = read_table(path, cfg.table_options(role), log=log)
+            refuse_audit_rows(frame, path, TableOptions(role=role).what, cfg.train_on_audit)
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
