@@ -14,12 +14,12 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   stratum's variance can be estimated.
 - Intervals: Clopper & Pearson's exact interval for a simple sample (1934): each end
   misses the truth in at most 2.5% of samples, whatever n and the accuracy (Wilson's
-  interval, which this replaced, covered 84% to 92% near an accuracy of 0.99, with every
-  miss on one side). For a stratified sample the estimate is the strata's accuracies
+  interval, which this replaced, covered 84% to 92% near an accuracy of 0.99, every miss
+  an interval below the truth). For a stratified sample the estimate is the strata's accuracies
   weighted by their shares of rows, with the stratified variance estimator (Cochran 1977,
   5.3) and Clopper & Pearson's interval at the design's effective sample size (Korn &
   Graubard 1998): n_eff = p (1 - p) / v, kept at most the rows checked and at most Kish's
-  effective n of the weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1965, 11.7), so that
+  effective n of the weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that
   a stratum whose few rows all agree cannot make the interval narrower than its weight
   allows.
 - Size: the fewest rows whose interval, at the accuracy the model expects, reaches at most
