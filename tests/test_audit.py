@@ -299,7 +299,8 @@ def test_an_audit_checked_in_excel_scores_as_written(example, tmp_path):
     pd.testing.assert_frame_equal(excel, saved)
 
 
-def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_out(example, small_csv, tmp_path):
+def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_out(example, small_csv, tmp_path,
+                                                                                  capsys):
     audit = example / "audit.csv"  # filled by the docs' example
     argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
             "--share-val", "0.09", *TINY, "--max-steps", "1", "--no-eval-noise"]
@@ -326,6 +327,12 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     design = json.loads(following["audit"].iloc[0])
     assert design["left_out"] == {"in audits the model trained on": int(seen.sum())}
     assert design["strata"] == [[None, int((~seen).sum()), 100]]
+    # its score says plainly that it is of the rows not trained on, not of the whole file
+    simulate_check(tmp_path / "next.csv", "--truth-cols", "hisco_1")
+    assert evaluate_main(["--audit", str(tmp_path / "next.csv")]) == 0
+    population = f"{int((~seen).sum()):,} of 800 predicted rows; {int(seen.sum()):,} in audits the model trained on left out"
+    assert set(pd.read_csv(tmp_path / "next_scores.csv")["population"]) == {population}
+    assert f"the estimate is for the {int((~seen).sum()):,} rows drawn from, not all 800" in capsys.readouterr().out
 
 
 def test_an_audit_reads_its_codes_as_the_model_spells_them():
