@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, TINY, TOY
-from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main
+from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
 from mixer.core.errors import UserError
 from mixer.data import audits
 from mixer.reporting import audit as stats
@@ -99,14 +99,14 @@ def test_the_docs_example_runs_and_estimates_the_accuracy_of_all_rows(example):
     rows = audit["audit_row"].astype(int).to_numpy() - 1
     assert list(rows) == list(bottom_k(stats.row_keys(0, np.arange(800)), 200))
     assert (audit["occ1"].to_numpy() == predicted["occ1"].to_numpy()[rows]).all()
-    # the estimate: the share right of the rows drawn, with Wilson's interval
+    # the estimate: the share right of the rows drawn, with Clopper & Pearson's interval
     right = predicted["code_1"].to_numpy()[rows] == true_codes(predicted["hisco_1"]).to_numpy()[rows]
     scores = pd.read_csv(example / "audit_scores.csv", dtype={"digits": str, "threshold": str})
     whole = scores.iloc[0]
     assert (whole["stratum"], whole["digits"], whole["rows"], whole["checked"], whole["blank"]) == \
         ("all", "all", 800, 200, 0)
     assert whole["correct"] == right.sum() and whole["accuracy"] == pytest.approx(right.mean())
-    assert (whole["low"], whole["high"]) == pytest.approx(stats.wilson(right.sum(), 200))
+    assert (whole["low"], whole["high"]) == pytest.approx(stats.interval(right.sum(), 200))
     assert (whole["model"], whole["head"], whole["threshold"]) == ("runs/quickstart", "flat", "0.5")
     assert os.path.getsize(example / "audit_scores.png") > 0
     # what it estimates: the accuracy of all 800 rows, within 4 standard errors
@@ -148,19 +148,23 @@ def test_a_stratified_audit_sized_by_its_margin_and_scored_with_blanks(example, 
     assert predict_main(["--checkpoint", model_dir(example), "--input", str(held), "--output", str(predicted),
                          "--audit", str(audit), "--audit-margin", "0.08", "--audit-by", "decade"]) == 0
     said = capsys.readouterr().err
-    # the size: the fewest rows for +-0.08 at the mean prob_1, said before anything is checked
+    # the size: the fewest rows for +-0.08 at each decade's mean prob_1, for this design (its
+    # allocation and weights), said before anything is checked
     expected = round(pd.to_numeric(read(predicted)["prob_1"]).mean(), 3)
-    count = stats.sample_size(expected, 0.08)
-    assert f"audit: {count:,} rows give a 95% interval of +-0.08 at the accuracy the model expects, " \
-           f"{expected:.3f}" in said
-    # the allocation, printed, and drawn
     frame, drawn = read(held), read(audit)
     labels = group_order(set(frame["decade"]) - {""}, None) + [""]
     sizes = [int((frame["decade"] == label).sum()) for label in labels]
+    probability = pd.to_numeric(read(predicted)["prob_1"])
+    by_decade = [round(probability[frame["decade"] == label].mean(), 3) for label in labels]
+    count = stats.design_size(sizes, by_decade, 0.08)
+    assert f"audit: {count:,} rows give a 95% interval that reaches at most 0.08 from the estimate on either " \
+           f"side at the accuracy the model expects, {expected:.3f}" in said
+    # the allocation, printed, and drawn
     allocation = stats.allocate(sizes, count)
     assert allocation[-1] == 2 > count * sizes[-1] / sum(sizes)  # the blank decade: more than its share
     for label, size, n in zip(labels, sizes, allocation):
-        assert re.search(rf"\n  {re.escape(label or '(blank)')} +{size:,} rows +\S+ +-> {n}\n", said)
+        assert re.search(rf"\n  {re.escape(label or '(blank)')} +{size:,} rows +\S+ +-> {n}  \(expected 0\.\d+\)\n",
+                         said)
         assert (drawn["decade"] == label).sum() == n
     # a person checks from the top and stops 7 rows before the end: those are blanks
     checked = len(drawn) - 7
@@ -206,7 +210,7 @@ def test_an_audit_of_descriptions_is_the_rows_drawn_collapsed(example, tmp_path)
     whole = pd.read_csv(tmp_path / "descriptions_scores.csv").iloc[0]
     weighted = int((drawn["audit_draws"].astype(int) * right).sum())
     assert (whole["checked"], whole["correct"]) == (120, weighted)
-    assert (whole["low"], whole["high"]) == pytest.approx(stats.wilson(weighted, 120))
+    assert (whole["low"], whole["high"]) == pytest.approx(stats.interval(weighted, 120))
 
 
 def test_an_audit_is_scored_only_against_what_it_was_drawn_from(example, tmp_path):
@@ -232,8 +236,9 @@ def test_an_audit_is_scored_only_against_what_it_was_drawn_from(example, tmp_pat
     refused(audit.assign(code_1=audit["code_1"].where(audit.index != first_wrong, audit["true_code_1"])),
             rf"1 row\(s\) \(line {first_wrong + 2}\) differ from what predict.py wrote")
     refused(audit.assign(audit=audit["audit"].str.replace('"seed": 0', '"seed": 1')), "'audit' column was changed")
-    refused(audit.assign(audit=audit["audit"].str.replace('"version": 2', '"version": 1')),
-            "drawn by an earlier mixer .* draw the audit again")
+    for earlier in (1, 2):
+        refused(audit.assign(audit=audit["audit"].str.replace('"version": 3', f'"version": {earlier}')),
+                rf"drawn by an earlier mixer \(audit version {earlier}\); draw the audit again")
     sized = example / "other_audit.csv"
     assert predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
                          "--audit", "5", str(sized), "--audit-seed", "3"]) == 0
@@ -294,7 +299,8 @@ def test_an_audit_checked_in_excel_scores_as_written(example, tmp_path):
     pd.testing.assert_frame_equal(excel, saved)
 
 
-def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_out(example, small_csv, tmp_path):
+def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_out(example, small_csv, tmp_path,
+                                                                                  capsys):
     audit = example / "audit.csv"  # filled by the docs' example
     argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
             "--share-val", "0.09", *TINY, "--max-steps", "1", "--no-eval-noise"]
@@ -321,6 +327,12 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     design = json.loads(following["audit"].iloc[0])
     assert design["left_out"] == {"in audits the model trained on": int(seen.sum())}
     assert design["strata"] == [[None, int((~seen).sum()), 100]]
+    # its score says plainly that it is of the rows not trained on, not of the whole file
+    simulate_check(tmp_path / "next.csv", "--truth-cols", "hisco_1")
+    assert evaluate_main(["--audit", str(tmp_path / "next.csv")]) == 0
+    population = f"{int((~seen).sum()):,} of 800 predicted rows; {int(seen.sum()):,} in audits the model trained on left out"
+    assert set(pd.read_csv(tmp_path / "next_scores.csv")["population"]) == {population}
+    assert f"the estimate is for the {int((~seen).sum()):,} rows drawn from, not all 800" in capsys.readouterr().out
 
 
 def test_an_audit_reads_its_codes_as_the_model_spells_them():
@@ -351,14 +363,15 @@ def test_an_audit_reads_its_codes_as_the_model_spells_them():
     assert audits.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
 
 
-def drawn_without_a_model(formatter, codes: list, path, inputs=None) -> pd.DataFrame:
-    """An audit of every row of a small table whose predicted codes are given: the draw of
-    predict.py and Model.audit, without a model."""
+def drawn_without_a_model(formatter, codes: list, path, inputs=None, **request) -> pd.DataFrame:
+    """An audit of every row (or `size` rows) of a small table whose predicted codes are
+    given: the draw of predict.py and Model.audit, without a model (`request`: by=, unit=,
+    size=, seed=, as AuditRequest takes them)."""
     from mixer.prediction.audit import AuditDraw, AuditRequest, write_audit
 
     frame = pd.DataFrame({"occ1": [f"occupation {i}" for i in range(len(codes))], **(inputs or {})})
     predicted = pd.DataFrame({"code_1": codes, "prob_1": [0.9] * len(codes)})
-    draw = AuditDraw(AuditRequest(str(path), size=len(codes)).check(), "occ1", [], formatter)
+    draw = AuditDraw(AuditRequest(str(path), **{"size": len(codes), **request}).check(), "occ1", [], formatter)
     draw.add(frame, predicted)
     table, lines = draw.finish("m-test", "test", "flat", "0.5")
     write_audit(table, str(path), lines, log=lambda line: None)
@@ -429,3 +442,212 @@ def test_an_audit_is_read_with_its_own_flags(tmp_path):
         evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--audit-sep", ","])
     assert evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252", "--encoding", "utf-8"]) == 0
     assert pd.read_csv(tmp_path / "audit_scores.csv").iloc[0]["correct"] == 3
+
+
+HISCO_CODES = ["06510", "14120", "-1", "99910"]
+
+
+def hisco():
+    from mixer.data.formatter import CodeFormatter
+
+    return CodeFormatter(kind="hisco")
+
+
+def test_an_audit_all_right_or_all_wrong_is_scored_with_its_picture(tmp_path, monkeypatch):
+    """A stratum, or the whole audit, all right (all wrong): its interval ends at 1 (starts
+    at 0) exactly, the picture's error bars are clipped at 0, and the table and the picture
+    are written together: when the picture cannot be drawn, neither is (the table was
+    written first, then the plot raised 'yerr must not contain negative values')."""
+    from mixer.reporting import audit_scores
+
+    path = tmp_path / "audit.csv"
+    parish = ["A"] * 300 + ["B"] * 300
+    drawn_without_a_model(hisco(), ["06510"] * 600, path, {"parish": parish}, by="parish", size=178)
+    filled = read(path)
+    for verdicts in (np.where(filled["parish"] == "A", "yes", "no"), "yes"):
+        filled.assign(correct=verdicts).to_csv(path, index=False)
+        assert evaluate_main(["--audit", str(path)]) == 0
+        scores = pd.read_csv(tmp_path / "audit_scores.csv", dtype={"parish": str}).set_index("parish")
+        assert (scores.loc["A", "accuracy"], scores.loc["A", "high"]) == (1.0, 1.0)
+        assert os.path.getsize(tmp_path / "audit_scores.png") > 0
+    assert (scores.loc["all", "accuracy"], scores.loc["all", "high"]) == (1.0, 1.0)
+    filled.assign(correct=np.where(filled["parish"] == "A", "yes", "no")).to_csv(path, index=False)
+    assert evaluate_main(["--audit", str(path)]) == 0
+    assert pd.read_csv(tmp_path / "audit_scores.csv").set_index("parish").loc["B", "low"] == 0.0
+    # an interval that ends a hair below its estimate (Wilson's 0.9999999999999999) is drawn
+    table = pd.read_csv(tmp_path / "audit_scores.csv")
+    table.loc[1, ["accuracy", "high"]] = [1.0, 0.9999999999999999]
+    assert audit_scores.render_scores(table)[:4] == b"\x89PNG"
+    # a picture that fails: nothing written
+    for written in ("audit_scores.csv", "audit_scores.png"):
+        os.remove(tmp_path / written)
+
+    def fails(table):
+        raise RuntimeError("no picture")
+
+    monkeypatch.setattr(audit_scores, "render_scores", fails)
+    with pytest.raises(RuntimeError, match="no picture"):
+        evaluate_main(["--audit", str(path)])
+    assert not os.path.exists(tmp_path / "audit_scores.csv") and not os.path.exists(tmp_path / "audit_scores.png")
+
+
+def descriptions_audit(path, size=40):
+    """An audit of descriptions of 60 rows: 30 'farmer', 10 'smith', 20 distinct."""
+    texts = ["farmer"] * 30 + ["smith"] * 10 + [f"rare {i}" for i in range(20)]
+    codes = ["61110"] * 30 + ["83110"] * 10 + ["99910"] * 20
+    return drawn_without_a_model(hisco(), codes, path, {"occ1": texts}, unit="descriptions", size=size)
+
+
+def test_an_audit_of_descriptions_stopped_early_counts_the_rows_before_the_first_blank_line(tmp_path, capsys):
+    """Its lines are in the order of their first row drawn, each with the ranks of the rows
+    drawn it stands for; a person who checks the first 3 lines is scored on the rows drawn
+    before the first rank of a line left blank (not on every row of the 3 lines, which
+    favours frequent descriptions); the table gives lines and rows."""
+    path = tmp_path / "descriptions.csv"
+    table = descriptions_audit(path)
+    ranks = [[int(r) for r in cell.split()] for cell in table["audit_ranks"]]
+    assert [len(r) for r in ranks] == table["audit_draws"].tolist() and sum(map(len, ranks)) == 40
+    assert sorted(sum(ranks, [])) == list(range(1, 41))
+    assert [r[0] for r in ranks] == sorted(r[0] for r in ranks)  # listed by their first row drawn
+    filled = read(path)
+    filled.loc[:2, "correct"] = "yes"
+    filled.to_csv(path, index=False)
+    assert evaluate_main(["--audit", str(path)]) == 0
+    stop = min(set(range(1, 42)) - set(sum(ranks[:3], [])))
+    whole = pd.read_csv(tmp_path / "descriptions_scores.csv").iloc[0]
+    assert (whole["checked"], whole["blank"], whole["lines_checked"], whole["lines"]) == \
+        (stop - 1, 40 - (stop - 1), 3, len(table))
+    assert stop - 1 < sum(map(len, ranks[:3]))  # the rows of the 3 lines drawn after the stop are not counted
+    assert f"checked 3 of {len(table)} lines" in capsys.readouterr().out
+
+
+def test_a_copied_line_of_an_audit_of_descriptions_is_refused(tmp_path):
+    """A line pasted twice would count its rows twice (282 rows checked of 200 drawn)."""
+    path = tmp_path / "descriptions.csv"
+    descriptions_audit(path)
+    filled = read(path).assign(correct="yes")
+    for edited, message in [(pd.concat([filled, filled.iloc[[1]]]), rf"line {len(filled) + 2} repeats line 3 "
+                             r"\(the same rows drawn, counted twice\); remove the copy"),
+                            (filled.assign(audit_draws=filled["audit_draws"].astype(int) + 1),
+                             "audit_draws differs from the ranks in audit_ranks")]:
+        edited.to_csv(tmp_path / "edited.csv", index=False)
+        with pytest.raises(UserError, match=message):
+            evaluate_main(["--audit", str(tmp_path / "edited.csv")])
+        assert not os.path.exists(tmp_path / "edited_scores.csv")
+
+
+def test_a_stratified_audit_re_saved_in_cp1252_with_labels_outside_it_scores(tmp_path):
+    """Excel on Windows re-saves a CSV in cp1252: letters it lacks (ł, ś, ć) become '?'. The
+    `audit` cell is ASCII (the stratum column's name as \\u escapes) and the scoring does not
+    use the labels' letters, so the audit scores as filled."""
+    path = tmp_path / "audit.csv"
+    place = ["Łódź"] * 20 + ["Kraków"] * 20 + ["Tromsø"] * 20
+    table = drawn_without_a_model(hisco(), ["06510"] * 60, path, {"miejscowość": place}, by="miejscowość", size=30)
+    assert table["audit"].iloc[0].isascii() and "miejscowo\\u015b\\u0107" in table["audit"].iloc[0]
+    filled = read(path).assign(correct="yes")
+    filled.to_csv(path, index=False, encoding="cp1252", errors="replace", sep=";")
+    assert "miejscowo??" in (tmp_path / "audit.csv").read_text(encoding="cp1252").split("\n")[0]
+    assert evaluate_main(["--audit", str(path), "--audit-encoding", "cp1252"]) == 0
+    scores = pd.read_csv(tmp_path / "audit_scores.csv")
+    assert scores["checked"].tolist() == [30, 10, 10, 10] and scores["rows"].tolist() == [60, 20, 20, 20]
+
+
+def test_an_audit_of_800_strata_fits_a_spreadsheet_cell_and_its_strata_are_checked(tmp_path):
+    """800 parishes (their list in the cell took 36,000 characters, more than an Excel cell
+    holds): the strata are on the rows (audit_stratum_rows, _drawn) with a digest in the
+    `audit` cell, which stays short, so the audit is written as .xlsx and scores; an edit
+    of a stratum's rows or draws is refused."""
+    parish = [f"parish {i:04d}" for i in range(800) for _ in range(3)]
+    path = tmp_path / "audit.xlsx"
+    table = drawn_without_a_model(hisco(), ["06510"] * 2400, path, {"parish": parish}, by="parish", size=1800)
+    assert len(table["audit"].iloc[0]) < 2000 and table["audit_stratum"].nunique() == 800
+    with pytest.raises(UserError, match="no row is checked yet"):  # read back and checked: design, strata, rows
+        evaluate_main(["--audit", str(path)])
+    filled = table.assign(correct="yes")
+    filled.to_csv(tmp_path / "audit.csv", index=False)
+    assert evaluate_main(["--audit", str(tmp_path / "audit.csv")]) == 0
+    whole = pd.read_csv(tmp_path / "audit_scores.csv").iloc[0]
+    assert (whole["rows"], whole["drawn"], whole["checked"]) == (2400, 1800, 1800)
+    first = filled["audit_stratum"] == filled["audit_stratum"].iloc[0]
+    for edited, message in [(filled.assign(audit_stratum_rows=np.where(filled.index == 0, 4, filled["audit_stratum_rows"])),
+                             r"the rows of stratum \d+ \(line 2, .*\) differ in audit_stratum_rows"),
+                            (filled.assign(audit_stratum_rows=np.where(first, 4, filled["audit_stratum_rows"])),
+                             "audit_stratum_rows or audit_stratum_drawn were changed"),
+                            (filled[~first], r"no row of stratum \d+ .* is left")]:
+        edited.to_csv(tmp_path / "edited.csv", index=False)
+        with pytest.raises(UserError, match=message):
+            evaluate_main(["--audit", str(tmp_path / "edited.csv")])
+
+
+def test_a_row_cleared_in_a_spreadsheet_is_skipped(tmp_path, capsys):
+    """A row whose every cell was cleared (';;;;' in the CSV) is not 'a row added by hand':
+    it is skipped, as a row removed from the file; other lines keep their numbers."""
+    path = tmp_path / "audit.csv"
+    drawn_without_a_model(hisco(), HISCO_CODES, path)
+    filled = read(path).assign(correct="yes")
+    filled.loc[1] = ""
+    filled.loc[2, "correct"] = "maybe"
+    filled.to_csv(path, index=False, sep=";")
+    with pytest.raises(UserError, match="line 4 'maybe'"):
+        evaluate_main(["--audit", str(path)])
+    filled.loc[2, "correct"] = "no"
+    filled.to_csv(path, index=False, sep=";")
+    assert evaluate_main(["--audit", str(path)]) == 0
+    whole = pd.read_csv(tmp_path / "audit_scores.csv").iloc[0]
+    assert (whole["checked"], whole["correct"]) == (3, 2)
+    assert "1 of them missing from the file" in capsys.readouterr().out
+
+
+def test_an_audit_with_verdicts_is_never_overwritten(example, tmp_path):
+    """Drawing again to a file that holds a filled audit (any format, or re-saved in
+    cp1252) is refused before any work; an audit not yet filled may be drawn again."""
+    from mixer.prediction.audit import AuditRequest
+
+    for name in ("audit.csv", "audit.xlsx"):
+        path = tmp_path / name
+        drawn_without_a_model(hisco(), HISCO_CODES, path)
+        request = AuditRequest(str(path), size=4).check()
+        request.check_path({})  # no verdicts yet: drawn again
+        filled = read(path) if name.endswith(".csv") else pd.read_excel(path, dtype=str).fillna("")
+        filled.loc[0, "true_code_1"] = "06510"
+        if name.endswith(".csv"):
+            filled.to_csv(path, index=False, encoding="cp1252", sep=";")
+        else:
+            filled.to_excel(path, index=False)
+        with pytest.raises(UserError, match=rf"--audit .*{name}: an audit with verdicts in it, which this would "
+                                            "replace; write to another file, or delete it first"):
+            request.check_path({})
+    filled = example / "audit.csv"  # filled by the docs' example
+    before = filled.read_bytes()
+    with pytest.raises(UserError, match="an audit with verdicts in it"):
+        predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
+                      "--audit", "5", str(filled)])
+    with pytest.raises(UserError, match="an audit with verdicts in it"):
+        predict_main(["--checkpoint", model_dir(example), "--input", str(example / "held_back.csv"),
+                      "--output", str(filled)])
+    assert filled.read_bytes() == before
+
+
+def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, small_csv, tmp_path):
+    """An audit passed as --dataset (its true_code_1 as the target), a training file with
+    an audit's rows appended (their audit and audit_check columns kept), or audit rows as
+    --val-data (which choose the checkpoint and the threshold): refused without
+    --train-on-audit; with it, the run records their descriptions as audited."""
+    audit = read(example / "audit.csv")  # filled by the docs' example
+    small = read(small_csv)
+    appended = pd.concat([small, audit[[*small.columns.drop("hisco_2"), "audit", "audit_check"]]], ignore_index=True)
+    appended.to_csv(tmp_path / "appended.csv", index=False)
+    common = ["--allow-codes-shorter-than-block-size", *TINY, "--max-steps", "1", "--no-eval-noise"]
+    refused = [(finetune_main, ["--dataset", str(example / "audit.csv"), "--target-cols", "true_code_1"]),
+               (finetune_main, ["--dataset", str(tmp_path / "appended.csv"), "--target-cols", "hisco_1"]),
+               (train_mixer_main, ["--train-data", small_csv, "--val-data", str(tmp_path / "appended.csv"),
+                                   "--target-cols", "hisco_1"])]
+    for main, argv in refused:
+        with pytest.raises(UserError, match=r"--(dataset|val-data) .*: 200 row\(s\) of an audit .* pass "
+                                            "--train-on-audit"):
+            main([*argv, *common, "--save-path", str(tmp_path / "refused")])
+    run = tmp_path / "trained"
+    assert finetune_main(["--dataset", str(tmp_path / "appended.csv"), "--target-cols", "hisco_1", *common,
+                          "--share-val", "0.09", "--save-path", str(run), "--train-on-audit"]) == 0
+    with open(run / "config.json", encoding="utf-8") as handle:
+        assert json.load(handle)["audited"] == sorted(set(audits.description_keys(audit["occ1"])))

@@ -184,9 +184,10 @@ def add_code_args(group) -> None:
     add_table_args(group, "extra_train")
     group.add_argument("--train-on-audit", dest="train_on_audit", action=argparse.BooleanOptionalAction,
                        default=False,
-                       help="let --extra-train take audit files (predict.py --audit), which are for "
-                            "measuring: their checked rows train, and the next audit of this run's "
-                            "predictions leaves out rows with those descriptions")
+                       help="let the run use audit rows (predict.py --audit), which are for measuring: "
+                            "an audit as --extra-train (its checked rows train), or audit rows with their "
+                            "audit columns in --dataset, --train-data or --val-data; the next audit of this "
+                            "run's predictions leaves out rows with those descriptions")
     group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
                        help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
                             "occupation' is learned as a class; default: such rows are an error")
@@ -200,16 +201,18 @@ def add_audit_args(parser: argparse.ArgumentParser) -> None:
                             "empty columns correct and true_code_1.. to fill by hand, for evaluate.py "
                             "--audit (.csv, .xlsx, .parquet or .dta); AUDIT.csv alone with --audit-margin")
     group.add_argument("--audit-margin", dest="audit_margin", type=open_unit_interval, default=None,
-                       metavar="M", help="instead of N: the rows that give a 95%% interval of +-M "
-                                         "(e.g. 0.03) at the accuracy the model expects, the mean of "
-                                         "its top code's probability")
+                       metavar="M", help="instead of N: the fewest rows whose 95%% interval reaches at "
+                                         "most M (e.g. 0.03) from the estimate on either side at the "
+                                         "accuracy the model expects, the mean of its top code's "
+                                         "probability (with --audit-by: each stratum's, for the design)")
     group.add_argument("--audit-by", dest="audit_by", default=None, metavar="COL",
                        help="a stratified sample: proportional to the rows of each value of COL "
                             "(e.g. lang, a source or decade column), each value at least 2 rows")
     group.add_argument("--audit-unit", dest="audit_unit", choices=["rows", "descriptions"], default="rows",
                        help="rows: the sampled rows, one per line; descriptions: the sampled rows "
                             "collapsed to their distinct descriptions (each with its count of rows "
-                            "drawn, checked once) (default: %(default)s)")
+                            "drawn, checked once; stopping early counts the rows drawn before the "
+                            "first line left blank) (default: %(default)s)")
     group.add_argument("--audit-seed", dest="audit_seed", type=non_negative_int, default=0,
                        help="the sample's seed (default: %(default)s)")
 

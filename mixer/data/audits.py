@@ -7,13 +7,20 @@ person: `correct` (yes or no) and `true_code_1..` (the right codes), and `note`.
 bookkeeping columns tie it to where it came from, in cells that survive Excel (text
 that no spreadsheet reads as a number or a date):
 
-- `audit`: the design, as JSON, the same on every row: how it was drawn (unit, stratum
-  column, seed, each stratum's rows and draws), a fingerprint of the predictions it was
-  drawn from (their descriptions and codes, row by row) and of the model (its weights),
-  and an id that is a hash of all of it, so an edit shows;
+- `audit`: the design, as JSON in ASCII (any 8-bit re-save keeps it), the same on every
+  row: how it was drawn (unit, stratum column, seed; each stratum's rows and draws, or, in a
+  stratified audit, their number and a digest of them, so the cell stays short whatever the
+  number of strata), a fingerprint of the predictions it was drawn from (their descriptions
+  and codes, row by row) and of the model (its weights), and an id that is a hash of all of
+  it, so an edit shows;
 - `audit_check`: per row, a hash of the id, the row's place in the design and its
   predicted codes, so a row pasted from another audit, or codes changed by hand, show;
-- `audit_stratum`: per row, its stratum's number in the design (stratified audits).
+- `audit_stratum`, `audit_stratum_rows`, `audit_stratum_drawn` (stratified audits): per
+  row, its stratum's number in the design, that stratum's rows in the file and rows drawn
+  (checked against the digest in `audit`);
+- `audit_ranks` (unit descriptions): the places, in their stratum's draw order, of the
+  rows drawn that the line stands for (`audit_draws` of them), so that a person who stops
+  early is scored on the rows drawn before the first line left blank.
 
 The file is written by mixer.data.writing (its columns named by output_names: an input
 column that would take one of the audit's names is written <name>_input) and read back by
@@ -48,14 +55,18 @@ from mixer.data.reading import NUMERIC_COLUMNS, as_text
 AUDIT = "audit"
 CHECK = "audit_check"
 STRATUM = "audit_stratum"
+STRATUM_ROWS = "audit_stratum_rows"  # its stratum's rows in the file
+STRATUM_DRAWN = "audit_stratum_drawn"  # its stratum's rows drawn
 ROW = "audit_row"  # unit rows: the row's number in the predicted file (1: the first under the header)
 DRAWS = "audit_draws"  # unit descriptions: the rows drawn that have this description
+RANKS = "audit_ranks"  # unit descriptions: their places in the stratum's draw order (1: drawn first)
 CORRECT = "correct"
 NOTE = "note"
 TRUE_CODE = "true_code_{}"
 TRUE_CODE_COLUMN = re.compile(r"^true_code_(\d+)$")
 UNITS = ("rows", "descriptions")
-VERSION = 2  # 2: codes spelled as the model spells them (1 compared them without leading zeros)
+VERSION = 3  # 3: ASCII design, strata by digest, descriptions with their ranks; 2: codes spelled as the
+# model spells them (1 compared them without leading zeros)
 # what the model's formatter says of how its codes are spelled (mixer.data.normalise.width_of)
 SPELLING = ("kind", "block_size", "use_within_block_sep", "allow_short", "digit_width")
 
@@ -155,6 +166,14 @@ class Design:
     margin: Optional[float]  # --audit-margin, when it chose the size
     left_out: dict = field(default_factory=dict)  # {reason: rows not drawn from}
     spelling: dict = field(default_factory=dict)  # the model's code system (SPELLING)
+    by_col: Optional[str] = None  # the stratum column, as the audit names it
+    strata_count: int = 0  # stratified: the number of strata, in the `audit` cell beside their digest
+    strata_digest: str = ""  # stratified: strata_digest(strata)
+
+    def __deepcopy__(self, memo) -> "Design":
+        """Itself: a design is not changed once made, and pandas deep-copies a table's attrs
+        (where the audit table keeps its design) at every step."""
+        return self
 
     @property
     def formatter(self) -> CodeFormatter:
@@ -180,17 +199,24 @@ class Design:
 
     def _body(self) -> dict:
         body = asdict(self)
-        body["strata"] = [[s.label, s.rows, s.drawn] for s in self.strata]
+        if self.stratified:  # the strata by digest: their rows and draws are on the rows (STRATUM_...)
+            body["strata"] = None
+            body["strata_count"] = self.strata_count or len(self.strata)
+            body["strata_digest"] = self.strata_digest or strata_digest(self.strata)
+        else:
+            body["strata"] = [[s.label, s.rows, s.drawn] for s in self.strata]
         body["code_columns"] = list(self.code_columns)
         body["version"] = VERSION
         return body
 
     @property
     def id(self) -> str:
-        return "a-" + _hash(json.dumps(self._body(), sort_keys=True, ensure_ascii=False))[:12]
+        return "a-" + _hash(json.dumps(self._body(), sort_keys=True, ensure_ascii=True))[:12]
 
     def to_json(self) -> str:
-        return json.dumps({"id": self.id, **self._body()}, sort_keys=True, ensure_ascii=False)
+        """The `audit` cell: ASCII (labels as \\u escapes), so that a re-save in any 8-bit
+        encoding (Excel's cp1252) keeps it as written."""
+        return json.dumps({"id": self.id, **self._body()}, sort_keys=True, ensure_ascii=True)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "Design":
@@ -200,22 +226,30 @@ class Design:
             version = body.pop("version")
         except (ValueError, TypeError, KeyError, AttributeError):
             version = None
-        if version == 1:
-            raise UserError(f"{where}: drawn by an earlier mixer (audit version 1, whose codes were compared "
-                            "without their leading zeros); draw the audit again with predict.py --audit")
+        if version in (1, 2):
+            raise UserError(f"{where}: drawn by an earlier mixer (audit version {version}); draw the audit "
+                            "again with predict.py --audit (the same predictions, N, seed and strata draw the "
+                            "same rows: copy your verdicts over by audit_row)")
         try:
             if version != VERSION:
                 raise ValueError("version")
-            body["strata"] = tuple(Stratum(label, int(rows), int(drawn)) for label, rows, drawn in body["strata"])
+            body["strata"] = (() if body["strata"] is None else  # stratified: read from the rows
+                              tuple(Stratum(label, int(rows), int(drawn)) for label, rows, drawn in body["strata"]))
             body["code_columns"] = tuple(body["code_columns"])
             design = cls(**body)
         except (ValueError, TypeError, KeyError, AttributeError):
             raise UserError(f"{where}: its '{AUDIT}' column is not what predict.py --audit wrote; "
                             "restore it from the file predict.py wrote")
-        if design.id != stated:
+        if design.id != stated or design.stratified != (not design.strata):
             raise UserError(f"{where}: its '{AUDIT}' column was changed; restore it from the file "
                             "predict.py wrote")
         return design
+
+
+def strata_digest(strata) -> str:
+    """A digest of the strata's rows and draws, in order (not their labels: a re-save in
+    another encoding may change a label's letters, which the scoring does not use)."""
+    return "s-" + _hash(json.dumps([[s.rows, s.drawn] for s in strata]))[:12]
 
 
 def row_check(audit_id: str, stratum: int, unit: str, codes: str) -> str:
@@ -227,9 +261,25 @@ def checks(audit_id: str, strata: np.ndarray, units: pd.Series, codes: pd.Series
 
 
 def unit_values(frame: pd.DataFrame, unit: str) -> pd.Series:
-    """What places a row in the design: its row number (rows), its draws (descriptions);
-    whole numbers as the normaliser reads them (a spreadsheet's 12.0 is 12)."""
-    return code_text(frame, ROW if unit == "rows" else DRAWS)[0].reset_index(drop=True)
+    """What places a row in the design: its row number (rows), the ranks of its draws
+    (descriptions: whole numbers joined by a space); whole numbers as the normaliser reads
+    them (a spreadsheet's 12.0 is 12)."""
+    if unit == "rows":
+        return code_text(frame, ROW)[0].reset_index(drop=True)
+    text = code_text(frame, RANKS)[0].reset_index(drop=True)
+    return text.map(lambda cell: " ".join(_whole(part) for part in cell.split()))
+
+
+def _whole(text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return str(int(value)) if value.is_integer() else text
+
+
+def ranks_text(ranks) -> str:
+    return " ".join(str(int(r)) for r in sorted(ranks))
 
 
 def verdict_columns(slots: int) -> list:
@@ -240,7 +290,8 @@ def own_columns(unit: str, predicted: list, slots: int, stratified: bool) -> lis
     """The audit's own columns: the unit's, the head's (code_k, prob_k, desc_k), the
     person's, the bookkeeping."""
     return ([ROW if unit == "rows" else DRAWS] + list(predicted) + verdict_columns(slots)
-            + ([STRATUM] if stratified else []) + [CHECK, AUDIT])
+            + ([STRATUM, STRATUM_ROWS, STRATUM_DRAWN] if stratified else [])
+            + ([] if unit == "rows" else [RANKS]) + [CHECK, AUDIT])
 
 
 def input_names(kind: str, inputs, own: list) -> list:
@@ -266,6 +317,8 @@ class Audit:
     correct: np.ndarray  # True / False / None: the `correct` column
     true_columns: list  # true_code_k columns with a code somewhere
     has_codes: np.ndarray  # a true code given
+    lines: np.ndarray = None  # each row's line in the file (2: the first under the header)
+    ranks: list = None  # unit descriptions: each line's draws' places in its stratum's draw order
 
     def row_names(self, rows) -> str:
         """Rows named as a person finds them: by audit_row, else the file's line."""
@@ -273,7 +326,7 @@ class Audit:
         if self.design.unit == "rows":
             shown = [f"{ROW} {self.frame[ROW].iloc[r]}" for r in rows[:5]]
         else:
-            shown = [f"line {r + 2}" for r in rows[:5]]
+            shown = [f"line {self.lines[r]}" for r in rows[:5]]
         return ", ".join(shown) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
 
 
@@ -281,7 +334,20 @@ def is_audit(frame: pd.DataFrame) -> bool:
     return AUDIT in frame.columns and CHECK in frame.columns
 
 
-def parse_verdicts(frame: pd.DataFrame, where: str) -> np.ndarray:
+_CHECK_CELL = re.compile(r"^c-[0-9a-f]{12}$")
+
+
+def audit_rows(frame: pd.DataFrame) -> np.ndarray:
+    """The rows of a table that carry an audit's bookkeeping: an `audit` cell and an
+    `audit_check` cell as predict.py --audit writes it (an audit, or its rows copied
+    with their columns into another table)."""
+    if not is_audit(frame):
+        return np.zeros(len(frame), dtype=bool)
+    check = as_text(frame[CHECK]).str.strip().str.match(_CHECK_CELL).to_numpy()
+    return check & as_text(frame[AUDIT]).str.strip().ne("").to_numpy()
+
+
+def parse_verdicts(frame: pd.DataFrame, where: str, lines=None) -> np.ndarray:
     """yes/no (y/n, true/false, 1/0, right/wrong) -> True/False; blank -> None."""
     values = frame[CORRECT]
     text = code_text(frame, CORRECT)[0].str.lower()  # a spreadsheet's 1.0 is 1
@@ -291,66 +357,188 @@ def parse_verdicts(frame: pd.DataFrame, where: str) -> np.ndarray:
     bad = ~(yes | no) & text.ne("").to_numpy()
     if bad.any():
         rows = np.flatnonzero(bad)
-        shown = ", ".join(f"line {r + 2} {values.iloc[r]!r}" for r in rows[:5])
-        raise UserError(f"{where}: '{CORRECT}' holds yes or no (or nothing, for a row not checked); "
-                        f"{shown}{' ...' if len(rows) > 5 else ''}: fix these cells")
+        lines = np.arange(len(frame)) + 2 if lines is None else lines
+        shown = ", ".join(f"line {lines[r]} {values.iloc[r]!r}" for r in rows[:5])
+        raise UserError(f"{where}: '{CORRECT}' holds yes or no (or y/n, true/false, 1/0, right/wrong; nothing "
+                        f"for a row not checked); {shown}{' ...' if len(rows) > 5 else ''}: fix these cells")
     return out
+
+
+def _empty_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Rows whose every cell is blank: a row cleared in a spreadsheet (';;;;' in a CSV)."""
+    empty = np.ones(len(frame), dtype=bool)
+    for column in frame.columns:
+        empty &= as_text(frame[column]).str.strip().eq("").to_numpy()
+    return empty
+
+
+def _named_lines(lines: np.ndarray, rows) -> str:
+    rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows)
+    return ", ".join(f"line {lines[r]}" for r in rows[:5]) + (" ..." if len(rows) > 5 else "")
+
+
+def _whole_numbers(frame: pd.DataFrame, column: str) -> np.ndarray:
+    return pd.to_numeric(code_text(frame, column)[0], errors="coerce").to_numpy(dtype=float)
+
+
+def _strata_of_rows(frame: pd.DataFrame, design: Design, strata: np.ndarray, lines: np.ndarray,
+                    where: str) -> tuple:
+    """A stratified audit's strata, from its rows (STRATUM_ROWS, STRATUM_DRAWN, the label in
+    the stratum column), checked against the digest in the `audit` cell."""
+    sizes, drawn = _whole_numbers(frame, STRATUM_ROWS), _whole_numbers(frame, STRATUM_DRAWN)
+    labels = as_text(frame[design.by_col]).str.strip() if design.by_col in frame.columns else None
+    found = []
+    for h in range(design.strata_count):
+        rows = np.flatnonzero(strata == h)
+        if not len(rows):
+            raise UserError(f"{where}: no row of stratum {h} ({STRATUM} {h}) is left; restore its rows from "
+                            "the file predict.py wrote (leave rows you did not check blank)")
+        pairs = set(zip(sizes[rows], drawn[rows]))
+        if len(pairs) != 1 or not all(np.isfinite(v) for v in next(iter(pairs))):
+            raise UserError(f"{where}: the rows of stratum {h} ({_named_lines(lines, rows)}) differ in "
+                            f"{STRATUM_ROWS} or {STRATUM_DRAWN}; restore them from the file predict.py wrote")
+        size, count = next(iter(pairs))
+        label = labels.iloc[rows[0]] if labels is not None else str(h)
+        found.append(Stratum(label or None, int(size), int(count)))
+    found = tuple(found)
+    if strata_digest(found) != design.strata_digest:
+        raise UserError(f"{where}: {STRATUM_ROWS} or {STRATUM_DRAWN} were changed; restore them from the file "
+                        "predict.py wrote")
+    return found
+
+
+def _description_ranks(frame: pd.DataFrame, design: Design, strata: np.ndarray, units: pd.Series,
+                       lines: np.ndarray, where: str) -> list:
+    """Each line's ranks (unit descriptions), checked: as many as audit_draws says, each
+    rank of a stratum on one line only, none beyond the stratum's draws."""
+    ranks = [np.asarray([int(r) for r in cell.split()], dtype=np.int64) if cell else np.zeros(0, np.int64)
+             for cell in units]
+    stated = _whole_numbers(frame, DRAWS)
+    wrong = np.asarray([len(r) != n for r, n in zip(ranks, stated)])
+    if wrong.any():
+        raise UserError(f"{where}: {_named_lines(lines, wrong)}: {DRAWS} differs from the ranks in {RANKS}; "
+                        "restore them from the file predict.py wrote")
+    for h, stratum in enumerate(design.strata):
+        rows = np.flatnonzero(strata == h)
+        held = np.concatenate([ranks[r] for r in rows]) if len(rows) else np.zeros(0, np.int64)
+        owner = np.concatenate([np.full(len(ranks[r]), r) for r in rows]) if len(rows) else held
+        values, counts = np.unique(held, return_counts=True)
+        if (counts > 1).any():
+            twice = values[counts > 1][0]
+            copies = owner[held == twice]
+            raise UserError(f"{where}: line {lines[copies[1]]} repeats line {lines[copies[0]]} (the same rows "
+                            "drawn, counted twice); remove the copy")
+        if len(held) > stratum.drawn or (len(held) and (held.min() < 1 or held.max() > stratum.drawn)):
+            raise UserError(f"{where}: its lines stand for {len(held):,} rows drawn"
+                            f"{f' in stratum {h}' if design.stratified else ''}, more than the "
+                            f"{stratum.drawn:,} drawn; remove the lines copied or added")
+    return ranks
 
 
 def parse_audit(frame: pd.DataFrame, path: str, what: str = "--audit") -> Audit:
     """Check an audit read back (the design, each row's check, the verdicts) before any
-    of it is used."""
+    of it is used. Rows whose every cell is blank (cleared in a spreadsheet) are skipped."""
     where = f"{what} {path}"
     if not is_audit(frame):
         raise UserError(f"{where}: not an audit (no '{AUDIT}' and '{CHECK}' columns); pass the file "
                         "predict.py --audit wrote, filled in")
+    empty = _empty_rows(frame)
+    lines = np.flatnonzero(~empty) + 2
+    attrs = frame.attrs
+    frame = frame.loc[~empty].reset_index(drop=True)
+    frame.attrs = attrs
     stated = as_text(frame[AUDIT]).str.strip()
     if stated.eq("").any():
-        raise UserError(f"{where}: rows without '{AUDIT}' (e.g. line {int(np.argmax(stated.eq('').to_numpy())) + 2}); "
+        raise UserError(f"{where}: rows without '{AUDIT}' (e.g. line {lines[int(np.argmax(stated.eq('').to_numpy()))]}); "
                         "an audit's rows all come from predict.py; remove rows added by hand")
     if stated.nunique() > 1:
         raise UserError(f"{where}: holds rows of {stated.nunique()} audits; score each audit's file alone")
+    if not len(frame):
+        raise UserError(f"{where}: no rows; pass the file predict.py --audit wrote, filled in")
     design = Design.from_json(stated.iloc[0], where)
-    unit_column = ROW if design.unit == "rows" else DRAWS
-    needed = [unit_column, *design.audit_code_columns] + ([STRATUM] if design.stratified else [])
+    unit_columns = [ROW] if design.unit == "rows" else [DRAWS, RANKS]
+    needed = [*unit_columns, *design.audit_code_columns] + (
+        [STRATUM, STRATUM_ROWS, STRATUM_DRAWN] if design.stratified else [])
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise UserError(f"{where}: no column {', '.join(map(repr, missing))}; keep the columns "
                         "predict.py wrote (add your verdicts in correct and true_code_1..)")
     units = unit_values(frame, design.unit)
-    if design.stratified:
-        strata = pd.to_numeric(as_text(frame[STRATUM]), errors="coerce").to_numpy()
-    else:
-        strata = np.zeros(len(frame))
+    count = design.strata_count if design.stratified else len(design.strata)
+    strata = _whole_numbers(frame, STRATUM) if design.stratified else np.zeros(len(frame))
+    valid_strata = np.isfinite(strata) & (strata >= 0) & (strata < count)
+    strata = np.where(valid_strata, strata, 0).astype(np.int64)
     formatter = design.formatter
     codes = canonical_codes(frame, list(design.audit_code_columns), formatter)
-    valid_strata = np.isfinite(strata) & (strata >= 0) & (strata < len(design.strata))
-    strata = np.where(valid_strata, strata, 0).astype(np.int64)
     expected = checks(design.id, strata, units, codes)
     bad = ~valid_strata | (np.asarray(expected, dtype=object) != as_text(frame[CHECK]).str.strip().to_numpy())
     if bad.any():
         rows = np.flatnonzero(bad)
-        shown = ", ".join(f"line {r + 2}" for r in rows[:5]) + (" ..." if len(rows) > 5 else "")
-        raise UserError(f"{where}: {len(rows)} row(s) ({shown}) differ from what predict.py wrote "
-                        f"in their predicted codes or {unit_column}, {STRATUM}, {CHECK}; restore them "
-                        "(write your verdicts in correct and true_code_1.. only)")
-    if design.unit == "rows" and units.duplicated().any():
-        raise UserError(f"{where}: {ROW} {units[units.duplicated()].iloc[0]} appears twice; remove the copy")
-    draws = np.ones(len(frame), dtype=np.int64) if design.unit == "rows" else \
-        pd.to_numeric(units, errors="coerce").fillna(0).astype(np.int64).to_numpy()
-    correct = (parse_verdicts(frame, where) if CORRECT in frame.columns
+        raise UserError(f"{where}: {len(rows)} row(s) ({_named_lines(lines, rows)}) differ from what predict.py "
+                        f"wrote in their predicted codes or {' or '.join(unit_columns)}, {STRATUM}, {CHECK}; "
+                        "restore them (write your verdicts in correct and true_code_1.. only)")
+    if design.stratified:
+        import dataclasses
+
+        design = dataclasses.replace(design, strata=_strata_of_rows(frame, design, strata, lines, where))
+    ranks = None
+    if design.unit == "rows":
+        if units.duplicated().any():
+            raise UserError(f"{where}: {ROW} {units[units.duplicated()].iloc[0]} appears twice; remove the copy")
+        draws = np.ones(len(frame), dtype=np.int64)
+    else:
+        ranks = _description_ranks(frame, design, strata, units, lines, where)
+        draws = np.asarray([len(r) for r in ranks], dtype=np.int64)
+    correct = (parse_verdicts(frame, where, lines) if CORRECT in frame.columns
                else np.full(len(frame), None, dtype=object))
     true_columns = sorted((c for c in frame.columns if TRUE_CODE_COLUMN.match(str(c))),
                           key=lambda c: int(TRUE_CODE_COLUMN.match(c).group(1)))
     # the codes, predicted and true, from here on as the model spells them
-    frame = frame.reset_index(drop=True)
     codes = {c: spelled(frame, c, formatter) for c in [*design.audit_code_columns, *true_columns]}
     frame = frame.assign(**codes)
     frame.attrs[NUMERIC_COLUMNS] = [c for c in frame.attrs.get(NUMERIC_COLUMNS, ()) if c not in codes]
     has_codes = np.zeros(len(frame), dtype=bool)
     for column in true_columns:
         has_codes |= frame[column].ne("").to_numpy()
-    return Audit(frame, design, path, strata, draws, correct, true_columns, has_codes)
+    return Audit(frame, design, path, strata, draws, correct, true_columns, has_codes, lines, ranks)
+
+
+def holds_verdicts(path: str) -> bool:
+    """Whether an existing file is an audit with a verdict in it (a `correct` cell or a true
+    code filled): what an output must not overwrite. Files that cannot be an audit (a
+    CSV file whose first line does not name audit_check, a workbook or other table over
+    16 MiB) or cannot be read are not read through."""
+    import os
+
+    from mixer.data.reading import read_table
+
+    if not os.path.isfile(path):
+        return False
+    kind = path.lower().rsplit(".", 1)[-1]
+    if kind in ("csv", "tsv", "txt"):
+        with open(path, "rb") as handle:
+            if CHECK.encode() not in handle.read(1 << 16).split(b"\n", 1)[0]:
+                return False
+    elif os.path.getsize(path) > 16 << 20:
+        return False
+    table = None
+    for encoding in ("utf-8", "cp1252"):  # as predict.py wrote it, or as Excel re-saved it
+        try:
+            table = read_table(path, TableOptions(role="audit", encoding=encoding))
+            break
+        except UserError:
+            continue
+    if table is None or not is_audit(table):
+        return False
+    columns = [c for c in table.columns if c == CORRECT or TRUE_CODE_COLUMN.match(str(c))]
+    return any(as_text(table[c]).str.strip().ne("").any() for c in columns)
+
+
+def refuse_filled_audit(path: str, what: str) -> None:
+    """An output that would replace an audit a person has filled in: refused."""
+    if holds_verdicts(path):
+        raise UserError(f"{what} {path}: an audit with verdicts in it, which this would replace; write to "
+                        "another file, or delete it first if its verdicts are not wanted")
 
 
 def read_audit(path: str, options: TableOptions = TableOptions(role="audit"), log=None) -> Audit:
@@ -377,6 +565,23 @@ def check_drawn_from(audit: Audit, predictions: pd.DataFrame, path: str) -> None
 
 
 # ------------------------------------------------------------------ training on an audit
+_TRAIN_REFUSAL = ("its rows measure the model, and a model trained or validated on them is measured on rows "
+                  "it has seen; pass --train-on-audit to use them anyway (the next audit of the new model's "
+                  "predictions is then drawn from the other rows)")
+
+
+def refuse_audit_rows(table: pd.DataFrame, path: str, what: str, allowed: bool) -> None:
+    """--dataset, --train-data, --val-data (a DataFrame given to finetune() is a --dataset):
+    rows that carry an audit's bookkeeping (audit_rows) are audit rows, refused unless
+    --train-on-audit; with it they are used as they are, and recorded (trained_descriptions).
+    Rows copied without those columns cannot be told from any other row."""
+    rows = audit_rows(table)
+    if rows.any() and not allowed:
+        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. line "
+                        f"{int(np.argmax(rows)) + 2}, by its '{AUDIT}' and '{CHECK}' columns): {_TRAIN_REFUSAL}, "
+                        "or remove those rows")
+
+
 def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFrame:
     """--extra-train: a file that is not an audit as it is; an audit refused unless
     --train-on-audit, else its checked rows as checked_1.. (the true codes, or the
@@ -384,10 +589,7 @@ def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFram
     if not is_audit(table):
         return table
     if not allowed:
-        raise UserError(f"--extra-train {path}: an audit (predict.py --audit): its rows measure the "
-                        "model, and a model trained on them is measured on rows it has seen; pass "
-                        "--train-on-audit to train on it anyway (the next audit of the new model's "
-                        "predictions is then drawn from the other rows)")
+        raise UserError(f"--extra-train {path}: an audit (predict.py --audit): {_TRAIN_REFUSAL}")
     audit = parse_audit(table, path, "--extra-train")
     out = audit.frame.copy()
     truth = _truth_cells(audit)
@@ -412,13 +614,20 @@ def _truth_cells(audit: Audit) -> list:
 
 
 def trained_descriptions(paths: list, options: TableOptions = TableOptions(role="extra_train"),
-                         previous=()) -> list:
-    """The description keys of the audit rows among the --extra-train files (read with
-    `options`, the role's) that a run trains on, with those its starting run trained on:
-    the rows the next audit leaves out."""
+                         previous=(), tables=()) -> list:
+    """The description keys of the audit rows a run trains on, with those its starting run
+    trained on: the rows the next audit leaves out. `paths`: the --extra-train files (read
+    with `options`, the role's), whose audits' checked rows train; `tables`: (path,
+    options, text column) of the --dataset, --train-data and --val-data files, whose rows
+    that carry an audit's bookkeeping (audit_rows) all count, validation rows included."""
     from mixer.data.reading import read_table
 
     keys = set(previous or ())
+    for path, table_options, text_col in tables:
+        table = read_table(path, table_options)
+        rows = audit_rows(table)
+        if rows.any() and text_col in table.columns:
+            keys.update(description_keys(table.loc[rows, text_col]))
     for path in paths:
         table = read_table(path, options)
         if is_audit(table):

@@ -25,6 +25,7 @@ import pandas as pd
 
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.core.errors import UserError
+from mixer.data.audits import refuse_audit_rows, training_table
 from mixer.data.formatter import CodeFormatter
 # model_text and CONTEXT_SEP are also imported from here (their home before mixer.data.normalise)
 from mixer.data.normalise import (  # noqa: F401
@@ -422,6 +423,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         frames = []
         for path in paths:
             frame = read_role_file(cfg, role, path, paths, log)
+            refuse_audit_rows(frame, path, TableOptions(role=role).what, cfg.train_on_audit)
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
@@ -474,7 +476,6 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                      why: str = "", sources: Optional[list] = None) -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
-    from mixer.data.audits import training_table
     from mixer.data.checking import checked_columns, filled_rows, with_run_names
 
     frames = []

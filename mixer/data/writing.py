@@ -101,6 +101,9 @@ def check_output_path(path: str, what: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
                             "write to another file")
+    from mixer.data.audits import refuse_filled_audit
+
+    refuse_filled_audit(path, what)  # a person's verdicts are never overwritten
     return path
 
 

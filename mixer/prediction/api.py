@@ -109,9 +109,11 @@ class Model:
         predict.py --audit writes (docs/evaluation.md, "Audits"), returned as a DataFrame
         and, with `path` (.csv, .xlsx, .parquet), written there for evaluate.py --audit.
 
-        n rows, or with `margin` the rows that give a 95% interval of +-margin at the
-        accuracy the model expects. by: a column of `frame` to stratify by. unit: 'rows' or
-        'descriptions' (the rows drawn, collapsed to distinct descriptions). input_col,
+        n rows, or with `margin` the fewest rows whose 95% interval reaches at most
+        `margin` from the estimate on either side at the accuracy the model expects (with
+        `by`, each stratum's, for the design). by: a column of `frame` to stratify by.
+        unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
+        descriptions). input_col,
         lang / language_col: as predict.py's (default: the model's)."""
         from mixer.prediction.audit import AuditDraw, AuditRequest, model_fingerprint, threshold_used, write_audit
 

@@ -22,9 +22,11 @@ from mixer.core.errors import UserError
 from mixer.data import audits
 from mixer.reporting import audit as stats
 
-_KEY, _ROW, _STRATUM = "\x00key", "\x00row", "\x00stratum"  # the draw's own columns, never a file's
+# the draw's own columns, never a file's
+_KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
 PREDICTED = re.compile(r"^(code|prob|desc)_\d+$")  # a head's columns, as the audit names them
 PROBABILITY_UNITS = 10 ** 6  # prob_1 summed in millionths: the same sum in any order
+MARGIN_ROOM = 4  # rows kept per stratum, with --audit-margin: this many times a simple sample's at 0.5
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,10 @@ class AuditRequest:
 
     @property
     def most(self) -> int:
-        """The most rows the audit can take: its size, or the size at the worst accuracy, 0.5."""
-        return self.size if self.size is not None else stats.sample_size(0.5, self.margin)
+        """The most rows the audit can take: its size, or with a margin MARGIN_ROOM times the
+        rows a simple sample takes at the worst accuracy, 0.5 (a stratified design takes
+        more than a simple sample where its floors and weights cost precision)."""
+        return self.size if self.size is not None else MARGIN_ROOM * stats.sample_size(0.5, self.margin)
 
 
 def parse_audit_args(values: list, margin: Optional[float], by: Optional[str], unit: str,
@@ -135,7 +139,7 @@ class AuditDraw:
         self.names = None  # {input column: its name in the audit}
         self.predicted = []  # the head's columns, as predict.py orders them
         self.sizes: dict = {}
-        self.probability = 0  # prob_1 of the rows drawn from, in PROBABILITY_UNITS
+        self.probability: dict = {}  # per stratum, prob_1 of the rows drawn from, in PROBABILITY_UNITS
         self.left_out = {"no description": 0, "in audits the model trained on": 0}
         self.digest = audits.PredictionsDigest(formatter)
         self.offset = 0
@@ -164,14 +168,17 @@ class AuditDraw:
             return
         labels = (pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)
                   if self.request.by else pd.Series([None] * len(frame), dtype=object))
+        best = pd.to_numeric(predicted["prob_1"], errors="coerce").fillna(0.0).clip(0, 1).to_numpy()
+        units = pd.Series(np.rint(best * PROBABILITY_UNITS).astype(np.int64))
         for label, count in labels[eligible].value_counts(dropna=False, sort=False).items():
             label = None if pd.isna(label) else label
             self.sizes[label] = self.sizes.get(label, 0) + int(count)
+        for label, total in units[eligible].groupby(labels[eligible].to_numpy(), dropna=False, sort=False).sum().items():
+            label = None if pd.isna(label) else label
+            self.probability[label] = self.probability.get(label, 0) + int(total)
         if len(self.sizes) > self.request.most:
             raise UserError(f"--audit-by {self.request.by}: more than {self.request.most} values, more "
                             f"strata than the audit has rows; stratify by a coarser column")
-        best = pd.to_numeric(predicted["prob_1"], errors="coerce").fillna(0.0).clip(0, 1).to_numpy()
-        self.probability += int(np.rint(best[eligible] * PROBABILITY_UNITS).sum())
         if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.writing)
             self.predicted = list(predicted.columns)
             own = audits.own_columns(self.request.unit, self.predicted, len(self.code_columns),
@@ -200,8 +207,9 @@ class AuditDraw:
         named = set(label for label in self.sizes if label is not None)
         labels = group_order(named, None) + ([None] if None in self.sizes else [])
         sizes = [self.sizes[label] for label in labels]
-        expected = round(self.probability / PROBABILITY_UNITS / total, 3)
-        asked = request.size if request.size is not None else stats.sample_size(expected, request.margin)
+        expected = round(sum(self.probability.values()) / PROBABILITY_UNITS / total, 3)
+        by_stratum = [round(self.probability.get(label, 0) / PROBABILITY_UNITS / n, 3) for label, n in zip(labels, sizes)]
+        asked = request.size if request.size is not None else self._size(sizes, expected, by_stratum)
         count = min(asked, total)
         try:
             allocation = stats.allocate(sizes, count) if request.by else np.asarray([count])
@@ -218,18 +226,44 @@ class AuditDraw:
             head=head, threshold=threshold, text_col=self.text_col, code_columns=tuple(self.code_columns),
             expected=expected, margin=request.margin,
             left_out={reason: n for reason, n in self.left_out.items() if n},
-            audit_text_col=self.names[self.text_col], spelling=audits.spelling_of(self.formatter))
+            audit_text_col=self.names[self.text_col], spelling=audits.spelling_of(self.formatter),
+            by_col=self.names.get(request.by) if request.by else None)
         table = self._table(chosen, design)
-        return table, self._report(design, asked, total)
+        return table, self._report(design, asked, total, by_stratum)
+
+    def _size(self, sizes: list, expected: float, by_stratum: list) -> int:
+        """--audit-margin: the fewest rows whose interval reaches at most the margin from the
+        estimate on either side at the accuracy the model expects (stratified: at each
+        stratum's, with the allocation and the weights the scoring uses)."""
+        request = self.request
+        if not request.by:
+            return stats.sample_size(expected, request.margin)
+        try:
+            count = stats.design_size(sizes, by_stratum, request.margin)
+        except ValueError:  # fewer rows than the floors: the floors are the least
+            count = sum(min(n, stats.STRATUM_FLOOR) for n in sizes)
+        if count > request.most and count < sum(sizes):
+            raise UserError(f"--audit-margin {request.margin:g} --audit-by {request.by}: these strata take "
+                            f"{count:,} rows for it (their floors and weights), more than {request.most:,}; "
+                            "pass --audit N AUDIT for a size of your own, or stratify by a coarser column")
+        return count
 
     def _table(self, chosen: pd.DataFrame, design: audits.Design) -> pd.DataFrame:
+        """The audit's lines in the order a person checks them (_interleaved). Unit
+        descriptions: each description once per stratum, where its first row drawn was,
+        with its draws' ranks (their places in the stratum's draw order)."""
         predicted = self.predicted
+        by_stratum = chosen.groupby(_STRATUM, sort=False)
+        rank = by_stratum.cumcount().to_numpy() + 1  # chosen is in key order
+        chosen = chosen.assign(**{_RANK: rank, _PLACE: (rank - 1) / by_stratum[_KEY].transform("size").to_numpy()})
         if design.unit == "rows":
             inputs = list(self.names.values())
-        else:  # each description once, where its first row drawn was
+        else:
             inputs = [self.names[c] for c in self.key_cols]
-            draws = chosen.groupby(inputs, dropna=False, sort=False)[_KEY].transform("size")
-            chosen = chosen.assign(**{audits.DRAWS: draws.to_numpy()}).drop_duplicates(inputs)
+            group = chosen.groupby(inputs + [_STRATUM], dropna=False, sort=False)[_RANK]
+            chosen = chosen.assign(**{audits.DRAWS: group.transform("size").to_numpy(),
+                                      audits.RANKS: group.transform(audits.ranks_text).to_numpy()})
+            chosen = chosen.drop_duplicates(inputs + [_STRATUM])  # the first row drawn of each
         chosen = _interleaved(chosen)
         unit = (pd.Series(chosen[_ROW].to_numpy(), name=audits.ROW) if design.unit == "rows"
                 else pd.Series(chosen[audits.DRAWS].to_numpy(), name=audits.DRAWS))
@@ -239,6 +273,10 @@ class AuditDraw:
         strata = chosen[_STRATUM].to_numpy()
         if design.stratified:
             out[audits.STRATUM] = strata
+            out[audits.STRATUM_ROWS] = [design.strata[h].rows for h in strata]
+            out[audits.STRATUM_DRAWN] = [design.strata[h].drawn for h in strata]
+        if design.unit != "rows":
+            out[audits.RANKS] = chosen[audits.RANKS].to_numpy()
         units = audits.unit_values(out, design.unit)
         codes = audits.canonical_codes(out, list(design.audit_code_columns), self.formatter)
         out[audits.CHECK] = audits.checks(design.id, strata, units, codes)
@@ -246,36 +284,39 @@ class AuditDraw:
         out.attrs["audit"] = design
         return out
 
-    def _report(self, design: audits.Design, asked: int, total: int) -> list:
+    def _report(self, design: audits.Design, asked: int, total: int, by_stratum: list) -> list:
         request = self.request
         drawn = design.drawn
         left = "".join(f"; {n:,} {reason} are not drawn from" for reason, n in design.left_out.items())
         lines = [f"audit: {drawn:,} rows drawn at random (seed {request.seed}) from the {total:,} rows "
                  f"with a description of {design.predicted_rows:,}{left}"]
         if request.margin is not None:
-            lines.append(f"audit: {asked:,} rows give a 95% interval of +-{request.margin:g} at the accuracy "
-                         f"the model expects, {design.expected:.3f} (the mean of prob_1 over the rows drawn "
-                         "from; at 0.5 it would take "
-                         f"{stats.sample_size(0.5, request.margin):,})")
+            how = (f"at each stratum's (below), with the allocation and weights below; a simple sample would "
+                   f"take {stats.sample_size(design.expected, request.margin):,}" if design.stratified else
+                   f"at 0.5 it would take {stats.sample_size(0.5, request.margin):,}")
+            lines.append(f"audit: {asked:,} rows give a 95% interval that reaches at most {request.margin:g} from "
+                         f"the estimate on either side at the accuracy the model expects, {design.expected:.3f} "
+                         f"(the mean of prob_1 over the rows drawn from; {how}); if the accuracy is lower, "
+                         "the interval is wider")
         if asked > total:
             lines.append(f"audit: {asked:,} rows asked, the file has {total:,}: all of them are drawn")
         if design.stratified:
             lines.append(f"audit by {design.by}: proportional to the rows, each stratum at least "
                          f"{stats.STRATUM_FLOOR} rows (all of a smaller one)")
             width = max(len(_shown(s.label)) for s in design.strata)
-            for s in design.strata:
+            for s, guess in zip(design.strata, by_stratum):
                 lines.append(f"  {_shown(s.label):<{width}}  {s.rows:>9,} rows  {s.rows / total:6.1%}  "
-                             f"-> {s.drawn:,}")
+                             f"-> {s.drawn:,}" + (f"  (expected {guess:.3f})" if request.margin is not None else ""))
         return lines
 
 
 def _interleaved(chosen: pd.DataFrame) -> pd.DataFrame:
-    """The order a person checks in: each stratum's rows in key order, the strata
-    interleaved in proportion, every stratum's first row at the top. The first m rows are
-    then a (stratified) random sample too, so a person who stops early has one."""
-    by_stratum = chosen.groupby(_STRATUM, sort=False)
-    place = by_stratum.cumcount() / by_stratum[_KEY].transform("size")
-    return chosen.iloc[np.lexsort((chosen[_KEY].to_numpy(), place.to_numpy()))]
+    """The order a person checks in: each stratum's rows in key order (a description at its
+    first row drawn), the strata interleaved in proportion to their draws, every stratum's
+    first row at the top. The first m rows are then a (stratified) random sample too, so a
+    person who stops early has one (descriptions: mixer.reporting.audit_scores counts the
+    rows drawn before the first line left blank)."""
+    return chosen.iloc[np.lexsort((chosen[_KEY].to_numpy(), chosen[_PLACE].to_numpy()))]
 
 
 def _stratum_rows(kept: pd.DataFrame, label) -> np.ndarray:
@@ -330,9 +371,13 @@ def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
 
     write_table(table, path, "--audit")
     design = table.attrs["audit"]
-    unit = "rows" if design.unit == "rows" else f"distinct descriptions ({design.drawn:,} rows drawn)"
+    if design.unit == "rows":
+        unit, early = "rows", "if you stop early, the rows checked are still a random sample"
+    else:
+        unit = f"distinct descriptions ({design.drawn:,} rows drawn)"
+        early = ("if you stop early, the score counts the rows drawn before the first line left blank, "
+                 "which are a random sample; a line checked after it does not count")
     for line in lines + [f"audit: wrote {len(table):,} {unit} to {path}, in random order: check them from "
-                         "the top (if you stop early, the rows checked are still a random sample); write "
-                         "yes or no in 'correct', or the right codes in true_code_1..; then score it with "
-                         f"evaluate.py --audit {path}"]:
+                         f"the top ({early}); write yes or no in 'correct', or the right codes in "
+                         f"true_code_1..; then score it with evaluate.py --audit {path}"]:
         (log or (lambda m: print(m, file=sys.stderr)))(line)

@@ -10,6 +10,13 @@ counted as neither right nor wrong: they are reported, and the estimate is for t
 checked, as if the blanks were a random part of the sample (they are when a person
 checks from the top: the rows are in random order).
 
+An audit of descriptions lists each description once, at its first row drawn, so its
+first lines favour frequent descriptions: a line counts the rows drawn it stands for
+that come, in their stratum's draw order, before the first row whose line is blank (or
+missing). Those rows are the first rows of the sample in key order, a random sample;
+counting all the rows of the lines checked would weigh frequent descriptions more than
+the sample does.
+
 No torch here.
 """
 
@@ -24,6 +31,7 @@ from mixer.reporting import audit as stats
 from mixer.reporting.evaluation import code_sets, cut, overall_label
 
 WHOLE = "all"  # the level of the whole code set
+PLOTTED_STRATA = 30  # the most strata the picture shows (the largest; the table has every one)
 
 
 def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
@@ -72,32 +80,60 @@ def stratum_names(audit: Audit) -> list:
     return [blank if x is None else x for x in labels]
 
 
+def counted_draws(audit: Audit, checked: np.ndarray) -> np.ndarray:
+    """The rows drawn each line counts: unit rows, 1 for a line checked; unit descriptions,
+    those of its draws that come before the first draw of its stratum whose line is blank
+    or missing (module doc)."""
+    if audit.design.unit == "rows":
+        return audit.draws * checked
+    counted = np.zeros(len(checked), dtype=np.int64)
+    for h, stratum in enumerate(audit.design.strata):
+        lines = np.flatnonzero(audit.stratum == h)
+        counted[lines] = stats.counted_ranks([audit.ranks[r] for r in lines], checked[lines], stratum.drawn)
+    return counted
+
+
+def population(design) -> str:
+    """What the estimate is of, in words: the rows drawn from, and those left out."""
+    left = "".join(f"; {n:,} {reason} left out" for reason, n in design.left_out.items())
+    return f"{design.rows:,} of {design.predicted_rows:,} predicted rows{left}"
+
+
 def score_table(audit: Audit, levels: dict) -> pd.DataFrame:
     """One row per (level, stratum), the whole audit first: the stratum's rows in the
-    file, rows drawn, checked and left blank, the share right and its 95% interval."""
+    file, rows drawn, checked (counted) and left blank, the share right and its 95%
+    interval; an audit of descriptions also its lines and lines checked."""
     design = audit.design
     group = design.by or "stratum"
     names = stratum_names(audit)
     overall = overall_label(set(names) if design.stratified else set())
     sizes = np.asarray([s.rows for s in design.strata])
     drawn = np.asarray([s.drawn for s in design.strata])
-    interval = "Wilson, effective n (stratified)" if design.stratified else "Wilson"
+    interval = "Clopper-Pearson at the effective n (Korn-Graubard)" if design.stratified else "Clopper-Pearson"
+    lines_checked = np.isfinite(levels[WHOLE])
+    counted = counted_draws(audit, lines_checked)
+    lines = np.bincount(audit.stratum, minlength=len(sizes))
+    lines_done = np.bincount(audit.stratum, weights=lines_checked, minlength=len(sizes))
     out = []
     for level, right in levels.items():
-        checked_rows = np.isfinite(right)
-        checked = np.bincount(audit.stratum, weights=audit.draws * checked_rows, minlength=len(sizes))
-        correct = np.bincount(audit.stratum, weights=audit.draws * np.nan_to_num(right), minlength=len(sizes))
+        checked = np.bincount(audit.stratum, weights=counted * np.isfinite(right), minlength=len(sizes))
+        correct = np.bincount(audit.stratum, weights=counted * np.nan_to_num(right), minlength=len(sizes))
         whole = stats.estimate(sizes, correct, checked, design.stratified)
-        parts = [(overall, sizes.sum(), drawn.sum(), checked.sum(), correct.sum(), whole, interval)]
+        parts = [(overall, sizes.sum(), drawn.sum(), checked.sum(), correct.sum(), whole, interval,
+                  lines.sum(), lines_done.sum())]
         if design.stratified:
             parts += [(names[h], sizes[h], drawn[h], checked[h], correct[h], stats.simple(correct[h], checked[h]),
-                       "Wilson") for h in range(len(sizes))]
-        for name, rows, n_drawn, n_checked, n_correct, estimate, method in parts:
-            out.append({group: name, "digits": level, "rows": int(rows), "drawn": int(n_drawn),
-                        "checked": int(n_checked), "blank": int(n_drawn - n_checked),
-                        "correct": int(round(n_correct)), "accuracy": estimate.value, "low": estimate.low,
+                       "Clopper-Pearson", lines[h], lines_done[h]) for h in range(len(sizes))]
+        for name, rows, n_drawn, n_checked, n_correct, estimate, method, n_lines, n_done in parts:
+            row = {group: name, "digits": level, "rows": int(rows), "drawn": int(n_drawn),
+                   "checked": int(n_checked), "blank": int(n_drawn - n_checked)}
+            if design.unit != "rows":
+                row.update({"lines": int(n_lines), "lines_checked": int(n_done)})
+            row.update({"correct": int(round(n_correct)), "accuracy": estimate.value, "low": estimate.low,
                         "high": estimate.high, "n_eff": estimate.n_eff, "interval": method})
+            out.append(row)
     table = pd.DataFrame(out)
+    table["population"] = population(design)
     for key, value in (("model", design.source), ("model_fingerprint", design.model), ("head", design.head),
                        ("threshold", design.threshold), ("audit", design.id)):
         table[key] = value
@@ -114,13 +150,21 @@ def header(audit: Audit, table: pd.DataFrame) -> list:
              f"model {design.source} ({design.model}), {design.head} head, threshold {design.threshold}"]
     present = int(audit.draws.sum())
     missing = f", {design.drawn - present:,} of them missing from the file" if present < design.drawn else ""
-    lines.append(f"checked {first['checked']:,}, left blank {first['blank']:,}{missing} (blanks are "
-                 "counted as neither right nor wrong: the estimate is for the rows checked)")
+    if design.unit == "rows":
+        lines.append(f"checked {first['checked']:,}, left blank {first['blank']:,}{missing} (blanks are "
+                     "counted as neither right nor wrong: the estimate is for the rows checked)")
+    else:
+        lines.append(f"checked {first['lines_checked']:,} of {first['lines']:,} lines (distinct descriptions); "
+                     f"counted {first['checked']:,} of the {design.drawn:,} rows drawn, those before the first "
+                     f"line left blank (a random sample; the rest, {first['blank']:,}, as blanks){missing}")
+    if design.left_out:
+        lines.append(f"the estimate is for the {design.rows:,} rows drawn from, not all {design.predicted_rows:,}: "
+                     + "; ".join(f"{n:,} {reason} were left out" for reason, n in design.left_out.items()))
     return lines
 
 
 def format_table(table: pd.DataFrame) -> str:
-    shown = table.drop(columns=["model", "model_fingerprint", "head", "threshold", "audit"]).copy()
+    shown = table.drop(columns=["model", "model_fingerprint", "head", "threshold", "audit", "population"]).copy()
     for column in ("accuracy", "low", "high"):
         shown[column] = shown[column].map(lambda v: "nan" if pd.isna(v) else f"{v:.4f}")
     shown["n_eff"] = shown["n_eff"].map(lambda v: "nan" if pd.isna(v) else f"{v:.1f}")
@@ -128,13 +172,38 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def plot_scores(table: pd.DataFrame, path: str) -> str:
-    """The estimates with their 95% intervals: a point per stratum (the whole audit first),
-    a colour per level."""
+    """The estimates with their 95% intervals, written to `path` (PNG)."""
+    from mixer.core.io import atomic_write
+
+    picture = render_scores(table)
+
+    def write(tmp):
+        with open(tmp, "wb") as handle:
+            handle.write(picture)
+
+    atomic_write(path, write)
+    return path
+
+
+def render_scores(table: pd.DataFrame) -> bytes:
+    """The estimates with their 95% intervals as a PNG: a point per stratum (the whole
+    audit first), a colour per level; with more than PLOTTED_STRATA strata, the largest of
+    them (the table has them all). Error bars are clipped at 0 (an interval reaches its
+    estimate where all or none are right) and a stratum without an estimate has none."""
+    import io
+
     from mixer.reporting.plot import _pyplot
 
     plt = _pyplot()
     group = table.columns[0]
     names = list(dict.fromkeys(table[group]))
+    title = f"audit {table['audit'].iloc[0]}"
+    if len(names) > PLOTTED_STRATA + 1:
+        rows = table.drop_duplicates(group).set_index(group)["rows"]
+        largest = set(rows.iloc[1:].sort_values(ascending=False, kind="stable").index[:PLOTTED_STRATA])
+        title += f": the {PLOTTED_STRATA} largest of {len(names) - 1:,} strata"
+        names = names[:1] + [n for n in names[1:] if n in largest]
+        table = table[table[group].isin(names)]
     levels = list(dict.fromkeys(table["digits"]))
     fig, axis = plt.subplots(figsize=(max(4.0, 1.1 * len(names) + 2), 3.6))
     step = 0.6 / max(len(levels), 1)
@@ -143,17 +212,21 @@ def plot_scores(table: pd.DataFrame, path: str) -> str:
         x = np.arange(len(names)) + (i - (len(levels) - 1) / 2) * step
         value = part["accuracy"].to_numpy(dtype=float)
         errors = np.vstack([value - part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float) - value])
+        errors = np.nan_to_num(np.clip(errors, 0.0, None), nan=0.0)
         label = "whole code" if level == WHOLE else f"{level} digit(s)"
         axis.errorbar(x, value, yerr=errors, fmt="o", capsize=3, label=label)
     axis.set_xticks(np.arange(len(names)), [f"{n}\n(n={int(c)})" for n, c in zip(
         names, table.drop_duplicates(group).set_index(group).reindex(names)["checked"])])
-    axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title=f"audit {table['audit'].iloc[0]}")
+    axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title=title)
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()
 
 
 def evaluate_audit(path: str, predictions, options, predictions_options, digits: list, code_length, output,
@@ -164,7 +237,7 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     (CSV) and its picture."""
     import os
 
-    from mixer.core.io import write_text
+    from mixer.core.io import atomic_write, write_text
     from mixer.data.audits import check_drawn_from, read_audit
     from mixer.data.reading import read_table
     from mixer.data.writing import check_output_path
@@ -183,8 +256,14 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     if not table["checked"].iloc[0]:
         raise UserError(f"--audit {path}: no row is checked yet: write yes or no in 'correct', or the "
                         "right codes in true_code_1.., for the rows you checked")
+    picture = render_scores(table)  # drawn before anything is written: all the outputs, or none
+
+    def write_picture(tmp):
+        with open(tmp, "wb") as handle:
+            handle.write(picture)
+
     write_text(output, table.to_csv(index=False))
-    plot_scores(table, plot)
+    atomic_write(plot, write_picture)
     for line in header(audit, table):
         print(line)
     print(format_table(table))

@@ -310,8 +310,13 @@ def audited_descriptions(config: RunConfig, start) -> list:
     from mixer.data.audits import trained_descriptions
     from mixer.models.sources import run_config
 
+    data = config.data
     previous = run_config(start.run_dir).get("audited") if start.kind == "run" else None
-    return trained_descriptions(config.data.extra_train, config.data.table_options("extra_train"), previous)
+    tables = [] if not data.train_on_audit else [
+        (path, data.table_options(role), data.input_col)
+        for role, paths in (("dataset", [data.dataset] if data.dataset else []), ("train_data", data.train_data),
+                            ("val_data", data.val_data)) for path in paths]
+    return trained_descriptions(data.extra_train, data.table_options("extra_train"), previous, tables)
 
 
 def starting_thresholds(config: RunConfig, start) -> tuple:
