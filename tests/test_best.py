@@ -275,6 +275,21 @@ def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
     assert keeper.judge(progress, {"val_loss": 2.0}).stop and "did not improve on 1.0000 (step 10" in progress.stop_reason
 
 
+def test_a_nan_evaluation_before_any_best_leaves_no_best_yet():
+    from mixer.core.config import TrainConfig
+    from mixer.distributed.world import World
+    from mixer.training.best import BestKeeper
+    from mixer.training.trainer import Progress
+
+    keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
+                        dict, print)
+    progress = Progress(step=1)
+    for _ in range(3):  # NaN is never the best, and nothing to wait for
+        verdict = keeper.judge(progress, {"val_loss": float("nan")})
+        assert not verdict.new_best and not verdict.stop and progress.best is None
+        assert keeper.note(progress, verdict) == "no best val_loss yet: it was NaN, which is never the best"
+
+
 def test_the_metrics_one_can_keep_by_are_the_columns_a_run_logs(reference):
     from mixer.core.config import BEST_METRICS
 

@@ -149,6 +149,8 @@ class BestKeeper:
         if verdict.new_best:
             return f"new best {self.metric}"
         best = progress.best
+        if best is None:  # every evaluation so far was NaN: NaN is never the best
+            return f"no best {self.metric} yet: it was NaN, which is never the best"
         text = f"best {self.metric} {best['value']:.4f} at step {best['step']}"
         if self.patience and verdict.waited:
             text += f"; {verdict.waited} of {self.patience} evaluation(s) without improvement"
