@@ -192,6 +192,75 @@ def test_a_resume_with_another_metric_is_refused_before_anything_changes(referen
           watch=run_dir)
 
 
+def without(args: list, flag: str, values: int = 1) -> list:
+    cut = args.index(flag)
+    return args[:cut] + args[cut + 1 + values:]
+
+
+def test_a_resume_that_would_measure_the_best_otherwise_is_refused_before_anything_changes(
+        reference, small_csv, tmp_path, capsys):
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--val-max-rows", 9),
+          f"keeps its best model by val_loss as measured on 8 validation rows ({run_dir}/best, step 18); "
+          "this run would measure it on 9, which does not compare with it: resume with --val-max-rows 8, "
+          f"or move {run_dir}/best away", watch=run_dir)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--seq2seq-weight", 0.9),
+          "as measured with --seq2seq-weight 0.1", "resume with --seq2seq-weight 0.1", watch=run_dir)
+
+
+def test_which_settings_a_kept_metric_depends_on():
+    from mixer.core.config import TrainConfig
+    from mixer.reporting.metrics import Thresholds
+    from mixer.training.best import changed_condition, conditions
+
+    base = TrainConfig(val_max_rows=200, seq2seq_weight=0.1, eval_noise=2)
+    was = conditions(base, np.arange(200), Thresholds.of(0.5))
+
+    def changed(metric, cfg=base, sample=np.arange(200), thresholds=Thresholds.of(0.5)):
+        return changed_condition(metric, was, conditions(cfg, sample, thresholds))
+
+    for metric in ("val_loss", "val_flat_f1", "val_token_accuracy", "val_noisy_seq2seq_accuracy"):
+        assert changed(metric) is None
+        assert changed(metric, sample=np.arange(1, 201))[1] == "on another sample of them"  # every metric
+    assert changed("val_loss", TrainConfig(val_max_rows=200, seq2seq_weight=0.9, eval_noise=2)) is not None
+    assert changed("val_flat_loss", TrainConfig(val_max_rows=200, seq2seq_weight=0.9, eval_noise=2)) is None
+    assert changed("val_flat_f1", thresholds=Thresholds.of(0.4))[0] == "with flat thresholds 0.5"
+    assert changed("val_noisy_flat_accuracy", thresholds=Thresholds.of(0.5, {"en": 0.3})) is not None
+    assert changed("val_seq2seq_accuracy", thresholds=Thresholds.of(0.4)) is None
+    assert changed("val_noisy_seq2seq_f1", TrainConfig(val_max_rows=200, eval_noise=3))[2] == "--eval-noise 2"
+    assert changed("val_seq2seq_f1", TrainConfig(val_max_rows=200, eval_noise=3)) is None
+    assert changed_condition("val_loss", None, was) is None  # recorded before conditions were: not checked
+
+
+def test_moving_the_best_model_away_lets_the_run_continue_without_it(reference, small_csv, tmp_path, capsys):
+    """RUN/best moved away, the finished reference run again: without --keep-best it ends
+    without a best (its cards and final lines name none), with another metric it keeps
+    its best afresh; neither is refused, and the state forgets the best it recorded."""
+    from mixer.cli.entrypoints import finetune_main
+
+    args = keep_args(small_csv, None, "--batch-size", 8)
+    no_best = without(without(without(args, "--keep-best"), "--early-stopping-patience"),
+                      "--early-stopping-min-delta")
+    other = list(args)
+    other[other.index("val_loss")] = "val_flat_accuracy"
+    for name, argv in (("none", no_best), ("other", other)):
+        run_dir = tmp_path / name
+        shutil.copytree(reference[0], run_dir)
+        shutil.move(run_dir / "best", tmp_path / f"{name}-best")
+        argv[argv.index("--save-path") + 1] = str(run_dir)
+        assert finetune_main(argv) == 0
+        out = capsys.readouterr().out
+        assert (f"{run_dir}/best was moved away: the best the training state records (val_loss "
+                f"{best_record(reference[0])['value']:.4f} at step 18) is dropped; ") in out
+        assert progress_of(run_dir)["best"] is None and progress_of(run_dir)["evals_since_best"] == 0
+        assert not (run_dir / "best").exists() and "validation of the best model" not in out
+        assert "The weights of the run's last step, step 22" in (run_dir / "README.md").read_text()
+    assert "is dropped; this run keeps its best by val_flat_accuracy afresh" in out
+
+
 # ------------------------------------------------------------------ processes, layouts, kills
 KILL_AT_THE_BEST = """
 import os, signal, sys

@@ -60,14 +60,20 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, length_groups=length_groups(config, world.device, resumed)))  # args.yaml keeps it
     best.check_metric(config.train)  # before anything is written
-    best.check_resume(run_dir, config.train.keep_best, resuming=resumed is not None)
+    thresholds, thresholds_from = starting_thresholds(config, start)
+
+    def check_resume(prepared):  # on the prepared rows, before anything is written
+        sample = validation_sample(len(prepared.val), config.train.val_max_rows, config.train.seed)
+        best.check_resume(run_dir, config.train.keep_best, best.conditions(config.train, sample, thresholds),
+                          resuming=resumed is not None)
+
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
     began = time.perf_counter()
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
-                                              log=logger.info, base=start.base,
+                                              log=logger.info, check=check_resume, base=start.base,
                                               tokens=start.tokens),
                      world, others=lambda: None)
     prepared = load_prepared(run_dir, with_text=False)
@@ -161,7 +167,6 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    thresholds, thresholds_from = starting_thresholds(config, start)
     extra = dict(model_extra(config, prepared.formatter, encoder.source, start, thresholds),
                  thresholds_from=thresholds_from)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
@@ -173,6 +178,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra, grad_sync=grad_sync,
+                       eval_conditions=best.conditions(cfg, sample, thresholds),
                        card_facts=card.run_facts(
                            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
                            language_rows(prepared.train["lang"]), start, recipe.describe(),

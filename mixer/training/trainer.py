@@ -34,7 +34,7 @@ from mixer.models.model import read_model_config, save_model, unwrap_model
 from mixer.models.sources import BEST_DIR
 from mixer.reporting import card
 from mixer.reporting.eta import Eta
-from mixer.training.best import BestKeeper
+from mixer.training.best import BestKeeper, drop_moved_best
 from mixer.training.schedule import Layout, Schedule, Segment
 from mixer.reporting.tracking import NullTracker, logger
 from mixer.training.validation import Validator, tuning_report
@@ -84,6 +84,7 @@ class TrainParts:
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
     card_facts: dict = field(default_factory=dict)  # what the model card says of the run (mixer.reporting.card)
+    eval_conditions: dict = field(default_factory=dict)  # what the metrics are measured with (best.conditions)
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
 
 
@@ -141,8 +142,8 @@ class Trainer:
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
                                    stopping=lambda: self.stop_requested)
-        self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info)
-                       if cfg.keep_best else None)
+        self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info,
+                                  parts.eval_conditions) if cfg.keep_best else None)
         self.starting_thresholds = (parts.thresholds, {k: parts.model_extra.get(k) for k in (
             "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
@@ -153,6 +154,9 @@ class Trainer:
         self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
         if self.keeper is not None:
             self.keeper.start(self.progress, self.parts.model)  # all ranks
+        elif self.progress.best is not None:  # RUN/best/ moved away (best.check_resume refuses it otherwise)
+            drop_moved_best(self.progress, self.run_dir, "this run keeps no best model",
+                            logger.warning if self.world.is_main else (lambda _line: None))
         self.tracker.start_progress(self.total_steps, self.progress.step)
         if self.progress.eval_pending and not self.finished():  # interrupted before the restart
             self.evaluate_and_log()  # (the final evaluation runs again in finish())
