@@ -93,12 +93,15 @@ def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_impr
     assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1  # rank 0
     assert "by at least 0.015 in 3 evaluation(s)" in stdout
     eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
-    assert eval_lines["eval step 18 (epoch 1)"].endswith("; new best val_loss")
-    assert eval_lines["eval step 20 (epoch 1)"].endswith("; 2 of 3 evaluation(s) without improvement")
+    # every line names the epoch of the step from 1, as the progress lines do (13.75 steps an epoch)
+    assert eval_lines["eval step 18 (epoch 2)"].endswith("; new best val_loss")
+    assert eval_lines["eval step 20 (epoch 2)"].endswith("; 2 of 3 evaluation(s) without improvement")
+    assert "step 20: 20/60 steps, epoch 2/5, " in stdout
+    assert "(step 18, epoch 2) by at least 0.015" in stdout
     last, best = load_file(out / "model.safetensors"), load_file(out / "best" / "model.safetensors")
     assert max_difference(last, best) > 1e-4  # two models: the last step's and the best
     with open(out / "config.json") as handle:
-        assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1}
+        assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1, "place": [1, 64]}
     with open(out / "best" / "config.json") as handle:
         stored = json.load(handle)
     assert stored["weights"]["metrics"]["val_rows"] == 11  # scored on every row at the end ...
@@ -109,7 +112,7 @@ def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_impr
         assert os.path.exists(out / "best" / name), name
     assert not [f for f in os.listdir(out) if f.startswith(".")]
     assert pd.read_csv(out / "best" / "evaluation.csv")["n"].max() == 11
-    assert "validation of the best model (step 18, epoch 1" in stdout
+    assert "validation of the best model (step 18, epoch 2" in stdout
     assert "validation of the last step's weights (step 22" in stdout
 
 
@@ -135,7 +138,7 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     kept = mixer.load(str(out), device="cpu").predict(texts)
     said = capsys.readouterr().err
     assert f"model: {out}/best: the best evaluation of its run by val_loss" in said
-    assert f"at step {BEST_STEP}, epoch 1); the weights of its last step: --checkpoint {out}/model.safetensors" in said
+    assert f"at step {BEST_STEP}, epoch 2); the weights of its last step: --checkpoint {out}/model.safetensors" in said
     pd.testing.assert_frame_equal(kept, mixer.load(str(out / "best"), device="cpu").predict(texts))
     last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
     assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
@@ -163,6 +166,9 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
     assert metrics["flat head accuracy"] == round(record["val_flat_accuracy"], 4)
     assert metrics["seq2seq head f1 (noised)"] == round(record["val_noisy_seq2seq_f1"], 4)
     assert "python finetune.py --distributed --dataset" in body and "--early-stopping-min-delta 0.015" in body
+    assert "Launched by torchrun as 2 processes (1 node(s) x 2): each process ran this command." in body
+    assert (f"{best_record(out)['value']:.4f} at step 18 (epoch 2) (on the 8 validation rows every evaluation "
+            "read; the figures below were measured again at the end, on 11 rows)") in body
     assert "| batch | 8 (2 process(es) x 4 rows x 1 accumulation step(s))" in body
     assert f"Measured at step {BEST_STEP} on 11 validation rows" in body
     assert "110 training, 11 validation" in body and "en 110 (training rows)" in body
@@ -279,13 +285,14 @@ finetune_cli()
 
 
 def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_another_layout_keeps_it(
-        reference, small_csv, tmp_path):
+        reference, small_csv, tmp_path, capsys):
     """One process of batch 4 with 2 accumulation steps chooses step 18 as 2 processes did
     and is killed after last.pt records it (and a patience count of 1; a new best writes
     last.pt whatever --save-interval says) and before best/ holds it: best/ is still the
     whole model of step 16. A resume with batch 8 writes the
-    best from the weights it loaded, continues the count, and stops where the reference
-    stopped, with its best model."""
+    best from the weights it loaded (and the run's card, which named step 16), continues
+    the count, and, after one more job, stops where the reference stopped, with its best
+    model; the card names the three jobs and their layouts."""
     script = tmp_path / "kill.py"
     script.write_text(KILL_AT_THE_BEST.format(root=ROOT, step=BEST_STEP))
     out = tmp_path / "run"
@@ -298,11 +305,25 @@ def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_anot
     assert best_record(out)["step"] == 16  # the best model of the evaluation before, whole
     assert max_difference(load_file(out / "best" / "model.safetensors"),
                           load_file(reference[0] / "best" / "model.safetensors")) > 1e-6
-    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8))
-    assert "global batch" not in proc.stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
-    assert f"wrote {out}/best: the best model (step 18) the training state records" in proc.stdout
+    assert "at step 16 (epoch 2)" in (out / "README.md").read_text()
+    from mixer.cli.entrypoints import finetune_main
+
+    capsys.readouterr()
+    assert finetune_main(keep_args(small_csv, out, "--batch-size", 8, "--stop-at-step", 20)) == 0  # in-process: faster
+    stdout = capsys.readouterr().out
+    assert "global batch" not in stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
+    assert f"wrote {out}/best: the best model (step 18) the training state records" in stdout
+    text = (out / "README.md").read_text()
+    assert "at step 18 (epoch 2)" in text and "Training is in progress, at step 18 of 60" in text
+    assert finetune_main(keep_args(small_csv, out, "--batch-size", 8)) == 0
     assert_reaches_the_reference(reference[0], out)  # another layout: equal up to float rounding
     assert not [f for f in os.listdir(out) if f.startswith(".")]
+    text = (out / "README.md").read_text()
+    assert "Made by 3 jobs" in text and "Steps 0 to 18:\n\n```bash\npython " in text
+    assert "Steps 18 to 20:" in text and "--stop-at-step 20\n```\n\nSteps 20 to 22:" in text
+    assert ("| batch | 8 (1 process(es) x 4 rows x 2 accumulation step(s)); precision fp32, weight decay 0.01 "
+            "(steps 0 to 18); 8 (1 process(es) x 8 rows x 1 accumulation step(s)); precision fp32, weight decay "
+            "0.01 (steps 18 to 22) |") in text
 
 
 # ------------------------------------------------------------------ the rules
@@ -446,7 +467,7 @@ def test_the_eta_counts_measured_steps_and_evaluations_and_every_job():
     now[0] += 50
     reading = eta.reading(30, 110, 2.0, 4, evaluations_left=2)
     assert reading.remaining == pytest.approx(80 * 2.0 + 2 * 30.0)
-    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 3
+    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 2  # the step that ended epoch 2
     assert reading.scalars() == {"epoch": 2.0, "elapsed_s": 120.0, "remaining_s": pytest.approx(220.0)}
     assert Eta(0, early_stopping=True, clock=lambda: now[0]).reading(0, 5, 0, 1, 1).when() == "elapsed 0:00:00"
     eta = Eta(0, early_stopping=True, clock=lambda: now[0])
@@ -488,29 +509,33 @@ def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
     assert "continues only when the job is requeued" in late and "--requeue" in late
 
 
-def test_a_card_leaves_out_what_the_run_did_not_measure():
-    from mixer.reporting.card import render
-    from mixer.reporting.metrics import Thresholds
-
-    facts = {"name": "r", "version": "0.2.0", "command": "python finetune.py --dataset d.csv",
+def card_facts() -> dict:
+    return {"name": "r", "version": "0.2.0",
              "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
-                      "evaluated_rows": 10, "languages": {"en": 50, "da": 40}, "input_col": "occ1",
+                      "languages": {"en": 50, "da": 40}, "input_col": "occ1",
                       "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,
                       "key_size": 1919},
              "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
                        "family": "occcanine"},
-             "recipe": {"line": "recipe: x", "layout": "8 (...)", "epochs": 3, "total_steps": 30,
-                        "precision": "fp32", "weight_decay": 0.01, "eval_noise": 0,
-                        "keep_best": None, "patience": None, "min_delta": 0.0}}
+             "job": {"command": "python finetune.py --dataset d.csv", "launch": None, "layout": "8 (...)",
+                     "recipe": "recipe: x", "precision": "fp32", "weight_decay": 0.01, "evaluated_rows": 10,
+                     "eval_noise": 0, "keep_best": None, "patience": None, "min_delta": 0.0}}
+
+
+def test_a_card_leaves_out_what_the_run_did_not_measure():
+    from mixer.reporting.card import render
+    from mixer.reporting.metrics import Thresholds
+
+    facts = card_facts()
     table = pd.DataFrame({"lang": ["all", "all", "da", "da", "en", "en"], "head": ["flat", "seq2seq"] * 3,
                           "digits": [5] * 6, "n": [10, 10, 4, 4, 6, 6],
                           "accuracy": [0.5, 0.4, 0.25, 0.5, 0.6667, 0.3333]})
-    model = {"which": "last", "where": "runs/r", "step": 30, "epoch": 3,
+    model = {"which": "last", "where": "runs/r", "step": 30, "place": [3, 0],
              "metrics": {"val_rows": 10, "val_loss": 1.25, "val_flat_accuracy": 0.5},
              "table": table.to_csv(index=False), "thresholds": Thresholds.of(0.31, {"da": 0.24}),
              "thresholds_origin": "the starting model's", "other": None,
-             "progress": {"step": 30, "total_steps": 30, "epochs": 3.0, "stop_reason": None, "elapsed": 0.0,
-                          "ended": True}}
+             "progress": {"step": 30, "total_steps": 30, "planned_epochs": 3, "epochs": 3.0, "stop_reason": None,
+                          "elapsed": 0.0, "ended": True}}
     text = render(facts, model)
     meta = yaml.safe_load(text.split("---\n")[1])
     assert meta["base_model"] == "Christianvedel/OccCANINE_s2s_mix" and meta["language"] == ["da", "en"]
@@ -524,3 +549,42 @@ def test_a_card_leaves_out_what_the_run_did_not_measure():
     one_language = render(dict(facts, data=dict(facts["data"], languages={"unk": 100})),
                           dict(model, table=table[table["lang"] != "da"].to_csv(index=False)))
     assert "By language" not in one_language and "language:" not in one_language.split("---")[1]
+
+
+def test_a_card_names_every_job_that_trained_the_weights_and_the_schedule_as_resumed():
+    """Two jobs in two layouts, each reading other validation rows, then a third that trained
+    nothing (a stopped run run again with another patience); torchrun; a path with spaces."""
+    from mixer.reporting.card import model_card
+
+    facts = card_facts()
+    first = dict(facts["job"], command="python finetune.py --batch-size 16 --stop-at-step 20", from_step=0,
+                 layout="16 (1 process(es) x 16 rows x 1 accumulation step(s))", evaluated_rows=200,
+                 keep_best="val_loss", patience=2)
+    second = dict(first, command="python finetune.py --batch-size 32 --val-max-rows 800", from_step=20,
+                  layout="32 (1 process(es) x 32 rows x 1 accumulation step(s))", evaluated_rows=800)
+    again = dict(second, command="python finetune.py --batch-size 32 --early-stopping-patience 5", patience=5,
+                 from_step=30)
+    progress = {"step": 30, "total_steps": 30, "planned_epochs": 1, "epochs": 1.0, "elapsed": 0.0, "ended": True,
+                "stop_reason": "early stopping: val_loss did not improve on 1.0000 (step 24, epoch 1) in 2 "
+                               "evaluation(s)", "jobs": [first, second, again]}
+    last = {"step": 30, "place": [1, 0], "metrics": {"val_rows": 800, "val_loss": 1.5}}
+    text = model_card(facts, "/tmp/r28/sp ace/run 1", {}, progress, None, last)
+    assert "Made by 2 jobs, each continuing from the training state the one before saved:" in text
+    assert ("Steps 0 to 20:\n\n```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\n"
+            "Steps 20 to 30:\n\n```bash\npython finetune.py --batch-size 32 --val-max-rows 800\n```") in text
+    assert "patience 5" not in text and "after 5 evaluation(s)" not in text  # the job that trained nothing
+    assert "| best model | kept by val_loss; early stopping after 2 evaluation(s) without an improvement" in text
+    assert "| length | 1 epoch(s) planned, 30 steps;" in text and "at step 30 of 30 planned" in text
+    assert "(each evaluation reads 200 (steps 0 to 20); 800 (steps 20 to 30))" in text
+    assert ("| batch | 16 (1 process(es) x 16 rows x 1 accumulation step(s)); precision fp32, weight decay 0.01 "
+            "(steps 0 to 20); 32 (1 process(es)") in text
+    assert "python predict.py --checkpoint '/tmp/r28/sp ace/run 1' --input" in text
+    assert 'mixer.load("/tmp/r28/sp ace/run 1")' in text
+    # a requeued job with the same command is the same job; several processes say how they ran
+    launched = dict(first, launch="launched by torchrun as 2 processes (1 node(s) x 2)")
+    progress = dict(progress, step=20, total_steps=40, jobs=[launched, dict(launched, from_step=12)])
+    text = model_card(facts, "runs/r", {}, progress, None, dict(last, step=20, place=[0, 320]))
+    assert "Made by" not in text and "Steps 0 to" not in text
+    assert ("```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\nLaunched by torchrun as 2 "
+            "processes (1 node(s) x 2): each process ran this command.") in text
+    assert "The weights of the run's last step, step 20 (epoch 1)." in text

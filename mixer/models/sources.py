@@ -75,10 +75,17 @@ def weights_line(model_dir: str, weights: str, where: str) -> str:
     record = (run_config(model_dir).get("weights") or {}) if weights == MODEL_FILE else {}
     if record.get("kind") == "best":
         return (f"model: {where}: the best evaluation of its run by {record['metric']} "
-                f"({record['value']:.4f} at step {record['step']}, epoch {record['epoch']})")
+                f"({record['value']:.4f} at step {record['step']}, epoch {_epoch(record)})")
     if record.get("kind") == "last":
-        return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {record['epoch']})"
+        return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {_epoch(record)})"
     return f"model: {where}, with the configuration of {model_dir}"
+
+
+def _epoch(record: dict) -> int:
+    """The epoch of a weights record's step, from 1 (mixer.reporting.eta.epoch_number)."""
+    from mixer.core.config import epoch_number
+
+    return epoch_number(*(record.get("place") or (record["epoch"], 1)))
 
 
 def occcanine_recipe() -> InputRecipe:

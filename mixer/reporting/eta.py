@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from mixer.core.config import epoch_number
+
 
 def clock_text(seconds: float) -> str:
     """0:04:05, 27:46:40 (hours grow past a day: a log reader sums nothing)."""
@@ -30,7 +32,7 @@ class Reading:
 
     step: int
     total_steps: int
-    epoch: int  # the epoch in progress, from 1
+    epoch: int  # the epoch of the step, from 1 (epoch_number)
     epochs: int
     epoch_fraction: float  # epochs done, with the part of the current one
     elapsed: float
@@ -85,7 +87,8 @@ class Eta:
             remaining = training / steps * max(0, total_steps - step)
             if self.evaluation_seconds:
                 remaining += evaluations_left * sum(self.evaluation_seconds) / len(self.evaluation_seconds)
-        epoch = min(int(epoch_fraction) + 1, epochs)
+        whole = int(epoch_fraction)
+        epoch = min(epoch_number(whole, 0 if epoch_fraction == whole else 1), epochs)
         return Reading(step, total_steps, epoch, epochs, epoch_fraction, self.elapsed(), remaining,
                        bool(self.evaluation_seconds), self.early_stopping)
 

@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from mixer.core.config import BEST_METRICS, TrainConfig
+from mixer.core.config import BEST_METRICS, TrainConfig, epoch_number
 from mixer.core.errors import UserError
 from mixer.distributed import world as mdist
 from mixer.models.sources import BEST_DIR, is_run_directory, run_config
@@ -215,7 +215,7 @@ class BestKeeper:
             by = f" by at least {self.min_delta:g}" if self.min_delta else ""
             progress.stop_reason = (
                 f"early stopping: {self.metric} did not improve on {best['value']:.4f} (step "
-                f"{best['step']}, epoch {best['epoch']}){by} in {self.patience} evaluation(s)")
+                f"{best['step']}, epoch {epoch_number(*best['place'])}){by} in {self.patience} evaluation(s)")
         return verdict
 
     def note(self, progress, verdict: Verdict) -> str:

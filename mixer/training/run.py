@@ -16,7 +16,7 @@ from mixer import __version__
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
-from mixer.core.config import RunConfig, config_for_file, write_args
+from mixer.core.config import RunConfig, config_for_file, epoch_number, write_args
 from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
 from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
@@ -182,8 +182,9 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        card_facts=card.run_facts(
                            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
                            language_rows(prepared.train["lang"]), start, recipe.describe(),
-                           schedule.layout.describe(), schedule.epochs, schedule.total_steps,
-                           len(sample), encoder.source))
+                           schedule.layout.describe(), len(sample), encoder.source,
+                           card.describe_launch(world.launcher, world.world_size, world.num_nodes,
+                                                world.local_world_size)))
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
         checkpointer.remove_stale_temp_files()
@@ -443,7 +444,7 @@ def report_end(metrics: dict, run_dir: str, kept: Optional[dict] = None) -> None
         logger.info(f"validation of the last step's weights (step {metrics['step']}, "
                     f"{os.path.join(run_dir, MODEL_FILE)}): " + values(metrics))
     best_dir = os.path.join(run_dir, best.BEST_DIR)
-    logger.info(f"validation of the best model (step {kept['step']}, epoch {kept['epoch']}, "
+    logger.info(f"validation of the best model (step {kept['step']}, epoch {epoch_number(*kept['place'])}, "
                 f"{best_dir}): " + values(kept["metrics"]))
     logger.info(f"model: {best_dir}, the best by {kept['metric']} (predict with: python predict.py "
                 f"--checkpoint {run_dir} --input FILE --output FILE; the last step's weights: "
