@@ -8,8 +8,11 @@ model when it kept one: RUN_DIR/best). OUT_DIR gets config.json and
 model.safetensors as OccCANINE's `Seq2SeqMixerOccCANINE_hub.from_pretrained` reads
 them, and for systems other than HISCO key.json (code -> flat index) and chars.json
 (the decoder's symbols); predict.py and mixer.load read it back too. HISCO runs whose
-key gained no codes write no key.json: OccCANINE uses its own HISCO key. The run's
-model card (README.md) goes with them, with a section on the layout.
+key gained no codes write no key.json: OccCANINE uses its own HISCO key. A model card
+(README.md) goes with them, made from what the run's card was made from (card.json): it
+describes the weights exported (the best's or the last step's), the thresholds this
+directory is read with (OccCANINE's: its config.json carries none) and how to predict
+from it, with a section on the layout.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Optional
 
 from mixer.core.errors import UserError
 from mixer.models import occcanine
@@ -82,13 +86,42 @@ def export(run_dir: str, out_dir: str) -> list:
     if own_key:
         write_json("key.json", {code: i for i, code in enumerate(key)})
         write_json("chars.json", list(formatter.alphabet))
-    card = os.path.join(model_dir, "README.md")
-    if os.path.exists(card):
-        with open(card, encoding="utf-8") as handle:
-            text = handle.read()
+    text = export_card(run_dir, model_dir, weights, config, out_dir)
+    if text is not None:
         write_text(os.path.join(out_dir, "README.md"), text + LAYOUT_NOTE.format(weights=line))
         written.append("README.md")
+    elif os.path.exists(os.path.join(out_dir, "README.md")):  # an earlier export's card is not this model's
+        os.unlink(os.path.join(out_dir, "README.md"))
     return written
+
+
+def export_card(run_dir: str, model_dir: str, weights: str, config: dict, out_dir: str) -> Optional[str]:
+    """The card of the exported weights, or None when the run recorded none for them
+    (weights other than the best's and the last step's, a run from before card.json)."""
+    from mixer.models.sources import BEST_DIR, MODEL_FILE
+    from mixer.reporting import card
+    from mixer.reporting.metrics import Thresholds
+
+    record = (config.get("weights") or {}) if weights == MODEL_FILE else {}
+    run = os.path.dirname(model_dir) if os.path.basename(model_dir) == BEST_DIR else model_dir
+    data = card.read_data(model_dir) if record.get("kind") == "best" else card.read_data(run)
+    if data is None or record.get("kind") not in ("best", "last"):
+        return None
+    table = None
+    if os.path.exists(os.path.join(model_dir, "evaluation.csv")):
+        with open(os.path.join(model_dir, "evaluation.csv"), encoding="utf-8") as handle:
+            table = handle.read()
+    best = dict(data["best"], table=table) if record["kind"] == "best" and data.get("best") else None
+    last = dict(data["last"], table=table)
+    if best is None and record["kind"] == "best" or record["step"] != (best or last)["step"]:
+        return None  # the card data is of other weights than these
+    stored = {"threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
+              "thresholds_from": "OccCANINE's"}
+    export = {"run": run, "measured_with": Thresholds.of(config.get("threshold", 0.5), config.get("thresholds")),
+              "thresholds_where": "which OccCANINE's code, predict.py and `mixer.load` apply to this "
+                                  "directory (its `config.json` carries none; give `--threshold` to use "
+                                  "another)"}
+    return card.model_card(data["facts"], out_dir, stored, data["progress"], best, last, export)
 
 
 LAYOUT_NOTE = """
