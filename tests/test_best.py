@@ -153,6 +153,48 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     assert describe_start(config).run_dir == os.path.join(str(out), "best")
 
 
+def test_a_load_names_the_weights_it_read_while_a_run_replaces_its_best(reference, tmp_path, capsys,
+                                                                        monkeypatch):
+    """best/ replaced by a newer best between the read of its config.json and of its
+    weights: the load reads again and names what it loaded. A best/ a kill left aside
+    (between the two renames of a swap) is read there."""
+    import safetensors.torch
+
+    import mixer
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    newer = tmp_path / "newer"
+    shutil.copytree(run_dir / "best", newer)
+    config = json.loads((newer / "config.json").read_text())
+    config["weights"].update(step=20, value=0.5)
+    (newer / "config.json").write_text(json.dumps(config))
+    weights = load_file(newer / "model.safetensors")
+    weights = {name: tensor + 1 if name == "flat_head.bias" else tensor for name, tensor in weights.items()}
+    safetensors.torch.save_file(weights, newer / "model.safetensors")
+    real_load, loads = safetensors.torch.load_file, []
+
+    def swapped_first(path, *args, **kwargs):  # the run swaps in its new best/ just now
+        if not loads:
+            os.rename(run_dir / "best", run_dir / ".best.old")
+            os.rename(newer, run_dir / "best")
+            shutil.rmtree(run_dir / ".best.old")
+        loads.append(path)
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "load_file", swapped_first)
+    model = mixer.load(str(run_dir), device="cpu")
+    monkeypatch.undo()
+    assert len(loads) == 2 and "(0.5000 at step 20, epoch 2)" in capsys.readouterr().err
+    loaded = model._predictor.model.state_dict()
+    assert torch.equal(loaded["flat_head.bias"], weights["flat_head.bias"])
+    os.rename(run_dir / "best", run_dir / ".best.old")  # killed between the renames of the next swap
+    mixer.load(str(run_dir), device="cpu")
+    assert (f"model: {run_dir}/.best.old: the best evaluation of its run by val_loss (0.5000 at step 20, epoch 2) "
+            f"(the best model an interrupted write left aside; the run puts it back as {run_dir}/best when it "
+            "continues)") in capsys.readouterr().err
+
+
 def test_the_model_card_says_what_the_run_measured(reference, small_csv):
     from mixer.reporting.metrics import Thresholds
 

@@ -35,14 +35,20 @@ def export(run_dir: str, out_dir: str) -> list:
     from mixer.data.formatter import CodeFormatter
     from mixer.data.normalise import hisco_key
     from mixer.core.io import atomic_write, write_text
-    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, model_of
+    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, read_model
 
-    model_dir, weights, line = model_of(run_dir)
-    if weights is None or not os.path.exists(os.path.join(model_dir, weights)):
-        raise UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
-                        f"and {CONFIG_FILE})")
-    with open(os.path.join(model_dir, CONFIG_FILE), encoding="utf-8") as handle:
-        config = json.load(handle)
+    unfinished = UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
+                           f"and {CONFIG_FILE})")
+
+    def read(model_dir: str, weights: str, config: dict) -> tuple:  # the weights and key of that config
+        if not config or not os.path.exists(os.path.join(model_dir, weights)):
+            raise unfinished
+        return load_file(os.path.join(model_dir, weights)), list(read_key(model_dir)["code"])
+
+    found = read_model(run_dir, "export", read)  # as one, while a run may replace its best/
+    if found is None:
+        raise unfinished
+    model_dir, weights, line, config, (state, key) = found
     heads = config["heads"]
     if heads.get("family") != "occcanine":
         raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
@@ -58,12 +64,10 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
                         "predict with mixer (predict.py, mixer.load) instead")
     formatter = CodeFormatter.from_dict(config["formatter"])
-    key = list(read_key(model_dir)["code"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
     if own_key and formatter.kind == "hisco":  # checked before anything is written
         raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
                         "always uses for HISCO models")
-    state = load_file(os.path.join(model_dir, weights))
     hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
     os.makedirs(out_dir, exist_ok=True)
