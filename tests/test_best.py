@@ -309,6 +309,40 @@ def test_moving_the_best_model_away_lets_the_run_continue_without_it(reference, 
     assert "is dropped; this run keeps its best by val_flat_accuracy afresh" in out
 
 
+def test_a_full_disk_is_one_line_and_leaves_the_files_as_they_were(reference, small_csv, tmp_path, capsys,
+                                                                    monkeypatch):
+    import safetensors.torch
+
+    from mixer.core.io import disk_full
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("model.safetensors", "config.json")}
+    best_before = (run_dir / "best" / "model.safetensors").read_bytes()
+
+    def full(*_args, **_kwargs):  # as safetensors says it
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8),
+          f"{run_dir}: the disk is full (no space left on the device) while writing the run",
+          "run the same command again to continue")
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert (run_dir / "best" / "model.safetensors").read_bytes() == best_before
+    assert not [f for f in os.listdir(run_dir) if f.startswith(".")]
+    # torch.save into a file says only "unexpected pos"; the file's own write says ENOSPC
+    try:
+        try:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        finally:
+            raise OSError(28, "No space left on device")
+    except OSError as exc:
+        assert disk_full(RuntimeError("while saving")) is None
+        assert disk_full(exc) == "no space left on the device"
+        assert disk_full(OSError(122, "Disk quota exceeded")) == "disk quota exceeded"
+
+
 # ------------------------------------------------------------------ processes, layouts, kills
 KILL_AT_THE_BEST = """
 import os, signal, sys

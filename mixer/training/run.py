@@ -30,6 +30,7 @@ from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models.sources import build_model, describe_start, light_tokeniser
 from mixer.core.errors import UserError
+from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
 from mixer.models.model import MODEL_FILE, MixerModel
 from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, logger
@@ -47,6 +48,13 @@ def train(config: RunConfig) -> dict:
     try:
         configure_logging(config.log.log_level, world.is_main)
         return _train(config, world)
+    except Exception as exc:  # noqa: BLE001 - a full disk is the user's to fix, not a bug
+        reason = None if isinstance(exc, UserError) else disk_full(exc)
+        if reason is None:
+            raise
+        raise UserError(f"{config.save_dir}: the disk is full ({reason}) while writing the run; every file "
+                        "is written whole or not at all, so last.pt, best/ and the model are as they were: "
+                        "free space (or move the run) and run the same command again to continue") from exc
     finally:
         mdist.teardown(world)
 
