@@ -26,6 +26,7 @@ import yaml
 from safetensors.torch import load_file
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
+from mixer.core.errors import UserError
 from test_distributed import max_difference, run, torchrun_cmd
 
 # Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
@@ -341,6 +342,58 @@ def test_a_full_disk_is_one_line_and_leaves_the_files_as_they_were(reference, sm
         assert disk_full(RuntimeError("while saving")) is None
         assert disk_full(exc) == "no space left on the device"
         assert disk_full(OSError(122, "Disk quota exceeded")) == "disk quota exceeded"
+
+
+def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(reference, small_csv, tmp_path,
+                                                                                  capsys):
+    import socket
+
+    from mixer.distributed import runlock
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    lock = run_dir / ".lock"
+    host = socket.gethostname()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = dict(runlock.holder(), pid=sleeper.pid, start=runlock.process_start(sleeper.pid), since="then")
+        lock.write_text(json.dumps(live))
+        fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8),
+              f"{run_dir} is in use by another run (process {sleeper.pid} on host {host}, since then)",
+              f"remove {lock} and run again", watch=run_dir)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    said = []
+    taken = runlock.acquire(str(run_dir), said.append)  # its process has ended: a kill -9 left it
+    assert said == [f"took over {lock} from process {sleeper.pid} on host {host}: its process {sleeper.pid} on "
+                    "this host has ended"]
+    taken.release()
+    assert os.listdir(run_dir) == os.listdir(reference[0])  # nothing left behind
+
+    def squeue(state, code=0):
+        return lambda *_a, **_k: subprocess.CompletedProcess([], code, state, "Invalid job id specified" if code else "")
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\n")
+    (bin_dir / "squeue").chmod(0o755)
+    env = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "PATH": str(bin_dir)}
+    elsewhere = {"host": "node-b", "pid": 1, "start": None, "job": None, "restart": "0", "since": "then"}
+    cases = [(elsewhere, None, "process 1 on host node-b, since then"),  # another host, no Slurm job: cannot tell
+             (dict(elsewhere, job="7"), None, "an earlier run of this Slurm job (7, before its requeue)"),
+             (dict(elsewhere, job="5"), squeue("RUNNING\n"), "process 1 on host node-b, Slurm job 5"),
+             (dict(elsewhere, job="5"), squeue("", 1), "its Slurm job 5 is no longer listed"),
+             (dict(elsewhere, job="5"), squeue("CANCELLED\n"), "its Slurm job 5 is CANCELLED")]
+    for other, run, expected in cases:
+        lock.write_text(json.dumps(other))
+        if expected.startswith("process"):  # it may still run
+            with pytest.raises(UserError, match=expected):
+                runlock.acquire(str(run_dir), said.append, env=env, run=run)
+            continue
+        runlock.acquire(str(run_dir), said.append, env=env, run=run).release()
+        assert said[-1].endswith(expected) and not lock.exists()
 
 
 # ------------------------------------------------------------------ processes, layouts, kills

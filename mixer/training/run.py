@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from mixer import __version__
+from mixer.distributed import runlock
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
@@ -78,6 +79,19 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
+    # one run at a time in a directory: rank 0 takes RUN/.lock before anything is written
+    lock = mdist.main_only(lambda: runlock.acquire(run_dir, log=logger.warning), world)  # all ranks
+    try:
+        return _train_locked(config, world, start, recipe, (thresholds, thresholds_from), check_resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting: tuple, check_resume) -> dict:
+    """_train's work once the run directory is this run's."""
+    run_dir = config.save_dir
+    thresholds, thresholds_from = starting
     began = time.perf_counter()
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
