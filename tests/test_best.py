@@ -371,6 +371,8 @@ def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(
                     "this host has ended"]
     taken.release()
     assert os.listdir(run_dir) == os.listdir(reference[0])  # nothing left behind
+    runlock.acquire(str(tmp_path / "new" / "run"), said.append).release()  # a run refused for its input
+    assert not (tmp_path / "new").exists()  # leaves no directory
 
     def squeue(state, code=0):
         return lambda *_a, **_k: subprocess.CompletedProcess([], code, state, "Invalid job id specified" if code else "")

@@ -105,14 +105,21 @@ def slurm_job_state(job: str, env: Mapping[str, str], run=None) -> Optional[str]
 class Lock:
     path: str
     me: dict
+    made: tuple = ()  # the directories the lock made (the run directory and parents), deepest first
 
     def release(self) -> None:
-        """Remove the lock if it is still this process's."""
+        """Remove the lock if it is still this process's, and the run directory it made
+        when the run wrote nothing else (a run refused for its input leaves no trace)."""
         if _read(self.path) == self.me:
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+        for directory in self.made:
+            try:
+                os.rmdir(directory)
+            except OSError:  # not empty: the run's files
+                break
 
 
 def acquire(run_dir: str, log: Callable[[str], None] = print, env: Optional[Mapping[str, str]] = None,
@@ -121,11 +128,15 @@ def acquire(run_dir: str, log: Callable[[str], None] = print, env: Optional[Mapp
     holder; a lock whose holder has ended is taken over, with a line saying why."""
     env = os.environ if env is None else env
     me = holder(env)
+    made, missing = [], os.path.abspath(run_dir)
+    while not os.path.exists(missing):
+        made.append(missing)
+        missing = os.path.dirname(missing)
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, LOCK)
     for _ in range(3):
         if _create(path, me):
-            return Lock(path, me)
+            return Lock(path, me, tuple(made))
         other = _read(path)
         if other is None:  # gone meanwhile, or not a lock of this tool: look again
             if os.path.exists(path) and time.time() - _mtime(path) > 60:
@@ -154,7 +165,8 @@ def busy(run_dir: str, path: str, other: dict) -> UserError:
 
 def _create(path: str, me: dict) -> bool:
     """The lock, whole, if no lock exists (written aside, then linked into place)."""
-    aside = f"{path}.{me['host']}.{me['pid']}"
+    # a temp file's name: a kill right here leaves what the run removes as it removes other temp files
+    aside = os.path.join(os.path.dirname(path), f".tmp-lock.{me['host']}.{me['pid']}")
     with open(aside, "w", encoding="utf-8") as handle:
         json.dump(me, handle)
         handle.flush()
@@ -173,7 +185,10 @@ def _create(path: str, me: dict) -> bool:
             json.dump(me, handle)
         return True
     finally:
-        os.unlink(aside)
+        try:
+            os.unlink(aside)
+        except FileNotFoundError:
+            pass
 
 
 def _read(path: str) -> Optional[dict]:
