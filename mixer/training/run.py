@@ -26,7 +26,7 @@ from mixer.models.encoders import save_encoder_files, token_ids_of
 from mixer.reporting import card
 from mixer.reporting.metrics import Thresholds
 from mixer.data.noise import NoiseConfig
-from mixer.core.recipe import previous_settings
+from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models.sources import build_model, describe_start, light_tokeniser
@@ -203,7 +203,8 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
                        eval_conditions=best.conditions(cfg, sample, thresholds),
                        card_facts=card.run_facts(
                            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
-                           language_rows(prepared.train["lang"]), start, recipe.describe(),
+                           language_rows(prepared.train["lang"]), start,
+                           recipe.describe().replace(RESUMED, ""),  # the card shows each job's settings
                            schedule.layout.describe(), len(sample), encoder.source,
                            card.describe_launch(world.launcher, world.world_size, world.num_nodes,
                                                 world.local_world_size)))
