@@ -26,6 +26,7 @@ import yaml
 from safetensors.torch import load_file
 
 from conftest import ROOT, TINY, env_for_subprocess, run_program
+from mixer.core.errors import UserError
 from test_distributed import max_difference, run, torchrun_cmd
 
 # Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
@@ -93,12 +94,15 @@ def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_impr
     assert stdout.count("stopping at step 22: early stopping: val_loss did not improve on") == 1  # rank 0
     assert "by at least 0.015 in 3 evaluation(s)" in stdout
     eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
-    assert eval_lines["eval step 18 (epoch 1)"].endswith("; new best val_loss")
-    assert eval_lines["eval step 20 (epoch 1)"].endswith("; 2 of 3 evaluation(s) without improvement")
+    # every line names the epoch of the step from 1, as the progress lines do (13.75 steps an epoch)
+    assert eval_lines["eval step 18 (epoch 2)"].endswith("; new best val_loss")
+    assert eval_lines["eval step 20 (epoch 2)"].endswith("; 2 of 3 evaluation(s) without improvement")
+    assert "step 20: 20/60 steps, epoch 2/5, " in stdout
+    assert "(step 18, epoch 2) by at least 0.015" in stdout
     last, best = load_file(out / "model.safetensors"), load_file(out / "best" / "model.safetensors")
     assert max_difference(last, best) > 1e-4  # two models: the last step's and the best
     with open(out / "config.json") as handle:
-        assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1}
+        assert json.load(handle)["weights"] == {"kind": "last", "step": STOP_STEP, "epoch": 1, "place": [1, 64]}
     with open(out / "best" / "config.json") as handle:
         stored = json.load(handle)
     assert stored["weights"]["metrics"]["val_rows"] == 11  # scored on every row at the end ...
@@ -109,7 +113,7 @@ def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_impr
         assert os.path.exists(out / "best" / name), name
     assert not [f for f in os.listdir(out) if f.startswith(".")]
     assert pd.read_csv(out / "best" / "evaluation.csv")["n"].max() == 11
-    assert "validation of the best model (step 18, epoch 1" in stdout
+    assert "validation of the best model (step 18, epoch 2" in stdout
     assert "validation of the last step's weights (step 22" in stdout
 
 
@@ -135,7 +139,7 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     kept = mixer.load(str(out), device="cpu").predict(texts)
     said = capsys.readouterr().err
     assert f"model: {out}/best: the best evaluation of its run by val_loss" in said
-    assert f"at step {BEST_STEP}, epoch 1); the weights of its last step: --checkpoint {out}/model.safetensors" in said
+    assert f"at step {BEST_STEP}, epoch 2); the weights of its last step: --checkpoint {out}/model.safetensors" in said
     pd.testing.assert_frame_equal(kept, mixer.load(str(out / "best"), device="cpu").predict(texts))
     last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
     assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
@@ -148,6 +152,48 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     config = RunConfig()
     config.model.initial_checkpoint = str(out)  # a new run starts from the best too
     assert describe_start(config).run_dir == os.path.join(str(out), "best")
+
+
+def test_a_load_names_the_weights_it_read_while_a_run_replaces_its_best(reference, tmp_path, capsys,
+                                                                        monkeypatch):
+    """best/ replaced by a newer best between the read of its config.json and of its
+    weights: the load reads again and names what it loaded. A best/ a kill left aside
+    (between the two renames of a swap) is read there."""
+    import safetensors.torch
+
+    import mixer
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    newer = tmp_path / "newer"
+    shutil.copytree(run_dir / "best", newer)
+    config = json.loads((newer / "config.json").read_text())
+    config["weights"].update(step=20, value=0.5)
+    (newer / "config.json").write_text(json.dumps(config))
+    weights = load_file(newer / "model.safetensors")
+    weights = {name: tensor + 1 if name == "flat_head.bias" else tensor for name, tensor in weights.items()}
+    safetensors.torch.save_file(weights, newer / "model.safetensors")
+    real_load, loads = safetensors.torch.load_file, []
+
+    def swapped_first(path, *args, **kwargs):  # the run swaps in its new best/ just now
+        if not loads:
+            os.rename(run_dir / "best", run_dir / ".best.old")
+            os.rename(newer, run_dir / "best")
+            shutil.rmtree(run_dir / ".best.old")
+        loads.append(path)
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(safetensors.torch, "load_file", swapped_first)
+    model = mixer.load(str(run_dir), device="cpu")
+    monkeypatch.undo()
+    assert len(loads) == 2 and "(0.5000 at step 20, epoch 2)" in capsys.readouterr().err
+    loaded = model._predictor.model.state_dict()
+    assert torch.equal(loaded["flat_head.bias"], weights["flat_head.bias"])
+    os.rename(run_dir / "best", run_dir / ".best.old")  # killed between the renames of the next swap
+    mixer.load(str(run_dir), device="cpu")
+    assert (f"model: {run_dir}/.best.old: the best evaluation of its run by val_loss (0.5000 at step 20, epoch 2) "
+            f"(the best model an interrupted write left aside; the run puts it back as {run_dir}/best when it "
+            "continues)") in capsys.readouterr().err
 
 
 def test_the_model_card_says_what_the_run_measured(reference, small_csv):
@@ -163,6 +209,9 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
     assert metrics["flat head accuracy"] == round(record["val_flat_accuracy"], 4)
     assert metrics["seq2seq head f1 (noised)"] == round(record["val_noisy_seq2seq_f1"], 4)
     assert "python finetune.py --distributed --dataset" in body and "--early-stopping-min-delta 0.015" in body
+    assert "Launched by torchrun as 2 processes (1 node(s) x 2): each process ran this command." in body
+    assert (f"{best_record(out)['value']:.4f} at step 18 (epoch 2) (on the 8 validation rows every evaluation "
+            "read; the figures below were measured again at the end, on 11 rows)") in body
     assert "| batch | 8 (2 process(es) x 4 rows x 1 accumulation step(s))" in body
     assert f"Measured at step {BEST_STEP} on 11 validation rows" in body
     assert "110 training, 11 validation" in body and "en 110 (training rows)" in body
@@ -192,6 +241,163 @@ def test_a_resume_with_another_metric_is_refused_before_anything_changes(referen
           watch=run_dir)
 
 
+def without(args: list, flag: str, values: int = 1) -> list:
+    cut = args.index(flag)
+    return args[:cut] + args[cut + 1 + values:]
+
+
+def test_a_resume_that_would_measure_the_best_otherwise_is_refused_before_anything_changes(
+        reference, small_csv, tmp_path, capsys):
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--val-max-rows", 9),
+          f"keeps its best model by val_loss as measured on 8 validation rows ({run_dir}/best, step 18); "
+          "this run would measure it on 9, which does not compare with it: resume with --val-max-rows 8, "
+          f"or move {run_dir}/best away", watch=run_dir)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--seq2seq-weight", 0.9),
+          "as measured with --seq2seq-weight 0.1", "resume with --seq2seq-weight 0.1", watch=run_dir)
+
+
+def test_which_settings_a_kept_metric_depends_on():
+    from mixer.core.config import TrainConfig
+    from mixer.reporting.metrics import Thresholds
+    from mixer.training.best import changed_condition, conditions
+
+    base = TrainConfig(val_max_rows=200, seq2seq_weight=0.1, eval_noise=2)
+    was = conditions(base, np.arange(200), Thresholds.of(0.5))
+
+    def changed(metric, cfg=base, sample=np.arange(200), thresholds=Thresholds.of(0.5)):
+        return changed_condition(metric, was, conditions(cfg, sample, thresholds))
+
+    for metric in ("val_loss", "val_flat_f1", "val_token_accuracy", "val_noisy_seq2seq_accuracy"):
+        assert changed(metric) is None
+        assert changed(metric, sample=np.arange(1, 201))[1] == "on another sample of them"  # every metric
+    assert changed("val_loss", TrainConfig(val_max_rows=200, seq2seq_weight=0.9, eval_noise=2)) is not None
+    assert changed("val_flat_loss", TrainConfig(val_max_rows=200, seq2seq_weight=0.9, eval_noise=2)) is None
+    assert changed("val_flat_f1", thresholds=Thresholds.of(0.4))[0] == "with flat thresholds 0.5"
+    assert changed("val_noisy_flat_accuracy", thresholds=Thresholds.of(0.5, {"en": 0.3})) is not None
+    assert changed("val_seq2seq_accuracy", thresholds=Thresholds.of(0.4)) is None
+    assert changed("val_noisy_seq2seq_f1", TrainConfig(val_max_rows=200, eval_noise=3))[2] == "--eval-noise 2"
+    assert changed("val_seq2seq_f1", TrainConfig(val_max_rows=200, eval_noise=3)) is None
+    assert changed_condition("val_loss", None, was) is None  # recorded before conditions were: not checked
+
+
+def test_moving_the_best_model_away_lets_the_run_continue_without_it(reference, small_csv, tmp_path, capsys):
+    """RUN/best moved away, the finished reference run again: without --keep-best it ends
+    without a best (its cards and final lines name none), with another metric it keeps
+    its best afresh; neither is refused, and the state forgets the best it recorded."""
+    from mixer.cli.entrypoints import finetune_main
+
+    args = keep_args(small_csv, None, "--batch-size", 8)
+    no_best = without(without(without(args, "--keep-best"), "--early-stopping-patience"),
+                      "--early-stopping-min-delta")
+    other = list(args)
+    other[other.index("val_loss")] = "val_flat_accuracy"
+    for name, argv in (("none", no_best), ("other", other)):
+        run_dir = tmp_path / name
+        shutil.copytree(reference[0], run_dir)
+        shutil.move(run_dir / "best", tmp_path / f"{name}-best")
+        argv[argv.index("--save-path") + 1] = str(run_dir)
+        assert finetune_main(argv) == 0
+        out = capsys.readouterr().out
+        assert (f"{run_dir}/best was moved away: the best the training state records (val_loss "
+                f"{best_record(reference[0])['value']:.4f} at step 18) is dropped; ") in out
+        assert progress_of(run_dir)["best"] is None and progress_of(run_dir)["evals_since_best"] == 0
+        assert not (run_dir / "best").exists() and "validation of the best model" not in out
+        assert "The weights of the run's last step, step 22" in (run_dir / "README.md").read_text()
+    assert "is dropped; this run keeps its best by val_flat_accuracy afresh" in out
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_files_as_they_were(reference, small_csv, tmp_path, capsys,
+                                                                    monkeypatch):
+    import safetensors.torch
+
+    from mixer.core.io import disk_full
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("model.safetensors", "config.json")}
+    best_before = (run_dir / "best" / "model.safetensors").read_bytes()
+
+    def full(*_args, **_kwargs):  # as safetensors says it
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8),
+          f"{run_dir}: the disk is full (no space left on the device) while writing the run",
+          "run the same command again to continue")
+    assert {name: (run_dir / name).read_bytes() for name in before} == before
+    assert (run_dir / "best" / "model.safetensors").read_bytes() == best_before
+    assert not [f for f in os.listdir(run_dir) if f.startswith(".")]
+    # torch.save into a file says only "unexpected pos"; the file's own write says ENOSPC
+    try:
+        try:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        finally:
+            raise OSError(28, "No space left on device")
+    except OSError as exc:
+        assert disk_full(RuntimeError("while saving")) is None
+        assert disk_full(exc) == "no space left on the device"
+        assert disk_full(OSError(122, "Disk quota exceeded")) == "disk quota exceeded"
+
+
+def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(reference, small_csv, tmp_path,
+                                                                                  capsys):
+    import socket
+
+    from mixer.distributed import runlock
+    from test_bad_input import fails
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    lock = run_dir / ".lock"
+    host = socket.gethostname()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = dict(runlock.holder(), pid=sleeper.pid, start=runlock.process_start(sleeper.pid), since="then")
+        lock.write_text(json.dumps(live))
+        fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8),
+              f"{run_dir} is in use by another run (process {sleeper.pid} on host {host}, since then)",
+              f"remove {lock} and run again", watch=run_dir)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    said = []
+    taken = runlock.acquire(str(run_dir), said.append)  # its process has ended: a kill -9 left it
+    assert said == [f"took over {lock} from process {sleeper.pid} on host {host}: its process {sleeper.pid} on "
+                    "this host has ended"]
+    taken.release()
+    assert os.listdir(run_dir) == os.listdir(reference[0])  # nothing left behind
+    runlock.acquire(str(tmp_path / "new" / "run"), said.append).release()  # a run refused for its input
+    assert not (tmp_path / "new").exists()  # leaves no directory
+
+    def squeue(state, code=0):
+        return lambda *_a, **_k: subprocess.CompletedProcess([], code, state, "Invalid job id specified" if code else "")
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\n")
+    (bin_dir / "squeue").chmod(0o755)
+    env = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", "PATH": str(bin_dir)}
+    elsewhere = {"host": "node-b", "pid": 1, "start": None, "job": None, "restart": "0", "since": "then"}
+    cases = [(elsewhere, None, "process 1 on host node-b, since then"),  # another host, no Slurm job: cannot tell
+             (dict(elsewhere, job="7"), None, "an earlier run of this Slurm job (7, before its requeue)"),
+             (dict(elsewhere, job="5"), squeue("RUNNING\n"), "process 1 on host node-b, Slurm job 5"),
+             (dict(elsewhere, job="5"), squeue("", 1), "its Slurm job 5 is no longer listed"),
+             (dict(elsewhere, job="5"), squeue("CANCELLED\n"), "its Slurm job 5 is CANCELLED")]
+    for other, run, expected in cases:
+        lock.write_text(json.dumps(other))
+        if expected.startswith("process"):  # it may still run
+            with pytest.raises(UserError, match=expected):
+                runlock.acquire(str(run_dir), said.append, env=env, run=run)
+            continue
+        runlock.acquire(str(run_dir), said.append, env=env, run=run).release()
+        assert said[-1].endswith(expected) and not lock.exists()
+
+
 # ------------------------------------------------------------------ processes, layouts, kills
 KILL_AT_THE_BEST = """
 import os, signal, sys
@@ -210,13 +416,14 @@ finetune_cli()
 
 
 def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_another_layout_keeps_it(
-        reference, small_csv, tmp_path):
+        reference, small_csv, tmp_path, capsys):
     """One process of batch 4 with 2 accumulation steps chooses step 18 as 2 processes did
     and is killed after last.pt records it (and a patience count of 1; a new best writes
     last.pt whatever --save-interval says) and before best/ holds it: best/ is still the
     whole model of step 16. A resume with batch 8 writes the
-    best from the weights it loaded, continues the count, and stops where the reference
-    stopped, with its best model."""
+    best from the weights it loaded (and the run's card, which named step 16), continues
+    the count, and, after one more job, stops where the reference stopped, with its best
+    model; the card names the three jobs and their layouts."""
     script = tmp_path / "kill.py"
     script.write_text(KILL_AT_THE_BEST.format(root=ROOT, step=BEST_STEP))
     out = tmp_path / "run"
@@ -229,11 +436,25 @@ def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_anot
     assert best_record(out)["step"] == 16  # the best model of the evaluation before, whole
     assert max_difference(load_file(out / "best" / "model.safetensors"),
                           load_file(reference[0] / "best" / "model.safetensors")) > 1e-6
-    proc = run_program("finetune.py", *keep_args(small_csv, out, "--batch-size", 8))
-    assert "global batch" not in proc.stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
-    assert f"wrote {out}/best: the best model (step 18) the training state records" in proc.stdout
+    assert "at step 16 (epoch 2)" in (out / "README.md").read_text()
+    from mixer.cli.entrypoints import finetune_main
+
+    capsys.readouterr()
+    assert finetune_main(keep_args(small_csv, out, "--batch-size", 8, "--stop-at-step", 20)) == 0  # in-process: faster
+    stdout = capsys.readouterr().out
+    assert "global batch" not in stdout.split("resuming from")[1].splitlines()[0]  # 4 x 2 = 8 x 1
+    assert f"wrote {out}/best: the best model (step 18) the training state records" in stdout
+    text = (out / "README.md").read_text()
+    assert "at step 18 (epoch 2)" in text and "Training is in progress, at step 18 of 60" in text
+    assert finetune_main(keep_args(small_csv, out, "--batch-size", 8)) == 0
     assert_reaches_the_reference(reference[0], out)  # another layout: equal up to float rounding
     assert not [f for f in os.listdir(out) if f.startswith(".")]
+    text = (out / "README.md").read_text()
+    assert "Made by 3 jobs" in text and "Steps 0 to 18:\n\n```bash\npython " in text
+    assert "Steps 18 to 20:" in text and "--stop-at-step 20\n```\n\nSteps 20 to 22:" in text
+    assert ("| batch | 8 (1 process(es) x 4 rows x 2 accumulation step(s)); precision fp32, weight decay 0.01 "
+            "(steps 0 to 18); 8 (1 process(es) x 8 rows x 1 accumulation step(s)); precision fp32, weight decay "
+            "0.01 (steps 18 to 22) |") in text
 
 
 # ------------------------------------------------------------------ the rules
@@ -273,6 +494,21 @@ def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
     assert keeper.judge(progress, {"val_loss": 2.0}, planned_end=True).stop is False
     assert progress.stop_reason is None and progress.evals_since_best == 1
     assert keeper.judge(progress, {"val_loss": 2.0}).stop and "did not improve on 1.0000 (step 10" in progress.stop_reason
+
+
+def test_a_nan_evaluation_before_any_best_leaves_no_best_yet():
+    from mixer.core.config import TrainConfig
+    from mixer.distributed.world import World
+    from mixer.training.best import BestKeeper
+    from mixer.training.trainer import Progress
+
+    keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
+                        dict, print)
+    progress = Progress(step=1)
+    for _ in range(3):  # NaN is never the best, and nothing to wait for
+        verdict = keeper.judge(progress, {"val_loss": float("nan")})
+        assert not verdict.new_best and not verdict.stop and progress.best is None
+        assert keeper.note(progress, verdict) == "no best val_loss yet: it was NaN, which is never the best"
 
 
 def test_the_metrics_one_can_keep_by_are_the_columns_a_run_logs(reference):
@@ -362,7 +598,7 @@ def test_the_eta_counts_measured_steps_and_evaluations_and_every_job():
     now[0] += 50
     reading = eta.reading(30, 110, 2.0, 4, evaluations_left=2)
     assert reading.remaining == pytest.approx(80 * 2.0 + 2 * 30.0)
-    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 3
+    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 2  # the step that ended epoch 2
     assert reading.scalars() == {"epoch": 2.0, "elapsed_s": 120.0, "remaining_s": pytest.approx(220.0)}
     assert Eta(0, early_stopping=True, clock=lambda: now[0]).reading(0, 5, 0, 1, 1).when() == "elapsed 0:00:00"
     eta = Eta(0, early_stopping=True, clock=lambda: now[0])
@@ -377,7 +613,10 @@ def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
     from mixer.reporting.eta import slurm_line
 
     assert slurm_job_end({"PATH": ""}) is None  # not in a job
-    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "1700000000"}) == ("7", 1700000000.0)
+    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "1700000000"}, now=1600000000) == (
+        "7", 1700000000.0)
+    for stale in ("0", "1600000000", "N/A"):  # not in the future: ask squeue, here none
+        assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": stale, "PATH": ""}, now=1600000000) is None
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$*" = "-h -j 7 -o %e" ] && echo 2030-01-02T03:04:05\n')
@@ -386,39 +625,48 @@ def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
 
     expected = datetime(2030, 1, 2, 3, 4, 5).timestamp()
     assert slurm_job_end({"SLURM_JOB_ID": "7", "PATH": str(bin_dir)}) == ("7", expected)
+    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "0", "PATH": str(bin_dir)}) == ("7", expected)
+    assert slurm_job_end({"SLURM_JOB_ID": "7", "PATH": str(bin_dir)}, now=expected + 1) is None  # past: none
     assert slurm_job_end({"SLURM_JOB_ID": "8", "PATH": str(bin_dir)}) is None  # squeue printed nothing
     fits = slurm_line(3600, 10_000, 0, "7", False)
-    assert fits == "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more: it should end in this job"
-    assert slurm_line(3600, 10_000, 0, "7", False, False).startswith(
-        "Slurm job 7: 2:46:40 left until its time limit; this run needs about 1:00:00 more and its evaluations: ")
-    late = slurm_line(20_000, 10_000, 0, "7", True)
-    assert "the time limit comes first, after about 50% of it (unless early stopping ends the run sooner)" in late
+    assert fits == ("Slurm job 7: 2:46:40 left until its time limit, 2:44:40 until the time-limit signal of "
+                    "scripts/slurm_*.sbatch (--signal=B:USR1@120); this run needs about 1:00:00 more: it "
+                    "should end in this job")
+    assert slurm_line(3600, 10_000, 0, "7", False, False).endswith(
+        "this run needs about 1:00:00 more and its evaluations: it should end in this job")
+    assert "the signal comes first" in slurm_line(9_950, 10_000, 0, "7", False)  # before the limit, after the signal
+    late = slurm_line(19_760, 10_000, 0, "7", True)
+    assert "the signal comes first, after about 50% of it (unless early stopping ends the run sooner)" in late
     assert "continues only when the job is requeued" in late and "--requeue" in late
+
+
+def card_facts() -> dict:
+    return {"name": "r", "version": "0.2.0",
+             "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
+                      "languages": {"en": 50, "da": 40}, "input_col": "occ1",
+                      "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,
+                      "key_size": 1919},
+             "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
+                       "family": "occcanine"},
+             "job": {"command": "python finetune.py --dataset d.csv", "launch": None, "layout": "8 (...)",
+                     "recipe": "recipe: x", "precision": "fp32", "weight_decay": 0.01, "evaluated_rows": 10,
+                     "eval_noise": 0, "keep_best": None, "patience": None, "min_delta": 0.0}}
 
 
 def test_a_card_leaves_out_what_the_run_did_not_measure():
     from mixer.reporting.card import render
     from mixer.reporting.metrics import Thresholds
 
-    facts = {"name": "r", "version": "0.2.0", "command": "python finetune.py --dataset d.csv",
-             "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
-                      "evaluated_rows": 10, "languages": {"en": 50, "da": 40}, "input_col": "occ1",
-                      "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,
-                      "key_size": 1919},
-             "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
-                       "family": "occcanine"},
-             "recipe": {"line": "recipe: x", "layout": "8 (...)", "epochs": 3, "total_steps": 30,
-                        "precision": "fp32", "weight_decay": 0.01, "eval_noise": 0,
-                        "keep_best": None, "patience": None, "min_delta": 0.0}}
+    facts = card_facts()
     table = pd.DataFrame({"lang": ["all", "all", "da", "da", "en", "en"], "head": ["flat", "seq2seq"] * 3,
                           "digits": [5] * 6, "n": [10, 10, 4, 4, 6, 6],
                           "accuracy": [0.5, 0.4, 0.25, 0.5, 0.6667, 0.3333]})
-    model = {"which": "last", "where": "runs/r", "step": 30, "epoch": 3,
+    model = {"which": "last", "where": "runs/r", "step": 30, "place": [3, 0],
              "metrics": {"val_rows": 10, "val_loss": 1.25, "val_flat_accuracy": 0.5},
              "table": table.to_csv(index=False), "thresholds": Thresholds.of(0.31, {"da": 0.24}),
              "thresholds_origin": "the starting model's", "other": None,
-             "progress": {"step": 30, "total_steps": 30, "epochs": 3.0, "stop_reason": None, "elapsed": 0.0,
-                          "ended": True}}
+             "progress": {"step": 30, "total_steps": 30, "planned_epochs": 3, "epochs": 3.0, "stop_reason": None,
+                          "elapsed": 0.0, "ended": True}}
     text = render(facts, model)
     meta = yaml.safe_load(text.split("---\n")[1])
     assert meta["base_model"] == "Christianvedel/OccCANINE_s2s_mix" and meta["language"] == ["da", "en"]
@@ -432,3 +680,42 @@ def test_a_card_leaves_out_what_the_run_did_not_measure():
     one_language = render(dict(facts, data=dict(facts["data"], languages={"unk": 100})),
                           dict(model, table=table[table["lang"] != "da"].to_csv(index=False)))
     assert "By language" not in one_language and "language:" not in one_language.split("---")[1]
+
+
+def test_a_card_names_every_job_that_trained_the_weights_and_the_schedule_as_resumed():
+    """Two jobs in two layouts, each reading other validation rows, then a third that trained
+    nothing (a stopped run run again with another patience); torchrun; a path with spaces."""
+    from mixer.reporting.card import model_card
+
+    facts = card_facts()
+    first = dict(facts["job"], command="python finetune.py --batch-size 16 --stop-at-step 20", from_step=0,
+                 layout="16 (1 process(es) x 16 rows x 1 accumulation step(s))", evaluated_rows=200,
+                 keep_best="val_loss", patience=2)
+    second = dict(first, command="python finetune.py --batch-size 32 --val-max-rows 800", from_step=20,
+                  layout="32 (1 process(es) x 32 rows x 1 accumulation step(s))", evaluated_rows=800)
+    again = dict(second, command="python finetune.py --batch-size 32 --early-stopping-patience 5", patience=5,
+                 from_step=30)
+    progress = {"step": 30, "total_steps": 30, "planned_epochs": 1, "epochs": 1.0, "elapsed": 0.0, "ended": True,
+                "stop_reason": "early stopping: val_loss did not improve on 1.0000 (step 24, epoch 1) in 2 "
+                               "evaluation(s)", "jobs": [first, second, again]}
+    last = {"step": 30, "place": [1, 0], "metrics": {"val_rows": 800, "val_loss": 1.5}}
+    text = model_card(facts, "/tmp/r28/sp ace/run 1", {}, progress, None, last)
+    assert "Made by 2 jobs, each continuing from the training state the one before saved:" in text
+    assert ("Steps 0 to 20:\n\n```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\n"
+            "Steps 20 to 30:\n\n```bash\npython finetune.py --batch-size 32 --val-max-rows 800\n```") in text
+    assert "patience 5" not in text and "after 5 evaluation(s)" not in text  # the job that trained nothing
+    assert "| best model | kept by val_loss; early stopping after 2 evaluation(s) without an improvement" in text
+    assert "| length | 1 epoch(s) planned, 30 steps;" in text and "at step 30 of 30 planned" in text
+    assert "(each evaluation reads 200 (steps 0 to 20); 800 (steps 20 to 30))" in text
+    assert ("| batch | 16 (1 process(es) x 16 rows x 1 accumulation step(s)); precision fp32, weight decay 0.01 "
+            "(steps 0 to 20); 32 (1 process(es)") in text
+    assert "python predict.py --checkpoint '/tmp/r28/sp ace/run 1' --input" in text
+    assert 'mixer.load("/tmp/r28/sp ace/run 1")' in text
+    # a requeued job with the same command is the same job; several processes say how they ran
+    launched = dict(first, launch="launched by torchrun as 2 processes (1 node(s) x 2)")
+    progress = dict(progress, step=20, total_steps=40, jobs=[launched, dict(launched, from_step=12)])
+    text = model_card(facts, "runs/r", {}, progress, None, dict(last, step=20, place=[0, 320]))
+    assert "Made by" not in text and "Steps 0 to" not in text
+    assert ("```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\nLaunched by torchrun as 2 "
+            "processes (1 node(s) x 2): each process ran this command.") in text
+    assert "The weights of the run's last step, step 20 (epoch 1)." in text

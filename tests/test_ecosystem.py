@@ -139,7 +139,7 @@ def test_logs_are_plain_lines_when_output_is_not_a_terminal(small_csv, tmp_path)
     lines = proc.stdout.splitlines()
     assert any(line.startswith("step 1: 1/") and ", epoch 1/" in line and ", remaining " in line
                for line in lines)  # where the run is and how long it has left
-    assert any(line.startswith("eval step 4 (epoch 0)") for line in lines)
+    assert any(line.startswith("eval step 4 (epoch 1)") for line in lines)  # the progress lines' epoch
     quiet = finetune(small_csv, tmp_path / "quiet", "--log-level", "WARNING")
     assert "step 1:" not in quiet.stdout and "eval step" not in quiet.stdout
 

@@ -431,7 +431,7 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     proc = run_program("finetune.py", "--dataset", data, "--target-cols", "pst_1", "--save-path", out,
                        "--initial-checkpoint", hisco_model["bin"], "--only-encoder",
                        "--use-within-block-sep", "--block-size", "3", "--max-steps", "2",
-                       "--batch-size", "8", "--val-max-rows", "8", "--keep-best", "val_loss")
+                       "--batch-size", "8", "--val-max-rows", "8", "--keep-best", "val_loss", "--eval-interval", "1")
     assert "loaded encoder weights" in proc.stdout and "flat head and decoder start new" in proc.stdout
     assert "learning rate 2e-05, heads x5" in proc.stdout  # new heads learn faster
     config = json.load(open(out / "config.json"))
@@ -441,8 +441,20 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     files = export(str(out), str(hub))
     assert {"config.json", "model.safetensors", "key.json", "chars.json", "README.md"} <= set(files)
     card = (hub / "README.md").read_text()  # the best model's card, and how to load the layout
-    assert card.startswith("---\n") and (out / "best" / "README.md").read_text() in card
-    assert "## OccCANINE's layout" in card and f"model: {out}/best: the best evaluation" in card
+    best = json.load(open(out / "best" / "config.json"))["weights"]
+    assert card.startswith("---\n") and "## OccCANINE's layout" in card and f"model: {out}/best: the best evaluation" in card
+    assert (f"This directory holds, in OccCANINE's layout, the best evaluation of the run `{out}` by val_loss: "
+            f"{best['value']:.4f} at step {best['step']} (epoch 1), exported from `{out}/best`.") in card
+    # the thresholds it is read with (OccCANINE's: its config.json has none), and how to predict from it
+    assert "these thresholds are OccCANINE's, which OccCANINE's code, predict.py and `mixer.load` apply" in card
+    assert "above 0.31 (by language: ca 0.3, da 0.24" in card and "measured with the run's thresholds, 0.5" in card
+    assert f"python predict.py --checkpoint {hub} --input" in card and f'mixer.load("{hub}")' in card
+    last = tmp_path / "last"  # the last step's weights: their own card, not the best's
+    export(str(out / "model.safetensors"), str(last))
+    card = (last / "README.md").read_text()
+    assert (f"This directory holds, in OccCANINE's layout, the weights of the last step of the run `{out}`, step 2 "
+            f"(epoch 1), exported from `{out}/model.safetensors`.") in card
+    assert "Measured at step 2 on " in card and f"model: {out}/model.safetensors: the weights of its run's last step" in card
     config = json.load(open(hub / "config.json"))
     assert config["model_domain"] == "Multilingual_CANINE" and config["num_classes_flat"] == 4
     run_model, exported = mixer.load(str(out), device="cpu"), mixer.load(str(hub), device="cpu")

@@ -8,8 +8,11 @@ model when it kept one: RUN_DIR/best). OUT_DIR gets config.json and
 model.safetensors as OccCANINE's `Seq2SeqMixerOccCANINE_hub.from_pretrained` reads
 them, and for systems other than HISCO key.json (code -> flat index) and chars.json
 (the decoder's symbols); predict.py and mixer.load read it back too. HISCO runs whose
-key gained no codes write no key.json: OccCANINE uses its own HISCO key. The run's
-model card (README.md) goes with them, with a section on the layout.
+key gained no codes write no key.json: OccCANINE uses its own HISCO key. A model card
+(README.md) goes with them, made from what the run's card was made from (card.json): it
+describes the weights exported (the best's or the last step's), the thresholds this
+directory is read with (OccCANINE's: its config.json carries none) and how to predict
+from it, with a section on the layout.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Optional
 
 from mixer.core.errors import UserError
 from mixer.models import occcanine
@@ -31,14 +35,20 @@ def export(run_dir: str, out_dir: str) -> list:
     from mixer.data.formatter import CodeFormatter
     from mixer.data.normalise import hisco_key
     from mixer.core.io import atomic_write, write_text
-    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, model_of
+    from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, read_model
 
-    model_dir, weights, line = model_of(run_dir)
-    if weights is None or not os.path.exists(os.path.join(model_dir, weights)):
-        raise UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
-                        f"and {CONFIG_FILE})")
-    with open(os.path.join(model_dir, CONFIG_FILE), encoding="utf-8") as handle:
-        config = json.load(handle)
+    unfinished = UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
+                           f"and {CONFIG_FILE})")
+
+    def read(model_dir: str, weights: str, config: dict) -> tuple:  # the weights and key of that config
+        if not config or not os.path.exists(os.path.join(model_dir, weights)):
+            raise unfinished
+        return load_file(os.path.join(model_dir, weights)), list(read_key(model_dir)["code"])
+
+    found = read_model(run_dir, "export", read)  # as one, while a run may replace its best/
+    if found is None:
+        raise unfinished
+    model_dir, weights, line, config, (state, key) = found
     heads = config["heads"]
     if heads.get("family") != "occcanine":
         raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
@@ -54,12 +64,10 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
                         "predict with mixer (predict.py, mixer.load) instead")
     formatter = CodeFormatter.from_dict(config["formatter"])
-    key = list(read_key(model_dir)["code"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
     if own_key and formatter.kind == "hisco":  # checked before anything is written
         raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
                         "always uses for HISCO models")
-    state = load_file(os.path.join(model_dir, weights))
     hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
     os.makedirs(out_dir, exist_ok=True)
@@ -82,13 +90,42 @@ def export(run_dir: str, out_dir: str) -> list:
     if own_key:
         write_json("key.json", {code: i for i, code in enumerate(key)})
         write_json("chars.json", list(formatter.alphabet))
-    card = os.path.join(model_dir, "README.md")
-    if os.path.exists(card):
-        with open(card, encoding="utf-8") as handle:
-            text = handle.read()
+    text = export_card(run_dir, model_dir, weights, config, out_dir)
+    if text is not None:
         write_text(os.path.join(out_dir, "README.md"), text + LAYOUT_NOTE.format(weights=line))
         written.append("README.md")
+    elif os.path.exists(os.path.join(out_dir, "README.md")):  # an earlier export's card is not this model's
+        os.unlink(os.path.join(out_dir, "README.md"))
     return written
+
+
+def export_card(run_dir: str, model_dir: str, weights: str, config: dict, out_dir: str) -> Optional[str]:
+    """The card of the exported weights, or None when the run recorded none for them
+    (weights other than the best's and the last step's, a run from before card.json)."""
+    from mixer.models.sources import BEST_DIR, MODEL_FILE
+    from mixer.reporting import card
+    from mixer.reporting.metrics import Thresholds
+
+    record = (config.get("weights") or {}) if weights == MODEL_FILE else {}
+    run = os.path.dirname(model_dir) if os.path.basename(model_dir) == BEST_DIR else model_dir
+    data = card.read_data(model_dir) if record.get("kind") == "best" else card.read_data(run)
+    if data is None or record.get("kind") not in ("best", "last"):
+        return None
+    table = None
+    if os.path.exists(os.path.join(model_dir, "evaluation.csv")):
+        with open(os.path.join(model_dir, "evaluation.csv"), encoding="utf-8") as handle:
+            table = handle.read()
+    best = dict(data["best"], table=table) if record["kind"] == "best" and data.get("best") else None
+    last = dict(data["last"], table=table)
+    if best is None and record["kind"] == "best" or record["step"] != (best or last)["step"]:
+        return None  # the card data is of other weights than these
+    stored = {"threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
+              "thresholds_from": "OccCANINE's"}
+    export = {"run": run, "measured_with": Thresholds.of(config.get("threshold", 0.5), config.get("thresholds")),
+              "thresholds_where": "which OccCANINE's code, predict.py and `mixer.load` apply to this "
+                                  "directory (its `config.json` carries none; give `--threshold` to use "
+                                  "another)"}
+    return card.model_card(data["facts"], out_dir, stored, data["progress"], best, last, export)
 
 
 LAYOUT_NOTE = """

@@ -83,6 +83,13 @@ BEST_METRICS = {**{f"val_{name}": "min" for name in ("loss", "seq2seq_loss", "fl
                     "noisy_seq2seq_f1")}}
 
 
+def epoch_number(epoch: int, rows_in_epoch: int) -> int:
+    """The epoch a step trained in, counted from 1, as every line, card and record text
+    says it: from the place the training state counts (epochs completed, rows of the next
+    one). The step that ends an epoch belongs to it (its place is (epoch, 0))."""
+    return epoch if rows_in_epoch == 0 and epoch > 0 else epoch + 1
+
+
 @dataclass
 class DataConfig:
     """Where the rows come from and how codes are read."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
-from typing import Callable
+from typing import Callable, Optional
 
 
 def current_umask() -> int:
@@ -67,3 +68,25 @@ def write_text(path: str, text: str) -> None:
             handle.write(text)
 
     atomic_write(path, write)
+
+
+FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
+FULL_TEXT = {"no space left on device": FULL[errno.ENOSPC], "os error 28": FULL[errno.ENOSPC],
+             "disk quota exceeded": FULL[errno.EDQUOT], "os error 122": FULL[errno.EDQUOT]}
+
+
+def disk_full(exc: BaseException) -> Optional[str]:
+    """Why a write failed when the disk (or the user's quota) is full, else None: an
+    OSError's errno anywhere in the exception's chain, or the text of writers that do
+    not raise OSError (safetensors: "I/O error: No space left on device (os error 28)")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in FULL:
+            return FULL[exc.errno]
+        text = str(exc).lower()
+        for needle, reason in FULL_TEXT.items():
+            if needle in text:
+                return reason
+        exc = exc.__cause__ or exc.__context__
+    return None

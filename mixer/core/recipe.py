@@ -30,6 +30,7 @@ OCCCANINE_FINETUNE = {"learning_rate": 2e-5, "head_lr_scale": 1.0, "warmup_pct":
                       "num_transformations": 3, "unk_lang_prob": 0.25, "eval_noise": 2}
 SECTION = {"dropout": "model", "head_dropout": "model"}  # the rest are training settings
 FLAG = {name: "--" + name.replace("_", "-") for name in MIXER}
+RESUMED = "; settings as the run being resumed used them"  # the why of a resumed run's recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,7 @@ def resolve(config, start, resumed: Optional[dict] = None):
                 values[setting] = before[setting]
             elif setting in NOISE_SETTINGS:
                 values[setting] = 0 if setting in ("num_transformations", "eval_noise") else 0.0
-        why += "; settings as the run being resumed used them"
+        why += RESUMED
     overridden, model, train = [], {}, {}
     for setting, default in values.items():
         section = model if SECTION.get(setting) == "model" else train

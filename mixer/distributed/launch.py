@@ -54,20 +54,23 @@ def launched_as_one_of_several(env: Optional[Mapping[str, str]] = None) -> bool:
     return launch is not None and launch.world_size > 1
 
 
-def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None) -> Optional[tuple]:
+def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None, now: Optional[float] = None) -> Optional[tuple]:
     """(job id, the Unix time of the job's time limit) under Slurm, else None: from
     SLURM_JOB_END_TIME, else `squeue -j JOB -o %e` when squeue is there; None when
-    neither tells (an interactive shell outside a job, no limit, squeue failing)."""
+    neither tells (an interactive shell outside a job, no limit, squeue failing). A time
+    that is not in the future (0, a stale value) tells nothing: the next source is asked."""
     import shutil
     import subprocess
+    import time
     from datetime import datetime
 
     env = os.environ if env is None else env
+    now = time.time() if now is None else now
     job = env.get("SLURM_JOB_ID")
     if not job:
         return None
     value = env.get("SLURM_JOB_END_TIME", "")
-    if value.isdigit():
+    if value.isdigit() and float(value) > now:
         return job, float(value)
     squeue = shutil.which("squeue", path=env.get("PATH"))
     if squeue is None:
@@ -75,6 +78,7 @@ def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None) -> Optional
     try:
         out = (run or subprocess.run)([squeue, "-h", "-j", job, "-o", "%e"], capture_output=True,
                                       text=True, timeout=10).stdout.strip()
-        return job, datetime.strptime(out, "%Y-%m-%dT%H:%M:%S").timestamp()
+        end = datetime.strptime(out, "%Y-%m-%dT%H:%M:%S").timestamp()
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+    return (job, end) if end > now else None

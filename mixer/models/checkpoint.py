@@ -68,7 +68,8 @@ class Checkpointer:
         previous = os.path.join(self.run_dir, PREVIOUS)
 
         def write(tmp: str) -> None:
-            torch.save(state, tmp)
+            with open(tmp, "wb") as handle:  # a full disk then raises OSError (ENOSPC), not torch's riddle
+                torch.save(state, handle)
             if os.path.exists(path):  # keep the last good one until the new one is in place
                 os.replace(path, previous)
 

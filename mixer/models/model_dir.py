@@ -8,8 +8,10 @@ OccCANINE export read it as they read a run directory.
 It is built in a temp directory beside its place, then swapped in by two renames: the
 old directory aside (`.best.old`), the new one in place; the old one is removed last.
 A reader finds the old directory or the new one, never a mix of the two (for the
-instant between the renames, neither). A kill between the two renames leaves no
-`best/` and a complete `.best.old`; `recover` puts it back (rank 0, before training);
+instant between the renames, neither: readers then take `.best.old`, and read again
+when a swap replaced what they were reading: mixer.models.sources.read_model). A kill
+between the two renames leaves no `best/` and a complete `.best.old`, which readers
+use until `recover` puts it back (rank 0, before training);
 a kill while building leaves a `.tmp-best.*` directory, which the run removes as it
 removes other temp files.
 """

@@ -49,36 +49,101 @@ def is_run_directory(path: str) -> bool:
 def model_of(source: str) -> tuple:
     """What a path to a run of this tool predicts with, and starts from: (the model's
     directory, its weights file, a line naming those weights), or (source, None, None)
-    for anything else. A run that kept a best model (--keep-best) means its best/; its
+    for anything else. A run that kept a best model (--keep-best) means its best/ (or,
+    when a kill interrupted the swap of best/, the complete previous one it left aside
+    as .best.old, which the run puts back when it continues: mixer.models.model_dir); its
     model.safetensors (or any .safetensors beside it, e.g. epoch_3.safetensors) means
-    those weights with the run's configuration; a run without a best, its last step's."""
-    best = os.path.join(source, BEST_DIR)
-    if os.path.isdir(source) and is_run_directory(best):
-        return best, MODEL_FILE, (f"{weights_line(best, MODEL_FILE, best)}; the weights of its last step: "
-                                  f"--checkpoint {os.path.join(source, MODEL_FILE)}")
+    those weights with the run's configuration; a run without a best, its last step's.
+    The line is read from the config.json read now: a reader of both the weights and
+    the line uses read_model, which reads them as one."""
+    model_dir, weights, _ = locate(source)
+    if weights is None:
+        return source, None, None
+    return model_dir, weights, describe(source, model_dir, weights, run_config(model_dir))
+
+
+def locate(source: str) -> tuple:
+    """(the model's directory, its weights file, whether that directory is a run's best
+    model, which a running run may replace at any moment) for model_of; (source, None,
+    False) for anything but a run of this tool."""
+    if os.path.isdir(source):
+        best, aside = os.path.join(source, BEST_DIR), os.path.join(source, f".{BEST_DIR}.old")
+        if is_run_directory(best):
+            return best, MODEL_FILE, True
+        if not os.path.exists(best) and is_run_directory(aside):
+            return aside, MODEL_FILE, True
     if source.endswith(".safetensors") and os.path.isfile(source):
         run_dir, weights = os.path.split(source)
         run_dir = run_dir or "."
         if is_run_directory(run_dir):
-            line = weights_line(run_dir, weights, source)
-            if is_run_directory(os.path.join(run_dir, BEST_DIR)):
-                line += f"; its best evaluation's: --checkpoint {run_dir}"
-            return run_dir, weights, line
+            return run_dir, weights, False
     if is_run_directory(source):
-        return source, MODEL_FILE, weights_line(source, MODEL_FILE, source)
-    return source, None, None
+        return source, MODEL_FILE, False
+    return source, None, False
 
 
-def weights_line(model_dir: str, weights: str, where: str) -> str:
+def describe(source: str, model_dir: str, weights: str, config: dict) -> str:
+    """model_of's line for the weights `locate` found, from their config.json as read."""
+    if os.path.basename(model_dir) == BEST_DIR and os.path.isdir(source):
+        return (f"{weights_line(model_dir, weights, model_dir, config)}; the weights of its last step: "
+                f"--checkpoint {os.path.join(source, MODEL_FILE)}")
+    if os.path.basename(model_dir) == f".{BEST_DIR}.old" and os.path.isdir(source):
+        return (f"{weights_line(model_dir, weights, model_dir, config)} (the best model an interrupted "
+                f"write left aside; the run puts it back as {os.path.join(source, BEST_DIR)} when it "
+                f"continues); the weights of its last step: --checkpoint {os.path.join(source, MODEL_FILE)}")
+    line = weights_line(model_dir, weights, source, config)
+    if source.endswith(".safetensors") and is_run_directory(os.path.join(model_dir, BEST_DIR)):
+        line += f"; its best evaluation's: --checkpoint {model_dir}"
+    return line
+
+
+READ_ATTEMPTS = 6
+
+
+def read_model(source: str, what: str, read) -> tuple:
+    """(model dir, weights file, line, config, read's result) of a run's model, read as
+    one: `read(model_dir, weights, config)` reads what it needs (weights, key, encoder)
+    after config.json was read, and config.json is read again after it. A best/ that a
+    running run replaced meanwhile (a new config.json, or a directory gone between the
+    two renames of its swap) is read again, so the line names the weights read. None
+    for anything but a run of this tool."""
+    import time
+
+    for attempt in range(READ_ATTEMPTS):
+        model_dir, weights, replaceable = locate(source)
+        if weights is None:
+            return None
+        try:
+            config = run_config(model_dir)
+            result = read(model_dir, weights, config)
+            if not replaceable or run_config(model_dir) == config:
+                return model_dir, weights, describe(source, model_dir, weights, config), config, result
+        except (OSError, ValueError, UserError):
+            if not replaceable or attempt == READ_ATTEMPTS - 1:
+                raise
+        time.sleep(0.05 * 2 ** attempt)
+    raise UserError(f"{what} {source}: its best model was replaced {READ_ATTEMPTS} times while it was "
+                    "read (a run is writing it); run the command again")
+
+
+def weights_line(model_dir: str, weights: str, where: str, config: Optional[dict] = None) -> str:
     """'model: WHERE: which weights', from the record config.json keeps of its
-    model.safetensors (mixer.training.trainer writes it)."""
-    record = (run_config(model_dir).get("weights") or {}) if weights == MODEL_FILE else {}
+    model.safetensors (mixer.training.trainer writes it); `config`: as already read."""
+    config = run_config(model_dir) if config is None else config
+    record = (config.get("weights") or {}) if weights == MODEL_FILE else {}
     if record.get("kind") == "best":
         return (f"model: {where}: the best evaluation of its run by {record['metric']} "
-                f"({record['value']:.4f} at step {record['step']}, epoch {record['epoch']})")
+                f"({record['value']:.4f} at step {record['step']}, epoch {_epoch(record)})")
     if record.get("kind") == "last":
-        return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {record['epoch']})"
+        return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {_epoch(record)})"
     return f"model: {where}, with the configuration of {model_dir}"
+
+
+def _epoch(record: dict) -> int:
+    """The epoch of a weights record's step, from 1 (mixer.reporting.eta.epoch_number)."""
+    from mixer.core.config import epoch_number
+
+    return epoch_number(*(record.get("place") or (record["epoch"], 1)))
 
 
 def occcanine_recipe() -> InputRecipe:
@@ -326,9 +391,9 @@ def load_for_prediction(source: str, what: str = "--checkpoint", log=None, annou
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
     of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub).
     A run's model, once loaded, is named to `announce` (model_of's line; default `log`)."""
-    model_dir, weights, line = model_of(source)
-    if weights is not None:
-        loaded = _load_run(model_dir, what, weights)
+    found = read_model(source, what, lambda model_dir, weights, config: _load_run(model_dir, what, weights, config))
+    if found is not None:
+        _, _, line, _, loaded = found
         if (announce or log) is not None:
             (announce or log)(line)
         return loaded
@@ -346,7 +411,7 @@ def load_for_prediction(source: str, what: str = "--checkpoint", log=None, annou
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 
 
-def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE) -> tuple:
+def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
     from safetensors.torch import load_file
 
     from mixer.data.prepare import read_key
@@ -357,7 +422,7 @@ def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE) -> tuple:
     if missing:
         raise UserError(f"{what} {run_dir}: lacks {', '.join(missing)}; is training finished? "
                         "(model.safetensors is written at the end of a run)")
-    config = run_config(run_dir)
+    config = run_config(run_dir) if config is None else config
     encoder = encoder_from_run(run_dir)
     model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
     model.load_state_dict(load_file(os.path.join(run_dir, weights)))

@@ -10,13 +10,16 @@ mixer.reporting.metrics.Thresholds) and how to predict with it. Every figure com
 what the run measured or recorded; a figure the run has not measured is left out,
 never estimated.
 
-`run_facts` gathers what the run knows at its start; `render` adds the weights it
-describes. Plain values in, text out: tested without training.
+`run_facts` gathers what a job of the run knows at its start (its command, launch,
+layout and settings: the training state keeps every job's, so that the card of a run
+resumed in another layout or with other flags names them all); `render` adds the
+weights it describes. Plain values in, text out: tested without training.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shlex
 from typing import Optional
@@ -24,14 +27,16 @@ from typing import Optional
 from mixer.core.config import RunConfig
 
 CARD = "README.md"
+CARD_DATA = "card.json"  # what README.md was made from: the OccCANINE export makes its card from it
 HEADS = (("flat", "flat head"), ("seq2seq", "seq2seq head"))
 
 
 def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, languages: dict, start,
-              recipe_line: str, layout: str, epochs: int, total_steps: int, evaluated_rows: int,
-              encoder_source: str) -> dict:
+              recipe_line: str, layout: str, evaluated_rows: int, encoder_source: str,
+              launch: Optional[str] = None) -> dict:
     """What the card says of a run before any evaluation (mixer.training.run builds it;
-    config.train holds the precision the run computes in)."""
+    config.train holds the precision the run computes in). "job": this job's command and
+    settings, which the training state adds to its list of jobs (Progress.jobs)."""
     from mixer import __version__
 
     command = list(config.log.command)
@@ -43,48 +48,106 @@ def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, language
     t = config.train
     return {
         "name": os.path.basename(os.path.abspath(config.save_dir)), "version": __version__,
-        "command": shlex.join(command) if command else "",
         "data": {"files": files, "rows": stamp.get("rows", {}), "digest": stamp.get("digest", ""),
-                 "evaluated_rows": evaluated_rows, "languages": languages,
+                 "languages": languages,
                  "input_col": data.input_col, "context_cols": list(data.context_cols),
                  "system": formatter.kind, "block_size": formatter.block_size,
                  "codes_per_row": formatter.max_num_codes, "key_size": key_size},
         "start": {"encoder": encoder_source, "kind": start.kind, "origin": start.origin,
                   "family": start.family},
-        "recipe": {"line": recipe_line, "layout": layout, "epochs": epochs, "total_steps": total_steps,
-                   "precision": t.precision, "weight_decay": t.weight_decay,
-                   "eval_noise": t.eval_noise, "keep_best": t.keep_best,
-                   "patience": t.early_stopping_patience, "min_delta": t.early_stopping_min_delta},
+        "job": {"command": shlex.join(command) if command else "", "launch": launch, "layout": layout,
+                "recipe": recipe_line, "precision": t.precision, "weight_decay": t.weight_decay,
+                "evaluated_rows": evaluated_rows, "eval_noise": t.eval_noise, "keep_best": t.keep_best,
+                "patience": t.early_stopping_patience, "min_delta": t.early_stopping_min_delta},
     }
 
 
+def describe_launch(launcher: str, world_size: int, nodes: int, per_node: int) -> Optional[str]:
+    """How the command ran when it ran as several processes (the card's), else None."""
+    if world_size <= 1:
+        return None
+    by = {"torchrun": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
+          "slurm": "srun"}.get(launcher, "a launcher")
+    return f"launched by {by} as {world_size} processes ({nodes} node(s) x {per_node})"
+
+
+def jobs_of(facts: dict, progress: dict) -> list:
+    """The jobs that trained the weights, each with the steps it trained ("from", "to"):
+    a job that trained none (a finished run run again) is left out, and consecutive jobs
+    with the same command and settings (a requeued job) are one."""
+    recorded = progress.get("jobs") or [dict(facts["job"], from_step=0)]
+    ends = [job["from_step"] for job in recorded[1:]] + [progress["step"]]
+    spans = [(job, end) for job, end in zip(recorded, ends) if end > job["from_step"]] or [(recorded[-1], ends[-1])]
+    jobs = []
+    for job, end in spans:
+        settings = {k: v for k, v in job.items() if k != "from_step"}
+        if jobs and {k: v for k, v in jobs[-1].items() if k not in ("from", "to")} == settings:
+            jobs[-1]["to"] = end
+        else:
+            jobs.append(dict(settings, **{"from": job["from_step"], "to": end}))
+    return jobs
+
+
+def _per_job(jobs: list, text) -> str:
+    """One value when every job had it, else each value with the steps it held for."""
+    groups = []
+    for job in jobs:
+        value = text(job)
+        if groups and groups[-1][0] == value:
+            groups[-1][2] = job["to"]
+        else:
+            groups.append([value, job["from"], job["to"]])
+    if len(groups) == 1:
+        return groups[0][0]
+    return "; ".join(f"{value} (steps {a:,} to {b:,})" for value, a, b in groups)
+
+
 def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Optional[dict],
-               last: dict) -> str:
+               last: dict, export: Optional[dict] = None) -> str:
     """The card of the run's best model (`best`, its record: mixer.training.best) or, when
-    it kept none, of its last step's weights (`last`: step, epoch, metrics, table).
+    it kept none, of its last step's weights (`last`: step, place, metrics, table).
     `stored`: the config.json those weights have or get, whose thresholds prediction
-    will use; `where`: the path to predict with."""
+    will use; `where`: the path to predict with. `export` (mixer.cli.export_occcanine):
+    the weights written elsewhere ("run": the run directory, "thresholds_where": how
+    their readers get thresholds, "measured_with": the run's Thresholds, which its
+    figures were measured with)."""
     from mixer.reporting.metrics import Thresholds
 
+    run = export["run"] if export else "RUN"
     if best is not None:
-        model = dict(which="best", step=best["step"], epoch=best["epoch"], metric=best["metric"],
+        model = dict(which="best", step=best["step"], place=best["place"], metric=best["metric"],
                      value=best["value"], metrics=best["metrics"], table=best.get("table"),
+                     conditions=best.get("conditions") or {},
                      other=(f"The run's last step ({progress['step']:,}) left other weights: "
-                            "`model.safetensors` in the run directory "
-                            "(`--checkpoint RUN/model.safetensors`)." if progress["ended"] else None))
+                            f"`{os.path.join(run, 'model.safetensors')}` "
+                            f"(`--checkpoint {shlex.quote(os.path.join(run, 'model.safetensors'))}`)."
+                            if progress["ended"] else None))
     else:
         model = dict(which="last", other=None, **last)
     thresholds = Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds"))
-    return render(facts, dict(model, where=where, progress=progress, thresholds=thresholds,
-                              thresholds_origin=stored.get("thresholds_from", "the run's")))
+    model.update(where=where, progress=progress, thresholds=thresholds,
+                 thresholds_origin=stored.get("thresholds_from", "the run's"), export=export)
+    if export:
+        model["thresholds_where"] = export["thresholds_where"]
+        if export["measured_with"] != thresholds:
+            model["thresholds_where"] += (f". The flat head's validation figures above were measured with "
+                                          f"the run's thresholds, {export['measured_with'].describe()}")
+    return render(facts, model)
+
+
+def stored_thresholds_text() -> str:
+    return "stored in `config.json`, and predict.py and `mixer.load` use them unless given `--threshold`"
 
 
 def render(facts: dict, model: dict) -> str:
     """The card of one model of the run. model: which ("best" | "last"), where (its
-    directory), step, epoch, metrics (logs.csv's val_ values of its evaluation), table
-    (its evaluation table as CSV, or None), thresholds (the Thresholds it stores),
-    thresholds_origin, progress (step, total_steps, epochs done, stop_reason, elapsed, ended),
-    other (a line on the run's other weights, or None)."""
+    directory), step, place (epochs completed, rows of the next: its epoch), metrics
+    (logs.csv's val_ values of its evaluation), table (its evaluation table as CSV, or
+    None), conditions (a best's: what its value was measured with), thresholds (the
+    Thresholds prediction uses), thresholds_origin, thresholds_where (how they reach
+    prediction; default: config.json), progress (step, total_steps, planned_epochs, epochs
+    done, stop_reason, elapsed, ended, jobs), other (a line on the run's other weights, or
+    None)."""
     return "---\n" + _header(facts, model) + "---\n\n" + "\n".join(_body(facts, model)) + "\n"
 
 
@@ -119,7 +182,8 @@ def _headline(metrics: dict) -> list:
 
 
 def _body(facts: dict, model: dict) -> list:
-    data, recipe, progress = facts["data"], facts["recipe"], model["progress"]
+    data, progress = facts["data"], model["progress"]
+    jobs = jobs_of(facts, progress)
     lines = [f"# {facts['name']}", "",
              f"A text classifier made with mixer {facts['version']}: it reads `{data['input_col']}`"
              + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
@@ -129,11 +193,9 @@ def _body(facts: dict, model: dict) -> list:
     lines += ["## Which weights", "", _which(model)]
     if model.get("other"):
         lines += ["", model["other"]]
-    lines += ["", "## How it was made", ""]
-    if facts["command"]:
-        lines += ["```bash", facts["command"], "```", ""]
+    lines += ["", "## How it was made", ""] + _commands(jobs)
     where = (f"step {progress['step']:,} of {progress['total_steps']:,} planned, "
-             f"{progress['epochs']:.2f} of {recipe['epochs']} epochs")
+             f"{progress['epochs']:.2f} of {progress['planned_epochs']} epochs")
     took = (f"; {_duration(progress['elapsed'])} of training, evaluations included"
             if progress["elapsed"] else "")
     if progress["ended"]:
@@ -147,42 +209,83 @@ def _body(facts: dict, model: dict) -> list:
     rows = data["rows"]
     lines += [f"| data | {files} |" if files else "| data | |",
               f"| rows | {rows.get('train', 0):,} training, {rows.get('val', 0):,} validation (each "
-              f"evaluation reads {data['evaluated_rows']:,}) |",
+              f"evaluation reads {_per_job(jobs, lambda j: format(j['evaluated_rows'], ','))}) |",
               f"| fingerprint | prepared data {data['digest']} (`prepared.json`) |",
               "| languages | " + (", ".join(f"{lang} {n:,}" for lang, n in data["languages"].items())
                                   + " (training rows)" if data["languages"] else "not given") + " |",
               f"| starting weights | {_start(facts['start'])} |",
-              f"| recipe | {recipe['line'].removeprefix('recipe: ')} |",
-              f"| batch | {recipe['layout']}; precision {recipe['precision']}, weight decay "
-              f"{recipe['weight_decay']:g} |",
-              f"| length | {recipe['epochs']} epoch(s) planned, {recipe['total_steps']:,} steps; the "
-              "learning rate warms up, then falls linearly to 0 at the planned end |"]
-    if recipe["keep_best"]:
-        stopping = (f"; early stopping after {recipe['patience']} evaluation(s) without an improvement of "
-                    f"at least {recipe['min_delta']:g}" if recipe["patience"] else "")
-        lines.append(f"| best model | kept by {recipe['keep_best']}{stopping} |")
-    lines += ["", "## Validation metrics", ""] + _metrics(model, facts)
+              f"| recipe | {_per_job(jobs, lambda j: j['recipe'].removeprefix('recipe: '))} |",
+              f"| batch | {_per_job(jobs, _batch)} |",
+              f"| length | {progress['planned_epochs']} epoch(s) planned, {progress['total_steps']:,} steps; "
+              "the learning rate warms up, then falls linearly to 0 at the planned end |"]
+    if any(job["keep_best"] for job in jobs):
+        lines.append(f"| best model | {_per_job(jobs, _keeping)} |")
+    lines += ["", "## Validation metrics", ""] + _metrics(model, jobs[-1])
     rule = (f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)"
             if facts["start"]["family"] == "occcanine" else
             f"of at least {model['thresholds'].describe()}, and always its most probable code")
     lines += ["", "## Thresholds", "",
               f"The flat head predicts the codes with a probability {rule}; these thresholds are "
-              f"{model['thresholds_origin']}, stored in `config.json`, and predict.py and `mixer.load` "
-              "use them unless given `--threshold`."]
+              f"{model['thresholds_origin']}, {model.get('thresholds_where') or stored_thresholds_text()}."]
     where = model["where"]
     lines += ["", "## How to predict", "", "```bash",
-              f"python predict.py --checkpoint {where} --input records.csv --output codes.csv", "```", "",
-              "From Python, after `import mixer`:", "", "```python", f'model = mixer.load("{where}")',
+              f"python predict.py --checkpoint {shlex.quote(where)} --input records.csv --output codes.csv",
+              "```", "", "From Python, after `import mixer`:", "", "```python",
+              f"model = mixer.load({json.dumps(where, ensure_ascii=False)})",
               'model.predict(["farm labourer", "wine and spirit merchant"])', "```"]
     return lines
 
 
+def _commands(jobs: list) -> list:
+    """Each job's command, with its launch and the steps it trained when there are several."""
+    if len(jobs) == 1:
+        job = jobs[0]
+        lines = ["```bash", job["command"], "```", ""] if job["command"] else []
+        if job["launch"]:
+            lines += [f"{job['launch'][0].upper()}{job['launch'][1:]}: each process ran this command.", ""]
+        return lines
+    lines = [f"Made by {len(jobs)} jobs, each continuing from the training state the one before saved:", ""]
+    for job in jobs:
+        lines += [f"Steps {job['from']:,} to {job['to']:,}" + (f", {job['launch']}" if job["launch"] else "")
+                  + ":", ""] + (["```bash", job["command"], "```", ""] if job["command"] else [])
+    return lines
+
+
+def _batch(job: dict) -> str:
+    return f"{job['layout']}; precision {job['precision']}, weight decay {job['weight_decay']:g}"
+
+
+def _keeping(job: dict) -> str:
+    if not job["keep_best"]:
+        return "none kept"
+    return f"kept by {job['keep_best']}" + (
+        f"; early stopping after {job['patience']} evaluation(s) without an improvement of at least "
+        f"{job['min_delta']:g}" if job["patience"] else "")
+
+
 def _which(model: dict) -> str:
+    from mixer.core.config import epoch_number
+
+    epoch = epoch_number(*model["place"])
+    export = model.get("export")
+    if export:
+        run = export["run"]
+        if model["which"] == "best":
+            return (f"This directory holds, in OccCANINE's layout, the best evaluation of the run `{run}` by "
+                    f"{model['metric']}: {model['value']:.4f} at step {model['step']:,} (epoch {epoch}), "
+                    f"exported from `{os.path.join(run, 'best')}`.")
+        return (f"This directory holds, in OccCANINE's layout, the weights of the last step of the run `{run}`, "
+                f"step {model['step']:,} (epoch {epoch}), exported from `{os.path.join(run, 'model.safetensors')}`.")
     if model["which"] == "best":
+        chosen = model.get("conditions", {}).get("rows")
+        measured = int(model["metrics"].get("val_rows", 0))
+        again = (f" (on the {chosen:,} validation rows every evaluation read; the figures below were "
+                 f"measured again at the end, on {measured:,} rows)" if chosen and measured and chosen != measured
+                 else "")
         return (f"The best evaluation of the run by {model['metric']}: {model['value']:.4f} at step "
-                f"{model['step']:,} (epoch {model['epoch']}), kept in `best/`; `--checkpoint RUN` and "
+                f"{model['step']:,} (epoch {epoch}){again}, kept in `best/`; `--checkpoint RUN` and "
                 "`mixer.load(RUN)` predict with these weights.")
-    return f"The weights of the run's last step, step {model['step']:,} (epoch {model['epoch']})."
+    return f"The weights of the run's last step, step {model['step']:,} (epoch {epoch})."
 
 
 def _start(start: dict) -> str:
@@ -191,12 +294,13 @@ def _start(start: dict) -> str:
     return f"{start['origin']} ({start['encoder']})"
 
 
-def _metrics(model: dict, facts: dict) -> list:
+def _metrics(model: dict, job: dict) -> list:
     metrics = model["metrics"]
     noised = any(k.startswith("val_noisy_") for k in metrics)
-    rows = int(metrics.get("val_rows", 0)) or facts["data"]["evaluated_rows"]
+    rows = int(metrics.get("val_rows", 0)) or job["evaluated_rows"]
+    edits = (model.get("conditions") or {}).get("eval_noise", job["eval_noise"])
     lines = [f"Measured at step {model['step']:,} on {rows:,} validation rows"
-             + (f", as written and with {facts['recipe']['eval_noise']} typo(s) in every row (noised)"
+             + (f", as written and with {edits} typo(s) in every row (noised)"
                 if noised else "")
              + ". Exact match: a row counts when the predicted code set equals the true set; F1: micro "
              "over codes (docs/evaluation.md)."]
@@ -252,7 +356,23 @@ def _duration(seconds: float) -> str:
             else f"{seconds} s")
 
 
-def write(directory: str, text: str) -> None:
+def data_text(data: dict) -> str:
+    return json.dumps(data, indent=1)
+
+
+def write(directory: str, text: str, data: Optional[dict] = None) -> None:
+    """README.md, and card.json (what it was made from) first: a reader of the pair finds
+    the data of this card or of a newer one."""
     from mixer.core.io import write_text
 
+    if data is not None:
+        write_text(os.path.join(directory, CARD_DATA), data_text(data))
     write_text(os.path.join(directory, CARD), text)
+
+
+def read_data(directory: str) -> Optional[dict]:
+    path = os.path.join(directory, CARD_DATA)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from mixer.core.config import epoch_number
+
 
 def clock_text(seconds: float) -> str:
     """0:04:05, 27:46:40 (hours grow past a day: a log reader sums nothing)."""
@@ -30,7 +32,7 @@ class Reading:
 
     step: int
     total_steps: int
-    epoch: int  # the epoch in progress, from 1
+    epoch: int  # the epoch of the step, from 1 (epoch_number)
     epochs: int
     epoch_fraction: float  # epochs done, with the part of the current one
     elapsed: float
@@ -85,23 +87,32 @@ class Eta:
             remaining = training / steps * max(0, total_steps - step)
             if self.evaluation_seconds:
                 remaining += evaluations_left * sum(self.evaluation_seconds) / len(self.evaluation_seconds)
-        epoch = min(int(epoch_fraction) + 1, epochs)
+        whole = int(epoch_fraction)
+        epoch = min(epoch_number(whole, 0 if epoch_fraction == whole else 1), epochs)
         return Reading(step, total_steps, epoch, epochs, epoch_fraction, self.elapsed(), remaining,
                        bool(self.evaluation_seconds), self.early_stopping)
 
 
+SIGNAL_MARGIN = 120  # seconds: scripts/slurm_*.sbatch ask for the time-limit signal this early
+
+
 def slurm_line(remaining: float, job_end: float, now: float, job_id: str, early_stopping: bool,
                evaluations_timed: bool = True) -> str:
-    """The start-up line under Slurm: the estimate against the job's end."""
+    """The start-up line under Slurm: the estimate against the job's end, less the
+    margin at which the project's job scripts have Slurm send the time-limit signal
+    (--signal=B:USR1@120): the run must end before the signal, not before the limit."""
     left = job_end - now
-    head = (f"Slurm job {job_id}: {clock_text(left)} left until its time limit; this run needs "
-            f"about {clock_text(remaining)} more" + ("" if evaluations_timed else " and its evaluations"))
-    if remaining <= left:
+    usable = left - SIGNAL_MARGIN
+    head = (f"Slurm job {job_id}: {clock_text(left)} left until its time limit, "
+            f"{clock_text(usable)} until the time-limit signal of scripts/slurm_*.sbatch "
+            f"(--signal=B:USR1@{SIGNAL_MARGIN}); this run needs about {clock_text(remaining)} more"
+            + ("" if evaluations_timed else " and its evaluations"))
+    if remaining <= usable:
         return head + ": it should end in this job"
-    share = max(0.0, left) / remaining
-    return (head + f": the time limit comes first, after about {100 * share:.0f}% of it"
+    share = max(0.0, usable) / remaining
+    return (head + f": the signal comes first, after about {100 * share:.0f}% of it"
             + (" (unless early stopping ends the run sooner)" if early_stopping else "")
             + ". At the time-limit signal every rank saves and stops; the run continues only "
             "when the job is requeued: scripts/slurm_*.sbatch ask Slurm for the signal "
-            "(--signal=B:USR1@120) and --requeue, and requeue the job themselves; a job "
+            f"(--signal=B:USR1@{SIGNAL_MARGIN}) and --requeue, and requeue the job themselves; a job "
             "without them must be submitted again with the same --save-path")

@@ -18,6 +18,11 @@ RUN/best/ (mixer.models.model_dir, written whole or not at all), then RUN/README
 kill between the two leaves a state whose best is ahead of RUN/best/: the resume
 writes RUN/best/ from the weights it loaded, which are the best's. A best/ left without
 a training state (a run started over in the same directory) is removed.
+
+The record holds what its value was measured with (`conditions`): a resume that would
+measure the metric otherwise, or by another metric, is refused while RUN/best/ holds it
+(`check_resume`, before anything is written); with RUN/best/ moved away the run drops
+the state's record and count and keeps its best afresh, or none.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from mixer.core.config import BEST_METRICS, TrainConfig
+from mixer.core.config import BEST_METRICS, TrainConfig, epoch_number
 from mixer.core.errors import UserError
 from mixer.distributed import world as mdist
 from mixer.models.sources import BEST_DIR, is_run_directory, run_config
 
-RECORD_KEYS = ("metric", "value", "step", "epoch", "place")  # best/config.json's "weights", and "metrics"
+RECORD_KEYS = ("metric", "value", "step", "epoch", "place", "conditions")  # best/config.json's "weights", and "metrics"
 
 
 @dataclass(frozen=True)
@@ -71,25 +76,92 @@ def check_metric(cfg: TrainConfig) -> None:
                         "or keep the best by another metric")
 
 
-def disk_record(run_dir: str) -> Optional[dict]:
-    """The record RUN/best/ holds (its config.json's "weights"), or None."""
-    best_dir = os.path.join(run_dir, BEST_DIR)
-    if not is_run_directory(best_dir):
+def conditions(cfg: TrainConfig, sample, thresholds) -> dict:
+    """What an evaluation's metrics depend on besides the weights, recorded with the best:
+    its validation rows (`sample`, the rows every evaluation reads), the loss weights
+    (val_loss), the flat thresholds (the flat head's counts) and the noised copy's edits
+    (the noised metrics). A value measured under other conditions does not compare."""
+    import hashlib
+
+    import numpy as np
+
+    rows = np.asarray(sample, dtype=np.int64)
+    return {"rows": int(len(rows)), "sample": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
+            "val_max_rows": cfg.val_max_rows, "seq2seq_weight": float(cfg.seq2seq_weight),
+            "threshold": float(thresholds.default), "thresholds": thresholds.table,
+            "eval_noise": cfg.eval_noise}
+
+
+def changed_condition(metric: str, recorded: Optional[dict], current: dict) -> Optional[tuple]:
+    """(as recorded, as now, the flags as recorded) when a condition `metric` depends on
+    differs, else None; a record without conditions (mixer before they were recorded)
+    is not checked."""
+    from mixer.reporting.metrics import Thresholds
+
+    if not recorded:
         return None
-    record = run_config(best_dir).get("weights") or {}
-    return record if record.get("kind") == "best" else None
+    if (recorded["rows"], recorded["sample"]) != (current["rows"], current["sample"]):
+        was, now = recorded["rows"], current["rows"]
+        return (f"on {was:,} validation rows", f"on {now:,}" if was != now else "on another sample of them",
+                f"--val-max-rows {recorded['val_max_rows']}")
+    if metric == "val_loss" and recorded["seq2seq_weight"] != current["seq2seq_weight"]:
+        return (f"with --seq2seq-weight {recorded['seq2seq_weight']:g}", f"with {current['seq2seq_weight']:g}",
+                f"--seq2seq-weight {recorded['seq2seq_weight']:g}")
+    if "flat" in metric and not metric.endswith("_loss"):
+        was = Thresholds.of(recorded["threshold"], recorded["thresholds"])
+        now = Thresholds.of(current["threshold"], current["thresholds"])
+        if was != now:
+            return (f"with flat thresholds {was.describe()}", f"with {now.describe()}",
+                    "the thresholds it had (--threshold, --inherit-thresholds)")
+    if "noisy" in metric and recorded["eval_noise"] != current["eval_noise"]:
+        return (f"with --eval-noise {recorded['eval_noise']}", f"with {current['eval_noise']}",
+                f"--eval-noise {recorded['eval_noise']}")
+    return None
 
 
-def check_resume(run_dir: str, metric: Optional[str], resuming: bool) -> None:
-    """Before anything is written: a resumed run keeps its best by the metric it chose."""
+def disk_record(run_dir: str) -> Optional[dict]:
+    """The record RUN/best/ holds (its config.json's "weights"), or None; the record of
+    the previous best/ when a kill interrupted a swap (mixer.models.model_dir.recover
+    puts it back)."""
+    for name in (BEST_DIR, f".{BEST_DIR}.old"):
+        best_dir = os.path.join(run_dir, name)
+        if is_run_directory(best_dir):
+            record = run_config(best_dir).get("weights") or {}
+            return record if record.get("kind") == "best" else None
+    return None
+
+
+def check_resume(run_dir: str, metric: Optional[str], current: dict, resuming: bool) -> None:
+    """Before anything is written: a resumed run whose RUN/best/ holds a best keeps it by
+    the metric it chose, measured as it was measured. With RUN/best/ moved away the run
+    continues without that best (BestKeeper.start, Trainer.fit drop the state's record)."""
     record = disk_record(run_dir) if resuming else None
-    if record is not None and record["metric"] != metric:
+    if record is None:
+        return
+    if record["metric"] != metric:
         raise metric_changed(run_dir, record["metric"])
+    changed = changed_condition(metric, record.get("conditions"), current)
+    if changed is not None:
+        was, now, flags = changed
+        best_dir = os.path.join(run_dir, BEST_DIR)
+        raise UserError(f"{run_dir} keeps its best model by {metric} as measured {was} ({best_dir}, step "
+                        f"{record['step']}); this run would measure it {now}, which does not compare "
+                        f"with it: resume with {flags}, or move {best_dir} away to keep the best afresh")
 
 
 def metric_changed(run_dir: str, kept: str) -> UserError:
     return UserError(f"{run_dir} keeps its best model by {kept} ({run_dir}/{BEST_DIR}); resume with "
                      f"--keep-best {kept}, or move {run_dir}/{BEST_DIR} away to continue without it")
+
+
+def drop_moved_best(progress, run_dir: str, why: str, log: Callable[[str], None]) -> None:
+    """RUN/best/ was moved away and this run keeps no best, or keeps it otherwise (`why`):
+    the training state's record and patience count go (rank 0's decision, every rank
+    drops it)."""
+    best = progress.best
+    log(f"{os.path.join(run_dir, BEST_DIR)} was moved away: the best the training state records "
+        f"({best['metric']} {best['value']:.4f} at step {best['step']}) is dropped; {why}")
+    progress.best, progress.evals_since_best = None, 0
 
 
 def discard_leftover(run_dir: str, log: Callable[[str], None]) -> None:
@@ -115,8 +187,10 @@ class BestKeeper:
     the model (its evaluation table, its model card); extra is config.json's content."""
 
     def __init__(self, cfg: TrainConfig, world: mdist.World, run_dir: str, extra: dict,
-                 write_files: Callable[[dict], dict], log: Callable[[str], None]):
+                 write_files: Callable[[dict], dict], log: Callable[[str], None],
+                 conditions: Optional[dict] = None):
         self.metric = cfg.keep_best
+        self.conditions = conditions or {}  # what its evaluations are measured with (`conditions`)
         self.patience = cfg.early_stopping_patience
         self.min_delta = cfg.early_stopping_min_delta
         self.world = world
@@ -141,7 +215,7 @@ class BestKeeper:
             by = f" by at least {self.min_delta:g}" if self.min_delta else ""
             progress.stop_reason = (
                 f"early stopping: {self.metric} did not improve on {best['value']:.4f} (step "
-                f"{best['step']}, epoch {best['epoch']}){by} in {self.patience} evaluation(s)")
+                f"{best['step']}, epoch {epoch_number(*best['place'])}){by} in {self.patience} evaluation(s)")
         return verdict
 
     def note(self, progress, verdict: Verdict) -> str:
@@ -149,6 +223,8 @@ class BestKeeper:
         if verdict.new_best:
             return f"new best {self.metric}"
         best = progress.best
+        if best is None:  # every evaluation so far was NaN: NaN is never the best
+            return f"no best {self.metric} yet: it was NaN, which is never the best"
         text = f"best {self.metric} {best['value']:.4f} at step {best['step']}"
         if self.patience and verdict.waited:
             text += f"; {verdict.waited} of {self.patience} evaluation(s) without improvement"
@@ -157,7 +233,7 @@ class BestKeeper:
     def record(self, progress, row: dict, table: Optional[str]) -> dict:
         """The best's record as the training state keeps it."""
         return {"metric": self.metric, "value": float(row[self.metric]), "step": progress.step,
-                "epoch": progress.epoch, "place": list(place_of(progress)),
+                "epoch": progress.epoch, "place": list(place_of(progress)), "conditions": self.conditions,
                 "metrics": {k: v for k, v in row.items() if k.startswith("val_")}, "table": table}
 
     def write(self, model, record: dict) -> None:
@@ -180,7 +256,8 @@ class BestKeeper:
         """Make a resumed state's best and RUN/best/ agree before training (rank 0
         decides, every rank receives the result; all ranks)."""
         best = mdist.main_only(lambda: self._reconcile(progress, model), self.world)  # all ranks
-        progress.best = mdist.broadcast_object(best, self.world)  # all ranks
+        best, waited = mdist.broadcast_object((best, progress.evals_since_best), self.world)  # all ranks
+        progress.best, progress.evals_since_best = best, waited
         if best is not None:
             waited = f"{progress.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
             self.log(f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
@@ -193,9 +270,17 @@ class BestKeeper:
         recover(self.run_dir, BEST_DIR)
         best_dir = os.path.join(self.run_dir, BEST_DIR)
         disk, state = disk_record(self.run_dir), progress.best
-        for record in (disk, state):
-            if record is not None and record["metric"] != self.metric:
-                raise metric_changed(self.run_dir, record["metric"])
+        if disk is not None and disk["metric"] != self.metric:  # check_resume refused it before
+            raise metric_changed(self.run_dir, disk["metric"])
+        if state is not None and disk is None and state["metric"] != self.metric:
+            drop_moved_best(progress, self.run_dir, f"this run keeps its best by {self.metric} afresh",
+                            self.log)
+            return None
+        changed = state and changed_condition(self.metric, state.get("conditions"), self.conditions)
+        if changed and disk is None:
+            drop_moved_best(progress, self.run_dir, f"this run measures {self.metric} {changed[1]}, not "
+                            f"{changed[0]}, and keeps its best afresh", self.log)
+            return None
         if state is not None and (disk is None or tuple(state["place"]) > tuple(disk["place"])):
             if state["step"] == progress.step:  # killed between last.pt and RUN/best/: finish it
                 self.write(model, state)
@@ -205,6 +290,8 @@ class BestKeeper:
             self.log(f"warning: {best_dir} lacks the best model the training state records (step "
                      f"{state['step']}, {self.metric} {state['value']:.4f}); the run continues with "
                      + ("the one it holds" if disk else "none"))
+            if disk is None:  # moved away: the count of evaluations after it goes with it
+                progress.evals_since_best = 0
             return _from_disk(best_dir, disk)
         if disk is not None and (state is None or tuple(disk["place"]) > tuple(state["place"])):
             return _from_disk(best_dir, disk)  # newer than the state: last.pt did not load, last.prev.pt did
@@ -214,7 +301,7 @@ class BestKeeper:
 def _from_disk(best_dir: str, disk: Optional[dict]) -> Optional[dict]:
     if disk is None:
         return None
-    record = {k: disk[k] for k in RECORD_KEYS}
+    record = {k: disk.get(k) for k in RECORD_KEYS}
     return dict(record, metrics=disk.get("metrics") or {}, table=_read(best_dir, "evaluation.csv"))
 
 

@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from mixer import __version__
+from mixer.distributed import runlock
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
-from mixer.core.config import RunConfig, config_for_file, write_args
+from mixer.core.config import RunConfig, config_for_file, epoch_number, write_args
 from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
 from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
@@ -25,11 +26,12 @@ from mixer.models.encoders import save_encoder_files, token_ids_of
 from mixer.reporting import card
 from mixer.reporting.metrics import Thresholds
 from mixer.data.noise import NoiseConfig
-from mixer.core.recipe import previous_settings
+from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models.sources import build_model, describe_start, light_tokeniser
 from mixer.core.errors import UserError
+from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
 from mixer.models.model import MODEL_FILE, MixerModel
 from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, logger
@@ -47,6 +49,13 @@ def train(config: RunConfig) -> dict:
     try:
         configure_logging(config.log.log_level, world.is_main)
         return _train(config, world)
+    except Exception as exc:  # noqa: BLE001 - a full disk is the user's to fix, not a bug
+        reason = None if isinstance(exc, UserError) else disk_full(exc)
+        if reason is None:
+            raise
+        raise UserError(f"{config.save_dir}: the disk is full ({reason}) while writing the run; every file "
+                        "is written whole or not at all, so last.pt, best/ and the model are as they were: "
+                        "free space (or move the run) and run the same command again to continue") from exc
     finally:
         mdist.teardown(world)
 
@@ -60,14 +69,33 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, length_groups=length_groups(config, world.device, resumed)))  # args.yaml keeps it
     best.check_metric(config.train)  # before anything is written
-    best.check_resume(run_dir, config.train.keep_best, resuming=resumed is not None)
+    thresholds, thresholds_from = starting_thresholds(config, start)
+
+    def check_resume(prepared):  # on the prepared rows, before anything is written
+        sample = validation_sample(len(prepared.val), config.train.val_max_rows, config.train.seed)
+        best.check_resume(run_dir, config.train.keep_best, best.conditions(config.train, sample, thresholds),
+                          resuming=resumed is not None)
+
     note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
     if note:
         logger.warning(note)
+    # one run at a time in a directory: rank 0 takes RUN/.lock before anything is written
+    lock = mdist.main_only(lambda: runlock.acquire(run_dir, log=logger.warning), world)  # all ranks
+    try:
+        return _train_locked(config, world, start, recipe, (thresholds, thresholds_from), check_resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting: tuple, check_resume) -> dict:
+    """_train's work once the run directory is this run's."""
+    run_dir = config.save_dir
+    thresholds, thresholds_from = starting
     began = time.perf_counter()
     # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
-                                              log=logger.info, base=start.base,
+                                              log=logger.info, check=check_resume, base=start.base,
                                               tokens=start.tokens),
                      world, others=lambda: None)
     prepared = load_prepared(run_dir, with_text=False)
@@ -161,7 +189,6 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    thresholds, thresholds_from = starting_thresholds(config, start)
     extra = dict(model_extra(config, prepared.formatter, encoder.source, start, thresholds),
                  thresholds_from=thresholds_from)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
@@ -173,11 +200,14 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra, grad_sync=grad_sync,
+                       eval_conditions=best.conditions(cfg, sample, thresholds),
                        card_facts=card.run_facts(
                            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
-                           language_rows(prepared.train["lang"]), start, recipe.describe(),
-                           schedule.layout.describe(), schedule.epochs, schedule.total_steps,
-                           len(sample), encoder.source))
+                           language_rows(prepared.train["lang"]), start,
+                           recipe.describe().replace(RESUMED, ""),  # the card shows each job's settings
+                           schedule.layout.describe(), len(sample), encoder.source,
+                           card.describe_launch(world.launcher, world.world_size, world.num_nodes,
+                                                world.local_world_size)))
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
         checkpointer.remove_stale_temp_files()
@@ -442,7 +472,7 @@ def report_end(metrics: dict, run_dir: str, kept: Optional[dict] = None) -> None
         logger.info(f"validation of the last step's weights (step {metrics['step']}, "
                     f"{os.path.join(run_dir, MODEL_FILE)}): " + values(metrics))
     best_dir = os.path.join(run_dir, best.BEST_DIR)
-    logger.info(f"validation of the best model (step {kept['step']}, epoch {kept['epoch']}, "
+    logger.info(f"validation of the best model (step {kept['step']}, epoch {epoch_number(*kept['place'])}, "
                 f"{best_dir}): " + values(kept["metrics"]))
     logger.info(f"model: {best_dir}, the best by {kept['metric']} (predict with: python predict.py "
                 f"--checkpoint {run_dir} --input FILE --output FILE; the last step's weights: "

@@ -24,7 +24,7 @@ import torch
 
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, rng_state, set_rng_state
-from mixer.core.config import TrainConfig
+from mixer.core.config import TrainConfig, epoch_number
 from mixer.distributed.world import World
 from mixer.core.errors import UserError, first_line
 from mixer.distributed.gradsync import no_grad_sync
@@ -34,7 +34,7 @@ from mixer.models.model import read_model_config, save_model, unwrap_model
 from mixer.models.sources import BEST_DIR
 from mixer.reporting import card
 from mixer.reporting.eta import Eta
-from mixer.training.best import BestKeeper
+from mixer.training.best import BestKeeper, drop_moved_best
 from mixer.training.schedule import Layout, Schedule, Segment
 from mixer.reporting.tracking import NullTracker, logger
 from mixer.training.validation import Validator, tuning_report
@@ -58,6 +58,7 @@ class Progress:
     best: Optional[dict] = None  # the best evaluation so far (--keep-best; mixer.training.best)
     evals_since_best: int = 0  # evaluations after the best without an improvement
     stop_reason: Optional[str] = None  # why the run ended before its planned end (early stopping)
+    jobs: list = field(default_factory=list)  # each job's command and settings from its first step (the card's)
     elapsed: float = 0.0  # seconds of training, evaluations included, over every job of the run
 
 
@@ -84,6 +85,7 @@ class TrainParts:
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
     card_facts: dict = field(default_factory=dict)  # what the model card says of the run (mixer.reporting.card)
+    eval_conditions: dict = field(default_factory=dict)  # what the metrics are measured with (best.conditions)
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
 
 
@@ -141,8 +143,8 @@ class Trainer:
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
                                    stopping=lambda: self.stop_requested)
-        self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info)
-                       if cfg.keep_best else None)
+        self.keeper = (BestKeeper(cfg, world, run_dir, parts.model_extra, self.best_files, logger.info,
+                                  parts.eval_conditions) if cfg.keep_best else None)
         self.starting_thresholds = (parts.thresholds, {k: parts.model_extra.get(k) for k in (
             "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
@@ -151,8 +153,15 @@ class Trainer:
     def fit(self) -> dict:
         self.install_signal_handlers()
         self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
+        if self.parts.card_facts.get("job"):
+            self.progress.jobs.append(dict(self.parts.card_facts["job"], from_step=self.progress.step))
         if self.keeper is not None:
             self.keeper.start(self.progress, self.parts.model)  # all ranks
+        elif self.progress.best is not None:  # RUN/best/ moved away (best.check_resume refuses it otherwise)
+            drop_moved_best(self.progress, self.run_dir, "this run keeps no best model",
+                            logger.warning if self.world.is_main else (lambda _line: None))
+        if self.progress.best is not None and self.world.is_main:  # resumed: the card may predate best/
+            card.write(self.run_dir, *self.card_files(self.progress.best, self.run_dir, self.parts.model_extra))
         self.tracker.start_progress(self.total_steps, self.progress.step)
         if self.progress.eval_pending and not self.finished():  # interrupted before the restart
             self.evaluate_and_log()  # (the final evaluation runs again in finish())
@@ -307,7 +316,8 @@ class Trainer:
         if verdict is not None and verdict.new_best:
             table = self.validator.evaluation_table()  # all ranks: gathered to rank 0
             self.progress.best = self.keeper.record(self.progress, row, table)
-        self.tracker.log_eval(row, self.keeper.note(self.progress, verdict) if verdict else "")
+        self.tracker.log_eval(row, self.keeper.note(self.progress, verdict) if verdict else "",
+                              epoch_number(self.progress.epoch, self.progress.rows_in_epoch))
         self.progress.last_eval_step = self.progress.step
         self.progress.last_eval_full = loader is not None or self.parts.full_val_loader is None
         self.progress.eval_pending = False
@@ -316,7 +326,7 @@ class Trainer:
             self.save_checkpoint()  # all ranks; the state records a new best before best/ holds it
         if verdict is not None and verdict.new_best and self.world.is_main:
             self.keeper.write(self.parts.model, self.progress.best)
-            card.write(self.run_dir, self.card_text(self.progress.best, self.run_dir, self.parts.model_extra))
+            card.write(self.run_dir, *self.card_files(self.progress.best, self.run_dir, self.parts.model_extra))
         if verdict is not None and verdict.stop:
             logger.info(f"stopping at step {self.progress.step}: {self.progress.stop_reason}")
         return row
@@ -380,6 +390,7 @@ class Trainer:
                          "base_global_batch": schedule.plan.base_global_batch,
                          "schedule_segment": schedule.segment.to_list(), "best": p.best,
                          "evals_since_best": p.evals_since_best, "stop_reason": p.stop_reason,
+                         "jobs": p.jobs,
                          "elapsed": self.eta.elapsed()},
             "rng": [rng_state()],
             "key": self.key_codes,
@@ -436,16 +447,17 @@ class Trainer:
     def resume_report(self, path: str) -> str:
         """One line: where the run continues, and what changed when the global batch did."""
         p, schedule = self.progress, self.parts.schedule
-        line = (f"resuming from {path} at step {p.step} (epoch {p.epoch}, row {p.rows_in_epoch} "
-                f"of {schedule.plan.rows})")
+        line = (f"resuming from {path} at step {p.step} (epoch {epoch_number(p.epoch, p.rows_in_epoch)}, "
+                f"row {p.rows_in_epoch} of {schedule.plan.rows})")
         saved, layout = self.resumed_layout, schedule.layout
         if saved.global_batch != layout.global_batch:
             end_epoch, end_row = schedule.plan.end
             line += (f"; global batch changed from {saved.describe()} to {layout.describe()}: "
                      f"the run continues from this row of the same epoch order with the "
                      f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
-                     f"and ends after {schedule.total_steps - p.step} more step(s), at epoch "
-                     f"{end_epoch}" + (f" row {end_row}" if end_row else ""))
+                     f"and ends after {schedule.total_steps - p.step} more step(s), "
+                     + (f"at epoch {end_epoch + 1} row {end_row}" if end_row
+                        else f"at the end of epoch {epoch_number(end_epoch, 0)}"))
         if getattr(self, "reseeded", False):
             line += (f"; {self.world.world_size} process(es) where {saved.world_size} saved their "
                      f"random state: each rank's stream (dropout) starts from (seed, rank, step)")
@@ -501,7 +513,8 @@ class Trainer:
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={
-                "kind": "last", "step": self.progress.step, "epoch": self.progress.epoch}))
+                "kind": "last", "step": self.progress.step, "epoch": self.progress.epoch,
+                "place": [self.progress.epoch, self.progress.rows_in_epoch]}))
             from mixer.reporting.plot import plot_training_curves
 
             plot_training_curves(self.run_dir)
@@ -535,7 +548,8 @@ class Trainer:
 
     def best_files(self, record: dict) -> dict:
         """What RUN/best/ carries besides the model: its evaluation table and model card."""
-        files = {card.CARD: self.card_text(record, os.path.join(self.run_dir, BEST_DIR), self.parts.model_extra)}
+        text, data = self.card_files(record, os.path.join(self.run_dir, BEST_DIR), self.parts.model_extra)
+        files = {card.CARD: text, card.CARD_DATA: card.data_text(data)}
         if record.get("table"):
             files["evaluation.csv"] = record["table"]
         return files
@@ -548,17 +562,23 @@ class Trainer:
         best = self.progress.best
         best_dir = os.path.join(self.run_dir, BEST_DIR)
         stored = read_model_config(best_dir if best is not None else self.run_dir)  # as prediction reads it
-        card.write(self.run_dir, self.card_text(best, self.run_dir, stored))
+        card.write(self.run_dir, *self.card_files(best, self.run_dir, stored))
         if best is not None:
-            card.write(best_dir, self.card_text(best, best_dir, stored))
+            card.write(best_dir, *self.card_files(best, best_dir, stored))
 
-    def card_text(self, best: Optional[dict], where: str, stored: dict) -> str:
-        """The model card (mixer.reporting.card.model_card) of the run as it stands."""
+    def card_files(self, best: Optional[dict], where: str, stored: dict) -> tuple:
+        """The model card (mixer.reporting.card.model_card) of the run as it stands, and what
+        it was made from (card.json: the OccCANINE export makes its own card from it)."""
         p = self.progress
-        progress = {"step": p.step, "total_steps": self.total_steps, "epochs": self.epoch_fraction(),
-                    "stop_reason": p.stop_reason, "elapsed": self.eta.elapsed(), "ended": self.completed}
-        last = {"step": p.step, "epoch": p.epoch, "metrics": self.last_metrics, "table": self.last_table}
-        return card.model_card(self.parts.card_facts, where, stored, progress, best, last)
+        progress = {"step": p.step, "total_steps": self.total_steps, "planned_epochs": self.parts.schedule.epochs,
+                    "epochs": self.epoch_fraction(), "stop_reason": p.stop_reason, "elapsed": self.eta.elapsed(),
+                    "ended": self.completed, "jobs": p.jobs}
+        last = {"step": p.step, "place": [p.epoch, p.rows_in_epoch], "metrics": self.last_metrics,
+                "table": self.last_table}
+        data = {"facts": self.parts.card_facts, "progress": progress,
+                "best": None if best is None else {k: v for k, v in best.items() if k != "table"},
+                "last": {k: v for k, v in last.items() if k != "table"}}
+        return card.model_card(self.parts.card_facts, where, stored, progress, best, last), data
 
     def tune_thresholds(self, full: bool, stored_in: Optional[str] = None) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
