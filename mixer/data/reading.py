@@ -112,7 +112,10 @@ def as_text(series: pd.Series) -> pd.Series:
         return series.astype(object).where(series.notna(), "").astype(str)
     if dtype == object:  # cell by cell: 1, 1.0 and True are equal to Python, but not one text
         return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
-    codes, uniques = pd.factorize(series)  # dates, categories, ...: each distinct value once
+    try:
+        codes, uniques = pd.factorize(series)  # dates, categories, ...: each distinct value once
+    except (TypeError, NotImplementedError):  # lists, structs: no distinct values to take (Arrow has no kernel)
+        return pd.Series([formats.value_text(v) for v in series.astype(object)], index=series.index, dtype=object)
     texts = np.array([formats.value_text(v) for v in pd.Series(uniques).astype(object)] + [""], dtype=object)
     return pd.Series(texts[codes], index=series.index, dtype=object)
 
