@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def main() -> None:
           f"threads, torch {torch.__version__}; CANINE-s architecture, batch {args.batch_size}, noise "
           f"{NOISE.prob} x {NOISE.edits} edits, language 'en'; medians over {args.steps} steps")
     run_dir = os.path.join(args.workdir, "canine-s")
+    shutil.rmtree(run_dir, ignore_errors=True)  # prepared afresh: an earlier version's data would be refused
     subprocess.run([sys.executable, "finetune.py", *EXAMPLE_FLAGS, "--language", "en", "--save-path", run_dir,
                     "--encoder", "canine-s-random", "--max-len", str(MAX_LEN), "--prepare-only"],
                    cwd=ROOT, check=True, capture_output=True)
