@@ -11,7 +11,9 @@ Targets on trained models: top-1 agreement >= 99.5%, accuracy within 0.3 points.
 --random-occcanine also predicts the example data's distinct descriptions with
 OccCANINE's architecture at random weights (as benchmarks/occcanine_speed.py builds it;
 its flat head at threshold 0, as no code clears OccCANINE's): agreement only, no target
-(random weights have near ties).
+(random weights have near ties). --alternatives also predicts each run with the other
+choices of mixer.models.quantize.quantize_encoder (weight scales per output row; the
+feed-forward output layers, whose inputs have the widest range, left in fp32).
 """
 
 from __future__ import annotations
@@ -48,17 +50,25 @@ def compare(fp32: pd.DataFrame, int8: pd.DataFrame, truth=None) -> str:
     return line
 
 
+FFN_OUTPUT = r"(?<!attention)\.output\.dense$"  # a transformer layer's feed-forward output (BERT's and CANINE's names)
+ALTERNATIVES = {"weight scales per output row": {"per_channel": True},
+                "feed-forward outputs in fp32": {"keep_fp32": FFN_OUTPUT},
+                "both": {"per_channel": True, "keep_fp32": FFN_OUTPUT}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help="run directories (their validation rows are predicted)")
     parser.add_argument("--random-occcanine", action="store_true")
     parser.add_argument("--rows", type=int, default=500, help="--random-occcanine: distinct descriptions")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--alternatives", action="store_true", help="also other choices of layers and scales")
     args = parser.parse_args()
     import torch
 
     import mixer
     from mixer.core.precision import cpu_model
+    from mixer.models.quantize import quantize_encoder
     from mixer.data.prepare import code_columns, load_prepared
 
     print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), quantized engine "
@@ -75,6 +85,14 @@ def main() -> None:
             a = fp32.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
             b = int8.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
             print(f"  {head:8s}: {compare(a, b, truth)}", flush=True)
+        for label, choice in (ALTERNATIVES.items() if args.alternatives else ()):
+            other = mixer.load(run, device="cpu")
+            quantize_encoder(other._predictor.model.encoder, **choice)
+            other._predictor.quantize = "int8"  # one row at a time, as --quantize runs it
+            for head in ("flat", "seq2seq"):
+                a = fp32.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
+                b = other.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
+                print(f"  {head:8s}, {label}: {compare(a, b, truth)}", flush=True)
     if args.random_occcanine:
         from occcanine_speed import write_full_size_model
 

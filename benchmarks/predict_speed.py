@@ -5,7 +5,9 @@ distinct descriptions only (every row through the model), for each head:
 flat, seq2seq (greedy decoding) and full (every code of the key scored by the
 decoder; measured on the first 500 distinct descriptions, it is much slower).
 
-    python benchmarks/predict_speed.py runs/quickstart
+    python benchmarks/predict_speed.py runs/quickstart [--modes fp32 bf16 int8] [--no-full]
+
+int8 is --quantize int8 (its encoder runs one row at a time; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--modes", nargs="+", choices=("fp32", "bf16", "int8"), default=["fp32", "bf16"])
+    parser.add_argument("--no-full", action="store_true", help="leave out the full head (the slowest)")
     args = parser.parse_args()
     texts = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str,
                         keep_default_na=False)["occ1"].to_numpy(dtype=object)
@@ -51,13 +55,17 @@ def main() -> None:
     print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{len(texts)} rows, {len(distinct)} distinct descriptions")
-    for precision in ("fp32", "bf16"):
-        predictor = Predictor.load(args.run_dir, device="cpu", precision=precision, force_precision=True)
+    for precision in args.modes:
+        quantize = "int8" if precision == "int8" else None
+        predictor = Predictor.load(args.run_dir, device="cpu", precision="fp32" if quantize else precision,
+                                   force_precision=True, quantize=quantize)
         for head in ("flat", "seq2seq"):
             as_is = records_per_second(predictor, texts, args.batch_size, head)
             unique = records_per_second(predictor, distinct, args.batch_size, head)
             print(f"{precision} {head}: {as_is:,.0f} records/s on the example data, "
                   f"{unique:,.0f} records/s on distinct descriptions only", flush=True)
+        if args.no_full:
+            continue
         full = records_per_second(predictor, distinct[:FULL_ROWS], args.batch_size, "full", repeats=1)
         print(f"{precision} full: {full:,.1f} records/s on {FULL_ROWS} distinct descriptions "
               f"({len(predictor.codes)} codes scored each)", flush=True)

@@ -4,9 +4,7 @@
 `nn.Linear` of the encoder, where nearly all of the arithmetic is, by PyTorch's
 dynamically quantized one: int8 weights, activations quantized per batch, int32 sums, so
 predictions are approximate. The heads stay in fp32: quantizing them too moved more codes
-(on a CANINE model trained on the example data, top-1 agreement with fp32 99.50% flat and
-99.00% greedy with every linear layer quantized, 99.88% and 99.12% with the encoder's
-alone). What int8 costs in agreement and accuracy, and what it gains in speed on which
+(on a CANINE model trained on the example data; docs/performance.md). What int8 costs in agreement and accuracy, and what it gains in speed on which
 CPUs: benchmarks/int8_agreement.py and benchmarks/occcanine_speed.py (docs/performance.md).
 
 A quantized activation's scale is that of the whole tensor a layer gets, so a row batched
@@ -54,14 +52,29 @@ def quantize(model, mode: Optional[str]):
     of the weights is held: the fp32 layers are freed as they are replaced)."""
     if mode is None:
         return model
+    quantize_encoder(model.encoder, mode)
+    return model
+
+
+def quantize_encoder(encoder, mode: str = "int8", per_channel: bool = False, keep_fp32: Optional[str] = None):
+    """The encoder's linear layers in int8, in place. per_channel: one weight scale per output
+    row instead of one per layer; keep_fp32: a regular expression of the layer names left in
+    fp32. The defaults are --quantize's; the other choices are measured against them by
+    benchmarks/int8_agreement.py --alternatives (docs/performance.md says why they are not
+    the default)."""
+    import re
+
     import torch
 
     try:
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
     except ImportError:
         raise UserError(f"--quantize {mode}: this torch ({torch.__version__}) has no "
                         "torch.ao.quantization.quantize_dynamic; predict in fp32")
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    layers = {name: qconfig for name, module in encoder.named_modules()
+              if isinstance(module, torch.nn.Linear) and not (keep_fp32 and re.search(keep_fp32, name))}
     with warnings.catch_warnings():  # its deprecation notices: the module docstring says why it is used
         warnings.simplefilter("ignore")
-        quantize_dynamic(model.encoder, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    return model
+        quantize_dynamic(encoder, layers, dtype=torch.qint8, inplace=True)
+    return encoder
