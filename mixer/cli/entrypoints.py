@@ -229,8 +229,9 @@ def predict_parser() -> cli.Parser:
                         help="run --precision bf16/fp16 even where the device would emulate it")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="int8: on a CPU, the encoder's linear layers in int8 (PyTorch's dynamic "
-                             "quantization): approximate predictions, faster on CPUs with int8 "
-                             "instructions (docs/performance.md). Default: fp32, exact")
+                             "quantization): approximate predictions; on AVX2 CPUs slower than fp32 "
+                             "(one row at a time), so measure it on yours (docs/performance.md). "
+                             "Default: fp32, exact")
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,
                         help="on a GPU, fp32 matrix products in TF32: faster, but approximate "
                              "(probabilities move by about 1e-3, enough to reorder close codes). "
