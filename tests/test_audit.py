@@ -651,3 +651,25 @@ def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, 
                           "--share-val", "0.09", "--save-path", str(run), "--train-on-audit"]) == 0
     with open(run / "config.json", encoding="utf-8") as handle:
         assert json.load(handle)["audited"] == sorted(set(audits.description_keys(audit["occ1"])))
+
+
+def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_own_predictions(example, tmp_path):
+    held = str(example / "held_back.csv")
+    fp32_audit, int8_audit, int8_predicted = tmp_path / "fp32.csv", tmp_path / "int8.csv", tmp_path / "p8.csv"
+    assert predict_main(["--checkpoint", model_dir(example), "--input", held, "--audit", "20", str(fp32_audit)]) == 0
+    assert predict_main(["--checkpoint", model_dir(example), "--input", held, "--output", str(int8_predicted),
+                         "--quantize", "int8", "--audit", "20", str(int8_audit)]) == 0
+    fp32_design = json.loads(read(fp32_audit)["audit"].iloc[0])
+    int8_design = json.loads(read(int8_audit)["audit"].iloc[0])
+    assert int8_design["source"] == f"{model_dir(example)} (--quantize int8: approximate)"
+    assert fp32_design["source"] == model_dir(example)
+    assert int8_design["model"] != fp32_design["model"]  # other numerics, another model fingerprint
+    simulate_check(int8_audit, "--truth-cols", "hisco_1")
+    assert evaluate_main(["--audit", str(int8_audit), "--predictions", str(int8_predicted), "--code-length", "5"]) == 0
+    scores = pd.read_csv(tmp_path / "int8_scores.csv", dtype=str)
+    assert scores.iloc[0]["model"].endswith("(--quantize int8: approximate)")
+    # the API draws it alike
+    import mixer
+
+    table = mixer.load(model_dir(example), device="cpu", quantize="int8").audit(read(held), 20)
+    assert json.loads(table["audit"].iloc[0])["model"] == int8_design["model"]

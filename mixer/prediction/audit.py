@@ -334,17 +334,35 @@ def _shown(label) -> str:
 
 
 def model_fingerprint(predictor) -> str:
-    """A hash of the model's weights and codes: the same model, however it was saved or loaded."""
+    """A hash of the model's weights and codes: the same model, however it was saved or loaded.
+    A model predicting in int8 (--quantize) is its fp32 weights' hash (taken before they were
+    quantized) marked int8: other numerics, so another fingerprint."""
+    if getattr(predictor, "quantize", None):
+        import xxhash
+
+        marked = f"{predictor.fp32_fingerprint}:{predictor.quantize}".encode()
+        return "m-" + xxhash.xxh3_128(marked).hexdigest()[:16]
+    return weights_fingerprint(predictor.model, predictor.codes)
+
+
+def weights_fingerprint(model, codes) -> str:
+    """model_fingerprint of a model in fp32 (or bf16: any plain tensors) and its codes."""
     import torch
     import xxhash
 
     digest = xxhash.xxh3_128()
-    for name, tensor in sorted(predictor.model.state_dict().items()):
+    for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    digest.update("\x1f".join(map(str, predictor.codes)).encode("utf-8"))
+    digest.update("\x1f".join(map(str, codes)).encode("utf-8"))
     return "m-" + digest.hexdigest()[:16]
+
+
+def audited_source(predictor, source: str) -> str:
+    """The model as the audit names it: int8 predictions are said to be approximate."""
+    mode = getattr(predictor, "quantize", None)
+    return f"{source} (--quantize {mode}: approximate)" if mode else source
 
 
 def threshold_used(predictor, head: str, threshold: Optional[float]) -> str:
@@ -359,7 +377,7 @@ def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, so
     """predict.py's end (rank 0): the audit drawn, described and written."""
     if draw is None:
         raise UserError(f"--audit {request.path}: the input has no rows to draw from")
-    table, lines = draw.finish(model_fingerprint(predictor), source, head,
+    table, lines = draw.finish(model_fingerprint(predictor), audited_source(predictor, source), head,
                                threshold_used(predictor, head, threshold))
     write_audit(table, request.path, lines)
 
