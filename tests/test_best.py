@@ -141,6 +141,7 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     assert f"model: {out}/best: the best evaluation of its run by val_loss" in said
     assert f"at step {BEST_STEP}, epoch 2); the weights of its last step: --checkpoint {out}/model.safetensors" in said
     pd.testing.assert_frame_equal(kept, mixer.load(str(out / "best"), device="cpu").predict(texts))
+    assert f"the weights of its last step: --checkpoint {out}/model.safetensors" in capsys.readouterr().err
     last = mixer.load(str(out / "model.safetensors"), device="cpu").predict(texts)
     assert f"model: {out}/model.safetensors: the weights of its run's last step (step 22" in capsys.readouterr().err
     assert not np.allclose(kept["prob_1"].astype(float), last["prob_1"].astype(float))
@@ -154,11 +155,13 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     assert describe_start(config).run_dir == os.path.join(str(out), "best")
 
 
+@pytest.mark.parametrize("named", ["", "best", "best/model.safetensors"])
 def test_a_load_names_the_weights_it_read_while_a_run_replaces_its_best(reference, tmp_path, capsys,
-                                                                        monkeypatch):
+                                                                        monkeypatch, named):
     """best/ replaced by a newer best between the read of its config.json and of its
     weights: the load reads again and names what it loaded. A best/ a kill left aside
-    (between the two renames of a swap) is read there."""
+    (between the two renames of a swap) is read there. Alike whether the run directory
+    or its best itself is named (as the best's model card names it)."""
     import safetensors.torch
 
     import mixer
@@ -184,13 +187,14 @@ def test_a_load_names_the_weights_it_read_while_a_run_replaces_its_best(referenc
         return real_load(path, *args, **kwargs)
 
     monkeypatch.setattr(safetensors.torch, "load_file", swapped_first)
-    model = mixer.load(str(run_dir), device="cpu")
+    source = str(run_dir / named) if named else str(run_dir)
+    model = mixer.load(source, device="cpu")
     monkeypatch.undo()
     assert len(loads) == 2 and "(0.5000 at step 20, epoch 2)" in capsys.readouterr().err
     loaded = model._predictor.model.state_dict()
     assert torch.equal(loaded["flat_head.bias"], weights["flat_head.bias"])
     os.rename(run_dir / "best", run_dir / ".best.old")  # killed between the renames of the next swap
-    mixer.load(str(run_dir), device="cpu")
+    mixer.load(source, device="cpu")
     assert (f"model: {run_dir}/.best.old: the best evaluation of its run by val_loss (0.5000 at step 20, epoch 2) "
             f"(the best model an interrupted write left aside; the run puts it back as {run_dir}/best when it "
             "continues)") in capsys.readouterr().err

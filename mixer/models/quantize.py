@@ -42,7 +42,7 @@ def check_quantize(mode: Optional[str], device: str, precision: str) -> None:
     if not str(device).startswith("cpu"):
         raise UserError(f"--quantize {mode} runs on CPUs (PyTorch's dynamic quantization); on a GPU "
                         "leave it out (or pass --precision bf16), or hide the GPU to predict on the CPU "
-                        "(CUDA_VISIBLE_DEVICES= python predict.py ...)")
+                        "(CUDA_VISIBLE_DEVICES= python predict.py ..., or mixer.load(..., device='cpu'))")
     if precision != "fp32":
         raise UserError(f"--quantize {mode} computes in int8 and fp32; leave --precision at fp32")
 

@@ -62,10 +62,25 @@ def model_of(source: str) -> tuple:
     return model_dir, weights, describe(source, model_dir, weights, run_config(model_dir))
 
 
+def run_of_best(source: str) -> str:
+    """The run directory where `source` names a run's best model itself (RUN/best, its
+    model.safetensors, or the .best.old an interrupted swap left), as its model card's
+    command does: read as the run's best, which a running run may replace. Else source."""
+    path = os.path.normpath(source)
+    if os.path.basename(path) == MODEL_FILE:
+        path = os.path.dirname(path)
+    if os.path.basename(path) in (BEST_DIR, f".{BEST_DIR}.old"):
+        run = os.path.dirname(path) or "."
+        if is_run_directory(run):
+            return run
+    return source
+
+
 def locate(source: str) -> tuple:
     """(the model's directory, its weights file, whether that directory is a run's best
     model, which a running run may replace at any moment) for model_of; (source, None,
     False) for anything but a run of this tool."""
+    source = run_of_best(source)
     if os.path.isdir(source):
         best, aside = os.path.join(source, BEST_DIR), os.path.join(source, f".{BEST_DIR}.old")
         if is_run_directory(best):
@@ -84,6 +99,7 @@ def locate(source: str) -> tuple:
 
 def describe(source: str, model_dir: str, weights: str, config: dict) -> str:
     """model_of's line for the weights `locate` found, from their config.json as read."""
+    source = run_of_best(source)
     if os.path.basename(model_dir) == BEST_DIR and os.path.isdir(source):
         return (f"{weights_line(model_dir, weights, model_dir, config)}; the weights of its last step: "
                 f"--checkpoint {os.path.join(source, MODEL_FILE)}")
