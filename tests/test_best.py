@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def test_the_best_evaluation_is_kept_and_every_rank_stops_when_it_no_longer_impr
     assert "by at least 0.015 in 3 evaluation(s)" in stdout
     eval_lines = {line.split(":")[0]: line for line in stdout.splitlines() if line.startswith("eval step ")}
     # every line names the epoch of the step from 1, as the progress lines do (13.75 steps an epoch)
-    assert eval_lines["eval step 18 (epoch 2)"].endswith("; new best val_loss")
+    best_line = eval_lines["eval step 18 (epoch 2)"]  # the new best's value, as the evaluation shows it
+    assert re.search(r"; new best val_loss (\d+\.\d{4})$", best_line).group(1) == \
+        re.search(r": loss (\d+\.\d{4})", best_line).group(1)
     assert eval_lines["eval step 20 (epoch 2)"].endswith("; 2 of 3 evaluation(s) without improvement")
     assert "step 20: 20/60 steps, epoch 2/5, " in stdout
     assert "(step 18, epoch 2) by at least 0.015" in stdout

@@ -220,9 +220,9 @@ class BestKeeper:
 
     def note(self, progress, verdict: Verdict) -> str:
         """What the evaluation line adds: a new best, or how patient the run still is."""
-        if verdict.new_best:
-            return f"new best {self.metric}"
         best = progress.best
+        if verdict.new_best:  # progress.best is already its record
+            return f"new best {self.metric} {best['value']:.4f}" if best else f"new best {self.metric}"
         if best is None:  # every evaluation so far was NaN: NaN is never the best
             return f"no best {self.metric} yet: it was NaN, which is never the best"
         text = f"best {self.metric} {best['value']:.4f} at step {best['step']}"
