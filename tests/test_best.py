@@ -201,6 +201,10 @@ def test_a_load_names_the_weights_it_read_while_a_run_replaces_its_best(referenc
     assert (f"model: {run_dir}/.best.old: the best evaluation of its run by val_loss (0.5000 at step 20, epoch 2) "
             f"(the best model an interrupted write left aside; the run puts it back as {run_dir}/best when it "
             "continues)") in capsys.readouterr().err
+    if named:  # a run without a best: its best named is not read as its last step's weights
+        shutil.rmtree(run_dir / ".best.old")
+        with pytest.raises(UserError, match="no such run directory or model file"):
+            mixer.load(source, device="cpu")
 
 
 def test_the_model_card_says_what_the_run_measured(reference, small_csv):

@@ -71,7 +71,8 @@ def run_of_best(source: str) -> str:
         path = os.path.dirname(path)
     if os.path.basename(path) in (BEST_DIR, f".{BEST_DIR}.old"):
         run = os.path.dirname(path) or "."
-        if is_run_directory(run):
+        kept = any(os.path.isdir(os.path.join(run, name)) for name in (BEST_DIR, f".{BEST_DIR}.old"))
+        if kept and is_run_directory(run):  # a run without a best is not read as its last step
             return run
     return source
 
