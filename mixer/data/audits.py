@@ -52,18 +52,15 @@ from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import code_column, code_text
 from mixer.data.reading import NUMERIC_COLUMNS, as_text
 
-AUDIT = "audit"
-CHECK = "audit_check"
+from mixer.data.verdicts import AUDIT, CHECK, CORRECT, TRUE_CODE_COLUMN, holds_verdicts, is_audit  # noqa: F401
 STRATUM = "audit_stratum"
 STRATUM_ROWS = "audit_stratum_rows"  # its stratum's rows in the file
 STRATUM_DRAWN = "audit_stratum_drawn"  # its stratum's rows drawn
 ROW = "audit_row"  # unit rows: the row's number in the predicted file (1: the first under the header)
 DRAWS = "audit_draws"  # unit descriptions: the rows drawn that have this description
 RANKS = "audit_ranks"  # unit descriptions: their places in the stratum's draw order (1: drawn first)
-CORRECT = "correct"
 NOTE = "note"
 TRUE_CODE = "true_code_{}"
-TRUE_CODE_COLUMN = re.compile(r"^true_code_(\d+)$")
 UNITS = ("rows", "descriptions")
 VERSION = 3  # 3: ASCII design, strata by digest, descriptions with their ranks; 2: codes spelled as the
 # model spells them (1 compared them without leading zeros)
@@ -330,10 +327,6 @@ class Audit:
         return ", ".join(shown) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
 
 
-def is_audit(frame: pd.DataFrame) -> bool:
-    return AUDIT in frame.columns and CHECK in frame.columns
-
-
 _CHECK_CELL = re.compile(r"^c-[0-9a-f]{12}$")
 
 
@@ -501,44 +494,6 @@ def parse_audit(frame: pd.DataFrame, path: str, what: str = "--audit") -> Audit:
     for column in true_columns:
         has_codes |= frame[column].ne("").to_numpy()
     return Audit(frame, design, path, strata, draws, correct, true_columns, has_codes, lines, ranks)
-
-
-def holds_verdicts(path: str) -> bool:
-    """Whether an existing file is an audit with a verdict in it (a `correct` cell or a true
-    code filled): what an output must not overwrite. Files that cannot be an audit (a
-    CSV file whose first line does not name audit_check, a workbook or other table over
-    16 MiB) or cannot be read are not read through."""
-    import os
-
-    from mixer.data.reading import read_table
-
-    if not os.path.isfile(path):
-        return False
-    kind = path.lower().rsplit(".", 1)[-1]
-    if kind in ("csv", "tsv", "txt"):
-        with open(path, "rb") as handle:
-            if CHECK.encode() not in handle.read(1 << 16).split(b"\n", 1)[0]:
-                return False
-    elif os.path.getsize(path) > 16 << 20:
-        return False
-    table = None
-    for encoding in ("utf-8", "cp1252"):  # as predict.py wrote it, or as Excel re-saved it
-        try:
-            table = read_table(path, TableOptions(role="audit", encoding=encoding))
-            break
-        except UserError:
-            continue
-    if table is None or not is_audit(table):
-        return False
-    columns = [c for c in table.columns if c == CORRECT or TRUE_CODE_COLUMN.match(str(c))]
-    return any(as_text(table[c]).str.strip().ne("").any() for c in columns)
-
-
-def refuse_filled_audit(path: str, what: str) -> None:
-    """An output that would replace an audit a person has filled in: refused."""
-    if holds_verdicts(path):
-        raise UserError(f"{what} {path}: an audit with verdicts in it, which this would replace; write to "
-                        "another file, or delete it first if its verdicts are not wanted")
 
 
 def read_audit(path: str, options: TableOptions = TableOptions(role="audit"), log=None) -> Audit:

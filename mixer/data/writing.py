@@ -21,6 +21,7 @@ from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
 from mixer.data import formats
 from mixer.data.reading import as_text, count_rows, table_kind
+from mixer.data.verdicts import refuse_filled_audit
 
 # what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
 PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
@@ -101,8 +102,6 @@ def check_output_path(path: str, what: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    from mixer.data.audits import refuse_filled_audit
-
     refuse_filled_audit(path, what)  # a person's verdicts are never overwritten
     return path
 
