@@ -51,8 +51,8 @@ from mixer.core.errors import UserError
 from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import code_column, code_text
 from mixer.data.reading import NUMERIC_COLUMNS, as_text
+from mixer.data.verdicts import AUDIT, CHECK, CORRECT, TRUE_CODE_COLUMN, is_audit
 
-from mixer.data.verdicts import AUDIT, CHECK, CORRECT, TRUE_CODE_COLUMN, holds_verdicts, is_audit  # noqa: F401
 STRATUM = "audit_stratum"
 STRATUM_ROWS = "audit_stratum_rows"  # its stratum's rows in the file
 STRATUM_DRAWN = "audit_stratum_drawn"  # its stratum's rows drawn

@@ -4,8 +4,10 @@
 `nn.Linear` of the encoder, where nearly all of the arithmetic is, by PyTorch's
 dynamically quantized one: int8 weights, activations quantized per batch, int32 sums, so
 predictions are approximate. The heads stay in fp32: quantizing them too moved more codes
-(on a CANINE model trained on the example data; docs/performance.md). What int8 costs in agreement and accuracy, and what it gains in speed on which
-CPUs: benchmarks/int8_agreement.py and benchmarks/occcanine_speed.py (docs/performance.md).
+(on a CANINE model trained on the example data; docs/performance.md). What int8 costs in
+agreement and accuracy, and what it gains in speed on which CPUs:
+benchmarks/int8_agreement.py, benchmarks/predict_speed.py --modes int8 and
+benchmarks/occcanine_speed.py (docs/performance.md).
 
 A quantized activation's scale is that of the whole tensor a layer gets, so a row batched
 with others would get a result that depends on them (and on their padding). The predictor
