@@ -20,12 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 
-import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,15 +30,13 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import EXAMPLE_FLAGS  # noqa: E402
-from noise_loading import NOISE, loader_of  # noqa: E402
+from noise_loading import NOISE, loader_of, timed_steps  # noqa: E402
 
 from mixer.core.allocator import keep_freed_memory  # noqa: E402
 from mixer.core.precision import cpu_model  # noqa: E402
 from mixer.data.padding import CHARACTERS, EVERY_POSITION  # noqa: E402
 from mixer.models.encoders import build_encoder  # noqa: E402
-from mixer.models.losses import row_losses, step_loss  # noqa: E402
 from mixer.models.model import HeadsConfig, MixerModel  # noqa: E402
-from mixer.training.run import build_optimizer  # noqa: E402
 
 MAX_LEN = 128
 
@@ -53,28 +48,6 @@ def heads_of(family: str, formatter, key_codes) -> HeadsConfig:
                            family="occcanine", bos_id=2)
     return HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
                        target_len=formatter.target_len)
-
-
-def timed_steps(model, formatter, loaders: dict, steps: int) -> tuple:
-    """({variant: median seconds per step}, {variant: padded characters per row})."""
-    optimizer = build_optimizer(model, 2e-5, 1.0, 0.01)
-    model.train()
-    batches = {name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()}
-    chars = {name: sum(b.input_ids.numel() for s in steps_ for b in s) / sum(len(b.input_ids) for s in steps_ for b in s)
-             for name, steps_ in batches.items()}
-    times: dict = {name: [] for name in loaders}
-    for step in range(steps + 2):  # the first two: warm-up
-        for name in loaders:
-            begin = time.perf_counter()
-            for batch in batches[name][step]:
-                flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
-                total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
-                                         formatter.block_size, 0.1, formatter.pad_id)
-                step_loss(total, batch.weights, batch.global_rows, 1).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            times[name].append(time.perf_counter() - begin)
-    return {name: statistics.median(values[2:]) for name, values in times.items()}, chars
 
 
 def main() -> None:
@@ -106,7 +79,7 @@ def main() -> None:
             loaders[name], formatter, key_codes, _ = loader_of(run_dir, encoder, NOISE, args.batch_size,
                                                                MAX_LEN, groups, reads)
         model = MixerModel(encoder.model, heads_of(family, formatter, key_codes))
-        seconds, chars = timed_steps(model, formatter, loaders, args.steps)
+        seconds, chars = timed_steps(model, formatter, loaders, args.steps, learning_rate=2e-5, clip=1.0)
         base = seconds["padded to 128 characters"]
         print(f"{family}'s heads on CANINE-s:")
         for name in loaders:

@@ -90,13 +90,21 @@ def padded_tokens(loader, steps: int) -> float:
 
 
 def seconds_per_step(encoder, formatter, key_codes, loaders: dict, steps: int) -> dict:
-    """{name: median seconds of a training step (forward and backward of every group,
-    optimizer)} over the loaders' first batches, the loaders taken in turn each step."""
+    """{name: median seconds of a training step} of mixer's heads on `encoder`."""
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
                                                   target_len=formatter.target_len))
-    optimizer = build_optimizer(model, 3e-4, 5.0, 0.01)
+    return timed_steps(model, formatter, loaders, steps, learning_rate=3e-4, clip=5.0)[0]
+
+
+def timed_steps(model, formatter, loaders: dict, steps: int, learning_rate: float, clip: float) -> tuple:
+    """({name: median seconds of a training step (forward and backward of every group,
+    optimizer)}, {name: padded input slots per row}) over the loaders' first batches, the
+    loaders taken in turn each step, the first two steps a warm-up."""
+    optimizer = build_optimizer(model, learning_rate, clip, 0.01)
     model.train()
     batches = {name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()}
+    slots = {name: sum(b.input_ids.numel() for groups in taken for b in groups)
+             / sum(len(b.input_ids) for groups in taken for b in groups) for name, taken in batches.items()}
     times: dict = {name: [] for name in loaders}
     for step in range(steps + 2):
         for name in loaders:
@@ -104,12 +112,12 @@ def seconds_per_step(encoder, formatter, key_codes, loaders: dict, steps: int) -
             for batch in batches[name][step]:
                 flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
                 total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
-                                         formatter.block_size, 0.1)
+                                         formatter.block_size, 0.1, formatter.pad_id)
                 step_loss(total, batch.weights, batch.global_rows, 1).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             times[name].append(time.perf_counter() - begin)
-    return {name: statistics.median(values[2:]) for name, values in times.items()}
+    return {name: statistics.median(values[2:]) for name, values in times.items()}, slots
 
 
 def main() -> None:
