@@ -81,16 +81,16 @@ def main() -> None:
         fp32 = mixer.load(run, device="cpu")
         int8 = mixer.load(run, device="cpu", quantize="int8")
         print(f"{run}: {len(texts)} validation rows, encoder {fp32.config.get('encoder_source', '?')}")
-        for head in ("flat", "seq2seq"):
-            a = fp32.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
+        exact = {head: fp32.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
+                 for head in ("flat", "seq2seq")}
+        for head, a in exact.items():
             b = int8.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
             print(f"  {head:8s}: {compare(a, b, truth)}", flush=True)
         for label, choice in (ALTERNATIVES.items() if args.alternatives else ()):
             other = mixer.load(run, device="cpu")
             quantize_encoder(other._predictor.model.encoder, **choice)
             other._predictor.quantize = "int8"  # one row at a time, as --quantize runs it
-            for head in ("flat", "seq2seq"):
-                a = fp32.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
+            for head, a in exact.items():
                 b = other.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
                 print(f"  {head:8s}, {label}: {compare(a, b, truth)}", flush=True)
     if args.random_occcanine:

@@ -56,6 +56,7 @@ def model_of(source: str) -> tuple:
     those weights with the run's configuration; a run without a best, its last step's.
     The line is read from the config.json read now: a reader of both the weights and
     the line uses read_model, which reads them as one."""
+    source = run_of_best(source)
     model_dir, weights, _ = locate(source)
     if weights is None:
         return source, None, None
@@ -80,8 +81,7 @@ def run_of_best(source: str) -> str:
 def locate(source: str) -> tuple:
     """(the model's directory, its weights file, whether that directory is a run's best
     model, which a running run may replace at any moment) for model_of; (source, None,
-    False) for anything but a run of this tool."""
-    source = run_of_best(source)
+    False) for anything but a run of this tool. `source` as run_of_best gives it."""
     if os.path.isdir(source):
         best, aside = os.path.join(source, BEST_DIR), os.path.join(source, f".{BEST_DIR}.old")
         if is_run_directory(best):
@@ -100,7 +100,6 @@ def locate(source: str) -> tuple:
 
 def describe(source: str, model_dir: str, weights: str, config: dict) -> str:
     """model_of's line for the weights `locate` found, from their config.json as read."""
-    source = run_of_best(source)
     if os.path.basename(model_dir) == BEST_DIR and os.path.isdir(source):
         return (f"{weights_line(model_dir, weights, model_dir, config)}; the weights of its last step: "
                 f"--checkpoint {os.path.join(source, MODEL_FILE)}")
@@ -126,6 +125,7 @@ def read_model(source: str, what: str, read) -> tuple:
     for anything but a run of this tool."""
     import time
 
+    source = run_of_best(source)
     for attempt in range(READ_ATTEMPTS):
         model_dir, weights, replaceable = locate(source)
         if weights is None:

@@ -171,20 +171,6 @@ def format_table(table: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
-def plot_scores(table: pd.DataFrame, path: str) -> str:
-    """The estimates with their 95% intervals, written to `path` (PNG)."""
-    from mixer.core.io import atomic_write
-
-    picture = render_scores(table)
-
-    def write(tmp):
-        with open(tmp, "wb") as handle:
-            handle.write(picture)
-
-    atomic_write(path, write)
-    return path
-
-
 def render_scores(table: pd.DataFrame) -> bytes:
     """The estimates with their 95% intervals as a PNG: a point per stratum (the whole
     audit first), a colour per level; with more than PLOTTED_STRATA strata, the largest of

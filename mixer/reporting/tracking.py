@@ -27,7 +27,7 @@ def configure_logging(level: str, is_main: bool) -> None:
 class NullTracker:
     def start_progress(self, total: int, initial: int) -> None: ...
     def progress(self, step: int, values: dict, reading=None) -> None: ...
-    def log_eval(self, row: dict, note: str = "", epoch: Optional[int] = None) -> None: ...
+    def log_eval(self, row: dict, note: str, epoch: int) -> None: ...
     def log_train(self, step: int, values: dict) -> None: ...
     def close(self) -> None: ...
 
@@ -134,7 +134,7 @@ class Tracker(NullTracker):
                 self.tensorboard.add_scalar(name, value, step)
             self.tensorboard.flush()
 
-    def log_eval(self, row: dict, note: str = "", epoch: Optional[int] = None) -> None:
+    def log_eval(self, row: dict, note: str, epoch: int) -> None:
         """logs.csv's row (its `epoch`: epochs completed) and the evaluation line, which
         names `epoch`, the step's epoch from 1 (mixer.reporting.eta.epoch_number)."""
         exists = os.path.exists(self.path)
@@ -159,7 +159,6 @@ class Tracker(NullTracker):
         summary = ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items()
                             if k in ("val_loss", "val_flat_accuracy", "val_flat_f1",
                                      "val_seq2seq_accuracy", "val_token_accuracy"))
-        epoch = row["epoch"] + 1 if epoch is None else epoch
         self.write(f"eval step {row['step']} (epoch {epoch}): {summary}" + (f"; {note}" if note else ""))
 
     def close(self) -> None:
