@@ -27,6 +27,7 @@ import pandas as pd
 
 from mixer.core.errors import UserError
 from mixer.data.audits import Audit
+from mixer.data.normalise import key_digit_width
 from mixer.reporting import audit as stats
 from mixer.reporting.evaluation import code_sets, cut, overall_label
 
@@ -67,10 +68,9 @@ def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
 def _shorter_codes(truth: list, predicted: list, code_length) -> int:
     if code_length:
         return 0
-    lengths = {len(c) for row in predicted for c in row if c.isdigit()}
-    if len(lengths) != 1:
+    width = key_digit_width(c for row in predicted for c in row)
+    if width is None:
         return 0
-    width = lengths.pop()
     return sum(1 for row in truth for c in row if c.isdigit() and len(c) < width)
 
 

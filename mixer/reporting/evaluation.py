@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import HEADS
-from mixer.data.normalise import code_text, restore_digits
+from mixer.data.normalise import code_text, key_digit_width, restore_digits
 from mixer.data.writing import PREDICTION_COLUMN
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
@@ -59,10 +59,9 @@ def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
     digit codes, all of one width (the model writes '01110', the truth says '1110'): scored
     as written they count as wrong, so the note names the flag that restores them."""
     written = {c for sets in predicted.values() for row in sets for c in row if c.isdigit()}
-    widths = {len(c) for c in written}
-    if len(widths) != 1:
+    width = key_digit_width(written)
+    if width is None:
         return None
-    width = widths.pop()
     short = sorted({c for row in truth for c in row if c.isdigit() and len(c) < width})
     if not short:
         return None
