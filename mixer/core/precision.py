@@ -88,10 +88,6 @@ def pad_multiple(device: str) -> int:
     return CUDA_PAD_MULTIPLE if device.startswith("cuda") else 1
 
 
-def round_up(length: int, multiple: int) -> int:
-    return -(-length // multiple) * multiple
-
-
 @contextlib.contextmanager
 def fp32_matmuls(tf32: bool):
     """CUDA's fp32 matrix products and convolutions inside the block: TF32 (tf32=True;

@@ -27,10 +27,9 @@ from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOption
 from mixer.core.errors import UserError
 from mixer.data.audits import refuse_audit_rows, training_table
 from mixer.data.formatter import CodeFormatter
-# model_text and CONTEXT_SEP are also imported from here (their home before mixer.data.normalise)
-from mixer.data.normalise import (  # noqa: F401
-    CONTEXT_SEP, check_one_spelling, code_column, context_within, describe_restored, hisco_key,
-    key_digit_width, model_text, occcanine_room, restore_digits, width_reason,
+from mixer.data.normalise import (
+    check_one_spelling, code_column, context_within, describe_restored, hisco_key, key_digit_width,
+    occcanine_room, restore_digits, width_reason,
 )
 from mixer.data.reading import (
     SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns,
@@ -275,12 +274,13 @@ def reading_settings(cfg: DataConfig, files: dict, typed: bool = False) -> dict:
     default), or with `typed` as given (how runs were identified before)."""
     values = {}
     for role, paths in files.items():
-        given = cfg.table_options(role)
+        given, canonical = cfg.table_options(role), None
         for option in READ_OPTIONS:
             value, default = getattr(given, option), getattr(TableOptions(), option)
-            if not typed and value != default and all(getattr(canonical_options(path, given), option) == default
-                                                      for path in paths):
-                value = default
+            if not typed and value != default:
+                canonical = canonical or [canonical_options(path, given) for path in paths]  # once a role
+                if all(getattr(options, option) == default for options in canonical):
+                    value = default
             if value != default:
                 values[option_dest(role, option)] = value
     main = {k: v for k, v in values.items() if k in READ_OPTIONS}
@@ -718,7 +718,8 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
     stamp = run_stamp(cfg, seed, base, tokens)
     existing = prepared_stamp(run_dir)
     if existing is not None:
-        if existing.get("digest") not in (stamp["digest"], run_stamp(cfg, seed, base, tokens, typed=True)["digest"]) \
+        digest = existing.get("digest")  # the typed stamp (files hashed again) only when the first differs
+        if digest != stamp["digest"] and digest != run_stamp(cfg, seed, base, tokens, typed=True)["digest"] \
                 and not same_as_legacy(existing, cfg, seed):
             raise UserError(f"{run_dir} holds data prepared from other input or settings "
                             f"({describe_difference(existing, stamp)}); use a new --save-path, "

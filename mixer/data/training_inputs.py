@@ -248,7 +248,7 @@ class RowInputs:
 
 
 def _join(description: str, context: str) -> str:
-    """A description and its context as mixer.data.prepare.model_text joins them: with context,
+    """A description and its context as mixer.data.normalise.model_text joins them: with context,
     the description stripped (a padded noised title ends in a space)."""
     return description.strip() + context if context else description
 

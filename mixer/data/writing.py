@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from mixer.core.config import HEADS, TableOptions
+from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
 from mixer.data import formats
