@@ -757,3 +757,26 @@ def missing_column(column: str, have, path: str, flag: str) -> UserError:
     hint = f"; the file's {near[0]!r} differs by spaces: pass {flag} {near[0]!r}" if near and flag.startswith("--") \
         else ""
     return UserError(f"{path}: no column {column!r} ({flag}); the file has: {shown}{hint}")
+
+
+def column_names(path: str) -> Optional[list]:
+    """The column names of a Parquet, Excel or Stata file, read without its rows; None where
+    they cannot be read that way (a caller then reads the whole file)."""
+    try:
+        kind = table_kind(path)
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_schema(path).names
+        if kind == "excel":
+            sheet = formats.ExcelSheet(path, TableOptions())
+            try:
+                return sheet.header
+            finally:
+                sheet.close()
+        if kind == "stata":
+            with pd.read_stata(path, iterator=True) as reader:
+                return list(reader.variable_labels())
+    except Exception:  # unreadable as such: a whole read decides
+        return None
+    return None

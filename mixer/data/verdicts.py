@@ -11,7 +11,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.reading import as_text, read_table
+from mixer.data.reading import as_text, column_names, read_table
 
 AUDIT = "audit"
 CHECK = "audit_check"
@@ -35,7 +35,7 @@ def holds_verdicts(path: str) -> bool:
         with open(path, "rb") as handle:
             if CHECK.encode() not in handle.read(1 << 16).split(b"\n", 1)[0]:
                 return False
-    elif os.path.getsize(path) > 16 << 20 or CHECK not in (header_names(path) or [CHECK]):
+    elif os.path.getsize(path) > 16 << 20 or CHECK not in (column_names(path) or [CHECK]):
         return False
     table = None
     for encoding in ("utf-8", "cp1252"):  # as predict.py wrote it, or as Excel re-saved it
@@ -56,28 +56,3 @@ def refuse_filled_audit(path: str, what: str) -> None:
         raise UserError(f"{what} {path}: an audit with verdicts in it, which this would replace; write to "
                         "another file, or delete it first if its verdicts are not wanted")
 
-
-def header_names(path: str) -> list:
-    """The column names of a Parquet, Excel or Stata file, read without its rows; None where
-    they cannot be read that way (the whole file is read then)."""
-    from mixer.data import formats
-    from mixer.data.reading import table_kind
-
-    try:
-        kind = table_kind(path)
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_schema(path).names
-        if kind == "excel":
-            sheet = formats.ExcelSheet(path, TableOptions(role="audit"))
-            try:
-                return sheet.header
-            finally:
-                sheet.close()
-        if kind == "stata":
-            with pd.read_stata(path, iterator=True) as reader:
-                return list(reader.variable_labels())
-    except Exception:  # unreadable as such: the whole read below decides, as before
-        return None
-    return None

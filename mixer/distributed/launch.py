@@ -59,8 +59,6 @@ def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None, now: Option
     SLURM_JOB_END_TIME, else `squeue -j JOB -o %e` when squeue is there; None when
     neither tells (an interactive shell outside a job, no limit, squeue failing). A time
     that is not in the future (0, a stale value) tells nothing: the next source is asked."""
-    import shutil
-    import subprocess
     import time
     from datetime import datetime
 
@@ -72,13 +70,27 @@ def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None, now: Option
     value = env.get("SLURM_JOB_END_TIME", "")
     if value.isdigit() and float(value) > now:
         return job, float(value)
-    squeue = shutil.which("squeue", path=env.get("PATH"))
-    if squeue is None:
+    done = squeue(job, "%e", env, run)
+    if done is None:
         return None
     try:
-        out = (run or subprocess.run)([squeue, "-h", "-j", job, "-o", "%e"], capture_output=True,
-                                      text=True, timeout=10).stdout.strip()
-        end = datetime.strptime(out, "%Y-%m-%dT%H:%M:%S").timestamp()
-    except (OSError, ValueError, subprocess.SubprocessError):
+        end = datetime.strptime(done.stdout.strip(), "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
         return None
     return (job, end) if end > now else None
+
+
+def squeue(job: str, field: str, env: Mapping[str, str], run=None):
+    """`squeue -h -j JOB -o FIELD` as run (stdout, stderr, returncode), or None when there
+    is no squeue on the PATH or it could not be run within 10 s."""
+    import shutil
+    import subprocess
+
+    program = shutil.which("squeue", path=env.get("PATH"))
+    if program is None:
+        return None
+    try:
+        return (run or subprocess.run)([program, "-h", "-j", job, "-o", field], capture_output=True,
+                                       text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -85,16 +85,10 @@ def ended(other: dict, me: dict, env: Mapping[str, str], run=None) -> Optional[s
 def slurm_job_state(job: str, env: Mapping[str, str], run=None) -> Optional[str]:
     """The job's state as `squeue` tells it ("" when squeue no longer knows the job),
     or None when there is no squeue to ask or it fails."""
-    import shutil
-    import subprocess
+    from mixer.distributed.launch import squeue
 
-    squeue = shutil.which("squeue", path=env.get("PATH"))
-    if squeue is None:
-        return None
-    try:
-        done = (run or subprocess.run)([squeue, "-h", "-j", job, "-o", "%T"], capture_output=True,
-                                       text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+    done = squeue(job, "%T", env, run)
+    if done is None:
         return None
     if done.returncode != 0:
         return "" if "invalid job id" in (done.stderr or "").lower() else None
