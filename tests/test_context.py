@@ -125,9 +125,9 @@ def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_
     seen = []
     real = model._predictor.predict
 
-    def spy(texts_in, langs_in, *args):  # what reaches the model, row by row
+    def spy(texts_in, langs_in, *args, **kwargs):  # what reaches the model, row by row
         seen.append(list(zip(texts_in, langs_in)))
-        return real(texts_in, langs_in, *args)
+        return real(texts_in, langs_in, *args, **kwargs)
 
     model._predictor.predict = spy
     in_order = model.predict(texts, lang=langs, context=context)
