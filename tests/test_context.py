@@ -319,6 +319,14 @@ def test_a_context_that_does_not_fit_is_counted_and_the_flag_named(tmp_path, cap
     assert "note: the context of 20 row(s) was cut" in capsys.readouterr().err
     son = model.predict(long, context={"relation": ["son"] * 20}, top_k=1)
     assert (wife["prob_1"] == son["prob_1"]).all()  # nothing of the context fits: said above
+    # a run stored before the rule (no context_fit) predicts with the input it was trained on
+    config = json.loads((tight / "config.json").read_text())
+    del config["input_recipe"]["context_fit"]
+    (tight / "config.json").write_text(json.dumps(config))
+    earlier = mixer.load(str(tight), device="cpu")
+    assert earlier._predictor.recipe.context_fit == "joined"
+    pd.testing.assert_frame_equal(earlier.predict(long, context={"relation": ["wife"] * 20}, top_k=1), wife)
+    assert "note: the context of 20 row(s) was cut" in capsys.readouterr().err  # counted as well
     # with room (--max-len 128: 90 + 21 characters fit), nothing is cut and the context is read
     assert finetune_main([*argv, "--save-path", str(roomy), "--max-len", "128"]) == 0
     assert "the context of" not in capsys.readouterr().out

@@ -226,6 +226,7 @@ class Model:
         columns = self._predictor.config.get("context_cols") or []
         if context is not None and not columns:
             raise UserError("context= was given but this model reads no context columns; leave it out")
+        frame = None
         if columns:
             if context is None:
                 raise UserError(f"this model reads context columns {', '.join(columns)}: pass "
@@ -234,7 +235,7 @@ class Model:
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
-        texts, desc_chars = model_input(texts, frame if columns else None, columns)
+        texts, desc_chars = model_input(texts, frame, columns)
         texts = texts.to_numpy(dtype=object)
         if desc_chars is not None and say_fit and self._says_context_fit:
             from mixer.data.tokens import context_note
