@@ -177,7 +177,7 @@ class Model:
         input recipe makes them): rows with equal strings get equal predictions."""
         from mixer.data.tokens import model_strings
 
-        _, texts, langs, _ = self._inputs(texts, lang, context)
+        _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
         first, second = model_strings(texts, langs, self._predictor.recipe)
         second = np.full(len(first), "", dtype=object) if second is None else np.where(
             pd.isna(second), "", second)
