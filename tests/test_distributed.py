@@ -164,6 +164,44 @@ def test_length_groups_change_only_rounding_also_across_processes(tiny_bert, sma
     assert max_difference(reference, weights(tmp_path / "static")) < 1e-5
 
 
+def test_two_processes_learn_with_context_what_one_process_learns(tiny_bert, small_csv, tmp_path):
+    """Context columns on a word-piece encoder, with training noise: the context is cut from
+    its end in tokens, the token cache built by 2 ranks counts the rows as one process does
+    (rank 0 says it once), and 2 processes learn what one learns."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    frame["relation"] = np.where(np.arange(len(frame)) % 3, "wife", "son of the head of the household")
+    frame.loc[frame.index[:6], "occ1"] = frame["occ1"][:6] + " and farmer and fisher and smith and weaver"
+    data = tmp_path / "households.csv"
+    frame.to_csv(data, index=False)
+    common = ["--dataset", str(data), *EXACT, "--encoder", tiny_bert, "--max-len", "16",
+              "--context-cols", "relation"]
+    one = run_program("finetune.py", *common, "--save-path", tmp_path / "one", "--batch-size", 8)
+    two = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
+              *map(str, common), "--save-path", str(tmp_path / "two"), "--batch-size", "4"])
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)  # the rows counted, by transformers' own count
+    context = " [SEP] relation: " + frame["relation"]
+    longer = [len(tokenizer("en", d.strip())["input_ids"]) > 16 for d in frame["occ1"]]
+    cut = [len(tokenizer("en", d.strip() + c)["input_ids"]) > 16 for d, c in zip(frame["occ1"], context)]
+    assert 0 < sum(longer) < sum(cut) < len(frame)
+    said = [line for line in one.stdout.splitlines() if "the context of" in line]
+    assert len(said) == 1 and (f"the context of {sum(cut)} row(s) was cut from its end to fit --max-len 16 "
+                               f"(tokens); in {sum(longer)} of them the description alone") in said[0]
+    assert [line for line in two.stdout.splitlines() if "the context of" in line] == said
+    assert max_difference(weights(tmp_path / "one"), weights(tmp_path / "two")) < 1e-5
+    assert_same_metrics(str(tmp_path / "one"), str(tmp_path / "two"))
+    # predict.py counts every rank's rows of every chunk, and rank 0 says it once
+    alone = run_program("predict.py", "--checkpoint", tmp_path / "one", "--input", data,
+                        "--output", tmp_path / "one.csv")
+    shared = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "predict.py"), "--distributed",
+                 "--checkpoint", str(tmp_path / "one"), "--input", str(data), "--output",
+                 str(tmp_path / "two.csv"), "--chunk-size", "50"])
+    noted = [line for line in alone.stderr.splitlines() if "the context of" in line]
+    assert len(noted) == 1 and f"the context of {sum(cut)} row(s)" in noted[0]
+    assert [line for line in shared.stderr.splitlines() if "the context of" in line] == noted
+
+
 def test_noise_is_on_and_changes_what_is_learned(single, small_csv, tmp_path):
     """The equivalence tests run with noise: without it another model comes out."""
     with open(os.path.join(single, "logs.csv")) as handle:

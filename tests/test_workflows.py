@@ -433,11 +433,17 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
                           "--no-augmentation", "--no-eval-noise"]) == 0  # the context is the subject
     out = capsys.readouterr().out
     assert "the context of 2 row(s) was cut from its end to fit OccCANINE's 128 characters" in out
-    prepared = pd.concat([pd.read_parquet(run / f"data_{s}.parquet") for s in ("train", "val")])
-    texts = prepared["text"].tolist()
-    cut = next(t for t in texts if t.startswith("servant [SEP] relation: wife x"))
-    assert len("en[SEP]" + cut) == 126  # [CLS] + 126 characters + [SEP]: nothing of it is lost
-    assert "w" * 130 in texts  # the description is never cut for its context
+    from mixer.data.token_cache import load
+
+    read = {}  # each prepared text -> what the model reads of it (the token cache's characters)
+    for split in ("train", "val"):
+        cache = load(next((run / "cache").glob(f"tokens_{split}_*")).as_posix())
+        for i, text in enumerate(pd.read_parquet(run / f"data_{split}.parquet")["text"]):
+            read[text] = "".join(map(chr, cache.row(i)[1:-1]))
+    cut = read["servant [SEP] relation: wife " + "x" * 200]
+    assert cut == ("en[SEP]servant [sep] relation: wife " + "x" * 200)[:126]  # [CLS] + 126 + [SEP]
+    # (OccCANINE's recipe lower-cases the text it reads, the context too)
+    assert read["w" * 130 + " [SEP] relation: son"] == "en[SEP]" + "w" * 119  # never cut for its context
     accuracy = float(out.split("validation:")[1].split("flat_accuracy ")[1].split(",")[0])
     assert accuracy >= 0.9  # the title alone is right at most about half the time
     import mixer

@@ -172,40 +172,31 @@ def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_c
     (never written as 'nan'); the column names and their order come from the run.
     Without context the description is passed on as it is (the input recipe decides
     about surrounding spaces: OccCANINE's models keep them)."""
-    return context_within(descriptions, frame, context_cols)[0]
+    return model_input(descriptions, frame, context_cols)[0]
 
 
-def context_within(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols,
-                   room=None) -> tuple:
-    """(model_text's text, rows whose context was cut). `room`: per row, the characters
-    the description and its context may take (a model with a fixed input length, e.g.
-    OccCANINE's 128); the context is cut from its end to fit, the description never."""
+def model_input(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols) -> tuple:
+    """(model_text's text, per row the characters of it that are the description, or None
+    without context columns). What follows the description is its context, which the
+    tokeniser cuts from its end where the input is too long (mixer.data.tokens: the
+    description is kept whole)."""
     if not context_cols:
-        return descriptions, 0
+        return descriptions, None
     text = descriptions.reset_index(drop=True).astype(str).str.strip()
     context = pd.Series("", index=text.index, dtype=object)
     for column in context_cols:
         values = as_text(frame[column]).str.strip().reset_index(drop=True)
         context = context + (CONTEXT_SEP + column + ": " + values).where(values != "", "")
-    cut = 0
-    if room is not None:
-        space = np.maximum(np.asarray(room) - text.str.len().to_numpy(), 0)
-        over = np.flatnonzero(context.str.len().to_numpy() > space)
-        if len(over):
-            context = context.copy()
-            context.iloc[over] = [context.iloc[i][:space[i]] for i in over]
-            cut = len(over)
-    return text + context, cut
+    return text + context, text.str.len().to_numpy(dtype=np.int32)
 
 
-def occcanine_room(langs, n_rows: int) -> np.ndarray:
-    """Characters left for description and context in OccCANINE's input: 128 ids are
-    [CLS] lang [SEP] text [SEP], the language written out ('unk' when unknown)."""
-    from mixer.data.tokens import OCCCANINE_MAX_LEN as MAX_INPUT_LEN
-
-    langs = pd.Series(np.broadcast_to(np.asarray(langs, dtype=object), (n_rows,))).astype(str)
-    lengths = langs.where(langs != "", "unk").str.len().to_numpy()
-    return MAX_INPUT_LEN - 2 - len("[SEP]") - lengths
+def description_chars(texts, desc_chars=None) -> np.ndarray:
+    """Per model text, the characters that are its description: `desc_chars` when known,
+    else up to the first ' [SEP] ', where the context template begins (data prepared
+    before the prepared data recorded where descriptions end)."""
+    if desc_chars is not None:
+        return np.asarray(desc_chars)
+    return np.asarray([t.find(CONTEXT_SEP) if CONTEXT_SEP in t else len(t) for t in texts], dtype=np.int64)
 
 
 # ------------------------------------------------------------------ the HISCO list

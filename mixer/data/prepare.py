@@ -28,8 +28,8 @@ from mixer.core.errors import UserError
 from mixer.data.audits import refuse_audit_rows, training_table
 from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import (
-    check_one_spelling, code_column, context_within, describe_restored, hisco_key, key_digit_width,
-    occcanine_room, restore_digits, width_reason,
+    check_one_spelling, code_column, describe_restored, hisco_key, key_digit_width, model_input,
+    restore_digits, width_reason,
 )
 from mixer.data.reading import (
     SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns,
@@ -76,14 +76,8 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     empty_text = text.eq("").to_numpy()
     desc_chars = text.str.len().to_numpy(dtype=np.int32)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
-    room = None
-    if cfg.context_cols and formatter.tokens == "occcanine":  # OccCANINE's fixed 128 characters
-        langs = (frame[cfg.language_col].astype("str").str.strip().to_numpy(dtype=object)
-                 if cfg.language_col else cfg.language or "unk")
-        room = occcanine_room(langs, n_rows)
-    text, cut = context_within(text, frame, cfg.context_cols, room)
-    if cut and log is not None:
-        log(f"{path}: the context of {cut} row(s) was cut from its end to fit OccCANINE's 128 characters")
+    # the whole context: the tokeniser fits it to the model's input (mixer.data.tokens)
+    text = model_input(text, frame, cfg.context_cols)[0]
     # all code cells as one column of strings (column after column), normalised and
     # factorised: the formatter then looks at each distinct value once
     columns = [code_column(frame, c, formatter) for c in cfg.target_cols]

@@ -4,7 +4,8 @@ cluster user tokenises on a CPU node and trains on GPU nodes).
 
 Layout: RUN_DIR/cache/tokens_<split>_<tag>/ids.bin (int32 token ids of every
 row, one after another), offsets.npy (int64, rows + 1) and manifest.json,
-written last: a directory without it is incomplete and is rebuilt.
+written last: a directory without it is incomplete and is rebuilt. The manifest
+counts the rows whose context was cut to fit (mixer.data.tokens).
 
 Building it is split over the ranks: rank r tokenises its share of the
 prepared Parquet file's row groups, a million rows at a time, appending to its
@@ -34,6 +35,7 @@ MANIFEST = "manifest.json"
 class TokenCache:
     ids: np.ndarray  # memory-mapped int32
     offsets: np.ndarray  # int64, rows + 1
+    fit: tuple = (0, 0)  # rows whose context was cut; of them, rows whose description alone is longer
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -71,7 +73,7 @@ def load(directory: str, rows: Optional[int] = None, data_id: Optional[str] = No
     size = int(offsets[-1])
     ids = (np.memmap(os.path.join(directory, "ids.bin"), dtype=np.int32, mode="r", shape=(size,))
            if size else np.zeros(0, dtype=np.int32))
-    return TokenCache(ids, offsets)
+    return TokenCache(ids, offsets, (meta.get("context_cut", 0), meta.get("description_cut", 0)))
 
 
 def row_groups(parquet_path: str) -> list:
@@ -99,25 +101,37 @@ def my_groups(groups: list, world_size: int, rank: int) -> list:
 
 def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_size: int,
                text_col: str, lang_col: str) -> None:
-    """Tokenise this rank's row groups into part-<rank>.ids / .lengths."""
+    """Tokenise this rank's row groups into part-<rank>.ids / .lengths, and count in
+    part-<rank>.fit the rows whose context was cut (the prepared `desc_chars` column says
+    where each description ends; a split without it has no context)."""
     import pyarrow.parquet as pq
+
+    from mixer.data.prepare import DESC_CHARS
+    from mixer.data.tokens import DESCRIPTION_CUT
 
     groups = row_groups(parquet_path)
     ids_path = os.path.join(directory, f"part-{rank:05d}.ids")
     lengths_path = os.path.join(directory, f"part-{rank:05d}.lengths")
+    fit_path = os.path.join(directory, f"part-{rank:05d}.fit")
     file = pq.ParquetFile(parquet_path)
+    with_context = DESC_CHARS in file.schema_arrow.names
+    counts = np.zeros(2, dtype=np.int64)
     with open(ids_path + ".tmp", "wb") as ids_out, open(lengths_path + ".tmp", "wb") as len_out:
         for index in my_groups(groups, world_size, rank):
-            table = file.read_row_group(index, columns=[text_col, lang_col])
+            table = file.read_row_group(index, columns=[text_col, lang_col] + ([DESC_CHARS] if with_context else []))
             for start in range(0, table.num_rows, CHUNK_ROWS):
                 chunk = table.slice(start, CHUNK_ROWS)
                 texts = np.asarray(chunk.column(text_col).to_pylist(), dtype=object)
                 langs = np.asarray(chunk.column(lang_col).to_pylist(), dtype=object)
-                ids, lengths = token_ids.encode(texts, langs)
+                desc_chars = chunk.column(DESC_CHARS).to_numpy() if with_context else None
+                ids, lengths, fit = token_ids.fitted(texts, langs, desc_chars)
+                counts += (np.count_nonzero(fit), np.count_nonzero(fit == DESCRIPTION_CUT))
                 ids.astype(np.int32, copy=False).tofile(ids_out)
                 lengths.astype(np.int32, copy=False).tofile(len_out)
+    counts.tofile(fit_path + ".tmp")
     os.replace(ids_path + ".tmp", ids_path)
     os.replace(lengths_path + ".tmp", lengths_path)
+    os.replace(fit_path + ".tmp", fit_path)
 
 
 def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> None:
@@ -125,9 +139,11 @@ def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> No
     from mixer.core.io import atomic_write, write_text
 
     lengths = []
+    fit = np.zeros(2, dtype=np.int64)
     for rank in range(world_size):
         path = os.path.join(directory, f"part-{rank:05d}.lengths")
         lengths.append(np.fromfile(path, dtype=np.int32))
+        fit += np.fromfile(os.path.join(directory, f"part-{rank:05d}.fit"), dtype=np.int64)
     lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
     if len(lengths) != rows:
         raise RuntimeError(f"token cache {directory}: {len(lengths)} rows tokenised, {rows} expected")
@@ -143,10 +159,11 @@ def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> No
     atomic_write(os.path.join(directory, "ids.bin"), write_ids)
     atomic_write(os.path.join(directory, "offsets.npy"), lambda p: _save(p, offsets))
     for rank in range(world_size):
-        for suffix in (".ids", ".lengths"):
+        for suffix in (".ids", ".lengths", ".fit"):
             os.unlink(os.path.join(directory, f"part-{rank:05d}{suffix}"))
     write_text(os.path.join(directory, MANIFEST),
-               json.dumps(dict(describe, rows=rows, tokens=int(offsets[-1])), indent=1))
+               json.dumps(dict(describe, rows=rows, tokens=int(offsets[-1]), context_cut=int(fit[0]),
+                               description_cut=int(fit[1])), indent=1))
 
 
 def _save(path: str, array: np.ndarray) -> None:

@@ -6,6 +6,12 @@ with its language (as a tokenizer pair `lang [SEP] text`, or as the literal
 string `lang[SEP]text` that OccCANINE's models read), lower-cased and
 transliterated to ASCII or not, cut to `max_len` tokens.
 
+Context columns (mixer.data.normalise.model_input) follow the description, and one rule
+fits them into `max_len` for every encoder: the description is kept whole and the
+context is cut from its end, in what the encoder reads (characters for CANINE, tokens
+for word pieces); where the description alone is longer, it is cut and the context
+left out. Each such row is counted (`fitted`) and the count printed (`context_note`).
+
 Two tokenisers, both without torch (so `--prepare-only` stays light):
 
 - CANINE reads Unicode code points: its ids are `[CLS] + code points + [SEP]`,
@@ -31,6 +37,12 @@ import numpy as np
 CANINE_CLS, CANINE_SEP = 0xE000, 0xE001
 UNKNOWN_LANGUAGE = "unk"
 OCCCANINE_MAX_LEN = 128  # OccCANINE pads and cuts every input to 128 characters
+# How context columns are fitted into max_len (InputRecipe.context_fit):
+DESCRIPTION_WHOLE = "description-whole"  # the description whole, the context cut from its end
+# runs trained before the rule (their stored recipe has no context_fit): the description and
+# context as one text cut from its end, OccCANINE's inputs first cut at 128 raw characters
+JOINED = "joined"
+FITS, CONTEXT_CUT, DESCRIPTION_CUT = 0, 1, 2  # per row: what did not fit (`fitted`)
 CHUNK_ROWS = 200_000  # rows tokenised at a time: bounds memory whatever the data size
 
 
@@ -45,14 +57,16 @@ class InputRecipe:
     lowercase: bool = False
     ascii: bool = False  # transliterate to ASCII (OccCANINE's prediction does)
     strip: bool = True  # surrounding spaces removed (OccCANINE keeps them)
+    context_fit: str = DESCRIPTION_WHOLE  # how context columns are fitted into max_len
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: Optional[dict]) -> "InputRecipe":
+        """The recipe a run stored; one stored before context_fit existed fits as it was trained."""
         known = {k: v for k, v in (values or {}).items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        return cls(**{"context_fit": JOINED, **known})
 
 
 def to_ascii(texts: np.ndarray) -> np.ndarray:
@@ -67,17 +81,23 @@ def to_ascii(texts: np.ndarray) -> np.ndarray:
     return np.asarray([transliterate(t) for t in unique], dtype=object)[inverse]
 
 
-def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
-    """(first, second): the strings the tokeniser reads. `second` is None except for
-    tokenizer pairs, where rows of unknown language have first = text, second = None."""
+def _spelled(texts, recipe: InputRecipe, strip: bool) -> np.ndarray:
+    """Texts as the recipe spells them: stripped (when `strip`), lower-cased, in ASCII."""
     texts = np.asarray(texts, dtype=object)
-    langs = np.asarray(langs, dtype=object)
-    if recipe.strip:
+    if strip:
         texts = np.asarray([t.strip() for t in texts], dtype=object)
     if recipe.lowercase:
         texts = np.asarray([t.lower() for t in texts], dtype=object)
     if recipe.ascii:
         texts = to_ascii(texts)
+    return texts
+
+
+def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
+    """(first, second): the strings the tokeniser reads. `second` is None except for
+    tokenizer pairs, where rows of unknown language have first = text, second = None."""
+    texts = _spelled(texts, recipe, recipe.strip)
+    langs = np.asarray(langs, dtype=object)
     if recipe.language == "literal":
         langs = np.where(langs == "", UNKNOWN_LANGUAGE, langs)
         return langs + "[SEP]" + texts, None
@@ -87,27 +107,102 @@ def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
     return np.where(known, langs, texts), np.where(known, texts, None)
 
 
+# ------------------------------------------------------------------ context
+def split_context(texts, desc_chars) -> tuple:
+    """(descriptions, contexts) of model texts: the first desc_chars[i] characters of row i
+    are its description, the rest its context (mixer.data.normalise.model_input)."""
+    descriptions = np.asarray([t[:n] for t, n in zip(texts, desc_chars)], dtype=object)
+    contexts = np.asarray([t[n:] for t, n in zip(texts, desc_chars)], dtype=object)
+    return descriptions, contexts
+
+
+def _fit_of(head_lengths: np.ndarray, context_lengths: np.ndarray, room) -> np.ndarray:
+    """Per row FITS, CONTEXT_CUT or DESCRIPTION_CUT: `room` holds the head (everything up to
+    the description's end) and as much of the context as it leaves."""
+    fit = np.full(len(head_lengths), FITS, dtype=np.int8)
+    has = context_lengths > 0
+    fit[has & (head_lengths + context_lengths > room)] = CONTEXT_CUT
+    fit[has & (head_lengths > room)] = DESCRIPTION_CUT
+    return fit
+
+
+def _lengths(strings) -> np.ndarray:
+    return np.fromiter(map(len, strings), dtype=np.int64, count=len(strings))
+
+
+def _joined(descriptions, contexts, langs, recipe: InputRecipe) -> np.ndarray:
+    """The texts a JOINED recipe reads: description and context as one text; OccCANINE's
+    inputs with the context first cut to its 128 characters as written (before spelling)."""
+    if recipe.language == "literal":
+        langs = np.broadcast_to(np.asarray(langs, dtype=object), (len(descriptions),))
+        written = _lengths([lang if lang != "" else UNKNOWN_LANGUAGE for lang in langs])
+        room = recipe.max_len - 2 - len("[SEP]") - written - _lengths(descriptions)
+        contexts = [c[:max(r, 0)] for c, r in zip(contexts, room)]
+    return np.asarray([d + c for d, c in zip(descriptions, contexts)], dtype=object)
+
+
+def context_note(fit: np.ndarray, ids, training: bool) -> Optional[str]:
+    """One line on the rows whose context was cut to fit the model's input (`fit` from
+    `fitted`, or the counts (cut, over)), naming what makes room; None when none was."""
+    cut, over = ((int(np.count_nonzero(fit)), int(np.count_nonzero(fit == DESCRIPTION_CUT)))
+                 if isinstance(fit, np.ndarray) else fit)
+    if not cut:
+        return None
+    recipe = ids.recipe
+    if recipe.language == "literal":
+        limit, remedy = f"OccCANINE's {recipe.max_len} characters", ""
+    elif training:
+        limit, remedy = f"--max-len {recipe.max_len} ({ids.unit})", "; pass a larger --max-len to make room"
+    else:
+        limit = f"the {recipe.max_len} {ids.unit} the model reads (its --max-len)"
+        remedy = "; a model trained with a larger --max-len makes room"
+    alone = (f"; in {over} of them the description alone is longer and was cut, the context left out"
+             if over else "")
+    return f"the context of {cut} row(s) was cut from its end to fit {limit}{alone}{remedy}"
+
+
 # ------------------------------------------------------------------ tokenisers
 class CanineIds:
     """CANINE's ids, vectorised: [CLS] + code points (cut to max_len - 2) + [SEP];
     a pair is [CLS] + first + [SEP] + second + [SEP] with only the second cut."""
 
     kind = "canine"
+    unit = "characters"
     pad_id = 0
 
     def __init__(self, recipe: InputRecipe):
         self.recipe = recipe
 
-    def encode(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, texts, langs, desc_chars=None) -> tuple[np.ndarray, np.ndarray]:
+        return self.fitted(texts, langs, desc_chars)[:2]
+
+    def fitted(self, texts, langs, desc_chars=None) -> tuple:
+        """(ids, lengths, fit per row); desc_chars: per row, the characters of the text that
+        are its description (the rest is context), None without context."""
+        if desc_chars is None:
+            return (*_code_point_ids(self._strings(texts, langs), self.recipe.max_len),
+                    np.full(len(texts), FITS, dtype=np.int8))
+        descriptions, contexts = split_context(texts, desc_chars)
+        heads = self._strings(descriptions, langs)
+        tails = _spelled(contexts, self.recipe, strip=False)
+        room = max(self.recipe.max_len - 2, 0)
+        head_lengths, tail_lengths = _lengths(heads), _lengths(tails)
+        if self.recipe.context_fit == JOINED:
+            strings = self._strings(_joined(descriptions, contexts, langs, self.recipe), langs)
+        else:
+            keep = np.clip(room - head_lengths, 0, tail_lengths)
+            strings = [h + t[:k] for h, t, k in zip(heads, tails, keep)]
+        return (*_code_point_ids(strings, self.recipe.max_len), _fit_of(head_lengths, tail_lengths, room))
+
+    def _strings(self, texts, langs) -> np.ndarray:
         first, second = model_strings(texts, langs, self.recipe)
         if second is not None:  # a pair: join with CANINE's [SEP]; only the text is ever cut
             has = np.array([s is not None for s in second])
             first = np.where(has, first + chr(CANINE_SEP) + np.where(has, second, ""), first)
-        return _code_point_ids(first, self.recipe.max_len)
+        return first
 
 
-
-def _code_point_ids(strings: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+def _code_point_ids(strings, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     strings = [str(s) for s in strings]
     n = len(strings)
     lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
@@ -135,9 +230,11 @@ class BackendIds:
     template for a text (`[CLS] text [SEP]`) or a pair (`[CLS] lang [SEP] text [SEP]`),
     taken from the tokenizer for each language once. A text has the same tokens alone
     as second of a pair, and the text is what gets cut, as truncation='only_second' does;
-    encoding pairs directly ran at half the speed."""
+    encoding pairs directly ran at half the speed. A context is encoded apart (each distinct
+    one once) and follows the description's tokens."""
 
     kind = "tokenizers"
+    unit = "tokens"
     SENTINEL = "x"
 
     def __init__(self, backend, recipe: InputRecipe, pad_id: int = 0):
@@ -166,7 +263,12 @@ class BackendIds:
                                       np.asarray(whole[at + len(alone):], dtype=np.int32))
         return self._templates[first]
 
-    def encode(self, texts, langs) -> tuple[np.ndarray, np.ndarray]:
+    def _token_lists(self, strings) -> list:
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in encode([str(t) for t in strings], add_special_tokens=False)]
+
+    def _texts(self, texts, langs) -> tuple:
+        """(each row's text tokens, the row's template index, the templates)."""
         first, second = model_strings(texts, langs, self.recipe)
         if second is None:
             row_texts, row_firsts = first, np.full(len(first), None, dtype=object)
@@ -174,14 +276,44 @@ class BackendIds:
             has = np.array([s is not None for s in second], dtype=bool)
             row_texts = np.where(has, second, first)
             row_firsts = np.where(has, first, None)
-        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
-        encodings = encode([str(t) for t in row_texts], add_special_tokens=False)
-        text_lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-        text_ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings),
-                               dtype=np.int32, count=int(text_lengths.sum()))
         kinds, kind_of_row = np.unique(np.asarray([f if f is not None else "\x00" for f in row_firsts],
                                                   dtype=object), return_inverse=True)
         templates = [self._template(None if k == "\x00" else k) for k in kinds]
+        return self._token_lists(row_texts), kind_of_row.reshape(-1), templates
+
+    def encode(self, texts, langs, desc_chars=None) -> tuple[np.ndarray, np.ndarray]:
+        return self.fitted(texts, langs, desc_chars)[:2]
+
+    def fitted(self, texts, langs, desc_chars=None) -> tuple:
+        """(ids, lengths, fit per row); desc_chars as CanineIds.fitted's."""
+        if desc_chars is None:
+            return (*self._layout(*self._texts(texts, langs)), np.full(len(texts), FITS, dtype=np.int8))
+        descriptions, contexts = split_context(texts, desc_chars)
+        rows, kind_of_row, templates = self._texts(descriptions, langs)
+        room = self.recipe.max_len - self._around(kind_of_row, templates)
+        head_lengths = _lengths(rows)
+        distinct, inverse = np.unique(_spelled(contexts, self.recipe, strip=False).astype(str),
+                                      return_inverse=True)
+        tail_of = self._token_lists(distinct)
+        inverse = inverse.reshape(-1)
+        tail_lengths = _lengths(tail_of)[inverse]
+        fit = _fit_of(head_lengths, tail_lengths, room)
+        if self.recipe.context_fit == JOINED:
+            return (*self._layout(*self._texts(_joined(descriptions, contexts, langs, self.recipe), langs)), fit)
+        keep = np.clip(room - head_lengths, 0, tail_lengths)
+        rows = [row + tail_of[t][:k] for row, t, k in zip(rows, inverse, keep)]
+        return (*self._layout(rows, kind_of_row, templates), fit)
+
+    @staticmethod
+    def _around(kind_of_row, templates) -> np.ndarray:
+        """Per row, the template's ids before and after its text."""
+        return np.asarray([len(t[0]) + len(t[1]) for t in templates], dtype=np.int64)[kind_of_row]
+
+    def _layout(self, rows: list, kind_of_row: np.ndarray, templates: list) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's text tokens in its template, cut to max_len."""
+        text_lengths = _lengths(rows)
+        text_ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32,
+                               count=int(text_lengths.sum()))
         before = np.asarray([len(t[0]) for t in templates], dtype=np.int64)[kind_of_row]
         after = np.asarray([len(t[1]) for t in templates], dtype=np.int64)[kind_of_row]
         keep = np.minimum(text_lengths, np.maximum(self.recipe.max_len - before - after, 0))
@@ -190,11 +322,11 @@ class BackendIds:
         np.cumsum(lengths[:-1], out=starts[1:])
         ids = np.empty(int(lengths.sum()), dtype=np.int32)
         for k, (head, tail) in enumerate(templates):  # the special tokens, per template
-            rows = np.flatnonzero(kind_of_row == k)
+            mine = np.flatnonzero(kind_of_row == k)
             for i, token in enumerate(head):
-                ids[starts[rows] + i] = token
+                ids[starts[mine] + i] = token
             for i, token in enumerate(tail):
-                ids[starts[rows] + before[rows] + keep[rows] + i] = token
+                ids[starts[mine] + before[mine] + keep[mine] + i] = token
         text_starts = np.zeros(len(text_lengths), dtype=np.int64)
         np.cumsum(text_lengths[:-1], out=text_starts[1:])
         keep_starts = np.zeros(len(keep), dtype=np.int64)
@@ -218,27 +350,48 @@ def token_ids_for(tokenizer, model_type: str, recipe: InputRecipe):
 
 
 class SlowIds:
-    """Any other transformers tokenizer (no fast version), row by row: slow, but right."""
+    """Any other transformers tokenizer (no fast version), row by row: slow, but right. A
+    context rides on the text, which truncation cuts from its end: the description whole
+    where it fits, the context cut from its end."""
 
     kind = "transformers"
+    unit = "tokens"
 
     def __init__(self, tokenizer, recipe: InputRecipe):
         self.tokenizer = tokenizer
         self.recipe = recipe
         self.pad_id = tokenizer.pad_token_id or 0
 
-    def encode(self, texts, langs):
+    def encode(self, texts, langs, desc_chars=None):
+        return self.fitted(texts, langs, desc_chars)[:2]
+
+    def fitted(self, texts, langs, desc_chars=None) -> tuple:
+        """(ids, lengths, fit per row); desc_chars as CanineIds.fitted's."""
+        fit = np.full(len(texts), FITS, dtype=np.int8)
+        if desc_chars is not None:
+            descriptions, contexts = split_context(texts, desc_chars)
+            heads = [len(row) for row in self._rows(descriptions, langs, None)]
+            tails = [len(self.tokenizer(str(c), add_special_tokens=False)["input_ids"]) if c else 0
+                     for c in _spelled(contexts, self.recipe, strip=False)]
+            fit = _fit_of(np.asarray(heads, dtype=np.int64), np.asarray(tails, dtype=np.int64),
+                          self.recipe.max_len)
+            if self.recipe.context_fit == JOINED:
+                texts = _joined(descriptions, contexts, langs, self.recipe)
+        rows = self._rows(texts, langs, self.recipe.max_len)
+        lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+        return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths, fit
+
+    def _rows(self, texts, langs, max_len: Optional[int]) -> list:
         first, second = model_strings(texts, langs, self.recipe)
+        cut = dict(max_length=max_len) if max_len else {}
         rows = []
         for a, b in zip(first, second if second is not None else itertools.repeat(None)):
             if b is None:
-                rows.append(self.tokenizer(str(a), truncation=True, max_length=self.recipe.max_len)["input_ids"])
+                rows.append(self.tokenizer(str(a), truncation=bool(max_len), **cut)["input_ids"])
             else:
-                rows.append(self.tokenizer(str(a), str(b), truncation="only_second",
-                                           max_length=self.recipe.max_len)["input_ids"])
-        lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-        return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths
-
+                rows.append(self.tokenizer(str(a), str(b), truncation="only_second" if max_len else False,
+                                           **cut)["input_ids"])
+        return rows
 
 
 PROBE = (["farmer and fisher", "Bäcker und Müller", "農夫", "fisherman 🎣", "", "x" * 600,

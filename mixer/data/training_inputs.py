@@ -39,12 +39,19 @@ def prepared_data_id(run_dir: str, split: str) -> str:
 def split_caches(run_dir: str, token_ids, prepared, world=None,
                  log: Callable[[str], None] = print) -> dict:
     """{split: its token cache} for "train" and "val", each checked against the
-    prepared split's content (all ranks; no torch needed)."""
+    prepared split's content (all ranks; no torch needed); says how many rows' context
+    was cut to fit the model's input."""
     from mixer.data.token_cache import token_cache
+    from mixer.data.tokens import context_note
 
-    return {split: token_cache(run_dir, split, token_ids, len(frame), world,
-                               data_id=prepared_data_id(run_dir, split), log=log)
-            for split, frame in (("train", prepared.train), ("val", prepared.val))}
+    caches = {split: token_cache(run_dir, split, token_ids, len(frame), world,
+                                 data_id=prepared_data_id(run_dir, split), log=log)
+              for split, frame in (("train", prepared.train), ("val", prepared.val))}
+    train, val = caches["train"].fit, caches["val"].fit
+    note = context_note((train[0] + val[0], train[1] + val[1]), token_ids, training=True)
+    if note:
+        log(f"{note} ({train[0]} training, {val[0]} validation row(s))")
+    return caches
 
 
 # ------------------------------------------------------------------ text store
@@ -127,20 +134,15 @@ def _mapped(path: str):
     return pa.ipc.open_file(pa.memory_map(path)).read_all()
 
 
-def _split_context(texts: list, desc_chars) -> tuple:
-    return ([t[:n] for t, n in zip(texts, desc_chars)], [t[n:] for t, n in zip(texts, desc_chars)])
-
-
 def build_text_store(run_dir: str, split: str, path: str, has_context: bool = False) -> None:
     """Write the text store of a prepared split, a row group at a time. The description
-    ends where the prepared `desc_chars` says; data prepared before that column existed
-    (a run with context columns resumed) is cut at its first ' [SEP] ', where the
-    context template begins."""
+    ends where the prepared `desc_chars` says (mixer.data.normalise.description_chars)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data.normalise import CONTEXT_SEP
+    from mixer.data.normalise import description_chars
     from mixer.data.prepare import DESC_CHARS, TEXT
+    from mixer.data.tokens import split_context
     from mixer.core.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
@@ -156,9 +158,8 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
                 group = source.read_row_group(index, columns=columns)
                 if with_context:  # description and context apart (a Python pass: context runs only)
                     texts = group.column(TEXT).to_pylist()
-                    cuts = (group.column(DESC_CHARS).to_numpy() if cut_given else
-                            [t.find(CONTEXT_SEP) if CONTEXT_SEP in t else len(t) for t in texts])
-                    descriptions, contexts = _split_context(texts, cuts)
+                    descriptions, contexts = split_context(texts, description_chars(
+                        texts, group.column(DESC_CHARS).to_numpy() if cut_given else None))
                     arrays = [pa.array(descriptions, pa.large_string()),
                               pa.array(contexts, pa.large_string())]
                 else:
@@ -236,21 +237,27 @@ class RowInputs:
         if not len(redo):
             return out
         descriptions, contexts = self.texts.rows(rows[redo])
-        texts = np.asarray([_join(noised(d, self.noise.edits, noise.keys[k], self.words.words)
-                                  if noise.noised[k] else d, c)
-                            for k, d, c in zip(redo, descriptions, contexts)], dtype=object)
+        descriptions = [noised(d, self.noise.edits, noise.keys[k], self.words.words) if noise.noised[k] else d
+                        for k, d in zip(redo, descriptions)]
+        texts, desc_chars = _joined(descriptions, contexts)
         new_langs = np.where(noise.unknown[redo], "unk", langs[redo]).astype(object)
-        ids, lengths = self.token_ids.encode(texts, new_langs)
+        ids, lengths = self.token_ids.encode(texts, new_langs, desc_chars)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         for j, k in enumerate(redo):
             out[k] = ids[starts[j]:starts[j + 1]]
         return out
 
 
-def _join(description: str, context: str) -> str:
-    """A description and its context as mixer.data.normalise.model_text joins them: with context,
-    the description stripped (a padded noised title ends in a space)."""
-    return description.strip() + context if context else description
+def _joined(descriptions: list, contexts: list) -> tuple:
+    """(texts, characters of each that are its description): descriptions and contexts as
+    mixer.data.normalise.model_input joins them; with context the description stripped (a
+    padded noised title ends in a space). None for the second where no row has context
+    (the ids are then the same either way)."""
+    descriptions = [d.strip() if c else d for d, c in zip(descriptions, contexts)]
+    texts = np.asarray([d + c for d, c in zip(descriptions, contexts)], dtype=object)
+    if not any(contexts):
+        return texts, None
+    return texts, np.fromiter(map(len, descriptions), dtype=np.int64, count=len(descriptions))
 
 
 def language_codes(langs) -> tuple:

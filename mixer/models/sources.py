@@ -15,6 +15,7 @@ encoder's run (--prepare-only) stays light.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Optional
 from mixer.core.config import RunConfig
 from mixer.core.errors import UserError
 from mixer.data.formatter import CodeFormatter
-from mixer.data.tokens import InputRecipe
+from mixer.data.tokens import DESCRIPTION_WHOLE, InputRecipe
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 BEST_DIR = "best"  # a run's best model (--keep-best): a model directory (mixer.models.model_dir)
@@ -243,8 +244,9 @@ def describe_start(config: RunConfig) -> Start:
                             "config and tokenizer); pass the whole run directory of this tool")
     previous = run_config(run_dir)
     family = previous.get("heads", {}).get("family", "mixer")
-    recipe = (InputRecipe.from_dict(previous["input_recipe"]) if family == "occcanine" and previous.get("input_recipe")
-              else InputRecipe(max_len=config.data.max_len))
+    # a new run fits context by today's rule, whatever its source was trained with
+    recipe = (dataclasses.replace(InputRecipe.from_dict(previous["input_recipe"]), context_fit=DESCRIPTION_WHOLE)
+              if family == "occcanine" and previous.get("input_recipe") else InputRecipe(max_len=config.data.max_len))
     start = Start("run", family, recipe, origin=source, run_dir=run_dir)
     if not model.only_encoder:
         if not previous:

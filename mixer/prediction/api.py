@@ -34,6 +34,7 @@ class Model:
     def __init__(self, predictor: Predictor, source: str):
         self._predictor = predictor
         self.source = source
+        self._says_context_fit = True  # predict.py counts over its chunks and says it once
 
     @property
     def family(self) -> str:
@@ -87,12 +88,13 @@ class Model:
         outputs.check_what(what, head)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         name = outputs.system_name(self._predictor, system)
-        index, texts, langs = self._inputs(texts, lang, context)
+        index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         if what in ("probs", "logits"):
-            matrix = outputs.score_matrix(self._predictor, texts, langs, what, head, batch_size)
+            matrix = outputs.score_matrix(self._predictor, texts, langs, what, head, batch_size, desc_chars)
             return pd.DataFrame(matrix, index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
-        table = self._predictor.predict(texts, langs, head, top_k, threshold, batch_size).set_axis(index)
+        table = self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
+                                        desc_chars=desc_chars).set_axis(index)
         if what == "bin":
             return pd.DataFrame(outputs.binary_matrix(table, self._predictor.codes), index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
@@ -160,8 +162,8 @@ class Model:
                             "decodings of every row)")
         _require_count("batch_size", batch_size)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
-        index, texts, langs = self._inputs(texts, lang, context)
-        codes, confidence = outputs.greedy_alternatives(self._predictor, texts, langs, k, batch_size)
+        index, texts, langs, desc_chars = self._inputs(texts, lang, context)
+        codes, confidence = outputs.greedy_alternatives(self._predictor, texts, langs, k, batch_size, desc_chars)
         table = outputs.alternatives_table(codes, confidence, self._predictor.description_of, columns,
                                            outputs.system_name(self._predictor, system),
                                            self._predictor.has_descriptions)
@@ -175,7 +177,7 @@ class Model:
         input recipe makes them): rows with equal strings get equal predictions."""
         from mixer.data.tokens import model_strings
 
-        _, texts, langs = self._inputs(texts, lang, context)
+        _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
         first, second = model_strings(texts, langs, self._predictor.recipe)
         second = np.full(len(first), "", dtype=object) if second is None else np.where(
             pd.isna(second), "", second)
@@ -185,11 +187,20 @@ class Model:
                    batch_size: int = 256) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
         _require_count("batch_size", batch_size)
-        return self._predictor.embeddings(*self._inputs(texts, lang, context)[1:], batch_size)
+        _, texts, langs, desc_chars = self._inputs(texts, lang, context)
+        return self._predictor.embeddings(texts, langs, batch_size, desc_chars)
 
-    def _inputs(self, texts: Texts, lang: Languages, context: Context) -> tuple:
-        """(the rows' index, texts, languages): a Series keeps its index in the result."""
-        from mixer.data.normalise import context_within
+    def _context_fit(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
+        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        _, texts, langs, desc_chars = self._inputs(texts, lang, context, say_fit=False)
+        if desc_chars is None:
+            return np.zeros(len(texts), dtype=np.int8)
+        return self._predictor.context_fit(texts, langs, desc_chars)
+
+    def _inputs(self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True) -> tuple:
+        """(the rows' index, texts, languages, characters of each text that are its description
+        or None without context): a Series keeps its index in the result."""
+        from mixer.data.normalise import model_input
 
         if isinstance(texts, str):
             texts = [texts]
@@ -215,6 +226,7 @@ class Model:
         columns = self._predictor.config.get("context_cols") or []
         if context is not None and not columns:
             raise UserError("context= was given but this model reads no context columns; leave it out")
+        frame = None
         if columns:
             if context is None:
                 raise UserError(f"this model reads context columns {', '.join(columns)}: pass "
@@ -223,16 +235,16 @@ class Model:
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
                 raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
-            room = None
-            if self._predictor.family == "occcanine":  # its fixed 128 characters
-                from mixer.data.normalise import occcanine_room
+        texts, desc_chars = model_input(texts, frame, columns)
+        texts = texts.to_numpy(dtype=object)
+        if desc_chars is not None and say_fit and self._says_context_fit:
+            from mixer.data.tokens import context_note
 
-                room = occcanine_room(langs, len(texts))
-            texts, cut = context_within(texts, frame, columns, room)
-            if cut:
-                print(f"note: the context of {cut} row(s) was cut from its end to fit OccCANINE's "
-                      "128 characters", file=sys.stderr)
-        return index, texts.to_numpy(dtype=object), langs
+            note = context_note(self._predictor.context_fit(texts, langs, desc_chars),
+                                self._predictor.token_ids, training=False)
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+        return index, texts, langs, desc_chars
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"

@@ -79,16 +79,18 @@ def check_what(what: str, head: str) -> None:
 
 
 @torch.no_grad()
-def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int) -> np.ndarray:
+def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
+                 desc_chars=None) -> np.ndarray:
     """(rows, codes) float32: the flat head's probabilities or logits, or with head 'full'
     the probability of each code as the first code the decoder writes."""
-    from mixer.prediction.predict import FULL_BATCH, _distinct
+    from mixer.prediction.predict import FULL_BATCH, _distinct, _rows_of
 
-    texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+    texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
     out = np.zeros((len(first_rows), len(predictor.codes)), dtype=np.float32)
     size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
     for rows, states, pooled, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], size,
-                                                            states=head == "full"):
+                                                            states=head == "full",
+                                                            desc_chars=_rows_of(desc_chars, first_rows)):
         if head == "full":
             values = predictor.model.first_block_probs(states, mask, predictor.key_blocks)
         else:
@@ -116,19 +118,20 @@ def matrix_columns(codes, style: str, system: str) -> list:
 
 # ------------------------------------------------------------------ alternatives
 @torch.no_grad()
-def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int) -> tuple:
+def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int, desc_chars=None) -> tuple:
     """(codes (rows, k, max codes) object, confidence (rows, k)): k different code sets per
     row, the first the greedy one. Rows with fewer than k sets the decoder can be pushed
     to write (after 3k passes) have empty sets and NaN at the end."""
-    from mixer.prediction.predict import _distinct
+    from mixer.prediction.predict import _distinct, _rows_of
 
     f = predictor.formatter
-    texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+    texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
     width = f.max_num_codes
     codes = np.full((len(first_rows), k, width), "", dtype=object)
     confidence = np.full((len(first_rows), k), np.nan)
     steps = f.target_len if predictor.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
-    for rows, states, _, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], batch_size):
+    for rows, states, _, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], batch_size,
+                                                       desc_chars=_rows_of(desc_chars, first_rows)):
         found = [dict() for _ in rows]
         blocked = None
         for _ in range(3 * k):

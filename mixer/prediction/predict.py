@@ -115,14 +115,15 @@ class Predictor:
 
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
-                batch_size: int = 256) -> pd.DataFrame:
-        """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k."""
+                batch_size: int = 256, desc_chars=None) -> pd.DataFrame:
+        """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k. desc_chars: per row, the
+        characters of its text that are the description (the rest is context), or None."""
         if head not in HEADS:
             raise UserError(f"head {head!r}: choose one of {', '.join(HEADS)}")
         top_k = top_k or self.default_top_k()
-        texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+        texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
         codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head, top_k,
-                                              threshold, batch_size)
+                                              threshold, batch_size, _rows_of(desc_chars, first_rows))
         codes, probs = codes[pair_ids], probs[pair_ids]
         out = {f"code_{k + 1}": codes[:, k] for k in range(top_k)}
         out.update({f"prob_{k + 1}": probs[:, k] for k in range(top_k)})
@@ -132,13 +133,13 @@ class Predictor:
         return pd.DataFrame(out)
 
     @torch.no_grad()
-    def embeddings(self, texts, langs, batch_size: int = 256) -> np.ndarray:
+    def embeddings(self, texts, langs, batch_size: int = 256, desc_chars=None) -> np.ndarray:
         """The pooled encoder output the flat head reads, (rows, hidden), float32."""
-        texts, langs, pair_ids, first_rows = _distinct(texts, langs)
+        texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
         hidden = self.model.encoder.config.hidden_size
         out = np.zeros((len(first_rows), hidden), dtype=np.float32)
         for rows, _, pooled, _, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size,
-                                                  states=False):
+                                                  states=False, desc_chars=_rows_of(desc_chars, first_rows)):
             out[rows] = pooled.float().cpu().numpy()
         return out[pair_ids]
 
@@ -159,10 +160,15 @@ class Predictor:
                                         self.model.padding_reads(decoder=states),
                                         pad_multiple(self.device))
 
-    def _encoded(self, texts, langs, batch_size, states: bool = True):
+    def context_fit(self, texts, langs, desc_chars) -> np.ndarray:
+        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        return self.token_ids.fitted(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
+                                     desc_chars)[2]
+
+    def _encoded(self, texts, langs, batch_size, states: bool = True, desc_chars=None):
         """(row indices, encoder states or None, pooled, attention mask, langs) per batch,
         each batch rows of similar length padded as far as its longest needs."""
-        ids, lengths = self.token_ids.encode(texts, langs)
+        ids, lengths = self.token_ids.encode(texts, langs, desc_chars)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         order = np.argsort(lengths, kind="stable")
@@ -205,11 +211,12 @@ class Predictor:
             pooled.append(row_pooled)
         return hidden, torch.cat(pooled)
 
-    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size):
+    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size, desc_chars=None):
         codes = np.full((len(texts), top_k), "", dtype=object)
         probs = np.full((len(texts), top_k), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
-        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat"):
+        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat",
+                                                                   desc_chars=desc_chars):
             with self._numerics():  # the heads' arithmetic, as the encoder's
                 if head == "seq2seq":
                     batch_codes, batch_probs = self.heads.seq2seq(states, mask, top_k)
@@ -222,10 +229,19 @@ class Predictor:
         return codes, probs
 
 
-def _distinct(texts, langs) -> tuple:
-    """texts, langs as arrays; each row's distinct (language, text) pair; the first row of each."""
+def _distinct(texts, langs, desc_chars=None) -> tuple:
+    """texts, langs as arrays; each row's distinct (language, text) pair (and where its
+    description ends); the first row of each."""
     texts = np.asarray(texts, dtype=object)
     langs = np.asarray(langs, dtype=object)
-    pair_ids, _ = pd.factorize(pd.Series(langs) + "\x00" + pd.Series(texts))
+    keys = pd.Series(langs) + "\x00" + pd.Series(texts)
+    if desc_chars is not None:
+        keys = keys + "\x00" + pd.Series(np.asarray(desc_chars)).astype(str)
+    pair_ids, _ = pd.factorize(keys)
     first_rows = pd.Series(np.arange(len(texts))).groupby(pair_ids).first().to_numpy()
     return texts, langs, pair_ids, first_rows
+
+
+def _rows_of(values, rows):
+    """values[rows], or None for None."""
+    return None if values is None else np.asarray(values)[rows]

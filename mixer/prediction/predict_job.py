@@ -81,6 +81,8 @@ def predict_file(args) -> None:
 
             set_descriptions(predictor, args.code_descriptions, table_options(vars(args), "code_descriptions"))
         model = Model(predictor, args.checkpoint)
+        model._says_context_fit = False  # counted over the chunks and every rank, said once below
+        context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
         config = predictor.config
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))
@@ -113,6 +115,8 @@ def predict_file(args) -> None:
             langs = text_column(part, language_col).str.strip() if language_col else language
             # the rows' own order, as texts and langs (whose index this chunk's position resets)
             context = part[context_cols].reset_index(drop=True) if context_cols else None
+            if context_cols:
+                context_fit += np.bincount(model._context_fit(texts, langs, context), minlength=3)
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
@@ -153,6 +157,8 @@ def predict_file(args) -> None:
                     embedding_writer.write(np.concatenate(vectors))
             if bar is not None:
                 bar.update(len(chunk))
+        if context_cols:  # all ranks
+            say_context_fit(mdist.gather_to_main(context_fit, world), predictor)
         if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
             from mixer.prediction.audit import finish_audit
 
@@ -182,6 +188,18 @@ def predict_file(args) -> None:
         raise
     finally:
         mdist.teardown(world)
+
+
+def say_context_fit(counts: list | None, predictor) -> None:
+    """Rank 0: one line for the whole input on the rows whose context was cut to fit."""
+    from mixer.data.tokens import context_note
+
+    if counts is None:
+        return
+    total = np.sum(counts, axis=0)
+    note = context_note((int(total[1] + total[2]), int(total[2])), predictor.token_ids, training=False)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------ output shapes
