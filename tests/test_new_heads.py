@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_program
-from test_distributed import max_difference, run, torchrun_cmd, weights
+from test_distributed import assert_same_metrics, max_difference, run, torchrun_cmd, weights
 from test_occcanine import TEXTS, hisco_model  # noqa: F401 - the fixture
 
 # dropout 0 and a fixed seed; training noise on (the recipe's), so rows differ in length
@@ -78,6 +78,8 @@ def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small
     assert "resuming from" in resumed.stdout
     for run_dir in (tmp_path / "grouped", tmp_path / "two", killed):
         assert max_difference(reference, weights(run_dir)) < 1e-5, run_dir
+    for run_dir in (tmp_path / "grouped", tmp_path / "two"):  # and evaluate alike, every row once
+        assert_same_metrics(str(fast_run[0]), str(run_dir))
 
 
 def test_predictions_at_the_rule_are_those_at_128_characters(fast_run, toy_frame, monkeypatch):
