@@ -56,7 +56,7 @@ def export(run_dir: str, out_dir: str) -> list:
                         "OccCANINE's architecture (started from an OccCANINE model) have its layout")
     from mixer.models.model import HeadsConfig
 
-    if not HeadsConfig.from_dict(heads).reads_padding:  # (a config.json from before the choice: it does)
+    if not HeadsConfig.from_dict(heads).reads_padding:  # runs from before the choice read it: exported
         raise UserError(f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
                         "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
                         "would not predict as mixer does; train the run with --new-heads occcanine to export it")
