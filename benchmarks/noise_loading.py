@@ -48,13 +48,14 @@ from common import EXAMPLE_FLAGS  # noqa: E402
 NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
 
 
-def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTERS):
+def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTERS, recipe=None):
     """A training loader of the prepared run: its token cache, noise, and batches padded as
-    far as `reads` needs (mixer.data.padding)."""
+    far as `reads` needs (mixer.data.padding). `recipe`: how rows become the model's input
+    (mixer.data.tokens.InputRecipe; default mixer's, cut at max_len)."""
     prepared = load_prepared(run_dir, with_text=False)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter
-    token_ids = token_ids_of(encoder, InputRecipe(max_len=max_len))
+    token_ids = token_ids_of(encoder, recipe or InputRecipe(max_len=max_len))
     caches = split_caches(run_dir, token_ids, prepared, log=lambda _: None)
     if noise.active:
         store = text_store(run_dir, "train", prepared_data_id(run_dir, "train"), log=lambda _: None)
@@ -63,7 +64,8 @@ def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTER
     else:
         inputs = RowInputs(caches["train"])
     dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes),
+    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes), bos=f.bos_id,
+                       eos=f.eos_id, code_pad=f.pad_id,
                        padding=InputPadding.for_encoder(encoder.model.config, max_len, reads),
                        groups=groups)
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
@@ -93,14 +95,15 @@ def seconds_per_step(encoder, formatter, key_codes, loaders: dict, steps: int) -
     """{name: median seconds of a training step} of mixer's heads on `encoder`."""
     model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
                                                   target_len=formatter.target_len))
-    return timed_steps(model, formatter, loaders, steps, learning_rate=3e-4, clip=5.0)[0]
+    return timed_steps(model, formatter, loaders, steps, learning_rate=3e-4, head_lr_scale=5.0)[0]
 
 
-def timed_steps(model, formatter, loaders: dict, steps: int, learning_rate: float, clip: float) -> tuple:
+def timed_steps(model, formatter, loaders: dict, steps: int, learning_rate: float,
+                head_lr_scale: float) -> tuple:
     """({name: median seconds of a training step (forward and backward of every group,
     optimizer)}, {name: padded input slots per row}) over the loaders' first batches, the
     loaders taken in turn each step, the first two steps a warm-up."""
-    optimizer = build_optimizer(model, learning_rate, clip, 0.01)
+    optimizer = build_optimizer(model, learning_rate, head_lr_scale, 0.01)
     model.train()
     batches = {name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()}
     slots = {name: sum(b.input_ids.numel() for groups in taken for b in groups)

@@ -369,6 +369,9 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
     assert config["source"]["kind"] == "occcanine" and config["source"]["from"] == hisco_model["hub"]
     assert config["heads"]["family"] == "occcanine" and config["thresholds"]["en"] == 0.26
     assert config["threshold"] == 0.31  # languages outside the table: OccCANINE's, not 0.5
+    # OccCANINE's own decoder, kept, reads every position: its batches stay at 128 characters
+    assert config["heads"]["decoder_reads_padding"] is True and "new heads" not in proc.stdout
+    assert "micro-batches padded whole: inputs padded to 128 characters" in proc.stdout
     assert "recipe: OccCANINE fine-tuning" in proc.stdout and "unknown language 0.25" in proc.stdout
     args = yaml.safe_load(open(out / "args.yaml"))  # the recipe, filled in where no flag said
     assert (args["train"]["head_lr_scale"], args["train"]["warmup_pct"], args["model"]["dropout"],
@@ -418,8 +421,9 @@ def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, 
 
 
 def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_model, tmp_path):
-    """New heads sized for a new key (comma-separated parts, PST2-like); the run exports
-    to OccCANINE's hub layout, which reads back with the same predictions."""
+    """New heads sized for a new key (comma-separated parts, PST2-like), in OccCANINE's form
+    (--new-heads occcanine); the run exports to OccCANINE's hub layout, which reads back with
+    the same predictions."""
     import mixer
     from mixer.cli.export_occcanine import export
 
@@ -429,13 +433,16 @@ def test_only_encoder_on_another_code_system_then_export_and_read_back(hisco_mod
     rows.to_csv(data, index=False)
     out = tmp_path / "run"
     proc = run_program("finetune.py", "--dataset", data, "--target-cols", "pst_1", "--save-path", out,
-                       "--initial-checkpoint", hisco_model["bin"], "--only-encoder",
+                       "--initial-checkpoint", hisco_model["bin"], "--only-encoder", "--new-heads", "occcanine",
                        "--use-within-block-sep", "--block-size", "3", "--max-steps", "2",
                        "--batch-size", "8", "--val-max-rows", "8", "--keep-best", "val_loss", "--eval-interval", "1")
     assert "loaded encoder weights" in proc.stdout and "flat head and decoder start new" in proc.stdout
     assert "learning rate 2e-05, heads x5" in proc.stdout  # new heads learn faster
+    assert "new heads (--new-heads occcanine): in OccCANINE's form" in proc.stdout
+    assert "micro-batches padded whole: inputs padded to 128 characters" in proc.stdout
     config = json.load(open(out / "config.json"))
-    assert config["heads"]["family"] == "occcanine"
+    assert config["heads"]["family"] == "occcanine" and config["heads"]["decoder_reads_padding"] is True
+    assert yaml.safe_load(open(out / "args.yaml"))["model"]["new_heads"] == "occcanine"
     assert config["thresholds"] == {} and config["threshold"] == 0.5  # no HISCO table for PST
     hub = tmp_path / "exported"
     files = export(str(out), str(hub))

@@ -91,8 +91,12 @@ def test_what_each_family_reads_sets_the_padding():
 
     mixer_model = MixerModel(encoder, heads).eval()
     occ_model = MixerModel(canine(CANINE_S_RATES), dataclasses.replace(heads, family="occcanine")).eval()
+    # new heads of OccCANINE's form on its encoder that mask padding (--new-heads fast)
+    fast_model = MixerModel(canine(CANINE_S_RATES), dataclasses.replace(heads, family="occcanine",
+                                                                        decoder_reads_padding=False)).eval()
     assert mixer_model.padding_reads(decoder=True) == mixer_model.padding_reads(decoder=False) == CHARACTERS
     assert (occ_model.padding_reads(decoder=False), occ_model.padding_reads(decoder=True)) == (POOLED, EVERY_POSITION)
+    assert (fast_model.padding_reads(decoder=False), fast_model.padding_reads(decoder=True)) == (POOLED, CHARACTERS)
     occ_training = InputPadding.for_encoder(encoder.config, MAX_LEN, EVERY_POSITION)
     assert occ_training.fixed and occ_training.length(7) == MAX_LEN
     # word-piece encoders: the longest row (rounded up on GPUs)
@@ -106,8 +110,9 @@ def test_what_each_family_reads_sets_the_padding():
     occ_batch = Collator(0, np.arange(6).reshape(3, 2), padding=occ_training, groups=2).grouped(items)
     assert mixer_batch.input_ids.shape[1] == 32 and [b.input_ids.shape[1] for b in occ_batch] == [MAX_LEN]
 
-    # through the model: mixer's heads at the rule equal the full length; OccCANINE's flat head
-    # too, but its decoder reads the padding as well: only the full length is exact for it
+    # through the model: mixer's heads at the rule equal the full length, and new heads that
+    # mask padding; OccCANINE's flat head too, but its own decoder reads the padding as well:
+    # only the full length is exact for it
     generator = np.random.default_rng(1)
     rows = [[0xE000, *generator.integers(32, 5000, n - 2), 0xE001] for n in (6, 13, 27)]
 
@@ -121,7 +126,8 @@ def test_what_each_family_reads_sets_the_padding():
             return model(ids, mask, decoder_input)
 
     longest = max(map(len, rows))
-    for model, reads, decoder_exact in ((mixer_model, CHARACTERS, True), (occ_model, POOLED, False)):
+    for model, reads, decoder_exact in ((mixer_model, CHARACTERS, True), (occ_model, POOLED, False),
+                                        (fast_model, CHARACTERS, True)):
         flat_full, seq_full = heads_at(model, MAX_LEN)
         flat, seq = heads_at(model, InputPadding.for_encoder(encoder.config, MAX_LEN, reads).length(longest))
         assert gap(flat, flat_full) < 1e-5

@@ -3,12 +3,13 @@
     python -m mixer.export_occcanine RUN_DIR OUT_DIR
 
 RUN_DIR is a run that started from one of OccCANINE's models (its family is
-"occcanine"); its weights are those predict.py --checkpoint RUN_DIR uses (its best
-model when it kept one: RUN_DIR/best). OUT_DIR gets config.json and
-model.safetensors as OccCANINE's `Seq2SeqMixerOccCANINE_hub.from_pretrained` reads
-them, and for systems other than HISCO key.json (code -> flat index) and chars.json
-(the decoder's symbols); predict.py and mixer.load read it back too. HISCO runs whose
-key gained no codes write no key.json: OccCANINE uses its own HISCO key. A model card
+"occcanine"; with --only-encoder, trained with --new-heads occcanine); its weights are
+those predict.py --checkpoint RUN_DIR uses (its best model when it kept one: RUN_DIR/best).
+OUT_DIR gets config.json and model.safetensors as OccCANINE's
+`Seq2SeqMixerOccCANINE_hub.from_pretrained` reads them, and for systems other than HISCO
+key.json (code -> flat index) and chars.json (the decoder's symbols); predict.py and
+mixer.load read it back too. HISCO runs whose key gained no codes write no key.json:
+OccCANINE uses its own HISCO key. A model card
 (README.md) goes with them, made from what the run's card was made from (card.json): it
 describes the weights exported (the best's or the last step's), the thresholds this
 directory is read with (OccCANINE's: its config.json carries none) and how to predict
@@ -53,6 +54,12 @@ def export(run_dir: str, out_dir: str) -> list:
     if heads.get("family") != "occcanine":
         raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
                         "OccCANINE's architecture (started from an OccCANINE model) have its layout")
+    from mixer.models.model import HeadsConfig
+
+    if not HeadsConfig.from_dict(heads).reads_padding:  # runs from before the choice read it: exported
+        raise UserError(f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
+                        "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
+                        "would not predict as mixer does; train the run with --new-heads occcanine to export it")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: is a file; pass a directory")
     inside = os.path.realpath(out_dir) + os.sep

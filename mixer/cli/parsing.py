@@ -17,8 +17,8 @@ from typing import Callable, Optional, Sequence
 from mixer import __version__
 from mixer.core import extras
 from mixer.core.config import (
-    BEST_METRICS, NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig, LogConfig,
-    ModelConfig, RunConfig, TrainConfig,
+    BEST_METRICS, NEW_HEADS, NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig,
+    LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
 from mixer.core.errors import PeerFailed, UserError, first_line
 
@@ -237,6 +237,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--only-encoder", dest="only_encoder", action=argparse.BooleanOptionalAction, default=False,
                        help="with --initial-checkpoint: load only the encoder (a different "
                             "code system gets new heads)")
+    group.add_argument("--new-heads", dest="new_heads", choices=NEW_HEADS, default=None,
+                       help="new heads on OccCANINE's encoder: fast (read only the input's characters) or "
+                            "occcanine (read all 128 positions, for mixer.export_occcanine) (default: fast)")
     group.add_argument("--freeze-encoder", dest="freeze_encoder", action=argparse.BooleanOptionalAction, default=False,
                        help="train the heads only")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several
+NEW_HEADS = ("fast", "occcanine")  # --new-heads (ModelConfig.new_heads)
 
 # Every table a program reads, by role: the flag that names the file, and the prefix of the
 # flags that say how to read it (--encoding, --sep, --sheet, --header-row for the main data;
@@ -143,6 +144,9 @@ class ModelConfig:
     head_dropout: Optional[float] = None  # None: as dropout (the OccCANINE recipe: 0)
     initial_checkpoint: Optional[str] = None
     only_encoder: bool = False
+    # new heads on OccCANINE's encoder (--only-encoder): "fast" mask the input's padding,
+    # "occcanine" read it as OccCANINE's code does (export); None: fast, or a resumed run's own
+    new_heads: Optional[str] = None
     freeze_encoder: bool = False
 
 

@@ -43,9 +43,10 @@ by 0.5 or more in the characters).
 
 What is read decides the rule: OccCANINE's flat head (and its embeddings) read the
 pooled output; mixer's own heads read the states of the real characters (their mean,
-and the decoder masks padding); OccCANINE's decoder attends to EVERY position of its
-memory, padding included (its published code passes no memory mask), so anything that
-runs OccCANINE's decoder is exact only at the full input length, 128. No torch here.
+and the decoder masks padding), and so do new heads on OccCANINE's encoder unless they
+are in its form; OccCANINE's decoder attends to EVERY position of its memory, padding
+included (its published code passes no memory mask), so anything that runs OccCANINE's
+decoder is exact only at the full input length, 128. No torch here.
 """
 
 from __future__ import annotations

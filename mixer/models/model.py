@@ -8,8 +8,11 @@ One model class, configured by its family (`HeadsConfig.family`):
 - "occcanine": the layout of OccCANINE's published models: the flat head reads
   the encoder's pooler output; the decoder works at the encoder's width, scales
   its token embeddings by sqrt(width), adds sinusoidal positions, uses post-norm
-  layers and attends to every encoder position. Its weights are read and
-  written by mixer.models.occcanine; this module does not know where they come from.
+  layers and attends to every encoder position, padding included, as OccCANINE's
+  code runs it (`decoder_reads_padding`; new heads by default mask the padding,
+  so their batches need not be padded to 128: mixer.data.padding). Its weights are
+  read and written by mixer.models.occcanine; this module does not know where they
+  come from.
 
 The decoder writes codes as max_num_codes blocks of block_size tokens, then
 EOS. Greedy decoding keeps each layer's keys and values (and the memory's,
@@ -46,6 +49,14 @@ class HeadsConfig:
     bos_id: int = 1
     decoder_ff: int = 0  # feed-forward width; 0: 4 x decoder_dim (mixer), decoder_dim (occcanine)
     max_positions: int = 128  # occcanine: length of the sinusoidal position table
+    # the decoder attends to the encoder's padding positions too; None: as the family does
+    # (OccCANINE's reads them; a config.json from before this field holds none)
+    decoder_reads_padding: Optional[bool] = None
+
+    @property
+    def reads_padding(self) -> bool:
+        """The decoder attends to every position of its input, padding included (OccCANINE's form)."""
+        return self.family == "occcanine" if self.decoder_reads_padding is None else self.decoder_reads_padding
 
     @classmethod
     def from_dict(cls, values: dict) -> "HeadsConfig":
@@ -93,7 +104,7 @@ class BlockDecoder(nn.Module):
                                            cfg.dropout, batch_first=True, norm_first=not occ)
         self.layers = nn.TransformerDecoder(layer, cfg.decoder_layers)
         self.out = nn.Linear(cfg.decoder_dim, cfg.vocab_size)
-        self.mask_memory_padding = not occ  # OccCANINE's decoder attends to every position
+        self.mask_memory_padding = not cfg.reads_padding
 
     def embed_tokens(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         hidden = self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
@@ -295,13 +306,16 @@ class MixerModel(nn.Module):
 
     def padding_reads(self, decoder: bool) -> str:
         """What of the encoder's output a pass reads, which decides how far its batches are
-        padded (mixer.data.padding): OccCANINE's flat head reads the pooled vector and its
-        decoder every position, padding included; mixer's heads read the real characters'
-        states (their mean; its decoder masks padding). `decoder`: the pass runs the decoder."""
+        padded (mixer.data.padding): OccCANINE's flat head reads the pooled vector, and a
+        decoder that reads padding (OccCANINE's own) every position; mixer's heads, and
+        new heads that mask padding, read the real characters' states. `decoder`: the pass
+        runs the decoder."""
         from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED
 
-        if self.cfg.family == "occcanine":
-            return EVERY_POSITION if decoder else POOLED
+        if decoder and self.cfg.reads_padding:
+            return EVERY_POSITION
+        if self.cfg.family == "occcanine" and not decoder:
+            return POOLED
         return CHARACTERS
 
     def encode(self, input_ids, attention_mask):

@@ -282,7 +282,7 @@ def heads_config(source: OccSource, formatter: CodeFormatter, hidden: int, dropo
                        target_len=formatter.target_len, decoder_dim=hidden,
                        decoder_layers=DECODER_LAYERS, decoder_heads=DECODER_HEADS, dropout=dropout,
                        family="occcanine", bos_id=formatter.bos_id, decoder_ff=ff,
-                       max_positions=MAX_INPUT_LEN)
+                       max_positions=MAX_INPUT_LEN, decoder_reads_padding=True)  # as OccCANINE's code runs it
 
 
 def _check_architecture(source: OccSource, what: str) -> None:

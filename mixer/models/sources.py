@@ -202,6 +202,11 @@ class Start:
         """How new heads number their decoder tokens: as the family does."""
         return "occcanine" if self.family == "occcanine" else "mixer"
 
+    @property
+    def heads_have_a_form(self) -> bool:
+        """New heads on an encoder of OccCANINE's family: --new-heads chooses their form."""
+        return self.family == "occcanine" and self.base is None
+
     def record(self) -> dict:
         """Where the starting weights came from (config.json, W&B)."""
         if self.kind == "encoder":
@@ -275,6 +280,42 @@ def _occcanine_start(config: RunConfig, source: str) -> Start:
     return start
 
 
+NEW_HEADS_LINES = {
+    "fast": "new heads (--new-heads fast): their decoder reads only the characters of each input, "
+            "so batches are padded as far as their rows need; mixer.export_occcanine needs "
+            "--new-heads occcanine",
+    "occcanine": "new heads (--new-heads occcanine): in OccCANINE's form, their decoder reads all 128 "
+                 "positions, padding included, as OccCANINE's code runs it (for mixer.export_occcanine)",
+}
+
+
+def resolve_new_heads(config: RunConfig, start: Start, resumed: Optional[dict] = None) -> RunConfig:
+    """The configuration with the form of its new heads filled (--new-heads): the flag's; a
+    resumed run's own (OccCANINE's for a run from before the flag); else fast. The flag is
+    refused where the heads have no form to choose (mixer's own, or heads kept)."""
+    import dataclasses
+
+    given = config.model.new_heads
+    if not start.heads_have_a_form:
+        if given is not None:
+            why = ("the run keeps the heads of --initial-checkpoint, trained as they are; pass "
+                   "--only-encoder for new heads" if start.base is not None else
+                   "mixer's own heads always read only the characters of each input")
+            raise UserError(f"--new-heads {given}: only new heads on OccCANINE's encoder (--initial-checkpoint "
+                            f"an OccCANINE model or a run of its architecture, --only-encoder) have a form "
+                            f"to choose; {why}; leave the flag out")
+        return config
+    form = given or "fast"
+    if resumed is not None:
+        before = (resumed.get("model") or {}).get("new_heads") or "occcanine"  # before the flag: OccCANINE's
+        if given not in (None, before):
+            raise UserError(f"--new-heads {given}: the run in {config.save_dir} trains heads of the form "
+                            f"{before}; leave the flag out to continue it, or start a new run in another "
+                            "directory")
+        form = before
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, new_heads=form))
+
+
 def run_config(run_dir: str) -> dict:
     path = os.path.join(run_dir, CONFIG_FILE)
     if not os.path.exists(path):
@@ -303,6 +344,8 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                           f"OccCANINE {start.occ.kind} {start.origin}")
         heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
         heads.num_labels = len(key_codes)
+        if start.heads_have_a_form:  # OccCANINE's own decoder (heads kept) reads the padding
+            heads.decoder_reads_padding = config.model.new_heads == "occcanine"
     else:
         encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
                    else build_encoder(config.model.encoder, dropout))
@@ -318,7 +361,11 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                                 target_len=formatter.target_len, decoder_dim=dim,
                                 decoder_layers=3 if family == "occcanine" else config.model.decoder_layers,
                                 decoder_heads=8 if family == "occcanine" else config.model.decoder_heads,
-                                dropout=dropout, family=family, bos_id=formatter.bos_id)
+                                dropout=dropout, family=family, bos_id=formatter.bos_id,
+                                decoder_reads_padding=start.heads_have_a_form
+                                and config.model.new_heads == "occcanine")
+    if start.heads_have_a_form:
+        log(NEW_HEADS_LINES[config.model.new_heads or "fast"])
     model = MixerModel(encoder.model, heads)
     from mixer.core.recipe import head_dropout
 

@@ -29,7 +29,7 @@ from mixer.data.noise import NoiseConfig
 from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
-from mixer.models.sources import build_model, describe_start, light_tokeniser
+from mixer.models.sources import build_model, describe_start, light_tokeniser, resolve_new_heads
 from mixer.core.errors import UserError
 from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
@@ -66,6 +66,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
     # the flags left out, filled for this start (or as the run being resumed had them)
     resumed = previous_settings(run_dir)
     config, recipe = resolve_recipe(config, start, resumed)
+    config = resolve_new_heads(config, start, resumed)  # their form: the flag's, the run's own, or fast
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, length_groups=length_groups(config, world.device, resumed)))  # args.yaml keeps it
     best.check_metric(config.train)  # before anything is written
