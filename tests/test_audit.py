@@ -653,6 +653,27 @@ def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, 
         assert json.load(handle)["audited"] == sorted(set(audits.description_keys(audit["occ1"])))
 
 
+def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path):
+    """Review of issue 34: the refusal named a CSV 'line' for every format; it names the row
+    under the header, and in a workbook also the row Excel shows (docs/formats.md)."""
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+    from test_formats import write_xlsx
+
+    rows = [["occ1", "hisco_1", "audit", "audit_check"]] + [["farmer", "61110", "", ""]] * 4 + [
+        ["smith", "83110", '{"id": "a"}', "c-0123456789ab"]]
+    table = pd.DataFrame(rows[1:], columns=rows[0])
+    table.to_csv(tmp_path / "t.csv", index=False)
+    table.to_parquet(tmp_path / "t.parquet")
+    write_xlsx(tmp_path / "t.xlsx", [["Occupations, 1850"], [], *rows])
+    for name, header_row, row in (("t.csv", None, "row 5,"), ("t.parquet", None, "row 5,"),
+                                  ("t.xlsx", 3, "row 5 (sheet row 8),")):
+        with pytest.raises(UserError) as error:
+            prepare(DataConfig(dataset=str(tmp_path / name), target_cols=["hisco_1"], header_row=header_row), 0,
+                    log=lambda _: None)
+        assert f"1 row(s) of an audit (predict.py --audit; e.g. {row} by its 'audit'" in str(error.value)
+
+
 def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_own_predictions(example, tmp_path):
     held = str(example / "held_back.csv")
     fp32_audit, int8_audit, int8_predicted = tmp_path / "fp32.csv", tmp_path / "int8.csv", tmp_path / "p8.csv"

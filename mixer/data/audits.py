@@ -50,7 +50,7 @@ from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
 from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import code_column, code_text
-from mixer.data.reading import NUMERIC_COLUMNS, as_text
+from mixer.data.reading import NUMERIC_COLUMNS, as_text, row_names
 from mixer.data.verdicts import AUDIT, CHECK, CORRECT, TRUE_CODE_COLUMN, is_audit
 
 STRATUM = "audit_stratum"
@@ -532,9 +532,9 @@ def refuse_audit_rows(table: pd.DataFrame, path: str, what: str, allowed: bool) 
     Rows copied without those columns cannot be told from any other row."""
     rows = audit_rows(table)
     if rows.any() and not allowed:
-        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. line "
-                        f"{int(np.argmax(rows)) + 2}, by its '{AUDIT}' and '{CHECK}' columns): {_TRAIN_REFUSAL}, "
-                        "or remove those rows")
+        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
+                        f"{row_names(table, [np.argmax(rows)])[0]}, by its '{AUDIT}' and '{CHECK}' columns): "
+                        f"{_TRAIN_REFUSAL}, or remove those rows")
 
 
 def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFrame:

@@ -84,6 +84,18 @@ def canonical_encoding(name: str) -> str:
         raise ValueError(f"unknown encoding {name!r} (e.g. utf-8, cp1252, latin-1, utf-16)")
 
 
+def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:
+    """Rows of a frame as messages name them (docs/formats.md): each one's number under the
+    header, from 1 (`numbers`: each row's, where the frame holds some of a file's rows only),
+    and in a workbook also the row Excel shows: '7 (sheet row 10)'."""
+    positions = np.asarray(positions, dtype=np.int64)
+    shown = positions + 1 if numbers is None else np.asarray(numbers)[positions]
+    sheet = frame.attrs.get(SHEET_ROWS)
+    if sheet is None:
+        return [str(int(n)) for n in shown]
+    return [f"{int(n)} (sheet row {int(sheet[p])})" for n, p in zip(shown, positions)]
+
+
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
     """A column as strings, one form per value type whatever the format it came from
