@@ -19,7 +19,7 @@ from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
-from mixer.prediction.api import Model
+from mixer.prediction.api import Model, blank_descriptions
 from mixer.prediction.predict import Predictor
 
 
@@ -80,7 +80,7 @@ def predict_file(args) -> None:
             from mixer.prediction.outputs import set_descriptions
 
             set_descriptions(predictor, args.code_descriptions, table_options(vars(args), "code_descriptions"))
-        model = Model(predictor, args.checkpoint)
+        model = Model(predictor, args.checkpoint, note_blank=False)  # counted here, over the file
         config = predictor.config
         input_col = args.input_col or config["input_col"]
         language_col = args.language_col or (None if args.language else config.get("language_col"))
@@ -97,7 +97,7 @@ def predict_file(args) -> None:
             checklist = mdist.main_only(lambda: CheckList(
                 to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
                 args.top_k or predictor.default_top_k(), log=say), world)
-        bar, summary = None, []
+        bar, summary, blank_rows = None, [], 0
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -113,6 +113,8 @@ def predict_file(args) -> None:
             langs = text_column(part, language_col).str.strip() if language_col else language
             # the rows' own order, as texts and langs (whose index this chunk's position resets)
             context = part[context_cols].reset_index(drop=True) if context_cols else None
+            if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
+                blank_rows += int(blank_descriptions(text_column(chunk, input_col)).sum())
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
@@ -159,6 +161,9 @@ def predict_file(args) -> None:
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)
         if world.is_main:
+            if blank_rows:
+                print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
+                      "no code, prob empty", file=sys.stderr)
             if writer is not None:
                 writer.commit()
                 print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
