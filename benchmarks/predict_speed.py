@@ -5,7 +5,7 @@ distinct descriptions only (every row through the model), for each head:
 flat, seq2seq (greedy decoding) and full (every code of the key scored by the
 decoder; measured on the first 500 distinct descriptions, it is much slower).
 
-    python benchmarks/predict_speed.py runs/quickstart [--modes fp32 bf16 int8] [--no-full]
+    python benchmarks/predict_speed.py runs/quickstart [--modes fp32 bf16 int8] [--no-full] [--rows N]
 
 int8 is --quantize int8 (its encoder runs one row at a time; docs/performance.md).
 """
@@ -48,9 +48,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--modes", nargs="+", choices=("fp32", "bf16", "int8"), default=["fp32", "bf16"])
     parser.add_argument("--no-full", action="store_true", help="leave out the full head (the slowest)")
+    parser.add_argument("--rows", type=int, default=None, help="the first N rows of the example data only")
     args = parser.parse_args()
     texts = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str,
-                        keep_default_na=False)["occ1"].to_numpy(dtype=object)
+                        keep_default_na=False)["occ1"].to_numpy(dtype=object)[: args.rows]
     distinct = pd.unique(texts)
     print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}; "

@@ -653,6 +653,55 @@ def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, 
         assert json.load(handle)["audited"] == sorted(set(audits.description_keys(audit["occ1"])))
 
 
+def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path):
+    """Review of issue 34: the refusal named a CSV 'line' for every format; it names the row
+    under the header, and in a workbook also the row Excel shows (docs/formats.md)."""
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+    from test_formats import write_xlsx
+
+    rows = [["occ1", "hisco_1", "audit", "audit_check"]] + [["farmer", "61110", "", ""]] * 4 + [
+        ["smith", "83110", '{"id": "a"}', "c-0123456789ab"]]
+    table = pd.DataFrame(rows[1:], columns=rows[0])
+    table.to_csv(tmp_path / "t.csv", index=False)
+    table.to_parquet(tmp_path / "t.parquet")
+    write_xlsx(tmp_path / "t.xlsx", [["Occupations, 1850"], [], *rows])
+    for name, header_row, row in (("t.csv", None, "row 5,"), ("t.parquet", None, "row 5,"),
+                                  ("t.xlsx", 3, "row 5 (sheet row 8),")):
+        with pytest.raises(UserError) as error:
+            prepare(DataConfig(dataset=str(tmp_path / name), target_cols=["hisco_1"], header_row=header_row), 0,
+                    log=lambda _: None)
+        assert f"1 row(s) of an audit (predict.py --audit; e.g. {row} by its 'audit'" in str(error.value)
+
+
+def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_path):
+    """Review of issue 34: rows that kept an audit's `audit` column but not `audit_check`
+    trained without --train-on-audit. Either column as predict.py writes it marks the
+    rows; an `audit` column of a user's own (not an audit's design) does not."""
+    from mixer.core.config import DataConfig
+    from mixer.data.prepare import prepare
+
+    design = audits.Design(unit="rows", by=None, seed=0, strata=(audits.Stratum(None, 10, 2),),
+                           predictions="p-0", predicted_rows=10, model="m-0", source="runs/x", head="flat",
+                           threshold="0.5", text_col="occ1", audit_text_col="occ1", code_columns=("code_1",),
+                           expected=None, margin=None)
+    rows = pd.DataFrame({"occ1": ["farmer"] * 4 + ["smith"], "hisco_1": ["61110"] * 4 + ["83110"]})
+    marked = {"audit only": rows.assign(audit=[""] * 4 + [design.to_json()]),
+              "audit_check only": rows.assign(audit_check=[""] * 4 + ["c-0123456789ab"])}
+    for name, table in marked.items():
+        table.to_csv(tmp_path / "t.csv", index=False)
+        with pytest.raises(UserError, match=r"1 row\(s\) of an audit .*e\.g\. row 5, .*pass --train-on-audit"):
+            prepare(DataConfig(dataset=str(tmp_path / "t.csv"), target_cols=["hisco_1"], share_val=0.2), 0,
+                    log=lambda _: None)
+        assert audits.audit_rows(table).tolist() == [False] * 4 + [True], name
+        assert prepare(DataConfig(dataset=str(tmp_path / "t.csv"), target_cols=["hisco_1"], train_on_audit=True,
+                                  share_val=0.2), 0, log=lambda _: None).train is not None
+    own = rows.assign(audit=["checked by JS", "", "", "", "{}"])  # a user's column of that name
+    assert not audits.audit_rows(own).any()
+    with pytest.raises(UserError, match="an audit .*pass --train-on-audit"):  # as --extra-train too
+        audits.training_table(marked["audit only"], "a.csv", allowed=False)
+
+
 def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_own_predictions(example, tmp_path):
     held = str(example / "held_back.csv")
     fp32_audit, int8_audit, int8_predicted = tmp_path / "fp32.csv", tmp_path / "int8.csv", tmp_path / "p8.csv"

@@ -165,6 +165,43 @@ def test_a_stratified_estimate_weighs_strata_by_their_rows_not_their_draws():
     assert math.isnan(stats.stratified([900, 100], [2, 0], [2, 0]).value)  # a stratum with no row checked
 
 
+def svyciprop_beta(rows, correct, checked, level=0.95) -> tuple:
+    """R's survey::svyciprop(method = "beta") of a stratified design with its fpc, computed
+    apart from mixer with scipy: (p, n_eff, low, high). svymean's variance (the 0/1 values'
+    variance with n_h - 1, times W_h^2 (1 - f_h) / n_h), n_eff = p (1 - p) / v scaled by
+    (qt(alpha/2, n - 1) / qt(alpha/2, degf))^2, degf = rows checked - strata; no caps."""
+    from scipy import stats as sp
+
+    rows, correct, checked = (np.asarray(x, dtype=float) for x in (rows, correct, checked))
+    weights, shares, fraction = rows / rows.sum(), correct / checked, checked / rows
+    variance = np.sum(weights ** 2 * (1 - fraction) * shares * (1 - shares) / (checked - 1))
+    p, n, alpha = float(weights @ shares), checked.sum(), 1 - level
+    n_eff = p * (1 - p) / variance * (sp.t.ppf(alpha / 2, n - 1) / sp.t.ppf(alpha / 2, n - len(rows))) ** 2
+    return (p, n_eff, sp.beta.ppf(alpha / 2, n_eff * p, n_eff * (1 - p) + 1),
+            sp.beta.ppf(1 - alpha / 2, n_eff * p + 1, n_eff * (1 - p)))
+
+
+def test_a_stratified_interval_takes_korn_and_graubard_s_degrees_of_freedom_as_r_does():
+    """Review of issue 34: the effective n is scaled by (t_{n-1} / t_{n-H})^2, as R's
+    svyciprop(method = "beta") does; where no cap binds the interval is R's. Without the
+    factor the first design's lower end was 0.5329 (R: 0.5288), the second's 0.3630 (0.3534).
+    The docs' design (--audit-by words: 200 rows over 4 strata) is capped at the rows
+    checked, and its interval is as before."""
+    for rows, correct, checked in [([400, 300, 200, 100], [7, 5, 3, 1], [8, 6, 4, 2]),
+                                   ([900, 100], [5, 3], [6, 4]),
+                                   ([2_000, 1_000, 1_000], [18, 5, 4], [20, 8, 8])]:
+        ours = stats.stratified(rows, correct, checked)
+        p, n_eff, low, high = svyciprop_beta(rows, correct, checked)
+        assert ours.n_eff < sum(checked)  # no cap binds: R's interval
+        np.testing.assert_allclose([ours.value, ours.n_eff, ours.low, ours.high], [p, n_eff, low, high], rtol=1e-9)
+    docs = stats.stratified([2, 432, 248, 118], [2, 94, 55, 25], [2, 107, 62, 29])
+    assert docs.n_eff == 200 and (round(docs.low, 4), round(docs.high, 4)) == (0.8256, 0.9208)
+    for degrees in (1, 2, 5, 19, 196, 10_000):
+        from scipy import stats as sp
+
+        assert stats.t_quantile(degrees) == pytest.approx(-sp.t.ppf(0.025, degrees), rel=1e-9)
+
+
 def stratified_draws(sizes, accuracy, allocation, draws: int, seed: int) -> tuple:
     """(the file's accuracy, each of `draws` stratified audits' correct counts per stratum):
     the rows right in a simple random sample of n_h of a stratum's N_h rows, K_h of them

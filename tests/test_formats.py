@@ -316,6 +316,28 @@ def test_a_csv_title_row_or_blank_first_line_is_named_or_skipped(tmp_path):
         read_table(str(tmp_path / "empty.csv"))
 
 
+@pytest.mark.parametrize("sep", [";", "\t"], ids=["semicolon", "tab"])
+def test_a_title_without_separators_above_a_semicolon_or_tab_table_names_header_row(tmp_path, sep):
+    """Review of issue 34: a title line above a ';' or tab header read as the file's one
+    column ('no column occ1; the file has: Occupations parish of X 1850'); the lines below
+    using one separator alike show it is a title, and the error names --header-row."""
+    titled = tmp_path / "t.csv"
+    titled.write_text(f"Occupations parish of X 1850\n\nocc1{sep}hisco_1\nfarmer{sep}61110\nsmith{sep}83110\n")
+    shown = "tab" if sep == "\t" else repr(sep)
+    both_readers_refuse(titled, f"--dataset {titled}: line 1 ('Occupations parish of X 1850') holds no separator, "
+                                f"but the lines below it use {shown}: if the column names are in line 3 (a title "
+                                "above them), pass --header-row 3; if the file is one column, pass --sep ','")
+    assert read_table(str(titled), TableOptions(header_row=3)).values.tolist() == [["farmer", "61110"],
+                                                                                  ["smith", "83110"]]
+    with pytest.raises(UserError, match="pass --extra-train-header-row 3;"):
+        read_table(str(titled), TableOptions(role="extra_train"))
+    # one column whose cells hold the separator unevenly is one column, as before
+    one = tmp_path / "one.csv"
+    one.write_text(f"occ1\nfarmer{sep} fisher\nsmith\n")
+    assert read_table(str(one)).values.tolist() == [[f"farmer{sep} fisher"], ["smith"]]
+    assert read_table(str(titled), TableOptions(sep=",")).columns.tolist() == ["Occupations parish of X 1850"]
+
+
 def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
     """Review of issue 27, item 14: a row with more cells than the header gives its row
     number whichever reader met it (pyarrow's threaded reader gives none)."""

@@ -207,6 +207,42 @@ def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
         model.alternatives(TEXTS, k=51)
 
 
+def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tmp_path, capsys):
+    """Review of issue 34: an empty description got a code and a probability. A row with no
+    text (empty, spaces, missing) has nothing to code: no code, an empty prob, in every head
+    and shape, predict.py and the API alike, and their number is printed."""
+    import mixer
+    from mixer.cli.entrypoints import predict_main
+
+    model = mixer.load(shapes_run)
+    texts = pd.Series(["farmer", "", "   ", None, "smith"], index=list("abcde"))
+    blank = np.asarray([False, True, True, True, False])
+    for head in ("flat", "seq2seq", "full"):
+        table = model.predict(texts, head=head, threshold=0.0)  # a threshold of 0: every row has codes
+        assert (table.loc[blank, [c for c in table if not c.startswith("prob_")]] == "").all().all(), head
+        assert table.loc[blank, [c for c in table if c.startswith("prob_")]].isna().all().all(), head
+        assert capsys.readouterr().err.count("note: 3 row(s) without a description") == 1
+        described = model.predict(texts[~blank], head=head, threshold=0.0)
+        pd.testing.assert_frame_equal(table[~blank], described)
+        assert (described["code_1"] != "").all()
+    probs = model.predict(texts, what="probs")
+    assert probs[blank].isna().all().all() and probs[~blank].notna().all().all()
+    assert model.predict(texts, what="bin", threshold=0.0)[blank].eq(0).all().all()
+    alternatives = model.alternatives(texts, k=2)
+    assert (alternatives.loc[["b", "c", "d"], "code_1"] == "").all()
+    assert alternatives.loc[["b", "c", "d"], "prob"].isna().all()
+    assert (alternatives.loc[["a", "e"], "code_1"] != "").all()
+    source = pd.DataFrame({"occ1": ["farmer", "", "smith", " ", "miner"]})
+    source.to_csv(tmp_path / "in.csv", index=False)
+    capsys.readouterr()
+    assert predict_main(["--checkpoint", shapes_run, "--input", str(tmp_path / "in.csv"), "--output",
+                         str(tmp_path / "out.csv"), "--chunk-size", "2", "--threshold", "0"]) == 0
+    assert f"--input {tmp_path / 'in.csv'}: 2 row(s) without a description" in capsys.readouterr().err
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(out["code_1"] == "") == [False, True, False, True, False] and list(out["prob_1"] == "") == \
+        [False, True, False, True, False]
+
+
 def torch_equal(a, b):
     import torch
 

@@ -50,7 +50,7 @@ from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
 from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import code_column, code_text
-from mixer.data.reading import NUMERIC_COLUMNS, as_text
+from mixer.data.reading import NUMERIC_COLUMNS, as_text, row_names
 from mixer.data.verdicts import AUDIT, CHECK, CORRECT, TRUE_CODE_COLUMN, is_audit
 
 STRATUM = "audit_stratum"
@@ -328,16 +328,20 @@ class Audit:
 
 
 _CHECK_CELL = re.compile(r"^c-[0-9a-f]{12}$")
+_DESIGN_CELL = re.compile(r'^\{.*"id": "a-[0-9a-f]{12}"', re.S)  # Design.to_json's
 
 
 def audit_rows(frame: pd.DataFrame) -> np.ndarray:
-    """The rows of a table that carry an audit's bookkeeping: an `audit` cell and an
-    `audit_check` cell as predict.py --audit writes it (an audit, or its rows copied
-    with their columns into another table)."""
-    if not is_audit(frame):
-        return np.zeros(len(frame), dtype=bool)
-    check = as_text(frame[CHECK]).str.strip().str.match(_CHECK_CELL).to_numpy()
-    return check & as_text(frame[AUDIT]).str.strip().ne("").to_numpy()
+    """The rows of a table that carry an audit's bookkeeping as predict.py --audit writes it:
+    an `audit` cell holding its design, or an `audit_check` cell, or both (an audit, or its
+    rows copied into another table with one of those columns or both)."""
+    rows = np.zeros(len(frame), dtype=bool)
+    if AUDIT in frame.columns:  # the design is the same on every row: checked once per value
+        ids, cells = pd.factorize(as_text(frame[AUDIT]).str.strip())
+        rows |= np.asarray([bool(_DESIGN_CELL.match(cell)) for cell in cells], dtype=bool)[ids]
+    if CHECK in frame.columns:
+        rows |= as_text(frame[CHECK]).str.strip().str.match(_CHECK_CELL).to_numpy()
+    return rows
 
 
 def parse_verdicts(frame: pd.DataFrame, where: str, lines=None) -> np.ndarray:
@@ -532,16 +536,16 @@ def refuse_audit_rows(table: pd.DataFrame, path: str, what: str, allowed: bool) 
     Rows copied without those columns cannot be told from any other row."""
     rows = audit_rows(table)
     if rows.any() and not allowed:
-        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. line "
-                        f"{int(np.argmax(rows)) + 2}, by its '{AUDIT}' and '{CHECK}' columns): {_TRAIN_REFUSAL}, "
-                        "or remove those rows")
+        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
+                        f"{row_names(table, [np.argmax(rows)])[0]}, by its '{AUDIT}' or '{CHECK}' cell): "
+                        f"{_TRAIN_REFUSAL}, or remove those rows")
 
 
 def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFrame:
     """--extra-train: a file that is not an audit as it is; an audit refused unless
     --train-on-audit, else its checked rows as checked_1.. (the true codes, or the
     predicted codes where `correct` says yes)."""
-    if not is_audit(table):
+    if not is_audit(table) and not audit_rows(table).any():
         return table
     if not allowed:
         raise UserError(f"--extra-train {path}: an audit (predict.py --audit): {_TRAIN_REFUSAL}")

@@ -32,7 +32,7 @@ from mixer.data.normalise import (
     restore_digits, width_reason,
 )
 from mixer.data.reading import (
-    SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns,
+    SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns, row_names,
 )
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
@@ -124,10 +124,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     for mask, _ in problems:
         bad |= mask
     if bad.any() and not cfg.drop_bad_labels:
-        numbers = np.arange(1, n_rows + 1) if numbers is None else numbers
-        sheet = frame.attrs.get(SHEET_ROWS)  # a workbook's rows: also as Excel numbers them
-        shown = [str(n) if sheet is None else f"{n} (sheet row {s})" for n, s in
-                 zip(numbers, sheet if sheet is not None else numbers)]
+        shown = row_names(frame, np.arange(n_rows), numbers)  # a workbook's: also as Excel numbers them
         raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, shown))
 
     lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)

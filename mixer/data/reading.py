@@ -84,6 +84,18 @@ def canonical_encoding(name: str) -> str:
         raise ValueError(f"unknown encoding {name!r} (e.g. utf-8, cp1252, latin-1, utf-16)")
 
 
+def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:
+    """Rows of a frame as messages name them (docs/formats.md): each one's number under the
+    header, from 1 (`numbers`: each row's, where the frame holds some of a file's rows only),
+    and in a workbook also the row Excel shows: '7 (sheet row 10)'."""
+    positions = np.asarray(positions, dtype=np.int64)
+    shown = positions + 1 if numbers is None else np.asarray(numbers)[positions]
+    sheet = frame.attrs.get(SHEET_ROWS)
+    if sheet is None:
+        return [str(int(n)) for n in shown]
+    return [f"{int(n)} (sheet row {int(sheet[p])})" for n, p in zip(shown, positions)]
+
+
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
     """A column as strings, one form per value type whatever the format it came from
@@ -232,6 +244,8 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             sep = named.group(1)
         elif options.sep is None:
             sep = detect_separator(header_line.rstrip("\r\n"))
+            if not options.header_row:
+                _refuse_title_above(handle, header_line, skip_rows + 1, path, options)
             if sep is None:
                 found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(header_line).count(s))
                 raise UserError(f"{what} {path}: the header line holds {found} equally often; "
@@ -258,6 +272,35 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
                             f"(or leave {flag} out to take the header's)")
     return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding,
                      skip_rows=skip_rows, named=bool(named and options.sep is None and skip_rows))
+
+
+TITLE_CHECK_LINES = 5  # lines below a header without separators that must agree to call it a title
+
+
+def _refuse_title_above(handle, header_line: str, line: int, path: str, options: TableOptions) -> None:
+    """Refuse a header line without any separator above lines that all use the same ';', tab or
+    '|' as often: a title above the column names, which would otherwise read as the file's one
+    column. (Below a title, rows that use ',' fail as rows with more cells than the header.)"""
+    if any(sep in _outside_quotes(header_line) for sep in SEPARATORS):
+        return
+    below, number = [], line
+    while len(below) < TITLE_CHECK_LINES:
+        text = handle.readline()
+        if not text:
+            break
+        number += 1
+        if not blank_line(text):
+            below.append((number, _outside_quotes(text.rstrip("\r\n"))))
+    if not below:
+        return
+    sep = detect_separator(below[0][1])
+    if sep in (None, ",") or len({text.count(sep) for _, text in below}) > 1 or not below[0][1].count(sep):
+        return
+    header_row = below[0][0]
+    raise UserError(f"{options.what} {path}: line {line} ({header_line.strip()[:LINE_SHOWN]!r}) holds no "
+                    f"separator, but the lines below it use {_shown(sep)}: if the column names are in line "
+                    f"{header_row} (a title above them), pass {options.flag('header_row')} {header_row}; "
+                    f"if the file is one column, pass {options.flag('sep')} ','")
 
 
 LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error

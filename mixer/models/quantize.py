@@ -10,9 +10,13 @@ benchmarks/int8_agreement.py, benchmarks/predict_speed.py --modes int8 and
 benchmarks/occcanine_speed.py (docs/performance.md).
 
 A quantized activation's scale is that of the whole tensor a layer gets, so a row batched
-with others would get a result that depends on them (and on their padding). The predictor
-therefore runs a quantized encoder on one row at a time (mixer.prediction.predict): each
-row's result is its own, whatever the batch, the chunk or the number of processes.
+with others would get an int8 approximation that depends on them (and on their padding). The
+predictor therefore runs a quantized encoder on one row at a time (mixer.prediction.predict):
+each row's int8 approximation is its own, whatever the batch, the chunk or the number of
+processes. The heads, in fp32, run on the batch as fp32 prediction's do, so their
+probabilities round by its shape as fp32's do (docs/predicting.md): running them one row at
+a time too cost greedy decoding 2.8x its CPU time (one thread of an AVX2 CPU; issue 34), for a
+difference of float rounding.
 
 Why PyTorch's dynamic quantization (torch.ao.quantization.quantize_dynamic): it is the
 one implementation that ran CANINE here. ONNX Runtime could not run transformers'

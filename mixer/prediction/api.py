@@ -31,10 +31,11 @@ Context = Union[None, pd.DataFrame, dict]
 class Model:
     """A trained model: a run directory of this tool or an OccCANINE model."""
 
-    def __init__(self, predictor: Predictor, source: str):
+    def __init__(self, predictor: Predictor, source: str, note_blank: bool = True):
         self._predictor = predictor
         self.source = source
         self._says_context_fit = True  # predict.py counts over its chunks and says it once
+        self._note_blank = note_blank  # predict.py counts them over its whole file instead
 
     @property
     def family(self) -> str:
@@ -69,7 +70,11 @@ class Model:
         (mixer.prediction.outputs): 'probs' (flat or full head), 'logits' (flat head) or 'bin' (1 for
         each code the table would hold). columns: 'occcanine' for OccCANINE's column names
         and order (its predict() table: occ1, <system>_k, prob_k, desc_k; a matrix's
-        columns <system>_<code>); system: that name (default: hisco, occ1950 or code)."""
+        columns <system>_<code>); system: that name (default: hisco, occ1950 or code).
+
+        A row without a description (empty or spaces) has nothing to code: no code, an
+        empty prob (NaN rows in a matrix), whatever its language and context; their number
+        is printed."""
         head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
         if head not in HEADS:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
@@ -88,13 +93,15 @@ class Model:
         outputs.check_what(what, head)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         name = outputs.system_name(self._predictor, system)
+        texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         if what in ("probs", "logits"):
             matrix = outputs.score_matrix(self._predictor, texts, langs, what, head, batch_size, desc_chars)
+            matrix[blank] = np.nan
             return pd.DataFrame(matrix, index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
-        table = self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
-                                        desc_chars=desc_chars).set_axis(index)
+        table = without_codes(self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
+                                                      desc_chars=desc_chars), blank).set_axis(index)
         if what == "bin":
             return pd.DataFrame(outputs.binary_matrix(table, self._predictor.codes), index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
@@ -162,8 +169,10 @@ class Model:
                             "decodings of every row)")
         _require_count("batch_size", batch_size)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
+        texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         codes, confidence = outputs.greedy_alternatives(self._predictor, texts, langs, k, batch_size, desc_chars)
+        codes[blank], confidence[blank] = "", np.nan
         table = outputs.alternatives_table(codes, confidence, self._predictor.description_of, columns,
                                            outputs.system_name(self._predictor, system),
                                            self._predictor.has_descriptions)
@@ -189,6 +198,19 @@ class Model:
         _require_count("batch_size", batch_size)
         _, texts, langs, desc_chars = self._inputs(texts, lang, context)
         return self._predictor.embeddings(texts, langs, batch_size, desc_chars)
+
+    def _blank(self, texts: Texts) -> tuple:
+        """(texts, the rows without a description: empty, spaces or missing, nothing to code),
+        an iterator read into a list. Their number is said on stderr unless the caller counts
+        them itself."""
+        if _is_list_like(texts) and not isinstance(texts, (pd.Series, list, tuple, np.ndarray)):
+            texts = list(texts)
+        values = [texts] if isinstance(texts, str) else texts if _is_list_like(texts) else []
+        blank = blank_descriptions(pd.Series(list(values), dtype=object))
+        if blank.any() and self._note_blank:
+            print(f"note: {int(blank.sum()):,} row(s) without a description (empty or spaces): no code, "
+                  "prob empty", file=sys.stderr)
+        return texts, blank
 
     def _context_fit(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
         """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
@@ -248,6 +270,21 @@ class Model:
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
+
+
+def blank_descriptions(texts: pd.Series) -> np.ndarray:
+    """Per row, whether its description is empty, spaces or missing."""
+    return texts.where(texts.notna(), "").astype(str).str.strip().eq("").to_numpy()
+
+
+def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """A code table with no code, prob or description in `rows`."""
+    if not rows.any():
+        return table
+    table = table.copy()
+    for column in table.columns:
+        table.loc[rows, column] = np.nan if column.startswith("prob_") else ""
+    return table
 
 
 def _aligned(name: str, value, index: pd.Index):

@@ -19,7 +19,7 @@ from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
-from mixer.prediction.api import Model
+from mixer.prediction.api import Model, blank_descriptions
 from mixer.prediction.predict import Predictor
 
 
@@ -80,7 +80,7 @@ def predict_file(args) -> None:
             from mixer.prediction.outputs import set_descriptions
 
             set_descriptions(predictor, args.code_descriptions, table_options(vars(args), "code_descriptions"))
-        model = Model(predictor, args.checkpoint)
+        model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
         model._says_context_fit = False  # counted over the chunks and every rank, said once below
         context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
         config = predictor.config
@@ -99,7 +99,7 @@ def predict_file(args) -> None:
             checklist = mdist.main_only(lambda: CheckList(
                 to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
                 args.top_k or predictor.default_top_k(), log=say), world)
-        bar, summary = None, []
+        bar, summary, blank_rows = None, [], 0
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -117,6 +117,8 @@ def predict_file(args) -> None:
             context = part[context_cols].reset_index(drop=True) if context_cols else None
             if context_cols:
                 context_fit += np.bincount(model._context_fit(texts, langs, context), minlength=3)
+            if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
+                blank_rows += int(blank_descriptions(text_column(chunk, input_col)).sum())
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
                 pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
@@ -165,6 +167,9 @@ def predict_file(args) -> None:
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)
         if world.is_main:
+            if blank_rows:
+                print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
+                      "no code, prob empty", file=sys.stderr)
             if writer is not None:
                 writer.commit()
                 print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)

@@ -18,10 +18,11 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   an interval below the truth). For a stratified sample the estimate is the strata's accuracies
   weighted by their shares of rows, with the stratified variance estimator (Cochran 1977,
   5.3) and Clopper & Pearson's interval at the design's effective sample size (Korn &
-  Graubard 1998): n_eff = p (1 - p) / v, kept at most the rows checked and at most Kish's
-  effective n of the weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that
-  a stratum whose few rows all agree cannot make the interval narrower than its weight
-  allows.
+  Graubard 1998): n_eff = p (1 - p) / v times their degrees-of-freedom factor
+  (t_{n-1} / t_{n-H})^2 (n rows checked, H strata; R's survey::svyciprop(method = "beta")
+  applies it too), kept at most the rows checked and at most Kish's effective n of the
+  weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that a stratum whose few rows
+  all agree cannot make the interval narrower than its weight allows.
 - Size: the fewest rows whose interval, at the accuracy the model expects, reaches at most
   the margin from the estimate on either side (the larger side: the lower one, above an
   accuracy of 0.5); stratified, at each stratum's expected accuracy, with the allocation
@@ -32,6 +33,7 @@ Pure numpy and the standard library: no torch, no pandas, no scipy.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -188,6 +190,24 @@ def beta_quantile(q: float, a: float, b: float) -> float:
     return (low + high) / 2
 
 
+def t_quantile(degrees: float, level: float = LEVEL) -> float:
+    """Student's t with `degrees` degrees of freedom: the t that |T| exceeds with chance
+    1 - level (1.96 as degrees grow), from P(|T| > t) = I_{d / (d + t^2)}(d / 2, 1 / 2)."""
+    x = beta_quantile(1 - level, degrees / 2, 0.5)
+    return math.sqrt(degrees * (1 - x) / x)
+
+
+@functools.lru_cache(maxsize=1024)
+def degrees_factor(checked: float, strata: int) -> float:
+    """Korn & Graubard's factor on a stratified sample's n_eff, (t_{n-1} / t_{n-H})^2: its
+    variance is estimated with n - H degrees of freedom, not a simple sample's n - 1. 1
+    where n - H < 1: every stratum then has one row checked, whose variance is the bound
+    1/4, not an estimate."""
+    if checked - strata < 1:
+        return 1.0
+    return (t_quantile(checked - 1) / t_quantile(checked - strata)) ** 2
+
+
 # ------------------------------------------------------------------ intervals
 def clopper_pearson(successes, n, level: float = LEVEL) -> tuple:
     """Clopper & Pearson's exact interval for `successes` of `n`: the accuracies at which
@@ -326,8 +346,8 @@ def _effective(rows: np.ndarray, shares: np.ndarray, checked: np.ndarray) -> tup
     n_eff = float(checked.sum())
     if kish.sum() > 0:
         n_eff = min(n_eff, 1 / float(kish.sum()))
-    if variance > 0 and p * (1 - p) > 0:
-        n_eff = min(n_eff, p * (1 - p) / variance)
+    if variance > 0 and p * (1 - p) > 0:  # the estimated part alone takes the degrees' factor
+        n_eff = min(n_eff, p * (1 - p) / variance * degrees_factor(float(checked.sum()), len(checked)))
     return p, n_eff
 
 
@@ -338,10 +358,10 @@ def stratified(rows: Sequence[int], correct: Sequence[float], checked: Sequence[
     p = sum W_h p_h with W_h = rows_h / rows;
     v = sum W_h^2 (1 - f_h) p_h (1 - p_h) / (n_h - 1), f_h = n_h / rows_h; a stratum
     with one row checked of several counts the largest variance a share can have, 1/4;
-    n_eff = p (1 - p) / v, at most the rows checked and at most Kish's n of the weights,
-    1 / sum W_h^2 (1 - f_h) / n_h (either cap alone when v or p (1 - p) is 0); the
-    interval is Clopper & Pearson's at (p n_eff, n_eff). nan when a stratum has no row
-    checked: the strata checked say nothing of it."""
+    n_eff = p (1 - p) / v x degrees_factor(n, H), at most the rows checked and at most
+    Kish's n of the weights, 1 / sum W_h^2 (1 - f_h) / n_h (either cap alone when v or
+    p (1 - p) is 0); the interval is Clopper & Pearson's at (p n_eff, n_eff). nan when a
+    stratum has no row checked: the strata checked say nothing of it."""
     rows = np.asarray(rows, dtype=float)
     correct = np.asarray(correct, dtype=float)
     checked = np.asarray(checked, dtype=float)
