@@ -463,7 +463,7 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
     assert finetune_main(["--dataset", str(tmp_path / "households.csv"), "--target-cols", "code_1",
                           "--use-within-block-sep", "--block-size", "2", "--context-cols", "relation",
                           "--language-col", "lang", "--initial-checkpoint", hisco_model["hub"],
-                          "--only-encoder", "--save-path", str(run), "--num-epochs", "6",
+                          "--only-encoder", "--save-path", str(run), "--num-epochs", "8",
                           "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
                           "--share-val", "0.2", "--seed", "1",
                           "--no-augmentation", "--no-eval-noise"]) == 0  # the context is the subject

@@ -54,12 +54,6 @@ def export(run_dir: str, out_dir: str) -> list:
     if heads.get("family") != "occcanine":
         raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
                         "OccCANINE's architecture (started from an OccCANINE model) have its layout")
-    from mixer.models.model import HeadsConfig
-
-    if not HeadsConfig.from_dict(heads).reads_padding:  # runs from before the choice read it: exported
-        raise UserError(f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
-                        "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
-                        "would not predict as mixer does; train the run with --new-heads occcanine to export it")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: is a file; pass a directory")
     inside = os.path.realpath(out_dir) + os.sep
@@ -70,6 +64,12 @@ def export(run_dir: str, out_dir: str) -> list:
         raise UserError(f"{run_dir}: trained with --context-cols {' '.join(config['context_cols'])}, which "
                         "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
                         "predict with mixer (predict.py, mixer.load) instead")
+    from mixer.models.model import HeadsConfig
+
+    if not HeadsConfig.from_dict(heads).reads_padding:  # runs from before the choice read it: exported
+        raise UserError(f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
+                        "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
+                        "would not predict as mixer does; train the run with --new-heads occcanine to export it")
     formatter = CodeFormatter.from_dict(config["formatter"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
     if own_key and formatter.kind == "hisco":  # checked before anything is written
