@@ -103,7 +103,8 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
                text_col: str, lang_col: str) -> None:
     """Tokenise this rank's row groups into part-<rank>.ids / .lengths, and count in
     part-<rank>.fit the rows whose context was cut (the prepared `desc_chars` column says
-    where each description ends; a split without it has no context)."""
+    where each description ends; a split without it, one text per row: no context, or data
+    prepared before the column existed)."""
     import pyarrow.parquet as pq
 
     from mixer.data.prepare import DESC_CHARS
