@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TINY, TOY
+from conftest import ROOT, TINY, TOY, assert_same_predictions
 from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
 from mixer.core.errors import UserError
 from mixer.data import audits
@@ -115,7 +115,10 @@ def test_the_docs_example_runs_and_estimates_the_accuracy_of_all_rows(example):
     assert abs(whole["accuracy"] - full) <= 4 * math.sqrt(full * (1 - full) / 200)
 
 
+@pytest.mark.floats
 def test_the_draw_depends_on_the_seed_and_the_rows_alone(example, tmp_path):
+    """The rows drawn, their codes and the design are exact; prob_1 comes from batches
+    padded to other lengths (the chunks), so it is equal up to float rounding."""
     import mixer
 
     held = example / "held_decades.csv"
@@ -125,7 +128,7 @@ def test_the_draw_depends_on_the_seed_and_the_rows_alone(example, tmp_path):
         assert predict_main(["--checkpoint", model_dir(example), "--input", str(held), "--audit", "60", str(out),
                              "--audit-by", "decade", "--chunk-size", str(chunk)]) == 0
         drawn[chunk] = read(out)
-    pd.testing.assert_frame_equal(drawn[37], drawn[1000])
+    assert_same_predictions(drawn[37], drawn[1000])
     # the Python API draws the same sample, with the same design (fingerprints included)
     api = mixer.load(model_dir(example)).audit(read(held), 60, by="decade")
     assert api["audit_row"].tolist() == drawn[37]["audit_row"].astype(int).tolist()
