@@ -18,6 +18,7 @@ from conftest import ROOT, TINY, TOY, assert_same_predictions
 from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
 from mixer.core.errors import UserError
 from mixer.data import audits
+from mixer.prediction.audit import PROBABILITY_UNITS
 from mixer.reporting import audit as stats
 from mixer.reporting.evaluation import group_order
 from test_audit_statistics import bottom_k
@@ -152,13 +153,16 @@ def test_a_stratified_audit_sized_by_its_margin_and_scored_with_blanks(example, 
                          "--audit", str(audit), "--audit-margin", "0.08", "--audit-by", "decade"]) == 0
     said = capsys.readouterr().err
     # the size: the fewest rows for +-0.08 at each decade's mean prob_1, for this design (its
-    # allocation and weights), said before anything is checked
-    expected = round(pd.to_numeric(read(predicted)["prob_1"]).mean(), 3)
+    # allocation and weights), said before anything is checked. The means are summed in
+    # millionths as the draw sums them, in any order: a mean summed otherwise can round to
+    # another third decimal (a tie of floats) and so to another size.
+    units = np.rint(pd.to_numeric(read(predicted)["prob_1"]).to_numpy() * PROBABILITY_UNITS).astype(np.int64)
+    expected = round(int(units.sum()) / PROBABILITY_UNITS / len(units), 3)
     frame, drawn = read(held), read(audit)
     labels = group_order(set(frame["decade"]) - {""}, None) + [""]
     sizes = [int((frame["decade"] == label).sum()) for label in labels]
-    probability = pd.to_numeric(read(predicted)["prob_1"])
-    by_decade = [round(probability[frame["decade"] == label].mean(), 3) for label in labels]
+    by_decade = [round(int(units[(frame["decade"] == label).to_numpy()].sum()) / PROBABILITY_UNITS / size, 3)
+                 for label, size in zip(labels, sizes)]
     count = stats.design_size(sizes, by_decade, 0.08)
     assert f"audit: {count:,} rows give a 95% interval that reaches at most 0.08 from the estimate on either " \
            f"side at the accuracy the model expects, {expected:.3f}" in said
