@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -21,6 +23,40 @@ TOY = os.path.join(ROOT, "data", "toy_hisco.csv")
 # A tiny model and a short schedule: a run takes a few seconds on 2 cores.
 TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
         "--decoder-heads", "2", "--max-len", "48", "--log-interval", "5"]
+
+
+# Floats computed two ways (another batch, padding, chunk, number of processes or threads, or
+# another CPU's kernels) round differently: float32 keeps 24 bits, so one rounding is at most
+# 6e-8 of a value and a few roundings apart is rtol 1e-6; atol 1e-7 is for values near 0,
+# whose rounding is that of the larger terms they were computed from. One tolerance for the
+# suite (docs/tests.md); the tests that use it are marked `floats`.
+FLOATS = dict(rtol=1e-6, atol=1e-7)
+# Weights trained for a few steps in two layouts (processes, batch splits, length groups, a
+# resume in another layout) drift further: each step starts from the last one's rounding, and
+# Adam scales every update by its gradient's own size, so a few ulps of a small gradient move a
+# weight by more. docs/distributed.md promises weights within 1e-5 after such short runs; their
+# validation metrics (a loss near 6, sums over rows) within 2e-5.
+TRAINED_WEIGHTS_ATOL, TRAINED_METRICS_ATOL = 1e-5, 2e-5
+# The float columns of a prediction table or an audit; every other column is exact.
+FLOAT_COLUMN = re.compile(r"prob(_\d+)?|conf(idence)?")
+
+
+def assert_floats_close(actual, expected, err_msg: str = "") -> None:
+    """Floats computed two ways, within FLOATS (NaN where the other has NaN)."""
+    np.testing.assert_allclose(np.asarray(actual, dtype=float), np.asarray(expected, dtype=float),
+                               err_msg=err_msg, **FLOATS)
+
+
+def assert_same_predictions(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
+    """Two prediction tables (or audits) computed in different batches: the codes, rows, ids
+    and their order exactly, the probabilities within FLOATS. Read from a file as text or
+    returned by the API alike."""
+    assert list(actual.columns) == list(expected.columns)
+    floats = [c for c in expected.columns if FLOAT_COLUMN.fullmatch(str(c))]
+    pd.testing.assert_frame_equal(actual.drop(columns=floats), expected.drop(columns=floats), check_exact=True)
+    for column in floats:
+        assert_floats_close(pd.to_numeric(actual[column].replace("", np.nan)),
+                            pd.to_numeric(expected[column].replace("", np.nan)), err_msg=column)
 
 
 @pytest.hookimpl(tryfirst=True)

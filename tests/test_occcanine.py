@@ -4,7 +4,8 @@ The models here are built by this file from the documented architecture
 (../shared/OCCCANINE.md) with generated weights and a small CANINE, and
 predicted with by a reference written here: sequence-first tensors, the whole
 prefix decoded again at every greedy step, the input string built by hand.
-mixer must give the same codes in the same order, probabilities within 1e-5."""
+mixer must give the same codes in the same order, probabilities and embeddings
+within the suite's float tolerance (conftest.FLOATS)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import yaml
 from safetensors.torch import save_file
 from torch import nn
 
-from conftest import ROOT, env_for_subprocess, run_program, run_without
+from conftest import ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, env_for_subprocess, run_program, run_without
 from mixer.core.errors import UserError
 
 SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -158,10 +159,11 @@ def assert_same_ranked(ours: pd.DataFrame, reference):
         got = [(ours[f"code_{k}"][row], ours[f"prob_{k}"][row]) for k in range(1, 6)
                if ours[f"code_{k}"][row] != ""]
         assert [c for c, _ in got] == [c for c, _ in expected], row
-        np.testing.assert_allclose([p for _, p in got], [p for _, p in expected], atol=1e-5, rtol=0)
+        assert_floats_close([p for _, p in got], [p for _, p in expected], err_msg=f"row {row}")
 
 
 # ------------------------------------------------------------------ 1. predict
+@pytest.mark.floats
 @pytest.mark.parametrize("layout", ["hub", "bin"])
 def test_predictions_equal_the_documented_model(hisco_model, layout):
     import mixer
@@ -177,10 +179,10 @@ def test_predictions_equal_the_documented_model(hisco_model, layout):
         got = [greedy[f"code_{k}"][row] for k in range(1, 6) if greedy[f"code_{k}"][row] != ""]
         assert got == codes, row
         if codes:
-            assert greedy["prob_1"][row] == pytest.approx(conf, rel=1e-5, abs=1e-12)
+            assert_floats_close(greedy["prob_1"][row], conf, err_msg=f"row {row}")
     with torch.no_grad():
         pooled = hisco_model["model"].encode(model_input(TEXTS, "da"))[1].numpy()
-    np.testing.assert_allclose(model.embeddings(TEXTS, lang="da"), pooled, atol=1e-5)
+    assert_floats_close(model.embeddings(TEXTS, lang="da"), pooled)
 
 
 def reference_full(model, key, texts, lang, threshold):
@@ -201,6 +203,7 @@ def reference_full(model, key, texts, lang, threshold):
     return out
 
 
+@pytest.mark.floats
 def test_the_full_head_scores_every_code_as_the_documented_decoder(hisco_model):
     """The decoder reads every position of OccCANINE's 128 characters, padding included:
     the full head (and greedy decoding above) keep them, while the flat head and the
@@ -213,8 +216,8 @@ def test_the_full_head_scores_every_code_as_the_documented_decoder(hisco_model):
     ours = model.predict(texts, lang="en", head="full", threshold=1e-7)  # these weights' codes are unlikely
     for row, expected in enumerate(reference):
         assert len(expected) == 5 and [ours[f"code_{k}"][row] for k in range(1, 6)] == [c for c, _ in expected]
-        np.testing.assert_allclose([ours[f"prob_{k}"][row] for k in range(1, 6)], [p for _, p in expected],
-                                   rtol=1e-4, atol=0)
+        assert_floats_close([ours[f"prob_{k}"][row] for k in range(1, 6)], [p for _, p in expected],
+                            err_msg=f"row {row}")
 
 
 def test_occcanine_predictions_are_true_fp32_unless_tf32_is_asked_for(hisco_model):
@@ -404,6 +407,7 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
                                   run.predict(TEXTS, lang="en"), atol=1e-6)
 
 
+@pytest.mark.floats
 def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, hisco_rows, tmp_path):
     from safetensors.torch import load_file
 
@@ -415,7 +419,7 @@ def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, 
     run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "train_mixer.py"), "--distributed",
                                            *common, "--save-dir", str(tmp_path / "two"), "--batch-size", "4"])
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
-    assert max_difference(one, two) < 1e-5
+    assert max_difference(one, two) < TRAINED_WEIGHTS_ATOL
     start = load_file(os.path.join(hisco_model["hub"], "model.safetensors"))["linear_decoder.weight"]
     assert (one["flat_head.weight"] - start).abs().max() > 1e-4  # it did learn
 

@@ -1,9 +1,10 @@
 """Precision that fits the hardware, and the GPU padding rule."""
 
 import numpy as np
+import pytest
 import torch
 
-from conftest import run_program
+from conftest import FLOATS, run_program
 from mixer.core.precision import native, resolve
 from mixer.data.dataset import Collator
 
@@ -33,6 +34,7 @@ def test_training_reports_the_precision_it_runs(small_csv, tmp_path):
     assert ("no bf16 arithmetic" in proc.stdout) != runs_native
 
 
+@pytest.mark.floats
 def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_dir):
     """On GPUs batches are padded to a multiple of 8 tokens; masked padding must not
     change what a BERT-like encoder gives the heads."""
@@ -52,4 +54,4 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
     with torch.no_grad():
         a = model.encode(tight.input_ids, tight.attention_mask)[1]
         b = model.encode(padded.input_ids, padded.attention_mask)[1]
-    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    torch.testing.assert_close(a, b, **FLOATS)
