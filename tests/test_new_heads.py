@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, run_program
+from conftest import ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, run_program
 from test_distributed import assert_same_metrics, max_difference, run, torchrun_cmd, weights
 from test_occcanine import TEXTS, hisco_model  # noqa: F401 - the fixture
 
@@ -55,6 +55,7 @@ def test_new_heads_read_only_the_characters_by_default(fast_run):
     assert yaml.safe_load(open(out / "args.yaml"))["model"]["new_heads"] == "fast"
 
 
+@pytest.mark.floats
 def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small_csv, hisco_model,  # noqa: F811
                                                                  tmp_path):
     from test_faults import start, wait_for_line
@@ -77,11 +78,12 @@ def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small
     resumed = run_program("finetune.py", *args)
     assert "resuming from" in resumed.stdout
     for run_dir in (tmp_path / "grouped", tmp_path / "two", killed):
-        assert max_difference(reference, weights(run_dir)) < 1e-5, run_dir
+        assert max_difference(reference, weights(run_dir)) < TRAINED_WEIGHTS_ATOL, run_dir
     for run_dir in (tmp_path / "grouped", tmp_path / "two"):  # and evaluate alike, every row once
         assert_same_metrics(str(fast_run[0]), str(run_dir))
 
 
+@pytest.mark.floats
 def test_predictions_at_the_rule_are_those_at_128_characters(fast_run, toy_frame, monkeypatch):
     """Flat, greedy and full: the same codes as with every input padded to 128, the
     probabilities within float rounding; greedy batches are padded as their rows need."""
@@ -102,7 +104,7 @@ def test_predictions_at_the_rule_are_those_at_128_characters(fast_run, toy_frame
         codes = [c for c in got.columns if c.startswith("code_")]
         pd.testing.assert_frame_equal(got[codes], full[codes])
         probs = [c for c in got.columns if c.startswith("prob_")]
-        np.testing.assert_allclose(got[probs].to_numpy(float), full[probs].to_numpy(float), atol=1e-5)
+        assert_floats_close(got[probs].to_numpy(float), full[probs].to_numpy(float))
 
 
 def test_the_export_refuses_fast_heads_naming_the_option(fast_run, tmp_path):
