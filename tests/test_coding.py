@@ -91,6 +91,13 @@ def test_calibration_keeps_the_order_of_rows_and_t_one_changes_nothing():
     assert calibration.calibrate([1.0], 1.0)[0] == pytest.approx(1 - 1e-12)  # clipped
 
 
+def test_the_temperature_does_not_depend_on_the_order_of_the_rows():
+    """N processes gather the validation rows in another order than one process reads them."""
+    conf, correct = overconfident(5000, 1.7, seed=4)
+    order = np.random.default_rng(5).permutation(5000)
+    assert calibration.fit_temperature(conf[order], correct[order]) == calibration.fit_temperature(conf, correct)
+
+
 def test_a_fit_on_one_class_is_no_temperature():
     assert calibration.fit_temperature([0.9, 0.8], [True, True]) == 1.0
     assert calibration.fit_temperature([], []) == 1.0
