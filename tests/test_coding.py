@@ -404,3 +404,15 @@ def test_shorter_codes_code_more_rows_at_the_same_target_and_keep_it():
         hits = new_right[given == 0].sum() + new_major_right[given == 1].sum()
         kept += hits / (given >= 0).sum() >= 0.9
     assert kept >= 95 and np.median(gained) > 0.1
+
+
+def test_one_slip_among_the_most_confident_rows_does_not_end_the_sequence():
+    """The 2nd most confident of 2,000 rows is wrong, the rest of the top half right: a test
+    on the top 59 rows (the fewest that can pass at 95%) would fail and stop there; the
+    sequence starts where a test has room for a slip, and codes the top half."""
+    conf = np.linspace(1.0, 0.0, 2000, endpoint=False)
+    correct = np.ones(2000, dtype=bool)
+    correct[1] = False
+    correct[1000:] = np.arange(1000) % 2 == 0  # the lower half: half right
+    choice = guarantee.choose_threshold(conf, correct, 0.95)
+    assert choice.threshold is not None and choice.coded_share >= 0.45
