@@ -105,27 +105,26 @@ def promise(frame, head, target, reps, seed):
     correct = frame[f"{head}_correct"].to_numpy()
     rows = len(frame)
     rng = np.random.default_rng(seed)
-    out = {name: Outcome(name) for name in (
-        "point estimate, 800 -> 1,200", "plain LTT, 800 -> 1,200", "mixer (rows_to_code), 800 -> 1,200",
-        f"plain LTT, 1,000 -> {rows - 1000:,}", f"mixer (rows_to_code), 1,000 -> {rows - 1000:,}")}
-    names = list(out)
+    big = f"1,000 -> {rows - 1000:,}"
+    configs = [  # (name, rows it chooses on, rows it is applied to, how it chooses)
+        ("point estimate, 800 -> 1,200", 800, 2000, lambda c, r, m: point_estimate_threshold(c, r, target)),
+        ("plain fixed sequence, 800 -> 1,200", 800, 2000,
+         lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold),
+        ("mixer, 800 -> 1,200", 800, 2000, lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold),
+        ("mixer + rows_to_code, 800 -> 1,200", 800, 2000,
+         lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold),
+        (f"plain fixed sequence, {big}", 1000, rows,
+         lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold),
+        (f"mixer, {big}", 1000, rows, lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold),
+        (f"mixer + rows_to_code, {big}", 1000, rows,
+         lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold),
+    ]
+    out = {name: Outcome(name) for name, *_ in configs}
     for _ in range(reps):
         pool = rng.permutation(rows)
-        small, choose_small, rest_small = pool[:2000], pool[:800], pool[800:2000]
-        choose, rest = pool[:1000], pool[1000:]
-        del small
-        out[names[0]].add(point_estimate_threshold(conf[choose_small], correct[choose_small], target),
-                          conf, correct, rest_small, target)
-        out[names[1]].add(guarantee.choose_threshold(conf[choose_small], correct[choose_small], target).threshold,
-                          conf, correct, rest_small, target)
-        out[names[2]].add(guarantee.choose_threshold(conf[choose_small], correct[choose_small], target,
-                                                     rows_to_code=len(rest_small)).threshold,
-                          conf, correct, rest_small, target)
-        out[names[3]].add(guarantee.choose_threshold(conf[choose], correct[choose], target).threshold,
-                          conf, correct, rest, target)
-        out[names[4]].add(guarantee.choose_threshold(conf[choose], correct[choose], target,
-                                                     rows_to_code=len(rest)).threshold,
-                          conf, correct, rest, target)
+        for name, chooses, used, choose in configs:
+            pick, rest = pool[:chooses], pool[chooses:used]
+            out[name].add(choose(conf[pick], correct[pick], len(rest)), conf, correct, rest, target)
     return out
 
 
@@ -149,7 +148,7 @@ def calibration_check(frame, head, reps, seed):
 
 
 def shorter_codes(frame, head, levels, target, reps, seed):
-    """Section 3: with and without shorter codes, 1,000 rows choose, the rest coded."""
+    """Section 3: with and without shorter codes, mixer's choice on 1,000 rows, the rest coded."""
     whole = frame[f"{head}_confidence"].to_numpy()
     whole_right = frame[f"{head}_correct"].to_numpy()
     ordered = sorted(levels, reverse=True)  # unit group first, then minor, then major
@@ -161,11 +160,9 @@ def shorter_codes(frame, head, levels, target, reps, seed):
     for _ in range(reps):
         pool = rng.permutation(len(frame))
         choose, rest = pool[:1000], pool[1000:]
-        choice = guarantee.choose_threshold(whole[choose], whole_right[choose], target, rows_to_code=len(rest))
+        choice = guarantee.choose_threshold(whole[choose], whole_right[choose], target)
         plain.add(choice.threshold, whole, whole_right, rest, target)
-        best_rest = np.max(np.stack([c[rest] for c in confs]), axis=0)
-        choice, _ = guarantee.choose_with_levels([c[choose] for c in confs], [r[choose] for r in rights],
-                                                 target, rows_to_code=len(best_rest))
+        choice, _ = guarantee.choose_with_levels([c[choose] for c in confs], [r[choose] for r in rights], target)
         fallback.add(choice.threshold, confs, rights, rest, target, levels=True)
         if choice.threshold is None:
             level_shares.append([0.0] * len(confs))

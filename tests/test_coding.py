@@ -416,3 +416,4 @@ def test_one_slip_among_the_most_confident_rows_does_not_end_the_sequence():
     correct[1000:] = np.arange(1000) % 2 == 0  # the lower half: half right
     choice = guarantee.choose_threshold(conf, correct, 0.95)
     assert choice.threshold is not None and choice.coded_share >= 0.45
+    assert guarantee.choose_threshold(conf, correct, 0.95, start=None).threshold is None  # the plain sequence

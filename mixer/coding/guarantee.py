@@ -147,16 +147,16 @@ def _rows_to_code_at(rows_to_code, coded: np.ndarray, n: int) -> Optional[np.nda
     return (len(new) - np.searchsorted(new, GRID, side="left")).astype(np.int64)
 
 
-def _fixed_sequence(coded, right, targets, delta_test) -> Optional[int]:
+def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = None) -> Optional[int]:
     """The last grid index of the run of passed tests from the most confident end, or None.
     The sequence starts at the first point with enough rows to pass at an accuracy of
     START of the way from the target to 1: a test on fewer rows passes only when (nearly)
     every row is right, so one slip among the most confident rows would end the sequence
     before it reached the rows that matter. Which points are tested depends on the
     confidences alone, not on which rows are right, so skipping some keeps the guarantee."""
-    start = targets + START * (1.0 - targets)
+    passing = targets + (1.0 if start is None else start) * (1.0 - targets)  # None: all right
     testable = (coded > 0) & (targets < 1.0)
-    testable[testable] = binomial_upper_tail(np.ceil(start[testable] * coded[testable] - 1e-9),
+    testable[testable] = binomial_upper_tail(np.ceil(passing[testable] * coded[testable] - 1e-9),
                                              coded[testable], targets[testable]) <= delta_test
     p_values = np.ones(len(coded))
     if testable.any():
@@ -169,7 +169,7 @@ def _fixed_sequence(coded, right, targets, delta_test) -> Optional[int]:
     return chosen
 
 
-def _needed(coded, right, targets, delta_test, n) -> Optional[int]:
+def _needed(coded, right, targets, delta_test, n, start) -> Optional[int]:
     """About how many labelled rows, coded and right in the shares seen here, would let the
     fixed sequence pass a point; None when no point's accuracy is above its target."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -178,7 +178,7 @@ def _needed(coded, right, targets, delta_test, n) -> Optional[int]:
         return None
 
     def passes(scale: float) -> bool:
-        return _fixed_sequence(coded * scale, right * scale, targets, delta_test) is not None
+        return _fixed_sequence(coded * scale, right * scale, targets, delta_test, start) is not None
 
     lo, hi = 1.0, 2.0
     while not passes(hi):  # double, then bisect on the number of rows
@@ -203,17 +203,18 @@ def grid_counts(confidence, correct) -> tuple:
 
 
 def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
-                     rows_to_code=None) -> Choice:
+                     rows_to_code=None, start: Optional[float] = START) -> Choice:
     """The lowest grid threshold whose coded rows pass, with every more confident grid point,
     an exact binomial test of "accuracy < target" at level delta on these labelled rows.
     rows_to_code (a count, or the new rows' confidences) adds the new rows' own sampling
-    error: their realised accuracy then reaches the target with probability 1 - delta."""
+    error: their realised accuracy then reaches the target with probability 1 - delta.
+    start None: the plain fixed sequence, from the first point that could pass at all."""
     coded, right, n = grid_counts(confidence, correct)
-    return choose_from_counts(coded, right, n, target, delta, rows_to_code)
+    return choose_from_counts(coded, right, n, target, delta, rows_to_code, start)
 
 
 def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
-                       rows_to_code=None) -> Choice:
+                       rows_to_code=None, start: Optional[float] = START) -> Choice:
     """choose_threshold from the counts of grid_counts (or level_counts)."""
     if not 0.0 < target < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"target {target} and delta {delta} must lie between 0 and 1")
@@ -230,9 +231,11 @@ def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
         procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
                      f"mixer.coding.guarantee.GRID from the most confident end, each of accuracy < the "
                      f"level at which the rows to code reach {target:g} with probability 1 - {rest:g}")
-    chosen = _fixed_sequence(coded, right, targets, delta_test)
+    if start is not None:
+        procedure += f", the first point tested one with rows to pass {start:g} of the way from its level to 1"
+    chosen = _fixed_sequence(coded, right, targets, delta_test, start)
     if chosen is None:
-        needed = _needed(coded, right, targets, delta_test, n)
+        needed = _needed(coded, right, targets, delta_test, n, start)
         if n == 0:
             note = "no labelled rows to choose a threshold on"
         elif needed is None:
@@ -273,12 +276,12 @@ def level_counts(confidences, corrects) -> tuple:
 
 
 def choose_with_levels(confidences, corrects, target: float, delta: float = 0.05,
-                       rows_to_code=None) -> tuple:
+                       rows_to_code=None, start: Optional[float] = START) -> tuple:
     """(Choice, share of the labelled rows given each level at its threshold): one threshold
     for codes that fall back to shorter ones, accuracy counted at the level given. As
     rows_to_code, pass a count or the new rows' best confidence over their levels."""
     coded, right, n = level_counts(confidences, corrects)
-    choice = choose_from_counts(coded, right, n, target, delta, rows_to_code)
+    choice = choose_from_counts(coded, right, n, target, delta, rows_to_code, start)
     if choice.threshold is None:
         return choice, [0.0] * len(confidences)
     given = given_levels(confidences, choice.threshold)
