@@ -194,6 +194,31 @@ def level_curves(frame, head, levels, target):
     return lines
 
 
+def draw(scores, heads, target, folder, seed):
+    """production.png: every head as written and with typos; reliability_<head>.png: the
+    temperature fit on half the rows as written, the diagram drawn on the other half."""
+    os.makedirs(folder, exist_ok=True)
+    curves = []
+    for noisy, condition in CONDITIONS:
+        frame = scores[scores["noisy"] == noisy]
+        for head in heads:
+            one = curve.production_curve(frame[f"{head}_confidence"], frame[f"{head}_correct"])
+            one["group"] = f"{head}, {condition}"
+            curves.append(one)
+    curve.plot_curve(pd.concat(curves, ignore_index=True), os.path.join(folder, "production.png"), target,
+                     title="production curves on 4,000 unseen rows")
+    frame = scores[~scores["noisy"]].reset_index(drop=True)
+    order = np.random.default_rng(seed).permutation(len(frame))
+    fit, held = order[: len(frame) // 2], order[len(frame) // 2:]
+    for head in heads:
+        conf, right = frame[f"{head}_confidence"].to_numpy(), frame[f"{head}_correct"].to_numpy()
+        t = calibration.fit_temperature(conf[fit], right[fit])
+        calibration.reliability_diagram(os.path.join(folder, f"reliability_{head}.png"), conf[held],
+                                        calibration.calibrate(conf[held], t), right[held],
+                                        f"{head} head, rows not fit on (T {t:.2f})")
+    print(f"drew {folder}/production.png and reliability_<head>.png")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scores", help="a scored file from benchmarks/coding_scores.py")
@@ -203,8 +228,12 @@ def main(argv=None) -> int:
     parser.add_argument("--levels", type=int, nargs="*", default=[1, 2, 3])
     parser.add_argument("--heads", nargs="+", default=list(HEADS))
     parser.add_argument("--sections", default="123")
+    parser.add_argument("--plots", default=None, metavar="DIR",
+                        help="also draw the production curves and reliability diagrams into DIR")
     args = parser.parse_args(argv)
     scores = pd.read_parquet(args.scores)
+    if args.plots:
+        draw(scores, args.heads, args.target, args.plots, args.seed)
     print(f"{args.scores}: {len(scores)} scored rows; target {args.target}, delta 0.05, {args.reps} repetitions, "
           f"seed {args.seed}")
     for noisy, condition in CONDITIONS:
