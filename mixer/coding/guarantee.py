@@ -1,0 +1,288 @@
+"""A confidence threshold whose coded rows reach a target accuracy with stated confidence
+on new rows like the ones it is chosen on: Learn-then-Test with exact binomial tests in a
+fixed sequence over a grid fixed in advance (docs/coding.md#the-guarantee)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+# Thresholds on the RAW confidence scale (temperature 1), fixed before any data is seen, from
+# the most confident end: 40 a decade of 1 - confidence, 1 - 1e-6 down to 0.
+GRID = 1.0 - np.logspace(-6.0, 0.0, 241)
+# With a number of rows to code, this share of delta covers their own sampling error and
+# the rest the test on the labelled rows (a union bound).
+REST_SHARE = 0.5
+# A grid point counts towards "about how many labelled rows it would take" only with at least
+# this many rows: an accuracy read off fewer is too rough to extrapolate from.
+MIN_HOPEFUL = 20
+MOST_NEEDED = 10 ** 8  # beyond this "how many rows it would take" is not worth an answer
+# The first point tested has enough rows to pass at an accuracy this far from the target to 1
+# (docs/coding.md#the-guarantee).
+START = 0.5
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What choose_threshold found: threshold None when no grid point passes."""
+
+    threshold: Optional[float]
+    coded_share: float          # share of the labelled rows at or above the threshold
+    bound: Optional[float]      # lower confidence bound of the coded rows' accuracy (at 1 - delta_test)
+    rows_used: int              # labelled rows the choice was made on
+    procedure: str              # the procedure in words, with its parameters
+    needed: Optional[int] = None  # about how many labelled rows would reach the target, when unreached
+    note: str = ""              # why nothing was chosen, in words
+    target: float = 0.95
+    delta: float = 0.05
+
+
+# ---------------------------------------------------------------------- binomial tails
+def _continued_fraction(a, b, x, steps: int = 100000):
+    """The continued fraction of the regularised incomplete beta (modified Lentz), vectorised;
+    converges fast where x < (a + 1) / (a + b + 2)."""
+    tiny = 1e-300
+    c = np.ones_like(x)
+    d = 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+    h = d.copy()
+    done = np.zeros(x.shape, dtype=bool)
+    for m in range(1, steps + 1):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1.0) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1.0))):
+            d = 1.0 + numerator * d
+            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1.0 + numerator / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            step = c * d
+            h = np.where(done, h, h * step)
+        done |= np.abs(step - 1.0) < 1e-13
+        if done.all():
+            break
+    return h
+
+
+def _betainc(a, b, x) -> np.ndarray:
+    """The regularised incomplete beta I_x(a, b), elementwise, a and b > 0."""
+    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
+    out = np.where(x >= 1.0, 1.0, 0.0)
+    inside = (x > 0.0) & (x < 1.0)
+    if not inside.any():
+        return out
+    a, b, x = a[inside], b[inside], x[inside]
+    lgamma = np.vectorize(math.lgamma)
+    front = np.exp(lgamma(a + b) - lgamma(a) - lgamma(b) + a * np.log(x) + b * np.log1p(-x))
+    direct = x < (a + 1.0) / (a + b + 2.0)
+    value = np.empty_like(x)
+    if direct.any():
+        value[direct] = front[direct] * _continued_fraction(a[direct], b[direct], x[direct]) / a[direct]
+    flip = ~direct
+    if flip.any():  # I_x(a, b) = 1 - I_{1-x}(b, a)
+        value[flip] = 1.0 - front[flip] * _continued_fraction(b[flip], a[flip], 1.0 - x[flip]) / b[flip]
+    out[inside] = np.clip(value, 0.0, 1.0)
+    return out
+
+
+def binomial_upper_tail(k, n, p) -> np.ndarray:
+    """P(Bin(n, p) >= k), elementwise: the exact binomial p-value of k successes in n against p."""
+    k, n, p = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (k, n, p)))
+    out = np.where(k <= 0, 1.0, 0.0)
+    middle = (k > 0) & (k <= n)
+    if middle.any():
+        out[middle] = _betainc(k[middle], n[middle] - k[middle] + 1.0, p[middle])
+    return out
+
+
+def lower_bound(k: int, n: int, delta: float) -> float:
+    """The one-sided Clopper-Pearson lower bound: the p at which P(Bin(n, p) >= k) = delta."""
+    if n <= 0 or k <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(7):  # 64 points a round, all at once: the bracket shrinks 63-fold a round
+        points = np.linspace(lo, hi, 65)[1:-1]
+        above = binomial_upper_tail(np.full(len(points), k), np.full(len(points), n), points) > delta
+        first = int(np.argmax(above)) if above.any() else len(points)
+        lo = points[first - 1] if first > 0 else lo
+        hi = points[first] if first < len(points) else hi
+    return float(lo)
+
+
+_REST_TARGETS: dict = {}  # (target, delta_rest) -> {rows: level}: a pure function, kept
+
+
+def rest_targets(rows, target: float, delta_rest: float) -> np.ndarray:
+    """Per count m of new coded rows: the smallest accuracy q at which m rows, each right with
+    probability q, reach `target` with probability at least 1 - delta_rest
+    (P(Bin(m, q) >= ceil(target m)) >= 1 - delta_rest); target itself where m is 0."""
+    rows = np.asarray(rows, dtype=np.int64)
+    distinct, back = np.unique(rows, return_inverse=True)
+    known = _REST_TARGETS.setdefault((float(target), float(delta_rest)), {})
+    todo = np.array([m for m in distinct if int(m) not in known], dtype=np.int64)
+    if len(todo):
+        needed = np.ceil(target * todo - 1e-9)
+        lo, hi = np.full(len(todo), float(target)), np.ones(len(todo))
+        for _ in range(50):  # bisection, all counts at once: 2^-50 of the interval
+            mid = (lo + hi) / 2.0
+            enough = binomial_upper_tail(needed, todo, mid) >= 1.0 - delta_rest
+            hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+        known.update(zip(todo.tolist(), np.where(todo > 0, hi, float(target)).tolist()))
+    return np.array([known[int(m)] for m in distinct])[back]
+
+
+def rest_target(rows: int, target: float, delta_rest: float) -> float:
+    """rest_targets for one count."""
+    return float(rest_targets([rows], target, delta_rest)[0])
+
+
+# ---------------------------------------------------------------------- the choice
+def _rows_to_code_at(rows_to_code, coded: np.ndarray, n: int) -> Optional[np.ndarray]:
+    if rows_to_code is None:
+        return None
+    if np.ndim(rows_to_code) == 0:  # a number of rows: coded in the same shares as here
+        return np.ceil(float(rows_to_code) * coded / max(n, 1)).astype(np.int64)
+    new = np.sort(np.asarray(rows_to_code, dtype=np.float64))
+    return (len(new) - np.searchsorted(new, GRID, side="left")).astype(np.int64)
+
+
+def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = None) -> Optional[int]:
+    """The last grid index of the run of passed tests from the most confident end, or None.
+    The sequence starts at the first point with enough rows to pass at an accuracy of
+    START of the way from the target to 1: a test on fewer rows passes only when (nearly)
+    every row is right, so one slip among the most confident rows would end the sequence
+    before it reached the rows that matter. Which points are tested depends on the
+    confidences alone, not on which rows are right, so skipping some keeps the guarantee."""
+    passing = targets + (1.0 if start is None else start) * (1.0 - targets)  # None: all right
+    testable = (coded > 0) & (targets < 1.0)
+    testable[testable] = binomial_upper_tail(np.ceil(passing[testable] * coded[testable] - 1e-9),
+                                             coded[testable], targets[testable]) <= delta_test
+    p_values = np.ones(len(coded))
+    if testable.any():
+        p_values[testable] = binomial_upper_tail(right[testable], coded[testable], targets[testable])
+    chosen = None
+    for j in np.flatnonzero(testable):
+        if p_values[j] > delta_test:
+            break
+        chosen = int(j)
+    return chosen
+
+
+def _needed(coded, right, targets, delta_test, n, start) -> Optional[int]:
+    """About how many labelled rows, coded and right in the shares seen here, would let the
+    fixed sequence pass a point; None when no point's accuracy is above its target."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hopeful = (coded >= MIN_HOPEFUL) & (right / np.maximum(coded, 1) > targets) & (targets < 1.0)
+    if not hopeful.any() or n == 0:
+        return None
+
+    def passes(scale: float) -> bool:
+        return _fixed_sequence(coded * scale, right * scale, targets, delta_test, start) is not None
+
+    lo, hi = 1.0, 2.0
+    while not passes(hi):  # double, then bisect on the number of rows
+        lo, hi = hi, hi * 2.0
+        if hi * n > MOST_NEEDED:
+            return None
+    while (hi - lo) * n > 1.0:
+        mid = (lo + hi) / 2.0
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return int(math.ceil(hi * n))
+
+
+def grid_counts(confidence, correct) -> tuple:
+    """(rows at or above each GRID threshold, how many of them are right, rows)."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    n = len(confidence)
+    order = np.argsort(-confidence, kind="stable")
+    right_so_far = np.r_[0, np.cumsum(correct[order])]  # right among the i most confident rows
+    coded = (n - np.searchsorted(np.sort(confidence), GRID, side="left")).astype(np.int64)
+    return coded, right_so_far[coded].astype(np.int64), n
+
+
+def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
+                     rows_to_code=None, start: Optional[float] = START) -> Choice:
+    """The lowest grid threshold whose coded rows pass, with every more confident grid point,
+    an exact binomial test of "accuracy < target" at level delta on these labelled rows.
+    rows_to_code (a count, or the new rows' confidences) adds the new rows' own sampling
+    error: their realised accuracy then reaches the target with probability 1 - delta.
+    start None: the plain fixed sequence, from the first point that could pass at all."""
+    coded, right, n = grid_counts(confidence, correct)
+    return choose_from_counts(coded, right, n, target, delta, rows_to_code, start)
+
+
+def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
+                       rows_to_code=None, start: Optional[float] = START) -> Choice:
+    """choose_threshold from the counts of grid_counts (or level_counts)."""
+    if not 0.0 < target < 1.0 or not 0.0 < delta < 1.0:
+        raise ValueError(f"target {target} and delta {delta} must lie between 0 and 1")
+    coded, right = np.asarray(coded, dtype=np.int64), np.asarray(right, dtype=np.int64)
+    new_rows = _rows_to_code_at(rows_to_code, coded, n)
+    if new_rows is None:
+        delta_test, targets = delta, np.full(len(GRID), target)
+        procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests of accuracy < {target:g} "
+                     f"at delta {delta:g} over mixer.coding.guarantee.GRID from the most confident end")
+    else:
+        delta_test = delta * (1.0 - REST_SHARE)
+        rest = delta * REST_SHARE
+        targets = rest_targets(new_rows, target, rest)
+        procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
+                     f"mixer.coding.guarantee.GRID from the most confident end, each of accuracy < the "
+                     f"level at which the rows to code reach {target:g} with probability 1 - {rest:g}")
+    if start is not None:
+        procedure += f", the first point tested one with rows to pass {start:g} of the way from its level to 1"
+    chosen = _fixed_sequence(coded, right, targets, delta_test, start)
+    if chosen is None:
+        needed = _needed(coded, right, targets, delta_test, n, start)
+        if n == 0:
+            note = "no labelled rows to choose a threshold on"
+        elif needed is None:
+            note = (f"no confidence threshold reaches accuracy {target:g} on these {n} labelled rows; "
+                    "more rows like them would not change that")
+        else:
+            note = (f"{n} labelled rows cannot show accuracy {target:g} at {1 - delta:g} confidence; "
+                    f"about {needed} like them would")
+        return Choice(None, 0.0, None, n, procedure, needed, note, target, delta)
+    bound = lower_bound(int(right[chosen]), int(coded[chosen]), delta_test)
+    return Choice(float(GRID[chosen]), float(coded[chosen] / n), bound, n, procedure, None, "",
+                  target, delta)
+
+
+# ---------------------------------------------------------------------- shorter codes
+def given_levels(confidences, threshold: float) -> np.ndarray:
+    """Per row, the index in `confidences` (the whole code first, then coarser levels) of
+    the first whose confidence reaches the threshold: the code a row is given; -1 for none."""
+    passed = np.stack([np.asarray(c, dtype=np.float64) >= threshold for c in confidences])
+    return np.where(passed.any(axis=0), passed.argmax(axis=0), -1)
+
+
+def level_counts(confidences, corrects) -> tuple:
+    """grid_counts for codes that fall back to shorter ones: at each GRID threshold a row is
+    coded at the first of its levels (the whole code first) whose confidence reaches it, and
+    counts as right when its code is right at that level."""
+    corrects = [np.asarray(c, dtype=bool) for c in corrects]
+    n = len(corrects[0])
+    coded, right = np.zeros(len(GRID), dtype=np.int64), np.zeros(len(GRID), dtype=np.int64)
+    best = np.max(np.stack([np.asarray(c, dtype=np.float64) for c in confidences]), axis=0)
+    for j, threshold in enumerate(GRID):
+        if not (best >= threshold).any():
+            continue
+        given = given_levels(confidences, threshold)
+        coded[j] = (given >= 0).sum()
+        right[j] = sum(int(corrects[level][given == level].sum()) for level in range(len(corrects)))
+    return coded, right, n
+
+
+def choose_with_levels(confidences, corrects, target: float, delta: float = 0.05,
+                       rows_to_code=None, start: Optional[float] = START) -> tuple:
+    """(Choice, share of the labelled rows given each level at its threshold): one threshold
+    for codes that fall back to shorter ones, accuracy counted at the level given. As
+    rows_to_code, pass a count or the new rows' best confidence over their levels."""
+    coded, right, n = level_counts(confidences, corrects)
+    choice = choose_from_counts(coded, right, n, target, delta, rows_to_code, start)
+    if choice.threshold is None:
+        return choice, [0.0] * len(confidences)
+    given = given_levels(confidences, choice.threshold)
+    return choice, [float((given == level).mean()) for level in range(len(confidences))]
