@@ -740,6 +740,12 @@ def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
     )
 
 
+def read_split(run_dir: str, split: str, columns: list) -> pd.DataFrame:
+    """Some columns of one prepared split ("train", "val", "cal"), e.g. the texts of the
+    rows a run's final evaluation scored."""
+    return pd.read_parquet(os.path.join(run_dir, f"data_{split}.parquet"), columns=columns)
+
+
 def prepared_stamp(run_dir: str) -> Optional[dict]:
     path = os.path.join(run_dir, "prepared.json")
     if not all(os.path.exists(os.path.join(run_dir, f)) for f in PREPARED_FILES):
