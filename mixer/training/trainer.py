@@ -645,7 +645,8 @@ class Trainer:
         data = {"facts": self.parts.card_facts, "progress": progress,
                 "best": None if best is None else {k: v for k, v in best.items() if k != "table"},
                 "last": {k: v for k, v in last.items() if k != "table"}}
-        return card.model_card(self.parts.card_facts, where, stored, progress, best, last), data
+        coding = coding_summary(self.run_dir if best is None else os.path.join(self.run_dir, BEST_DIR), where)
+        return card.model_card(self.parts.card_facts, where, stored, progress, best, last, coding=coding), data
 
     def tune_thresholds(self, full: bool, stored_in: Optional[str] = None) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
@@ -678,6 +679,18 @@ class Trainer:
                     signal.signal(sig, request_stop)
                 except ValueError:  # not the main thread
                     pass
+
+
+def coding_summary(weights_dir: str, card_dir: str) -> Optional[dict]:
+    """The scores of the weights in `weights_dir` as the card in `card_dir` shows them
+    (mixer.training.scores.read_summary, with the path from the card to their files)."""
+    from mixer.training.scores import read_summary
+
+    summary = read_summary(weights_dir)
+    if summary is None:
+        return None
+    relative = os.path.relpath(weights_dir, card_dir)
+    return dict(summary, files="" if relative == "." else relative + "/")
 
 
 def seed_everything(seed: int) -> None:
