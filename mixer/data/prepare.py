@@ -783,9 +783,9 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)
-    cal = f", {len(prepared.cal)} calibration" if prepared.cal is not None else ""
-    log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation{cal} rows, "
-        f"{len(prepared.key)} codes, in {run_dir} ({time.perf_counter() - start:.1f} s)")
+    rows = (f"{len(prepared.train)} training and {len(prepared.val)} validation" if prepared.cal is None else
+            f"{len(prepared.train)} training, {len(prepared.val)} validation and {len(prepared.cal)} calibration")
+    log(f"prepared {rows} rows, {len(prepared.key)} codes, in {run_dir} ({time.perf_counter() - start:.1f} s)")
     return prepared
 
 
