@@ -82,6 +82,14 @@ def test_report_columns_are_kept_through_preparation(tmp_path, small_csv):
         assert part["report:decade"].astype(str).tolist() == expected["decade"].tolist()
 
 
+@pytest.mark.parametrize("share, message", [(0.001, "sets no row aside"),
+                                            (0.95, "leave 12 validation and 0 training rows")])
+def test_a_calibration_share_that_leaves_a_split_empty_is_refused(tmp_path, small_csv, share, message):
+    with pytest.raises(UserError, match=f"--share-calibration {share}.* {message}"):
+        prepared_dir(tmp_path, small_csv, share_calibration=share)
+    assert not os.path.exists(tmp_path / "run" / "prepared.json")
+
+
 def test_a_missing_report_column_is_refused_naming_the_flag(tmp_path, small_csv):
     with pytest.raises(UserError, match="--report-cols"):
         prepared_dir(tmp_path, small_csv, report_cols=["parish"])

@@ -227,13 +227,17 @@ def split_rows(n_rows: int, share_val: float, seed: int,
     of the training rows."""
     n_val = int(round(n_rows * share_val))
     n_cal = int(round(n_rows * share_calibration))
-    if n_val < 1 or n_val + n_cal >= n_rows:
-        raise UserError(f"--share-val {share_val}" + (f" and --share-calibration {share_calibration}"
-                                                       if share_calibration else "")
-                        + f" of {n_rows} rows leave {n_val} validation"
-                        + (f", {n_cal} calibration" if share_calibration else "")
-                        + f" and {n_rows - n_val - n_cal} training rows; validation and training "
-                        "need at least one: change the shares or add rows")
+    if not share_calibration and (n_val < 1 or n_val >= n_rows):
+        raise UserError(f"--share-val {share_val} of {n_rows} rows leaves "
+                        f"{n_val} validation and {n_rows - n_val} training rows; "
+                        "both need at least one: change --share-val or add rows")
+    if share_calibration and (n_val < 1 or n_val + n_cal >= n_rows):
+        raise UserError(f"--share-val {share_val} and --share-calibration {share_calibration} of {n_rows} rows "
+                        f"leave {n_val} validation and {max(n_rows - n_val - n_cal, 0)} training rows; both need "
+                        "at least one: lower the shares or add rows")
+    if share_calibration and n_cal < 1:
+        raise UserError(f"--share-calibration {share_calibration} of {n_rows} rows sets no row aside: "
+                        "raise it, or leave it out")
     order = np.random.default_rng(seed).permutation(n_rows)
     return np.sort(order[n_val + n_cal:]), np.sort(order[:n_val]), np.sort(order[n_val:n_val + n_cal])
 
@@ -242,6 +246,9 @@ def calibration_rows(n_rows: int, share_calibration: float, seed: int) -> np.nda
     """The rows of the validation files set aside for calibration (train_mixer.py):
     a seeded share of them, sorted; the rest stay validation rows."""
     n_cal = int(round(n_rows * share_calibration))
+    if n_cal < 1:
+        raise UserError(f"--share-calibration {share_calibration} of the {n_rows} rows of --val-data sets no "
+                        "row aside: raise it, or leave it out")
     if n_cal >= n_rows:
         raise UserError(f"--share-calibration {share_calibration} of the {n_rows} rows of --val-data "
                         "leaves no validation row: lower it or add validation rows")
