@@ -143,6 +143,7 @@ class Trainer:
         self.completed = False  # the run reached its end and wrote its final files
         self.last_table: Optional[str] = None  # evaluation.csv of the last step's weights (rank 0)
         self.last_gathered: Optional[dict] = None  # the rows its final evaluation scored (rank 0)
+        self.scored_last = False  # this job scored the last step's weights (every rank)
         self._saved_step = -1
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
@@ -517,7 +518,8 @@ class Trainer:
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
-        if self.validator.collected is not None:  # all ranks
+        self.scored_last = self.validator.collected is not None  # the same on every rank
+        if self.scored_last:
             gathered = self.validator.gather_rows()  # all ranks
             self.last_gathered = gathered
             which = f"the weights of the last step, {self.progress.step}"
@@ -576,10 +578,8 @@ class Trainer:
             return
         best_dir = os.path.join(self.run_dir, BEST_DIR)
         remeasure = bool(self.cfg.tune_threshold or full is not None)
-        if not remeasure and best["step"] == self.progress.step:
-            gathered = self.last_gathered  # the final evaluation scored these very weights (rank 0)
-            if not gathered or not gathered["val"]:  # other ranks; or nothing scored in this job: best/ is final
-                return
+        if not remeasure and best["step"] == self.progress.step and self.scored_last:
+            gathered = self.last_gathered  # this job's final evaluation scored these very weights (rank 0)
         elif not remeasure and not self.lacks_scores(best_dir):  # all ranks
             return  # a job run again after the end: RUN/best/ holds its final files already
         else:
