@@ -303,6 +303,14 @@ def evaluate_parser() -> cli.Parser:
                              "audit, the whole code alone)")
     parser.add_argument("--code-length", dest="code_length", type=cli.positive_int, default=None,
                         help="numeric codes shorter than this get leading zeros back (HISCO: 5)")
+    parser.add_argument("--confidence-col", dest="confidence_col", default=None, metavar="COL",
+                        help="row confidence for the production curve (default: the confidence / "
+                             "<head>_confidence columns predict.py writes; docs/coding.md)")
+    parser.add_argument("--target-accuracy", dest="target_accuracy", type=cli.open_unit_interval,
+                        default=0.95, help="the accuracy whose share coded the production curve's "
+                                           "headline prints (default 0.95)")
+    parser.add_argument("--text-col", dest="text_col", default=None, metavar="COL",
+                        help="input strings, for the production curve's share of distinct strings coded")
     parser.add_argument("--output", default=None,
                         help="the table as CSV (default: beside --predictions, *_evaluation.csv; "
                              "beside --audit, *_scores.csv)")
@@ -339,8 +347,9 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     output = check_output_path(output, "--output", {"--predictions": args.predictions})  # a link's target
     check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
     frame = read_table(args.predictions, table_options(vars(args), "predictions"), log=print)
-    require_columns(frame, args.truth_cols + ([args.by] if args.by else []), args.predictions,
-                    {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by"})
+    named = {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by",
+             args.confidence_col: "--confidence-col", args.text_col: "--text-col"}
+    require_columns(frame, [c for c in named if c], args.predictions, named)
     if args.pred_cols:
         require_columns(frame, args.pred_cols, args.predictions, {c: "--pred-cols" for c in args.pred_cols})
         heads = {"prediction": args.pred_cols}
@@ -358,11 +367,59 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
         print(note, file=sys.stderr)
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
                                         args.digits, group_name=args.by or "group")
+    curve = production_plan(args, frame, predicted, output)  # refusals before anything is written
     write_text(output, table.to_csv(index=False))
     evaluation.plot_table(table, plot, group_name=args.by or "group")
     print(evaluation.format_table(table))
     print(f"wrote {output} and {plot}")
+    if curve:
+        write_production(args, frame, truth, predicted, *curve)
     return 0
+
+
+def production_plan(args, frame, predicted: dict, output: str):
+    """(each head's confidence column, the curve's CSV and PNG beside the table), or None
+    when no head has a confidence column."""
+    from mixer.data.writing import check_output_path
+    from mixer.reporting import production
+
+    if args.confidence_col and len(predicted) > 1:
+        raise cli.UserError(f"--confidence-col {args.confidence_col} is one head's confidence, but "
+                            f"{args.predictions} has {', '.join(predicted)}; name that head's columns "
+                            "with --pred-cols")
+    columns = {head: production.confidence_column(head, frame.columns, args.confidence_col)
+               for head in predicted}
+    columns = {head: column for head, column in columns.items() if column}
+    if not columns:
+        return None
+    stem = output[: -len("_evaluation.csv")] if output.endswith("_evaluation.csv") else os.path.splitext(output)[0]
+    paths = [f"{stem}_production.csv", f"{stem}_production.png"]
+    for path in paths:
+        check_output_path(path, "the production curve", {"--predictions": args.predictions})
+    return columns, paths
+
+
+def write_production(args, frame, truth: list, predicted: dict, columns: dict, paths: list) -> None:
+    """The production curve of every head with a confidence column (*_production.csv and
+    .png beside the table), and its headline at --target-accuracy."""
+    from mixer.coding.curve import plot_curve
+    from mixer.core.io import write_text
+    from mixer.reporting import evaluation, production
+
+    csv_path, png_path = paths
+    groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None
+    table, missing = production.production_table(
+        frame, truth, {h: predicted[h] for h in columns}, columns, groups, args.by or "group",
+        frame[args.text_col].to_numpy() if args.text_col else None)
+    for head, rows in missing.items():
+        if rows:
+            print(f"note: {rows} row(s) without a {columns[head]} are left out of the production curve")
+    write_text(csv_path, table.to_csv(index=False))
+    plot_curve(table.rename(columns={args.by: "group"}) if args.by else table, png_path,
+               args.target_accuracy, title=f"production curve: {os.path.basename(args.predictions)}")
+    for line in production.headlines(table, args.target_accuracy, args.by or "group"):
+        print(line)
+    print(f"wrote {csv_path} and {png_path}")
 
 
 # the programs (the scripts and the console scripts of pyproject.toml); the ones that

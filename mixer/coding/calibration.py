@@ -41,6 +41,10 @@ def fit_temperature(confidence, correct) -> float:
     correct = np.asarray(correct, dtype=bool)
     if len(z) == 0 or correct.all() or not correct.any():
         return 1.0  # one class only: the loss falls without bound, no temperature is right
+    # the rows in one order, whatever order they came in (N processes gather them in another):
+    # float sums depend on the order, and the search must give the same T to the last bit
+    order = np.lexsort((correct, z))
+    z, correct = z[order], correct[order]
     lo, hi = LOG_T_RANGE
     golden = (math.sqrt(5.0) - 1.0) / 2.0
     a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)

@@ -28,7 +28,7 @@ def _one_curve(name, confidence, correct, distinct, max_points) -> pd.DataFrame:
     coded = ends + 1
     accuracy = np.cumsum(hit, dtype=np.float64)[ends] / coded
     if distinct is None:
-        distinct_share = coded / n
+        distinct_share = np.full(len(coded), np.nan)
     else:
         keys = pd.Series(np.asarray(distinct)[order]).astype(str)
         first = (~keys.duplicated()).to_numpy()
@@ -42,12 +42,17 @@ def production_curve(confidence, correct, groups=None, distinct=None,
                      max_points: int = MAX_POINTS) -> pd.DataFrame:
     """Columns group, threshold, coded_rows, coded_share, coded_distinct_share, accuracy:
     group "all", then one curve per value of `groups`; the threshold falls down each curve.
-    `distinct`: a key per row (the input string) for the share of distinct strings coded."""
+    `distinct`: a key per row (the input string) for the share of distinct strings coded
+    (NaN without). A group called "all" leaves the overall curve "(all)"."""
     confidence = np.asarray(confidence, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
-    curves = [_one_curve(ALL, confidence, correct, distinct, max_points)]
+    overall = ALL
     if groups is not None:
         groups = pd.Series(np.asarray(groups, dtype=object)).fillna("").astype(str).to_numpy()
+        while overall in set(groups):  # a group called "all" is not the overall curve
+            overall = f"({overall})"
+    curves = [_one_curve(overall, confidence, correct, distinct, max_points)]
+    if groups is not None:
         for value in sorted(set(groups)):
             rows = groups == value
             curves.append(_one_curve(value, confidence[rows], correct[rows],
@@ -55,9 +60,11 @@ def production_curve(confidence, correct, groups=None, distinct=None,
     return pd.concat(curves, ignore_index=True)[COLUMNS]
 
 
-def coded_at(curve: pd.DataFrame, target: float, group: str = ALL) -> Optional[pd.Series]:
+def coded_at(curve: pd.DataFrame, target: float, group: Optional[str] = None) -> Optional[pd.Series]:
     """The curve's point that codes the most rows at an accuracy of at least `target`
-    (a point estimate on these rows, not a promise for new ones), or None."""
+    (a point estimate on these rows, not a promise for new ones), or None. group None: the
+    overall curve."""
+    group = curve["group"].iloc[0] if group is None and len(curve) else group
     points = curve[(curve["group"] == group) & (curve["accuracy"] >= target)]
     if points.empty:
         return None
@@ -65,8 +72,10 @@ def coded_at(curve: pd.DataFrame, target: float, group: str = ALL) -> Optional[p
 
 
 def headline(curve: pd.DataFrame, target: float, rows: str = "validation rows",
-             group: str = ALL) -> str:
-    """'at 95% accuracy: 71% of validation rows coded automatically' (read off the curve)."""
+             group: Optional[str] = None) -> str:
+    """'at 95% accuracy: 71% of validation rows coded automatically' (read off the curve;
+    group None: the overall curve)."""
+    group = curve["group"].iloc[0] if group is None and len(curve) else group
     point = coded_at(curve, target, group)
     if point is None:
         best = curve.loc[curve["group"] == group, "accuracy"]
@@ -77,16 +86,20 @@ def headline(curve: pd.DataFrame, target: float, rows: str = "validation rows",
 
 def plot_curve(curve: pd.DataFrame, path: str, target: Optional[float] = None,
                title: str = "production curve") -> str:
-    """A PNG: accuracy of the coded rows against the share coded, one line per group."""
+    """A PNG: accuracy of the coded rows against the share coded, one line per group (and
+    per head where the curve has a head column)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: works with no display (clusters, CI)
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 5), constrained_layout=True)
-    for name, points in curve.groupby("group", sort=False):
-        axis.plot(points["coded_share"], points["accuracy"], label=str(name),
-                  linewidth=2.0 if name == ALL else 1.0)
+    keys = [c for c in ("head", "group") if c in curve.columns]
+    overall = curve["group"].iloc[0] if len(curve) else None
+    for name, points in curve.groupby(keys, sort=False):
+        name = name if isinstance(name, tuple) else (name,)
+        axis.plot(points["coded_share"], points["accuracy"], label=" ".join(str(v) for v in name),
+                  linewidth=2.0 if name[-1] == overall else 1.0)
     if target is not None:
         axis.axhline(target, color="grey", linestyle=":", label=f"target {target:.0%}")
     axis.set_xlim(0, 1)

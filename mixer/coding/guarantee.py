@@ -16,6 +16,13 @@ GRID = 1.0 - np.logspace(-6.0, 0.0, 241)
 # With a number of rows to code, this share of delta covers their own sampling error and
 # the rest the test on the labelled rows (a union bound).
 REST_SHARE = 0.5
+# A grid point counts towards "about how many labelled rows it would take" only with at least
+# this many rows: an accuracy read off fewer is too rough to extrapolate from.
+MIN_HOPEFUL = 20
+MOST_NEEDED = 10 ** 8  # beyond this "how many rows it would take" is not worth an answer
+# The first point tested has enough rows to pass at an accuracy this far from the target to 1
+# (docs/coding.md#the-guarantee).
+START = 0.5
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class Choice:
 
 
 # ---------------------------------------------------------------------- binomial tails
-def _continued_fraction(a, b, x, steps: int = 10000):
+def _continued_fraction(a, b, x, steps: int = 100000):
     """The continued fraction of the regularised incomplete beta (modified Lentz), vectorised;
     converges fast where x < (a + 1) / (a + b + 2)."""
     tiny = 1e-300
@@ -52,7 +59,7 @@ def _continued_fraction(a, b, x, steps: int = 10000):
             c = np.where(np.abs(c) < tiny, tiny, c)
             step = c * d
             h = np.where(done, h, h * step)
-        done |= np.abs(step - 1.0) < 1e-15
+        done |= np.abs(step - 1.0) < 1e-13
         if done.all():
             break
     return h
@@ -94,31 +101,40 @@ def lower_bound(k: int, n: int, delta: float) -> float:
     if n <= 0 or k <= 0:
         return 0.0
     lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if binomial_upper_tail(k, n, mid) > delta:
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    for _ in range(7):  # 64 points a round, all at once: the bracket shrinks 63-fold a round
+        points = np.linspace(lo, hi, 65)[1:-1]
+        above = binomial_upper_tail(np.full(len(points), k), np.full(len(points), n), points) > delta
+        first = int(np.argmax(above)) if above.any() else len(points)
+        lo = points[first - 1] if first > 0 else lo
+        hi = points[first] if first < len(points) else hi
+    return float(lo)
+
+
+_REST_TARGETS: dict = {}  # (target, delta_rest) -> {rows: level}: a pure function, kept
+
+
+def rest_targets(rows, target: float, delta_rest: float) -> np.ndarray:
+    """Per count m of new coded rows: the smallest accuracy q at which m rows, each right with
+    probability q, reach `target` with probability at least 1 - delta_rest
+    (P(Bin(m, q) >= ceil(target m)) >= 1 - delta_rest); target itself where m is 0."""
+    rows = np.asarray(rows, dtype=np.int64)
+    distinct, back = np.unique(rows, return_inverse=True)
+    known = _REST_TARGETS.setdefault((float(target), float(delta_rest)), {})
+    todo = np.array([m for m in distinct if int(m) not in known], dtype=np.int64)
+    if len(todo):
+        needed = np.ceil(target * todo - 1e-9)
+        lo, hi = np.full(len(todo), float(target)), np.ones(len(todo))
+        for _ in range(50):  # bisection, all counts at once: 2^-50 of the interval
+            mid = (lo + hi) / 2.0
+            enough = binomial_upper_tail(needed, todo, mid) >= 1.0 - delta_rest
+            hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+        known.update(zip(todo.tolist(), np.where(todo > 0, hi, float(target)).tolist()))
+    return np.array([known[int(m)] for m in distinct])[back]
 
 
 def rest_target(rows: int, target: float, delta_rest: float) -> float:
-    """The smallest accuracy q at which `rows` new coded rows, each right with probability q,
-    reach `target` with probability at least 1 - delta_rest: P(Bin(rows, q) >= ceil(target rows))."""
-    if rows <= 0:
-        return target
-    needed = math.ceil(target * rows - 1e-9)
-    lo, hi = target, 1.0
-    if binomial_upper_tail(needed, rows, hi - 1e-15) < 1.0 - delta_rest:
-        return 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if binomial_upper_tail(needed, rows, mid) >= 1.0 - delta_rest:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    """rest_targets for one count."""
+    return float(rest_targets([rows], target, delta_rest)[0])
 
 
 # ---------------------------------------------------------------------- the choice
@@ -131,29 +147,59 @@ def _rows_to_code_at(rows_to_code, coded: np.ndarray, n: int) -> Optional[np.nda
     return (len(new) - np.searchsorted(new, GRID, side="left")).astype(np.int64)
 
 
+def _fixed_sequence(coded, right, targets, delta_test) -> Optional[int]:
+    """The last grid index of the run of passed tests from the most confident end, or None.
+    The sequence starts at the first point with enough rows to pass at an accuracy of
+    START of the way from the target to 1: a test on fewer rows passes only when (nearly)
+    every row is right, so one slip among the most confident rows would end the sequence
+    before it reached the rows that matter. Which points are tested depends on the
+    confidences alone, not on which rows are right, so skipping some keeps the guarantee."""
+    start = targets + START * (1.0 - targets)
+    testable = (coded > 0) & (targets < 1.0)
+    testable[testable] = binomial_upper_tail(np.ceil(start[testable] * coded[testable] - 1e-9),
+                                             coded[testable], targets[testable]) <= delta_test
+    p_values = np.ones(len(coded))
+    if testable.any():
+        p_values[testable] = binomial_upper_tail(right[testable], coded[testable], targets[testable])
+    chosen = None
+    for j in np.flatnonzero(testable):
+        if p_values[j] > delta_test:
+            break
+        chosen = int(j)
+    return chosen
+
+
 def _needed(coded, right, targets, delta_test, n) -> Optional[int]:
     """About how many labelled rows, coded and right in the shares seen here, would let the
-    best grid point pass its test; None when no point's accuracy is above its target."""
-    best = None
-    for n_j, k_j, t_j in zip(coded, right, targets):
-        if n_j == 0 or k_j / n_j <= t_j or t_j >= 1.0:
-            continue
-        accuracy, share = k_j / n_j, n_j / n
-        size = 1
-        while binomial_upper_tail(math.ceil(accuracy * size - 1e-9), size, t_j) > delta_test:
-            size *= 2
-            if size > 10 ** 9:
-                break
-        lo, hi = size // 2, size
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if binomial_upper_tail(math.ceil(accuracy * mid - 1e-9), mid, t_j) <= delta_test:
-                hi = mid
-            else:
-                lo = mid
-        total = math.ceil(hi / share)
-        best = total if best is None else min(best, total)
-    return best
+    fixed sequence pass a point; None when no point's accuracy is above its target."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hopeful = (coded >= MIN_HOPEFUL) & (right / np.maximum(coded, 1) > targets) & (targets < 1.0)
+    if not hopeful.any() or n == 0:
+        return None
+
+    def passes(scale: float) -> bool:
+        return _fixed_sequence(coded * scale, right * scale, targets, delta_test) is not None
+
+    lo, hi = 1.0, 2.0
+    while not passes(hi):  # double, then bisect on the number of rows
+        lo, hi = hi, hi * 2.0
+        if hi * n > MOST_NEEDED:
+            return None
+    while (hi - lo) * n > 1.0:
+        mid = (lo + hi) / 2.0
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return int(math.ceil(hi * n))
+
+
+def grid_counts(confidence, correct) -> tuple:
+    """(rows at or above each GRID threshold, how many of them are right, rows)."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    n = len(confidence)
+    order = np.argsort(-confidence, kind="stable")
+    right_so_far = np.r_[0, np.cumsum(correct[order])]  # right among the i most confident rows
+    coded = (n - np.searchsorted(np.sort(confidence), GRID, side="left")).astype(np.int64)
+    return coded, right_so_far[coded].astype(np.int64), n
 
 
 def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
@@ -162,15 +208,16 @@ def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
     an exact binomial test of "accuracy < target" at level delta on these labelled rows.
     rows_to_code (a count, or the new rows' confidences) adds the new rows' own sampling
     error: their realised accuracy then reaches the target with probability 1 - delta."""
-    confidence = np.asarray(confidence, dtype=np.float64)
-    correct = np.asarray(correct, dtype=bool)
+    coded, right, n = grid_counts(confidence, correct)
+    return choose_from_counts(coded, right, n, target, delta, rows_to_code)
+
+
+def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
+                       rows_to_code=None) -> Choice:
+    """choose_threshold from the counts of grid_counts (or level_counts)."""
     if not 0.0 < target < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"target {target} and delta {delta} must lie between 0 and 1")
-    n = len(confidence)
-    order = np.argsort(-confidence, kind="stable")
-    right_so_far = np.r_[0, np.cumsum(correct[order])]  # right among the i most confident rows
-    coded = (n - np.searchsorted(np.sort(confidence), GRID, side="left")).astype(np.int64)
-    right = right_so_far[coded].astype(np.int64)  # rows at or above each threshold
+    coded, right = np.asarray(coded, dtype=np.int64), np.asarray(right, dtype=np.int64)
     new_rows = _rows_to_code_at(rows_to_code, coded, n)
     if new_rows is None:
         delta_test, targets = delta, np.full(len(GRID), target)
@@ -179,24 +226,16 @@ def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
     else:
         delta_test = delta * (1.0 - REST_SHARE)
         rest = delta * REST_SHARE
-        targets = np.array([rest_target(int(m), target, rest) for m in new_rows])
+        targets = rest_targets(new_rows, target, rest)
         procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
                      f"mixer.coding.guarantee.GRID from the most confident end, each of accuracy < the "
                      f"level at which the rows to code reach {target:g} with probability 1 - {rest:g}")
-    # a point with too few rows to pass even when all are right is not tested (it depends on
-    # the confidences alone, not on which rows are right, so skipping it keeps the guarantee)
-    testable = (coded > 0) & (targets < 1.0) & (coded * np.log(np.maximum(targets, 1e-300)) <= math.log(delta_test))
-    p_values = np.ones(len(GRID))
-    if testable.any():
-        p_values[testable] = binomial_upper_tail(right[testable], coded[testable], targets[testable])
-    chosen = None
-    for j in np.flatnonzero(testable):
-        if p_values[j] > delta_test:
-            break
-        chosen = j
+    chosen = _fixed_sequence(coded, right, targets, delta_test)
     if chosen is None:
-        needed = _needed(coded, right, targets, delta_test, n) if n else None
-        if needed is None:
+        needed = _needed(coded, right, targets, delta_test, n)
+        if n == 0:
+            note = "no labelled rows to choose a threshold on"
+        elif needed is None:
             note = (f"no confidence threshold reaches accuracy {target:g} on these {n} labelled rows; "
                     "more rows like them would not change that")
         else:
@@ -206,3 +245,41 @@ def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
     bound = lower_bound(int(right[chosen]), int(coded[chosen]), delta_test)
     return Choice(float(GRID[chosen]), float(coded[chosen] / n), bound, n, procedure, None, "",
                   target, delta)
+
+
+# ---------------------------------------------------------------------- shorter codes
+def given_levels(confidences, threshold: float) -> np.ndarray:
+    """Per row, the index in `confidences` (the whole code first, then coarser levels) of
+    the first whose confidence reaches the threshold: the code a row is given; -1 for none."""
+    passed = np.stack([np.asarray(c, dtype=np.float64) >= threshold for c in confidences])
+    return np.where(passed.any(axis=0), passed.argmax(axis=0), -1)
+
+
+def level_counts(confidences, corrects) -> tuple:
+    """grid_counts for codes that fall back to shorter ones: at each GRID threshold a row is
+    coded at the first of its levels (the whole code first) whose confidence reaches it, and
+    counts as right when its code is right at that level."""
+    corrects = [np.asarray(c, dtype=bool) for c in corrects]
+    n = len(corrects[0])
+    coded, right = np.zeros(len(GRID), dtype=np.int64), np.zeros(len(GRID), dtype=np.int64)
+    best = np.max(np.stack([np.asarray(c, dtype=np.float64) for c in confidences]), axis=0)
+    for j, threshold in enumerate(GRID):
+        if not (best >= threshold).any():
+            continue
+        given = given_levels(confidences, threshold)
+        coded[j] = (given >= 0).sum()
+        right[j] = sum(int(corrects[level][given == level].sum()) for level in range(len(corrects)))
+    return coded, right, n
+
+
+def choose_with_levels(confidences, corrects, target: float, delta: float = 0.05,
+                       rows_to_code=None) -> tuple:
+    """(Choice, share of the labelled rows given each level at its threshold): one threshold
+    for codes that fall back to shorter ones, accuracy counted at the level given. As
+    rows_to_code, pass a count or the new rows' best confidence over their levels."""
+    coded, right, n = level_counts(confidences, corrects)
+    choice = choose_from_counts(coded, right, n, target, delta, rows_to_code)
+    if choice.threshold is None:
+        return choice, [0.0] * len(confidences)
+    given = given_levels(confidences, choice.threshold)
+    return choice, [float((given == level).mean()) for level in range(len(confidences))]

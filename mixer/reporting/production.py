@@ -1,0 +1,52 @@
+"""The production curve of a scored predictions file (evaluate.py): per head, the accuracy
+of the rows coded against the share coded as the confidence threshold falls, overall and
+per --by group (mixer.coding.curve; docs/coding.md#the-production-curve)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.coding.curve import headline, production_curve
+
+CONFIDENCE = "confidence"  # predict.py's column: confidence (one head) or <head>_confidence
+
+
+def confidence_column(head: str, columns, given: Optional[str] = None) -> Optional[str]:
+    """The column of a head's row confidence: --confidence-col, else the one predict.py
+    writes for that head, when the file has it."""
+    if given:
+        return given
+    name = CONFIDENCE if head == "prediction" else f"{head}_{CONFIDENCE}"
+    return name if name in columns else None
+
+
+def production_table(frame: pd.DataFrame, truth: list, predicted: dict, confidence_cols: dict,
+                     groups=None, group_name: str = "group", distinct=None) -> tuple:
+    """(the curves of every head with a confidence column, as one frame with a head column;
+    per head the rows left out for a missing confidence). Rows without a true code are left
+    out, as in the evaluation table; a row is right when its code set is exactly the truth's."""
+    evaluated = np.asarray([bool(t) for t in truth])
+    curves, missing = [], {}
+    for head, column in confidence_cols.items():
+        confidence = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
+        rows = evaluated & ~np.isnan(confidence)
+        missing[head] = int((evaluated & np.isnan(confidence)).sum())
+        correct = np.asarray([truth[r] == predicted[head][r] for r in np.flatnonzero(rows)], dtype=bool)
+        curve = production_curve(confidence[rows], correct,
+                                 None if groups is None else np.asarray(groups, dtype=object)[rows],
+                                 None if distinct is None else np.asarray(distinct, dtype=object)[rows])
+        curve.insert(0, "head", head)
+        curves.append(curve.rename(columns={"group": group_name}))
+    return pd.concat(curves, ignore_index=True), missing
+
+
+def headlines(table: pd.DataFrame, target: float, group_name: str = "group") -> list:
+    """One line per head: 'flat: at 95% accuracy: 71% of rows coded automatically'."""
+    lines = []
+    for head, curve in table.groupby("head", sort=False):
+        line = headline(curve.rename(columns={group_name: "group"}), target, rows="rows")
+        lines.append(line if head == "prediction" else f"{head}: {line}")
+    return lines
