@@ -314,3 +314,18 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
     assert read_summary(str(tmp_path)) == summary
     assert summary["heads"]["flat"]["headline"].startswith("at 95% accuracy: ")
     assert pd.read_parquet(tmp_path / "scores.parquet").equals(frame)
+
+
+def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
+    from mixer.training.scores import head_curves, score_frame
+
+    splits = splits_of(40, 0)
+    splits["val"]["report:source"] = ["all", "census"] * 20
+    frame = score_frame({"val": gathered_rows(40), "cal": [], "noised": []}, splits, np.zeros(40, bool), [],
+                        ["source"])
+    curve = head_curves(frame, "flat", ["source"], 1.0)
+    overall = curve[curve["by"] == "all"]
+    assert overall["coded_rows"].max() == 40 and set(overall["group"]) == {"all"}
+    by_source = curve[curve["by"] == "source"]
+    assert set(by_source["group"]) == {"all", "census"}
+    assert by_source.groupby("group")["coded_rows"].max().tolist() == [20, 20]

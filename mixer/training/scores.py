@@ -164,7 +164,8 @@ def head_curves(frame: pd.DataFrame, head: str, report_cols: list, temperature: 
     parts = []
     for by in ["lang"] + list(report_cols):
         curve = production_curve(confidence, correct, frame[by].to_numpy(), distinct=frame["text"].to_numpy())
-        overall = (curve["group"] == ALL).to_numpy()
+        # the overall curve comes first, named "all" ("(all)" beside a group called all)
+        overall = np.arange(len(curve)) < (curve["group"] != curve["group"].iloc[0]).to_numpy().argmax()
         parts.append(curve[~overall].assign(by=by) if parts else curve.assign(by=np.where(overall, ALL, by)))
     curve = pd.concat(parts, ignore_index=True)
     curve.insert(0, "head", head)
