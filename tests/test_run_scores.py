@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TINY, run_program  # noqa: F401 (the runs below)
+from conftest import TINY, run_program
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
 

@@ -142,7 +142,8 @@ def read_summary(directory: str) -> Optional[dict]:
 
     calibration = read_calibration(directory)
     curve_path = os.path.join(directory, CURVE)
-    if calibration is None or not os.path.exists(curve_path) or not os.path.exists(os.path.join(directory, SCORES)):
+    if (calibration is None or not os.path.exists(curve_path)
+            or not os.path.exists(os.path.join(directory, SCORES))):
         return None
     curve = pd.read_csv(curve_path, dtype={"head": str, "by": str, "group": str}, keep_default_na=False)
     return summarise(calibration, curve, calibration.get("splits") or {})
@@ -259,7 +260,8 @@ def report_lines(summary: dict, where: str, which: str) -> list:
                 f"calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f}")
         held = entry.get("held_out")
         if held:
-            line += f" (on {held['rows']:,} rows it was not fit on: {held['ece_before']:.4f} -> {held['ece_after']:.4f})"
+            line += (f" (on {held['rows']:,} rows it was not fit on: {held['ece_before']:.4f} -> "
+                     f"{held['ece_after']:.4f})")
         lines.append(line)
     lines.append(f"  temperature fit on {summary['fit_on']}")
     return lines
