@@ -263,6 +263,8 @@ READING_MODULES = {"mixer/data/reading.py", "mixer/data/formats.py"}  # the read
 OWN_FILES = {
     ("mixer/data/prepare.py", "read_key"): "a run's key.csv, written by write_prepared",
     ("mixer/data/prepare.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
+    ("mixer/data/prepare.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
+    ("mixer/training/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
     ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
     ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
     ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",

@@ -235,7 +235,10 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
         stored = json.load(handle)
     assert Thresholds.of(stored["threshold"], stored["thresholds"]).describe() in body
     assert f"python predict.py --checkpoint {out} --input" in body
-    assert (out / "best" / "README.md").read_text().replace(f"{out}/best", str(out)) == text
+    # the two cards differ in where they are: paths, and the links to the best's files (issue 37's scores)
+    assert ("](best/production_curve_flat.png)" in text and "(`best/scores.parquet`)" in text)
+    assert (out / "best" / "README.md").read_text().replace(f"{out}/best", str(out)) == (
+        text.replace("](best/", "](").replace("`best/scores", "`scores").replace("`best/calibration", "`calibration"))
 
 
 def test_a_resume_with_another_metric_is_refused_before_anything_changes(reference, small_csv, tmp_path, capsys):

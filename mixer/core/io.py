@@ -70,6 +70,19 @@ def write_text(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
+def write_bytes(path: str, data: bytes) -> None:
+    def write(tmp):
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+
+    atomic_write(path, write)
+
+
+def write_content(path: str, content) -> None:
+    """Text or bytes, atomically."""
+    (write_bytes if isinstance(content, bytes) else write_text)(path, content)
+
+
 FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
 FULL_TEXT = {"no space left on device": FULL[errno.ENOSPC], "os error 28": FULL[errno.ENOSPC],
              "disk quota exceeded": FULL[errno.EDQUOT], "os error 122": FULL[errno.EDQUOT]}

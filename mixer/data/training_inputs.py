@@ -38,15 +38,18 @@ def prepared_data_id(run_dir: str, split: str) -> str:
 
 def split_caches(run_dir: str, token_ids, prepared, world=None,
                  log: Callable[[str], None] = print) -> dict:
-    """{split: its token cache} for "train" and "val", each checked against the
-    prepared split's content (all ranks; no torch needed); says how many rows' context
-    was cut to fit the model's input."""
+    """{split: its token cache} for "train", "val" and, with --share-calibration, "cal",
+    each checked against the prepared split's content (all ranks; no torch needed); says
+    how many rows' context was cut to fit the model's input."""
     from mixer.data.token_cache import token_cache
     from mixer.data.tokens import context_note
 
+    splits = [("train", prepared.train), ("val", prepared.val)]
+    if prepared.cal is not None:
+        splits.append(("cal", prepared.cal))
     caches = {split: token_cache(run_dir, split, token_ids, len(frame), world,
                                  data_id=prepared_data_id(run_dir, split), log=log)
-              for split, frame in (("train", prepared.train), ("val", prepared.val))}
+              for split, frame in splits}
     train, val = caches["train"].fit, caches["val"].fit
     note = context_note((train[0] + val[0], train[1] + val[1]), token_ids, training=True)
     if note:

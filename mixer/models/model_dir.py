@@ -2,8 +2,9 @@
 
 Such a directory is a complete model: model.safetensors and config.json, the run's
 key.csv, encoder/ and tokenizer/, and the files the caller adds (evaluation.csv,
-README.md). predict.py, evaluate.py, mixer.load, --initial-checkpoint and the
-OccCANINE export read it as they read a run directory.
+README.md; at the run's end scores.parquet, calibration.json and their plots).
+predict.py, evaluate.py, mixer.load, --initial-checkpoint and the OccCANINE export
+read it as they read a run directory.
 
 It is built in a temp directory beside its place, then swapped in by two renames: the
 old directory aside (`.best.old`), the new one in place; the old one is removed last.
@@ -22,7 +23,7 @@ import os
 import shutil
 import tempfile
 
-from mixer.core.io import current_umask, fsync_directory, write_text
+from mixer.core.io import current_umask, fsync_directory, write_content
 from mixer.models.model import save_model
 
 SHARED = ("key.csv", "encoder", "tokenizer")  # the run's files a model directory carries
@@ -30,7 +31,7 @@ SHARED = ("key.csv", "encoder", "tokenizer")  # the run's files a model director
 
 def write_model_dir(run_dir: str, name: str, model, extra: dict, files: dict) -> str:
     """RUN_DIR/name as a complete model of `model` (config.json gets `extra`), with the
-    run's shared files and `files` ({file name: text}); returns its path."""
+    run's shared files and `files` ({file name: text or bytes}); returns its path."""
     target, aside = os.path.join(run_dir, name), os.path.join(run_dir, f".{name}.old")
     recover(run_dir, name)
     staging = tempfile.mkdtemp(prefix=f".tmp-{name}.", dir=run_dir)
@@ -38,8 +39,8 @@ def write_model_dir(run_dir: str, name: str, model, extra: dict, files: dict) ->
         save_model(model, staging, extra)
         for shared in SHARED:
             _copy(os.path.join(run_dir, shared), os.path.join(staging, shared))
-        for file_name, text in files.items():
-            write_text(os.path.join(staging, file_name), text)
+        for file_name, content in files.items():
+            write_content(os.path.join(staging, file_name), content)
         os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide it from colleagues
         fsync_directory(staging)
         if os.path.exists(target):

@@ -103,14 +103,15 @@ def _per_job(jobs: list, text) -> str:
 
 
 def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Optional[dict],
-               last: dict, export: Optional[dict] = None) -> str:
+               last: dict, export: Optional[dict] = None, coding: Optional[dict] = None) -> str:
     """The card of the run's best model (`best`, its record: mixer.training.best) or, when
     it kept none, of its last step's weights (`last`: step, place, metrics, table).
     `stored`: the config.json those weights have or get, whose thresholds prediction
     will use; `where`: the path to predict with. `export` (mixer.cli.export_occcanine):
     the weights written elsewhere ("run": the run directory, "thresholds_where": how
     their readers get thresholds, "measured_with": the run's Thresholds, which its
-    figures were measured with)."""
+    figures were measured with). `coding`: the summary of the weights' scores
+    (mixer.training.scores.summarise) with "files", the card's path to them, or None."""
     from mixer.reporting.metrics import Thresholds
 
     run = export["run"] if export else "RUN"
@@ -126,7 +127,7 @@ def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Opti
         model = dict(which="last", other=None, **last)
     thresholds = Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds"))
     model.update(where=where, progress=progress, thresholds=thresholds,
-                 thresholds_origin=stored.get("thresholds_from", "the run's"), export=export)
+                 thresholds_origin=stored.get("thresholds_from", "the run's"), export=export, coding=coding)
     if export:
         model["thresholds_where"] = export["thresholds_where"]
         if export["measured_with"] != thresholds:
@@ -227,12 +228,44 @@ def _body(facts: dict, model: dict) -> list:
     lines += ["", "## Thresholds", "",
               f"The flat head predicts the codes with a probability {rule}; these thresholds are "
               f"{model['thresholds_origin']}, {model.get('thresholds_where') or stored_thresholds_text()}."]
+    if model.get("coding"):
+        lines += ["", "## Confidence and the production curve", ""] + _coding(model["coding"])
     where = model["where"]
     lines += ["", "## How to predict", "", "```bash",
               f"python predict.py --checkpoint {shlex.quote(where)} --input records.csv --output codes.csv",
               "```", "", "From Python, after `import mixer`:", "", "```python",
               f"model = mixer.load({json.dumps(where, ensure_ascii=False)})",
               'model.predict(["farm labourer", "wine and spirit merchant"])', "```"]
+    return lines
+
+
+def _coding(coding: dict) -> list:
+    """Each head's share coded at the target accuracy on the scored rows, its temperature and
+    expected calibration error, and the plots (the run's end: mixer.training.scores)."""
+    heads = [h for h, _ in HEADS if h in coding["heads"]]
+    rows = " and ".join(f"{n:,} {name}" for name, n in coding["splits"].items())
+    target = coding["target"]
+    lines = [f"Scored at the end on {rows} rows (`{coding['files']}scores.parquet`). A row's confidence is "
+             "the probability the model gives its whole code set; the share below is read off the "
+             "production curve of these rows, a point estimate: `predict.py --target-accuracy` chooses a "
+             "threshold that keeps its accuracy on new rows (docs/coding.md).", "",
+             "| | " + " | ".join(f"{h} head" for h in heads) + " |", "|---|" + "---|" * len(heads)]
+
+    def row(label, cell):
+        lines.append(f"| {label} | " + " | ".join(cell(coding["heads"][h]) for h in heads) + " |")
+
+    row(f"coded at {target:.0%} accuracy", lambda e: "none" if e["coded_share"] is None
+        else f"{e['coded_share']:.0%} of the rows")
+    row("temperature", lambda e: f"{e['temperature']:.3f}")
+    row("expected calibration error, raw -> calibrated", lambda e: f"{e['ece_before']:.4f} -> {e['ece_after']:.4f}")
+    if all("held_out" in coding["heads"][h] for h in heads):
+        held = coding["heads"][heads[0]]["held_out"]["rows"]
+        row(f"the same on {held:,} rows it was not fit on",
+            lambda e: f"{e['held_out']['ece_before']:.4f} -> {e['held_out']['ece_after']:.4f}")
+    lines += ["", f"The temperatures (`{coding['files']}calibration.json`) were fit on {coding['fit_on']}; "
+                  "they change no code, only the confidence a user reads.", ""]
+    lines += [f"![production curve, {h} head]({coding['files']}production_curve_{h}.png) "
+              f"![reliability diagram, {h} head]({coding['files']}reliability_{h}.png)" for h in heads]
     return lines
 
 

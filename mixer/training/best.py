@@ -236,13 +236,13 @@ class BestKeeper:
                 "epoch": progress.epoch, "place": list(place_of(progress)), "conditions": self.conditions,
                 "metrics": {k: v for k, v in row.items() if k.startswith("val_")}, "table": table}
 
-    def write(self, model, record: dict) -> None:
-        """RUN/best/ of `model` (rank 0)."""
+    def write(self, model, record: dict, more: Optional[dict] = None) -> None:
+        """RUN/best/ of `model` (rank 0), with `more` files (the end of a run's scores)."""
         from mixer.models.model_dir import write_model_dir
 
         weights = dict({k: record[k] for k in RECORD_KEYS}, kind="best", metrics=record["metrics"])
         write_model_dir(self.run_dir, BEST_DIR, model, dict(self.extra, weights=weights),
-                        self.write_files(record))
+                        dict(self.write_files(record), **(more or {})))
 
     def load_weights(self, model) -> None:
         """The weights of RUN/best/ into `model` (every rank reads the shared file)."""

@@ -156,6 +156,8 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     eval_noise = NoiseConfig(1.0, config.train.eval_noise, 0.0)
     noisy_val_set = (RowDataset(inputs_of("val", prepared.val, eval_noise, every_row=True), val_labels)
                      if config.train.eval_noise else None)
+    cal_set = (RowDataset(inputs_of("cal", prepared.cal, NoiseConfig(0.0, 0, 0.0)),
+                          labels_of(prepared.cal, key_codes, num_blocks)) if prepared.cal is not None else None)
 
     cfg = dataclasses.replace(config.train, precision=precision)
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
@@ -182,6 +184,7 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
                        if cfg.full_val_at_end and len(sample) < len(val_set) else None)
     noisy_full_val_loader = (val_loader_of(np.arange(len(val_set)), noisy_val_set)
                              if noisy_val_set is not None and full_val_loader is not None else None)
+    cal_loader = val_loader_of(np.arange(len(cal_set)), cal_set) if cal_set is not None and len(cal_set) else None
 
     model, grad_sync = place_model(model, config, world)
     schedule = Schedule(sampler.rows_per_epoch, Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
@@ -201,6 +204,10 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
                        key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
                        block_size=formatter.block_size, formatter=formatter, schedule=schedule,
                        model_extra=extra, grad_sync=grad_sync,
+                       cal_loader=cal_loader,
+                       cal_langs=None if prepared.cal is None else prepared.cal["lang"].astype(str).to_numpy(),
+                       coding=coding_step(run_dir, config, formatter, sample, len(val_set),
+                                          full_val_loader is not None),
                        eval_conditions=best.conditions(cfg, sample, thresholds),
                        card_facts=card.run_facts(
                            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
@@ -241,7 +248,8 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     try:
         metrics = trainer.fit()
     finally:
-        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader, noisy_full_val_loader)
+        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader, noisy_full_val_loader,
+                     cal_loader)
     if world.is_main and trainer.completed:
         report_end(metrics, run_dir, trainer.progress.best)
     return metrics
@@ -305,6 +313,18 @@ def parameter_groups(model: torch.nn.Module, learning_rate: float, head_lr_scale
             (encoder if ".encoder." in f".{name}" else heads).append(parameter)
     groups = [{"params": heads, "lr": learning_rate * head_lr_scale}]
     return ([{"params": encoder, "lr": learning_rate}] if encoder else []) + groups
+
+
+def coding_step(run_dir: str, config: RunConfig, formatter, sample, val_rows: int, full: bool):
+    """The end-of-run step on the scored rows (mixer.training.scores): which validation
+    rows chose something, the code system's levels, the user's breakdown columns."""
+    from mixer.training.scores import CodingStep, chose_mask
+
+    t = config.train
+    tuned_on = None if not t.tune_threshold else "all" if full else "sample"
+    chose = chose_mask(val_rows, sample, bool(t.keep_best), tuned_on)
+    return CodingStep(run_dir, formatter.kind, config.data.report_cols, chose,
+                      os.path.basename(os.path.abspath(run_dir)), log=logger.info)
 
 
 def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:

@@ -87,6 +87,9 @@ class TrainParts:
     card_facts: dict = field(default_factory=dict)  # what the model card says of the run (mixer.reporting.card)
     eval_conditions: dict = field(default_factory=dict)  # what the metrics are measured with (best.conditions)
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
+    cal_loader: Optional[torch.utils.data.DataLoader] = None  # --share-calibration's rows, scored at the end
+    cal_langs: Optional[np.ndarray] = None  # their languages
+    coding: Optional[object] = None  # the end-of-run step on the scored rows (mixer.training.scores.CodingStep)
 
 
 class TrainWindow:
@@ -139,6 +142,8 @@ class Trainer:
         self.last_metrics: dict = {}
         self.completed = False  # the run reached its end and wrote its final files
         self.last_table: Optional[str] = None  # evaluation.csv of the last step's weights (rank 0)
+        self.last_gathered: Optional[dict] = None  # the rows its final evaluation scored (rank 0)
+        self.scored_last = False  # this job scored the last step's weights (every rank)
         self._saved_step = -1
         self._window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
@@ -346,9 +351,9 @@ class Trainer:
         return metrics
 
     def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
-                 noised: bool = False) -> Optional[dict]:
+                 noised: bool = False, split: str = "val") -> Optional[dict]:
         """Metrics on the validation rows (all ranks): see Validator.evaluate."""
-        return self.validator.evaluate(loader, tune_threshold, collect, noised)
+        return self.validator.evaluate(loader, tune_threshold, collect, noised, split)
 
     # ------------------------------------------------------------ epochs, saving, stopping
     def end_epoch(self) -> None:
@@ -491,9 +496,10 @@ class Trainer:
         return self.finished() or requested or bool(stop_at and self.progress.step >= stop_at)
 
     def finish(self) -> bool:
-        """The final evaluation, evaluation.csv, the tuned thresholds, the model. False
-        when a stop signal interrupted the final evaluation: nothing final is written
-        and the job continues with it."""
+        """The final evaluation, evaluation.csv, the per-row scores and what is derived from
+        them (mixer.training.scores), the tuned thresholds, the model. False when a stop
+        signal interrupted the final evaluation: nothing final is written and the job
+        continues with it."""
         full = self.parts.full_val_loader is not None
         if (self.keeper is not None and self.progress.last_eval_step != self.progress.step
                 and (full or self.cfg.tune_threshold)):
@@ -502,14 +508,23 @@ class Trainer:
                 return False
         if self.cfg.tune_threshold and not self.tune_thresholds(full):
             return False
-        if (self.progress.last_eval_step != self.progress.step or self.cfg.tune_threshold
-                or (full and not self.progress.last_eval_full)):
+        final = (self.progress.last_eval_step != self.progress.step or self.cfg.tune_threshold
+                 or (full and not self.progress.last_eval_full)
+                 or (self.validator.collected is None and self.lacks_scores(self.run_dir)))  # all ranks
+        if (final or self.validator.collected is not None) and not self.score_calibration_rows():  # all ranks
+            self.progress.eval_pending = True  # nothing final logged yet: the job continues here
+            return False
+        if final:
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
-        if self.validator.collected is not None:  # all ranks
-            self.last_table = self.validator.write_evaluation(
-                f"the weights of the last step, {self.progress.step}")
+        self.scored_last = self.validator.collected is not None  # the same on every rank
+        if self.scored_last:
+            gathered = self.validator.gather_rows()  # all ranks
+            self.last_gathered = gathered
+            which = f"the weights of the last step, {self.progress.step}"
+            self.last_table = self.validator.write_evaluation(which, gathered)
+            self.write_scores(gathered, self.run_dir, which)
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={
@@ -520,31 +535,83 @@ class Trainer:
             plot_training_curves(self.run_dir)
         return True
 
+    def lacks_scores(self, directory: str) -> bool:
+        """The directory holds no scores.parquet: rank 0 looks, every rank gets its answer
+        (all ranks). A job killed after its final evaluation finds none and scores again."""
+        from mixer.training.scores import SCORES
+
+        missing = mdist.main_only(lambda: not os.path.exists(os.path.join(directory, SCORES)), self.world)
+        return bool(mdist.broadcast_object(missing, self.world))  # all ranks
+
+    def score_calibration_rows(self) -> bool:
+        """--share-calibration's rows scored with the weights and thresholds as they are
+        (all ranks; nothing to do without them). False when a stop signal interrupted it."""
+        self.validator.collected_cal = None
+        if self.parts.cal_loader is None:
+            return True
+        with self._window.paused():
+            return self.evaluate(self.parts.cal_loader, collect=True, split="cal") is not None  # all ranks
+
+    def write_scores(self, gathered: Optional[dict], directory: str, which: Optional[str]) -> Optional[dict]:
+        """The end-of-run step (mixer.training.scores.CodingStep) on gathered rows: the model
+        directory's files, written into it unless it is RUN/best/ (the keeper writes that
+        whole), and returned (rank 0; None on the others)."""
+        if gathered is None or self.parts.coding is None:
+            return None
+        files = self.parts.coding.files(gathered, directory, which)
+        if files and directory == self.run_dir:
+            from mixer.core.io import write_content
+
+            for name, content in files.items():
+                write_content(os.path.join(directory, name), content)
+        return files
+
     def finish_best(self) -> None:
-        """The best model's final files, when the final rows or thresholds differ from those
-        it was chosen with (--full-val-at-end, --tune-threshold): its thresholds tuned on its
-        own outputs and its evaluation on the final rows, RUN/best/ rewritten whole (all
-        ranks). A stop signal here leaves RUN/best/ as it was; the job, run again, does it."""
+        """The best model's final files (all ranks): its per-row scores and what is derived
+        from them, and, when the final rows or thresholds differ from those it was chosen
+        with (--full-val-at-end, --tune-threshold), its thresholds tuned on its own outputs
+        and its evaluation on the final rows; RUN/best/ rewritten whole. The best of the
+        last step takes the last step's scores. A stop signal here leaves RUN/best/ as it
+        was; the job, run again, does it."""
         best, full = self.progress.best, self.parts.full_val_loader
-        if best is None or not (self.cfg.tune_threshold or full is not None):
+        if best is None:
             return
-        if best["step"] != self.progress.step:
-            self.keeper.load_weights(self.parts.model)  # all ranks (the last step's are saved)
-            if self.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
-                self.parts.thresholds, extra = self.starting_thresholds
-                self.parts.model_extra.update(extra)
-                if not self.tune_thresholds(full is not None, os.path.join(self.run_dir, BEST_DIR)):
-                    return
-        metrics = self.measure(full, collect=True)  # all ranks
-        if metrics is None:
-            logger.warning(f"the best model's final evaluation was interrupted; {self.run_dir}/best "
-                           "keeps the files it had")
-            return
-        table = self.validator.evaluation_table()  # all ranks
-        best["metrics"] = dict(best["metrics"], **{f"val_{k}": v for k, v in metrics.items()})
-        best["table"] = table
+        best_dir = os.path.join(self.run_dir, BEST_DIR)
+        remeasure = bool(self.cfg.tune_threshold or full is not None)
+        if not remeasure and best["step"] == self.progress.step and self.scored_last:
+            gathered = self.last_gathered  # this job's final evaluation scored these very weights (rank 0)
+        elif not remeasure and not self.lacks_scores(best_dir):  # all ranks
+            return  # a job run again after the end: RUN/best/ holds its final files already
+        else:
+            if best["step"] != self.progress.step:
+                self.keeper.load_weights(self.parts.model)  # all ranks (the last step's are saved)
+                if self.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
+                    self.parts.thresholds, extra = self.starting_thresholds
+                    self.parts.model_extra.update(extra)
+                    if not self.tune_thresholds(full is not None, best_dir):
+                        return
+            if not self.score_calibration_rows():  # all ranks
+                logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps "
+                               "the files it had")
+                return
+            self.validator.collected_noised = None  # the last step's, until measure() replaces it
+            metrics = (self.measure(full, collect=True) if remeasure
+                       else self.evaluate(None, collect=True))  # all ranks: the rows it was chosen on
+            if metrics is None:
+                logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps "
+                               "the files it had")
+                return
+            gathered = self.validator.gather_rows()  # all ranks
+            if remeasure:
+                best["metrics"] = dict(best["metrics"], **{f"val_{k}": v for k, v in metrics.items()})
+                best["table"] = self.validator.table_of(gathered)
         if self.world.is_main:
-            self.keeper.write(self.parts.model, best)
+            same = best["step"] == self.progress.step
+            files = self.write_scores(gathered, best_dir, None if same else f"the best model's weights, step "
+                                                                             f"{best['step']}")
+            self.keeper.write(self.parts.model, best, files or {})
+            if same and files:
+                logger.info(f"scores of the best model, the last step's weights: {best_dir} (as above)")
 
     def best_files(self, record: dict) -> dict:
         """What RUN/best/ carries besides the model: its evaluation table and model card."""
@@ -578,7 +645,8 @@ class Trainer:
         data = {"facts": self.parts.card_facts, "progress": progress,
                 "best": None if best is None else {k: v for k, v in best.items() if k != "table"},
                 "last": {k: v for k, v in last.items() if k != "table"}}
-        return card.model_card(self.parts.card_facts, where, stored, progress, best, last), data
+        coding = coding_summary(self.run_dir if best is None else os.path.join(self.run_dir, BEST_DIR), where)
+        return card.model_card(self.parts.card_facts, where, stored, progress, best, last, coding=coding), data
 
     def tune_thresholds(self, full: bool, stored_in: Optional[str] = None) -> bool:
         """--tune-threshold: the flat threshold with the best F1 per language (overall for
@@ -611,6 +679,18 @@ class Trainer:
                     signal.signal(sig, request_stop)
                 except ValueError:  # not the main thread
                     pass
+
+
+def coding_summary(weights_dir: str, card_dir: str) -> Optional[dict]:
+    """The scores of the weights in `weights_dir` as the card in `card_dir` shows them
+    (mixer.training.scores.read_summary, with the path from the card to their files)."""
+    from mixer.training.scores import read_summary
+
+    summary = read_summary(weights_dir)
+    if summary is None:
+        return None
+    relative = os.path.relpath(weights_dir, card_dir)
+    return dict(summary, files="" if relative == "." else relative + "/")
 
 
 def seed_everything(seed: int) -> None:

@@ -1,5 +1,6 @@
 """The validation side of a training run, out of the loop: metrics over the validation
-rows, each row's codes kept for evaluation.csv, and the flat thresholds tuned on them.
+rows, each row's codes and confidences kept for evaluation.csv and scores.parquet, and
+the flat thresholds tuned on them.
 
 Every rank evaluates its shard of the validation rows with the unwrapped model and the
 sums are all-reduced (every row counted once, on one rank); rank 0 writes
@@ -20,15 +21,17 @@ from mixer.distributed.world import World
 from mixer.models.losses import row_losses
 from mixer.models.model import unwrap_model
 from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
-                                     flat_prediction)
+                                     decoded_confidence, flat_prediction)
 from mixer.reporting.tracking import logger
 
 
 class Validator:
     """Evaluates a run's model on its validation loaders (the parts' `val_loader`, or
-    one given: every row, or a noised copy). After an evaluation with `collect`, the
-    rows' true and predicted codes are in `collected` (`collected_noised` for a noised
-    loader); after one with `tune_threshold`, `tuned` is (thresholds, report)."""
+    one given: every row, a noised copy, or the calibration rows). After an evaluation
+    with `collect`, each row's (row, true codes, flat codes, seq2seq codes, flat
+    confidence, seq2seq confidence) is in `collected` (`collected_noised` for a noised
+    loader, `collected_cal` for the calibration rows); after one with `tune_threshold`,
+    `tuned` is (thresholds, report)."""
 
     def __init__(self, cfg: TrainConfig, world: World, parts, run_dir: str, autocast: Callable,
                  key_codes: list, stopping: Callable[[], bool]):
@@ -42,23 +45,27 @@ class Validator:
         self.stopping = stopping  # a stop signal arrived (the Trainer's handler sets it)
         self.collected: Optional[list] = None
         self.collected_noised: Optional[list] = None
+        self.collected_cal: Optional[list] = None
+        self._languages: dict = {}
         self.tuned: Optional[tuple] = None
         self.table_rows = 0  # rows of the last evaluation table
 
     @torch.no_grad()
     def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
-                 noised: bool = False) -> Optional[dict]:
+                 noised: bool = False, split: str = "val") -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
         collectives inside, so shards may differ in size); sums are all-reduced.
         Each row's flat threshold is the one prediction will use (by its language).
+        `split`: whose rows the loader reads ("val", or "cal": --share-calibration's).
         A stop signal ends it within a batch: None on every rank."""
         model = unwrap_model(self.parts.model)
         was_training = model.training
         model.eval()
-        lang_ids, lang_names = self.validation_languages()
+        lang_ids, lang_names = self.validation_languages(split)
         sums = MetricSums(self.device, tune_groups=len(lang_names) if tune_threshold else 0)
-        blocks = self.parts.num_blocks * self.parts.block_size
         rules = PredictionRules.for_family(model.cfg.family)
+        # OccCANINE's confidence reads its EOS step too, as its predict does
+        blocks = self.parts.num_blocks * self.parts.block_size + (rules.seq2seq_order == "decoded")
         code_index = {code: i for i, code in enumerate(self.key_codes)}
         row_thresholds = self.parts.thresholds.for_languages(lang_names)[lang_ids]
         collected = [] if collect else None  # per row: (index, true, flat, seq2seq codes)
@@ -85,58 +92,88 @@ class Validator:
                            num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules,
                            groups=torch.from_numpy(lang_ids[batch.rows]).long())
             if collected is not None:
-                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules)
+                confidence = self.row_confidence(model, rules, flat_logits, flat_probs, threshold, seq_codes,
+                                                 token_probs, states, batch.attention_mask)
+                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules, confidence)
         model.train(was_training)
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None
         mdist.all_reduce_sum(sums.values, self.world)  # all ranks
         result = sums.result()
         if collect:
-            setattr(self, "collected_noised" if noised else "collected", collected)
+            setattr(self, "collected_noised" if noised else "collected_cal" if split == "cal" else "collected",
+                    collected)
         if tune_threshold:
             mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
             self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
         return result
 
-    def validation_languages(self) -> tuple:
-        """(language index of each validation row, the languages): a language known to
+    def validation_languages(self, split: str = "val") -> tuple:
+        """(language index of each row of the split, the languages): a language known to
         the thresholds table keeps its threshold; the rest share the default."""
-        if getattr(self, "_val_languages", None) is None:
-            langs = self.parts.val_langs
+        if split not in self._languages:
+            langs, rows = ((self.parts.val_langs, self.parts.val_rows[1]) if split == "val"
+                           else (self.parts.cal_langs, len(self.parts.cal_langs)))
             if langs is None:
-                langs = np.full(self.parts.val_rows[1], "unk", dtype=object)
+                langs = np.full(rows, "unk", dtype=object)
             names, ids = np.unique(np.asarray(langs, dtype=str), return_inverse=True)
-            self._val_languages = (ids.astype(np.int64), names.astype(object))
-        return self._val_languages
+            self._languages[split] = (ids.astype(np.int64), names.astype(object))
+        return self._languages[split]
 
-    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules) -> None:
-        """Keep each row's true and predicted codes for evaluation.csv."""
+    def row_confidence(self, model, rules, flat_logits, flat_probs, threshold, seq_codes, token_probs,
+                       states, mask) -> tuple:
+        """Each row's confidence in its predicted code set, per head, as prediction gives it
+        (mixer.coding.confidence; OccCANINE's seq2seq rule for its family): (flat, seq2seq)."""
+        from mixer.coding.confidence import flat_confidence, sequence_confidence
+
+        index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
+        in_set = torch.zeros_like(flat_probs, dtype=torch.bool).scatter_(1, index, chosen)
+        flat = flat_confidence(flat_logits.double().cpu().numpy(), in_set.cpu().numpy())
+        if rules.seq2seq_order == "decoded":
+            seq = decoded_confidence(model, states, mask, seq_codes, token_probs, self.parts.formatter)
+        else:
+            seq = sequence_confidence(token_probs.double().cpu().numpy())
+        return flat, seq
+
+    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules, confidence) -> None:
+        """Keep each row's true and predicted codes and confidences (evaluation.csv, scores.parquet)."""
         index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
         index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
         labels = batch.labels.cpu().numpy()
+        flat_conf, seq_conf = confidence
         for i, row in enumerate(batch.rows):
             true = [self.key_codes[j] for j in labels[i] if j >= 0]
             flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
-            collected.append((int(row), true, flat, seq_codes[i]))
+            collected.append((int(row), true, flat, seq_codes[i], float(flat_conf[i]), float(seq_conf[i])))
+
+    def gather_rows(self) -> Optional[dict]:
+        """The rows of the last collecting evaluations, gathered to rank 0: {"val": ...,
+        "noised": ..., "cal": ...}, each sorted by row; None on the others (all ranks)."""
+        pieces = mdist.gather_to_main((self.collected or [], self.collected_noised or [],
+                                       self.collected_cal or []), self.world)  # all ranks
+        if not self.world.is_main:
+            return None
+        return {name: sorted(item for piece in pieces for item in piece[k])
+                for k, name in enumerate(("val", "noised", "cal"))}
 
     def evaluation_table(self) -> Optional[str]:
-        """The evaluation table (mixer.reporting.evaluation) of the last collecting
-        evaluation's rows, overall and by language, and with --eval-noise the same rows
-        noised (heads "flat noised", "seq2seq noised"), as CSV text: on rank 0, None
-        on the others (all ranks: the rows are gathered to rank 0)."""
-        pieces = mdist.gather_to_main((self.collected or [], self.collected_noised or []),
-                                      self.world)  # all ranks
-        if not self.world.is_main:
+        """The evaluation table of the last collecting evaluation's rows (table_of), on rank
+        0, None on the others (all ranks: the rows are gathered to rank 0)."""
+        return self.table_of(self.gather_rows())  # all ranks
+
+    def table_of(self, gathered: Optional[dict]) -> Optional[str]:
+        """The evaluation table (mixer.reporting.evaluation) of gathered rows (gather_rows),
+        overall and by language, and with --eval-noise the same rows noised (heads "flat
+        noised", "seq2seq noised"), as CSV text; None without rows (every rank but 0)."""
+        if gathered is None or not gathered["val"]:
             return None
         from mixer.reporting import evaluation
 
-        rows = sorted(item for piece, _ in pieces for item in piece)
-        if not rows:
-            return None
-        truth = [set(true) for _, true, _, _ in rows]
-        predictions = {"flat": [set(flat) for _, _, flat, _ in rows],
-                       "seq2seq": [set(seq) for _, _, _, seq in rows]}
-        noised = {row: (flat, seq) for _, piece in pieces for row, _, flat, seq in piece}
+        rows = gathered["val"]
+        truth = [set(true) for _, true, *_ in rows]
+        predictions = {"flat": [set(flat) for _, _, flat, *_ in rows],
+                       "seq2seq": [set(seq) for _, _, _, seq, *_ in rows]}
+        noised = {row: (flat, seq) for row, _, flat, seq, *_ in gathered["noised"]}
         if noised:
             predictions["flat noised"] = [set(noised[r][0]) if r in noised else set() for r, *_ in rows]
             predictions["seq2seq noised"] = [set(noised[r][1]) if r in noised else set() for r, *_ in rows]
@@ -150,10 +187,11 @@ class Validator:
         self.table_rows = len(rows)
         return table.to_csv(index=False)
 
-    def write_evaluation(self, which: str) -> Optional[str]:
+    def write_evaluation(self, which: str, gathered: Optional[dict]) -> Optional[str]:
         """RUN_DIR/evaluation.csv: the evaluation table of the final evaluation's rows
-        (all ranks; rank 0 writes and gets the table). `which` names the weights it scores."""
-        table = self.evaluation_table()  # all ranks
+        (`gathered`: gather_rows' result; rank 0 writes and gets the table). `which`
+        names the weights it scores."""
+        table = self.table_of(gathered)
         if table is None:
             return None
         from mixer.core.io import write_text
