@@ -38,7 +38,7 @@ FLOATS = dict(rtol=1e-6, atol=1e-7)
 # validation metrics (a loss near 6, sums over rows) within 2e-5.
 TRAINED_WEIGHTS_ATOL, TRAINED_METRICS_ATOL = 1e-5, 2e-5
 # The float columns of a prediction table or an audit; every other column is exact.
-FLOAT_COLUMN = re.compile(r"prob(_\d+)?|conf(idence)?")
+FLOAT_COLUMN = re.compile(r"(\w+_)?(prob(_\d+)?|conf(idence)?(_raw)?|level_confidence_\d+)")
 
 
 def assert_floats_close(actual, expected, err_msg: str = "") -> None:

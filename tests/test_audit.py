@@ -707,6 +707,8 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
     assert not audits.audit_rows(own).any()
     with pytest.raises(UserError, match="an audit .*pass --train-on-audit"):  # as --extra-train too
         audits.training_table(marked["audit only"], "a.csv", allowed=False)
+    for table in marked.values():  # with --train-on-audit, as the refusal says: its rows as they are
+        pd.testing.assert_frame_equal(audits.training_table(table, "a.csv", allowed=True), table)
 
 
 def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_own_predictions(example, tmp_path):

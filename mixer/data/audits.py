@@ -549,6 +549,8 @@ def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFram
         return table
     if not allowed:
         raise UserError(f"--extra-train {path}: an audit (predict.py --audit): {_TRAIN_REFUSAL}")
+    if not is_audit(table):  # one of its two columns kept: the rows are used as the table has them
+        return table
     audit = parse_audit(table, path, "--extra-train")
     out = audit.frame.copy()
     truth = _truth_cells(audit)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
+import pandas as pd
 
 CANINE_CLS, CANINE_SEP = 0xE000, 0xE001
 UNKNOWN_LANGUAGE = "unk"
@@ -292,8 +293,10 @@ class BackendIds:
         rows, kind_of_row, templates = self._texts(descriptions, langs)
         room = self.recipe.max_len - self._around(kind_of_row, templates)
         head_lengths = _lengths(rows)
-        distinct, inverse = np.unique(_spelled(contexts, self.recipe, strip=False).astype(str),
-                                      return_inverse=True)
+        # factorised as objects: a fixed-width copy would cost every row the longest context
+        inverse, distinct = pd.factorize(pd.Series(_spelled(contexts, self.recipe, strip=False),
+                                                   dtype=object).astype(str))
+        distinct = np.asarray(distinct, dtype=object)
         tail_of = self._token_lists(distinct)
         inverse = inverse.reshape(-1)
         tail_lengths = _lengths(tail_of)[inverse]
@@ -404,8 +407,10 @@ def tag_of(ids) -> str:
     same tokenizer loaded by transformers share one cache."""
     probe_ids, probe_lengths = ids.encode(np.asarray(PROBE[0], dtype=object),
                                           np.asarray(PROBE[1], dtype=object))
-    text = json.dumps([ids.kind, ids.recipe.to_dict(), probe_ids.tolist(), probe_lengths.tolist()],
-                      sort_keys=True)
+    recipe = ids.recipe.to_dict()
+    if recipe.get("context_fit") == DESCRIPTION_WHOLE:  # the rule of today's runs: the caches
+        del recipe["context_fit"]  # built before it (same ids for rows that fit) stay valid
+    text = json.dumps([ids.kind, recipe, probe_ids.tolist(), probe_lengths.tolist()], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
