@@ -17,7 +17,9 @@ over seeded repetitions of "choose on one part of the labelled rows, apply to th
 2. calibration: a temperature (alone, and with a bias) fit on half the rows, the expected
    calibration error on the other half before and after;
 3. shorter codes (HISCO's unit, minor and major groups): the share coded at the target with
-   and without them, per level, and the promise kept at the level given.
+   and without them, per level, and the promise kept at the level given;
+4. (--sections 4) where the fixed sequence starts: the share coded and the promise kept for
+   the plain start and for START 0.3, 0.5 and 0.7.
 """
 
 from __future__ import annotations
@@ -226,6 +228,27 @@ def draw(scores, heads, target, folder, seed):
     print(f"drew {folder}/production.png and reliability_<head>.png")
 
 
+def start_comparison(frame, head, target, reps, seed, starts=(None, 0.3, 0.5, 0.7)):
+    """Section 4: where the fixed sequence starts (mixer.coding.guarantee.START), 1,000 rows
+    choose and the rest are coded: median share coded and the promise kept, per start."""
+    conf = frame[f"{head}_confidence"].to_numpy()
+    correct = frame[f"{head}_correct"].to_numpy()
+    parts = []
+    for start in starts:
+        rng = np.random.default_rng(seed)
+        shares, kept = [], []
+        for _ in range(reps):
+            pool = rng.permutation(len(frame))
+            choose, rest = pool[:1000], pool[1000:]
+            threshold = guarantee.choose_threshold(conf[choose], correct[choose], target, start=start).threshold
+            coded = conf[rest] >= (np.inf if threshold is None else threshold)
+            shares.append(coded.mean())
+            kept.append(not coded.any() or correct[rest][coded].mean() >= target)
+        parts.append(f"{'plain' if start is None else start}: coded {np.median(shares):.1%} (mean "
+                     f"{np.mean(shares):.1%}), kept {np.mean(kept):.1%}")
+    return "  start of the sequence: " + "; ".join(parts)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scores", help="a scored file from benchmarks/coding_scores.py")
@@ -255,6 +278,8 @@ def main(argv=None) -> int:
             if "2" in args.sections:
                 for line in calibration_check(frame, head, args.reps, args.seed):
                     print(line)
+            if "4" in args.sections:
+                print(start_comparison(frame, head, args.target, args.reps, args.seed))
             if "3" in args.sections and args.levels:
                 for line in level_curves(frame, head, args.levels, args.target):
                     print(line)
