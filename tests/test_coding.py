@@ -145,6 +145,8 @@ def test_calibration_json_round_trip_and_the_reliability_diagram(tmp_path):
     after = calibration.calibrated(str(tmp_path), "flat", conf)
     assert after == pytest.approx(calibration.calibrate(conf, entry["temperature"], entry["bias"]))
     assert calibration.calibrated(str(tmp_path / "none"), "flat", [0.3]) == pytest.approx([0.3])
+    assert calibration.calibrate_entry(conf, entry) == pytest.approx(after)
+    assert calibration.calibrate_entry([0.3], {"temperature": 2.0}) == pytest.approx(calibration.calibrate([0.3], 2.0))
     png = calibration.reliability_diagram(str(tmp_path / "r.png"), conf, after, correct, "flat")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 

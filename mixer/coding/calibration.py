@@ -164,6 +164,13 @@ def head_entry(confidence, correct) -> dict:
             "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct)}
 
 
+def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:
+    """Confidences calibrated by one head's entry of calibration.json (head_entry's): its
+    temperature and its bias (0 where an entry has none); unchanged for None."""
+    entry = entry or {}
+    return calibrate(confidence, float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
+
+
 def write_calibration(model_dir: str, heads: dict, rows: str) -> str:
     """Write MODEL_DIR/calibration.json: heads maps a head name to head_entry(...); rows says
     in words which rows it was fit on."""
@@ -197,4 +204,5 @@ def scaling(model_dir: str, head: str) -> tuple:
 def calibrated(model_dir: str, head: str, confidence) -> np.ndarray:
     """A head's row confidences calibrated as the model directory says (unchanged without
     calibration.json): what predict.py, the API, --to-check and audits show."""
-    return calibrate(confidence, *scaling(model_dir, head))
+    stored = (read_calibration(model_dir) or {}).get("heads", {}).get(head)
+    return calibrate_entry(confidence, stored)
