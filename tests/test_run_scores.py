@@ -323,7 +323,7 @@ def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
     splits["val"]["report:source"] = ["all", "census"] * 20
     frame = score_frame({"val": gathered_rows(40), "cal": [], "noised": []}, splits, np.zeros(40, bool), [],
                         ["source"])
-    curve = head_curves(frame, "flat", ["source"], 1.0)
+    curve = head_curves(frame, "flat", ["source"], {"temperature": 1.0})
     overall = curve[curve["by"] == "all"]
     assert overall["coded_rows"].max() == 40 and set(overall["group"]) == {"all"}
     by_source = curve[curve["by"] == "source"]
