@@ -25,6 +25,7 @@ LAYERS = [
     ("distributed",),
     ("data",),
     ("models",),
+    ("coding",),
     ("reporting",),
     ("training", "prediction"),
     ("cli",),

@@ -1,0 +1,143 @@
+"""Calibration: one temperature per head on the logit of the row confidence,
+calibrated = sigmoid(logit(conf) / T). Monotone, so it changes no code and no ranking;
+only the numbers a user reads (docs/coding.md#calibrated-confidence)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Optional
+
+import numpy as np
+
+FILE = "calibration.json"
+VERSION = 1
+CLIP = 1e-12
+LOG_T_RANGE = (math.log(0.05), math.log(20.0))
+
+
+def _logit(confidence) -> np.ndarray:
+    p = np.clip(np.asarray(confidence, dtype=np.float64), CLIP, 1.0 - CLIP)
+    return np.log(p) - np.log1p(-p)
+
+
+def calibrate(confidence, temperature: float) -> np.ndarray:
+    """sigmoid(logit(conf) / T), conf clipped to [1e-12, 1 - 1e-12]; T 1.0 leaves it (clipped)."""
+    z = _logit(confidence) / float(temperature)
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # sigmoid without overflow
+
+
+def _nll(z: np.ndarray, correct: np.ndarray, temperature: float) -> float:
+    s = z / temperature
+    # -[y log sigmoid(s) + (1-y) log sigmoid(-s)]
+    return float(np.mean(np.logaddexp(0.0, np.where(correct, -s, s))))
+
+
+def fit_temperature(confidence, correct) -> float:
+    """The T minimising the binary log loss of `correct` under calibrate(conf, T):
+    golden-section search on log T in [log 0.05, log 20]. 1.0 when there is nothing to fit."""
+    z = _logit(confidence)
+    correct = np.asarray(correct, dtype=bool)
+    if len(z) == 0 or correct.all() or not correct.any():
+        return 1.0  # one class only: the loss falls without bound, no temperature is right
+    lo, hi = LOG_T_RANGE
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fa, fb = _nll(z, correct, math.exp(a)), _nll(z, correct, math.exp(b))
+    for _ in range(80):  # the bracket shrinks by 0.618 a step: 80 steps reach float precision
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - golden * (hi - lo)
+            fa = _nll(z, correct, math.exp(a))
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + golden * (hi - lo)
+            fb = _nll(z, correct, math.exp(b))
+    return float(math.exp((lo + hi) / 2.0))
+
+
+def expected_calibration_error(confidence, correct, bins: int = 15) -> float:
+    """Sum over equal-width confidence bins of (rows in bin / rows) * |accuracy - mean confidence|."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    if len(confidence) == 0:
+        return float("nan")
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    rows = np.bincount(which, minlength=bins)
+    gap = np.abs(np.bincount(which, correct, bins) - np.bincount(which, confidence, bins))
+    return float(gap.sum() / rows.sum())
+
+
+def reliability_table(confidence, correct, bins: int = 15):
+    """Per equal-width bin: rows, mean confidence, accuracy (NaN where a bin is empty)."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    rows = np.bincount(which, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(which, confidence, bins) / rows
+        accuracy = np.bincount(which, correct, bins) / rows
+    return rows, mean, accuracy
+
+
+def reliability_diagram(path: str, before, after, correct, title: str, bins: int = 15) -> str:
+    """A PNG: accuracy against mean confidence per bin, before and after calibration, with
+    each curve's expected calibration error in its legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: works with no display (clusters, CI)
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(5.5, 5.5), constrained_layout=True)
+    axis.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+    for values, label, marker in ((before, "raw", "o"), (after, "calibrated", "s")):
+        if values is None:
+            continue
+        rows, mean, accuracy = reliability_table(values, correct, bins)
+        shown = rows > 0
+        ece = expected_calibration_error(values, correct, bins)
+        axis.plot(mean[shown], accuracy[shown], marker=marker, label=f"{label} (ECE {ece:.4f})")
+    axis.set_xlim(0, 1)
+    axis.set_ylim(0, 1)
+    axis.set_xlabel("confidence (mean in bin)")
+    axis.set_ylabel("accuracy (exact code set)")
+    axis.set_title(title)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="upper left")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def head_entry(confidence, correct) -> dict:
+    """What calibration.json stores for one head, fit on these rows."""
+    temperature = fit_temperature(confidence, correct)
+    return {"temperature": temperature, "rows": int(len(confidence)),
+            "ece_before": expected_calibration_error(confidence, correct),
+            "ece_after": expected_calibration_error(calibrate(confidence, temperature), correct)}
+
+
+def write_calibration(model_dir: str, heads: dict, rows: str) -> str:
+    """Write MODEL_DIR/calibration.json: heads maps a head name to head_entry(...); rows says
+    in words which rows it was fit on."""
+    from mixer.core.io import write_text
+
+    path = os.path.join(model_dir, FILE)
+    write_text(path, json.dumps({"version": VERSION, "heads": heads, "rows": rows}, indent=2) + "\n")
+    return path
+
+
+def read_calibration(model_dir: str) -> Optional[dict]:
+    """MODEL_DIR/calibration.json, or None when the model has none (temperature 1.0)."""
+    path = os.path.join(model_dir, FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def temperature(model_dir: str, head: str) -> float:
+    """The stored temperature of a head, 1.0 when none is stored."""
+    stored = read_calibration(model_dir) or {}
+    return float(stored.get("heads", {}).get(head, {}).get("temperature", 1.0))
