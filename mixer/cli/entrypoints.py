@@ -43,6 +43,7 @@ def finetune_parser() -> cli.Parser:
     cli.add_code_args(group)
     group.add_argument("--share-val", dest="share_val", type=cli.open_unit_interval, default=0.1,
                        help="share of rows held out for validation (default: %(default)s)")
+    cli.add_coding_args(group)
     group.add_argument("--code-descriptions", dest="code_descriptions", default=None,
                        help="a table of code descriptions (columns code,description or the HISCO "
                             "key layout, e.g. data/hisco_key.csv); predictions then carry desc_K")
@@ -94,6 +95,7 @@ def train_mixer_parser() -> cli.Parser:
     cli.add_table_args(group, "code_descriptions")
     cli.add_input_text_args(group)
     cli.add_code_args(group)
+    cli.add_coding_args(group)
     group.add_argument("--save-dir", "--save-path", dest="save_dir", required=True,
                        help="run directory (created; reused to resume)")
     cli.add_model_args(parser)

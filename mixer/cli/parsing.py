@@ -17,8 +17,8 @@ from typing import Callable, Optional, Sequence
 from mixer import __version__
 from mixer.core import extras
 from mixer.core.config import (
-    BEST_METRICS, NON_PERSISTED, OWN_OPTION_DESTS, TABLE_ROLES, DataConfig, DistConfig, LogConfig,
-    ModelConfig, RunConfig, TrainConfig,
+    BEST_METRICS, NON_PERSISTED, OWN_OPTION_DESTS, SCORE_COLUMNS, TABLE_ROLES, DataConfig, DistConfig,
+    LogConfig, ModelConfig, RunConfig, TrainConfig,
 )
 from mixer.core.errors import PeerFailed, UserError, first_line
 
@@ -191,6 +191,24 @@ def add_code_args(group) -> None:
     group.add_argument("--empty-code-label", dest="empty_code_label", default=None, metavar="CODE",
                        help="rows without any code get this code (e.g. -1 for HISCO), so 'no "
                             "occupation' is learned as a class; default: such rows are an error")
+
+
+def add_coding_args(group) -> None:
+    """What a run keeps for choosing which predictions to use (docs/coding.md)."""
+    group.add_argument("--share-calibration", dest="share_calibration", type=share_below_one, default=0.0,
+                       metavar="F",
+                       help="set aside a share F of the rows (of --val-data with train_mixer.py) that "
+                            "choose nothing, for calibration and --target-accuracy (e.g. 0.1; default: 0)")
+    group.add_argument("--report-cols", dest="report_cols", nargs="+", default=[], metavar="COL",
+                       help="columns the final evaluation breaks its production curve down by "
+                            "(e.g. source decade), kept in scores.parquet")
+
+
+def share_below_one(text: str) -> float:
+    value = _float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more and below 1, got {text}")
+    return value
 
 
 def add_audit_args(parser: argparse.ArgumentParser) -> None:
@@ -562,6 +580,11 @@ def validate_config(config: RunConfig) -> None:
     if config.train.early_stopping_patience and not config.train.keep_best:
         raise UserError("--early-stopping-patience counts evaluations without an improvement of the "
                         "--keep-best metric; pass --keep-best METRIC too, e.g. --keep-best val_loss")
+    clash = [c for c in data.report_cols if c in SCORE_COLUMNS or c.startswith(("flat_", "seq2seq_"))
+             or c in (data.input_col, data.language_col, *data.target_cols)]
+    if clash:
+        raise UserError(f"--report-cols {clash[0]}: scores.parquet has a column of that name, or it is "
+                        "a column the run reads already; report a column of another name")
     if config.model.only_encoder and not config.model.initial_checkpoint:
         raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
     if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):

@@ -14,6 +14,9 @@ from typing import Optional
 
 HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several
 
+# scores.parquet's own columns (mixer.training.scores), besides <head>_... : no --report-cols name
+SCORE_COLUMNS = ("row", "split", "lang", "text", "chose", "true_codes")
+
 # Every table a program reads, by role: the flag that names the file, and the prefix of the
 # flags that say how to read it (--encoding, --sep, --sheet, --header-row for the main data;
 # --key-encoding ... for --key). Adding a role is one line here; its flags come from
@@ -117,6 +120,8 @@ class DataConfig:
     allow_codes_shorter_than_block_size: bool = False
     zero_padded_codes: bool = False  # digit codes are --block-size digits: '1110' is '01110'
     share_val: float = 0.1
+    share_calibration: float = 0.0  # rows set aside at preparation that choose nothing (docs/coding.md)
+    report_cols: list[str] = field(default_factory=list)  # breakdowns kept in scores.parquet
     code_descriptions: Optional[str] = None
     key_file: Optional[str] = None  # --key: a fixed, complete list of codes (the key's order)
     empty_code_label: Optional[str] = None  # rows without a code get this code (off: an error)

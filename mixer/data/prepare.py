@@ -38,6 +38,8 @@ from mixer.data.reading import (
 TEXT, LANG = "text", "lang"  # column names of prepared data
 DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
+CALIBRATION_FILE = "data_cal.parquet"  # --share-calibration: rows that choose nothing (docs/coding.md)
+REPORT_PREFIX = "report:"  # prepared columns of --report-cols: "report:source" holds the column source
 ROW_GROUP = 1_000_000
 
 
@@ -70,6 +72,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     flags.update({c: "--context-cols" for c in cfg.context_cols})
     if cfg.language_col:
         flags[cfg.language_col] = "--language-col"
+    flags.update({c: "--report-cols" for c in cfg.report_cols if c not in flags})
     require_columns(frame, list(flags), path, flags)
 
     text = frame[cfg.input_col].astype("str").str.strip()
@@ -147,6 +150,8 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     out = pd.DataFrame({TEXT: text.reset_index(drop=True), LANG: lang})
     if cfg.context_cols:  # training noise edits the description, never the context
         out[DESC_CHARS] = desc_chars
+    for column in cfg.report_cols:  # breakdowns of the run's final evaluation, as text
+        out[REPORT_PREFIX + column] = as_text(frame[column]).reset_index(drop=True).astype("category")
     for i, name in enumerate(code_columns(n_cols)):
         out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
     out["row"] = np.arange(1, n_rows + 1) if numbers is None else np.asarray(numbers)
@@ -215,15 +220,32 @@ def labels_of(frame: pd.DataFrame, key_codes, max_num_codes: int) -> np.ndarray:
     return labels
 
 
-def split_rows(n_rows: int, share_val: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded random split: (train indices, validation indices), both sorted."""
+def split_rows(n_rows: int, share_val: float, seed: int,
+               share_calibration: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A seeded random split: (train, validation, calibration indices), each sorted. The
+    validation rows are the same with or without a calibration share: its rows come out
+    of the training rows."""
     n_val = int(round(n_rows * share_val))
-    if n_val < 1 or n_val >= n_rows:
-        raise UserError(f"--share-val {share_val} of {n_rows} rows leaves "
-                        f"{n_val} validation and {n_rows - n_val} training rows; "
-                        "both need at least one: change --share-val or add rows")
+    n_cal = int(round(n_rows * share_calibration))
+    if n_val < 1 or n_val + n_cal >= n_rows:
+        raise UserError(f"--share-val {share_val}" + (f" and --share-calibration {share_calibration}"
+                                                       if share_calibration else "")
+                        + f" of {n_rows} rows leave {n_val} validation"
+                        + (f", {n_cal} calibration" if share_calibration else "")
+                        + f" and {n_rows - n_val - n_cal} training rows; validation and training "
+                        "need at least one: change the shares or add rows")
     order = np.random.default_rng(seed).permutation(n_rows)
-    return np.sort(order[n_val:]), np.sort(order[:n_val])
+    return np.sort(order[n_val + n_cal:]), np.sort(order[:n_val]), np.sort(order[n_val:n_val + n_cal])
+
+
+def calibration_rows(n_rows: int, share_calibration: float, seed: int) -> np.ndarray:
+    """The rows of the validation files set aside for calibration (train_mixer.py):
+    a seeded share of them, sorted; the rest stay validation rows."""
+    n_cal = int(round(n_rows * share_calibration))
+    if n_cal >= n_rows:
+        raise UserError(f"--share-calibration {share_calibration} of the {n_rows} rows of --val-data "
+                        "leaves no validation row: lower it or add validation rows")
+    return np.sort(np.random.default_rng([seed, 11]).permutation(n_rows)[:n_cal])
 
 
 # ------------------------------------------------------------------ prepared data
@@ -233,7 +255,8 @@ FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", 
 # settings that join the identity only when set (how the files are read, optional
 # labels and spellings), so runs prepared before they existed keep their fingerprint
 OPTIONAL_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None, "header_row": None,
-                     "read_options": {}, "empty_code_label": None, "zero_padded_codes": False}
+                     "read_options": {}, "empty_code_label": None, "zero_padded_codes": False,
+                     "share_calibration": 0.0, "report_cols": []}
 HASH_BLOCK = 1 << 23
 
 
@@ -367,6 +390,7 @@ class Prepared:
     val: pd.DataFrame
     key: pd.DataFrame
     formatter: CodeFormatter
+    cal: Optional[pd.DataFrame] = None  # --share-calibration's rows, which choose nothing
 
 
 def make_formatter(cfg: DataConfig, max_num_codes: int, tokens: str = "mixer") -> CodeFormatter:
@@ -435,12 +459,18 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
             raise UserError(f"{TableOptions(role=role).what}: no rows left after dropping bad labels")
         return frame
 
+    cal = None
     if cfg.dataset:
         frame = load([cfg.dataset], "dataset")
-        train_idx, val_idx = split_rows(len(frame), cfg.share_val, seed)
-        train, val = frame.iloc[train_idx].reset_index(drop=True), frame.iloc[val_idx].reset_index(drop=True)
+        train, val, cal = (frame.iloc[rows].reset_index(drop=True)
+                           for rows in split_rows(len(frame), cfg.share_val, seed, cfg.share_calibration))
+        cal = cal if cfg.share_calibration else None
     else:
         train, val = load(cfg.train_data, "train_data"), load(cfg.val_data, "val_data")
+        if cfg.share_calibration:  # the held-out files are the rows like those to be coded
+            chosen = np.zeros(len(val), dtype=bool)
+            chosen[calibration_rows(len(val), cfg.share_calibration, seed)] = True
+            val, cal = val[~chosen].reset_index(drop=True), val[chosen].reset_index(drop=True)
     if cfg.extra_train:  # rows checked by hand: training only, after the split
         train = add_rows(train, read_extra_train(cfg, formatter, known, allowed, seen, log, why, sources))
     # with codes shorter than the block allowed: one number written two ways is refused
@@ -452,7 +482,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         key = build_key(formatter, seen, descriptions, order=None if fixed is None else list(fixed["code"]))
     else:
         key = extend_key(base, formatter, seen, descriptions)
-    return Prepared(train=train, val=val, key=key, formatter=formatter)
+    return Prepared(train=train, val=val, key=key, formatter=formatter, cal=cal)
 
 
 def read_role_file(cfg: DataConfig, role: str, path: str, paths: list, log) -> pd.DataFrame:
@@ -499,7 +529,8 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
         rows.attrs = dict(table.attrs)
         if SHEET_ROWS in rows.attrs:
             rows.attrs[SHEET_ROWS] = list(np.asarray(table.attrs[SHEET_ROWS])[filled])
-        checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None),
+        checked = check_rows(rows, dataclasses.replace(cfg, target_cols=columns, empty_code_label=None,
+                                                       report_cols=[]),
                              formatter, path, known, allowed, log, why, numbers=np.flatnonzero(filled) + 1)
         if checked.dropped:
             log(f"{path}: dropped {checked.dropped} checked row(s) with bad labels (--drop-bad-labels)")
@@ -519,6 +550,8 @@ def add_rows(train: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
         categories = train[column].cat.categories.union(extra[column].astype("category").cat.categories)
         train[column] = train[column].cat.set_categories(categories)
         extra[column] = extra[column].astype("category").cat.set_categories(categories)
+    for column in [c for c in train.columns if c.startswith(REPORT_PREFIX) and c not in extra.columns]:
+        extra[column] = ""  # checked rows carry no --report-cols
     extra = extra[[c for c in train.columns]]
     for column in (LANG,):
         if isinstance(train[column].dtype, pd.CategoricalDtype) or isinstance(extra[column].dtype, pd.CategoricalDtype):
@@ -670,9 +703,14 @@ def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
                  lambda p: prepared.train.to_parquet(p, index=False, row_group_size=ROW_GROUP))
     atomic_write(os.path.join(run_dir, "data_val.parquet"),
                  lambda p: prepared.val.to_parquet(p, index=False, row_group_size=ROW_GROUP))
+    if prepared.cal is not None:
+        atomic_write(os.path.join(run_dir, CALIBRATION_FILE),
+                     lambda p: prepared.cal.to_parquet(p, index=False, row_group_size=ROW_GROUP))
     atomic_write(os.path.join(run_dir, "key.csv"), lambda p: prepared.key.to_csv(p, index=False))
-    meta = dict(stamp, formatter=prepared.formatter.to_dict(),
-                rows={"train": len(prepared.train), "val": len(prepared.val)})
+    rows = {"train": len(prepared.train), "val": len(prepared.val)}
+    if prepared.cal is not None:
+        rows["cal"] = len(prepared.cal)
+    meta = dict(stamp, formatter=prepared.formatter.to_dict(), rows=rows)
     atomic_write(os.path.join(run_dir, "prepared.json"),
                  lambda p: _write_json(p, meta))
 
@@ -692,11 +730,13 @@ def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
     present = set(pq.read_schema(os.path.join(run_dir, "data_train.parquet")).names)
     columns = None if with_text else [c for c in code_columns(meta["formatter"]["max_num_codes"])
                                       if c in present] + [LANG, "row"]
+    cal = os.path.join(run_dir, CALIBRATION_FILE)
     return Prepared(
         train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet"), columns=columns),
         val=pd.read_parquet(os.path.join(run_dir, "data_val.parquet"), columns=columns),
         key=read_key(run_dir),
         formatter=CodeFormatter.from_dict(meta["formatter"]),
+        cal=pd.read_parquet(cal, columns=columns) if "cal" in meta.get("rows", {}) else None,
     )
 
 
@@ -705,7 +745,10 @@ def prepared_stamp(run_dir: str) -> Optional[dict]:
     if not all(os.path.exists(os.path.join(run_dir, f)) for f in PREPARED_FILES):
         return None
     with open(path) as handle:
-        return json.load(handle)
+        stamp = json.load(handle)
+    if "cal" in stamp.get("rows", {}) and not os.path.exists(os.path.join(run_dir, CALIBRATION_FILE)):
+        return None  # prepared again, like a run whose split files are missing
+    return stamp
 
 
 def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
@@ -734,7 +777,8 @@ def prepare_run_data(cfg: DataConfig, seed: int, run_dir: str, log=print,
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)
-    log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation rows, "
+    cal = f", {len(prepared.cal)} calibration" if prepared.cal is not None else ""
+    log(f"prepared {len(prepared.train)} training and {len(prepared.val)} validation{cal} rows, "
         f"{len(prepared.key)} codes, in {run_dir} ({time.perf_counter() - start:.1f} s)")
     return prepared
 

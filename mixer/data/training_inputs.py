@@ -38,13 +38,16 @@ def prepared_data_id(run_dir: str, split: str) -> str:
 
 def split_caches(run_dir: str, token_ids, prepared, world=None,
                  log: Callable[[str], None] = print) -> dict:
-    """{split: its token cache} for "train" and "val", each checked against the
-    prepared split's content (all ranks; no torch needed)."""
+    """{split: its token cache} for "train", "val" and, with --share-calibration, "cal",
+    each checked against the prepared split's content (all ranks; no torch needed)."""
     from mixer.data.token_cache import token_cache
 
+    splits = [("train", prepared.train), ("val", prepared.val)]
+    if prepared.cal is not None:
+        splits.append(("cal", prepared.cal))
     return {split: token_cache(run_dir, split, token_ids, len(frame), world,
                                data_id=prepared_data_id(run_dir, split), log=log)
-            for split, frame in (("train", prepared.train), ("val", prepared.val))}
+            for split, frame in splits}
 
 
 # ------------------------------------------------------------------ text store

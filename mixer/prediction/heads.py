@@ -15,9 +15,8 @@ outputs here.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from mixer.reporting.metrics import decoded_blocks, flat_prediction
+from mixer.reporting.metrics import decoded_blocks, decoded_confidence, flat_prediction
 
 
 class HeadReader:
@@ -80,34 +79,16 @@ class HeadReader:
 
     def _as_decoded(self, blocks, token_probs, states, mask, top_k):
         """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
-        per row: the product of every step's probability (BOS counted as 1), or, for a
-        row of several codes, its "order-invariant" confidence: the sum, over the row's
-        distinct codes, of the probability that the decoder writes that code first.
-        (OccCANINE sums over the permutations of the codes, but its full-search decoder
-        fills its result with torch.empty and sets one entry per distinct first code, so
-        for rows of 3+ codes or repeated codes its sum adds uninitialised memory; this
-        is its value whenever that memory holds zeros. See docs/occcanine.md.)"""
+        per row (mixer.reporting.metrics.decoded_confidence, which a run's scores use too)."""
         f = self.formatter
-        confidence = token_probs.float().cpu().numpy().prod(axis=1)
+        rows = [[c for c in map(f.decode_block, row_blocks) if c is not None] for row_blocks in blocks]
+        confidence = decoded_confidence(self.model, states, mask, rows, token_probs, f)
         out_codes = np.full((len(blocks), top_k), "", dtype=object)
         out_probs = np.full((len(blocks), top_k), np.nan)
-        row_confidence = np.full(len(blocks), np.nan)
-        lookup = f.symbol_tokens()
-        for row, row_blocks in enumerate(blocks):
-            codes = [c for c in map(f.decode_block, row_blocks) if c is not None]
-            conf = float(confidence[row])
-            if len(codes) > 1:
-                writable = sorted({c for c in codes if set(f.parts(c)) <= set(lookup)})
-                if writable:
-                    first = self.model.first_block_probs(
-                        states[row:row + 1], mask[row:row + 1],
-                        torch.from_numpy(f.encode_blocks(writable)).to(states.device))[0]
-                    total = float(first.sum())
-                    conf = total if total > 0 else conf
+        for row, codes in enumerate(rows):
             for k, code in enumerate(codes[:top_k]):
-                out_codes[row, k], out_probs[row, k] = code, conf
-            row_confidence[row] = conf
-        return out_codes, out_probs, row_confidence
+                out_codes[row, k], out_probs[row, k] = code, float(confidence[row])
+        return out_codes, out_probs, np.asarray(confidence, dtype=np.float64)
 
 
 def ranked_codes(blocks: list, block_probs: np.ndarray, formatter, top_k: int) -> tuple:

@@ -97,6 +97,31 @@ def decoded_codes(tokens: torch.Tensor, formatter) -> list:
     return [[code for code in map(formatter.decode_block, row) if code is not None] for row in blocks]
 
 
+def decoded_confidence(model, states, mask, codes_per_row: list, token_probs: torch.Tensor,
+                       formatter) -> np.ndarray:
+    """OccCANINE's confidence of each row's greedy output, as its own predict gives it: the
+    product of every decoded step's probability (BOS counted as 1), or, for a row of several
+    codes, its "order-invariant" confidence: the sum, over the row's distinct codes, of the
+    probability that the decoder writes that code first. (OccCANINE sums over the
+    permutations of the codes, but its full-search decoder fills its result with
+    torch.empty and sets one entry per distinct first code, so for rows of 3+ codes or
+    repeated codes its sum adds uninitialised memory; this is its value whenever that
+    memory holds zeros. See docs/occcanine.md.) Prediction and a run's scores both ask it."""
+    confidence = token_probs.float().cpu().numpy().prod(axis=1)
+    lookup = set(formatter.symbol_tokens())
+    for row, codes in enumerate(codes_per_row):
+        if len(codes) < 2:
+            continue
+        writable = sorted({c for c in codes if set(formatter.parts(c)) <= lookup})
+        if writable:
+            first = model.first_block_probs(states[row:row + 1], mask[row:row + 1],
+                                            torch.from_numpy(formatter.encode_blocks(writable)).to(states.device))[0]
+            total = float(first.sum())
+            if total > 0:
+                confidence[row] = total
+    return confidence
+
+
 def code_sets(codes_per_row: list, code_index: dict, num_labels: int, device) -> tuple:
     """(multi-hot of the key's codes, count of distinct codes not in the key) per row."""
     hot = torch.zeros(len(codes_per_row), num_labels, device=device)
