@@ -166,10 +166,10 @@ class AuditDraw:
             seen = np.isin(audits.description_keys(texts), list(self.excluded)) & eligible
             self.left_out["in audits the model trained on"] += int(seen.sum())
             eligible &= ~seen
-        for reason, rows in (skips or {}).items():
-            rows = np.asarray(rows, dtype=bool) & eligible
-            self.left_out[reason] = self.left_out.get(reason, 0) + int(rows.sum())
-            eligible &= ~rows
+        for reason, skipped in (skips or {}).items():
+            skipped = np.asarray(skipped, dtype=bool) & eligible
+            self.left_out[reason] = self.left_out.get(reason, 0) + int(skipped.sum())
+            eligible &= ~skipped
         if not eligible.any():
             return
         labels = (pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)

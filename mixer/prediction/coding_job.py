@@ -46,11 +46,14 @@ class Coding:
             table[SOURCE] = sources[0].to_numpy()
         return table
 
-    def tally(self, predicted: pd.DataFrame, inputs: np.ndarray, heads: list) -> None:
-        """Rank 0: count a chunk's rows by source and, per head, auto or check (and level)."""
+    def tally(self, predicted: pd.DataFrame, inputs: Optional[np.ndarray], heads: list) -> None:
+        """Rank 0: count a chunk's rows and, with a lookup or a target (`inputs`, the model
+        inputs of its rows), by source and, per head, auto or check (and level)."""
         from mixer.data.reading import as_text
 
         self.rows += len(predicted)
+        if inputs is None:
+            return
         hashed = pd.util.hash_array(np.asarray(inputs, dtype=object)) if len(inputs) else np.zeros(0, np.uint64)
         self.inputs["all"].append(np.unique(hashed))
         if "source" in predicted.columns:
@@ -102,7 +105,10 @@ class Coding:
         return len(np.unique(np.concatenate(parts))) if parts else 0
 
     def result(self) -> dict:
-        out = {"rows": self.rows, "distinct_inputs": self._distinct("all")}
+        out = {"rows": self.rows}
+        if not self.active:
+            return out
+        out["distinct_inputs"] = self._distinct("all")
         if self.lookup is not None:
             out["source"] = {"lookup": self.by_source["lookup"], "model": self.by_source["model"],
                              "lookup_distinct": self._distinct("lookup")}

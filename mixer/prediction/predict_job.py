@@ -145,8 +145,7 @@ def predict_file(args) -> None:
                             text_column(chunk, input_col),
                             text_column(chunk, language_col) if language_col else language,
                             chunk[context_cols].reset_index(drop=True) if context_cols else None)
-                    if coding.active:
-                        coding.tally(predicted, inputs, args.head)
+                    coding.tally(predicted, inputs if coding.active else None, args.head)
                     if checklist is not None:
                         rows = coding.check_rows(predicted, args.head)
                         checklist.add(chunk, predicted, inputs, keep=rows)

@@ -170,19 +170,61 @@ def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFr
 
 
 # ------------------------------------------------------------------ labelled rows
-def run_rows(model_dir: Optional[str], source: str) -> Labelled:
-    """The rows of a run's scores.parquet that chose nothing (chose == False)."""
-    if not model_dir or not os.path.exists(os.path.join(model_dir, SCORES)):
-        where = f"{model_dir} has no {SCORES}" if model_dir else "it is not a run directory of this tool"
-        raise UserError(f"--target-accuracy: --checkpoint {source}: {where}, so there are no held-out "
-                        "labelled rows to choose a threshold on; pass labelled rows of your own with "
-                        "--calibration-data FILE --calibration-truth-cols COL... (a filled audit qualifies)")
-    scores = read_scores(model_dir)
-    held = scores[~scores["chose"].to_numpy(dtype=bool)]
-    truth = [tuple(sorted(c for c in str(cell).split(SEP) if c)) for cell in held["true_codes"]]
-    return Labelled(held["text"].to_numpy(dtype=object), held["lang"].astype(str).to_numpy(dtype=object),
-                    truth, f"the {len(held):,} validation rows of {os.path.basename(os.path.normpath(model_dir))} "
-                           "that chose nothing (scores.parquet, chose == False)")
+def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accuracy") -> Labelled:
+    """A run's labelled rows that chose nothing: the rows of its scores.parquet with chose ==
+    False; for a run from before scores.parquet, its validation rows when they chose
+    nothing (no --keep-best, no early stop, no tuned thresholds: only_measured)."""
+    own = ("pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
+           "(a filled audit qualifies)")
+    if not model_dir:
+        raise UserError(f"{flag}: --checkpoint {source} is not a run directory of this tool (or names an "
+                        f"epoch's weights), so it has no held-out labelled rows; {own}")
+    name = os.path.basename(os.path.normpath(model_dir))
+    if os.path.exists(os.path.join(model_dir, SCORES)):
+        scores = read_scores(model_dir)
+        held = scores[~scores["chose"].to_numpy(dtype=bool)]
+        if not len(held):
+            raise UserError(f"{flag}: every scored row of {model_dir} chose something (the best model, the early "
+                            "stop or the thresholds); train with --share-calibration 0.1 to set rows aside, or "
+                            + own)
+        truth = [tuple(sorted(c for c in str(cell).split(SEP) if c)) for cell in held["true_codes"]]
+        return Labelled(held["text"].to_numpy(dtype=object), held["lang"].astype(str).to_numpy(dtype=object),
+                        truth, f"the {len(held):,} scored rows of {name} that chose nothing ({SCORES}, chose false)")
+    why = only_measured(model_dir)
+    if why:
+        raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run from before it) and its validation rows "
+                        f"{why}; {own}")
+    from mixer.data.prepare import load_prepared
+
+    val = load_prepared(model_dir).val
+    columns = sorted((c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:]))
+    cells = val[columns].astype(str).replace("nan", "").to_numpy(dtype=object)
+    truth = [tuple(sorted({c for c in row if c})) for row in cells]
+    return Labelled(val["text"].astype(str).to_numpy(dtype=object), val["lang"].astype(str).to_numpy(dtype=object),
+                    truth, f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
+                           "--keep-best, early stopping or tuned thresholds)")
+
+
+def only_measured(run_dir: str) -> str:
+    """'' when a run's validation rows chose nothing (they measured it alone), else what
+    they chose, in words."""
+    import yaml
+
+    from mixer.models.sources import run_config
+
+    config = run_config(run_dir)
+    path = os.path.join(run_dir, "args.yaml")
+    if not os.path.exists(path) or not os.path.exists(os.path.join(run_dir, "data_val.parquet")):
+        return "cannot be found (no args.yaml and data_val.parquet beside the model)"
+    with open(path, encoding="utf-8") as handle:
+        args = yaml.safe_load(handle) or {}
+    train = args.get("train") or {}
+    if train.get("keep_best") or train.get("early_stopping_patience") or (config.get("weights") or {}).get(
+            "kind") == "best":
+        return "chose the best model or the early stop (--keep-best)"
+    if train.get("tune_threshold"):
+        return "chose the flat head's thresholds (--tune-threshold)"
+    return ""
 
 
 def read_scores(model_dir: str) -> pd.DataFrame:
