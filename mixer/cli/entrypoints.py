@@ -222,7 +222,7 @@ def predict_parser() -> cli.Parser:
                              "empty columns checked_1.. to fill (.csv, .parquet, .xlsx or .dta); "
                              "train on them with --extra-train")
     cli.add_audit_args(parser)
-    cli.add_coding_args(parser)
+    cli.add_target_args(parser)
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",

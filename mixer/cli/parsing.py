@@ -235,7 +235,7 @@ def add_audit_args(parser: argparse.ArgumentParser) -> None:
                        help="the sample's seed (default: %(default)s)")
 
 
-def add_coding_args(parser: argparse.ArgumentParser) -> None:
+def add_target_args(parser: argparse.ArgumentParser) -> None:
     """predict.py: which predictions to use as they are (docs/coding.md)."""
     group = parser.add_argument_group("coding at a target accuracy (docs/coding.md)")
     group.add_argument("--target-accuracy", dest="target_accuracy", type=open_unit_interval, default=None,

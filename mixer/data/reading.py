@@ -782,7 +782,7 @@ def column_names(path: str) -> Optional[list]:
     return None
 
 
-FILE_LABEL_KEY = "mixer.provenance"  # a Parquet output's key-value metadata (mixer.data.writing)
+FILE_LABEL_KEY = "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.writing)
 
 
 def file_label(path: str) -> Optional[str]:
