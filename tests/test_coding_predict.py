@@ -389,3 +389,20 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
         shutil.copy(f"{out}.provenance.json", f"{other}.provenance.json")
         with pytest.raises(UserError, match="the sidecar is another file's"):
             provenance.read(other)
+
+
+# ------------------------------------------------------------------ N processes
+def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, common_csv, tmp_path):
+    from conftest import run_program
+    from test_distributed import rank0_gathers_cmd, run
+
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.5", "--target-confidence",
+             "0.9", "--batch-size", "16"]
+    run_program("predict.py", *flags, "--output", one)
+    run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"])
+    a, b = (pd.read_csv(path, dtype=str, keep_default_na=False) for path in (one, two))
+    assert a["coded"].tolist() == b["coded"].tolist() and (a["coded"] == "auto").any()
+    made = [json.load(open(f"{path}.provenance.json")) for path in (one, two)]
+    assert made[0]["target"] == made[1]["target"]
+    assert made[0]["result"] == made[1]["result"]

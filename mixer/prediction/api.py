@@ -241,8 +241,8 @@ class Model:
         unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
         descriptions). input_col,
         lang / language_col: as predict.py's (default: the model's)."""
-        from mixer.prediction.audit import (AuditDraw, AuditRequest, audited_source, model_fingerprint,
-                                            threshold_used, write_audit)
+        from mixer.prediction.audit import (PREDICTED, AuditDraw, AuditRequest, audited_source,
+                                            model_fingerprint, threshold_used, write_audit)
 
         request = AuditRequest(path or "(not written)", n, margin, by, unit, seed).check()
         if path:
@@ -261,7 +261,8 @@ class Model:
                                  threshold, frame[context_cols] if context_cols else None, batch_size)
         draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
                          excluded=config.get("audited") or ())
-        draw.add(frame, predicted)
+        own = [c for c in predicted.columns if PREDICTED.match(str(c))]  # as predict.py's audit has them
+        draw.add(frame, predicted[own])
         table, lines = draw.finish(model_fingerprint(self._predictor), audited_source(self._predictor, self.source),
                                    head, threshold_used(self._predictor, head, threshold))
         if path:
