@@ -188,7 +188,7 @@ def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_n
     assert (written["coded"] == np.where(auto, "auto", "check")).all()
     assert auto.any() and not auto.all()
     err = capsys.readouterr().err
-    assert f"coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows" in err
+    assert f"the model coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows" in err
     sidecar = json.load(open(f"{out}.provenance.json"))
     assert sidecar["target"]["flat"]["threshold"] == pytest.approx(expected.threshold)
     assert sidecar["result"]["coded"]["flat"]["auto"] == auto.sum()

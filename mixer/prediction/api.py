@@ -166,6 +166,7 @@ class Model:
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
             covered = lookup.match(self, self._strings(rows.texts, rows.langs), rows.langs) >= 0
             rows = rows.without(~covered)
+            rows.rows += f", less the {int(covered.sum()):,} the lookup covers"
         levels = (list(levels) if levels else self.levels()) if shorter_codes else ()
         if shorter_codes and not levels:
             raise UserError(f"--shorter-codes: the model's code system ({self._predictor.formatter.kind}) has no "

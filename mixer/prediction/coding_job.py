@@ -66,8 +66,8 @@ class Coding:
         for head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
             coded = as_text(predicted[f"{prefix}coded"]).to_numpy()
-            for kind in ("auto", "check"):
-                rows = coded == kind
+            for kind in ("auto", "check"):  # of the rows the model coded (a lookup's rows are its own)
+                rows = (coded == kind) & ~lookup
                 self.by_coded[head][kind] += int(rows.sum())
                 self.inputs[f"{head}:{kind}"].append(np.unique(hashed[rows]))
             if f"{prefix}level" in predicted.columns:
@@ -133,7 +133,7 @@ class Coding:
             if target.levels and self.by_level[head]:
                 levels = " (" + ", ".join(f"{v:,} at {k} characters" for k, v in
                                           sorted(self.by_level[head].items(), reverse=True)) + ")"
-            lines.append(f"{head}: coded automatically at accuracy >= {target.accuracy:g} (confidence "
+            lines.append(f"{head}: the model coded automatically at accuracy >= {target.accuracy:g} (confidence "
                          f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
                          f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
                          f"needs a check: {check:,} rows ({check / rows:.1%}; "
@@ -190,8 +190,8 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
 def describe_target(target, rows_to_code) -> list:
     share = f"{target.coded_share:.1%}"
     lines = [f"target: {target.head} head, threshold {target.threshold:.6g} on the raw confidence, chosen on "
-             f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, their accuracy at "
-             f"least {target.bound:.4f} at {target.confidence:g} confidence"
+             f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
+             f"confidence bound of their accuracy {target.bound:.4f}"
              + (f", the {rows_to_code:,} rows to code counted" if rows_to_code else "")]
     for level, (coded, right) in target.by_level.items():
         lines.append(f"  labelled rows coded at {level} characters: {coded:,}, right {right / max(coded, 1):.1%}")

@@ -93,7 +93,9 @@ class Target:
         """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
         if self.threshold is not None:
             return
-        more = (f"; about {self.needed:,} labelled rows like these would reach it" if self.needed else "")
+        # guarantee's estimate is of the best grid point alone; below the rows used it says nothing
+        more = (f"; about {self.needed:,} labelled rows like these would reach it"
+                if self.needed and self.needed > self.rows_used else "")
         raise UserError(f"--target-accuracy {self.accuracy:g}: {self.rows_used:,} labelled rows ({self.rows}) "
                         f"cannot show accuracy {self.accuracy:g} at {self.confidence:g} confidence for "
                         f"the {self.head} head{more}; {self.note + '; ' if self.note and not self.needed else ''}"
