@@ -231,7 +231,7 @@ def _scored_desc_chars(model_dir: str, held: pd.DataFrame) -> Optional[np.ndarra
         run_dir = os.path.dirname(os.path.normpath(model_dir))  # RUN/best: the run's own data
     if not os.path.exists(os.path.join(run_dir, "prepared.json")):
         return None
-    prepared = load_prepared(run_dir, with_text=False)
+    prepared = load_prepared(run_dir)
     frames = {"val": prepared.val, "cal": getattr(prepared, "cal", None)}
     if any(f is None or DESC_CHARS not in f.columns for s, f in frames.items() if s in set(held.get("split", ["val"]))):
         return None
