@@ -87,7 +87,13 @@ def test_flat_confidence_is_the_chance_of_the_exact_code_set(run_dir, common_csv
     for row, codes in enumerate(code_sets(table)):
         chosen[row, [index[c] for c in codes]] = True
     assert {len(s) for s in code_sets(table)} >= {1, 2}
-    np.testing.assert_allclose(table["confidence"].to_numpy(), flat_confidence(logits, chosen), rtol=1e-5)
+    raw = table["confidence_raw" if "confidence_raw" in table.columns else "confidence"].to_numpy()
+    np.testing.assert_allclose(raw, flat_confidence(logits, chosen), rtol=1e-5)
+    if "confidence_raw" in table.columns:  # the run calibrated itself at its end: the temperature's reading
+        from mixer.coding.calibration import calibrate
+
+        np.testing.assert_allclose(table["confidence"].to_numpy(), calibrate(raw, model.temperature("flat")),
+                                   rtol=1e-12)
 
 
 def test_seq2seq_confidence_and_several_heads_in_predict_py(run_dir, common_csv, tmp_path):
