@@ -14,10 +14,12 @@ over seeded repetitions of "choose on one part of the labelled rows, apply to th
    rest's own standard error; the share of repetitions whose threshold reaches the target
    on all labelled rows (the population the guarantee speaks of, as near as these rows
    come), and the failures the rest's sampling alone explains;
-2. calibration: a temperature fit on half the rows, the expected calibration error on the
-   other half before and after;
+2. calibration: a temperature (alone, and with a bias) fit on half the rows, the expected
+   calibration error on the other half before and after;
 3. shorter codes (HISCO's unit, minor and major groups): the share coded at the target with
-   and without them, per level, and the promise kept at the level given.
+   and without them, per level, and the promise kept at the level given;
+4. (--sections 4) where the fixed sequence starts: the share coded and the promise kept for
+   the plain start and for START 0.3, 0.5 and 0.7.
 """
 
 from __future__ import annotations
@@ -129,22 +131,29 @@ def promise(frame, head, target, reps, seed):
 
 
 def calibration_check(frame, head, reps, seed):
-    """Section 2: T fit on half the rows, ECE on the other half."""
+    """Section 2: fit on half the rows, ECE on the other half: the temperature alone, and the
+    temperature with a bias (mixer.coding.calibration.fit_scaling, what a run stores)."""
     conf = frame[f"{head}_confidence"].to_numpy()
     correct = frame[f"{head}_correct"].to_numpy()
     rng = np.random.default_rng(seed)
-    temps, before, after = [], [], []
+    fits, before, alone, scaled = [], [], [], []
     for _ in range(reps):
         order = rng.permutation(len(conf))
         fit, held = order[: len(conf) // 2], order[len(conf) // 2:]
-        t = calibration.fit_temperature(conf[fit], correct[fit])
-        temps.append(t)
+        t_alone = calibration.fit_temperature(conf[fit], correct[fit])
+        t, bias = calibration.fit_scaling(conf[fit], correct[fit])
+        fits.append((t_alone, t, bias))
         before.append(calibration.expected_calibration_error(conf[held], correct[held]))
-        after.append(calibration.expected_calibration_error(calibration.calibrate(conf[held], t), correct[held]))
-    before, after = np.array(before), np.array(after)
-    return (f"  T {np.median(temps):.3f}  ECE on rows it was not fit on: {np.median(before):.4f} -> "
-            f"{np.median(after):.4f} (median ratio {np.median(after / before):.2f}; halved or better in "
-            f"{np.mean(after <= before / 2):.0%} of {reps} splits)")
+        alone.append(calibration.expected_calibration_error(calibration.calibrate(conf[held], t_alone),
+                                                            correct[held]))
+        scaled.append(calibration.expected_calibration_error(calibration.calibrate(conf[held], t, bias),
+                                                             correct[held]))
+    before, alone, scaled = np.array(before), np.array(alone), np.array(scaled)
+    t_alone, t, bias = np.median(np.array(fits), axis=0)
+    return [f"  ECE on rows not fit on: raw {np.median(before):.4f}; temperature alone (T {t_alone:.3f}) "
+            f"{np.median(alone):.4f} (halved in {np.mean(alone <= before / 2):.0%} of {reps} splits); "
+            f"temperature and bias (T {t:.3f}, bias {bias:.3f}) {np.median(scaled):.4f} "
+            f"(median ratio {np.median(scaled / before):.2f}; halved in {np.mean(scaled <= before / 2):.0%})"]
 
 
 def shorter_codes(frame, head, levels, target, reps, seed):
@@ -212,11 +221,32 @@ def draw(scores, heads, target, folder, seed):
     fit, held = order[: len(frame) // 2], order[len(frame) // 2:]
     for head in heads:
         conf, right = frame[f"{head}_confidence"].to_numpy(), frame[f"{head}_correct"].to_numpy()
-        t = calibration.fit_temperature(conf[fit], right[fit])
+        t, bias = calibration.fit_scaling(conf[fit], right[fit])
         calibration.reliability_diagram(os.path.join(folder, f"reliability_{head}.png"), conf[held],
-                                        calibration.calibrate(conf[held], t), right[held],
-                                        f"{head} head, rows not fit on (T {t:.2f})")
+                                        calibration.calibrate(conf[held], t, bias), right[held],
+                                        f"{head} head, rows not fit on (T {t:.2f}, bias {bias:.2f})")
     print(f"drew {folder}/production.png and reliability_<head>.png")
+
+
+def start_comparison(frame, head, target, reps, seed, starts=(None, 0.3, 0.5, 0.7)):
+    """Section 4: where the fixed sequence starts (mixer.coding.guarantee.START), 1,000 rows
+    choose and the rest are coded: median share coded and the promise kept, per start."""
+    conf = frame[f"{head}_confidence"].to_numpy()
+    correct = frame[f"{head}_correct"].to_numpy()
+    parts = []
+    for start in starts:
+        rng = np.random.default_rng(seed)
+        shares, kept = [], []
+        for _ in range(reps):
+            pool = rng.permutation(len(frame))
+            choose, rest = pool[:1000], pool[1000:]
+            threshold = guarantee.choose_threshold(conf[choose], correct[choose], target, start=start).threshold
+            coded = conf[rest] >= (np.inf if threshold is None else threshold)
+            shares.append(coded.mean())
+            kept.append(not coded.any() or correct[rest][coded].mean() >= target)
+        parts.append(f"{'plain' if start is None else start}: coded {np.median(shares):.1%} (mean "
+                     f"{np.mean(shares):.1%}), kept {np.mean(kept):.1%}")
+    return "  start of the sequence: " + "; ".join(parts)
 
 
 def main(argv=None) -> int:
@@ -246,7 +276,10 @@ def main(argv=None) -> int:
                 for outcome in promise(frame, head, args.target, args.reps, args.seed).values():
                     print(outcome.line())
             if "2" in args.sections:
-                print(calibration_check(frame, head, args.reps, args.seed))
+                for line in calibration_check(frame, head, args.reps, args.seed):
+                    print(line)
+            if "4" in args.sections:
+                print(start_comparison(frame, head, args.target, args.reps, args.seed))
             if "3" in args.sections and args.levels:
                 for line in level_curves(frame, head, args.levels, args.target):
                     print(line)

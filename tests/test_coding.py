@@ -91,6 +91,29 @@ def test_calibration_keeps_the_order_of_rows_and_t_one_changes_nothing():
     assert calibration.calibrate([1.0], 1.0)[0] == pytest.approx(1 - 1e-12)  # clipped
 
 
+def shifted(rows: int, temperature: float, bias: float, seed: int):
+    """Rows whose raw confidence is sigmoid(z) while the truth is sigmoid(z / T + bias): an
+    under-confident head, as the flat head's product over every code of the key is."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(-0.5, 2.0, rows)
+    correct = rng.random(rows) < sigmoid(z / temperature + bias)
+    return sigmoid(z), correct
+
+
+def test_the_bias_is_recovered_and_halves_an_error_the_temperature_alone_cannot():
+    fit_conf, fit_correct = shifted(20000, 0.8, 1.5, seed=1)
+    held_conf, held_correct = shifted(20000, 0.8, 1.5, seed=2)
+    t, bias = calibration.fit_scaling(fit_conf, fit_correct)
+    assert t == pytest.approx(0.8, abs=0.05) and bias == pytest.approx(1.5, abs=0.1)
+    before = calibration.expected_calibration_error(held_conf, held_correct)
+    after = calibration.expected_calibration_error(calibration.calibrate(held_conf, t, bias), held_correct)
+    alone = calibration.calibrate(held_conf, calibration.fit_temperature(fit_conf, fit_correct))
+    assert after <= before / 2 < calibration.expected_calibration_error(alone, held_correct)
+    order = np.random.default_rng(3).permutation(20000)
+    assert calibration.fit_scaling(fit_conf[order], fit_correct[order]) == (t, bias)
+    assert calibration.fit_scaling([0.3, 0.9], [True, True]) == (1.0, 0.0)
+
+
 def test_the_temperature_does_not_depend_on_the_order_of_the_rows():
     """N processes gather the validation rows in another order than one process reads them."""
     conf, correct = overconfident(5000, 1.7, seed=4)
@@ -116,10 +139,15 @@ def test_calibration_json_round_trip_and_the_reliability_diagram(tmp_path):
     assert entry["rows"] == 2000 and entry["ece_after"] < entry["ece_before"]
     calibration.write_calibration(str(tmp_path), {"flat": entry}, "validation rows that chose nothing")
     assert calibration.temperature(str(tmp_path), "flat") == entry["temperature"]
-    assert calibration.temperature(str(tmp_path), "seq2seq") == 1.0
+    assert calibration.scaling(str(tmp_path), "flat") == (entry["temperature"], entry["bias"])
+    assert calibration.scaling(str(tmp_path), "seq2seq") == (1.0, 0.0)
     assert calibration.temperature(str(tmp_path / "none"), "flat") == 1.0
-    png = calibration.reliability_diagram(str(tmp_path / "r.png"), conf,
-                                          calibration.calibrate(conf, entry["temperature"]), correct, "flat")
+    after = calibration.calibrated(str(tmp_path), "flat", conf)
+    assert after == pytest.approx(calibration.calibrate(conf, entry["temperature"], entry["bias"]))
+    assert calibration.calibrated(str(tmp_path / "none"), "flat", [0.3]) == pytest.approx([0.3])
+    assert calibration.calibrate_entry(conf, entry) == pytest.approx(after)
+    assert calibration.calibrate_entry([0.3], {"temperature": 2.0}) == pytest.approx(calibration.calibrate([0.3], 2.0))
+    png = calibration.reliability_diagram(str(tmp_path / "r.png"), conf, after, correct, "flat")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 

@@ -31,13 +31,23 @@ def common_csv(tmp_path_factory, toy_frame) -> str:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, common_csv):
-    """A tiny run of two code slots, with a scores.parquet as a run writes it: its first
-    validation rows chose something, the others nothing (docs/coding.md)."""
-    run = tmp_path_factory.mktemp("coding") / "run"
+def trained(tmp_path_factory, common_csv):
+    """A tiny run of two code slots, as training leaves it (calibrated at its end)."""
+    run = tmp_path_factory.mktemp("coding") / "trained"
     assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
                           "--share-val", "0.4", *TINY, "--max-steps", "60", "--batch-size", "16",
                           "--learning-rate", "5e-3"]) == 0
+    return str(run)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, trained):
+    """The run without its calibration (as a run of an earlier version, or an OccCANINE
+    model, is), with a scores.parquet whose first 5 validation rows chose something and the
+    others nothing (docs/coding.md)."""
+    run = tmp_path_factory.mktemp("coding") / "run"
+    shutil.copytree(trained, run)
+    os.remove(run / "calibration.json")
     write_scores(run, chose=5)
     return str(run)
 
@@ -87,13 +97,27 @@ def test_flat_confidence_is_the_chance_of_the_exact_code_set(run_dir, common_csv
     for row, codes in enumerate(code_sets(table)):
         chosen[row, [index[c] for c in codes]] = True
     assert {len(s) for s in code_sets(table)} >= {1, 2}
-    raw = table["confidence_raw" if "confidence_raw" in table.columns else "confidence"].to_numpy()
-    np.testing.assert_allclose(raw, flat_confidence(logits, chosen), rtol=1e-5)
-    if "confidence_raw" in table.columns:  # the run calibrated itself at its end: the temperature's reading
-        from mixer.coding.calibration import calibrate
+    assert "confidence_raw" not in table.columns  # an uncalibrated model's confidence is its raw one
+    np.testing.assert_allclose(table["confidence"].to_numpy(), flat_confidence(logits, chosen), rtol=1e-5)
 
-        np.testing.assert_allclose(table["confidence"].to_numpy(), calibrate(raw, model.temperature("flat")),
-                                   rtol=1e-12)
+
+def test_a_run_calibrated_at_its_end_predicts_calibrated_confidence(trained, run_dir, common_csv, tmp_path):
+    """predict.py reads the run's calibration.json: confidence is its temperature and bias
+    applied to the raw confidence, which stays beside it; no code changes."""
+    from mixer.coding.calibration import calibrate_entry, read_calibration
+
+    entries = read_calibration(trained)["heads"]
+    assert {"temperature", "bias"} <= set(entries["flat"]) and entries["flat"]["bias"] != 0.0
+    for head in ("flat", "seq2seq"):
+        calibrated, raw = str(tmp_path / f"cal_{head}.csv"), str(tmp_path / f"raw_{head}.csv")
+        for run, out in ((trained, calibrated), (run_dir, raw)):
+            assert predict_main(["--checkpoint", run, "--input", common_csv, "--output", out, "--head", head]) == 0
+        calibrated, raw = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (calibrated, raw))
+        pd.testing.assert_frame_equal(calibrated.drop(columns=["confidence", "confidence_raw"]),
+                                      raw.drop(columns=["confidence"]))
+        assert calibrated["confidence_raw"].tolist() == raw["confidence"].tolist()
+        np.testing.assert_allclose(calibrated["confidence"].astype(float),
+                                   calibrate_entry(raw["confidence"].astype(float), entries[head]), rtol=1e-6)
 
 
 def test_seq2seq_confidence_and_several_heads_in_predict_py(run_dir, common_csv, tmp_path):
@@ -127,9 +151,9 @@ from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architec
 
 
 # ------------------------------------------------------------------ calibration
-def test_calibrate_fits_a_temperature_that_changes_no_code(run_dir, copy_of, common_csv, capsys):
+def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy_of, common_csv, capsys):
     import mixer
-    from mixer.coding.calibration import calibrate, fit_temperature
+    from mixer.coding.calibration import calibrate, fit_scaling
 
     run = copy_of(run_dir)
     texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"]
@@ -143,16 +167,16 @@ def test_calibrate_fits_a_temperature_that_changes_no_code(run_dir, copy_of, com
     table = model._predictor.predict(rows["text"], rows["lang"], "seq2seq")
     truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
     correct = np.asarray([t == p for t, p in zip(truth, code_sets(table))])
-    temperature = stored["heads"]["seq2seq"]["temperature"]
-    assert temperature == pytest.approx(fit_temperature(table["confidence"], correct))
-    assert temperature != pytest.approx(1.0)
+    scaling = stored["heads"]["seq2seq"]["temperature"], stored["heads"]["seq2seq"]["bias"]
+    assert scaling == pytest.approx(fit_scaling(table["confidence"], correct))
+    assert scaling != pytest.approx((1.0, 0.0))
     assert os.path.exists(os.path.join(run, "reliability_flat.png"))
     assert "expected calibration error" in capsys.readouterr().out
     after = model.predict(texts, head="seq2seq")
     pd.testing.assert_frame_equal(after.drop(columns=["confidence", "confidence_raw"]),
                                   before.drop(columns=["confidence"]))
     np.testing.assert_allclose(after["confidence_raw"], before["confidence"])
-    np.testing.assert_allclose(after["confidence"], calibrate(before["confidence"], temperature))
+    np.testing.assert_allclose(after["confidence"], calibrate(before["confidence"], *scaling))
 
 
 def test_calibrate_refuses_what_it_cannot_fit_on(run_dir, copy_of, tmp_path, common_csv):
@@ -183,7 +207,7 @@ def chosen_here(run, accuracy, confidence=0.9, rows_to_code=None, quantize=None)
 
 def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_nothing(run_dir, common_csv,
                                                                                       tmp_path, capsys):
-    accuracy = 0.5
+    accuracy = 0.3  # the tiny model's held-out accuracy is 0.42: a target its most confident rows reach
     expected = chosen_here(run_dir, accuracy, rows_to_code=240)
     assert expected.threshold is not None and 0 < expected.coded_share < 1
     out = tmp_path / "coded.csv"
@@ -202,9 +226,9 @@ def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_n
 
 def test_an_unreachable_target_is_refused_with_the_rows_it_would_take(run_dir, common_csv, tmp_path):
     out = tmp_path / "never.csv"
-    with pytest.raises(UserError, match=r"cannot show accuracy 0.9 .* about \d+ labelled rows like these would"):
+    with pytest.raises(UserError, match=r"cannot show accuracy 0.5 .* about \d+ labelled rows like these would"):
         predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                      "--target-accuracy", "0.9", "--target-confidence", "0.9"])
+                      "--target-accuracy", "0.5", "--target-confidence", "0.9"])
     assert not os.listdir(tmp_path)  # nothing half-written
 
 
@@ -269,7 +293,7 @@ def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_p
 def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv, tmp_path):
     out, check, audit = tmp_path / "out.csv", tmp_path / "check.csv", tmp_path / "audit.csv"
     assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                         "--target-accuracy", "0.5", "--target-confidence", "0.9",
+                         "--target-accuracy", "0.3", "--target-confidence", "0.9",
                          "--to-check", "1000", str(check), "--audit", "1000", str(audit)]) == 0
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     listed = pd.read_csv(check, dtype=str, keep_default_na=False)
@@ -380,7 +404,7 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
     made = provenance.read(out)
     assert made["model"]["fingerprint"] == model_fingerprint(mixer.load(run_dir)._predictor)
     assert made["mixer"] == mixer.__version__ and made["input"]["name"] == "common.csv"
-    assert made["thresholds"] == {"flat": "0.5"} and made["temperature"] == {"flat": 1.0}
+    assert made["thresholds"] == {"flat": "0.5"} and made["calibration"] == {"flat": {"temperature": 1.0, "bias": 0.0}}
     assert made["result"]["rows"] == 240
     carried = file_label(out)
     if suffix in (".parquet", ".dta"):
@@ -403,7 +427,7 @@ def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, co
     from test_distributed import rank0_gathers_cmd, run
 
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
-    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.5", "--target-confidence",
+    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.3", "--target-confidence",
              "0.9", "--batch-size", "16"]
     run_program("predict.py", *flags, "--output", one)
     run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"])

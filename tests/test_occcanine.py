@@ -88,10 +88,16 @@ def reference_flat(model, key, texts, lang):
     with torch.no_grad():
         probs = model.linear_decoder(model.encode(model_input(texts, lang))[1]).sigmoid()
     out = []
-    for row in probs:
+    for text, row in zip(texts, probs):
         top = torch.argsort(row, descending=True)[:5]
-        out.append([(key[i], float(row[i])) for i in top if row[i] > THRESHOLDS[lang]])
+        out.append([] if blank(text) else [(key[i], float(row[i])) for i in top if row[i] > THRESHOLDS[lang]])
     return out
+
+
+def blank(text: str) -> bool:
+    """A row without a description: mixer gives it no code where OccCANINE codes the bare
+    'lang[SEP]' (docs/occcanine.md, where mixer differs on purpose)."""
+    return not text.strip()
 
 
 def read_block(block):
@@ -125,7 +131,7 @@ def reference_greedy(model, texts, lang):
                                                else [HISCO_TOKEN[ch] for ch in code])])
                     step = model.decode(memory[row:row + 1], seq[:, :-1]).softmax(-1)
                     conf += float(step[0].gather(1, seq[0, 1:, None]).prod())
-            out.append((codes, conf))
+            out.append(([], conf) if blank(texts[row]) else (codes, conf))
     return out
 
 

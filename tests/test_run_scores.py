@@ -287,7 +287,7 @@ def test_scores_name_each_rows_codes_confidence_and_correctness_at_each_level():
 
 @pytest.mark.parametrize("free", [150, 60])
 def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough(tmp_path, free):
-    from mixer.coding.calibration import calibrate, fit_temperature
+    from mixer.coding.calibration import calibrate_entry, fit_scaling
     from mixer.training.scores import MIN_FIT_ROWS, coding_files, read_summary, score_frame
 
     assert 60 < MIN_FIT_ROWS <= 150
@@ -301,11 +301,12 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
     fit = ~chose if free >= MIN_FIT_ROWS else np.ones(300, dtype=bool)
     for head in ("flat", "seq2seq"):
         entry = stored["heads"][head]
-        expected = fit_temperature(frame[f"{head}_confidence"][fit], frame[f"{head}_correct"][fit])
-        assert entry["temperature"] == pytest.approx(expected) and entry["rows"] == int(fit.sum())
+        temperature, bias = fit_scaling(frame[f"{head}_confidence"][fit], frame[f"{head}_correct"][fit])
+        assert entry["temperature"] == pytest.approx(temperature) and entry["bias"] == pytest.approx(bias)
+        assert entry["rows"] == int(fit.sum())
         # rows it was not fit on get an ECE of their own when there are enough of them
         assert ("held_out" in entry) == (free >= MIN_FIT_ROWS and 300 - free >= MIN_FIT_ROWS)
-        calibrated = calibrate(frame[f"{head}_confidence"], entry["temperature"])
+        calibrated = calibrate_entry(frame[f"{head}_confidence"], entry)
         assert np.all(np.diff(calibrated[np.argsort(frame[f"{head}_confidence"])]) >= 0)  # monotone
     assert stored["rows"].startswith(f"the {free} scored rows that chose nothing" if free >= MIN_FIT_ROWS
                                      else "all 300 scored rows: only 60 chose nothing")
@@ -323,7 +324,7 @@ def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
     splits["val"]["report:source"] = ["all", "census"] * 20
     frame = score_frame({"val": gathered_rows(40), "cal": [], "noised": []}, splits, np.zeros(40, bool), [],
                         ["source"])
-    curve = head_curves(frame, "flat", ["source"], 1.0)
+    curve = head_curves(frame, "flat", ["source"], {"temperature": 1.0})
     overall = curve[curve["by"] == "all"]
     assert overall["coded_rows"].max() == 40 and set(overall["group"]) == {"all"}
     by_source = curve[curve["by"] == "source"]

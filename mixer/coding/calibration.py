@@ -1,6 +1,7 @@
-"""Calibration: one temperature per head on the logit of the row confidence,
-calibrated = sigmoid(logit(conf) / T). Monotone, so it changes no code and no ranking;
-only the numbers a user reads (docs/coding.md#calibrated-confidence)."""
+"""Calibration: per head, a temperature and a bias on the logit of the row confidence,
+calibrated = sigmoid(logit(conf) / T + bias) (bias 0: temperature scaling alone). Monotone,
+so it changes no code and no ranking; only the numbers a user reads
+(docs/coding.md#calibrated-confidence)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,51 @@ def _logit(confidence) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
-def calibrate(confidence, temperature: float) -> np.ndarray:
-    """sigmoid(logit(conf) / T), conf clipped to [1e-12, 1 - 1e-12]; T 1.0 leaves it (clipped)."""
-    z = _logit(confidence) / float(temperature)
+def calibrate(confidence, temperature: float, bias: float = 0.0) -> np.ndarray:
+    """sigmoid(logit(conf) / T + bias), conf clipped to [1e-12, 1 - 1e-12]; T 1.0 and bias 0
+    leave it (clipped)."""
+    z = _logit(confidence) / float(temperature) + float(bias)
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # sigmoid without overflow
+
+
+def fit_scaling(confidence, correct) -> tuple:
+    """(T, bias) minimising the binary log loss of `correct` under calibrate(conf, T, bias):
+    a logistic regression on logit(conf) (Newton's method), 1/T kept in [1/20, 1/0.05].
+    The flat head's confidence, a product over every code of the key, sits below the
+    accuracy by a shift that a temperature alone cannot remove: the bias does."""
+    z = _logit(confidence)
+    correct = np.asarray(correct, dtype=bool)
+    if len(z) == 0 or correct.all() or not correct.any():
+        return 1.0, 0.0  # one class only: the loss falls without bound
+    order = np.lexsort((correct, z))  # one order, whatever order the rows came in
+    z, y = z[order], correct[order].astype(np.float64)
+    lo, hi = 1.0 / math.exp(LOG_T_RANGE[1]), 1.0 / math.exp(LOG_T_RANGE[0])
+
+    def loss(a, b):
+        s = a * z + b
+        return float(np.mean(np.logaddexp(0.0, np.where(y > 0, -s, s))))
+
+    a, b = 1.0, 0.0
+    current = loss(a, b)
+    for _ in range(100):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (a * z + b)))
+        w = p * (1.0 - p)
+        gradient = np.array([np.dot(p - y, z), np.sum(p - y)]) / len(z)
+        hessian = np.array([[np.dot(w, z * z), np.dot(w, z)], [np.dot(w, z), np.sum(w)]]) / len(z)
+        step = np.linalg.solve(hessian + 1e-12 * np.eye(2), gradient)
+        for _ in range(30):  # halve the step until the loss falls (and 1/T stays in range)
+            na, nb = float(np.clip(a - step[0], lo, hi)), float(b - step[1])
+            new = loss(na, nb)
+            if new <= current:
+                break
+            step = step / 2.0
+        else:
+            break
+        converged = abs(current - new) < 1e-15
+        a, b, current = na, nb, new
+        if converged:
+            break
+    return 1.0 / a, b
 
 
 def _nll(z: np.ndarray, correct: np.ndarray, temperature: float) -> float:
@@ -115,11 +157,18 @@ def reliability_diagram(path: str, before, after, correct, title: str, bins: int
 
 
 def head_entry(confidence, correct) -> dict:
-    """What calibration.json stores for one head, fit on these rows."""
-    temperature = fit_temperature(confidence, correct)
-    return {"temperature": temperature, "rows": int(len(confidence)),
+    """What calibration.json stores for one head, fit on these rows (fit_scaling)."""
+    temperature, bias = fit_scaling(confidence, correct)
+    return {"temperature": temperature, "bias": bias, "rows": int(len(confidence)),
             "ece_before": expected_calibration_error(confidence, correct),
-            "ece_after": expected_calibration_error(calibrate(confidence, temperature), correct)}
+            "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct)}
+
+
+def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:
+    """Confidences calibrated by one head's entry of calibration.json (head_entry's): its
+    temperature and its bias (0 where an entry has none); unchanged for None."""
+    entry = entry or {}
+    return calibrate(confidence, float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
 
 
 def write_calibration(model_dir: str, heads: dict, rows: str) -> str:
@@ -143,5 +192,17 @@ def read_calibration(model_dir: str) -> Optional[dict]:
 
 def temperature(model_dir: str, head: str) -> float:
     """The stored temperature of a head, 1.0 when none is stored."""
-    stored = read_calibration(model_dir) or {}
-    return float(stored.get("heads", {}).get(head, {}).get("temperature", 1.0))
+    return scaling(model_dir, head)[0]
+
+
+def scaling(model_dir: str, head: str) -> tuple:
+    """(temperature, bias) stored for a head: (1.0, 0.0) when none is stored."""
+    stored = (read_calibration(model_dir) or {}).get("heads", {}).get(head, {})
+    return float(stored.get("temperature", 1.0)), float(stored.get("bias", 0.0))
+
+
+def calibrated(model_dir: str, head: str, confidence) -> np.ndarray:
+    """A head's row confidences calibrated as the model directory says (unchanged without
+    calibration.json): what predict.py, the API, --to-check and audits show."""
+    stored = (read_calibration(model_dir) or {}).get("heads", {}).get(head)
+    return calibrate_entry(confidence, stored)

@@ -112,7 +112,7 @@ class Model:
         if what != "codes" or columns != "mixer":
             if lookup is not None or target is not None:
                 raise UserError("lookup= and target= give the code table; leave out what= and columns=")
-        elif lookup is not None or target is not None or self._predictor.temperatures:
+        elif lookup is not None or target is not None or self._predictor.calibration:
             return without_codes(self._coded(texts, langs, head, top_k, threshold, batch_size, lookup, target,
                                              desc_chars), blank).set_axis(index)
         table = without_codes(self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
@@ -125,10 +125,14 @@ class Model:
         return table
 
     # ------------------------------------------------------------ which predictions to use
+    def scaling(self, head: str) -> tuple:
+        """The head's calibration (temperature, bias) from its model directory's
+        calibration.json; (1.0, 0.0) without one."""
+        return self._predictor.calibration.get(head, (1.0, 0.0))
+
     def temperature(self, head: str) -> float:
-        """The head's calibration temperature (its model directory's calibration.json; 1.0
-        without one)."""
-        return float(self._predictor.temperatures.get(head, 1.0))
+        """The head's calibration temperature (1.0 without one); its bias: scaling()."""
+        return self.scaling(head)[0]
 
     def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
                options=None):
@@ -213,13 +217,13 @@ class Model:
                                   target.levels if target is not None else (), desc_chars=desc_chars)
         if target is not None:
             table = targets.mark(table, target, predictor.description_of)
-        temperature = self.temperature(head)
-        if CONFIDENCE in table.columns and temperature != 1.0:
+        scaling = self.scaling(head)
+        if CONFIDENCE in table.columns and scaling != (1.0, 0.0):
             from mixer.coding.calibration import calibrate
 
             raw = table[CONFIDENCE].to_numpy(dtype=np.float64)
             table.insert(table.columns.get_loc(CONFIDENCE) + 1, RAW_CONFIDENCE, raw)
-            table[CONFIDENCE] = np.where(np.isnan(raw), np.nan, calibrate(raw, temperature))
+            table[CONFIDENCE] = np.where(np.isnan(raw), np.nan, calibrate(raw, *scaling))
         if lookup is not None:
             from mixer.prediction.lookup import apply_lookup
 

@@ -2,11 +2,11 @@
 MODEL --calibrate` (docs/coding.md, "Calibrating an existing model").
 
 It predicts labelled rows that chose nothing with each head asked for (the run's
-held-out rows, mixer.prediction.target.run_rows, or --calibration-data), fits one
-temperature per head (mixer.coding.calibration) and writes calibration.json, with a
-reliability diagram per head, into the model's directory. The temperature is monotone:
-it changes no code and no ranking, only the confidence a user reads, so a threshold
-chosen at --target-accuracy (on the raw confidence) stays what it was.
+held-out rows, mixer.prediction.target.run_rows, or --calibration-data), fits a
+temperature and a bias per head (mixer.coding.calibration.fit_scaling) and writes
+calibration.json, with a reliability diagram per head, into the model's directory. The
+scaling is monotone: it changes no code and no ranking, only the confidence a user reads,
+so a threshold chosen at --target-accuracy (on the raw confidence) stays what it was.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ def calibrate_main(args) -> int:
     for flag, value in (("--input", args.input), ("--output", args.output), ("--target-accuracy", args.target_accuracy),
                         ("--lookup", args.lookup), ("--to-check", args.to_check), ("--audit", args.audit)):
         if value:
-            raise UserError(f"--calibrate fits the temperatures and writes calibration.json alone; leave out {flag}")
+            raise UserError(f"--calibrate fits each head's temperature and bias and writes calibration.json "
+                            f"alone; leave out {flag}")
     heads = list(CALIBRATED_HEADS)  # both, always: the full head has no row confidence (not covered)
     if getattr(args, "quantize", None) or args.precision != "fp32":
-        raise UserError("--calibrate fits the temperature of the model's own numbers; leave out --quantize and "
-                        "--precision (a temperature does not move a threshold, which --target-accuracy chooses "
+        raise UserError("--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
+                        "--precision (calibration does not move a threshold, which --target-accuracy chooses "
                         "again at any precision)")
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     predictor = Predictor.load(args.checkpoint, None, args.precision, args.force_precision, log=log, tf32=args.tf32,
@@ -45,7 +46,7 @@ def calibrate_main(args) -> int:
                         "saved in a directory of its own)")
     rows = labelled_rows(args, model, predictor)
     if predictor.family == "occcanine" and "seq2seq" in heads:
-        print("note: the seq2seq temperature applies to OccCANINE's own greedy confidence", file=sys.stderr)
+        print("note: the seq2seq calibration applies to OccCANINE's own greedy confidence", file=sys.stderr)
     entries, lines = fit(predictor, heads, rows, args.top_k, args.threshold, args.batch_size, model_dir)
     path = write(model_dir, entries, rows.rows)
     for line in lines:
@@ -87,23 +88,25 @@ def labelled_rows(args, model, predictor):
 
 
 def fit(predictor, heads: list, rows, top_k, threshold, batch_size: int, model_dir: str) -> tuple:
-    """({head: calibration.json's entry}, lines to print): each head's temperature fit on
-    `rows`, its reliability diagram written beside calibration.json."""
-    from mixer.coding.calibration import calibrate, head_entry, reliability_diagram
+    """({head: calibration.json's entry}, lines to print): each head's temperature and bias
+    fit on `rows`, its reliability diagram written beside calibration.json."""
+    from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram
     from mixer.prediction.target import code_sets
 
     entries, lines = {}, []
     for head in heads:
-        table = predictor.predict(rows.texts, rows.langs, head, top_k, threshold, batch_size)
+        table = predictor.predict(rows.texts, rows.langs, head, top_k, threshold, batch_size,
+                                  desc_chars=rows.desc_chars)
         confidence = table["confidence"].to_numpy(dtype=np.float64)
         correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, code_sets(table))], dtype=bool)
         entry = head_entry(confidence, correct)
         entry["diagram"] = f"reliability_{head}.png"
         reliability_diagram(os.path.join(model_dir, entry["diagram"]), confidence,
-                            calibrate(confidence, entry["temperature"]), correct,
+                            calibrate_entry(confidence, entry), correct,
                             f"{head} head: {len(rows):,} labelled rows")
         entries[head] = entry
-        lines.append(f"{head}: temperature {entry['temperature']:.4f} on {len(rows):,} rows ({rows.rows}); "
+        lines.append(f"{head}: temperature {entry['temperature']:.4f} and bias {entry['bias']:.4f} on "
+                     f"{len(rows):,} rows ({rows.rows}); "
                      f"expected calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f} on "
                      f"these rows (accuracy {correct.mean():.4f}); diagram {entry['diagram']}")
     return entries, lines

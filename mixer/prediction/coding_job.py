@@ -231,7 +231,8 @@ def _provenance(args, predictor, lookup, targets: dict) -> dict:
         "heads": list(args.head),
         "top_k": args.top_k or predictor.default_top_k(),
         "thresholds": {head: threshold_used(predictor, head, args.threshold) for head in args.head},
-        "temperature": {head: float(predictor.temperatures.get(head, 1.0)) for head in args.head},
+        "calibration": {head: dict(zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0))))
+                        for head in args.head},
         "target": {head: target.describe() for head, target in targets.items()} or None,
         "lookup": lookup.describe() if lookup is not None else None,
         "input": provenance.input_part(args.input),

@@ -82,7 +82,7 @@ class Predictor:
         self.description_of = dict(zip(self.codes, self.descriptions))
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
-        self.temperatures = read_temperatures(config.get("model_dir"))
+        self.calibration = read_scalings(config.get("model_dir"))
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
 
     @classmethod
@@ -246,13 +246,15 @@ class Predictor:
         return codes, probs, confidence, by_level
 
 
-def read_temperatures(model_dir: Optional[str]) -> dict:
-    """{head: temperature} from a model directory's calibration.json (none: {})."""
+def read_scalings(model_dir: Optional[str]) -> dict:
+    """{head: (temperature, bias)} from a model directory's calibration.json, for the heads
+    it moves (none: {})."""
     from mixer.coding.calibration import read_calibration
 
     stored = (read_calibration(model_dir) if model_dir else None) or {}
-    return {head: float(entry["temperature"]) for head, entry in (stored.get("heads") or {}).items()
-            if float(entry.get("temperature", 1.0)) != 1.0}
+    scalings = {head: (float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
+                for head, entry in (stored.get("heads") or {}).items()}
+    return {head: scaling for head, scaling in scalings.items() if scaling != (1.0, 0.0)}
 
 
 def _distinct(texts, langs, desc_chars=None) -> tuple:

@@ -2,7 +2,7 @@
 (docs/coding.md, "Provenance").
 
 - a sidecar `<output>.provenance.json`: the model (its source, weights fingerprint,
-  family, precision), the heads, thresholds and top-k, the temperature of each head, the
+  family, precision), the heads, thresholds and top-k, the calibration (temperature, bias) of each head, the
   target accuracy and the procedure that chose its threshold, the lookup table's
   fingerprint, the input file's fingerprint, mixer's version; and, under `result`, the
   rows each source coded and the shares coded automatically;

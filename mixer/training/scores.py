@@ -96,7 +96,7 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
     """({file name: bytes or text} of a model directory, its summary (`summarise`)):
     scores.parquet, calibration.json, the production curve (CSV, a PNG per head and
     breakdown), the reliability diagram per head."""
-    from mixer.coding.calibration import FILE, VERSION, calibrate, expected_calibration_error, head_entry
+    from mixer.coding.calibration import FILE, VERSION, calibrate_entry, expected_calibration_error, head_entry
 
     files = {SCORES: _parquet(frame)}
     fit, fit_words = fit_rows(frame)
@@ -108,12 +108,12 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
             correct = frame[f"{head}_correct"].to_numpy(bool)
             entry = head_entry(confidence[fit], correct[fit])
             if held.sum() >= MIN_FIT_ROWS:  # rows it was not fit on: an honest ECE beside the fit's
-                calibrated = calibrate(confidence[held], entry["temperature"])
+                calibrated = calibrate_entry(confidence[held], entry)
                 entry["held_out"] = {"rows": int(held.sum()),
                                      "ece_before": expected_calibration_error(confidence[held], correct[held]),
                                      "ece_after": expected_calibration_error(calibrated, correct[held])}
             heads[head] = entry
-            curves.append(head_curves(frame, head, report_cols, entry["temperature"]))
+            curves.append(head_curves(frame, head, report_cols, entry))
             files.update(_plots(scratch, frame, head, curves[-1], entry, fit, title, report_cols))
     counts = frame["split"].value_counts()
     splits = {s: int(counts[s]) for s in SPLITS if s in counts.index}
@@ -153,11 +153,11 @@ def _rows_word(splits: dict) -> str:
     return " and ".join(SPLITS[s] for s in SPLITS if splits.get(s)) + " rows"
 
 
-def head_curves(frame: pd.DataFrame, head: str, report_cols: list, temperature: float) -> pd.DataFrame:
+def head_curves(frame: pd.DataFrame, head: str, report_cols: list, entry: dict) -> pd.DataFrame:
     """The production curve of a head over every scored row: overall (by "all"), by
     language (by "lang") and by each --report-cols column, with each threshold also on
     the calibrated scale."""
-    from mixer.coding.calibration import calibrate
+    from mixer.coding.calibration import calibrate_entry
     from mixer.coding.curve import ALL, production_curve
 
     confidence = frame[f"{head}_confidence"].to_numpy(np.float64)
@@ -172,7 +172,7 @@ def head_curves(frame: pd.DataFrame, head: str, report_cols: list, temperature: 
     curve.insert(0, "head", head)
     curve.insert(1, "by", curve.pop("by"))
     curve.insert(curve.columns.get_loc("threshold") + 1, "calibrated_threshold",
-                 calibrate(curve["threshold"].to_numpy(), temperature))
+                 calibrate_entry(curve["threshold"].to_numpy(), entry))
     return curve
 
 
@@ -190,7 +190,7 @@ def head_headline(curve: pd.DataFrame, rows: str) -> dict:
 def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, report_cols: list) -> dict:
     """The head's production curve by language and by each --report-cols column, and its
     reliability diagram on the rows the temperature was fit on, as PNG bytes."""
-    from mixer.coding.calibration import calibrate, reliability_diagram
+    from mixer.coding.calibration import calibrate_entry, reliability_diagram
     from mixer.coding.curve import ALL, plot_curve
 
     files = {}
@@ -201,7 +201,7 @@ def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, 
         files[name] = _read(os.path.join(scratch, name))
     confidence = frame[f"{head}_confidence"].to_numpy(np.float64)[fit]
     name = f"reliability_{head}.png"
-    reliability_diagram(os.path.join(scratch, name), confidence, calibrate(confidence, entry["temperature"]),
+    reliability_diagram(os.path.join(scratch, name), confidence, calibrate_entry(confidence, entry),
                         frame[f"{head}_correct"].to_numpy(bool)[fit],
                         f"{title}: {head} head, T {entry['temperature']:.3g} ({int(fit.sum()):,} rows)")
     files[name] = _read(os.path.join(scratch, name))
