@@ -219,8 +219,10 @@ def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tm
     blank = np.asarray([False, True, True, True, False])
     for head in ("flat", "seq2seq", "full"):
         table = model.predict(texts, head=head, threshold=0.0)  # a threshold of 0: every row has codes
-        assert (table.loc[blank, [c for c in table if not c.startswith("prob_")]] == "").all().all(), head
-        assert table.loc[blank, [c for c in table if c.startswith("prob_")]].isna().all().all(), head
+        numbers = [c for c in table if c.startswith("prob_") or c.startswith("confidence")]
+        assert head == "full" or "confidence" in numbers  # the row confidence is a number too: NaN
+        assert (table.loc[blank, [c for c in table if c not in numbers]] == "").all().all(), head
+        assert table.loc[blank, numbers].isna().all().all(), head
         assert capsys.readouterr().err.count("note: 3 row(s) without a description") == 1
         described = model.predict(texts[~blank], head=head, threshold=0.0)
         pd.testing.assert_frame_equal(table[~blank], described)

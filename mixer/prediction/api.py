@@ -407,12 +407,14 @@ def blank_descriptions(texts: pd.Series) -> np.ndarray:
 
 
 def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """A code table with no code, prob or description in `rows`."""
+    """A code table with nothing in `rows`: no code, description or mark (""), no
+    probability or confidence (NaN)."""
     if not rows.any():
         return table
     table = table.copy()
     for column in table.columns:
-        table.loc[rows, column] = np.nan if column.startswith("prob_") else ""
+        numeric = column.startswith("prob_") or pd.api.types.is_float_dtype(table[column])
+        table.loc[rows, column] = np.nan if numeric else ""
     return table
 
 
