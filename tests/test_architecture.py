@@ -271,6 +271,7 @@ OWN_FILES = {
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
     ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
     ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
+    ("mixer/prediction/target.py", "read_scores"): "a run's scores.parquet, written by its final evaluation",
 }
 
 

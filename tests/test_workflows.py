@@ -219,8 +219,10 @@ def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tm
     blank = np.asarray([False, True, True, True, False])
     for head in ("flat", "seq2seq", "full"):
         table = model.predict(texts, head=head, threshold=0.0)  # a threshold of 0: every row has codes
-        assert (table.loc[blank, [c for c in table if not c.startswith("prob_")]] == "").all().all(), head
-        assert table.loc[blank, [c for c in table if c.startswith("prob_")]].isna().all().all(), head
+        numbers = [c for c in table if c.startswith("prob_") or c.startswith("confidence")]
+        assert head == "full" or "confidence" in numbers  # the row confidence is a number too: NaN
+        assert (table.loc[blank, [c for c in table if c not in numbers]] == "").all().all(), head
+        assert table.loc[blank, numbers].isna().all().all(), head
         assert capsys.readouterr().err.count("note: 3 row(s) without a description") == 1
         described = model.predict(texts[~blank], head=head, threshold=0.0)
         pd.testing.assert_frame_equal(table[~blank], described)
@@ -404,14 +406,15 @@ def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_t
     assert list(check.columns) == ["occ1", "n_rows", "confidence", "code_1", "prob_1", "code_2", "prob_2",
                                    "checked_1", "checked_2"]
     assert len(check) == 8 and check["occ1"].is_unique and (check["checked_1"] == "").all()
-    # the order: rows sharing the description x (1 - confidence), over every chunk
+    # the order: rows sharing the description x (1 - confidence), over every chunk; the
+    # confidence is the row's in its whole code set (docs/coding.md), not its top code's
     import mixer
 
     model = mixer.load(shapes_run)
     table = model.predict(pool["occ1"]).assign(occ1=pool["occ1"].to_numpy())
     counts = pool["occ1"].value_counts()
     first = table.drop_duplicates("occ1").set_index("occ1")
-    score = counts * (1 - first["prob_1"].reindex(counts.index).fillna(0))
+    score = counts * (1 - first["confidence"].reindex(counts.index).fillna(0))
     expected = score.sort_values(ascending=False, kind="stable")
     assert check["n_rows"].astype(int).tolist() == counts.reindex(check["occ1"]).tolist()
     top = expected.to_numpy()[:9]

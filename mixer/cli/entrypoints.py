@@ -169,7 +169,8 @@ def predict_parser() -> cli.Parser:
                         help="a run directory of finetune.py / train_mixer.py, an OccCANINE hub "
                              "directory or training checkpoint (*.bin, *.pt), or a hub id such as "
                              "Christianvedel/OccCANINE_s2s_mix")
-    parser.add_argument("--input", required=True, help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file")
+    parser.add_argument("--input", default=None,
+                        help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file (required unless --calibrate)")
     cli.add_table_args(parser, "input")
     parser.add_argument("--output", default=None,
                         help="file of predictions: .csv, .parquet, .xlsx or .dta (by extension)")
@@ -221,6 +222,7 @@ def predict_parser() -> cli.Parser:
                              "empty columns checked_1.. to fill (.csv, .parquet, .xlsx or .dta); "
                              "train on them with --extra-train")
     cli.add_audit_args(parser)
+    cli.add_target_args(parser)
     parser.add_argument("--chunk-size", dest="chunk_size", type=cli.positive_int, default=100_000,
                         help="rows read and written at a time (default: %(default)s)")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -251,10 +253,16 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     args = predict_parser().parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
+    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
+    if args.calibrate:
+        from mixer.prediction.calibrate import calibrate_main
+
+        return calibrate_main(args)
+    if not args.input:
+        raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     if not args.output and not args.embeddings and not args.to_check and not args.audit:
         raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
                             "--audit N FILE, or several")
-    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     from mixer.prediction.predict_job import predict_file
 
     predict_file(args)

@@ -235,6 +235,39 @@ def add_audit_args(parser: argparse.ArgumentParser) -> None:
                        help="the sample's seed (default: %(default)s)")
 
 
+def add_target_args(parser: argparse.ArgumentParser) -> None:
+    """predict.py: which predictions to use as they are (docs/coding.md)."""
+    group = parser.add_argument_group("coding at a target accuracy (docs/coding.md)")
+    group.add_argument("--target-accuracy", dest="target_accuracy", type=open_unit_interval, default=None,
+                       metavar="A", help="mark each row auto or check: the auto rows reach accuracy A with "
+                                         "--target-confidence on new rows like the labelled ones")
+    group.add_argument("--target-confidence", dest="target_confidence", type=open_unit_interval, default=0.95,
+                       metavar="C", help="the probability that the promise holds (default: %(default)s)")
+    group.add_argument("--calibration-data", dest="calibration_data", default=None, metavar="FILE",
+                       help="labelled rows of your own to choose the threshold or temperature on (a filled "
+                            "audit qualifies); default: the run's validation rows that chose nothing")
+    add_table_args(group, "calibration_data")
+    group.add_argument("--calibration-truth-cols", dest="calibration_truth_cols", nargs="+", default=None,
+                       metavar="COL", help="the true codes of --calibration-data")
+    group.add_argument("--shorter-codes", dest="shorter_codes", action=argparse.BooleanOptionalAction,
+                       default=False, help="with --target-accuracy: a row whose full code misses the threshold "
+                                           "gets the longest prefix class that passes it (column level)")
+    group.add_argument("--code-levels", dest="code_levels", type=positive_int, nargs="+", default=None,
+                       metavar="N", help="prefix lengths of the code system's coarser classes for "
+                                         "--shorter-codes (default: HISCO's and ISCO's 1 2 3; none otherwise)")
+    group.add_argument("--lookup", default=None, metavar="FILE",
+                       help="inputs coded by hand (a filled --to-check file or audit, or a dictionary): a row "
+                            "the model reads as one of them takes its codes (column source)")
+    add_table_args(group, "lookup")
+    group.add_argument("--lookup-input-col", dest="lookup_input_col", default=None, metavar="COL",
+                       help="the description column of --lookup (default: the model's input column)")
+    group.add_argument("--lookup-code-cols", dest="lookup_code_cols", nargs="+", default=None, metavar="COL",
+                       help="the code columns of a --lookup dictionary")
+    group.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=False,
+                       help="fit each head's temperature on labelled rows that chose nothing and write "
+                            "calibration.json into the model's directory; no --input needed")
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--encoder", default="minilm-l6",

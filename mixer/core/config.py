@@ -32,6 +32,8 @@ TABLE_ROLES = {
     "key": ("--key", "key-"),
     "code_descriptions": ("--code-descriptions", "code-descriptions-"),
     "audit": ("--audit", "audit-"),  # evaluate.py: an audit filled by hand (predict.py --audit writes it)
+    "lookup": ("--lookup", "lookup-"),  # predict.py: inputs coded by hand, which win over the model
+    "calibration_data": ("--calibration-data", "calibration-data-"),  # predict.py: labelled rows of a user's
 }
 READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
 

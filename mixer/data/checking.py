@@ -24,6 +24,7 @@ import pandas as pd
 from mixer.core.errors import UserError
 
 CHECKED = "checked_{}"
+ROW_CONFIDENCE = "confidence"  # a prediction's column: the row's confidence in its code set
 INPUT = "model input"  # the index of the collected rows: the string the model reads
 SOURCE_ROW = "\x00input row"  # a collected row's row in the input (its first, for a repeated one)
 CHECKED_COLUMN = re.compile(r"^checked_(\d+)$")
@@ -62,16 +63,21 @@ class CheckList:
         self.parts = []
         self.rows = 0  # input rows seen, so that a row is named by its row in the input
 
-    def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs) -> None:
-        """inputs: per row of the chunk, the string the model reads for it."""
+    def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs, keep=None) -> None:
+        """inputs: per row of the chunk, the string the model reads for it; keep: the rows
+        the list may take (a lookup's rows and, at a target accuracy, the rows coded
+        automatically are not to check)."""
         keys = pd.DataFrame({c: _text(chunk[c]) for c in self.key_columns}).reset_index(drop=True)
         names = [f"{self.prefix}{kind}_{k + 1}" for kind in ("code", "prob", "desc") for k in range(self.slots)]
+        names += [f"{self.prefix}{ROW_CONFIDENCE}"]
         table = pd.concat([keys, predicted[[n for n in names if n in predicted.columns]]
                            .reset_index(drop=True)], axis=1)
         table.columns = self.key_columns + [n[len(self.prefix):] for n in names if n in predicted.columns]
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
         table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
         self.rows += len(table)
+        if keep is not None:
+            table = table[np.asarray(keep, dtype=bool)]
         table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
         counts = table.groupby(level=0, sort=False).size().rename("n_rows")
         distinct = table[~table.index.duplicated()]
@@ -85,7 +91,10 @@ class CheckList:
         counts = table.groupby(level=0, sort=False)["n_rows"].sum()
         table = table[~table.index.duplicated()].copy()
         table["n_rows"] = counts.reindex(table.index).to_numpy()
-        confidence = pd.to_numeric(table["prob_1"], errors="coerce").fillna(0.0).clip(0, 1)
+        # the row's confidence in its code set (calibrated where the model is), else its top code's
+        given = table[ROW_CONFIDENCE] if ROW_CONFIDENCE in table.columns else table["prob_1"]
+        confidence = pd.to_numeric(given, errors="coerce").fillna(0.0).clip(0, 1)
+        table = table.drop(columns=[ROW_CONFIDENCE], errors="ignore")
         table["confidence"] = confidence.to_numpy()
         table["score"] = table["n_rows"] * (1.0 - table["confidence"])
         table = table.reset_index(drop=True)

@@ -413,6 +413,7 @@ STATA_STR_MAX = 2045  # bytes of a fixed-width str#; longer text is a strL
 STATA_STRL, STATA_DOUBLE = 32768, 65526
 STATA_MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FE0000000000000))[0]  # "."
 STATA_MAX_VARIABLES = 32_767
+STATA_DATA_LABEL = 80  # characters of a file's data label
 STATA_RESERVED = {"_all", "_b", "byte", "_coef", "_cons", "double", "float", "if", "in", "int",
                   "long", "_n", "_N", "_pi", "_pred", "_rc", "_skip", "strL", "using", "with"}
 
@@ -442,10 +443,12 @@ class StataWriter:
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 
-    def __init__(self, tmp: str, path: str, what: str, labels: Optional[list] = None):
+    def __init__(self, tmp: str, path: str, what: str, labels: Optional[list] = None, data_label: str = ""):
         """labels: a variable label per column ('' for none): the names the columns had
-        before mixer.data.writing made them valid Stata names."""
+        before mixer.data.writing made them valid Stata names. data_label: the file's own
+        label (at most STATA_DATA_LABEL characters)."""
         self.tmp, self.path, self.what = tmp, path, what
+        self.data_label = data_label[:STATA_DATA_LABEL]
         self.parts_path = tmp + ".parts"
         self.parts = None
         self.kinds, self.widths, self.names = [], [], []
@@ -569,10 +572,11 @@ class StataWriter:
         now = dt.datetime.now()
         stamp = f"{now:%d} {MONTHS[now.month - 1]} {now:%Y %H:%M}".encode()
         n_vars = len(types)
+        label = self.data_label.encode("utf-8")
         out.write(b"<stata_dta>")
         out.write(tag("header", tag("release", b"118") + tag("byteorder", b"LSF")
                       + tag("K", struct.pack("<H", n_vars)) + tag("N", struct.pack("<Q", self.rows))
-                      + tag("label", struct.pack("<H", 0)) + tag("timestamp", bytes([len(stamp)]) + stamp)))
+                      + tag("label", struct.pack("<H", len(label)) + label) + tag("timestamp", bytes([len(stamp)]) + stamp)))
         offsets = {"stata_data": 0, "map": out.tell()}
         out.write(tag("map", b"\x00" * 8 * len(MAP_ORDER)))
         sections = [

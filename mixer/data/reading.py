@@ -823,3 +823,23 @@ def column_names(path: str) -> Optional[list]:
     except Exception:  # unreadable as such: a whole read decides
         return None
     return None
+
+
+FILE_LABEL_KEY = "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.writing)
+
+
+def file_label(path: str) -> Optional[str]:
+    """The label a file carries in its own metadata, as mixer.data.writing.OutputWriter
+    writes it (a Parquet key, Stata's data label); None where the format has no room
+    (CSV, Excel) or the file has none."""
+    kind = table_kind(path)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_schema(path).metadata or {}
+        value = metadata.get(FILE_LABEL_KEY.encode())
+        return value.decode("utf-8") if value else None
+    if kind == "stata":
+        with formats._stata_reader(path, "--output") as reader:
+            return reader.data_label or None
+    return None

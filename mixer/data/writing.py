@@ -20,7 +20,7 @@ from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
 from mixer.data import formats
-from mixer.data.reading import as_text, count_rows, table_kind
+from mixer.data.reading import FILE_LABEL_KEY, as_text, count_rows, table_kind
 from mixer.data.verdicts import refuse_filled_audit
 
 # what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
@@ -171,9 +171,11 @@ def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
 class OutputWriter:
     """Writes chunks to a temp file beside the output, renamed over it at the end:
     CSV (UTF-8), Parquet, Excel (.xlsx) or Stata (.dta), by extension. Each chunk is the
-    input's columns (if any) and the tool's, named once by output_names."""
+    input's columns (if any) and the tool's, named once by output_names. `label`: a short
+    text the file carries in its own metadata where the format has room (Parquet's key
+    FILE_LABEL_KEY, Stata's 80-character data label; CSV and Excel have none)."""
 
-    def __init__(self, path: str, what: str = "--output", log=None):
+    def __init__(self, path: str, what: str = "--output", log=None, label: Optional[str] = None):
         self.kind = output_kind(path, what)
         self.path = check_output_path(path, what, {})
         self.what = what
@@ -188,6 +190,7 @@ class OutputWriter:
         self.renamed = []  # (name given, name written)
         self.rows = 0
         self.log = log
+        self.label = label
 
     def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None) -> None:
         """One chunk: `inputs` (the input's columns, row for row) beside `outputs`;
@@ -206,7 +209,8 @@ class OutputWriter:
                 if self.kind == "excel":
                     self.sheet = formats.ExcelWriter(self.tmp, self.path, self.what)
                 else:
-                    self.sheet = formats.StataWriter(self.tmp, self.path, self.what, self.labels)
+                    self.sheet = formats.StataWriter(self.tmp, self.path, self.what, self.labels,
+                                                     data_label=self.label or "")
             try:
                 columns = sheet_columns(frame, self.kinds)
             except UserError as exc:
@@ -229,7 +233,10 @@ class OutputWriter:
             if self.writer is None:
                 # Arrow types only: pandas would record dtypes such as
                 # 'list<element: int64>[pyarrow]' that it cannot read back itself
-                self.writer = pq.ParquetWriter(self.tmp, table.schema.remove_metadata())
+                schema = table.schema.remove_metadata()
+                if self.label:
+                    schema = schema.with_metadata({FILE_LABEL_KEY: self.label})
+                self.writer = pq.ParquetWriter(self.tmp, schema)
             self.writer.write_table(table)
         else:
             frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)

@@ -475,6 +475,7 @@ def load_for_prediction(source: str, what: str = "--checkpoint", log=None, annou
 
 
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
+MODEL_DIR_KEY = "model_dir"  # a loaded model's config: the directory of its own files, or None
 
 
 def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
@@ -492,6 +493,8 @@ def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Option
     encoder = encoder_from_run(run_dir)
     model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
     model.load_state_dict(load_file(os.path.join(run_dir, weights)))
+    # the directory whose calibration.json and scores.parquet are of these weights (not an epoch_N's)
+    config = {**config, MODEL_DIR_KEY: run_dir if weights == MODEL_FILE else None}
     return model, encoder.tokenizer, config, read_key(run_dir)
 
 
@@ -522,7 +525,7 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
               "threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
               "source": {"kind": "occcanine", "layout": occ.kind, "from": source,
                          "path": os.path.abspath(occ.path)},
-              "heads": {"family": "occcanine"}}
+              "heads": {"family": "occcanine"}, MODEL_DIR_KEY: source if os.path.isdir(source) else None}
     return model, CanineTokenizerFiles(), config, key
 
 

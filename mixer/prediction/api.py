@@ -23,6 +23,7 @@ from mixer.core.errors import UserError
 from mixer.prediction.predict import HEADS, Predictor
 
 MAX_ALTERNATIVES = 50
+RAW_CONFIDENCE = "confidence_raw"  # beside a calibrated confidence
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
 Context = Union[None, pd.DataFrame, dict]
@@ -54,7 +55,7 @@ class Model:
     def predict(self, texts: Texts, lang: Languages = None, top_k: Optional[int] = None,
                 head: str = "flat", threshold: Optional[float] = None, context: Context = None,
                 batch_size: int = 256, what: str = "codes", columns: str = "mixer",
-                system: Optional[str] = None) -> pd.DataFrame:
+                system: Optional[str] = None, lookup=None, target=None) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
 
         texts: a string, a list or a pandas Series (the result keeps its index). lang:
@@ -74,7 +75,15 @@ class Model:
 
         A row without a description (empty or spaces) has nothing to code: no code, an
         empty prob (NaN rows in a matrix), whatever its language and context; their number
-        is printed."""
+        is printed.
+
+        The code table also holds each row's `confidence` (flat and seq2seq heads: the
+        chance its code set is exactly right; calibrated when the model has a
+        calibration.json, then with `confidence_raw` beside it; docs/coding.md). lookup: a
+        table of hand-coded inputs (a path, or Model.lookup's result): a row the model reads
+        as one of its entries takes its codes (column `source`: lookup or model). target:
+        Model.target's result: each row is `coded` auto or check (and with shorter codes
+        given a `level`)."""
         head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
         if head not in HEADS:
             raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
@@ -100,6 +109,12 @@ class Model:
             matrix[blank] = np.nan
             return pd.DataFrame(matrix, index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
+        if what != "codes" or columns != "mixer":
+            if lookup is not None or target is not None:
+                raise UserError("lookup= and target= give the code table; leave out what= and columns=")
+        elif lookup is not None or target is not None or self._predictor.calibration:
+            return without_codes(self._coded(texts, langs, head, top_k, threshold, batch_size, lookup, target,
+                                             desc_chars), blank).set_axis(index)
         table = without_codes(self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
                                                       desc_chars=desc_chars), blank).set_axis(index)
         if what == "bin":
@@ -108,6 +123,124 @@ class Model:
         if columns == "occcanine":
             return outputs.occcanine_table(table, texts, self._predictor.description_of, name, head)
         return table
+
+    # ------------------------------------------------------------ which predictions to use
+    def scaling(self, head: str) -> tuple:
+        """The head's calibration (temperature, bias) from its model directory's
+        calibration.json; (1.0, 0.0) without one."""
+        return self._predictor.calibration.get(head, (1.0, 0.0))
+
+    def temperature(self, head: str) -> float:
+        """The head's calibration temperature (1.0 without one); its bias: scaling()."""
+        return self.scaling(head)[0]
+
+    def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
+               options=None):
+        """A lookup table (mixer.prediction.lookup): a filled --to-check file, a filled audit,
+        or a coding dictionary with `input_col` and `code_cols`; read by the one reader with
+        `options` (a mixer.core.config.TableOptions of role 'lookup')."""
+        from mixer.core.config import TableOptions
+        from mixer.prediction.lookup import read_lookup
+
+        config = self._predictor.config
+        return read_lookup(path, options or TableOptions(role="lookup"), self._predictor.formatter,
+                           config["input_col"], language_col or config.get("language_col"),
+                           list(config.get("context_cols") or []), input_col, code_cols,
+                           log=lambda m: print(m, file=sys.stderr))
+
+    def target(self, accuracy: float, confidence: float = 0.95, head: str = "flat", labelled=None,
+               truth_cols=None, lookup=None, shorter_codes: bool = False, rows_to_code=None,
+               top_k: Optional[int] = None, threshold: Optional[float] = None, input_col: Optional[str] = None,
+               lang: Languages = None, language_col: Optional[str] = None, batch_size: int = 256, options=None,
+               levels=None):
+        """A threshold for `head` at which the coded rows reach `accuracy` with probability
+        `confidence` on new rows like the labelled ones (docs/coding.md): labelled: None for
+        the run's held-out rows (scores.parquet, chose == False), or a path to labelled rows of
+        your own (true codes in `truth_cols`, or a filled simple random audit). lookup: rows it
+        covers are left out. rows_to_code: how many new rows will be coded (their own sampling
+        error is then covered too). shorter_codes: a row whose codes miss the threshold may get
+        them cut to a coarser class (`levels`: prefix lengths; default the code system's).
+        Pass the result to predict(target=...)."""
+        from mixer.core.config import TableOptions
+        from mixer.prediction import target as targets
+
+        head = "seq2seq" if head == "greedy" else head
+        check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
+        config = self._predictor.config
+        if labelled is None:
+            rows = targets.run_rows(config.get("model_dir"), self.source)
+        else:
+            context_cols = list(config.get("context_cols") or [])
+            language_col = language_col or (None if lang is not None else config.get("language_col"))
+            language = lang if isinstance(lang, str) else (config.get("language") or "unk")
+            rows = targets.file_rows(labelled, options or TableOptions(role="calibration_data"), truth_cols, self,
+                                     input_col or config["input_col"], language_col, language, context_cols,
+                                     log=lambda m: print(m, file=sys.stderr))
+        if lookup is not None:
+            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            covered = lookup.match(self, self._strings(rows.texts, rows.langs), rows.langs) >= 0
+            rows = rows.without(~covered)
+            rows.rows += f", less the {int(covered.sum()):,} the lookup covers"
+        levels = (list(levels) if levels else self.levels()) if shorter_codes else ()
+        if shorter_codes and not levels:
+            raise UserError(f"--shorter-codes: the model's code system ({self._predictor.formatter.kind}) has no "
+                            "coarser classes known by prefix; name their prefix lengths with --code-levels, "
+                            "e.g. 1 2 3 for HISCO codes")
+        too_long = [n for n in levels if n >= self._predictor.formatter.block_size]
+        if too_long:
+            raise UserError(f"--code-levels {too_long[0]}: a prefix shorter than the codes' "
+                            f"{self._predictor.formatter.block_size} characters")
+        return targets.choose(self._predictor, head, float(accuracy), float(confidence), rows, levels, top_k,
+                              threshold, batch_size, rows_to_code)
+
+    def levels(self) -> list:
+        """The prefix lengths of the model's code system's coarser classes (mixer.coding.levels)."""
+        from mixer.coding.levels import levels_for
+
+        return [n for n in levels_for(self._predictor.formatter.kind) if n < self._predictor.formatter.block_size]
+
+    def _coded(self, texts, langs, head, top_k, threshold, batch_size, lookup, target,
+               desc_chars=None) -> pd.DataFrame:
+        """The code table with confidence calibrated, rows marked against a target, and a
+        lookup's entries in place of the model's codes."""
+        from mixer.prediction import target as targets
+        from mixer.prediction.predict import CONFIDENCE
+
+        predictor = self._predictor
+        if target is not None:
+            if target.head != head or target.top_k != top_k or target.flat_threshold != threshold \
+                    or target.owner != id(predictor):
+                raise UserError(f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
+                                f"{target.flat_threshold}) by another model or settings; choose it with this "
+                                "model and the head, top_k and threshold you predict with")
+        table = predictor.predict(texts, langs, head, top_k, threshold, batch_size,
+                                  target.levels if target is not None else (), desc_chars=desc_chars)
+        if target is not None:
+            table = targets.mark(table, target, predictor.description_of)
+        scaling = self.scaling(head)
+        if CONFIDENCE in table.columns and scaling != (1.0, 0.0):
+            from mixer.coding.calibration import calibrate
+
+            raw = table[CONFIDENCE].to_numpy(dtype=np.float64)
+            table.insert(table.columns.get_loc(CONFIDENCE) + 1, RAW_CONFIDENCE, raw)
+            table[CONFIDENCE] = np.where(np.isnan(raw), np.nan, calibrate(raw, *scaling))
+        if lookup is not None:
+            from mixer.prediction.lookup import apply_lookup
+
+            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            table = apply_lookup(table, lookup.match(self, self._strings(texts, langs), langs), lookup,
+                                 predictor.description_of, predictor.formatter.block_size)
+        return table
+
+    def _strings(self, texts, langs) -> np.ndarray:
+        """Per row of model texts and languages, the string the model reads (model_inputs)."""
+        from mixer.data.tokens import model_strings
+
+        first, second = model_strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
+                                      self._predictor.recipe)
+        second = np.full(len(first), "", dtype=object) if second is None else np.where(
+            pd.isna(second), "", second)
+        return np.asarray(first, dtype=object) + "\x00" + second
 
     def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
               margin: Optional[float] = None, by: Optional[str] = None, unit: str = "rows", seed: int = 0,
@@ -124,8 +257,8 @@ class Model:
         unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
         descriptions). input_col,
         lang / language_col: as predict.py's (default: the model's)."""
-        from mixer.prediction.audit import (AuditDraw, AuditRequest, audited_source, model_fingerprint,
-                                            threshold_used, write_audit)
+        from mixer.prediction.audit import (PREDICTED, AuditDraw, AuditRequest, audited_source,
+                                            model_fingerprint, threshold_used, write_audit)
 
         request = AuditRequest(path or "(not written)", n, margin, by, unit, seed).check()
         if path:
@@ -144,7 +277,8 @@ class Model:
                                  threshold, frame[context_cols] if context_cols else None, batch_size)
         draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
                          excluded=config.get("audited") or ())
-        draw.add(frame, predicted)
+        own = [c for c in predicted.columns if PREDICTED.match(str(c))]  # as predict.py's audit has them
+        draw.add(frame, predicted[own])
         table, lines = draw.finish(model_fingerprint(self._predictor), audited_source(self._predictor, self.source),
                                    head, threshold_used(self._predictor, head, threshold))
         if path:
@@ -184,13 +318,8 @@ class Model:
     def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
         """Per row, the string the model reads (its language, text and context as the
         input recipe makes them): rows with equal strings get equal predictions."""
-        from mixer.data.tokens import model_strings
-
         _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
-        first, second = model_strings(texts, langs, self._predictor.recipe)
-        second = np.full(len(first), "", dtype=object) if second is None else np.where(
-            pd.isna(second), "", second)
-        return np.asarray(first, dtype=object) + "\x00" + second
+        return self._strings(texts, langs)
 
     def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
                    batch_size: int = 256) -> np.ndarray:
@@ -278,13 +407,28 @@ def blank_descriptions(texts: pd.Series) -> np.ndarray:
 
 
 def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """A code table with no code, prob or description in `rows`."""
+    """A code table with nothing in `rows`: no code, description or mark (""), no
+    probability or confidence (NaN)."""
     if not rows.any():
         return table
     table = table.copy()
     for column in table.columns:
-        table.loc[rows, column] = np.nan if column.startswith("prob_") else ""
+        numeric = column.startswith("prob_") or pd.api.types.is_float_dtype(table[column])
+        table.loc[rows, column] = np.nan if numeric else ""
     return table
+
+
+def check_target_args(accuracy, confidence, head: str, predictor, shorter_codes: bool) -> None:
+    """What a target accuracy cannot be asked with, refused in one line."""
+    for name, value in (("target accuracy", accuracy), ("target confidence", confidence)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
+            raise UserError(f"{name} {value!r}: a share between 0 and 1, e.g. 0.95")
+    if head == "full":
+        raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
+                        "or seq2seq")
+    if shorter_codes and head == "seq2seq" and predictor.family == "occcanine":
+        raise UserError("--shorter-codes: OccCANINE's greedy decoder gives one confidence per row, none per "
+                        "level; use --head flat")
 
 
 def _aligned(name: str, value, index: pd.Index):

@@ -120,12 +120,14 @@ class AuditDraw:
         draw.shown = names
         return draw
 
-    def add_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame) -> None:
+    def add_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None) -> None:
         """predict.py's rows: the input's columns as the predictions file names them, and the
-        head's columns of a table that may hold several heads."""
+        head's columns of a table that may hold several heads. skips: {reason: rows not to
+        draw from} (a lookup's rows; the rows that need a check at a target accuracy)."""
         own = [c for c in predicted.columns if str(c).startswith(self.prefix)
                and PREDICTED.match(str(c)[len(self.prefix):])]
-        self.add(chunk.set_axis(self.shown, axis=1), predicted[own].rename(columns=lambda c: c[len(self.prefix):]))
+        self.add(chunk.set_axis(self.shown, axis=1), predicted[own].rename(columns=lambda c: c[len(self.prefix):]),
+                 skips)
 
     def __init__(self, request: AuditRequest, text_col: str, key_cols: list, formatter, prefix: str = "",
                  excluded=()):
@@ -144,7 +146,7 @@ class AuditDraw:
         self.digest = audits.PredictionsDigest(formatter)
         self.offset = 0
 
-    def add(self, frame: pd.DataFrame, predicted: pd.DataFrame) -> None:
+    def add(self, frame: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None) -> None:
         """The next rows: `frame` as the predictions file holds them (input columns) and
         the head's `predicted` code_k, prob_k (desc_k), in the same order."""
         from mixer.reporting.evaluation import group_label
@@ -164,6 +166,10 @@ class AuditDraw:
             seen = np.isin(audits.description_keys(texts), list(self.excluded)) & eligible
             self.left_out["in audits the model trained on"] += int(seen.sum())
             eligible &= ~seen
+        for reason, skipped in (skips or {}).items():
+            skipped = np.asarray(skipped, dtype=bool) & eligible
+            self.left_out[reason] = self.left_out.get(reason, 0) + int(skipped.sum())
+            eligible &= ~skipped
         if not eligible.any():
             return
         labels = (pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)

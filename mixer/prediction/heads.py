@@ -29,27 +29,53 @@ class HeadReader:
         self.rules = rules
         self.codes = codes  # the key's codes, by flat-head index
 
-    def thresholded(self, scores, limits, top_k):
+    def thresholded(self, scores, limits, top_k, logits=None, levels=()):
         """The codes whose score passes the row's limit (by the family's rule), at most
-        top_k, with their scores: the flat head, and the full scoring of the key."""
+        top_k, with their scores: the flat head, and the full scoring of the key. With
+        the flat head's `logits`, also each row's confidence: the probability that its
+        code set is exactly the one written (mixer.coding.confidence.flat_confidence), and
+        at each prefix length of `levels`, that its codes cut to it are exactly right.
+        Returns (codes, probs, confidence, level confidences (rows, levels))."""
         index, top_probs, chosen = flat_prediction(scores, limits, top_k, self.rules)
         index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
         codes = np.where(chosen, self.codes[index], "")
         out_probs = np.where(chosen, top_probs, np.nan)
-        return _pad_columns(codes, out_probs, top_k)
+        confidence = np.full(len(codes), np.nan)
+        by_level = np.full((len(codes), len(levels)), np.nan)
+        if logits is not None:
+            from mixer.coding.confidence import flat_confidence, flat_level_confidence
 
-    def seq2seq(self, states, mask, top_k):
+            logits = logits.float().cpu().numpy()
+            written = np.zeros(logits.shape, dtype=bool)
+            rows = np.repeat(np.arange(len(index)), index.shape[1])
+            written[rows, index.ravel()] = chosen.ravel()
+            confidence = flat_confidence(logits, written)
+            for j, length in enumerate(levels):
+                by_level[:, j] = flat_level_confidence(logits, written, self.codes, length)
+        return (*_pad_columns(codes, out_probs, top_k), confidence, by_level)
+
+    def seq2seq(self, states, mask, top_k, levels=()):
         """The decoder's codes for encoder states: greedy blocks, ranked by block
-        probability (mixer) or as decoded with one confidence per row (OccCANINE)."""
+        probability (mixer) or as decoded with one confidence per row (OccCANINE); and
+        each row's confidence: mixer's, the probability that the decoder writes exactly
+        these blocks (mixer.coding.confidence.sequence_confidence), and at each prefix
+        length of `levels`, their first characters; OccCANINE's, its own (no levels).
+        Returns (codes, probs, confidence, level confidences (rows, levels))."""
         f = self.formatter
         steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
         tokens, token_probs = self.model.generate(states, mask, steps)
         blocks = decoded_blocks(tokens.cpu(), f.max_num_codes, f.block_size)
         if self.rules.seq2seq_order == "decoded":
-            return self._as_decoded(blocks, token_probs, states, mask, top_k)
-        block_probs = token_probs[:, : f.max_num_codes * f.block_size].float().reshape(
-            len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
-        return ranked_codes(blocks, block_probs, f, top_k)
+            return (*self._as_decoded(blocks, token_probs, states, mask, top_k),
+                    np.full((len(blocks), len(levels)), np.nan))
+        from mixer.coding.confidence import sequence_confidence, sequence_level_confidence
+
+        written = token_probs[:, : f.max_num_codes * f.block_size].float()
+        block_probs = written.reshape(len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
+        written = written.cpu().numpy()
+        by_level = np.stack([sequence_level_confidence(written, f.block_size, f.max_num_codes, length)
+                             for length in levels], axis=1) if levels else np.zeros((len(blocks), 0))
+        return (*ranked_codes(blocks, block_probs, f, top_k), sequence_confidence(written), by_level)
 
     def _as_decoded(self, blocks, token_probs, states, mask, top_k):
         """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
@@ -62,7 +88,7 @@ class HeadReader:
         for row, codes in enumerate(rows):
             for k, code in enumerate(codes[:top_k]):
                 out_codes[row, k], out_probs[row, k] = code, float(confidence[row])
-        return out_codes, out_probs
+        return out_codes, out_probs, np.asarray(confidence, dtype=np.float64)
 
 
 def ranked_codes(blocks: list, block_probs: np.ndarray, formatter, top_k: int) -> tuple:

@@ -45,6 +45,9 @@ from mixer.reporting.metrics import PredictionRules, Thresholds
 
 OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
+CONFIDENCE = "confidence"  # a row's confidence in its code set (docs/coding.md)
+CONFIDENCE_HEADS = ("flat", "seq2seq")  # the heads that have one ('full' is not covered)
+LEVEL_CONFIDENCE = "level_confidence_{}"  # at a prefix length (mixer.prediction.target)
 
 
 class Predictor:
@@ -60,6 +63,7 @@ class Predictor:
             self.fp32_fingerprint = weights_fingerprint(model, key["code"].to_numpy(dtype=object))
         self.model = quantize_model(model.to(device).eval(), quantize)
         self.quantize = quantize
+        self.precision = precision
         self.config = config
         self.family = model.cfg.family
         # TF32 on CUDA: this tool's models train with it; OccCANINE's predict exactly unless asked
@@ -78,6 +82,7 @@ class Predictor:
         self.description_of = dict(zip(self.codes, self.descriptions))
         self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
+        self.calibration = read_scalings(config.get("model_dir"))
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
 
     @classmethod
@@ -115,21 +120,30 @@ class Predictor:
 
     @torch.no_grad()
     def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
-                batch_size: int = 256, desc_chars=None) -> pd.DataFrame:
-        """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k. desc_chars: per row, the
-        characters of its text that are the description (the rest is context), or None."""
+                batch_size: int = 256, levels=(), desc_chars=None) -> pd.DataFrame:
+        """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k, and the row's raw
+        confidence (flat and seq2seq heads; docs/coding.md); with `levels` (prefix
+        lengths), the raw confidence at each, in columns level_confidence_<length>.
+        desc_chars: per row, the characters of its text that are the description (the rest
+        is context), or None."""
         if head not in HEADS:
             raise UserError(f"head {head!r}: choose one of {', '.join(HEADS)}")
         top_k = top_k or self.default_top_k()
         texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
-        codes, probs = self._predict_distinct(texts[first_rows], langs[first_rows], head, top_k,
-                                              threshold, batch_size, _rows_of(desc_chars, first_rows))
-        codes, probs = codes[pair_ids], probs[pair_ids]
+        codes, probs, confidence, by_level = self._predict_distinct(
+            texts[first_rows], langs[first_rows], head, top_k, threshold, batch_size, tuple(levels),
+            _rows_of(desc_chars, first_rows))
+        codes, probs, confidence, by_level = (codes[pair_ids], probs[pair_ids], confidence[pair_ids],
+                                              by_level[pair_ids])
         out = {f"code_{k + 1}": codes[:, k] for k in range(top_k)}
         out.update({f"prob_{k + 1}": probs[:, k] for k in range(top_k)})
         if self.has_descriptions:
             for k in range(top_k):
                 out[f"desc_{k + 1}"] = [self.description_of.get(c, "") for c in codes[:, k]]
+        if head in CONFIDENCE_HEADS:
+            out[CONFIDENCE] = confidence
+        for j, length in enumerate(levels):
+            out[LEVEL_CONFIDENCE.format(length)] = by_level[:, j]
         return pd.DataFrame(out)
 
     @torch.no_grad()
@@ -211,22 +225,36 @@ class Predictor:
             pooled.append(row_pooled)
         return hidden, torch.cat(pooled)
 
-    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size, desc_chars=None):
+    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size, levels=(), desc_chars=None):
         codes = np.full((len(texts), top_k), "", dtype=object)
         probs = np.full((len(texts), top_k), np.nan)
+        confidence = np.full(len(texts), np.nan)
+        by_level = np.full((len(texts), len(levels)), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
         for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat",
                                                                    desc_chars=desc_chars):
             with self._numerics():  # the heads' arithmetic, as the encoder's
                 if head == "seq2seq":
-                    batch_codes, batch_probs = self.heads.seq2seq(states, mask, top_k)
+                    batch = self.heads.seq2seq(states, mask, top_k, levels)
                 else:
-                    scores = (self.model.flat_head(pooled).float().sigmoid() if head == "flat"
+                    logits = self.model.flat_head(pooled) if head == "flat" else None
+                    scores = (logits.float().sigmoid() if head == "flat"
                               else self.model.first_block_probs(states, mask, self.key_blocks))
                     limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
-                    batch_codes, batch_probs = self.heads.thresholded(scores, limits.unsqueeze(1), top_k)
-            codes[rows], probs[rows] = batch_codes, batch_probs
-        return codes, probs
+                    batch = self.heads.thresholded(scores, limits.unsqueeze(1), top_k, logits, levels)
+            codes[rows], probs[rows], confidence[rows], by_level[rows] = batch
+        return codes, probs, confidence, by_level
+
+
+def read_scalings(model_dir: Optional[str]) -> dict:
+    """{head: (temperature, bias)} from a model directory's calibration.json, for the heads
+    it moves (none: {})."""
+    from mixer.coding.calibration import read_calibration
+
+    stored = (read_calibration(model_dir) if model_dir else None) or {}
+    scalings = {head: (float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
+                for head, entry in (stored.get("heads") or {}).items()}
+    return {head: scaling for head, scaling in scalings.items() if scaling != (1.0, 0.0)}
 
 
 def _distinct(texts, langs, desc_chars=None) -> tuple:

@@ -64,6 +64,7 @@ def predict_file(args) -> None:
                           "--to-check": to_check[1] if to_check else None})
     if getattr(args, "code_descriptions", None):
         check_input_path(args.code_descriptions, "--code-descriptions")
+    check_coding_args(args)
     world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = checklist = draw = None
 
@@ -88,8 +89,16 @@ def predict_file(args) -> None:
         language_col = args.language_col or (None if args.language else config.get("language_col"))
         language = args.language or config.get("language") or "unk"
         context_cols = config.get("context_cols") or []
+        from mixer.prediction.coding_job import prepare
+
+        coding = prepare(args, model, predictor, input_col, language_col, language, context_cols, world, say)
         if args.output:
-            writer = mdist.main_only(lambda: output_writer(args, say), world)
+            label = None
+            if coding.provenance is not None:
+                from mixer.prediction.provenance import label as provenance_label
+
+                label = provenance_label(coding.provenance)
+            writer = mdist.main_only(lambda: output_writer(args, say, label), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         if to_check:
@@ -128,26 +137,31 @@ def predict_file(args) -> None:
                 results = []
                 for head in args.head:
                     result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
-                                           args.batch_size)
+                                           args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
                     results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_to_main(pd.concat(results, axis=1), world)  # all ranks
+                pieces = mdist.gather_to_main(coding.split_source(results), world)  # all ranks
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
                     if writer is not None:
                         writer.write(predicted, inputs=chunk)
-                    if checklist is not None:  # rows grouped by what the model reads
-                        checklist.add(chunk, predicted, model.model_inputs(
+                    inputs = None
+                    if checklist is not None or coding.active:  # rows grouped by what the model reads
+                        inputs = model.model_inputs(
                             text_column(chunk, input_col),
                             text_column(chunk, language_col) if language_col else language,
-                            chunk[context_cols].reset_index(drop=True) if context_cols else None))
+                            chunk[context_cols].reset_index(drop=True) if context_cols else None)
+                    coding.tally(predicted, inputs if coding.active else None, args.head)
+                    if checklist is not None:
+                        rows = coding.check_rows(predicted, args.head)
+                        checklist.add(chunk, predicted, inputs, keep=rows)
                     if audit is not None:
                         from mixer.prediction.audit import AuditDraw
 
                         draw = draw or AuditDraw.for_output(
                             audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
                             [input_col, language_col, *context_cols], args.head[0], len(args.head) > 1, predictor)
-                        draw.add_output(chunk, predicted)
+                        draw.add_output(chunk, predicted, coding.audit_skips(predicted, args.head))
                     if args.summary_plot:
                         first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
@@ -170,9 +184,16 @@ def predict_file(args) -> None:
             if blank_rows:
                 print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
                       "no code, prob empty", file=sys.stderr)
+            for line in coding.report():
+                print(line, file=sys.stderr)
             if writer is not None:
+                if coding.provenance is not None:  # the sidecar first: a file never lacks its own
+                    from mixer.prediction.provenance import write_sidecar
+
+                    sidecar = write_sidecar(writer.path, coding.provenance, coding.result())
                 writer.commit()
-                print(f"wrote {writer.rows} rows to {args.output}", file=sys.stderr)
+                print(f"wrote {writer.rows} rows to {args.output}"
+                      + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
             if checklist is not None:
                 from mixer.data.checking import describe
 
@@ -243,10 +264,28 @@ def check_shape_args(args) -> None:
         check_what(args.what, args.head[0])
 
 
-def output_writer(args, log=None):
+def output_writer(args, log=None, label=None):
     if is_matrix(args) and args.output.lower().endswith(".npy"):
         return EmbeddingWriter(args.output, flag="--output")
-    return OutputWriter(args.output, log=log)
+    return OutputWriter(args.output, log=log, label=label)
+
+
+def check_coding_args(args) -> None:
+    """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
+    coding = [flag for flag, value in (("--target-accuracy", getattr(args, "target_accuracy", None)),
+                                       ("--lookup", getattr(args, "lookup", None))) if value is not None]
+    if coding and is_shaped(args):
+        raise UserError(f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
+                        "--columns occcanine")
+    if getattr(args, "lookup", None):
+        check_input_path(args.lookup, "--lookup")
+    if getattr(args, "calibration_data", None):
+        check_input_path(args.calibration_data, "--calibration-data")
+    if getattr(args, "lookup_code_cols", None) and not getattr(args, "lookup", None):
+        raise UserError("--lookup-code-cols names columns of --lookup FILE; pass it")
+    if getattr(args, "target_accuracy", None) is not None and "full" in args.head:
+        raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
+                        "or seq2seq")
 
 
 def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:

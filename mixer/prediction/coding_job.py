@@ -1,0 +1,240 @@
+"""predict.py's duties for "which predictions to use" (docs/coding.md): the lookup table,
+the threshold of each head at --target-accuracy, what each output row's source and
+marking is, the counts printed at the end and the provenance of the file written.
+
+Rank 0 chooses the thresholds (it predicts the labelled rows once) and every rank
+receives them, so N processes mark rows as one does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.errors import UserError
+
+
+class Coding:
+    """What a prediction job does besides predicting: built by `prepare` on every rank."""
+
+    def __init__(self, lookup=None, targets: Optional[dict] = None, provenance: Optional[dict] = None):
+        self.lookup = lookup
+        self.targets = targets or {}
+        self.provenance = provenance
+        self.rows = 0
+        self.by_source = {"lookup": 0, "model": 0}
+        self.by_coded = {head: {"auto": 0, "check": 0} for head in self.targets}
+        self.by_level = {head: {} for head in self.targets}
+        self.inputs = {"all": [], "lookup": [], **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")}}
+
+    @property
+    def active(self) -> bool:
+        return self.lookup is not None or bool(self.targets)
+
+    # ------------------------------------------------------------ rows
+    def split_source(self, results: list) -> pd.DataFrame:
+        """Several heads' tables side by side with one `source` column (the same for each)."""
+        from mixer.prediction.lookup import SOURCE
+
+        sources = [r.pop(c) for r in results for c in list(r.columns) if c.endswith(SOURCE)]
+        table = pd.concat(results, axis=1)
+        if sources:
+            table[SOURCE] = sources[0].to_numpy()
+        return table
+
+    def tally(self, predicted: pd.DataFrame, inputs: Optional[np.ndarray], heads: list) -> None:
+        """Rank 0: count a chunk's rows and, with a lookup or a target (`inputs`, the model
+        inputs of its rows), by source and, per head, auto or check (and level)."""
+        from mixer.data.reading import as_text
+
+        self.rows += len(predicted)
+        if inputs is None:
+            return
+        hashed = pd.util.hash_array(np.asarray(inputs, dtype=object)) if len(inputs) else np.zeros(0, np.uint64)
+        self.inputs["all"].append(np.unique(hashed))
+        if "source" in predicted.columns:
+            lookup = predicted["source"].to_numpy() == "lookup"
+            self.by_source["lookup"] += int(lookup.sum())
+            self.inputs["lookup"].append(np.unique(hashed[lookup]))
+        else:
+            lookup = np.zeros(len(predicted), dtype=bool)
+        self.by_source["model"] += int((~lookup).sum())
+        for head in self.targets:
+            prefix = "" if len(heads) == 1 else f"{head}_"
+            coded = as_text(predicted[f"{prefix}coded"]).to_numpy()
+            for kind in ("auto", "check"):  # of the rows the model coded (a lookup's rows are its own)
+                rows = (coded == kind) & ~lookup
+                self.by_coded[head][kind] += int(rows.sum())
+                self.inputs[f"{head}:{kind}"].append(np.unique(hashed[rows]))
+            if f"{prefix}level" in predicted.columns:
+                levels = predicted[f"{prefix}level"].to_numpy()[(coded == "auto") & ~lookup]
+                for level, count in zip(*np.unique(levels, return_counts=True)):
+                    self.by_level[head][int(level)] = self.by_level[head].get(int(level), 0) + int(count)
+
+    def check_rows(self, predicted: pd.DataFrame, heads: list) -> np.ndarray:
+        """Rows a --to-check list may take: the model's, and with a target the first head's checks."""
+        rows = np.ones(len(predicted), dtype=bool)
+        if "source" in predicted.columns:
+            rows &= predicted["source"].to_numpy() == "model"
+        head = heads[0]
+        if head in self.targets:
+            prefix = "" if len(heads) == 1 else f"{head}_"
+            rows &= predicted[f"{prefix}coded"].to_numpy() == "check"
+        return rows
+
+    def audit_skips(self, predicted: pd.DataFrame, heads: list) -> dict:
+        """{reason: rows an audit does not draw from}: a lookup's rows, and with a target the
+        rows that need a check, so that the audit checks the promise on the rows coded."""
+        skips = {}
+        if "source" in predicted.columns:
+            skips["coded by the lookup"] = predicted["source"].to_numpy() == "lookup"
+        head = heads[0]
+        if head in self.targets:
+            prefix = "" if len(heads) == 1 else f"{head}_"
+            skips[AUDIT_CHECK_REASON] = (predicted[f"{prefix}coded"].to_numpy() == "check") & ~skips.get(
+                "coded by the lookup", np.zeros(len(predicted), dtype=bool))
+        return skips
+
+    # ------------------------------------------------------------ the end
+    def _distinct(self, name: str) -> int:
+        parts = self.inputs.get(name) or []
+        return len(np.unique(np.concatenate(parts))) if parts else 0
+
+    def result(self) -> dict:
+        out = {"rows": self.rows}
+        if not self.active:
+            return out
+        out["distinct_inputs"] = self._distinct("all")
+        if self.lookup is not None:
+            out["source"] = {"lookup": self.by_source["lookup"], "model": self.by_source["model"],
+                             "lookup_distinct": self._distinct("lookup")}
+        for head, counts in self.by_coded.items():
+            out.setdefault("coded", {})[head] = {
+                **counts, "auto_distinct": self._distinct(f"{head}:auto"),
+                "check_distinct": self._distinct(f"{head}:check"),
+                "auto_by_level": {str(k): v for k, v in sorted(self.by_level[head].items(), reverse=True)}}
+        return out
+
+    def report(self) -> list:
+        """The lines printed at the end: rows per source, and per head the shares auto and check."""
+        lines = []
+        rows, distinct = max(self.rows, 1), max(self._distinct("all"), 1)
+        if self.lookup is not None:
+            n = self.by_source["lookup"]
+            lines.append(f"source: {n:,} rows ({n / rows:.1%}; {self._distinct('lookup') / distinct:.1%} of distinct "
+                         f"inputs) coded by the lookup {self.lookup.path}, {self.by_source['model']:,} by the model")
+        for head, target in self.targets.items():
+            auto, check = self.by_coded[head]["auto"], self.by_coded[head]["check"]
+            levels = ""
+            if target.levels and self.by_level[head]:
+                levels = " (" + ", ".join(f"{v:,} at {k} characters" for k, v in
+                                          sorted(self.by_level[head].items(), reverse=True)) + ")"
+            lines.append(f"{head}: the model coded automatically at accuracy >= {target.accuracy:g} (confidence "
+                         f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
+                         f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
+                         f"needs a check: {check:,} rows ({check / rows:.1%}; "
+                         f"{self._distinct(head + ':check') / distinct:.1%} of distinct inputs)")
+        return lines
+
+
+AUDIT_CHECK_REASON = "needing a check (--target-accuracy)"  # an audit's left_out reason
+
+
+def prepare(args, model, predictor, input_col: str, language_col: Optional[str], language: str,
+            context_cols: list, world, say) -> Coding:
+    """The lookup (every rank reads it), each head's threshold (rank 0 chooses, every rank
+    receives it) and, on rank 0, the provenance of the output."""
+    from mixer.core.config import table_options
+    from mixer.distributed import world as mdist
+
+    lookup = None
+    if getattr(args, "lookup", None):
+        lookup = model.lookup(args.lookup, args.lookup_input_col, args.lookup_code_cols,
+                              language_col, table_options(vars(args), "lookup"))
+        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout})")
+    targets = {}
+    if getattr(args, "target_accuracy", None) is not None:
+        def choose():
+            rows_to_code = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
+            chosen = {}
+            for head in args.head:
+                target = model.target(
+                    args.target_accuracy, args.target_confidence, head, args.calibration_data,
+                    args.calibration_truth_cols, lookup, args.shorter_codes, rows_to_code, args.top_k,
+                    args.threshold, input_col, language if not language_col else None, language_col,
+                    args.batch_size, table_options(vars(args), "calibration_data"), levels=args.code_levels)
+                target.check_reached()
+                chosen[head] = target
+                for line in describe_target(target, rows_to_code):
+                    say(line)
+            return chosen
+
+        chosen = mdist.main_only(choose, world)  # all ranks
+        chosen = mdist.broadcast_object(chosen, world)
+        targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
+    elif getattr(args, "shorter_codes", False):
+        raise UserError("--shorter-codes gives a shorter code where the full one misses a threshold; pass "
+                        "--target-accuracy A")
+    elif getattr(args, "calibration_data", None):
+        raise UserError("--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one")
+    coding = Coding(lookup, targets)
+    if args.output and world.is_main:
+        coding.provenance = _provenance(args, predictor, lookup, targets)
+    return coding
+
+
+def describe_target(target, rows_to_code) -> list:
+    share = f"{target.coded_share:.1%}"
+    lines = [f"target: {target.head} head, threshold {target.threshold:.6g} on the raw confidence, chosen on "
+             f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
+             f"confidence bound of their accuracy {target.bound:.4f}"
+             + (f", the {rows_to_code:,} rows to code counted" if rows_to_code else "")]
+    for level, (coded, right) in target.by_level.items():
+        lines.append(f"  labelled rows coded at {level} characters: {coded:,}, right {right / max(coded, 1):.1%}")
+    lines.append(f"  procedure: {target.procedure}; it assumes the rows to code are like the labelled rows "
+                 "(an audit of the auto rows checks that: docs/coding.md)")
+    return lines
+
+
+def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> int:
+    """The input's rows the model codes: all of them, less those a lookup covers."""
+    from mixer.core.config import table_options
+    from mixer.data.reading import count_rows, iter_chunks
+    from mixer.prediction.predict_job import text_column
+
+    options = table_options(vars(args), "input")
+    if lookup is None:
+        return count_rows(args.input, options)
+    rows = 0
+    for chunk in iter_chunks(args.input, args.chunk_size, options=options):
+        texts = text_column(chunk, input_col)
+        langs = text_column(chunk, language_col).str.strip() if language_col else language
+        context = chunk[context_cols].reset_index(drop=True) if context_cols else None
+        inputs = model.model_inputs(texts, langs, context)
+        lang_values = np.asarray(langs if not isinstance(langs, str) else [langs] * len(texts), dtype=object)
+        rows += int((lookup.match(model, inputs, lang_values) < 0).sum())
+    return rows
+
+
+def _provenance(args, predictor, lookup, targets: dict) -> dict:
+    from mixer import __version__
+    from mixer.prediction import provenance
+    from mixer.prediction.audit import threshold_used
+
+    return provenance.make({
+        "mixer": __version__,
+        "model": provenance.model_part(predictor, args.checkpoint),
+        "heads": list(args.head),
+        "top_k": args.top_k or predictor.default_top_k(),
+        "thresholds": {head: threshold_used(predictor, head, args.threshold) for head in args.head},
+        "calibration": {head: dict(zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0))))
+                        for head in args.head},
+        "target": {head: target.describe() for head, target in targets.items()} or None,
+        "lookup": lookup.describe() if lookup is not None else None,
+        "input": provenance.input_part(args.input),
+        "output": os.path.basename(args.output),
+    })

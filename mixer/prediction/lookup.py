@@ -1,0 +1,217 @@
+"""Strings already coded by hand win: `predict.py --lookup FILE` and `Model.predict(...,
+lookup=...)` (docs/coding.md, "Lookup tables").
+
+A lookup is a table of inputs and their codes, read through the one reader with the
+options of its role (--lookup-encoding, ...). Three layouts are recognised:
+
+- a filled `--to-check` file: the rows with codes in checked_1..;
+- a filled audit (predict.py --audit): the rows with true_code_1.., or with the
+  predicted codes where `correct` says yes;
+- a coding dictionary: any table, its description column named by --lookup-input-col
+  (default: the model's input column) and its code columns by --lookup-code-cols.
+
+An entry is keyed by the string the model reads (mixer.prediction.api.Model.model_inputs:
+the description, language and context as the input recipe makes them), so a row of the
+input takes the entry's codes exactly when the model would read the two alike. A table
+without the language column holds entries for every language. One input listed with two
+code sets is refused, naming the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.config import TableOptions
+from mixer.core.errors import UserError
+
+SEP = " & "  # a code set as one string, codes sorted (scores.parquet's true_codes)
+LAYOUTS = ("to-check", "audit", "dictionary")
+
+
+@dataclass
+class Lookup:
+    """Entries read from a lookup table: each a description (with its language, or none
+    for every language, and its context) and the set of its codes, spelled as the model
+    spells them."""
+
+    path: str
+    layout: str
+    texts: pd.Series
+    langs: Optional[pd.Series]  # None: the table has no language column (every language)
+    context: Optional[pd.DataFrame]
+    codes: list  # per entry, its codes (a tuple, sorted)
+    lines: np.ndarray  # per entry, its line in the file (2: the first under the header)
+    identity: dict  # the file's bytes and hash (mixer.data.prepare.file_identity)
+    _keys: dict = None  # {language or None: {model input: entry}}
+
+    @property
+    def fingerprint(self) -> str:
+        return "l-" + self.identity["xxh3_128"][:16]
+
+    def describe(self) -> dict:
+        """What a predictions file's provenance says of the lookup."""
+        return {"file": self.identity["name"], "bytes": self.identity["bytes"],
+                "xxh3_128": self.identity["xxh3_128"], "layout": self.layout, "entries": len(self.codes)}
+
+    def match(self, model, inputs: np.ndarray, langs: np.ndarray) -> np.ndarray:
+        """Per row (its model input, mixer.prediction.api.Model.model_inputs, and language),
+        the index of its entry, or -1."""
+        keys = self._keys if self._keys is not None else {}
+        self._keys = keys
+        inputs = np.asarray(inputs, dtype=object)
+        wanted = [None] if self.langs is not None else sorted(set(np.asarray(langs, dtype=object).tolist()))
+        for lang in wanted:
+            if lang not in keys:
+                keys[lang] = self._entries(model, lang)
+        if self.langs is not None:
+            table = keys[None]
+            return np.asarray([table.get(i, -1) for i in inputs], dtype=np.int64)
+        langs = np.asarray(langs, dtype=object)
+        return np.asarray([keys[lang].get(i, -1) for i, lang in zip(inputs, langs)], dtype=np.int64)
+
+    def _entries(self, model, lang) -> dict:
+        """{model input: entry} for the entries read in language `lang` (None: their own);
+        the same input twice with two code sets is refused, naming the lines."""
+        langs = self.langs if lang is None else lang
+        inputs = model.model_inputs(self.texts, langs, self.context)
+        found: dict = {}
+        for entry, key in enumerate(inputs):
+            if not self.texts.iloc[entry].strip():
+                continue
+            first = found.setdefault(key, entry)
+            if first != entry and self.codes[first] != self.codes[entry]:
+                raise UserError(
+                    f"--lookup {self.path}: line {self.lines[first]} and line {self.lines[entry]} give "
+                    f"{self.texts.iloc[first]!r} two code sets ({SEP.join(self.codes[first]) or 'none'} and "
+                    f"{SEP.join(self.codes[entry]) or 'none'}), which the model reads as one input; keep one")
+        return found
+
+
+def read_lookup(path: str, options: TableOptions, formatter, input_col: str, language_col: Optional[str],
+                context_cols: list, input_flag_col: Optional[str] = None,
+                code_cols: Optional[list] = None, log=None) -> Lookup:
+    """A lookup table read by the one reader and checked: its layout, its codes (spelled as
+    the model spells them, each a code of the model's code system)."""
+    from mixer.data.checking import checked_columns, filled_rows, with_run_names
+    from mixer.data.prepare import file_identity
+    from mixer.data.reading import read_table
+    from mixer.data.verdicts import is_audit
+
+    identity = file_identity(path, "--lookup")
+    frame = read_table(path, options, log=log)
+    where = f"--lookup {path}"
+    lines = np.arange(len(frame)) + 2
+    if code_cols:
+        layout = "dictionary"
+    elif is_audit(frame):
+        layout = "audit"
+    elif any(str(c).startswith("checked_") for c in frame.columns):
+        layout = "to-check"
+    else:
+        raise UserError(f"{where}: neither a filled --to-check file (checked_1..) nor a filled audit; "
+                        "name a dictionary's code columns with --lookup-code-cols (and its description "
+                        "column with --lookup-input-col)")
+    text_col = input_flag_col or input_col
+    if layout == "audit":
+        from mixer.data.audits import _truth_cells, parse_audit
+
+        audit = parse_audit(frame, path, "--lookup")
+        cells = _truth_cells(audit)
+        frame, lines = audit.frame, audit.lines
+        text_col = input_flag_col or audit.design.audit_text_col
+        columns = [f"\x00code_{k}" for k in range(len(cells))]
+        frame = frame.assign(**dict(zip(columns, cells)))
+        filled = filled_rows(frame, columns)
+    elif layout == "to-check":
+        frame = with_run_names(frame, [input_col, language_col, *context_cols], path, log)
+        columns = checked_columns(frame, path)
+        filled = filled_rows(frame, columns)
+    else:
+        missing = [c for c in code_cols if c not in frame.columns]
+        if missing:
+            raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (--lookup-code-cols); it has: "
+                            f"{', '.join(map(str, frame.columns[:12]))}")
+        columns = list(code_cols)
+        filled = filled_rows(frame, columns)
+    if text_col not in frame.columns:
+        flag = "--lookup-input-col" if input_flag_col else "--lookup-input-col (default: the model's input column)"
+        raise UserError(f"{where}: no column {text_col!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
+    missing_context = [c for c in context_cols if c not in frame.columns]
+    if missing_context:
+        raise UserError(f"{where}: no column {', '.join(map(repr, missing_context))}: the model reads these "
+                        "context columns, and an entry is matched on what the model reads")
+    if not filled.any():
+        raise UserError(f"{where}: no row has a code in {', '.join(map(str, columns))}; fill the codes "
+                        "of the rows you coded")
+    codes = _code_sets(frame, columns, formatter, where, lines)
+    rows = np.flatnonzero(filled)
+    texts = frame[text_col].astype(object).where(frame[text_col].notna(), "").astype(str)
+    langs = None
+    if language_col and language_col in frame.columns:
+        langs = frame[language_col].astype(object).where(frame[language_col].notna(), "").astype(str).str.strip()
+        langs = langs.iloc[rows].reset_index(drop=True)
+    context = frame[context_cols].iloc[rows].reset_index(drop=True) if context_cols else None
+    return Lookup(path, layout, texts.iloc[rows].reset_index(drop=True), langs, context,
+                  [codes[r] for r in rows], np.asarray(lines)[rows], identity)
+
+
+def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines) -> list:
+    """Per row, its distinct codes spelled as the model spells them, sorted; a code the
+    code system cannot hold is refused, naming its line."""
+    from mixer.data.normalise import code_column
+
+    spelled = [code_column(frame, column, formatter).text.to_numpy(dtype=object) for column in columns]
+    out = []
+    checked: dict = {}
+    for r in range(len(frame)):
+        codes = sorted({c for c in (column[r] for column in spelled) if c})
+        for code in codes:
+            if code not in checked:
+                checked[code] = formatter.check(code)[1]
+            if checked[code]:
+                raise UserError(f"{where}: line {lines[r]}: code {code!r} {checked[code]}")
+        out.append(tuple(codes))
+    return out
+
+
+SOURCE = "source"  # where a row's codes came from: lookup | model
+FROM_LOOKUP, FROM_MODEL = "lookup", "model"
+
+
+def apply_lookup(table: pd.DataFrame, entries: np.ndarray, lookup: Lookup, description_of: dict,
+                 full_length: int) -> pd.DataFrame:
+    """A head's code table with the rows that match an entry (`entries`, Lookup.match) given
+    the entry's codes: prob_k and confidence empty (a person's codes have none), coded auto,
+    at the full level; and `source`."""
+    import re
+
+    out = table.copy()
+    rows = np.flatnonzero(entries >= 0)
+    columns = sorted((c for c in out.columns if re.match(r"^code_\d+$", str(c))), key=lambda c: int(c[5:]))
+    if len(rows):
+        codes = [lookup.codes[e] for e in entries[rows]]
+        widest = max(len(c) for c in codes)
+        if widest > len(columns):
+            entry = next(e for e in entries[rows] if len(lookup.codes[e]) == widest)
+            raise UserError(f"--lookup {lookup.path}: line {lookup.lines[entry]} has {widest} codes, the output "
+                            f"{len(columns)} code slot(s); pass --top-k {widest}")
+        for k, column in enumerate(columns):
+            values = [c[k] if k < len(c) else "" for c in codes]
+            out.loc[out.index[rows], column] = values
+            if f"prob_{k + 1}" in out.columns:
+                out.loc[out.index[rows], f"prob_{k + 1}"] = np.nan
+            if f"desc_{k + 1}" in out.columns:
+                out.loc[out.index[rows], f"desc_{k + 1}"] = [description_of.get(c, "") for c in values]
+        for column in ("confidence", "confidence_raw", "level_confidence"):
+            if column in out.columns:
+                out.loc[out.index[rows], column] = np.nan
+        if "coded" in out.columns:
+            out.loc[out.index[rows], "coded"] = "auto"
+        if "level" in out.columns:
+            out.loc[out.index[rows], "level"] = full_length
+    out[SOURCE] = np.where(entries >= 0, FROM_LOOKUP, FROM_MODEL)
+    return out

@@ -1,0 +1,83 @@
+"""Which model coded what: every predictions file predict.py writes carries what made it
+(docs/coding.md, "Provenance").
+
+- a sidecar `<output>.provenance.json`: the model (its source, weights fingerprint,
+  family, precision), the heads, thresholds and top-k, the calibration (temperature, bias) of each head, the
+  target accuracy and the procedure that chose its threshold, the lookup table's
+  fingerprint, the input file's fingerprint, mixer's version; and, under `result`, the
+  rows each source coded and the shares coded automatically;
+- its `id` (a hash of everything but `result`) in the file's own metadata where the format
+  has room: Parquet's key-value metadata (key mixer_provenance), Stata's data label;
+  CSV and Excel carry the sidecar alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+VERSION = 1
+SUFFIX = ".provenance.json"
+LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
+
+
+def sidecar_path(output: str) -> str:
+    return output + SUFFIX
+
+
+def make(body: dict) -> dict:
+    """The provenance of a file: `body` with its version and id."""
+    import xxhash
+
+    body = {"version": VERSION, **body}
+    digest = xxhash.xxh3_128(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    return {"id": "p-" + digest[:16], **body}
+
+
+def label(provenance: dict) -> str:
+    return LABEL.format(id=provenance["id"])
+
+
+def model_part(predictor, source: str) -> dict:
+    """What the sidecar says of the model: its source, weights, family and numerics."""
+    from mixer.prediction.audit import model_fingerprint
+
+    return {"source": source, "fingerprint": model_fingerprint(predictor), "family": predictor.family,
+            "precision": predictor.precision, "quantize": predictor.quantize,
+            "device": str(predictor.device).split(":")[0]}
+
+
+def input_part(path: str) -> dict:
+    from mixer.data.prepare import file_identity
+
+    return file_identity(path, "--input")
+
+
+def write_sidecar(output: str, provenance: dict, result: Optional[dict] = None) -> str:
+    """The sidecar beside `output`, written whole or not at all."""
+    from mixer.core.io import write_text
+
+    path = sidecar_path(output)
+    write_text(path, json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False,
+                                default=str) + "\n")
+    return path
+
+
+def read(output: str) -> dict:
+    """A predictions file's provenance, read from its sidecar and checked against the id the
+    file carries (where its format has room for one)."""
+    from mixer.core.errors import UserError
+    from mixer.data.reading import file_label
+
+    path = sidecar_path(output)
+    if not os.path.exists(path):
+        raise UserError(f"{output}: no {os.path.basename(path)} beside it; it was not written by predict.py "
+                        "(or the sidecar was moved)")
+    with open(path, encoding="utf-8") as handle:
+        provenance = json.load(handle)
+    carried = file_label(output)
+    if carried is not None and carried != label(provenance):
+        raise UserError(f"{output}: carries {carried!r}, its sidecar {path} says {provenance.get('id')!r}: the "
+                        "sidecar is another file's")
+    return provenance

@@ -1,0 +1,475 @@
+"""Predicting at a target accuracy: `predict.py --target-accuracy 0.95` and
+`Model.predict(..., target=...)` (docs/coding.md, "Predicting at a target accuracy").
+
+A threshold on the row confidence (raw, temperature 1) is chosen on labelled rows that
+chose nothing else, predicted here with the very model, head, thresholds and precision
+that code the new rows, so that the coded rows' accuracy reaches the target with the
+stated confidence on new rows like them (mixer.coding.guarantee: Learn-then-Test over a
+grid fixed in advance). Each row is then `auto` (its confidence passes) or `check`.
+
+Labelled rows come from the run's scores.parquet (the validation rows with chose ==
+False) or from a file of the user's (--calibration-data with --calibration-truth-cols,
+or a filled simple random audit). A lookup table's inputs are left out of them: the rows
+the lookup codes are not the model's to code.
+
+With shorter codes (--shorter-codes), a row whose full code set misses the threshold gets
+its codes cut to the longest prefix length of its code system (mixer.coding.levels)
+whose confidence passes the same threshold; the guarantee then counts each row right at
+the level it is given, and the threshold is chosen by the same fixed sequence over the
+same grid, each grid point's coded rows counted by that rule.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from mixer.core.errors import UserError
+
+AUTO, CHECK = "auto", "check"
+CODED = "coded"  # auto | check
+LEVEL = "level"  # the length of the codes given: the full code's, or a prefix length
+LEVEL_CONFIDENCE = "level_confidence"  # the raw confidence of the codes as given
+SCORES = "scores.parquet"
+SEP = " & "
+
+
+@dataclass
+class Labelled:
+    """Labelled rows to choose on: each row's model text and language (context already in
+    the text, as the run's prepared data holds it), its true code set, and in words where
+    the rows come from."""
+
+    texts: np.ndarray
+    langs: np.ndarray
+    truth: list  # per row, a tuple of codes
+    rows: str  # which rows, in words
+    lines: Optional[np.ndarray] = None  # per row, its line in the file (a file of the user's)
+    desc_chars: Optional[np.ndarray] = None  # per row, the characters of its text that are the description
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def without(self, keep: np.ndarray) -> "Labelled":
+        keep = np.asarray(keep, dtype=bool)
+        return Labelled(self.texts[keep], self.langs[keep], [t for t, k in zip(self.truth, keep) if k],
+                        self.rows, None if self.lines is None else self.lines[keep],
+                        None if self.desc_chars is None else self.desc_chars[keep])
+
+
+@dataclass(frozen=True)
+class Target:
+    """A threshold chosen for one head: what predict.py applies to every row and writes in
+    a predictions file's provenance."""
+
+    head: str
+    accuracy: float
+    confidence: float
+    threshold: Optional[float]  # raw confidence; None: no threshold reaches the target
+    levels: tuple  # prefix lengths tried after the full code (longest first); () without shorter codes
+    full_length: int
+    procedure: str
+    bound: Optional[float]
+    coded_share: float  # of the labelled rows
+    rows_used: int
+    rows: str
+    needed: Optional[int] = None
+    note: str = ""
+    by_level: dict = field(default_factory=dict)  # {level: (labelled rows coded at it, right)}
+    top_k: Optional[int] = None  # the settings it was chosen with, which predict must use
+    flat_threshold: Optional[float] = None
+    owner: int = field(default=0, compare=False)  # id() of the Predictor that chose it
+
+    def describe(self) -> dict:
+        return {"head": self.head, "accuracy": self.accuracy, "confidence": self.confidence,
+                "threshold": self.threshold, "procedure": self.procedure, "bound": self.bound,
+                "labelled_rows": self.rows_used, "labelled_coded_share": self.coded_share,
+                "rows": self.rows, "shorter_codes": list(self.levels)}
+
+    def check_reached(self) -> None:
+        """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
+        if self.threshold is not None:
+            return
+        # guarantee's estimate is of the best grid point alone; below the rows used it says nothing
+        more = (f"; about {self.needed:,} labelled rows like these would reach it"
+                if self.needed and self.needed > self.rows_used else "")
+        raise UserError(f"--target-accuracy {self.accuracy:g}: {self.rows_used:,} labelled rows ({self.rows}) "
+                        f"cannot show accuracy {self.accuracy:g} at {self.confidence:g} confidence for "
+                        f"the {self.head} head{more}; {self.note + '; ' if self.note and not self.needed else ''}"
+                        "pass more labelled rows (--calibration-data), a lower --target-accuracy, or "
+                        "--shorter-codes")
+
+    def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
+        """(each row's level: the length of the codes it is given, or 0 for a check; the raw
+        confidence of the codes at that level). No threshold: every row is a check."""
+        from mixer.prediction.predict import CONFIDENCE, LEVEL_CONFIDENCE as AT
+
+        limit = np.inf if self.threshold is None else self.threshold
+        confidence = table[CONFIDENCE].to_numpy(dtype=np.float64)
+        level = np.where(confidence >= limit, self.full_length, 0)
+        given = confidence.copy()
+        if self.levels and shortenable is None:
+            shortenable = _shortenable(table)
+        for length in self.levels:
+            at = table[AT.format(length)].to_numpy(dtype=np.float64)
+            take = (level == 0) & shortenable & (at >= limit)
+            level[take], given[take] = length, at[take]
+        return level, given
+
+
+def _shortenable(table: pd.DataFrame) -> np.ndarray:
+    """Rows whose every code has a coarser class (HISCO's -1..-3 have none)."""
+    from mixer.coding.levels import prefix
+
+    out = np.ones(len(table), dtype=bool)
+    for column in code_columns(table):
+        codes = table[column].to_numpy(dtype=object)
+        out &= np.asarray([not c or prefix(c, 1) is not None for c in codes], dtype=bool)
+    return out
+
+
+def code_columns(table: pd.DataFrame) -> list:
+    import re
+
+    found = [c for c in table.columns if re.match(r"^code_\d+$", str(c))]
+    return sorted(found, key=lambda c: int(c.split("_")[1]))
+
+
+def code_sets(table: pd.DataFrame) -> list:
+    columns = code_columns(table)
+    values = table[columns].to_numpy(dtype=object) if columns else np.zeros((len(table), 0), dtype=object)
+    return [tuple(sorted({c for c in row if isinstance(c, str) and c})) for row in values]
+
+
+def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFrame:
+    """A head's table with `coded` (auto | check) and, with shorter codes, the codes of rows
+    given at a coarser level cut to it (prob_k empty), `level` and `level_confidence`."""
+    from mixer.coding.levels import prefix_set
+    from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
+
+    level, given = target.levels_given(table)
+    out = table.drop(columns=[AT.format(length) for length in target.levels])
+    if target.levels:
+        shorter = np.flatnonzero((level > 0) & (level < target.full_length))
+        columns = code_columns(out)
+        for row in shorter:
+            codes = sorted(prefix_set([out[c].iat[row] for c in columns], int(level[row])))
+            for k, column in enumerate(columns):
+                out.iat[row, out.columns.get_loc(column)] = codes[k] if k < len(codes) else ""
+        for k in range(1, len(columns) + 1):
+            if f"prob_{k}" in out.columns:
+                out.loc[out.index[shorter], f"prob_{k}"] = np.nan
+            if f"desc_{k}" in out.columns:
+                out.loc[out.index[shorter], f"desc_{k}"] = [description_of.get(c, "") for c in
+                                                            out[f"code_{k}"].iloc[shorter]]
+        out[LEVEL] = np.where(level > 0, level, target.full_length)
+        out[LEVEL_CONFIDENCE] = np.where(level > 0, given, table["confidence"].to_numpy(dtype=np.float64))
+    out[CODED] = np.where(level > 0, AUTO, CHECK)
+    return out
+
+
+# ------------------------------------------------------------------ labelled rows
+def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accuracy") -> Labelled:
+    """A run's labelled rows that chose nothing: the rows of its scores.parquet with chose ==
+    False; for a run from before scores.parquet, its validation rows when they chose
+    nothing (no --keep-best, no early stop, no tuned thresholds: only_measured)."""
+    own = ("pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
+           "(a filled audit qualifies)")
+    if not model_dir:
+        raise UserError(f"{flag}: --checkpoint {source} is not a run directory of this tool (or names an "
+                        f"epoch's weights), so it has no held-out labelled rows; {own}")
+    name = os.path.basename(os.path.normpath(model_dir))
+    if os.path.exists(os.path.join(model_dir, SCORES)):
+        scores = read_scores(model_dir)
+        held = scores[~scores["chose"].to_numpy(dtype=bool)]
+        if not len(held):
+            raise UserError(f"{flag}: every scored row of {model_dir} chose something (the best model, the early "
+                            "stop or the thresholds); train with --share-calibration 0.1 to set rows aside, or "
+                            + own)
+        truth = [tuple(sorted(c for c in str(cell).split(SEP) if c)) for cell in held["true_codes"]]
+        return Labelled(held["text"].to_numpy(dtype=object), held["lang"].astype(str).to_numpy(dtype=object),
+                        truth, f"the {len(held):,} scored rows of {name} that chose nothing ({SCORES}, chose false)",
+                        desc_chars=_scored_desc_chars(model_dir, held))
+    why = only_measured(model_dir)
+    if why:
+        raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run from before it) and its validation rows "
+                        f"{why}; {own}")
+    from mixer.data.prepare import load_prepared
+
+    val = load_prepared(model_dir).val
+    columns = sorted((c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:]))
+    cells = val[columns].astype(str).replace("nan", "").to_numpy(dtype=object)
+    truth = [tuple(sorted({c for c in row if c})) for row in cells]
+    from mixer.data.prepare import DESC_CHARS
+
+    return Labelled(val["text"].astype(str).to_numpy(dtype=object), val["lang"].astype(str).to_numpy(dtype=object),
+                    truth, f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
+                           "--keep-best, early stopping or tuned thresholds)",
+                    desc_chars=_context_split(val[DESC_CHARS].to_numpy(), val["text"]) if DESC_CHARS in val else None)
+
+
+def _context_split(desc_chars: np.ndarray, texts) -> Optional[np.ndarray]:
+    """desc_chars where some row's text holds context (prediction then builds its input by the
+    context rule, as training did), else None (the text is the description)."""
+    desc_chars = np.asarray(desc_chars, dtype=np.int64)
+    lengths = pd.Series(texts).astype(str).str.len().to_numpy()
+    return desc_chars if (desc_chars < lengths).any() else None
+
+
+def _scored_desc_chars(model_dir: str, held: pd.DataFrame) -> Optional[np.ndarray]:
+    """The description's characters of scored rows, from the prepared split each row comes
+    from (the run's data_val / data_cal); None when the run read no context."""
+    from mixer.data.prepare import DESC_CHARS, load_prepared
+
+    run_dir = model_dir
+    if not os.path.exists(os.path.join(run_dir, "prepared.json")):
+        run_dir = os.path.dirname(os.path.normpath(model_dir))  # RUN/best: the run's own data
+    if not os.path.exists(os.path.join(run_dir, "prepared.json")):
+        return None
+    prepared = load_prepared(run_dir)
+    frames = {"val": prepared.val, "cal": getattr(prepared, "cal", None)}
+    if any(f is None or DESC_CHARS not in f.columns for s, f in frames.items() if s in set(held.get("split", ["val"]))):
+        return None
+    splits = held["split"].astype(str).to_numpy() if "split" in held.columns else np.full(len(held), "val")
+    rows = held["row"].to_numpy(dtype=np.int64)
+    desc_chars = np.array([frames[s][DESC_CHARS].iat[r] for s, r in zip(splits, rows)], dtype=np.int64)
+    return _context_split(desc_chars, held["text"])
+
+
+def only_measured(run_dir: str) -> str:
+    """'' when a run's validation rows chose nothing (they measured it alone), else what
+    they chose, in words."""
+    import yaml
+
+    from mixer.models.sources import run_config
+
+    config = run_config(run_dir)
+    path = os.path.join(run_dir, "args.yaml")
+    if not os.path.exists(path) or not os.path.exists(os.path.join(run_dir, "data_val.parquet")):
+        return "cannot be found (no args.yaml and data_val.parquet beside the model)"
+    with open(path, encoding="utf-8") as handle:
+        args = yaml.safe_load(handle) or {}
+    train = args.get("train") or {}
+    if train.get("keep_best") or train.get("early_stopping_patience") or (config.get("weights") or {}).get(
+            "kind") == "best":
+        return "chose the best model or the early stop (--keep-best)"
+    if train.get("tune_threshold"):
+        return "chose the flat head's thresholds (--tune-threshold)"
+    return ""
+
+
+def read_scores(model_dir: str) -> pd.DataFrame:
+    """A run's own per-row validation scores (written by its training; mixer.training)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(os.path.join(model_dir, SCORES),
+                         columns=["row", "lang", "text", "chose", "true_codes"]).to_pandas()
+
+
+def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
+              language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
+    """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
+    filled audit drawn at random (simple, not stratified), each line as many rows as it
+    stands for. A filled --to-check file is refused: it holds the least confident rows."""
+    from mixer.data.audits import parse_audit
+    from mixer.data.normalise import code_column
+    from mixer.data.reading import read_table
+    from mixer.data.verdicts import is_audit
+
+    frame = read_table(path, options, log=log)
+    where = f"--calibration-data {path}"
+    if any(str(c).startswith("checked_") for c in frame.columns) and not is_audit(frame):
+        raise UserError(f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
+                        "like the ones to code; pass a random sample checked by hand (predict.py --audit)")
+    formatter = model._predictor.formatter
+    lines = np.arange(len(frame)) + 2
+    repeat = np.ones(len(frame), dtype=np.int64)
+    if is_audit(frame):
+        audit = parse_audit(frame, path, "--calibration-data")
+        design = audit.design
+        if design.stratified:
+            raise UserError(f"{where}: a stratified audit (--audit-by {design.by}) samples its strata at "
+                            "different rates; choose on a simple random audit (predict.py --audit N without "
+                            "--audit-by)")
+        if any("check" in reason for reason in design.left_out):
+            raise UserError(f"{where}: drawn from the rows coded automatically at a target accuracy, not from "
+                            "all rows; it checks that promise (evaluate.py --audit) but cannot choose a threshold")
+        checked = np.asarray([c is not None for c in audit.correct]) | audit.has_codes
+        unknown = np.asarray([c is False for c in audit.correct]) & ~audit.has_codes
+        if unknown.any():
+            raise UserError(f"{where}: {int(unknown.sum())} row(s) marked wrong without the right codes "
+                            f"({audit.row_names(unknown)}); fill true_code_1.. for them, or the rows chosen "
+                            "on would leave out exactly the rows the model got wrong")
+        from mixer.data.audits import _truth_cells
+
+        cells = _truth_cells(audit)
+        frame, lines = audit.frame, audit.lines
+        truth = [tuple(sorted({c for c in cell if c})) for cell in zip(*cells)]
+        keep = checked
+        if design.unit != "rows":
+            # a line stands for the rows drawn with that description: as many rows to the model
+            repeat = audit.draws
+        stopped = _first_blank(checked)
+        keep = keep & (np.arange(len(frame)) < stopped)  # the rows checked before the first left blank
+        text_col = design.audit_text_col
+        rows = f"a simple random audit, {int(repeat[keep].sum()):,} rows checked ({os.path.basename(path)})"
+    else:
+        if not truth_cols:
+            raise UserError(f"{where}: name the columns of its true codes with --calibration-truth-cols")
+        missing = [c for c in truth_cols if c not in frame.columns]
+        if missing:
+            raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (--calibration-truth-cols); "
+                            f"it has: {', '.join(map(str, frame.columns[:12]))}")
+        spelled = [code_column(frame, c, formatter).text.to_numpy(dtype=object) for c in truth_cols]
+        truth = [tuple(sorted({c for c in row if c})) for row in zip(*spelled)]
+        keep = np.ones(len(frame), dtype=bool)
+        text_col = input_col
+        rows = f"{len(frame):,} labelled rows of {os.path.basename(path)}"
+    for column, flag in [(text_col, "--input-col"), *[(c, "a context column the model reads") for c in context_cols]]:
+        if column not in frame.columns:
+            raise UserError(f"{where}: no column {column!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
+    texts = frame[text_col].astype(object).where(frame[text_col].notna(), "").astype(str)
+    if language_col and language_col in frame.columns:
+        langs = frame[language_col].astype(object).where(frame[language_col].notna(), "").astype(str).str.strip()
+    elif language_col:
+        raise UserError(f"{where}: no column {language_col!r} (--language-col); the rows to code have one")
+    else:
+        langs = pd.Series([language] * len(frame), dtype=object)
+    keep &= texts.str.strip().ne("").to_numpy()
+    context = frame[context_cols].reset_index(drop=True) if context_cols else None
+    _, model_texts, _, desc_chars = model._inputs(texts.reset_index(drop=True), langs.reset_index(drop=True),
+                                                  context, say_fit=False)
+    index = np.repeat(np.flatnonzero(keep), repeat[keep])
+    return Labelled(np.asarray(model_texts, dtype=object)[index], langs.to_numpy(dtype=object)[index],
+                    [truth[i] for i in index], rows, np.asarray(lines)[index],
+                    None if desc_chars is None else np.asarray(desc_chars)[index])
+
+
+def _first_blank(checked: np.ndarray) -> int:
+    """Rows checked from the top: a person who stops early leaves a random sample."""
+    blank = np.flatnonzero(~checked)
+    return int(blank[0]) if len(blank) else len(checked)
+
+
+# ------------------------------------------------------------------ the choice
+def choose(predictor, head: str, accuracy: float, confidence: float, labelled: Labelled, levels=(),
+           top_k=None, threshold=None, batch_size: int = 256, rows_to_code=None) -> Target:
+    """The threshold for `head` (mixer.coding.guarantee's procedure), chosen on `labelled`
+    predicted here, as the new rows will be."""
+    if not len(labelled):
+        raise UserError("--target-accuracy: no labelled rows to choose a threshold on")
+    table = predictor.predict(labelled.texts, labelled.langs, head, top_k, threshold, batch_size, levels,
+                              desc_chars=labelled.desc_chars)
+    full = predictor.formatter.block_size
+    levels = tuple(sorted(levels, reverse=True))
+    probe = Target(head, accuracy, confidence, None, levels, full, "", None, 0.0, len(labelled), labelled.rows,
+                   top_k=top_k, flat_threshold=threshold, owner=id(predictor))
+    return _sequence(probe, table, labelled.truth, rows_to_code)
+
+
+def right_by_level(truth: list, predicted: list, levels, full: int) -> dict:
+    """{length: per row, whether its codes are right cut to it}: the exact set at the full
+    length, mixer.coding.levels.prefix_correct at each prefix length."""
+    from mixer.coding.levels import prefix_correct
+
+    right = {full: np.asarray([set(t) == set(p) for t, p in zip(truth, predicted)], dtype=bool)}
+    for length in levels:
+        right[int(length)] = prefix_correct(truth, predicted, int(length))
+    return right
+
+
+def _right_given(right: dict, level: np.ndarray) -> np.ndarray:
+    """Per row, right at the level it is given (False for a check)."""
+    out = np.zeros(len(level), dtype=bool)
+    for length, values in right.items():
+        at = level == length
+        out[at] = values[at]
+    return out
+
+
+def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> Target:
+    """Learn-then-Test's fixed sequence over mixer.coding.guarantee.GRID with the coded rows of
+    each grid point counted by the level rule; without levels exactly choose_threshold."""
+    import dataclasses
+
+    from mixer.coding import guarantee
+
+    predicted = code_sets(table)
+    delta = 1.0 - probe.confidence
+    if not probe.levels:
+        choice = guarantee.choose_threshold(table["confidence"].to_numpy(dtype=np.float64),
+                                            [set(t) == set(p) for t, p in zip(truth, predicted)],
+                                            probe.accuracy, delta, rows_to_code)
+        target = dataclasses.replace(probe, threshold=choice.threshold, procedure=choice.procedure,
+                                     bound=choice.bound, coded_share=choice.coded_share, needed=choice.needed,
+                                     note=choice.note)
+    else:
+        target = _levels_sequence(probe, table, truth, predicted, rows_to_code)
+    if target.threshold is not None:
+        level, _ = target.levels_given(table)
+        right = _right_given(right_by_level(truth, predicted, target.levels, target.full_length), level)
+        target = dataclasses.replace(target, by_level={int(L): (int((level == L).sum()), int(right[level == L].sum()))
+                                                       for L in sorted(set(level.tolist()) - {0}, reverse=True)})
+    return target
+
+
+def _levels_sequence(probe: Target, table, truth, predicted, rows_to_code) -> Target:
+    """The fixed sequence where a row's level depends on the threshold: at each grid point,
+    the rows coded (at the level the rule gives them) and those right at it."""
+    import dataclasses
+
+    from mixer.coding import guarantee
+
+    n = len(table)
+    grid = guarantee.GRID
+    coded = np.zeros(len(grid), dtype=np.int64)
+    right = np.zeros(len(grid), dtype=np.int64)
+    by_level = right_by_level(truth, predicted, probe.levels, probe.full_length)
+    shortenable = _shortenable(table)
+    for j, t in enumerate(grid):
+        level, _ = dataclasses.replace(probe, threshold=float(t)).levels_given(table, shortenable)
+        coded[j] = int((level > 0).sum())
+        right[j] = int(_right_given(by_level, level).sum())
+        if coded[j] == n and (level == probe.full_length).all():  # every later point codes every row alike
+            coded[j + 1:], right[j + 1:] = coded[j], right[j]
+            break
+    return _fixed_sequence(probe, coded, right, n, rows_to_code)
+
+
+def _fixed_sequence(probe: Target, coded: np.ndarray, right: np.ndarray, n: int, rows_to_code) -> Target:
+    """mixer.coding.guarantee.choose_threshold's test, on counts per grid point."""
+    import dataclasses
+
+    from mixer.coding import guarantee
+
+    target, delta = probe.accuracy, 1.0 - probe.confidence
+    new_rows = guarantee._rows_to_code_at(rows_to_code, coded, n)
+    if new_rows is None:
+        delta_test, targets = delta, np.full(len(guarantee.GRID), target)
+    else:
+        delta_test = delta * (1.0 - guarantee.REST_SHARE)
+        targets = np.array([guarantee.rest_target(int(m), target, delta * guarantee.REST_SHARE) for m in new_rows])
+    procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
+                 "mixer.coding.guarantee.GRID from the most confident end, each grid point's coded rows "
+                 "counted at the level they are given (shorter codes)")
+    testable = (coded > 0) & (targets < 1.0) & (coded * np.log(np.maximum(targets, 1e-300)) <= math.log(delta_test))
+    p_values = np.ones(len(coded))
+    if testable.any():
+        p_values[testable] = guarantee.binomial_upper_tail(right[testable], coded[testable], targets[testable])
+    chosen = None
+    for j in np.flatnonzero(testable):
+        if p_values[j] > delta_test:
+            break
+        chosen = j
+    if chosen is None:
+        needed = guarantee._needed(coded, right, targets, delta_test, n) if n else None
+        return dataclasses.replace(probe, procedure=procedure, needed=needed,
+                                   note="" if needed else "no threshold reaches it on these rows")
+    return dataclasses.replace(probe, threshold=float(guarantee.GRID[chosen]), procedure=procedure,
+                               bound=guarantee.lower_bound(int(right[chosen]), int(coded[chosen]), delta_test),
+                               coded_share=float(coded[chosen] / n))

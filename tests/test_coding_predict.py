@@ -1,0 +1,438 @@
+"""Which predictions to use, in predict.py and the API (issue 37; docs/coding.md): row
+confidence per head, calibration, --target-accuracy and its labelled rows, shorter codes,
+--lookup, the provenance of a predictions file, --calibrate."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TINY
+from mixer.cli.entrypoints import finetune_main, predict_main
+from mixer.core.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def common_csv(tmp_path_factory, toy_frame) -> str:
+    """240 rows of the example data's 40 most common titles, 6 each (a tiny model learns
+    them in seconds), a second code on the titles with 'and'."""
+    frame = toy_frame[toy_frame["hisco_1"].str.len() == 5]
+    common = frame["occ1"].value_counts().head(40).index
+    frame = frame[frame["occ1"].isin(common)].groupby("occ1").head(6).sample(frac=1, random_state=1).copy()
+    frame["hisco_2"] = np.where(frame["occ1"].str.contains(" and "), "99910", "")
+    path = tmp_path_factory.mktemp("common") / "common.csv"
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, common_csv):
+    """A tiny run of two code slots, as training leaves it (calibrated at its end)."""
+    run = tmp_path_factory.mktemp("coding") / "trained"
+    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
+                          "--share-val", "0.4", *TINY, "--max-steps", "60", "--batch-size", "16",
+                          "--learning-rate", "5e-3"]) == 0
+    return str(run)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, trained):
+    """The run without its calibration (as a run of an earlier version, or an OccCANINE
+    model, is), with a scores.parquet whose first 5 validation rows chose something and the
+    others nothing (docs/coding.md)."""
+    run = tmp_path_factory.mktemp("coding") / "run"
+    shutil.copytree(trained, run)
+    os.remove(run / "calibration.json")
+    write_scores(run, chose=5)
+    return str(run)
+
+
+def write_scores(run, chose: int) -> pd.DataFrame:
+    """scores.parquet's documented columns, from the run's validation rows."""
+    val = pd.read_parquet(os.path.join(run, "data_val.parquet"))
+    truth = [" & ".join(sorted({str(c) for c in row if isinstance(c, str) and c}))
+             for row in val[["code_1", "code_2"]].astype(object).to_numpy()]
+    scores = pd.DataFrame({"row": np.arange(len(val)), "split": "val", "lang": val["lang"].astype(str),
+                           "text": val["text"].astype(str), "chose": np.arange(len(val)) < chose,
+                           "true_codes": truth})
+    scores.to_parquet(os.path.join(run, "scores.parquet"), index=False)
+    return scores
+
+
+@pytest.fixture
+def copy_of(tmp_path):
+    def copy(run):
+        target = tmp_path / "run_copy"
+        shutil.copytree(run, target)
+        return str(target)
+    return copy
+
+
+def held_out(run):
+    scores = pd.read_parquet(os.path.join(run, "scores.parquet"))
+    return scores[~scores["chose"]].reset_index(drop=True)
+
+
+def code_sets(table, prefix="code_"):
+    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix):].isdigit()]
+    return [frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()]
+
+
+# ------------------------------------------------------------------ confidence
+def test_flat_confidence_is_the_chance_of_the_exact_code_set(run_dir, common_csv):
+    import mixer
+    from mixer.coding.confidence import flat_confidence
+
+    model = mixer.load(run_dir)
+    texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"].head(30)
+    table = model.predict(texts, threshold=0.1)  # a low threshold: rows of 1 and 2 codes
+    logits = model.predict(texts, what="logits").to_numpy(np.float64)
+    chosen = np.zeros(logits.shape, dtype=bool)
+    index = {code: i for i, code in enumerate(model.codes["code"])}
+    for row, codes in enumerate(code_sets(table)):
+        chosen[row, [index[c] for c in codes]] = True
+    assert {len(s) for s in code_sets(table)} >= {1, 2}
+    assert "confidence_raw" not in table.columns  # an uncalibrated model's confidence is its raw one
+    np.testing.assert_allclose(table["confidence"].to_numpy(), flat_confidence(logits, chosen), rtol=1e-5)
+
+
+def test_a_run_calibrated_at_its_end_predicts_calibrated_confidence(trained, run_dir, common_csv, tmp_path):
+    """predict.py reads the run's calibration.json: confidence is its temperature and bias
+    applied to the raw confidence, which stays beside it; no code changes."""
+    from mixer.coding.calibration import calibrate_entry, read_calibration
+
+    entries = read_calibration(trained)["heads"]
+    assert {"temperature", "bias"} <= set(entries["flat"]) and entries["flat"]["bias"] != 0.0
+    for head in ("flat", "seq2seq"):
+        calibrated, raw = str(tmp_path / f"cal_{head}.csv"), str(tmp_path / f"raw_{head}.csv")
+        for run, out in ((trained, calibrated), (run_dir, raw)):
+            assert predict_main(["--checkpoint", run, "--input", common_csv, "--output", out, "--head", head]) == 0
+        calibrated, raw = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (calibrated, raw))
+        pd.testing.assert_frame_equal(calibrated.drop(columns=["confidence", "confidence_raw"]),
+                                      raw.drop(columns=["confidence"]))
+        assert calibrated["confidence_raw"].tolist() == raw["confidence"].tolist()
+        np.testing.assert_allclose(calibrated["confidence"].astype(float),
+                                   calibrate_entry(raw["confidence"].astype(float), entries[head]), rtol=1e-6)
+
+
+def test_seq2seq_confidence_and_several_heads_in_predict_py(run_dir, common_csv, tmp_path):
+    import mixer
+
+    model = mixer.load(run_dir)
+    texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"].head(20)
+    seq = model.predict(texts, head="seq2seq")
+    confidence = seq["confidence"].to_numpy()
+    assert ((confidence > 0) & (confidence <= 1)).all()
+    # the blocks' own probabilities multiply to at least the whole sequence's (EOS/PAD blocks add factors)
+    assert (confidence <= seq["prob_1"].to_numpy() + 1e-9).all()
+    assert "confidence" not in model.predict(texts, head="full").columns  # not covered
+    out = tmp_path / "both.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                         "--head", "flat", "seq2seq"]) == 0
+    written = pd.read_csv(out)
+    assert {"flat_confidence", "seq2seq_confidence"} <= set(written.columns)
+    np.testing.assert_allclose(written["seq2seq_confidence"].head(20), confidence, rtol=1e-5)
+
+
+def test_occcanine_greedy_confidence_is_its_own(hisco_model):
+    import mixer
+
+    model = mixer.load(hisco_model["hub"])
+    table = model.predict(["farmer", "fisherman and farmer", "smith"], lang="en", head="seq2seq")
+    np.testing.assert_allclose(table["confidence"].to_numpy(), table["prob_1"].to_numpy())
+
+
+from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architecture at toy size)
+
+
+# ------------------------------------------------------------------ calibration
+def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy_of, common_csv, capsys):
+    import mixer
+    from mixer.coding.calibration import calibrate, fit_scaling
+
+    run = copy_of(run_dir)
+    texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"]
+    before = mixer.load(run).predict(texts, head="seq2seq")
+    assert "confidence_raw" not in before.columns
+    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
+    stored = json.load(open(os.path.join(run, "calibration.json")))
+    # the temperature is the one fit on the held-out rows, predicted as predict.py predicts them
+    rows = held_out(run)
+    model = mixer.load(run)
+    table = model._predictor.predict(rows["text"], rows["lang"], "seq2seq")
+    truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
+    correct = np.asarray([t == p for t, p in zip(truth, code_sets(table))])
+    scaling = stored["heads"]["seq2seq"]["temperature"], stored["heads"]["seq2seq"]["bias"]
+    assert scaling == pytest.approx(fit_scaling(table["confidence"], correct))
+    assert scaling != pytest.approx((1.0, 0.0))
+    assert os.path.exists(os.path.join(run, "reliability_flat.png"))
+    assert "expected calibration error" in capsys.readouterr().out
+    after = model.predict(texts, head="seq2seq")
+    pd.testing.assert_frame_equal(after.drop(columns=["confidence", "confidence_raw"]),
+                                  before.drop(columns=["confidence"]))
+    np.testing.assert_allclose(after["confidence_raw"], before["confidence"])
+    np.testing.assert_allclose(after["confidence"], calibrate(before["confidence"], *scaling))
+
+
+def test_calibrate_refuses_what_it_cannot_fit_on(run_dir, copy_of, tmp_path, common_csv):
+    run = copy_of(run_dir)
+    os.remove(os.path.join(run, "scores.parquet"))  # a run from before scores.parquet: its rows chose nothing
+    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
+    assert "validation rows" in json.load(open(os.path.join(run, "calibration.json")))["rows"]
+    with pytest.raises(UserError, match="leave out --input"):
+        predict_main(["--checkpoint", run, "--calibrate", "--input", common_csv])
+    shutil.copy(os.path.join(run, "model.safetensors"), os.path.join(run, "epoch_1.safetensors"))
+    with pytest.raises(UserError, match="is none"):  # an epoch's weights: the run's files are not theirs
+        predict_main(["--checkpoint", os.path.join(run, "epoch_1.safetensors"), "--calibrate"])
+
+
+# ------------------------------------------------------------------ a target accuracy
+def chosen_here(run, accuracy, confidence=0.9, rows_to_code=None, quantize=None):
+    """The threshold mixer.coding.guarantee chooses on the run's held-out rows, predicted here."""
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+
+    rows = held_out(run)
+    model = mixer.load(run, quantize=quantize)
+    table = model._predictor.predict(rows["text"], rows["lang"], "flat")
+    truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
+    correct = [t == p for t, p in zip(truth, code_sets(table))]
+    return choose_threshold(table["confidence"], correct, accuracy, 1 - confidence, rows_to_code)
+
+
+def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_nothing(run_dir, common_csv,
+                                                                                      tmp_path, capsys):
+    accuracy = 0.3  # the tiny model's held-out accuracy is 0.42: a target its most confident rows reach
+    expected = chosen_here(run_dir, accuracy, rows_to_code=240)
+    assert expected.threshold is not None and 0 < expected.coded_share < 1
+    out = tmp_path / "coded.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                         "--target-accuracy", str(accuracy), "--target-confidence", "0.9"]) == 0
+    written = pd.read_csv(out, dtype={"coded": str})
+    auto = written["confidence"] >= expected.threshold
+    assert (written["coded"] == np.where(auto, "auto", "check")).all()
+    assert auto.any() and not auto.all()
+    err = capsys.readouterr().err
+    assert f"the model coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows" in err
+    sidecar = json.load(open(f"{out}.provenance.json"))
+    assert sidecar["target"]["flat"]["threshold"] == pytest.approx(expected.threshold)
+    assert sidecar["result"]["coded"]["flat"]["auto"] == auto.sum()
+
+
+def test_an_unreachable_target_is_refused_with_the_rows_it_would_take(run_dir, common_csv, tmp_path):
+    out = tmp_path / "never.csv"
+    with pytest.raises(UserError, match=r"cannot show accuracy 0.5 .* about \d+ labelled rows like these would"):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                      "--target-accuracy", "0.5", "--target-confidence", "0.9"])
+    assert not os.listdir(tmp_path)  # nothing half-written
+
+
+def test_target_accuracy_is_chosen_again_at_int8(run_dir):
+    import mixer
+
+    model = mixer.load(run_dir, quantize="int8")
+    target = model.target(0.5, 0.9)
+    assert target.threshold == pytest.approx(chosen_here(run_dir, 0.5, quantize="int8").threshold)
+    fp32 = mixer.load(run_dir).target(0.5, 0.9)
+    with pytest.raises(UserError, match="by another model or settings"):
+        model.predict(["farmer"], target=fp32)  # a threshold of fp32 numbers is not int8's
+
+
+def test_target_accuracy_needs_labelled_rows_that_chose_nothing(run_dir, copy_of, hisco_model, common_csv, tmp_path):
+    import mixer
+
+    with pytest.raises(UserError, match="labelled rows of your own with --calibration-data"):
+        mixer.load(hisco_model["hub"]).target(0.9)
+    run = copy_of(run_dir)
+    write_scores(run, chose=10_000)  # every row chose something
+    with pytest.raises(UserError, match="every scored row .* chose something"):
+        mixer.load(run).target(0.5)
+    # a filled --to-check file holds the least confident rows, not rows like the ones to code
+    check = tmp_path / "check.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--to-check", "5", str(check)]) == 0
+    with pytest.raises(UserError, match="least sure of"):
+        mixer.load(run_dir).target(0.5, labelled=str(check))
+
+
+def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_path):
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+
+    model = mixer.load(run_dir)
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    target = model.target(0.5, 0.9, labelled=common_csv, truth_cols=["hisco_1", "hisco_2"])
+    table = model.predict(frame["occ1"])
+    truth = [frozenset(c for c in row if c) for row in frame[["hisco_1", "hisco_2"]].to_numpy()]
+    correct = [t == p for t, p in zip(truth, code_sets(table))]
+    assert target.threshold == choose_threshold(table["confidence"], correct, 0.5, 0.1).threshold
+    assert target.rows_used == len(frame)
+    # an audit, filled: its rows with their verdicts; a stratified one is refused
+    audit = tmp_path / "audit.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--audit", "40", str(audit)]) == 0
+    filled = pd.read_csv(audit, dtype=str, keep_default_na=False)
+    truth_of = frame.drop_duplicates("occ1").set_index("occ1")
+    filled["true_code_1"] = truth_of["hisco_1"].reindex(filled["occ1"]).to_numpy()
+    filled["true_code_2"] = truth_of["hisco_2"].reindex(filled["occ1"]).to_numpy()
+    filled.loc[30:, ["true_code_1", "true_code_2"]] = ""  # the person stopped after 30 rows
+    filled.to_csv(audit, index=False)
+    from_audit = model.target(0.5, 0.9, labelled=str(audit))
+    assert from_audit.rows_used == 30
+    strata = tmp_path / "strata.csv"
+    frame.assign(half=np.arange(len(frame)) % 2).to_csv(tmp_path / "halves.csv", index=False)
+    assert predict_main(["--checkpoint", run_dir, "--input", str(tmp_path / "halves.csv"), "--audit", "20",
+                         str(strata), "--audit-by", "half"]) == 0
+    with pytest.raises(UserError, match="stratified audit"):
+        model.target(0.5, labelled=str(strata))
+
+
+def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv, tmp_path):
+    out, check, audit = tmp_path / "out.csv", tmp_path / "check.csv", tmp_path / "audit.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                         "--target-accuracy", "0.3", "--target-confidence", "0.9",
+                         "--to-check", "1000", str(check), "--audit", "1000", str(audit)]) == 0
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    listed = pd.read_csv(check, dtype=str, keep_default_na=False)
+    assert set(listed["occ1"]) == set(written.loc[written["coded"] == "check", "occ1"])
+    drawn = pd.read_csv(audit, dtype=str, keep_default_na=False)
+    assert len(drawn) == (written["coded"] == "auto").sum()
+    assert set(drawn["occ1"]) <= set(written.loc[written["coded"] == "auto", "occ1"])
+    assert "needing a check (--target-accuracy)" in drawn["audit"].iloc[0]
+    import mixer
+
+    with pytest.raises(UserError, match="coded automatically at a target accuracy"):
+        mixer.load(run_dir).target(0.5, labelled=str(audit))  # it checks the promise; it cannot choose
+
+
+# ------------------------------------------------------------------ shorter codes
+def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, tmp_path):
+    import mixer
+    from mixer.prediction import target as targets
+
+    model = mixer.load(run_dir)
+    plain = model.target(0.5, 0.9)
+    shorter = model.target(0.5, 0.9, shorter_codes=True, levels=[1, 2, 3])
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    full = model.predict(frame["occ1"], target=plain)
+    cut = model.predict(frame["occ1"], target=shorter)
+    assert set(cut["level"]) > {5}  # some rows are given a coarser class
+    given = cut["coded"] == "auto"
+    assert given.sum() > (full["coded"] == "auto").sum()
+    for row in np.flatnonzero((cut["level"] < 5).to_numpy() & given.to_numpy()):
+        level = int(cut["level"].iloc[row])
+        assert cut[f"level_confidence"].iloc[row] >= shorter.threshold
+        whole = [c for c in model.predict(frame["occ1"].iloc[[row]])[["code_1", "code_2"]].iloc[0] if c]
+        assert code_sets(cut.iloc[[row]])[0] == frozenset(c[:level] for c in whole)
+    # without levels, the counting of shorter codes is choose_threshold's own test
+    rows = held_out(run_dir)
+    table = model._predictor.predict(rows["text"], rows["lang"], "flat")
+    truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
+    probe = targets.Target("flat", 0.5, 0.9, None, (), 5, "", None, 0.0, len(rows), "")
+    by_counts = targets._levels_sequence(probe, table, truth, targets.code_sets(table), None)
+    assert by_counts.threshold == plain.threshold
+    with pytest.raises(UserError, match="--code-levels"):
+        model.target(0.5, shorter_codes=True)  # a code system of the user's: no levels known
+
+
+# ------------------------------------------------------------------ lookup
+def test_lookup_codes_win_matched_on_what_the_model_reads(run_dir, common_csv, tmp_path, capsys):
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    first = frame["occ1"].iloc[0]
+    dictionary = tmp_path / "dict.csv"
+    pd.DataFrame({"title": [f"  {first} ", "no such title"], "c1": ["61110", "99910"],
+                  "c2": ["64100", ""]}).to_csv(dictionary, index=False)
+    out = tmp_path / "out.parquet"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), "--lookup",
+                         str(dictionary), "--lookup-input-col", "title", "--lookup-code-cols", "c1", "c2"]) == 0
+    written = pd.read_parquet(out)
+    matched = written["occ1"] == first  # the model strips its text: '  x ' reads as 'x'
+    assert (written.loc[matched, "source"] == "lookup").all() and (written.loc[~matched, "source"] == "model").all()
+    assert code_sets(written[matched]) == [frozenset({"61110", "64100"})] * int(matched.sum())
+    assert written.loc[matched, "confidence"].isna().all()
+    assert f"{int(matched.sum())} rows" in capsys.readouterr().err
+    sidecar = json.load(open(f"{out}.provenance.json"))
+    assert sidecar["lookup"]["entries"] == 2 and sidecar["result"]["source"]["lookup"] == matched.sum()
+    # one input, two code sets: refused, naming the lines
+    pd.DataFrame({"title": [first, f"{first} "], "c1": ["61110", "99910"]}).to_csv(dictionary, index=False)
+    with pytest.raises(UserError, match="line 2 and line 3 give .* two code sets"):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "x.csv"),
+                      "--lookup", str(dictionary), "--lookup-input-col", "title", "--lookup-code-cols", "c1"])
+    pd.DataFrame({"occ1": [first], "c1": ["6111"]}).to_csv(dictionary, index=False)
+    with pytest.raises(UserError, match="line 2: code '6111'"):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "x.csv"),
+                      "--lookup", str(dictionary), "--lookup-code-cols", "c1"])
+    assert not os.path.exists(tmp_path / "x.csv")
+
+
+def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its_rows(run_dir, common_csv,
+                                                                                     tmp_path):
+    import mixer
+
+    check = tmp_path / "check.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--to-check", "6", str(check)]) == 0
+    filled = pd.read_csv(check, dtype=str, keep_default_na=False)
+    filled.loc[:2, "checked_1"] = "99910"  # three rows checked
+    filled.to_csv(check, index=False)
+    model = mixer.load(run_dir)
+    lookup = model.lookup(str(check))
+    assert lookup.layout == "to-check" and len(lookup.codes) == 3
+    table = model.predict(filled["occ1"], lookup=lookup)
+    assert table["source"].tolist() == ["lookup"] * 3 + ["model"] * 3
+    assert (table["code_1"].iloc[:3] == "99910").all()
+    # the labelled rows the lookup covers are left out of the choice
+    rows = held_out(run_dir)
+    rows.iloc[:4][["text"]].rename(columns={"text": "occ1"}).assign(code="99910").to_csv(
+        tmp_path / "held.csv", index=False)
+    covered = model.target(0.5, 0.9, lookup=model.lookup(str(tmp_path / "held.csv"), code_cols=["code"]))
+    assert covered.rows_used == (~rows["text"].isin(rows["text"].iloc[:4])).sum() < len(rows)
+
+
+# ------------------------------------------------------------------ provenance
+@pytest.mark.parametrize("suffix", [".parquet", ".dta", ".csv", ".xlsx"])
+def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path, suffix):
+    from mixer.data.reading import file_label
+    from mixer.prediction import provenance
+    from mixer.prediction.audit import model_fingerprint
+    import mixer
+
+    out = str(tmp_path / f"out{suffix}")
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out]) == 0
+    made = provenance.read(out)
+    assert made["model"]["fingerprint"] == model_fingerprint(mixer.load(run_dir)._predictor)
+    assert made["mixer"] == mixer.__version__ and made["input"]["name"] == "common.csv"
+    assert made["thresholds"] == {"flat": "0.5"} and made["calibration"] == {"flat": {"temperature": 1.0, "bias": 0.0}}
+    assert made["result"]["rows"] == 240
+    carried = file_label(out)
+    if suffix in (".parquet", ".dta"):
+        assert carried == f"mixer provenance {made['id']}" and len(carried) <= 80
+    else:
+        assert carried is None  # CSV and Excel: the sidecar alone
+    # a second file written otherwise has another id; a sidecar moved beside it is refused
+    other = str(tmp_path / f"other{suffix}")
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", other, "--top-k", "1"]) == 0
+    assert provenance.read(other)["id"] != made["id"]
+    if suffix in (".parquet", ".dta"):
+        shutil.copy(f"{out}.provenance.json", f"{other}.provenance.json")
+        with pytest.raises(UserError, match="the sidecar is another file's"):
+            provenance.read(other)
+
+
+# ------------------------------------------------------------------ N processes
+def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, common_csv, tmp_path):
+    from conftest import run_program
+    from test_distributed import rank0_gathers_cmd, run
+
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.3", "--target-confidence",
+             "0.9", "--batch-size", "16"]
+    run_program("predict.py", *flags, "--output", one)
+    run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"])
+    a, b = (pd.read_csv(path, dtype=str, keep_default_na=False) for path in (one, two))
+    assert a["coded"].tolist() == b["coded"].tolist() and (a["coded"] == "auto").any()
+    made = [json.load(open(f"{path}.provenance.json")) for path in (one, two)]
+    assert made[0]["target"] == made[1]["target"]
+    assert made[0]["result"] == made[1]["result"]
