@@ -35,6 +35,25 @@ def test_flat_confidence_is_exact_where_float32_sigmoids_round_to_one():
     assert confidence.flat_confidence(logits, np.array([[True, False]]))[0] == pytest.approx(1.0)
 
 
+def test_prediction_computes_the_flat_confidence_where_the_logits_are_as_defined():
+    """predict.py computes flat_confidence on the logits' device (a GPU does not wait for the
+    host): the same numbers as the definition, extreme logits, float32 and bf16 included."""
+    import torch
+
+    from conftest import FLOATS
+    from mixer.prediction.heads import flat_confidence_on_device
+
+    rng = np.random.default_rng(3)
+    logits = np.concatenate([rng.normal(-6.0, 4.0, (50, 300)), np.full((2, 300), -40.0)]).astype(np.float32)
+    logits[:, :3] = [[40.0, -100.0, 0.0]]
+    chosen = rng.random(logits.shape) < 0.01
+    chosen[:, 0] = True
+    for dtype in (torch.float32, torch.bfloat16):
+        tensor = torch.from_numpy(logits).to(dtype)
+        expected = confidence.flat_confidence(tensor.float().numpy(), chosen)
+        np.testing.assert_allclose(flat_confidence_on_device(tensor, torch.from_numpy(chosen)), expected, **FLOATS)
+
+
 def test_sequence_confidence_multiplies_every_step():
     steps = np.array([[0.9, 0.8, 1.0, 0.5], [1.0, 1.0, 1.0, 1.0]])
     assert confidence.sequence_confidence(steps) == pytest.approx([0.36, 1.0])
