@@ -87,7 +87,7 @@ def test_predict_output_schema(trained_run, small_csv, tmp_path):
     source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     result = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert list(result.columns) == list(source.columns) + [
-        "code_1", "code_2", "prob_1", "prob_2", "desc_1", "desc_2"]
+        "code_1", "code_2", "prob_1", "prob_2", "desc_1", "desc_2", "confidence"]
     assert len(result) == len(source)
     assert (result["occ1"] == source["occ1"]).all()  # input order kept
     probs = result["prob_1"].astype(float)

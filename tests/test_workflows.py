@@ -420,7 +420,7 @@ def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_t
     top = expected.to_numpy()[:9]
     assert not np.isclose(top[:-1], top[1:], **FLOATS).any()  # no tie within rounding: the order is exact
     assert check["occ1"].tolist() == expected.index[:8].tolist()
-    assert_floats_close(check["confidence"].astype(float), first["prob_1"].reindex(check["occ1"]))  # chunks of 40
+    assert_floats_close(check["confidence"].astype(float), first["confidence"].reindex(check["occ1"]))  # chunks of 40
     # a person fills some rows; only those become training rows
     truth = source.drop_duplicates("occ1").set_index("occ1")["hisco_1"]
     check.loc[:4, "checked_1"] = truth.reindex(check["occ1"].iloc[:5]).to_numpy()
