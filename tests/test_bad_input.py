@@ -11,6 +11,7 @@ import pytest
 from conftest import TINY
 from mixer.cli.entrypoints import finetune_main, predict_main, train_mixer_main
 from mixer.cli.parsing import run_main
+from mixer.core.errors import UserError
 
 MAIN = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}
 
@@ -225,3 +226,19 @@ def test_an_owner_name_source_is_a_hub_id_said_before_the_fetch(capsys, tmp_path
     fails(capsys, "predict", ["--checkpoint", "someone/occ-model", "--input", data, "--output",
                               tmp_path / "out.csv"], "someone/occ-model: not in the Hugging Face cache")
     assert said_before == [("someone/occ-model", "fetching Hugging Face model someone/occ-model\n")]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--target-confidence", "0.99"], "--target-confidence works with --target-accuracy"),
+    (["--shorter-codes"], "--shorter-codes works with --target-accuracy"),
+    (["--target-accuracy", "0.9", "--code-levels", "1", "2"], "--code-levels works with --shorter-codes"),
+    (["--calibration-data", "x.csv"], "--calibration-data works with --target-accuracy or --calibrate"),
+    (["--calibration-truth-cols", "hisco_1"], "--calibration-truth-cols works with --calibration-data"),
+    (["--lookup-input-col", "occ1"], "--lookup-input-col works with --lookup"),
+    (["--lookup-code-cols", "hisco_1"], "--lookup-code-cols works with --lookup"),
+])
+def test_an_option_that_acts_only_beside_another_is_refused_alone(flags, named, tmp_path):
+    """Review of issue 37: these were accepted and silently ignored. Refused in one line
+    before any model loads (the checkpoint here does not exist)."""
+    with pytest.raises(UserError, match=named):
+        predict_main(["--checkpoint", str(tmp_path / "none"), "--input", "in.csv", "--output", "out.csv", *flags])

@@ -250,7 +250,9 @@ def predict_parser() -> cli.Parser:
 
 
 def predict_main(argv: Optional[Sequence[str]] = None) -> int:
-    args = predict_parser().parse_args(argv)
+    parser = predict_parser()
+    args = parser.parse_args(argv)
+    cli.refuse_lone_companions(parser, args)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
     args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))

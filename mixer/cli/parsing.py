@@ -268,6 +268,28 @@ def add_target_args(parser: argparse.ArgumentParser) -> None:
                             "calibration.json into the model's directory; no --input needed")
 
 
+# predict.py's options that act only beside another: (dest, its flag, what it needs, the dests
+# that give it). Given alone they would be ignored; refuse_lone_companions says so instead.
+COMPANIONS = (
+    ("target_confidence", "--target-confidence", "--target-accuracy", ("target_accuracy",)),
+    ("shorter_codes", "--shorter-codes", "--target-accuracy", ("target_accuracy",)),
+    ("code_levels", "--code-levels", "--shorter-codes", ("shorter_codes",)),
+    ("calibration_data", "--calibration-data", "--target-accuracy or --calibrate", ("target_accuracy", "calibrate")),
+    ("calibration_truth_cols", "--calibration-truth-cols", "--calibration-data", ("calibration_data",)),
+    ("lookup_input_col", "--lookup-input-col", "--lookup", ("lookup",)),
+    ("lookup_code_cols", "--lookup-code-cols", "--lookup", ("lookup",)),
+)
+
+
+def refuse_lone_companions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A companion option set (not at its default) without what it works with: one line."""
+    for dest, flag, needs, given_by in COMPANIONS:
+        if getattr(args, dest, None) == parser.get_default(dest):
+            continue
+        if not any(getattr(args, other, None) not in (None, False) for other in given_by):
+            raise UserError(f"{flag} works with {needs}; pass it, or leave out {flag}")
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--encoder", default="minilm-l6",

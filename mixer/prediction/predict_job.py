@@ -281,8 +281,6 @@ def check_coding_args(args) -> None:
         check_input_path(args.lookup, "--lookup")
     if getattr(args, "calibration_data", None):
         check_input_path(args.calibration_data, "--calibration-data")
-    if getattr(args, "lookup_code_cols", None) and not getattr(args, "lookup", None):
-        raise UserError("--lookup-code-cols names columns of --lookup FILE; pass it")
     if getattr(args, "target_accuracy", None) is not None and "full" in args.head:
         raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
                         "or seq2seq")
