@@ -427,7 +427,7 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
     write_text(csv_path, table.to_csv(index=False))
     plot_curve(table.rename(columns={args.by: "group"}) if args.by else table, png_path,
                args.target_accuracy, title=f"production curve: {os.path.basename(args.predictions)}")
-    for line in production.headlines(table, args.target_accuracy, args.by or "group"):
+    for line in production.headlines(table, args.target_accuracy, args.by or "group", columns):
         print(line)
     print(f"wrote {csv_path} and {png_path}")
 

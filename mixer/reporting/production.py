@@ -43,10 +43,11 @@ def production_table(frame: pd.DataFrame, truth: list, predicted: dict, confiden
     return pd.concat(curves, ignore_index=True), missing
 
 
-def headlines(table: pd.DataFrame, target: float, group_name: str = "group") -> list:
-    """One line per head: 'flat: at 95% accuracy: 71% of rows coded automatically'."""
+def headlines(table: pd.DataFrame, target: float, group_name: str = "group", columns=None) -> list:
+    """One line per head, named by its confidence column (`columns`: {head: column}) or head:
+    'flat_confidence: at 95% accuracy: 71% of rows coded automatically'."""
     lines = []
     for head, curve in table.groupby("head", sort=False):
         line = headline(curve.rename(columns={group_name: "group"}), target, rows="rows")
-        lines.append(line if head == "prediction" else f"{head}: {line}")
+        lines.append(f"{(columns or {}).get(head, head)}: {line}")
     return lines
