@@ -5,6 +5,7 @@ truth is known, the chosen threshold's accuracy reaches the target in at least 1
 draws (docs/coding.md)."""
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -465,3 +466,24 @@ def test_one_slip_among_the_most_confident_rows_does_not_end_the_sequence():
     choice = guarantee.choose_threshold(conf, correct, 0.95)
     assert choice.threshold is not None and choice.coded_share >= 0.45
     assert guarantee.choose_threshold(conf, correct, 0.95, start=None).threshold is None  # the plain sequence
+
+
+def test_a_curve_of_many_groups_is_each_groups_own_and_its_plot_draws_the_largest(tmp_path):
+    """Review of issue 37: a --report-cols column of hundreds of values (a parish id) made
+    one pass over all rows per group and a plot no one can read. Each group's curve is still
+    the curve of its rows alone; the plot draws the overall curve and the largest groups."""
+    rng = np.random.default_rng(5)
+    rows = 3000
+    groups = rng.choice([f"parish {i}" for i in range(40)], rows, p=np.linspace(1, 3, 40) / np.linspace(1, 3, 40).sum())
+    conf, right = rng.random(rows), rng.random(rows) < 0.8
+    table = curve.production_curve(conf, right, groups)
+    for value in ("parish 0", "parish 17", "parish 39"):
+        alone = curve.production_curve(conf[groups == value], right[groups == value])
+        got = table[table["group"] == value].drop(columns="group").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, alone.drop(columns="group"))
+    drawn, left = curve._largest_groups(table, "all")
+    sizes = pd.Series(groups).value_counts()
+    kept = sizes[sizes.index.isin(drawn)]
+    assert len(kept) == curve.PLOTTED_GROUPS and left == 40 - curve.PLOTTED_GROUPS and "all" in drawn
+    assert kept.min() >= sizes[~sizes.index.isin(drawn)].max()  # the largest groups
+    assert os.path.getsize(curve.plot_curve(table, str(tmp_path / "many.png"))) > 1000

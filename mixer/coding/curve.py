@@ -53,10 +53,12 @@ def production_curve(confidence, correct, groups=None, distinct=None,
             overall = f"({overall})"
     curves = [_one_curve(overall, confidence, correct, distinct, max_points)]
     if groups is not None:
-        for value in sorted(set(groups)):
-            rows = groups == value
+        distinct = None if distinct is None else np.asarray(distinct)
+        values, codes = np.unique(groups, return_inverse=True)  # sorted; one pass, not one per group
+        order = np.argsort(codes, kind="stable")
+        for value, rows in zip(values, np.split(order, np.cumsum(np.bincount(codes))[:-1])):
             curves.append(_one_curve(value, confidence[rows], correct[rows],
-                                     None if distinct is None else np.asarray(distinct)[rows], max_points))
+                                     None if distinct is None else distinct[rows], max_points))
     return pd.concat(curves, ignore_index=True)[COLUMNS]
 
 
@@ -84,6 +86,17 @@ def headline(curve: pd.DataFrame, target: float, rows: str = "validation rows",
     return f"at {target:.0%} accuracy: {point['coded_share']:.0%} of {rows} coded automatically"
 
 
+PLOTTED_GROUPS = 12  # a picture with more lines is unreadable: the largest groups are drawn
+
+
+def _largest_groups(curve: pd.DataFrame, overall) -> tuple:
+    """(the groups a plot draws: the overall curve and the PLOTTED_GROUPS with most rows,
+    the number of groups left out)."""
+    sizes = curve[curve["group"] != overall].groupby("group", sort=False)["coded_rows"].max()
+    kept = sizes.sort_values(ascending=False, kind="stable").index[:PLOTTED_GROUPS]
+    return {overall, *kept}, len(sizes) - len(kept)
+
+
 def plot_curve(curve: pd.DataFrame, path: str, target: Optional[float] = None,
                title: str = "production curve") -> str:
     """A PNG: accuracy of the coded rows against the share coded, one line per group (and
@@ -96,7 +109,10 @@ def plot_curve(curve: pd.DataFrame, path: str, target: Optional[float] = None,
     figure, axis = plt.subplots(figsize=(7, 5), constrained_layout=True)
     keys = [c for c in ("head", "group") if c in curve.columns]
     overall = curve["group"].iloc[0] if len(curve) else None
-    for name, points in curve.groupby(keys, sort=False):
+    drawn, left = _largest_groups(curve, overall)
+    if left:
+        title += f" ({left} smaller groups in the CSV only)"
+    for name, points in curve[curve["group"].isin(drawn)].groupby(keys, sort=False):
         name = name if isinstance(name, tuple) else (name,)
         axis.plot(points["coded_share"], points["accuracy"], label=" ".join(str(v) for v in name),
                   linewidth=2.0 if name[-1] == overall else 1.0)
