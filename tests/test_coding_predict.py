@@ -481,6 +481,28 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
             provenance.read(other)
 
 
+@pytest.mark.parametrize("failing", ["out.csv", "out.csv.provenance.json"])
+def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(run_dir, common_csv, tmp_path, monkeypatch,
+                                                                  failing):
+    out = str(tmp_path / "out.csv")
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out]) == 0
+    before = {path: open(path, "rb").read() for path in (out, f"{out}.provenance.json")}
+    real_replace = os.replace
+
+    def busy(src, dst, *args, **kwargs):  # the file (or its sidecar) a read-only mount of its own
+        if os.path.basename(dst) == failing and ".tmp-" in os.path.basename(src):
+            raise OSError(16, "Device or resource busy")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", busy)
+    with pytest.raises(UserError, match="writing it failed .*as before") as raised:
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out, "--top-k", "1",
+                      "--target-accuracy", "0.3"])
+    assert "\n" not in str(raised.value)
+    assert {path: open(path, "rb").read() for path in before} == before
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+
+
 # ------------------------------------------------------------------ N processes
 def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, common_csv, tmp_path):
     from conftest import run_program
