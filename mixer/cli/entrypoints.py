@@ -191,7 +191,7 @@ def predict_parser() -> cli.Parser:
                         help="flat and full heads: the probability a code needs (default: the "
                              "run's; OccCANINE's per-language thresholds for its models)")
     parser.add_argument("--head", choices=["flat", "seq2seq", "greedy", "full"], nargs="+",
-                        default=None,  # flat; None here so that --calibrate can refuse a --head given
+                        default=["flat"],
                         help="flat: the flat head; seq2seq (or greedy): the decoder, greedily; "
                              "full: every code of the key scored by the decoder (slow on CPU; "
                              "see docs/predicting.md). Several heads: columns <head>_code_k, ... "
@@ -250,14 +250,18 @@ def predict_parser() -> cli.Parser:
 
 
 def predict_main(argv: Optional[Sequence[str]] = None) -> int:
-    args = predict_parser().parse_args(argv)
+    parser = predict_parser()
+    args = parser.parse_args(argv)
+    if args.calibrate:  # again with no default --head: --calibrate refuses one given
+        parser.set_defaults(head=None)
+        args = parser.parse_args(argv)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    if args.calibrate:  # args.head is None unless given: --calibrate refuses it
+    if args.calibrate:
         from mixer.prediction.calibrate import calibrate_main
 
         return calibrate_main(args)
-    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in (args.head or ["flat"])))
+    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     if not args.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     if not args.output and not args.embeddings and not args.to_check and not args.audit:
