@@ -191,6 +191,67 @@ def test_calibrate_refuses_what_it_cannot_fit_on(run_dir, copy_of, tmp_path, com
         predict_main(["--checkpoint", os.path.join(run, "epoch_1.safetensors"), "--calibrate"])
 
 
+def test_calibrate_refuses_head_threshold_and_top_k(run_dir):
+    # it fits both heads at the model's own thresholds, those predict.py applies it at (a --head
+    # at its default value, flat, is the same as none)
+    for flag in (["--head", "seq2seq"], ["--head", "flat", "seq2seq"], ["--threshold", "0.2"], ["--top-k", "1"]):
+        with pytest.raises(UserError, match=f"leave out {flag[0]}"):
+            predict_main(["--checkpoint", run_dir, "--calibrate", *flag])
+
+
+def test_calibrate_refuses_a_directory_it_cannot_write_before_predicting(run_dir, copy_of, monkeypatch):
+    from mixer.prediction.predict import Predictor
+
+    run = copy_of(run_dir)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if os.path.samefile(path, run) and mode & os.W_OK
+                        else real_access(path, mode, **kw))
+
+    def no_prediction(*args, **kwargs):
+        raise AssertionError("predicted before checking the directory")
+
+    monkeypatch.setattr(Predictor, "predict", no_prediction)
+    with pytest.raises(UserError, match=r"not writable; copy the model directory") as raised:
+        predict_main(["--checkpoint", run, "--calibrate"])
+    assert "\n" not in str(raised.value) and run in str(raised.value)
+    assert not os.path.exists(os.path.join(run, "calibration.json"))
+
+
+def test_calibrate_writes_its_files_as_one_step(trained, copy_of, monkeypatch):
+    run = copy_of(trained)
+    names = ["calibration.json", "reliability_flat.png", "reliability_seq2seq.png"]
+    before = {name: open(os.path.join(run, name), "rb").read() for name in names}
+    real_replace = os.replace
+
+    def busy(src, dst, *args, **kwargs):  # calibration.json a read-only mount of its own (EBUSY)
+        if os.path.basename(dst) == "calibration.json" and ".tmp-" in os.path.basename(src):
+            raise OSError(16, "Device or resource busy")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", busy)
+    with pytest.raises(UserError, match="are as they were") as raised:
+        predict_main(["--checkpoint", run, "--calibrate"])
+    assert "\n" not in str(raised.value)
+    assert {name: open(os.path.join(run, name), "rb").read() for name in names} == before
+    assert not [f for f in os.listdir(run) if f.startswith(".tmp-")]
+
+
+def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(trained, copy_of):
+    run = copy_of(trained)
+    assert "splits" in json.load(open(os.path.join(run, "calibration.json")))  # the run's end-of-run fit
+    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
+    stored = json.load(open(os.path.join(run, "calibration.json")))
+    assert set(stored) == {"version", "heads", "rows", "fit_by", "fit_on"}
+    assert stored["fit_by"] == "predict.py --calibrate"
+    assert stored["fit_on"]["thresholds"] == "the model's own" and stored["fit_on"]["data"] is None
+    assert stored["fit_on"]["count"] == stored["heads"]["flat"]["rows"]
+    assert all("held_out" not in entry for entry in stored["heads"].values())
+    # the card's summary still reads the scored rows (scores.parquet's splits)
+    from mixer.training.scores import read_summary
+
+    assert read_summary(run)["splits"]
+
+
 # ------------------------------------------------------------------ a target accuracy
 def chosen_here(run, accuracy, confidence=0.9, rows_to_code=None, quantize=None):
     """The threshold mixer.coding.guarantee chooses on the run's held-out rows, predicted here."""
@@ -419,6 +480,28 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
         shutil.copy(f"{out}.provenance.json", f"{other}.provenance.json")
         with pytest.raises(UserError, match="the sidecar is another file's"):
             provenance.read(other)
+
+
+@pytest.mark.parametrize("failing", ["out.csv", "out.csv.provenance.json"])
+def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(run_dir, common_csv, tmp_path, monkeypatch,
+                                                                  failing):
+    out = str(tmp_path / "out.csv")
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out]) == 0
+    before = {path: open(path, "rb").read() for path in (out, f"{out}.provenance.json")}
+    real_replace = os.replace
+
+    def busy(src, dst, *args, **kwargs):  # the file (or its sidecar) a read-only mount of its own
+        if os.path.basename(dst) == failing and ".tmp-" in os.path.basename(src):
+            raise OSError(16, "Device or resource busy")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", busy)
+    with pytest.raises(UserError, match="writing it failed .*as before") as raised:
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out, "--top-k", "1",
+                      "--target-accuracy", "0.3"])
+    assert "\n" not in str(raised.value)
+    assert {path: open(path, "rb").read() for path in before} == before
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
 
 
 # ------------------------------------------------------------------ N processes

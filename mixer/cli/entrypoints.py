@@ -253,13 +253,15 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = predict_parser()
     args = parser.parse_args(argv)
     cli.refuse_lone_companions(parser, args)
+    if args.calibrate and args.head == parser.get_default("head"):
+        args.head = None  # not given: --calibrate refuses a --head given (it fits both heads)
     if args.language_col and args.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     if args.calibrate:
         from mixer.prediction.calibrate import calibrate_main
 
         return calibrate_main(args)
+    args.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in args.head))
     if not args.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     if not args.output and not args.embeddings and not args.to_check and not args.audit:

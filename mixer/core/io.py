@@ -50,6 +50,49 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
     fsync_directory(directory)  # make the rename itself durable
 
 
+def replace_together(pairs: list) -> None:
+    """Rename each (temp file, final path) of `pairs`, in order, as one step: should a rename
+    fail, those already made are undone (each replaced file is restored from a hard link
+    taken before, a new one removed) and the error raised, so the final paths hold the old
+    set or the new one, never a mix. The temp files are left to the caller. Put the file
+    that says what the others are (calibration.json, a provenance sidecar) last."""
+    done = []  # (final path, its old file's backup link, or None where there was none)
+    try:
+        for tmp, final in pairs:
+            backup = None
+            if os.path.lexists(final):
+                backup = f"{tmp}.old"
+                try:
+                    os.link(final, backup)
+                except OSError:  # no hard links here: the old file cannot come back (best effort)
+                    backup = ""
+            try:
+                os.replace(tmp, final)
+            except BaseException:
+                if backup:
+                    os.unlink(backup)
+                raise
+            done.append((final, backup))
+    except BaseException:
+        for final, backup in reversed(done):
+            try:
+                if backup:
+                    os.replace(backup, final)
+                elif backup is None:
+                    os.unlink(final)
+            except OSError:
+                pass
+        raise
+    for _, backup in done:
+        if backup:
+            try:
+                os.unlink(backup)
+            except OSError:
+                pass
+    for directory in {os.path.dirname(os.path.abspath(final)) for _, final in pairs}:
+        fsync_directory(directory)
+
+
 def fsync_directory(directory: str) -> None:
     """Make a directory's entries (a rename into it) durable, where the system allows."""
     try:

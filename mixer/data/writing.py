@@ -242,14 +242,19 @@ class OutputWriter:
             frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
         self.rows += len(frame)
 
-    def commit(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.sheet is not None:
-            self.sheet.close()
+    def commit(self, beside: Optional[dict] = None) -> None:
+        """The file renamed into place, with `beside` ({path: text}: files that describe it,
+        its provenance sidecar) as one step after it (commit_files)."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+            if self.sheet is not None:
+                self.sheet.close()
+        except OSError as exc:  # Excel and Stata write the whole file here
+            raise write_failed(self.what, self.path, beside, exc) from exc
         if not os.path.exists(self.tmp):
             raise UserError(f"{self.path}: the input has no rows; nothing to predict")
-        os.replace(self.tmp, self.path)
+        commit_files(self.tmp, self.path, self.what, beside)
         if self.renamed and self.log is not None:
             labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
             self.log(f"{self.what} {self.path}: columns written under other names: " + ", ".join(
@@ -262,6 +267,43 @@ class OutputWriter:
             self.sheet.abort()
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
+
+
+def commit_files(tmp: str, path: str, what: str, beside: Optional[dict] = None) -> None:
+    """Rename a written temp file over `path` and write the files that describe it (`beside`,
+    {path: text}, e.g. its provenance sidecar) under temporary names renamed after it, as one
+    step (mixer.core.io.replace_together): a failure leaves the old file and the old sidecar
+    together, and is one line (UserError)."""
+    import tempfile
+
+    from mixer.core.io import current_umask, replace_together
+
+    pairs, temps = [(tmp, path)], []
+    try:
+        for other, text in (beside or {}).items():
+            fd, other_tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(other)}.",
+                                             dir=os.path.dirname(os.path.abspath(other)))
+            temps.append(other_tmp)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(other_tmp, 0o666 & ~current_umask())
+            pairs.append((other_tmp, other))
+        replace_together(pairs)
+    except OSError as exc:
+        raise write_failed(what, path, beside, exc) from exc
+    finally:
+        for other_tmp in temps:
+            if os.path.exists(other_tmp):
+                os.unlink(other_tmp)
+
+
+def write_failed(what: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
+    from mixer.core.io import disk_full
+
+    reason = disk_full(exc) or first_line(exc)
+    kept = f"{path} and {', '.join(os.path.basename(p) for p in beside)} are" if beside else f"{path} is"
+    return UserError(f"{what} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
+                     "to another file or directory")
 
 
 def write_table(frame: pd.DataFrame, path: str, what: str = "--output", log=None) -> None:

@@ -30,6 +30,10 @@ def calibrate_main(args) -> int:
         if value:
             raise UserError(f"--calibrate fits each head's temperature and bias and writes calibration.json "
                             f"alone; leave out {flag}")
+    for flag, value in (("--head", args.head), ("--threshold", args.threshold), ("--top-k", args.top_k)):
+        if value is not None:  # argparse's defaults are None: only what the user gave is refused
+            raise UserError(f"--calibrate fits the flat and the seq2seq head both, each at the model's own "
+                            f"thresholds and top-k (those predict.py applies the calibration at); leave out {flag}")
     heads = list(CALIBRATED_HEADS)  # both, always: the full head has no row confidence (not covered)
     if getattr(args, "quantize", None) or args.precision != "fp32":
         raise UserError("--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
@@ -44,11 +48,16 @@ def calibrate_main(args) -> int:
         raise UserError(f"--calibrate writes calibration.json into the model's directory; --checkpoint "
                         f"{args.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
                         "saved in a directory of its own)")
+    check_writable(model_dir, args.checkpoint)  # before any prediction
     rows = labelled_rows(args, model, predictor)
     if predictor.family == "occcanine" and "seq2seq" in heads:
         print("note: the seq2seq calibration applies to OccCANINE's own greedy confidence", file=sys.stderr)
-    entries, lines = fit(predictor, heads, rows, args.top_k, args.threshold, args.batch_size, model_dir)
-    path = write(model_dir, entries, rows.rows)
+    entries, diagrams, lines = fit(predictor, heads, rows, args.batch_size)
+    fit_on = {"rows": rows.rows, "count": len(rows),
+              "data": os.path.basename(args.calibration_data) if args.calibration_data else None,
+              "truth_cols": list(args.calibration_truth_cols or []) if args.calibration_data else None,
+              "thresholds": "the model's own", "top_k": "the model's own"}
+    path = write(model_dir, entries, rows.rows, diagrams, fit_on)
     for line in lines:
         print(line)
     print(f"wrote {path}: predict.py and the API now give calibrated confidence (confidence, with "
@@ -56,19 +65,53 @@ def calibrate_main(args) -> int:
     return 0
 
 
-def write(model_dir: str, entries: dict, rows: str) -> str:
-    """calibration.json with these heads' entries, written whole or not at all; what else a
-    run stored in it (mixer.training) is kept."""
+def check_writable(model_dir: str, checkpoint: str) -> None:
+    """Refuse, before any work, a model directory --calibrate cannot write into."""
+    if not os.access(model_dir, os.W_OK | os.X_OK):
+        raise UserError(f"--calibrate writes calibration.json and the reliability diagrams into {model_dir}, "
+                        f"which is not writable; copy the model directory somewhere you can write (cp -r "
+                        f"{checkpoint} my_model) and pass --checkpoint my_model")
+
+
+def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict) -> str:
+    """calibration.json with these heads' entries and what they were fit on, and each
+    head's reliability diagram ({file name: draw(path)}), all written under temporary names
+    and renamed as one step, calibration.json last: a failure leaves the old set as it was.
+    Nothing of the run's own calibration (its `splits`, each head's `held_out`) is kept: it
+    described other rows."""
     import json
+    import tempfile
 
-    from mixer.coding.calibration import FILE, VERSION, read_calibration
-    from mixer.core.io import write_text
+    from mixer.coding.calibration import FILE, VERSION
+    from mixer.core.io import current_umask, replace_together
 
-    stored = read_calibration(model_dir) or {}
-    body = {**stored, "version": VERSION, "heads": {**(stored.get("heads") or {}), **entries}, "rows": rows,
-            "fit_by": "predict.py --calibrate"}
+    body = {"version": VERSION, "heads": entries, "rows": rows, "fit_by": "predict.py --calibrate",
+            "fit_on": fit_on}
     path = os.path.join(model_dir, FILE)
-    write_text(path, json.dumps(body, indent=2) + "\n")
+    temps = []
+    try:
+        pairs = []
+        for name, draw in [*diagrams.items(), (FILE, None)]:
+            suffix = os.path.splitext(name)[1]
+            fd, tmp = tempfile.mkstemp(prefix=f".tmp-{name}.", suffix=suffix, dir=model_dir)
+            os.close(fd)
+            temps.append(tmp)
+            if draw is None:
+                with open(tmp, "w", encoding="utf-8") as handle:
+                    handle.write(json.dumps(body, indent=2) + "\n")
+            else:
+                draw(tmp)
+            os.chmod(tmp, 0o666 & ~current_umask())
+            pairs.append((tmp, os.path.join(model_dir, name)))
+        replace_together(pairs)
+    except OSError as exc:
+        raise UserError(f"--calibrate: writing into {model_dir} failed ({exc.strerror or exc}); its "
+                        f"calibration.json and reliability diagrams are as they were: free space or copy the "
+                        f"model directory somewhere you can write, and run it again") from exc
+    finally:
+        for tmp in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     return path
 
 
@@ -87,26 +130,27 @@ def labelled_rows(args, model, predictor):
                              log=lambda m: print(m, file=sys.stderr))
 
 
-def fit(predictor, heads: list, rows, top_k, threshold, batch_size: int, model_dir: str) -> tuple:
-    """({head: calibration.json's entry}, lines to print): each head's temperature and bias
-    fit on `rows`, its reliability diagram written beside calibration.json."""
+def fit(predictor, heads: list, rows, batch_size: int) -> tuple:
+    """({head: calibration.json's entry}, {diagram file: draw(path)}, lines to print): each
+    head's temperature and bias fit on `rows`, predicted at the model's own thresholds and
+    top-k (those predict.py applies the calibration at)."""
     from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram
     from mixer.prediction.target import code_sets
 
-    entries, lines = {}, []
+    entries, diagrams, lines = {}, {}, []
     for head in heads:
-        table = predictor.predict(rows.texts, rows.langs, head, top_k, threshold, batch_size,
+        table = predictor.predict(rows.texts, rows.langs, head, None, None, batch_size,
                                   desc_chars=rows.desc_chars)
         confidence = table["confidence"].to_numpy(dtype=np.float64)
         correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, code_sets(table))], dtype=bool)
         entry = head_entry(confidence, correct)
         entry["diagram"] = f"reliability_{head}.png"
-        reliability_diagram(os.path.join(model_dir, entry["diagram"]), confidence,
-                            calibrate_entry(confidence, entry), correct,
-                            f"{head} head: {len(rows):,} labelled rows")
+        diagrams[entry["diagram"]] = (
+            lambda path, c=confidence, e=entry, k=correct, h=head: reliability_diagram(
+                path, c, calibrate_entry(c, e), k, f"{h} head: {len(rows):,} labelled rows"))
         entries[head] = entry
         lines.append(f"{head}: temperature {entry['temperature']:.4f} and bias {entry['bias']:.4f} on "
                      f"{len(rows):,} rows ({rows.rows}); "
                      f"expected calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f} on "
                      f"these rows (accuracy {correct.mean():.4f}); diagram {entry['diagram']}")
-    return entries, lines
+    return entries, diagrams, lines

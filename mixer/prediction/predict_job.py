@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -187,11 +188,13 @@ def predict_file(args) -> None:
             for line in coding.report():
                 print(line, file=sys.stderr)
             if writer is not None:
-                if coding.provenance is not None:  # the sidecar first: a file never lacks its own
-                    from mixer.prediction.provenance import write_sidecar
+                beside = {}
+                if coding.provenance is not None:  # renamed with the file, after it: never beside another
+                    from mixer.prediction.provenance import sidecar_path, sidecar_text
 
-                    sidecar = write_sidecar(writer.path, coding.provenance, coding.result())
-                writer.commit()
+                    sidecar = sidecar_path(writer.path)
+                    beside[sidecar] = sidecar_text(coding.provenance, coding.result())
+                writer.commit(beside=beside)
                 print(f"wrote {writer.rows} rows to {args.output}"
                       + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
             if checklist is not None:
@@ -313,6 +316,7 @@ class EmbeddingWriter:
 
     def __init__(self, path: str, flag: str = "--embeddings"):
         self.path = check_output_path(path, flag, {})
+        self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
         self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
@@ -337,7 +341,7 @@ class EmbeddingWriter:
             self.writer.write_table(table)
         self.rows += len(vectors)
 
-    def commit(self) -> None:
+    def commit(self, beside: Optional[dict] = None) -> None:
         if self.npy:
             import shutil
 
@@ -349,7 +353,9 @@ class EmbeddingWriter:
             os.unlink(self.tmp + ".raw")
         elif self.writer is not None:
             self.writer.close()
-        os.replace(self.tmp, self.path)
+        from mixer.data.writing import commit_files
+
+        commit_files(self.tmp, self.path, self.flag, beside)
 
     def abort(self) -> None:
         if self.raw is not None and not self.raw.closed:

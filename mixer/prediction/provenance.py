@@ -54,13 +54,18 @@ def input_part(path: str) -> dict:
     return file_identity(path, "--input")
 
 
+def sidecar_text(provenance: dict, result: Optional[dict] = None) -> str:
+    """The sidecar's text; predict.py writes it with the output as one step, after the
+    output (mixer.data.writing.commit_files), so a sidecar never describes another file."""
+    return json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def write_sidecar(output: str, provenance: dict, result: Optional[dict] = None) -> str:
-    """The sidecar beside `output`, written whole or not at all."""
+    """The sidecar beside `output` (already in place), written whole or not at all."""
     from mixer.core.io import write_text
 
     path = sidecar_path(output)
-    write_text(path, json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False,
-                                default=str) + "\n")
+    write_text(path, sidecar_text(provenance, result))
     return path
 
 

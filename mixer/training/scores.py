@@ -146,7 +146,11 @@ def read_summary(directory: str) -> Optional[dict]:
             or not os.path.exists(os.path.join(directory, SCORES))):
         return None
     curve = pd.read_csv(curve_path, dtype={"head": str, "by": str, "group": str}, keep_default_na=False)
-    return summarise(calibration, curve, calibration.get("splits") or {})
+    splits = calibration.get("splits")
+    if not splits:  # predict.py --calibrate's calibration.json: the scored rows are scores.parquet's
+        counts = pd.read_parquet(os.path.join(directory, SCORES), columns=["split"])["split"].value_counts()
+        splits = {s: int(counts[s]) for s in SPLITS if s in counts.index}
+    return summarise(calibration, curve, splits)
 
 
 def _rows_word(splits: dict) -> str:
