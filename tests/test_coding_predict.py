@@ -332,10 +332,53 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     table = model._predictor.predict(rows["text"], rows["lang"], "flat")
     truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
     probe = targets.Target("flat", 0.5, 0.9, None, (), 5, "", None, 0.0, len(rows), "")
-    by_counts = targets._levels_sequence(probe, table, truth, targets.code_sets(table), None)
-    assert by_counts.threshold == plain.threshold
+    assert targets._sequence(probe, table, truth, None).threshold == plain.threshold
     with pytest.raises(UserError, match="--code-levels"):
         model.target(0.5, shorter_codes=True)  # a code system of the user's: no levels known
+
+
+def synthetic_rows(n=1000):
+    """Rows whose accuracy rises with their confidence, the most confident one wrong, and a
+    coarser level (1 character) that never passes: shorter codes can change nothing."""
+    rng = np.random.default_rng(0)
+    confidence = np.sort(rng.uniform(0.0, 1.0, n))[::-1]
+    right = rng.uniform(size=n) < 0.8 + 0.2 * confidence
+    right[0] = False
+    table = pd.DataFrame({"code_1": np.where(right, "11111", "22222"), "prob_1": confidence,
+                          "confidence": confidence, "level_confidence_1": np.zeros(n)})
+    return table, [("11111",)] * n
+
+
+def test_shorter_codes_choose_by_the_guarantees_own_procedure():
+    """The levels path is mixer.coding.guarantee's (START included): with a level that never
+    passes it chooses what the plain path chooses; an unreachable target is the one-line
+    refusal, not a crash in the count of the rows it would take."""
+    from mixer.coding import guarantee
+    from mixer.prediction import target as targets
+
+    table, truth = synthetic_rows()
+    def probe(levels, accuracy=0.9):
+        return targets.Target("flat", accuracy, 0.95, None, levels, 5, "", None, 0.0, len(table), "synthetic")
+
+    plain = targets._sequence(probe(()), table.drop(columns="level_confidence_1"), truth, None)
+    cut = targets._sequence(probe((1,)), table, truth, None)
+    assert plain.threshold is not None and cut.threshold == plain.threshold
+    assert cut.coded_share == plain.coded_share and cut.bound == plain.bound
+    assert f"the first point tested one with rows to pass {guarantee.START:g}" in cut.procedure
+    assert "counted at the level they are given" in cut.procedure
+    for rows_to_code in (None, 5000):
+        never = targets._sequence(probe((1,), accuracy=0.999), table, truth, rows_to_code)
+        assert never.threshold is None and never.note
+        with pytest.raises(UserError, match="cannot show accuracy 0.999 .*--shorter-codes$"):
+            never.check_reached()
+
+
+def test_an_unreachable_target_with_shorter_codes_is_refused_in_one_line(run_dir, common_csv, tmp_path):
+    out = tmp_path / "never.csv"
+    with pytest.raises(UserError, match="cannot show accuracy 0.99 "):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                      "--target-accuracy", "0.99", "--shorter-codes", "--code-levels", "1", "2", "3"])
+    assert not os.listdir(tmp_path)
 
 
 # ------------------------------------------------------------------ lookup

@@ -15,13 +15,13 @@ the lookup codes are not the model's to code.
 With shorter codes (--shorter-codes), a row whose full code set misses the threshold gets
 its codes cut to the longest prefix length of its code system (mixer.coding.levels)
 whose confidence passes the same threshold; the guarantee then counts each row right at
-the level it is given, and the threshold is chosen by the same fixed sequence over the
-same grid, each grid point's coded rows counted by that rule.
+the level it is given, and the threshold is chosen by mixer.coding.guarantee's own
+procedure (choose_with_levels: the same fixed sequence over the same grid, START
+included), each grid point's coded rows counted by that rule.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -393,23 +393,25 @@ def _right_given(right: dict, level: np.ndarray) -> np.ndarray:
 
 
 def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> Target:
-    """Learn-then-Test's fixed sequence over mixer.coding.guarantee.GRID with the coded rows of
-    each grid point counted by the level rule; without levels exactly choose_threshold."""
+    """mixer.coding.guarantee's procedure, written there once: choose_threshold on the rows'
+    confidence, or with shorter codes choose_with_levels, each grid point's rows counted
+    at the level the rule gives them (levels_given) and right at it."""
     import dataclasses
 
     from mixer.coding import guarantee
 
     predicted = code_sets(table)
     delta = 1.0 - probe.confidence
-    if not probe.levels:
-        choice = guarantee.choose_threshold(table["confidence"].to_numpy(dtype=np.float64),
-                                            [set(t) == set(p) for t, p in zip(truth, predicted)],
-                                            probe.accuracy, delta, rows_to_code)
-        target = dataclasses.replace(probe, threshold=choice.threshold, procedure=choice.procedure,
-                                     bound=choice.bound, coded_share=choice.coded_share, needed=choice.needed,
-                                     note=choice.note)
+    confidences, corrects = _by_level(probe, table, truth, predicted)
+    if probe.levels:
+        choice, _ = guarantee.choose_with_levels(confidences, corrects, probe.accuracy, delta, rows_to_code)
     else:
-        target = _levels_sequence(probe, table, truth, predicted, rows_to_code)
+        choice = guarantee.choose_threshold(confidences[0], corrects[0], probe.accuracy, delta, rows_to_code)
+    procedure = choice.procedure
+    if probe.levels:
+        procedure += ", each grid point's coded rows counted at the level they are given (shorter codes)"
+    target = dataclasses.replace(probe, threshold=choice.threshold, procedure=procedure, bound=choice.bound,
+                                 coded_share=choice.coded_share, needed=choice.needed, note=choice.note)
     if target.threshold is not None:
         level, _ = target.levels_given(table)
         right = _right_given(right_by_level(truth, predicted, target.levels, target.full_length), level)
@@ -418,58 +420,20 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
     return target
 
 
-def _levels_sequence(probe: Target, table, truth, predicted, rows_to_code) -> Target:
-    """The fixed sequence where a row's level depends on the threshold: at each grid point,
-    the rows coded (at the level the rule gives them) and those right at it."""
-    import dataclasses
+def _by_level(probe: Target, table: pd.DataFrame, truth: list, predicted: list) -> tuple:
+    """(per level, the full code first and then the prefix lengths longest first: each row's
+    raw confidence, and whether its codes cut to that level are right), as
+    mixer.coding.guarantee.level_counts reads them. A row whose codes have no coarser class
+    (HISCO's -1..-3) never passes a prefix level, as Target.levels_given has it."""
+    from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
 
-    from mixer.coding import guarantee
-
-    n = len(table)
-    grid = guarantee.GRID
-    coded = np.zeros(len(grid), dtype=np.int64)
-    right = np.zeros(len(grid), dtype=np.int64)
-    by_level = right_by_level(truth, predicted, probe.levels, probe.full_length)
-    shortenable = _shortenable(table)
-    for j, t in enumerate(grid):
-        level, _ = dataclasses.replace(probe, threshold=float(t)).levels_given(table, shortenable)
-        coded[j] = int((level > 0).sum())
-        right[j] = int(_right_given(by_level, level).sum())
-        if coded[j] == n and (level == probe.full_length).all():  # every later point codes every row alike
-            coded[j + 1:], right[j + 1:] = coded[j], right[j]
-            break
-    return _fixed_sequence(probe, coded, right, n, rows_to_code)
-
-
-def _fixed_sequence(probe: Target, coded: np.ndarray, right: np.ndarray, n: int, rows_to_code) -> Target:
-    """mixer.coding.guarantee.choose_threshold's test, on counts per grid point."""
-    import dataclasses
-
-    from mixer.coding import guarantee
-
-    target, delta = probe.accuracy, 1.0 - probe.confidence
-    new_rows = guarantee._rows_to_code_at(rows_to_code, coded, n)
-    if new_rows is None:
-        delta_test, targets = delta, np.full(len(guarantee.GRID), target)
-    else:
-        delta_test = delta * (1.0 - guarantee.REST_SHARE)
-        targets = np.array([guarantee.rest_target(int(m), target, delta * guarantee.REST_SHARE) for m in new_rows])
-    procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
-                 "mixer.coding.guarantee.GRID from the most confident end, each grid point's coded rows "
-                 "counted at the level they are given (shorter codes)")
-    testable = (coded > 0) & (targets < 1.0) & (coded * np.log(np.maximum(targets, 1e-300)) <= math.log(delta_test))
-    p_values = np.ones(len(coded))
-    if testable.any():
-        p_values[testable] = guarantee.binomial_upper_tail(right[testable], coded[testable], targets[testable])
-    chosen = None
-    for j in np.flatnonzero(testable):
-        if p_values[j] > delta_test:
-            break
-        chosen = j
-    if chosen is None:
-        needed = guarantee._needed(coded, right, targets, delta_test, n) if n else None
-        return dataclasses.replace(probe, procedure=procedure, needed=needed,
-                                   note="" if needed else "no threshold reaches it on these rows")
-    return dataclasses.replace(probe, threshold=float(guarantee.GRID[chosen]), procedure=procedure,
-                               bound=guarantee.lower_bound(int(right[chosen]), int(coded[chosen]), delta_test),
-                               coded_share=float(coded[chosen] / n))
+    right = right_by_level(truth, predicted, probe.levels, probe.full_length)
+    confidences = [table["confidence"].to_numpy(dtype=np.float64)]
+    corrects = [right[probe.full_length]]
+    if probe.levels:
+        shortenable = _shortenable(table)
+        for length in probe.levels:
+            at = table[AT.format(length)].to_numpy(dtype=np.float64)
+            confidences.append(np.where(shortenable, at, -np.inf))
+            corrects.append(right[int(length)])
+    return confidences, corrects
