@@ -337,6 +337,44 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
         model.target(0.5, shorter_codes=True)  # a code system of the user's: no levels known
 
 
+@pytest.fixture(scope="module")
+def shorter_target(run_dir):
+    import mixer
+
+    model = mixer.load(run_dir)
+    return model, model.target(0.5, 0.9, shorter_codes=True, levels=[1, 2, 3])
+
+
+@pytest.fixture
+def with_a_blank(common_csv, tmp_path):
+    """The first 20 rows of common_csv and one without a description (the 6th)."""
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False).head(20)
+    frame.loc[5, "occ1"] = "  "
+    path = tmp_path / "with_blank.csv"
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def test_a_row_without_a_description_has_no_level_in_the_api(shorter_target):
+    model, target = shorter_target
+    table = model.predict(["farmer", "", "labourer"], target=target)
+    assert table["level"].isna().tolist() == [False, True, False]
+    assert table["coded"].iloc[1] == "" and np.isnan(table["confidence"].iloc[1])
+    assert set(table["level"].dropna().astype(int)) <= {1, 2, 3, 5}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".dta"])
+def test_a_row_without_a_description_has_no_level_in_every_file(run_dir, with_a_blank, tmp_path, suffix):
+    out = tmp_path / f"out{suffix}"
+    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
+                         "--target-accuracy", "0.2", "--target-confidence", "0.9",
+                         "--shorter-codes", "--code-levels", "1", "2", "3"]) == 0
+    written = {".csv": lambda p: pd.read_csv(p, dtype={"coded": str}, keep_default_na=False, na_values=[""]),
+               ".parquet": pd.read_parquet, ".dta": pd.read_stata}[suffix](out)
+    assert written["level"].isna().tolist() == [i == 5 for i in range(20)]
+    assert set(written["level"].dropna().astype(int)) <= {1, 2, 3, 5}
+
+
 def synthetic_rows(n=1000):
     """Rows whose accuracy rises with their confidence, the most confident one wrong, and a
     coarser level (1 character) that never passes: shorter codes can change nothing."""
