@@ -290,6 +290,38 @@ def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_p
         model.target(0.5, labelled=str(strata))
 
 
+def test_rows_without_a_true_code_are_not_labelled_rows(run_dir, copy_of, common_csv, tmp_path, capsys):
+    """A partly labelled --calibration-data file: rows whose truth cells are all empty are
+    left out (not counted as wrong), for --target-accuracy and --calibrate alike, and said."""
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+
+    model = mixer.load(run_dir)
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    unlabelled = np.arange(len(frame)) % 3 == 0
+    half = frame.copy()
+    half.loc[unlabelled, ["hisco_1", "hisco_2"]] = ""
+    path = tmp_path / "partly.csv"
+    half.to_csv(path, index=False)
+    target = model.target(0.5, 0.9, labelled=str(path), truth_cols=["hisco_1", "hisco_2"])
+    labelled = frame[~unlabelled]
+    table = model.predict(labelled["occ1"])
+    truth = [frozenset(c for c in row if c) for row in labelled[["hisco_1", "hisco_2"]].to_numpy()]
+    correct = [t == p for t, p in zip(truth, code_sets(table))]
+    assert target.threshold == choose_threshold(table["confidence"], correct, 0.5, 0.1).threshold
+    assert target.rows_used == len(labelled)
+    assert f"less {unlabelled.sum()} without a true code in hisco_1, hisco_2" in target.rows
+    run = copy_of(run_dir)
+    assert predict_main(["--checkpoint", run, "--calibrate", "--calibration-data", str(path),
+                         "--calibration-truth-cols", "hisco_1", "hisco_2"]) == 0
+    assert f"on {len(labelled)} rows ({len(labelled)} labelled rows of partly.csv, less {unlabelled.sum()} " \
+           "without a true code" in capsys.readouterr().out
+    half[["hisco_1", "hisco_2"]] = ""
+    half.to_csv(path, index=False)
+    with pytest.raises(UserError, match=f"none of its {len(half)} rows has both a description .* and a true code"):
+        model.target(0.5, 0.9, labelled=str(path), truth_cols=["hisco_1", "hisco_2"])
+
+
 def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv, tmp_path):
     out, check, audit = tmp_path / "out.csv", tmp_path / "check.csv", tmp_path / "audit.csv"
     assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),

@@ -273,7 +273,8 @@ def read_scores(model_dir: str) -> pd.DataFrame:
 
 def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
               language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
-    """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
+    """Labelled rows of the user's own: a table with the true codes in `truth_cols` (a row
+    whose truth cells are all empty is not labelled: left out, and said in `rows`), or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
     stands for. A filled --to-check file is refused: it holds the least confident rows."""
     from mixer.data.audits import parse_audit
@@ -327,9 +328,11 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
                             f"it has: {', '.join(map(str, frame.columns[:12]))}")
         spelled = [code_column(frame, c, formatter).text.to_numpy(dtype=object) for c in truth_cols]
         truth = [tuple(sorted({c for c in row if c})) for row in zip(*spelled)]
-        keep = np.ones(len(frame), dtype=bool)
+        # a row whose truth cells are all empty is not labelled (as evaluate.py reads it): counted
+        # as a row, it would count as wrong (a partly labelled file, the usual case)
+        keep = np.asarray([bool(t) for t in truth], dtype=bool)
         text_col = input_col
-        rows = f"{len(frame):,} labelled rows of {os.path.basename(path)}"
+        rows = None  # said below, once the rows without a description are known too
     for column, flag in [(text_col, "--input-col"), *[(c, "a context column the model reads") for c in context_cols]]:
         if column not in frame.columns:
             raise UserError(f"{where}: no column {column!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
@@ -340,7 +343,18 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
         raise UserError(f"{where}: no column {language_col!r} (--language-col); the rows to code have one")
     else:
         langs = pd.Series([language] * len(frame), dtype=object)
-    keep &= texts.str.strip().ne("").to_numpy()
+    described = texts.str.strip().ne("").to_numpy()
+    if rows is None:  # a table with truth columns
+        unlabelled, undescribed = int((~keep).sum()), int((keep & ~described).sum())
+        left_out = [f"{unlabelled:,} without a true code in {', '.join(truth_cols)}"] if unlabelled else []
+        left_out += [f"{undescribed:,} without a description"] if undescribed else []
+        kept = int((keep & described).sum())
+        rows = f"{kept:,} labelled rows of {os.path.basename(path)}" + (
+            f", less {' and '.join(left_out)}" if left_out else "")
+        if not kept:
+            raise UserError(f"{where}: none of its {len(frame):,} rows has both a description ({text_col}) and "
+                            f"a true code ({', '.join(truth_cols)}); fill the true codes of some rows")
+    keep &= described
     context = frame[context_cols].reset_index(drop=True) if context_cols else None
     _, model_texts, _, desc_chars = model._inputs(texts.reset_index(drop=True), langs.reset_index(drop=True),
                                                   context, say_fit=False)
