@@ -379,8 +379,8 @@ def shorter_target(run_dir):
 
 @pytest.fixture
 def with_a_blank(common_csv, tmp_path):
-    """The first 20 rows of common_csv and one without a description (the 6th)."""
-    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False).head(20)
+    """common_csv with its 6th row's description emptied (spaces)."""
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
     frame.loc[5, "occ1"] = "  "
     path = tmp_path / "with_blank.csv"
     frame.to_csv(path, index=False)
@@ -403,8 +403,23 @@ def test_a_row_without_a_description_has_no_level_in_every_file(run_dir, with_a_
                          "--shorter-codes", "--code-levels", "1", "2", "3"]) == 0
     written = {".csv": lambda p: pd.read_csv(p, dtype={"coded": str}, keep_default_na=False, na_values=[""]),
                ".parquet": pd.read_parquet, ".dta": pd.read_stata}[suffix](out)
-    assert written["level"].isna().tolist() == [i == 5 for i in range(20)]
+    assert written["level"].isna().tolist() == [i == 5 for i in range(len(written))]
     assert set(written["level"].dropna().astype(int)) <= {1, 2, 3, 5}
+
+
+def test_rows_without_a_description_are_counted_beside_auto_and_check(run_dir, with_a_blank, tmp_path, capsys):
+    out = tmp_path / "out.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
+                         "--target-accuracy", "0.3", "--target-confidence", "0.9"]) == 0
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert written["coded"].tolist()[5] == "" and set(written["coded"].drop(index=5)) <= {"auto", "check"}
+    auto, check = (int((written["coded"] == kind).sum()) for kind in ("auto", "check"))
+    assert auto + check == len(written) - 1
+    err = capsys.readouterr().err
+    assert f"needs a check: {check:,} rows ({check / len(written):.1%}; " in err
+    assert f"; 1 rows ({1 / len(written):.1%}) without a description: no code" in err
+    result = json.load(open(f"{out}.provenance.json"))["result"]["coded"]["flat"]
+    assert (result["auto"], result["check"], result["no_description"]) == (auto, check, 1)
 
 
 def synthetic_rows(n=1000):

@@ -147,8 +147,9 @@ def code_sets(table: pd.DataFrame) -> list:
 
 
 def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFrame:
-    """A head's table with `coded` (auto | check) and, with shorter codes, the codes of rows
-    given at a coarser level cut to it (prob_k empty), `level` and `level_confidence`."""
+    """A head's table with `coded` (auto | check; Model.predict then empties it for a row
+    without a description) and, with shorter codes, the codes of rows given at a coarser
+    level cut to it (prob_k empty), `level` and `level_confidence`."""
     from mixer.coding.levels import prefix_set
     from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
 
