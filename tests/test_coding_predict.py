@@ -356,7 +356,7 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     assert given.sum() > (full["coded"] == "auto").sum()
     for row in np.flatnonzero((cut["level"] < 5).to_numpy() & given.to_numpy()):
         level = int(cut["level"].iloc[row])
-        assert cut[f"level_confidence"].iloc[row] >= shorter.threshold
+        assert cut["level_confidence_raw"].iloc[row] >= shorter.threshold
         whole = [c for c in model.predict(frame["occ1"].iloc[[row]])[["code_1", "code_2"]].iloc[0] if c]
         assert code_sets(cut.iloc[[row]])[0] == frozenset(c[:level] for c in whole)
     # without levels, the counting of shorter codes is choose_threshold's own test
@@ -420,6 +420,22 @@ def test_rows_without_a_description_are_counted_beside_auto_and_check(run_dir, w
     assert f"; 1 rows ({1 / len(written):.1%}) without a description: no code" in err
     result = json.load(open(f"{out}.provenance.json"))["result"]["coded"]["flat"]
     assert (result["auto"], result["check"], result["no_description"]) == (auto, check, 1)
+
+
+def test_the_level_confidence_says_it_is_on_the_raw_scale(trained, common_csv):
+    """Beside a calibrated confidence, the shorter code's confidence stays raw (the threshold's
+    scale) and its name says so, as confidence_raw's does."""
+    import mixer
+
+    model = mixer.load(trained)
+    target = model.target(0.3, 0.9, shorter_codes=True, levels=[1, 2, 3])
+    table = model.predict(pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"], target=target)
+    assert "level_confidence_raw" in table.columns and "level_confidence" not in table.columns
+    full = (table["level"] == 5).to_numpy()
+    np.testing.assert_array_equal(table["level_confidence_raw"][full], table["confidence_raw"][full])
+    assert not np.allclose(table["confidence"][full], table["confidence_raw"][full])  # calibrated beside it
+    auto = (table["coded"] == "auto").to_numpy()
+    assert (table["level_confidence_raw"][auto] >= target.threshold).all()
 
 
 def synthetic_rows(n=1000):

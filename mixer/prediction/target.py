@@ -34,7 +34,10 @@ from mixer.core.errors import UserError
 AUTO, CHECK = "auto", "check"
 CODED = "coded"  # auto | check
 LEVEL = "level"  # the length of the codes given: the full code's, or a prefix length
-LEVEL_CONFIDENCE = "level_confidence"  # the raw confidence of the codes as given
+# the confidence of the codes as given, on the raw scale (temperature 1) whatever the model's
+# calibration: the scale the threshold is compared on; the calibration is fit on the full
+# codes' confidence and says nothing of a prefix's, hence _raw, as confidence_raw
+LEVEL_CONFIDENCE = "level_confidence_raw"
 SCORES = "scores.parquet"
 SEP = " & "
 
@@ -149,7 +152,8 @@ def code_sets(table: pd.DataFrame) -> list:
 def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFrame:
     """A head's table with `coded` (auto | check; Model.predict then empties it for a row
     without a description) and, with shorter codes, the codes of rows given at a coarser
-    level cut to it (prob_k empty), `level` and `level_confidence`."""
+    level cut to it (prob_k empty), `level` and `level_confidence_raw` (raw scale, the
+    threshold's: LEVEL_CONFIDENCE)."""
     from mixer.coding.levels import prefix_set
     from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
 
