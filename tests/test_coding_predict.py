@@ -470,7 +470,7 @@ def test_shorter_codes_choose_by_the_guarantees_own_procedure():
     for rows_to_code in (None, 5000):
         never = targets._sequence(probe((1,), accuracy=0.999), table, truth, rows_to_code)
         assert never.threshold is None and never.note
-        with pytest.raises(UserError, match="cannot show accuracy 0.999 .*--shorter-codes$"):
+        with pytest.raises(UserError, match="cannot show accuracy 0.999 .*a lower --target-accuracy$"):
             never.check_reached()
 
 

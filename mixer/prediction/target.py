@@ -104,8 +104,8 @@ class Target:
         raise UserError(f"--target-accuracy {self.accuracy:g}: {self.rows_used:,} labelled rows ({self.rows}) "
                         f"cannot show accuracy {self.accuracy:g} at {self.confidence:g} confidence for "
                         f"the {self.head} head{more}; {self.note + '; ' if self.note and not self.needed else ''}"
-                        "pass more labelled rows (--calibration-data), a lower --target-accuracy, or "
-                        "--shorter-codes")
+                        "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
+                        + ("" if self.levels else ", or --shorter-codes"))
 
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
         """(each row's level: the length of the codes it is given, or 0 for a check; the raw
