@@ -351,6 +351,38 @@ def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_p
         model.target(0.5, labelled=str(strata))
 
 
+def test_rows_without_a_true_code_are_not_labelled_rows(run_dir, copy_of, common_csv, tmp_path, capsys):
+    """A partly labelled --calibration-data file: rows whose truth cells are all empty are
+    left out (not counted as wrong), for --target-accuracy and --calibrate alike, and said."""
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+
+    model = mixer.load(run_dir)
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    unlabelled = np.arange(len(frame)) % 3 == 0
+    half = frame.copy()
+    half.loc[unlabelled, ["hisco_1", "hisco_2"]] = ""
+    path = tmp_path / "partly.csv"
+    half.to_csv(path, index=False)
+    target = model.target(0.5, 0.9, labelled=str(path), truth_cols=["hisco_1", "hisco_2"])
+    labelled = frame[~unlabelled]
+    table = model.predict(labelled["occ1"])
+    truth = [frozenset(c for c in row if c) for row in labelled[["hisco_1", "hisco_2"]].to_numpy()]
+    correct = [t == p for t, p in zip(truth, code_sets(table))]
+    assert target.threshold == choose_threshold(table["confidence"], correct, 0.5, 0.1).threshold
+    assert target.rows_used == len(labelled)
+    assert f"less {unlabelled.sum()} without a true code in hisco_1, hisco_2" in target.rows
+    run = copy_of(run_dir)
+    assert predict_main(["--checkpoint", run, "--calibrate", "--calibration-data", str(path),
+                         "--calibration-truth-cols", "hisco_1", "hisco_2"]) == 0
+    assert f"on {len(labelled)} rows ({len(labelled)} labelled rows of partly.csv, less {unlabelled.sum()} " \
+           "without a true code" in capsys.readouterr().out
+    half[["hisco_1", "hisco_2"]] = ""
+    half.to_csv(path, index=False)
+    with pytest.raises(UserError, match=f"none of its {len(half)} rows has both a description .* and a true code"):
+        model.target(0.5, 0.9, labelled=str(path), truth_cols=["hisco_1", "hisco_2"])
+
+
 def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv, tmp_path):
     out, check, audit = tmp_path / "out.csv", tmp_path / "check.csv", tmp_path / "audit.csv"
     assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
@@ -385,7 +417,7 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     assert given.sum() > (full["coded"] == "auto").sum()
     for row in np.flatnonzero((cut["level"] < 5).to_numpy() & given.to_numpy()):
         level = int(cut["level"].iloc[row])
-        assert cut[f"level_confidence"].iloc[row] >= shorter.threshold
+        assert cut["level_confidence_raw"].iloc[row] >= shorter.threshold
         whole = [c for c in model.predict(frame["occ1"].iloc[[row]])[["code_1", "code_2"]].iloc[0] if c]
         assert code_sets(cut.iloc[[row]])[0] == frozenset(c[:level] for c in whole)
     # without levels, the counting of shorter codes is choose_threshold's own test
@@ -393,10 +425,122 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     table = model._predictor.predict(rows["text"], rows["lang"], "flat")
     truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
     probe = targets.Target("flat", 0.5, 0.9, None, (), 5, "", None, 0.0, len(rows), "")
-    by_counts = targets._levels_sequence(probe, table, truth, targets.code_sets(table), None)
-    assert by_counts.threshold == plain.threshold
+    assert targets._sequence(probe, table, truth, None).threshold == plain.threshold
     with pytest.raises(UserError, match="--code-levels"):
         model.target(0.5, shorter_codes=True)  # a code system of the user's: no levels known
+
+
+@pytest.fixture(scope="module")
+def shorter_target(run_dir):
+    import mixer
+
+    model = mixer.load(run_dir)
+    return model, model.target(0.5, 0.9, shorter_codes=True, levels=[1, 2, 3])
+
+
+@pytest.fixture
+def with_a_blank(common_csv, tmp_path):
+    """common_csv with its 6th row's description emptied (spaces)."""
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    frame.loc[5, "occ1"] = "  "
+    path = tmp_path / "with_blank.csv"
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def test_a_row_without_a_description_has_no_level_in_the_api(shorter_target):
+    model, target = shorter_target
+    table = model.predict(["farmer", "", "labourer"], target=target)
+    assert table["level"].isna().tolist() == [False, True, False]
+    assert table["coded"].iloc[1] == "" and np.isnan(table["confidence"].iloc[1])
+    assert set(table["level"].dropna().astype(int)) <= {1, 2, 3, 5}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".dta"])
+def test_a_row_without_a_description_has_no_level_in_every_file(run_dir, with_a_blank, tmp_path, suffix):
+    out = tmp_path / f"out{suffix}"
+    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
+                         "--target-accuracy", "0.2", "--target-confidence", "0.9",
+                         "--shorter-codes", "--code-levels", "1", "2", "3"]) == 0
+    written = {".csv": lambda p: pd.read_csv(p, dtype={"coded": str}, keep_default_na=False, na_values=[""]),
+               ".parquet": pd.read_parquet, ".dta": pd.read_stata}[suffix](out)
+    assert written["level"].isna().tolist() == [i == 5 for i in range(len(written))]
+    assert set(written["level"].dropna().astype(int)) <= {1, 2, 3, 5}
+
+
+def test_rows_without_a_description_are_counted_beside_auto_and_check(run_dir, with_a_blank, tmp_path, capsys):
+    out = tmp_path / "out.csv"
+    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
+                         "--target-accuracy", "0.3", "--target-confidence", "0.9"]) == 0
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert written["coded"].tolist()[5] == "" and set(written["coded"].drop(index=5)) <= {"auto", "check"}
+    auto, check = (int((written["coded"] == kind).sum()) for kind in ("auto", "check"))
+    assert auto + check == len(written) - 1
+    err = capsys.readouterr().err
+    assert f"needs a check: {check:,} rows ({check / len(written):.1%}; " in err
+    assert f"; 1 rows ({1 / len(written):.1%}) without a description: no code" in err
+    result = json.load(open(f"{out}.provenance.json"))["result"]["coded"]["flat"]
+    assert (result["auto"], result["check"], result["no_description"]) == (auto, check, 1)
+
+
+def test_the_level_confidence_says_it_is_on_the_raw_scale(trained, common_csv):
+    """Beside a calibrated confidence, the shorter code's confidence stays raw (the threshold's
+    scale) and its name says so, as confidence_raw's does."""
+    import mixer
+
+    model = mixer.load(trained)
+    target = model.target(0.3, 0.9, shorter_codes=True, levels=[1, 2, 3])
+    table = model.predict(pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"], target=target)
+    assert "level_confidence_raw" in table.columns and "level_confidence" not in table.columns
+    full = (table["level"] == 5).to_numpy()
+    np.testing.assert_array_equal(table["level_confidence_raw"][full], table["confidence_raw"][full])
+    assert not np.allclose(table["confidence"][full], table["confidence_raw"][full])  # calibrated beside it
+    auto = (table["coded"] == "auto").to_numpy()
+    assert (table["level_confidence_raw"][auto] >= target.threshold).all()
+
+
+def synthetic_rows(n=1000):
+    """Rows whose accuracy rises with their confidence, the most confident one wrong, and a
+    coarser level (1 character) that never passes: shorter codes can change nothing."""
+    rng = np.random.default_rng(0)
+    confidence = np.sort(rng.uniform(0.0, 1.0, n))[::-1]
+    right = rng.uniform(size=n) < 0.8 + 0.2 * confidence
+    right[0] = False
+    table = pd.DataFrame({"code_1": np.where(right, "11111", "22222"), "prob_1": confidence,
+                          "confidence": confidence, "level_confidence_1": np.zeros(n)})
+    return table, [("11111",)] * n
+
+
+def test_shorter_codes_choose_by_the_guarantees_own_procedure():
+    """The levels path is mixer.coding.guarantee's (START included): with a level that never
+    passes it chooses what the plain path chooses; an unreachable target is the one-line
+    refusal, not a crash in the count of the rows it would take."""
+    from mixer.coding import guarantee
+    from mixer.prediction import target as targets
+
+    table, truth = synthetic_rows()
+    def probe(levels, accuracy=0.9):
+        return targets.Target("flat", accuracy, 0.95, None, levels, 5, "", None, 0.0, len(table), "synthetic")
+
+    plain = targets._sequence(probe(()), table.drop(columns="level_confidence_1"), truth, None)
+    cut = targets._sequence(probe((1,)), table, truth, None)
+    assert plain.threshold is not None and cut.threshold == plain.threshold
+    assert cut.coded_share == plain.coded_share and cut.bound == plain.bound
+    assert f"the first point tested one with rows to pass {guarantee.START:g}" in cut.procedure
+    assert "counted at the level they are given" in cut.procedure
+    for rows_to_code in (None, 5000):
+        never = targets._sequence(probe((1,), accuracy=0.999), table, truth, rows_to_code)
+        assert never.threshold is None and never.note
+        with pytest.raises(UserError, match="cannot show accuracy 0.999 .*a lower --target-accuracy$"):
+            never.check_reached()
+
+
+def test_an_unreachable_target_with_shorter_codes_is_refused_in_one_line(run_dir, common_csv, tmp_path):
+    out = tmp_path / "never.csv"
+    with pytest.raises(UserError, match="cannot show accuracy 0.99 "):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+                      "--target-accuracy", "0.99", "--shorter-codes", "--code-levels", "1", "2", "3"])
+    assert not os.listdir(tmp_path)
 
 
 # ------------------------------------------------------------------ lookup

@@ -408,11 +408,16 @@ def blank_descriptions(texts: pd.Series) -> np.ndarray:
 
 def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     """A code table with nothing in `rows`: no code, description or mark (""), no
-    probability or confidence (NaN)."""
+    probability or confidence (NaN), no whole number (a shorter code's `level`: the column
+    becomes pandas' nullable Int64, the rows <NA>, an empty cell in a file)."""
     if not rows.any():
         return table
     table = table.copy()
     for column in table.columns:
+        if pd.api.types.is_integer_dtype(table[column]):
+            table[column] = table[column].astype("Int64")
+            table.loc[rows, column] = pd.NA
+            continue
         numeric = column.startswith("prob_") or pd.api.types.is_float_dtype(table[column])
         table.loc[rows, column] = np.nan if numeric else ""
     return table

@@ -29,6 +29,7 @@ class Coding:
         self.by_source = {"lookup": 0, "model": 0}
         self.by_coded = {head: {"auto": 0, "check": 0} for head in self.targets}
         self.by_level = {head: {} for head in self.targets}
+        self.no_description = {head: 0 for head in self.targets}  # coded "": nothing to code
         self.inputs = {"all": [], "lookup": [], **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")}}
 
     @property
@@ -70,6 +71,7 @@ class Coding:
                 rows = (coded == kind) & ~lookup
                 self.by_coded[head][kind] += int(rows.sum())
                 self.inputs[f"{head}:{kind}"].append(np.unique(hashed[rows]))
+            self.no_description[head] += int(((coded == "") & ~lookup).sum())
             if f"{prefix}level" in predicted.columns:
                 levels = predicted[f"{prefix}level"].to_numpy()[(coded == "auto") & ~lookup]
                 for level, count in zip(*np.unique(levels, return_counts=True)):
@@ -114,13 +116,15 @@ class Coding:
                              "lookup_distinct": self._distinct("lookup")}
         for head, counts in self.by_coded.items():
             out.setdefault("coded", {})[head] = {
-                **counts, "auto_distinct": self._distinct(f"{head}:auto"),
+                **counts, "no_description": self.no_description[head],
+                "auto_distinct": self._distinct(f"{head}:auto"),
                 "check_distinct": self._distinct(f"{head}:check"),
                 "auto_by_level": {str(k): v for k, v in sorted(self.by_level[head].items(), reverse=True)}}
         return out
 
     def report(self) -> list:
-        """The lines printed at the end: rows per source, and per head the shares auto and check."""
+        """The lines printed at the end: rows per source, and per head the shares auto and check,
+        and the rows without a description (coded "": no code), so that the shares add up."""
         lines = []
         rows, distinct = max(self.rows, 1), max(self._distinct("all"), 1)
         if self.lookup is not None:
@@ -137,7 +141,9 @@ class Coding:
                          f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
                          f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
                          f"needs a check: {check:,} rows ({check / rows:.1%}; "
-                         f"{self._distinct(head + ':check') / distinct:.1%} of distinct inputs)")
+                         f"{self._distinct(head + ':check') / distinct:.1%} of distinct inputs)"
+                         + (f"; {blank:,} rows ({blank / rows:.1%}) without a description: no code"
+                            if (blank := self.no_description[head]) else ""))
         return lines
 
 

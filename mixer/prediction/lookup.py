@@ -206,7 +206,7 @@ def apply_lookup(table: pd.DataFrame, entries: np.ndarray, lookup: Lookup, descr
                 out.loc[out.index[rows], f"prob_{k + 1}"] = np.nan
             if f"desc_{k + 1}" in out.columns:
                 out.loc[out.index[rows], f"desc_{k + 1}"] = [description_of.get(c, "") for c in values]
-        for column in ("confidence", "confidence_raw", "level_confidence"):
+        for column in ("confidence", "confidence_raw", "level_confidence_raw"):
             if column in out.columns:
                 out.loc[out.index[rows], column] = np.nan
         if "coded" in out.columns:

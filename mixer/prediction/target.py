@@ -15,13 +15,13 @@ the lookup codes are not the model's to code.
 With shorter codes (--shorter-codes), a row whose full code set misses the threshold gets
 its codes cut to the longest prefix length of its code system (mixer.coding.levels)
 whose confidence passes the same threshold; the guarantee then counts each row right at
-the level it is given, and the threshold is chosen by the same fixed sequence over the
-same grid, each grid point's coded rows counted by that rule.
+the level it is given, and the threshold is chosen by mixer.coding.guarantee's own
+procedure (choose_with_levels: the same fixed sequence over the same grid, START
+included), each grid point's coded rows counted by that rule.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -34,7 +34,10 @@ from mixer.core.errors import UserError
 AUTO, CHECK = "auto", "check"
 CODED = "coded"  # auto | check
 LEVEL = "level"  # the length of the codes given: the full code's, or a prefix length
-LEVEL_CONFIDENCE = "level_confidence"  # the raw confidence of the codes as given
+# the confidence of the codes as given, on the raw scale (temperature 1) whatever the model's
+# calibration: the scale the threshold is compared on; the calibration is fit on the full
+# codes' confidence and says nothing of a prefix's, hence _raw, as confidence_raw
+LEVEL_CONFIDENCE = "level_confidence_raw"
 SCORES = "scores.parquet"
 SEP = " & "
 
@@ -101,8 +104,8 @@ class Target:
         raise UserError(f"--target-accuracy {self.accuracy:g}: {self.rows_used:,} labelled rows ({self.rows}) "
                         f"cannot show accuracy {self.accuracy:g} at {self.confidence:g} confidence for "
                         f"the {self.head} head{more}; {self.note + '; ' if self.note and not self.needed else ''}"
-                        "pass more labelled rows (--calibration-data), a lower --target-accuracy, or "
-                        "--shorter-codes")
+                        "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
+                        + ("" if self.levels else ", or --shorter-codes"))
 
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
         """(each row's level: the length of the codes it is given, or 0 for a check; the raw
@@ -147,8 +150,10 @@ def code_sets(table: pd.DataFrame) -> list:
 
 
 def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFrame:
-    """A head's table with `coded` (auto | check) and, with shorter codes, the codes of rows
-    given at a coarser level cut to it (prob_k empty), `level` and `level_confidence`."""
+    """A head's table with `coded` (auto | check; Model.predict then empties it for a row
+    without a description) and, with shorter codes, the codes of rows given at a coarser
+    level cut to it (prob_k empty), `level` and `level_confidence_raw` (raw scale, the
+    threshold's: LEVEL_CONFIDENCE)."""
     from mixer.coding.levels import prefix_set
     from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
 
@@ -273,7 +278,8 @@ def read_scores(model_dir: str) -> pd.DataFrame:
 
 def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
               language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
-    """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
+    """Labelled rows of the user's own: a table with the true codes in `truth_cols` (a row
+    whose truth cells are all empty is not labelled: left out, and said in `rows`), or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
     stands for. A filled --to-check file is refused: it holds the least confident rows."""
     from mixer.data.audits import parse_audit
@@ -327,9 +333,11 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
                             f"it has: {', '.join(map(str, frame.columns[:12]))}")
         spelled = [code_column(frame, c, formatter).text.to_numpy(dtype=object) for c in truth_cols]
         truth = [tuple(sorted({c for c in row if c})) for row in zip(*spelled)]
-        keep = np.ones(len(frame), dtype=bool)
+        # a row whose truth cells are all empty is not labelled (as evaluate.py reads it): counted
+        # as a row, it would count as wrong (a partly labelled file, the usual case)
+        keep = np.asarray([bool(t) for t in truth], dtype=bool)
         text_col = input_col
-        rows = f"{len(frame):,} labelled rows of {os.path.basename(path)}"
+        rows = None  # said below, once the rows without a description are known too
     for column, flag in [(text_col, "--input-col"), *[(c, "a context column the model reads") for c in context_cols]]:
         if column not in frame.columns:
             raise UserError(f"{where}: no column {column!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
@@ -340,7 +348,18 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
         raise UserError(f"{where}: no column {language_col!r} (--language-col); the rows to code have one")
     else:
         langs = pd.Series([language] * len(frame), dtype=object)
-    keep &= texts.str.strip().ne("").to_numpy()
+    described = texts.str.strip().ne("").to_numpy()
+    if rows is None:  # a table with truth columns
+        unlabelled, undescribed = int((~keep).sum()), int((keep & ~described).sum())
+        left_out = [f"{unlabelled:,} without a true code in {', '.join(truth_cols)}"] if unlabelled else []
+        left_out += [f"{undescribed:,} without a description"] if undescribed else []
+        kept = int((keep & described).sum())
+        rows = f"{kept:,} labelled rows of {os.path.basename(path)}" + (
+            f", less {' and '.join(left_out)}" if left_out else "")
+        if not kept:
+            raise UserError(f"{where}: none of its {len(frame):,} rows has both a description ({text_col}) and "
+                            f"a true code ({', '.join(truth_cols)}); fill the true codes of some rows")
+    keep &= described
     context = frame[context_cols].reset_index(drop=True) if context_cols else None
     _, model_texts, _, desc_chars = model._inputs(texts.reset_index(drop=True), langs.reset_index(drop=True),
                                                   context, say_fit=False)
@@ -393,23 +412,25 @@ def _right_given(right: dict, level: np.ndarray) -> np.ndarray:
 
 
 def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> Target:
-    """Learn-then-Test's fixed sequence over mixer.coding.guarantee.GRID with the coded rows of
-    each grid point counted by the level rule; without levels exactly choose_threshold."""
+    """mixer.coding.guarantee's procedure, written there once: choose_threshold on the rows'
+    confidence, or with shorter codes choose_with_levels, each grid point's rows counted
+    at the level the rule gives them (levels_given) and right at it."""
     import dataclasses
 
     from mixer.coding import guarantee
 
     predicted = code_sets(table)
     delta = 1.0 - probe.confidence
-    if not probe.levels:
-        choice = guarantee.choose_threshold(table["confidence"].to_numpy(dtype=np.float64),
-                                            [set(t) == set(p) for t, p in zip(truth, predicted)],
-                                            probe.accuracy, delta, rows_to_code)
-        target = dataclasses.replace(probe, threshold=choice.threshold, procedure=choice.procedure,
-                                     bound=choice.bound, coded_share=choice.coded_share, needed=choice.needed,
-                                     note=choice.note)
+    confidences, corrects = _by_level(probe, table, truth, predicted)
+    if probe.levels:
+        choice, _ = guarantee.choose_with_levels(confidences, corrects, probe.accuracy, delta, rows_to_code)
     else:
-        target = _levels_sequence(probe, table, truth, predicted, rows_to_code)
+        choice = guarantee.choose_threshold(confidences[0], corrects[0], probe.accuracy, delta, rows_to_code)
+    procedure = choice.procedure
+    if probe.levels:
+        procedure += ", each grid point's coded rows counted at the level they are given (shorter codes)"
+    target = dataclasses.replace(probe, threshold=choice.threshold, procedure=procedure, bound=choice.bound,
+                                 coded_share=choice.coded_share, needed=choice.needed, note=choice.note)
     if target.threshold is not None:
         level, _ = target.levels_given(table)
         right = _right_given(right_by_level(truth, predicted, target.levels, target.full_length), level)
@@ -418,58 +439,20 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
     return target
 
 
-def _levels_sequence(probe: Target, table, truth, predicted, rows_to_code) -> Target:
-    """The fixed sequence where a row's level depends on the threshold: at each grid point,
-    the rows coded (at the level the rule gives them) and those right at it."""
-    import dataclasses
+def _by_level(probe: Target, table: pd.DataFrame, truth: list, predicted: list) -> tuple:
+    """(per level, the full code first and then the prefix lengths longest first: each row's
+    raw confidence, and whether its codes cut to that level are right), as
+    mixer.coding.guarantee.level_counts reads them. A row whose codes have no coarser class
+    (HISCO's -1..-3) never passes a prefix level, as Target.levels_given has it."""
+    from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
 
-    from mixer.coding import guarantee
-
-    n = len(table)
-    grid = guarantee.GRID
-    coded = np.zeros(len(grid), dtype=np.int64)
-    right = np.zeros(len(grid), dtype=np.int64)
-    by_level = right_by_level(truth, predicted, probe.levels, probe.full_length)
-    shortenable = _shortenable(table)
-    for j, t in enumerate(grid):
-        level, _ = dataclasses.replace(probe, threshold=float(t)).levels_given(table, shortenable)
-        coded[j] = int((level > 0).sum())
-        right[j] = int(_right_given(by_level, level).sum())
-        if coded[j] == n and (level == probe.full_length).all():  # every later point codes every row alike
-            coded[j + 1:], right[j + 1:] = coded[j], right[j]
-            break
-    return _fixed_sequence(probe, coded, right, n, rows_to_code)
-
-
-def _fixed_sequence(probe: Target, coded: np.ndarray, right: np.ndarray, n: int, rows_to_code) -> Target:
-    """mixer.coding.guarantee.choose_threshold's test, on counts per grid point."""
-    import dataclasses
-
-    from mixer.coding import guarantee
-
-    target, delta = probe.accuracy, 1.0 - probe.confidence
-    new_rows = guarantee._rows_to_code_at(rows_to_code, coded, n)
-    if new_rows is None:
-        delta_test, targets = delta, np.full(len(guarantee.GRID), target)
-    else:
-        delta_test = delta * (1.0 - guarantee.REST_SHARE)
-        targets = np.array([guarantee.rest_target(int(m), target, delta * guarantee.REST_SHARE) for m in new_rows])
-    procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
-                 "mixer.coding.guarantee.GRID from the most confident end, each grid point's coded rows "
-                 "counted at the level they are given (shorter codes)")
-    testable = (coded > 0) & (targets < 1.0) & (coded * np.log(np.maximum(targets, 1e-300)) <= math.log(delta_test))
-    p_values = np.ones(len(coded))
-    if testable.any():
-        p_values[testable] = guarantee.binomial_upper_tail(right[testable], coded[testable], targets[testable])
-    chosen = None
-    for j in np.flatnonzero(testable):
-        if p_values[j] > delta_test:
-            break
-        chosen = j
-    if chosen is None:
-        needed = guarantee._needed(coded, right, targets, delta_test, n) if n else None
-        return dataclasses.replace(probe, procedure=procedure, needed=needed,
-                                   note="" if needed else "no threshold reaches it on these rows")
-    return dataclasses.replace(probe, threshold=float(guarantee.GRID[chosen]), procedure=procedure,
-                               bound=guarantee.lower_bound(int(right[chosen]), int(coded[chosen]), delta_test),
-                               coded_share=float(coded[chosen] / n))
+    right = right_by_level(truth, predicted, probe.levels, probe.full_length)
+    confidences = [table["confidence"].to_numpy(dtype=np.float64)]
+    corrects = [right[probe.full_length]]
+    if probe.levels:
+        shortenable = _shortenable(table)
+        for length in probe.levels:
+            at = table[AT.format(length)].to_numpy(dtype=np.float64)
+            confidences.append(np.where(shortenable, at, -np.inf))
+            corrects.append(right[int(length)])
+    return confidences, corrects
