@@ -663,3 +663,19 @@ def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, co
     made = [json.load(open(f"{path}.provenance.json")) for path in (one, two)]
     assert made[0]["target"] == made[1]["target"]
     assert made[0]["result"] == made[1]["result"]
+
+
+def test_the_best_model_of_a_run_that_has_not_ended_is_named_as_such(trained, tmp_path, common_csv):
+    """Review of issue 37: RUN/best of a running or stopped run has no scores.parquet yet;
+    --target-accuracy blamed an earlier version and a missing args.yaml."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    best = run / "best"
+    best.mkdir()
+    for name in ("config.json", "key.csv", "model.safetensors", "encoder", "tokenizer"):
+        source = run / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, best / name)
+    with pytest.raises(UserError, match=r"best has no scores.parquet yet: a run writes it for its best model when "
+                                        r"it ends; let the run finish"):
+        predict_main(["--checkpoint", str(best), "--input", common_csv, "--output", str(tmp_path / "o.csv"),
+                      "--target-accuracy", "0.3"])

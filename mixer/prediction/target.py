@@ -200,9 +200,14 @@ def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accura
         return Labelled(held["text"].to_numpy(dtype=object), held["lang"].astype(str).to_numpy(dtype=object),
                         truth, f"the {len(held):,} scored rows of {name} that chose nothing ({SCORES}, chose false)",
                         desc_chars=_scored_desc_chars(model_dir, held))
+    parent = os.path.dirname(os.path.normpath(model_dir))
+    if name == "best" and os.path.exists(os.path.join(parent, "args.yaml")):
+        raise UserError(f"{flag}: {model_dir} has no {SCORES} yet: a run writes it for its best model when it "
+                        f"ends; let the run finish (or resume it), or {own}")
     why = only_measured(model_dir)
     if why:
-        raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run from before it) and its validation rows "
+        raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run writes it when it ends: this one has not "
+                        f"ended, was stopped, or is from an earlier version) and its validation rows "
                         f"{why}; {own}")
     from mixer.data.prepare import load_prepared
 
