@@ -210,7 +210,7 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     """The input's rows the model codes: all of them, less those a lookup covers."""
     from mixer.core.config import table_options
     from mixer.data.reading import count_rows, iter_chunks
-    from mixer.prediction.predict_job import text_column
+    from mixer.prediction.outputs import text_column
 
     options = table_options(vars(args), "input")
     if lookup is None:

@@ -22,6 +22,12 @@ import torch
 
 from mixer.core.errors import UserError
 
+
+def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
+    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
+    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
+
+
 WHATS = ("codes", "probs", "bin", "logits")
 COLUMN_STYLES = ("mixer", "occcanine")
 NO_PRED = "No pred"  # OccCANINE's description of an empty slot

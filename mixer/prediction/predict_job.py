@@ -21,12 +21,8 @@ from mixer.data.reading import check_input_path, check_input_table, iter_chunks,
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model, blank_descriptions
+from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
-
-
-def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
-    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
-    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
 
 
 def predict_file(args) -> None:
