@@ -5,7 +5,9 @@
 #   bash benchmarks/gpu_smoke.sh [--out DIR]
 # On a machine without the quickstart encoder's package, first run here
 #   python benchmarks/minilm_pack.py pack .carry/minilm-l6-fp16
-# and carry .carry/ along (see docs/gpu.md).
+# and carry .carry/ along (see docs/gpu.md). A machine without network that lacks the
+# pure-Python packages of requirements.txt gets them the same way:
+#   pip install --target .carry/pylib anyascii==0.3.3 Unidecode==1.4.0   (then PYTHONPATH=.carry/pylib there)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
