@@ -167,8 +167,14 @@ def head_entry(confidence, correct) -> dict:
 def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:
     """Confidences calibrated by one head's entry of calibration.json (head_entry's): its
     temperature and its bias (0 where an entry has none); unchanged for None."""
+    return calibrate(confidence, *scaling_of(entry))
+
+
+def scaling_of(entry: Optional[dict]) -> tuple:
+    """(temperature, bias) of one head's entry of calibration.json: (1.0, 0.0) for none,
+    bias 0 for an entry without one."""
     entry = entry or {}
-    return calibrate(confidence, float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
+    return float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0))
 
 
 def write_calibration(model_dir: str, heads: dict, rows: str) -> str:
@@ -197,8 +203,7 @@ def temperature(model_dir: str, head: str) -> float:
 
 def scaling(model_dir: str, head: str) -> tuple:
     """(temperature, bias) stored for a head: (1.0, 0.0) when none is stored."""
-    stored = (read_calibration(model_dir) or {}).get("heads", {}).get(head, {})
-    return float(stored.get("temperature", 1.0)), float(stored.get("bias", 0.0))
+    return scaling_of((read_calibration(model_dir) or {}).get("heads", {}).get(head))
 
 
 def calibrated(model_dir: str, head: str, confidence) -> np.ndarray:

@@ -249,11 +249,10 @@ class Predictor:
 def read_scalings(model_dir: Optional[str]) -> dict:
     """{head: (temperature, bias)} from a model directory's calibration.json, for the heads
     it moves (none: {})."""
-    from mixer.coding.calibration import read_calibration
+    from mixer.coding.calibration import read_calibration, scaling_of
 
     stored = (read_calibration(model_dir) if model_dir else None) or {}
-    scalings = {head: (float(entry.get("temperature", 1.0)), float(entry.get("bias", 0.0)))
-                for head, entry in (stored.get("heads") or {}).items()}
+    scalings = {head: scaling_of(entry) for head, entry in (stored.get("heads") or {}).items()}
     return {head: scaling for head, scaling in scalings.items() if scaling != (1.0, 0.0)}
 
 
