@@ -22,7 +22,8 @@ def main(argv=None) -> int:
     from mixer.cli.parsing import Parser, positive_int
     from mixer.core.config import TableOptions
     from mixer.core.errors import UserError
-    from mixer.data import audits
+    from mixer.audit import file as audit_file
+    from mixer.audit import verdicts
     from mixer.data.reading import as_text, read_table, require_columns
     from mixer.data.writing import write_table
 
@@ -35,14 +36,14 @@ def main(argv=None) -> int:
                              "the others stay blank")
     args = parser.parse_args(argv)
     frame = read_table(args.audit, TableOptions(role="audit"))
-    audit = audits.parse_audit(frame, args.audit, "audit")
+    audit = verdicts.parse_audit(frame, args.audit, "audit")
     if audit.design.unit != "rows":
         raise UserError(f"{args.audit}: an audit of descriptions has no row's own codes to copy")
     require_columns(frame, args.truth_cols, args.audit, {c: "--truth-cols" for c in args.truth_cols})
     checked = len(frame) if args.rows is None else min(args.rows, len(frame))
     for k, column in enumerate(args.truth_cols):
         filled = as_text(frame[column]).str.strip()
-        frame[audits.TRUE_CODE.format(k + 1)] = filled.where(frame.index < checked, "")
+        frame[audit_file.TRUE_CODE.format(k + 1)] = filled.where(frame.index < checked, "")
     write_table(frame, args.audit, "audit")
     print(f"{args.audit}: true_code_1.. of {checked} of {len(frame)} rows filled from "
           f"{', '.join(args.truth_cols)} (a simulation of the hand check)")

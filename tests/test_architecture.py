@@ -27,6 +27,7 @@ LAYERS = [
     ("models",),
     ("coding",),
     ("reporting",),
+    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.guards)
     ("training", "prediction"),
     ("cli",),
     ("mixer",),

@@ -9,17 +9,21 @@ import math
 import os
 import re
 import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TINY, TOY, assert_same_predictions
+from conftest import ROOT, TINY, TOY, assert_same_predictions, env_for_subprocess
+from mixer.audit import file as audit_file
+from mixer.audit import statistics as stats
+from mixer.audit import train_on
+from mixer.audit.draw import PROBABILITY_UNITS
+from mixer.audit.verdicts import read_audit
 from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
 from mixer.core.errors import UserError
-from mixer.data import audits
-from mixer.prediction.audit import PROBABILITY_UNITS
-from mixer.reporting import audit as stats
 from mixer.reporting.evaluation import group_order
 from test_audit_statistics import bottom_k
 
@@ -319,7 +323,7 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
     assert len(pd.read_parquet(run / "data_train.parquet")) == 110 + len(filled)  # 121 rows, 11 for validation
     with open(run / "config.json", encoding="utf-8") as handle:
         audited = json.load(handle)["audited"]
-    assert sorted(set(audits.description_keys(filled["occ1"]))) == audited
+    assert sorted(set(audit_file.description_keys(filled["occ1"]))) == audited
     # a run that starts from it keeps them
     assert finetune_main([*argv, "--save-path", str(tmp_path / "after"), "--initial-checkpoint", str(run)]) == 0
     with open(tmp_path / "after" / "config.json", encoding="utf-8") as handle:
@@ -358,23 +362,23 @@ def test_an_audit_reads_its_codes_as_the_model_spells_them():
     text = pd.DataFrame({"code_1": ["06510", "6510", " 06510 ", "-1"], "code_2": ["", "", "14120", ""]})
     decimals = pd.DataFrame({"code_1": ["6510.0", "14120.0", ""]})  # a CSV column as a spreadsheet writes numbers
     numbers = frame_as_text(pd.DataFrame({"code_1": [6510.0, 14120.0, np.nan]}), "test")  # Excel, Stata, Parquet
-    assert audits.canonical_codes(text, ["code_1", "code_2"], hisco).tolist() == \
+    assert audit_file.canonical_codes(text, ["code_1", "code_2"], hisco).tolist() == \
         ["06510|", "06510|", "06510|14120", "-1|"]
-    assert audits.canonical_codes(text, ["code_1", "code_2"], padded).tolist() == \
+    assert audit_file.canonical_codes(text, ["code_1", "code_2"], padded).tolist() == \
         ["06510|", "06510|", "06510|14120", "-1|"]
     for unknown in (toy, fixed):  # a text column of a code system without a width: as written
-        assert audits.canonical_codes(text, ["code_1"], unknown).tolist() == ["06510", "6510", "06510", "-1"]
+        assert audit_file.canonical_codes(text, ["code_1"], unknown).tolist() == ["06510", "6510", "06510", "-1"]
     for frame in (decimals, numbers):  # numbers keep no zeros: the block size is their width
         for formatter in (hisco, fixed, toy):
-            assert audits.canonical_codes(frame, ["code_1"], formatter).tolist() == ["06510", "14120", ""]
-    assert audits.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
+            assert audit_file.canonical_codes(frame, ["code_1"], formatter).tolist() == ["06510", "14120", ""]
+    assert audit_file.canonical_codes(pd.DataFrame({"code_1": ["1,12,0"]}), ["code_1"], parts).tolist() == ["1,12,0"]
 
 
 def drawn_without_a_model(formatter, codes: list, path, inputs=None, **request) -> pd.DataFrame:
     """An audit of every row (or `size` rows) of a small table whose predicted codes are
     given: the draw of predict.py and Model.audit, without a model (`request`: by=, unit=,
     size=, seed=, as AuditRequest takes them)."""
-    from mixer.prediction.audit import AuditDraw, AuditRequest, write_audit
+    from mixer.audit.draw import AuditDraw, AuditRequest, write_audit
 
     frame = pd.DataFrame({"occ1": [f"occupation {i}" for i in range(len(codes))], **(inputs or {})})
     predicted = pd.DataFrame({"code_1": codes, "prob_1": [0.9] * len(codes)})
@@ -425,7 +429,7 @@ def test_an_audit_names_the_input_columns_through_the_one_naming_step(tmp_path):
                                            "true_code_7_input", parish]
         assert list(table.columns)[6:] == ["code_1", "prob_1", "correct", "true_code_1", "note", "audit_check",
                                            "audit"]
-        audit = audits.read_audit(str(tmp_path / name))
+        audit = read_audit(str(tmp_path / name))
         assert audit.true_columns == ["true_code_1"] and audit.design.audit_text_col == "occ1"
         assert audit.frame["code_1"].tolist() == table["code_1"].tolist()
         assert sorted(audit.frame["code_1"]) == ["-1", "06510", "14120"]
@@ -465,7 +469,7 @@ def test_an_audit_all_right_or_all_wrong_is_scored_with_its_picture(tmp_path, mo
     at 0) exactly, the picture's error bars are clipped at 0, and the table and the picture
     are written together: when the picture cannot be drawn, neither is (the table was
     written first, then the plot raised 'yerr must not contain negative values')."""
-    from mixer.reporting import audit_scores
+    from mixer.audit import scores as audit_scores
 
     path = tmp_path / "audit.csv"
     parish = ["A"] * 300 + ["B"] * 300
@@ -608,7 +612,7 @@ def test_a_row_cleared_in_a_spreadsheet_is_skipped(tmp_path, capsys):
 def test_an_audit_with_verdicts_is_never_overwritten(example, tmp_path):
     """Drawing again to a file that holds a filled audit (any format, or re-saved in
     cp1252) is refused before any work; an audit not yet filled may be drawn again."""
-    from mixer.prediction.audit import AuditRequest
+    from mixer.audit.draw import AuditRequest
 
     for name in ("audit.csv", "audit.xlsx"):
         path = tmp_path / name
@@ -635,6 +639,27 @@ def test_an_audit_with_verdicts_is_never_overwritten(example, tmp_path):
     assert filled.read_bytes() == before
 
 
+def test_the_audit_guards_come_with_any_import_of_mixer(tmp_path):
+    """mixer.data knows the audit only by what it registers (mixer.data.guards, from
+    mixer/__init__.py): the writer imported alone refuses to replace a filled audit, and
+    `import mixer` still loads no pandas."""
+    filled = tmp_path / "audit.csv"
+    filled.write_text("occ1,audit,audit_check,correct\nfarmer,x,y,yes\n")
+    code = ("import sys\n"
+            "import mixer\n"
+            "assert 'pandas' not in sys.modules\n"
+            "from mixer.core.errors import UserError\n"
+            "from mixer.data.writing import check_output_path\n"
+            "try:\n"
+            f"    check_output_path({str(filled)!r}, '--output', {{}})\n"
+            "except UserError as exc:\n"
+            "    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env=env_for_subprocess(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "an audit with verdicts in it, which this would replace" in proc.stdout
+
+
 def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, small_csv, tmp_path):
     """An audit passed as --dataset (its true_code_1 as the target), a training file with
     an audit's rows appended (their audit and audit_check columns kept), or audit rows as
@@ -657,7 +682,7 @@ def test_audit_rows_in_any_training_table_are_refused_unless_asked_for(example, 
     assert finetune_main(["--dataset", str(tmp_path / "appended.csv"), "--target-cols", "hisco_1", *common,
                           "--share-val", "0.09", "--save-path", str(run), "--train-on-audit"]) == 0
     with open(run / "config.json", encoding="utf-8") as handle:
-        assert json.load(handle)["audited"] == sorted(set(audits.description_keys(audit["occ1"])))
+        assert json.load(handle)["audited"] == sorted(set(audit_file.description_keys(audit["occ1"])))
 
 
 def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path):
@@ -688,7 +713,7 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
     from mixer.core.config import DataConfig
     from mixer.data.prepare import prepare
 
-    design = audits.Design(unit="rows", by=None, seed=0, strata=(audits.Stratum(None, 10, 2),),
+    design = audit_file.Design(unit="rows", by=None, seed=0, strata=(audit_file.Stratum(None, 10, 2),),
                            predictions="p-0", predicted_rows=10, model="m-0", source="runs/x", head="flat",
                            threshold="0.5", text_col="occ1", audit_text_col="occ1", code_columns=("code_1",),
                            expected=None, margin=None)
@@ -700,15 +725,15 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
         with pytest.raises(UserError, match=r"1 row\(s\) of an audit .*e\.g\. row 5, .*pass --train-on-audit"):
             prepare(DataConfig(dataset=str(tmp_path / "t.csv"), target_cols=["hisco_1"], share_val=0.2), 0,
                     log=lambda _: None)
-        assert audits.audit_rows(table).tolist() == [False] * 4 + [True], name
+        assert audit_file.audit_rows(table).tolist() == [False] * 4 + [True], name
         assert prepare(DataConfig(dataset=str(tmp_path / "t.csv"), target_cols=["hisco_1"], train_on_audit=True,
                                   share_val=0.2), 0, log=lambda _: None).train is not None
     own = rows.assign(audit=["checked by JS", "", "", "", "{}"])  # a user's column of that name
-    assert not audits.audit_rows(own).any()
+    assert not audit_file.audit_rows(own).any()
     with pytest.raises(UserError, match="an audit .*pass --train-on-audit"):  # as --extra-train too
-        audits.training_table(marked["audit only"], "a.csv", allowed=False)
+        train_on.training_table(marked["audit only"], "a.csv", allowed=False)
     for table in marked.values():  # with --train-on-audit, as the refusal says: its rows as they are
-        pd.testing.assert_frame_equal(audits.training_table(table, "a.csv", allowed=True), table)
+        pd.testing.assert_frame_equal(train_on.training_table(table, "a.csv", allowed=True), table)
 
 
 def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_own_predictions(example, tmp_path):

@@ -1,4 +1,4 @@
-"""The statistics of audits (mixer.reporting.audit), pure numpy: the sampling keys, the
+"""The statistics of audits (mixer.audit.statistics), pure numpy: the sampling keys, the
 allocation, the sample size, Clopper & Pearson's interval, and the coverage claim: the
 95% intervals cover the true accuracy in at least 95% of audits, exactly for simple
 samples (computed over a grid of n and accuracies) and, over many seeded audits of rows
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from mixer.reporting import audit as stats
+from mixer.audit import statistics as stats
 
 DRAWS = 2000  # a coverage of at least 0.95 shows as at least 0.935 here but for 3 standard errors (0.0049)
 

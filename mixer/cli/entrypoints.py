@@ -344,7 +344,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
                                           ("--by", args.by)) if value]
         if other:
             raise cli.UserError(f"--audit is scored with its own columns and strata; leave out {' '.join(other)}")
-        from mixer.reporting.audit_scores import evaluate_audit
+        from mixer.audit.scores import evaluate_audit
 
         evaluate_audit(args.audit, args.predictions, table_options(vars(args), "audit"),
                        table_options(vars(args), "predictions"), args.digits or [], args.code_length,

@@ -25,7 +25,7 @@ import pandas as pd
 
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.core.errors import UserError
-from mixer.data.audits import refuse_audit_rows, training_table
+from mixer.data import guards
 from mixer.data.formatter import CodeFormatter
 from mixer.data.normalise import (
     check_one_spelling, code_column, describe_restored, hisco_key, key_digit_width, model_input,
@@ -445,7 +445,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         frames = []
         for path in paths:
             frame = read_role_file(cfg, role, path, paths, log)
-            refuse_audit_rows(frame, path, TableOptions(role=role).what, cfg.train_on_audit)
+            guards.check_training_table(frame, path, TableOptions(role=role).what, cfg)  # an audit's rows
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
@@ -510,7 +510,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
     inputs = [cfg.input_col] + ([cfg.language_col] if cfg.language_col else []) + list(cfg.context_cols)
     for path in cfg.extra_train:
         table = read_role_file(cfg, "extra_train", path, cfg.extra_train, log)
-        table = training_table(table, path, cfg.train_on_audit)  # an audit: refused, or its checked rows
+        table = guards.extra_train_table(table, path, cfg)  # an audit: refused, or its checked rows
         table = with_run_names(table, inputs, path, log)
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)

@@ -19,9 +19,8 @@ import pandas as pd
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
-from mixer.data import formats
+from mixer.data import formats, guards
 from mixer.data.reading import FILE_LABEL_KEY, as_text, count_rows, table_kind
-from mixer.data.verdicts import refuse_filled_audit
 
 # what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
 PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
@@ -102,7 +101,7 @@ def check_output_path(path: str, what: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    refuse_filled_audit(path, what)  # a person's verdicts are never overwritten
+    guards.check_output(path, what)  # what a feature keeps (a filled audit: mixer.data.guards)
     return path
 
 

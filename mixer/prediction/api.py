@@ -257,7 +257,7 @@ class Model:
         unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
         descriptions). input_col,
         lang / language_col: as predict.py's (default: the model's)."""
-        from mixer.prediction.audit import (PREDICTED, AuditDraw, AuditRequest, audited_source,
+        from mixer.audit.draw import (PREDICTED, AuditDraw, AuditRequest, audited_source,
                                             model_fingerprint, threshold_used, write_audit)
 
         request = AuditRequest(path or "(not written)", n, margin, by, unit, seed).check()

@@ -229,7 +229,7 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
 def _provenance(args, predictor, lookup, targets: dict) -> dict:
     from mixer import __version__
     from mixer.prediction import provenance
-    from mixer.prediction.audit import threshold_used
+    from mixer.audit.draw import threshold_used
 
     return provenance.make({
         "mixer": __version__,

@@ -96,10 +96,10 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
                 code_cols: Optional[list] = None, log=None) -> Lookup:
     """A lookup table read by the one reader and checked: its layout, its codes (spelled as
     the model spells them, each a code of the model's code system)."""
+    from mixer.audit.file import is_audit
     from mixer.data.checking import checked_columns, filled_rows, with_run_names
     from mixer.data.prepare import file_identity
     from mixer.data.reading import read_table
-    from mixer.data.verdicts import is_audit
 
     identity = file_identity(path, "--lookup")
     frame = read_table(path, options, log=log)
@@ -117,10 +117,11 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
                         "column with --lookup-input-col)")
     text_col = input_flag_col or input_col
     if layout == "audit":
-        from mixer.data.audits import _truth_cells, parse_audit
+        from mixer.audit.train_on import truth_cells
+        from mixer.audit.verdicts import parse_audit
 
         audit = parse_audit(frame, path, "--lookup")
-        cells = _truth_cells(audit)
+        cells = truth_cells(audit)
         frame, lines = audit.frame, audit.lines
         text_col = input_flag_col or audit.design.audit_text_col
         columns = [f"\x00code_{k}" for k in range(len(cells))]

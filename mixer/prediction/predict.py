@@ -58,7 +58,7 @@ class Predictor:
                  quantize: Optional[str] = None):
         check_quantize(quantize, device, precision)
         if quantize:  # an audit's model fingerprint is of the fp32 weights, which quantizing replaces
-            from mixer.prediction.audit import weights_fingerprint
+            from mixer.audit.draw import weights_fingerprint
 
             self.fp32_fingerprint = weights_fingerprint(model, key["code"].to_numpy(dtype=object))
         self.model = quantize_model(model.to(device).eval(), quantize)

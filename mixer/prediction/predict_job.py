@@ -51,7 +51,7 @@ def predict_file(args) -> None:
                                                       "--embeddings": args.embeddings})
     audit = None
     if getattr(args, "audit", None):
-        from mixer.prediction.audit import parse_audit_args
+        from mixer.audit.draw import parse_audit_args
 
         audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
         if is_shaped(args):
@@ -153,7 +153,7 @@ def predict_file(args) -> None:
                         rows = coding.check_rows(predicted, args.head)
                         checklist.add(chunk, predicted, inputs, keep=rows)
                     if audit is not None:
-                        from mixer.prediction.audit import AuditDraw
+                        from mixer.audit.draw import AuditDraw
 
                         draw = draw or AuditDraw.for_output(
                             audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
@@ -173,7 +173,7 @@ def predict_file(args) -> None:
         if context_cols:  # all ranks
             say_context_fit(mdist.gather_to_main(context_fit, world), predictor)
         if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
-            from mixer.prediction.audit import finish_audit
+            from mixer.audit.draw import finish_audit
 
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)

@@ -41,7 +41,7 @@ def label(provenance: dict) -> str:
 
 def model_part(predictor, source: str) -> dict:
     """What the sidecar says of the model: its source, weights, family and numerics."""
-    from mixer.prediction.audit import model_fingerprint
+    from mixer.audit.draw import model_fingerprint
 
     return {"source": source, "fingerprint": model_fingerprint(predictor), "family": predictor.family,
             "precision": predictor.precision, "quantize": predictor.quantize,

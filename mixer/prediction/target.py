@@ -287,10 +287,10 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     whose truth cells are all empty is not labelled: left out, and said in `rows`), or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
     stands for. A filled --to-check file is refused: it holds the least confident rows."""
-    from mixer.data.audits import parse_audit
+    from mixer.audit.file import is_audit
+    from mixer.audit.verdicts import parse_audit
     from mixer.data.normalise import code_column
     from mixer.data.reading import read_table
-    from mixer.data.verdicts import is_audit
 
     frame = read_table(path, options, log=log)
     where = f"--calibration-data {path}"
@@ -316,9 +316,9 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
             raise UserError(f"{where}: {int(unknown.sum())} row(s) marked wrong without the right codes "
                             f"({audit.row_names(unknown)}); fill true_code_1.. for them, or the rows chosen "
                             "on would leave out exactly the rows the model got wrong")
-        from mixer.data.audits import _truth_cells
+        from mixer.audit.train_on import truth_cells
 
-        cells = _truth_cells(audit)
+        cells = truth_cells(audit)
         frame, lines = audit.frame, audit.lines
         truth = [tuple(sorted({c for c in cell if c})) for cell in zip(*cells)]
         keep = checked

@@ -358,7 +358,7 @@ def audited_descriptions(config: RunConfig, start) -> list:
     """The descriptions of audit rows this run, and the run it starts from, trained on
     (--train-on-audit; a resumed run reuses data prepared with it): the next audit of
     its predictions leaves them out."""
-    from mixer.data.audits import trained_descriptions
+    from mixer.audit.train_on import trained_descriptions
     from mixer.models.sources import run_config
 
     data = config.data

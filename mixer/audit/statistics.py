@@ -4,11 +4,11 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
 - Drawing: every row of the predicted file gets a key, a 64-bit hash of (seed, row
   number) (SplitMix64's mixing function, a bijection: no two rows share a key). The n
   rows of smallest key are a simple random sample of n rows without replacement, whatever
-  the order or the chunks the rows arrive in (mixer.prediction.audit keeps them); within a
+  the order or the chunks the rows arrive in (mixer.audit.draw keeps them); within a
   stratum, its n_h rows of smallest key. The first m rows of a sample in key order are a
   simple random sample of m rows too, so a person who stops early has still checked a
   random sample (of rows; an audit of descriptions counts the rows drawn before its first
-  line left blank, mixer.reporting.audit_scores).
+  line left blank, mixer.audit.scores).
 - Allocation (stratified): proportional to the strata's rows by largest remainders, with
   every stratum at least 2 rows (or all of its rows when it has fewer), so that each
   stratum's variance can be estimated.

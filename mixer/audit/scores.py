@@ -1,5 +1,5 @@
 """Scoring an audit a person filled (`evaluate.py --audit AUDIT.csv`): the accuracy of
-the predictions it was drawn from, with 95% intervals (mixer.reporting.audit), overall
+the predictions it was drawn from, with 95% intervals (mixer.audit.statistics), overall
 and by stratum, for the whole code and at the digit levels asked for.
 
 A row is checked when its `correct` cell says yes or no, or a true code is written.
@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.audits import Audit
+from mixer.audit.verdicts import Audit
 from mixer.data.normalise import key_digit_width
-from mixer.reporting import audit as stats
+from mixer.audit import statistics as stats
 from mixer.reporting.evaluation import code_sets, cut, overall_label
 
 WHOLE = "all"  # the level of the whole code set
@@ -224,7 +224,7 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     import os
 
     from mixer.core.io import atomic_write, write_text
-    from mixer.data.audits import check_drawn_from, read_audit
+    from mixer.audit.verdicts import check_drawn_from, read_audit
     from mixer.data.reading import read_table
     from mixer.data.writing import check_output_path
 

@@ -3,7 +3,7 @@
 
 `AuditDraw` sees the predicted rows once, in order, in blocks of any size (predict.py's
 chunks, on rank 0), and keeps per stratum only the rows of smallest sampling key
-(mixer.reporting.audit.row_keys): at the end it knows every stratum's rows, sizes the
+(mixer.audit.statistics.row_keys): at the end it knows every stratum's rows, sizes the
 audit, allocates it and writes the rows drawn. What it draws depends on the seed and the
 rows alone: not on --chunk-size, nor on the number of processes.
 """
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data import audits
-from mixer.reporting import audit as stats
+from mixer.audit import file as audit_file
+from mixer.audit import statistics as stats
 
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
@@ -49,8 +49,8 @@ class AuditRequest:
             raise UserError(f"--audit {self.size}: the number of rows must be a whole number, 1 or more")
         if self.margin is not None and not 0 < self.margin < 0.5:
             raise UserError(f"--audit-margin {self.margin}: a half-width between 0 and 0.5, e.g. 0.03")
-        if self.unit not in audits.UNITS:
-            raise UserError(f"--audit-unit {self.unit}: choose {' or '.join(audits.UNITS)}")
+        if self.unit not in audit_file.UNITS:
+            raise UserError(f"--audit-unit {self.unit}: choose {' or '.join(audit_file.UNITS)}")
         return self
 
     def check_path(self, inputs: dict) -> None:
@@ -101,7 +101,7 @@ class AuditDraw:
     formatter: the model's code system (its codes are spelled by it, mixer.data.normalise);
     prefix: what the predictions file puts before the head's columns ('flat_' when it holds
     several heads); excluded: description keys the model trained on from audits
-    (mixer.data.audits.trained_descriptions)."""
+    (mixer.audit.train_on.trained_descriptions)."""
 
     @classmethod
     def for_output(cls, request: AuditRequest, kind: str, inputs, outputs, keys: list, head: str,
@@ -143,7 +143,7 @@ class AuditDraw:
         self.sizes: dict = {}
         self.probability: dict = {}  # per stratum, prob_1 of the rows drawn from, in PROBABILITY_UNITS
         self.left_out = {"no description": 0, "in audits the model trained on": 0}
-        self.digest = audits.PredictionsDigest(formatter)
+        self.digest = audit_file.PredictionsDigest(formatter)
         self.offset = 0
 
     def add(self, frame: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None) -> None:
@@ -160,10 +160,10 @@ class AuditDraw:
                             f"{', '.join(map(str, frame.columns[:12]))}")
         self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
         texts = frame[self.text_col]
-        eligible = audits.descriptions(texts).ne("").to_numpy().copy()
+        eligible = audit_file.descriptions(texts).ne("").to_numpy().copy()
         self.left_out["no description"] += int((~eligible).sum())
         if self.excluded:
-            seen = np.isin(audits.description_keys(texts), list(self.excluded)) & eligible
+            seen = np.isin(audit_file.description_keys(texts), list(self.excluded)) & eligible
             self.left_out["in audits the model trained on"] += int(seen.sum())
             eligible &= ~seen
         for reason, skipped in (skips or {}).items():
@@ -187,9 +187,9 @@ class AuditDraw:
                             f"strata than the audit has rows; stratify by a coarser column")
         if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.writing)
             self.predicted = list(predicted.columns)
-            own = audits.own_columns(self.request.unit, self.predicted, len(self.code_columns),
+            own = audit_file.own_columns(self.request.unit, self.predicted, len(self.code_columns),
                                      self.request.by is not None)
-            self.names = dict(zip(frame.columns, audits.input_names(self.kind, list(frame.columns), own)))
+            self.names = dict(zip(frame.columns, audit_file.input_names(self.kind, list(frame.columns), own)))
         rows_out = frame.set_axis([self.names[c] for c in frame.columns], axis=1)
         candidates = pd.concat([rows_out, predicted], axis=1)[eligible]
         candidates[_KEY] = stats.row_keys(self.request.seed, rows[eligible])
@@ -225,14 +225,14 @@ class AuditDraw:
         chosen = pd.concat([self.kept[_stratum_rows(self.kept, label)].head(int(n))
                             for label, n in zip(labels, allocation)]).sort_values(_KEY, kind="stable")
         chosen[_STRATUM] = [labels.index(None if pd.isna(label) else label) for label in chosen[_STRATUM]]
-        design = audits.Design(
+        design = audit_file.Design(
             unit=request.unit, by=request.by, seed=request.seed,
-            strata=tuple(audits.Stratum(label, n_rows, int(n)) for label, n_rows, n in zip(labels, sizes, allocation)),
+            strata=tuple(audit_file.Stratum(label, n_rows, int(n)) for label, n_rows, n in zip(labels, sizes, allocation)),
             predictions=self.digest.hexdigest(), predicted_rows=self.digest.rows, model=model, source=source,
             head=head, threshold=threshold, text_col=self.text_col, code_columns=tuple(self.code_columns),
             expected=expected, margin=request.margin,
             left_out={reason: n for reason, n in self.left_out.items() if n},
-            audit_text_col=self.names[self.text_col], spelling=audits.spelling_of(self.formatter),
+            audit_text_col=self.names[self.text_col], spelling=audit_file.spelling_of(self.formatter),
             by_col=self.names.get(request.by) if request.by else None)
         table = self._table(chosen, design)
         return table, self._report(design, asked, total, by_stratum)
@@ -254,7 +254,7 @@ class AuditDraw:
                             "pass --audit N AUDIT for a size of your own, or stratify by a coarser column")
         return count
 
-    def _table(self, chosen: pd.DataFrame, design: audits.Design) -> pd.DataFrame:
+    def _table(self, chosen: pd.DataFrame, design: audit_file.Design) -> pd.DataFrame:
         """The audit's lines in the order a person checks them (_interleaved). Unit
         descriptions: each description once per stratum, where its first row drawn was,
         with its draws' ranks (their places in the stratum's draw order)."""
@@ -267,30 +267,30 @@ class AuditDraw:
         else:
             inputs = [self.names[c] for c in self.key_cols]
             group = chosen.groupby(inputs + [_STRATUM], dropna=False, sort=False)[_RANK]
-            chosen = chosen.assign(**{audits.DRAWS: group.transform("size").to_numpy(),
-                                      audits.RANKS: group.transform(audits.ranks_text).to_numpy()})
+            chosen = chosen.assign(**{audit_file.DRAWS: group.transform("size").to_numpy(),
+                                      audit_file.RANKS: group.transform(audit_file.ranks_text).to_numpy()})
             chosen = chosen.drop_duplicates(inputs + [_STRATUM])  # the first row drawn of each
         chosen = _interleaved(chosen)
-        unit = (pd.Series(chosen[_ROW].to_numpy(), name=audits.ROW) if design.unit == "rows"
-                else pd.Series(chosen[audits.DRAWS].to_numpy(), name=audits.DRAWS))
+        unit = (pd.Series(chosen[_ROW].to_numpy(), name=audit_file.ROW) if design.unit == "rows"
+                else pd.Series(chosen[audit_file.DRAWS].to_numpy(), name=audit_file.DRAWS))
         out = pd.concat([unit, chosen[inputs + predicted].reset_index(drop=True)], axis=1)
-        for column in audits.verdict_columns(len(self.code_columns)):
+        for column in audit_file.verdict_columns(len(self.code_columns)):
             out[column] = ""
         strata = chosen[_STRATUM].to_numpy()
         if design.stratified:
-            out[audits.STRATUM] = strata
-            out[audits.STRATUM_ROWS] = [design.strata[h].rows for h in strata]
-            out[audits.STRATUM_DRAWN] = [design.strata[h].drawn for h in strata]
+            out[audit_file.STRATUM] = strata
+            out[audit_file.STRATUM_ROWS] = [design.strata[h].rows for h in strata]
+            out[audit_file.STRATUM_DRAWN] = [design.strata[h].drawn for h in strata]
         if design.unit != "rows":
-            out[audits.RANKS] = chosen[audits.RANKS].to_numpy()
-        units = audits.unit_values(out, design.unit)
-        codes = audits.canonical_codes(out, list(design.audit_code_columns), self.formatter)
-        out[audits.CHECK] = audits.checks(design.id, strata, units, codes)
-        out[audits.AUDIT] = design.to_json()
+            out[audit_file.RANKS] = chosen[audit_file.RANKS].to_numpy()
+        units = audit_file.unit_values(out, design.unit)
+        codes = audit_file.canonical_codes(out, list(design.audit_code_columns), self.formatter)
+        out[audit_file.CHECK] = audit_file.checks(design.id, strata, units, codes)
+        out[audit_file.AUDIT] = design.to_json()
         out.attrs["audit"] = design
         return out
 
-    def _report(self, design: audits.Design, asked: int, total: int, by_stratum: list) -> list:
+    def _report(self, design: audit_file.Design, asked: int, total: int, by_stratum: list) -> list:
         request = self.request
         drawn = design.drawn
         left = "".join(f"; {n:,} {reason} are not drawn from" for reason, n in design.left_out.items())
@@ -320,7 +320,7 @@ def _interleaved(chosen: pd.DataFrame) -> pd.DataFrame:
     """The order a person checks in: each stratum's rows in key order (a description at its
     first row drawn), the strata interleaved in proportion to their draws, every stratum's
     first row at the top. The first m rows are then a (stratified) random sample too, so a
-    person who stops early has one (descriptions: mixer.reporting.audit_scores counts the
+    person who stops early has one (descriptions: mixer.audit.scores counts the
     rows drawn before the first line left blank)."""
     return chosen.iloc[np.lexsort((chosen[_KEY].to_numpy(), chosen[_PLACE].to_numpy()))]
 
@@ -390,7 +390,7 @@ def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, so
 
 def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
     """The audit, through mixer.data.writing (its columns are already named by output_names,
-    mixer.data.audits.input_names)."""
+    mixer.audit.file.input_names)."""
     from mixer.data.writing import write_table
 
     write_table(table, path, "--audit")
