@@ -17,7 +17,7 @@ from mixer.core.allocator import keep_freed_memory
 from mixer.core.config import (
     PROGRAM_DIFFERENCES, READ_OPTIONS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TargetNaming, TrainConfig, option_dest,
 )
-from mixer.core.predict_config import EvaluateConfig, PredictConfig
+from mixer.core.programs import EvaluateConfig, PredictConfig
 
 # the classes of the training configuration, in the order --help shows their flags
 TRAINING_CLASSES = (DataConfig, TargetNaming, RunConfig, ModelConfig, TrainConfig, DistConfig, LogConfig)
@@ -267,6 +267,22 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
     for line in production.headlines(table, args.target_accuracy, args.by or "group", columns):
         print(line)
     print(f"wrote {csv_path} and {png_path}")
+
+
+def plot_main(argv: Optional[Sequence[str]] = None) -> int:
+    """python -m mixer.plot RUN_DIR: the training curves of a run as a PNG."""
+    from mixer.core.programs import PlotConfig
+    from mixer.reporting import plot
+
+    parser = argparse.ArgumentParser(prog="python -m mixer.plot", description=plot.__doc__.splitlines()[0])
+    options.add_flags(parser, [PlotConfig])
+    job = options.config_from(PlotConfig, vars(parser.parse_args(argv)))
+    try:
+        print(plot.plot_training_curves(job.run_dir, job.output))
+    except cli.UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 # the programs (the scripts and the console scripts of pyproject.toml); the ones that

@@ -175,6 +175,9 @@ def help_text(spec: Spec) -> str:
 
 
 def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
+    if not spec.flag.startswith("-"):  # a positional argument: its name is its dest
+        group.add_argument(spec.flag, help=spec.help)
+        return
     kwargs = {"dest": spec.name, "help": help_text(spec),
               "default": None if spec.required else spec.default}
     if spec.switch is True:

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from mixer.core.errors import UserError
-from mixer.core.predict_config import PredictConfig
+from mixer.core.programs import PredictConfig
 
 CALIBRATED_HEADS = ("flat", "seq2seq")
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import DistConfig
-from mixer.core.predict_config import PredictConfig
+from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column

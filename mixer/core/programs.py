@@ -1,6 +1,7 @@
-"""The configurations of predict.py and evaluate.py: every option's type, default and
-one-line help (mixer.core.options); mixer.cli.options makes their flags from them, and
-the prediction jobs read these objects, never an argparse namespace."""
+"""The configurations of the programs besides training (predict.py, evaluate.py,
+python -m mixer.export_occcanine, python -m mixer.plot): every option's type, default
+and one-line help (mixer.core.options); mixer.cli.options makes their flags from them,
+and the jobs read these objects, never an argparse namespace."""
 
 from __future__ import annotations
 
@@ -124,3 +125,15 @@ class EvaluateConfig:
 
     def table_options(self, role: str):
         return table_options(self.tables, role)
+
+
+@dataclass
+class ExportConfig:
+    run_dir: str = option("", flags=("run_dir",), help="a run directory of the OccCANINE architecture")
+    out_dir: str = option("", flags=("out_dir",), help="where to write the hub layout")
+
+
+@dataclass
+class PlotConfig:
+    run_dir: str = option("", flags=("run_dir",), help="a run directory")
+    output: Optional[str] = option(None, help="PNG path (unset: RUN_DIR/training_curves.png)")
