@@ -81,6 +81,7 @@ def checked_values(given: dict) -> dict:
     for spec in specs.values():  # each flag by its own name: key= for --key (field key_file)
         for flag in spec.flags:
             by_name.setdefault(flag[2:].replace("-", "_"), spec)
+    aliases = {flag[2:].replace("-", "_") for spec in specs.values() for flags, _, _ in spec.aliases for flag in flags}
     values = {}  # the rest: the fields' defaults (build_config)
     if given.get("config") is not None:
         values.update(cli.config_file_values(parser, os.fspath(given["config"])))
@@ -89,6 +90,8 @@ def checked_values(given: dict) -> dict:
         if name == "config":
             continue
         spec = by_name.get(name)
+        if name in aliases:
+            raise UserError(f"{name}=: not an option of finetune(); see python finetune.py --help")
         if spec is None:
             raise UserError(f"{name}=: finetune.py has no flag --{name.replace('_', '-')}; "
                             "see python finetune.py --help for the options")
