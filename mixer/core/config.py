@@ -1,6 +1,6 @@
 """The run configuration: one typed tree of dataclasses.
 
-The entry points build it from argparse (mixer.cli.parsing); the engine only ever sees
+The entry points build it from their flags (mixer.cli); the engine only ever sees
 these objects, and the run directory stores them as args.yaml. This module
 imports nothing heavy so that `--prepare-only` and `--help` stay fast.
 """
@@ -24,7 +24,8 @@ SCORE_COLUMNS = ("row", "split", "lang", "text", "chose", "true_codes")
 # Every table a program reads, by role: the flag that names the file, and the prefix of the
 # flags that say how to read it (--encoding, --sep, --sheet, --header-row for the main data;
 # --key-encoding ... for --key). Adding a role is one line here; its flags come from
-# mixer.cli.parsing.add_table_args(group, role), its options from table_options(values, role).
+# the field that names the file (option(table=role); mixer.cli.options.table_specs), its
+# options from table_options(values, role).
 TABLE_ROLES = {
     "dataset": ("--dataset", ""),  # finetune.py
     "train_data": ("--train-data", ""),  # train_mixer.py: the training files read with the main
@@ -65,12 +66,12 @@ class TableOptions:
 
 
 def option_dest(role: str, option: str) -> str:
-    """The argparse destination (and config name) of a role's option: sep, key_sep, ..."""
+    """The flag's destination (and config name) of a role's option: sep, key_sep, ..."""
     return TABLE_ROLES[role][1].replace("-", "_") + option
 
 
 def table_options(values, role: str) -> TableOptions:
-    """A role's reading options from flat values (an argparse namespace's vars, or
+    """A role's reading options from flat values (a parse's values, or
     DataConfig.flat_read_options()); a value left out takes TableOptions' default."""
     given = {option: values.get(option_dest(role, option)) for option in READ_OPTIONS}
     return TableOptions(role=role, **{k: v for k, v in given.items() if v is not None})
