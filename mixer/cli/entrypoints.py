@@ -15,7 +15,8 @@ from mixer.cli import options
 from mixer.cli import parsing as cli
 from mixer.core.allocator import keep_freed_memory
 from mixer.core.config import (
-    PROGRAM_DIFFERENCES, READ_OPTIONS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig, TargetNaming, TrainConfig, option_dest,
+    PROGRAM_DIFFERENCES, READ_OPTIONS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig,
+    TargetNaming, TrainConfig, option_dest,
 )
 from mixer.core.programs import EvaluateConfig, PredictConfig
 

@@ -365,7 +365,8 @@ PROGRAM_DIFFERENCES = {
     "target_col_naming": {"train_mixer": {}},
     "num_target_cols": {"train_mixer": {}},
     "target_cols": {"finetune": {"required": True},  # train_mixer.py: unset, from the two above
-                    "train_mixer": {"default": None, "help": "the code columns by name (instead of --target-col-naming, --num-target-cols)"}},
+                    "train_mixer": {"default": None, "help": "the code columns by name (instead of "
+                                                              "--target-col-naming, --num-target-cols)"}},
     "save_dir": {"finetune": {"flags": ("--save-path", "--save-dir"), "required": True},
                  "train_mixer": {"flags": ("--save-dir", "--save-path"), "required": True}},
 }
