@@ -22,41 +22,41 @@ from mixer.core.programs import PredictConfig
 CALIBRATED_HEADS = ("flat", "seq2seq")
 
 
-def calibrate_main(job: PredictConfig) -> int:
+def calibrate_main(args: PredictConfig) -> int:
     from mixer.prediction.api import Model
     from mixer.prediction.predict import Predictor
 
-    for flag, value in (("--input", job.input), ("--output", job.output), ("--target-accuracy", job.target_accuracy),
-                        ("--lookup", job.lookup), ("--to-check", job.to_check), ("--audit", job.audit)):
+    for flag, value in (("--input", args.input), ("--output", args.output), ("--target-accuracy", args.target_accuracy),
+                        ("--lookup", args.lookup), ("--to-check", args.to_check), ("--audit", args.audit)):
         if value:
             raise UserError(f"--calibrate fits each head's temperature and bias and writes calibration.json "
                             f"alone; leave out {flag}")
-    for flag, value in (("--head", job.head), ("--threshold", job.threshold), ("--top-k", job.top_k)):
+    for flag, value in (("--head", args.head), ("--threshold", args.threshold), ("--top-k", args.top_k)):
         if value is not None:  # argparse's defaults are None: only what the user gave is refused
             raise UserError(f"--calibrate fits the flat and the seq2seq head both, each at the model's own "
                             f"thresholds and top-k (those predict.py applies the calibration at); leave out {flag}")
     heads = list(CALIBRATED_HEADS)  # both, always: the full head has no row confidence (not covered)
-    if job.quantize or job.precision != "fp32":
+    if args.quantize or args.precision != "fp32":
         raise UserError("--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
                         "--precision (calibration does not move a threshold, which --target-accuracy chooses "
                         "again at any precision)")
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    predictor = Predictor.load(job.checkpoint, None, job.precision, job.force_precision, log=log, tf32=job.tf32,
+    predictor = Predictor.load(args.checkpoint, None, args.precision, args.force_precision, log=log, tf32=args.tf32,
                                announce=print)
-    model = Model(predictor, job.checkpoint)
+    model = Model(predictor, args.checkpoint)
     model_dir = predictor.config.get("model_dir")
     if not model_dir:
         raise UserError(f"--calibrate writes calibration.json into the model's directory; --checkpoint "
-                        f"{job.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
+                        f"{args.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
                         "saved in a directory of its own)")
-    check_writable(model_dir, job.checkpoint)  # before any prediction
-    rows = labelled_rows(job, model, predictor)
+    check_writable(model_dir, args.checkpoint)  # before any prediction
+    rows = labelled_rows(args, model, predictor)
     if predictor.family == "occcanine" and "seq2seq" in heads:
         print("note: the seq2seq calibration applies to OccCANINE's own greedy confidence", file=sys.stderr)
-    entries, diagrams, lines = fit(predictor, heads, rows, job.batch_size)
+    entries, diagrams, lines = fit(predictor, heads, rows, args.batch_size)
     fit_on = {"rows": rows.rows, "count": len(rows),
-              "data": os.path.basename(job.calibration_data) if job.calibration_data else None,
-              "truth_cols": list(job.calibration_truth_cols or []) if job.calibration_data else None,
+              "data": os.path.basename(args.calibration_data) if args.calibration_data else None,
+              "truth_cols": list(args.calibration_truth_cols or []) if args.calibration_data else None,
               "thresholds": "the model's own", "top_k": "the model's own"}
     path = write(model_dir, entries, rows.rows, diagrams, fit_on)
     for line in lines:
@@ -116,16 +116,16 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
     return path
 
 
-def labelled_rows(job, model, predictor):
+def labelled_rows(args, model, predictor):
     from mixer.prediction import target as targets
 
     config = predictor.config
-    if not job.calibration_data:
-        return targets.run_rows(config.get("model_dir"), job.checkpoint, "--calibrate")
-    language_col = job.language_col or (None if job.language else config.get("language_col"))
-    language = job.language or config.get("language") or "unk"
-    return targets.file_rows(job.calibration_data, job.table_options("calibration_data"),
-                             job.calibration_truth_cols, model, job.input_col or config["input_col"],
+    if not args.calibration_data:
+        return targets.run_rows(config.get("model_dir"), args.checkpoint, "--calibrate")
+    language_col = args.language_col or (None if args.language else config.get("language_col"))
+    language = args.language or config.get("language") or "unk"
+    return targets.file_rows(args.calibration_data, args.table_options("calibration_data"),
+                             args.calibration_truth_cols, model, args.input_col or config["input_col"],
                              language_col, language, list(config.get("context_cols") or []),
                              log=lambda m: print(m, file=sys.stderr))
 

@@ -150,28 +150,28 @@ class Coding:
 AUDIT_CHECK_REASON = "needing a check (--target-accuracy)"  # an audit's left_out reason
 
 
-def prepare(job, model, predictor, input_col: str, language_col: Optional[str], language: str,
+def prepare(args, model, predictor, input_col: str, language_col: Optional[str], language: str,
             context_cols: list, world, say) -> Coding:
     """The lookup (every rank reads it), each head's threshold (rank 0 chooses, every rank
     receives it) and, on rank 0, the provenance of the output."""
     from mixer.distributed import world as mdist
 
     lookup = None
-    if job.lookup:
-        lookup = model.lookup(job.lookup, job.lookup_input_col, job.lookup_code_cols,
-                              language_col, job.table_options("lookup"))
-        say(f"lookup: {len(lookup.codes):,} entries of {job.lookup} ({lookup.layout})")
+    if args.lookup:
+        lookup = model.lookup(args.lookup, args.lookup_input_col, args.lookup_code_cols,
+                              language_col, args.table_options("lookup"))
+        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout})")
     targets = {}
-    if job.target_accuracy is not None:
+    if args.target_accuracy is not None:
         def choose():
-            rows_to_code = _rows_to_code(job, model, lookup, input_col, language_col, language, context_cols)
+            rows_to_code = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
             chosen = {}
-            for head in job.head:
+            for head in args.head:
                 target = model.target(
-                    job.target_accuracy, job.target_confidence, head, job.calibration_data,
-                    job.calibration_truth_cols, lookup, job.shorter_codes, rows_to_code, job.top_k,
-                    job.threshold, input_col, language if not language_col else None, language_col,
-                    job.batch_size, job.table_options("calibration_data"), levels=job.code_levels)
+                    args.target_accuracy, args.target_confidence, head, args.calibration_data,
+                    args.calibration_truth_cols, lookup, args.shorter_codes, rows_to_code, args.top_k,
+                    args.threshold, input_col, language if not language_col else None, language_col,
+                    args.batch_size, args.table_options("calibration_data"), levels=args.code_levels)
                 target.check_reached()
                 chosen[head] = target
                 for line in describe_target(target, rows_to_code):
@@ -181,14 +181,14 @@ def prepare(job, model, predictor, input_col: str, language_col: Optional[str], 
         chosen = mdist.main_only(choose, world)  # all ranks
         chosen = mdist.broadcast_object(chosen, world)
         targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
-    elif job.shorter_codes:
+    elif args.shorter_codes:
         raise UserError("--shorter-codes gives a shorter code where the full one misses a threshold; pass "
                         "--target-accuracy A")
-    elif job.calibration_data:
+    elif args.calibration_data:
         raise UserError("--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one")
     coding = Coding(lookup, targets)
-    if job.output and world.is_main:
-        coding.provenance = _provenance(job, predictor, lookup, targets)
+    if args.output and world.is_main:
+        coding.provenance = _provenance(args, predictor, lookup, targets)
     return coding
 
 
@@ -205,16 +205,16 @@ def describe_target(target, rows_to_code) -> list:
     return lines
 
 
-def _rows_to_code(job, model, lookup, input_col, language_col, language, context_cols) -> int:
+def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> int:
     """The input's rows the model codes: all of them, less those a lookup covers."""
     from mixer.data.reading import count_rows, iter_chunks
     from mixer.prediction.outputs import text_column
 
-    options = job.table_options("input")
+    options = args.table_options("input")
     if lookup is None:
-        return count_rows(job.input, options)
+        return count_rows(args.input, options)
     rows = 0
-    for chunk in iter_chunks(job.input, job.chunk_size, options=options):
+    for chunk in iter_chunks(args.input, args.chunk_size, options=options):
         texts = text_column(chunk, input_col)
         langs = text_column(chunk, language_col).str.strip() if language_col else language
         context = chunk[context_cols].reset_index(drop=True) if context_cols else None
@@ -224,21 +224,21 @@ def _rows_to_code(job, model, lookup, input_col, language_col, language, context
     return rows
 
 
-def _provenance(job, predictor, lookup, targets: dict) -> dict:
+def _provenance(args, predictor, lookup, targets: dict) -> dict:
     from mixer import __version__
     from mixer.prediction import provenance
     from mixer.prediction.audit import threshold_used
 
     return provenance.make({
         "mixer": __version__,
-        "model": provenance.model_part(predictor, job.checkpoint),
-        "heads": list(job.head),
-        "top_k": job.top_k or predictor.default_top_k(),
-        "thresholds": {head: threshold_used(predictor, head, job.threshold) for head in job.head},
+        "model": provenance.model_part(predictor, args.checkpoint),
+        "heads": list(args.head),
+        "top_k": args.top_k or predictor.default_top_k(),
+        "thresholds": {head: threshold_used(predictor, head, args.threshold) for head in args.head},
         "calibration": {head: dict(zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0))))
-                        for head in job.head},
+                        for head in args.head},
         "target": {head: target.describe() for head, target in targets.items()} or None,
         "lookup": lookup.describe() if lookup is not None else None,
-        "input": provenance.input_part(job.input),
-        "output": os.path.basename(job.output),
+        "input": provenance.input_part(args.input),
+        "output": os.path.basename(args.output),
     })

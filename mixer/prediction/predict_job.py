@@ -26,44 +26,44 @@ from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
 
 
-def predict_file(job: PredictConfig) -> None:
-    options = job.table_options("input")
-    check_input_table(job.input, "--input")  # before the model loads, as the outputs below
-    if job.output:  # before the model loads: a wrong path fails at once
-        check_output_path(job.output, "--output", {"--input": job.input})
-        check_fits_excel(job.output, job.input, options)
-    if job.embeddings:
-        check_output_path(job.embeddings, "--embeddings", {"--input": job.input, "--output": job.output})
-    if job.summary_plot:
-        check_output_path(job.summary_plot, "--summary-plot", {"--input": job.input, "--output": job.output,
-                                                                "--embeddings": job.embeddings})
-        if not job.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
-            raise UserError(f"--summary-plot {job.summary_plot}: name it .png, .pdf, .svg or .jpg")
-    check_shape_args(job)
+def predict_file(args: PredictConfig) -> None:
+    options = args.table_options("input")
+    check_input_table(args.input, "--input")  # before the model loads, as the outputs below
+    if args.output:  # before the model loads: a wrong path fails at once
+        check_output_path(args.output, "--output", {"--input": args.input})
+        check_fits_excel(args.output, args.input, options)
+    if args.embeddings:
+        check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
+    if args.summary_plot:
+        check_output_path(args.summary_plot, "--summary-plot", {"--input": args.input, "--output": args.output,
+                                                                "--embeddings": args.embeddings})
+        if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
+            raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
+    check_shape_args(args)
     to_check = None
-    if job.to_check:
+    if args.to_check:
         from mixer.data.checking import parse_to_check
 
-        to_check = parse_to_check(job.to_check)
-        if is_shaped(job):
+        to_check = parse_to_check(args.to_check)
+        if is_shaped(args):
             raise UserError("--to-check lists codes of the code table; leave out --what, --alternatives "
                             "and --columns occcanine")
-        check_output_path(to_check[1], "--to-check", {"--input": job.input, "--output": job.output,
-                                                      "--embeddings": job.embeddings})
+        check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
+                                                      "--embeddings": args.embeddings})
     audit = None
-    if job.audit:
+    if args.audit:
         from mixer.prediction.audit import parse_audit_args
 
-        audit = parse_audit_args(job.audit, job.audit_margin, job.audit_by, job.audit_unit, job.audit_seed)
-        if is_shaped(job):
+        audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
+        if is_shaped(args):
             raise UserError("--audit draws from the code table; leave out --what, --alternatives and "
                             "--columns occcanine")
-        audit.check_path({"--input": job.input, "--output": job.output, "--embeddings": job.embeddings,
+        audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
                           "--to-check": to_check[1] if to_check else None})
-    if job.code_descriptions:
-        check_input_path(job.code_descriptions, "--code-descriptions")
-    check_coding_args(job)
-    world = mdist.setup(DistConfig(distributed=job.distributed))
+    if args.code_descriptions:
+        check_input_path(args.code_descriptions, "--code-descriptions")
+    check_coding_args(args)
+    world = mdist.setup(DistConfig(distributed=args.distributed))
     writer = embedding_writer = checklist = draw = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
@@ -71,52 +71,52 @@ def predict_file(job: PredictConfig) -> None:
             print(message, flush=True)
 
     try:
-        predictor = Predictor.load(job.checkpoint, world.device, job.precision, job.force_precision,
+        predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=job.tf32, quantize=job.quantize,
+                                   tf32=args.tf32, quantize=args.quantize,
                                    announce=say)  # which weights: stdout, as how it reads
-        if job.code_descriptions:
+        if args.code_descriptions:
             from mixer.prediction.outputs import set_descriptions
 
-            set_descriptions(predictor, job.code_descriptions, job.table_options("code_descriptions"))
-        model = Model(predictor, job.checkpoint, note_blank=False)  # blank rows counted here, over the file
+            set_descriptions(predictor, args.code_descriptions, args.table_options("code_descriptions"))
+        model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
         model._says_context_fit = False  # counted over the chunks and every rank, said once below
         context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
         config = predictor.config
-        input_col = job.input_col or config["input_col"]
-        language_col = job.language_col or (None if job.language else config.get("language_col"))
-        language = job.language or config.get("language") or "unk"
+        input_col = args.input_col or config["input_col"]
+        language_col = args.language_col or (None if args.language else config.get("language_col"))
+        language = args.language or config.get("language") or "unk"
         context_cols = config.get("context_cols") or []
         from mixer.prediction.coding_job import prepare
 
-        coding = prepare(job, model, predictor, input_col, language_col, language, context_cols, world, say)
-        if job.output:
+        coding = prepare(args, model, predictor, input_col, language_col, language, context_cols, world, say)
+        if args.output:
             label = None
             if coding.provenance is not None:
                 from mixer.prediction.provenance import label as provenance_label
 
                 label = provenance_label(coding.provenance)
-            writer = mdist.main_only(lambda: output_writer(job, say, label), world)
-        if job.embeddings:
-            embedding_writer = mdist.main_only(lambda: EmbeddingWriter(job.embeddings), world)
+            writer = mdist.main_only(lambda: output_writer(args, say, label), world)
+        if args.embeddings:
+            embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         if to_check:
             from mixer.data.checking import CheckList
 
             keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
             checklist = mdist.main_only(lambda: CheckList(
-                to_check[0], to_check[1], keys, "" if len(job.head) == 1 else f"{job.head[0]}_",
-                job.top_k or predictor.default_top_k(), log=say), world)
+                to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
+                args.top_k or predictor.default_top_k(), log=say), world)
         bar, summary, blank_rows = None, [], 0
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
-        for chunk in iter_chunks(job.input, job.chunk_size, options=options, log=say):
+        for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
-                    raise missing_column(column, chunk.columns, f"--input {job.input}", flag)
+                    raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
@@ -124,19 +124,19 @@ def predict_file(job: PredictConfig) -> None:
             context = part[context_cols].reset_index(drop=True) if context_cols else None
             if context_cols:
                 context_fit += np.bincount(model._context_fit(texts, langs, context), minlength=3)
-            if job.output or to_check or audit:  # rows without a description get no code (Model.predict)
+            if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
                 blank_rows += int(blank_descriptions(text_column(chunk, input_col)).sum())
-            if job.output and is_shaped(job):  # OccCANINE's output shapes (mixer.prediction.outputs)
-                pieces = mdist.gather_to_main(predict_shaped(model, job, texts, langs, context), world)
+            if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
+                pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
                 if world.is_main:
-                    outputs, inputs = shaped_output(chunk, pd.concat(pieces), job)
+                    outputs, inputs = shaped_output(chunk, pd.concat(pieces), args)
                     writer.write(outputs) if inputs is None else writer.write(outputs, inputs=inputs)
-            elif job.output or to_check or audit:  # every rank predicts its share; rank 0 writes
+            elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
                 results = []
-                for head in job.head:
-                    result = model.predict(texts, langs, job.top_k, head, job.threshold, context,
-                                           job.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
-                    results.append(result.add_prefix(f"{head}_") if len(job.head) > 1 else result)
+                for head in args.head:
+                    result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
+                                           args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
+                    results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
                 pieces = mdist.gather_to_main(coding.split_source(results), world)  # all ranks
                 if world.is_main:
                     predicted = pd.concat(pieces, ignore_index=True)
@@ -149,23 +149,23 @@ def predict_file(job: PredictConfig) -> None:
                             text_column(chunk, input_col),
                             text_column(chunk, language_col) if language_col else language,
                             chunk[context_cols].reset_index(drop=True) if context_cols else None)
-                    coding.tally(predicted, inputs if coding.active else None, job.head)
+                    coding.tally(predicted, inputs if coding.active else None, args.head)
                     if checklist is not None:
-                        rows = coding.check_rows(predicted, job.head)
+                        rows = coding.check_rows(predicted, args.head)
                         checklist.add(chunk, predicted, inputs, keep=rows)
                     if audit is not None:
                         from mixer.prediction.audit import AuditDraw
 
                         draw = draw or AuditDraw.for_output(
                             audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
-                            [input_col, language_col, *context_cols], job.head[0], len(job.head) > 1, predictor)
-                        draw.add_output(chunk, predicted, coding.audit_skips(predicted, job.head))
-                    if job.summary_plot:
-                        first = "" if len(job.head) == 1 else f"{job.head[0]}_"
+                            [input_col, language_col, *context_cols], args.head[0], len(args.head) > 1, predictor)
+                        draw.add_output(chunk, predicted, coding.audit_skips(predicted, args.head))
+                    if args.summary_plot:
+                        first = "" if len(args.head) == 1 else f"{args.head[0]}_"
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                             ["code_1", "prob_1"], axis=1))
-            if job.embeddings:
-                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, job.batch_size),
+            if args.embeddings:
+                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, args.batch_size),
                                                world)  # all ranks
                 if world.is_main:
                     embedding_writer.write(np.concatenate(vectors))
@@ -176,11 +176,11 @@ def predict_file(job: PredictConfig) -> None:
         if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
             from mixer.prediction.audit import finish_audit
 
-            mdist.main_only(lambda: finish_audit(draw, audit, predictor, job.checkpoint, job.head[0],
-                                                 job.threshold), world)
+            mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
+                                                 args.threshold), world)
         if world.is_main:
             if blank_rows:
-                print(f"--input {job.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
+                print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
                       "no code, prob empty", file=sys.stderr)
             for line in coding.report():
                 print(line, file=sys.stderr)
@@ -192,7 +192,7 @@ def predict_file(job: PredictConfig) -> None:
                     sidecar = sidecar_path(writer.path)
                     beside[sidecar] = sidecar_text(coding.provenance, coding.result())
                 writer.commit(beside=beside)
-                print(f"wrote {writer.rows} rows to {job.output}"
+                print(f"wrote {writer.rows} rows to {args.output}"
                       + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
             if checklist is not None:
                 from mixer.data.checking import describe
@@ -200,11 +200,11 @@ def predict_file(job: PredictConfig) -> None:
                 print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
-                print(f"wrote {embedding_writer.rows} embeddings to {job.embeddings}", file=sys.stderr)
-            if job.summary_plot and summary:
+                print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
+            if args.summary_plot and summary:
                 from mixer.reporting.plot import plot_prediction_summary
 
-                plot_prediction_summary(pd.concat(summary, ignore_index=True), job.summary_plot)
+                plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
                 bar.close()
     except BaseException:
@@ -229,81 +229,81 @@ def say_context_fit(counts: list | None, predictor) -> None:
 
 
 # ------------------------------------------------------------------ output shapes
-def is_shaped(job) -> bool:
+def is_shaped(args) -> bool:
     """An output other than the code table beside the input's columns."""
-    return (job.what != "codes" or job.columns != "mixer"
-            or bool(job.alternatives))
+    return (args.what != "codes" or args.columns != "mixer"
+            or bool(args.alternatives))
 
 
-def is_matrix(job) -> bool:
-    return job.what != "codes"
+def is_matrix(args) -> bool:
+    return args.what != "codes"
 
 
-def check_shape_args(job) -> None:
+def check_shape_args(args) -> None:
     """Combinations that have no one meaning, refused before the model loads."""
-    if job.output and job.output.lower().endswith(".npy") and not is_matrix(job):
-        raise UserError(f"--output {job.output}: .npy holds a matrix (--what probs, bin or logits); "
+    if args.output and args.output.lower().endswith(".npy") and not is_matrix(args):
+        raise UserError(f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
                         "name it .csv or .parquet")
-    if not is_shaped(job):
+    if not is_shaped(args):
         return
-    flag = "--alternatives" if job.alternatives else ("--what " + job.what if is_matrix(job)
+    flag = "--alternatives" if args.alternatives else ("--what " + args.what if is_matrix(args)
                                                        else "--columns occcanine")
-    if not job.output:
+    if not args.output:
         raise UserError(f"{flag} writes --output FILE; pass one")
-    if job.alternatives and is_matrix(job):
+    if args.alternatives and is_matrix(args):
         raise UserError("--alternatives writes code sets, --what a matrix: pass one of them")
-    if len(job.head) > 1:
-        raise UserError(f"{flag} takes one --head, got {' '.join(job.head)}")
-    if job.alternatives and job.head != ["seq2seq"] and job.head != ["flat"]:
+    if len(args.head) > 1:
+        raise UserError(f"{flag} takes one --head, got {' '.join(args.head)}")
+    if args.alternatives and args.head != ["seq2seq"] and args.head != ["flat"]:
         raise UserError("--alternatives are written by the decoder: leave out --head or pass seq2seq")
-    if job.summary_plot:
+    if args.summary_plot:
         raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
-    if is_matrix(job):
+    if is_matrix(args):
         from mixer.prediction.outputs import check_what
 
-        check_what(job.what, job.head[0])
+        check_what(args.what, args.head[0])
 
 
-def output_writer(job, log=None, label=None):
-    if is_matrix(job) and job.output.lower().endswith(".npy"):
-        return EmbeddingWriter(job.output, flag="--output")
-    return OutputWriter(job.output, log=log, label=label)
+def output_writer(args, log=None, label=None):
+    if is_matrix(args) and args.output.lower().endswith(".npy"):
+        return EmbeddingWriter(args.output, flag="--output")
+    return OutputWriter(args.output, log=log, label=label)
 
 
-def check_coding_args(job) -> None:
+def check_coding_args(args) -> None:
     """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
-    coding = [flag for flag, value in (("--target-accuracy", job.target_accuracy),
-                                       ("--lookup", job.lookup)) if value is not None]
-    if coding and is_shaped(job):
+    coding = [flag for flag, value in (("--target-accuracy", args.target_accuracy),
+                                       ("--lookup", args.lookup)) if value is not None]
+    if coding and is_shaped(args):
         raise UserError(f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
                         "--columns occcanine")
-    if job.lookup:
-        check_input_path(job.lookup, "--lookup")
-    if job.calibration_data:
-        check_input_path(job.calibration_data, "--calibration-data")
-    if job.target_accuracy is not None and "full" in job.head:
+    if args.lookup:
+        check_input_path(args.lookup, "--lookup")
+    if args.calibration_data:
+        check_input_path(args.calibration_data, "--calibration-data")
+    if args.target_accuracy is not None and "full" in args.head:
         raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
                         "or seq2seq")
 
 
-def predict_shaped(model: Model, job, texts, langs, context) -> pd.DataFrame:
-    if job.alternatives:
-        return model.alternatives(texts, langs, job.alternatives, context, job.batch_size,
-                                  job.columns, job.system)
-    return model.predict(texts, langs, job.top_k, job.head[0], job.threshold, context,
-                         job.batch_size, what=job.what, columns=job.columns, system=job.system)
+def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
+    if args.alternatives:
+        return model.alternatives(texts, langs, args.alternatives, context, args.batch_size,
+                                  args.columns, args.system)
+    return model.predict(texts, langs, args.top_k, args.head[0], args.threshold, context,
+                         args.batch_size, what=args.what, columns=args.columns, system=args.system)
 
 
-def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, job) -> tuple:
+def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, args) -> tuple:
     """What is written for a chunk, as (outputs, the input's columns beside them or None):
     a matrix (an array for .npy) or OccCANINE's table alone, in input order; mixer's
     alternatives beside each input row, repeated k times."""
-    if is_matrix(job):
-        return (predicted.to_numpy() if job.output.lower().endswith(".npy")
+    if is_matrix(args):
+        return (predicted.to_numpy() if args.output.lower().endswith(".npy")
                 else predicted.reset_index(drop=True)), None
-    if job.columns == "occcanine":
+    if args.columns == "occcanine":
         return predicted.reset_index(drop=True), None
-    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), job.alternatives)]
+    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
     return predicted.reset_index(drop=True), repeated.reset_index(drop=True)
 
 
