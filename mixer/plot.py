@@ -3,7 +3,8 @@ in mixer.reporting.plot."""
 
 import sys
 
-from mixer.reporting.plot import main, plot_prediction_summary, plot_training_curves
+from mixer.cli.entrypoints import plot_main as main
+from mixer.reporting.plot import plot_prediction_summary, plot_training_curves
 
 __all__ = ["main", "plot_training_curves", "plot_prediction_summary"]
 

@@ -146,9 +146,11 @@ and `mixer.load` take this directory.
 
 
 def main(argv=None) -> int:
+    from mixer.cli.options import add_flags
+    from mixer.core.programs import ExportConfig
+
     parser = argparse.ArgumentParser(prog="python -m mixer.export_occcanine", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", help="a run directory of the OccCANINE architecture")
-    parser.add_argument("out_dir", help="where to write the hub layout")
+    add_flags(parser, [ExportConfig])
     args = parser.parse_args(argv)
     files = export(args.run_dir, args.out_dir)
     print(f"wrote {', '.join(files)} to {args.out_dir} (OccCANINE's hub layout)")

@@ -1,9 +1,9 @@
 """Fine-tuning from a notebook: `mixer.finetune(data, target_cols=..., save_path=...)`.
 
-One code path with finetune.py: the keyword arguments become that program's flags
-(each argument is the flag's name with '_', e.g. num_epochs=2 for --num-epochs 2), are
-parsed by its parser, so they have its defaults and checks, and the run is trained by
-the function the program calls. Bad input raises mixer.core.errors.UserError with the
+One configuration with finetune.py: each keyword argument is a field of the training
+configuration, named as its flag with '_' (num_epochs=2 for --num-epochs 2), checked
+as the flag is (mixer.cli.options.CHECKS), and the run is trained by the function the
+program calls. No command line is built. Bad input raises mixer.core.errors.UserError with the
 program's one-line message, instead of printing it and exiting.
 """
 
@@ -36,7 +36,7 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         model.predict(["farm labourer"])
     """
     from mixer.cli import parsing as cli
-    from mixer.cli.entrypoints import _train, finetune_parser
+    from mixer.cli.entrypoints import _train
 
     if not save_path:
         raise UserError("save_path: name the run directory to write (e.g. save_path='runs/mine')")
@@ -46,13 +46,10 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         if name in options:
             raise UserError(f"{name}=: pass {instead} instead")
     frame = _as_table(data)  # before anything is written
-    parser = finetune_parser()
-    parser.error = _raise_user_error  # one line as an exception, not an exit
     options = dict(options, target_cols=[target_cols] if isinstance(target_cols, str) else list(target_cols),
                    save_dir=save_path, initial_checkpoint=initial_checkpoint,
                    dataset=os.fspath(data) if frame is None else os.path.join(save_path, DATA_FILE))
-    namespace = cli.parse_args(parser, to_argv(parser, options))
-    config = cli.build_config(namespace)
+    config = cli.build_config(checked_values(options))
     kept = None if frame is None else KeptFrame(frame, save_path)
     try:
         _train(config)
@@ -70,48 +67,71 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
     return load(save_path)
 
 
-def to_argv(parser: argparse.ArgumentParser, options: dict) -> list:
-    """Keyword arguments as the program's flags; a name it has no flag for is an error."""
-    actions = {}
-    for action in parser._actions:  # the first flag of a name: --precision, not its alias --fp16
-        if action.option_strings and action.dest not in ("help", "version"):
-            actions.setdefault(action.dest, action)
-    for action in parser._actions:  # and each flag by its own name: key= for --key (dest key_file)
-        if action.dest not in ("help", "version"):
-            for option in action.option_strings:
-                if option.startswith("--") and not option.startswith("--no-"):
-                    actions.setdefault(option[2:].replace("-", "_"), action)
-    argv = []
-    for name, value in options.items():
-        action = actions.get(name)
-        if action is None:
+def checked_values(given: dict) -> dict:
+    """finetune.py's values for these keyword arguments: each checked as its flag is (the
+    same checks and messages), the rest at the field's default. A name is a field's
+    (key_file) or its flag's without the dashes (key, lr); config= reads a YAML file
+    as --config does."""
+    from mixer.cli import parsing as cli
+    from mixer.cli.entrypoints import finetune_parser
+
+    parser = finetune_parser()
+    specs = parser.specs
+    by_name = {spec.name: spec for spec in specs.values()}
+    for spec in specs.values():  # each flag by its own name: key= for --key (field key_file)
+        for flag in spec.flags:
+            by_name.setdefault(flag[2:].replace("-", "_"), spec)
+    aliases = {flag[2:].replace("-", "_") for spec in specs.values() for flags, _, _ in spec.aliases for flag in flags}
+    values = {}  # the rest: the fields' defaults (build_config)
+    if given.get("config") is not None:
+        values.update(cli.config_file_values(parser, os.fspath(given["config"])))
+    values["command"] = ["mixer.finetune(" + ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) + ")"]
+    for name, value in given.items():
+        if name == "config":
+            continue
+        spec = by_name.get(name)
+        if name in aliases:
+            raise UserError(f"{name}=: not an option of finetune(); see python finetune.py --help")
+        if spec is None:
             raise UserError(f"{name}=: finetune.py has no flag --{name.replace('_', '-')}; "
                             "see python finetune.py --help for the options")
-        if value is None:
-            continue
-        for one in (value if isinstance(value, (list, tuple)) and action.nargs in ("+", "*") else [value]):
-            if not isinstance(one, (str, int, float, bool, os.PathLike, list, tuple, dict, set)):
-                table = " (write it to a file, e.g. with .to_parquet, and pass the path)" \
-                    if isinstance(one, (pd.DataFrame, pd.Series)) else ""
-                raise UserError(f"{name}=: pass text, a number or a file's path, not a "
-                                f"{type(one).__name__}{table}")
-        flag = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
-        if isinstance(action, argparse.BooleanOptionalAction):
-            if not isinstance(value, bool):
-                raise UserError(f"{name}={value!r}: pass True or False")
-            argv.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(action, (argparse._StoreConstAction, argparse._StoreTrueAction,
-                                 argparse._StoreFalseAction, argparse._VersionAction)):
-            raise UserError(f"{name}=: not an option of finetune(); see python finetune.py --help")
-        elif action.nargs in ("+", "*"):
-            values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
-            argv.append(flag)
-            argv.extend(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in values)
-        else:
-            if isinstance(value, (list, tuple, dict, set)):
-                raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
-            argv.append(f"{flag}={os.fspath(value) if isinstance(value, os.PathLike) else value}")  # '=': a value such as '-1' is not read as a flag
-    return argv
+        if value is not None:
+            values[spec.name] = checked(name, spec, value)
+    return values
+
+
+def checked(name: str, spec, value):
+    """One keyword argument as its flag would read it, or a one-line UserError."""
+    from mixer.cli.options import CHECKS
+
+    for one in (value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]):
+        if not isinstance(one, (str, int, float, bool, os.PathLike, list, tuple, dict, set)):
+            table = " (write it to a file, e.g. with .to_parquet, and pass the path)" \
+                if isinstance(one, (pd.DataFrame, pd.Series)) else ""
+            raise UserError(f"{name}=: pass text, a number or a file's path, not a "
+                            f"{type(one).__name__}{table}")
+    if spec.switch:
+        if not isinstance(value, bool):
+            raise UserError(f"{name}={value!r}: pass True or False")
+        return value
+    if spec.nargs in ("+", "*"):
+        values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
+    elif isinstance(value, (list, tuple, dict, set)):
+        raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
+    else:
+        values = [value]
+    read = []
+    for one in values:
+        text = os.fspath(one) if isinstance(one, os.PathLike) else str(one)
+        try:
+            one = CHECKS[spec.type](text) if spec.type else text
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: {exc}")
+        if spec.choices and one not in spec.choices:
+            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: invalid choice: {one!r} "
+                            f"(choose from {', '.join(map(repr, spec.choices))})")
+        read.append(one)
+    return read if spec.nargs in ("+", "*") else read[0]
 
 
 def _as_table(data) -> Optional[pd.DataFrame]:
@@ -217,6 +237,3 @@ def _missing_dirs(path: str) -> list:
         path = os.path.dirname(path)
     return missing[::-1]
 
-
-def _raise_user_error(message: str):
-    raise UserError(f"finetune(): {message}")

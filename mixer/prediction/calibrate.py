@@ -17,11 +17,12 @@ import sys
 import numpy as np
 
 from mixer.core.errors import UserError
+from mixer.core.programs import PredictConfig
 
 CALIBRATED_HEADS = ("flat", "seq2seq")
 
 
-def calibrate_main(args) -> int:
+def calibrate_main(args: PredictConfig) -> int:
     from mixer.prediction.api import Model
     from mixer.prediction.predict import Predictor
 
@@ -35,7 +36,7 @@ def calibrate_main(args) -> int:
             raise UserError(f"--calibrate fits the flat and the seq2seq head both, each at the model's own "
                             f"thresholds and top-k (those predict.py applies the calibration at); leave out {flag}")
     heads = list(CALIBRATED_HEADS)  # both, always: the full head has no row confidence (not covered)
-    if getattr(args, "quantize", None) or args.precision != "fp32":
+    if args.quantize or args.precision != "fp32":
         raise UserError("--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
                         "--precision (calibration does not move a threshold, which --target-accuracy chooses "
                         "again at any precision)")
@@ -116,7 +117,6 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
 
 
 def labelled_rows(args, model, predictor):
-    from mixer.core.config import table_options
     from mixer.prediction import target as targets
 
     config = predictor.config
@@ -124,7 +124,7 @@ def labelled_rows(args, model, predictor):
         return targets.run_rows(config.get("model_dir"), args.checkpoint, "--calibrate")
     language_col = args.language_col or (None if args.language else config.get("language_col"))
     language = args.language or config.get("language") or "unk"
-    return targets.file_rows(args.calibration_data, table_options(vars(args), "calibration_data"),
+    return targets.file_rows(args.calibration_data, args.table_options("calibration_data"),
                              args.calibration_truth_cols, model, args.input_col or config["input_col"],
                              language_col, language, list(config.get("context_cols") or []),
                              log=lambda m: print(m, file=sys.stderr))

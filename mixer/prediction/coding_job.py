@@ -154,16 +154,15 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
             context_cols: list, world, say) -> Coding:
     """The lookup (every rank reads it), each head's threshold (rank 0 chooses, every rank
     receives it) and, on rank 0, the provenance of the output."""
-    from mixer.core.config import table_options
     from mixer.distributed import world as mdist
 
     lookup = None
-    if getattr(args, "lookup", None):
+    if args.lookup:
         lookup = model.lookup(args.lookup, args.lookup_input_col, args.lookup_code_cols,
-                              language_col, table_options(vars(args), "lookup"))
+                              language_col, args.table_options("lookup"))
         say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout})")
     targets = {}
-    if getattr(args, "target_accuracy", None) is not None:
+    if args.target_accuracy is not None:
         def choose():
             rows_to_code = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
             chosen = {}
@@ -172,7 +171,7 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
                     args.target_accuracy, args.target_confidence, head, args.calibration_data,
                     args.calibration_truth_cols, lookup, args.shorter_codes, rows_to_code, args.top_k,
                     args.threshold, input_col, language if not language_col else None, language_col,
-                    args.batch_size, table_options(vars(args), "calibration_data"), levels=args.code_levels)
+                    args.batch_size, args.table_options("calibration_data"), levels=args.code_levels)
                 target.check_reached()
                 chosen[head] = target
                 for line in describe_target(target, rows_to_code):
@@ -182,10 +181,10 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
         chosen = mdist.main_only(choose, world)  # all ranks
         chosen = mdist.broadcast_object(chosen, world)
         targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
-    elif getattr(args, "shorter_codes", False):
+    elif args.shorter_codes:
         raise UserError("--shorter-codes gives a shorter code where the full one misses a threshold; pass "
                         "--target-accuracy A")
-    elif getattr(args, "calibration_data", None):
+    elif args.calibration_data:
         raise UserError("--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one")
     coding = Coding(lookup, targets)
     if args.output and world.is_main:
@@ -208,11 +207,10 @@ def describe_target(target, rows_to_code) -> list:
 
 def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> int:
     """The input's rows the model codes: all of them, less those a lookup covers."""
-    from mixer.core.config import table_options
     from mixer.data.reading import count_rows, iter_chunks
     from mixer.prediction.outputs import text_column
 
-    options = table_options(vars(args), "input")
+    options = args.table_options("input")
     if lookup is None:
         return count_rows(args.input, options)
     rows = 0

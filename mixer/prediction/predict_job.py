@@ -14,7 +14,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from mixer.core.config import DistConfig, table_options
+from mixer.core.config import DistConfig
+from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
@@ -25,8 +26,8 @@ from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
 
 
-def predict_file(args) -> None:
-    options = table_options(vars(args), "input")
+def predict_file(args: PredictConfig) -> None:
+    options = args.table_options("input")
     check_input_table(args.input, "--input")  # before the model loads, as the outputs below
     if args.output:  # before the model loads: a wrong path fails at once
         check_output_path(args.output, "--output", {"--input": args.input})
@@ -40,7 +41,7 @@ def predict_file(args) -> None:
             raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
     check_shape_args(args)
     to_check = None
-    if getattr(args, "to_check", None):
+    if args.to_check:
         from mixer.data.checking import parse_to_check
 
         to_check = parse_to_check(args.to_check)
@@ -50,7 +51,7 @@ def predict_file(args) -> None:
         check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
                                                       "--embeddings": args.embeddings})
     audit = None
-    if getattr(args, "audit", None):
+    if args.audit:
         from mixer.audit.draw import parse_audit_args
 
         audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
@@ -59,7 +60,7 @@ def predict_file(args) -> None:
                             "--columns occcanine")
         audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
                           "--to-check": to_check[1] if to_check else None})
-    if getattr(args, "code_descriptions", None):
+    if args.code_descriptions:
         check_input_path(args.code_descriptions, "--code-descriptions")
     check_coding_args(args)
     world = mdist.setup(DistConfig(distributed=args.distributed))
@@ -72,12 +73,12 @@ def predict_file(args) -> None:
     try:
         predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=args.tf32, quantize=getattr(args, "quantize", None),
+                                   tf32=args.tf32, quantize=args.quantize,
                                    announce=say)  # which weights: stdout, as how it reads
-        if getattr(args, "code_descriptions", None):
+        if args.code_descriptions:
             from mixer.prediction.outputs import set_descriptions
 
-            set_descriptions(predictor, args.code_descriptions, table_options(vars(args), "code_descriptions"))
+            set_descriptions(predictor, args.code_descriptions, args.table_options("code_descriptions"))
         model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
         model._says_context_fit = False  # counted over the chunks and every rank, said once below
         context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
@@ -230,12 +231,12 @@ def say_context_fit(counts: list | None, predictor) -> None:
 # ------------------------------------------------------------------ output shapes
 def is_shaped(args) -> bool:
     """An output other than the code table beside the input's columns."""
-    return (getattr(args, "what", "codes") != "codes" or getattr(args, "columns", "mixer") != "mixer"
-            or bool(getattr(args, "alternatives", None)))
+    return (args.what != "codes" or args.columns != "mixer"
+            or bool(args.alternatives))
 
 
 def is_matrix(args) -> bool:
-    return getattr(args, "what", "codes") != "codes"
+    return args.what != "codes"
 
 
 def check_shape_args(args) -> None:
@@ -271,16 +272,16 @@ def output_writer(args, log=None, label=None):
 
 def check_coding_args(args) -> None:
     """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
-    coding = [flag for flag, value in (("--target-accuracy", getattr(args, "target_accuracy", None)),
-                                       ("--lookup", getattr(args, "lookup", None))) if value is not None]
+    coding = [flag for flag, value in (("--target-accuracy", args.target_accuracy),
+                                       ("--lookup", args.lookup)) if value is not None]
     if coding and is_shaped(args):
         raise UserError(f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
                         "--columns occcanine")
-    if getattr(args, "lookup", None):
+    if args.lookup:
         check_input_path(args.lookup, "--lookup")
-    if getattr(args, "calibration_data", None):
+    if args.calibration_data:
         check_input_path(args.calibration_data, "--calibration-data")
-    if getattr(args, "target_accuracy", None) is not None and "full" in args.head:
+    if args.target_accuracy is not None and "full" in args.head:
         raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
                         "or seq2seq")
 

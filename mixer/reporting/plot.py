@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -74,19 +73,6 @@ def plot_prediction_summary(predictions: pd.DataFrame, output: str, top: int = 2
     figure.savefig(output, dpi=110)
     plt.close(figure)
     return output
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mixer.plot", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir")
-    parser.add_argument("--output", default=None, help="PNG path (default: RUN_DIR/training_curves.png)")
-    args = parser.parse_args(argv)
-    try:
-        print(plot_training_curves(args.run_dir, args.output))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,279 @@
+"""The flags, generated: every program's parser is made here from its configuration's
+fields (mixer.core.options.option), and nowhere else (tests/test_options.py holds that).
+
+A field's metadata names its flag(s), check, number of values and one-line help; its
+default is the dataclass field's. Where finetune.py and train_mixer.py differ is the
+table mixer.core.config.PROGRAM_DIFFERENCES. The reading options of each input file
+(--encoding, --key-sep, ...) are a generated family, add_table_args.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Optional
+
+from mixer import __version__
+from mixer.core import recipe
+from mixer.core.config import TABLE_ROLES
+from mixer.core.errors import UserError
+from mixer.core.options import default_of, flags_of, options_of
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# ----------------------------------------------------------------- checks
+def _whole_number(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+
+
+def _bounded(name: str, holds, says: str):
+    def check(text: str) -> float:
+        value = _float(text)
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {says}, got {text}")
+        return value
+
+    check.__name__ = name
+    return check
+
+
+positive_float = _bounded("positive_float", lambda v: v > 0, "greater than 0")
+non_negative_float = _bounded("non_negative_float", lambda v: v >= 0, "0 or more")
+unit_interval = _bounded("unit_interval", lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
+open_unit_interval = _bounded("open_unit_interval", lambda v: 0.0 < v < 1.0, "strictly between 0 and 1")
+share_below_one = _bounded("share_below_one", lambda v: 0.0 <= v < 1.0, "0 or more and below 1")
+
+
+def encoding_name(text: str) -> str:
+    from mixer.data.reading import canonical_encoding
+
+    try:
+        return canonical_encoding(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def separator(text: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+    value = named.get(text.lower(), text)
+    if len(value) != 1 or value in "\"\r\n":
+        raise argparse.ArgumentTypeError(f"expected one character such as , ; | or tab, got {text!r}")
+    return value
+
+
+def digit_levels(text: str) -> list:
+    """'1-5' or '1,3,5' -> [1, 2, 3, 4, 5] / [1, 3, 5]."""
+    try:
+        if "-" in text:
+            low, high = (int(v) for v in text.split("-", 1))
+            levels = list(range(low, high + 1))
+        else:
+            levels = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected digits like 1-5 or 1,3,5, got {text!r}")
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"digits must be 1 or more, got {text!r}")
+    return levels
+
+
+# the checks a field names (option(type=...)), by name
+CHECKS = {check.__name__: check for check in (
+    positive_int, non_negative_int, _float, positive_float, non_negative_float, unit_interval,
+    open_unit_interval, share_below_one, encoding_name, separator, digit_levels, int)}
+
+
+# ----------------------------------------------------------------- generation
+@dataclasses.dataclass
+class Spec:
+    """One field's flag in one program: the field's metadata with the program's differences."""
+
+    name: str
+    flags: tuple
+    default: object
+    help: str
+    group: str = ""
+    type: Optional[str] = None
+    nargs: object = None
+    choices: Optional[tuple] = None
+    metavar: object = None
+    switch: object = False
+    required: bool = False
+    hidden: bool = False
+    aliases: tuple = ()
+    table: Optional[str] = None
+    works_with: tuple = ()
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0]
+
+
+def specs(classes, program: str = "", differences: Optional[dict] = None) -> list:
+    """The flags of a program with these configuration classes, in --help's order.
+    A field in `differences` (config.PROGRAM_DIFFERENCES) has a flag only in the programs
+    it names, with what differs there; None there: no flag (Spec with flags=())."""
+    found = []
+    for cls in classes:
+        for f in options_of(cls):
+            meta = dict(f.metadata)
+            given = {"flags": flags_of(f), "default": default_of(f)}
+            per = (differences or {}).get(f.name)
+            if per is not None:
+                if program not in per:
+                    continue
+                if per[program] is None:
+                    given["flags"] = ()
+                else:
+                    given.update(per[program])
+            fields = {k: meta[k] for k in ("help", "group", "type", "nargs", "choices", "metavar", "switch",
+                                           "hidden", "aliases", "table", "works_with")}
+            found.append(Spec(name=f.name, **{**fields, **given}))
+    return found
+
+
+def help_text(spec: Spec) -> str:
+    """The field's one line, with its default from the field (never written in the help)
+    or the recipe's values (mixer.core.recipe)."""
+    if spec.hidden:
+        return argparse.SUPPRESS
+    text = spec.help
+    if spec.name in recipe.MIXER and spec.default is None:
+        mine, theirs = recipe.MIXER[spec.name], recipe.OCCCANINE_FINETUNE[spec.name]
+        shown = "as --dropout" if mine is None else f"{mine:g}"
+        text += f" (default: the recipe's, {shown}" + (
+            f"; {theirs:g} from an OccCANINE model)" if theirs != mine else ")")
+    elif spec.switch is not True and spec.default not in (None, False, [], ()) and not spec.required:
+        text += " (default: %(default)s)"  # BooleanOptionalAction adds its own
+    return text
+
+
+def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
+    if not spec.flag.startswith("-"):  # a positional argument: its name is its dest
+        group.add_argument(spec.flag, help=spec.help)
+        return
+    kwargs = {"dest": spec.name, "help": help_text(spec),
+              "default": None if spec.required else spec.default}
+    if spec.switch is True:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif spec.switch == "on":
+        kwargs["action"] = "store_true"
+    else:
+        kwargs.update({k: v for k, v in (("type", CHECKS[spec.type] if spec.type else None),
+                                         ("nargs", spec.nargs), ("metavar", spec.metavar),
+                                         ("choices", list(spec.choices) if spec.choices else None))
+                       if v is not None})
+    if spec.required:
+        kwargs["required"] = True
+    group.add_argument(*spec.flags, **kwargs)
+    for flags, value, text in spec.aliases:
+        group.add_argument(*flags, dest=spec.name, action="store_const", const=value, help=text)
+
+
+def add_flags(parser: argparse.ArgumentParser, classes, program: str = "",
+              differences: Optional[dict] = None) -> list:
+    """Every flag of these configuration classes, under their headings; returns the specs.
+    A field without a flag in this program still takes --config's value (set_defaults)."""
+    groups = {}
+    made = []
+    for spec in specs(classes, program, differences):
+        if not spec.flags:
+            parser.set_defaults(**{spec.name: spec.default})
+            continue
+        if spec.group and spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(spec.group)
+        group = groups.get(spec.group, parser)
+        add_flag(parser, group, spec)
+        made.append(spec)
+        if spec.table:
+            made += add_table_args(parser, group, spec.table)
+    parser.specs = {spec.name: spec for spec in made}
+    return made
+
+
+def table_specs(role: str) -> list:
+    """The reading options of a role's files (mixer.core.config.TABLE_ROLES): the main
+    data's --encoding, --sep, --sheet and --header-row, or a role's own (--key-encoding,
+    ...). Each file is read with its own role's options only (docs/formats.md)."""
+    what, prefix = TABLE_ROLES[role]
+    files = "input" if role in ("dataset", "input", "predictions") else f"the {what} file(s)"
+    dest = prefix.replace("-", "_")
+    return [
+        Spec(dest + "encoding", (f"--{prefix}encoding",), None if prefix else "utf-8", type="encoding_name",
+             help=f"text encoding of CSV {files}, e.g. cp1252 (docs/formats.md)"),
+        Spec(dest + "sep", (f"--{prefix}sep",), None, type="separator",
+             help=f"separator of CSV {files}: , ; | or tab (unset: the file's own)"),
+        Spec(dest + "sheet", (f"--{prefix}sheet",), None, metavar="NAME",
+             help=f"Excel {files}: the worksheet to read (unset: the first)"),
+        Spec(dest + "header_row", (f"--{prefix}header-row",), None, type="positive_int", metavar="N",
+             help=f"CSV and Excel {files}: the row of the column names, from 1 (unset: the first not empty)"),
+    ]
+
+
+def add_table_args(parser: argparse.ArgumentParser, group, role: str = "dataset") -> list:
+    made = table_specs(role)
+    for spec in made:
+        add_flag(parser, group, spec)
+    return made
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"mixer {__version__}")
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """The training programs' --version and --config."""
+    add_version(parser)
+    parser.add_argument("--config", metavar="YAML",
+                        help="read flags from a YAML file such as a run's args.yaml; flags given win")
+
+
+def config_file_parser() -> argparse.ArgumentParser:
+    """--config alone, read before the program's parser (its file gives defaults)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    return parser
+
+
+# ----------------------------------------------------------------- values
+def config_from(cls, values: dict):
+    """A configuration of one class from flat values (a parse's, or the API's)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def refuse_lone_companions(config, specs_by_name: dict) -> None:
+    """An option set (not at its default) without one of the options it works with
+    (option(works_with=...)): it would be ignored, so it is refused in one line."""
+    for spec in specs_by_name.values():
+        if not spec.works_with or getattr(config, spec.name) == spec.default:
+            continue
+        if not any(getattr(config, other) not in (None, False) for other in spec.works_with):
+            needs = " or ".join(specs_by_name[other].flag for other in spec.works_with)
+            raise UserError(f"{spec.flag} works with {needs}; pass it, or leave out {spec.flag}")
