@@ -38,8 +38,12 @@ from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, lo
 from mixer.core.precision import pad_multiple
 from mixer.core.precision import resolve as resolve_precision
 from mixer.training.schedule import Layout, Schedule
-from mixer.training import best
-from mixer.training.trainer import Trainer, TrainParts, seed_everything
+from mixer.training.best import keeper as best
+from mixer.training.best.hook import KeepBest
+from mixer.training.hooks import Cards, Curves, Scores, TuneThresholds, registered
+from mixer.training.parts import TrainParts
+from mixer.training.resume import seed_everything
+from mixer.training.trainer import Trainer
 from mixer.data.transliterate import exactness_note
 
 
@@ -221,7 +225,7 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
         checkpointer.remove_stale_temp_files()
     mdist.barrier(world)  # all ranks: nobody reads while rank 0 tidies
     trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
-                      checkpointer=checkpointer if world.is_main else None)
+                      checkpointer=checkpointer if world.is_main else None, hooks=build_hooks(cfg))
     # rank 0 picks the checkpoint; every rank reads that file (the run directory is shared)
     chosen = mdist.main_only(checkpointer.latest_loadable, world)
     chosen = mdist.broadcast_object(chosen, world)  # all ranks
@@ -256,6 +260,15 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
 
 
 # ------------------------------------------------------------------ pieces
+def build_hooks(cfg) -> list:
+    """What the run does at evaluations and at its end (mixer.training.hooks), in the
+    order the Trainer calls them: the curves right after the last model, the best
+    before the thresholds, the cards last; then those registered with
+    mixer.training.hooks.register."""
+    hooks = [Curves(), KeepBest()] + ([TuneThresholds()] if cfg.tune_threshold else []) + [Scores(), Cards()]
+    return hooks + registered(cfg)
+
+
 def resampled_rows(first_codes: np.ndarray, cfg):
     """epoch -> the epoch's training rows with --upsample-below / --downsample-top (the
     same on every rank: seed and epoch only), or None: every row once."""
