@@ -277,7 +277,7 @@ def test_a_resume_that_would_measure_the_best_otherwise_is_refused_before_anythi
 def test_which_settings_a_kept_metric_depends_on():
     from mixer.core.config import TrainConfig
     from mixer.reporting.metrics import Thresholds
-    from mixer.training.best import changed_condition, conditions
+    from mixer.training.best.keeper import changed_condition, conditions
 
     base = TrainConfig(val_max_rows=200, seq2seq_weight=0.1, eval_noise=2)
     was = conditions(base, np.arange(200), Thresholds.of(0.5))
@@ -416,7 +416,7 @@ def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(
 KILL_AT_THE_BEST = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
-import mixer.training.best as best
+import mixer.training.best.keeper as best
 
 def killed(self, model, record):  # the training state has committed the new best; best/ has not
     if record["step"] == {step}:
@@ -474,7 +474,7 @@ def test_one_process_chooses_the_same_best_and_a_kill_before_its_write_then_anot
 
 # ------------------------------------------------------------------ the rules
 def test_the_verdict_direction_ties_nan_min_delta_and_replayed_evaluations():
-    from mixer.training.best import judge
+    from mixer.training.best.keeper import judge
 
     def verdict(best, value, place, waited=0, metric="val_loss", patience=2, min_delta=0.0):
         return judge(best, waited, metric, value, place, patience, min_delta)
@@ -500,7 +500,7 @@ def test_the_verdict_direction_ties_nan_min_delta_and_replayed_evaluations():
 def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
     from mixer.core.config import TrainConfig
     from mixer.distributed.world import World
-    from mixer.training.best import BestKeeper
+    from mixer.training.best.keeper import BestKeeper
     from mixer.training.trainer import Progress
 
     keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
@@ -514,7 +514,7 @@ def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
 def test_a_nan_evaluation_before_any_best_leaves_no_best_yet():
     from mixer.core.config import TrainConfig
     from mixer.distributed.world import World
-    from mixer.training.best import BestKeeper
+    from mixer.training.best.keeper import BestKeeper
     from mixer.training.trainer import Progress
 
     keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
@@ -589,7 +589,7 @@ def test_a_model_directory_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch
 
 
 def test_a_run_that_starts_over_removes_a_best_model_left_in_its_directory(tmp_path):
-    from mixer.training.best import discard_leftover
+    from mixer.training.best.keeper import discard_leftover
 
     said = []
     for leftover in ("best", ".best.old"):  # a whole one, or one a kill left aside

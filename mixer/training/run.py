@@ -29,7 +29,8 @@ from mixer.data.noise import NoiseConfig
 from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
-from mixer.models.sources import build_model, describe_start, light_tokeniser, resolve_new_heads
+from mixer.models import sources
+from mixer.models.sources import describe_start, light_tokeniser, resolve_new_heads
 from mixer.core.errors import UserError
 from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
@@ -38,8 +39,12 @@ from mixer.reporting.tracking import NullTracker, Tracker, configure_logging, lo
 from mixer.core.precision import pad_multiple
 from mixer.core.precision import resolve as resolve_precision
 from mixer.training.schedule import Layout, Schedule
-from mixer.training import best
-from mixer.training.trainer import Trainer, TrainParts, seed_everything
+from mixer.training.best import keeper as best
+from mixer.training.best.hook import KeepBest
+from mixer.training.hooks import Cards, Curves, Scores, TuneThresholds, registered
+from mixer.training.parts import TrainParts
+from mixer.training.resume import seed_everything
+from mixer.training.trainer import Trainer
 from mixer.data.transliterate import exactness_note
 
 
@@ -90,11 +95,48 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
 
 
 def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting: tuple, check_resume) -> dict:
-    """_train's work once the run directory is this run's."""
+    """_train's work once the run directory is this run's: the builders below, then the loop."""
     run_dir = config.save_dir
     thresholds, thresholds_from = starting
+    prepared = prepare_data(config, world, start, check_resume)
+    if config.data.prepare_only:
+        return {}
+    precision = set_up_device(config, world)
+    key_codes = list(prepared.key["code"])
+    model, encoder, token_ids = build_model(config, world, start, prepared.formatter, key_codes)
+    collate = build_collator(config, world, start, prepared.formatter, key_codes, encoder, model)
+    noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
+                        config.train.unk_lang_prob)
+    cfg = dataclasses.replace(config.train, precision=precision)
+    loaders = build_loaders(config, cfg, world, prepared, key_codes, token_ids, collate, noise)
+    model, grad_sync = place_model(model, config, world)
+    schedule, optimizer, scheduler, learning_rate = build_optimization(model, cfg, world, loaders.sampler)
+    parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler, grad_sync=grad_sync,
+                       schedule=schedule, thresholds=thresholds, **loaders.parts(),
+                       **run_facts(config, cfg, world, start, recipe, prepared, key_codes, encoder, schedule,
+                                   loaders, thresholds, thresholds_from))
+    trainer = build_trainer(config, cfg, world, parts, key_codes, encoder)
+    report_setup(world, config, cfg, loaders.sampler, trainer.total_steps, learning_rate, loaders.train_rows,
+                 loaders.val_rows, len(key_codes), encoder.source, model,
+                 [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
+                  describe_groups(collate.groups, collate.padding),
+                  f"flat threshold {thresholds.describe()}"]
+                 + ([allocator.kept()] if allocator.kept() else []))
+    try:
+        metrics = trainer.fit()
+    finally:
+        stop_workers(*loaders.all())
+    if world.is_main and trainer.completed:
+        report_end(metrics, run_dir, trainer.progress.best)
+    return metrics
+
+
+# ------------------------------------------------------------------ the builders, in _train_locked's order
+def prepare_data(config: RunConfig, world: mdist.World, start, check_resume):
+    """Rank 0 prepares (the others wait without a time limit), then every rank reads the
+    labels; --prepare-only makes the token cache too: tokenise on a CPU node, train elsewhere."""
+    run_dir = config.save_dir
     began = time.perf_counter()
-    # rank 0 prepares (the others wait without a time limit), then every rank reads the labels
     mdist.main_first(lambda: prepare_run_data(config.data, config.train.seed, run_dir,
                                               log=logger.info, check=check_resume, base=start.base,
                                               tokens=start.tokens),
@@ -102,40 +144,81 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     prepared = load_prepared(run_dir, with_text=False)
     if world.is_main:
         write_args(config, run_dir)
-    if config.data.prepare_only:  # the token cache too: tokenise on a CPU node, train elsewhere
+    if config.data.prepare_only:
         logger.info(f"data prepared in {run_dir} in {time.perf_counter() - began:.1f} s (--prepare-only)")
         if config.data.token_cache:
             began = time.perf_counter()
             split_caches(run_dir, light_tokeniser(start, config), prepared, world, log=logger.info)
             logger.info(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
                         "--no-token-cache skips it)")
-        return {}
+    return prepared
 
+
+def set_up_device(config: RunConfig, world: mdist.World) -> str:
+    """Seeds, TF32, and the precision the device computes in (mixer.core.precision;
+    args.yaml keeps the request)."""
     seed_everything(config.train.seed)
     if world.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls on Ampere+: ~fp32 accuracy, much faster
         torch.backends.cudnn.allow_tf32 = True
-    # what runs is what the device computes in (mixer.core.precision); args.yaml keeps the request
-    precision = resolve_precision(config.train.precision, world.device,
-                                  config.train.force_precision, logger.info)
-    formatter = prepared.formatter
-    key_codes = list(prepared.key["code"])
-    model, encoder = build_model(start, config, formatter, key_codes, log=logger.info)
+    return resolve_precision(config.train.precision, world.device, config.train.force_precision, logger.info)
+
+
+def build_model(config: RunConfig, world: mdist.World, start, formatter, key_codes: list) -> tuple:
+    """The model and its encoder, from the start (mixer.models.sources), and the
+    encoder's token ids; dropout streams differ by rank from here."""
+    model, encoder = sources.build_model(start, config, formatter, key_codes, log=logger.info)
     check_max_len(start.recipe.max_len, encoder.model.config)
     torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
+    return model, encoder, token_ids_of(encoder, start.recipe)
 
-    token_ids = token_ids_of(encoder, start.recipe)
+
+def build_collator(config: RunConfig, world: mdist.World, start, formatter, key_codes: list, encoder,
+                   model) -> Collator:
+    return Collator(encoder.tokenizer.pad_token_id or 0, formatter.encode_blocks(key_codes), bos=formatter.bos_id,
+                    eos=formatter.eos_id, code_pad=formatter.pad_id,
+                    padding=InputPadding.for_encoder(encoder.model.config, start.recipe.max_len,
+                                                     model.padding_reads(decoder=True),
+                                                     pad_multiple(world.device)),
+                    groups=config.train.length_groups)
+
+
+@dataclasses.dataclass
+class Loaders:
+    """The run's data loaders, and the rows behind them."""
+
+    sampler: StepSampler
+    train: torch.utils.data.DataLoader
+    val: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
+    sample: np.ndarray  # its rows
+    train_rows: int
+    val_rows: int
+    val_langs: np.ndarray
+    full_val: Optional[torch.utils.data.DataLoader] = None
+    noisy_val: Optional[torch.utils.data.DataLoader] = None
+    noisy_full_val: Optional[torch.utils.data.DataLoader] = None
+    cal: Optional[torch.utils.data.DataLoader] = None
+    cal_langs: Optional[np.ndarray] = None
+
+    def all(self) -> tuple:
+        return self.train, self.val, self.full_val, self.noisy_val, self.noisy_full_val, self.cal
+
+    def parts(self) -> dict:
+        """TrainParts' fields of the loaders."""
+        return dict(train_loader=self.train, sampler=self.sampler, val_loader=self.val,
+                    full_val_loader=self.full_val, val_rows=(len(self.sample), self.val_rows),
+                    val_langs=self.val_langs, noisy_val_loader=self.noisy_val,
+                    noisy_full_val_loader=self.noisy_full_val, cal_loader=self.cal, cal_langs=self.cal_langs)
+
+
+def build_loaders(config: RunConfig, cfg, world: mdist.World, prepared, key_codes: list, token_ids,
+                  collate: Collator, noise: NoiseConfig) -> Loaders:
+    """The training loader (its own sampler) and the evaluation loaders: the validation
+    sample, every validation row (--full-val-at-end), their noised copies (--eval-noise)
+    and the calibration rows (--share-calibration), each row on one rank."""
+    run_dir = config.save_dir
+    num_blocks = prepared.formatter.max_num_codes
     caches = split_caches(run_dir, token_ids, prepared, world, log=logger.info)
-    num_blocks = formatter.max_num_codes
-    key_blocks = formatter.encode_blocks(key_codes)
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, key_blocks, bos=formatter.bos_id,
-                       eos=formatter.eos_id, code_pad=formatter.pad_id,
-                       padding=InputPadding.for_encoder(encoder.model.config, start.recipe.max_len,
-                                                        model.padding_reads(decoder=True),
-                                                        pad_multiple(world.device)),
-                       groups=config.train.length_groups)
-    noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
-                        config.train.unk_lang_prob)
 
     def inputs_of(split, frame, noise_config, every_row=False):
         """Token ids of a split's drawn rows: the cache's, or noised and tokenised now."""
@@ -159,7 +242,6 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     cal_set = (RowDataset(inputs_of("cal", prepared.cal, NoiseConfig(0.0, 0, 0.0)),
                           labels_of(prepared.cal, key_codes, num_blocks)) if prepared.cal is not None else None)
 
-    cfg = dataclasses.replace(config.train, precision=precision)
     sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
                           cfg.grad_accum_steps, cfg.seed, resampled_rows(train_labels[:, 0], cfg))
     pin = world.device.startswith("cuda")
@@ -178,50 +260,72 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
         return torch.utils.data.DataLoader(dataset, batch_sampler=eval_batches(mine, eval_size),
                                            **workers)
 
-    val_loader = val_loader_of(sample)
-    noisy_val_loader = val_loader_of(sample, noisy_val_set) if noisy_val_set is not None else None
     full_val_loader = (val_loader_of(np.arange(len(val_set)))
                        if cfg.full_val_at_end and len(sample) < len(val_set) else None)
-    noisy_full_val_loader = (val_loader_of(np.arange(len(val_set)), noisy_val_set)
-                             if noisy_val_set is not None and full_val_loader is not None else None)
-    cal_loader = val_loader_of(np.arange(len(cal_set)), cal_set) if cal_set is not None and len(cal_set) else None
+    return Loaders(
+        sampler=sampler, train=train_loader, val=val_loader_of(sample), sample=sample,
+        train_rows=len(train_set), val_rows=len(val_set),
+        val_langs=prepared.val["lang"].astype(str).to_numpy(), full_val=full_val_loader,
+        noisy_val=val_loader_of(sample, noisy_val_set) if noisy_val_set is not None else None,
+        noisy_full_val=(val_loader_of(np.arange(len(val_set)), noisy_val_set)
+                        if noisy_val_set is not None and full_val_loader is not None else None),
+        cal=val_loader_of(np.arange(len(cal_set)), cal_set) if cal_set is not None and len(cal_set) else None,
+        cal_langs=None if prepared.cal is None else prepared.cal["lang"].astype(str).to_numpy())
 
-    model, grad_sync = place_model(model, config, world)
+
+def build_optimization(model, cfg, world: mdist.World, sampler: StepSampler) -> tuple:
+    """The schedule (counted in rows), AdamW and its learning-rate scheduler, and the
+    peak learning rate (--scale-lr)."""
     schedule = Schedule(sampler.rows_per_epoch, Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
                         cfg.num_epochs, cfg.max_steps, cfg.warmup_steps, cfg.warmup_pct)
     learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
     optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
-    extra = dict(model_extra(config, prepared.formatter, encoder.source, start, thresholds),
-                 thresholds_from=thresholds_from)
-    parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler,
-                       train_loader=train_loader, sampler=sampler, val_loader=val_loader,
-                       full_val_loader=full_val_loader, val_rows=(len(sample), len(val_set)),
-                       val_langs=prepared.val["lang"].astype(str).to_numpy(),
-                       thresholds=thresholds, noisy_val_loader=noisy_val_loader,
-                       noisy_full_val_loader=noisy_full_val_loader,
-                       key_blocks=torch.from_numpy(key_blocks), num_blocks=num_blocks,
-                       block_size=formatter.block_size, formatter=formatter, schedule=schedule,
-                       model_extra=extra, grad_sync=grad_sync,
-                       cal_loader=cal_loader,
-                       cal_langs=None if prepared.cal is None else prepared.cal["lang"].astype(str).to_numpy(),
-                       coding=coding_step(run_dir, config, formatter, sample, len(val_set),
-                                          full_val_loader is not None),
-                       eval_conditions=best.conditions(cfg, sample, thresholds),
-                       card_facts=card.run_facts(
-                           dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
-                           language_rows(prepared.train["lang"]), start,
-                           recipe.describe().replace(RESUMED, ""),  # the card shows each job's settings
-                           schedule.layout.describe(), len(sample), encoder.source,
-                           card.describe_launch(world.launcher, world.world_size, world.num_nodes,
-                                                world.local_world_size)))
+    return schedule, optimizer, scheduler, learning_rate
+
+
+def run_facts(config: RunConfig, cfg, world: mdist.World, start, recipe, prepared, key_codes: list, encoder,
+              schedule: Schedule, loaders: Loaders, thresholds: Thresholds, thresholds_from: str) -> dict:
+    """TrainParts' fields of what the run stores and says of itself: config.json's
+    content, the model card's facts, what evaluations are measured with, the end-of-run
+    step on the scored rows."""
+    run_dir, formatter, sample = config.save_dir, prepared.formatter, loaders.sample
+    return dict(
+        key_blocks=torch.from_numpy(formatter.encode_blocks(key_codes)), num_blocks=formatter.max_num_codes,
+        block_size=formatter.block_size, formatter=formatter,
+        model_extra=dict(model_extra(config, formatter, encoder.source, start, thresholds),
+                         thresholds_from=thresholds_from),
+        coding=coding_step(run_dir, config, formatter, sample, loaders.val_rows, loaders.full_val is not None),
+        eval_conditions=best.conditions(cfg, sample, thresholds),
+        card_facts=card.run_facts(
+            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
+            language_rows(prepared.train["lang"]), start,
+            recipe.describe().replace(RESUMED, ""),  # the card shows each job's settings
+            schedule.layout.describe(), len(sample), encoder.source,
+            card.describe_launch(world.launcher, world.world_size, world.num_nodes, world.local_world_size)))
+
+
+def build_hooks(cfg) -> list:
+    """What the run does at evaluations and at its end (mixer.training.hooks), in the
+    order the Trainer calls them: the curves right after the last model, the best
+    before the thresholds, the cards last; then those registered with
+    mixer.training.hooks.register."""
+    hooks = [Curves(), KeepBest()] + ([TuneThresholds()] if cfg.tune_threshold else []) + [Scores(), Cards()]
+    return hooks + registered(cfg)
+
+
+def build_trainer(config: RunConfig, cfg, world: mdist.World, parts: TrainParts, key_codes: list,
+                  encoder) -> Trainer:
+    """The Trainer with its hooks, resumed from the run's latest loadable checkpoint (or
+    a fresh start, which removes an earlier run's best), and its tracker (rank 0)."""
+    run_dir = config.save_dir
     checkpointer = Checkpointer(run_dir, log=logger.warning)
     if world.is_main:
         checkpointer.remove_stale_temp_files()
     mdist.barrier(world)  # all ranks: nobody reads while rank 0 tidies
     trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
-                      checkpointer=checkpointer if world.is_main else None)
+                      checkpointer=checkpointer if world.is_main else None, hooks=build_hooks(cfg))
     # rank 0 picks the checkpoint; every rank reads that file (the run directory is shared)
     chosen = mdist.main_only(checkpointer.latest_loadable, world)
     chosen = mdist.broadcast_object(chosen, world)  # all ranks
@@ -239,20 +343,7 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
                        tensorboard=config.log.log_tensorboard)
 
     trainer.tracker = mdist.main_only(start_tracking, world) or NullTracker()
-    report_setup(world, config, cfg, sampler, trainer.total_steps, learning_rate, len(train_set),
-                 len(val_set), len(key_codes), encoder.source, model,
-                 [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
-                  describe_groups(collate.groups, collate.padding),
-                  f"flat threshold {thresholds.describe()}"]
-                 + ([allocator.kept()] if allocator.kept() else []))
-    try:
-        metrics = trainer.fit()
-    finally:
-        stop_workers(train_loader, val_loader, full_val_loader, noisy_val_loader, noisy_full_val_loader,
-                     cal_loader)
-    if world.is_main and trainer.completed:
-        report_end(metrics, run_dir, trainer.progress.best)
-    return metrics
+    return trainer
 
 
 # ------------------------------------------------------------------ pieces

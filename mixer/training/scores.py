@@ -5,8 +5,9 @@ temperature per head (calibration.json), the production curve (CSV and PNG) and 
 reliability diagrams.
 
 `score_frame` builds the rows from what the Validator gathered to rank 0;
-`coding_files` derives the rest; `CodingStep` is the step the Trainer calls at the end
-of a run, once for the last step's weights and once for the best's. Rank 0 alone runs
+`coding_files` derives the rest; `CodingStep` is the step the end-of-run hooks call
+(mixer.training.hooks.Scores for the last step's weights, mixer.training.best.hook.KeepBest
+for the best's). Rank 0 alone runs
 this module: the rows are gathered before, so N processes store what one does.
 """
 

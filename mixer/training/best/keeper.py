@@ -134,7 +134,8 @@ def disk_record(run_dir: str) -> Optional[dict]:
 def check_resume(run_dir: str, metric: Optional[str], current: dict, resuming: bool) -> None:
     """Before anything is written: a resumed run whose RUN/best/ holds a best keeps it by
     the metric it chose, measured as it was measured. With RUN/best/ moved away the run
-    continues without that best (BestKeeper.start, Trainer.fit drop the state's record)."""
+    continues without that best (BestKeeper.start, or without --keep-best the KeepBest hook
+    (mixer.training.best.hook), drops the state's record)."""
     record = disk_record(run_dir) if resuming else None
     if record is None:
         return
