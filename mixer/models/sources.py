@@ -289,6 +289,8 @@ NEW_HEADS_LINES = {
     "occcanine": "new heads (--new-heads occcanine): in OccCANINE's form, their decoder reads all 128 "
                  "positions, padding included, as OccCANINE's code runs it (for mixer.export_occcanine)",
 }
+# --new-heads: whether the new decoder reads the encoder's padding (HeadsConfig.decoder_reads_padding)
+NEW_HEADS_READ_PADDING = {"fast": False, "occcanine": True}
 
 
 def resolve_new_heads(config: RunConfig, start: Start, resumed: Optional[dict] = None) -> RunConfig:
@@ -347,7 +349,7 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
         heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
         heads.num_labels = len(key_codes)
         if start.heads_have_a_form:  # OccCANINE's own decoder (heads kept) reads the padding
-            heads.decoder_reads_padding = config.model.new_heads == "occcanine"
+            heads.decoder_reads_padding = NEW_HEADS_READ_PADDING.get(config.model.new_heads, False)
     else:
         encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
                    else build_encoder(config.model.encoder, dropout))
@@ -367,7 +369,7 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                                 decoder_heads=facts.decoder_heads or config.model.decoder_heads,
                                 dropout=dropout, family=start.family, bos_id=formatter.bos_id,
                                 decoder_reads_padding=start.heads_have_a_form
-                                and config.model.new_heads == "occcanine")
+                                and NEW_HEADS_READ_PADDING.get(config.model.new_heads, False))
     if start.heads_have_a_form:
         log(NEW_HEADS_LINES[config.model.new_heads or "fast"])
     model = MixerModel(encoder.model, heads)
