@@ -34,6 +34,71 @@ HISCO_SPECIAL = ("-1", "-2", "-3")
 FORMATTERS = ("general", "hisco", "occ1950")
 
 
+@dataclass(frozen=True)
+class TokenSet:
+    """How a decoder numbers its tokens (CodeFormatter.tokens names one)."""
+
+    specials: list  # the special tokens, numbered first
+    unused_entries: int  # entries of the vocabulary no token uses (as OccCANINE's decoders are built)
+    short_fill: str  # what ends a code shorter than a block
+    hisco_specials: bool  # HISCO's -1/-2/-3: one symbol repeated over the block
+    hisco_symbols: list  # HISCO's alphabet
+    own_symbols: bool  # the model's symbols are given (chars.json, the model's own layout), not fitted
+    decode: object  # (formatter, tokens) -> the code a block spells, or None
+
+
+def _symbols(f: "CodeFormatter") -> tuple:
+    """(how many special tokens, token -> its symbol or None)."""
+    specials, alphabet = len(f.specials), f.alphabet
+
+    def symbol(t):
+        return alphabet[t - specials] if specials <= t < specials + len(alphabet) else None
+
+    return specials, symbol
+
+
+def _decode_mixer(f: "CodeFormatter", tokens: list) -> Optional[str]:
+    """An all-PAD block is no code; a special token inside shows by its name ('64[EOS]10'),
+    so two blocks read the same only when their tokens are."""
+    specials, symbol = _symbols(f)
+    while tokens and tokens[-1] == f.pad_id:
+        tokens.pop()
+    if not tokens:
+        return None
+    parts = [f.specials[t] if t < specials else symbol(t) or f"[{t}]" for t in tokens]
+    return PART_SEP.join(parts) if f.use_within_block_sep else "".join(parts)
+
+
+def _decode_occcanine(f: "CodeFormatter", tokens: list) -> Optional[str]:
+    """As OccCANINE's models' own code reads a block: a block holding PAD is no code,
+    HISCO's -1/-2/-3 is known by its first token, and a block with tokens that are not
+    symbols is dropped; in other systems the special tokens of a block are skipped."""
+    _, symbol = _symbols(f)
+    if f.kind == "hisco":
+        if f.pad_id in tokens:
+            return None
+        if symbol(tokens[0]) in f.special_codes:
+            return symbol(tokens[0])
+        parts = [symbol(t) for t in tokens]
+        return None if None in parts else "".join(parts)
+    if all(t == f.pad_id for t in tokens):
+        return None
+    skip = {f.pad_id, f.bos_id, f.eos_id, f.specials.index("[SEP]")}
+    parts = [symbol(t) or "?" for t in tokens if t not in skip]
+    return (PART_SEP if f.use_within_block_sep else "").join(parts) or None
+
+
+# "mixer": [PAD] [BOS] [EOS], codes shorter than a block end in PAD;
+# "occcanine": [UNK] [PAD] [BOS] [EOS] [SEP] as OccCANINE's models number them, short
+# codes end in EOS, HISCO's -1/-2/-3 are one symbol repeated over the block, and the
+# vocabulary has one more (unused) entry, as its decoders are built.
+TOKEN_SETS = {
+    "mixer": TokenSet(SPECIAL_TOKENS, 0, "[PAD]", False, list("-0123456789"), False, _decode_mixer),
+    "occcanine": TokenSet(OCCCANINE_SPECIAL_TOKENS, 1, "[EOS]", True, OCCCANINE_HISCO_SYMBOLS, True,
+                          _decode_occcanine),
+}
+
+
 @dataclass
 class CodeFormatter:
     """How codes of one code system are checked and laid out for the decoder."""
@@ -47,16 +112,16 @@ class CodeFormatter:
     # --key's codes); shorter ones lost their leading zeros (mixer.data.normalise restores them)
     digit_width: Optional[int] = None
     alphabet: list[str] = field(default_factory=list)  # token len(specials) + i is alphabet[i]
-    # "mixer": [PAD] [BOS] [EOS], codes shorter than a block end in PAD;
-    # "occcanine": [UNK] [PAD] [BOS] [EOS] [SEP] as OccCANINE's models number them, short
-    # codes end in EOS, HISCO's -1/-2/-3 are one symbol repeated over the block, and the
-    # vocabulary has one more (unused) entry, as its decoders are built.
-    tokens: str = "mixer"
+    tokens: str = "mixer"  # how the decoder numbers its tokens: a name of TOKEN_SETS
 
     # ------------------------------------------------------------ layout
     @property
+    def token_set(self) -> TokenSet:
+        return TOKEN_SETS[self.tokens]
+
+    @property
     def specials(self) -> list[str]:
-        return OCCCANINE_SPECIAL_TOKENS if self.tokens == "occcanine" else SPECIAL_TOKENS
+        return self.token_set.specials
 
     @property
     def pad_id(self) -> int:
@@ -72,13 +137,12 @@ class CodeFormatter:
 
     @property
     def vocab_size(self) -> int:
-        extra = 1 if self.tokens == "occcanine" else 0
-        return len(self.specials) + len(self.alphabet) + extra
+        return len(self.specials) + len(self.alphabet) + self.token_set.unused_entries
 
     @property
     def special_codes(self) -> tuple:
         """Codes written as one symbol repeated over the block (OccCANINE's HISCO)."""
-        return HISCO_SPECIAL if self.tokens == "occcanine" and self.kind == "hisco" else ()
+        return HISCO_SPECIAL if self.token_set.hisco_specials and self.kind == "hisco" else ()
 
     @property
     def target_len(self) -> int:
@@ -140,13 +204,15 @@ class CodeFormatter:
 
     # ------------------------------------------------------------ blocks
     def fit_alphabet(self, codes) -> None:
-        if self.kind in ("hisco", "occ1950"):
-            if self.tokens == "occcanine":  # the model's own symbols
-                self.alphabet = OCCCANINE_HISCO_SYMBOLS if self.kind == "hisco" else self.alphabet
-                return
-            self.alphabet = list("-0123456789") if self.kind == "hisco" else list("0123456789")
+        own = self.token_set.own_symbols  # the model's own symbols (chars.json)
+        if self.kind == "hisco":
+            self.alphabet = list(self.token_set.hisco_symbols)
             return
-        if self.tokens == "occcanine" and self.alphabet:  # the model's own symbols (chars.json)
+        if self.kind == "occ1950":
+            if not own:
+                self.alphabet = list("0123456789")
+            return
+        if own and self.alphabet:
             return
         symbols = set()
         for code in codes:
@@ -159,7 +225,7 @@ class CodeFormatter:
     def encode_blocks(self, codes) -> np.ndarray:
         """Token blocks (len(codes), block_size) for distinct codes (e.g. the key)."""
         lookup = self.symbol_tokens()
-        fill = self.eos_id if self.tokens == "occcanine" else self.pad_id
+        fill = self.specials.index(self.token_set.short_fill)
         blocks = np.full((len(codes), self.block_size), fill, dtype=np.int64)
         for row, code in enumerate(codes):
             parts = self.parts(code)
@@ -173,36 +239,6 @@ class CodeFormatter:
         return blocks
 
     def decode_block(self, tokens) -> Optional[str]:
-        """The code a block of token ids spells, or None for no code.
-
-        mixer's layout: an all-PAD block is no code; a special token inside shows by
-        its name ('64[EOS]10'), so two blocks read the same only when their tokens are.
-        OccCANINE's layout reads blocks as its models' own code does: a block holding
-        PAD is no code, HISCO's -1/-2/-3 is known by its first token, and a block with
-        tokens that are not symbols is dropped; in other systems the special tokens of
-        a block are skipped."""
-        tokens = [int(t) for t in tokens]
-        specials = len(self.specials)
-
-        def symbol(t):
-            return self.alphabet[t - specials] if specials <= t < specials + len(self.alphabet) else None
-
-        if self.tokens == "occcanine":
-            if self.kind == "hisco":
-                if self.pad_id in tokens:
-                    return None
-                if symbol(tokens[0]) in self.special_codes:
-                    return symbol(tokens[0])
-                parts = [symbol(t) for t in tokens]
-                return None if None in parts else "".join(parts)
-            if all(t == self.pad_id for t in tokens):
-                return None
-            skip = {self.pad_id, self.bos_id, self.eos_id, self.specials.index("[SEP]")}
-            parts = [symbol(t) or "?" for t in tokens if t not in skip]
-            return (PART_SEP if self.use_within_block_sep else "").join(parts) or None
-        while tokens and tokens[-1] == self.pad_id:
-            tokens.pop()
-        if not tokens:
-            return None
-        parts = [self.specials[t] if t < specials else symbol(t) or f"[{t}]" for t in tokens]
-        return PART_SEP.join(parts) if self.use_within_block_sep else "".join(parts)
+        """The code a block of token ids spells, or None for no code, as the token set
+        reads it (TOKEN_SETS)."""
+        return self.token_set.decode(self, [int(t) for t in tokens])

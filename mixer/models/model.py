@@ -1,6 +1,7 @@
 """The mixer model: an encoder with a flat head and a block seq2seq decoder.
 
-One model class, configured by its family (`HeadsConfig.family`):
+One model class, configured by its family (`HeadsConfig.family`, whose facts
+mixer.models.family holds):
 
 - "mixer": the flat head reads the mean of the encoder states; a small pre-norm
   transformer decoder of its own width (learned positions, the memory projected
@@ -33,7 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-FAMILIES = ("mixer", "occcanine")
+from mixer.models.family import family
 
 
 @dataclass
@@ -56,7 +57,9 @@ class HeadsConfig:
     @property
     def reads_padding(self) -> bool:
         """The decoder attends to every position of its input, padding included (OccCANINE's form)."""
-        return self.family == "occcanine" if self.decoder_reads_padding is None else self.decoder_reads_padding
+        if self.decoder_reads_padding is None:
+            return family(self.family).decoder_reads_padding
+        return self.decoder_reads_padding
 
     @classmethod
     def from_dict(cls, values: dict) -> "HeadsConfig":
@@ -67,7 +70,7 @@ class HeadsConfig:
     def feed_forward(self) -> int:
         if self.decoder_ff:
             return self.decoder_ff
-        return self.decoder_dim if self.family == "occcanine" else 4 * self.decoder_dim
+        return family(self.family).decoder_ff_ratio * self.decoder_dim
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -86,9 +89,9 @@ class BlockDecoder(nn.Module):
     def __init__(self, cfg: HeadsConfig, memory_dim: int):
         super().__init__()
         self.cfg = cfg
-        occ = cfg.family == "occcanine"
+        self.sinusoidal = family(cfg.family).sinusoidal_decoder
         self.embed = nn.Embedding(cfg.vocab_size, cfg.decoder_dim)
-        if occ:
+        if self.sinusoidal:
             self.embed_scale = math.sqrt(cfg.decoder_dim)
             self.register_buffer("position_table", sinusoidal_positions(cfg.max_positions, cfg.decoder_dim),
                                  persistent=False)
@@ -101,7 +104,7 @@ class BlockDecoder(nn.Module):
             self.memory_proj = nn.Linear(memory_dim, cfg.decoder_dim)
             self.norm = nn.LayerNorm(cfg.decoder_dim)
         layer = nn.TransformerDecoderLayer(cfg.decoder_dim, cfg.decoder_heads, cfg.feed_forward,
-                                           cfg.dropout, batch_first=True, norm_first=not occ)
+                                           cfg.dropout, batch_first=True, norm_first=not self.sinusoidal)
         self.layers = nn.TransformerDecoder(layer, cfg.decoder_layers)
         self.out = nn.Linear(cfg.decoder_dim, cfg.vocab_size)
         self.mask_memory_padding = not cfg.reads_padding
@@ -109,7 +112,7 @@ class BlockDecoder(nn.Module):
     def embed_tokens(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         hidden = self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
         positions = torch.arange(start, start + tokens.size(1), device=tokens.device)
-        if self.cfg.family == "occcanine":
+        if self.sinusoidal:
             return self.position_dropout(hidden + self.position_table[positions].to(hidden.dtype))
         return hidden + self.position(positions)
 
@@ -147,7 +150,7 @@ class BlockDecoder(nn.Module):
 
     def _embed_at(self, tokens: torch.Tensor, position: int, rows: int) -> torch.Tensor:
         hidden = self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
-        if self.cfg.family == "occcanine":
+        if self.sinusoidal:
             hidden = self.position_dropout(hidden + self.position_table[position].to(hidden.dtype))
         else:
             hidden = hidden + self.position.weight[position]
@@ -289,11 +292,10 @@ class _PooledReady(Exception):
 class MixerModel(nn.Module):
     def __init__(self, encoder: nn.Module, cfg: HeadsConfig):
         super().__init__()
-        if cfg.family not in FAMILIES:
-            raise ValueError(f"unknown model family {cfg.family!r}")
+        self.family = family(cfg.family)  # ValueError for a name it does not know
         self.cfg = cfg
         self.encoder = encoder
-        if cfg.family == "mixer" and getattr(encoder, "pooler", None) is not None:
+        if not self.family.flat_reads_pooler and getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # we pool ourselves; an unused pooler would upset DDP
         hidden = encoder.config.hidden_size
         self.flat_dropout = nn.Dropout(cfg.dropout)
@@ -314,7 +316,7 @@ class MixerModel(nn.Module):
 
         if decoder and self.cfg.reads_padding:
             return EVERY_POSITION
-        if self.cfg.family == "occcanine" and not decoder:
+        if self.family.flat_reads_pooler and not decoder:
             return POOLED
         return CHARACTERS
 
@@ -322,7 +324,7 @@ class MixerModel(nn.Module):
         """(encoder states, the pooled vector the flat head reads)."""
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         states = out.last_hidden_state
-        if self.cfg.family == "occcanine":
+        if self.family.flat_reads_pooler:
             return states, out.pooler_output
         mask = attention_mask.unsqueeze(-1).to(states.dtype)
         pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -333,7 +335,7 @@ class MixerModel(nn.Module):
         the upsampling and the final character layer, so those are not computed: the
         same vector, 1.4x faster (flat predictions and embeddings of OccCANINE models)."""
         pooler = getattr(self.encoder, "pooler", None)
-        if self.cfg.family != "occcanine" or pooler is None:
+        if not self.family.flat_reads_pooler or pooler is None:
             return self.encode(input_ids, attention_mask)[1]
         found = {}
 

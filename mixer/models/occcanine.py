@@ -32,6 +32,7 @@ from mixer.core.errors import UserError, first_line
 from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
 from mixer.data.normalise import hisco_key
 from mixer.data.tokens import OCCCANINE_MAX_LEN
+from mixer.models.family import OCCCANINE
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",
               "Christianvedel/OccCANINE_ISCO68", "Christianvedel/OccCANINE_OCCICEM")
@@ -42,7 +43,7 @@ LANGUAGE_THRESHOLDS = {"unk": 0.31, "ca": 0.3, "da": 0.24, "ge": 0.21, "en": 0.2
 DEFAULT_THRESHOLD = 0.31
 MODEL_DOMAIN = "Multilingual_CANINE"
 MAX_INPUT_LEN = OCCCANINE_MAX_LEN  # OccCANINE pads and cuts every input to 128 characters
-DECODER_LAYERS, DECODER_HEADS = 3, 8
+DECODER_LAYERS, DECODER_HEADS = OCCCANINE.decoder_layers, OCCCANINE.decoder_heads
 GENERAL_MAX_CODES = 4  # OccCANINE's default target columns for other systems: <system>_1 .. _4
 POSITIONS = "decoder.positional_encoding.pos_embedding"
 
@@ -281,7 +282,7 @@ def heads_config(source: OccSource, formatter: CodeFormatter, hidden: int, dropo
     return HeadsConfig(num_labels=len(source.key), vocab_size=formatter.vocab_size,
                        target_len=formatter.target_len, decoder_dim=hidden,
                        decoder_layers=DECODER_LAYERS, decoder_heads=DECODER_HEADS, dropout=dropout,
-                       family="occcanine", bos_id=formatter.bos_id, decoder_ff=ff,
+                       family=OCCCANINE.name, bos_id=formatter.bos_id, decoder_ff=ff,
                        max_positions=MAX_INPUT_LEN, decoder_reads_padding=True)  # as OccCANINE's code runs it
 
 

@@ -25,6 +25,7 @@ from mixer.core.config import RunConfig
 from mixer.core.errors import UserError
 from mixer.data.formatter import CodeFormatter
 from mixer.data.tokens import DESCRIPTION_WHOLE, InputRecipe
+from mixer.models.family import family
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
 BEST_DIR = "best"  # a run's best model (--keep-best): a model directory (mixer.models.model_dir)
@@ -200,12 +201,12 @@ class Start:
     @property
     def tokens(self) -> str:
         """How new heads number their decoder tokens: as the family does."""
-        return "occcanine" if self.family == "occcanine" else "mixer"
+        return family(self.family).tokens
 
     @property
     def heads_have_a_form(self) -> bool:
         """New heads on an encoder of OccCANINE's family: --new-heads chooses their form."""
-        return self.family == "occcanine" and self.base is None
+        return family(self.family).new_heads_have_a_form and self.base is None
 
     def record(self) -> dict:
         """Where the starting weights came from (config.json, W&B)."""
@@ -248,11 +249,12 @@ def describe_start(config: RunConfig) -> Start:
             raise UserError(f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
                             "config and tokenizer); pass the whole run directory of this tool")
     previous = run_config(run_dir)
-    family = previous.get("heads", {}).get("family", "mixer")
+    name = previous.get("heads", {}).get("family", "mixer")
     # a new run fits context by today's rule, whatever its source was trained with
     recipe = (dataclasses.replace(InputRecipe.from_dict(previous["input_recipe"]), context_fit=DESCRIPTION_WHOLE)
-              if family == "occcanine" and previous.get("input_recipe") else InputRecipe(max_len=config.data.max_len))
-    start = Start("run", family, recipe, origin=source, run_dir=run_dir)
+              if family(name).keeps_input_recipe and previous.get("input_recipe")
+              else InputRecipe(max_len=config.data.max_len))
+    start = Start("run", name, recipe, origin=source, run_dir=run_dir)
     if not model.only_encoder:
         if not previous:
             raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
@@ -287,6 +289,8 @@ NEW_HEADS_LINES = {
     "occcanine": "new heads (--new-heads occcanine): in OccCANINE's form, their decoder reads all 128 "
                  "positions, padding included, as OccCANINE's code runs it (for mixer.export_occcanine)",
 }
+# --new-heads: whether the new decoder reads the encoder's padding (HeadsConfig.decoder_reads_padding)
+NEW_HEADS_READ_PADDING = {"fast": False, "occcanine": True}
 
 
 def resolve_new_heads(config: RunConfig, start: Start, resumed: Optional[dict] = None) -> RunConfig:
@@ -345,7 +349,7 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
         heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
         heads.num_labels = len(key_codes)
         if start.heads_have_a_form:  # OccCANINE's own decoder (heads kept) reads the padding
-            heads.decoder_reads_padding = config.model.new_heads == "occcanine"
+            heads.decoder_reads_padding = NEW_HEADS_READ_PADDING.get(config.model.new_heads, False)
     else:
         encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
                    else build_encoder(config.model.encoder, dropout))
@@ -355,15 +359,17 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
                                                vocab_size=formatter.vocab_size,
                                                target_len=formatter.target_len))
         else:
-            family = start.family
-            dim = encoder.model.config.hidden_size if family == "occcanine" else config.model.decoder_dim
+            facts = family(start.family)
+            at_encoder_width = facts.decoder_layers is not None  # the family's own decoder shape
             heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
-                                target_len=formatter.target_len, decoder_dim=dim,
-                                decoder_layers=3 if family == "occcanine" else config.model.decoder_layers,
-                                decoder_heads=8 if family == "occcanine" else config.model.decoder_heads,
-                                dropout=dropout, family=family, bos_id=formatter.bos_id,
+                                target_len=formatter.target_len,
+                                decoder_dim=(encoder.model.config.hidden_size if at_encoder_width
+                                             else config.model.decoder_dim),
+                                decoder_layers=facts.decoder_layers or config.model.decoder_layers,
+                                decoder_heads=facts.decoder_heads or config.model.decoder_heads,
+                                dropout=dropout, family=start.family, bos_id=formatter.bos_id,
                                 decoder_reads_padding=start.heads_have_a_form
-                                and config.model.new_heads == "occcanine")
+                                and NEW_HEADS_READ_PADDING.get(config.model.new_heads, False))
     if start.heads_have_a_form:
         log(NEW_HEADS_LINES[config.model.new_heads or "fast"])
     model = MixerModel(encoder.model, heads)

@@ -120,9 +120,7 @@ class Model:
         if what == "bin":
             return pd.DataFrame(outputs.binary_matrix(table, self._predictor.codes), index=index,
                                 columns=outputs.matrix_columns(self._predictor.codes, columns, name))
-        if columns == "occcanine":
-            return outputs.occcanine_table(table, texts, self._predictor.description_of, name, head)
-        return table
+        return outputs.STYLES[columns].code_table(table, texts, self._predictor.description_of, name, head)
 
     # ------------------------------------------------------------ which predictions to use
     def scaling(self, head: str) -> tuple:
@@ -309,10 +307,8 @@ class Model:
         codes[blank], confidence[blank] = "", np.nan
         table = outputs.alternatives_table(codes, confidence, self._predictor.description_of, columns,
                                            outputs.system_name(self._predictor, system),
-                                           self._predictor.has_descriptions)
+                                           self._predictor.has_descriptions, texts)
         table.index = np.repeat(np.asarray(index), k)
-        if columns == "occcanine":
-            table.insert(0, "occ1", np.repeat(texts, k))
         return table
 
     def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
@@ -431,7 +427,8 @@ def check_target_args(accuracy, confidence, head: str, predictor, shorter_codes:
     if head == "full":
         raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
                         "or seq2seq")
-    if shorter_codes and head == "seq2seq" and predictor.family == "occcanine":
+    # codes as decoded (OccCANINE's greedy decoder): one confidence per row, none per level
+    if shorter_codes and head == "seq2seq" and predictor.rules.seq2seq_order == "decoded":
         raise UserError("--shorter-codes: OccCANINE's greedy decoder gives one confidence per row, none per "
                         "level; use --head flat")
 

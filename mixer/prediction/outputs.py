@@ -16,6 +16,9 @@ and rules), so these outputs agree with the code table.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 import torch
@@ -29,7 +32,6 @@ def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
 
 
 WHATS = ("codes", "probs", "bin", "logits")
-COLUMN_STYLES = ("mixer", "occcanine")
 NO_PRED = "No pred"  # OccCANINE's description of an empty slot
 
 
@@ -119,7 +121,7 @@ def binary_matrix(table: pd.DataFrame, codes) -> np.ndarray:
 
 def matrix_columns(codes, style: str, system: str) -> list:
     """A column per code: the code itself, or OccCANINE's '<system>_<code>'."""
-    return [f"{system}_{c}" for c in codes] if style == "occcanine" else [str(c) for c in codes]
+    return [STYLES[style].matrix_column(system, c) for c in codes]
 
 
 # ------------------------------------------------------------------ alternatives
@@ -197,21 +199,33 @@ def _code_sets(tokens, formatter) -> list:
 
 
 def alternatives_table(codes, confidence, description_of, style: str, system: str,
-                       with_descriptions: bool) -> pd.DataFrame:
+                       with_descriptions: bool, texts) -> pd.DataFrame:
     """The long table: k rows per input row, in input order, alternative by alternative."""
     rows, k, width = codes.shape
-    flat_codes = codes.reshape(rows * k, width)
-    conf = confidence.reshape(rows * k)
-    position = np.tile(np.arange(k), rows)
+    return STYLES[style].alternatives(codes.reshape(rows * k, width), confidence.reshape(rows * k),
+                                      np.tile(np.arange(k), rows), description_of, system, with_descriptions,
+                                      np.repeat(texts, k))
+
+
+def _occcanine_alternatives(flat_codes, conf, position, description_of, system: str, _with_descriptions,
+                            texts) -> pd.DataFrame:
+    """OccCANINE's greedy-topk table: occ1, <system>_i, desc_i, top-k-pos, conf."""
     out = {}
-    if style == "occcanine":  # its greedy-topk table: <system>_i, desc_i, top-k-pos, conf
-        for i in range(width):
-            out[f"{system}_{i + 1}"] = flat_codes[:, i]
-            out[f"desc_{i + 1}"] = [description_of.get(c, NO_PRED) if c else NO_PRED for c in flat_codes[:, i]]
-        out["top-k-pos"] = position
-        out["conf"] = conf
-        return pd.DataFrame(out)
-    out["alternative"] = position + 1
+    for i in range(flat_codes.shape[1]):
+        out[f"{system}_{i + 1}"] = flat_codes[:, i]
+        out[f"desc_{i + 1}"] = [description_of.get(c, NO_PRED) if c else NO_PRED for c in flat_codes[:, i]]
+    out["top-k-pos"] = position
+    out["conf"] = conf
+    table = pd.DataFrame(out)
+    table.insert(0, "occ1", texts)
+    return table
+
+
+def _mixer_alternatives(flat_codes, conf, position, description_of, _system, with_descriptions,
+                        _texts) -> pd.DataFrame:
+    """alternative, code_i, prob, and desc_i when the model has descriptions."""
+    width = flat_codes.shape[1]
+    out = {"alternative": position + 1}
     for i in range(width):
         out[f"code_{i + 1}"] = flat_codes[:, i]
     out["prob"] = conf
@@ -237,6 +251,25 @@ def occcanine_table(table: pd.DataFrame, texts, description_of, system: str, hea
     if head == "seq2seq":
         out["conf"] = table["prob_1"].to_numpy()  # one confidence per row, on every code of it
     return pd.DataFrame(out, index=table.index)
+
+
+def _mixer_code_table(table: pd.DataFrame, _texts, _description_of, _system, _head) -> pd.DataFrame:
+    return table
+
+
+@dataclass(frozen=True)
+class ColumnStyle:
+    """How a prediction names and orders its columns (columns=, --columns)."""
+
+    matrix_column: Callable  # (system, code) -> the column of a code in a score matrix
+    code_table: Callable  # (code table, texts, description_of, system, head) -> the table in this style
+    alternatives: Callable  # (codes, conf, position, description_of, system, with_descriptions, texts)
+
+
+STYLES = {"mixer": ColumnStyle(lambda _system, code: str(code), _mixer_code_table, _mixer_alternatives),
+          "occcanine": ColumnStyle(lambda system, code: f"{system}_{code}", occcanine_table,
+                                   _occcanine_alternatives)}
+COLUMN_STYLES = tuple(STYLES)
 
 
 def system_name(predictor, system) -> str:

@@ -38,12 +38,13 @@ from mixer.data.formatter import CodeFormatter
 from mixer.data.padding import InputPadding
 from mixer.data.tokens import InputRecipe, token_ids_for
 from mixer.data.transliterate import exactness_note
+from mixer.models.family import OCCCANINE, family
 from mixer.models.quantize import APPROXIMATE_NOTE, check_quantize
 from mixer.models.quantize import quantize as quantize_model
 from mixer.prediction.heads import HeadReader
 from mixer.reporting.metrics import PredictionRules, Thresholds
 
-OCCCANINE_TOP_K = 5  # OccCANINE's k_pred
+OCCCANINE_TOP_K = OCCCANINE.top_k  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
 CONFIDENCE = "confidence"  # a row's confidence in its code set (docs/coding.md)
 CONFIDENCE_HEADS = ("flat", "seq2seq")  # the heads that have one ('full' is not covered)
@@ -66,8 +67,9 @@ class Predictor:
         self.precision = precision
         self.config = config
         self.family = model.cfg.family
+        self.facts = family(self.family)
         # TF32 on CUDA: this tool's models train with it; OccCANINE's predict exactly unless asked
-        self.tf32 = self.family != "occcanine" if tf32 is None else bool(tf32)
+        self.tf32 = self.facts.tf32 if tf32 is None else bool(tf32)
         self.rules = PredictionRules.for_family(self.family)
         self.formatter = CodeFormatter.from_dict(config["formatter"])
         self.recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
@@ -99,7 +101,7 @@ class Predictor:
         predictor = cls(model, tokenizer, config, key, device, precision, tf32, quantize)
         if quantize:
             log(APPROXIMATE_NOTE)
-        if tf32 and predictor.family == "occcanine" and device.startswith("cuda") and precision == "fp32":
+        if tf32 and not predictor.facts.tf32 and device.startswith("cuda") and precision == "fp32":
             log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
                 "differ from OccCANINE's exact ones by about 1e-3")
         note = exactness_note(predictor.recipe)  # OccCANINE's inputs without unidecode
@@ -109,7 +111,7 @@ class Predictor:
 
     # ------------------------------------------------------------ public
     def default_top_k(self) -> int:
-        return OCCCANINE_TOP_K if self.family == "occcanine" else self.formatter.max_num_codes
+        return self.facts.top_k or self.formatter.max_num_codes
 
     def row_thresholds(self, langs: np.ndarray, threshold) -> np.ndarray:
         """The flat threshold of each row: the one given, else the model's (by language

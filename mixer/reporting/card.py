@@ -25,6 +25,7 @@ import shlex
 from typing import Optional
 
 from mixer.core.config import RunConfig
+from mixer.models.family import family
 
 CARD = "README.md"
 CARD_DATA = "card.json"  # what README.md was made from: the OccCANINE export makes its card from it
@@ -222,9 +223,9 @@ def _body(facts: dict, model: dict) -> list:
     if any(job["keep_best"] for job in jobs):
         lines.append(f"| best model | {_per_job(jobs, _keeping)} |")
     lines += ["", "## Validation metrics", ""] + _metrics(model, jobs[-1])
-    rule = (f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)"
-            if facts["start"]["family"] == "occcanine" else
-            f"of at least {model['thresholds'].describe()}, and always its most probable code")
+    rule = (f"of at least {model['thresholds'].describe()}, and always its most probable code"
+            if family(facts["start"]["family"]).flat_keep_best else
+            f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)")
     lines += ["", "## Thresholds", "",
               f"The flat head predicts the codes with a probability {rule}; these thresholds are "
               f"{model['thresholds_origin']}, {model.get('thresholds_where') or stored_thresholds_text()}."]

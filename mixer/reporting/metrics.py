@@ -22,6 +22,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mixer.models.family import family
+
 SUM_NAMES = ("rows", "loss", "seq2seq_loss", "flat_loss", "token_correct", "token_count",
              "flat_exact", "flat_tp", "flat_pred", "flat_true",
              "seq2seq_exact", "seq2seq_tp", "seq2seq_pred", "seq2seq_true")
@@ -41,8 +43,9 @@ class PredictionRules:
     seq2seq_order: str = "ranked"  # ranked | decoded
 
     @classmethod
-    def for_family(cls, family: str) -> "PredictionRules":
-        return cls() if family != "occcanine" else cls(False, True, "decoded")
+    def for_family(cls, name: str) -> "PredictionRules":
+        facts = family(name)
+        return cls(facts.flat_keep_best, facts.flat_strict, facts.seq2seq_order)
 
 
 @dataclass(frozen=True)
