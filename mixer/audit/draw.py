@@ -96,11 +96,11 @@ def parse_audit_args(values: list, margin: Optional[float], by: Optional[str], u
 class AuditDraw:
     """An audit drawn from predicted rows seen once, in order (rank 0 alone).
 
-    text_col: the description column, as the predictions name it; key_cols: what makes
-    a description (text, language and context columns), for unit 'descriptions';
-    formatter: the model's code system (its codes are spelled by it, mixer.data.normalise);
+    text_col: the description column, as the predictions name it. key_cols: what makes
+    a description (text, language and context columns), for unit 'descriptions'.
+    formatter: the model's code system (its codes are spelled by it, mixer.data.normalise).
     prefix: what the predictions file puts before the head's columns ('flat_' when it holds
-    several heads); excluded: description keys the model trained on from audits
+    several heads). excluded: description keys the model trained on from audits
     (mixer.audit.train_on.trained_descriptions)."""
 
     @classmethod

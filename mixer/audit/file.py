@@ -13,12 +13,12 @@ that no spreadsheet reads as a number or a date):
   stratified audit, their number and a digest of them, so the cell stays short whatever the
   number of strata), a fingerprint of the predictions it was drawn from (their descriptions
   and codes, row by row) and of the model (its weights), and an id that is a hash of all of
-  it, so an edit shows;
+  it, so an edit shows.
 - `audit_check`: per row, a hash of the id, the row's place in the design and its
-  predicted codes, so a row pasted from another audit, or codes changed by hand, show;
+  predicted codes, so a row pasted from another audit, or codes changed by hand, show.
 - `audit_stratum`, `audit_stratum_rows`, `audit_stratum_drawn` (stratified audits): per
   row, its stratum's number in the design, that stratum's rows in the file and rows drawn
-  (checked against the digest in `audit`);
+  (checked against the digest in `audit`).
 - `audit_ranks` (unit descriptions): the places, in their stratum's draw order, of the
   rows drawn that the line stands for (`audit_draws` of them), so that a person who stops
   early is scored on the rows drawn before the first line left blank.

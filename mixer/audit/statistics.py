@@ -25,7 +25,7 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   all agree cannot make the interval narrower than its weight allows.
 - Size: the fewest rows whose interval, at the accuracy the model expects, reaches at most
   the margin from the estimate on either side (the larger side: the lower one, above an
-  accuracy of 0.5); stratified, at each stratum's expected accuracy, with the allocation
+  accuracy of 0.5). Stratified, at each stratum's expected accuracy, with the allocation
   (floors included) and the weights the scoring uses.
 
 Pure numpy and the standard library: no torch, no pandas, no scipy.
@@ -301,7 +301,7 @@ def design_size(sizes: Sequence[int], expected: Sequence[float], margin: float,
 def counted_ranks(ranks: list, checked: np.ndarray, drawn: int) -> np.ndarray:
     """An audit of descriptions, one stratum: how many rows drawn each line counts. Line i
     stands for the rows drawn at places ranks[i] (1 = drawn first) of the stratum's
-    `drawn`; the rows counted are those before the first place whose line is not checked
+    `drawn`. The rows counted are those before the first place whose line is not checked
     (or is missing): the first rows of the sample in key order, a simple random sample,
     however the lines were ordered or left blank. Counting every row of the lines checked
     instead would favour frequent descriptions, which come first."""
@@ -355,12 +355,12 @@ def stratified(rows: Sequence[int], correct: Sequence[float], checked: Sequence[
     """A stratified sample: rows[h] rows in stratum h, of which checked[h] were checked
     (a simple random sample of the stratum) and correct[h] found right.
 
-    p = sum W_h p_h with W_h = rows_h / rows;
-    v = sum W_h^2 (1 - f_h) p_h (1 - p_h) / (n_h - 1), f_h = n_h / rows_h; a stratum
-    with one row checked of several counts the largest variance a share can have, 1/4;
+    p = sum W_h p_h with W_h = rows_h / rows.
+    v = sum W_h^2 (1 - f_h) p_h (1 - p_h) / (n_h - 1), f_h = n_h / rows_h. A stratum
+    with one row checked of several counts the largest variance a share can have, 1/4.
     n_eff = p (1 - p) / v x degrees_factor(n, H), at most the rows checked and at most
     Kish's n of the weights, 1 / sum W_h^2 (1 - f_h) / n_h (either cap alone when v or
-    p (1 - p) is 0); the interval is Clopper & Pearson's at (p n_eff, n_eff). nan when a
+    p (1 - p) is 0). The interval is Clopper & Pearson's at (p n_eff, n_eff). nan when a
     stratum has no row checked: the strata checked say nothing of it."""
     rows = np.asarray(rows, dtype=float)
     correct = np.asarray(correct, dtype=float)

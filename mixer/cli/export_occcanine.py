@@ -3,7 +3,7 @@
     python -m mixer.export_occcanine RUN_DIR OUT_DIR
 
 RUN_DIR is a run that started from one of OccCANINE's models (its family is
-"occcanine"; with --only-encoder, trained with --new-heads occcanine); its weights are
+"occcanine"; with --only-encoder, trained with --new-heads occcanine). Its weights are
 those predict.py --checkpoint RUN_DIR uses (its best model when it kept one: RUN_DIR/best).
 OUT_DIR gets config.json and model.safetensors as OccCANINE's
 `Seq2SeqMixerOccCANINE_hub.from_pretrained` reads them, and for systems other than HISCO

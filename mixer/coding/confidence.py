@@ -56,7 +56,7 @@ def sequence_level_confidence(token_probs, block_size: int, max_num_codes: int,
                               length: int) -> np.ndarray:
     """Seq2seq head at a coarser level: the product of the probabilities of the first
     `length` steps of every block (a PAD block's first step says "no further code") and of
-    any steps after the blocks (EOS); the later characters of each block are left out."""
+    any steps after the blocks (EOS). The later characters of each block are left out."""
     token_probs = np.asarray(token_probs, dtype=np.float64)
     blocks = block_size * max_num_codes
     keep = np.ones(token_probs.shape[1], dtype=bool)

@@ -116,7 +116,7 @@ _REST_TARGETS: dict = {}  # (target, delta_rest) -> {rows: level}: a pure functi
 def rest_targets(rows, target: float, delta_rest: float) -> np.ndarray:
     """Per count m of new coded rows: the smallest accuracy q at which m rows, each right with
     probability q, reach `target` with probability at least 1 - delta_rest
-    (P(Bin(m, q) >= ceil(target m)) >= 1 - delta_rest); target itself where m is 0."""
+    (P(Bin(m, q) >= ceil(target m)) >= 1 - delta_rest). Target itself where m is 0."""
     rows = np.asarray(rows, dtype=np.int64)
     distinct, back = np.unique(rows, return_inverse=True)
     known = _REST_TARGETS.setdefault((float(target), float(delta_rest)), {})

@@ -16,12 +16,12 @@ def option(default=None, *, help: str, flags: tuple = (), type: Optional[str] = 
            nargs=None, choices=None, metavar=None, switch=False, group: str = "",
            aliases: tuple = (), table: Optional[str] = None, works_with: tuple = (),
            hidden: bool = False):
-    """A field with its flag. flags: the option strings (default: --name-with-dashes);
-    type: a check's name; switch: True for --x/--no-x, "on" for --x alone; group: its
-    heading in --help; aliases: (flags, value, help) of flags that set one value (--fp16
-    sets precision fp16); table: the role (config.TABLE_ROLES) whose reading flags follow
-    this one; works_with: the fields one of which must be set for this one to act (given
-    alone it is refused); hidden: a flag --help leaves out. Which program has which flag:
+    """A field with its flag. flags: the option strings (default: --name-with-dashes).
+    type: a check's name. switch: True for --x/--no-x, "on" for --x alone. group: its
+    heading in --help. aliases: (flags, value, help) of flags that set one value (--fp16
+    sets precision fp16). table: the role (config.TABLE_ROLES) whose reading flags follow
+    this one. works_with: the fields one of which must be set for this one to act (given
+    alone it is refused). hidden: a flag --help leaves out. Which program has which flag:
     config.PROGRAM_DIFFERENCES."""
     metadata = {"flags": tuple(flags), "help": help, "type": type, "nargs": nargs,
                 "choices": tuple(choices) if choices is not None else None, "metavar": metavar,

@@ -8,7 +8,7 @@ bf16 than in fp32 on an AVX2 CPU. So `resolve` runs fp32 there and says so in
 one line, unless the user insists (--force-precision).
 
 On CUDA, training's fp32 matrix products use TF32 (about fp32 accuracy, several
-times faster on Ampere and newer); prediction uses it for this tool's models
+times faster on Ampere and newer). Prediction uses it for this tool's models
 (they train with it) but not for OccCANINE's, whose predictions are meant to be
 exact (`fp32_matmuls`; --tf32 / --no-tf32 choose). Batches are padded to a multiple of 8 tokens:
 fewer distinct shapes for the attention kernels, which build a plan per shape

@@ -1,7 +1,7 @@
 """The training recipe of a run: the one place that answers "which learning rate,
 warm-up, dropout and noise does this run use, and why".
 
-Flags the user leaves out are None in the configuration; `resolve` fills them from
+Flags the user leaves out are None in the configuration. `resolve` fills them from
 the recipe that fits the start:
 
 - mixer's own (a fresh encoder or an earlier run of this tool): tuned on the
@@ -80,7 +80,7 @@ def resolve(config, start, resumed: Optional[dict] = None):
     resumed: the args.yaml of the run this job continues (its directory holds a
     checkpoint). A setting left out then keeps the value the run has used so far, not
     the recipe's default, so a resumed run neither changes its learning rates nor
-    switches noise on halfway; a run made before training noise existed continues
+    switches noise on halfway. A run made before training noise existed continues
     without it."""
     name, why, values = choose(start, config.model.only_encoder)
     if resumed is not None:

@@ -192,7 +192,7 @@ class StepSampler:
     an epoch (or of a resumed stretch) takes what is left. When a step has
     fewer rows than it has micro-batches (world_size x grad_accum_steps), an
     empty micro-batch carries one placeholder row of weight 0, so every rank
-    still runs the same forward/backward passes and collectives; its loss is
+    still runs the same forward/backward passes and collectives. Its loss is
     multiplied by 0 and changes nothing."""
 
     def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,

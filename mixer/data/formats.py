@@ -3,7 +3,7 @@
 mixer.data.reading chooses the format by extension and turns what these readers give into
 text, mixer.data.writing names the columns and hands rows to these writers; this module
 knows the two formats only. Excel goes through openpyxl (the
-optional extra mixer[excel]); Stata is read by pandas and written here, in the
+optional extra mixer[excel]). Stata is read by pandas and written here, in the
 dta 118 layout (Stata 14 and later), so that an output of any size is written in
 chunks: the rows go to a temporary Parquet file first (a .dta file states its row
 count and string widths before its rows), then into the .dta file batch by batch.
@@ -52,10 +52,10 @@ TRUE, FALSE = "TRUE", "FALSE"  # a boolean's one spelling, in every format (as E
 def value_text(value) -> str:
     """One value as text, the one form per type every reader gives (mixer.data.reading.as_text
     is its vectorised twin), so that the same table read from any format gives the model the
-    same text: missing -> ''; booleans TRUE/FALSE; whole numbers without '.0'; other numbers
+    same text: missing -> ''. Booleans TRUE/FALSE. Whole numbers without '.0'. Other numbers
     by their shortest repr at their own precision (a float32 1.1 is '1.1', not
-    '1.100000023841858'); a date or a midnight time stamp as 1850-03-01, other time stamps
-    as 1850-03-01 12:30:00; text as it is."""
+    '1.100000023841858'). A date or a midnight time stamp as 1850-03-01, other time stamps
+    as 1850-03-01 12:30:00. Text as it is."""
     if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, np.datetime64)
                                                               and np.isnat(value)):
         return ""
@@ -439,7 +439,7 @@ def excel_name(name, suffix: str = "") -> str:
 
 class StataWriter:
     """A .dta file (format 118) written from chunks: write() keeps the chunks in a
-    temporary Parquet file and measures each text column's widest value; close()
+    temporary Parquet file and measures each text column's widest value. close()
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 

@@ -72,7 +72,7 @@ def _decode_mixer(f: "CodeFormatter", tokens: list) -> Optional[str]:
 def _decode_occcanine(f: "CodeFormatter", tokens: list) -> Optional[str]:
     """As OccCANINE's models' own code reads a block: a block holding PAD is no code,
     HISCO's -1/-2/-3 is known by its first token, and a block with tokens that are not
-    symbols is dropped; in other systems the special tokens of a block are skipped."""
+    symbols is dropped. In other systems the special tokens of a block are skipped."""
     _, symbol = _symbols(f)
     if f.kind == "hisco":
         if f.pad_id in tokens:

@@ -7,9 +7,9 @@ Codes. A code is text: "01110" is not "1110". But a code of digits of a known wi
 comes shorter lost its leading zeros on the way (a spreadsheet, a number column), and
 read as written it would be a second class of the same code. The width is known
 
-- from the code system: HISCO 5 digits, OCC1950 3;
-- from --key, when its digit codes all have one width (non-digit codes such as -1 aside);
-- from --zero-padded-codes: digit codes are --block-size digits;
+- from the code system: HISCO 5 digits, OCC1950 3.
+- from --key, when its digit codes all have one width (non-digit codes such as -1 aside).
+- from --zero-padded-codes: digit codes are --block-size digits.
 - for a column the file stores as numbers (a Stata numeric variable, a Parquet integer
   column, Excel number cells, a CSV column of spreadsheet decimals such as 1110.0), which
   cannot hold a leading zero, from --block-size, whatever
@@ -18,7 +18,7 @@ read as written it would be a second class of the same code. The width is known
   (a code system whose codes really have several lengths keeps them as text).
 
 Where it is known, the zeros are restored ("1110" -> "01110") and the run says how many
-cells changed; where it is not (a text column of a general code system) a short code is a
+cells changed. Where it is not (a text column of a general code system) a short code is a
 bad label whose message names --zero-padded-codes. With short codes allowed, one number
 written two ways ("1110" and "01110") is refused, never split into two classes.
 
@@ -65,7 +65,7 @@ def code_text(frame: pd.DataFrame, column: str) -> tuple[pd.Series, np.ndarray, 
 
     A column read from numbers (Parquet, Stata, Excel number cells) or a CSV column in
     which every non-empty cell is a whole number written as a spreadsheet writes it
-    ('64100.0') gives the whole numbers' text; other columns are taken as written,
+    ('64100.0') gives the whole numbers' text. Other columns are taken as written,
     because some code systems write codes with decimals."""
     text = as_text(frame[column]).str.strip()
     numbers = column in frame.attrs.get(NUMERIC_COLUMNS, ())
@@ -168,8 +168,8 @@ def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_c
     Python API alike: the description, then each context column that has a value, as
     'name: value', e.g. 'servant [SEP] relation: wife [SEP] industry: coal'. With
     context the description is stripped first (training always strips it), so
-    'farmer ' and 'farmer' read the same; an empty or missing value is left out
-    (never written as 'nan'); the column names and their order come from the run.
+    'farmer ' and 'farmer' read the same. An empty or missing value is left out
+    (never written as 'nan'). The column names and their order come from the run.
     Without context the description is passed on as it is (the input recipe decides
     about surrounding spaces: OccCANINE's models keep them)."""
     return model_input(descriptions, frame, context_cols)[0]

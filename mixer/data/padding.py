@@ -9,7 +9,7 @@ upsampling kernel k = 4), and padding a batch to L characters changes a row of n
 characters (its [CLS] and [SEP] included) unless L is long enough:
 
 - The molecules: a strided convolution over the L character states gives floor(L/r)
-  windows; the last is dropped and [CLS] put first, so molecule j >= 1 holds characters
+  windows. The last is dropped and [CLS] put first, so molecule j >= 1 holds characters
   [(j-1)r, jr). Their attention mask is computed from the characters another way: a max
   pool over the same windows, NOT shifted by the [CLS] molecule, so molecule j may be
   attended to when characters [jr, (j+1)r) hold a real one: molecules 0 .. ceil(n/r)-1
@@ -21,7 +21,7 @@ characters (its [CLS] and [SEP] included) unless L is long enough:
 - The character outputs: the final state of a real character p reads, through the
   upsampling convolution (zero-padded at the sequence's end), the states of the
   characters up to p + e, e = k-1-(k-1)//2 (2 in CANINE-s), each joined with the deep
-  state of its own molecule 1 + p//r; but every character from (floor(L/r) - 1) * r on
+  state of its own molecule 1 + p//r. But every character from (floor(L/r) - 1) * r on
   gets the last molecule instead of its own. So the real characters' states are those
   of any longer padding when each character up to n - 1 + e gets its own molecule:
   (floor(L/r) - 1) * r > n - 1 + e, i.e. L >= r * (floor((n - 1 + e)/r) + 2).
@@ -42,9 +42,9 @@ bit-identical), one character below it they differ (by 1e-4 to 1 in the pooled o
 by 0.5 or more in the characters).
 
 What is read decides the rule: OccCANINE's flat head (and its embeddings) read the
-pooled output; mixer's own heads read the states of the real characters (their mean,
+pooled output. mixer's own heads read the states of the real characters (their mean,
 and the decoder masks padding), and so do new heads on OccCANINE's encoder unless they
-are in its form; OccCANINE's decoder attends to EVERY position of its memory, padding
+are in its form. OccCANINE's decoder attends to EVERY position of its memory, padding
 included (its published code passes no memory mask), so anything that runs OccCANINE's
 decoder is exact only at the full input length, 128. No torch here.
 """
@@ -63,7 +63,7 @@ READS = (POOLED, CHARACTERS, EVERY_POSITION)
 class InputPadding:
     """The padded length of a batch, from its longest row (in tokens, [CLS] and [SEP]
     included). `rate` 0: the encoder masks padding exactly (a batch is padded to its
-    longest row); otherwise CANINE's downsampling rate, with `right_context` characters
+    longest row). Otherwise CANINE's downsampling rate, with `right_context` characters
     read after each position by its upsampling, its local attention in windows of
     `window` characters, inputs at most `max_len` long, and `reads` what of the outputs
     is used. `multiple`: lengths rounded up to it (GPUs run

@@ -12,7 +12,7 @@ the encoding given (never guessed: a wrong guess changes the text the model
 reads) and with the separator given or the one the file names or its header line uses.
 Numbers are turned into text the way a person reads them: a Parquet, Stata or
 Excel column of numbers (pandas stores an integer column with blanks as floats)
-gives "64100", not "64100.0"; the columns that held numbers are listed in
+gives "64100", not "64100.0". The columns that held numbers are listed in
 frame.attrs['numeric_columns'] (mixer.data.normalise restores the zeros numbers cannot
 keep). Next in line: mixer.data.normalise, then mixer.data.prepare. No torch here.
 """

@@ -6,7 +6,7 @@ its epoch again exactly. The size of an epoch depends on the code counts only, s
 the same in every epoch and the schedule (counted in rows) can use it.
 
 - upsample_below N: a code (the row's first code) with fewer than N training rows keeps
-  all of them and gets N - count more, drawn from them with replacement;
+  all of them and gets N - count more, drawn from them with replacement.
 - downsample_top F: a code with more than a share F of the training rows keeps
   floor(F x rows) of them, drawn without replacement.
 Rows without a code form a group of their own.

@@ -9,7 +9,7 @@ counts the rows whose context was cut to fit (mixer.data.tokens).
 
 Building it is split over the ranks: rank r tokenises its share of the
 prepared Parquet file's row groups, a million rows at a time, appending to its
-own part files (peak memory does not grow with the number of rows); rank 0
+own part files (peak memory does not grow with the number of rows). Rank 0
 then joins the parts. Ranks wait for each other on the rendezvous store with
 no time limit (mixer.distributed.world.all_ranks), never in a collective that
 --dist-timeout would end.

@@ -9,7 +9,7 @@ transliterated to ASCII or not, cut to `max_len` tokens.
 Context columns (mixer.data.normalise.model_input) follow the description, and one rule
 fits them into `max_len` for every encoder: the description is kept whole and the
 context is cut from its end, in what the encoder reads (characters for CANINE, tokens
-for word pieces); where the description alone is longer, it is cut and the context
+for word pieces). Where the description alone is longer, it is cut and the context
 left out. Each such row is counted (`fitted`) and the count printed (`context_note`).
 
 Two tokenisers, both without torch (so `--prepare-only` stays light):
@@ -72,7 +72,7 @@ class InputRecipe:
 
 def to_ascii(texts: np.ndarray) -> np.ndarray:
     """ASCII transliteration, each distinct text once. Uses `unidecode` (GPL-2.0+,
-    what OccCANINE's own prediction uses) when it is installed; otherwise mixer's
+    what OccCANINE's own prediction uses) when it is installed. Otherwise mixer's
     own rule (mixer.data.transliterate): Unicode decomposition without the accents and a
     small table, which agree with unidecode on the Latin letters of European
     languages, then anyascii for other scripts."""
@@ -227,7 +227,7 @@ def _code_point_ids(strings, max_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 class BackendIds:
     """A fast tokenizer's Rust backend: texts encoded in batches on every core, alone and
-    without special tokens; each row is then laid out in numpy by the tokenizer's own
+    without special tokens. Each row is then laid out in numpy by the tokenizer's own
     template for a text (`[CLS] text [SEP]`) or a pair (`[CLS] lang [SEP] text [SEP]`),
     taken from the tokenizer for each language once. A text has the same tokens alone
     as second of a pair, and the text is what gets cut, as truncation='only_second' does;

@@ -1,7 +1,7 @@
 """Token ids of the rows a step draws: from the token cache, or tokenised on the fly
 when the draw noises the row (mixer.data.noise).
 
-A clean row's ids come from the run's token cache (mixer.data.token_cache); a row whose
+A clean row's ids come from the run's token cache (mixer.data.token_cache). A row whose
 draw edits its description or hides its language is rebuilt from its text and
 tokenised with the rest of the batch's such rows, by the same tokeniser that built
 the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).

@@ -1,7 +1,7 @@
 """Text to ASCII, the way OccCANINE's models were fed.
 
 OccCANINE transliterates its inputs with the `unidecode` package before its
-models read them. unidecode is GPL-2.0-or-later; mixer is Apache-2.0 and does
+models read them. unidecode is GPL-2.0-or-later. mixer is Apache-2.0 and does
 not copy it: mixer imports it when it is installed (`pip install
 'mixer[occcanine]'`; requirements.txt installs it) so that predictions match
 OccCANINE's, and otherwise uses a rule of its own: Unicode decomposition

@@ -39,7 +39,7 @@ def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = N
     would read as a prediction (a code_k or <head>_code_k; with several heads, whose
     columns are all prefixed, a plain code_k stays: a validation file's own codes), or
     that matches `read_back` (names the file's own reader takes as the tool's, such as an
-    audit's true_code_k), is renamed <name>_input (again while that is taken); two input
+    audit's true_code_k), is renamed <name>_input (again while that is taken). Two input
     columns that the format gives one name: the second gets _2 (_3, ...)."""
     rename = FORMAT_RENAMING.get(kind, _as_written)
     renamed, used = [], set()
@@ -142,7 +142,7 @@ def _too_long_for_numbers(series: pd.Series) -> bool:
 def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
     """[(name, 'number' | 'text', numpy values)] for Excel and Stata: numbers (and
     booleans as 0/1) stay numbers with NaN for blanks, everything else is text as
-    `as_text` writes it; so are whole numbers of 16 digits or more (record ids), which
+    `as_text` writes it. So are whole numbers of 16 digits or more (record ids), which
     neither format's numbers hold exactly. `kinds` (the first chunk's) keeps later
     chunks alike."""
     columns = []

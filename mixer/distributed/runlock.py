@@ -4,13 +4,13 @@ Two runs writing one directory would interleave logs.csv and replace each other'
 last.pt and best/ without a word. So rank 0 of a training run (torchrun, srun: only
 rank 0) takes the lock before it writes anything, and gives it back when the run
 ends, fails or stops on a signal. The lock is a file that names its holder (host,
-process id and its start time, Slurm job and restart count, since when); it is
+process id and its start time, Slurm job and restart count, since when). It is
 created whole (written aside, then hard-linked into place, which fails when the file
 exists, on NFS too), so a reader never sees half of one.
 
 A lock left by a killed job must not block the job's requeue or resume. It is taken
 over when its holder has certainly ended: on this host, its process no longer runs
-(or the process id now belongs to another process); under Slurm, it belongs to an
+(or the process id now belongs to another process). Under Slurm, it belongs to an
 earlier run of this very job (a requeue: the same job id, another restart count), or
 `squeue` no longer lists its job as running. Otherwise (a process on another host
 outside Slurm, which this host cannot see) the run is refused with one line naming

@@ -3,11 +3,11 @@
 One model class, configured by its family (`HeadsConfig.family`, whose facts
 mixer.models.family holds):
 
-- "mixer": the flat head reads the mean of the encoder states; a small pre-norm
+- "mixer": the flat head reads the mean of the encoder states. A small pre-norm
   transformer decoder of its own width (learned positions, the memory projected
   to its width, padding of the memory masked) writes the codes.
 - "occcanine": the layout of OccCANINE's published models: the flat head reads
-  the encoder's pooler output; the decoder works at the encoder's width, scales
+  the encoder's pooler output. The decoder works at the encoder's width, scales
   its token embeddings by sqrt(width), adds sinusoidal positions, uses post-norm
   layers and attends to every encoder position, padding included, as OccCANINE's
   code runs it (`decoder_reads_padding`; new heads by default mask the padding,
@@ -309,7 +309,7 @@ class MixerModel(nn.Module):
     def padding_reads(self, decoder: bool) -> str:
         """What of the encoder's output a pass reads, which decides how far its batches are
         padded (mixer.data.padding): OccCANINE's flat head reads the pooled vector, and a
-        decoder that reads padding (OccCANINE's own) every position; mixer's heads, and
+        decoder that reads padding (OccCANINE's own) every position. mixer's heads, and
         new heads that mask padding, read the real characters' states. `decoder`: the pass
         runs the decoder."""
         from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED

@@ -12,8 +12,8 @@ A reader finds the old directory or the new one, never a mix of the two (for the
 instant between the renames, neither: readers then take `.best.old`, and read again
 when a swap replaced what they were reading: mixer.models.sources.read_model). A kill
 between the two renames leaves no `best/` and a complete `.best.old`, which readers
-use until `recover` puts it back (rank 0, before training);
-a kill while building leaves a `.tmp-best.*` directory, which the run removes as it
+use until `recover` puts it back (rank 0, before training).
+A kill while building leaves a `.tmp-best.*` directory, which the run removes as it
 removes other temp files.
 """
 

@@ -6,10 +6,10 @@ other code systems. They come as:
 
 - a hub directory: config.json (its `model_domain`, `num_classes`, ...),
   model.safetensors, and for systems other than HISCO key.json (code -> flat
-  index) and possibly chars.json (the decoder's symbols);
+  index) and possibly chars.json (the decoder's symbols).
 - a training checkpoint (*.bin / *.pt written by torch.save): a dict with
   `model` (the state dict) and possibly `key` and `chars`, else a key.csv
-  beside it (columns system_code, code);
+  beside it (columns system_code, code).
 - a hub id such as Christianvedel/OccCANINE_s2s_mix, fetched with
   huggingface_hub (its cache, HF_HUB_OFFLINE).
 

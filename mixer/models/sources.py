@@ -53,7 +53,7 @@ def model_of(source: str) -> tuple:
     directory, its weights file, a line naming those weights), or (source, None, None)
     for anything else. A run that kept a best model (--keep-best) means its best/ (or,
     when a kill interrupted the swap of best/, the complete previous one it left aside
-    as .best.old, which the run puts back when it continues: mixer.models.model_dir); its
+    as .best.old, which the run puts back when it continues: mixer.models.model_dir). its
     model.safetensors (or any .safetensors beside it, e.g. epoch_3.safetensors) means
     those weights with the run's configuration; a run without a best, its last step's.
     The line is read from the config.json read now: a reader of both the weights and

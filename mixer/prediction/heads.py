@@ -3,8 +3,8 @@ probabilities, by the rules of the model's family (mixer.reporting.metrics
 .PredictionRules).
 
 - flat and full: the codes whose probability passes the row's threshold, at most
-  top_k (mixer.reporting.metrics.flat_prediction);
-- seq2seq: the decoder's greedy blocks; mixer's family ranks them by block
+  top_k (mixer.reporting.metrics.flat_prediction).
+- seq2seq: the decoder's greedy blocks. mixer's family ranks them by block
   probability, OccCANINE's lists them as decoded with one confidence per row, as
   OccCANINE's own predict does.
 
@@ -57,10 +57,10 @@ class HeadReader:
 
     def seq2seq(self, states, mask, top_k, levels=()):
         """The decoder's codes for encoder states: greedy blocks, ranked by block
-        probability (mixer) or as decoded with one confidence per row (OccCANINE); and
+        probability (mixer) or as decoded with one confidence per row (OccCANINE). and
         each row's confidence: mixer's, the probability that the decoder writes exactly
         these blocks (mixer.coding.confidence.sequence_confidence), and at each prefix
-        length of `levels`, their first characters; OccCANINE's, its own (no levels).
+        length of `levels`, their first characters. OccCANINE's, its own (no levels).
         Returns (codes, probs, confidence, level confidences (rows, levels))."""
         f = self.formatter
         steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size

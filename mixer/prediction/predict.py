@@ -7,11 +7,11 @@ encoder and the head asked for, and leaves reading the heads' outputs as codes t
 mixer.prediction.heads. Heads:
 
 - flat: the flat head's probabilities, thresholded by the family's rule
-  (mixer.reporting.metrics.PredictionRules); OccCANINE's models default to its
-  per-language thresholds;
-- seq2seq (greedy): the decoder's codes; mixer's family ranks them by block
+  (mixer.reporting.metrics.PredictionRules). OccCANINE's models default to its
+  per-language thresholds.
+- seq2seq (greedy): the decoder's codes. mixer's family ranks them by block
   probability, OccCANINE's lists them as decoded with one confidence per row,
-  as OccCANINE's own predict does;
+  as OccCANINE's own predict does.
 - full: the probability of every code of the key as the first code under the
   decoder, all codes from one encoder pass per row (mixer.models.model
   .first_block_probs), then thresholded like the flat head.

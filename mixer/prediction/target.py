@@ -14,7 +14,7 @@ the lookup codes are not the model's to code.
 
 With shorter codes (--shorter-codes), a row whose full code set misses the threshold gets
 its codes cut to the longest prefix length of its code system (mixer.coding.levels)
-whose confidence passes the same threshold; the guarantee then counts each row right at
+whose confidence passes the same threshold. The guarantee then counts each row right at
 the level it is given, and the threshold is chosen by mixer.coding.guarantee's own
 procedure (choose_with_levels: the same fixed sequence over the same grid, START
 included), each grid point's coded rows counted by that rule.

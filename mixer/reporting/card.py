@@ -12,7 +12,7 @@ never estimated.
 
 `run_facts` gathers what a job of the run knows at its start (its command, launch,
 layout and settings: the training state keeps every job's, so that the card of a run
-resumed in another layout or with other flags names them all); `render` adds the
+resumed in another layout or with other flags names them all). `render` adds the
 weights it describes. Plain values in, text out: tested without training.
 """
 

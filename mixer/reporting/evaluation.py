@@ -2,7 +2,7 @@
 leading digits, overall and per group, with n.
 
 For each row, the true codes T and the predicted codes P are sets (empty cells
-left out) of codes cut to their first d characters; then
+left out) of codes cut to their first d characters. then
 
     accuracy  = |P & T| / max(|P|, |T|)
     precision = |P & T| / |P|     (0 when nothing is predicted)
@@ -16,7 +16,7 @@ accuracy is (|P in T| + |T in P|) / (2 max(|P|, |T|)), the same number for
 sets). Where mixer differs: rows without a true code are left out (OccCANINE
 divides by zero on a row with neither); the special codes -1, -2, -3 are
 compared whole at every number of digits (OccCANINE writes them -0001 ..
--0003, so at 1 to 4 digits they count as equal to each other); codes written
+-0003, so at 1 to 4 digits they count as equal to each other). Codes written
 as numbers are read as whole numbers ('64100.0' is 64100) and, with
 --code-length, numeric codes that lost leading zeros get them back, where
 OccCANINE restores exactly one. The training metrics in logs.csv are micro
@@ -158,7 +158,7 @@ def prediction_groups(columns, exclude=()) -> dict:
     """{head: [its code_k columns in order]}: predict.py writes code_k (one head) or
     <head>_code_k (several heads), never both, so where its heads' prefixed columns are
     all there is besides, a plain code_k is an input column (a validation file's own
-    codes); input columns renamed to *_input are not predictions either."""
+    codes). Input columns renamed to *_input are not predictions either."""
     found: dict = {}
     for column in columns:
         match = PREDICTION_COLUMN.match(str(column))

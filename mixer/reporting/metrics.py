@@ -201,8 +201,8 @@ class MetricSums:
         threshold, F1 at the current one, rows)}). Each language with MIN_TUNE_ROWS rows
         gets its best threshold; the table's other languages (e.g. OccCANINE's) keep
         theirs. The default serves the languages outside that table, so it is tuned on
-        their rows ("others" in the report) when they are enough; else, for a run that
-        had no table, on all rows ("all"); else it stays as it was."""
+        their rows ("others" in the report) when they are enough. Otherwise, for a run that
+        had no table, on all rows ("all"). Otherwise it stays as it was."""
         n = len(THRESHOLD_GRID)
         report, tuned = {}, {}
         for group, name in enumerate(names):

@@ -465,7 +465,7 @@ def starting_thresholds(config: RunConfig, start) -> tuple:
     """The flat thresholds the run evaluates with and stores for prediction (until
     --tune-threshold replaces them): a start that keeps its code system keeps its
     thresholds by language (OccCANINE's table, 0.31 for languages outside it), unless
-    --no-inherit-thresholds; --threshold sets the default for the other languages
+    --no-inherit-thresholds. --threshold sets the default for the other languages
     (and every language, without a table). Returns (the Thresholds, where they came from)."""
     inherit = config.train.inherit_thresholds
     table, default, origin = {}, 0.5, "the default"
@@ -491,7 +491,7 @@ def starting_thresholds(config: RunConfig, start) -> tuple:
 
 def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
     """Groups of similar length per training micro-batch (mixer.data.dataset.Collator): the
-    flag's; else, resuming, what the run used (1 for a run from before groups); else 2
+    flag's. Otherwise, resuming, what the run used (1 for a run from before groups). Otherwise 2
     on a CPU, where a step's time follows its padded tokens, and 1 on a GPU, which runs
     one wide batch about as fast as a narrow one. DDP's static graph cannot take the
     unsynchronised backward passes of groups (or of --grad-accum-steps)."""

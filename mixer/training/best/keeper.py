@@ -9,7 +9,7 @@ a resume replays) counts none. Places are (epoch, rows of the epoch trained on):
 resume in another layout counts other steps, never another place.
 
 In the run (`BestKeeper`, all ranks): each evaluation's metrics are already all-reduced
-sums over every rank's rows; rank 0 judges and every rank receives its verdict
+sums over every rank's rows. Rank 0 judges and every rank receives its verdict
 (a broadcast), so every rank agrees on the best and stops at the same step. The best's
 record (metric, value, step, epoch, place, its metrics and its evaluation table) and
 the patience count live in the training state (last.pt). A new best is committed in
@@ -21,7 +21,7 @@ a training state (a run started over in the same directory) is removed.
 
 The record holds what its value was measured with (`conditions`): a resume that would
 measure the metric otherwise, or by another metric, is refused while RUN/best/ holds it
-(`check_resume`, before anything is written); with RUN/best/ moved away the run drops
+(`check_resume`, before anything is written). With RUN/best/ moved away the run drops
 the state's record and count and keeps its best afresh, or none.
 """
 
