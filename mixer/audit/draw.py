@@ -3,7 +3,7 @@
 
 `AuditDraw` sees the predicted rows once, in order, in blocks of any size (predict.py's
 chunks, on rank 0), and keeps per stratum only the rows of smallest sampling key
-(mixer.audit.statistics.row_keys): at the end it knows every stratum's rows, sizes the
+(mixer.audit.statistics.row_keys). At the end it knows every stratum's rows, sizes the
 audit, allocates it and writes the rows drawn. What it draws depends on the seed and the
 rows alone: not on --chunk-size, nor on the number of processes.
 """
@@ -70,7 +70,7 @@ class AuditRequest:
     @property
     def most(self) -> int:
         """The most rows the audit can take: its size, or with a margin MARGIN_ROOM times the
-        rows a simple sample takes at the worst accuracy, 0.5 (a stratified design takes
+        rows a simple sample takes at the worst accuracy, 0.5. (A stratified design takes
         more than a simple sample where its floors and weights cost precision)."""
         return self.size if self.size is not None else MARGIN_ROOM * stats.sample_size(0.5, self.margin)
 

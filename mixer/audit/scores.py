@@ -6,12 +6,12 @@ A row is checked when its `correct` cell says yes or no, or a true code is writt
 Where true codes are written, they decide (the predicted code set equals the true one;
 at d digits, the codes cut to d characters, as evaluate.py --digits cuts them), and a
 `correct` cell beside them must agree. Rows left blank (or removed from the file) are
-counted as neither right nor wrong: they are reported, and the estimate is for the rows
+counted as neither right nor wrong. They are reported, and the estimate is for the rows
 checked, as if the blanks were a random part of the sample (they are when a person
 checks from the top: the rows are in random order).
 
 An audit of descriptions lists each description once, at its first row drawn, so its
-first lines favour frequent descriptions: a line counts the rows drawn it stands for
+first lines favour frequent descriptions. A line counts the rows drawn it stands for
 that come, in their stratum's draw order, before the first row whose line is blank (or
 missing). Those rows are the first rows of the sample in key order, a random sample;
 counting all the rows of the lines checked would weigh frequent descriptions more than
@@ -219,7 +219,7 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
                    plot) -> None:
     """evaluate.py --audit: read and check the audit (with its role's options,
     --audit-encoding ...) and the predictions it must come from (with --encoding ...),
-    refuse what does not fit before writing anything, then print the table and write it
+    refuse what does not fit before writing anything. Then print the table and write it
     (CSV) and its picture."""
     import os
 

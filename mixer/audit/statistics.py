@@ -7,20 +7,20 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   the order or the chunks the rows arrive in (mixer.audit.draw keeps them); within a
   stratum, its n_h rows of smallest key. The first m rows of a sample in key order are a
   simple random sample of m rows too, so a person who stops early has still checked a
-  random sample (of rows; an audit of descriptions counts the rows drawn before its first
-  line left blank, mixer.audit.scores).
+  random sample of rows. (An audit of descriptions counts the rows drawn before its first
+  line left blank, mixer.audit.scores.)
 - Allocation (stratified): proportional to the strata's rows by largest remainders, with
   every stratum at least 2 rows (or all of its rows when it has fewer), so that each
   stratum's variance can be estimated.
 - Intervals: Clopper & Pearson's exact interval for a simple sample (1934): each end
-  misses the truth in at most 2.5% of samples, whatever n and the accuracy (Wilson's
+  misses the truth in at most 2.5% of samples, whatever n and the accuracy. Wilson's
   interval, which this replaced, covered 84% to 92% near an accuracy of 0.99, every miss
-  an interval below the truth). For a stratified sample the estimate is the strata's accuracies
+  an interval below the truth. For a stratified sample the estimate is the strata's accuracies
   weighted by their shares of rows, with the stratified variance estimator (Cochran 1977,
   5.3) and Clopper & Pearson's interval at the design's effective sample size (Korn &
-  Graubard 1998): n_eff = p (1 - p) / v times their degrees-of-freedom factor
+  Graubard 1998). n_eff = p (1 - p) / v times their degrees-of-freedom factor
   (t_{n-1} / t_{n-H})^2 (n rows checked, H strata; R's survey::svyciprop(method = "beta")
-  applies it too), kept at most the rows checked and at most Kish's effective n of the
+  applies it too). It is kept at most the rows checked and at most Kish's effective n of the
   weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that a stratum whose few rows
   all agree cannot make the interval narrower than its weight allows.
 - Size: the fewest rows whose interval, at the accuracy the model expects, reaches at most
@@ -358,8 +358,8 @@ def stratified(rows: Sequence[int], correct: Sequence[float], checked: Sequence[
     p = sum W_h p_h with W_h = rows_h / rows.
     v = sum W_h^2 (1 - f_h) p_h (1 - p_h) / (n_h - 1), f_h = n_h / rows_h. A stratum
     with one row checked of several counts the largest variance a share can have, 1/4.
-    n_eff = p (1 - p) / v x degrees_factor(n, H), at most the rows checked and at most
-    Kish's n of the weights, 1 / sum W_h^2 (1 - f_h) / n_h (either cap alone when v or
+    n_eff = p (1 - p) / v x degrees_factor(n, H), at most the rows checked. It is also at
+    most Kish's n of the weights, 1 / sum W_h^2 (1 - f_h) / n_h (either cap alone when v or
     p (1 - p) is 0). The interval is Clopper & Pearson's at (p n_eff, n_eff). nan when a
     stratum has no row checked: the strata checked say nothing of it."""
     rows = np.asarray(rows, dtype=float)

@@ -10,7 +10,7 @@ OUT_DIR gets config.json and model.safetensors as OccCANINE's
 key.json (code -> flat index) and chars.json (the decoder's symbols); predict.py and
 mixer.load read it back too. HISCO runs whose key gained no codes write no key.json:
 OccCANINE uses its own HISCO key. A model card
-(README.md) goes with them, made from what the run's card was made from (card.json): it
+(README.md) goes with them, made from what the run's card was made from (card.json). It
 describes the weights exported (the best's or the last step's), the thresholds this
 directory is read with (OccCANINE's: its config.json carries none) and how to predict
 from it, with a section on the layout.

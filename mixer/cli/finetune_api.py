@@ -1,8 +1,8 @@
 """Fine-tuning from a notebook: `mixer.finetune(data, target_cols=..., save_path=...)`.
 
-One configuration with finetune.py: each keyword argument is a field of the training
-configuration, named as its flag with '_' (num_epochs=2 for --num-epochs 2), checked
-as the flag is (mixer.cli.options.CHECKS), and the run is trained by the function the
+One configuration with finetune.py. Each keyword argument is a field of the training
+configuration, named as its flag with '_' (num_epochs=2 for --num-epochs 2), checked as the
+flag is (mixer.cli.options.CHECKS). The run is trained by the function the
 program calls. No command line is built. Bad input raises mixer.core.errors.UserError with the
 program's one-line message, instead of printing it and exiting.
 """

@@ -150,7 +150,7 @@ def _rows_to_code_at(rows_to_code, coded: np.ndarray, n: int) -> Optional[np.nda
 def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = None) -> Optional[int]:
     """The last grid index of the run of passed tests from the most confident end, or None.
     The sequence starts at the first point with enough rows to pass at an accuracy of
-    START of the way from the target to 1: a test on fewer rows passes only when (nearly)
+    START of the way from the target to 1. A test on fewer rows passes only when (nearly)
     every row is right, so one slip among the most confident rows would end the sequence
     before it reached the rows that matter. Which points are tested depends on the
     confidences alone, not on which rows are right, so skipping some keeps the guarantee."""
@@ -259,7 +259,7 @@ def given_levels(confidences, threshold: float) -> np.ndarray:
 
 
 def level_counts(confidences, corrects) -> tuple:
-    """grid_counts for codes that fall back to shorter ones: at each GRID threshold a row is
+    """grid_counts for codes that fall back to shorter ones. At each GRID threshold a row is
     coded at the first of its levels (the whole code first) whose confidence reaches it, and
     counts as right when its code is right at that level."""
     corrects = [np.asarray(c, dtype=bool) for c in corrects]

@@ -4,8 +4,8 @@ A training step on a CPU allocates and frees the same large buffers every step
 (activations; the word-embedding gradient alone is 47 MB for minilm-l6). glibc's
 malloc hands blocks above its mmap threshold (32 MiB at most, moved at run time)
 out as fresh pages from the kernel and gives the free top of its heap back above
-its trim threshold, so each step the kernel zero-fills the same memory again, and
-a step whose groups have several shapes (`--length-groups`) does so more often:
+its trim threshold. So each step the kernel zero-fills the same memory again, and
+a step whose groups have several shapes (`--length-groups`) does so more often.
 5% of the quickstart's CPU time went to the kernel (67 s of 1,305 s, against 10 s
 padded whole). `keep_freed_memory` raises both thresholds to 1 GiB, so a process
 keeps what it freed and reuses it; its resident memory stays at its peak instead
@@ -15,8 +15,9 @@ A process-wide setting that cannot be undone (glibc has no getter), so only the
 programs set it (finetune.py, train_mixer.py, predict.py and their console
 scripts), never the Python API in someone's notebook. Nothing changes where the
 user chose already (glibc's MALLOC_*_THRESHOLD_/TOP_PAD_/MMAP_MAX_ variables or
-malloc tunables in GLIBC_TUNABLES, which glibc read at start; an allocator such
-as jemalloc, tcmalloc or mimalloc in LD_PRELOAD), with other C libraries (macOS,
+malloc tunables in GLIBC_TUNABLES, which glibc read at start, or an allocator such as
+jemalloc, tcmalloc or mimalloc in LD_PRELOAD). Nor does it change with other C libraries
+(macOS,
 musl), or with glibc before 2.35, which refuses an mmap threshold above 32 MiB.
 """
 

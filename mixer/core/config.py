@@ -44,7 +44,7 @@ READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
 
 @dataclass(frozen=True)
 class TableOptions:
-    """How one file is read: CSV's encoding and separator (None: the one the file names
+    """How one file is read. CSV's encoding and separator (None: the one the file names
     or its header line uses), a workbook's sheet (None: the first) and the row that holds
     the column names (None: the first one that is not empty). `role` (a key of
     TABLE_ROLES) names the file's flag and the flags that set these, for every message."""

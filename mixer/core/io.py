@@ -51,9 +51,9 @@ def atomic_write(path: str, write: Callable[[str], object]) -> None:
 
 
 def replace_together(pairs: list) -> None:
-    """Rename each (temp file, final path) of `pairs`, in order, as one step: should a rename
+    """Rename each (temp file, final path) of `pairs`, in order, as one step. Should a rename
     fail, those already made are undone (each replaced file is restored from a hard link
-    taken before, a new one removed) and the error raised, so the final paths hold the old
+    taken before, a new one removed) and the error raised. So the final paths hold the old
     set or the new one, never a mix. The temp files are left to the caller. Put the file
     that says what the others are (calibration.json, a provenance sidecar) last."""
     done = []  # (final path, its old file's backup link, or None where there was none)
@@ -132,8 +132,8 @@ FULL_TEXT = {"no space left on device": FULL[errno.ENOSPC], "os error 28": FULL[
 
 
 def disk_full(exc: BaseException) -> Optional[str]:
-    """Why a write failed when the disk (or the user's quota) is full, else None: an
-    OSError's errno anywhere in the exception's chain, or the text of writers that do
+    """Why a write failed when the disk (or the user's quota) is full, else None. It looks
+    for an OSError's errno anywhere in the exception's chain, or the text of writers that do
     not raise OSError (safetensors: "I/O error: No space left on device (os error 28)")."""
     seen = set()
     while exc is not None and id(exc) not in seen:

@@ -8,7 +8,7 @@ the recipe that fits the start:
   quickstart, a small encoder whose heads start from random weights.
 - OccCANINE's fine-tuning (the start is one of OccCANINE's models, whole): what
   OccCANINE's own fine-tuning scripts use, so a fine-tune does not wipe out what
-  the published model knows: learning rate 2e-5, no warm-up, one learning rate for
+  the published model knows. Learning rate 2e-5, no warm-up, one learning rate for
   encoder and heads (they arrive trained), CANINE's dropout 0.1 in the encoder and
   none in the heads (its models' dropout_rate 0), noise 0.3 x 3 edits, unknown
   language 0.25. With --only-encoder the heads are new and learn 5x faster.

@@ -2,7 +2,7 @@
 
 `predict.py --to-check N CHECK.csv` lists the N distinct inputs of the model (the
 description with its language and context, as the model reads it) where a person's check
-fixes the most rows: each scores rows x (1 - confidence), its row count times the chance
+fixes the most rows. Each scores rows x (1 - confidence), its row count times the chance
 that the model's best code is wrong. The file (.csv, .parquet, .xlsx or .dta, written by
 mixer.data.writing) holds the description's columns as the input had them, `n_rows`,
 `confidence`, the model's codes (code_k, prob_k, desc_k) and empty columns

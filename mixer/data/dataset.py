@@ -123,7 +123,7 @@ class Collator:
         return np.concatenate([blocks, np.full((rows, 1), self.eos)], axis=1)
 
     def grouped(self, items) -> list:
-        """A training micro-batch as a list of Batches: its rows sorted by length (stable:
+        """A training micro-batch as a list of Batches. Its rows are sorted by length (stable:
         the same rows give the same groups on every run) and cut where the padded tokens
         of at most `groups` groups are fewest, each group padded to its own longest row."""
         if self.groups == 1 or len(items) == 1:

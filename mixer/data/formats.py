@@ -5,7 +5,7 @@ text, mixer.data.writing names the columns and hands rows to these writers; this
 knows the two formats only. Excel goes through openpyxl (the
 optional extra mixer[excel]). Stata is read by pandas and written here, in the
 dta 118 layout (Stata 14 and later), so that an output of any size is written in
-chunks: the rows go to a temporary Parquet file first (a .dta file states its row
+chunks. The rows go to a temporary Parquet file first (a .dta file states its row
 count and string widths before its rows), then into the .dta file batch by batch.
 No torch here.
 """

@@ -1,5 +1,5 @@
 """Checks that features above the data layer register with it, so that writing and
-preparing run them without importing those features: an output that must not be replaced
+preparing run them without importing those features. They guard an output that must not be replaced
 (a filled audit), rows a run must not train on as they are (an audit's). mixer/__init__.py
 has each feature register its own (mixer.audit.guards). No import of pandas here: the
 registration runs at `import mixer`, before `--help`.

@@ -3,7 +3,7 @@
 Clerks' abbreviations, variant spellings and OCR errors ("labourer", "laborer",
 "iabourer") are what users' text looks like, so training rows are noised each
 time they are drawn, the way OccCANINE trains its models (its
-histocc/attacker.py): with probability `prob` a row gets `edits` edits, each of a
+histocc/attacker.py). With probability `prob` a row gets `edits` edits, each of a
 kind drawn uniformly, with replacement, from
 
     delete      one character removed
@@ -23,7 +23,7 @@ also applies to an empty text; ours as well).
 
 Reproducibility is the point of this module. The noise of a row depends only on
 (seed, epoch, position in the epoch's order): never on the rank, the number of
-processes or DataLoader workers, or a restart, so N processes still learn what
+processes or DataLoader workers, or a restart. So N processes still learn what
 one learns and a resumed run continues the same noise. Each draw is a 64-bit hash
 of those numbers (splitmix64), vectorised over a batch; the edits of a noised
 row come from Python's `random.Random` seeded with such a hash.

@@ -13,7 +13,7 @@ read as written it would be a second class of the same code. The width is known
 - for a column the file stores as numbers (a Stata numeric variable, a Parquet integer
   column, Excel number cells, a CSV column of spreadsheet decimals such as 1110.0), which
   cannot hold a leading zero, from --block-size, whatever
-  --allow-codes-shorter-than-block-size says: that flag is for codes written shorter
+  --allow-codes-shorter-than-block-size says. That flag is for codes written shorter
   (-1 in a general system), and a number's digits have one spelling only when restored
   (a code system whose codes really have several lengths keeps them as text).
 
