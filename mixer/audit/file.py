@@ -9,26 +9,26 @@ bookkeeping columns tie it to where it came from, in cells that survive Excel (t
 that no spreadsheet reads as a number or a date):
 
 - `audit`: the design, as JSON in ASCII (any 8-bit re-save keeps it), the same on every
-  row: how it was drawn (unit, stratum column, seed; each stratum's rows and draws, or, in a
-  stratified audit, their number and a digest of them, so the cell stays short whatever the
-  number of strata), a fingerprint of the predictions it was drawn from (their descriptions
-  and codes, row by row) and of the model (its weights), and an id that is a hash of all of
-  it, so an edit shows.
+  row. It holds how it was drawn: unit, stratum column, seed, and each stratum's rows and
+  draws. A stratified audit holds their number and a digest of them instead, so the cell
+  stays short whatever the number of strata. It also holds fingerprints of the predictions
+  it was drawn from (their descriptions and codes, row by row) and of the model (its
+  weights). Its id is a hash of all of it, so an edit shows.
 - `audit_check`: per row, a hash of the id, the row's place in the design and its
   predicted codes, so a row pasted from another audit, or codes changed by hand, show.
 - `audit_stratum`, `audit_stratum_rows`, `audit_stratum_drawn` (stratified audits): per
   row, its stratum's number in the design, that stratum's rows in the file and rows drawn
   (checked against the digest in `audit`).
 - `audit_ranks` (unit descriptions): the places, in their stratum's draw order, of the
-  rows drawn that the line stands for (`audit_draws` of them), so that a person who stops
+  rows drawn that the line stands for (`audit_draws` of them). So a person who stops
   early is scored on the rows drawn before the first line left blank.
 
-The file is written by mixer.data.writing (its columns named by output_names: an input
-column that would take one of the audit's names is written <name>_input) and read back by
+The file is written by mixer.data.writing, its columns named by output_names: an input
+column that would take one of the audit's names is written <name>_input. It is read back by
 mixer.data.reading with the options of its role (evaluate.py's --audit-encoding, ...;
 --extra-train's for an audit trained on). Its codes, predicted and true, are read as the
 model spells its codes (mixer.data.normalise, with the model's code system, which the
-design carries): a spreadsheet's '64100.0' is 64100, and digit codes that lost their
+design carries). A spreadsheet's '64100.0' is 64100, and digit codes that lost their
 leading zeros get them back where the model's codes have a known width (HISCO's 5, a
 --key's or --zero-padded-codes' width), as training reads them. What a spreadsheet does
 to such codes is not an edit; where the width is not known, a code that lost its zeros is
@@ -311,8 +311,9 @@ _DESIGN_CELL = re.compile(r'^\{.*"id": "a-[0-9a-f]{12}"', re.S)  # Design.to_jso
 
 
 def audit_rows(frame: pd.DataFrame) -> np.ndarray:
-    """The rows of a table that carry an audit's bookkeeping as predict.py --audit writes it:
-    an `audit` cell holding its design, or an `audit_check` cell, or both (an audit, or its
+    """The rows of a table that carry an audit's bookkeeping as predict.py --audit writes
+    it. They hold an `audit` cell holding its design, or an `audit_check` cell, or both (an
+    audit, or its
     rows copied into another table with one of those columns or both)."""
     rows = np.zeros(len(frame), dtype=bool)
     if AUDIT in frame.columns:  # the design is the same on every row: checked once per value

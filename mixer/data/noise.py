@@ -4,20 +4,20 @@ Clerks' abbreviations, variant spellings and OCR errors ("labourer", "laborer",
 "iabourer") are what users' text looks like, so training rows are noised each
 time they are drawn, the way OccCANINE trains its models (its
 histocc/attacker.py). With probability `prob` a row gets `edits` edits, each of a
-kind drawn uniformly, with replacement, from
+kind drawn uniformly, with replacement, from these:
 
-    delete      one character removed
-    keyboard    one letter replaced by a neighbour on a QWERTY keyboard
-    insert      one random lower-case letter inserted
-    substitute  one character replaced by a random lower-case letter
-    swap        two neighbouring characters exchanged
-    word_swap   two neighbouring words exchanged (words joined by single spaces)
+    delete      one character removed.
+    keyboard    one letter replaced by a neighbour on a QWERTY keyboard.
+    insert      one random lower-case letter inserted.
+    substitute  one character replaced by a random lower-case letter.
+    swap        two neighbouring characters exchanged.
+    word_swap   two neighbouring words exchanged (words joined by single spaces).
     pad         1-20 random characters (letters and space) before the text, after
-                it, or both (each side with probability 1/2; neither -> both)
-    word        a word of the training descriptions inserted between two words
+                it, or both (each side with probability 1/2; neither -> both).
+    word        a word of the training descriptions inserted between two words.
 
 Differences from OccCANINE's attacker, on purpose: the keyboard table also
-applies to upper-case letters (kept upper-case), and each kind leaves a text
+applies to upper-case letters (kept upper-case). Each kind leaves a text
 it cannot edit as it is (OccCANINE's does too, except that its `word` kind
 also applies to an empty text; ours as well).
 
