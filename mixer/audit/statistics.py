@@ -7,8 +7,8 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   the order or the chunks the rows arrive in (mixer.audit.draw keeps them); within a
   stratum, its n_h rows of smallest key. The first m rows of a sample in key order are a
   simple random sample of m rows too, so a person who stops early has still checked a
-  random sample of rows. (An audit of descriptions counts the rows drawn before its first
-  line left blank, mixer.audit.scores.)
+  random sample of rows. An audit of descriptions counts the rows drawn before its first
+  line left blank (mixer.audit.scores).
 - Allocation (stratified): proportional to the strata's rows by largest remainders, with
   every stratum at least 2 rows (or all of its rows when it has fewer), so that each
   stratum's variance can be estimated.
@@ -20,9 +20,9 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   5.3) and Clopper & Pearson's interval at the design's effective sample size (Korn &
   Graubard 1998). n_eff = p (1 - p) / v times their degrees-of-freedom factor
   (t_{n-1} / t_{n-H})^2 (n rows checked, H strata; R's survey::svyciprop(method = "beta")
-  applies it too). It is kept at most the rows checked and at most Kish's effective n of the
-  weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that a stratum whose few rows
-  all agree cannot make the interval narrower than its weight allows.
+  applies it too). It is kept at most the rows checked. It is also at most Kish's effective
+  n of the weights, 1 / sum(W_h^2 (1 - f_h) / n_h) (Kish 1992), so that a stratum whose few
+  rows all agree cannot make the interval narrower than its weight allows.
 - Size: the fewest rows whose interval, at the accuracy the model expects, reaches at most
   the margin from the estimate on either side (the larger side: the lower one, above an
   accuracy of 0.5). Stratified, at each stratum's expected accuracy, with the allocation

@@ -135,9 +135,9 @@ def checked(name: str, spec, value):
 
 
 def _as_table(data) -> Optional[pd.DataFrame]:
-    """A DataFrame as a file holds one (names as text, distinct; a column of numbers and
-    text mixed, as pd.read_excel gives one, as text; numbers stay numbers, so their lost
-    zeros are restored as a file's are), or None for a path."""
+    """A DataFrame as a file holds one, or None for a path. Names are text and distinct; a
+    column of numbers and text mixed (as pd.read_excel gives one) is text. Numbers stay
+    numbers, so their lost zeros are restored as a file's are."""
     if isinstance(data, (str, os.PathLike)):
         return None
     if not isinstance(data, pd.DataFrame):

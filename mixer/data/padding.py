@@ -5,13 +5,13 @@ how much padding follows it, so a batch is padded to its longest row.
 
 CANINE does not mask it everywhere. Its characters are turned into molecules and back
 (transformers' CanineModel; the numbers are CANINE-s's: downsampling rate r = 4,
-upsampling kernel k = 4), and padding a batch to L characters changes a row of n
+upsampling kernel k = 4). Padding a batch to L characters changes a row of n
 characters (its [CLS] and [SEP] included) unless L is long enough:
 
 - The molecules: a strided convolution over the L character states gives floor(L/r)
   windows. The last is dropped and [CLS] put first, so molecule j >= 1 holds characters
-  [(j-1)r, jr). Their attention mask is computed from the characters another way: a max
-  pool over the same windows, NOT shifted by the [CLS] molecule, so molecule j may be
+  [(j-1)r, jr). Their attention mask is computed from the characters another way, by a max
+  pool over the same windows, NOT shifted by the [CLS] molecule. So molecule j may be
   attended to when characters [jr, (j+1)r) hold a real one: molecules 0 .. ceil(n/r)-1
   (the last window of real characters is masked out, and every molecule that is attended
   to holds real characters only).
@@ -20,7 +20,7 @@ characters (its [CLS] and [SEP] included) unless L is long enough:
   L >= r * ceil(n/r). Shorter, some of them are missing.
 - The character outputs: the final state of a real character p reads, through the
   upsampling convolution (zero-padded at the sequence's end), the states of the
-  characters up to p + e, e = k-1-(k-1)//2 (2 in CANINE-s), each joined with the deep
+  characters up to p + e, e = k-1-(k-1)//2 (2 in CANINE-s). Each is joined with the deep
   state of its own molecule 1 + p//r. But every character from (floor(L/r) - 1) * r on
   gets the last molecule instead of its own. So the real characters' states are those
   of any longer padding when each character up to n - 1 + e gets its own molecule:
@@ -30,15 +30,15 @@ characters (its [CLS] and [SEP] included) unless L is long enough:
   It masks padding, so a window that holds a real character gives the same states for
   any L; but a window of padding alone attends to its own padding evenly, up to where it
   ends, and so changes with L. The real characters' states read every character up to the
-  last one of the last molecule they read, r * ((n - 1 + e)//r + 1) - 1: when that one lies
+  last one of the last molecule they read, r * ((n - 1 + e)//r + 1) - 1. When that one lies
   in a window after the last real character's, L must take that window whole (or reach
   max_len, where the reference cuts it too). The pooled output reads real characters only.
 
 Checked numerically for every n and every L up to 128, several rates and kernels, and a
 window shorter than the padding (benchmarks/canine_padding_rule.py; the boundaries on
-every test run: tests/test_padding.py; docs/occcanine.md): at or above the rule a row's
+every test run: tests/test_padding.py; docs/occcanine.md). At or above the rule a row's
 outputs are those of the full length up to float rounding (about 1e-6; mostly
-bit-identical), one character below it they differ (by 1e-4 to 1 in the pooled output,
+bit-identical). One character below it they differ (by 1e-4 to 1 in the pooled output,
 by 0.5 or more in the characters).
 
 What is read decides the rule: OccCANINE's flat head (and its embeddings) read the
