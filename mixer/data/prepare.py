@@ -1,8 +1,8 @@
-"""Preparing: a run's data from its files, in the order reading (mixer.data.reading: every
+"""Preparing: a run's data from its files. The order is reading (mixer.data.reading: every
 file through the one reader, with its role's options), normalising (mixer.data.normalise:
-codes as the code system spells them, the model's text), then here: label checks, the key,
-the split, and the prepared files of the run directory with the fingerprint of what they
-were prepared from.
+codes as the code system spells them, the model's text), then this module. It does the
+label checks, the key and the split, and writes the run directory's prepared files with the
+fingerprint of what they were prepared from.
 
 Everything here is vectorised over columns: a formatter looks at each distinct
 code once, and rows are handled by numpy/pandas. No torch import, so
@@ -289,10 +289,10 @@ def run_files(cfg: DataConfig) -> dict:
 
 
 def reading_settings(cfg: DataConfig, files: dict, typed: bool = False) -> dict:
-    """How the run's files are read, as part of its identity: each option as the files
+    """How the run's files are read, as part of its identity. Each option as the files
     make it mean (mixer.data.reading.canonical_options: a typed value that only says what
     the file says by itself, such as --sep ',' on a file whose header uses ',', is the
-    default), or with `typed` as given (how runs were identified before)."""
+    default). With `typed`, each option as given (how runs were identified before)."""
     values = {}
     for role, paths in files.items():
         given, canonical = cfg.table_options(role), None

@@ -1,15 +1,15 @@
 """Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
 --train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
-evaluate.py's --predictions and --audit): CSV, Parquet, Excel (.xlsx) and Stata (.dta),
-chosen by extension (mixer.data.formats knows the last two), each file with its own options
+evaluate.py's --predictions and --audit). CSV, Parquet, Excel (.xlsx) and Stata (.dta) are
+read, chosen by extension (mixer.data.formats knows the last two). Each file has its own options
 (mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
-message naming the flags of that file's role (--key-encoding for --key).
+message names the flags of that file's role (--key-encoding for --key).
 
 Everything is read as text, so codes keep their leading zeros ("01110" is not
 "1110"). CSV goes through pyarrow with newlines allowed inside quoted cells
-("labourer\\nand fisher"), in the whole-file and the streaming reader alike, in
-the encoding given (never guessed: a wrong guess changes the text the model
-reads) and with the separator given or the one the file names or its header line uses.
+("labourer\\nand fisher"), in the whole-file and the streaming reader alike, in the encoding
+given. It is never guessed: a wrong guess changes the text the model reads. The separator is
+given or the one the file names or its header line uses.
 Numbers are turned into text the way a person reads them: a Parquet, Stata or
 Excel column of numbers (pandas stores an integer column with blanks as floats)
 gives "64100", not "64100.0". The columns that held numbers are listed in
@@ -85,7 +85,7 @@ def canonical_encoding(name: str) -> str:
 
 
 def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:
-    """Rows of a frame as messages name them (docs/formats.md): each one's number under the
+    """Rows of a frame as messages name them (docs/formats.md). Each one's number under the
     header, from 1 (`numbers`: each row's, where the frame holds some of a file's rows only),
     and in a workbook also the row Excel shows: '7 (sheet row 10)'."""
     positions = np.asarray(positions, dtype=np.int64)
@@ -99,7 +99,7 @@ def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
     """A column as strings, one form per value type whatever the format it came from
-    (mixer.data.formats.value_text, cell by cell): missing -> '', booleans TRUE/FALSE, whole
+    (mixer.data.formats.value_text, cell by cell). Missing -> '', booleans TRUE/FALSE, whole
     numbers '64100', other numbers by their shortest repr at the column's precision, dates
     ISO (1850-03-01, a time only where it is not midnight), text as it is."""
     dtype = series.dtype
@@ -531,9 +531,9 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
 
 def _parquet_frame(table) -> pd.DataFrame:
     """A Parquet table or batch as pandas, read alike by the whole-file and the streaming
-    reader: Arrow-backed columns, so a chunk's types do not depend on its values and an
+    reader. Its columns are Arrow-backed, so a chunk's types do not depend on its values and an
     integer column with nulls stays integers (numpy would make it float64, and
-    12345678901234567 would come back as ...568), and a named index (pandas' to_parquet of
+    12345678901234567 would come back as ...568). A named index (pandas' to_parquet of
     a frame indexed by 'parish') is a column of the file."""
     try:
         frame = table.to_pandas(types_mapper=pd.ArrowDtype)
@@ -569,7 +569,7 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
 
 
 def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
-    """A row with more or fewer cells than the header names, as one line: which row, which
+    """A row with more or fewer cells than the header names, as one line. It says which row, which
     row was taken as the header, and the flag that names another header row (a title above
     the column names reads as a header of one column). The row's number comes from
     pyarrow's reader without threads (the threaded one does not give it), read again here."""
@@ -724,10 +724,10 @@ def count_rows(path: str, options: TableOptions = TableOptions(role="input"),
 
 
 def canonical_options(path: str, options: TableOptions) -> TableOptions:
-    """The options as they identify a reading: a value that only says what the file says
+    """The options as they identify a reading. A value that only says what the file says
     by itself (--sep ',' on a file whose header line uses ',', --sheet naming the first
     sheet, --header-row naming the row that would be taken anyway, an encoding given to
-    a workbook) is left out, so that a run resumed with it typed is the same run."""
+    a workbook) is left out. So a run resumed with it typed is the same run."""
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":

@@ -7,7 +7,7 @@ row, one after another), offsets.npy (int64, rows + 1) and manifest.json,
 written last: a directory without it is incomplete and is rebuilt. The manifest
 counts the rows whose context was cut to fit (mixer.data.tokens).
 
-Building it is split over the ranks: rank r tokenises its share of the
+Building it is split over the ranks. Rank r tokenises its share of the
 prepared Parquet file's row groups, a million rows at a time, appending to its
 own part files (peak memory does not grow with the number of rows). Rank 0
 then joins the parts. Ranks wait for each other on the rendezvous store with
@@ -102,8 +102,8 @@ def my_groups(groups: list, world_size: int, rank: int) -> list:
 def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_size: int,
                text_col: str, lang_col: str) -> None:
     """Tokenise this rank's row groups into part-<rank>.ids / .lengths, and count in
-    part-<rank>.fit the rows whose context was cut (the prepared `desc_chars` column says
-    where each description ends; a split without it, one text per row: no context, or data
+    part-<rank>.fit the rows whose context was cut. The prepared `desc_chars` column says
+    where each description ends (a split without it, one text per row: no context, or data
     prepared before the column existed)."""
     import pyarrow.parquet as pq
 

@@ -1,21 +1,21 @@
 """From (language, text) to token ids: one implementation for training, the
 token cache and prediction, fast at OccCANINE scale.
 
-An `InputRecipe` says how a row becomes the model's input: the text alone or
+An `InputRecipe` says how a row becomes the model's input. It takes the text alone or
 with its language (as a tokenizer pair `lang [SEP] text`, or as the literal
 string `lang[SEP]text` that OccCANINE's models read), lower-cased and
 transliterated to ASCII or not, cut to `max_len` tokens.
 
 Context columns (mixer.data.normalise.model_input) follow the description, and one rule
-fits them into `max_len` for every encoder: the description is kept whole and the
+fits them into `max_len` for every encoder. The description is kept whole and the
 context is cut from its end, in what the encoder reads (characters for CANINE, tokens
 for word pieces). Where the description alone is longer, it is cut and the context
 left out. Each such row is counted (`fitted`) and the count printed (`context_note`).
 
 Two tokenisers, both without torch (so `--prepare-only` stays light):
 
-- CANINE reads Unicode code points: its ids are `[CLS] + code points + [SEP]`,
-  computed for a million rows at a time with numpy (CanineTokenizer does the
+- CANINE reads Unicode code points: its ids are `[CLS] + code points + [SEP]`. They are
+computed for a million rows at a time with numpy (CanineTokenizer does the
   same one row at a time in Python, ~16,000 rows/s).
 - Every other encoder goes through its fast tokenizer's Rust backend
   (`tokenizers`), which encodes a batch on every core.

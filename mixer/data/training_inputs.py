@@ -3,14 +3,14 @@ when the draw noises the row (mixer.data.noise).
 
 A clean row's ids come from the run's token cache (mixer.data.token_cache). A row whose
 draw edits its description or hides its language is rebuilt from its text and
-tokenised with the rest of the batch's such rows, by the same tokeniser that built
+tokenised with the rest of the batch's such rows. It uses the same tokeniser that built
 the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).
 So a row the draw leaves alone has exactly the ids it had without noise, and a
 noised row has the ids its noised text has at prediction.
 
 The texts live in a text store, RUN_DIR/cache/texts_<split>_<data>.arrow: an
-uncompressed Arrow IPC file memory-mapped by every rank and DataLoader worker
-(the page cache holds one copy per machine), with the description and, for runs
+uncompressed Arrow IPC file memory-mapped by every rank and DataLoader worker (the page
+cache holds one copy per machine). It holds the description and, for runs
 with context columns, the context after it (noise edits the description only),
 and the words the `word` edit inserts. It is built once from the prepared split
 and named by the split's content, like the token cache.

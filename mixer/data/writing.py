@@ -1,9 +1,9 @@
-"""Writing: frames into files (CSV, Parquet, Excel .xlsx, Stata .dta, by extension),
-written to a temporary file beside the output and renamed over it at the end, and the one
-step that names an output's columns (output_names), used by every table the tool writes
+"""Writing: frames into files (CSV, Parquet, Excel .xlsx, Stata .dta, by extension). Each is
+written to a temporary file beside the output and renamed over it at the end. Here too is
+the one step that names an output's columns (output_names), used by every table the tool writes
 for a user (predict.py --output, --to-check, --audit). It runs after each format's own renaming
 (Stata's letters, digits and _ in 32 characters; a worksheet's header without surrounding
-spaces), so the rule that keeps an input column out of a prediction's place (code_1_input)
+spaces). So the rule that keeps an input column out of a prediction's place (code_1_input)
 holds in the file itself, whatever the format. No torch here.
 """
 

@@ -1,8 +1,8 @@
 """Embedding tables synchronised by the rows a step touched.
 
 DDP all-reduces every gradient of every step. An embedding table's gradient
-is zero except in the rows of the tokens (or positions, or hash buckets) that
-the step's batches used: a few hundred of minilm-l6's 30,522 word rows, and
+is zero except in the rows of the tokens (or positions, or hash buckets) that the step's
+batches used. That is a few hundred of minilm-l6's 30,522 word rows, and
 that table is half of the model's 22.7M parameters. All-reducing it densely
 moves about 45 MiB of zeros per step, which is what held DDP back on CPU.
 

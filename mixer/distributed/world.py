@@ -124,10 +124,10 @@ _STARTED = False  # set once this process has joined a process group
 def exit_process(code: int) -> None:
     """Leave the process with `code`.
 
-    After a gloo process group, the interpreter's own shutdown is not safe:
-    gloo's worker threads can still be releasing the last collective's
+    After a gloo process group, the interpreter's own shutdown is not safe.
+    Gloo's worker threads can still be releasing the last collective's
     tensors, and a thread that asks for the GIL while Python finalises is
-    killed mid-destructor, which aborts the whole process (SIGABRT, "terminate
+    killed mid-destructor. That aborts the whole process (SIGABRT, "terminate
     called without an active exception") after the job has succeeded. So a
     process that started a group flushes its output and ends at once; every
     file the run writes is already complete (atomic writes) by then.
@@ -245,8 +245,8 @@ def gather_objects(value: Any, world: World) -> list:
 
 
 def gather_to_main(value: Any, world: World) -> Optional[list]:
-    """[value of rank 0, value of rank 1, ...] on rank 0, None on the others (all
-    ranks): for results only rank 0 uses (prediction chunks, evaluation rows,
+    """[value of rank 0, value of rank 1, ...] on rank 0, None on the others (all ranks). It
+    is for results only rank 0 uses (prediction chunks, evaluation rows,
     setup reports), so the other ranks neither receive nor hold every rank's data."""
     if not world.is_distributed:
         return [value]

@@ -44,7 +44,7 @@ class CanineTokenizerFiles:
     CanineTokenizer is its padding id and its file, so that AutoTokenizer reads a run
     directory. Building one lists all 1.1M code points, about 2 s of CPU in every
     process that loads a CANINE model (each rank, each prediction, each fresh run), so
-    none is built: the file is the one CanineTokenizer().save_pretrained writes with the
+    none is built. The file is the one CanineTokenizer().save_pretrained writes with the
     pinned transformers (tests/test_tokens.py: the same bytes there, and read back by
     AutoTokenizer, the same tokenizer)."""
 

@@ -1,6 +1,6 @@
 """Model sources on the Hugging Face hub: which names are hub ids, and fetching them.
 
-A name is a hub id only when it cannot be a local path: nothing of that name exists,
+A name is a hub id only when it cannot be a local path. Nothing of that name exists,
 it is shaped `owner/name`, it does not start with `./`, `../`, `~` or `/`, and its
 owner is not an existing directory. So `runs/quickstrat` (a typo, with runs/ on
 disk) is a missing path, reported as such, and never a download of whatever

@@ -10,8 +10,8 @@ mixer.models.family holds):
   the encoder's pooler output. The decoder works at the encoder's width, scales
   its token embeddings by sqrt(width), adds sinusoidal positions, uses post-norm
   layers and attends to every encoder position, padding included, as OccCANINE's
-  code runs it (`decoder_reads_padding`; new heads by default mask the padding,
-  so their batches need not be padded to 128: mixer.data.padding). Its weights are
+  code runs it (`decoder_reads_padding`). New heads by default mask the padding,
+  so their batches need not be padded to 128 (mixer.data.padding). Its weights are
   read and written by mixer.models.occcanine; this module does not know where they
   come from.
 
