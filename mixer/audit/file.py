@@ -6,7 +6,7 @@ when asked for, to train on (`--extra-train AUDIT --train-on-audit`). docs/evalu
 Each row carries the predicted codes (code_k, prob_k, desc_k) and empty columns for the
 person: `correct` (yes or no) and `true_code_1..` (the right codes), and `note`. Three
 bookkeeping columns tie it to where it came from, in cells that survive Excel (text
-that no spreadsheet reads as a number or a date):
+that no spreadsheet reads as a number or a date).
 
 - `audit`: the design, as JSON in ASCII (any 8-bit re-save keeps it), the same on every
   row. It holds how it was drawn: unit, stratum column, seed, and each stratum's rows and

@@ -725,9 +725,9 @@ def count_rows(path: str, options: TableOptions = TableOptions(role="input"),
 
 def canonical_options(path: str, options: TableOptions) -> TableOptions:
     """The options as they identify a reading. A value that only says what the file says
-    by itself (--sep ',' on a file whose header line uses ',', --sheet naming the first
-    sheet, --header-row naming the row that would be taken anyway, an encoding given to
-    a workbook) is left out. So a run resumed with it typed is the same run."""
+    by itself is left out. Such are --sep ',' on a file whose header line uses ',', --sheet
+    naming the first sheet, --header-row naming the row that would be taken anyway, and an
+    encoding given to a workbook. So a run resumed with it typed is the same run."""
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":

@@ -2,14 +2,14 @@
 
 OccCANINE transliterates its inputs with the `unidecode` package before its
 models read them. unidecode is GPL-2.0-or-later. mixer is Apache-2.0 and does
-not copy it: mixer imports it when it is installed (`pip install
+not copy it. mixer imports it when it is installed (`pip install
 'mixer[occcanine]'`; requirements.txt installs it) so that predictions match
-OccCANINE's, and otherwise uses a rule of its own: Unicode decomposition
+OccCANINE's. Otherwise it uses a rule of its own: Unicode decomposition
 without accents, then a short table for Latin letters that do not decompose
-(ß, æ, ø, þ, ...), which agrees with unidecode on the Latin letters of the
-languages OccCANINE covers, then `anyascii` (ISC licence) for every other
-character, so Greek, Cyrillic and other scripts are spelled out in ASCII,
-never deleted (emoji are dropped, as unidecode drops them). anyascii and unidecode differ on some of them (Cyrillic 'я':
+(ß, æ, ø, þ, ...), which agrees with unidecode on the Latin letters of the languages
+OccCANINE covers. Then `anyascii` (ISC licence) spells every other character, so Greek,
+Cyrillic and other scripts are spelled out in ASCII, never deleted (emoji are dropped, as
+unidecode drops them). anyascii and unidecode differ on some of them (Cyrillic 'я':
 'ya' against 'ia'), so an OccCANINE model run without unidecode says so once
 (`exactness_note`).
 """

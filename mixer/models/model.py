@@ -364,7 +364,7 @@ class MixerModel(nn.Module):
         (`blocks`: (codes, block_size) token ids), every code scored from one encoder pass.
 
         The codes share prefixes (HISCO's 1,919 codes have ~4,000 distinct prefixes, not
-        1,919 x 5), and each prefix is decoded once per row, one level at a time: the
+        1,919 x 5), and each prefix is decoded once per row, one level at a time. The
         prefixes of a level are the query positions of one batched step, reading the
         memory's keys and values without copying them per prefix."""
         rows, block_size = states.size(0), blocks.size(1)

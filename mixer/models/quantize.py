@@ -14,7 +14,7 @@ with others would get an int8 approximation that depends on them (and on their p
 predictor therefore runs a quantized encoder on one row at a time (mixer.prediction.predict):
 each row's int8 approximation is its own, whatever the batch, the chunk or the number of
 processes. The heads, in fp32, run on the batch as fp32 prediction's do, so their
-probabilities round by its shape as fp32's do (docs/predicting.md): running them one row at
+probabilities round by its shape as fp32's do (docs/predicting.md). Running them one row at
 a time too cost greedy decoding 2.8x its CPU time (one thread of an AVX2 CPU; issue 34), for a
 difference of float rounding.
 

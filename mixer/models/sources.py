@@ -2,8 +2,8 @@
 tool, or one of OccCANINE's models (mixer.models.occcanine); for training
 (--initial-checkpoint) and for prediction (--checkpoint, mixer.load) alike.
 
-`describe_start` says, before any model exists, what a training run starts
-from: its model family, how rows become its input (the input recipe), and, when
+`describe_start` says, before any model exists, what a training run starts from. That is its
+model family, how rows become its input (the input recipe), and, when
 the whole model is reused, the code layout and key the data must be prepared
 with. `build_model` then makes the model and loads the starting weights. The
 flat head's rows are matched by code: a key that gains codes keeps every known

@@ -152,7 +152,7 @@ class Model:
                lang: Languages = None, language_col: Optional[str] = None, batch_size: int = 256, options=None,
                levels=None):
         """A threshold for `head` at which the coded rows reach `accuracy` with probability
-        `confidence` on new rows like the labelled ones (docs/coding.md): labelled: None for
+        `confidence` on new rows like the labelled ones (docs/coding.md). labelled: None for
         the run's held-out rows (scores.parquet, chose == False), or a path to labelled rows of
         your own (true codes in `truth_cols`, or a filled simple random audit). lookup: rows it
         covers are left out. rows_to_code: how many new rows will be coded (their own sampling

@@ -2,7 +2,7 @@
 MODEL --calibrate` (docs/coding.md, "Calibrating an existing model").
 
 It predicts labelled rows that chose nothing with each head asked for (the run's
-held-out rows, mixer.prediction.target.run_rows, or --calibration-data), fits a
+held-out rows, mixer.prediction.target.run_rows, or --calibration-data). It fits a
 temperature and a bias per head (mixer.coding.calibration.fit_scaling) and writes
 calibration.json, with a reliability diagram per head, into the model's directory. The
 scaling is monotone: it changes no code and no ranking, only the confidence a user reads,

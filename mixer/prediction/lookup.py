@@ -11,7 +11,7 @@ options of its role (--lookup-encoding, ...). Three layouts are recognised:
   (default: the model's input column) and its code columns by --lookup-code-cols.
 
 An entry is keyed by the string the model reads (mixer.prediction.api.Model.model_inputs:
-the description, language and context as the input recipe makes them), so a row of the
+the description, language and context as the input recipe makes them). So a row of the
 input takes the entry's codes exactly when the model would read the two alike. A table
 without the language column holds entries for every language. One input listed with two
 code sets is refused, naming the rows.

@@ -1,10 +1,10 @@
 """The shapes a prediction can take besides the code table (OccCANINE's outputs), and
 code descriptions for a model of any code system.
 
-- score matrices, one row per input row and one column per code of the key:
-  `probs` (the flat head's sigmoid, or with head 'full' the decoder's probability of
-  each code as the first code), `logits` (the flat head), `bin` (1 for each code the
-  code table predicts, 0 elsewhere: the same rule as `--what codes`).
+- score matrices, one row per input row and one column per code of the key. `probs` is the
+flat head's sigmoid, or with head 'full' the decoder's probability of each code as the first
+code. `logits` is the flat head's. `bin` is 1 for each code the code table predicts, 0
+elsewhere: the same rule as `--what codes`.
 - greedy top-k alternatives: k different code sets written by the decoder, each with
   its confidence, as OccCANINE's greedy-topk: after each greedy pass the least confident
   step's token is blocked at that step, and the decoder writes again.

@@ -209,7 +209,7 @@ class Predictor:
             yield rows, hidden, pooled, mask, langs[rows]
 
     def _encoded_row_by_row(self, input_ids, mask, lengths, padding: InputPadding, states: bool):
-        """A quantized encoder on one row at a time, each padded as far as it alone needs: a
+        """A quantized encoder on one row at a time, each padded as far as it alone needs. A
         quantized layer scales its activations by the whole tensor's range, so a row's result
         would otherwise depend on the rows (and the padding) beside it. The states are laid
         out as the batch's (zeros past a row's length, where its mask is 0)."""

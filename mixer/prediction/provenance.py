@@ -1,11 +1,11 @@
 """Which model coded what: every predictions file predict.py writes carries what made it
 (docs/coding.md, "Provenance").
 
-- a sidecar `<output>.provenance.json`: the model (its source, weights fingerprint,
-  family, precision), the heads, thresholds and top-k, the calibration (temperature, bias) of each head, the
-  target accuracy and the procedure that chose its threshold, the lookup table's
-  fingerprint, the input file's fingerprint, mixer's version; and, under `result`, the
-  rows each source coded and the shares coded automatically.
+- a sidecar `<output>.provenance.json`. It holds the model (its source, weights fingerprint,
+  family, precision), the heads, thresholds and top-k, the calibration (temperature, bias)
+  of each head, the target accuracy and the procedure that chose its threshold. It also
+  holds the lookup table's fingerprint, the input file's fingerprint, mixer's version and,
+  under `result`, the rows each source coded and the shares coded automatically.
 - its `id` (a hash of everything but `result`) in the file's own metadata where the format
   has room: Parquet's key-value metadata (key mixer_provenance), Stata's data label.
   CSV and Excel carry the sidecar alone.

@@ -2,8 +2,8 @@
 `Model.predict(..., target=...)` (docs/coding.md, "Predicting at a target accuracy").
 
 A threshold on the row confidence (raw, temperature 1) is chosen on labelled rows that
-chose nothing else, predicted here with the very model, head, thresholds and precision
-that code the new rows, so that the coded rows' accuracy reaches the target with the
+chose nothing else, predicted here with the very model, head, thresholds and precision that
+code the new rows. So the coded rows' accuracy reaches the target with the
 stated confidence on new rows like them (mixer.coding.guarantee: Learn-then-Test over a
 grid fixed in advance). Each row is then `auto` (its confidence passes) or `check`.
 
@@ -14,8 +14,8 @@ the lookup codes are not the model's to code.
 
 With shorter codes (--shorter-codes), a row whose full code set misses the threshold gets
 its codes cut to the longest prefix length of its code system (mixer.coding.levels)
-whose confidence passes the same threshold. The guarantee then counts each row right at
-the level it is given, and the threshold is chosen by mixer.coding.guarantee's own
+whose confidence passes the same threshold. The guarantee then counts each row right at the
+level it is given. The threshold is chosen by mixer.coding.guarantee's own
 procedure (choose_with_levels: the same fixed sequence over the same grid, START
 included), each grid point's coded rows counted by that rule.
 """
@@ -151,7 +151,7 @@ def code_sets(table: pd.DataFrame) -> list:
 
 def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFrame:
     """A head's table with `coded` (auto | check; Model.predict then empties it for a row
-    without a description) and, with shorter codes, the codes of rows given at a coarser
+    without a description). With shorter codes, it has the codes of rows given at a coarser
     level cut to it (prob_k empty), `level` and `level_confidence_raw` (raw scale, the
     threshold's: LEVEL_CONFIDENCE)."""
     from mixer.coding.levels import prefix_set
@@ -283,7 +283,7 @@ def read_scores(model_dir: str) -> pd.DataFrame:
 
 def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
               language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
-    """Labelled rows of the user's own: a table with the true codes in `truth_cols` (a row
+    """Labelled rows of the user's own. They are a table with the true codes in `truth_cols` (a row
     whose truth cells are all empty is not labelled: left out, and said in `rows`), or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
     stands for. A filled --to-check file is refused: it holds the least confident rows."""

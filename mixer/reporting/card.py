@@ -1,18 +1,18 @@
 """The model card: README.md in every run directory, in its best model's directory and
 in the OccCANINE-layout export, in the Hugging Face layout (a YAML header, then text).
 
-What a colleague needs without the code: the command that made the model, its data
+What a colleague needs without the code. The card gives the command that made the model, its data
 (files, rows, fingerprint, languages, code system, key size), where its weights
-started, the recipe (learning rates, noise, epochs, why it stopped), the validation
-metrics of the very weights it describes (as written and noised; per language where
-there are several), the thresholds prediction will use (as stored for predict.py:
+started, the recipe (learning rates, noise, epochs, why it stopped). It gives the validation
+metrics of the very weights it describes (as written and noised; per language where there
+are several), then the thresholds prediction will use (as stored for predict.py:
 mixer.reporting.metrics.Thresholds) and how to predict with it. Every figure comes from
 what the run measured or recorded; a figure the run has not measured is left out,
 never estimated.
 
-`run_facts` gathers what a job of the run knows at its start (its command, launch,
-layout and settings: the training state keeps every job's, so that the card of a run
-resumed in another layout or with other flags names them all). `render` adds the
+`run_facts` gathers what a job of the run knows at its start: its command, launch,
+layout and settings. The training state keeps every job's, so that the card of a run
+resumed in another layout or with other flags names them all. `render` adds the
 weights it describes. Plain values in, text out: tested without training.
 """
 
@@ -73,8 +73,8 @@ def describe_launch(launcher: str, world_size: int, nodes: int, per_node: int) -
 
 
 def jobs_of(facts: dict, progress: dict) -> list:
-    """The jobs that trained the weights, each with the steps it trained ("from", "to"):
-    a job that trained none (a finished run run again) is left out, and consecutive jobs
+    """The jobs that trained the weights, each with the steps it trained ("from", "to").
+    A job that trained none (a finished run run again) is left out, and consecutive jobs
     with the same command and settings (a requeued job) are one."""
     recorded = progress.get("jobs") or [dict(facts["job"], from_step=0)]
     ends = [job["from_step"] for job in recorded[1:]] + [progress["step"]]
@@ -145,10 +145,10 @@ def render(facts: dict, model: dict) -> str:
     """The card of one model of the run. model: which ("best" | "last"), where (its
     directory), step, place (epochs completed, rows of the next: its epoch), metrics
     (logs.csv's val_ values of its evaluation), table (its evaluation table as CSV, or
-    None), conditions (a best's: what its value was measured with), thresholds (the
-    Thresholds prediction uses), thresholds_origin, thresholds_where (how they reach
-    prediction; default: config.json), progress (step, total_steps, planned_epochs, epochs
-    done, stop_reason, elapsed, ended, jobs), other (a line on the run's other weights, or
+    None). It also holds conditions (a best's: what its value was measured with), thresholds
+    (the Thresholds prediction uses), thresholds_origin, thresholds_where (how they reach
+    prediction; default: config.json). Last come progress (step, total_steps, planned_epochs, epochs
+    done, stop_reason, elapsed, ended, jobs) and other (a line on the run's other weights, or
     None)."""
     return "---\n" + _header(facts, model) + "---\n\n" + "\n".join(_body(facts, model)) + "\n"
 

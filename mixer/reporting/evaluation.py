@@ -2,15 +2,15 @@
 leading digits, overall and per group, with n.
 
 For each row, the true codes T and the predicted codes P are sets (empty cells
-left out) of codes cut to their first d characters. then
+left out) of codes cut to their first d characters. Then:
 
     accuracy  = |P & T| / max(|P|, |T|)
     precision = |P & T| / |P|     (0 when nothing is predicted)
     recall    = |P & T| / |T|
     f1        = 2 precision recall / (precision + recall)   (0 when both are 0)
 
-and each statistic is the mean over the rows that have at least one true
-code. These are the definitions of OccCANINE's evaluation code
+Each statistic is the mean over the rows that have at least one true code.
+These are the definitions of OccCANINE's evaluation code
 (histocc/eval_metrics.py: per observation, averaged over observations; its
 accuracy is (|P in T| + |T in P|) / (2 max(|P|, |T|)), the same number for
 sets). Where mixer differs: rows without a true code are left out (OccCANINE
@@ -56,7 +56,7 @@ def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = N
 
 def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
     """Without --code-length: a note when true codes are digits shorter than the predictions'
-    digit codes, all of one width (the model writes '01110', the truth says '1110'): scored
+    digit codes, all of one width (the model writes '01110', the truth says '1110'). Scored
     as written they count as wrong, so the note names the flag that restores them."""
     written = {c for sets in predicted.values() for row in sets for c in row if c.isdigit()}
     width = key_digit_width(written)

@@ -102,12 +102,12 @@ def decoded_codes(tokens: torch.Tensor, formatter) -> list:
 
 def decoded_confidence(model, states, mask, codes_per_row: list, token_probs: torch.Tensor,
                        formatter) -> np.ndarray:
-    """OccCANINE's confidence of each row's greedy output, as its own predict gives it: the
-    product of every decoded step's probability (BOS counted as 1), or, for a row of several
-    codes, its "order-invariant" confidence: the sum, over the row's distinct codes, of the
-    probability that the decoder writes that code first. (OccCANINE sums over the
+    """OccCANINE's confidence of each row's greedy output, as its own predict gives it. That
+    is the product of every decoded step's probability (BOS counted as 1). For a row of
+    several codes it is the "order-invariant" confidence: the sum, over the row's distinct
+    codes, of the probability that the decoder writes that code first. (OccCANINE sums over the
     permutations of the codes, but its full-search decoder fills its result with
-    torch.empty and sets one entry per distinct first code, so for rows of 3+ codes or
+    torch.empty and sets one entry per distinct first code. So for rows of 3+ codes or
     repeated codes its sum adds uninitialised memory; this is its value whenever that
     memory holds zeros. See docs/occcanine.md.) Prediction and a run's scores both ask it."""
     confidence = token_probs.float().cpu().numpy().prod(axis=1)

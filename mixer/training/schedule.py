@@ -6,8 +6,8 @@ base layout), i.e. the position in the data those steps reach. Progress is a
 position: (epoch, rows of that epoch's permutation already trained on).
 
 The global batch may change between restarts (another number of processes,
-`--batch-size` or `--grad-accum-steps`). The steps left are then counted from
-the position in the new global batch, and the learning-rate schedule, which
+`--batch-size` or `--grad-accum-steps`). The steps left are then counted from the
+position in the new global batch. The learning-rate schedule, which
 is a function of a position measured in steps of the base layout, continues
 from where it stood and reaches its end exactly at the last step. While the
 global batch stays what it was, a step's schedule position is the step

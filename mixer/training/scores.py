@@ -1,6 +1,6 @@
-"""What a run stores at its end for choosing which predictions to use (docs/coding.md,
-"What a run stores"): each scored row's codes, confidences and correctness
-(scores.parquet), and what is derived from them in the same model directory: one
+"""What a run stores at its end for choosing which predictions to use (docs/coding.md, "What
+a run stores"). It stores each scored row's codes, confidences and correctness
+(scores.parquet). In the same model directory goes what is derived from them: one
 temperature per head (calibration.json), the production curve (CSV and PNG) and the
 reliability diagrams.
 
@@ -215,7 +215,7 @@ def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, 
 
 class CodingStep:
     """The step at the end of a run, for the last step's weights and for the best's (rank
-    0): their scored rows as a model directory's files (scores.parquet, calibration.json,
+    0). It writes their scored rows as a model directory's files (scores.parquet, calibration.json,
     the production curve, the reliability diagrams), and the lines the run prints of
     them. `chose`: per validation row, whether it chose something (chose_mask)."""
 

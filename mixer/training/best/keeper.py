@@ -1,6 +1,6 @@
 """The best model of a run and when to stop (--keep-best, --early-stopping-patience).
 
-The rule (`judge`, plain numbers): an evaluation is the new best when its metric is
+The rule (`judge`, plain numbers). An evaluation is the new best when its metric is
 strictly better than the best so far (lower for losses, higher for the rest; NaN never
 is), or equal to it at an earlier place in the data (ties keep the earlier step). The
 patience count is the number of evaluations after the best that did not improve on it
@@ -77,9 +77,9 @@ def check_metric(cfg: TrainConfig) -> None:
 
 
 def conditions(cfg: TrainConfig, sample, thresholds) -> dict:
-    """What an evaluation's metrics depend on besides the weights, recorded with the best:
-    its validation rows (`sample`, the rows every evaluation reads), the loss weights
-    (val_loss), the flat thresholds (the flat head's counts) and the noised copy's edits
+    """What an evaluation's metrics depend on besides the weights, recorded with the best.
+    They are its validation rows (`sample`, the rows every evaluation reads), the loss
+    weights (val_loss), the flat thresholds (the flat head's counts) and the noised copy's edits
     (the noised metrics). A value measured under other conditions does not compare."""
     import hashlib
 
