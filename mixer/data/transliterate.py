@@ -1,17 +1,16 @@
 """Text to ASCII, the way OccCANINE's models were fed.
 
-OccCANINE transliterates its inputs with the `unidecode` package before its
-models read them. unidecode is GPL-2.0-or-later. mixer is Apache-2.0 and does
-not copy it. mixer imports it when it is installed (`pip install
-'mixer[occcanine]'`; requirements.txt installs it) so that predictions match
-OccCANINE's. Otherwise it uses a rule of its own: Unicode decomposition
-without accents, then a short table for Latin letters that do not decompose
-(ß, æ, ø, þ, ...), which agrees with unidecode on the Latin letters of the languages
-OccCANINE covers. Then `anyascii` (ISC licence) spells every other character, so Greek,
-Cyrillic and other scripts are spelled out in ASCII, never deleted (emoji are dropped, as
-unidecode drops them). anyascii and unidecode differ on some of them (Cyrillic 'я':
-'ya' against 'ia'), so an OccCANINE model run without unidecode says so once
-(`exactness_note`).
+OccCANINE transliterates its inputs with the `unidecode` package before its models read
+them. unidecode is GPL-2.0-or-later. mixer is Apache-2.0 and does not copy it. mixer
+imports it when it is installed (`pip install 'mixer[occcanine]'`; requirements.txt
+installs it) so that predictions match OccCANINE's. Otherwise it uses a rule of its own:
+Unicode decomposition without accents, then a short table for Latin letters that do not
+decompose (ß, æ, ø, þ, ...). That table agrees with unidecode on the Latin letters of
+the languages OccCANINE covers. Then `anyascii` (ISC licence) spells every other
+character, so Greek, Cyrillic and other scripts are spelled out in ASCII, never deleted
+(emoji are dropped, as unidecode drops them). anyascii and unidecode differ on some of
+them (Cyrillic 'я': 'ya' against 'ia'), so an OccCANINE model run without unidecode says
+so once (`exactness_note`).
 """
 
 from __future__ import annotations

@@ -35,11 +35,12 @@ def _as_written(name, suffix: str = "") -> str:
 def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = None) -> list:
     """The column names of a file of `kind` holding the input's columns, then the tool's:
     each name as the format writes it, then one rule on clashes. The tool's columns keep
-    their names. An input column whose name would be one of them, or that evaluate.py
-    would read as a prediction (a code_k or <head>_code_k; with several heads, whose
-    columns are all prefixed, a plain code_k stays: a validation file's own codes), or
-    that matches `read_back` (names the file's own reader takes as the tool's, such as an
-    audit's true_code_k), is renamed <name>_input (again while that is taken). Two input
+    their names. An input column is renamed <name>_input (again while that is taken) when
+    its name would be one of them, or evaluate.py would read it as a prediction, or it
+    matches `read_back`. evaluate.py reads a code_k or <head>_code_k as a prediction; with
+    several heads, whose columns are all prefixed, a plain code_k stays (a validation
+    file's own codes). `read_back` holds names the file's own reader takes as the tool's,
+    such as an audit's true_code_k. Two input
     columns that the format gives one name: the second gets _2 (_3, ...)."""
     rename = FORMAT_RENAMING.get(kind, _as_written)
     renamed, used = [], set()

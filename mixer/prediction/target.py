@@ -283,10 +283,10 @@ def read_scores(model_dir: str) -> pd.DataFrame:
 
 def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
               language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
-    """Labelled rows of the user's own. They are a table with the true codes in `truth_cols` (a row
-    whose truth cells are all empty is not labelled: left out, and said in `rows`), or a
+    """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
-    stands for. A filled --to-check file is refused: it holds the least confident rows."""
+    stands for. A row whose truth cells are all empty is not labelled: it is left out, and
+    said in `rows`. A filled --to-check file is refused: it holds the least confident rows."""
     from mixer.audit.file import is_audit
     from mixer.audit.verdicts import parse_audit
     from mixer.data.normalise import code_column

@@ -7,7 +7,7 @@ left out) of codes cut to their first d characters. Then:
     accuracy  = |P & T| / max(|P|, |T|)
     precision = |P & T| / |P|     (0 when nothing is predicted)
     recall    = |P & T| / |T|
-    f1        = 2 precision recall / (precision + recall)   (0 when both are 0)
+    f1        = 2 precision recall / (precision + recall)   (0 when both are 0).
 
 Each statistic is the mean over the rows that have at least one true code.
 These are the definitions of OccCANINE's evaluation code

@@ -2,11 +2,11 @@
 
 The rule (`judge`, plain numbers). An evaluation is the new best when its metric is
 strictly better than the best so far (lower for losses, higher for the rest; NaN never
-is), or equal to it at an earlier place in the data (ties keep the earlier step). The
-patience count is the number of evaluations after the best that did not improve on it
-by at least --early-stopping-min-delta; an evaluation at or before the best's place (one
-a resume replays) counts none. Places are (epoch, rows of the epoch trained on): a
-resume in another layout counts other steps, never another place.
+is). So is one whose metric equals the best's at an earlier place in the data (ties keep
+the earlier step). The patience count is the number of evaluations after the best that
+did not improve on it by at least --early-stopping-min-delta; an evaluation at or before
+the best's place (one a resume replays) counts none. Places are (epoch, rows of the
+epoch trained on): a resume in another layout counts other steps, never another place.
 
 In the run (`BestKeeper`, all ranks): each evaluation's metrics are already all-reduced
 sums over every rank's rows. Rank 0 judges and every rank receives its verdict
