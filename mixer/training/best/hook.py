@@ -66,11 +66,11 @@ class KeepBest(Hook):
 
     def on_end(self, trainer) -> None:
         """The best model's final files (all ranks): its per-row scores and what is derived
-        from them. When the final rows or thresholds differ from those it was chosen
-        with (--full-val-at-end, --tune-threshold), they also hold its thresholds tuned
-        on its own outputs and its evaluation on the final rows. RUN/best/ rewritten whole. The best of the
-        last step takes the last step's scores. A stop signal here leaves RUN/best/ as it
-        was; the job, run again, does it."""
+        from them. When the final rows or thresholds differ from those it was chosen with
+        (--full-val-at-end, --tune-threshold), they also hold its thresholds tuned on its
+        own outputs and its evaluation on the final rows. RUN/best/ rewritten whole. The
+        best of the last step takes the last step's scores. A stop signal here leaves
+        RUN/best/ as it was; the job, run again, does it."""
         cfg, parts, validator = trainer.cfg, trainer.parts, trainer.validator
         best, full = trainer.progress.best, parts.full_val_loader
         if best is None:
