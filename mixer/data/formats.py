@@ -33,14 +33,14 @@ EXCEL_MAX_CELL = 32_767  # characters in one cell
 
 
 # ------------------------------------------------------------------ Excel
-def openpyxl_module(what: str, path: str):
+def openpyxl_module(file_flag: str, path: str):
     """openpyxl, or one line naming the extra that brings it."""
     from mixer.core.extras import install_hint
 
     try:
         import openpyxl
     except ImportError:
-        raise UserError(f"{what} {path}: Excel files need the package openpyxl; "
+        raise UserError(f"{file_flag} {path}: Excel files need the package openpyxl; "
                         f"install it with: {install_hint('excel')}")
     return openpyxl
 
@@ -103,25 +103,25 @@ class ExcelSheet:
     set them)."""
 
     def __init__(self, path: str, options):
-        what = options.what
-        openpyxl = openpyxl_module(what, path)
-        self.path, self.what, self.options = path, what, options
+        file_flag = options.what
+        openpyxl = openpyxl_module(file_flag, path)
+        self.path, self.file_flag, self.options = path, file_flag, options
         try:
             self.book = openpyxl.load_workbook(path, read_only=True, data_only=True)
         except Exception as exc:  # zipfile.BadZipFile, KeyError, InvalidFileException, ...
-            raise UserError(f"{what} {path}: cannot read it as an Excel workbook (.xlsx) "
+            raise UserError(f"{file_flag} {path}: cannot read it as an Excel workbook (.xlsx) "
                             f"({first_line(exc)})")
         try:
             names = [ws.title for ws in self.book.worksheets]
             sheet = options.sheet
             if sheet is None:
                 if not names:
-                    raise UserError(f"{what} {path}: the workbook has no worksheet")
+                    raise UserError(f"{file_flag} {path}: the workbook has no worksheet")
                 self.sheet = names[0]
             elif sheet in names:
                 self.sheet = sheet
             else:
-                raise UserError(f"{what} {path}: no sheet {sheet!r} ({options.flag('sheet')}); the "
+                raise UserError(f"{file_flag} {path}: no sheet {sheet!r} ({options.flag('sheet')}); the "
                                 f"workbook has: {', '.join(map(repr, names))}")
             self.sheets = names
             worksheet = self.book[self.sheet]
@@ -145,12 +145,12 @@ class ExcelSheet:
                 names.pop()
             if not names:
                 if self.options.header_row:
-                    raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {number} "
+                    raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} "
                                     f"({self.options.flag('header_row')}) is empty; name the row "
                                     "that holds the column names")
                 continue  # empty rows above the header
             if "" in names:
-                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: the header row {number} "
+                raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: the header row {number} "
                                 f"has an empty cell in column {column_letter(names.index('') + 1)}; name "
                                 f"every column, or pass {self.options.flag('header_row')} N if the "
                                 "column names are in another row")
@@ -159,12 +159,12 @@ class ExcelSheet:
             last = max((number for number, cells in enumerate(self.book[self.sheet].iter_rows(), start=1)
                         if any(c.value is not None for c in cells)), default=0)
             if last:
-                raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
+                raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
                                 f"({self.options.flag('header_row')}) is past its last row ({last}); name the "
                                 "row that holds the column names")
         others = [name for name in self.sheets if name != self.sheet]
         hint = f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})" if others else ""
-        raise UserError(f"{self.what} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
+        raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
                         f"row and rows{hint}")
 
     @property
@@ -201,7 +201,7 @@ class ExcelSheet:
         title above the real one; the message says which row was taken and how to name
         another."""
         shown = ", ".join(repr(n) for n in self.header[:4]) + (", ..." if len(self.header) > 4 else "")
-        return UserError(f"{self.what} {self.path}: sheet {self.sheet!r}: row {number} has a value in "
+        return UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} has a value in "
                          f"column {column_letter(column + 1)}, which has no name in the header row "
                          f"(row {self.header_row}: {shown}); if the column names are in another row "
                          f"(a title above them), pass {self.options.flag('header_row')} with its number")
@@ -254,9 +254,9 @@ class ExcelWriter:
     saved as a workbook by close(). Text stays text (a cell starting with '=' too: it
     is never made a formula); numbers are numbers; an empty value is an empty cell."""
 
-    def __init__(self, tmp: str, path: str, what: str):
-        openpyxl = openpyxl_module(what, path)
-        self.tmp, self.path, self.what = tmp, path, what
+    def __init__(self, tmp: str, path: str, file_flag: str):
+        openpyxl = openpyxl_module(file_flag, path)
+        self.tmp, self.path, self.file_flag = tmp, path, file_flag
         self.book = openpyxl.Workbook(write_only=True)
         self.sheet = self.book.create_sheet("predictions")
         self.rows = 0
@@ -270,11 +270,11 @@ class ExcelWriter:
         n_rows = len(columns[0][2]) if columns else 0
         if self.rows == 0:
             if len(columns) > EXCEL_MAX_COLUMNS:
-                raise UserError(f"{self.what} {self.path}: {len(columns)} columns, more than an "
+                raise UserError(f"{self.file_flag} {self.path}: {len(columns)} columns, more than an "
                                 f"Excel sheet holds ({EXCEL_MAX_COLUMNS:,}); write .parquet or .dta")
             self.sheet.append([self._text_cell(WriteOnlyCell, str(name), 0, name) for name, _, _ in columns])
         if self.rows + n_rows + 1 > EXCEL_MAX_ROWS:
-            raise UserError(f"{self.what} {self.path}: more than {EXCEL_MAX_ROWS - 1:,} rows, the "
+            raise UserError(f"{self.file_flag} {self.path}: more than {EXCEL_MAX_ROWS - 1:,} rows, the "
                             "most an Excel sheet holds; write .parquet or .dta instead")
         values = []
         for name, kind, array in columns:
@@ -300,11 +300,11 @@ class ExcelWriter:
         if source is not None:
             row = f"{row} (input row {source})"
         if len(value) > EXCEL_MAX_CELL:
-            raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds "
+            raise UserError(f"{self.file_flag} {self.path}: row {row} column {name!r} holds "
                             f"{len(value):,} characters, more than an Excel cell holds "
                             f"({EXCEL_MAX_CELL:,}); write .csv, .parquet or .dta")
         if ILLEGAL_IN_XML.search(value):
-            raise UserError(f"{self.what} {self.path}: row {row} column {name!r} holds a control "
+            raise UserError(f"{self.file_flag} {self.path}: row {row} column {name!r} holds a control "
                             "character an Excel file cannot store; write .csv, .parquet or .dta")
         if value.startswith("="):  # text, not a formula
             cell = cell_class(self.sheet, value=value)
@@ -332,22 +332,22 @@ class ExcelWriter:
 
 
 # ------------------------------------------------------------------ Stata: reading
-def _stata_reader(path: str, what: str, chunk_size: Optional[int] = None):
+def _stata_reader(path: str, file_flag: str, chunk_size: Optional[int] = None):
     try:
         return pd.read_stata(path, iterator=True, chunksize=chunk_size, convert_categoricals=False,
                              convert_missing=False, preserve_dtypes=True)
     except (ValueError, OSError, struct.error) as exc:
-        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
 
 
-def stata_chunks(path: str, chunk_size: int, what: str) -> Iterator[pd.DataFrame]:
+def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.DataFrame]:
     """The rows in chunks with the file's declared types, Arrow-backed: an integer
     variable stays an integer in every chunk (pandas makes a chunk with a missing value
     float), so every chunk has one schema. Value labels are not applied: a labelled
     variable gives its stored values. Stata's missing values (., .a-.z) are blanks."""
     import pyarrow as pa
 
-    reader = _stata_reader(path, what, chunk_size)
+    reader = _stata_reader(path, file_flag, chunk_size)
     try:
         with reader:
             declared = _declared_types(reader)
@@ -365,7 +365,7 @@ def stata_chunks(path: str, chunk_size: int, what: str) -> Iterator[pd.DataFrame
     except UserError:
         raise
     except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
 
 
 def _declared_types(reader) -> dict:
@@ -387,24 +387,24 @@ def _declared_types(reader) -> dict:
     return declared
 
 
-def stata_labels(path: str, what: str) -> dict:
+def stata_labels(path: str, file_flag: str) -> dict:
     """{variable: label} for the variables that have a label (mixer's writer labels a
     variable with the name it had before Stata's renaming)."""
-    reader = _stata_reader(path, what)
+    reader = _stata_reader(path, file_flag)
     try:
         with reader:
             return {name: label for name, label in reader.variable_labels().items() if label}
     except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
 
 
-def stata_row_count(path: str, what: str) -> int:
-    reader = _stata_reader(path, what)
+def stata_row_count(path: str, file_flag: str) -> int:
+    reader = _stata_reader(path, file_flag)
     with reader:
         reader.data_label
         count = getattr(reader, "_nobs", None)
         if count is None:
-            count = sum(len(chunk) for chunk in stata_chunks(path, 100_000, what))
+            count = sum(len(chunk) for chunk in stata_chunks(path, 100_000, file_flag))
         return int(count)
 
 
@@ -443,11 +443,11 @@ class StataWriter:
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 
-    def __init__(self, tmp: str, path: str, what: str, labels: Optional[list] = None, data_label: str = ""):
+    def __init__(self, tmp: str, path: str, file_flag: str, labels: Optional[list] = None, data_label: str = ""):
         """labels: a variable label per column ('' for none): the names the columns had
         before mixer.data.writing made them valid Stata names. data_label: the file's own
         label (at most STATA_DATA_LABEL characters)."""
-        self.tmp, self.path, self.what = tmp, path, what
+        self.tmp, self.path, self.file_flag = tmp, path, file_flag
         self.data_label = data_label[:STATA_DATA_LABEL]
         self.parts_path = tmp + ".parts"
         self.parts = None
@@ -464,7 +464,7 @@ class StataWriter:
 
         if self.parts is None:
             if len(columns) > STATA_MAX_VARIABLES:
-                raise UserError(f"{self.what} {self.path}: {len(columns)} columns, more than a "
+                raise UserError(f"{self.file_flag} {self.path}: {len(columns)} columns, more than a "
                                 f"Stata file holds ({STATA_MAX_VARIABLES:,}); write .parquet")
             self.names = [str(name) for name, _, _ in columns]
             self.labels = self.labels or [""] * len(columns)

@@ -271,10 +271,10 @@ def content_hash(path: str) -> str:
             digest.update(block)
 
 
-def file_identity(path: str, what: str) -> dict:
+def file_identity(path: str, file_flag: str) -> dict:
     """What makes a file the same input: its bytes, not its path or time stamp, so a
     copy in a per-job directory is the same data and any edit is another."""
-    check_input_path(path, what)
+    check_input_path(path, file_flag)
     return {"name": os.path.basename(path), "bytes": os.path.getsize(path),
             "xxh3_128": content_hash(path)}
 

@@ -43,7 +43,7 @@ SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
 FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
 
 
-def table_kind(path: str, what: str = "--input") -> str:
+def table_kind(path: str, file_flag: str = "--input") -> str:
     """csv, parquet, excel or stata, by the file's extension (anything else is CSV)."""
     lower = path.lower()
     if lower.endswith(PARQUET_SUFFIXES):
@@ -53,25 +53,25 @@ def table_kind(path: str, what: str = "--input") -> str:
     if lower.endswith(formats.STATA_SUFFIXES):
         return "stata"
     if lower.endswith(formats.OLD_EXCEL_SUFFIXES):
-        raise UserError(f"{what} {path}: {os.path.splitext(path)[1]} is not read; save the sheet as "
+        raise UserError(f"{file_flag} {path}: {os.path.splitext(path)[1]} is not read; save the sheet as "
                         ".xlsx (Excel Workbook) or CSV")
     return "csv"
 
 
-def check_input_path(path: str, what: str) -> None:
+def check_input_path(path: str, file_flag: str) -> None:
     if not os.path.exists(path):
-        raise UserError(f"{what} {path}: no such file; check the path")
+        raise UserError(f"{file_flag} {path}: no such file; check the path")
     if os.path.isdir(path):
-        raise UserError(f"{what} {path}: is a directory; pass a .csv, .parquet, .xlsx or .dta file")
+        raise UserError(f"{file_flag} {path}: is a directory; pass a .csv, .parquet, .xlsx or .dta file")
 
 
-def check_input_table(path: str, what: str) -> str:
+def check_input_table(path: str, file_flag: str) -> str:
     """Refuse, before any work, an input that is missing, of a kind not read, or an
     Excel file without openpyxl; returns its kind."""
-    check_input_path(path, what)
-    kind = table_kind(path, what)
+    check_input_path(path, file_flag)
+    kind = table_kind(path, file_flag)
     if kind == "excel":
-        formats.openpyxl_module(what, path)
+        formats.openpyxl_module(file_flag, path)
     return kind
 
 
@@ -207,7 +207,7 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     newlines included). The header is the first line that is not blank (after a 'sep='
     line), or the options' header row. A header that reads as one column holding another
     separator is refused: it is the wrong separator, never one column."""
-    encoding, what = canonical_encoding(options.encoding), options.what
+    encoding, file_flag = canonical_encoding(options.encoding), options.what
     # rows below the header are checked by the readers, so a bad byte there does not hide
     # a wrong separator; one in the header is reported here
     with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
@@ -236,7 +236,7 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             lines = sum(1 for _ in handle)
             if not lines:
                 raise pd.errors.EmptyDataError("empty")
-            raise UserError(f"{what} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
+            raise UserError(f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
                             f"the file's last line ({lines}); name the row that holds the column names")
         if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
             raise decoding_error(path, options)
@@ -248,7 +248,7 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
                 _refuse_title_above(handle, header_line, skip_rows + 1, path, options)
             if sep is None:
                 found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(header_line).count(s))
-                raise UserError(f"{what} {path}: the header line holds {found} equally often; "
+                raise UserError(f"{file_flag} {path}: the header line holds {found} equally often; "
                                 f"name the separator with {options.flag('sep')}")
         else:
             sep = options.sep
@@ -259,7 +259,7 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             header = []
     if not any(name.strip() for name in header):
         if options.header_row:
-            raise UserError(f"{what} {path}: row {options.header_row} ({options.flag('header_row')}) is "
+            raise UserError(f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is "
                             "empty; name the row that holds the column names")
         raise pd.errors.EmptyDataError("empty")
     if len(header) == 1:
@@ -267,7 +267,7 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
         if others:
             shown = "tab" if others[0] == "\t" else repr(others[0])
             flag = options.flag("sep")
-            raise UserError(f"{what} {path}: with {flag} {sep!r} the header is one column "
+            raise UserError(f"{file_flag} {path}: with {flag} {sep!r} the header is one column "
                             f"{header[0][:80]!r}, which holds {shown}; pass {flag} {shown} "
                             f"(or leave {flag} out to take the header's)")
     return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding,
@@ -351,10 +351,10 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
     """One line naming the first row and byte that do not decode, and that row read
     as cp1252 and latin-1, so the user can name the encoding in one step, with the
     flag that sets it for this file."""
-    encoding, what, flag = canonical_encoding(options.encoding), options.what, options.flag("encoding")
+    encoding, file_flag, flag = canonical_encoding(options.encoding), options.what, options.flag("encoding")
     offset = first_undecodable(path, encoding)
     if offset is None:  # the reader failed for another reason
-        return UserError(f"{what} {path}: cannot read it as {encoding} text; pass {flag}")
+        return UserError(f"{file_flag} {path}: cannot read it as {encoding} text; pass {flag}")
     with open(path, "rb") as handle:
         head = handle.read(4)
         line_start, newlines, position = 0, 0, 0
@@ -398,7 +398,7 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         hint = f" The file starts with a UTF-16 byte-order mark: {flag} utf-16."
     name = "UTF-8" if encoding == "utf-8" else encoding
     return UserError(
-        f"{what} {path}: not {name} text: {where}, byte {bad + 1} of that line "
+        f"{file_flag} {path}: not {name} text: {where}, byte {bad + 1} of that line "
         f"(0x{_byte_at(path, offset):02X} at offset {offset}). That line as cp1252: {shown('cp1252')}; "
         f"as latin-1: {shown('latin-1')}. Pass the encoding that reads it right "
         f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}")
@@ -466,14 +466,14 @@ def _duplicates(names) -> list:
     return sorted({n for n in names if names.count(n) > 1})
 
 
-def check_names(names, path: str, what: str) -> None:
+def check_names(names, path: str, file_flag: str) -> None:
     names = [str(n) for n in names]
     if names.count("") > 1:
         positions = [str(i + 1) for i, n in enumerate(names) if n == ""]
-        raise UserError(f"{what} {path}: columns {', '.join(positions)} have no name in the header; name "
+        raise UserError(f"{file_flag} {path}: columns {', '.join(positions)} have no name in the header; name "
                         "them")
     if _duplicates(names):  # pyarrow would keep both under one name
-        raise UserError(f"{what} {path}: duplicate column name(s) "
+        raise UserError(f"{file_flag} {path}: duplicate column name(s) "
                         f"{', '.join(map(repr, _duplicates(names)))}; rename them")
 
 
@@ -487,22 +487,22 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
     """A whole table, every column as text. Columns that held numbers are listed in
     frame.attrs['numeric_columns']. `log` hears how a CSV file was read (separator,
     encoding) and which sheet and header row of a workbook."""
-    what, kind, layout = options.what, _kind_of(path, options), None
+    file_flag, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
 
             frame = _parquet_frame(pq.read_table(path, columns=columns))
-            frame = _numbers_as_text(frame, path, what)
+            frame = _numbers_as_text(frame, path, file_flag)
         elif kind == "stata":
-            chunks = list(formats.stata_chunks(path, 1_000_000, what))
+            chunks = list(formats.stata_chunks(path, 1_000_000, file_flag))
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
-            frame = _numbers_as_text(frame[columns] if columns else frame, path, what)
-            frame.attrs[LABELS] = formats.stata_labels(path, what)
+            frame = _numbers_as_text(frame[columns] if columns else frame, path, file_flag)
+            frame.attrs[LABELS] = formats.stata_labels(path, file_flag)
         elif kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
-                check_names(sheet.header, path, what)
+                check_names(sheet.header, path, file_flag)
                 frame = pd.DataFrame([row for row in sheet.rows()], columns=sheet.header, dtype=object)
                 frame.attrs[NUMERIC_COLUMNS] = sheet.numeric
                 frame.attrs[SHEET_ROWS] = list(sheet.numbers)
@@ -514,18 +514,18 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             import pyarrow.csv as pcsv
 
             layout = csv_layout(path, options)
-            check_names(layout.names, path, what)
+            check_names(layout.names, path, file_flag)
             _say_layout(layout, options, path, log)
             frame = _without_unnamed(pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout,
                                      options, path)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
-        raise UserError(f"{what} {path}: the file is empty; it needs a header and rows")
+        raise UserError(f"{file_flag} {path}: the file is empty; it needs a header and rows")
     except (ValueError, OSError) as exc:  # pyarrow's errors are ValueError / OSError
         raise _read_failure(exc, path, kind, layout, options)
     if len(frame) == 0:
-        raise UserError(f"{what} {path}: has a header but no rows")
+        raise UserError(f"{file_flag} {path}: has a header but no rows")
     return frame
 
 
@@ -613,20 +613,20 @@ def _sheet_line(options: TableOptions, path: str, sheet) -> str:
     return f"{options.what} {path}: Excel, sheet {sheet.sheet!r}{others}{header}"
 
 
-def _numbers_as_text(frame: pd.DataFrame, path: str, what: str) -> pd.DataFrame:
+def _numbers_as_text(frame: pd.DataFrame, path: str, file_flag: str) -> pd.DataFrame:
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
                and not pd.api.types.is_bool_dtype(frame[c].dtype)]
-    check_names(frame.columns, path, what)
+    check_names(frame.columns, path, file_flag)
     frame = pd.DataFrame({c: as_text(frame[c]) for c in frame.columns})
     frame.attrs[NUMERIC_COLUMNS] = numeric
     return frame
 
 
-def frame_as_text(frame: pd.DataFrame, what: str) -> pd.DataFrame:
+def frame_as_text(frame: pd.DataFrame, file_flag: str) -> pd.DataFrame:
     """A DataFrame given in Python read as a file is read: every column as text, the
     columns of numbers listed in frame.attrs['numeric_columns']."""
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
-    check_names(frame.columns, "(a DataFrame)", what)
+    check_names(frame.columns, "(a DataFrame)", file_flag)
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
                and not pd.api.types.is_bool_dtype(frame[c].dtype)]
     out = pd.DataFrame({c: as_text(text_cells(frame[c])) for c in frame.columns}).reset_index(drop=True)
@@ -648,7 +648,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
     columns as text, Parquet and Stata columns with the file's types (Arrow-backed).
     At most about one chunk in memory. A CSV file's encoding is checked before the
     first chunk, so a bad byte near the end stops the job before any work."""
-    what, kind, layout = options.what, _kind_of(path, options), None
+    file_flag, kind, layout = options.what, _kind_of(path, options), None
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -660,12 +660,12 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
                 yield _parquet_frame(batch)
             return
         if kind == "stata":
-            yield from formats.stata_chunks(path, chunk_size, what)
+            yield from formats.stata_chunks(path, chunk_size, file_flag)
             return
         if kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
-                check_names(sheet.header, path, what)
+                check_names(sheet.header, path, file_flag)
                 if log is not None:
                     log(_sheet_line(options, path, sheet))
                 yield from sheet.chunks(chunk_size)
@@ -676,7 +676,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
         import pyarrow.csv as pcsv
 
         layout = csv_layout(path, options)
-        check_names(layout.names, path, what)
+        check_names(layout.names, path, file_flag)
         if first_undecodable(path, layout.encoding) is not None:
             raise decoding_error(path, options)
         _say_layout(layout, options, path, log)
@@ -696,7 +696,7 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
     except UserError:
         raise
     except pd.errors.EmptyDataError:
-        raise UserError(f"{what} {path}: the file is empty")
+        raise UserError(f"{file_flag} {path}: the file is empty")
     except (ValueError, OSError) as exc:
         raise _read_failure(exc, path, kind, layout, options)
 

@@ -80,53 +80,53 @@ def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = N
     return names + outputs
 
 
-def check_output_path(path: str, what: str, inputs: dict) -> str:
+def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
     the inputs ({flag: path}): the rename at the end would replace it. Returns the file
     to write: the path, or a symbolic link's target (the link stays)."""
     if os.path.islink(path):
         target = write_target(path)
         if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
-            raise UserError(f"{what} {path}: a link to {target}, whose suffix differs; "
+            raise UserError(f"{file_flag} {path}: a link to {target}, whose suffix differs; "
                             "name the file itself")
         path = target
     if not os.path.basename(path) or os.path.isdir(path):
-        raise UserError(f"{what} {path}: names a directory; name a file")
+        raise UserError(f"{file_flag} {path}: names a directory; name a file")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise UserError(f"{what} {path}: directory {directory} does not exist; create it first")
+        raise UserError(f"{file_flag} {path}: directory {directory} does not exist; create it first")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise UserError(f"{what} {path}: directory {directory} is not writable; write elsewhere")
+        raise UserError(f"{file_flag} {path}: directory {directory} is not writable; write elsewhere")
     for flag, other in inputs.items():
         if other and (os.path.realpath(path) == os.path.realpath(other) or (
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
-            raise UserError(f"{what} {path}: is the {flag} file and would replace it; "
+            raise UserError(f"{file_flag} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    guards.check_output(path, what)  # what a feature keeps (a filled audit: mixer.data.guards)
+    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.guards)
     return path
 
 
-def output_kind(path: str, what: str = "--output") -> str:
+def output_kind(path: str, file_flag: str = "--output") -> str:
     """csv, parquet, excel or stata for a table to write, by extension; refuses a
     kind that is read but not written, and an Excel output without openpyxl."""
     if path.lower().endswith((".xlsm",) + formats.OLD_EXCEL_SUFFIXES):
-        raise UserError(f"{what} {path}: Excel output is written as .xlsx; name it so")
-    kind = table_kind(path, what)
+        raise UserError(f"{file_flag} {path}: Excel output is written as .xlsx; name it so")
+    kind = table_kind(path, file_flag)
     if kind == "excel":
-        formats.openpyxl_module(what, path)
+        formats.openpyxl_module(file_flag, path)
     return kind
 
 
-def check_fits_excel(output: str, source: str, options: TableOptions, what: str = "--output") -> None:
+def check_fits_excel(output: str, source: str, options: TableOptions, file_flag: str = "--output") -> None:
     """An .xlsx output of one row per input row: refused before any work when the
     input (read with `options`) has more rows than a sheet holds."""
     source_flag = options.what
-    if output_kind(output, what) != "excel" or table_kind(source, source_flag) == "excel":
+    if output_kind(output, file_flag) != "excel" or table_kind(source, source_flag) == "excel":
         return  # a sheet's rows fit a sheet: not counted (openpyxl reads some 5,000 rows/s)
     limit = formats.EXCEL_MAX_ROWS - 1
     rows = count_rows(source, options, at_least=limit)
     if rows > limit:
-        raise UserError(f"{what} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
+        raise UserError(f"{file_flag} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
                         f"sheet holds ({limit:,} under the header); write .parquet or .dta instead")
 
 
@@ -175,10 +175,10 @@ class OutputWriter:
     text the file carries in its own metadata where the format has room (Parquet's key
     FILE_LABEL_KEY, Stata's 80-character data label; CSV and Excel have none)."""
 
-    def __init__(self, path: str, what: str = "--output", log=None, label: Optional[str] = None):
-        self.kind = output_kind(path, what)
-        self.path = check_output_path(path, what, {})
-        self.what = what
+    def __init__(self, path: str, file_flag: str = "--output", log=None, label: Optional[str] = None):
+        self.kind = output_kind(path, file_flag)
+        self.path = check_output_path(path, file_flag, {})
+        self.file_flag = file_flag
         self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
                                 f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.parquet = self.kind == "parquet"
@@ -207,14 +207,14 @@ class OutputWriter:
         if self.kind in ("excel", "stata"):
             if self.sheet is None:
                 if self.kind == "excel":
-                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.what)
+                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.file_flag)
                 else:
-                    self.sheet = formats.StataWriter(self.tmp, self.path, self.what, self.labels,
+                    self.sheet = formats.StataWriter(self.tmp, self.path, self.file_flag, self.labels,
                                                      data_label=self.label or "")
             try:
                 columns = sheet_columns(frame, self.kinds)
             except UserError as exc:
-                raise UserError(f"{self.what} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
+                raise UserError(f"{self.file_flag} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
             self.kinds = [kind for _, kind, _ in columns]
             if self.kind == "excel" and source_rows is not None:  # its messages name rows
                 self.sheet.write(columns, source_rows)
@@ -251,13 +251,13 @@ class OutputWriter:
             if self.sheet is not None:
                 self.sheet.close()
         except OSError as exc:  # Excel and Stata write the whole file here
-            raise write_failed(self.what, self.path, beside, exc) from exc
+            raise write_failed(self.file_flag, self.path, beside, exc) from exc
         if not os.path.exists(self.tmp):
             raise UserError(f"{self.path}: the input has no rows; nothing to predict")
-        commit_files(self.tmp, self.path, self.what, beside)
+        commit_files(self.tmp, self.path, self.file_flag, beside)
         if self.renamed and self.log is not None:
             labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
-            self.log(f"{self.what} {self.path}: columns written under other names: " + ", ".join(
+            self.log(f"{self.file_flag} {self.path}: columns written under other names: " + ", ".join(
                 f"{old!r} -> {new}" for old, new in self.renamed) + labels)
 
     def abort(self) -> None:
@@ -269,7 +269,7 @@ class OutputWriter:
             os.unlink(self.tmp)
 
 
-def commit_files(tmp: str, path: str, what: str, beside: Optional[dict] = None) -> None:
+def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = None) -> None:
     """Rename a written temp file over `path` and write the files that describe it (`beside`,
     {path: text}, e.g. its provenance sidecar) under temporary names renamed after it, as one
     step (mixer.core.io.replace_together): a failure leaves the old file and the old sidecar
@@ -290,27 +290,27 @@ def commit_files(tmp: str, path: str, what: str, beside: Optional[dict] = None) 
             pairs.append((other_tmp, other))
         replace_together(pairs)
     except OSError as exc:
-        raise write_failed(what, path, beside, exc) from exc
+        raise write_failed(file_flag, path, beside, exc) from exc
     finally:
         for other_tmp in temps:
             if os.path.exists(other_tmp):
                 os.unlink(other_tmp)
 
 
-def write_failed(what: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
+def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
     from mixer.core.io import disk_full
 
     reason = disk_full(exc) or first_line(exc)
     kept = f"{path} and {', '.join(os.path.basename(p) for p in beside)} are" if beside else f"{path} is"
-    return UserError(f"{what} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
+    return UserError(f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
                      "to another file or directory")
 
 
-def write_table(frame: pd.DataFrame, path: str, what: str = "--output", log=None) -> None:
+def write_table(frame: pd.DataFrame, path: str, file_flag: str = "--output", log=None) -> None:
     """A whole frame written at once, its columns named already (output_names gives each
     the format's spelling only): the file, or on any failure nothing (an audit, a
     simulated hand check)."""
-    writer = OutputWriter(path, what, log)
+    writer = OutputWriter(path, file_flag, log)
     try:
         writer.write(frame)
         writer.commit()
