@@ -24,14 +24,14 @@ _TRAIN_REFUSAL = ("its rows measure the model, and a model trained or validated 
                   "predictions is then drawn from the other rows)")
 
 
-def refuse_audit_rows(table: pd.DataFrame, path: str, what: str, allowed: bool) -> None:
+def refuse_audit_rows(table: pd.DataFrame, path: str, file_flag: str, allowed: bool) -> None:
     """--dataset, --train-data, --val-data (a DataFrame given to finetune() is a --dataset):
     rows that carry an audit's bookkeeping (audit_rows) are audit rows, refused unless
     --train-on-audit; with it they are used as they are, and recorded (trained_descriptions).
     Rows copied without those columns cannot be told from any other row."""
     rows = audit_rows(table)
     if rows.any() and not allowed:
-        raise UserError(f"{what} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
+        raise UserError(f"{file_flag} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
                         f"{row_names(table, [np.argmax(rows)])[0]}, by its '{AUDIT}' or '{CHECK}' cell): "
                         f"{_TRAIN_REFUSAL}, or remove those rows")
 

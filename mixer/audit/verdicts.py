@@ -140,10 +140,10 @@ def _description_ranks(frame: pd.DataFrame, design: Design, strata: np.ndarray, 
     return ranks
 
 
-def parse_audit(frame: pd.DataFrame, path: str, what: str = "--audit") -> Audit:
+def parse_audit(frame: pd.DataFrame, path: str, file_flag: str = "--audit") -> Audit:
     """Check an audit read back (the design, each row's check, the verdicts) before any
     of it is used. Rows whose every cell is blank (cleared in a spreadsheet) are skipped."""
-    where = f"{what} {path}"
+    where = f"{file_flag} {path}"
     if not is_audit(frame):
         raise UserError(f"{where}: not an audit (no '{AUDIT}' and '{CHECK}' columns); pass the file "
                         "predict.py --audit wrote, filled in")
@@ -257,9 +257,9 @@ def holds_verdicts(path: str) -> bool:
     return any(as_text(table[c]).str.strip().ne("").any() for c in columns)
 
 
-def refuse_filled_audit(path: str, what: str) -> None:
+def refuse_filled_audit(path: str, file_flag: str) -> None:
     """An output that would replace an audit a person has filled in: refused."""
     if holds_verdicts(path):
-        raise UserError(f"{what} {path}: an audit with verdicts in it, which this would replace; write to "
+        raise UserError(f"{file_flag} {path}: an audit with verdicts in it, which this would replace; write to "
                         "another file, or delete it first if its verdicts are not wanted")
 

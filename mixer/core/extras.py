@@ -58,11 +58,11 @@ def _source_tree() -> str:
     return root if os.path.exists(os.path.join(root, "pyproject.toml")) else "mixer"
 
 
-def require(extra: str, what: str, otherwise: str = "") -> None:
-    """UserError naming the extra when its package is missing; `what` is the flag,
+def require(extra: str, flag: str, otherwise: str = "") -> None:
+    """UserError naming the extra when its package is missing; `flag` is the one that needs it,
     `otherwise` a way around it."""
     if not has_extra(extra):
-        raise UserError(f"{what} needs the {EXTRAS[extra][1]} package: {install_hint(extra)}"
+        raise UserError(f"{flag} needs the {EXTRAS[extra][1]} package: {install_hint(extra)}"
                         + (f"; {otherwise}" if otherwise else ""))
 
 

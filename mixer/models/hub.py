@@ -27,7 +27,7 @@ def is_hub_id(source: str) -> bool:
     return name not in (".", "..") and not os.path.isdir(owner)
 
 
-def check_local(source: str, what: str, kind: str = "file or directory") -> None:
+def check_local(source: str, source_flag: str, kind: str = "file or directory") -> None:
     """A local path that is not there: one line naming it (and why it is not a hub id)."""
     if os.path.exists(source) or is_hub_id(source):
         return
@@ -35,7 +35,7 @@ def check_local(source: str, what: str, kind: str = "file or directory") -> None
     why = ""
     if HUB_ID.fullmatch(source) and parent and os.path.isdir(parent):
         why = f" ({parent}/ exists, so this is a local path, not a Hugging Face model id)"
-    raise UserError(f"{what} {source}: no such {kind}{why}")
+    raise UserError(f"{source_flag} {source}: no such {kind}{why}")
 
 
 def say(message: str) -> None:
@@ -48,18 +48,19 @@ def announce(repo_id: str, log: Optional[Callable[[str], None]] = None) -> None:
     (log or say)(f"fetching Hugging Face model {repo_id}")
 
 
-def fetch(repo_id: str, what: str, log: Optional[Callable[[str], None]] = None,
+def fetch(repo_id: str, source_flag: str, log: Optional[Callable[[str], None]] = None,
           allow_patterns=("*.json", "*.safetensors")) -> str:
     """The local directory of a hub repository: from huggingface_hub's cache, or
     downloaded (HF_HUB_OFFLINE=1: the cache only)."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise UserError(f"{what} {repo_id}: fetching hub models needs huggingface_hub: pip install huggingface_hub")
+        raise UserError(f"{source_flag} {repo_id}: fetching hub models needs huggingface_hub: "
+                        "pip install huggingface_hub")
     announce(repo_id, log)
     try:
         return snapshot_download(repo_id, allow_patterns=list(allow_patterns))
     except Exception as exc:  # noqa: BLE001 - huggingface_hub raises many kinds
-        raise UserError(f"{what} {repo_id}: not in the Hugging Face cache and not downloadable "
+        raise UserError(f"{source_flag} {repo_id}: not in the Hugging Face cache and not downloadable "
                         f"({first_line(exc, 160)}); download it where there is network (huggingface-cli "
                         f"download {repo_id}), or pass a local directory")

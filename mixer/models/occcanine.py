@@ -111,40 +111,40 @@ def is_occcanine_checkpoint(path: str) -> bool:
 
 
 # ------------------------------------------------------------------ reading
-def read(source: str, what: str = "--checkpoint", log=None) -> OccSource:
+def read(source: str, source_flag: str = "--checkpoint", log=None) -> OccSource:
     """An OccCANINE model from a hub directory, a training checkpoint or a hub id
     (mixer.models.hub: only a name that cannot be a local path)."""
     from mixer.models import hub
 
-    hub.check_local(source, what)
-    path = hub.fetch(source, what, log) if hub.is_hub_id(source) else source
+    hub.check_local(source, source_flag)
+    path = hub.fetch(source, source_flag, log) if hub.is_hub_id(source) else source
     if os.path.isdir(path):
         if not is_hub_directory(path):
-            raise UserError(f"{what} {source}: not OccCANINE's hub layout (config.json with "
+            raise UserError(f"{source_flag} {source}: not OccCANINE's hub layout (config.json with "
                             "model_domain) nor a mixer run directory")
-        found = _read_hub_directory(source, path, what)
+        found = _read_hub_directory(source, path, source_flag)
     else:
-        found = _read_checkpoint(source, path, what)
-    _check_architecture(found, what)
+        found = _read_checkpoint(source, path, source_flag)
+    _check_architecture(found, source_flag)
     return found
 
 
-def _read_hub_directory(origin: str, path: str, what: str) -> OccSource:
+def _read_hub_directory(origin: str, path: str, source_flag: str) -> OccSource:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
     if config.get("model_domain") != MODEL_DOMAIN:
-        raise UserError(f"{what} {origin}: model_domain {config.get('model_domain')!r}; only "
+        raise UserError(f"{source_flag} {origin}: model_domain {config.get('model_domain')!r}; only "
                         f"{MODEL_DOMAIN} (CANINE) models can be read")
     weights = os.path.join(path, "model.safetensors")
     if not os.path.exists(weights):
-        raise UserError(f"{what} {origin}: no model.safetensors beside its config.json")
+        raise UserError(f"{source_flag} {origin}: no model.safetensors beside its config.json")
     try:
         state = load_file(weights)
     except (SafetensorError, OSError) as exc:
-        raise UserError(f"{what} {origin}: model.safetensors does not load ({str(exc)[:120]})")
+        raise UserError(f"{source_flag} {origin}: model.safetensors does not load ({str(exc)[:120]})")
     key = chars = None
     key_path, chars_path = os.path.join(path, "key.json"), os.path.join(path, "chars.json")
     if os.path.exists(key_path):
@@ -153,10 +153,10 @@ def _read_hub_directory(origin: str, path: str, what: str) -> OccSource:
     if os.path.exists(chars_path):
         with open(chars_path, encoding="utf-8") as handle:
             chars = json.load(handle)
-    return _source(origin, "hub directory", path, state, key, chars, config, what)
+    return _source(origin, "hub directory", path, state, key, chars, config, source_flag)
 
 
-def _load_checkpoint(path: str, what: str):
+def _load_checkpoint(path: str, source_flag: str):
     import pickle
 
     import torch
@@ -164,17 +164,17 @@ def _load_checkpoint(path: str, what: str):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise UserError(f"{what} {path}: refused to load: it holds objects other than tensors "
+        raise UserError(f"{source_flag} {path}: refused to load: it holds objects other than tensors "
                         f"and plain values, so loading it could run code "
                         f"({first_line(exc, 120)}); re-save it with only tensors and plain values")
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise UserError(f"{what} {path}: not a complete checkpoint ({first_line(exc, 120)})")
+        raise UserError(f"{source_flag} {path}: not a complete checkpoint ({first_line(exc, 120)})")
 
 
-def _read_checkpoint(origin: str, path: str, what: str) -> OccSource:
-    loaded = _load_checkpoint(path, what)
+def _read_checkpoint(origin: str, path: str, source_flag: str) -> OccSource:
+    loaded = _load_checkpoint(path, source_flag)
     if not isinstance(loaded, dict):
-        raise UserError(f"{what} {origin}: not a checkpoint (a dict with 'model')")
+        raise UserError(f"{source_flag} {origin}: not a checkpoint (a dict with 'model')")
     state = loaded.get("model", loaded)
     key, chars = loaded.get("key"), loaded.get("chars")
     if key is None:
@@ -184,15 +184,15 @@ def _read_checkpoint(origin: str, path: str, what: str) -> OccSource:
 
             table = pd.read_csv(beside, dtype={"system_code": str}, keep_default_na=False)
             if not {"system_code", "code"} <= set(table.columns):
-                raise UserError(f"{what} {origin}: {beside} needs columns system_code and code")
+                raise UserError(f"{source_flag} {origin}: {beside} needs columns system_code and code")
             key = dict(zip(table["system_code"], table["code"].astype(int)))
-    return _source(origin, "training checkpoint", path, state, key, chars, {}, what)
+    return _source(origin, "training checkpoint", path, state, key, chars, {}, source_flag)
 
 
-def _source(origin, kind, path, state, key, chars, config, what) -> OccSource:
+def _source(origin, kind, path, state, key, chars, config, source_flag) -> OccSource:
     bad = [k for k in state if rename(k, NAME_MAP) is None and k != POSITIONS]
     if bad:
-        raise UserError(f"{what} {origin}: tensor {bad[0]!r} is not part of OccCANINE's mixer "
+        raise UserError(f"{source_flag} {origin}: tensor {bad[0]!r} is not part of OccCANINE's mixer "
                         "model (only its CANINE + flat head + decoder models are read; the older "
                         "flat-only and seq2seq-only models are not)")
     flat_rows = state["linear_decoder.weight"].shape[0] if "linear_decoder.weight" in state else None
@@ -200,11 +200,11 @@ def _source(origin, kind, path, state, key, chars, config, what) -> OccSource:
     if key is None:
         hisco = hisco_key()
         if flat_rows not in (None, len(hisco)) or vocab not in (None, len(OCCCANINE_HISCO_SYMBOLS) + 6):
-            raise UserError(f"{what} {origin}: no key (key.json, a 'key' in the checkpoint, or "
+            raise UserError(f"{source_flag} {origin}: no key (key.json, a 'key' in the checkpoint, or "
                             f"key.csv beside it) and the heads ({flat_rows} codes, {vocab} decoder "
                             "tokens) are not HISCO's; put the key beside it")
         return OccSource(origin, kind, path, state, list(hisco["code"]), "hisco", None, False, 5, config)
-    codes = _key_list(key, origin, what)
+    codes = _key_list(key, origin, source_flag)
     within = any("," in c for c in codes)
     block = max(len(c.split(",")) if within else len(c) for c in codes)
     if not within:  # OccCANINE zero-fills shorter codes to the longest (prediction_assets.py)
@@ -214,15 +214,15 @@ def _source(origin, kind, path, state, key, chars, config, what) -> OccSource:
     return OccSource(origin, kind, path, state, codes, "general", chars, within, max_codes, config)
 
 
-def _key_list(key, origin, what) -> list:
+def _key_list(key, origin, source_flag) -> list:
     """code -> index (key.json / a checkpoint's key) as codes by index."""
     try:
         pairs = sorted((int(index), str(code)) for code, index in key.items())
     except (AttributeError, TypeError, ValueError):
-        raise UserError(f"{what} {origin}: its key is not a mapping of code -> index")
+        raise UserError(f"{source_flag} {origin}: its key is not a mapping of code -> index")
     indices = [i for i, _ in pairs]
     if indices != list(range(len(indices))):
-        raise UserError(f"{what} {origin}: its key's indices are not 0 .. {len(indices) - 1}")
+        raise UserError(f"{source_flag} {origin}: its key's indices are not 0 .. {len(indices) - 1}")
     return [code for _, code in pairs]
 
 
@@ -286,23 +286,23 @@ def heads_config(source: OccSource, formatter: CodeFormatter, hidden: int, dropo
                        max_positions=MAX_INPUT_LEN, decoder_reads_padding=True)  # as OccCANINE's code runs it
 
 
-def _check_architecture(source: OccSource, what: str) -> None:
+def _check_architecture(source: OccSource, source_flag: str) -> None:
     state = source.state
     if not source.has_heads:
         return  # an encoder alone (e.g. OCCC-PST2's converted checkpoints): --only-encoder
     rows = state["linear_decoder.weight"].shape[0]
     if rows != len(source.key):
-        raise UserError(f"{what} {source.origin}: its key has {len(source.key)} codes but its flat "
+        raise UserError(f"{source_flag} {source.origin}: its key has {len(source.key)} codes but its flat "
                         f"head has {rows} rows; the key does not belong to these weights")
     vocab = state["decoder.token_emb.embedding.weight"].shape[0]
     expected = formatter_of(source).vocab_size
     if vocab != expected:
-        raise UserError(f"{what} {source.origin}: its decoder has {vocab} tokens, but "
+        raise UserError(f"{source_flag} {source.origin}: its decoder has {vocab} tokens, but "
                         f"{'HISCO' if source.system == 'hisco' else 'its chars.json / key'} gives "
                         f"{expected}; pass the chars.json it was trained with")
     layers = {int(m.group(1)) for k in state if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
     if layers != set(range(DECODER_LAYERS)):
-        raise UserError(f"{what} {source.origin}: its decoder has {len(layers)} layers; "
+        raise UserError(f"{source_flag} {source.origin}: its decoder has {len(layers)} layers; "
                         f"OccCANINE's has {DECODER_LAYERS}")
 
 

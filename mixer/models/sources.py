@@ -118,7 +118,7 @@ def describe(source: str, model_dir: str, weights: str, config: dict) -> str:
 READ_ATTEMPTS = 6
 
 
-def read_model(source: str, what: str, read) -> tuple:
+def read_model(source: str, source_flag: str, read) -> tuple:
     """(model dir, weights file, line, config, read's result) of a run's model, read as
     one: `read(model_dir, weights, config)` reads what it needs (weights, key, encoder)
     after config.json was read, and config.json is read again after it. A best/ that a
@@ -141,7 +141,7 @@ def read_model(source: str, what: str, read) -> tuple:
             if not replaceable or attempt == READ_ATTEMPTS - 1:
                 raise
         time.sleep(0.05 * 2 ** attempt)
-    raise UserError(f"{what} {source}: its best model was replaced {READ_ATTEMPTS} times while it was "
+    raise UserError(f"{source_flag} {source}: its best model was replaced {READ_ATTEMPTS} times while it was "
                     "read (a run is writing it); run the command again")
 
 
@@ -459,11 +459,12 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
 
 
 # ------------------------------------------------------------------ a model to predict with
-def load_for_prediction(source: str, what: str = "--checkpoint", log=None, announce=None) -> tuple:
+def load_for_prediction(source: str, source_flag: str = "--checkpoint", log=None, announce=None) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
     of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub).
     A run's model, once loaded, is named to `announce` (model_of's line; default `log`)."""
-    found = read_model(source, what, lambda model_dir, weights, config: _load_run(model_dir, what, weights, config))
+    found = read_model(source, source_flag,
+                       lambda model_dir, weights, config: _load_run(model_dir, source_flag, weights, config))
     if found is not None:
         _, _, line, _, loaded = found
         if (announce or log) is not None:
@@ -472,19 +473,19 @@ def load_for_prediction(source: str, what: str = "--checkpoint", log=None, annou
     from mixer.models import occcanine
     from mixer.models.hub import check_local
 
-    check_local(source, what, "run directory or model file")
+    check_local(source, source_flag, "run directory or model file")
     if os.path.isdir(source) and not occcanine.is_hub_directory(source):
-        raise UserError(f"{what} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
+        raise UserError(f"{source_flag} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
                         "training finished? model.safetensors is written at the end) nor an "
                         "OccCANINE hub directory")
-    return _load_occcanine(source, what, log)
+    return _load_occcanine(source, source_flag, log)
 
 
 RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 MODEL_DIR_KEY = "model_dir"  # a loaded model's config: the directory of its own files, or None
 
 
-def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
+def _load_run(run_dir: str, source_flag: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
     from safetensors.torch import load_file
 
     from mixer.data.prepare import read_key
@@ -493,7 +494,7 @@ def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Option
 
     missing = [f for f in (weights,) + RUN_FILES[1:] if not os.path.exists(os.path.join(run_dir, f))]
     if missing:
-        raise UserError(f"{what} {run_dir}: lacks {', '.join(missing)}; is training finished? "
+        raise UserError(f"{source_flag} {run_dir}: lacks {', '.join(missing)}; is training finished? "
                         "(model.safetensors is written at the end of a run)")
     config = run_config(run_dir) if config is None else config
     encoder = encoder_from_run(run_dir)
@@ -504,7 +505,7 @@ def _load_run(run_dir: str, what: str, weights: str = MODEL_FILE, config: Option
     return model, encoder.tokenizer, config, read_key(run_dir)
 
 
-def _load_occcanine(source: str, what: str, log=None) -> tuple:
+def _load_occcanine(source: str, source_flag: str, log=None) -> tuple:
     import pandas as pd
     from transformers import CanineModel
 
@@ -513,9 +514,9 @@ def _load_occcanine(source: str, what: str, log=None) -> tuple:
     from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 
-    occ = occcanine.read(source, what, log)
+    occ = occcanine.read(source, source_flag, log)
     if not occ.has_heads:
-        raise UserError(f"{what} {source} holds an encoder only: nothing to predict with")
+        raise UserError(f"{source_flag} {source} holds an encoder only: nothing to predict with")
     formatter = occcanine.formatter_of(occ)
     canine = occcanine.canine_config(occ.state)
     model = MixerModel(CanineModel(canine), occcanine.heads_config(occ, formatter, canine.hidden_size, 0.0))
