@@ -4,7 +4,7 @@ lookup=...)` (docs/coding.md, "Lookup tables").
 A lookup is a table of inputs and their codes, read through the one reader with the
 options of its role (--lookup-encoding, ...). Three layouts are recognised:
 
-- a filled `--to-check` file: the rows with codes in checked_1...
+- a filled `--to-check` file: the rows with codes in checked_1..;
 - a filled audit (predict.py --audit): the rows with true_code_1.., or with the
   predicted codes where `correct` says yes.
 - a coding dictionary: any table, its description column named by --lookup-input-col
