@@ -670,3 +670,21 @@ def test_finetune_takes_each_flag_by_its_name_and_refuses_in_one_line(tmp_path):
     assert sorted(os.listdir(cli_run)) == before  # no dataset.parquet left behind
     with pytest.raises(UserError, match=r"^data: 4 row\(s\) with bad codes \(row 2 hisco_1='6410'"):
         mixer.finetune(frame.assign(hisco_1=["61110", "6410"] * 4), target_cols="hisco_1", save_path=str(run / "y"))
+
+
+def test_finetune_refuses_odd_target_and_list_values_in_one_line_as_the_flags_do(tmp_path):
+    """Review of issue 36: target_cols=5 was a TypeError traceback ('int' object is not
+    iterable), not a one-line message; it is read as --target-cols 5 is (a column named
+    '5', which this frame lacks). context_cols=[] is refused as --context-cols with no
+    column is, as before issue 36 (the generated checks took it as no context)."""
+    import mixer
+
+    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
+                          "hisco_1": ["61110", "64100", "83110", "75100"] * 2})
+    for bad, message in ((dict(target_cols=5), r"'5'"),
+                         (dict(target_cols="hisco_1", context_cols=[]),
+                          r"^finetune\(\): argument --context-cols: expected at least one argument$")):
+        with pytest.raises(UserError, match=message) as error:
+            mixer.finetune(frame, save_path=str(tmp_path / "x"), prepare_only=True, token_cache=False, **bad)
+        assert "\n" not in str(error.value)
+        assert not os.path.exists(tmp_path / "x" / "prepared.json")

@@ -40,13 +40,18 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
 
     if not save_path:
         raise UserError("save_path: name the run directory to write (e.g. save_path='runs/mine')")
-    if target_cols is None or (not isinstance(target_cols, str) and not list(target_cols)):
+    if isinstance(target_cols, str):
+        target_cols = [target_cols]
+    elif isinstance(target_cols, (list, tuple)):
+        target_cols = list(target_cols)
+    # anything else (a number, a DataFrame) is read or refused in one line as --target-cols (checked)
+    if target_cols is None or target_cols == []:
         raise UserError("target_cols: name the code column(s), e.g. target_cols=['hisco_1']")
     for name, instead in (("dataset", "data (the first argument)"), ("save_dir", "save_path")):
         if name in options:
             raise UserError(f"{name}=: pass {instead} instead")
     frame = _as_table(data)  # before anything is written
-    options = dict(options, target_cols=[target_cols] if isinstance(target_cols, str) else list(target_cols),
+    options = dict(options, target_cols=target_cols,
                    save_dir=save_path, initial_checkpoint=initial_checkpoint,
                    dataset=os.fspath(data) if frame is None else os.path.join(save_path, DATA_FILE))
     config = cli.build_config(checked_values(options))
@@ -116,6 +121,8 @@ def checked(name: str, spec, value):
         return value
     if spec.nargs in ("+", "*"):
         values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
+        if not values and spec.nargs == "+":  # as argparse refuses the flag with no value
+            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: expected at least one argument")
     elif isinstance(value, (list, tuple, dict, set)):
         raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
     else:

@@ -170,7 +170,10 @@ def help_text(spec: Spec) -> str:
         text += f" (default: the recipe's, {shown}" + (
             f"; {theirs:g} from an OccCANINE model)" if theirs != mine else ")")
     elif spec.switch is not True and spec.default not in (None, False, [], ()) and not spec.required:
-        text += " (default: %(default)s)"  # BooleanOptionalAction adds its own
+        # a list as its flag takes it (--head flat), not as Python writes it (['flat'])
+        shown = (" ".join(map(str, spec.default)).replace("%", "%%") if isinstance(spec.default, (list, tuple))
+                 else "%(default)s")
+        text += f" (default: {shown})"  # BooleanOptionalAction adds its own
     return text
 
 
