@@ -374,6 +374,42 @@ def test_bad_input_under_torchrun_fails_every_rank_once(tmp_path):
     assert not own_frames(text)  # torchrun reports the failed worker; no traceback of ours
 
 
+def test_a_failed_rank_prints_its_error_before_its_peers_can_learn_of_it(monkeypatch, capsys):
+    """torchrun stops every rank once one exits: a peer told of the failure exits at once,
+    so the failed rank's message must be out before the store tells anyone."""
+    from mixer.core.errors import UserError
+    from mixer.distributed import world as mdist
+
+    class Store:  # the rendezvous store; records what stderr held when the outcome was posted
+        def __init__(self):
+            self.values, self.stderr_then = {}, None
+
+        def set(self, key, value):
+            self.stderr_then = capsys.readouterr().err
+            self.values[key] = value.encode()
+
+        def check(self, keys):  # the peer (rank 0) has posted too
+            return True
+
+        def get(self, key):
+            return self.values.get(key, b"ok")
+
+    store = Store()
+    monkeypatch.setattr(mdist, "_STORE", [store])
+    world = mdist.World(rank=1, world_size=2, backend="gloo")
+
+    def bad_rows():
+        raise UserError("row 1 hisco_1='6110': shorter than --block-size 5")
+
+    with pytest.raises(UserError) as raised:
+        mdist.all_ranks(bad_rows, world)
+    assert store.stderr_then == "[rank 1] error: row 1 hisco_1='6110': shorter than --block-size 5\n"
+    from mixer.core.errors import report
+
+    report(raised.value, 1)  # run_main reports it again: printed once
+    assert capsys.readouterr().err == ""
+
+
 def test_own_frames_are_the_project_files_whatever_the_clone_is_called():
     venv = os.path.join(ROOT, ".venv")  # a clone in /somewhere/mixer/ with its .venv inside
     report = (f"[rank1]: {venv}/bin/python exited with code 2\n"

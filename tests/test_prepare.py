@@ -104,7 +104,7 @@ def test_prepare_only_times_its_two_stages_and_can_leave_tokenising_out(tmp_path
 
     monkeypatch.chdir(tmp_path)
     help_text = " ".join(finetune_parser().format_help().split())
-    assert "tokenise them for --encoder" in help_text and "--no-token-cache prepares" in help_text
+    assert "tokenise the data for --encoder" in help_text and "--no-token-cache: the data alone" in help_text
     common = ["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--prepare-only"]
     # no encoder chosen yet: a name that would be fetched from the hub if it were touched
     assert finetune_main([*common, "--save-path", "plain", "--no-token-cache",

@@ -25,7 +25,7 @@ from mixer.core.config import (
     NON_PERSISTED, OWN_OPTION_DESTS, SCORE_COLUMNS, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig,
     TrainConfig,
 )
-from mixer.core.errors import PeerFailed, UserError, first_line
+from mixer.core.errors import UserError, first_line, report
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
             "dist": DistConfig, "log": LogConfig}
@@ -160,17 +160,15 @@ def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:
     except UserError as exc:
         if debug:
             traceback.print_exc()
-        rank = os.environ.get("RANK")
-        prefix = f"[rank {rank}] " if rank not in (None, "0") else ""
-        print(f"{prefix}{'' if isinstance(exc, PeerFailed) else 'error: '}{exc}", file=sys.stderr)
+        report(exc, os.environ.get("RANK"))
         code = exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
     except SystemExit:  # argparse (--help, usage errors): before any process group
         raise
-    except BaseException:  # a bug: the traceback is the report
-        traceback.print_exc()
+    except BaseException as exc:  # a bug: the traceback is the report
+        report(exc, os.environ.get("RANK"))
         code = 1
     _exit(code or 0)
 

@@ -18,6 +18,27 @@ class PeerFailed(UserError):
     """Another rank failed and reported it; this rank stops without repeating the cause."""
 
 
+def report(exc: BaseException, rank) -> None:
+    """Print a failure as the programs do (a UserError as one line, anything else with its
+    traceback) and mark it reported, so that it is printed once. A rank that failed reports
+    before its peers may learn of it: torchrun stops the others when the first one exits."""
+    import sys
+    import traceback
+
+    if getattr(exc, "reported", False):
+        return
+    if isinstance(exc, UserError):
+        prefix = f"[rank {rank}] " if rank not in (None, 0, "0") else ""
+        print(f"{prefix}{'' if isinstance(exc, PeerFailed) else 'error: '}{exc}", file=sys.stderr)
+    else:
+        traceback.print_exception(exc)
+    sys.stderr.flush()
+    try:
+        exc.reported = True
+    except AttributeError:  # an exception type that takes no attributes
+        pass
+
+
 def first_line(exc: BaseException, limit: int = 200) -> str:
     """An exception's first line for a one-line message: terminal colour codes and
     control characters removed (torch colours its pickle warning), cut to `limit`."""

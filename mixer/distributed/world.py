@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from mixer.core.config import DistConfig
-from mixer.core.errors import PeerFailed, UserError
+from mixer.core.errors import PeerFailed, UserError, report
 from mixer.distributed.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
 LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
@@ -223,6 +223,8 @@ def _agree_on_failure(fn, world: World):
     _AGREEMENTS[0] += 1
     name = f"agree/{_AGREEMENTS[0]}"
     store = _STORE[0]
+    if failure is not None:  # its message first: a peer told of it may exit, and torchrun then stops this rank
+        report(failure, world.rank)
     store.set(f"{name}/{world.rank}", "failed" if failure is not None else "ok")
     keys = [f"{name}/{rank}" for rank in range(world.world_size)]
     while not store.check(keys):  # every rank has posted (polling: no deadline)
