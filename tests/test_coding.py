@@ -385,8 +385,45 @@ def test_evaluate_writes_the_production_curve_of_each_head_and_prints_its_headli
     assert flat["coded_distinct_share"].tolist() == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     da = table[(table["head"] == "seq2seq") & (table["lang"] == "da")]
     assert da["coded_rows"].tolist() == [1, 2, 3] and da["accuracy"].tolist() == pytest.approx([0, 0.5, 2 / 3])
-    assert "flat_confidence: at 90% accuracy: 50% of rows coded automatically" in out
-    assert "seq2seq_confidence: at 90% accuracy: no rows coded automatically (the most confident rows reach 83.3%)" in out
+    read_off = "read off the curve of these rows (a point estimate)"
+    assert f"flat_confidence, {read_off}: at 90% accuracy: 50% of rows coded automatically" in out
+    assert (f"seq2seq_confidence, {read_off}: at 90% accuracy: no rows coded automatically (the most confident "
+            "rows reach 83.3%)") in out
+    # the guarantee comes first, named for what it is: 6 labelled rows show nothing at 0.95 confidence
+    lines = out.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("flat_confidence")))
+    assert lines[first].startswith("flat_confidence: on new rows like these, predict.py --target-accuracy 0.9 "
+                                   "with them as --calibration-data codes 0% automatically (its guarantee, at "
+                                   "confidence 0.95); ")  # and why: too few rows
+    assert lines[first + 1].startswith(f"flat_confidence, {read_off}")
+
+
+def test_evaluate_states_what_the_guarantee_codes_beside_the_curve(tmp_path, capsys):
+    """Issue 43, section 5: the share predict.py --target-accuracy would code with these rows as
+    its labelled rows, at its default confidence, is printed first; the curve's point after."""
+    from mixer.cli.entrypoints import evaluate_main
+    from mixer.coding.guarantee import choose_threshold
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    confidence = rng.uniform(0, 1, n)
+    right = rng.uniform(0, 1, n) < 0.5 + 0.5 * confidence  # the more confident, the more often right
+    truth = np.where(np.arange(n) % 2, "61110", "83110")
+    other = np.where(np.arange(n) % 2, "83110", "61110")
+    path = tmp_path / "many.csv"
+    pd.DataFrame({"hisco_1": truth, "flat_code_1": np.where(right, truth, other),
+                  "flat_confidence": confidence}).to_csv(path, index=False)
+    evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--target-accuracy", "0.95"])
+    lines = capsys.readouterr().out.splitlines()
+    choice = choose_threshold(confidence, right, 0.95, 0.05)
+    assert choice.threshold is not None and 0.05 < choice.coded_share < 0.6
+    guaranteed = next(line for line in lines if line.startswith("flat_confidence: on new rows"))
+    assert f"codes {choice.coded_share:.0%} automatically (its guarantee, at confidence 0.95)" in guaranteed
+    curve_line = lines[lines.index(guaranteed) + 1]
+    assert curve_line.startswith("flat_confidence, read off the curve of these rows (a point estimate): at 95% "
+                                 "accuracy: ")
+    read_off = int(curve_line.split(": ")[-1].split("%")[0])
+    assert read_off > round(choice.coded_share * 100)  # the point on these rows promises more than the guarantee
 
 
 def test_evaluate_reads_a_named_confidence_column_and_refuses_one_for_two_heads(tmp_path, capsys):
@@ -406,7 +443,8 @@ def test_evaluate_reads_a_named_confidence_column_and_refuses_one_for_two_heads(
     table = pd.read_csv(tmp_path / "s2s_production.csv")
     assert set(table["head"]) == {"prediction"} and table["coded_rows"].tolist()[:2] == [1, 3]
     # the headline names the column it read (review of issue 37: one head's line named nothing)
-    assert "\nseq2seq_confidence: at 95% accuracy: no rows coded automatically" in capsys.readouterr().out
+    assert ("\nseq2seq_confidence, read off the curve of these rows (a point estimate): at 95% accuracy: no rows "
+            "coded automatically") in capsys.readouterr().out
 
 
 def test_evaluate_without_a_confidence_column_writes_no_curve(tmp_path):

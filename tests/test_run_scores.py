@@ -180,6 +180,9 @@ def test_a_run_scores_every_validation_and_calibration_row_once_and_says_which_c
             assert scores[f"{head}_confidence"].between(0, 1).all()
     assert "scores of 11 validation and 24 calibration rows (the weights of the last step, 6)" in out
     assert "at 95% accuracy: " in out and "expected calibration error" in out
+    # the guarantee first, then the curve's point named for what it is (issue 43, section 5)
+    assert "  flat head: on new rows, predict.py --target-accuracy 0.95 codes " in out
+    assert "  flat head, read off the curve of these rows (a point estimate, not a promise for new rows): " in out
 
 
 def test_the_end_of_a_run_writes_calibration_curves_and_a_card_that_shows_them(scored):
@@ -192,6 +195,8 @@ def test_the_end_of_a_run_writes_calibration_curves_and_a_card_that_shows_them(s
         with open(os.path.join(directory, "README.md")) as handle:
             text = handle.read()
         assert "## Confidence and the production curve" in text
+        assert "| coded on new rows at 95% accuracy (the guarantee) |" in text
+        assert "| coded at 95% accuracy, read off these rows' curve |" in text
         assert f"![production curve, flat head]({files}production_curve_flat.png)" in text
     curve = pd.read_csv(os.path.join(run, "production_curve.csv"), keep_default_na=False)
     assert set(curve["by"]) == {"all", "lang", "source"} and set(curve["head"]) == {"flat", "seq2seq"}
@@ -314,6 +319,24 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     assert read_summary(str(tmp_path)) == summary
     assert summary["heads"]["flat"]["headline"].startswith("at 95% accuracy: ")
+    # what predict.py --target-accuracy 0.95 codes: its threshold chosen on the rows that chose nothing
+    from mixer.coding.guarantee import choose_threshold
+    from mixer.training.scores import GUARANTEE_ROWS, report_lines
+
+    for head in ("flat", "seq2seq"):
+        held = ~chose
+        choice = choose_threshold(frame[f"{head}_confidence"][held], frame[f"{head}_correct"][held], 0.95, 0.05,
+                                  GUARANTEE_ROWS)
+        entry = summary["heads"][head]
+        assert entry["guarantee_rows"] == free
+        assert entry["guaranteed_share"] == (choice.coded_share if choice.threshold is not None else 0.0)
+    lines = report_lines(summary, str(tmp_path), "test")
+    assert lines[1].startswith(f"  flat head: on new rows, predict.py --target-accuracy 0.95 codes "
+                               f"{summary['heads']['flat']['guaranteed_share']:.0%} automatically (its guarantee, "
+                               f"at confidence 0.95, its threshold chosen on the {free} scored rows that chose "
+                               "nothing, for a file of 1,000,000 rows like them)")
+    assert lines[2].startswith("  flat head, read off the curve of these rows (a point estimate, not a promise for "
+                               "new rows): at 95% accuracy: ")
     assert pd.read_parquet(tmp_path / "scores.parquet").equals(frame)
 
 

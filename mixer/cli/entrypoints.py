@@ -256,7 +256,7 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
 
     csv_path, png_path = paths
     groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None
-    table, missing = production.production_table(
+    table, missing, scored = production.production_table(
         frame, truth, {h: predicted[h] for h in columns}, columns, groups, args.by or "group",
         frame[args.text_col].to_numpy() if args.text_col else None)
     for head, rows in missing.items():
@@ -265,7 +265,10 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
     write_text(csv_path, table.to_csv(index=False))
     plot_curve(table.rename(columns={args.by: "group"}) if args.by else table, png_path,
                args.target_accuracy, title=f"production curve: {os.path.basename(args.predictions)}")
-    for line in production.headlines(table, args.target_accuracy, args.by or "group", columns):
+    from mixer.core.programs import PredictConfig
+
+    confidence = PredictConfig.__dataclass_fields__["target_confidence"].default
+    for line in production.headlines(table, args.target_accuracy, args.by or "group", columns, scored, confidence):
         print(line)
     print(f"wrote {csv_path} and {png_path}")
 

@@ -247,15 +247,19 @@ def _coding(coding: dict) -> list:
     rows = " and ".join(f"{n:,} {name}" for name, n in coding["splits"].items())
     target = coding["target"]
     lines = [f"Scored at the end on {rows} rows (`{coding['files']}scores.parquet`). A row's confidence is "
-             "the probability the model gives its whole code set; the share below is read off the "
-             "production curve of these rows, a point estimate: `predict.py --target-accuracy` chooses a "
-             "threshold that keeps its accuracy on new rows (docs/coding.md).", "",
+             "the probability the model gives its whole code set. The first share is what `predict.py "
+             f"--target-accuracy {target:g}` codes on new rows: its threshold keeps that accuracy at confidence "
+             f"{coding['confidence']:g}, chosen on the scored rows that chose nothing, for a file of "
+             f"{coding['rows_to_code']:,} rows like them (docs/coding.md). The second is read off the "
+             "production curve of these rows: a point estimate on them, not a promise for new rows.", "",
              "| | " + " | ".join(f"{h} head" for h in heads) + " |", "|---|" + "---|" * len(heads)]
 
     def row(label, cell):
         lines.append(f"| {label} | " + " | ".join(cell(coding["heads"][h]) for h in heads) + " |")
 
-    row(f"coded at {target:.0%} accuracy", lambda e: "none" if e["coded_share"] is None
+    row(f"coded on new rows at {target:.0%} accuracy (the guarantee)",
+        lambda e: "no held-out rows" if e.get("guaranteed_share") is None else f"{e['guaranteed_share']:.0%}")
+    row(f"coded at {target:.0%} accuracy, read off these rows' curve", lambda e: "none" if e["coded_share"] is None
         else f"{e['coded_share']:.0%} of the rows")
     row("temperature", lambda e: f"{e['temperature']:.3f}")
     row("expected calibration error, raw -> calibrated", lambda e: f"{e['ece_before']:.4f} -> {e['ece_after']:.4f}")

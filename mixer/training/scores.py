@@ -28,6 +28,9 @@ HEADS = ("flat", "seq2seq")
 SCORES = "scores.parquet"
 CURVE = "production_curve.csv"
 TARGET = 0.95  # the accuracy of the headline a run prints ("at 95% accuracy: ...")
+# The guarantee the headline states first: predict.py --target-accuracy TARGET at its default
+# confidence, on a file of this many new rows like the scored ones (docs/coding.md).
+GUARANTEE_ROWS = 1_000_000
 MIN_FIT_ROWS = 100  # fewer rows that chose nothing: the temperature is fit on every scored row
 SPLITS = {"val": "validation", "cal": "calibration"}
 
@@ -122,18 +125,21 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
     curve = pd.concat(curves, ignore_index=True)
     files[FILE] = json.dumps(calibration, indent=2) + "\n"
     files[CURVE] = curve.to_csv(index=False)
-    return files, summarise(calibration, curve, splits)
+    return files, summarise(calibration, curve, splits, frame)
 
 
-def summarise(calibration: dict, curve: pd.DataFrame, splits: dict) -> dict:
+def summarise(calibration: dict, curve: pd.DataFrame, splits: dict, frame: pd.DataFrame) -> dict:
     """What the logs and the model card say of a model directory's scores: the rows by
     split, which rows the temperatures were fit on, and per head its temperature, ECE
-    before and after, and the headline at TARGET."""
+    before and after, the share the guarantee codes at TARGET (`frame`: the scored rows)
+    and the headline read off the curve."""
     heads = {}
     for head, entry in calibration["heads"].items():
-        heads[head] = dict(entry, **head_headline(curve[curve["head"] == head], _rows_word(splits)))
+        heads[head] = dict(entry, **head_headline(curve[curve["head"] == head], _rows_word(splits)),
+                           **head_guarantee(frame, head))
     return {"target": TARGET, "splits": {SPLITS.get(s, s): int(n) for s, n in splits.items()},
-            "fit_on": calibration["rows"], "heads": heads}
+            "fit_on": calibration["rows"], "heads": heads, "confidence": _guarantee_confidence(),
+            "rows_to_code": GUARANTEE_ROWS}
 
 
 def read_summary(directory: str) -> Optional[dict]:
@@ -147,11 +153,12 @@ def read_summary(directory: str) -> Optional[dict]:
             or not os.path.exists(os.path.join(directory, SCORES))):
         return None
     curve = pd.read_csv(curve_path, dtype={"head": str, "by": str, "group": str}, keep_default_na=False)
+    frame = pd.read_parquet(os.path.join(directory, SCORES))
     splits = calibration.get("splits")
     if not splits:  # predict.py --calibrate's calibration.json: the scored rows are scores.parquet's
-        counts = pd.read_parquet(os.path.join(directory, SCORES), columns=["split"])["split"].value_counts()
+        counts = frame["split"].value_counts()
         splits = {s: int(counts[s]) for s in SPLITS if s in counts.index}
-    return summarise(calibration, curve, splits)
+    return summarise(calibration, curve, splits, frame)
 
 
 def _rows_word(splits: dict) -> str:
@@ -190,6 +197,41 @@ def head_headline(curve: pd.DataFrame, rows: str) -> dict:
     point = coded_at(overall, TARGET)
     return {"headline": headline(overall, TARGET, rows=rows),
             "coded_share": None if point is None else float(point["coded_share"])}
+
+
+def _guarantee_confidence() -> float:
+    from mixer.core.programs import PredictConfig
+
+    return PredictConfig.__dataclass_fields__["target_confidence"].default
+
+
+def head_guarantee(frame: pd.DataFrame, head: str) -> dict:
+    """The share of new rows predict.py --target-accuracy TARGET codes with this head, at its
+    default confidence, on a file of GUARANTEE_ROWS rows like the scored ones: its threshold
+    chosen (mixer.coding.guarantee) on the scored rows that chose nothing, as predict.py chooses
+    it. guaranteed_share None: no such rows."""
+    from mixer.coding.guarantee import choose_threshold
+
+    held = ~frame["chose"].to_numpy(bool)
+    if not held.any():
+        return {"guaranteed_share": None, "guarantee_rows": 0}
+    choice = choose_threshold(frame[f"{head}_confidence"].to_numpy(np.float64)[held],
+                              frame[f"{head}_correct"].to_numpy(bool)[held], TARGET,
+                              1.0 - _guarantee_confidence(), GUARANTEE_ROWS)
+    return {"guaranteed_share": choice.coded_share if choice.threshold is not None else 0.0,
+            "guarantee_rows": int(held.sum())}
+
+
+def guarantee_words(entry: dict, confidence: float) -> str:
+    """'on new rows, predict.py --target-accuracy 0.95 codes 68% automatically (...)': what the
+    guarantee codes, named for what it is."""
+    if entry.get("guaranteed_share") is None:
+        return (f"on new rows, predict.py --target-accuracy {TARGET:g} has no held-out scored rows to choose "
+                "its threshold on (every scored row chose something: see --share-calibration)")
+    return (f"on new rows, predict.py --target-accuracy {TARGET:g} codes {entry['guaranteed_share']:.0%} "
+            f"automatically (its guarantee, at confidence {confidence:g}, its threshold chosen on the "
+            f"{entry['guarantee_rows']:,} scored rows that chose nothing, for a file of {GUARANTEE_ROWS:,} "
+            "rows like them)")
 
 
 def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, report_cols: list) -> dict:
@@ -261,7 +303,9 @@ def report_lines(summary: dict, where: str, which: str) -> list:
     lines = [f"scores of {splits} rows ({which}): {os.path.join(where, SCORES)}; production curve "
              f"{os.path.join(where, CURVE)}, calibration {os.path.join(where, 'calibration.json')}"]
     for head, entry in summary["heads"].items():
-        line = (f"  {head} head: {entry['headline']}; temperature {entry['temperature']:.3f}, expected "
+        lines.append(f"  {head} head: {guarantee_words(entry, summary['confidence'])}")
+        line = (f"  {head} head, read off the curve of these rows (a point estimate, not a promise for new "
+                f"rows): {entry['headline']}; temperature {entry['temperature']:.3f}, expected "
                 f"calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f}")
         held = entry.get("held_out")
         if held:
