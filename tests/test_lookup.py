@@ -152,14 +152,15 @@ def test_a_dictionary_with_the_models_own_columns_needs_no_code_cols(bert_run, r
     out = tmp_path / "out.csv"
     assert predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out),
                          "--lookup", lookup]) == 0
-    assert f"lookup: 1 entries of {lookup} (dictionary)" in capsys.readouterr().out
+    assert (f"lookup: 1 entries of {lookup} (dictionary: descriptions in occ1, codes in hisco_1)"
+            in capsys.readouterr().out)
     assert (pd.read_csv(out, dtype=str)["source"] == "lookup").sum() == 4
     write(lookup, pd.DataFrame({"occ1": ["farmer"], "code": ["61110"]}))  # other columns: named as before
     with pytest.raises(UserError, match=r"the model's own: occ1 and hisco_1\); name a dictionary's code columns"):
         predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out), "--lookup", lookup])
 
 
-def test_canine_reads_case_apart_and_occcanine_reads_as_its_rule(hisco_model):
+def test_canine_reads_case_apart_and_occcanine_reads_as_its_rule(hisco_model, tmp_path):
     """CANINE has no normaliser: 'Farmer' and 'farmer' are two inputs to a canine run
     (its recipe keeps case); OccCANINE's rule lower-cases and transliterates."""
     import mixer
@@ -170,6 +171,11 @@ def test_canine_reads_case_apart_and_occcanine_reads_as_its_rule(hisco_model):
     occ = mixer.load(hisco_model["hub"])
     keys = occ.model_inputs(["farmer", "FARMER", "fármer", "farmer ", "smith"], lang="en")
     assert len(set(keys[:3])) == 1 and len(set(keys)) == 3  # OccCANINE keeps surrounding spaces
+    # OccCANINE's own columns (occ1, hisco_1..hisco_5; here the first alone): a dictionary
+    path = write(tmp_path / "coded.csv", pd.DataFrame({"occ1": ["Fármer"], "hisco_1": ["61110"]}))
+    lookup = occ.lookup(path)
+    assert (lookup.layout, lookup.columns) == ("dictionary", "descriptions in occ1, codes in hisco_1")
+    assert occ.predict(["farmer", "smith"], lang="en", lookup=lookup)["source"].tolist() == ["lookup", "model"]
 
 
 from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architecture at toy size)

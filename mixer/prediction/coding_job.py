@@ -167,7 +167,8 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
                           note=lambda m: print(m, file=sys.stderr) if world.is_main else None)
         # before predicting: an entry wider than the output, or two the model reads alike
         lookup.check(model, args.top_k or predictor.default_top_k(), None if language_col else [language])
-        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout})")
+        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout}"
+            + (f": {lookup.columns})" if lookup.columns else ")"))
     targets = {}
     if args.target_accuracy is not None:
         def choose():

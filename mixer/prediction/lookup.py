@@ -9,8 +9,9 @@ options of its role (--lookup-encoding, ...). Three layouts are recognised:
   predicted codes where `correct` says yes.
 - a coding dictionary: any table, its description column named by --lookup-input-col
   (default: the prediction's input column) and its code columns by --lookup-code-cols;
-  a table with the model's own columns (its input column and every target column, as its
-  training file had them) is one without --lookup-code-cols.
+  a table with the model's own columns (its input column and its first target column, as
+  its training file had them) is one without --lookup-code-cols, its codes read from the
+  model's target columns it has.
 
 A check list's description column is the prediction's input column (--input-col, else
 the model's) when the file has it, else the first column the check list wrote (a list
@@ -58,6 +59,7 @@ class Lookup:
     lines: np.ndarray  # per entry, its line in the file (2: the first under the header)
     identity: dict  # the file's bytes and hash (mixer.data.prepare.file_identity)
     outside_key: int = 0  # entries with a code the model's key lacks (said when read)
+    columns: str = ""  # where a dictionary's descriptions and codes were read, in words
     _keys: dict = None  # {language or None: {model input: entry}}
 
     @property
@@ -173,16 +175,15 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     where = f"--lookup {path}"
     lines = np.arange(len(frame)) + 2
     target_cols = list(target_cols or [])
-    own = (not input_flag_col and target_cols and input_col in frame.columns
-           and all(c in frame.columns for c in target_cols))
+    own = bool(target_cols) and (input_flag_col or input_col) in frame.columns and target_cols[0] in frame.columns
     if code_cols:
         layout = "dictionary"
     elif is_audit(frame):
         layout = "audit"
     elif any(str(c).startswith("checked_") for c in frame.columns):
         layout = "to-check"
-    elif own:  # the model's own columns, as its training file had them
-        layout, code_cols = "dictionary", target_cols
+    elif own:  # the model's own columns, as its training file had them (those it has)
+        layout, code_cols = "dictionary", [c for c in target_cols if c in frame.columns]
     else:
         theirs = f" (the model's own: {input_col} and {', '.join(target_cols)})" if target_cols else ""
         raise UserError(f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
@@ -233,7 +234,9 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         langs = langs.iloc[rows].reset_index(drop=True)
     context = frame[context_cols].iloc[rows].reset_index(drop=True) if context_cols else None
     lookup = Lookup(path, layout, texts.iloc[rows].reset_index(drop=True), langs, context,
-                    [codes[r] for r in rows], np.asarray(lines)[rows], identity)
+                    [codes[r] for r in rows], np.asarray(lines)[rows], identity,
+                    columns=(f"descriptions in {text_col}, codes in {', '.join(map(str, columns))}"
+                             if layout == "dictionary" else ""))
     if key is not None:
         line = _outside_key(lookup, set(key), written, rows)
         if line and (note or log) is not None:
