@@ -74,9 +74,11 @@ class PredictConfig:
     lookup: Optional[str] = option(None, metavar="FILE", group=TARGET, table="lookup",
                                    help="inputs coded by hand, whose codes win over the model's (docs/coding.md)")
     lookup_input_col: Optional[str] = option(None, metavar="COL", group=TARGET, works_with=("lookup",),
-                                             help="the description column of --lookup (unset: the model's)")
+                                             help="the description column of --lookup (unset: the "
+                                                  "input's, --input-col or the model's)")
     lookup_code_cols: Optional[list] = option(None, nargs="+", metavar="COL", group=TARGET, works_with=("lookup",),
-                                              help="the code columns of a --lookup dictionary")
+                                              help="the code columns of a --lookup dictionary (unset: "
+                                                   "the model's target columns, where it has them)")
     calibrate: bool = option(False, switch=True, group=TARGET,
                              help="fit each head's temperature and write calibration.json; no --input")
     chunk_size: int = option(100_000, type="positive_int", help="rows read and written at a time")

@@ -50,9 +50,11 @@ def parse_to_check(values) -> tuple:
 class CheckList:
     """Collects distinct inputs of the model over the chunks of a prediction (rank 0),
     then writes the N most worth checking. Rows are one input when the model reads them
-    as one ('farmer', 'farmer ' and ' farmer' for a model that strips its text): the
-    caller gives each row's model input (mixer.prediction.api.Model.model_inputs). the
-    description's columns are written as the first such row has them."""
+    as one ('farmer', 'farmer ' and ' farmer' for a model that strips its text; 'Farmer'
+    and 'fármer' too for one whose tokenizer lower-cases and strips accents): the caller
+    gives each row's key of what the model reads (mixer.prediction.api.Model.model_inputs),
+    and n_rows counts the rows of a key. The description's columns are written as the
+    first such row has them."""
 
     def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
         from mixer.data.writing import OutputWriter

@@ -108,6 +108,60 @@ def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
     return np.where(known, langs, texts), np.where(known, texts, None)
 
 
+PIECE_SEP = "\x1f"  # between the pieces of a key (a control character: no tokenizer keeps one)
+
+
+def reading_keys(ids, texts, langs) -> np.ndarray:
+    """Per row (a model text, description and context, and its language), a key that two
+    rows share exactly when the model reads them alike: the run's own rule (the recipe:
+    stripped, lower-cased, in ASCII, the language beside the text or before it) and then
+    the tokenizer's own normalisation, taken from the tokenizer itself: a fast tokenizer's
+    normalizer (BERT's lower-cases and strips accents: 'Fármer' reads as 'farmer') and its
+    pre-tokenizer (words and punctuation: 'civil  engineer' and 'civil-engineer' read as
+    'civil engineer' and 'civil - engineer'). CANINE reads code points: its key is the
+    recipe's string. Kept apart, although the model may give them one prediction: texts
+    that differ only past max_len (it cuts them) or in characters its vocabulary lacks (one
+    [UNK]): a person reading them may code them differently. A slow tokenizer (no fast
+    version) is keyed by the recipe alone. The language is part of the key as given, since
+    a flat threshold may be the language's (mixer.reporting.metrics.Thresholds)."""
+    texts = np.asarray(texts, dtype=object)
+    langs = np.broadcast_to(np.asarray(langs, dtype=object), (len(texts),))
+    if not len(texts):
+        return np.zeros(0, dtype=object)
+    lang_text = pd.Series(langs, dtype=object).astype(str)
+    text = pd.Series(texts, dtype=object).astype(str)
+    if (lang_text == lang_text.iloc[0]).all():  # one language: each distinct text once
+        codes, distinct = pd.factorize(text)
+        distinct_texts = np.asarray(distinct, dtype=object)
+        distinct_langs = np.full(len(distinct_texts), lang_text.iloc[0], dtype=object)
+    else:
+        codes, distinct = pd.factorize(lang_text + "\x00" + text)
+        pairs = [value.split("\x00", 1) for value in distinct]
+        distinct_texts = np.asarray([p[1] for p in pairs], dtype=object)
+        distinct_langs = np.asarray([p[0] for p in pairs], dtype=object)
+    first, second = model_strings(distinct_texts, distinct_langs, ids.recipe)
+    read = _reader(ids)
+    second = itertools.repeat(None) if second is None else second
+    keys = np.asarray([f"{lang}\x00{read(a)}\x00" + ("\x02" if b is None else read(b))
+                       for lang, a, b in zip(distinct_langs, first, second)], dtype=object)
+    return keys[codes]
+
+
+def _reader(ids):
+    """A string as the tokenizer reads it before its vocabulary: its pieces (see reading_keys)."""
+    backend = getattr(ids, "backend", None)
+    if backend is None:
+        return str
+    normalizer, pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+
+    def read(text: str) -> str:
+        text = normalizer.normalize_str(str(text)) if normalizer is not None else str(text)
+        if pre_tokenizer is None:
+            return text
+        return PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(text))
+    return read
+
+
 # ------------------------------------------------------------------ context
 def split_context(texts, desc_chars) -> tuple:
     """(descriptions, contexts) of model texts: the first desc_chars[i] characters of row i

@@ -133,18 +133,16 @@ class Model:
         return self.scaling(head)[0]
 
     def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
-               options=None):
+               options=None, log=None):
         """A lookup table (mixer.prediction.lookup): a filled --to-check file, a filled audit,
-        or a coding dictionary with `input_col` and `code_cols`; read by the one reader with
-        `options` (a mixer.core.config.TableOptions of role 'lookup')."""
-        from mixer.core.config import TableOptions
-        from mixer.prediction.lookup import read_lookup
+        or a coding dictionary with `input_col` and `code_cols` (without code_cols: a table
+        with the model's own input and target columns); read by the one reader with
+        `options` (a mixer.core.config.TableOptions of role 'lookup'). log: where its lines
+        go (how it was read, codes the model's key lacks); default stderr."""
+        from mixer.prediction.lookup import read_for
 
-        config = self._predictor.config
-        return read_lookup(path, options or TableOptions(role="lookup"), self._predictor.formatter,
-                           config["input_col"], language_col or config.get("language_col"),
-                           list(config.get("context_cols") or []), input_col, code_cols,
-                           log=lambda m: print(m, file=sys.stderr))
+        return read_for(self, path, input_col, code_cols, language_col, options,
+                        log=log or (lambda m: print(m, file=sys.stderr)))
 
     def target(self, accuracy: float, confidence: float = 0.95, head: str = "flat", labelled=None,
                truth_cols=None, lookup=None, shorter_codes: bool = False, rows_to_code=None,
@@ -211,6 +209,11 @@ class Model:
                 raise UserError(f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
                                 f"{target.flat_threshold}) by another model or settings; choose it with this "
                                 "model and the head, top_k and threshold you predict with")
+        entries = None
+        if lookup is not None:  # before predicting: an entry too wide or two alike fail at once
+            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            lookup.check(self, top_k or predictor.default_top_k(), flag="top_k=")
+            entries = lookup.match(self, self._strings(texts, langs), langs)
         table = predictor.predict(texts, langs, head, top_k, threshold, batch_size,
                                   target.levels if target is not None else (), desc_chars=desc_chars)
         if target is not None:
@@ -225,20 +228,15 @@ class Model:
         if lookup is not None:
             from mixer.prediction.lookup import apply_lookup
 
-            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
-            table = apply_lookup(table, lookup.match(self, self._strings(texts, langs), langs), lookup,
-                                 predictor.description_of, predictor.formatter.block_size)
+            table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
         return table
 
     def _strings(self, texts, langs) -> np.ndarray:
-        """Per row of model texts and languages, the string the model reads (model_inputs)."""
-        from mixer.data.tokens import model_strings
+        """Per row of model texts and languages, the key of what the model reads
+        (model_inputs; mixer.data.tokens.reading_keys)."""
+        from mixer.data.tokens import reading_keys
 
-        first, second = model_strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
-                                      self._predictor.recipe)
-        second = np.full(len(first), "", dtype=object) if second is None else np.where(
-            pd.isna(second), "", second)
-        return np.asarray(first, dtype=object) + "\x00" + second
+        return reading_keys(self._predictor.token_ids, texts, langs)
 
     def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
               margin: Optional[float] = None, by: Optional[str] = None, unit: str = "rows", seed: int = 0,
@@ -312,8 +310,11 @@ class Model:
         return table
 
     def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
-        """Per row, the string the model reads (its language, text and context as the
-        input recipe makes them): rows with equal strings get equal predictions."""
+        """Per row, a key of what the model reads: its language, text and context as the
+        run's input recipe spells them and its tokenizer normalises them (BERT's lower-cases
+        and strips accents; mixer.data.tokens.reading_keys). Rows with equal keys get equal
+        predictions; a lookup matches, a --to-check list groups and predict.py counts
+        distinct inputs by it. The key is opaque: compare it, do not show it."""
         _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
         return self._strings(texts, langs)
 

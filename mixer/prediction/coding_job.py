@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Optional
 
 import numpy as np
@@ -158,9 +159,16 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
 
     lookup = None
     if args.lookup:
-        lookup = model.lookup(args.lookup, args.lookup_input_col, args.lookup_code_cols,
-                              language_col, args.table_options("lookup"))
-        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout})")
+        from mixer.prediction.lookup import read_for
+
+        # the run's input column is the description's by default; rank 0 alone says how it was read
+        lookup = read_for(model, args.lookup, args.lookup_input_col, args.lookup_code_cols, language_col,
+                          args.table_options("lookup"), log=say, default_input_col=input_col,
+                          note=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+        # before predicting: an entry wider than the output, or two the model reads alike
+        lookup.check(model, args.top_k or predictor.default_top_k(), None if language_col else [language])
+        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout}"
+            + (f": {lookup.columns})" if lookup.columns else ")"))
     targets = {}
     if args.target_accuracy is not None:
         def choose():

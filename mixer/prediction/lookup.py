@@ -8,17 +8,29 @@ options of its role (--lookup-encoding, ...). Three layouts are recognised:
 - a filled audit (predict.py --audit): the rows with true_code_1.., or with the
   predicted codes where `correct` says yes.
 - a coding dictionary: any table, its description column named by --lookup-input-col
-  (default: the model's input column) and its code columns by --lookup-code-cols.
+  (default: the prediction's input column) and its code columns by --lookup-code-cols;
+  a table with the model's own columns (its input column and its first target column, as
+  its training file had them) is one without --lookup-code-cols, its codes read from the
+  model's target columns it has.
 
-An entry is keyed by the string the model reads (mixer.prediction.api.Model.model_inputs:
-the description, language and context as the input recipe makes them). So a row of the
-input takes the entry's codes exactly when the model would read the two alike. A table
-without the language column holds entries for every language. One input listed with two
-code sets is refused, naming the rows.
+A check list's description column is the prediction's input column (--input-col, else
+the model's) when the file has it, else the first column the check list wrote (a list
+written with --input-col title is read back without --lookup-input-col).
+
+An entry is keyed by what the model reads (mixer.prediction.api.Model.model_inputs: the
+description, language and context as the run's recipe spells them and the tokenizer
+normalises them, mixer.data.tokens.reading_keys). So a row of the input takes the entry's
+codes exactly when the model would read the two alike ('Civil Engineer' takes the entry
+'civil engineer' of a model whose tokenizer lower-cases). A table without the language
+column holds entries for every language. One input listed with two code sets is refused,
+naming both lines. A code the model's key lacks (a typo, or a code never seen in
+training) is taken as written and said in one line naming the lines; an entry with more
+codes than the output has code slots is refused before anything is predicted.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,6 +58,8 @@ class Lookup:
     codes: list  # per entry, its codes (a tuple, sorted)
     lines: np.ndarray  # per entry, its line in the file (2: the first under the header)
     identity: dict  # the file's bytes and hash (mixer.data.prepare.file_identity)
+    outside_key: int = 0  # entries with a code the model's key lacks (said when read)
+    columns: str = ""  # where a dictionary's descriptions and codes were read, in words
     _keys: dict = None  # {language or None: {model input: entry}}
 
     @property
@@ -55,7 +69,24 @@ class Lookup:
     def describe(self) -> dict:
         """What a predictions file's provenance says of the lookup."""
         return {"file": self.identity["name"], "bytes": self.identity["bytes"],
-                "xxh3_128": self.identity["xxh3_128"], "layout": self.layout, "entries": len(self.codes)}
+                "xxh3_128": self.identity["xxh3_128"], "layout": self.layout, "entries": len(self.codes),
+                "entries_outside_key": self.outside_key}
+
+    def check(self, model, slots: int, langs=None, flag: str = "--top-k ") -> None:
+        """Before anything is predicted: every entry fits the output's `slots` code slots,
+        and no two entries the model reads alike give two code sets (for the table's own
+        languages, or `langs` when it has no language column)."""
+        widest = max((len(c) for c in self.codes), default=0)
+        if widest > slots:
+            entry = next(e for e, c in enumerate(self.codes) if len(c) == widest)
+            raise UserError(f"--lookup {self.path}: line {self.lines[entry]} has {widest} codes "
+                            f"({SEP.join(self.codes[entry])}), the output {slots} code slot(s); pass "
+                            f"{flag}{widest}")
+        if self.langs is not None:
+            self.match(model, np.zeros(0, dtype=object), np.zeros(0, dtype=object))
+        elif langs is not None:
+            langs = np.asarray(sorted(set(np.asarray(langs, dtype=object).tolist())), dtype=object)
+            self.match(model, np.full(len(langs), "", dtype=object), langs)
 
     def match(self, model, inputs: np.ndarray, langs: np.ndarray) -> np.ndarray:
         """Per row (its model input, mixer.prediction.api.Model.model_inputs, and language),
@@ -84,20 +115,58 @@ class Lookup:
                 continue
             first = found.setdefault(key, entry)
             if first != entry and self.codes[first] != self.codes[entry]:
+                a, b = self.texts.iloc[first], self.texts.iloc[entry]
+                what = f"{a!r}" if a == b else f"{a!r} and {b!r}, which the model reads as one input,"
                 raise UserError(
                     f"--lookup {self.path}: line {self.lines[first]} and line {self.lines[entry]} give "
-                    f"{self.texts.iloc[first]!r} two code sets ({SEP.join(self.codes[first]) or 'none'} and "
-                    f"{SEP.join(self.codes[entry]) or 'none'}), which the model reads as one input; keep one")
+                    f"{what} two code sets ({SEP.join(self.codes[first]) or 'none'} and "
+                    f"{SEP.join(self.codes[entry]) or 'none'}); keep one")
         return found
+
+
+def read_for(model, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
+             options: Optional[TableOptions] = None, log=None, default_input_col: Optional[str] = None,
+             note=None) -> Lookup:
+    """A lookup read for `model` (mixer.prediction.api.Model): its input, language and
+    context columns, its key and its target columns. input_col: --lookup-input-col;
+    default_input_col: the prediction's input column (default: the model's). log: how the
+    file was read; note: the line on codes the key lacks (default: log)."""
+    predictor = model._predictor
+    config = predictor.config
+    return read_lookup(path, options or TableOptions(role="lookup"), predictor.formatter,
+                       default_input_col or config["input_col"], language_col or config.get("language_col"),
+                       list(config.get("context_cols") or []), input_col, code_cols, log=log,
+                       key=predictor.codes, target_cols=model_target_cols(predictor), note=note)
+
+
+def model_target_cols(predictor) -> list:
+    """The target columns of the model's training file: a run's (args.yaml), or OccCANINE's
+    <system>_1.. (as its training data and its --columns occcanine output name them)."""
+    import yaml
+
+    from mixer.prediction.outputs import system_name
+
+    directory = predictor.config.get("model_dir")
+    for folder in ([directory, os.path.dirname(os.path.normpath(directory))] if directory else []):
+        path = os.path.join(folder, "args.yaml")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                cols = ((yaml.safe_load(handle) or {}).get("data") or {}).get("target_cols")
+            return [str(c) for c in cols or []]
+    if predictor.family == "occcanine":
+        return [f"{system_name(predictor, None)}_{k + 1}" for k in range(predictor.default_top_k())]
+    return []
 
 
 def read_lookup(path: str, options: TableOptions, formatter, input_col: str, language_col: Optional[str],
                 context_cols: list, input_flag_col: Optional[str] = None,
-                code_cols: Optional[list] = None, log=None) -> Lookup:
+                code_cols: Optional[list] = None, log=None, key=None, target_cols=(), note=None) -> Lookup:
     """A lookup table read by the one reader and checked: its layout, its codes (spelled as
-    the model spells them, each a code of the model's code system)."""
+    the model spells them, each a code of the model's code system; those `key` lacks said
+    in one line). input_col: the prediction's input column, the description column unless
+    input_flag_col (--lookup-input-col) names another."""
     from mixer.audit.file import is_audit
-    from mixer.data.checking import checked_columns, filled_rows, with_run_names
+    from mixer.data.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
     from mixer.data.prepare import file_identity
     from mixer.data.reading import read_table
 
@@ -105,16 +174,21 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     frame = read_table(path, options, log=log)
     where = f"--lookup {path}"
     lines = np.arange(len(frame)) + 2
+    target_cols = list(target_cols or [])
+    own = bool(target_cols) and (input_flag_col or input_col) in frame.columns and target_cols[0] in frame.columns
     if code_cols:
         layout = "dictionary"
     elif is_audit(frame):
         layout = "audit"
     elif any(str(c).startswith("checked_") for c in frame.columns):
         layout = "to-check"
+    elif own:  # the model's own columns, as its training file had them (those it has)
+        layout, code_cols = "dictionary", [c for c in target_cols if c in frame.columns]
     else:
-        raise UserError(f"{where}: neither a filled --to-check file (checked_1..) nor a filled audit; "
-                        "name a dictionary's code columns with --lookup-code-cols (and its description "
-                        "column with --lookup-input-col)")
+        theirs = f" (the model's own: {input_col} and {', '.join(target_cols)})" if target_cols else ""
+        raise UserError(f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
+                        f"dictionary with the model's columns{theirs}; name a dictionary's code columns with "
+                        "--lookup-code-cols (and its description column with --lookup-input-col)")
     text_col = input_flag_col or input_col
     if layout == "audit":
         from mixer.audit.train_on import truth_cells
@@ -131,6 +205,9 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         frame = with_run_names(frame, [input_col, language_col, *context_cols], path, log)
         columns = checked_columns(frame, path)
         filled = filled_rows(frame, columns)
+        if not input_flag_col and text_col not in frame.columns:  # the list writes its description first
+            written = [c for c in frame.columns if not TOOL_COLUMN.match(str(c))]
+            text_col = written[0] if written else text_col
     else:
         missing = [c for c in code_cols if c not in frame.columns]
         if missing:
@@ -139,7 +216,7 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         columns = list(code_cols)
         filled = filled_rows(frame, columns)
     if text_col not in frame.columns:
-        flag = "--lookup-input-col" if input_flag_col else "--lookup-input-col (default: the model's input column)"
+        flag = "--lookup-input-col" if input_flag_col else "--lookup-input-col (default: the input column)"
         raise UserError(f"{where}: no column {text_col!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
     missing_context = [c for c in context_cols if c not in frame.columns]
     if missing_context:
@@ -148,7 +225,7 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     if not filled.any():
         raise UserError(f"{where}: no row has a code in {', '.join(map(str, columns))}; fill the codes "
                         "of the rows you coded")
-    codes = _code_sets(frame, columns, formatter, where, lines)
+    codes, written = _code_sets(frame, columns, formatter, where, lines)
     rows = np.flatnonzero(filled)
     texts = frame[text_col].astype(object).where(frame[text_col].notna(), "").astype(str)
     langs = None
@@ -156,16 +233,52 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         langs = frame[language_col].astype(object).where(frame[language_col].notna(), "").astype(str).str.strip()
         langs = langs.iloc[rows].reset_index(drop=True)
     context = frame[context_cols].iloc[rows].reset_index(drop=True) if context_cols else None
-    return Lookup(path, layout, texts.iloc[rows].reset_index(drop=True), langs, context,
-                  [codes[r] for r in rows], np.asarray(lines)[rows], identity)
+    lookup = Lookup(path, layout, texts.iloc[rows].reset_index(drop=True), langs, context,
+                    [codes[r] for r in rows], np.asarray(lines)[rows], identity,
+                    columns=(f"descriptions in {text_col}, codes in {', '.join(map(str, columns))}"
+                             if layout == "dictionary" else ""))
+    if key is not None:
+        line = _outside_key(lookup, set(key), written, rows)
+        if line and (note or log) is not None:
+            (note or log)(line)
+    return lookup
 
 
-def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines) -> list:
-    """Per row, its distinct codes spelled as the model spells them, sorted; a code the
-    code system cannot hold is refused, naming its line."""
+SHOWN = 8  # lines named in a message; the rest counted
+
+
+def _outside_key(lookup: Lookup, key: set, written: dict, rows: np.ndarray) -> Optional[str]:
+    """One line naming the entries whose codes the model's key lacks (a typo, or a code the
+    model never learnt), each code as read and, where zeros were restored, as written; sets
+    lookup.outside_key. None when every code is the model's."""
+    found = []
+    for entry, codes in enumerate(lookup.codes):
+        strange = [c for c in codes if c not in key]
+        if strange:
+            shown = ", ".join(f"{c!r}" + (f" (written {w!r})" if (w := written.get((rows[entry], c))) else "")
+                              for c in strange)
+            found.append(f"line {lookup.lines[entry]} {shown}")
+    lookup.outside_key = len(found)
+    if not found:
+        return None
+    more = f", and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return (f"note: --lookup {lookup.path}: {len(found):,} of {len(lookup.codes):,} entries give a code the "
+            f"model's key lacks, written as given without a description: {'; '.join(found[:SHOWN])}{more}; "
+            "check them (a typo, or a code the model never learnt)")
+
+
+def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines) -> tuple:
+    """(per row, its distinct codes spelled as the model spells them, sorted; {(row, code):
+    the code as written} where zeros were restored); a code the code system cannot hold is
+    refused, naming its line."""
     from mixer.data.normalise import code_column
 
-    spelled = [code_column(frame, column, formatter).text.to_numpy(dtype=object) for column in columns]
+    spelled = [code_column(frame, column, formatter) for column in columns]
+    written = {}
+    for column, read in zip(columns, spelled):
+        for r in np.flatnonzero(read.restored):
+            written[(int(r), read.text.iat[r])] = str(frame[column].iat[r]).strip()
+    spelled = [read.text.to_numpy(dtype=object) for read in spelled]
     out = []
     checked: dict = {}
     for r in range(len(frame)):
@@ -176,7 +289,7 @@ def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines)
             if checked[code]:
                 raise UserError(f"{where}: line {lines[r]}: code {code!r} {checked[code]}")
         out.append(tuple(codes))
-    return out
+    return out, written
 
 
 SOURCE = "source"  # where a row's codes came from: lookup | model
