@@ -202,3 +202,21 @@ def test_a_launched_predict_py_without_distributed_says_predicting(monkeypatch):
     world.setup(DistConfig(distributed=False), log=said.append, env=env, program="predict.py")
     world.setup(DistConfig(distributed=False), log=said.append, env=env)
     assert "predicting with --distributed" in said[0] and "training with --distributed" in said[1]
+
+
+def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
+    """A keyword of predict, target or audit is a field of PredictConfig by its name, and
+    restates no default (None: the field's), so the API and predict.py cannot drift."""
+    import inspect
+
+    from mixer.prediction.api import RENAMED, Model
+
+    fields = {f.name for f in dataclasses.fields(PredictConfig)}
+    own = {"self", "texts", "context", "target", "rows_to_code", "options", "frame", "n", "path", "renamed"}
+    for method in (Model.predict, Model.target, Model.audit):
+        for name, parameter in inspect.signature(method).parameters.items():
+            if name in own:
+                continue
+            assert name in fields, f"{method.__name__}({name}=): not a field of PredictConfig"
+            assert parameter.default is None, f"{method.__name__}({name}=): restates a default"
+    assert set(RENAMED.values()) <= fields
