@@ -220,3 +220,20 @@ def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
             assert name in fields, f"{method.__name__}({name}=): not a field of PredictConfig"
             assert parameter.default is None, f"{method.__name__}({name}=): restates a default"
     assert set(RENAMED.values()) <= fields
+
+
+@pytest.mark.parametrize("message, said", [
+    ("--top-k 0: must be 1 or more", "top_k=0: must be 1 or more"),
+    ("use --head flat or seq2seq", "use head='flat' or seq2seq"),
+    ("pass --calibration-data FILE --calibration-truth-cols COL", "pass calibration_data=FILE calibration_truth_cols=COL"),
+    ("--lookup x.csv: line 2 (--lookup-sep ;)", "lookup='x.csv': line 2 (--lookup-sep ;)"),  # no keyword: as is
+    ("pass --lookup-code-cols", "pass code_cols="),  # Model.lookup's own name
+    ("a stratified audit (--audit-by decade); choose on one (predict.py --audit N without --audit-by)",
+     "a stratified audit (audit_by='decade'); choose on one (predict.py --audit N without --audit-by)"),
+    ("--shorter-codes gives a shorter code", "shorter_codes=True gives a shorter code"),
+    ("--checkpoint runs/x is not a run; train with --keep-best", "--checkpoint runs/x is not a run; train with --keep-best"),
+])
+def test_the_api_says_the_program_s_messages_in_its_keywords(message, said):
+    from mixer.prediction.api import keyword_message
+
+    assert keyword_message(message) == said

@@ -88,26 +88,47 @@ def _is_object(value) -> bool:
 
 
 KEYWORD = re.compile(r"--([a-z][a-z0-9-]*)(?: ((?!-)[^\s,;:()]+)(:?))?")
+WORDS = set("a an and as at but by for from given gives has in instead is marks needs not of on only or takes the "
+            "to too was were with without works writes".split())  # a word after a flag: not its value
+PROGRAM = re.compile(r"(?:predict|evaluate|finetune|train_mixer)\.py[^;)]*")  # a command, kept as typed
+
+
+@functools.lru_cache(maxsize=1)
+def api_keywords() -> dict:
+    """{field: the keyword that sets it}: the fields that are keywords of predict, target and
+    audit, and the lookup's own names in Model.lookup."""
+    import inspect
+
+    fields = _field_specs()
+    names = {name: name for method in (Model.predict, Model.target, Model.audit)
+             for name in inspect.signature(method).parameters if name in fields}
+    return {**names, "lookup_input_col": "input_col", "lookup_code_cols": "code_cols"}
 
 
 def keyword_message(message: str) -> str:
-    """A message of the program's as the API says it: each of predict.py's flags by its
-    keyword (--top-k 0: -> top_k=0:, --head flat -> head='flat', --shorter-codes ->
-    shorter_codes=True). Reading options (--lookup-sep) have no keyword: as they are."""
-    specs = _field_specs()
+    """A message of the program's as the API says it: each flag that is a keyword of the API
+    by its keyword (--top-k 0: -> top_k=0:, --head flat -> head='flat', --shorter-codes ->
+    shorter_codes=True). Other flags (--checkpoint, --lookup-sep, finetune.py's) and commands
+    (predict.py --audit N) stay as they are."""
+    specs, keywords = _field_specs(), api_keywords()
 
     def keyword(match):
-        name, value, colon = match.group(1).replace("-", "_"), match.group(2), match.group(3) or ""
-        spec = specs.get(name)
-        if spec is None:
+        flag, value, colon = match.group(1).replace("-", "_"), match.group(2), match.group(3) or ""
+        if flag not in keywords:
             return match.group(0)
-        if value is not None and (colon or (spec.choices and value in spec.choices) or value.isupper()):
+        spec, name = specs[flag], keywords[flag]
+        if value is not None and not spec.switch and (colon or value.lower() not in WORDS):
             shown = value if spec.type or value.isupper() else repr(value)
             return f"{name}={shown}{colon}"
         rest = "" if value is None else f" {value}{colon}"
         return f"{name}={'True' if spec.switch else ''}{rest}"
 
-    return KEYWORD.sub(keyword, message)
+    kept = [(m.start(), m.end()) for m in PROGRAM.finditer(message)]
+    parts, at = [], 0
+    for start, end in kept:
+        parts += [KEYWORD.sub(keyword, message[at:start]), message[start:end]]
+        at = end
+    return "".join(parts + [KEYWORD.sub(keyword, message[at:])])
 
 
 def says_keywords(method):
