@@ -128,6 +128,8 @@ def test_the_api_takes_predict_py_options_by_their_names_and_says_them(run_dir):
             (lambda: model.target(0.5, head="full"), "target_accuracy=: the full head .* head='flat'"),
             (lambda: model.predict(["farmer"], shorter_codes=True), "works with target_accuracy="),
             (lambda: model.predict(["farmer"], lang="en", language="en"), "lang= and language= both given"),
+            (lambda: model.predict(["farmer"], topk=2), r"topk=: not a keyword of predict\(\)"),
+            (lambda: model.predict(["farmer"], margin=0.1), r"margin=: not a keyword of predict\(\)"),
             (lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5}), 2, audit_unit="words"),
              "audit_unit='words': invalid choice")):
         with pytest.raises(UserError, match=message) as raised:

@@ -58,13 +58,13 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
     from mixer.cli.finetune_api import checked
     from mixer.core.options import default_of
     from mixer.core.programs import PredictConfig
-    import dataclasses
 
     given = dict(given)
     for old, value in (renamed or {}).items():
         new = RENAMED.get(old)
         if new is None or new not in given:
-            raise UserError(f"{call}() got an unexpected keyword {old}=")
+            raise UserError(f"{old}=: not a keyword of {call}(); its keywords are predict.py's options by their "
+                            f"names (help(mixer.api.Model.{call}))")
         if given[new] is not None:
             raise UserError(f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)")
         given[new] = value
