@@ -307,7 +307,7 @@ def test_target_accuracy_is_chosen_again_at_int8(run_dir):
 def test_target_accuracy_needs_labelled_rows_that_chose_nothing(run_dir, copy_of, hisco_model, common_csv, tmp_path):
     import mixer
 
-    with pytest.raises(UserError, match="labelled rows of your own with --calibration-data"):
+    with pytest.raises(UserError, match="labelled rows of your own with calibration_data="):  # the API names keywords
         mixer.load(hisco_model["hub"]).target(0.9)
     run = copy_of(run_dir)
     write_scores(run, chose=10_000)  # every row chose something
@@ -426,7 +426,7 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
     probe = targets.Target("flat", 0.5, 0.9, None, (), 5, "", None, 0.0, len(rows), "")
     assert targets._sequence(probe, table, truth, None).threshold == plain.threshold
-    with pytest.raises(UserError, match="--code-levels"):
+    with pytest.raises(UserError, match="code_levels="):  # the API's keyword
         model.target(0.5, shorter_codes=True)  # a code system of the user's: no levels known
 
 

@@ -105,9 +105,13 @@ def checked_values(given: dict) -> dict:
     return values
 
 
-def checked(name: str, spec, value):
-    """One keyword argument as its flag would read it, or a one-line UserError."""
+def checked(name: str, spec, value, caller: str = "finetune()", keyword: bool = False):
+    """One keyword argument as its flag would read it, or a one-line UserError that names
+    the flag (finetune()'s, as the program's messages do) or, with `keyword`, the keyword
+    (`top_k=0: ...`, the prediction API's)."""
     from mixer.cli.options import CHECKS
+
+    where = f"{name}={first_line(repr(value), 80)}" if keyword else f"{caller}: argument {'/'.join(spec.flags)}"
 
     for one in (value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]):
         if not isinstance(one, (str, int, float, bool, os.PathLike, list, tuple, dict, set)):
@@ -122,7 +126,7 @@ def checked(name: str, spec, value):
     if spec.nargs in ("+", "*"):
         values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
         if not values and spec.nargs == "+":  # as argparse refuses the flag with no value
-            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: expected at least one argument")
+            raise UserError(f"{where}: expected at least one argument")
     elif isinstance(value, (list, tuple, dict, set)):
         raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
     else:
@@ -133,10 +137,9 @@ def checked(name: str, spec, value):
         try:
             one = CHECKS[spec.type](text) if spec.type else text
         except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: {exc}")
+            raise UserError(f"{where}: {exc}")
         if spec.choices and one not in spec.choices:
-            raise UserError(f"finetune(): argument {'/'.join(spec.flags)}: invalid choice: {one!r} "
-                            f"(choose from {', '.join(map(repr, spec.choices))})")
+            raise UserError(f"{where}: invalid choice: {one!r} (choose from {', '.join(map(repr, spec.choices))})")
         read.append(one)
     return read if spec.nargs in ("+", "*") else read[0]
 

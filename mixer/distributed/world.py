@@ -23,7 +23,7 @@ from mixer.core.config import DistConfig
 from mixer.core.errors import PeerFailed, UserError, report
 from mixer.distributed.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
-LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N finetune.py --distributed ... "
+LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N {program} --distributed ... "
                "(or srun under Slurm; see docs/distributed.md)")
 
 
@@ -51,21 +51,23 @@ class World:
 
 
 def setup(cfg: DistConfig, log: Callable[[str], None] = print,
-          env: Optional[Mapping[str, str]] = None) -> World:
-    """Choose the device and start the process group when launched for it."""
+          env: Optional[Mapping[str, str]] = None, program: str = "finetune.py") -> World:
+    """Choose the device and start the process group when launched for it. `program`: the
+    script the messages name (finetune.py trains, predict.py predicts)."""
     env = os.environ if env is None else env
     launch = detect_launch(env, cfg.local_rank)
     cuda = torch.cuda.is_available()
     if launch is None or (launch.world_size == 1 and not cfg.distributed):
         if cfg.distributed:
-            raise UserError(f"--distributed was given but no launcher set RANK/WORLD_SIZE; {LAUNCH_HINT}")
+            raise UserError("--distributed was given but no launcher set RANK/WORLD_SIZE; "
+                            + LAUNCH_HINT.format(program=program))
         device = "cuda:0" if cuda else "cpu"
         if cuda:
             torch.cuda.set_device(0)
         return World(device=device)
     if not cfg.distributed and launch.rank == 0:
         log(f"note: WORLD_SIZE={launch.world_size} set by {launch.launcher}; "
-            "training with --distributed")
+            f"{'predicting' if program == 'predict.py' else 'training'} with --distributed")
     if launch.launcher == "slurm":
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if name not in env:

@@ -12,7 +12,10 @@ predict.py is a shell over this module: the same columns and values.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import numbers
+import re
 import sys
 from typing import Iterable, Optional, Union
 
@@ -20,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
+from mixer.prediction.columns import job_columns
 from mixer.prediction.predict import HEADS, Predictor
 
 MAX_ALTERNATIVES = 50
@@ -27,6 +31,119 @@ RAW_CONFIDENCE = "confidence_raw"  # beside a calibrated confidence
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
 Context = Union[None, pd.DataFrame, dict]
+
+
+# ------------------------------------------------------------------ keywords
+# the keywords of predict, target and audit are PredictConfig's fields, by their names, read
+# by their flags' own checks; these names of earlier versions still work
+RENAMED = {"lang": "language", "accuracy": "target_accuracy", "confidence": "target_confidence",
+           "labelled": "calibration_data", "truth_cols": "calibration_truth_cols", "levels": "code_levels",
+           "margin": "audit_margin", "by": "audit_by", "unit": "audit_unit", "seed": "audit_seed"}
+
+
+@functools.lru_cache(maxsize=1)
+def _field_specs() -> dict:
+    """{field: its flag's Spec} of predict.py's configuration."""
+    from mixer.cli.options import specs
+    from mixer.core.programs import PredictConfig
+
+    return {spec.name: spec for spec in specs([PredictConfig])}
+
+
+def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
+    """The keywords of an API call as predict.py's configuration reads them: each a field of
+    PredictConfig, checked by its flag's own check (mixer.cli.options.CHECKS) with a message
+    that names the keyword, and where left unset (None) the field's default, the program's.
+    `renamed`: keywords of earlier versions given, read under their fields' names."""
+    from mixer.cli.finetune_api import checked
+    from mixer.core.options import default_of
+    from mixer.core.programs import PredictConfig
+
+    given = dict(given)
+    for old, value in (renamed or {}).items():
+        new = RENAMED.get(old)
+        if new is None or new not in given:
+            raise UserError(f"{old}=: not a keyword of {call}(); its keywords are predict.py's options by their "
+                            f"names (help(mixer.api.Model.{call}))")
+        if given[new] is not None:
+            raise UserError(f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)")
+        given[new] = value
+    fields = {f.name: f for f in dataclasses.fields(PredictConfig)}
+    specs = _field_specs()
+    values = {}
+    for name, value in given.items():
+        spec = specs.get(name)
+        if value is None:
+            values[name] = default_of(fields[name]) if name in fields else None
+        elif spec is not None and (spec.type or spec.choices or spec.switch) and not _is_object(value):
+            values[name] = checked(name, spec, value, keyword=True)
+        else:
+            values[name] = value
+    return values
+
+
+def _is_object(value) -> bool:
+    """A value of the API's own (a Lookup, a DataFrame, per-row languages), which no flag reads."""
+    return not isinstance(value, (str, int, float, bool, np.integer, np.floating, list, tuple))
+
+
+KEYWORD = re.compile(r"--([a-z][a-z0-9-]*)(?: ((?!-)[^\s,;:()]+)(:?))?")
+WORDS = set("a an and as at but by for from given gives has in instead is marks needs not of on only or takes the "
+            "to too was were with without works writes".split())  # a word after a flag: not its value
+PROGRAM = re.compile(r"(?:predict|evaluate|finetune|train_mixer)\.py[^;)]*")  # a command, kept as typed
+
+
+@functools.lru_cache(maxsize=1)
+def api_keywords() -> dict:
+    """{field: the keyword that sets it}: the fields that are keywords of predict, target and
+    audit, and the lookup's own names in Model.lookup."""
+    import inspect
+
+    fields = _field_specs()
+    names = {name: name for method in (Model.predict, Model.target, Model.audit)
+             for name in inspect.signature(method).parameters if name in fields}
+    return {**names, "lookup_input_col": "input_col", "lookup_code_cols": "code_cols"}
+
+
+def keyword_message(message: str) -> str:
+    """A message of the program's as the API says it: each flag that is a keyword of the API
+    by its keyword (--top-k 0: -> top_k=0:, --head flat -> head='flat', --shorter-codes ->
+    shorter_codes=True). Other flags (--checkpoint, --lookup-sep, finetune.py's) and commands
+    (predict.py --audit N) stay as they are."""
+    specs, keywords = _field_specs(), api_keywords()
+
+    def keyword(match):
+        flag, value, colon = match.group(1).replace("-", "_"), match.group(2), match.group(3) or ""
+        if flag not in keywords:
+            return match.group(0)
+        spec, name = specs[flag], keywords[flag]
+        if value is not None and not spec.switch and (colon or value.lower() not in WORDS):
+            shown = value if spec.type or value.isupper() else repr(value)
+            return f"{name}={shown}{colon}"
+        rest = "" if value is None else f" {value}{colon}"
+        return f"{name}={'True' if spec.switch else ''}{rest}"
+
+    kept = [(m.start(), m.end()) for m in PROGRAM.finditer(message)]
+    parts, at = [], 0
+    for start, end in kept:
+        parts += [KEYWORD.sub(keyword, message[at:start]), message[start:end]]
+        at = end
+    return "".join(parts + [KEYWORD.sub(keyword, message[at:])])
+
+
+def says_keywords(method):
+    """A public method of the API: a UserError it raises names keywords, not flags (a Model
+    that predict.py made keeps the flags in its messages)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if not self._keywords:
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except UserError as exc:
+            raise UserError(keyword_message(str(exc))) from None
+
+    return call
 
 
 class Model:
@@ -37,6 +154,8 @@ class Model:
         self.source = source
         self._says_context_fit = True  # predict.py counts over its chunks and says it once
         self._note_blank = note_blank  # predict.py counts them over its whole file instead
+        self._keywords = False  # load() sets it: messages name keywords, not predict.py's flags
+        self._noted = set()  # targets chosen without rows_to_code, said once each
 
     @property
     def family(self) -> str:
@@ -52,13 +171,21 @@ class Model:
     def config(self) -> dict:
         return dict(self._predictor.config)
 
-    def predict(self, texts: Texts, lang: Languages = None, top_k: Optional[int] = None,
-                head: str = "flat", threshold: Optional[float] = None, context: Context = None,
-                batch_size: int = 256, what: str = "codes", columns: str = "mixer",
-                system: Optional[str] = None, lookup=None, target=None) -> pd.DataFrame:
+    @says_keywords
+    def predict(self, texts: Texts, language: Languages = None, top_k: Optional[int] = None,
+                head: Optional[str] = None, threshold: Optional[float] = None, context: Context = None,
+                batch_size: Optional[int] = None, what: Optional[str] = None, columns: Optional[str] = None,
+                system: Optional[str] = None, lookup=None, target=None, *,
+                target_accuracy: Optional[float] = None, target_confidence: Optional[float] = None,
+                calibration_data=None, calibration_truth_cols=None, shorter_codes: Optional[bool] = None,
+                code_levels=None, **renamed) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
 
-        texts: a string, a list or a pandas Series (the result keeps its index). lang:
+        The keywords are predict.py's options by their names (top_k for --top-k), checked as
+        its flags are; None: predict.py's default (docs/python-api.md). `lang` is the earlier
+        name of `language`.
+
+        texts: a string, a list or a pandas Series (the result keeps its index). language:
         one language for all rows ('en'), one per row, or None for the model's own
         default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
         decoder). threshold: the flat/full threshold (default: the model's; by
@@ -83,25 +210,46 @@ class Model:
         table of hand-coded inputs (a path, or Model.lookup's result): a row the model reads
         as one of its entries takes its codes (column `source`: lookup or model). target:
         Model.target's result: each row is `coded` auto or check (and with shorter codes
-        given a `level`)."""
-        head = "seq2seq" if head == "greedy" else head  # predict.py's other name for it
-        if head not in HEADS:
-            raise UserError(f"head={head!r}: choose one of {', '.join(HEADS)} (or 'greedy' for seq2seq)")
+        given a `level`). target_accuracy (with target_confidence, calibration_data,
+        calibration_truth_cols, shorter_codes, code_levels): the threshold chosen here as
+        predict.py --target-accuracy chooses it for a file of these rows (the rows to code
+        counted, less those the lookup covers), then applied: the same marks as predict.py's."""
+        given = settings("predict", dict(
+            language=language, top_k=top_k, head=head, threshold=threshold, batch_size=batch_size, what=what,
+            columns=columns, system=system, target_accuracy=target_accuracy, target_confidence=target_confidence,
+            calibration_data=calibration_data, calibration_truth_cols=calibration_truth_cols,
+            shorter_codes=shorter_codes, code_levels=code_levels), renamed)
+        lang, top_k, threshold, batch_size = given["language"], given["top_k"], given["threshold"], given["batch_size"]
+        what, columns, system = given["what"], given["columns"], given["system"]
+        head = one_head(given["head"])
         if top_k is not None:
-            _require_count("top_k", top_k)
             most = max(len(self._predictor.codes), self._predictor.default_top_k())
             if top_k > most:
                 raise UserError(f"top_k={top_k}: the model has {len(self._predictor.codes)} codes; "
                                 f"ask for at most {most}")
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
-                                      or not 0.0 <= float(threshold) <= 1.0):
-            raise UserError(f"threshold={threshold!r}: must be a number between 0 and 1")
-        _require_count("batch_size", batch_size)
         from mixer.prediction import outputs
 
         outputs.check_what(what, head)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         name = outputs.system_name(self._predictor, system)
+        if given["target_accuracy"] is not None:
+            if target is not None:
+                raise UserError("target= and target_accuracy= both given; pass one")
+            if what != "codes" or columns != "mixer":
+                raise UserError("target_accuracy= marks rows of the code table; leave out what= and columns=")
+            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            target = self.target(given["target_accuracy"], given["target_confidence"], head, given["calibration_data"],
+                                 given["calibration_truth_cols"], lookup, given["shorter_codes"],
+                                 self._rows_to_code(texts, lang, context, lookup), top_k, threshold,
+                                 language=lang if isinstance(lang, str) else None, batch_size=batch_size,
+                                 code_levels=given["code_levels"])
+            target.check_reached()
+        else:
+            for companion in ("calibration_data", "calibration_truth_cols", "code_levels"):
+                if given[companion] is not None:
+                    raise UserError(f"{companion}= works with target_accuracy=; pass it, or leave out {companion}=")
+            if given["shorter_codes"]:
+                raise UserError("shorter_codes=True works with target_accuracy=; pass it, or leave out shorter_codes=")
         texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         if what in ("probs", "logits"):
@@ -132,6 +280,7 @@ class Model:
         """The head's calibration temperature (1.0 without one); its bias: scaling()."""
         return self.scaling(head)[0]
 
+    @says_keywords
     def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
                options=None, log=None):
         """A lookup table (mixer.prediction.lookup): a filled --to-check file, a filled audit,
@@ -144,34 +293,53 @@ class Model:
         return read_for(self, path, input_col, code_cols, language_col, options,
                         log=log or (lambda m: print(m, file=sys.stderr)))
 
-    def target(self, accuracy: float, confidence: float = 0.95, head: str = "flat", labelled=None,
-               truth_cols=None, lookup=None, shorter_codes: bool = False, rows_to_code=None,
-               top_k: Optional[int] = None, threshold: Optional[float] = None, input_col: Optional[str] = None,
-               lang: Languages = None, language_col: Optional[str] = None, batch_size: int = 256, options=None,
-               levels=None):
-        """A threshold for `head` at which the coded rows reach `accuracy` with probability
-        `confidence` on new rows like the labelled ones (docs/coding.md). labelled: None for
-        the run's held-out rows (scores.parquet, chose == False), or a path to labelled rows of
-        your own (true codes in `truth_cols`, or a filled simple random audit). lookup: rows it
-        covers are left out. rows_to_code: how many new rows will be coded (their own sampling
-        error is then covered too). shorter_codes: a row whose codes miss the threshold may get
-        them cut to a coarser class (`levels`: prefix lengths; default the code system's).
-        Pass the result to predict(target=...)."""
+    @says_keywords
+    def target(self, target_accuracy: Optional[float] = None, target_confidence: Optional[float] = None,
+               head: Optional[str] = None, calibration_data=None, calibration_truth_cols=None, lookup=None,
+               shorter_codes: Optional[bool] = None, rows_to_code=None, top_k: Optional[int] = None,
+               threshold: Optional[float] = None, input_col: Optional[str] = None, language=None,
+               language_col: Optional[str] = None, batch_size: Optional[int] = None, options=None,
+               code_levels=None, **renamed):
+        """A threshold for `head` at which the coded rows reach `target_accuracy` with
+        probability `target_confidence` on new rows like the labelled ones (docs/coding.md).
+        The keywords are predict.py's options by their names, checked as its flags are; None:
+        predict.py's default. calibration_data: None for the run's held-out rows
+        (scores.parquet, chose == False), or a path to labelled rows of your own (true codes in
+        `calibration_truth_cols`, or a filled simple random audit). lookup: rows it covers are
+        left out. rows_to_code: the rows that will be coded (a count, or the texts), whose own
+        sampling error is then covered too, as predict.py counts its input's rows: without it
+        the promise is of the population the labelled rows come from. shorter_codes: a row whose
+        codes miss the threshold may get them cut to a coarser class (`code_levels`: prefix
+        lengths; default the code system's). Pass the result to predict(target=...), or pass
+        target_accuracy= to predict(), which counts the rows as predict.py does. Earlier names:
+        accuracy, confidence, labelled, truth_cols, lang, levels."""
+        given = settings("target", dict(
+            target_accuracy=target_accuracy, target_confidence=target_confidence, head=head,
+            calibration_data=calibration_data, calibration_truth_cols=calibration_truth_cols,
+            shorter_codes=shorter_codes, top_k=top_k, threshold=threshold, input_col=input_col,
+            language=language, language_col=language_col, batch_size=batch_size, code_levels=code_levels), renamed)
+        if given["target_accuracy"] is None:
+            raise UserError("target(): pass target_accuracy, e.g. model.target(0.95)")
+        accuracy, confidence, labelled = given["target_accuracy"], given["target_confidence"], given["calibration_data"]
+        truth_cols, shorter_codes, levels = given["calibration_truth_cols"], given["shorter_codes"], given["code_levels"]
+        top_k, threshold, batch_size = given["top_k"], given["threshold"], given["batch_size"]
+        head = one_head(given["head"])
         from mixer.core.config import TableOptions
         from mixer.prediction import target as targets
 
-        head = "seq2seq" if head == "greedy" else head
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
         config = self._predictor.config
         if labelled is None:
             rows = targets.run_rows(config.get("model_dir"), self.source)
         else:
-            context_cols = list(config.get("context_cols") or [])
-            language_col = language_col or (None if lang is not None else config.get("language_col"))
-            language = lang if isinstance(lang, str) else (config.get("language") or "unk")
+            if given["language"] is not None and not isinstance(given["language"], str):
+                raise UserError("language=: one language for every labelled row ('en'), or language_col=")
+            columns = job_columns(config, given["input_col"], given["language"], given["language_col"])
             rows = targets.file_rows(labelled, options or TableOptions(role="calibration_data"), truth_cols, self,
-                                     input_col or config["input_col"], language_col, language, context_cols,
-                                     log=lambda m: print(m, file=sys.stderr))
+                                     columns.input_col, columns.language_col, columns.language,
+                                     columns.context_cols, log=lambda m: print(m, file=sys.stderr))
+        if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):
+            rows_to_code = len(list(rows_to_code)) if not isinstance(rows_to_code, str) else 1
         if lookup is not None:
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
             covered = lookup.match(self, self._strings(rows.texts, rows.langs), rows.langs) >= 0
@@ -186,8 +354,9 @@ class Model:
         if too_long:
             raise UserError(f"--code-levels {too_long[0]}: a prefix shorter than the codes' "
                             f"{self._predictor.formatter.block_size} characters")
-        return targets.choose(self._predictor, head, float(accuracy), float(confidence), rows, levels, top_k,
-                              threshold, batch_size, rows_to_code)
+        return dataclasses.replace(targets.choose(self._predictor, head, float(accuracy), float(confidence), rows,
+                                                  levels, top_k, threshold, batch_size, rows_to_code),
+                                   rows_to_code=rows_to_code)
 
     def levels(self) -> list:
         """The prefix lengths of the model's code system's coarser classes (mixer.coding.levels)."""
@@ -202,13 +371,22 @@ class Model:
         from mixer.prediction import target as targets
         from mixer.prediction.predict import CONFIDENCE
 
+        from mixer.audit.draw import threshold_used
+
         predictor = self._predictor
         if target is not None:
-            if target.head != head or target.top_k != top_k or target.flat_threshold != threshold \
+            # the settings as predicted with: top_k=None and the model's own top-k are one setting
+            settled = lambda k, t: (k or predictor.default_top_k(), threshold_used(predictor, head, t))  # noqa: E731
+            if target.head != head or settled(target.top_k, target.flat_threshold) != settled(top_k, threshold) \
                     or target.owner != id(predictor):
                 raise UserError(f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
                                 f"{target.flat_threshold}) by another model or settings; choose it with this "
                                 "model and the head, top_k and threshold you predict with")
+            if target.rows_to_code is None and id(target) not in self._noted:
+                self._noted.add(id(target))
+                print(f"note: target= was chosen without rows_to_code: it promises accuracy {target.accuracy:g} "
+                      "on rows like the labelled ones, not on these rows; predict.py counts the rows it codes "
+                      "(pass rows_to_code= to target(), or target_accuracy= to predict())", file=sys.stderr)
         entries = None
         if lookup is not None:  # before predicting: an entry too wide or two alike fail at once
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
@@ -231,6 +409,14 @@ class Model:
             table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
         return table
 
+    def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
+        """The rows the model will code, as predict.py counts them: every row, less those the
+        lookup covers."""
+        if lookup is None:
+            return 1 if isinstance(texts, str) else len(list(texts))
+        _, model_texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
+        return int((lookup.match(self, self._strings(model_texts, langs), langs) < 0).sum())
+
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
         (model_inputs; mixer.data.tokens.reading_keys)."""
@@ -238,21 +424,31 @@ class Model:
 
         return reading_keys(self._predictor.token_ids, texts, langs)
 
+    @says_keywords
     def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
-              margin: Optional[float] = None, by: Optional[str] = None, unit: str = "rows", seed: int = 0,
-              input_col: Optional[str] = None, lang: Languages = None, language_col: Optional[str] = None,
-              head: str = "flat", threshold: Optional[float] = None, top_k: Optional[int] = None,
-              batch_size: int = 256) -> pd.DataFrame:
+              audit_margin: Optional[float] = None, audit_by: Optional[str] = None, audit_unit: Optional[str] = None,
+              audit_seed: Optional[int] = None, input_col: Optional[str] = None, language: Languages = None,
+              language_col: Optional[str] = None, head: Optional[str] = None, threshold: Optional[float] = None,
+              top_k: Optional[int] = None, batch_size: Optional[int] = None, **renamed) -> pd.DataFrame:
         """A random sample of the rows of `frame`, predicted, to check by hand: what
         predict.py --audit writes (docs/evaluation.md, "Audits"), returned as a DataFrame
         and, with `path` (.csv, .xlsx, .parquet), written there for evaluate.py --audit.
+        The keywords are predict.py's options by their names, checked as its flags are;
+        None: predict.py's default. Earlier names: margin, by, unit, seed, lang.
 
-        n rows, or with `margin` the fewest rows whose 95% interval reaches at most
-        `margin` from the estimate on either side at the accuracy the model expects (with
-        `by`, each stratum's, for the design). by: a column of `frame` to stratify by.
-        unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
-        descriptions). input_col,
-        lang / language_col: as predict.py's (default: the model's)."""
+        n rows, or with `audit_margin` the fewest rows whose 95% interval reaches at most
+        that margin from the estimate on either side at the accuracy the model expects (with
+        `audit_by`, each stratum's, for the design). audit_by: a column of `frame` to stratify
+        by. audit_unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
+        descriptions). input_col, language / language_col: as predict.py's (default: the
+        model's)."""
+        given = settings("audit", dict(
+            audit_margin=audit_margin, audit_by=audit_by, audit_unit=audit_unit, audit_seed=audit_seed,
+            input_col=input_col, language=language, language_col=language_col, head=head, threshold=threshold,
+            top_k=top_k, batch_size=batch_size), renamed)
+        margin, by, unit, seed = given["audit_margin"], given["audit_by"], given["audit_unit"], given["audit_seed"]
+        threshold, top_k, batch_size, lang = given["threshold"], given["top_k"], given["batch_size"], given["language"]
+        head = one_head(given["head"])
         from mixer.audit.draw import (PREDICTED, AuditDraw, AuditRequest, audited_source,
                                             model_fingerprint, threshold_used, write_audit)
 
@@ -262,13 +458,10 @@ class Model:
         if not isinstance(frame, pd.DataFrame):
             raise UserError(f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame")
         config = self._predictor.config
-        input_col = input_col or config["input_col"]
-        language_col = language_col or (None if lang is not None else config.get("language_col"))
-        context_cols = list(config.get("context_cols") or [])
+        input_col, language_col, _, context_cols = job_columns(config, given["input_col"], lang, given["language_col"])
         for column in [input_col, language_col, by, *context_cols]:
             if column and column not in frame.columns:
                 raise UserError(f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}")
-        head = "seq2seq" if head == "greedy" else head
         predicted = self.predict(frame[input_col], frame[language_col] if language_col else lang, top_k, head,
                                  threshold, frame[context_cols] if context_cols else None, batch_size)
         draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
@@ -283,6 +476,7 @@ class Model:
             print("\n".join(lines), file=sys.stderr)
         return table
 
+    @says_keywords
     def alternatives(self, texts: Texts, lang: Languages = None, k: int = 3, context: Context = None,
                      batch_size: int = 256, columns: str = "mixer",
                      system: Optional[str] = None) -> pd.DataFrame:
@@ -398,6 +592,15 @@ class Model:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
 
 
+def one_head(head) -> str:
+    """The API's one head (predict.py's --head takes several): 'greedy' is seq2seq."""
+    if isinstance(head, list):
+        if len(head) != 1:
+            raise UserError(f"head={head!r}: one head ('flat', 'seq2seq' or 'full')")
+        head = head[0]
+    return "seq2seq" if head == "greedy" else head
+
+
 def blank_descriptions(texts: pd.Series) -> np.ndarray:
     """Per row, whether its description is empty, spaces or missing."""
     return texts.where(texts.notna(), "").astype(str).str.strip().eq("").to_numpy()
@@ -481,4 +684,6 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
         from mixer.prediction.outputs import set_descriptions
 
         set_descriptions(predictor, code_descriptions)
-    return Model(predictor, source)
+    model = Model(predictor, source)
+    model._keywords = True  # the API's own: its messages name its keywords
+    return model

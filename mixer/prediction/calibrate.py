@@ -119,14 +119,15 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
 def labelled_rows(args, model, predictor):
     from mixer.prediction import target as targets
 
+    from mixer.prediction.columns import job_columns
+
     config = predictor.config
     if not args.calibration_data:
         return targets.run_rows(config.get("model_dir"), args.checkpoint, "--calibrate")
-    language_col = args.language_col or (None if args.language else config.get("language_col"))
-    language = args.language or config.get("language") or "unk"
+    input_col, language_col, language, context_cols = job_columns(config, args.input_col, args.language,
+                                                                  args.language_col)
     return targets.file_rows(args.calibration_data, args.table_options("calibration_data"),
-                             args.calibration_truth_cols, model, args.input_col or config["input_col"],
-                             language_col, language, list(config.get("context_cols") or []),
+                             args.calibration_truth_cols, model, input_col, language_col, language, context_cols,
                              log=lambda m: print(m, file=sys.stderr))
 
 

@@ -173,6 +173,10 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
     if args.target_accuracy is not None:
         def choose():
             rows_to_code = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
+            if lookup is None and not rows_to_code:  # before a threshold is chosen for no rows
+                from mixer.prediction.predict_job import no_rows
+
+                raise UserError(no_rows(args.input))
             chosen = {}
             for head in args.head:
                 target = model.target(
@@ -249,4 +253,6 @@ def _provenance(args, predictor, lookup, targets: dict) -> dict:
         "lookup": lookup.describe() if lookup is not None else None,
         "input": provenance.input_part(args.input),
         "output": os.path.basename(args.output),
+        "options": provenance.options_part(args),
+        "columns": provenance.columns_part(args, predictor),
     })

@@ -22,6 +22,7 @@ from mixer.data.reading import check_input_path, check_input_table, iter_chunks,
 from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model, blank_descriptions
+from mixer.prediction.columns import job_columns
 from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
 
@@ -63,7 +64,7 @@ def predict_file(args: PredictConfig) -> None:
     if args.code_descriptions:
         check_input_path(args.code_descriptions, "--code-descriptions")
     check_coding_args(args)
-    world = mdist.setup(DistConfig(distributed=args.distributed))
+    world = mdist.setup(DistConfig(distributed=args.distributed), program="predict.py")
     writer = embedding_writer = checklist = draw = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
@@ -82,11 +83,8 @@ def predict_file(args: PredictConfig) -> None:
         model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
         model._says_context_fit = False  # counted over the chunks and every rank, said once below
         context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
-        config = predictor.config
-        input_col = args.input_col or config["input_col"]
-        language_col = args.language_col or (None if args.language else config.get("language_col"))
-        language = args.language or config.get("language") or "unk"
-        context_cols = config.get("context_cols") or []
+        input_col, language_col, language, context_cols = job_columns(
+            predictor.config, args.input_col, args.language, args.language_col)
         from mixer.prediction.coding_job import prepare
 
         coding = prepare(args, model, predictor, input_col, language_col, language, context_cols, world, say)
@@ -106,12 +104,13 @@ def predict_file(args: PredictConfig) -> None:
             checklist = mdist.main_only(lambda: CheckList(
                 to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
                 args.top_k or predictor.default_top_k(), log=say), world)
-        bar, summary, blank_rows = None, [], 0
+        bar, summary, blank_rows, rows_read = None, [], 0, 0
         if world.is_main and sys.stderr.isatty():
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
         for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
+            rows_read += len(chunk)
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
@@ -171,6 +170,8 @@ def predict_file(args: PredictConfig) -> None:
                     embedding_writer.write(np.concatenate(vectors))
             if bar is not None:
                 bar.update(len(chunk))
+        if not rows_read:  # all ranks: each reads every chunk
+            raise UserError(no_rows(args.input))
         if context_cols:  # all ranks
             say_context_fit(mdist.gather_to_main(context_fit, world), predictor)
         if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
@@ -190,7 +191,7 @@ def predict_file(args: PredictConfig) -> None:
                     from mixer.prediction.provenance import sidecar_path, sidecar_text
 
                     sidecar = sidecar_path(writer.path)
-                    beside[sidecar] = sidecar_text(coding.provenance, coding.result())
+                    beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": writer.rows})
                 writer.commit(beside=beside)
                 print(f"wrote {writer.rows} rows to {args.output}"
                       + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
@@ -214,6 +215,10 @@ def predict_file(args: PredictConfig) -> None:
         raise
     finally:
         mdist.teardown(world)
+
+
+def no_rows(path: str) -> str:
+    return f"--input {path}: no rows below its header; nothing to predict"
 
 
 def say_context_fit(counts: list | None, predictor) -> None:

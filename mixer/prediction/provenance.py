@@ -5,7 +5,15 @@
   family, precision), the heads, thresholds and top-k, the calibration (temperature, bias)
   of each head, the target accuracy and the procedure that chose its threshold. It also
   holds the lookup table's fingerprint, the input file's fingerprint, mixer's version and,
-  under `result`, the rows each source coded and the shares coded automatically.
+  under `result`, the rows written, the rows each source coded and the shares coded
+  automatically.
+- under `options`, every option that changes the file: generated from predict.py's
+  configuration (PredictConfig), every field but those UNRECORDED names with the reason it
+  does not change the file, so that a new option is recorded unless it is named there. A
+  file an option names (--code-descriptions, --calibration-data, --lookup) is recorded by
+  its name, size and hash; `tables` holds every file's reading options (--sep, --encoding,
+  --sheet, --header-row, --lookup-sep, ...). Under `columns`, the columns the job read as
+  mixer.prediction.columns decided them (the run's where an option was unset).
 - its `id` (a hash of everything but `result`) in the file's own metadata where the format
   has room: Parquet's key-value metadata (key mixer_provenance), Stata's data label.
   CSV and Excel carry the sidecar alone.
@@ -13,6 +21,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Optional
@@ -20,6 +29,53 @@ from typing import Optional
 VERSION = 1
 SUFFIX = ".provenance.json"
 LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
+
+
+# PredictConfig's fields that do not change the predictions file, each with why; every other
+# field is recorded under `options` (docs/coding.md, "Provenance")
+UNRECORDED = {
+    "checkpoint": "recorded under `model`: its source and its weights' fingerprint",
+    "input": "recorded under `input`: its name, size and hash",
+    "output": "recorded under `output`: the file's name",
+    "batch_size": "rows per batch: the same codes, probabilities within rounding",
+    "chunk_size": "rows read and written at a time: the same file",
+    "distributed": "one process or several: the same file",
+    "debug": "tracebacks on errors",
+    "embeddings": "another file, with no provenance of its own",
+    "to_check": "another file: the check list",
+    "audit": "another file: the audit draw", "audit_margin": "the audit draw",
+    "audit_by": "the audit draw", "audit_unit": "the audit draw", "audit_seed": "the audit draw",
+    "summary_plot": "another file: a chart",
+    "calibrate": "--calibrate writes no predictions file",
+}
+FILES = {"code_descriptions": "--code-descriptions", "calibration_data": "--calibration-data",
+         "lookup": "--lookup"}  # recorded by their name, size and hash
+
+
+def options_part(args) -> dict:
+    """Every option of `args` (a PredictConfig) that changes the file, as given (None:
+    unset, the model's or the program's default); files by their identity; every file's
+    reading options that were set."""
+    from mixer.data.prepare import file_identity
+
+    recorded, given = {}, vars(args)
+    for f in dataclasses.fields(args):
+        if f.name in UNRECORDED:
+            continue
+        value = given[f.name]
+        if f.name == "tables":
+            value = {k: v for k, v in sorted(value.items()) if v is not None}
+        elif f.name in FILES and value:
+            value = file_identity(value, FILES[f.name])
+        recorded[f.name] = value
+    return recorded
+
+
+def columns_part(args, predictor) -> dict:
+    """The columns the job read (mixer.prediction.columns): the run's where unset."""
+    from mixer.prediction.columns import job_columns
+
+    return job_columns(predictor.config, args.input_col, args.language, args.language_col)._asdict()
 
 
 def sidecar_path(output: str) -> str:

@@ -87,6 +87,7 @@ class Target:
     top_k: Optional[int] = None  # the settings it was chosen with, which predict must use
     flat_threshold: Optional[float] = None
     owner: int = field(default=0, compare=False)  # id() of the Predictor that chose it
+    rows_to_code: Optional[int] = None  # the rows it was chosen to code (None: rows like the labelled ones)
 
     def describe(self) -> dict:
         return {"head": self.head, "accuracy": self.accuracy, "confidence": self.confidence,
