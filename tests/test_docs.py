@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT, env_for_subprocess
 
-DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT)
+DOCS = ["README.md", "CONTRIBUTING.md"] + sorted(os.path.relpath(p, ROOT)
                               for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 
 FENCE = re.compile(r"^(```|~~~)")
