@@ -37,6 +37,7 @@ class Model:
         self.source = source
         self._says_context_fit = True  # predict.py counts over its chunks and says it once
         self._note_blank = note_blank  # predict.py counts them over its whole file instead
+        self._says_languages = True  # predict.py counts languages over its chunks and says them once
 
     @property
     def family(self) -> str:
@@ -61,7 +62,7 @@ class Model:
         texts: a string, a list or a pandas Series (the result keeps its index). lang:
         one language for all rows ('en'), one per row, or None for the model's own
         default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
-        decoder). threshold: the flat/full threshold (default: the model's; by
+        decoder). threshold: the flat/full threshold, unused by seq2seq (default: the model's; by
         language for OccCANINE's models). context: the context columns the model was
         trained with (a DataFrame or a dict of lists), when it has any. When texts is a
         Series, a lang Series and a context DataFrame are matched to it by index (a
@@ -158,15 +159,23 @@ class Model:
         covers are left out. rows_to_code: how many new rows will be coded (their own sampling
         error is then covered too). shorter_codes: a row whose codes miss the threshold may get
         them cut to a coarser class (`levels`: prefix lengths; default the code system's).
-        Pass the result to predict(target=...)."""
+        lang: the language the rows to code are predicted with; the run's own rows (a run
+        without a language column) are predicted with it too. A labelled file's rows the
+        model trained on are left out, or the file refused (docs/coding.md, "Rows the model
+        trained on"). Pass the result to predict(target=...)."""
         from mixer.core.config import TableOptions
         from mixer.prediction import target as targets
 
         head = "seq2seq" if head == "greedy" else head
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
         config = self._predictor.config
-        if labelled is None:
-            rows = targets.run_rows(config.get("model_dir"), self.source)
+        if labelled is None:  # the run's rows, predicted with the language the rows to code are (item 7)
+            own = config.get("language_col") is None and language_col is None and isinstance(lang, str)
+            rows = targets.run_rows(config.get("model_dir"), self.source, language=lang.strip() if own else None)
+            if config.get("language_col") is None and language_col is not None:
+                print(f"note: the run's labelled rows have no language column; they are predicted with "
+                      f"language {config.get('language') or 'unk'!r}, the rows to code with their {language_col!r}: "
+                      "the threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
         else:
             context_cols = list(config.get("context_cols") or [])
             language_col = language_col or (None if lang is not None else config.get("language_col"))
@@ -370,6 +379,10 @@ class Model:
             langs = np.asarray(langs.where(langs.notna(), "").astype(str).str.strip(), dtype=object)
             if len(langs) != len(texts):
                 raise UserError(f"lang has {len(langs)} values for {len(texts)} texts")
+        if say_fit and self._says_languages:
+            note = self._language_note(langs, "lang")
+            if note:
+                print(note, file=sys.stderr)
         columns = self._predictor.config.get("context_cols") or []
         if context is not None and not columns:
             raise UserError("context= was given but this model reads no context columns; leave it out")
@@ -392,6 +405,17 @@ class Model:
             if note:
                 print(f"note: {note}", file=sys.stderr)
         return index, texts, langs, desc_chars
+
+    def _language_note(self, langs, where: str) -> str:
+        """One line on rows whose language the model never trained with ('' when none, or
+        when the model's training languages are not known)."""
+        from mixer.prediction.target import known_languages, unknown_languages_line
+
+        known = known_languages(self)
+        if known is None or not len(langs):
+            return ""
+        values, counts = np.unique(np.asarray(langs, dtype=object).astype(str), return_counts=True)
+        return unknown_languages_line(dict(zip(values.tolist(), counts.tolist())), known, where)
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"
