@@ -230,7 +230,7 @@ def _run_dir(model) -> Optional[str]:
     """The directory of a mixer run's prepared data (RUN, or RUN for RUN/best); None when
     the model's training rows are not known (an OccCANINE model, an epoch's weights)."""
     model_dir = model._predictor.config.get("model_dir")
-    if not model_dir or model._predictor.family != "mixer":
+    if not model_dir:
         return None
     return next((d for d in (model_dir, os.path.dirname(os.path.normpath(model_dir)))
                  if os.path.exists(os.path.join(d, "data_train.parquet"))), None)
@@ -253,12 +253,14 @@ def trained_on(model) -> Optional[TrainedOn]:
 def known_languages(model) -> Optional[set]:
     """The language values the model trained with: those of its training rows, and 'unk'
     where training showed rows as of unknown language (--unk-lang-prob above 0); None when
-    not known (an OccCANINE model, an epoch's weights). Read once per Model."""
+    not known (an OccCANINE model, an epoch's weights, a run that started from another
+    model's weights, which knew languages of its own). Read once per Model."""
     if not hasattr(model, "_known_languages"):
         import pyarrow.parquet as pq
 
         run_dir, found = _run_dir(model), None
-        if run_dir is not None:
+        started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
+        if run_dir is not None and started == "encoder" and model._predictor.family == "mixer":
             langs = pq.read_table(os.path.join(run_dir, "data_train.parquet"), columns=["lang"]).column("lang")
             found = {str(v) for v in langs.unique().to_pylist() if v is not None}
             if _unknown_kept(run_dir):
