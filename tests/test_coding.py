@@ -525,3 +525,59 @@ def test_a_curve_of_many_groups_is_each_groups_own_and_its_plot_draws_the_larges
     assert len(kept) == curve.PLOTTED_GROUPS and left == 40 - curve.PLOTTED_GROUPS and "all" in drawn
     assert kept.min() >= sizes[~sizes.index.isin(drawn)].max()  # the largest groups
     assert os.path.getsize(curve.plot_curve(table, str(tmp_path / "many.png"))) > 1000
+
+
+# ------------------------------------------------------------------ issue 42: messages and fits that hold
+def test_fewer_than_20_labelled_rows_are_too_few_not_never():
+    """10 rows whose 7 most confident are right cannot say "more rows would not change that":
+    they are too few, and the estimate of how many would do is said as rough."""
+    conf = np.linspace(0.99, 0.5, 10)
+    correct = np.array([True] * 7 + [False, True, False])
+    choice = guarantee.choose_threshold(conf, correct, 0.9)
+    assert choice.threshold is None and choice.cause == "few"
+    assert "would not change that" not in choice.note
+    assert f"10 labelled rows are too few to show accuracy 0.9 at 0.95 confidence; about {choice.needed:,} " \
+           "like them would (a rough estimate, read off fewer than 20 rows)" == choice.note
+    # rows like them, that many: it passes
+    scale = -(-choice.needed // 10)
+    assert guarantee.choose_threshold(np.repeat(conf, scale), np.repeat(correct, scale), 0.9).threshold is not None
+    none_right = guarantee.choose_threshold(conf, np.zeros(10, dtype=bool), 0.9)
+    assert "too few to tell how many would" in none_right.note and none_right.cause == "few"
+
+
+def test_a_file_too_small_for_its_own_accuracy_is_blamed_not_the_labelled_rows():
+    rng = np.random.default_rng(0)
+    conf = rng.random(400)
+    correct = rng.random(400) < 0.7 + 0.3 * conf
+    assert guarantee.choose_threshold(conf, correct, 0.9).threshold is not None
+    choice = guarantee.choose_threshold(conf, correct, 0.9, rows_to_code=20)
+    assert choice.threshold is None and choice.cause == "file"
+    assert choice.note.startswith("these 400 labelled rows show accuracy 0.9 for new rows like them, but 20 rows "
+                                  "to code are too few for their own accuracy to reach it at 0.95 confidence")
+
+
+def test_a_calibration_fit_needs_rows_of_both_outcomes_and_stops_short_of_the_clamp():
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.05, 0.95, 400)
+    correct = rng.random(400) < conf
+    assert calibration.unfit_reason(conf, correct) == ""
+    assert "too few (at least 100" in calibration.unfit_reason(conf[:99], correct[:99])
+    assert calibration.unfit_reason(conf, np.ones(400, dtype=bool)).startswith("0 of its 400 labelled rows are wrong")
+    # rows split exactly at one confidence: the slope grows without bound, to the clamp (T = 0.05)
+    tight = 0.5 + np.linspace(-1e-3, 1e-3, 400)
+    temperature, _ = calibration.fit_scaling(tight, tight > 0.5)
+    assert calibration.at_clamp(temperature)
+    assert "ran to the limit of its temperature" in calibration.unfit_reason(tight, tight > 0.5)
+
+
+def test_the_error_on_rows_the_fit_did_not_see_is_cross_validated():
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(0.05, 0.95, 500)
+    correct = rng.random(500) < np.clip(conf + 0.2, 0, 1)
+    held = calibration.cross_validated(conf, correct)
+    fold = np.random.default_rng(0).permutation(500) % calibration.FOLDS
+    test = fold == 2
+    expected = calibration.calibrate(conf[test], *calibration.fit_scaling(conf[~test], correct[~test]))
+    np.testing.assert_allclose(held[test], expected)
+    entry = calibration.head_entry(conf, correct, held_out=True)
+    assert entry["cross_validated"]["ece_after"] == pytest.approx(calibration.expected_calibration_error(held, correct))

@@ -151,27 +151,35 @@ from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architec
 
 
 # ------------------------------------------------------------------ calibration
+def labelled_by(csv):
+    """--calibrate's labelled rows of a file: the run's own held-out rows (96) are fewer than a
+    fit needs (mixer.coding.calibration.MIN_ROWS); the 240 rows of the example titles, which
+    repeat the training rows' inputs as the run's own held-out rows do, are like new rows."""
+    return ["--calibration-data", csv, "--calibration-truth-cols", "hisco_1", "hisco_2"]
+
+
 def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy_of, common_csv, capsys):
     import mixer
     from mixer.coding.calibration import calibrate, fit_scaling
 
     run = copy_of(run_dir)
-    texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"]
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    texts = frame["occ1"]
     before = mixer.load(run).predict(texts, head="seq2seq")
     assert "confidence_raw" not in before.columns
-    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
+    assert predict_main(["--checkpoint", run, "--calibrate", *labelled_by(common_csv)]) == 0
     stored = json.load(open(os.path.join(run, "calibration.json")))
-    # the temperature is the one fit on the held-out rows, predicted as predict.py predicts them
-    rows = held_out(run)
+    # the temperature is the one fit on the labelled rows, predicted as predict.py predicts them
     model = mixer.load(run)
-    table = model._predictor.predict(rows["text"], rows["lang"], "seq2seq")
-    truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
+    table = model._predictor.predict(texts, ["unk"] * len(texts), "seq2seq")
+    truth = [frozenset(c for c in row if c) for row in frame[["hisco_1", "hisco_2"]].to_numpy()]
     correct = np.asarray([t == p for t, p in zip(truth, code_sets(table))])
     scaling = stored["heads"]["seq2seq"]["temperature"], stored["heads"]["seq2seq"]["bias"]
     assert scaling == pytest.approx(fit_scaling(table["confidence"], correct))
     assert scaling != pytest.approx((1.0, 0.0))
     assert os.path.exists(os.path.join(run, "reliability_flat.png"))
-    assert "expected calibration error" in capsys.readouterr().out
+    assert "expected calibration error on rows the fit did not see (5-fold cross-validation)" in \
+        capsys.readouterr().out
     after = model.predict(texts, head="seq2seq")
     pd.testing.assert_frame_equal(after.drop(columns=["confidence", "confidence_raw"]),
                                   before.drop(columns=["confidence"]))
@@ -182,8 +190,9 @@ def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy
 def test_calibrate_refuses_what_it_cannot_fit_on(run_dir, copy_of, tmp_path, common_csv):
     run = copy_of(run_dir)
     os.remove(os.path.join(run, "scores.parquet"))  # a run from before scores.parquet: its rows chose nothing
-    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
-    assert "validation rows" in json.load(open(os.path.join(run, "calibration.json")))["rows"]
+    with pytest.raises(UserError, match=r"96 labelled rows \(the 96 validation rows of run_copy, which chose "
+                                        r"nothing .* are too few: a fit needs at least 100"):
+        predict_main(["--checkpoint", run, "--calibrate"])
     with pytest.raises(UserError, match="leave out --input"):
         predict_main(["--checkpoint", run, "--calibrate", "--input", common_csv])
     shutil.copy(os.path.join(run, "model.safetensors"), os.path.join(run, "epoch_1.safetensors"))
@@ -217,7 +226,7 @@ def test_calibrate_refuses_a_directory_it_cannot_write_before_predicting(run_dir
     assert not os.path.exists(os.path.join(run, "calibration.json"))
 
 
-def test_calibrate_writes_its_files_as_one_step(trained, copy_of, monkeypatch):
+def test_calibrate_writes_its_files_as_one_step(trained, copy_of, monkeypatch, common_csv):
     run = copy_of(trained)
     names = ["calibration.json", "reliability_flat.png", "reliability_seq2seq.png"]
     before = {name: open(os.path.join(run, name), "rb").read() for name in names}
@@ -230,20 +239,20 @@ def test_calibrate_writes_its_files_as_one_step(trained, copy_of, monkeypatch):
 
     monkeypatch.setattr(os, "replace", busy)
     with pytest.raises(UserError, match="are as they were") as raised:
-        predict_main(["--checkpoint", run, "--calibrate"])
+        predict_main(["--checkpoint", run, "--calibrate", *labelled_by(common_csv)])
     assert "\n" not in str(raised.value)
     assert {name: open(os.path.join(run, name), "rb").read() for name in names} == before
     assert not [f for f in os.listdir(run) if f.startswith(".tmp-")]
 
 
-def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(trained, copy_of):
+def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(trained, copy_of, common_csv):
     run = copy_of(trained)
     assert "splits" in json.load(open(os.path.join(run, "calibration.json")))  # the run's end-of-run fit
-    assert predict_main(["--checkpoint", run, "--calibrate"]) == 0
+    assert predict_main(["--checkpoint", run, "--calibrate", *labelled_by(common_csv)]) == 0
     stored = json.load(open(os.path.join(run, "calibration.json")))
     assert set(stored) == {"version", "heads", "rows", "fit_by", "fit_on"}
     assert stored["fit_by"] == "predict.py --calibrate"
-    assert stored["fit_on"]["thresholds"] == "the model's own" and stored["fit_on"]["data"] is None
+    assert stored["fit_on"]["thresholds"] == "the model's own" and stored["fit_on"]["data"] == "common.csv"
     assert stored["fit_on"]["count"] == stored["heads"]["flat"]["rows"]
     assert all("held_out" not in entry for entry in stored["heads"].values())
     # the card's summary still reads the scored rows (scores.parquet's splits)
@@ -287,7 +296,7 @@ def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_n
 
 def test_an_unreachable_target_is_refused_with_the_rows_it_would_take(run_dir, common_csv, tmp_path):
     out = tmp_path / "never.csv"
-    with pytest.raises(UserError, match=r"cannot show accuracy 0.5 .* about \d+ labelled rows like these would"):
+    with pytest.raises(UserError, match=r"accuracy 0.5 .* about \d+ labelled rows like these would"):
         predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
                       "--target-accuracy", "0.5", "--target-confidence", "0.9"])
     assert not os.listdir(tmp_path)  # nothing half-written
@@ -531,13 +540,14 @@ def test_shorter_codes_choose_by_the_guarantees_own_procedure():
     for rows_to_code in (None, 5000):
         never = targets._sequence(probe((1,), accuracy=0.999), table, truth, rows_to_code)
         assert never.threshold is None and never.note
-        with pytest.raises(UserError, match="cannot show accuracy 0.999 .*a lower --target-accuracy$"):
+        with pytest.raises(UserError, match="no confidence threshold reaches accuracy 0.999 .*a lower "
+                                            "--target-accuracy$"):
             never.check_reached()
 
 
 def test_an_unreachable_target_with_shorter_codes_is_refused_in_one_line(run_dir, common_csv, tmp_path):
     out = tmp_path / "never.csv"
-    with pytest.raises(UserError, match="cannot show accuracy 0.99 "):
+    with pytest.raises(UserError, match="accuracy 0.99 .*or a lower --target-accuracy$"):  # less its suggestion
         predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
                       "--target-accuracy", "0.99", "--shorter-codes", "--code-levels", "1", "2", "3"])
     assert not os.listdir(tmp_path)
@@ -679,3 +689,162 @@ def test_the_best_model_of_a_run_that_has_not_ended_is_named_as_such(trained, tm
                                         r"it ends; let the run finish"):
         predict_main(["--checkpoint", str(best), "--input", common_csv, "--output", str(tmp_path / "o.csv"),
                       "--target-accuracy", "0.3"])
+
+
+# ------------------------------------------------------------------ issue 42: labelled rows, calibration, languages
+@pytest.fixture(scope="module")
+def varied_run(tmp_path_factory, toy_frame):
+    """A tiny run on 400 rows of the example data as they come (few titles repeat, so its own
+    held-out rows share about a quarter of their inputs and codes with its training rows)."""
+    base = tmp_path_factory.mktemp("varied")
+    data = base / "data.csv"
+    toy_frame[toy_frame["hisco_1"].str.len() == 5].head(400).to_csv(data, index=False)
+    run = base / "run"
+    assert finetune_main(["--dataset", str(data), "--target-cols", "hisco_1", "--save-path", str(run),
+                          "--share-val", "0.4", *TINY, "--max-steps", "30", "--batch-size", "16",
+                          "--learning-rate", "5e-3"]) == 0
+    return str(run)
+
+
+def split_as_labelled(run, split, path, rows=None):
+    """A prepared split of the run written as a labelled file (its text and code)."""
+    frame = pd.read_parquet(os.path.join(run, f"data_{split}.parquet"))
+    table = pd.DataFrame({"occ1": frame["text"].astype(str), "hisco_1": frame["code_1"].astype(str)})
+    table = table if rows is None else table.head(rows)
+    table.to_csv(path, index=False)
+    return table
+
+
+def test_labelled_rows_the_model_trained_on_are_refused_or_left_out(varied_run, tmp_path, capsys):
+    """Issue 42, item 2: a labelled file of the run's own training rows is refused in one line
+    (for --target-accuracy, --calibrate and Model.target); rows like the run's own held-out rows
+    are kept; a file with more training rows than those would hold loses them, counted."""
+    import mixer
+
+    model = mixer.load(varied_run)
+    trained = split_as_labelled(varied_run, "train", tmp_path / "train.csv", rows=150)
+    truth = ["--calibration-truth-cols", "hisco_1"]
+    with pytest.raises(UserError, match=r"150 of its 150 labelled rows \(100%\) are rows run trained on") as raised:
+        model.target(0.05, 0.5, labelled=str(tmp_path / "train.csv"), truth_cols=["hisco_1"])
+    assert "\n" not in str(raised.value)
+    with pytest.raises(UserError, match="are rows run trained on"):
+        predict_main(["--checkpoint", varied_run, "--input", str(tmp_path / "train.csv"), "--output",
+                      str(tmp_path / "out.csv"), "--target-accuracy", "0.05", "--calibration-data",
+                      str(tmp_path / "train.csv"), *truth])
+    assert not os.path.exists(tmp_path / "out.csv")
+    before = open(os.path.join(varied_run, "calibration.json")).read()
+    with pytest.raises(UserError, match="are rows run trained on"):
+        predict_main(["--checkpoint", varied_run, "--calibrate", "--calibration-data", str(tmp_path / "train.csv"),
+                      *truth])
+    assert open(os.path.join(varied_run, "calibration.json")).read() == before
+    # the run's own held-out rows, as a file: trained-on inputs and codes as often as new rows have them
+    val = split_as_labelled(varied_run, "val", tmp_path / "val.csv")
+    seen = set(zip(pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["text"].astype(str),
+                   pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["code_1"].astype(str)))
+    in_train = np.asarray([(t, c) in seen for t, c in zip(val["occ1"], val["hisco_1"])])
+    assert 0 < in_train.mean() < 0.5
+    kept = model.target(0.05, 0.5, labelled=str(tmp_path / "val.csv"), truth_cols=["hisco_1"])
+    assert kept.rows_used == len(val)
+    assert f"{in_train.sum()} of its {len(val)} labelled rows" in capsys.readouterr().err
+    # the held-out rows and 60 training rows: more than new rows hold, less than half: left out
+    mixed = pd.concat([val, trained.tail(60)], ignore_index=True)
+    mixed.to_csv(tmp_path / "mixed.csv", index=False)
+    left = np.concatenate([in_train, np.ones(60, dtype=bool)])
+    target = model.target(0.05, 0.5, labelled=str(tmp_path / "mixed.csv"), truth_cols=["hisco_1"])
+    assert target.rows_used == int((~left).sum())
+    assert f"less the {left.sum()} the model trained on" in target.rows
+    assert f"{left.sum()} of its {len(mixed)} labelled rows" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_too_few_rows_and_a_degenerate_fit_keeping_the_old(trained, copy_of, common_csv,
+                                                                             tmp_path):
+    """Issue 42, item 4: 10 rows, or rows the flat head gets all right, fit nothing; the
+    calibration the model had stays as it was."""
+    import mixer
+
+    run = copy_of(trained)
+    before = open(os.path.join(run, "calibration.json")).read()
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    frame.head(10).to_csv(tmp_path / "ten.csv", index=False)
+    with pytest.raises(UserError, match=r"10 labelled rows .* are too few: a fit needs at least 100; the model's "
+                                        "calibration is as it was"):
+        predict_main(["--checkpoint", run, "--calibrate", *labelled_by(str(tmp_path / "ten.csv"))])
+    predicted = mixer.load(run).predict(frame["occ1"])  # every row labelled with the flat head's own codes
+    frame["hisco_1"], frame["hisco_2"] = predicted["code_1"].to_numpy(), predicted["code_2"].to_numpy()
+    frame.to_csv(tmp_path / "right.csv", index=False)
+    with pytest.raises(UserError, match=r"flat head: 0 of its 240 labelled rows are wrong \(at least 20 right and "
+                                        "20 wrong"):
+        predict_main(["--checkpoint", run, "--calibrate", *labelled_by(str(tmp_path / "right.csv"))])
+    assert open(os.path.join(run, "calibration.json")).read() == before
+
+
+def test_calibrate_reports_the_error_on_rows_the_fit_did_not_see(run_dir, copy_of, common_csv):
+    import mixer
+    from mixer.coding.calibration import cross_validated, expected_calibration_error
+
+    run = copy_of(run_dir)
+    assert predict_main(["--checkpoint", run, "--calibrate", *labelled_by(common_csv)]) == 0
+    entry = json.load(open(os.path.join(run, "calibration.json")))["heads"]["flat"]
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    table = mixer.load(run)._predictor.predict(frame["occ1"], ["unk"] * len(frame), "flat")
+    truth = [frozenset(c for c in row if c) for row in frame[["hisco_1", "hisco_2"]].to_numpy()]
+    correct = np.asarray([t == p for t, p in zip(truth, code_sets(table))])
+    held = entry["cross_validated"]
+    assert held["folds"] == 5
+    assert held["ece_after"] == pytest.approx(
+        expected_calibration_error(cross_validated(table["confidence"], correct), correct))
+    assert held["ece_after"] != pytest.approx(entry["ece_after"])  # not the error on the rows fit on
+
+
+def test_a_language_the_model_never_saw_is_said_and_the_labelled_rows_take_it(run_dir, common_csv, tmp_path,
+                                                                             capsys):
+    """Issue 42, item 7: the run trained with 'unk' alone; --language en is said in one line, and
+    --target-accuracy predicts the run's labelled rows with 'en' as it predicts the file."""
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "o.csv"),
+                         "--language", "en"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "never trained with" in line]
+    assert notes == [f"note: --input {common_csv}: 240 rows have a language value the model never trained with: "
+                     "'en' (240) (it trained with 'unk'); it reads them as an input it never saw, so their codes "
+                     "may differ from those of a language it knows"]
+    model = mixer.load(run_dir)
+    target = model.target(0.3, 0.9, lang="en")
+    assert "predicted with language 'en'" in target.rows
+    rows = held_out(run_dir)
+    table = model._predictor.predict(rows["text"], ["en"] * len(rows), "flat")
+    truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
+    correct = [t == p for t, p in zip(truth, code_sets(table))]
+    assert target.threshold == choose_threshold(table["confidence"], correct, 0.3, 0.1).threshold
+    assert model.target(0.3, 0.9, lang="unk").rows == model.target(0.3, 0.9).rows  # its own: as it was
+
+
+def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(run_dir, common_csv, tmp_path, capsys):
+    """Issue 42's messages: --target-accuracy or --lookup with --embeddings alone, --threshold
+    with the seq2seq head alone, and a header-only input with a target, each in one line before
+    any work."""
+    import mixer
+
+    for flags in (["--target-accuracy", "0.3"], ["--lookup", common_csv]):
+        with pytest.raises(UserError, match=f"{flags[0]} marks rows of the code table, which --output"):
+            predict_main(["--checkpoint", run_dir, "--input", common_csv, "--embeddings", str(tmp_path / "e.npy"),
+                          *flags])
+    with pytest.raises(UserError, match="--threshold 0.99 is the flat and full heads'.*seq2seq head decodes"):
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "o.csv"),
+                      "--head", "seq2seq", "--threshold", "0.99"])
+    # the API's threshold= is the flat and full heads' too; a loop over heads passes it to each, so
+    # the seq2seq head takes it without a word there (its docstring says so)
+    flat_only = mixer.load(run_dir).predict(["farmer"], head="seq2seq", threshold=0.99)
+    assert flat_only.equals(mixer.load(run_dir).predict(["farmer"], head="seq2seq"))
+    # with the flat head beside it, --threshold is the flat head's and the seq2seq head's codes are its own
+    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "two.csv"),
+                         "--head", "flat", "seq2seq", "--threshold", "0.99"]) == 0
+    assert not os.path.exists(tmp_path / "e.npy")
+    header = tmp_path / "header.csv"
+    header.write_text("occ1,hisco_1,hisco_2\n")
+    capsys.readouterr()
+    with pytest.raises(UserError, match=f"--input {header}: the input has no rows"):
+        predict_main(["--checkpoint", run_dir, "--input", str(header), "--output", str(tmp_path / "h.csv"),
+                      "--target-accuracy", "0.3", "--target-confidence", "0.9"])
+    assert "target:" not in capsys.readouterr().out  # no threshold chosen first

@@ -156,12 +156,66 @@ def reliability_diagram(path: str, before, after, correct, title: str, bins: int
     return path
 
 
-def head_entry(confidence, correct) -> dict:
-    """What calibration.json stores for one head, fit on these rows (fit_scaling)."""
+# A fit of its own (predict.py --calibrate) needs this many labelled rows, and this many of the
+# rarer outcome (right or wrong): a logistic regression of two parameters wants about 10 rows
+# of the rarer outcome a parameter, and the error measured on rows the fit did not see wants
+# rows in the bins (docs/coding.md, "Calibrating an existing model"). The run's own fit at the
+# end of training uses its held-out rows alone from the same 100 on.
+MIN_ROWS = 100
+MIN_OUTCOME = 20
+FOLDS = 5  # the error on rows the fit did not see: 5-fold cross-validation
+
+
+def unfit_reason(confidence, correct) -> str:
+    """Why a scaling cannot be fit on these rows ('' when it can): too few rows, too few of
+    one outcome (all right: the fit would run without bound), or a fit that ran to the
+    clamp of its temperature (1/T at 1/20 or 1/0.05: the rows do not pin it down)."""
+    correct = np.asarray(correct, dtype=bool)
+    n, right = len(correct), int(correct.sum())
+    if n < MIN_ROWS:
+        return f"{n:,} labelled rows are too few (at least {MIN_ROWS} are needed)"
+    rarer, which = min((right, "right"), (n - right, "wrong"))
+    if rarer < MIN_OUTCOME:
+        return (f"{rarer:,} of its {n:,} labelled rows are {which} (at least {MIN_OUTCOME} right and "
+                f"{MIN_OUTCOME} wrong are needed: with one outcome alone the fit runs without bound)")
+    temperature, _ = fit_scaling(confidence, correct)
+    if at_clamp(temperature):
+        return (f"the fit ran to the limit of its temperature (T = {temperature:g}, kept in [0.05, 20]): "
+                "these rows do not pin the scaling down")
+    return ""
+
+
+def at_clamp(temperature: float) -> bool:
+    """Whether a fit temperature lies at the bound fit_scaling keeps 1/T in."""
+    log_t = math.log(float(temperature))
+    return min(abs(log_t - LOG_T_RANGE[0]), abs(log_t - LOG_T_RANGE[1])) < 1e-6
+
+
+def cross_validated(confidence, correct, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
+    """Each row's confidence calibrated by the scaling fit on the other folds (rows put in
+    `folds` folds by a seeded draw): the calibration as rows it did not see get it."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=bool)
+    fold = np.random.default_rng(seed).permutation(len(confidence)) % folds
+    out = np.empty(len(confidence), dtype=np.float64)
+    for k in range(folds):
+        test = fold == k
+        out[test] = calibrate(confidence[test], *fit_scaling(confidence[~test], correct[~test]))
+    return out
+
+
+def head_entry(confidence, correct, held_out: bool = False) -> dict:
+    """What calibration.json stores for one head, fit on these rows (fit_scaling); with
+    held_out, also the error on rows the fit did not see (cross_validated)."""
     temperature, bias = fit_scaling(confidence, correct)
-    return {"temperature": temperature, "bias": bias, "rows": int(len(confidence)),
-            "ece_before": expected_calibration_error(confidence, correct),
-            "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct)}
+    entry = {"temperature": temperature, "bias": bias, "rows": int(len(confidence)),
+             "ece_before": expected_calibration_error(confidence, correct),
+             "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct)}
+    if held_out:  # the error on rows the fit did not see (cross_validated)
+        entry["cross_validated"] = {
+            "folds": FOLDS, "ece_before": entry["ece_before"],
+            "ece_after": expected_calibration_error(cross_validated(confidence, correct), correct)}
+    return entry
 
 
 def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:

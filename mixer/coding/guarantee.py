@@ -39,6 +39,8 @@ class Choice:
     note: str = ""              # why nothing was chosen, in words
     target: float = 0.95
     delta: float = 0.05
+    cause: str = ""             # why, in one word: "none" (no threshold reaches the target on these rows),
+    #                             "few" (too few labelled rows) or "file" (too few rows to code), or ""
 
 
 # ---------------------------------------------------------------------- binomial tails
@@ -116,11 +118,12 @@ def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = 
     return chosen
 
 
-def _needed(coded, right, targets, delta_test, n, start) -> Optional[int]:
+def _needed(coded, right, targets, delta_test, n, start, least: int = MIN_HOPEFUL) -> Optional[int]:
     """About how many labelled rows, coded and right in the shares seen here, would let the
-    fixed sequence pass a point; None when no point's accuracy is above its target."""
+    fixed sequence pass a point; None when no point of `least` rows or more has an accuracy
+    above its target."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        hopeful = (coded >= MIN_HOPEFUL) & (right / np.maximum(coded, 1) > targets) & (targets < 1.0)
+        hopeful = (coded >= least) & (right / np.maximum(coded, 1) > targets) & (targets < 1.0)
     if not hopeful.any() or n == 0:
         return None
 
@@ -183,15 +186,35 @@ def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
     chosen = _fixed_sequence(coded, right, targets, delta_test, start)
     if chosen is None:
         needed = _needed(coded, right, targets, delta_test, n, start)
+        rough = 0 < n < MIN_HOPEFUL  # too few rows to say "never": an estimate read off them all the same
+        if needed is None and rough:
+            needed = _needed(coded, right, targets, delta_test, n, start, least=1)
+        file_bound = new_rows is not None and n > 0 and _fixed_sequence(
+            coded, right, np.full(len(GRID), target), delta, start) is not None
         if n == 0:
-            note = "no labelled rows to choose a threshold on"
+            note, cause = "no labelled rows to choose a threshold on", "few"
+        elif file_bound:
+            rows = len(rows_to_code) if np.ndim(rows_to_code) else int(rows_to_code)
+            note = (f"these {n} labelled rows show accuracy {target:g} for new rows like them, but {rows:,} rows "
+                    f"to code are too few for their own accuracy to reach it at {1 - delta:g} confidence (a small "
+                    f"file's accuracy scatters around the model's: it would need a model right "
+                    f"{rest_target(max(rows, 1), target, delta * REST_SHARE):.3f} of the time above the threshold"
+                    + (f"; about {needed:,} labelled rows like these would show that" if needed else "") + ")")
+            cause = "file"
+        elif needed is None and rough:
+            note = (f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence, "
+                    f"and too few to tell how many would (at least {MIN_HOPEFUL} rows are needed to estimate it)")
+            cause = "few"
         elif needed is None:
             note = (f"no confidence threshold reaches accuracy {target:g} on these {n} labelled rows; "
                     "more rows like them would not change that")
+            cause = "none"
         else:
-            note = (f"{n} labelled rows cannot show accuracy {target:g} at {1 - delta:g} confidence; "
-                    f"about {needed} like them would")
-        return Choice(None, 0.0, None, n, procedure, needed, note, target, delta)
+            note = (f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence; "
+                    f"about {needed:,} like them would"
+                    + (f" (a rough estimate, read off fewer than {MIN_HOPEFUL} rows)" if rough else ""))
+            cause = "few"
+        return Choice(None, 0.0, None, n, procedure, needed, note, target, delta, cause)
     bound = lower_bound(int(right[chosen]), int(coded[chosen]), delta_test)
     return Choice(float(GRID[chosen]), float(coded[chosen] / n), bound, n, procedure, None, "",
                   target, delta)

@@ -156,6 +156,7 @@ class Model:
         self._note_blank = note_blank  # predict.py counts them over its whole file instead
         self._keywords = False  # load() sets it: messages name keywords, not predict.py's flags
         self._noted = set()  # targets chosen without rows_to_code, said once each
+        self._says_languages = True  # predict.py counts languages over its chunks and says them once
 
     @property
     def family(self) -> str:
@@ -188,7 +189,7 @@ class Model:
         texts: a string, a list or a pandas Series (the result keeps its index). language:
         one language for all rows ('en'), one per row, or None for the model's own
         default. head: 'flat', 'seq2seq' (or 'greedy': greedy decoding) or 'full' (every code of the key scored by the
-        decoder). threshold: the flat/full threshold (default: the model's; by
+        decoder). threshold: the flat/full threshold, unused by seq2seq (default: the model's; by
         language for OccCANINE's models). context: the context columns the model was
         trained with (a DataFrame or a dict of lists), when it has any. When texts is a
         Series, a lang Series and a context DataFrame are matched to it by index (a
@@ -310,7 +311,10 @@ class Model:
         sampling error is then covered too, as predict.py counts its input's rows: without it
         the promise is of the population the labelled rows come from. shorter_codes: a row whose
         codes miss the threshold may get them cut to a coarser class (`code_levels`: prefix
-        lengths; default the code system's). Pass the result to predict(target=...), or pass
+        lengths; default the code system's). language: the language the rows to code are
+        predicted with; the run's own rows (a run without a language column) are predicted with
+        it too. A labelled file's rows the model trained on are left out, or the file refused
+        (docs/coding.md, "Rows the model trained on"). Pass the result to predict(target=...), or pass
         target_accuracy= to predict(), which counts the rows as predict.py does. Earlier names:
         accuracy, confidence, labelled, truth_cols, lang, levels."""
         given = settings("target", dict(
@@ -324,13 +328,19 @@ class Model:
         truth_cols, shorter_codes, levels = given["calibration_truth_cols"], given["shorter_codes"], given["code_levels"]
         top_k, threshold, batch_size = given["top_k"], given["threshold"], given["batch_size"]
         head = one_head(given["head"])
+        lang, language_col = given["language"], given["language_col"]
         from mixer.core.config import TableOptions
         from mixer.prediction import target as targets
 
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
         config = self._predictor.config
-        if labelled is None:
-            rows = targets.run_rows(config.get("model_dir"), self.source)
+        if labelled is None:  # the run's rows, predicted with the language the rows to code are (item 7)
+            own = config.get("language_col") is None and language_col is None and isinstance(lang, str)
+            rows = targets.run_rows(config.get("model_dir"), self.source, language=lang.strip() if own else None)
+            if config.get("language_col") is None and language_col is not None:
+                print(f"note: the run's labelled rows have no language column; they are predicted with "
+                      f"language {config.get('language') or 'unk'!r}, the rows to code with their {language_col!r}: "
+                      "the threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
         else:
             if given["language"] is not None and not isinstance(given["language"], str):
                 raise UserError("language=: one language for every labelled row ('en'), or language_col=")
@@ -565,6 +575,10 @@ class Model:
             langs = np.asarray(langs.where(langs.notna(), "").astype(str).str.strip(), dtype=object)
             if len(langs) != len(texts):
                 raise UserError(f"lang has {len(langs)} values for {len(texts)} texts")
+        if say_fit and self._says_languages:
+            note = self._language_note(langs, "lang")
+            if note:
+                print(note, file=sys.stderr)
         columns = self._predictor.config.get("context_cols") or []
         if context is not None and not columns:
             raise UserError("context= was given but this model reads no context columns; leave it out")
@@ -587,6 +601,17 @@ class Model:
             if note:
                 print(f"note: {note}", file=sys.stderr)
         return index, texts, langs, desc_chars
+
+    def _language_note(self, langs, where: str) -> str:
+        """One line on rows whose language the model never trained with ('' when none, or
+        when the model's training languages are not known)."""
+        from mixer.prediction.target import known_languages, unknown_languages_line
+
+        known = known_languages(self)
+        if known is None or not len(langs):
+            return ""
+        values, counts = np.unique(np.asarray(langs, dtype=object).astype(str), return_counts=True)
+        return unknown_languages_line(dict(zip(values.tolist(), counts.tolist())), known, where)
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"

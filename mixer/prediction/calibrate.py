@@ -51,6 +51,11 @@ def calibrate_main(args: PredictConfig) -> int:
                         "saved in a directory of its own)")
     check_writable(model_dir, args.checkpoint)  # before any prediction
     rows = labelled_rows(args, model, predictor)
+    from mixer.coding.calibration import MIN_ROWS
+
+    if len(rows) < MIN_ROWS:  # before any prediction
+        raise UserError(refusal(f"{len(rows):,} labelled rows ({rows.rows}) are too few: a fit needs at least "
+                                f"{MIN_ROWS}"))
     if predictor.family == "occcanine" and "seq2seq" in heads:
         print("note: the seq2seq calibration applies to OccCANINE's own greedy confidence", file=sys.stderr)
     entries, diagrams, lines = fit(predictor, heads, rows, args.batch_size)
@@ -64,6 +69,12 @@ def calibrate_main(args: PredictConfig) -> int:
     print(f"wrote {path}: predict.py and the API now give calibrated confidence (confidence, with "
           "confidence_raw beside it); codes and thresholds are unchanged")
     return 0
+
+
+def refusal(why: str) -> str:
+    """--calibrate's one line when it fits nothing: the old calibration is kept."""
+    return (f"--calibrate: {why}; the model's calibration is as it was (docs/coding.md, \"Calibrating an "
+            "existing model\"): pass more labelled rows with --calibration-data FILE --calibration-truth-cols COL...")
 
 
 def check_writable(model_dir: str, checkpoint: str) -> None:
@@ -135,23 +146,35 @@ def fit(predictor, heads: list, rows, batch_size: int) -> tuple:
     """({head: calibration.json's entry}, {diagram file: draw(path)}, lines to print): each
     head's temperature and bias fit on `rows`, predicted at the model's own thresholds and
     top-k (those predict.py applies the calibration at)."""
-    from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram
+    from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram, unfit_reason
     from mixer.prediction.target import code_sets
 
-    entries, diagrams, lines = {}, {}, []
+    entries, diagrams, lines, unfit = {}, {}, [], []
     for head in heads:
         table = predictor.predict(rows.texts, rows.langs, head, None, None, batch_size,
                                   desc_chars=rows.desc_chars)
         confidence = table["confidence"].to_numpy(dtype=np.float64)
         correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, code_sets(table))], dtype=bool)
-        entry = head_entry(confidence, correct)
+        why = unfit_reason(confidence, correct)
+        if why:  # refused below, for every head at once, before anything is written
+            unfit.append(f"{head} head: {why}")
+            continue
+        entry = head_entry(confidence, correct, held_out=True)
         entry["diagram"] = f"reliability_{head}.png"
         diagrams[entry["diagram"]] = (
             lambda path, c=confidence, e=entry, k=correct, h=head: reliability_diagram(
                 path, c, calibrate_entry(c, e), k, f"{h} head: {len(rows):,} labelled rows"))
         entries[head] = entry
+        held = entry["cross_validated"]
         lines.append(f"{head}: temperature {entry['temperature']:.4f} and bias {entry['bias']:.4f} on "
-                     f"{len(rows):,} rows ({rows.rows}); "
-                     f"expected calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f} on "
-                     f"these rows (accuracy {correct.mean():.4f}); diagram {entry['diagram']}")
+                     f"{len(rows):,} rows ({rows.rows}); expected calibration error on rows the fit did not "
+                     f"see ({held['folds']}-fold cross-validation) {held['ece_before']:.4f} -> "
+                     f"{held['ece_after']:.4f} (on the rows fit on {entry['ece_after']:.4f}; accuracy "
+                     f"{correct.mean():.4f}); diagram {entry['diagram']}")
+        if held["ece_after"] >= held["ece_before"]:
+            lines.append(f"warning: {head}: on rows the fit did not see the calibration error does not fall "
+                         f"({held['ece_before']:.4f} -> {held['ece_after']:.4f}): the raw confidence is as good "
+                         "on these rows; more labelled rows would show whether the scaling helps")
+    if unfit:
+        raise UserError(refusal("; ".join(unfit)))
     return entries, diagrams, lines

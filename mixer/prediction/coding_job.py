@@ -172,8 +172,8 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
     targets = {}
     if args.target_accuracy is not None:
         def choose():
-            rows_to_code = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
-            if lookup is None and not rows_to_code:  # before a threshold is chosen for no rows
+            rows_to_code, rows = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
+            if not rows:  # before any threshold is chosen for no rows
                 from mixer.prediction.predict_job import no_rows
 
                 raise UserError(no_rows(args.input))
@@ -182,7 +182,8 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
                 target = model.target(
                     args.target_accuracy, args.target_confidence, head, args.calibration_data,
                     args.calibration_truth_cols, lookup, args.shorter_codes, rows_to_code, args.top_k,
-                    args.threshold, input_col, language if not language_col else None, language_col,
+                    None if head == "seq2seq" else args.threshold, input_col,
+                    language if not language_col else None, language_col,
                     args.batch_size, args.table_options("calibration_data"), levels=args.code_levels)
                 target.check_reached()
                 chosen[head] = target
@@ -217,23 +218,26 @@ def describe_target(target, rows_to_code) -> list:
     return lines
 
 
-def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> int:
-    """The input's rows the model codes: all of them, less those a lookup covers."""
+def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> tuple:
+    """(the input's rows the model codes: all of them, less those a lookup covers; the
+    input's rows)."""
     from mixer.data.reading import count_rows, iter_chunks
     from mixer.prediction.outputs import text_column
 
     options = args.table_options("input")
     if lookup is None:
-        return count_rows(args.input, options)
-    rows = 0
+        total = count_rows(args.input, options)
+        return total, total
+    rows = total = 0
     for chunk in iter_chunks(args.input, args.chunk_size, options=options):
+        total += len(chunk)
         texts = text_column(chunk, input_col)
         langs = text_column(chunk, language_col).str.strip() if language_col else language
         context = chunk[context_cols].reset_index(drop=True) if context_cols else None
         inputs = model.model_inputs(texts, langs, context)
         lang_values = np.asarray(langs if not isinstance(langs, str) else [langs] * len(texts), dtype=object)
         rows += int((lookup.match(model, inputs, lang_values) < 0).sum())
-    return rows
+    return rows, total
 
 
 def _provenance(args, predictor, lookup, targets: dict) -> dict:

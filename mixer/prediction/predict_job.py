@@ -82,6 +82,7 @@ def predict_file(args: PredictConfig) -> None:
             set_descriptions(predictor, args.code_descriptions, args.table_options("code_descriptions"))
         model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
         model._says_context_fit = False  # counted over the chunks and every rank, said once below
+        model._says_languages, languages = False, {}  # counted over the chunks on rank 0, said once below
         context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
         input_col, language_col, language, context_cols = job_columns(
             predictor.config, args.input_col, args.language, args.language_col)
@@ -117,6 +118,9 @@ def predict_file(args: PredictConfig) -> None:
                 if column and column not in chunk.columns:
                     raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
             part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
+            if world.is_main:  # the languages of the whole chunk, as the rows are read
+                count_languages(languages, text_column(chunk, language_col).str.strip() if language_col else None,
+                                language, len(chunk))
             texts = text_column(part, input_col)
             langs = text_column(part, language_col).str.strip() if language_col else language
             # the rows' own order, as texts and langs (whose index this chunk's position resets)
@@ -133,7 +137,7 @@ def predict_file(args: PredictConfig) -> None:
             elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
                 results = []
                 for head in args.head:
-                    result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
+                    result = model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
                                            args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
                     results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
                 pieces = mdist.gather_to_main(coding.split_source(results), world)  # all ranks
@@ -180,6 +184,12 @@ def predict_file(args: PredictConfig) -> None:
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)
         if world.is_main:
+            from mixer.prediction.target import known_languages, unknown_languages_line
+
+            known = known_languages(model)  # a language the model never trained with: one line
+            note = unknown_languages_line(languages, known, f"--input {args.input}") if known is not None else ""
+            if note:
+                print(note, file=sys.stderr)
             if blank_rows:
                 print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
                       "no code, prob empty", file=sys.stderr)
@@ -219,6 +229,15 @@ def predict_file(args: PredictConfig) -> None:
 
 def no_rows(path: str) -> str:
     return f"--input {path}: no rows below its header; nothing to predict"
+
+
+def count_languages(counts: dict, column, language: str, rows: int) -> None:
+    """Add a chunk's rows to {language value: rows}: its column's values, or one language."""
+    if column is None:
+        counts[language] = counts.get(language, 0) + rows
+        return
+    for value, n in column.value_counts(sort=False).items():
+        counts[str(value)] = counts.get(str(value), 0) + int(n)
 
 
 def say_context_fit(counts: list | None, predictor) -> None:
@@ -282,6 +301,13 @@ def check_coding_args(args) -> None:
     if coding and is_shaped(args):
         raise UserError(f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
                         "--columns occcanine")
+    if coding and not (args.output or args.to_check or args.audit):  # e.g. --embeddings alone
+        raise UserError(f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
+                        "writes; pass --output FILE")
+    if args.threshold is not None and set(args.head) <= {"seq2seq"}:
+        raise UserError(f"--threshold {args.threshold:g} is the flat and full heads' (the probability a code "
+                        "must reach); the seq2seq head decodes its codes and takes none: leave it out, or "
+                        "--target-accuracy for a threshold on the row confidence")
     if args.lookup:
         check_input_path(args.lookup, "--lookup")
     if args.calibration_data:
@@ -289,6 +315,11 @@ def check_coding_args(args) -> None:
     if args.target_accuracy is not None and "full" in args.head:
         raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
                         "or seq2seq")
+
+
+def head_threshold(args, head: str) -> Optional[float]:
+    """--threshold for a head that takes one (flat, full); the seq2seq head takes none."""
+    return None if head == "seq2seq" else args.threshold
 
 
 def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:

@@ -83,6 +83,7 @@ class Target:
     rows: str
     needed: Optional[int] = None
     note: str = ""
+    cause: str = ""  # mixer.coding.guarantee.Choice.cause: none, few (labelled rows) or file (rows to code)
     by_level: dict = field(default_factory=dict)  # {level: (labelled rows coded at it, right)}
     top_k: Optional[int] = None  # the settings it was chosen with, which predict must use
     flat_threshold: Optional[float] = None
@@ -99,14 +100,13 @@ class Target:
         """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
         if self.threshold is not None:
             return
-        # guarantee's estimate is of the best grid point alone; below the rows used it says nothing
-        more = (f"; about {self.needed:,} labelled rows like these would reach it"
-                if self.needed and self.needed > self.rows_used else "")
-        raise UserError(f"--target-accuracy {self.accuracy:g}: {self.rows_used:,} labelled rows ({self.rows}) "
-                        f"cannot show accuracy {self.accuracy:g} at {self.confidence:g} confidence for "
-                        f"the {self.head} head{more}; {self.note + '; ' if self.note and not self.needed else ''}"
-                        "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
-                        + ("" if self.levels else ", or --shorter-codes"))
+        advice = ("code more rows at once, " if self.cause == "file" else "") + (
+            "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
+            + ("" if self.levels else ", or --shorter-codes"))
+        note = self.note or (f"{self.rows_used:,} labelled rows cannot show accuracy {self.accuracy:g} at "
+                             f"{self.confidence:g} confidence")
+        raise UserError(f"--target-accuracy {self.accuracy:g} ({self.head} head; labelled rows: {self.rows}): "
+                        f"{note}; {advice}")
 
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
         """(each row's level: the length of the codes it is given, or 0 for a check; the raw
@@ -180,10 +180,178 @@ def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFr
 
 
 # ------------------------------------------------------------------ labelled rows
-def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accuracy") -> Labelled:
+# A labelled file is refused as the model's own training rows when more than this share of its
+# rows are training rows by their content and more than new rows would be (docs/coding.md)
+MOSTLY_TRAINED = 0.5
+# ... and an exact binomial test puts the file's share above the run's own held-out rows' at
+# this level: a file drawn like the validation rows shares its inputs with training as they do
+TRAINED_LEVEL = 0.001
+
+
+@dataclass
+class TrainedOn:
+    """What a run knows of the rows it trained on (its data_train.parquet): the keys of its
+    rows as the model read them (the model input, Model.model_inputs' key, with the row's
+    code set), and the share of its own held-out rows (data_val.parquet, never trained on)
+    whose key is among them: what new rows like them show."""
+
+    keys: np.ndarray  # sorted unique uint64 hashes
+    fresh: Optional[float]  # share of the run's validation rows that are training rows by content
+    where: str  # the run directory's name
+
+
+def _row_keys(model, texts, langs, truth) -> np.ndarray:
+    """Per row, a hash of the input as the model reads it and the row's code set."""
+    inputs = np.asarray(model._strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object)),
+                        dtype=object)
+    codes = np.asarray([SEP.join(t) for t in truth], dtype=object)
+    if not len(inputs):
+        return np.zeros(0, dtype=np.uint64)
+    return pd.util.hash_array(inputs + "\x01" + codes)
+
+
+def _split_keys(model, path: str) -> np.ndarray:
+    """Per row of a prepared split, its key (_row_keys), read in batches."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    codes = sorted((c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:]))
+    keys = []
+    for batch in parquet.iter_batches(columns=["text", "lang", *codes], batch_size=1 << 18):
+        frame = batch.to_pandas()
+        cells = frame[codes].astype(object).where(frame[codes].notna(), "").to_numpy(dtype=object)
+        truth = [tuple(sorted({str(c) for c in row if c})) for row in cells]
+        keys.append(_row_keys(model, frame["text"].astype(str).to_numpy(dtype=object),
+                              frame["lang"].astype(str).to_numpy(dtype=object), truth))
+    return np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
+
+
+def _run_dir(model) -> Optional[str]:
+    """The directory of a mixer run's prepared data (RUN, or RUN for RUN/best); None when
+    the model's training rows are not known (an OccCANINE model, an epoch's weights)."""
+    model_dir = model._predictor.config.get("model_dir")
+    if not model_dir:
+        return None
+    return next((d for d in (model_dir, os.path.dirname(os.path.normpath(model_dir)))
+                 if os.path.exists(os.path.join(d, "data_train.parquet"))), None)
+
+
+def trained_on(model) -> Optional[TrainedOn]:
+    """The run's training rows (TrainedOn), read once per Model; None where not known."""
+    if not hasattr(model, "_trained_on"):
+        run_dir, found = _run_dir(model), None
+        if run_dir is not None:
+            keys = np.unique(_split_keys(model, os.path.join(run_dir, "data_train.parquet")))
+            val = os.path.join(run_dir, "data_val.parquet")
+            val_keys = _split_keys(model, val) if os.path.exists(val) else np.zeros(0, dtype=np.uint64)
+            found = TrainedOn(keys, float(np.isin(val_keys, keys).mean()) if len(val_keys) else None,
+                              os.path.basename(os.path.normpath(run_dir)))
+        model._trained_on = found
+    return model._trained_on
+
+
+def known_languages(model) -> Optional[set]:
+    """The language values the model trained with: those of its training rows, and 'unk'
+    where training showed rows as of unknown language (--unk-lang-prob above 0); None when
+    not known (an OccCANINE model, an epoch's weights, a run that started from another
+    model's weights, which knew languages of its own). Read once per Model."""
+    if not hasattr(model, "_known_languages"):
+        import pyarrow.parquet as pq
+
+        run_dir, found = _run_dir(model), None
+        started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
+        if run_dir is not None and started == "encoder" and model._predictor.family == "mixer":
+            langs = pq.read_table(os.path.join(run_dir, "data_train.parquet"), columns=["lang"]).column("lang")
+            found = {str(v) for v in langs.unique().to_pylist() if v is not None}
+            if _unknown_kept(run_dir):
+                from mixer.data.tokens import UNKNOWN_LANGUAGE
+
+                found.add(UNKNOWN_LANGUAGE)
+        model._known_languages = found
+    return model._known_languages
+
+
+def _unknown_kept(run_dir: str) -> bool:
+    """Whether training showed the model rows of unknown language (--unk-lang-prob above 0)."""
+    import yaml
+
+    path = os.path.join(run_dir, "args.yaml")
+    if not os.path.exists(path):
+        return True
+    with open(path, encoding="utf-8") as handle:
+        args = yaml.safe_load(handle) or {}
+    value = (args.get("train") or {}).get("unk_lang_prob", 0.25)
+    return value is None or float(value) > 0
+
+
+def unknown_languages_line(counts: dict, known: set, where: str) -> str:
+    """One line on rows whose language the model never trained with ('' when none)."""
+    unknown = {value: n for value, n in counts.items() if value not in known}
+    if not unknown:
+        return ""
+    shown = ", ".join(f"{v!r} ({n:,})" for v, n in sorted(unknown.items(), key=lambda x: -x[1])[:8])
+    more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+    trained = ", ".join(map(repr, sorted(known)[:8])) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
+    return (f"note: {where}: {sum(unknown.values()):,} rows have a language value the model never trained with: "
+            f"{shown}{more} (it trained with {trained}); it reads them as an input it never saw, so their codes "
+            "may differ from those of a language it knows")
+
+
+def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labelled:
+    """Labelled rows of a file without the rows the model trained on, as their content tells
+    (the input as the model reads it and the code set, TrainedOn): counted and said in one
+    line. A file of mostly such rows, more than new rows like the run's own held-out rows
+    would hold, is refused: it is the training data, on which the model is right more often
+    than on new rows."""
+    from mixer.coding.guarantee import binomial_upper_tail
+
+    trained = trained_on(model)
+    if trained is None or not len(labelled):
+        return labelled
+    seen = np.isin(_row_keys(model, labelled.texts, labelled.langs, labelled.truth), trained.keys)
+    k, n = int(seen.sum()), len(labelled)
+    if not k:
+        return labelled
+    fresh = trained.fresh if trained.fresh is not None else 0.0
+    above = float(binomial_upper_tail(k, n, fresh)) < TRAINED_LEVEL
+    share = f"{k:,} of its {n:,} labelled rows ({k / n:.0%})"
+    like = (f"new rows like the run's own held-out rows would hold about {fresh:.0%}" if trained.fresh is not None
+            else "the run has no held-out rows to compare with")
+    if k / n > MOSTLY_TRAINED and above:
+        raise UserError(f"{where}: {share} are rows {trained.where} trained on (the same input and codes), "
+                        f"where {like}: the model is right more often on rows it trained on, so no threshold "
+                        "chosen on them holds on new rows; pass labelled rows it never trained on (a random "
+                        "sample of the file to code, checked by hand)")
+    if not above:
+        if log is not None:
+            log(f"{where}: {share} have the input and codes of rows {trained.where} trained on, as {like}: "
+                "kept (rows like these are new draws of common inputs)")
+        return labelled
+    if log is not None:
+        log(f"{where}: {share} are rows {trained.where} trained on (the same input and codes), more than {like}: "
+            "left out (the model is right more often on rows it trained on)")
+    out = labelled.without(~seen)
+    out.rows += f", less the {k:,} the model trained on"
+    return out
+
+
+def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accuracy",
+             language: Optional[str] = None) -> Labelled:
     """A run's labelled rows that chose nothing: the rows of its scores.parquet with chose ==
     False; for a run from before scores.parquet, its validation rows when they chose
-    nothing (no --keep-best, no early stop, no tuned thresholds: only_measured)."""
+    nothing (no --keep-best, no early stop, no tuned thresholds: only_measured). language:
+    the one language the rows to code are predicted with, given for a run that read no
+    language column (its rows have none of their own): they are predicted with it too, so
+    that the threshold is chosen on the numbers it is applied to."""
+    rows = _run_rows(model_dir, source, flag)
+    if language is not None and (len(rows.langs) == 0 or (rows.langs != language).any()):
+        rows.langs = np.full(len(rows), language, dtype=object)
+        rows.rows += f", predicted with language {language!r} as the rows to code are"
+    return rows
+
+
+def _run_rows(model_dir: Optional[str], source: str, flag: str) -> Labelled:
     own = ("pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
            "(a filled audit qualifies)")
     if not model_dir:
@@ -370,9 +538,10 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     _, model_texts, _, desc_chars = model._inputs(texts.reset_index(drop=True), langs.reset_index(drop=True),
                                                   context, say_fit=False)
     index = np.repeat(np.flatnonzero(keep), repeat[keep])
-    return Labelled(np.asarray(model_texts, dtype=object)[index], langs.to_numpy(dtype=object)[index],
-                    [truth[i] for i in index], rows, np.asarray(lines)[index],
-                    None if desc_chars is None else np.asarray(desc_chars)[index])
+    labelled = Labelled(np.asarray(model_texts, dtype=object)[index], langs.to_numpy(dtype=object)[index],
+                        [truth[i] for i in index], rows, np.asarray(lines)[index],
+                        None if desc_chars is None else np.asarray(desc_chars)[index])
+    return leave_out_trained(labelled, model, where, log)
 
 
 def _first_blank(checked: np.ndarray) -> int:
@@ -436,7 +605,8 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
     if probe.levels:
         procedure += ", each grid point's coded rows counted at the level they are given (shorter codes)"
     target = dataclasses.replace(probe, threshold=choice.threshold, procedure=procedure, bound=choice.bound,
-                                 coded_share=choice.coded_share, needed=choice.needed, note=choice.note)
+                                 coded_share=choice.coded_share, needed=choice.needed, note=choice.note,
+                                 cause=choice.cause)
     if target.threshold is not None:
         level, _ = target.levels_given(table)
         right = _right_given(right_by_level(truth, predicted, target.levels, target.full_length), level)
