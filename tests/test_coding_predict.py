@@ -844,7 +844,7 @@ def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(run_dir,
     header = tmp_path / "header.csv"
     header.write_text("occ1,hisco_1,hisco_2\n")
     capsys.readouterr()
-    with pytest.raises(UserError, match=f"--input {header}: the input has no rows"):
+    with pytest.raises(UserError, match=f"--input {header}: no rows below its header"):
         predict_main(["--checkpoint", run_dir, "--input", str(header), "--output", str(tmp_path / "h.csv"),
                       "--target-accuracy", "0.3", "--target-confidence", "0.9"])
     assert "target:" not in capsys.readouterr().out  # no threshold chosen first
