@@ -19,11 +19,11 @@ from safetensors.torch import load_file
 from conftest import (ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, assert_floats_close,
                       assert_same_predictions, env_for_subprocess, run_program)
 
-# Deterministic and short: dropout 0, a fixed seed, 6 optimizer steps. Training noise
-# (spelling edits, and language "en" -> "unk") stays on, as by default: every
-# comparison below also proves that N processes, a resume and another layout draw
-# the same noise as one process.
-EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "6", "--eval-interval", "3",
+# Short, with the default recipe: dropout 0.1 (keyed by the row, mixer.models.keyed_dropout),
+# a fixed seed, 6 optimizer steps. Training noise (spelling edits, and language "en" -> "unk")
+# stays on, as by default: every comparison below also proves that N processes, a resume and
+# another layout draw the same dropout masks and the same noise as one process.
+EXACT = ["--seed", "5", "--max-steps", "6", "--eval-interval", "3",
          "--share-val", "0.09", "--target-cols", "hisco_1", "hisco_2", "--language", "en", *TINY]
 
 
@@ -507,7 +507,7 @@ def test_a_process_that_joined_a_group_exits_with_its_status_and_its_output(code
     assert proc.stdout == "finished"
 
 
-RELAYOUT = ["--dropout", "0", "--seed", "5", "--num-epochs", "2", "--share-val", "0.09",
+RELAYOUT = ["--seed", "5", "--num-epochs", "2", "--share-val", "0.09",
             "--target-cols", "hisco_1", "hisco_2", "--batch-size", "8", *TINY]
 
 
@@ -535,7 +535,7 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
     state = torch.load(out / "last.pt", weights_only=True)
     assert len(state["rng"]) == second[0]  # each rank's random state, saved by rank 0
     if first[0] != second[0]:  # not rank 0's stream copied to every rank: their own draws
-        assert "each rank's stream (dropout) starts from (seed, rank, step)" in text
+        assert "each rank's stream starts from (seed, rank, step)" in text
         torch_states = [rank_state["torch"] for rank_state in state["rng"]]
         assert all(not torch.equal(torch_states[0], other) for other in torch_states[1:])
     assert state["progress"]["step"] == expected_steps
