@@ -118,6 +118,17 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
 
 
+@pytest.mark.floats
+def test_accumulation_learns_what_one_batch_learns(single, small_csv, tmp_path):
+    """Batch 4 x 2 accumulation steps, with the default dropout: the rows of a step meet
+    their own masks in another micro-batch (mixer.models.keyed_dropout)."""
+    out = str(tmp_path / "run")
+    run_program("finetune.py", "--dataset", small_csv, "--save-path", out, "--batch-size", 4,
+                "--grad-accum-steps", 2, *EXACT)
+    assert max_difference(weights(single), weights(out)) < TRAINED_WEIGHTS_ATOL
+    assert_same_metrics(single, out)
+
+
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A word-piece encoder (BERT layout, random weights, the quickstart's tokeniser): its

@@ -215,3 +215,17 @@ def test_the_training_batches_carry_each_rows_draw():
     dataset = RowDataset(Inputs(), np.zeros((10, 1), dtype=np.int64))
     got = Collator(0, np.zeros((1, 2), dtype=np.int64))(dataset.__getitems__(items))
     assert got.draws.tolist() == [[1, item[4]] for item in items]
+
+
+@pytest.mark.floats
+@pytest.mark.parametrize("family", ["mixer", "occcanine"])
+def test_the_keyed_decoder_is_nn_transformer_decoders_wiring(family):
+    """The decoder's training pass with keyed attention dropout computes what
+    nn.TransformerDecoder computes, but for the masks (compared without dropout)."""
+    model = tiny_model("canine", family).eval()
+    ids, attention, decoder = batch()
+    with torch.no_grad():
+        states, _ = model.encode(ids, attention)
+        expected = model.decoder(decoder, states, attention == 0)
+        got = model.decoder.keyed_forward(decoder, states, attention == 0)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
