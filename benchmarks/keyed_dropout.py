@@ -30,6 +30,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from mixer.core.precision import cpu_model  # noqa: E402
 from mixer.models import keyed_dropout as kd  # noqa: E402
 from mixer.models.encoders import build_encoder  # noqa: E402
 from mixer.models.model import HeadsConfig, MixerModel  # noqa: E402
@@ -152,6 +153,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-steps", action="store_true", help="the masks and one call only")
     args = parser.parse_args()
+    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}")
     statistics_of_masks()
     one_call(args.device)
     if not args.no_steps:

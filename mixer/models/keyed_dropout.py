@@ -208,19 +208,20 @@ def install(model: nn.Module) -> int:
 
 # ------------------------------------------------------------------ transformers' attention
 def _attention_configs(model: nn.Module) -> list:
-    """The configs of the model's transformers encoders whose attention goes through the
-    attention interface and drops probabilities (p > 0)."""
-    found = {}
+    """The configs of the model's transformers encoders, whose attention may go through the
+    attention interface, when any of its dropouts has p > 0 (the attention modules pass
+    their dropout module's p, which need not be the config's)."""
+    found, dropping = {}, False
     for module in model.modules():
+        if isinstance(module, nn.Dropout) and module.p > 0:
+            dropping = True
         config = getattr(module, "config", None)
         if config is None or not hasattr(config, "_attn_implementation_internal"):
             continue
         if getattr(config, "model_type", "") == "canine":  # its attention applies a module: keyed already
             continue
-        if (getattr(config, "attention_probs_dropout_prob", 0) or getattr(config, "attention_dropout", 0)
-                or 0) > 0:
-            found[id(config)] = config
-    return list(found.values())
+        found[id(config)] = config
+    return list(found.values()) if dropping else []
 
 
 def _switch_attention(model: nn.Module) -> list:
