@@ -5,8 +5,9 @@ padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
 A training micro-batch is cut into --length-groups groups of rows of similar
 length, each padded on its own: one long (noised) row no longer pads the
 whole batch. The rows stay the same, and so does the gradient up to the order
-of its sums (rounding); with dropout on, the masks differ, as they do in
-another layout.
+of its sums (rounding): dropout masks are keyed by each row's draw (epoch,
+position in the epoch's order), not by its place in a batch
+(mixer.models.keyed_dropout).
 
 The sampler owns the data order. Each epoch has one global permutation
 (seeded by seed and epoch); an optimizer step takes the next
@@ -71,8 +72,8 @@ class RowDataset(torch.utils.data.Dataset):
         rows = np.fromiter((item[0] for item in items), dtype=np.int64, count=len(items))
         positions = np.fromiter((item[4] for item in items), dtype=np.int64, count=len(items))
         ids = self.inputs.ids(rows, items[0][3], positions)
-        return [(ids[k], self.labels[index], size, weight, index)
-                for k, (index, size, weight, _, _) in enumerate(items)]
+        return [(ids[k], self.labels[index], size, weight, index, (epoch, position))
+                for k, (index, size, weight, epoch, position) in enumerate(items)]
 
 
 @dataclass
@@ -85,18 +86,21 @@ class Batch:
     global_rows: int
     weights: torch.Tensor  # (rows,) 1, or 0 for a placeholder row (see StepSampler)
     rows: Optional[np.ndarray] = None  # the dataset's row indices (stays on the CPU)
+    # (rows, 2): each row's draw, (epoch, position in the epoch's order), which keys its
+    # dropout masks (mixer.models.keyed_dropout); stays on the CPU
+    draws: Optional[np.ndarray] = None
 
     def to(self, device: str, non_blocking: bool = False) -> "Batch":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.input_ids), move(self.attention_mask), move(self.labels),
                      move(self.decoder_input), move(self.targets), self.global_rows,
-                     move(self.weights), self.rows)
+                     move(self.weights), self.rows, self.draws)
 
     def pin_memory(self) -> "Batch":
         return Batch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(),
                      self.labels.pin_memory(), self.decoder_input.pin_memory(),
                      self.targets.pin_memory(), self.global_rows, self.weights.pin_memory(),
-                     self.rows)
+                     self.rows, self.draws)
 
 
 class Collator:
@@ -145,9 +149,11 @@ class Collator:
         decoder_input = np.concatenate([np.full((len(items), 1), self.bos), targets[:, :-1]], axis=1)
         weights = torch.tensor([item[3] for item in items])
         rows = np.asarray([item[4] for item in items]) if len(items[0]) > 4 else None
+        draws = (np.asarray([item[5] for item in items], dtype=np.int64).reshape(len(items), 2)
+                 if len(items[0]) > 5 else None)
         return Batch(torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(labels),
                      torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2],
-                     weights, rows)
+                     weights, rows, draws)
 
 
 def fewest_padded(lengths: np.ndarray, groups: int) -> list:

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mixer.models import keyed_dropout
 from mixer.models.family import family
 
 
@@ -121,12 +122,32 @@ class BlockDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor):
         """Logits for every position (teacher forcing): (rows, length, vocab)."""
+        if self.training and keyed_dropout.current_rows() is not None and any(
+                layer.self_attn.dropout > 0 or layer.multihead_attn.dropout > 0 for layer in self.layers.layers):
+            return self.keyed_forward(tokens, memory, memory_pad)
         length = tokens.size(1)
         hidden = self.embed_tokens(tokens)
         causal = nn.Transformer.generate_square_subsequent_mask(length, device=tokens.device,
                                                                 dtype=hidden.dtype)
         hidden = self.layers(hidden, self.memory_proj(memory), tgt_mask=causal, tgt_is_causal=True,
                              memory_key_padding_mask=self.memory_padding(memory_pad))
+        return self.out(self.norm(hidden))
+
+    def keyed_forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor):
+        """forward in training with keyed dropout: nn.TransformerDecoderLayer's wiring, its
+        attention probabilities dropped with the keyed mask (mixer.models.keyed_dropout)
+        where nn.MultiheadAttention would draw its own."""
+        hidden = self.embed_tokens(tokens)
+        memory = self.memory_proj(memory)
+        pad = self.memory_padding(memory_pad)
+        cross_allowed = None if pad is None else (~pad.bool())[:, None, None, :]  # (rows, 1, 1, M)
+        length = tokens.size(1)
+        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
+        for layer in self.layers.layers:
+            hidden = _decoder_layer(
+                layer, hidden,
+                lambda h: layer.dropout1(_attend_keyed(layer.self_attn, h, h, causal)),
+                lambda h: layer.dropout2(_attend_keyed(layer.multihead_attn, h, memory, cross_allowed)))
         return self.out(self.norm(hidden))
 
     # ------------------------------------------------------------ cached decoding
@@ -260,6 +281,23 @@ def _attend(attention: nn.MultiheadAttention, query_in: torch.Tensor, keys, valu
     dropout = attention.dropout if attention.training else 0.0
     out = F.scaled_dot_product_attention(query, keys, values, attn_mask=allowed, dropout_p=dropout)
     out = out.transpose(1, 2).reshape(query_in.shape)
+    return attention.out_proj(out)
+
+
+def _attend_keyed(attention: nn.MultiheadAttention, query_in: torch.Tensor, source: torch.Tensor, allowed):
+    """nn.MultiheadAttention in training, its probabilities (rows, heads, queries, keys)
+    dropped with the keyed mask of the module's id."""
+    dim = attention.embed_dim
+    weight, bias = attention.in_proj_weight, attention.in_proj_bias
+    query = _split_heads(F.linear(query_in, weight[:dim], None if bias is None else bias[:dim]),
+                         attention.num_heads)
+    keys, values = _heads_kv(attention, source)
+    scores = torch.matmul(query, keys.transpose(-2, -1)) * (query.size(-1) ** -0.5)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = keyed_dropout.keyed_dropout(scores.softmax(-1), attention.dropout,
+                                        getattr(attention, "_keyed_dropout_id", 0), attention.training)
+    out = torch.matmul(probs, values).transpose(1, 2).reshape(query_in.shape)
     return attention.out_proj(out)
 
 

@@ -101,7 +101,7 @@ def resume_report(trainer, path: str) -> str:
                     else f"at the end of epoch {epoch_number(end_epoch, 0)}"))
     if getattr(trainer, "reseeded", False):
         line += (f"; {trainer.world.world_size} process(es) where {saved.world_size} saved their "
-                 f"random state: each rank's stream (dropout) starts from (seed, rank, step)")
+                 f"random state: each rank's stream starts from (seed, rank, step)")
     peak = trainer.parts.scheduler.base_lrs[0]
     if not math.isclose(peak, trainer.saved_peak_lr, rel_tol=1e-12):
         line += (f"; peak learning rate now {peak:g} (was {trainer.saved_peak_lr:g}), from this "
@@ -119,8 +119,9 @@ def seed_everything(seed: int) -> None:
 
 def seed_streams(seed: int, rank: int, step: int) -> None:
     """Seed this rank's torch (CPU and GPU), numpy and Python random streams from
-    (seed, rank, step): after a resume in another layout every rank draws its own
-    dropout masks, and the same resume draws the same ones again."""
+    (seed, rank, step): after a resume in another layout every rank has its own stream,
+    and the same resume draws the same again. Dropout and training noise draw nothing
+    from them: they are keyed by the row (mixer.models.keyed_dropout, mixer.data.noise)."""
     import random
 
     words = np.random.SeedSequence([seed, rank, step]).generate_state(2, dtype=np.uint64)

@@ -22,6 +22,7 @@ from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepa
 from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                                 shard_indices, stop_workers)
+from mixer.models import keyed_dropout
 from mixer.models.encoders import save_encoder_files, token_ids_of
 from mixer.reporting import card
 from mixer.reporting.metrics import Thresholds
@@ -166,10 +167,12 @@ def set_up_device(config: RunConfig, world: mdist.World) -> str:
 
 def build_model(config: RunConfig, world: mdist.World, start, formatter, key_codes: list) -> tuple:
     """The model and its encoder, from the start (mixer.models.sources), and the
-    encoder's token ids; dropout streams differ by rank from here."""
+    encoder's token ids. Its dropouts are keyed by the row (mixer.models.keyed_dropout):
+    the masks do not come from the ranks' streams, which differ from here."""
     model, encoder = sources.build_model(start, config, formatter, key_codes, log=logger.info)
     check_max_len(start.recipe.max_len, encoder.model.config)
-    torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); dropout streams differ
+    keyed_dropout.install(model)
+    torch.manual_seed(config.train.seed + world.rank)  # weights are equal (DDP broadcasts); streams differ
     return model, encoder, token_ids_of(encoder, start.recipe)
 
 

@@ -9,6 +9,7 @@ import contextlib
 import torch
 
 from mixer.core.errors import UserError
+from mixer.models import keyed_dropout
 from mixer.models.losses import row_losses, step_loss
 from mixer.reporting.tracking import logger
 
@@ -38,7 +39,7 @@ def optimizer_step(trainer, micro_batches: list) -> float:
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
-            with trainer.autocast():
+            with trainer.autocast(), dropout_keys(trainer, batch, model):
                 flat_logits, seq_logits = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
             total, _, _ = row_losses(flat_logits, seq_logits, batch.labels, batch.targets, parts.num_blocks,
                                      parts.block_size, cfg.seq2seq_weight, parts.formatter.pad_id)
@@ -58,6 +59,15 @@ def optimizer_step(trainer, micro_batches: list) -> float:
     parts.scheduler.step()
     parts.optimizer.zero_grad(set_to_none=True)
     return float(local_loss)
+
+
+def dropout_keys(trainer, batch, model):
+    """The forward pass's dropout masks keyed by each row's draw (seed, epoch, position in
+    the epoch's order), whatever batch, rank or padding carries the row."""
+    if batch.draws is None:
+        return contextlib.nullcontext()
+    keys = keyed_dropout.row_keys(trainer.cfg.seed, batch.draws[:, 0], batch.draws[:, 1])
+    return keyed_dropout.rows(keys.to(trainer.device, non_blocking=True), model)
 
 
 def skip_nonfinite_step(trainer) -> None:
