@@ -598,3 +598,37 @@ def test_scale_lr_follows_the_global_batch_of_the_resumed_run(small_csv, tmp_pat
     assert after["scheduler"]["base_lrs"] == pytest.approx([2 * lr for lr in before], rel=1e-12)
     assert [g["initial_lr"] for g in after["optimizer"]["param_groups"]] == after["scheduler"]["base_lrs"]
     assert "peak learning rate now" in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------ early stopping, default recipe
+# Issue 44's run: 300 rows, canine-tiny, early stopping on val_loss, dropout left at its default.
+# With dropout drawn from each process's own stream, one process of batch 16 and two of batch 8
+# differed from step 4 and stopped at other steps; keyed by the row, they stop at one step.
+EARLY = ["--target-cols", "hisco_1", "--language", "en", "--seed", "3", "--share-val", "0.1", *TINY,
+         "--max-steps", "60", "--eval-interval", "2", "--keep-best", "val_loss", "--early-stopping-patience", "2",
+         "--early-stopping-min-delta", "0.03"]
+
+
+@pytest.fixture(scope="module")
+def rows_300(tmp_path_factory, toy_frame) -> str:
+    path = tmp_path_factory.mktemp("early") / "rows300.csv"
+    toy_frame[toy_frame["hisco_1"].str.len() == 5].head(300).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.mark.floats
+def test_early_stopping_stops_at_one_step_in_any_layout_with_the_default_dropout(tmp_path, rows_300):
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    run_program("finetune.py", "--dataset", rows_300, "--save-path", one, "--batch-size", 16, *EARLY)
+    run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", rows_300,
+                                           "--save-path", two, "--batch-size", "8", *EARLY])
+    progress = [torch.load(os.path.join(d, "last.pt"), weights_only=True)["progress"] for d in (one, two)]
+    assert progress[0]["step"] == progress[1]["step"] < 60  # stopped early, at the same step
+    assert progress[0]["stop_reason"].startswith("early stopping: val_loss did not improve")
+    logs = [pd.read_csv(os.path.join(d, "logs.csv")) for d in (one, two)]
+    assert logs[0]["step"].tolist() == logs[1]["step"].tolist()
+    assert len(logs[0]) >= 6  # several evaluations: the masks of many steps were drawn
+    np.testing.assert_allclose(logs[0]["val_loss"], logs[1]["val_loss"], atol=TRAINED_METRICS_ATOL, rtol=0)
+    for name in ("model.safetensors", os.path.join("best", "model.safetensors")):
+        assert max_difference(load_file(os.path.join(one, name)), load_file(os.path.join(two, name))) \
+            < TRAINED_WEIGHTS_ATOL
