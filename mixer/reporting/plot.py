@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pandas as pd
 
@@ -74,6 +73,3 @@ def plot_prediction_summary(predictions: pd.DataFrame, output: str, top: int = 2
     plt.close(figure)
     return output
 
-
-if __name__ == "__main__":
-    sys.exit(main())
