@@ -18,17 +18,17 @@ class Witness(hooks.Hook):
     def __init__(self):
         self.calls = []
 
-    def on_start(self, trainer):
-        self.calls.append(("start", trainer.progress.step))
+    def on_start(self, state, control):
+        self.calls.append(("start", state.step))
 
-    def on_evaluated(self, trainer, evaluation):
-        self.calls.append(("evaluated", evaluation.row["step"]))
+    def on_evaluate(self, state, control):
+        self.calls.append(("evaluated", state.evaluation.row["step"]))
 
-    def on_end(self, trainer):
-        model = os.path.join(trainer.run_dir, "model.safetensors")
-        self.calls.append(("end", trainer.progress.step, trainer.completed, os.path.exists(model)))
-        with open(os.path.join(trainer.run_dir, "witness.txt"), "w", encoding="utf-8") as handle:
-            handle.write(f"ended at step {trainer.progress.step}\n")
+    def on_end(self, state, control):
+        model = os.path.join(state.run_dir, "model.safetensors")
+        self.calls.append(("end", state.step, state.completed, os.path.exists(model)))
+        with open(os.path.join(state.run_dir, "witness.txt"), "w", encoding="utf-8") as handle:
+            handle.write(f"ended at step {state.step}\n")
 
 
 def train(run_dir, csv, *extra):
