@@ -67,7 +67,10 @@ def best_record(run_dir) -> dict:
 
 
 def progress_of(run_dir) -> dict:
-    return torch.load(os.path.join(run_dir, "last.pt"), weights_only=True)["progress"]
+    """last.pt's progress, with the KeepBest hook's own state (the best's record and the
+    patience count) beside it."""
+    state = torch.load(os.path.join(run_dir, "last.pt"), weights_only=True)
+    return dict(state["progress"], **state["hooks"]["keep the best model"])
 
 
 def assert_reaches_the_reference(reference_dir, run_dir, tolerance=TRAINED_WEIGHTS_ATOL):
@@ -501,7 +504,7 @@ def test_patience_that_runs_out_at_the_planned_end_is_no_early_stop():
     from mixer.core.config import TrainConfig
     from mixer.distributed.world import World
     from mixer.training.best.keeper import BestKeeper
-    from mixer.training.trainer import Progress
+    from mixer.training.best.keeper import Standing as Progress
 
     keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
                         dict, print)
@@ -515,7 +518,7 @@ def test_a_nan_evaluation_before_any_best_leaves_no_best_yet():
     from mixer.core.config import TrainConfig
     from mixer.distributed.world import World
     from mixer.training.best.keeper import BestKeeper
-    from mixer.training.trainer import Progress
+    from mixer.training.best.keeper import Standing as Progress
 
     keeper = BestKeeper(TrainConfig(keep_best="val_loss", early_stopping_patience=1), World(), "run", {},
                         dict, print)

@@ -1,6 +1,7 @@
 """last.pt: the training state, written atomically, read without unpickling code.
 
-Layout: {"model", "optimizer", "scheduler", "scaler", "progress", "rng", "key"}.
+Layout: {"model", "optimizer", "scheduler", "scaler", "progress", "rng", "key", "hooks"}
+(each hook's own state by its name; mixer.training.resume).
 Writes go to a temp file, are fsynced and renamed; the previous checkpoint
 is kept as last.prev.pt, so a crash at any moment leaves one complete file,
 and a checkpoint that fails to load falls back to the previous one. Loading

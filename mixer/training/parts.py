@@ -29,8 +29,6 @@ class Progress:
     layout: Optional[dict] = None
     base_global_batch: Optional[int] = None
     schedule_segment: Optional[list] = None
-    best: Optional[dict] = None  # the best evaluation so far (--keep-best; mixer.training.best.keeper)
-    evals_since_best: int = 0  # evaluations after the best without an improvement
     stop_reason: Optional[str] = None  # why the run ended before its planned end (early stopping)
     jobs: list = field(default_factory=list)  # each job's command and settings from its first step (the card's)
     elapsed: float = 0.0  # seconds of training, evaluations included, over every job of the run

@@ -29,13 +29,25 @@ def state_dict(trainer) -> dict:
                      "last_eval_full": p.last_eval_full, "eval_pending": p.eval_pending,
                      "layout": schedule.layout.to_dict(),
                      "base_global_batch": schedule.plan.base_global_batch,
-                     "schedule_segment": schedule.segment.to_list(), "best": p.best,
-                     "evals_since_best": p.evals_since_best, "stop_reason": p.stop_reason,
+                     "schedule_segment": schedule.segment.to_list(), "stop_reason": p.stop_reason,
                      "jobs": p.jobs,
                      "elapsed": trainer.eta.elapsed()},
         "rng": [rng_state()],
         "key": trainer.key_codes,
+        "hooks": {hook.name: saved for hook in trainer.hooks if (saved := hook.state_dict())},
     }
+
+
+def hook_states(state: dict) -> dict:
+    """Each hook's own state, by the hook's name. A training state from before the hooks
+    kept their own (mixer before issue 45) held the best's record and the patience count
+    in "progress": they are the KeepBest hook's."""
+    if "hooks" in state:
+        return state["hooks"]
+    from mixer.training.best.hook import KeepBest
+
+    progress = state.get("progress", {})
+    return {KeepBest.name: {"best": progress.get("best"), "evals_since_best": progress.get("evals_since_best", 0)}}
 
 def load_state_dict(trainer, state: dict) -> None:
     if state.get("key") and trainer.key_codes and list(state["key"]) != trainer.key_codes:
@@ -54,6 +66,10 @@ def load_state_dict(trainer, state: dict) -> None:
         trainer.scaler.load_state_dict(state["scaler"])
     known = {f for f in Progress.__dataclass_fields__}
     trainer.progress = Progress(**{k: v for k, v in state["progress"].items() if k in known})
+    saved = hook_states(state)
+    for hook in trainer.hooks:
+        if hook.name in saved:
+            hook.load_state_dict(saved[hook.name])
     resume_schedule(trainer)
     restore_flag_learning_rates(trainer, peaks)
     states = state["rng"]

@@ -128,7 +128,7 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     finally:
         stop_workers(*loaders.all())
     if world.is_main and trainer.completed:
-        report_end(metrics, run_dir, trainer.progress.best)
+        report_end(metrics, run_dir, kept_best(trainer.hooks))
     return metrics
 
 
@@ -314,8 +314,15 @@ def build_hooks(cfg) -> list:
     order the Trainer calls them: the curves right after the last model, the best
     before the thresholds, the cards last; then those registered with
     mixer.training.hooks.register."""
-    hooks = [Curves(), KeepBest()] + ([TuneThresholds()] if cfg.tune_threshold else []) + [Scores(), Cards()]
+    keep = KeepBest()
+    hooks = [Curves(), keep] + ([TuneThresholds()] if cfg.tune_threshold else []) + [
+        Scores(), Cards(best=lambda: keep.best)]  # the cards describe the best the keeper holds
     return hooks + registered(cfg)
+
+
+def kept_best(hooks: list):
+    """The run's best record, as its KeepBest hook holds it (None: none)."""
+    return next((hook.best for hook in hooks if isinstance(hook, KeepBest)), None)
 
 
 def build_trainer(config: RunConfig, cfg, world: mdist.World, parts: TrainParts, key_codes: list,

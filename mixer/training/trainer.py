@@ -5,8 +5,11 @@ save, stop.
 evaluating itself the Validator's (mixer.training.validation), the training state
 mixer.training.resume's; what a run does at an evaluation or at its end (the best
 model, early stopping, thresholds, scores, cards) are hooks (mixer.training.hooks),
-called at fixed points. Every rank runs every line here; rank-0-only side effects go
-through `tracker` (a NullTracker elsewhere) and `checkpointer` (None elsewhere).
+called at the loop's points (start, step end, evaluation, save, before the final
+evaluation, its rows, end), each with the run's state, read-only, and the control
+through which a hook asks for what it needs (mixer.training.contract). Every rank runs
+every line here; rank-0-only side effects go through `tracker` (a NullTracker
+elsewhere) and `checkpointer` (None elsewhere).
 Collectives are marked "all ranks".
 """
 
@@ -26,7 +29,8 @@ from mixer.models.model import save_model
 from mixer.reporting.eta import Eta
 from mixer.reporting.tracking import NullTracker, logger
 from mixer.training import resume
-from mixer.training.hooks import Evaluation, Hook
+from mixer.training.contract import Control, Evaluation, RunState
+from mixer.training.hooks import Hook
 from mixer.training.parts import Progress, TrainParts, TrainWindow
 from mixer.training.step import optimizer_step, steps_of_epoch
 from mixer.training.validation import Validator
@@ -54,15 +58,16 @@ class Trainer:
         self.completed = False  # the run reached its end and wrote its final files
         self.last_table: Optional[str] = None  # evaluation.csv of the last step's weights (rank 0)
         self.last_gathered: Optional[dict] = None  # the rows its final evaluation scored (rank 0)
+        self.final_which: Optional[str] = None  # what they score
         self.scored_last = False  # this job scored the last step's weights (every rank)
+        self.evaluation: Optional[Evaluation] = None  # the evaluation the hooks are called for
         self._saved_step = -1
         self.window = TrainWindow()
         self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
                                    stopping=lambda: self.stop_requested)
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
         self.hooks: list = list(hooks)  # what the run does at evaluations and at its end (mixer.training.hooks)
-        for hook in self.hooks:
-            hook.attach(self)
+        self.state, self.control = RunState(self), Control(self)  # what every hook point receives
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
@@ -107,6 +112,7 @@ class Trainer:
         self.progress.rows_in_epoch += rows
         self.window.add(local_loss, rows)
         self.maybe_report()
+        self.call("on_step_end")
 
     def maybe_report(self) -> None:
         if not (self.progress.step % self.cfg.log_interval == 0 or self.finished()):
@@ -153,9 +159,9 @@ class Trainer:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
-        # it takes part in the choice of the best on the rows and thresholds every evaluation used
-        chooses = any(h.collects_rows for h in self.hooks) and loader is None and self.validator.tuned is None
-        metrics = self.measure(loader, collect=final or chooses)  # all ranks
+        # on the rows and thresholds every evaluation used (the best is chosen on these)
+        on_sample = loader is None and self.validator.tuned is None
+        metrics = self.measure(loader, collect=final or (on_sample and self.control.keeps_rows))  # all ranks
         self._saved_step = -1  # the evaluation state changed: the next save writes it
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
@@ -168,17 +174,18 @@ class Trainer:
                "lr": self.parts.scheduler.get_last_lr()[0],
                "samples_per_sec": train.get("samples_per_sec", float("nan"))}
         row.update({f"val_{k}": v for k, v in metrics.items()})
-        evaluation = Evaluation(row, chooses)
-        self.call("on_evaluate", evaluation)  # all ranks
-        self.tracker.log_eval(row, evaluation.note, epoch_number(self.progress.epoch, self.progress.rows_in_epoch))
+        self.evaluation = Evaluation(row, on_sample, final)
+        self.control.begin_evaluation()
+        self.call("on_evaluate")  # all ranks
+        control = self.control
+        self.tracker.log_eval(row, control.text, epoch_number(self.progress.epoch, self.progress.rows_in_epoch))
         self.progress.last_eval_step = self.progress.step
         self.progress.last_eval_full = loader is not None or self.parts.full_val_loader is None
         self.progress.eval_pending = False
         self.last_metrics = row
-        if not self.cfg.save_interval or evaluation.save:
+        if not self.cfg.save_interval or control.should_save:
             self.save_checkpoint()  # all ranks
-        self.call("on_evaluated", evaluation)
-        if evaluation.stop:
+        if control.stopped:
             logger.info(f"stopping at step {self.progress.step}: {self.progress.stop_reason}")
         return row
 
@@ -221,11 +228,11 @@ class Trainer:
             return  # this very state is on disk already
         self._saved_step = self.progress.step
         rng = mdist.gather_to_main(rng_state(), self.world)  # all ranks: each rank's RNG, to rank 0
-        if self.checkpointer is None:  # rank 0 alone writes
-            return
-        state = self.state_dict()
-        state["rng"] = rng
-        self.checkpointer.save(state)
+        if self.checkpointer is not None:  # rank 0 alone writes
+            state = self.state_dict()
+            state["rng"] = rng
+            self.checkpointer.save(state)
+        self.call("on_save")  # all ranks
 
     def state_dict(self) -> dict:
         return resume.state_dict(self)
@@ -236,10 +243,11 @@ class Trainer:
     def resume_report(self, path: str) -> str:
         return resume.resume_report(self, path)
 
-    def call(self, point: str, *args) -> None:
-        """Every hook's method `point`, in the list's order (all ranks)."""
+    def call(self, point: str) -> None:
+        """Every hook's method `point` with the run's state and the control, in the
+        list's order (all ranks)."""
         for hook in self.hooks:
-            getattr(hook, point)(self, *args)
+            getattr(hook, point)(self.state, self.control)
 
     @property
     def total_steps(self) -> int:
@@ -269,25 +277,28 @@ class Trainer:
         them (mixer.training.scores), the tuned thresholds, the model. False when a stop
         signal interrupted the final evaluation: nothing final is written and the job
         continues with it."""
-        full, p = self.parts.full_val_loader is not None, self.progress
-        if not all(hook.before_final(self, full) for hook in self.hooks):  # all ranks
-            return False
-        final = (p.last_eval_step != p.step or (full and not p.last_eval_full)
-                 or any(hook.needs_final(self) for hook in self.hooks))  # all ranks
-        if not all(hook.before_final_evaluation(self, final) for hook in self.hooks):  # all ranks
-            p.eval_pending = True  # nothing final logged yet: the job continues here
-            return False
+        full, p, control = self.parts.full_val_loader is not None, self.progress, self.control
+        control.begin_final()
+        for hook in self.hooks:  # they may evaluate, tune, ask for the final evaluation (all ranks)
+            hook.before_final(self.state, control)
+            if control.interrupted:  # a stop signal: nothing final logged yet, the job continues here
+                p.eval_pending = True
+                return False
+        final = p.last_eval_step != p.step or (full and not p.last_eval_full) or control.final_requested
+        if control.calibration_requested and (final or self.validator.collected is not None):
+            if not control.score_calibration_rows():  # all ranks
+                p.eval_pending = True
+                return False
         if final:
             self.evaluate_and_log(full=full, final=True)  # all ranks
             if self.progress.eval_pending:
                 return False
         self.scored_last = self.validator.collected is not None  # the same on every rank
         if self.scored_last:
-            gathered = self.validator.gather_rows()  # all ranks
-            self.last_gathered = gathered
-            which = f"the weights of the last step, {self.progress.step}"
-            self.last_table = self.validator.write_evaluation(which, gathered)
-            self.call("on_scored", gathered, which)
+            self.last_gathered = self.validator.gather_rows()  # all ranks
+            self.final_which = f"the weights of the last step, {self.progress.step}"
+            self.last_table = self.validator.write_evaluation(self.final_which, self.last_gathered)
+            self.call("on_final_rows")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
             save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={

@@ -1,16 +1,20 @@
 """The best model during a run (--keep-best, --early-stopping-patience): a hook of the
-loop (mixer.training.hooks) around the keeper (mixer.training.best.keeper)."""
+loop (mixer.training.hooks) around the keeper (mixer.training.best.keeper). Its own
+state, the best's record and the patience count, is saved in the training state under
+its name (a training state from before it held them in "progress": mixer.training.resume)."""
 
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from mixer.models.sources import BEST_DIR
 from mixer.reporting import card
 from mixer.reporting.tracking import logger
-from mixer.training.best.keeper import BestKeeper, drop_moved_best
-from mixer.training.hooks import (Evaluation, Hook, card_files, lacks_scores, score_calibration_rows,
-                                  tune_thresholds, write_scores)
+from mixer.training.best.keeper import BestKeeper, Standing, drop_moved_best
+from mixer.training.hooks import Hook, card_files, lacks_scores, tune_thresholds, write_scores
+
+INTERRUPTED = object()
 
 
 class KeepBest(Hook):
@@ -20,102 +24,119 @@ class KeepBest(Hook):
 
     name = "keep the best model"
 
-    def attach(self, trainer) -> None:
-        cfg, parts = trainer.cfg, trainer.parts
-        self.keeper = (BestKeeper(cfg, trainer.world, trainer.run_dir, parts.model_extra,
-                                  lambda record: self.best_files(trainer, record), logger.info,
-                                  parts.eval_conditions) if cfg.keep_best else None)
-        self.collects_rows = self.keeper is not None
-        self.starting_thresholds = (parts.thresholds, {k: parts.model_extra.get(k) for k in (
+    def __init__(self):
+        self.standing = Standing()  # its own state: the best's record and the patience count
+        self.keeper: Optional[BestKeeper] = None
+        self.unwritten = False  # a new best that RUN/best/ does not hold yet (written after the save)
+
+    @property
+    def best(self) -> Optional[dict]:
+        """The best evaluation's record so far, or None."""
+        return self.standing.best
+
+    def state_dict(self) -> dict:
+        return {"best": self.standing.best, "evals_since_best": self.standing.evals_since_best}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.standing.best = saved.get("best")
+        self.standing.evals_since_best = saved.get("evals_since_best", 0)
+
+    def on_start(self, state, control) -> None:
+        cfg, standing = state.cfg, self.where(state)
+        self.starting_thresholds = (state.thresholds, {k: state.model_extra.get(k) for k in (
             "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
+        if cfg.keep_best:
+            self.keeper = BestKeeper(cfg, state.world, state.run_dir, state.model_extra,
+                                     lambda record: self.best_files(state, record), logger.info,
+                                     state.eval_conditions)
+            control.keep_rows()  # the table of a new best
+            self.keeper.start(standing, state.model)  # all ranks
+        elif standing.best is not None:  # RUN/best/ moved away (keeper.check_resume refuses it otherwise)
+            drop_moved_best(standing, state.run_dir, "this run keeps no best model",
+                            logger.warning if state.is_main else (lambda _line: None))
 
-    def on_start(self, trainer) -> None:
-        progress = trainer.progress
-        if self.keeper is not None:
-            self.keeper.start(progress, trainer.parts.model)  # all ranks
-        elif progress.best is not None:  # RUN/best/ moved away (keeper.check_resume refuses it otherwise)
-            drop_moved_best(progress, trainer.run_dir, "this run keeps no best model",
-                            logger.warning if trainer.world.is_main else (lambda _line: None))
-
-    def on_evaluate(self, trainer, evaluation: Evaluation) -> None:
-        if not evaluation.chooses or self.keeper is None:
+    def on_evaluate(self, state, control) -> None:
+        evaluation = state.evaluation
+        if self.keeper is None or not evaluation.on_sample:
             return
-        progress = trainer.progress
-        verdict = self.keeper.judge(progress, evaluation.row,
-                                    planned_end=progress.step >= trainer.total_steps)  # all ranks
+        standing = self.where(state)
+        verdict = self.keeper.judge(standing, evaluation.row, planned_end=state.step >= state.total_steps)  # all ranks
+        if verdict.stop:
+            control.stop(standing.stop_reason)
         if verdict.new_best:
-            table = trainer.validator.evaluation_table()  # all ranks: gathered to rank 0
-            progress.best = self.keeper.record(progress, evaluation.row, table)
-        evaluation.note = self.keeper.note(progress, verdict)
-        evaluation.save = evaluation.new_best = verdict.new_best  # last.pt records it before best/ holds it
-        evaluation.stop = verdict.stop
+            standing.best = self.keeper.record(standing, evaluation.row, control.evaluation_table())  # all ranks
+            self.unwritten = True
+            control.save()  # last.pt records it before RUN/best/ holds it
+        control.note(self.keeper.note(standing, verdict))
 
-    def on_evaluated(self, trainer, evaluation: Evaluation) -> None:
-        if evaluation.new_best and trainer.world.is_main:
-            self.keeper.write(trainer.parts.model, trainer.progress.best)
+    def on_save(self, state, control) -> None:
+        if self.unwritten and state.is_main:
+            self.keeper.write(state.model, self.standing.best)
+        self.unwritten = False
 
-    def before_final(self, trainer, full: bool) -> bool:
+    def before_final(self, state, control) -> None:
         """The last step competes on the rows the others did, before the final rows or
         thresholds change (all ranks)."""
-        p = trainer.progress
-        if self.keeper is not None and p.last_eval_step != p.step and (full or trainer.cfg.tune_threshold):
-            trainer.evaluate_and_log()  # all ranks
-            if p.eval_pending:
-                return False
-        return True
+        if self.keeper is not None and state.last_eval_step != state.step and (
+                state.full_val or state.cfg.tune_threshold):
+            control.evaluate()  # all ranks
 
-    def on_end(self, trainer) -> None:
+    def on_end(self, state, control) -> None:
         """The best model's final files (all ranks): its per-row scores and what is derived
         from them. When the final rows or thresholds differ from those it was chosen with
         (--full-val-at-end, --tune-threshold), they also hold its thresholds tuned on its
         own outputs and its evaluation on the final rows. RUN/best/ rewritten whole. The
         best of the last step takes the last step's scores. A stop signal here leaves
         RUN/best/ as it was; the job, run again, does it."""
-        cfg, parts, validator = trainer.cfg, trainer.parts, trainer.validator
-        best, full = trainer.progress.best, parts.full_val_loader
+        best = self.standing.best
         if best is None:
             return
-        best_dir = os.path.join(trainer.run_dir, BEST_DIR)
-        remeasure = bool(cfg.tune_threshold or full is not None)
-        if not remeasure and best["step"] == trainer.progress.step and trainer.scored_last:
-            gathered = trainer.last_gathered  # this job's final evaluation scored these very weights (rank 0)
-        elif not remeasure and not lacks_scores(trainer, best_dir):  # all ranks
+        best_dir = os.path.join(state.run_dir, BEST_DIR)
+        remeasure, same = bool(state.cfg.tune_threshold or state.full_val), best["step"] == state.step
+        if not remeasure and same and state.scored_last:
+            gathered = control.final_rows()  # this job's final evaluation scored these very weights (rank 0)
+        elif not remeasure and not lacks_scores(state, best_dir):  # all ranks
             return  # a job run again after the end: RUN/best/ holds its final files already
         else:
-            if best["step"] != trainer.progress.step:
-                self.keeper.load_weights(parts.model)  # all ranks (the last step's are saved)
-                if cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
-                    parts.thresholds, extra = self.starting_thresholds
-                    parts.model_extra.update(extra)
-                    if not tune_thresholds(trainer, full is not None, best_dir):
-                        return
-            if not score_calibration_rows(trainer):  # all ranks
-                logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps "
-                               "the files it had")
+            gathered = self.evaluate_best(state, control, best, best_dir, remeasure)  # all ranks
+            if gathered is INTERRUPTED:
                 return
-            validator.collected_noised = None  # the last step's, until measure() replaces it
-            metrics = (trainer.measure(full, collect=True) if remeasure
-                       else trainer.evaluate(None, collect=True))  # all ranks: the rows it was chosen on
-            if metrics is None:
-                logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps "
-                               "the files it had")
-                return
-            gathered = validator.gather_rows()  # all ranks
-            if remeasure:
-                best["metrics"] = dict(best["metrics"], **{f"val_{k}": v for k, v in metrics.items()})
-                best["table"] = validator.table_of(gathered)
-        if trainer.world.is_main:
-            same = best["step"] == trainer.progress.step
-            files = write_scores(trainer, gathered, best_dir, None if same else f"the best model's weights, "
-                                                                                f"step {best['step']}")
-            self.keeper.write(parts.model, best, files or {})
+        if state.is_main:
+            which = None if same else f"the best model's weights, step {best['step']}"
+            files = write_scores(state, gathered, best_dir, which)
+            self.keeper.write(state.model, best, files or {})
             if same and files:
                 logger.info(f"scores of the best model, the last step's weights: {best_dir} (as above)")
 
-    def best_files(self, trainer, record: dict) -> dict:
+    def evaluate_best(self, state, control, best: dict, best_dir: str, remeasure: bool):
+        """The best's weights swapped in (its thresholds tuned again from the run's
+        starting ones) and evaluated as the final evaluation evaluates: its rows gathered
+        to rank 0, or INTERRUPTED (all ranks)."""
+        if best["step"] != state.step:
+            control.load_weights(best_dir)  # all ranks (the last step's are saved)
+            if state.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
+                control.use_thresholds(*self.starting_thresholds)
+                if not tune_thresholds(state, control, state.full_val, best_dir):
+                    return INTERRUPTED
+        measured = control.score_calibration_rows() and control.evaluate_rows(as_final=remeasure)  # all ranks
+        if not measured:
+            logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps the files it had")
+            return INTERRUPTED
+        metrics, gathered = measured
+        if remeasure:
+            best["metrics"] = dict(best["metrics"], **{f"val_{k}": v for k, v in metrics.items()})
+            best["table"] = control.table_of(gathered)
+        return gathered
+
+    def where(self, state) -> Standing:
+        """Its standing, at the run's place."""
+        s = self.standing
+        s.step, s.epoch, s.rows_in_epoch = state.step, state.epoch, state.rows_in_epoch
+        return s
+
+    def best_files(self, state, record: dict) -> dict:
         """What RUN/best/ carries besides the model: its evaluation table and model card."""
-        text, data = card_files(trainer, record, os.path.join(trainer.run_dir, BEST_DIR),
-                                trainer.parts.model_extra)
+        text, data = card_files(state, record, os.path.join(state.run_dir, BEST_DIR), dict(state.model_extra))
         files = {card.CARD: text, card.CARD_DATA: card.data_text(data)}
         if record.get("table"):
             files["evaluation.csv"] = record["table"]

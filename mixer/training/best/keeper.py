@@ -12,7 +12,8 @@ In the run (`BestKeeper`, all ranks): each evaluation's metrics are already all-
 sums over every rank's rows. Rank 0 judges and every rank receives its verdict
 (a broadcast), so every rank agrees on the best and stops at the same step. The best's
 record (metric, value, step, epoch, place, its metrics and its evaluation table) and
-the patience count live in the training state (last.pt). A new best is committed in
+the patience count (`Standing`, the KeepBest hook's own state) live in the training
+state (last.pt). A new best is committed in
 this order: last.pt first (it holds the record and the weights of this very step), then
 RUN/best/ (mixer.models.model_dir, written whole or not at all), then RUN/README.md. A
 kill between the two leaves a state whose best is ahead of RUN/best/: the resume
@@ -37,6 +38,20 @@ from mixer.distributed import world as mdist
 from mixer.models.sources import BEST_DIR, is_run_directory, run_config
 
 RECORD_KEYS = ("metric", "value", "step", "epoch", "place", "conditions")  # best/config.json's "weights", and "metrics"
+
+
+@dataclass
+class Standing:
+    """Where the best stands: the best's record and the patience count (the KeepBest
+    hook's own state, saved in the training state), at the run's place (step, epoch,
+    rows of the epoch), and the stop reason a verdict gave."""
+
+    best: Optional[dict] = None  # the best evaluation so far
+    evals_since_best: int = 0  # evaluations after the best without an improvement
+    step: int = 0
+    epoch: int = 0
+    rows_in_epoch: int = 0
+    stop_reason: Optional[str] = None  # why the run ends early (early stopping)
 
 
 @dataclass(frozen=True)
@@ -155,14 +170,14 @@ def metric_changed(run_dir: str, kept: str) -> UserError:
                      f"--keep-best {kept}, or move {run_dir}/{BEST_DIR} away to continue without it")
 
 
-def drop_moved_best(progress, run_dir: str, why: str, log: Callable[[str], None]) -> None:
+def drop_moved_best(standing, run_dir: str, why: str, log: Callable[[str], None]) -> None:
     """RUN/best/ was moved away and this run keeps no best, or keeps it otherwise (`why`):
     the training state's record and patience count go (rank 0's decision, every rank
     drops it)."""
-    best = progress.best
+    best = standing.best
     log(f"{os.path.join(run_dir, BEST_DIR)} was moved away: the best the training state records "
         f"({best['metric']} {best['value']:.4f} at step {best['step']}) is dropped; {why}")
-    progress.best, progress.evals_since_best = None, 0
+    standing.best, standing.evals_since_best = None, 0
 
 
 def discard_leftover(run_dir: str, log: Callable[[str], None]) -> None:
@@ -200,29 +215,29 @@ class BestKeeper:
         self.write_files = write_files
         self.log = log
 
-    def judge(self, progress, row: dict, planned_end: bool = False) -> Verdict:
+    def judge(self, standing, row: dict, planned_end: bool = False) -> Verdict:
         """Rank 0's verdict on an evaluation, on every rank (all ranks); updates the
         patience count and, when it runs out before the planned end, the stop reason."""
         verdict = None
         if self.world.is_main:
-            verdict = judge(progress.best, progress.evals_since_best, self.metric, row[self.metric],
-                            place_of(progress), self.patience, self.min_delta)
+            verdict = judge(standing.best, standing.evals_since_best, self.metric, row[self.metric],
+                            place_of(standing), self.patience, self.min_delta)
             if planned_end:  # the run ends here anyway: nothing for early stopping to end
                 verdict = Verdict(verdict.new_best, verdict.waited, False)
         verdict = mdist.broadcast_object(verdict, self.world)  # all ranks
-        progress.evals_since_best = verdict.waited
+        standing.evals_since_best = verdict.waited
         if verdict.stop:
-            best = progress.best
+            best = standing.best
             by = f" by at least {self.min_delta:g}" if self.min_delta else ""
-            progress.stop_reason = (
+            standing.stop_reason = (
                 f"early stopping: {self.metric} did not improve on {best['value']:.4f} (step "
                 f"{best['step']}, epoch {epoch_number(*best['place'])}){by} in {self.patience} evaluation(s)")
         return verdict
 
-    def note(self, progress, verdict: Verdict) -> str:
+    def note(self, standing, verdict: Verdict) -> str:
         """What the evaluation line adds: a new best, or how patient the run still is."""
-        best = progress.best
-        if verdict.new_best:  # progress.best is already its record
+        best = standing.best
+        if verdict.new_best:  # standing.best is already its record
             return f"new best {self.metric} {best['value']:.4f}" if best else f"new best {self.metric}"
         if best is None:  # every evaluation so far was NaN: NaN is never the best
             return f"no best {self.metric} yet: it was NaN, which is never the best"
@@ -231,10 +246,10 @@ class BestKeeper:
             text += f"; {verdict.waited} of {self.patience} evaluation(s) without improvement"
         return text
 
-    def record(self, progress, row: dict, table: Optional[str]) -> dict:
+    def record(self, standing, row: dict, table: Optional[str]) -> dict:
         """The best's record as the training state keeps it."""
-        return {"metric": self.metric, "value": float(row[self.metric]), "step": progress.step,
-                "epoch": progress.epoch, "place": list(place_of(progress)), "conditions": self.conditions,
+        return {"metric": self.metric, "value": float(row[self.metric]), "step": standing.step,
+                "epoch": standing.epoch, "place": list(place_of(standing)), "conditions": self.conditions,
                 "metrics": {k: v for k, v in row.items() if k.startswith("val_")}, "table": table}
 
     def write(self, model, record: dict, more: Optional[dict] = None) -> None:
@@ -245,45 +260,37 @@ class BestKeeper:
         write_model_dir(self.run_dir, BEST_DIR, model, dict(self.extra, weights=weights),
                         dict(self.write_files(record), **(more or {})))
 
-    def load_weights(self, model) -> None:
-        """The weights of RUN/best/ into `model` (every rank reads the shared file)."""
-        from safetensors.torch import load_file
-
-        from mixer.models.model import MODEL_FILE, unwrap_model
-
-        unwrap_model(model).load_state_dict(load_file(os.path.join(self.run_dir, BEST_DIR, MODEL_FILE)))
-
-    def start(self, progress, model) -> None:
+    def start(self, standing, model) -> None:
         """Make a resumed state's best and RUN/best/ agree before training (rank 0
         decides, every rank receives the result; all ranks)."""
-        best = mdist.main_only(lambda: self._reconcile(progress, model), self.world)  # all ranks
-        best, waited = mdist.broadcast_object((best, progress.evals_since_best), self.world)  # all ranks
-        progress.best, progress.evals_since_best = best, waited
+        best = mdist.main_only(lambda: self._reconcile(standing, model), self.world)  # all ranks
+        best, waited = mdist.broadcast_object((best, standing.evals_since_best), self.world)  # all ranks
+        standing.best, standing.evals_since_best = best, waited
         if best is not None:
-            waited = f"{progress.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
+            waited = f"{standing.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
             self.log(f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
                      f"({os.path.join(self.run_dir, BEST_DIR)}); {waited} evaluation(s) after it "
                      "without improvement")
 
-    def _reconcile(self, progress, model) -> Optional[dict]:
+    def _reconcile(self, standing, model) -> Optional[dict]:
         from mixer.models.model_dir import recover
 
         recover(self.run_dir, BEST_DIR)
         best_dir = os.path.join(self.run_dir, BEST_DIR)
-        disk, state = disk_record(self.run_dir), progress.best
+        disk, state = disk_record(self.run_dir), standing.best
         if disk is not None and disk["metric"] != self.metric:  # check_resume refused it before
             raise metric_changed(self.run_dir, disk["metric"])
         if state is not None and disk is None and state["metric"] != self.metric:
-            drop_moved_best(progress, self.run_dir, f"this run keeps its best by {self.metric} afresh",
+            drop_moved_best(standing, self.run_dir, f"this run keeps its best by {self.metric} afresh",
                             self.log)
             return None
         changed = state and changed_condition(self.metric, state.get("conditions"), self.conditions)
         if changed and disk is None:
-            drop_moved_best(progress, self.run_dir, f"this run measures {self.metric} {changed[1]}, not "
+            drop_moved_best(standing, self.run_dir, f"this run measures {self.metric} {changed[1]}, not "
                             f"{changed[0]}, and keeps its best afresh", self.log)
             return None
         if state is not None and (disk is None or tuple(state["place"]) > tuple(disk["place"])):
-            if state["step"] == progress.step:  # killed between last.pt and RUN/best/: finish it
+            if state["step"] == standing.step:  # killed between last.pt and RUN/best/: finish it
                 self.write(model, state)
                 self.log(f"wrote {best_dir}: the best model (step {state['step']}) the training state "
                          "records, which the interrupted job had not written yet")
@@ -292,7 +299,7 @@ class BestKeeper:
                      f"{state['step']}, {self.metric} {state['value']:.4f}); the run continues with "
                      + ("the one it holds" if disk else "none"))
             if disk is None:  # moved away: the count of evaluations after it goes with it
-                progress.evals_since_best = 0
+                standing.evals_since_best = 0
             return _from_disk(best_dir, disk)
         if disk is not None and (state is None or tuple(disk["place"]) > tuple(state["place"])):
             return _from_disk(best_dir, disk)  # newer than the state: last.pt did not load, last.prev.pt did
@@ -306,8 +313,8 @@ def _from_disk(best_dir: str, disk: Optional[dict]) -> Optional[dict]:
     return dict(record, metrics=disk.get("metrics") or {}, table=_read(best_dir, "evaluation.csv"))
 
 
-def place_of(progress) -> tuple:
-    return (progress.epoch, progress.rows_in_epoch)
+def place_of(standing) -> tuple:
+    return (standing.epoch, standing.rows_in_epoch)
 
 
 def _read(directory: str, name: str) -> Optional[str]:
