@@ -22,6 +22,25 @@ from mixer.audit import guards as _audit_guards  # noqa: E402
 _audit_guards.register()
 
 
+# The Python APIs' keywords are checked by the flags' own checks, which mixer.cli holds: loaded
+# when a keyword is first checked (mixer.core.options.flag_checks).
+def _flag_specs(configs):
+    from mixer.cli.options import specs
+
+    return specs(configs)
+
+
+def _flag_checked(name, spec, value, keyword=False):
+    from mixer.cli.finetune_api import checked
+
+    return checked(name, spec, value, keyword=keyword)
+
+
+from mixer.core import options as _options  # noqa: E402
+
+_options.register_flag_checks(_flag_specs, _flag_checked)
+
+
 def load(source: str, device=None, precision: str = "fp32", force_precision: bool = False,
          tf32=None, code_descriptions=None, quantize=None):
     """A model to predict with: see mixer.prediction.api.load."""

@@ -265,6 +265,7 @@ OWN_FILES = {
     ("mixer/data/prepare.py", "read_key"): "a run's key.csv, written by write_prepared",
     ("mixer/data/prepare.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
     ("mixer/data/prepare.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
+    ("mixer/data/prepare.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
     ("mixer/training/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
     ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
     ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",

@@ -53,3 +53,20 @@ def default_of(f: dataclasses.Field):
 def options_of(cls) -> list:
     """The fields of a configuration class that have a flag."""
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+# The flags' own checks, for the keyword arguments of the Python APIs: the checks live in
+# mixer.cli (they raise argparse's errors), a layer above the APIs that use them, so mixer's
+# package root registers them here (mixer/__init__.py), as a feature registers its guards.
+_FLAG_CHECKS: dict = {}
+
+
+def register_flag_checks(specs, checked) -> None:
+    """specs(configs) -> the flags' Specs of configuration classes; checked(name, spec, value,
+    keyword=True) -> the value as its flag reads it, or a one-line UserError naming `name`."""
+    _FLAG_CHECKS.update(specs=specs, checked=checked)
+
+
+def flag_checks() -> tuple:
+    """(specs, checked) as registered by mixer/__init__.py."""
+    return _FLAG_CHECKS["specs"], _FLAG_CHECKS["checked"]

@@ -744,6 +744,17 @@ def read_split(run_dir: str, split: str, columns: list) -> pd.DataFrame:
     return pd.read_parquet(os.path.join(run_dir, f"data_{split}.parquet"), columns=columns)
 
 
+def iter_split(run_dir: str, split: str, columns, batch_size: int = 1 << 18):
+    """(the split's column names, an iterator of DataFrames of `columns(names)` in batches of
+    rows): one prepared split read in pieces, for a run of any size."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
+    names = list(parquet.schema_arrow.names)
+    wanted = list(columns(names)) if callable(columns) else list(columns)
+    return names, (batch.to_pandas() for batch in parquet.iter_batches(columns=wanted, batch_size=batch_size))
+
+
 def prepared_stamp(run_dir: str) -> Optional[dict]:
     path = os.path.join(run_dir, "prepared.json")
     if not all(os.path.exists(os.path.join(run_dir, f)) for f in PREPARED_FILES):

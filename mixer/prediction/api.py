@@ -44,9 +44,10 @@ RENAMED = {"lang": "language", "accuracy": "target_accuracy", "confidence": "tar
 @functools.lru_cache(maxsize=1)
 def _field_specs() -> dict:
     """{field: its flag's Spec} of predict.py's configuration."""
-    from mixer.cli.options import specs
+    from mixer.core.options import flag_checks
     from mixer.core.programs import PredictConfig
 
+    specs, _ = flag_checks()
     return {spec.name: spec for spec in specs([PredictConfig])}
 
 
@@ -55,8 +56,7 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
     PredictConfig, checked by its flag's own check (mixer.cli.options.CHECKS) with a message
     that names the keyword, and where left unset (None) the field's default, the program's.
     `renamed`: keywords of earlier versions given, read under their fields' names."""
-    from mixer.cli.finetune_api import checked
-    from mixer.core.options import default_of
+    from mixer.core.options import default_of, flag_checks
     from mixer.core.programs import PredictConfig
 
     given = dict(given)
@@ -69,7 +69,7 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
             raise UserError(f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)")
         given[new] = value
     fields = {f.name: f for f in dataclasses.fields(PredictConfig)}
-    specs = _field_specs()
+    specs, (_, checked) = _field_specs(), flag_checks()
     values = {}
     for name, value in given.items():
         spec = specs.get(name)

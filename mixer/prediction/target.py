@@ -210,16 +210,18 @@ def _row_keys(model, texts, langs, truth) -> np.ndarray:
     return pd.util.hash_array(inputs + "\x01" + codes)
 
 
-def _split_keys(model, path: str) -> np.ndarray:
-    """Per row of a prepared split, its key (_row_keys), read in batches."""
-    import pyarrow.parquet as pq
+def _code_columns(names) -> list:
+    return sorted((c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:]))
 
-    parquet = pq.ParquetFile(path)
-    names = parquet.schema_arrow.names
-    codes = sorted((c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:]))
+
+def _split_keys(model, run_dir: str, split: str) -> np.ndarray:
+    """Per row of a prepared split, its key (_row_keys), read in batches."""
+    from mixer.data.prepare import iter_split
+
+    names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
+    codes = _code_columns(names)
     keys = []
-    for batch in parquet.iter_batches(columns=["text", "lang", *codes], batch_size=1 << 18):
-        frame = batch.to_pandas()
+    for frame in batches:
         cells = frame[codes].astype(object).where(frame[codes].notna(), "").to_numpy(dtype=object)
         truth = [tuple(sorted({str(c) for c in row if c})) for row in cells]
         keys.append(_row_keys(model, frame["text"].astype(str).to_numpy(dtype=object),
@@ -242,9 +244,9 @@ def trained_on(model) -> Optional[TrainedOn]:
     if not hasattr(model, "_trained_on"):
         run_dir, found = _run_dir(model), None
         if run_dir is not None:
-            keys = np.unique(_split_keys(model, os.path.join(run_dir, "data_train.parquet")))
+            keys = np.unique(_split_keys(model, run_dir, "train"))
             val = os.path.join(run_dir, "data_val.parquet")
-            val_keys = _split_keys(model, val) if os.path.exists(val) else np.zeros(0, dtype=np.uint64)
+            val_keys = _split_keys(model, run_dir, "val") if os.path.exists(val) else np.zeros(0, dtype=np.uint64)
             found = TrainedOn(keys, float(np.isin(val_keys, keys).mean()) if len(val_keys) else None,
                               os.path.basename(os.path.normpath(run_dir)))
         model._trained_on = found
@@ -257,13 +259,13 @@ def known_languages(model) -> Optional[set]:
     not known (an OccCANINE model, an epoch's weights, a run that started from another
     model's weights, which knew languages of its own). Read once per Model."""
     if not hasattr(model, "_known_languages"):
-        import pyarrow.parquet as pq
+        from mixer.data.prepare import read_split
 
         run_dir, found = _run_dir(model), None
         started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
         if run_dir is not None and started == "encoder" and model._predictor.family == "mixer":
-            langs = pq.read_table(os.path.join(run_dir, "data_train.parquet"), columns=["lang"]).column("lang")
-            found = {str(v) for v in langs.unique().to_pylist() if v is not None}
+            langs = read_split(run_dir, "train", ["lang"])["lang"]
+            found = {str(v) for v in langs.dropna().unique()}
             if _unknown_kept(run_dir):
                 from mixer.data.tokens import UNKNOWN_LANGUAGE
 
