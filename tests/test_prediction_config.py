@@ -17,7 +17,8 @@ import pytest
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
 from mixer.core.programs import PredictConfig
-from test_coding_predict import common_csv, run_dir, trained  # noqa: F401 - the tiny run, as fixtures
+from conftest import TINY
+from test_coding_predict import common_csv, run_dir, trained, write_scores  # noqa: F401 - the tiny run, as fixtures
 
 # every field of PredictConfig that the sidecar records; a new field must be added here or to
 # provenance.UNRECORDED (with why it does not change the file), so that none is forgotten
@@ -83,18 +84,33 @@ def test_the_sidecar_records_what_made_the_file(run_dir, common_csv, tmp_path):
         assert made["options"][name] == (int(flags[1]) if name == "alternatives" else flags[1])
 
 
-def test_the_api_chooses_the_threshold_predict_py_chooses(run_dir, common_csv, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory, common_csv):
+    """The tiny run trained twice as long: its most confident held-out rows are right, so a
+    threshold can be chosen on them (the 60-step run's most confident rows may miss)."""
+    run = tmp_path_factory.mktemp("learned") / "run"
+    from mixer.cli.entrypoints import finetune_main
+
+    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
+                          "--share-val", "0.4", *TINY, "--max-steps", "120", "--batch-size", "16",
+                          "--learning-rate", "5e-3"]) == 0
+    os.remove(run / "calibration.json")
+    write_scores(run, chose=5)
+    return str(run)
+
+
+def test_the_api_chooses_the_threshold_predict_py_chooses(learned_run, common_csv, tmp_path, capsys):
     """Issue 42 item 5: m.target(0.9) left the rows to code uncounted and chose another
     threshold than predict.py on the same rows. predict(target_accuracy=) counts them as
     predict.py does; target(rows_to_code=) takes the texts; a target chosen without them says so."""
     import mixer
 
     out = tmp_path / "out.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
+    assert predict_main(["--checkpoint", learned_run, "--input", common_csv, "--output", str(out),
                          "--target-accuracy", "0.3", "--target-confidence", "0.9"]) == 0
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     threshold = sidecar(out)["target"]["flat"]["threshold"]
-    model = mixer.load(run_dir)
+    model = mixer.load(learned_run)
     texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"]
     table = model.predict(texts, target_accuracy=0.3, target_confidence=0.9)
     assert table["coded"].tolist() == written["coded"].tolist()
