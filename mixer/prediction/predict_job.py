@@ -25,6 +25,8 @@ from mixer.prediction.api import Model, blank_descriptions
 from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
 
+MEGABYTE = 2 ** 20  # --store-memory's unit
+
 
 def predict_file(args: PredictConfig) -> None:
     options = args.table_options("input")
@@ -64,7 +66,7 @@ def predict_file(args: PredictConfig) -> None:
         check_input_path(args.code_descriptions, "--code-descriptions")
     check_coding_args(args)
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = checklist = draw = None
+    writer = embedding_writer = checklist = draw = stores = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -111,48 +113,53 @@ def predict_file(args: PredictConfig) -> None:
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
+        stores = DistinctStores(args, world)
         for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
                     raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
-            part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
-            texts = text_column(part, input_col)
-            langs = text_column(part, language_col).str.strip() if language_col else language
-            # the rows' own order, as texts and langs (whose index this chunk's position resets)
-            context = part[context_cols].reset_index(drop=True) if context_cols else None
-            if context_cols:
-                context_fit += np.bincount(model._context_fit(texts, langs, context), minlength=3)
+            rows = RowReader(input_col, language_col, language, context_cols)
+            blank = blank_descriptions(text_column(chunk, input_col))
+            inputs = model.model_inputs(*rows.read(chunk))  # the key a row is read by
+            distinct = Distinct(inputs, blank)
+            if context_cols:  # every row once, over the ranks
+                part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
+                context_fit += np.bincount(model._context_fit(*rows.read(part)), minlength=3)
             if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
-                blank_rows += int(blank_descriptions(text_column(chunk, input_col)).sum())
+                blank_rows += int(blank.sum())
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
-                pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
+                if stores.table is not None:  # a matrix: a row per key
+                    predicted = distinct.through(stores.table, chunk, world, lambda part: predict_shaped(
+                        model, args, *rows.read(part)))
+                else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
+                    pieces = mdist.gather_to_main(predict_shaped(model, args, *rows.read(
+                        chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)])), world)
+                    predicted = pd.concat(pieces) if world.is_main else None
                 if world.is_main:
-                    outputs, inputs = shaped_output(chunk, pd.concat(pieces), args)
-                    writer.write(outputs) if inputs is None else writer.write(outputs, inputs=inputs)
-            elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
-                results = []
-                for head in args.head:
-                    result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
-                                           args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
-                    results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_to_main(coding.split_source(results), world)  # all ranks
+                    outputs, shaped_inputs = shaped_output(chunk, predicted, args)
+                    writer.write(outputs) if shaped_inputs is None else writer.write(outputs, inputs=shaped_inputs)
+            elif args.output or to_check or audit:  # the model for new keys, shared by the ranks; rank 0 writes
+
+                def code_table(part):
+                    texts, langs, context = rows.read(part)
+                    results = []
+                    for head in args.head:
+                        result = model.predict(texts, langs, args.top_k, head, args.threshold, context,
+                                               args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
+                        results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
+                    return coding.split_source(results)
+
+                predicted = distinct.through(stores.table, chunk, world, code_table)  # all ranks
                 if world.is_main:
-                    predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
                     if writer is not None:
                         writer.write(predicted, inputs=chunk)
-                    inputs = None
-                    if checklist is not None or coding.active:  # rows grouped by what the model reads
-                        inputs = model.model_inputs(
-                            text_column(chunk, input_col),
-                            text_column(chunk, language_col) if language_col else language,
-                            chunk[context_cols].reset_index(drop=True) if context_cols else None)
                     coding.tally(predicted, inputs if coding.active else None, args.head)
                     if checklist is not None:
-                        rows = coding.check_rows(predicted, args.head)
-                        checklist.add(chunk, predicted, inputs, keep=rows)
+                        keep = coding.check_rows(predicted, args.head)
+                        checklist.add(chunk, predicted, inputs, keep=keep)
                     if audit is not None:
                         from mixer.audit.draw import AuditDraw
 
@@ -165,10 +172,10 @@ def predict_file(args: PredictConfig) -> None:
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                             ["code_1", "prob_1"], axis=1))
             if args.embeddings:
-                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, args.batch_size),
-                                               world)  # all ranks
+                vectors = distinct.through(stores.embeddings, chunk, world, lambda part: model.embeddings(
+                    *rows.read(part), args.batch_size))  # all ranks
                 if world.is_main:
-                    embedding_writer.write(np.concatenate(vectors))
+                    embedding_writer.write(vectors)
             if bar is not None:
                 bar.update(len(chunk))
         if context_cols:  # all ranks
@@ -207,13 +214,90 @@ def predict_file(args: PredictConfig) -> None:
                 plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
                 bar.close()
+        stores.close()
     except BaseException:
+        if stores is not None:
+            stores.close()
         for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
                 open_writer.abort()
         raise
     finally:
         mdist.teardown(world)
+
+
+class RowReader:
+    """What the model reads of a chunk's rows: (texts, languages, context), the one place the
+    job turns its columns into Model's arguments."""
+
+    def __init__(self, input_col: str, language_col: Optional[str], language: str, context_cols: list):
+        self.input_col, self.language_col, self.language = input_col, language_col, language
+        self.context_cols = list(context_cols)
+
+    def read(self, part: pd.DataFrame) -> tuple:
+        texts = text_column(part, self.input_col)
+        langs = text_column(part, self.language_col).str.strip() if self.language_col else self.language
+        # the rows' own order, as texts and langs (whose index this chunk's position resets)
+        context = part[self.context_cols].reset_index(drop=True) if self.context_cols else None
+        return texts, langs, context
+
+
+class DistinctStores:
+    """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
+    matrix, one for embeddings; None where the output is written by row."""
+
+    def __init__(self, args: PredictConfig, world):
+        from mixer.prediction.store import DistinctStore
+
+        budget = args.store_memory * MEGABYTE
+        beside = args.output or args.embeddings or (args.to_check[1] if args.to_check else None) or args.input
+        spill_dir = os.path.dirname(os.path.abspath(beside))
+        by_row = args.output and is_shaped(args) and not is_matrix(args)  # OccCANINE's table, alternatives
+        has_table = bool(args.output or args.to_check or args.audit) and not by_row
+        self.table = DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
+        self.embeddings = (DistinctStore(budget, spill_dir, os.path.basename(args.embeddings) + ".embeddings")
+                           if args.embeddings else None)
+
+    def close(self) -> None:
+        for store in (self.table, self.embeddings):
+            if store is not None:
+                store.close()
+
+
+class Distinct:
+    """A chunk's rows grouped by key: the model input, and whether the row has a
+    description (a row without one gets no code whatever it reads)."""
+
+    def __init__(self, inputs: np.ndarray, blank: np.ndarray):
+        keys = np.where(blank, "\x01", "") + np.asarray(inputs, dtype=object)
+        self.row_key, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+        self.keys = np.asarray(self.keys, dtype=object)
+        self.first = np.full(len(self.keys), len(keys), dtype=np.int64)  # each key's first row
+        np.minimum.at(self.first, self.row_key, np.arange(len(keys)))
+
+    def through(self, store, chunk: pd.DataFrame, world, predict):
+        """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
+        keys `store` lacks, their first rows shared out over the ranks and gathered to
+        rank 0. predict(rows of the chunk) gives a DataFrame or an array, a row each."""
+        new = np.flatnonzero(~store.known(self.keys))
+        rows = self.first[new]
+        share = rows[shard_indices(len(rows), world.world_size, world.rank)]
+        mine = predict(chunk.iloc[share]) if len(share) else None
+        pieces = mdist.gather_to_main(mine, world)  # all ranks
+        if pieces is not None:
+            pieces = [piece for piece in pieces if piece is not None]
+            if pieces:
+                pieces = (pd.concat(pieces, ignore_index=True) if isinstance(pieces[0], pd.DataFrame)
+                          else np.concatenate(pieces))
+            store.add(self.keys[new], pieces if len(new) else None)
+        else:
+            store.add(self.keys[new])
+        if not world.is_main:
+            return None
+        distinct = store.take(self.keys)
+        if isinstance(distinct, pd.DataFrame):
+            return distinct.iloc[self.row_key].reset_index(drop=True)
+        return distinct[self.row_key]
 
 
 def say_context_fit(counts: list | None, predictor) -> None:
