@@ -138,3 +138,79 @@ def test_store_reads_back_spilled_rows_in_their_types(tmp_path):
     assert store.known(np.array(["k1", "zz"], dtype=object)).tolist() == [True, False]
     store.close()
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ a killed prediction resumes
+FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
+
+
+def predict_cmd(run, census, out, *extra) -> list:
+    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90",
+            "--head", "flat", "seq2seq", *map(str, extra)]
+
+
+@pytest.mark.parametrize("what", [[], ["--what", "probs"]])
+def test_a_job_killed_at_a_chunk_boundary_resumes_to_the_same_bytes(run, census, tmp_path, what):
+    from conftest import env_for_subprocess, run_program
+
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    heads = [] if not what else ["--head", "flat"]
+    run_program("predict.py", *predict_cmd(run, census, whole, *what), *heads)
+    env = env_for_subprocess()
+    env[FAULT] = "3"  # chunk 3 written, its journal entry not: as kill -9 between the two
+    killed = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads, env=env, check=False)
+    assert killed.returncode == 9 and not cut.exists()
+    again = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads)
+    assert "continuing an unfinished run after its 3 chunk(s) (270 rows" in again.stdout
+    assert cut.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["whole.csv", "whole.csv.provenance.json", "cut.csv", "cut.csv.provenance.json"])
+
+
+def test_a_preemption_signal_keeps_the_chunk_exits_0_and_the_same_command_continues(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    run_program("predict.py", *predict_cmd(run, census, whole))
+    env = env_for_subprocess()
+    env[FAULT] = "1:TERM"
+    stopped = run_program("predict.py", *predict_cmd(run, census, cut), env=env)
+    assert "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue" in stopped.stderr
+    run_program("predict.py", *predict_cmd(run, census, cut))
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_a_changed_option_is_refused_naming_it_and_restart_starts_over(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    out = tmp_path / "out.csv"
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    assert run_program("predict.py", *predict_cmd(run, census, out), env=env, check=False).returncode == 9
+    refused = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8"), check=False)
+    assert refused.returncode == 2 and not out.exists()
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "were made with --batch-size 256 (now 8); run that command again to continue, or pass --restart to "
+        "start over")
+    restarted = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8", "--restart"))
+    assert "continuing" not in restarted.stdout
+    assert len(pd.read_csv(out)) == 600
+
+
+def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    out = tmp_path / "out.parquet"
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    cut = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv"), env=env, check=False)
+    assert cut.returncode == 9
+    stale = tmp_path / ".tmp-out.parquet.999999999"  # a killed job's, whose process is gone
+    stale.write_bytes(b"PAR1")
+    done = run_program("predict.py", *predict_cmd(run, census, out))
+    assert "--output " + str(out) + ": removed 1 temporary file(s) a killed run left" in done.stdout
+    assert not stale.exists()
+    # the CSV's parts, the same command with --embeddings (which gathers over the file): over
+    again = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings",
+                                                   tmp_path / "e.npy"))
+    assert "starts over (--embeddings gathers over the whole file, so it does not resume)" in again.stdout

@@ -8,6 +8,7 @@ writes one output in input order; outputs go to temp files renamed at the end.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Optional
 
@@ -66,7 +67,7 @@ def predict_file(args: PredictConfig) -> None:
         check_input_path(args.code_descriptions, "--code-descriptions")
     check_coding_args(args)
     world = mdist.setup(DistConfig(distributed=args.distributed))
-    writer = embedding_writer = checklist = draw = stores = None
+    writer = embedding_writer = checklist = draw = stores = journal = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -98,7 +99,8 @@ def predict_file(args: PredictConfig) -> None:
                 from mixer.prediction.provenance import label as provenance_label
 
                 label = provenance_label(coding.provenance)
-            writer = mdist.main_only(lambda: output_writer(args, say, label), world)
+            journal = mdist.main_only(lambda: open_journal(args, predictor, world, say), world)
+            writer = mdist.main_only(lambda: output_writer(args, say, label, journal), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         if to_check:
@@ -114,7 +116,11 @@ def predict_file(args: PredictConfig) -> None:
 
             bar = tqdm(unit="row", desc="predict")
         stores = DistinctStores(args, world)
-        for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
+        stop = StopRequest(journal)
+        if journal is not None:  # the store as it grew over the completed chunks
+            for keys, rows_of_keys in journal.stored():
+                stores.table.add(keys, rows_of_keys)
+        for number, chunk in enumerate(iter_chunks(args.input, args.chunk_size, options=options, log=say)):
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
@@ -122,6 +128,12 @@ def predict_file(args: PredictConfig) -> None:
                     raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
             rows = RowReader(input_col, language_col, language, context_cols)
             blank = blank_descriptions(text_column(chunk, input_col))
+            if journal is not None and number < journal.chunks:  # written by the run this one continues
+                blank_rows += int(blank.sum())
+                coding.rows += len(chunk)
+                if context_cols:
+                    context_fit += np.bincount(model._context_fit(*rows.read(chunk)), minlength=3)
+                continue
             inputs = model.model_inputs(*rows.read(chunk))  # the key a row is read by
             distinct = Distinct(inputs, blank)
             if context_cols:  # every row once, over the ranks
@@ -140,6 +152,8 @@ def predict_file(args: PredictConfig) -> None:
                 if world.is_main:
                     outputs, shaped_inputs = shaped_output(chunk, predicted, args)
                     writer.write(outputs) if shaped_inputs is None else writer.write(outputs, inputs=shaped_inputs)
+                    if journal is not None:
+                        journal.done(number, len(chunk), *distinct.new)
             elif args.output or to_check or audit:  # the model for new keys, shared by the ranks; rank 0 writes
 
                 def code_table(part):
@@ -156,6 +170,8 @@ def predict_file(args: PredictConfig) -> None:
                     predicted.index = chunk.index
                     if writer is not None:
                         writer.write(predicted, inputs=chunk)
+                    if journal is not None:
+                        journal.done(number, len(chunk), *distinct.new)
                     coding.tally(predicted, inputs if coding.active else None, args.head)
                     if checklist is not None:
                         keep = coding.check_rows(predicted, args.head)
@@ -178,6 +194,12 @@ def predict_file(args: PredictConfig) -> None:
                     embedding_writer.write(vectors)
             if bar is not None:
                 bar.update(len(chunk))
+            if stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+                print(f"stopped after {journal.chunks:,} chunk(s) ({journal.rows:,} rows) on a signal: run the "
+                      "same command to continue", file=sys.stderr)
+                writer.close()
+                stores.close()
+                return
         if context_cols:  # all ranks
             say_context_fit(mdist.gather_to_main(context_fit, world), predictor)
         if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
@@ -199,6 +221,8 @@ def predict_file(args: PredictConfig) -> None:
                     sidecar = sidecar_path(writer.path)
                     beside[sidecar] = sidecar_text(coding.provenance, coding.result())
                 writer.commit(beside=beside)
+                if journal is not None:
+                    journal.remove()
                 print(f"wrote {writer.rows} rows to {args.output}"
                       + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
             if checklist is not None:
@@ -215,12 +239,17 @@ def predict_file(args: PredictConfig) -> None:
             if bar is not None:
                 bar.close()
         stores.close()
-    except BaseException:
+    except BaseException as exc:
         if stores is not None:
             stores.close()
+        if journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
+            writer.close()
+            raise
         for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
                 open_writer.abort()
+        if journal is not None:
+            journal.remove()
         raise
     finally:
         mdist.teardown(world)
@@ -273,6 +302,7 @@ class Distinct:
         self.row_key, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
         self.keys = np.asarray(self.keys, dtype=object)
         self.first = np.full(len(self.keys), len(keys), dtype=np.int64)  # each key's first row
+        self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
         np.minimum.at(self.first, self.row_key, np.arange(len(keys)))
 
     def through(self, store, chunk: pd.DataFrame, world, predict):
@@ -290,6 +320,7 @@ class Distinct:
                 pieces = (pd.concat(pieces, ignore_index=True) if isinstance(pieces[0], pd.DataFrame)
                           else np.concatenate(pieces))
             store.add(self.keys[new], pieces if len(new) else None)
+            self.new = (self.keys[new], pieces if len(new) else None)
         else:
             store.add(self.keys[new])
         if not world.is_main:
@@ -348,10 +379,48 @@ def check_shape_args(args) -> None:
         check_what(args.what, args.head[0])
 
 
-def output_writer(args, log=None, label=None):
+def output_writer(args, log=None, label=None, journal=None):
     if is_matrix(args) and args.output.lower().endswith(".npy"):
         return EmbeddingWriter(args.output, flag="--output")
-    return OutputWriter(args.output, log=log, label=label)
+    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp if journal is not None else None)
+    if journal is not None:
+        writer.rows = journal.rows  # the rows the parts hold: a CSV goes on without its header
+    return writer
+
+
+def open_journal(args, predictor, world, say):
+    """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
+    None, said in one line where parts of an earlier run are there and cannot be continued."""
+    from mixer.prediction import resume
+
+    for path in (args.output, args.embeddings):
+        if path:
+            resume.remove_stale(path, say)
+    why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args))
+    if why is not None:
+        if args.output and os.path.isdir(resume.parts_dir(args.output)):
+            say(f"--output {args.output}: starts over ({why}, so it does not resume)")
+            shutil.rmtree(resume.parts_dir(args.output))
+        return None
+    journal = resume.Journal(args, predictor)
+    journal.open(args.restart, say)
+    return journal
+
+
+class StopRequest:
+    """SIGTERM / SIGUSR1 (a scheduler's pre-emption), as training takes them: the job finishes
+    its chunk, keeps it in the journal and exits 0; the same command continues. Without a
+    journal the signals keep their default (the job ends, its temp files go at the next run)."""
+
+    def __init__(self, journal):
+        self.requested = False
+        if journal is not None:
+            from mixer.training.resume import stop_on_signals
+
+            stop_on_signals(self.request)
+
+    def request(self, *_):
+        self.requested = True
 
 
 def check_coding_args(args) -> None:
