@@ -243,7 +243,8 @@ def predict_file(args: PredictConfig) -> None:
         if stores is not None:
             stores.close()
         if journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
-            writer.close()
+            if writer is not None:
+                writer.close()
             raise
         for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
@@ -393,10 +394,10 @@ def open_journal(args, predictor, world, say):
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
 
-    for path in (args.output, args.embeddings):
-        if path:
-            resume.remove_stale(path, say)
     why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args))
+    for flag, path in (("--output", args.output), ("--embeddings", args.embeddings)):
+        if path:
+            resume.remove_stale(path, flag, why, say)
     if why is not None:
         if args.output and os.path.isdir(resume.parts_dir(args.output)):
             say(f"--output {args.output}: starts over ({why}, so it does not resume)")

@@ -66,9 +66,10 @@ def why_not(args, world, stores_by_row: bool) -> Optional[str]:
     return None
 
 
-def remove_stale(output: str, log) -> None:
+def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
     """The hidden temp files of an earlier job on this output killed before it could remove
-    them (`.tmp-<output>.<pid>...` of a process that is gone)."""
+    them (`.tmp-<output>.<pid>...` of a process that is gone), said in one line with why this
+    job starts over (`why`) where it does not resume."""
     path = os.path.abspath(output)
     prefix = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.")
     removed = 0
@@ -78,7 +79,8 @@ def remove_stale(output: str, log) -> None:
             os.unlink(leftover) if not os.path.isdir(leftover) else shutil.rmtree(leftover)
             removed += 1
     if removed:
-        log(f"--output {output}: removed {removed} temporary file(s) a killed run left")
+        log(f"{flag} {output}: removed {removed} temporary file(s) a killed run left"
+            + (f"; this job starts over ({why}, so it does not resume)" if why else ""))
 
 
 def _alive(pid: int) -> bool:
