@@ -285,8 +285,8 @@ class DistinctStores:
         by_row = args.output and is_shaped(args) and not is_matrix(args)  # OccCANINE's table, alternatives
         has_table = bool(args.output or args.to_check or args.audit) and not by_row
         self.table = DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
-        self.embeddings = (DistinctStore(budget, spill_dir, os.path.basename(args.embeddings) + ".embeddings")
-                           if args.embeddings else None)
+        self.embeddings = (DistinctStore(budget, os.path.dirname(os.path.abspath(args.embeddings)),
+                                         os.path.basename(args.embeddings)) if args.embeddings else None)
 
     def close(self) -> None:
         for store in (self.table, self.embeddings):
