@@ -632,3 +632,25 @@ def test_early_stopping_stops_at_one_step_in_any_layout_with_the_default_dropout
     for name in ("model.safetensors", os.path.join("best", "model.safetensors")):
         assert max_difference(load_file(os.path.join(one, name)), load_file(os.path.join(two, name))) \
             < TRAINED_WEIGHTS_ATOL
+
+
+@pytest.mark.floats
+def test_two_processes_share_a_chunk_s_new_inputs_and_write_what_one_process_writes(single, small_csv, tmp_path):
+    # a file of repeats (issue 43): each rank predicts a share of a chunk's inputs new to the
+    # file, rank 0 gathers them (all-gathers refused) and writes every row
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    repeated = frame.iloc[np.random.default_rng(1).integers(0, len(frame), 400)]
+    data = tmp_path / "repeated.csv"
+    repeated.to_csv(data, index=False)
+    common = ["--checkpoint", single, "--input", str(data), "--batch-size", "16", "--chunk-size", "50"]
+    run_program("predict.py", *common, "--output", tmp_path / "one.csv", "--embeddings", tmp_path / "one.npy")
+    run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", *map(str, common), "--output",
+                                              str(tmp_path / "two.csv"), "--embeddings", str(tmp_path / "two.npy")])
+    one, two = (pd.read_csv(tmp_path / f"{n}.csv", dtype=str, keep_default_na=False) for n in ("one", "two"))
+    assert len(two) == 400
+    assert_same_predictions(two, one)
+    # an embedding's components near 0 carry the rounding of its largest (other batches)
+    two_vectors, one_vectors = np.load(tmp_path / "two.npy"), np.load(tmp_path / "one.npy")
+    scale = np.abs(one_vectors).max(axis=1, keepdims=True)
+    assert_floats_close(two_vectors / scale, one_vectors / scale)
+    print("byte-identical:", (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes())

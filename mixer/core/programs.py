@@ -82,6 +82,10 @@ class PredictConfig:
     calibrate: bool = option(False, switch=True, group=TARGET,
                              help="fit each head's temperature and write calibration.json; no --input")
     chunk_size: int = option(100_000, type="positive_int", help="rows read and written at a time")
+    store_memory: int = option(2048, type="positive_int", metavar="MB",
+                               help="memory for each distinct input's predictions; past it they spill to disk")
+    restart: bool = option(False, switch=True,
+                           help="start over where a killed run left parts to continue (docs/predicting.md)")
     precision: str = option("fp32", choices=PRECISIONS, help="autocast precision (fp32 where emulated)")
     force_precision: bool = option(False, switch=True, help="run bf16/fp16 even where the device would emulate it")
     quantize: Optional[str] = option(None, choices=("int8",),

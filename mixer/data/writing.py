@@ -175,12 +175,13 @@ class OutputWriter:
     text the file carries in its own metadata where the format has room (Parquet's key
     FILE_LABEL_KEY, Stata's 80-character data label; CSV and Excel have none)."""
 
-    def __init__(self, path: str, file_flag: str = "--output", log=None, label: Optional[str] = None):
+    def __init__(self, path: str, file_flag: str = "--output", log=None, label: Optional[str] = None,
+                 tmp: Optional[str] = None):
         self.kind = output_kind(path, file_flag)
         self.path = check_output_path(path, file_flag, {})
         self.file_flag = file_flag
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = tmp or os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                       f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.parquet = self.kind == "parquet"
         self.writer = None
         self.sheet = None  # Excel or Stata: formats.ExcelWriter / StataWriter
@@ -259,6 +260,11 @@ class OutputWriter:
             labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
             self.log(f"{self.file_flag} {self.path}: columns written under other names: " + ", ".join(
                 f"{old!r} -> {new}" for old, new in self.renamed) + labels)
+
+    def close(self) -> None:
+        """Stop writing, the temp file kept (a job that will be continued: a CSV's parts)."""
+        if self.writer is not None:
+            self.writer.close()
 
     def abort(self) -> None:
         if self.writer is not None:

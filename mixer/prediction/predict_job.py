@@ -8,6 +8,7 @@ writes one output in input order; outputs go to temp files renamed at the end.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Optional
 
@@ -25,6 +26,8 @@ from mixer.prediction.api import Model, blank_descriptions
 from mixer.prediction.columns import job_columns
 from mixer.prediction.outputs import text_column
 from mixer.prediction.predict import Predictor
+
+MEGABYTE = 2 ** 20  # --store-memory's unit
 
 
 def predict_file(args: PredictConfig) -> None:
@@ -65,7 +68,7 @@ def predict_file(args: PredictConfig) -> None:
         check_input_path(args.code_descriptions, "--code-descriptions")
     check_coding_args(args)
     world = mdist.setup(DistConfig(distributed=args.distributed), program="predict.py")
-    writer = embedding_writer = checklist = draw = None
+    writer = embedding_writer = checklist = draw = stores = journal = None
 
     def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if world.is_main:
@@ -95,7 +98,8 @@ def predict_file(args: PredictConfig) -> None:
                 from mixer.prediction.provenance import label as provenance_label
 
                 label = provenance_label(coding.provenance)
-            writer = mdist.main_only(lambda: output_writer(args, say, label), world)
+            journal = mdist.main_only(lambda: open_journal(args, predictor, world, say), world)
+            writer = mdist.main_only(lambda: output_writer(args, say, label, journal), world)
         if args.embeddings:
             embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
         if to_check:
@@ -110,52 +114,71 @@ def predict_file(args: PredictConfig) -> None:
             from tqdm import tqdm
 
             bar = tqdm(unit="row", desc="predict")
-        for chunk in iter_chunks(args.input, args.chunk_size, options=options, log=say):
+        stores = DistinctStores(args, world)
+        stop = StopRequest(journal)
+        if journal is not None:  # the store as it grew over the completed chunks
+            for keys, rows_of_keys in journal.stored():
+                stores.table.add(keys, rows_of_keys)
+        for number, chunk in enumerate(iter_chunks(args.input, args.chunk_size, options=options, log=say)):
             rows_read += len(chunk)
             needed = [(input_col, "--input-col"), (language_col, "--language-col")]
             needed += [(c, "a context column the model was trained with") for c in context_cols]
             for column, flag in needed:
                 if column and column not in chunk.columns:
                     raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
-            part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
             if world.is_main:  # the languages of the whole chunk, as the rows are read
                 count_languages(languages, text_column(chunk, language_col).str.strip() if language_col else None,
                                 language, len(chunk))
-            texts = text_column(part, input_col)
-            langs = text_column(part, language_col).str.strip() if language_col else language
-            # the rows' own order, as texts and langs (whose index this chunk's position resets)
-            context = part[context_cols].reset_index(drop=True) if context_cols else None
-            if context_cols:
-                context_fit += np.bincount(model._context_fit(texts, langs, context), minlength=3)
+            rows = RowReader(input_col, language_col, language, context_cols)
+            blank = blank_descriptions(text_column(chunk, input_col))
+            if journal is not None and number < journal.chunks:  # written by the run this one continues
+                blank_rows += int(blank.sum())
+                coding.rows += len(chunk)
+                if context_cols:
+                    context_fit += np.bincount(model._context_fit(*rows.read(chunk)), minlength=3)
+                continue
+            inputs = model.model_inputs(*rows.read(chunk))  # the key a row is read by
+            distinct = Distinct(inputs, blank)
+            if context_cols:  # every row once, over the ranks
+                part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
+                context_fit += np.bincount(model._context_fit(*rows.read(part)), minlength=3)
             if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
-                blank_rows += int(blank_descriptions(text_column(chunk, input_col)).sum())
+                blank_rows += int(blank.sum())
             if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
-                pieces = mdist.gather_to_main(predict_shaped(model, args, texts, langs, context), world)
+                if stores.table is not None:  # a matrix: a row per key
+                    predicted = distinct.through(stores.table, chunk, world, lambda part: predict_shaped(
+                        model, args, *rows.read(part)))
+                else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
+                    pieces = mdist.gather_to_main(predict_shaped(model, args, *rows.read(
+                        chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)])), world)
+                    predicted = pd.concat(pieces) if world.is_main else None
                 if world.is_main:
-                    outputs, inputs = shaped_output(chunk, pd.concat(pieces), args)
-                    writer.write(outputs) if inputs is None else writer.write(outputs, inputs=inputs)
-            elif args.output or to_check or audit:  # every rank predicts its share; rank 0 writes
-                results = []
-                for head in args.head:
-                    result = model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
-                                           args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
-                    results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                pieces = mdist.gather_to_main(coding.split_source(results), world)  # all ranks
+                    outputs, shaped_inputs = shaped_output(chunk, predicted, args)
+                    writer.write(outputs) if shaped_inputs is None else writer.write(outputs, inputs=shaped_inputs)
+                    if journal is not None:
+                        journal.done(number, len(chunk), *distinct.new)
+            elif args.output or to_check or audit:  # the model for new keys, shared by the ranks; rank 0 writes
+
+                def code_table(part):
+                    texts, langs, context = rows.read(part)
+                    results = []
+                    for head in args.head:
+                        result = model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
+                                               args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
+                        results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
+                    return coding.split_source(results)
+
+                predicted = distinct.through(stores.table, chunk, world, code_table)  # all ranks
                 if world.is_main:
-                    predicted = pd.concat(pieces, ignore_index=True)
                     predicted.index = chunk.index
                     if writer is not None:
                         writer.write(predicted, inputs=chunk)
-                    inputs = None
-                    if checklist is not None or coding.active:  # rows grouped by what the model reads
-                        inputs = model.model_inputs(
-                            text_column(chunk, input_col),
-                            text_column(chunk, language_col) if language_col else language,
-                            chunk[context_cols].reset_index(drop=True) if context_cols else None)
+                    if journal is not None:
+                        journal.done(number, len(chunk), *distinct.new)
                     coding.tally(predicted, inputs if coding.active else None, args.head)
                     if checklist is not None:
-                        rows = coding.check_rows(predicted, args.head)
-                        checklist.add(chunk, predicted, inputs, keep=rows)
+                        keep = coding.check_rows(predicted, args.head)
+                        checklist.add(chunk, predicted, inputs, keep=keep)
                     if audit is not None:
                         from mixer.audit.draw import AuditDraw
 
@@ -168,12 +191,18 @@ def predict_file(args: PredictConfig) -> None:
                         summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                             ["code_1", "prob_1"], axis=1))
             if args.embeddings:
-                vectors = mdist.gather_to_main(model.embeddings(texts, langs, context, args.batch_size),
-                                               world)  # all ranks
+                vectors = distinct.through(stores.embeddings, chunk, world, lambda part: model.embeddings(
+                    *rows.read(part), args.batch_size))  # all ranks
                 if world.is_main:
-                    embedding_writer.write(np.concatenate(vectors))
+                    embedding_writer.write(vectors)
             if bar is not None:
                 bar.update(len(chunk))
+            if stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+                print(f"stopped after {journal.chunks:,} chunk(s) ({journal.rows:,} rows) on a signal: run the "
+                      "same command to continue", file=sys.stderr)
+                writer.close()
+                stores.close()
+                return
         if not rows_read:  # all ranks: each reads every chunk
             raise UserError(no_rows(args.input))
         if context_cols:  # all ranks
@@ -203,6 +232,8 @@ def predict_file(args: PredictConfig) -> None:
                     sidecar = sidecar_path(writer.path)
                     beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": writer.rows})
                 writer.commit(beside=beside)
+                if journal is not None:
+                    journal.remove()
                 print(f"wrote {writer.rows} rows to {args.output}"
                       + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
             if checklist is not None:
@@ -218,10 +249,19 @@ def predict_file(args: PredictConfig) -> None:
                 plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
             if bar is not None:
                 bar.close()
-    except BaseException:
+        stores.close()
+    except BaseException as exc:
+        if stores is not None:
+            stores.close()
+        if journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
+            if writer is not None:
+                writer.close()
+            raise
         for open_writer in (writer, embedding_writer, checklist):
             if open_writer is not None:
                 open_writer.abort()
+        if journal is not None:
+            journal.remove()
         raise
     finally:
         mdist.teardown(world)
@@ -238,6 +278,82 @@ def count_languages(counts: dict, column, language: str, rows: int) -> None:
         return
     for value, n in column.value_counts(sort=False).items():
         counts[str(value)] = counts.get(str(value), 0) + int(n)
+
+
+class RowReader:
+    """What the model reads of a chunk's rows: (texts, languages, context), the one place the
+    job turns its columns into Model's arguments."""
+
+    def __init__(self, input_col: str, language_col: Optional[str], language: str, context_cols: list):
+        self.input_col, self.language_col, self.language = input_col, language_col, language
+        self.context_cols = list(context_cols)
+
+    def read(self, part: pd.DataFrame) -> tuple:
+        texts = text_column(part, self.input_col)
+        langs = text_column(part, self.language_col).str.strip() if self.language_col else self.language
+        # the rows' own order, as texts and langs (whose index this chunk's position resets)
+        context = part[self.context_cols].reset_index(drop=True) if self.context_cols else None
+        return texts, langs, context
+
+
+class DistinctStores:
+    """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
+    matrix, one for embeddings; None where the output is written by row."""
+
+    def __init__(self, args: PredictConfig, world):
+        from mixer.prediction.store import DistinctStore
+
+        budget = args.store_memory * MEGABYTE
+        beside = args.output or args.embeddings or (args.to_check[1] if args.to_check else None) or args.input
+        spill_dir = os.path.dirname(os.path.abspath(beside))
+        by_row = args.output and is_shaped(args) and not is_matrix(args)  # OccCANINE's table, alternatives
+        has_table = bool(args.output or args.to_check or args.audit) and not by_row
+        self.table = DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
+        self.embeddings = (DistinctStore(budget, os.path.dirname(os.path.abspath(args.embeddings)),
+                                         os.path.basename(args.embeddings)) if args.embeddings else None)
+
+    def close(self) -> None:
+        for store in (self.table, self.embeddings):
+            if store is not None:
+                store.close()
+
+
+class Distinct:
+    """A chunk's rows grouped by key: the model input, and whether the row has a
+    description (a row without one gets no code whatever it reads)."""
+
+    def __init__(self, inputs: np.ndarray, blank: np.ndarray):
+        keys = np.where(blank, "\x01", "") + np.asarray(inputs, dtype=object)
+        self.row_key, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+        self.keys = np.asarray(self.keys, dtype=object)
+        self.first = np.full(len(self.keys), len(keys), dtype=np.int64)  # each key's first row
+        self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
+        np.minimum.at(self.first, self.row_key, np.arange(len(keys)))
+
+    def through(self, store, chunk: pd.DataFrame, world, predict):
+        """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
+        keys `store` lacks, their first rows shared out over the ranks and gathered to
+        rank 0. predict(rows of the chunk) gives a DataFrame or an array, a row each."""
+        new = np.flatnonzero(~store.known(self.keys))
+        rows = self.first[new]
+        share = rows[shard_indices(len(rows), world.world_size, world.rank)]
+        mine = predict(chunk.iloc[share]) if len(share) else None
+        pieces = mdist.gather_to_main(mine, world)  # all ranks
+        if pieces is not None:
+            pieces = [piece for piece in pieces if piece is not None]
+            if pieces:
+                pieces = (pd.concat(pieces, ignore_index=True) if isinstance(pieces[0], pd.DataFrame)
+                          else np.concatenate(pieces))
+            store.add(self.keys[new], pieces if len(new) else None)
+            self.new = (self.keys[new], pieces if len(new) else None)
+        else:
+            store.add(self.keys[new])
+        if not world.is_main:
+            return None
+        distinct = store.take(self.keys)
+        if isinstance(distinct, pd.DataFrame):
+            return distinct.iloc[self.row_key].reset_index(drop=True)
+        return distinct[self.row_key]
 
 
 def say_context_fit(counts: list | None, predictor) -> None:
@@ -288,10 +404,48 @@ def check_shape_args(args) -> None:
         check_what(args.what, args.head[0])
 
 
-def output_writer(args, log=None, label=None):
+def output_writer(args, log=None, label=None, journal=None):
     if is_matrix(args) and args.output.lower().endswith(".npy"):
         return EmbeddingWriter(args.output, flag="--output")
-    return OutputWriter(args.output, log=log, label=label)
+    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp if journal is not None else None)
+    if journal is not None:
+        writer.rows = journal.rows  # the rows the parts hold: a CSV goes on without its header
+    return writer
+
+
+def open_journal(args, predictor, world, say):
+    """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
+    None, said in one line where parts of an earlier run are there and cannot be continued."""
+    from mixer.prediction import resume
+
+    why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args))
+    for flag, path in (("--output", args.output), ("--embeddings", args.embeddings)):
+        if path:
+            resume.remove_stale(path, flag, why, say)
+    if why is not None:
+        if args.output and os.path.isdir(resume.parts_dir(args.output)):
+            say(f"--output {args.output}: starts over ({why}, so it does not resume)")
+            shutil.rmtree(resume.parts_dir(args.output))
+        return None
+    journal = resume.Journal(args, predictor)
+    journal.open(args.restart, say)
+    return journal
+
+
+class StopRequest:
+    """SIGTERM / SIGUSR1 (a scheduler's pre-emption), as training takes them: the job finishes
+    its chunk, keeps it in the journal and exits 0; the same command continues. Without a
+    journal the signals keep their default (the job ends, its temp files go at the next run)."""
+
+    def __init__(self, journal):
+        self.requested = False
+        if journal is not None:
+            from mixer.training.resume import stop_on_signals
+
+            stop_on_signals(self.request)
+
+    def request(self, *_):
+        self.requested = True
 
 
 def check_coding_args(args) -> None:

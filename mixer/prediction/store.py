@@ -1,0 +1,142 @@
+"""The distinct-input store: each distinct model input's predicted rows, for one file.
+
+A census repeats a description thousands of times; predict.py asks the model once per
+distinct input of the whole file (mixer.prediction.predict_job), not once per chunk. The
+store holds, per key, the row the job writes for it: the code table after every row step
+(calibration, target marks, lookup, shorter codes), a matrix row (--what) or an embedding.
+Every one of those steps depends only on the key and the model's output, so a stored row
+is the row a fresh prediction would give (floats within rounding: other batches).
+
+Memory grows with distinct inputs, not rows, and is bounded: the rows stay in memory up to
+`budget` bytes; past it, newly seen inputs' rows go to an SQLite file beside the output's
+temporary files (the first-seen inputs, the most frequent under a Zipf law, stay in
+memory). The key index (key -> row number) stays in memory: about 100 bytes plus the
+key's length per distinct input.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+
+
+class DistinctStore:
+    """Rows by key. `add` on a rank that holds no rows (payload None) records the keys only,
+    so every rank agrees on which keys are new."""
+
+    def __init__(self, budget: int, spill_dir: str, name: str):
+        self.budget, self.spill_dir, self.name = budget, spill_dir, name
+        self.ids: dict = {}
+        self.blocks: list = []  # per block: its rows in memory, or Spilled
+        self.starts: list = []
+        self.memory = 0
+        self.spilled = 0
+        self.db: Optional[sqlite3.Connection] = None
+        self.path: Optional[str] = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def known(self, keys: np.ndarray) -> np.ndarray:
+        ids = self.ids
+        return np.fromiter((k in ids for k in keys), dtype=bool, count=len(keys))
+
+    def add(self, keys: np.ndarray, rows=None) -> None:
+        """Record new keys (none known yet) and, on the rank that keeps them, their rows in
+        the keys' order: a DataFrame or a 2-d array."""
+        if not len(keys):
+            return
+        first = len(self.ids)
+        self.ids.update(zip(keys, range(first, first + len(keys))))
+        if rows is None:
+            return
+        size = _size(rows)
+        if isinstance(rows, pd.DataFrame):
+            rows = rows.reset_index(drop=True)
+        self.starts.append(first)
+        if self.memory + size <= self.budget:
+            self.blocks.append(rows)
+            self.memory += size
+            return
+        self._spill(first, rows)
+        self.blocks.append(Spilled(rows))
+
+    def take(self, keys: np.ndarray):
+        """The rows of `keys` (all known), in their order."""
+        ids = np.fromiter((self.ids[k] for k in keys), dtype=np.int64, count=len(keys))
+        block_of = np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
+        pieces, order = [], []
+        for block in np.unique(block_of):
+            where = np.flatnonzero(block_of == block)
+            rows = self.blocks[block]
+            local = ids[where] - self.starts[block]
+            pieces.append(self._read(ids[where], rows) if isinstance(rows, Spilled)
+                          else rows.iloc[local] if isinstance(rows, pd.DataFrame) else rows[local])
+            order.append(where)
+        if not pieces:
+            return None
+        position = np.argsort(np.concatenate(order), kind="stable")
+        if isinstance(pieces[0], pd.DataFrame):
+            table = pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
+            return table.iloc[position].reset_index(drop=True)
+        return np.concatenate(pieces)[position]
+
+    def close(self) -> None:
+        """Remove the spill file (at the end of the job, or when it stops)."""
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+        if self.path and os.path.exists(self.path):
+            os.unlink(self.path)
+
+    # ------------------------------------------------------------ the spill file
+    def _spill(self, first: int, rows) -> None:
+        if self.db is None:
+            self.path = os.path.join(self.spill_dir, f".tmp-{self.name}.{os.getpid()}.store.sqlite")
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+            self.db = sqlite3.connect(self.path)
+            self.db.execute("PRAGMA journal_mode=OFF")
+            self.db.execute("PRAGMA synchronous=OFF")
+            self.db.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, value BLOB)")
+        if isinstance(rows, pd.DataFrame):
+            values = (pickle.dumps(row, protocol=5) for row in rows.itertuples(index=False, name=None))
+        else:
+            values = (row.tobytes() for row in np.ascontiguousarray(rows))
+        self.db.executemany("INSERT INTO rows VALUES (?, ?)", zip(range(first, first + len(rows)), values))
+        self.db.commit()
+        self.spilled += len(rows)
+
+    def _read(self, ids: np.ndarray, block: "Spilled"):
+        found = {}
+        for start in range(0, len(ids), 30_000):  # SQLite's limit on parameters
+            part = [int(i) for i in ids[start:start + 30_000]]
+            query = f"SELECT id, value FROM rows WHERE id IN ({','.join('?' * len(part))})"
+            found.update(self.db.execute(query, part).fetchall())
+        values = [found[int(i)] for i in ids]
+        if block.columns is None:
+            return np.frombuffer(b"".join(values), dtype=block.dtype).reshape(-1, block.width)
+        table = pd.DataFrame.from_records([pickle.loads(v) for v in values], columns=range(len(block.columns)))
+        return table.astype(dict(enumerate(block.dtypes))).set_axis(block.columns, axis=1)
+
+
+class Spilled:
+    """Where a block's rows went to disk: what reads them back in their types."""
+
+    def __init__(self, rows):
+        frame = isinstance(rows, pd.DataFrame)
+        self.columns = list(rows.columns) if frame else None
+        self.dtypes = list(rows.dtypes) if frame else None
+        self.dtype, self.width = (None, None) if frame else (rows.dtype, rows.shape[1])
+
+
+def _size(rows) -> int:
+    if isinstance(rows, pd.DataFrame):
+        return int(rows.memory_usage(deep=True, index=False).sum())
+    return int(rows.nbytes)

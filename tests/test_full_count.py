@@ -1,0 +1,217 @@
+"""A full-count file (issue 43): each distinct model input predicted once per file, the rows
+as chunk-by-chunk prediction gives them (docs/predicting.md, "Repeated descriptions")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TINY, assert_floats_close, assert_same_predictions
+from mixer.cli.entrypoints import finetune_main, predict_main
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, small_csv):
+    out = tmp_path_factory.mktemp("full_count") / "run"
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(out),
+                          "--share-val", "0.1", *TINY, "--max-steps", "8", "--batch-size", "16"]) == 0
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def census(tmp_path_factory, small_csv) -> str:
+    """600 rows drawn from 121 descriptions (a few drawn often, as in a census), some rows
+    without a description."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    rng = np.random.default_rng(3)
+    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
+    rows = frame.iloc[rng.choice(len(frame), 600, p=weights / weights.sum())].reset_index(drop=True)
+    rows.loc[::53, "occ1"] = ""
+    path = tmp_path_factory.mktemp("census") / "census.csv"
+    rows.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture
+def model_rows(monkeypatch):
+    """How many inputs the model computed, over every call of its encoder."""
+    from mixer.prediction.predict import Predictor
+
+    counted = []
+    encoded = Predictor._encoded
+
+    def counting(self, texts, *args, **kwargs):
+        counted.append(len(texts))
+        return encoded(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "_encoded", counting)
+    return counted
+
+
+def distinct_inputs(run, frame) -> int:
+    import mixer
+
+    inputs = mixer.load(run, device="cpu").model_inputs(frame["occ1"].tolist())
+    return len(set(zip(inputs, frame["occ1"].str.strip().eq(""))))
+
+
+def chunk_by_chunk(run, frame, chunk_size: int) -> tuple:
+    """What predict.py gave before the store: each chunk predicted as it came."""
+    import mixer
+
+    model = mixer.load(run, device="cpu")
+    tables, vectors = [], []
+    for start in range(0, len(frame), chunk_size):
+        texts = frame["occ1"].iloc[start:start + chunk_size].reset_index(drop=True)
+        tables.append(model.predict(texts, batch_size=16))
+        vectors.append(model.embeddings(texts, batch_size=16))
+    return pd.concat(tables, ignore_index=True), np.concatenate(vectors)
+
+
+@pytest.mark.floats
+@pytest.mark.parametrize("chunk_size", [7, 64, 1000])
+def test_each_distinct_input_is_predicted_once_per_file(run, census, tmp_path, model_rows, chunk_size):
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    out, vectors = tmp_path / "out.csv", tmp_path / "out.npy"
+    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(out), "--embeddings",
+                         str(vectors), "--chunk-size", str(chunk_size), "--batch-size", "16"]) == 0
+    # once for the code table, once for the embeddings: each the file's distinct inputs
+    assert sum(model_rows) == 2 * distinct_inputs(run, frame) < 2 * len(frame)
+    expected, expected_vectors = chunk_by_chunk(run, frame, chunk_size)
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert written[list(frame.columns)].equals(frame)
+    assert_same_predictions(written.drop(columns=list(frame.columns)),
+                            expected.astype(object).where(expected.notna(), "").astype(str))
+    # embeddings: a row's is its input's (bit for bit), and the inputs' are the model's; their
+    # components near 0 carry the rounding of a batch's larger terms (2 ulps of 1 here), so
+    # they are compared where the batches are the API's own: one chunk, the whole file
+    got = np.load(vectors)
+    keys = pd.Series(frame["occ1"]).factorize()[0]
+    for key in np.unique(keys):
+        rows = got[keys == key]
+        assert (rows == rows[0]).all()
+    if chunk_size >= len(frame):
+        assert_floats_close(got, expected_vectors)
+
+
+@pytest.mark.floats
+def test_a_store_past_its_memory_spills_to_disk_and_gives_the_same_rows(run, census, tmp_path, monkeypatch):
+    from mixer.prediction import predict_job, store
+
+    kept = tmp_path / "kept.csv"
+    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(kept), "--chunk-size", "50",
+                         "--what", "probs"]) == 0
+    spilled = []
+    spill = store.DistinctStore._spill
+
+    def counting(self, first, rows):
+        spilled.append(len(rows))
+        return spill(self, first, rows)
+
+    monkeypatch.setattr(store.DistinctStore, "_spill", counting)
+    monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 2048: 2 KB, a block or two
+    out = tmp_path / "out.csv"
+    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "50",
+                         "--what", "probs"]) == 0
+    assert sum(spilled) > 0
+    assert out.read_bytes() == kept.read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []  # the spill file is gone
+    table = pd.read_csv(tmp_path / "out.csv")
+    assert len(table) == 600 and table.iloc[::53].isna().all(axis=None)  # rows without a description: empty
+
+
+def test_store_reads_back_spilled_rows_in_their_types(tmp_path):
+    from mixer.prediction.store import DistinctStore
+
+    store = DistinctStore(200, str(tmp_path), "x")
+    first = pd.DataFrame({"code_1": ["a", "b"], "prob_1": [0.25, np.nan], "level": [1, 2]})
+    later = pd.DataFrame({"code_1": ["c"] * 20, "prob_1": np.arange(20) / 3,
+                          "level": pd.array([None] + list(range(19)), dtype="Int64")})
+    store.add(np.array(["k1", "k2"], dtype=object), first)
+    store.add(np.array([f"n{i}" for i in range(20)], dtype=object), later)
+    assert store.spilled == 20 and len(store) == 22
+    got = store.take(np.array(["n0", "k2", "n19", "k1"], dtype=object))
+    assert got["code_1"].tolist() == ["c", "b", "c", "a"]
+    assert got["prob_1"].iloc[2] == 19 / 3 and np.isnan(got["prob_1"].iloc[1])
+    assert got["level"].dtype == "Int64" and got["level"].isna().tolist() == [True, False, False, False]
+    assert store.known(np.array(["k1", "zz"], dtype=object)).tolist() == [True, False]
+    store.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ a killed prediction resumes
+FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
+
+
+def predict_cmd(run, census, out, *extra) -> list:
+    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90",
+            "--head", "flat", "seq2seq", *map(str, extra)]
+
+
+@pytest.mark.parametrize("what", [[], ["--what", "probs"]])
+def test_a_job_killed_at_a_chunk_boundary_resumes_to_the_same_bytes(run, census, tmp_path, what):
+    from conftest import env_for_subprocess, run_program
+
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    heads = [] if not what else ["--head", "flat"]
+    run_program("predict.py", *predict_cmd(run, census, whole, *what), *heads)
+    env = env_for_subprocess()
+    env[FAULT] = "3"  # chunk 3 written, its journal entry not: as kill -9 between the two
+    killed = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads, env=env, check=False)
+    assert killed.returncode == 9 and not cut.exists()
+    again = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads)
+    assert "continuing an unfinished run after its 3 chunk(s) (270 rows" in again.stdout
+    assert cut.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["whole.csv", "whole.csv.provenance.json", "cut.csv", "cut.csv.provenance.json"])
+
+
+def test_a_preemption_signal_keeps_the_chunk_exits_0_and_the_same_command_continues(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    run_program("predict.py", *predict_cmd(run, census, whole))
+    env = env_for_subprocess()
+    env[FAULT] = "1:TERM"
+    stopped = run_program("predict.py", *predict_cmd(run, census, cut), env=env)
+    assert "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue" in stopped.stderr
+    run_program("predict.py", *predict_cmd(run, census, cut))
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_a_changed_option_is_refused_naming_it_and_restart_starts_over(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    out = tmp_path / "out.csv"
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    assert run_program("predict.py", *predict_cmd(run, census, out), env=env, check=False).returncode == 9
+    refused = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8"), check=False)
+    assert refused.returncode == 2 and not out.exists()
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "were made with --batch-size 256 (now 8); run that command again to continue, or pass --restart to "
+        "start over")
+    restarted = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8", "--restart"))
+    assert "continuing" not in restarted.stdout
+    assert len(pd.read_csv(out)) == 600
+
+
+def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census, tmp_path):
+    from conftest import env_for_subprocess, run_program
+
+    out = tmp_path / "out.parquet"
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    cut = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv"), env=env, check=False)
+    assert cut.returncode == 9
+    stale = tmp_path / ".tmp-out.parquet.999999999"  # a killed job's, whose process is gone
+    stale.write_bytes(b"PAR1")
+    done = run_program("predict.py", *predict_cmd(run, census, out))
+    assert (f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (a parquet "
+            "file is written whole at the end, so it does not resume)") in done.stdout
+    assert not stale.exists()
+    # the CSV's parts, the same command with --embeddings (which gathers over the file): over
+    again = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings",
+                                                   tmp_path / "e.npy"))
+    assert "starts over (--embeddings gathers over the whole file, so it does not resume)" in again.stdout
