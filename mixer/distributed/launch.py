@@ -10,6 +10,7 @@ mixer.distributed.world builds the process group from what this returns.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -94,3 +95,14 @@ def squeue(job: str, field: str, env: Mapping[str, str], run=None):
                                        text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def stop_on_signals(request_stop) -> None:
+    """SIGTERM / SIGUSR1 (Slurm pre-emption) call request_stop: training finishes the step,
+    the ranks agree, it saves and exits 0; prediction keeps its chunk and exits 0."""
+    for sig in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)):
+        if sig is not None:
+            try:
+                signal.signal(sig, request_stop)
+            except ValueError:  # not the main thread
+                pass

@@ -440,7 +440,7 @@ class StopRequest:
     def __init__(self, journal):
         self.requested = False
         if journal is not None:
-            from mixer.training.resume import stop_on_signals
+            from mixer.distributed.launch import stop_on_signals
 
             stop_on_signals(self.request)
 

@@ -39,6 +39,8 @@ UNRECORDED = {
     "output": "recorded under `output`: the file's name",
     "batch_size": "rows per batch: the same codes, probabilities within rounding",
     "chunk_size": "rows read and written at a time: the same file",
+    "store_memory": "memory of the distinct-input store before it spills to disk: the same file",
+    "restart": "start over instead of continuing a killed job: the same file",
     "distributed": "one process or several: the same file",
     "debug": "tracebacks on errors",
     "embeddings": "another file, with no provenance of its own",

@@ -4,13 +4,13 @@ holds, how it is loaded back in this run's layout and flags, and the line that s
 from __future__ import annotations
 
 import math
-import signal
 
 import numpy as np
 import torch
 
 from mixer.core.config import epoch_number
 from mixer.core.errors import UserError, first_line
+from mixer.distributed.launch import stop_on_signals  # noqa: F401 - the trainer's, as before
 from mixer.models.checkpoint import rng_state, set_rng_state
 from mixer.models.model import unwrap_model
 from mixer.training.parts import Progress
@@ -146,12 +146,3 @@ def seed_streams(seed: int, rank: int, step: int) -> None:
     torch.manual_seed(int(words[1]) % (2 ** 63))  # torch.manual_seed seeds every GPU too
 
 
-def stop_on_signals(request_stop) -> None:
-    """SIGTERM / SIGUSR1 (Slurm pre-emption) call request_stop: the job finishes the step,
-    the ranks agree, it saves and exits 0."""
-    for sig in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)):
-        if sig is not None:
-            try:
-                signal.signal(sig, request_stop)
-            except ValueError:  # not the main thread
-                pass
