@@ -10,7 +10,6 @@ plain functions."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -26,7 +25,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess, run_program
+from conftest import ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess
 from mixer.core.errors import UserError
 from test_distributed import max_difference, run, torchrun_cmd
 
@@ -405,13 +404,13 @@ def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(
              (dict(elsewhere, job="5"), squeue("RUNNING\n"), "process 1 on host node-b, Slurm job 5"),
              (dict(elsewhere, job="5"), squeue("", 1), "its Slurm job 5 is no longer listed"),
              (dict(elsewhere, job="5"), squeue("CANCELLED\n"), "its Slurm job 5 is CANCELLED")]
-    for other, run, expected in cases:
+    for other, squeue_run, expected in cases:
         lock.write_text(json.dumps(other))
         if expected.startswith("process"):  # it may still run
             with pytest.raises(UserError, match=expected):
-                runlock.acquire(str(run_dir), said.append, env=env, run=run)
+                runlock.acquire(str(run_dir), said.append, env=env, run=squeue_run)
             continue
-        runlock.acquire(str(run_dir), said.append, env=env, run=run).release()
+        runlock.acquire(str(run_dir), said.append, env=env, run=squeue_run).release()
         assert said[-1].endswith(expected) and not lock.exists()
 
 

@@ -6,7 +6,6 @@ does, and CANINE models, which read code points."""
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import pytest

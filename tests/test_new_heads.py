@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml

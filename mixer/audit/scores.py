@@ -256,5 +256,5 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     for note in notes:
         print(f"note: {note}")
     if not predictions:
-        print(f"note: pass --predictions FILE to check that the audit was drawn from FILE's predictions")
+        print("note: pass --predictions FILE to check that the audit was drawn from FILE's predictions")
     print(f"wrote {output} and {plot}")

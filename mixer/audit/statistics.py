@@ -38,7 +38,7 @@ import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 from scipy import special

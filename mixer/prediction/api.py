@@ -24,7 +24,7 @@ import pandas as pd
 
 from mixer.core.errors import UserError
 from mixer.prediction.columns import job_columns
-from mixer.prediction.predict import HEADS, Predictor
+from mixer.prediction.predict import Predictor
 
 MAX_ALTERNATIVES = 50
 RAW_CONFIDENCE = "confidence_raw"  # beside a calibrated confidence
