@@ -432,7 +432,7 @@ class Model:
         (model_inputs; mixer.data.tokens.reading_keys)."""
         from mixer.data.tokens import reading_keys
 
-        return reading_keys(self._predictor.token_ids, texts, langs)
+        return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
 
     @says_keywords
     def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
@@ -605,13 +605,12 @@ class Model:
     def _language_note(self, langs, where: str) -> str:
         """One line on rows whose language the model never trained with ('' when none, or
         when the model's training languages are not known)."""
-        from mixer.prediction.target import known_languages, unknown_languages_line
+        from mixer.prediction.target import language_note
 
-        known = known_languages(self)
-        if known is None or not len(langs):
+        if not len(langs):
             return ""
         values, counts = np.unique(np.asarray(langs, dtype=object).astype(str), return_counts=True)
-        return unknown_languages_line(dict(zip(values.tolist(), counts.tolist())), known, where)
+        return language_note(self, dict(zip(values.tolist(), counts.tolist())), where)
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"

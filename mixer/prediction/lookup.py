@@ -21,7 +21,8 @@ An entry is keyed by what the model reads (mixer.prediction.api.Model.model_inpu
 description, language and context as the run's recipe spells them and the tokenizer
 normalises them, mixer.data.tokens.reading_keys). So a row of the input takes the entry's
 codes exactly when the model would read the two alike ('Civil Engineer' takes the entry
-'civil engineer' of a model whose tokenizer lower-cases). A table without the language
+'civil engineer' of a model whose tokenizer lower-cases; the language too, so 'EN' is
+'en' to it, except a language with a flat threshold of its own). A table without the language
 column holds entries for every language. One input listed with two code sets is refused,
 naming both lines. A code the model's key lacks (a typo, or a code never seen in
 training) is taken as written and said in one line naming the lines; an entry with more

@@ -184,10 +184,9 @@ def predict_file(args: PredictConfig) -> None:
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)
         if world.is_main:
-            from mixer.prediction.target import known_languages, unknown_languages_line
+            from mixer.prediction.target import language_note
 
-            known = known_languages(model)  # a language the model never trained with: one line
-            note = unknown_languages_line(languages, known, f"--input {args.input}") if known is not None else ""
+            note = language_note(model, languages, f"--input {args.input}")  # one never trained with: one line
             if note:
                 print(note, file=sys.stderr)
             if blank_rows:
