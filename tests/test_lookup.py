@@ -294,3 +294,19 @@ def test_languages_the_model_reads_alike_are_one_language(lang_runs, rows_csv, t
     said = [line for line in capsys.readouterr().err.splitlines() if "never trained with" in line]
     assert len(said) == 1 and said[0].startswith(f"note: --calibration-data {labelled}: 2 rows have a language "
                                                  "value the model never trained with: 'da' (2)")
+
+
+def test_a_dictionary_with_the_models_own_columns_reads_their_further_codes(bert_run, rows_csv, tmp_path):
+    """A model trained on hisco_1 alone: a dictionary's hisco_2 holds second codes, read (an
+    entry of two codes needs two code slots, refused before predicting otherwise), not dropped."""
+    lookup = write(tmp_path / "coded.csv", pd.DataFrame({"occ1": ["farmer", "smith"], "hisco_1": ["61110", "83110"],
+                                                         "hisco_2": ["64100", ""]}))
+    out = tmp_path / "out.csv"
+    with pytest.raises(UserError, match=r"line 2 has 2 codes \(61110 & 64100\), the output 1 code slot\(s\); "
+                                        r"pass --top-k 2"):
+        predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out), "--lookup", lookup])
+    assert predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out), "--lookup", lookup,
+                         "--top-k", "2"]) == 0
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    farmer = written[written["occ1"] == "farmer"]
+    assert (farmer["code_1"].tolist(), farmer["code_2"].tolist()) == (["61110"], ["64100"])
