@@ -310,3 +310,25 @@ def test_a_dictionary_with_the_models_own_columns_reads_their_further_codes(bert
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     farmer = written[written["occ1"] == "farmer"]
     assert (farmer["code_1"].tolist(), farmer["code_2"].tolist()) == (["61110"], ["64100"])
+
+
+def test_rows_without_a_description_are_neither_the_lookups_nor_the_models(bert_run, tmp_path, capsys):
+    """A lookup covering every described row: the row without a description is counted apart,
+    not as a model row nor as a distinct input; a check list with nothing to check is
+    written with its header alone, and the job ends well."""
+    rows = write(tmp_path / "rows.csv", pd.DataFrame({"occ1": ROWS + ["  "]}))
+    lookup = write(tmp_path / "dict.csv", pd.DataFrame({"occ1": ["civil engineer", "farmer", "smith"],
+                                                        "hisco_1": ["02200", "61110", "83110"]}))
+    out, check = tmp_path / "out.csv", tmp_path / "check.csv"
+    assert predict_main(["--checkpoint", bert_run, "--input", rows, "--output", str(out), "--lookup", lookup,
+                         "--to-check", "5", str(check)]) == 0
+    err = capsys.readouterr().err
+    assert (f"source: 7 rows (87.5%; 100.0% of distinct inputs) coded by the lookup {lookup}, 0 by the model, "
+            "1 without a description: no code") in err
+    result = json.load(open(f"{out}.provenance.json"))["result"]
+    assert result["source"]["model"] == 0 and result["source"]["no_description"] == 1
+    assert result["distinct_inputs"] == 3
+    assert (f"--to-check {check}: nothing to check, written with its header alone: the lookup or the target "
+            "accuracy took all 7 rows with a description") in err
+    listed = pd.read_csv(check, dtype=str)
+    assert len(listed) == 0 and "checked_1" in listed.columns

@@ -152,7 +152,8 @@ def predict_file(args: PredictConfig) -> None:
                             text_column(chunk, input_col),
                             text_column(chunk, language_col) if language_col else language,
                             chunk[context_cols].reset_index(drop=True) if context_cols else None)
-                    coding.tally(predicted, inputs if coding.active else None, args.head)
+                    coding.tally(predicted, inputs if coding.active else None, args.head,
+                                 blank_descriptions(text_column(chunk, input_col)))
                     if checklist is not None:
                         rows = coding.check_rows(predicted, args.head)
                         checklist.add(chunk, predicted, inputs, keep=rows)
@@ -207,7 +208,8 @@ def predict_file(args: PredictConfig) -> None:
             if checklist is not None:
                 from mixer.data.checking import describe
 
-                print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
+                listed = checklist.commit()
+                print(checklist.empty or describe(to_check[1], listed, to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
                 print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
