@@ -848,3 +848,21 @@ def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(run_dir,
         predict_main(["--checkpoint", run_dir, "--input", str(header), "--output", str(tmp_path / "h.csv"),
                       "--target-accuracy", "0.3", "--target-confidence", "0.9"])
     assert "target:" not in capsys.readouterr().out  # no threshold chosen first
+
+
+def test_a_language_per_row_at_a_target_says_the_run_s_rows_keep_its_language(run_dir, capsys):
+    """As predict.py --language-col on a run without a language column: the API's
+    predict(language=[one per row], target_accuracy=...) says in one line that the threshold
+    was chosen on the run's rows read in its own language."""
+    import mixer
+
+    model = mixer.load(run_dir)
+    capsys.readouterr()
+    try:  # two rows to code: the threshold may be out of reach, said after the note
+        model.predict(["farmer", "labourer"], language=["en", "da"], target_accuracy=0.3, target_confidence=0.9)
+    except UserError as error:
+        assert "no confidence threshold reaches" in str(error)
+    said = [line for line in capsys.readouterr().err.splitlines() if "labelled rows have no language column" in line]
+    assert said == ["note: the run's labelled rows have no language column; they are predicted with language 'unk', "
+                    "the rows to code with their own (language=, one per row): the threshold holds for rows of "
+                    "that language (docs/coding.md)"]

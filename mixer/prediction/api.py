@@ -239,6 +239,9 @@ class Model:
             if what != "codes" or columns != "mixer":
                 raise UserError("target_accuracy= marks rows of the code table; leave out what= and columns=")
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            if (lang is not None and not isinstance(lang, str) and given["calibration_data"] is None
+                    and self._predictor.config.get("language_col") is None):  # as predict.py --language-col
+                self._run_language_note("their own (language=, one per row)")
             target = self.target(given["target_accuracy"], given["target_confidence"], head, given["calibration_data"],
                                  given["calibration_truth_cols"], lookup, given["shorter_codes"],
                                  self._rows_to_code(texts, lang, context, lookup), top_k, threshold,
@@ -338,9 +341,7 @@ class Model:
             own = config.get("language_col") is None and language_col is None and isinstance(lang, str)
             rows = targets.run_rows(config.get("model_dir"), self.source, language=lang.strip() if own else None)
             if config.get("language_col") is None and language_col is not None:
-                print(f"note: the run's labelled rows have no language column; they are predicted with "
-                      f"language {config.get('language') or 'unk'!r}, the rows to code with their {language_col!r}: "
-                      "the threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
+                self._run_language_note(f"their {language_col!r}")
         else:
             if given["language"] is not None and not isinstance(given["language"], str):
                 raise UserError("language=: one language for every labelled row ('en'), or language_col=")
@@ -418,6 +419,13 @@ class Model:
 
             table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
         return table
+
+    def _run_language_note(self, theirs: str) -> None:
+        """One line: the run's labelled rows (a run without a language column) are predicted
+        in the run's language, the rows to code in their own (`theirs`, in words)."""
+        print(f"note: the run's labelled rows have no language column; they are predicted with language "
+              f"{self._predictor.config.get('language') or 'unk'!r}, the rows to code with {theirs}: the "
+              "threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
 
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
         """The rows the model will code, as predict.py counts them: every row, less those the
