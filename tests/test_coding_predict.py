@@ -866,3 +866,21 @@ def test_a_language_per_row_at_a_target_says_the_run_s_rows_keep_its_language(ru
     assert said == ["note: the run's labelled rows have no language column; they are predicted with language 'unk', "
                     "the rows to code with their own (language=, one per row): the threshold holds for rows of "
                     "that language (docs/coding.md)"]
+
+
+def test_the_api_s_file_lines_name_its_keywords(run_dir, common_csv, capsys):
+    """The API reads a labelled file and a lookup with its own keywords: its lines name
+    calibration_data= and options=TableOptions(sep=...), not predict.py's flags."""
+    import mixer
+
+    model = mixer.load(run_dir)
+    try:
+        model.target(0.3, 0.9, calibration_data=common_csv, calibration_truth_cols=["hisco_1", "hisco_2"])
+    except UserError:  # reached or not: the reading line comes first
+        pass
+    model.lookup(common_csv, code_cols=["hisco_1"])
+    err = capsys.readouterr().err
+    assert (f"calibration_data= {common_csv}: CSV, separator ',' (found in the header line; "
+            "options=TableOptions(sep=...) sets it)") in err
+    assert f"lookup= {common_csv}: CSV, separator ','" in err
+    assert "--calibration-data" not in err and "--lookup-sep" not in err  # its own rows' line too

@@ -292,7 +292,7 @@ def test_languages_the_model_reads_alike_are_one_language(lang_runs, rows_csv, t
     except UserError:  # 3 rows: no threshold reaches the target
         pass
     said = [line for line in capsys.readouterr().err.splitlines() if "never trained with" in line]
-    assert len(said) == 1 and said[0].startswith(f"note: --calibration-data {labelled}: 2 rows have a language "
+    assert len(said) == 1 and said[0].startswith(f"note: calibration_data= {labelled}: 2 rows have a language "
                                                  "value the model never trained with: 'da' (2)")
 
 

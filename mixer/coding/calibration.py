@@ -181,14 +181,14 @@ def unfit_reason(confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int
     if rarer < min_outcome:
         return (f"{rarer:,} of its {n:,} labelled rows are {which} (at least {min_outcome} right and "
                 f"{min_outcome} wrong are needed: with one outcome alone the fit runs without bound)")
-    z = _logit(confidence)
-    if z[correct].min() > z[~correct].max():
-        return ("the confidence separates its right rows from its wrong ones exactly (a fit on them runs "
-                "without bound)")
     temperature, _ = fit_scaling(confidence, correct)
     if at_clamp(temperature):
         return (f"the fit ran to the limit of its temperature (T = {temperature:g}, kept in [0.05, 20]): "
                 "these rows do not pin the scaling down")
+    z = _logit(confidence)
+    if z[correct].min() > z[~correct].max():  # short of the limit only where the fit stopped early
+        return ("the confidence separates its right rows from its wrong ones exactly (a fit on them runs "
+                "without bound)")
     return ""
 
 

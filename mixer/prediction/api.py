@@ -292,8 +292,10 @@ class Model:
         with the model's own input and target columns); read by the one reader with
         `options` (a mixer.core.config.TableOptions of role 'lookup'). log: where its lines
         go (how it was read, codes the model's key lacks); default stderr."""
+        from mixer.core.config import TableOptions
         from mixer.prediction.lookup import read_for
 
+        options = options or TableOptions(role="lookup", keyword="options")  # its lines name options=, not flags
         return read_for(self, path, input_col, code_cols, language_col, options,
                         log=log or (lambda m: print(m, file=sys.stderr)))
 
@@ -346,7 +348,8 @@ class Model:
             if given["language"] is not None and not isinstance(given["language"], str):
                 raise UserError("language=: one language for every labelled row ('en'), or language_col=")
             columns = job_columns(config, given["input_col"], given["language"], given["language_col"])
-            rows = targets.file_rows(labelled, options or TableOptions(role="calibration_data"), truth_cols, self,
+            options = options or TableOptions(role="calibration_data", keyword="options")  # its lines name options=
+            rows = targets.file_rows(labelled, options, truth_cols, self,
                                      columns.input_col, columns.language_col, columns.language,
                                      columns.context_cols, log=lambda m: print(m, file=sys.stderr))
         if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):

@@ -533,7 +533,7 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     from mixer.data.reading import read_table
 
     frame = read_table(path, options, log=log)
-    where = f"--calibration-data {path}"
+    where = f"{options.what} {path}"  # the API's keyword from Python (options.keyword)
     if any(str(c).startswith("checked_") for c in frame.columns) and not is_audit(frame):
         raise UserError(f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
                         "like the ones to code; pass a random sample checked by hand (predict.py --audit)")
