@@ -849,3 +849,39 @@ def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(run_dir,
         predict_main(["--checkpoint", run_dir, "--input", str(header), "--output", str(tmp_path / "h.csv"),
                       "--target-accuracy", "0.3", "--target-confidence", "0.9"])
     assert "target:" not in capsys.readouterr().out  # no threshold chosen first
+
+
+def test_a_language_per_row_at_a_target_says_the_run_s_rows_keep_its_language(run_dir, capsys):
+    """As predict.py --language-col on a run without a language column: the API's
+    predict(language=[one per row], target_accuracy=...) says in one line that the threshold
+    was chosen on the run's rows read in its own language."""
+    import mixer
+
+    model = mixer.load(run_dir)
+    capsys.readouterr()
+    try:  # two rows to code: the threshold may be out of reach, said after the note
+        model.predict(["farmer", "labourer"], language=["en", "da"], target_accuracy=0.3, target_confidence=0.9)
+    except UserError as error:
+        assert "no confidence threshold reaches" in str(error)
+    said = [line for line in capsys.readouterr().err.splitlines() if "labelled rows have no language column" in line]
+    assert said == ["note: the run's labelled rows have no language column; they are predicted with language 'unk', "
+                    "the rows to code with their own (language=, one per row): the threshold holds for rows of "
+                    "that language (docs/coding.md)"]
+
+
+def test_the_api_s_file_lines_name_its_keywords(run_dir, common_csv, capsys):
+    """The API reads a labelled file and a lookup with its own keywords: its lines name
+    calibration_data= and options=TableOptions(sep=...), not predict.py's flags."""
+    import mixer
+
+    model = mixer.load(run_dir)
+    try:
+        model.target(0.3, 0.9, calibration_data=common_csv, calibration_truth_cols=["hisco_1", "hisco_2"])
+    except UserError:  # reached or not: the reading line comes first
+        pass
+    model.lookup(common_csv, code_cols=["hisco_1"])
+    err = capsys.readouterr().err
+    assert (f"calibration_data= {common_csv}: CSV, separator ',' (found in the header line; "
+            "options=TableOptions(sep=...) sets it)") in err
+    assert f"lookup= {common_csv}: CSV, separator ','" in err
+    assert "--calibration-data" not in err and "--lookup-sep" not in err  # its own rows' line too

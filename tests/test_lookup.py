@@ -6,6 +6,7 @@ does, and CANINE models, which read code points."""
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -190,3 +191,144 @@ def test_the_lookup_reading_line_is_printed_once_under_torchrun(bert_run, rows_c
     assert len([line for line in said if line.startswith(f"--lookup {lookup}")]) == 1, said
     assert len([line for line in said if "key lacks" in line]) == 1
     assert len([line for line in said if line.startswith("lookup: ")]) == 1
+
+
+# ------------------------------------------------------------------ languages as the model reads them, earlier runs
+@pytest.fixture(scope="module")
+def lang_runs(tmp_path_factory, tiny_bert_dir, toy_frame) -> dict:
+    """Two tiny runs of the word-piece model on rows of language 'en' (distinct titles, so
+    the first run's held-out rows are mostly new inputs): `first`, and `second` started from
+    it (--initial-checkpoint) on other rows. Both show rows as 'unk' in a share of draws
+    (--unk-lang-prob 0.5)."""
+    base = tmp_path_factory.mktemp("lang_runs")
+    frame = toy_frame[toy_frame["hisco_1"].str.len() == 5].drop_duplicates("occ1").head(240)
+    frame = frame[["occ1", "hisco_1"]].assign(lang="en").reset_index(drop=True)
+    paths = {}
+    for name, rows, start in (("first", frame.head(160), []), ("second", frame.tail(80), ["--initial-checkpoint"])):
+        rows.to_csv(base / f"{name}.csv", index=False)
+        run = base / name
+        if start:
+            start = start + [paths["first"]]
+        assert finetune_main(["--dataset", str(base / f"{name}.csv"), "--target-cols", "hisco_1", "--language-col",
+                              "lang", "--zero-padded-codes", "--allow-codes-shorter-than-block-size", "--encoder",
+                              tiny_bert_dir, "--save-path", str(run), "--unk-lang-prob", "0.5", *start,
+                              *SMALL]) == 0
+        paths[name] = str(run)
+    return paths
+
+
+def training_rows(run, path, lang=None) -> str:
+    frame = pd.read_parquet(os.path.join(run, "data_train.parquet"))
+    table = pd.DataFrame({"occ1": frame["text"].astype(str), "hisco_1": frame["code_1"].astype(str)})
+    if lang is not None:
+        table["lang"] = lang
+    return write(path, table)
+
+
+def test_training_rows_given_as_unknown_language_or_in_capitals_are_still_training_rows(lang_runs, tmp_path):
+    """The run showed every training row as 'unk' in a share of draws (--unk-lang-prob), and
+    its tokenizer reads 'EN' as 'en': a labelled file of its training rows in either form is
+    its training data, refused."""
+    import mixer
+
+    model = mixer.load(lang_runs["first"])
+    for lang in ("unk", "EN"):
+        path = training_rows(lang_runs["first"], tmp_path / f"train_{lang}.csv", lang)
+        with pytest.raises(UserError, match="are rows first trained on"):
+            model.target(0.05, 0.5, labelled=path, truth_cols=["hisco_1"])
+
+
+def test_a_run_started_from_another_run_knows_its_training_rows_too(lang_runs, tmp_path, capsys):
+    import shutil
+
+    import mixer
+
+    second = mixer.load(lang_runs["second"])
+    path = training_rows(lang_runs["first"], tmp_path / "first.csv", "en")
+    with pytest.raises(UserError, match="are rows second trained on"):
+        second.target(0.05, 0.5, labelled=path, truth_cols=["hisco_1"])
+    # the earlier run gone: the check covers the run's own rows, said in one line
+    moved = tmp_path / "second"
+    shutil.copytree(lang_runs["second"], moved)
+    config = json.load(open(moved / "config.json"))
+    config["source"]["from"] = str(tmp_path / "gone")
+    json.dump(config, open(moved / "config.json", "w"))
+    capsys.readouterr()
+    try:  # the first run's rows are new rows to it now: a threshold is chosen on them, or none reaches
+        mixer.load(str(moved)).target(0.99, 0.99, labelled=path, truth_cols=["hisco_1"])
+    except UserError as error:
+        assert "trained on" not in str(error)
+    said = [line for line in capsys.readouterr().err.splitlines() if "covers its own training rows only" in line]
+    assert said == [f"note: the check for rows second trained on covers its own training rows only: the run it "
+                    f"started from, {tmp_path / 'gone'}, has no data_train.parquet here"]
+
+
+def test_languages_the_model_reads_alike_are_one_language(lang_runs, rows_csv, tmp_path, capsys):
+    """'EN' and 'en' are one input to a lower-casing tokenizer: one key, one lookup entry, one
+    check-list item, and no note that 'EN' is a language the model never trained with. A
+    language with a flat threshold of its own keeps its key as written."""
+    import mixer
+    from mixer.data.tokens import reading_keys
+
+    model = mixer.load(lang_runs["first"])
+    keys = model.model_inputs(["farmer", "Farmer", "farmer"], lang=["en", "EN", "da"])
+    assert keys[0] == keys[1] != keys[2]
+    ids = model._predictor.token_ids
+    assert len(set(reading_keys(ids, ["farmer", "farmer"], ["en", "EN"], own_threshold={"EN": 0.3}))) == 2
+    lookup = write(tmp_path / "dict.csv", pd.DataFrame({"occ1": ["farmer", "farmer"], "lang": ["en", "EN"],
+                                                        "hisco_1": ["61110", "62105"]}))
+    with pytest.raises(UserError, match=r"line 2 and line 3 give 'farmer' two code sets"):
+        model.predict(ROWS, lang="en", lookup=model.lookup(lookup))
+    rows = write(tmp_path / "rows.csv", pd.DataFrame({"occ1": ["farmer", "Farmer"], "lang": ["en", "EN"]}))
+    check = tmp_path / "check.csv"
+    assert predict_main(["--checkpoint", lang_runs["first"], "--input", rows, "--to-check", "10", str(check)]) == 0
+    assert len(pd.read_csv(check)) == 1
+    assert "never trained with" not in capsys.readouterr().err
+    # labelled rows get the input's note on a language the model never trained with
+    labelled = write(tmp_path / "labelled.csv", pd.DataFrame({"occ1": ["farmer"] * 3, "hisco_1": ["61110"] * 3,
+                                                              "lang": ["EN", "da", "da"]}))
+    try:
+        model.target(0.99, 0.99, labelled=labelled, truth_cols=["hisco_1"])
+    except UserError:  # 3 rows: no threshold reaches the target
+        pass
+    said = [line for line in capsys.readouterr().err.splitlines() if "never trained with" in line]
+    assert len(said) == 1 and said[0].startswith(f"note: calibration_data= {labelled}: 2 rows have a language "
+                                                 "value the model never trained with: 'da' (2)")
+
+
+def test_a_dictionary_with_the_models_own_columns_reads_their_further_codes(bert_run, rows_csv, tmp_path):
+    """A model trained on hisco_1 alone: a dictionary's hisco_2 holds second codes, read (an
+    entry of two codes needs two code slots, refused before predicting otherwise), not dropped."""
+    lookup = write(tmp_path / "coded.csv", pd.DataFrame({"occ1": ["farmer", "smith"], "hisco_1": ["61110", "83110"],
+                                                         "hisco_2": ["64100", ""]}))
+    out = tmp_path / "out.csv"
+    with pytest.raises(UserError, match=r"line 2 has 2 codes \(61110 & 64100\), the output 1 code slot\(s\); "
+                                        r"pass --top-k 2"):
+        predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out), "--lookup", lookup])
+    assert predict_main(["--checkpoint", bert_run, "--input", rows_csv, "--output", str(out), "--lookup", lookup,
+                         "--top-k", "2"]) == 0
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    farmer = written[written["occ1"] == "farmer"]
+    assert (farmer["code_1"].tolist(), farmer["code_2"].tolist()) == (["61110"], ["64100"])
+
+
+def test_rows_without_a_description_are_neither_the_lookups_nor_the_models(bert_run, tmp_path, capsys):
+    """A lookup covering every described row: the row without a description is counted apart,
+    not as a model row nor as a distinct input; a check list with nothing to check is
+    written with its header alone, and the job ends well."""
+    rows = write(tmp_path / "rows.csv", pd.DataFrame({"occ1": ROWS + ["  "]}))
+    lookup = write(tmp_path / "dict.csv", pd.DataFrame({"occ1": ["civil engineer", "farmer", "smith"],
+                                                        "hisco_1": ["02200", "61110", "83110"]}))
+    out, check = tmp_path / "out.csv", tmp_path / "check.csv"
+    assert predict_main(["--checkpoint", bert_run, "--input", rows, "--output", str(out), "--lookup", lookup,
+                         "--to-check", "5", str(check)]) == 0
+    err = capsys.readouterr().err
+    assert (f"source: 7 rows (87.5%; 100.0% of distinct inputs) coded by the lookup {lookup}, 0 by the model, "
+            "1 without a description: no code") in err
+    result = json.load(open(f"{out}.provenance.json"))["result"]
+    assert result["source"]["model"] == 0 and result["source"]["no_description"] == 1
+    assert result["distinct_inputs"] == 3
+    assert (f"--to-check {check}: nothing to check, written with its header alone: the lookup or the target "
+            "accuracy took all 7 rows with a description") in err
+    listed = pd.read_csv(check, dtype=str)
+    assert len(listed) == 0 and "checked_1" in listed.columns

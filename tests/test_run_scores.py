@@ -353,3 +353,35 @@ def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
     by_source = curve[curve["by"] == "source"]
     assert set(by_source["group"]) == {"all", "census"}
     assert by_source.groupby("group")["coded_rows"].max().tolist() == [20, 20]
+
+
+def test_a_fit_at_the_clamp_or_on_one_outcome_keeps_the_identity_and_says_so():
+    """Training's own calibration at its end: a flat head whose rows run the fit to the clamp
+    of its temperature (T 0.05), and a seq2seq head wrong on every row (one outcome alone),
+    each keep the identity (T 1, bias 0), said in one line, as --calibrate refuses both; so
+    does a confidence that separates right from wrong rows exactly."""
+    from mixer.coding.calibration import unfit_reason
+    from mixer.training.scores import coding_files, report_lines, score_frame
+
+    rows = []
+    for r in range(150):  # 30 right at 0.6, one right and 119 wrong at 0.5
+        right = r < 31
+        true = ["61110"]
+        rows.append((r, true, true if right else ["64100"], ["99910"], 0.6 if r < 30 else 0.5, 0.5))
+    frame = score_frame({"val": rows, "cal": [], "noised": []}, splits_of(150, 0), np.zeros(150, dtype=bool), [], [])
+    files, summary = coding_files(frame, [], "test")
+    import json
+
+    stored = json.loads(files["calibration.json"])["heads"]
+    for head in ("flat", "seq2seq"):
+        assert (stored[head]["temperature"], stored[head]["bias"]) == (1.0, 0.0)
+    assert stored["flat"]["not_fit"].startswith("the fit ran to the limit of its temperature (T = 0.05")
+    assert stored["seq2seq"]["not_fit"].startswith("0 of its 150 labelled rows are right")
+    said = [line for line in report_lines(summary, "run", "test") if "the identity kept" in line]
+    assert said == ["  flat head: no calibration fit, the identity kept (temperature 1, bias 0): "
+                    + stored["flat"]["not_fit"],
+                    "  seq2seq head: no calibration fit, the identity kept (temperature 1, bias 0): "
+                    + stored["seq2seq"]["not_fit"]]
+    separated = np.asarray([0.9] * 30 + [0.2] * 120)
+    assert unfit_reason(separated, separated > 0.5, min_rows=0, min_outcome=1).startswith(
+        "the confidence separates its right rows from its wrong ones exactly")

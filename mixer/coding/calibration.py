@@ -166,22 +166,29 @@ MIN_OUTCOME = 20
 FOLDS = 5  # the error on rows the fit did not see: 5-fold cross-validation
 
 
-def unfit_reason(confidence, correct) -> str:
+def unfit_reason(confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int = MIN_OUTCOME) -> str:
     """Why a scaling cannot be fit on these rows ('' when it can): too few rows, too few of
-    one outcome (all right: the fit would run without bound), or a fit that ran to the
-    clamp of its temperature (1/T at 1/20 or 1/0.05: the rows do not pin it down)."""
+    one outcome (all right: the fit would run without bound), right and wrong rows that the
+    confidence separates exactly (the same), or a fit that ran to the clamp of its
+    temperature (1/T at 1/20 or 1/0.05: the rows do not pin it down).
+    Training's own fit at its end (mixer.training.scores) asks the degenerate cases alone
+    (min_rows 0, min_outcome 1): it fits on the run's held-out rows whatever their number."""
     correct = np.asarray(correct, dtype=bool)
     n, right = len(correct), int(correct.sum())
-    if n < MIN_ROWS:
-        return f"{n:,} labelled rows are too few (at least {MIN_ROWS} are needed)"
+    if n < min_rows:
+        return f"{n:,} labelled rows are too few (at least {min_rows} are needed)"
     rarer, which = min((right, "right"), (n - right, "wrong"))
-    if rarer < MIN_OUTCOME:
-        return (f"{rarer:,} of its {n:,} labelled rows are {which} (at least {MIN_OUTCOME} right and "
-                f"{MIN_OUTCOME} wrong are needed: with one outcome alone the fit runs without bound)")
+    if rarer < min_outcome:
+        return (f"{rarer:,} of its {n:,} labelled rows are {which} (at least {min_outcome} right and "
+                f"{min_outcome} wrong are needed: with one outcome alone the fit runs without bound)")
     temperature, _ = fit_scaling(confidence, correct)
     if at_clamp(temperature):
         return (f"the fit ran to the limit of its temperature (T = {temperature:g}, kept in [0.05, 20]): "
                 "these rows do not pin the scaling down")
+    z = _logit(confidence)
+    if z[correct].min() > z[~correct].max():  # short of the limit only where the fit stopped early
+        return ("the confidence separates its right rows from its wrong ones exactly (a fit on them runs "
+                "without bound)")
     return ""
 
 
@@ -216,6 +223,14 @@ def head_entry(confidence, correct, held_out: bool = False) -> dict:
             "folds": FOLDS, "ece_before": entry["ece_before"],
             "ece_after": expected_calibration_error(cross_validated(confidence, correct), correct)}
     return entry
+
+
+def identity_entry(confidence, correct, why: str) -> dict:
+    """head_entry's for rows no scaling can be fit on (`why`, unfit_reason's): the identity
+    (T 1, bias 0) kept, and why."""
+    ece = expected_calibration_error(confidence, correct)
+    return {"temperature": 1.0, "bias": 0.0, "rows": int(len(confidence)), "ece_before": ece, "ece_after": ece,
+            "not_fit": why}
 
 
 def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:

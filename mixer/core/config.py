@@ -54,14 +54,21 @@ class TableOptions:
     sheet: Optional[str] = None
     header_row: Optional[int] = None  # 1 = the file's first row (a spreadsheet's row numbers)
     role: str = "dataset"
+    # the Python API's keyword that passes these options (e.g. "options"): its messages name
+    # TableOptions' fields under it rather than command-line flags; None: the flags
+    keyword: Optional[str] = field(default=None, compare=False)
 
     @property
     def what(self) -> str:
-        """The flag that names the file: --dataset, --key, ..."""
-        return TABLE_ROLES[self.role][0]
+        """The flag that names the file: --dataset, --key, ...; from the Python API
+        (`keyword`), the keyword of its role: calibration_data=, lookup=."""
+        return f"{self.role}=" if self.keyword else TABLE_ROLES[self.role][0]
 
     def flag(self, option: str) -> str:
-        """The flag that sets one option for this file: --encoding, --key-encoding, ..."""
+        """The flag that sets one option for this file: --encoding, --key-encoding, ...; from
+        the Python API (`keyword`), the keyword and field: options=TableOptions(sep=...)."""
+        if self.keyword:
+            return f"{self.keyword}=TableOptions({option}=...)"
         return "--" + TABLE_ROLES[self.role][1] + option.replace("_", "-")
 
 

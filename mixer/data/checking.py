@@ -64,6 +64,8 @@ class CheckList:
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
         self.rows = 0  # input rows seen, so that a row is named by its row in the input
+        self.described = 0  # input rows with a description (before the lookup's and the target's are taken)
+        self.empty = ""  # after commit: why the list has no row ('' when it has some)
 
     def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs, keep=None) -> None:
         """inputs: per row of the chunk, the string the model reads for it; keep: the rows
@@ -78,6 +80,7 @@ class CheckList:
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
         table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
         self.rows += len(table)
+        self.described += int((table[self.key_columns[0]].str.strip() != "").sum())
         if keep is not None:
             table = table[np.asarray(keep, dtype=bool)]
         table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
@@ -86,9 +89,16 @@ class CheckList:
         self.parts.append(distinct.join(counts))
 
     def commit(self) -> int:
-        if not self.parts or not sum(len(p) for p in self.parts):
+        """Writes the list; the number of its rows. A list with nothing to check (the lookup
+        or the target accuracy took every row, or no row has a description) is written with
+        its header alone, and `empty` says why in one line: the job itself has finished."""
+        if not self.parts:
             self.writer.abort()
-            raise UserError(f"--to-check {self.path}: the input has no rows with a description")
+            raise UserError(f"--to-check {self.path}: the input has no rows")
+        if not sum(len(p) for p in self.parts):
+            self.empty = (f"--to-check {self.path}: nothing to check, written with its header alone: " + (
+                "the input has no rows with a description" if not self.described else
+                f"the lookup or the target accuracy took all {self.described:,} rows with a description"))
         table = pd.concat(self.parts)
         counts = table.groupby(level=0, sort=False)["n_rows"].sum()
         table = table[~table.index.duplicated()].copy()

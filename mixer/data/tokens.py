@@ -111,7 +111,7 @@ def model_strings(texts, langs, recipe: InputRecipe) -> tuple:
 PIECE_SEP = "\x1f"  # between the pieces of a key (a control character: no tokenizer keeps one)
 
 
-def reading_keys(ids, texts, langs) -> np.ndarray:
+def reading_keys(ids, texts, langs, own_threshold=()) -> np.ndarray:
     """Per row (a model text, description and context, and its language), a key that two
     rows share exactly when the model reads them alike: the run's own rule (the recipe:
     stripped, lower-cased, in ASCII, the language beside the text or before it) and then
@@ -122,8 +122,11 @@ def reading_keys(ids, texts, langs) -> np.ndarray:
     recipe's string. Kept apart, although the model may give them one prediction: texts
     that differ only past max_len (it cuts them) or in characters its vocabulary lacks (one
     [UNK]): a person reading them may code them differently. A slow tokenizer (no fast
-    version) is keyed by the recipe alone. The language is part of the key as given, since
-    a flat threshold may be the language's (mixer.reporting.metrics.Thresholds)."""
+    version) is keyed by the recipe alone. The language is part of the key as the model
+    reads it, as the text is ('EN' and 'en' are one language to a lower-casing tokenizer,
+    two to CANINE); `own_threshold`: the language values with a flat threshold of their own
+    (mixer.reporting.metrics.Thresholds.table), which select it by the value as given, so
+    such a value is also keyed as given: 'EN' and 'en' stay apart where either has one."""
     texts = np.asarray(texts, dtype=object)
     langs = np.broadcast_to(np.asarray(langs, dtype=object), (len(texts),))
     if not len(texts):
@@ -142,9 +145,24 @@ def reading_keys(ids, texts, langs) -> np.ndarray:
     first, second = model_strings(distinct_texts, distinct_langs, ids.recipe)
     read = _reader(ids)
     second = itertools.repeat(None) if second is None else second
-    keys = np.asarray([f"{lang}\x00{read(a)}\x00" + ("\x02" if b is None else read(b))
+    own = set(own_threshold or ())
+    keys = np.asarray([f"{lang if lang in own else ''}\x00{read(a)}\x00" + ("\x02" if b is None else read(b))
                        for lang, a, b in zip(distinct_langs, first, second)], dtype=object)
     return keys[codes]
+
+
+def read_languages(ids, langs) -> np.ndarray:
+    """Per language value, the language as the model reads it (reading_keys): through the
+    tokenizer's normalisation where the language is the first text of a pair ('EN' reads
+    as 'en' to a lower-casing tokenizer), as written where it is part of a literal string
+    that CANINE reads by code points; the unknown language (the text alone) as itself."""
+    langs = np.asarray(langs, dtype=object).astype(str)
+    read = _reader(ids)
+    if ids.recipe.language == "literal":
+        langs = np.where(langs == "", UNKNOWN_LANGUAGE, langs)
+        return np.asarray([read(f"{lang}[SEP]") for lang in langs], dtype=object)
+    return np.asarray([UNKNOWN_LANGUAGE if lang == UNKNOWN_LANGUAGE else "\x01" + read(lang) for lang in langs],
+                      dtype=object)
 
 
 def _reader(ids):

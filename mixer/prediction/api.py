@@ -239,6 +239,9 @@ class Model:
             if what != "codes" or columns != "mixer":
                 raise UserError("target_accuracy= marks rows of the code table; leave out what= and columns=")
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            if (lang is not None and not isinstance(lang, str) and given["calibration_data"] is None
+                    and self._predictor.config.get("language_col") is None):  # as predict.py --language-col
+                self._run_language_note("their own (language=, one per row)")
             target = self.target(given["target_accuracy"], given["target_confidence"], head, given["calibration_data"],
                                  given["calibration_truth_cols"], lookup, given["shorter_codes"],
                                  self._rows_to_code(texts, lang, context, lookup), top_k, threshold,
@@ -289,8 +292,10 @@ class Model:
         with the model's own input and target columns); read by the one reader with
         `options` (a mixer.core.config.TableOptions of role 'lookup'). log: where its lines
         go (how it was read, codes the model's key lacks); default stderr."""
+        from mixer.core.config import TableOptions
         from mixer.prediction.lookup import read_for
 
+        options = options or TableOptions(role="lookup", keyword="options")  # its lines name options=, not flags
         return read_for(self, path, input_col, code_cols, language_col, options,
                         log=log or (lambda m: print(m, file=sys.stderr)))
 
@@ -338,14 +343,13 @@ class Model:
             own = config.get("language_col") is None and language_col is None and isinstance(lang, str)
             rows = targets.run_rows(config.get("model_dir"), self.source, language=lang.strip() if own else None)
             if config.get("language_col") is None and language_col is not None:
-                print(f"note: the run's labelled rows have no language column; they are predicted with "
-                      f"language {config.get('language') or 'unk'!r}, the rows to code with their {language_col!r}: "
-                      "the threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
+                self._run_language_note(f"their {language_col!r}")
         else:
             if given["language"] is not None and not isinstance(given["language"], str):
                 raise UserError("language=: one language for every labelled row ('en'), or language_col=")
             columns = job_columns(config, given["input_col"], given["language"], given["language_col"])
-            rows = targets.file_rows(labelled, options or TableOptions(role="calibration_data"), truth_cols, self,
+            options = options or TableOptions(role="calibration_data", keyword="options")  # its lines name options=
+            rows = targets.file_rows(labelled, options, truth_cols, self,
                                      columns.input_col, columns.language_col, columns.language,
                                      columns.context_cols, log=lambda m: print(m, file=sys.stderr))
         if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):
@@ -419,6 +423,13 @@ class Model:
             table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
         return table
 
+    def _run_language_note(self, theirs: str) -> None:
+        """One line: the run's labelled rows (a run without a language column) are predicted
+        in the run's language, the rows to code in their own (`theirs`, in words)."""
+        print(f"note: the run's labelled rows have no language column; they are predicted with language "
+              f"{self._predictor.config.get('language') or 'unk'!r}, the rows to code with {theirs}: the "
+              "threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
+
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
         """The rows the model will code, as predict.py counts them: every row, less those the
         lookup covers."""
@@ -432,7 +443,7 @@ class Model:
         (model_inputs; mixer.data.tokens.reading_keys)."""
         from mixer.data.tokens import reading_keys
 
-        return reading_keys(self._predictor.token_ids, texts, langs)
+        return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
 
     @says_keywords
     def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
@@ -605,13 +616,12 @@ class Model:
     def _language_note(self, langs, where: str) -> str:
         """One line on rows whose language the model never trained with ('' when none, or
         when the model's training languages are not known)."""
-        from mixer.prediction.target import known_languages, unknown_languages_line
+        from mixer.prediction.target import language_note
 
-        known = known_languages(self)
-        if known is None or not len(langs):
+        if not len(langs):
             return ""
         values, counts = np.unique(np.asarray(langs, dtype=object).astype(str), return_counts=True)
-        return unknown_languages_line(dict(zip(values.tolist(), counts.tolist())), known, where)
+        return language_note(self, dict(zip(values.tolist(), counts.tolist())), where)
 
     def __repr__(self) -> str:
         return f"mixer.Model({self.source!r}, family={self.family!r}, codes={len(self._predictor.codes)})"

@@ -28,6 +28,7 @@ class Coding:
         self.provenance = provenance
         self.rows = 0
         self.by_source = {"lookup": 0, "model": 0}
+        self.blank = 0  # rows without a description: coded by neither, not an input
         self.by_coded = {head: {"auto": 0, "check": 0} for head in self.targets}
         self.by_level = {head: {} for head in self.targets}
         self.no_description = {head: 0 for head in self.targets}  # coded "": nothing to code
@@ -48,23 +49,28 @@ class Coding:
             table[SOURCE] = sources[0].to_numpy()
         return table
 
-    def tally(self, predicted: pd.DataFrame, inputs: Optional[np.ndarray], heads: list) -> None:
+    def tally(self, predicted: pd.DataFrame, inputs: Optional[np.ndarray], heads: list,
+              blank: Optional[np.ndarray] = None) -> None:
         """Rank 0: count a chunk's rows and, with a lookup or a target (`inputs`, the model
-        inputs of its rows), by source and, per head, auto or check (and level)."""
+        inputs of its rows), by source and, per head, auto or check (and level). blank: the
+        rows without a description, coded by neither the lookup nor the model and no input
+        (counted apart)."""
         from mixer.data.reading import as_text
 
         self.rows += len(predicted)
         if inputs is None:
             return
+        blank = np.zeros(len(predicted), dtype=bool) if blank is None else np.asarray(blank, dtype=bool)
+        self.blank += int(blank.sum())
         hashed = pd.util.hash_array(np.asarray(inputs, dtype=object)) if len(inputs) else np.zeros(0, np.uint64)
-        self.inputs["all"].append(np.unique(hashed))
+        self.inputs["all"].append(np.unique(hashed[~blank]))
         if "source" in predicted.columns:
-            lookup = predicted["source"].to_numpy() == "lookup"
+            lookup = (predicted["source"].to_numpy() == "lookup") & ~blank
             self.by_source["lookup"] += int(lookup.sum())
             self.inputs["lookup"].append(np.unique(hashed[lookup]))
         else:
             lookup = np.zeros(len(predicted), dtype=bool)
-        self.by_source["model"] += int((~lookup).sum())
+        self.by_source["model"] += int((~lookup & ~blank).sum())
         for head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
             coded = as_text(predicted[f"{prefix}coded"]).to_numpy()
@@ -114,7 +120,7 @@ class Coding:
         out["distinct_inputs"] = self._distinct("all")
         if self.lookup is not None:
             out["source"] = {"lookup": self.by_source["lookup"], "model": self.by_source["model"],
-                             "lookup_distinct": self._distinct("lookup")}
+                             "no_description": self.blank, "lookup_distinct": self._distinct("lookup")}
         for head, counts in self.by_coded.items():
             out.setdefault("coded", {})[head] = {
                 **counts, "no_description": self.no_description[head],
@@ -131,7 +137,8 @@ class Coding:
         if self.lookup is not None:
             n = self.by_source["lookup"]
             lines.append(f"source: {n:,} rows ({n / rows:.1%}; {self._distinct('lookup') / distinct:.1%} of distinct "
-                         f"inputs) coded by the lookup {self.lookup.path}, {self.by_source['model']:,} by the model")
+                         f"inputs) coded by the lookup {self.lookup.path}, {self.by_source['model']:,} by the model"
+                         + (f", {self.blank:,} without a description: no code" if self.blank else ""))
         for head, target in self.targets.items():
             auto, check = self.by_coded[head]["auto"], self.by_coded[head]["check"]
             levels = ""

@@ -11,7 +11,8 @@ options of its role (--lookup-encoding, ...). Three layouts are recognised:
   (default: the prediction's input column) and its code columns by --lookup-code-cols;
   a table with the model's own columns (its input column and its first target column, as
   its training file had them) is one without --lookup-code-cols, its codes read from the
-  model's target columns it has.
+  model's target columns it has and the further columns of their families (hisco_2.. beside
+  a model trained on hisco_1 alone: an entry of two codes needs two code slots, --top-k 2).
 
 A check list's description column is the prediction's input column (--input-col, else
 the model's) when the file has it, else the first column the check list wrote (a list
@@ -21,7 +22,8 @@ An entry is keyed by what the model reads (mixer.prediction.api.Model.model_inpu
 description, language and context as the run's recipe spells them and the tokenizer
 normalises them, mixer.data.tokens.reading_keys). So a row of the input takes the entry's
 codes exactly when the model would read the two alike ('Civil Engineer' takes the entry
-'civil engineer' of a model whose tokenizer lower-cases). A table without the language
+'civil engineer' of a model whose tokenizer lower-cases; the language too, so 'EN' is
+'en' to it, except a language with a flat threshold of its own). A table without the language
 column holds entries for every language. One input listed with two code sets is refused,
 naming both lines. A code the model's key lacks (a typo, or a code never seen in
 training) is taken as written and said in one line naming the lines; an entry with more
@@ -182,8 +184,8 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         layout = "audit"
     elif any(str(c).startswith("checked_") for c in frame.columns):
         layout = "to-check"
-    elif own:  # the model's own columns, as its training file had them (those it has)
-        layout, code_cols = "dictionary", [c for c in target_cols if c in frame.columns]
+    elif own:  # the model's own columns, as its training file had them (those it has), and further ones
+        layout, code_cols = "dictionary", _own_code_columns(target_cols, frame.columns)
     else:
         theirs = f" (the model's own: {input_col} and {', '.join(target_cols)})" if target_cols else ""
         raise UserError(f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
@@ -242,6 +244,25 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         if line and (note or log) is not None:
             (note or log)(line)
     return lookup
+
+
+def _own_code_columns(target_cols: list, columns) -> list:
+    """A dictionary's code columns where it has the model's own: the model's target columns
+    it has, and the further columns of their numbered families (hisco_2, hisco_3, ... beside
+    a model's hisco_1): a second code written in hisco_2 is a code of the entry, which the
+    output then needs a slot for (--top-k), not a column to drop without a word."""
+    import re
+
+    present = [str(c) for c in columns]
+    found = [c for c in target_cols if c in present]
+    for col in target_cols:
+        numbered = re.fullmatch(r"(.*?)(\d+)", str(col))
+        if not numbered:
+            continue
+        prefix = numbered.group(1)
+        more = [c for c in present if c not in found and re.fullmatch(re.escape(prefix) + r"\d+", c)]
+        found += sorted(more, key=lambda c: int(c[len(prefix):]))
+    return found
 
 
 SHOWN = 8  # lines named in a message; the rest counted

@@ -175,7 +175,7 @@ def predict_file(args: PredictConfig) -> None:
                         writer.write(predicted, inputs=chunk)
                     if journal is not None:
                         journal.done(number, len(chunk), *distinct.new)
-                    coding.tally(predicted, inputs if coding.active else None, args.head)
+                    coding.tally(predicted, inputs if coding.active else None, args.head, blank)
                     if checklist is not None:
                         keep = coding.check_rows(predicted, args.head)
                         checklist.add(chunk, predicted, inputs, keep=keep)
@@ -213,10 +213,9 @@ def predict_file(args: PredictConfig) -> None:
             mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
                                                  args.threshold), world)
         if world.is_main:
-            from mixer.prediction.target import known_languages, unknown_languages_line
+            from mixer.prediction.target import language_note
 
-            known = known_languages(model)  # a language the model never trained with: one line
-            note = unknown_languages_line(languages, known, f"--input {args.input}") if known is not None else ""
+            note = language_note(model, languages, f"--input {args.input}")  # one never trained with: one line
             if note:
                 print(note, file=sys.stderr)
             if blank_rows:
@@ -239,7 +238,8 @@ def predict_file(args: PredictConfig) -> None:
             if checklist is not None:
                 from mixer.data.checking import describe
 
-                print(describe(to_check[1], checklist.commit(), to_check[0]), file=sys.stderr)
+                listed = checklist.commit()
+                print(checklist.empty or describe(to_check[1], listed, to_check[0]), file=sys.stderr)
             if embedding_writer is not None:
                 embedding_writer.commit()
                 print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)

@@ -198,6 +198,7 @@ class TrainedOn:
     keys: np.ndarray  # sorted unique uint64 hashes
     fresh: Optional[float]  # share of the run's validation rows that are training rows by content
     where: str  # the run directory's name
+    partial: Optional[str] = None  # a line: earlier training rows (of the run's start) not known
 
 
 def _row_keys(model, texts, langs, truth) -> np.ndarray:
@@ -214,9 +215,12 @@ def _code_columns(names) -> list:
     return sorted((c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:]))
 
 
-def _split_keys(model, run_dir: str, split: str) -> np.ndarray:
-    """Per row of a prepared split, its key (_row_keys), read in batches."""
+def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> np.ndarray:
+    """Per row of a prepared split, its key (_row_keys), read in batches; also_unknown: each
+    row keyed a second time as of the unknown language (training showed every row so in a
+    share of its draws, --unk-lang-prob above 0)."""
     from mixer.data.prepare import iter_split
+    from mixer.data.tokens import UNKNOWN_LANGUAGE
 
     names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
     codes = _code_columns(names)
@@ -224,9 +228,49 @@ def _split_keys(model, run_dir: str, split: str) -> np.ndarray:
     for frame in batches:
         cells = frame[codes].astype(object).where(frame[codes].notna(), "").to_numpy(dtype=object)
         truth = [tuple(sorted({str(c) for c in row if c})) for row in cells]
-        keys.append(_row_keys(model, frame["text"].astype(str).to_numpy(dtype=object),
-                              frame["lang"].astype(str).to_numpy(dtype=object), truth))
+        texts = frame["text"].astype(str).to_numpy(dtype=object)
+        keys.append(_row_keys(model, texts, frame["lang"].astype(str).to_numpy(dtype=object), truth))
+        if also_unknown:
+            keys.append(_row_keys(model, texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object), truth))
     return np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
+
+
+def _earlier_runs(run_dir: str) -> tuple:
+    """(the run directories whose training rows the model also trained on, following each
+    run's source back: --initial-checkpoint a mixer run; a line saying the check covers only
+    the rows known, or None). An earlier start whose rows cannot be read (OccCANINE's
+    weights, a run directory no longer there) ends the chain with that line."""
+    import json
+
+    from mixer.models.sources import run_dir_of
+
+    found, current, partial = [], run_dir, None
+    while True:
+        try:
+            with open(os.path.join(current, "config.json"), encoding="utf-8") as handle:
+                source = json.load(handle).get("source") or {}
+        except (OSError, ValueError):
+            source = {}
+        kind, origin = source.get("kind", "encoder"), source.get("from")
+        if kind == "encoder":
+            return found, partial
+        where = os.path.basename(os.path.normpath(run_dir))
+        if kind == "run" and origin:
+            earlier = run_dir_of(str(origin))
+            earlier = next((d for d in (earlier, os.path.dirname(os.path.normpath(earlier)))
+                            if os.path.exists(os.path.join(d, "data_train.parquet"))), None)
+            if earlier is not None and os.path.abspath(earlier) not in {os.path.abspath(d) for d in [run_dir, *found]}:
+                found.append(earlier)
+                current = earlier
+                continue
+            if earlier is not None:  # a loop of runs: every one is read
+                return found, partial
+            why = f"the run it started from, {origin}, has no data_train.parquet here"
+        else:
+            why = f"it started from {origin or 'weights'} ({kind}), whose training rows are not known"
+        return found, (f"note: the check for rows {where} trained on covers its own training rows"
+                       + (f" and those of {', '.join(os.path.basename(os.path.normpath(d)) for d in found)}"
+                          if found else "") + f" only: {why}")
 
 
 def _run_dir(model) -> Optional[str]:
@@ -244,11 +288,13 @@ def trained_on(model) -> Optional[TrainedOn]:
     if not hasattr(model, "_trained_on"):
         run_dir, found = _run_dir(model), None
         if run_dir is not None:
-            keys = np.unique(_split_keys(model, run_dir, "train"))
+            earlier, partial = _earlier_runs(run_dir)
+            keys = np.unique(np.concatenate([_split_keys(model, d, "train", _unknown_kept(d))
+                                             for d in [run_dir, *earlier]]))
             val = os.path.join(run_dir, "data_val.parquet")
             val_keys = _split_keys(model, run_dir, "val") if os.path.exists(val) else np.zeros(0, dtype=np.uint64)
             found = TrainedOn(keys, float(np.isin(val_keys, keys).mean()) if len(val_keys) else None,
-                              os.path.basename(os.path.normpath(run_dir)))
+                              os.path.basename(os.path.normpath(run_dir)), partial)
         model._trained_on = found
     return model._trained_on
 
@@ -287,9 +333,30 @@ def _unknown_kept(run_dir: str) -> bool:
     return value is None or float(value) > 0
 
 
-def unknown_languages_line(counts: dict, known: set, where: str) -> str:
-    """One line on rows whose language the model never trained with ('' when none)."""
-    unknown = {value: n for value, n in counts.items() if value not in known}
+def language_note(model, counts: dict, where: str) -> str:
+    """One line on rows (`counts`: {language value: rows}) whose language the model never
+    trained with, as the model reads the language ('EN' is 'en' to a lower-casing
+    tokenizer: mixer.data.tokens.read_languages); '' when none, or when the model's
+    training languages are not known."""
+    known = known_languages(model)
+    if known is None or not counts:
+        return ""
+    from mixer.data.tokens import read_languages
+
+    ids = model._predictor.token_ids
+    return unknown_languages_line(counts, known, where, lambda values: read_languages(ids, values))
+
+
+def unknown_languages_line(counts: dict, known: set, where: str, read=None) -> str:
+    """One line on rows whose language the model never trained with ('' when none). read:
+    per array of language values, the language as the model reads it (compared so)."""
+    if read is not None:
+        readings = set(read(np.asarray(sorted(known), dtype=object)).tolist())
+        values = list(counts)
+        as_read = dict(zip(values, read(np.asarray(values, dtype=object)).tolist()))
+        unknown = {value: n for value, n in counts.items() if as_read[value] not in readings}
+    else:
+        unknown = {value: n for value, n in counts.items() if value not in known}
     if not unknown:
         return ""
     shown = ", ".join(f"{v!r} ({n:,})" for v, n in sorted(unknown.items(), key=lambda x: -x[1])[:8])
@@ -311,6 +378,8 @@ def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labell
     trained = trained_on(model)
     if trained is None or not len(labelled):
         return labelled
+    if trained.partial and log is not None:
+        log(trained.partial)
     seen = np.isin(_row_keys(model, labelled.texts, labelled.langs, labelled.truth), trained.keys)
     k, n = int(seen.sum()), len(labelled)
     if not k:
@@ -464,7 +533,7 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     from mixer.data.reading import read_table
 
     frame = read_table(path, options, log=log)
-    where = f"--calibration-data {path}"
+    where = f"{options.what} {path}"  # the API's keyword from Python (options.keyword)
     if any(str(c).startswith("checked_") for c in frame.columns) and not is_audit(frame):
         raise UserError(f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
                         "like the ones to code; pass a random sample checked by hand (predict.py --audit)")
@@ -543,6 +612,11 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     labelled = Labelled(np.asarray(model_texts, dtype=object)[index], langs.to_numpy(dtype=object)[index],
                         [truth[i] for i in index], rows, np.asarray(lines)[index],
                         None if desc_chars is None else np.asarray(desc_chars)[index])
+    if log is not None and len(labelled):  # as the input's: a language the model never trained with
+        values, counts = np.unique(labelled.langs.astype(str), return_counts=True)
+        note = language_note(model, dict(zip(values.tolist(), counts.tolist())), where)
+        if note:
+            log(note)
     return leave_out_trained(labelled, model, where, log)
 
 

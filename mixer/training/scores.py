@@ -100,7 +100,8 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
     """({file name: bytes or text} of a model directory, its summary (`summarise`)):
     scores.parquet, calibration.json, the production curve (CSV, a PNG per head and
     breakdown), the reliability diagram per head."""
-    from mixer.coding.calibration import FILE, VERSION, calibrate_entry, expected_calibration_error, head_entry
+    from mixer.coding.calibration import (FILE, VERSION, calibrate_entry, expected_calibration_error, head_entry,
+                                          identity_entry, unfit_reason)
 
     files = {SCORES: _parquet(frame)}
     fit, fit_words = fit_rows(frame)
@@ -110,7 +111,10 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
         for head in HEADS:
             confidence = frame[f"{head}_confidence"].to_numpy(np.float64)
             correct = frame[f"{head}_correct"].to_numpy(bool)
-            entry = head_entry(confidence[fit], correct[fit])
+            # a fit at the clamp of its temperature, or on one outcome alone, pins nothing: the identity
+            why = unfit_reason(confidence[fit], correct[fit], min_rows=0, min_outcome=1)
+            entry = (identity_entry(confidence[fit], correct[fit], why) if why
+                     else head_entry(confidence[fit], correct[fit]))
             if held.sum() >= MIN_FIT_ROWS:  # rows it was not fit on: an honest ECE beside the fit's
                 calibrated = calibrate_entry(confidence[held], entry)
                 entry["held_out"] = {"rows": int(held.sum()),
@@ -312,6 +316,9 @@ def report_lines(summary: dict, where: str, which: str) -> list:
             line += (f" (on {held['rows']:,} rows it was not fit on: {held['ece_before']:.4f} -> "
                      f"{held['ece_after']:.4f})")
         lines.append(line)
+        if entry.get("not_fit"):
+            lines.append(f"  {head} head: no calibration fit, the identity kept (temperature 1, bias 0): "
+                         f"{entry['not_fit']}")
     lines.append(f"  temperature fit on {summary['fit_on']}")
     return lines
 
