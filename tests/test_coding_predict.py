@@ -885,3 +885,25 @@ def test_the_api_s_file_lines_name_its_keywords(run_dir, common_csv, capsys):
             "options=TableOptions(sep=...) sets it)") in err
     assert f"lookup= {common_csv}: CSV, separator ','" in err
     assert "--calibration-data" not in err and "--lookup-sep" not in err  # its own rows' line too
+
+
+def test_rows_without_a_description_are_not_rows_to_code(run_dir, common_csv, tmp_path):
+    """The guarantee counts the rows the model codes: 2,000 empty rows added to a file change
+    neither the rows to code nor the threshold (a second review: they made a file whose real
+    rows were too few pass)."""
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    padded = pd.concat([frame, pd.DataFrame({c: [""] * 2000 for c in frame.columns})], ignore_index=True)
+    padded_csv = tmp_path / "padded_input.csv"
+    padded.to_csv(padded_csv, index=False)
+    chosen = {}
+    for name, path in (("plain", common_csv), ("padded", padded_csv)):
+        out = tmp_path / f"{name}.csv"
+        assert predict_main(["--checkpoint", run_dir, "--input", str(path), "--output", str(out),
+                             "--target-accuracy", "0.5", "--target-confidence", "0.9"]) == 0
+        chosen[name] = json.load(open(f"{out}.provenance.json"))["target"]["flat"]
+    assert chosen["plain"]["rows_to_code"] == chosen["padded"]["rows_to_code"] == len(frame)
+    assert chosen["plain"]["threshold"] == chosen["padded"]["threshold"]
+    import mixer
+
+    model = mixer.load(run_dir)
+    assert model._rows_to_code(padded["occ1"], None, None, None) == len(frame)

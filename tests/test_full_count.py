@@ -3,6 +3,7 @@ as chunk-by-chunk prediction gives them (docs/predicting.md, "Repeated descripti
 
 from __future__ import annotations
 
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -195,6 +196,45 @@ def test_a_changed_option_is_refused_naming_it_and_restart_starts_over(run, cens
     restarted = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8", "--restart"))
     assert "continuing" not in restarted.stdout
     assert len(pd.read_csv(out)) == 600
+
+
+def test_a_changed_reading_option_file_or_calibration_is_refused_on_resume(run, census, tmp_path):
+    """What makes the rows is compared, not only the flags: the input's reading options
+    (--encoding, --sep, ...), the content of a file an option names (--code-descriptions) and
+    the model's calibration (calibration.json, which --calibrate rewrites). A second review
+    found each accepted, and a file made of two halves."""
+    import json
+    import shutil
+
+    from conftest import env_for_subprocess, run_program
+
+    model = tmp_path / "model"
+    shutil.copytree(run, model)
+    descriptions = tmp_path / "desc.csv"
+    descriptions.write_text("hisco,en_hisco_text\n61110,farmer\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    cmd = predict_cmd(str(model), census, out, "--code-descriptions", descriptions)
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
+
+    def refused(*extra) -> str:
+        proc = run_program("predict.py", *cmd, *extra, check=False)
+        assert proc.returncode == 2 and not out.exists(), proc.stderr
+        return proc.stderr.strip().splitlines()[-1]
+
+    assert "were made with --encoding utf-8 (now iso8859-1)" in refused("--encoding", "latin-1")
+    descriptions.write_text("hisco,en_hisco_text\n61110,farmer (changed)\n", encoding="utf-8")
+    assert f"were made with --code-descriptions {descriptions} as it was then" in refused()
+    # the model's calibration, rewritten after the kill
+    shutil.rmtree(out.parent / ".tmp-out.csv.parts")
+    cmd = predict_cmd(str(model), census, out)
+    assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
+    calibration = model / "calibration.json"
+    stored = json.loads(calibration.read_text()) if calibration.exists() else {"version": 1, "heads": {}}
+    stored["heads"]["flat"] = dict(stored["heads"].get("flat", {}), temperature=2.0, bias=-1.0)
+    calibration.write_text(json.dumps(stored))
+    assert "were made with another calibration of the model" in refused()
 
 
 def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census, tmp_path):

@@ -431,12 +431,13 @@ class Model:
               "threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
 
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
-        """The rows the model will code, as predict.py counts them: every row, less those the
-        lookup covers."""
+        """The rows the model will code, as predict.py counts them: every row with a
+        description, less those the lookup covers."""
+        described = ~blank_descriptions(pd.Series([texts] if isinstance(texts, str) else list(texts), dtype=object))
         if lookup is None:
-            return 1 if isinstance(texts, str) else len(list(texts))
+            return int(described.sum())
         _, model_texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
-        return int((lookup.match(self, self._strings(model_texts, langs), langs) < 0).sum())
+        return int(((lookup.match(self, self._strings(model_texts, langs), langs) < 0) & described).sum())
 
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads

@@ -226,24 +226,26 @@ def describe_target(target, rows_to_code) -> list:
 
 
 def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> tuple:
-    """(the input's rows the model codes: all of them, less those a lookup covers; the
-    input's rows)."""
-    from mixer.data.reading import count_rows, iter_chunks
+    """(the input's rows the model codes: those with a description, less those a lookup
+    covers; the input's rows). A row without a description gets no code, so it is not one of
+    the rows whose own accuracy the guarantee counts."""
+    from mixer.data.reading import iter_chunks
+    from mixer.prediction.api import blank_descriptions
     from mixer.prediction.outputs import text_column
 
-    options = args.table_options("input")
-    if lookup is None:
-        total = count_rows(args.input, options)
-        return total, total
     rows = total = 0
-    for chunk in iter_chunks(args.input, args.chunk_size, options=options):
+    for chunk in iter_chunks(args.input, args.chunk_size, options=args.table_options("input")):
         total += len(chunk)
         texts = text_column(chunk, input_col)
+        described = ~blank_descriptions(texts)
+        if lookup is None:
+            rows += int(described.sum())
+            continue
         langs = text_column(chunk, language_col).str.strip() if language_col else language
         context = chunk[context_cols].reset_index(drop=True) if context_cols else None
         inputs = model.model_inputs(texts, langs, context)
         lang_values = np.asarray(langs if not isinstance(langs, str) else [langs] * len(texts), dtype=object)
-        rows += int((lookup.match(model, inputs, lang_values) < 0).sum())
+        rows += int(((lookup.match(model, inputs, lang_values) < 0) & described).sum())
     return rows, total
 
 

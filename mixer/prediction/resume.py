@@ -32,7 +32,9 @@ from mixer.core.errors import UserError
 JOURNAL = "journal.json"
 # options that do not change the output: a resume may change them
 # (the input and the model by what they are, not the paths naming them)
-FREE = {"debug", "store_memory", "restart", "tables", "input", "output", "checkpoint"}
+FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint"}
+# options that name a file whose content makes the output: compared by what the file is too
+FILES = ("code_descriptions", "lookup", "calibration_data")
 # tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
 # -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption)
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
@@ -102,8 +104,15 @@ class Journal:
         self.dir = parts_dir(args.output)
         self.output = args.output
         self.tmp = os.path.join(self.dir, "output.csv")
+        options = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(args).items() if k not in FREE},
+                                        default=str))
+        for name in FILES:  # the file as it is now, not only its name
+            if options.get(name):
+                options[name] = {"path": options[name], **_file_identity(getattr(args, name))}
+        # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
+        options["calibration"] = {head: list(values) for head, values in sorted(predictor.calibration.items())}
         self.made_by = {"input": _file_identity(args.input), "model": model_fingerprint(predictor),
-                        "options": {k: v for k, v in dataclasses.asdict(args).items() if k not in FREE}}
+                        "options": options}
         self.chunks, self.rows, self.size = 0, 0, 0
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
@@ -175,8 +184,20 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         return f"another model (weights {saved['model']}, now {now['model']})"
     for name, value in now["options"].items():
         before = saved["options"].get(name)
-        if json.loads(json.dumps(value)) != before:
-            return f"--{name.replace('_', '-')} {_shown(before)} (now {_shown(value)})"
+        if json.loads(json.dumps(value)) == before:
+            continue
+        if name == "calibration":
+            return "another calibration of the model (its calibration.json changed since, e.g. by predict.py --calibrate)"
+        if name == "tables":  # the reading options of every file, by their flags' names
+            before = before or {}
+            key = next(k for k in sorted(set(value) | set(before)) if value.get(k) != before.get(k))
+            return f"--{key.replace('_', '-')} {_shown(before.get(key))} (now {_shown(value.get(key))})"
+        if name in FILES and isinstance(value, dict) and isinstance(before, dict) \
+                and value.get("path") == before.get("path"):
+            return (f"--{name.replace('_', '-')} {value['path']} as it was then ({before['bytes']:,} bytes; the file "
+                    "changed since)")
+        shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
+        return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
     return None
 
 

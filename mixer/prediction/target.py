@@ -94,7 +94,7 @@ class Target:
         return {"head": self.head, "accuracy": self.accuracy, "confidence": self.confidence,
                 "threshold": self.threshold, "procedure": self.procedure, "bound": self.bound,
                 "labelled_rows": self.rows_used, "labelled_coded_share": self.coded_share,
-                "rows": self.rows, "shorter_codes": list(self.levels)}
+                "rows": self.rows, "shorter_codes": list(self.levels), "rows_to_code": self.rows_to_code}
 
     def check_reached(self) -> None:
         """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
