@@ -21,6 +21,7 @@ import pandas as pd
 from mixer.core.errors import UserError
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
+from mixer.data.sinks import Sink
 
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
@@ -405,3 +406,45 @@ def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
                          f"the top ({early}); write yes or no in 'correct', or the right codes in "
                          f"true_code_1..; then score it with evaluate.py --audit {path}"]:
         (log or (lambda m: print(m, file=sys.stderr)))(line)
+
+
+class AuditSink(Sink):
+    """predict.py --audit as a sink (mixer.data.sinks, registered by mixer.audit.guards):
+    the draw sees each chunk's code table on rank 0 and is drawn, described and written at
+    the end, before the job's closing lines."""
+
+    early = True
+
+    @classmethod
+    def check(cls, args) -> None:
+        from mixer.data.sinks import refuse_shaped
+
+        if not args.audit:
+            return
+        request = cls.request(args)
+        refuse_shaped(args, "--audit", "draws from the code table")
+        request.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
+                            "--to-check": args.to_check[1] if args.to_check else None})
+
+    @classmethod
+    def wanted(cls, args) -> bool:
+        return bool(args.audit)
+
+    @staticmethod
+    def request(args) -> AuditRequest:
+        return parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
+
+    def __init__(self, job):
+        self.audit, self.draw = self.request(job.args), None
+
+    def add(self, job, part) -> None:
+        args = job.args
+        self.draw = self.draw or AuditDraw.for_output(
+            self.audit, job.output_kind or "csv", part.chunk.columns, part.predicted.columns,
+            [job.columns.input_col, job.columns.language_col, *job.columns.context_cols], args.head[0],
+            len(args.head) > 1, job.predictor)
+        self.draw.add_output(part.chunk, part.predicted, job.coding.audit_skips(part.predicted, args.head))
+
+    def commit(self, job) -> None:
+        finish_audit(self.draw, self.audit, job.predictor, job.args.checkpoint, job.args.head[0],
+                     job.args.threshold)

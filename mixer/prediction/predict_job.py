@@ -20,7 +20,7 @@ from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
 from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
-from mixer.data.writing import OutputWriter, check_fits_excel, check_output_path
+from mixer.data.sinks import is_matrix, is_shaped
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model, blank_descriptions
 from mixer.prediction.columns import job_columns
@@ -31,240 +31,252 @@ MEGABYTE = 2 ** 20  # --store-memory's unit
 
 
 def predict_file(args: PredictConfig) -> None:
-    options = args.table_options("input")
-    check_input_table(args.input, "--input")  # before the model loads, as the outputs below
-    if args.output:  # before the model loads: a wrong path fails at once
-        check_output_path(args.output, "--output", {"--input": args.input})
-        check_fits_excel(args.output, args.input, options)
-    if args.embeddings:
-        check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
-    if args.summary_plot:
-        check_output_path(args.summary_plot, "--summary-plot", {"--input": args.input, "--output": args.output,
-                                                                "--embeddings": args.embeddings})
-        if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
-            raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
-    check_shape_args(args)
-    to_check = None
-    if args.to_check:
-        from mixer.data.checking import parse_to_check
-
-        to_check = parse_to_check(args.to_check)
-        if is_shaped(args):
-            raise UserError("--to-check lists codes of the code table; leave out --what, --alternatives "
-                            "and --columns occcanine")
-        check_output_path(to_check[1], "--to-check", {"--input": args.input, "--output": args.output,
-                                                      "--embeddings": args.embeddings})
-    audit = None
-    if args.audit:
-        from mixer.audit.draw import parse_audit_args
-
-        audit = parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
-        if is_shaped(args):
-            raise UserError("--audit draws from the code table; leave out --what, --alternatives and "
-                            "--columns occcanine")
-        audit.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
-                          "--to-check": to_check[1] if to_check else None})
-    if args.code_descriptions:
-        check_input_path(args.code_descriptions, "--code-descriptions")
-    check_coding_args(args)
+    """The job as its stages: each chunk read, its model inputs built, the distinct-input
+    store asked, the model asked for the inputs the store lacks (and the row steps: the
+    lookup, calibration, target marks, shorter codes), the rows handed to each sink."""
+    sinks = check_job(args)  # before the model loads: a wrong path or option fails at once
     world = mdist.setup(DistConfig(distributed=args.distributed), program="predict.py")
-    writer = embedding_writer = checklist = draw = stores = journal = None
-
-    def say(message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
-        if world.is_main:
-            print(message, flush=True)
-
+    job = Job(args, world, sinks)
     try:
-        predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
-                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=args.tf32, quantize=args.quantize,
-                                   announce=say)  # which weights: stdout, as how it reads
-        if args.code_descriptions:
-            from mixer.prediction.outputs import set_descriptions
-
-            set_descriptions(predictor, args.code_descriptions, args.table_options("code_descriptions"))
-        model = Model(predictor, args.checkpoint, note_blank=False)  # blank rows counted here, over the file
-        model._says_context_fit = False  # counted over the chunks and every rank, said once below
-        model._says_languages, languages = False, {}  # counted over the chunks on rank 0, said once below
-        context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, description too long
-        input_col, language_col, language, context_cols = job_columns(
-            predictor.config, args.input_col, args.language, args.language_col)
-        from mixer.prediction.coding_job import prepare
-
-        coding = prepare(args, model, predictor, input_col, language_col, language, context_cols, world, say)
-        if args.output:
-            label = None
-            if coding.provenance is not None:
-                from mixer.prediction.provenance import label as provenance_label
-
-                label = provenance_label(coding.provenance)
-            journal = mdist.main_only(lambda: open_journal(args, predictor, world, say), world)
-            writer = mdist.main_only(lambda: output_writer(args, say, label, journal), world)
-        if args.embeddings:
-            embedding_writer = mdist.main_only(lambda: EmbeddingWriter(args.embeddings), world)
-        if to_check:
-            from mixer.data.checking import CheckList
-
-            keys = [input_col] + ([language_col] if language_col else []) + list(context_cols)
-            checklist = mdist.main_only(lambda: CheckList(
-                to_check[0], to_check[1], keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
-                args.top_k or predictor.default_top_k(), log=say), world)
-        bar, summary, blank_rows, rows_read = None, [], 0, 0
-        if world.is_main and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            bar = tqdm(unit="row", desc="predict")
-        stores = DistinctStores(args, world)
-        stop = StopRequest(journal)
-        if journal is not None:  # the store as it grew over the completed chunks
-            for keys, rows_of_keys in journal.stored():
-                stores.table.add(keys, rows_of_keys)
-        for number, chunk in enumerate(iter_chunks(args.input, args.chunk_size, options=options, log=say)):
-            rows_read += len(chunk)
-            needed = [(input_col, "--input-col"), (language_col, "--language-col")]
-            needed += [(c, "a context column the model was trained with") for c in context_cols]
-            for column, flag in needed:
-                if column and column not in chunk.columns:
-                    raise missing_column(column, chunk.columns, f"--input {args.input}", flag)
-            if world.is_main:  # the languages of the whole chunk, as the rows are read
-                count_languages(languages, text_column(chunk, language_col).str.strip() if language_col else None,
-                                language, len(chunk))
-            rows = RowReader(input_col, language_col, language, context_cols)
-            blank = blank_descriptions(text_column(chunk, input_col))
-            if journal is not None and number < journal.chunks:  # written by the run this one continues
-                blank_rows += int(blank.sum())
-                coding.rows += len(chunk)
-                if context_cols:
-                    context_fit += np.bincount(model._context_fit(*rows.read(chunk)), minlength=3)
+        load_model(job)
+        open_sinks(job)
+        for number, chunk in enumerate(iter_chunks(args.input, args.chunk_size, options=job.options, log=job.say)):
+            part = read_chunk(job, number, chunk)
+            if part is None:  # written by the run this one continues
                 continue
-            inputs = model.model_inputs(*rows.read(chunk))  # the key a row is read by
-            distinct = Distinct(inputs, blank)
-            if context_cols:  # every row once, over the ranks
-                part = chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)]
-                context_fit += np.bincount(model._context_fit(*rows.read(part)), minlength=3)
-            if args.output or to_check or audit:  # rows without a description get no code (Model.predict)
-                blank_rows += int(blank.sum())
-            if args.output and is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
-                if stores.table is not None:  # a matrix: a row per key
-                    predicted = distinct.through(stores.table, chunk, world, lambda part: predict_shaped(
-                        model, args, *rows.read(part)))
-                else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
-                    pieces = mdist.gather_to_main(predict_shaped(model, args, *rows.read(
-                        chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)])), world)
-                    predicted = pd.concat(pieces) if world.is_main else None
-                if world.is_main:
-                    outputs, shaped_inputs = shaped_output(chunk, predicted, args)
-                    writer.write(outputs) if shaped_inputs is None else writer.write(outputs, inputs=shaped_inputs)
-                    if journal is not None:
-                        journal.done(number, len(chunk), *distinct.new)
-            elif args.output or to_check or audit:  # the model for new keys, shared by the ranks; rank 0 writes
-
-                def code_table(part):
-                    texts, langs, context = rows.read(part)
-                    results = []
-                    for head in args.head:
-                        result = model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
-                                               args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
-                        results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
-                    return coding.split_source(results)
-
-                predicted = distinct.through(stores.table, chunk, world, code_table)  # all ranks
-                if world.is_main:
-                    predicted.index = chunk.index
-                    if writer is not None:
-                        writer.write(predicted, inputs=chunk)
-                    if journal is not None:
-                        journal.done(number, len(chunk), *distinct.new)
-                    coding.tally(predicted, inputs if coding.active else None, args.head, blank)
-                    if checklist is not None:
-                        keep = coding.check_rows(predicted, args.head)
-                        checklist.add(chunk, predicted, inputs, keep=keep)
-                    if audit is not None:
-                        from mixer.audit.draw import AuditDraw
-
-                        draw = draw or AuditDraw.for_output(
-                            audit, writer.kind if writer is not None else "csv", chunk.columns, predicted.columns,
-                            [input_col, language_col, *context_cols], args.head[0], len(args.head) > 1, predictor)
-                        draw.add_output(chunk, predicted, coding.audit_skips(predicted, args.head))
-                    if args.summary_plot:
-                        first = "" if len(args.head) == 1 else f"{args.head[0]}_"
-                        summary.append(predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
-                            ["code_1", "prob_1"], axis=1))
-            if args.embeddings:
-                vectors = distinct.through(stores.embeddings, chunk, world, lambda part: model.embeddings(
-                    *rows.read(part), args.batch_size))  # all ranks
-                if world.is_main:
-                    embedding_writer.write(vectors)
-            if bar is not None:
-                bar.update(len(chunk))
-            if stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
-                print(f"stopped after {journal.chunks:,} chunk(s) ({journal.rows:,} rows) on a signal: run the "
-                      "same command to continue", file=sys.stderr)
-                writer.close()
-                stores.close()
+            model_inputs(job, part)
+            code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
+            embed_rows(job, part)
+            if world.is_main:
+                for sink in job.sinks:
+                    sink.add(job, part)
+            if job.bar is not None:
+                job.bar.update(len(chunk))
+            if job.stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+                stop(job)
                 return
-        if not rows_read:  # all ranks: each reads every chunk
-            raise UserError(no_rows(args.input))
-        if context_cols:  # all ranks
-            say_context_fit(mdist.gather_to_main(context_fit, world), predictor)
-        if audit is not None:  # all ranks: rank 0 draws it, a failure there ends every rank
-            from mixer.audit.draw import finish_audit
-
-            mdist.main_only(lambda: finish_audit(draw, audit, predictor, args.checkpoint, args.head[0],
-                                                 args.threshold), world)
-        if world.is_main:
-            from mixer.prediction.target import language_note
-
-            note = language_note(model, languages, f"--input {args.input}")  # one never trained with: one line
-            if note:
-                print(note, file=sys.stderr)
-            if blank_rows:
-                print(f"--input {args.input}: {blank_rows:,} row(s) without a description (empty or spaces): "
-                      "no code, prob empty", file=sys.stderr)
-            for line in coding.report():
-                print(line, file=sys.stderr)
-            if writer is not None:
-                beside = {}
-                if coding.provenance is not None:  # renamed with the file, after it: never beside another
-                    from mixer.prediction.provenance import sidecar_path, sidecar_text
-
-                    sidecar = sidecar_path(writer.path)
-                    beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": writer.rows})
-                writer.commit(beside=beside)
-                if journal is not None:
-                    journal.remove()
-                print(f"wrote {writer.rows} rows to {args.output}"
-                      + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
-            if checklist is not None:
-                from mixer.data.checking import describe
-
-                listed = checklist.commit()
-                print(checklist.empty or describe(to_check[1], listed, to_check[0]), file=sys.stderr)
-            if embedding_writer is not None:
-                embedding_writer.commit()
-                print(f"wrote {embedding_writer.rows} embeddings to {args.embeddings}", file=sys.stderr)
-            if args.summary_plot and summary:
-                from mixer.reporting.plot import plot_prediction_summary
-
-                plot_prediction_summary(pd.concat(summary, ignore_index=True), args.summary_plot)
-            if bar is not None:
-                bar.close()
-        stores.close()
+        finish(job)
     except BaseException as exc:
-        if stores is not None:
-            stores.close()
-        if journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
-            if writer is not None:
-                writer.close()
-            raise
-        for open_writer in (writer, embedding_writer, checklist):
-            if open_writer is not None:
-                open_writer.abort()
-        if journal is not None:
-            journal.remove()
+        fail(job, exc)
         raise
     finally:
         mdist.teardown(world)
+
+
+# ------------------------------------------------------------------ the stages
+class Job:
+    """What the stages and the sinks (mixer.data.sinks) share: the options, the processes,
+    the model and the columns it reads, the coding (mixer.prediction.coding_job), the resume
+    journal, the stores, rank 0's open sinks and the counts over the whole file."""
+
+    def __init__(self, args: PredictConfig, world, sink_classes: list):
+        self.args, self.world, self.sink_classes = args, world, sink_classes
+        self.options = args.table_options("input")
+        self.predictor = self.model = self.columns = self.rows = self.coding = None
+        self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
+        self.languages, self.context_fit = {}, np.zeros(3, dtype=np.int64)  # rows that fit, context cut, too long
+        self.blank_rows = self.rows_read = 0
+        self.codes = bool(args.output or args.to_check or args.audit)  # the code table is predicted
+
+    def say(self, message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
+        if self.world.is_main:
+            print(message, flush=True)
+
+
+class Part:
+    """A chunk on its way through the stages: its rows, their model inputs and keys, the code
+    table and embeddings predicted for them (rank 0; None where not asked for)."""
+
+    def __init__(self, number: int, chunk: pd.DataFrame, blank: np.ndarray):
+        self.number, self.chunk, self.blank = number, chunk, blank
+        self.inputs = self.distinct = self.predicted = self.vectors = None
+        self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
+
+
+def check_job(args: PredictConfig) -> list:
+    """Every refusal before the model loads; the sinks this job writes."""
+    from mixer.data import sinks
+
+    check_input_table(args.input, "--input")
+    registered = sinks.registered()
+    for sink in registered:
+        sink.check(args)
+    if args.code_descriptions:
+        check_input_path(args.code_descriptions, "--code-descriptions")
+    check_coding_args(args)
+    return [sink for sink in registered if sink.wanted(args)]
+
+
+def load_model(job: Job) -> None:
+    """All ranks: the model, the columns it reads, what the coding needs (coding_job.prepare)."""
+    args, world = job.args, job.world
+    job.predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
+                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
+                                   tf32=args.tf32, quantize=args.quantize,
+                                   announce=job.say)  # which weights: stdout, as how it reads
+    if args.code_descriptions:
+        from mixer.prediction.outputs import set_descriptions
+
+        set_descriptions(job.predictor, args.code_descriptions, args.table_options("code_descriptions"))
+    job.model = model = Model(job.predictor, args.checkpoint, note_blank=False)  # blank rows counted over the file
+    model._says_context_fit = False  # counted over the chunks and every rank, said once below
+    model._says_languages = False  # counted over the chunks on rank 0, said once below
+    job.columns = job_columns(job.predictor.config, args.input_col, args.language, args.language_col)
+    job.rows = RowReader(*job.columns)
+    from mixer.prediction.coding_job import prepare
+
+    job.coding = prepare(args, model, job.predictor, *job.columns, world, job.say)
+
+
+def open_sinks(job: Job) -> None:
+    """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
+    args, world = job.args, job.world
+    if args.output:
+        job.journal = mdist.main_only(lambda: open_journal(args, job.predictor, world, job.say), world)
+
+    def open_all():
+        for sink in job.sink_classes:
+            job.sinks.append(sink(job))
+
+    mdist.main_only(open_all, world)
+    if world.is_main and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        job.bar = tqdm(unit="row", desc="predict")
+    job.stores = DistinctStores(args, world)
+    job.stop = StopRequest(job.journal)
+    if job.journal is not None:  # the store as it grew over the completed chunks
+        for keys, rows_of_keys in job.journal.stored():
+            job.stores.table.add(keys, rows_of_keys)
+
+
+def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
+    """All ranks: a chunk's columns checked and its languages and blank rows counted; None for
+    a chunk the run this one continues completed (counted, not predicted)."""
+    columns = job.columns
+    job.rows_read += len(chunk)
+    needed = [(columns.input_col, "--input-col"), (columns.language_col, "--language-col")]
+    needed += [(c, "a context column the model was trained with") for c in columns.context_cols]
+    for column, flag in needed:
+        if column and column not in chunk.columns:
+            raise missing_column(column, chunk.columns, f"--input {job.args.input}", flag)
+    if job.world.is_main:  # the languages of the whole chunk, as the rows are read
+        count_languages(job.languages, text_column(chunk, columns.language_col).str.strip()
+                        if columns.language_col else None, columns.language, len(chunk))
+    blank = blank_descriptions(text_column(chunk, columns.input_col))
+    if job.journal is not None and number < job.journal.chunks:
+        job.blank_rows += int(blank.sum())
+        job.coding.rows += len(chunk)
+        if columns.context_cols:
+            job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(chunk)), minlength=3)
+        return None
+    return Part(number, chunk, blank)
+
+
+def model_inputs(job: Job, part: Part) -> None:
+    """All ranks: each row's model input (the key a row is read by) and the chunk's distinct keys."""
+    part.inputs = job.model.model_inputs(*job.rows.read(part.chunk))
+    part.distinct = Distinct(part.inputs, part.blank)
+    if job.columns.context_cols:  # every row once, over the ranks
+        mine = part.chunk.iloc[shard_indices(len(part.chunk), job.world.world_size, job.world.rank)]
+        job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(mine)), minlength=3)
+    if job.codes:  # rows without a description get no code (Model.predict)
+        job.blank_rows += int(part.blank.sum())
+
+
+def code_rows(job: Job, part: Part) -> None:
+    """All ranks: the chunk's code table (rank 0), the model asked only for the keys the store
+    lacks, shared out over the ranks; OccCANINE's table and alternatives by row."""
+    args, world, chunk = job.args, job.world, part.chunk
+    if not job.codes:
+        return
+    if is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
+        if job.stores.table is not None:  # a matrix: a row per key
+            part.predicted = part.distinct.through(job.stores.table, chunk, world, lambda rows: predict_shaped(
+                job.model, args, *job.rows.read(rows)))
+        else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
+            pieces = mdist.gather_to_main(predict_shaped(job.model, args, *job.rows.read(
+                chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)])), world)
+            part.predicted = pd.concat(pieces) if world.is_main else None
+    else:
+        part.predicted = part.distinct.through(job.stores.table, chunk, world, lambda rows: code_table(job, rows))
+        if world.is_main:
+            part.predicted.index = chunk.index
+            job.coding.tally(part.predicted, part.inputs if job.coding.active else None, args.head, part.blank)
+    part.new = part.distinct.new
+
+
+def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
+    """The model and the row steps (the lookup, calibration, target marks, shorter codes:
+    Model.predict) for rows of a chunk, each head's columns side by side."""
+    args, coding = job.args, job.coding
+    texts, langs, context = job.rows.read(rows)
+    results = []
+    for head in args.head:
+        result = job.model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
+                                   args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
+        results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
+    return coding.split_source(results)
+
+
+def embed_rows(job: Job, part: Part) -> None:
+    """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
+    if job.args.embeddings:
+        part.vectors = part.distinct.through(job.stores.embeddings, part.chunk, job.world, lambda rows: (
+            job.model.embeddings(*job.rows.read(rows), job.args.batch_size)))
+
+
+def stop(job: Job) -> None:
+    """A scheduler's signal: the chunks done are kept for the same command to continue."""
+    print(f"stopped after {job.journal.chunks:,} chunk(s) ({job.journal.rows:,} rows) on a signal: run the "
+          "same command to continue", file=sys.stderr)
+    for sink in job.sinks:
+        sink.suspend()
+    job.stores.close()
+
+
+def finish(job: Job) -> None:
+    """The end: the counts over the file said, each sink committed (rank 0)."""
+    args, world = job.args, job.world
+    if not job.rows_read:  # all ranks: each reads every chunk
+        raise UserError(no_rows(args.input))
+    if job.columns.context_cols:  # all ranks
+        say_context_fit(mdist.gather_to_main(job.context_fit, world), job.predictor)
+    if any(sink.early for sink in job.sink_classes):  # all ranks: rank 0 commits, a failure ends every rank
+        mdist.main_only(lambda: [sink.commit(job) for sink in job.sinks if sink.early], world)
+    if world.is_main:
+        from mixer.prediction.target import language_note
+
+        note = language_note(job.model, job.languages, f"--input {args.input}")  # one never trained with
+        if note:
+            print(note, file=sys.stderr)
+        if job.blank_rows:
+            print(f"--input {args.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
+                  "no code, prob empty", file=sys.stderr)
+        for line in job.coding.report():
+            print(line, file=sys.stderr)
+        for sink in job.sinks:
+            if not sink.early:
+                sink.commit(job)
+        if job.bar is not None:
+            job.bar.close()
+    job.stores.close()
+
+
+def fail(job: Job, exc: BaseException) -> None:
+    """A failure: every open sink aborted, the journal removed; on Ctrl-C a job that can
+    resume keeps what it wrote."""
+    if job.stores is not None:
+        job.stores.close()
+    if job.journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
+        for sink in job.sinks:
+            sink.suspend()
+        return
+    for sink in job.sinks:
+        sink.abort()
+    if job.journal is not None:
+        job.journal.remove()
 
 
 def no_rows(path: str) -> str:
@@ -368,51 +380,6 @@ def say_context_fit(counts: list | None, predictor) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-# ------------------------------------------------------------------ output shapes
-def is_shaped(args) -> bool:
-    """An output other than the code table beside the input's columns."""
-    return (args.what != "codes" or args.columns != "mixer"
-            or bool(args.alternatives))
-
-
-def is_matrix(args) -> bool:
-    return args.what != "codes"
-
-
-def check_shape_args(args) -> None:
-    """Combinations that have no one meaning, refused before the model loads."""
-    if args.output and args.output.lower().endswith(".npy") and not is_matrix(args):
-        raise UserError(f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
-                        "name it .csv or .parquet")
-    if not is_shaped(args):
-        return
-    flag = "--alternatives" if args.alternatives else ("--what " + args.what if is_matrix(args)
-                                                       else "--columns occcanine")
-    if not args.output:
-        raise UserError(f"{flag} writes --output FILE; pass one")
-    if args.alternatives and is_matrix(args):
-        raise UserError("--alternatives writes code sets, --what a matrix: pass one of them")
-    if len(args.head) > 1:
-        raise UserError(f"{flag} takes one --head, got {' '.join(args.head)}")
-    if args.alternatives and args.head != ["seq2seq"] and args.head != ["flat"]:
-        raise UserError("--alternatives are written by the decoder: leave out --head or pass seq2seq")
-    if args.summary_plot:
-        raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
-    if is_matrix(args):
-        from mixer.prediction.outputs import check_what
-
-        check_what(args.what, args.head[0])
-
-
-def output_writer(args, log=None, label=None, journal=None):
-    if is_matrix(args) and args.output.lower().endswith(".npy"):
-        return EmbeddingWriter(args.output, flag="--output")
-    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp if journal is not None else None)
-    if journal is not None:
-        writer.rows = journal.rows  # the rows the parts hold: a CSV goes on without its header
-    return writer
-
-
 def open_journal(args, predictor, world, say):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
@@ -482,73 +449,3 @@ def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
                                   args.columns, args.system)
     return model.predict(texts, langs, args.top_k, args.head[0], args.threshold, context,
                          args.batch_size, what=args.what, columns=args.columns, system=args.system)
-
-
-def shaped_output(chunk: pd.DataFrame, predicted: pd.DataFrame, args) -> tuple:
-    """What is written for a chunk, as (outputs, the input's columns beside them or None):
-    a matrix (an array for .npy) or OccCANINE's table alone, in input order; mixer's
-    alternatives beside each input row, repeated k times."""
-    if is_matrix(args):
-        return (predicted.to_numpy() if args.output.lower().endswith(".npy")
-                else predicted.reset_index(drop=True)), None
-    if args.columns == "occcanine":
-        return predicted.reset_index(drop=True), None
-    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
-    return predicted.reset_index(drop=True), repeated.reset_index(drop=True)
-
-
-class EmbeddingWriter:
-    """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
-    list column 'embedding'), written to a temp file and renamed at the end."""
-
-    def __init__(self, path: str, flag: str = "--embeddings"):
-        self.path = check_output_path(path, flag, {})
-        self.flag = flag
-        if not path.lower().endswith((".npy", ".parquet", ".pq")):
-            raise UserError(f"{flag} {path}: name it .npy or .parquet")
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
-        self.npy = path.lower().endswith(".npy")
-        self.rows, self.width, self.writer = 0, None, None
-        self.raw = open(self.tmp + ".raw", "wb") if self.npy else None
-
-    def write(self, vectors: np.ndarray) -> None:
-        self.width = vectors.shape[1]
-        if self.npy:
-            vectors.astype(np.float32).tofile(self.raw)
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()),
-                                                       self.width)
-            table = pa.table({"embedding": column})
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
-            self.writer.write_table(table)
-        self.rows += len(vectors)
-
-    def commit(self, beside: Optional[dict] = None) -> None:
-        if self.npy:
-            import shutil
-
-            self.raw.close()
-            with open(self.tmp, "wb") as out, open(self.tmp + ".raw", "rb") as raw:
-                np.lib.format.write_array_header_1_0(
-                    out, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)})
-                shutil.copyfileobj(raw, out, 1 << 24)
-            os.unlink(self.tmp + ".raw")
-        elif self.writer is not None:
-            self.writer.close()
-        from mixer.data.writing import commit_files
-
-        commit_files(self.tmp, self.path, self.flag, beside)
-
-    def abort(self) -> None:
-        if self.raw is not None and not self.raw.closed:
-            self.raw.close()
-        if self.writer is not None:
-            self.writer.close()
-        for leftover in (self.tmp, self.tmp + ".raw"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)

@@ -1,0 +1,90 @@
+"""A prediction job's outputs as sinks (docs/architecture.md, "How a new output is added";
+STYLE 17). The job (mixer.prediction.predict_job) reads a chunk, builds the model's inputs,
+asks the distinct-input store and the model, applies the row steps and hands the chunk's rows
+to each sink; it knows no output by name. A feature registers its sink here, as it registers
+its guards with mixer.data.guards, so that a new output is a new sink, not edits to the job.
+
+No import of pandas here: registration runs at `import mixer`, before `--help`; a sink's
+module is imported when a job asks for the sinks.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+class Sink:
+    """One output of a prediction job. The job calls, in order:
+
+    - `check(args)` (a class method, for every registered sink, before the model loads):
+      refuse a wrong path or option in one line (UserError); nothing is written yet;
+    - `wanted(args)` (a class method): whether this job writes the output;
+    - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file);
+    - `add(job, part)` on rank 0 for each chunk, in input order: `part` holds the chunk, its
+      model inputs, its rows without a description, the code table (`predicted`, or None) and
+      the embeddings (`vectors`, or None);
+    - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
+      with `early` commits before the job's closing lines, through rank 0's agreement with the
+      other ranks (a failure there ends every rank): the audit;
+    - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
+      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays.
+    """
+
+    early = False
+
+    @classmethod
+    def check(cls, args) -> None:
+        pass
+
+    @classmethod
+    def wanted(cls, args) -> bool:
+        return False
+
+    def add(self, job, part) -> None:
+        pass
+
+    def commit(self, job) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def suspend(self) -> None:
+        pass
+
+
+# (place, load): load() -> a Sink class; the job checks, opens, adds and commits by place
+_SINKS: list = []
+
+
+def register(place: int, load: Callable) -> Callable:
+    """Register load() -> a Sink class at `place` (its turn among the sinks: checks, chunks
+    and commits go by place)."""
+    if all(existing is not load for _, existing in _SINKS):
+        _SINKS.append((place, load))
+    return load
+
+
+def registered() -> list:
+    """The registered Sink classes, by place."""
+    return [load() for _, load in sorted(_SINKS, key=lambda entry: entry[0])]
+
+
+# ------------------------------------------------------------------ the output's shape
+def is_shaped(args) -> bool:
+    """An output other than the code table beside the input's columns (OccCANINE's shapes,
+    a matrix, alternatives): the sinks that read the code table refuse it."""
+    return (args.what != "codes" or args.columns != "mixer"
+            or bool(args.alternatives))
+
+
+def is_matrix(args) -> bool:
+    return args.what != "codes"
+
+
+def refuse_shaped(args, flag: str, reads: str) -> None:
+    """A sink that reads the code table, refused with another output shape, in one line."""
+    if is_shaped(args):
+        from mixer.core.errors import UserError
+
+        raise UserError(f"{flag} {reads}; leave out --what, --alternatives and --columns occcanine")
