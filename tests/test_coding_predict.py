@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -907,3 +908,45 @@ def test_rows_without_a_description_are_not_rows_to_code(run_dir, common_csv, tm
 
     model = mixer.load(run_dir)
     assert model._rows_to_code(padded["occ1"], None, None, None) == len(frame)
+
+
+def test_an_output_that_is_a_file_the_job_reads_or_its_sidecar_is_refused(run_dir, common_csv, tmp_path):
+    """A third review: a filled check list passed back as --lookup and asked for again by
+    --to-check under the same name lost its hand codes; an output could also replace the
+    labelled rows, the descriptions or the output's own provenance sidecar."""
+    check = tmp_path / "check.csv"
+    check.write_text("occ1,checked_1\nfarmer,61110\n", encoding="utf-8")
+    before = check.read_bytes()
+    out = tmp_path / "out.csv"
+    cases = [(["--lookup", str(check), "--to-check", "5", str(check)], "--to-check", "--lookup"),
+             (["--lookup", str(check), "--output", str(check)], "--output", "--lookup"),
+             (["--code-descriptions", str(check), "--audit", "5", str(check)], "--audit", "--code-descriptions"),
+             (["--to-check", "5", f"{out}.provenance.json"], "--to-check", "--output's provenance"),
+             (["--target-accuracy", "0.5", "--calibration-data", str(check), "--calibration-truth-cols", "checked_1",
+               "--to-check", "5", str(check)], "--to-check", "--calibration-data")]
+    for extra, flag, other in cases:
+        argv = ["--checkpoint", run_dir, "--input", common_csv, *extra]
+        if "--output" not in extra:
+            argv += ["--output", str(out)]
+        with pytest.raises(UserError, match=f"^{flag} .*: is the {re.escape(other)} file and would replace it"):
+            predict_main(argv)
+        assert check.read_bytes() == before and not out.exists()
+
+
+def test_the_api_counts_rows_to_code_as_predict_py_and_says_a_target_chosen_for_others(run_dir, common_csv,
+                                                                                         capsys):
+    """target(rows_to_code=texts) counts the texts as predict.py counts its input (rows with
+    a description); a target used on another number of rows says so once."""
+    import mixer
+
+    texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"].tolist()
+    model = mixer.load(run_dir)
+    padded = model.target(0.5, 0.9, rows_to_code=texts + [""] * 500)
+    assert padded.rows_to_code == len(texts) == model.target(0.5, 0.9, rows_to_code=texts).rows_to_code
+    capsys.readouterr()
+    model.predict(texts[:30], target=padded)
+    model.predict(texts[:30], target=padded)
+    err = capsys.readouterr().err
+    assert err.count(f"note: target= was chosen for {len(texts):,} rows to code and these are 30") == 1
+    with pytest.raises(UserError, match="pass a string, a list of strings or a pandas Series"):
+        model.predict(pd.DataFrame({"occ1": texts}), target_accuracy=0.5)

@@ -423,8 +423,9 @@ class AuditSink(Sink):
             return
         request = cls.request(args)
         refuse_shaped(args, "--audit", "draws from the code table")
-        request.check_path({"--input": args.input, "--output": args.output, "--embeddings": args.embeddings,
-                            "--to-check": args.to_check[1] if args.to_check else None})
+        from mixer.data.sinks import job_files
+
+        request.check_path(job_files(args, "--audit"))
 
     @classmethod
     def wanted(cls, args) -> bool:

@@ -88,3 +88,20 @@ def refuse_shaped(args, flag: str, reads: str) -> None:
         from mixer.core.errors import UserError
 
         raise UserError(f"{flag} {reads}; leave out --what, --alternatives and --columns occcanine")
+
+
+SIDECAR_SUFFIX = ".provenance.json"  # the output's provenance, beside it (mixer.prediction.provenance)
+
+
+def job_files(args, own: str) -> dict:
+    """{flag: path} of every file a prediction job reads or writes but `own` (the flag of the
+    file being checked): an output that is one of them would replace it when renamed at the
+    end (a filled check list passed back as --lookup and written again by --to-check; the
+    labelled rows; the output's own provenance sidecar). A review found each replaced."""
+    files = {"--input": args.input, "--lookup": args.lookup, "--calibration-data": args.calibration_data,
+             "--code-descriptions": args.code_descriptions, "--output": args.output,
+             "--embeddings": args.embeddings, "--summary-plot": args.summary_plot,
+             "--to-check": args.to_check[-1] if args.to_check else None,
+             "--audit": args.audit[-1] if args.audit else None,
+             "--output's provenance": args.output + SIDECAR_SUFFIX if args.output else None}
+    return {flag: path for flag, path in files.items() if flag != own and path}

@@ -254,6 +254,14 @@ class Model:
                     raise UserError(f"{companion}= works with target_accuracy=; pass it, or leave out {companion}=")
             if given["shorter_codes"]:
                 raise UserError("shorter_codes=True works with target_accuracy=; pass it, or leave out shorter_codes=")
+            if target is not None and target.rows_to_code is not None and id(target) not in self._noted:
+                lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+                here = self._rows_to_code(texts, lang, context, lookup)
+                if here != target.rows_to_code:  # e.g. a file coded in parts: said once
+                    self._noted.add(id(target))
+                    print(f"note: target= was chosen for {target.rows_to_code:,} rows to code and these are {here:,}: "
+                          "its promise is for the rows it was chosen for (code them all with it, or choose it with "
+                          "rows_to_code= these texts)", file=sys.stderr)
         texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         if what in ("probs", "logits"):
@@ -352,10 +360,12 @@ class Model:
             rows = targets.file_rows(labelled, options, truth_cols, self,
                                      columns.input_col, columns.language_col, columns.language,
                                      columns.context_cols, log=lambda m: print(m, file=sys.stderr))
-        if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):
-            rows_to_code = len(list(rows_to_code)) if not isinstance(rows_to_code, str) else 1
         if lookup is not None:
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+        if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):
+            # the texts to code, counted as predict.py counts them: described, not the lookup's
+            rows_to_code = self._rows_to_code(rows_to_code, lang, None, lookup)
+        if lookup is not None:
             covered = lookup.match(self, self._strings(rows.texts, rows.langs), rows.langs) >= 0
             rows = rows.without(~covered)
             rows.rows += f", less the {int(covered.sum()):,} the lookup covers"
@@ -433,10 +443,10 @@ class Model:
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
         """The rows the model will code, as predict.py counts them: every row with a
         description, less those the lookup covers."""
+        _, model_texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)  # texts checked first
         described = ~blank_descriptions(pd.Series([texts] if isinstance(texts, str) else list(texts), dtype=object))
         if lookup is None:
             return int(described.sum())
-        _, model_texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
         return int(((lookup.match(self, self._strings(model_texts, langs), langs) < 0) & described).sum())
 
     def _strings(self, texts, langs) -> np.ndarray:

@@ -27,7 +27,7 @@ import os
 from typing import Optional
 
 VERSION = 1
-SUFFIX = ".provenance.json"
+from mixer.data.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
 LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
 
 

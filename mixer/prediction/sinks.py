@@ -12,7 +12,7 @@ from typing import Optional
 
 from mixer.core.errors import UserError
 from mixer.data import sinks
-from mixer.data.sinks import Sink, is_matrix, is_shaped
+from mixer.data.sinks import Sink, is_matrix, is_shaped, job_files
 
 
 class OutputSink(Sink):
@@ -24,7 +24,7 @@ class OutputSink(Sink):
         from mixer.data.writing import check_fits_excel, check_output_path
 
         if args.output:  # before the model loads: a wrong path fails at once
-            check_output_path(args.output, "--output", {"--input": args.input})
+            check_output_path(args.output, "--output", job_files(args, "--output"))
             check_fits_excel(args.output, args.input, args.table_options("input"))
         check_shape_args(args)  # the output's shape, before the sinks that read the code table
 
@@ -135,8 +135,7 @@ class CheckListSink(Sink):
             return
         path = parse_to_check(args.to_check)[1]
         refuse_shaped(args, "--to-check", "lists codes of the code table")
-        check_output_path(path, "--to-check", {"--input": args.input, "--output": args.output,
-                                               "--embeddings": args.embeddings})
+        check_output_path(path, "--to-check", job_files(args, "--to-check"))
 
     @classmethod
     def wanted(cls, args) -> bool:
@@ -173,7 +172,7 @@ class EmbeddingSink(Sink):
         from mixer.data.writing import check_output_path
 
         if args.embeddings:
-            check_output_path(args.embeddings, "--embeddings", {"--input": args.input, "--output": args.output})
+            check_output_path(args.embeddings, "--embeddings", job_files(args, "--embeddings"))
 
     @classmethod
     def wanted(cls, args) -> bool:
@@ -202,8 +201,7 @@ class SummaryPlotSink(Sink):
 
         if not args.summary_plot:
             return
-        check_output_path(args.summary_plot, "--summary-plot", {"--input": args.input, "--output": args.output,
-                                                                "--embeddings": args.embeddings})
+        check_output_path(args.summary_plot, "--summary-plot", job_files(args, "--summary-plot"))
         if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
 
