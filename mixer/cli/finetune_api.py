@@ -10,6 +10,7 @@ program's one-line message, instead of printing it and exiting.
 from __future__ import annotations
 
 import argparse
+import numbers
 import os
 from typing import Optional, Union
 
@@ -114,7 +115,7 @@ def checked(name: str, spec, value, caller: str = "finetune()", keyword: bool = 
     where = f"{name}={first_line(repr(value), 80)}" if keyword else f"{caller}: argument {'/'.join(spec.flags)}"
 
     for one in (value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]):
-        if not isinstance(one, (str, int, float, bool, os.PathLike, list, tuple, dict, set)):
+        if not isinstance(one, (str, numbers.Number, os.PathLike, list, tuple, dict, set)):  # numpy's numbers too
             table = " (write it to a file, e.g. with .to_parquet, and pass the path)" \
                 if isinstance(one, (pd.DataFrame, pd.Series)) else ""
             raise UserError(f"{name}=: pass text, a number or a file's path, not a "

@@ -108,7 +108,7 @@ class Journal:
                                         default=str))
         for name in FILES:  # the file as it is now, not only its name
             if options.get(name):
-                options[name] = {"path": options[name], **_file_identity(getattr(args, name))}
+                options[name] = {"path": options[name], **_file_identity(options[name])}
         # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
         options["calibration"] = {head: list(values) for head, values in sorted(predictor.calibration.items())}
         self.made_by = {"input": _file_identity(args.input), "model": model_fingerprint(predictor),
