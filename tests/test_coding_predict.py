@@ -291,6 +291,7 @@ def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_n
     assert auto.any() and not auto.all()
     err = capsys.readouterr().err
     assert f"the model coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows" in err
+    assert "target= was chosen for" not in err  # the API's note: predict.py counted its own rows
     sidecar = json.load(open(f"{out}.provenance.json"))
     assert sidecar["target"]["flat"]["threshold"] == pytest.approx(expected.threshold)
     assert sidecar["result"]["coded"]["flat"]["auto"] == auto.sum()
@@ -950,3 +951,21 @@ def test_the_api_counts_rows_to_code_as_predict_py_and_says_a_target_chosen_for_
     assert err.count(f"note: target= was chosen for {len(texts):,} rows to code and these are 30") == 1
     with pytest.raises(UserError, match="pass a string, a list of strings or a pandas Series"):
         model.predict(pd.DataFrame({"occ1": texts}), target_accuracy=0.5)
+
+
+def test_an_output_that_is_a_file_of_the_run_is_refused_and_an_earlier_prediction_there_is_not(
+        copy_of, run_dir, common_csv):
+    """A fourth review: --output RUN/key.csv replaced the run's key (its next prediction then
+    failed with a traceback). An earlier prediction written into the run (its sidecar beside
+    it) may be written again."""
+    run = copy_of(run_dir)
+    key = os.path.join(run, "key.csv")
+    before = open(key, "rb").read()
+    for name in ("key.csv", "scores.parquet", "data_train.parquet"):
+        with pytest.raises(UserError, match=f"^--output .*{name}: is the --checkpoint .*'s {name} file and would "
+                                            "replace it"):
+            predict_main(["--checkpoint", run, "--input", common_csv, "--output", os.path.join(run, name)])
+    assert open(key, "rb").read() == before
+    mine = os.path.join(run, "codes.csv")
+    for _ in range(2):  # written, then written again
+        assert predict_main(["--checkpoint", run, "--input", common_csv, "--output", mine]) == 0

@@ -10,6 +10,8 @@ module is imported when a job asks for the sinks.
 
 from __future__ import annotations
 
+import os
+
 from typing import Callable
 
 
@@ -104,4 +106,15 @@ def job_files(args, own: str) -> dict:
              "--to-check": args.to_check[-1] if args.to_check else None,
              "--audit": args.audit[-1] if args.audit else None,
              "--output's provenance": args.output + SIDECAR_SUFFIX if args.output else None}
-    return {flag: path for flag, path in files.items() if flag != own and path}
+    files = {flag: path for flag, path in files.items() if flag != own and path}
+    model_dir = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
+    if model_dir:  # the run's own files (its key, weights, scores, prepared rows): prediction reads them
+        for folder in (model_dir, os.path.join(model_dir, "best")):
+            if os.path.isdir(folder):
+                for name in sorted(os.listdir(folder)):
+                    path = os.path.join(folder, name)
+                    # not an earlier prediction written there (its sidecar beside it), nor a temp file
+                    if (os.path.isfile(path) and not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX)
+                            and not os.path.exists(path + SIDECAR_SUFFIX)):
+                        files[f"--checkpoint {model_dir}'s {name}"] = path
+    return files

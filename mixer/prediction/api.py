@@ -254,7 +254,9 @@ class Model:
                     raise UserError(f"{companion}= works with target_accuracy=; pass it, or leave out {companion}=")
             if given["shorter_codes"]:
                 raise UserError("shorter_codes=True works with target_accuracy=; pass it, or leave out shorter_codes=")
-            if target is not None and target.rows_to_code is not None and id(target) not in self._noted:
+            # the API's own (predict.py hands each chunk's new inputs to a target it counted itself)
+            if self._keywords and target is not None and target.rows_to_code is not None \
+                    and id(target) not in self._noted:
                 lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
                 here = self._rows_to_code(texts, lang, context, lookup)
                 if here != target.rows_to_code:  # e.g. a file coded in parts: said once
