@@ -110,6 +110,18 @@ def small_csv(tmp_path_factory, toy_frame) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_two_code_run(tmp_path_factory, small_csv) -> str:
+    """A tiny run of two code slots, 8 steps: the model prediction tests share (its codes
+    matter less than that it predicts)."""
+    from mixer.cli.entrypoints import finetune_main
+
+    out = tmp_path_factory.mktemp("tiny_two_code") / "run"
+    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(out),
+                          "--share-val", "0.1", *TINY, "--max-steps", "8", "--batch-size", "16"]) == 0
+    return str(out)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> str:
     """A BERT-like model and tokenizer saved with save_pretrained: no network."""
     from transformers import BertConfig, BertModel, BertTokenizerFast

@@ -8,16 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TINY, assert_floats_close, assert_same_predictions
-from mixer.cli.entrypoints import finetune_main, predict_main
+from conftest import assert_floats_close, assert_same_predictions
+from mixer.cli.entrypoints import predict_main
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, small_csv):
-    out = tmp_path_factory.mktemp("full_count") / "run"
-    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(out),
-                          "--share-val", "0.1", *TINY, "--max-steps", "8", "--batch-size", "16"]) == 0
-    return str(out)
+def run(tiny_two_code_run):
+    return tiny_two_code_run
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import TINY
-from mixer.cli.entrypoints import finetune_main, predict_main
+from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
 from mixer.data import sinks
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, small_csv):
-    out = tmp_path_factory.mktemp("sinks") / "run"
-    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(out),
-                          "--share-val", "0.1", *TINY, "--max-steps", "4", "--batch-size", "16"]) == 0
-    return str(out)
+def run(tiny_two_code_run):
+    return tiny_two_code_run
 
 
 @pytest.fixture
