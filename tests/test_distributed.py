@@ -446,16 +446,22 @@ def own_frames(text: str) -> list:
 def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv, tmp_path):
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
-                "--batch-size", 16, "--audit", 30, tmp_path / "audit_one.csv")
+                "--embeddings", tmp_path / "one.npy", "--batch-size", 16, "--chunk-size", 50,
+                "--audit", 30, tmp_path / "audit_one.csv")
     run(rank0_gathers_cmd(2, "predict.py") + [
         "--distributed", "--checkpoint", single, "--input", small_csv, "--output", str(two),
         "--embeddings", str(tmp_path / "two.npy"), "--batch-size", "16", "--chunk-size", "50",
         "--audit", "30", str(tmp_path / "audit_two.csv")])
+    # one process and two give the same bytes: each row is computed in the same batch
+    # beside the same rows (Predictor.shared), whatever the number of processes
+    assert one.read_bytes() == two.read_bytes()
+    assert (tmp_path / "one.npy").read_bytes() == (tmp_path / "two.npy").read_bytes()
+    assert (tmp_path / "audit_one.csv").read_bytes() == (tmp_path / "audit_two.csv").read_bytes()
     # the audit: drawn once, by rank 0, the same rows and design (fingerprints) as one process
     audit_one, audit_two = (pd.read_csv(tmp_path / f"audit_{n}.csv", dtype=str, keep_default_na=False)
                             for n in ("one", "two"))
     assert len(audit_two) == 30
-    assert_same_predictions(audit_two, audit_one)  # its probabilities: from other batches
+    assert_same_predictions(audit_two, audit_one)
     a = pd.read_csv(one, dtype=str, keep_default_na=False)
     b = pd.read_csv(two, dtype=str, keep_default_na=False)
     assert len(b) == 121
@@ -464,6 +470,19 @@ def test_predict_under_torchrun_writes_one_file_in_input_order(single, small_csv
 
     expected = mixer.load(single, device="cpu").embeddings(a["occ1"].tolist())
     assert_floats_close(np.load(tmp_path / "two.npy"), expected)
+
+
+@pytest.mark.parametrize("shape", [["--what", "probs"], ["--columns", "occcanine"], ["--alternatives", "2"]])
+def test_predict_under_torchrun_gives_one_process_bytes_in_every_output_shape(single, small_csv, tmp_path,
+                                                                                shape):
+    suffix = ".npy" if "--what" in shape else ".csv"
+    one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
+    run_program("predict.py", "--checkpoint", single, "--input", small_csv, "--output", one,
+                "--batch-size", 16, "--chunk-size", 50, *shape)
+    run(rank0_gathers_cmd(2, "predict.py") + [
+        "--distributed", "--checkpoint", single, "--input", small_csv, "--output", str(two),
+        "--batch-size", "16", "--chunk-size", "50", *shape])
+    assert one.read_bytes() == two.read_bytes()
 
 
 GATHER_TO_MAIN = """

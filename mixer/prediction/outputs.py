@@ -96,6 +96,7 @@ def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
     texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
     out = np.zeros((len(first_rows), len(predictor.codes)), dtype=np.float32)
     size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
+    computed = []
     for rows, states, pooled, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], size,
                                                             states=head == "full",
                                                             desc_chars=_rows_of(desc_chars, first_rows)):
@@ -105,6 +106,8 @@ def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
             values = predictor.model.flat_head(pooled).float()
             values = values if what == "logits" else values.sigmoid()
         out[rows] = values.float().cpu().numpy()
+        computed.append(rows)
+    out, = predictor.gathered((out,), computed)  # under Predictor.shared: every process's batches
     return out[pair_ids]
 
 
@@ -138,6 +141,7 @@ def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int, desc_c
     codes = np.full((len(first_rows), k, width), "", dtype=object)
     confidence = np.full((len(first_rows), k), np.nan)
     steps = f.target_len if predictor.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+    computed = []
     for rows, states, _, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], batch_size,
                                                        desc_chars=_rows_of(desc_chars, first_rows)):
         found = [dict() for _ in rows]
@@ -156,6 +160,8 @@ def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int, desc_c
             for j, (code_set, conf) in enumerate(found[i].items()):
                 codes[row, j, :len(code_set[:width])] = code_set[:width]
                 confidence[row, j] = conf
+        computed.append(rows)
+    codes, confidence = predictor.gathered((codes, confidence), computed)  # under Predictor.shared
     return codes[pair_ids], confidence[pair_ids]
 
 

@@ -86,6 +86,7 @@ class Predictor:
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
         self.calibration = read_scalings(config.get("model_dir"))
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
+        self.world = None  # under shared(world): the processes that share each call's batches
 
     @classmethod
     def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
@@ -154,12 +155,45 @@ class Predictor:
         texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
         hidden = self.model.encoder.config.hidden_size
         out = np.zeros((len(first_rows), hidden), dtype=np.float32)
+        computed = []
         for rows, _, pooled, _, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size,
                                                   states=False, desc_chars=_rows_of(desc_chars, first_rows)):
             out[rows] = pooled.float().cpu().numpy()
+            computed.append(rows)
+        out, = self.gathered((out,), computed)
         return out[pair_ids]
 
     # ------------------------------------------------------------ batches
+    @contextlib.contextmanager
+    def shared(self, world):
+        """Within it, every process of `world` makes the same call on the same rows; each
+        computes every world_size-th batch of the one batch plan (rows sorted by length, cut
+        every batch_size). A row is computed in the same
+        batch beside the same rows whatever the number of processes, so one process and N
+        give the same bits; rank 0 gets every row's result (gathered) (docs/predicting.md, "Under torchrun")."""
+        self.world = world if world is not None and world.world_size > 1 else None
+        try:
+            yield
+        finally:
+            self.world = None
+
+    def _mine(self, batch: int) -> bool:
+        return self.world is None or batch % self.world.world_size == self.world.rank
+
+    def gathered(self, arrays: tuple, computed: list) -> tuple:
+        """Under shared(): every process's rows of `arrays` (each filled at the indices in its
+        `computed`) on rank 0, which writes; the others keep their own rows alone (their
+        results go unused; they neither receive nor hold every rank's data)."""
+        if self.world is None:
+            return arrays
+        from mixer.distributed.world import gather_to_main
+
+        rows = np.concatenate(computed) if computed else np.zeros(0, dtype=np.int64)
+        for theirs, values in gather_to_main((rows, tuple(a[rows] for a in arrays)), self.world) or ():
+            for array, value in zip(arrays, values):
+                array[theirs] = value
+        return arrays
+
     @contextlib.contextmanager
     def _numerics(self):
         """One batch's arithmetic: autocast (bf16/fp16) and TF32 or true fp32 matrix
@@ -190,6 +224,8 @@ class Predictor:
         order = np.argsort(lengths, kind="stable")
         padding = self.padding(states)
         for start in range(0, len(order), batch_size):
+            if not self._mine(start // batch_size):  # another process's batch (shared)
+                continue
             rows = order[start:start + batch_size]
             longest = padding.length(int(lengths[rows].max()))
             input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
@@ -233,6 +269,7 @@ class Predictor:
         confidence = np.full(len(texts), np.nan)
         by_level = np.full((len(texts), len(levels)), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
+        computed = []
         for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat",
                                                                    desc_chars=desc_chars):
             with self._numerics():  # the heads' arithmetic, as the encoder's
@@ -245,7 +282,8 @@ class Predictor:
                     limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
                     batch = self.heads.thresholded(scores, limits.unsqueeze(1), top_k, logits, levels)
             codes[rows], probs[rows], confidence[rows], by_level[rows] = batch
-        return codes, probs, confidence, by_level
+            computed.append(rows)
+        return self.gathered((codes, probs, confidence, by_level), computed)
 
 
 def read_scalings(model_dir: Optional[str]) -> dict:

@@ -193,14 +193,15 @@ def code_rows(job: Job, part: Part) -> None:
         return
     if is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
         if job.stores.table is not None:  # a matrix: a row per key
-            part.predicted = part.distinct.through(job.stores.table, chunk, world, lambda rows: predict_shaped(
-                job.model, args, *job.rows.read(rows)))
+            part.predicted = part.distinct.through(job.stores.table, chunk, world, job.predictor, lambda rows: (
+                predict_shaped(job.model, args, *job.rows.read(rows))))
         else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
-            pieces = mdist.gather_to_main(predict_shaped(job.model, args, *job.rows.read(
-                chunk.iloc[shard_indices(len(chunk), world.world_size, world.rank)])), world)
-            part.predicted = pd.concat(pieces) if world.is_main else None
+            with job.predictor.shared(world):
+                predicted = predict_shaped(job.model, args, *job.rows.read(chunk))
+            part.predicted = predicted if world.is_main else None
     else:
-        part.predicted = part.distinct.through(job.stores.table, chunk, world, lambda rows: code_table(job, rows))
+        part.predicted = part.distinct.through(job.stores.table, chunk, world, job.predictor,
+                                               lambda rows: code_table(job, rows))
         if world.is_main:
             part.predicted.index = chunk.index
             job.coding.tally(part.predicted, part.inputs if job.coding.active else None, args.head, part.blank)
@@ -223,7 +224,7 @@ def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
 def embed_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
     if job.args.embeddings:
-        part.vectors = part.distinct.through(job.stores.embeddings, part.chunk, job.world, lambda rows: (
+        part.vectors = part.distinct.through(job.stores.embeddings, part.chunk, job.world, job.predictor, lambda rows: (
             job.model.embeddings(*job.rows.read(rows), job.args.batch_size)))
 
 
@@ -342,23 +343,18 @@ class Distinct:
         self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
         np.minimum.at(self.first, self.row_key, np.arange(len(keys)))
 
-    def through(self, store, chunk: pd.DataFrame, world, predict):
+    def through(self, store, chunk: pd.DataFrame, world, predictor, predict):
         """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
-        keys `store` lacks, their first rows shared out over the ranks and gathered to
-        rank 0. predict(rows of the chunk) gives a DataFrame or an array, a row each."""
+        keys `store` lacks, at their first rows; under torchrun every rank makes the same call
+        and computes its share of the batches (Predictor.shared). predict(rows of the chunk)
+        gives a DataFrame or an array, a row each."""
         new = np.flatnonzero(~store.known(self.keys))
-        rows = self.first[new]
-        share = rows[shard_indices(len(rows), world.world_size, world.rank)]
-        mine = predict(chunk.iloc[share]) if len(share) else None
-        pieces = mdist.gather_to_main(mine, world)  # all ranks
-        if pieces is not None:
-            pieces = [piece for piece in pieces if piece is not None]
-            if pieces:
-                pieces = (pd.concat(pieces, ignore_index=True) if isinstance(pieces[0], pd.DataFrame)
-                          else np.concatenate(pieces))
-            store.add(self.keys[new], pieces if len(new) else None)
-            self.new = (self.keys[new], pieces if len(new) else None)
-        else:
+        with predictor.shared(world):
+            values = predict(chunk.iloc[self.first[new]]) if len(new) else None
+        if world.is_main:
+            store.add(self.keys[new], values)
+            self.new = (self.keys[new], values)
+        else:  # the keys alone: which inputs are known
             store.add(self.keys[new])
         if not world.is_main:
             return None
