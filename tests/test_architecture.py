@@ -25,9 +25,9 @@ LAYERS = [
     ("distributed",),
     ("data",),
     ("models",),
-    ("coding",),
     ("reporting",),
     ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.guards)
+    ("coding",),  # a feature: coding at a stated accuracy, with its statistics; it reads the audit's files
     ("training", "prediction"),
     ("cli",),
     ("mixer",),
@@ -246,6 +246,25 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not problems, "\n".join(problems)
 
 
+def test_the_folder_table_names_every_module_where_it_lives():
+    """docs/architecture.md's table ("What each folder holds") has a row for every folder,
+    and that row names each of its modules (those of a sub-package too): a module moved
+    or added is written down where it now lives."""
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        rows = {m.group(1): set(re.findall(r"`(\w+)/?`", m.group(2)))
+                for m in re.finditer(r"^\| `mixer/(\w+)/` \| (.*) \| [^|]* \|$", f.read(), re.M)}
+    problems = []
+    for folder in sorted(set(RANK) - {"mixer"}):
+        if folder not in rows:
+            problems.append(f"mixer/{folder}/: no row in the table")
+            continue
+        for path in python_files(os.path.join("mixer", folder)):
+            name = os.path.basename(path)[:-3]
+            if name != "__init__" and name not in rows[folder]:
+                problems.append(f"{os.path.relpath(path, ROOT)}: not named in mixer/{folder}/'s row")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("script", ["mixer-finetune", "mixer-train", "mixer-predict", "mixer-evaluate"])
 def test_console_scripts_name_functions_that_exist(script):
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
@@ -266,14 +285,14 @@ OWN_FILES = {
     ("mixer/data/prepare.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
     ("mixer/data/prepare.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
     ("mixer/data/prepare.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
-    ("mixer/training/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
+    ("mixer/coding/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
     ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
     ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
     ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
     ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
     ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
-    ("mixer/prediction/target.py", "read_scores"): "a run's scores.parquet, written by its final evaluation",
+    ("mixer/coding/target.py", "read_scores"): "a run's scores.parquet, written by its final evaluation",
 }
 
 

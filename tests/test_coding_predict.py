@@ -258,7 +258,7 @@ def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(tr
     assert stored["fit_on"]["count"] == stored["heads"]["flat"]["rows"]
     assert all("held_out" not in entry for entry in stored["heads"].values())
     # the card's summary still reads the scored rows (scores.parquet's splits)
-    from mixer.training.scores import read_summary
+    from mixer.coding.scores import read_summary
 
     assert read_summary(run)["splits"]
 
@@ -416,7 +416,7 @@ def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv
 # ------------------------------------------------------------------ shorter codes
 def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, tmp_path):
     import mixer
-    from mixer.prediction import target as targets
+    from mixer.coding import target as targets
 
     model = mixer.load(run_dir)
     plain = model.target(0.5, 0.9)
@@ -528,7 +528,7 @@ def test_shorter_codes_choose_by_the_guarantees_own_procedure():
     passes it chooses what the plain path chooses; an unreachable target is the one-line
     refusal, not a crash in the count of the rows it would take."""
     from mixer.coding import guarantee
-    from mixer.prediction import target as targets
+    from mixer.coding import target as targets
 
     table, truth = synthetic_rows()
     def probe(levels, accuracy=0.9):
@@ -613,7 +613,7 @@ def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its
 @pytest.mark.parametrize("suffix", [".parquet", ".dta", ".csv", ".xlsx"])
 def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path, suffix):
     from mixer.data.reading import file_label
-    from mixer.prediction import provenance
+    from mixer.coding import provenance
     from mixer.audit.draw import model_fingerprint
     import mixer
 

@@ -35,7 +35,7 @@ def sidecar(path) -> dict:
 
 
 def test_every_field_of_the_configuration_is_recorded_or_said_why_not():
-    from mixer.prediction import provenance
+    from mixer.coding import provenance
 
     fields = {f.name for f in dataclasses.fields(PredictConfig)}
     assert set(provenance.UNRECORDED) <= fields  # no stale entry
@@ -68,7 +68,7 @@ def test_the_sidecar_records_what_made_the_file(run_dir, common_csv, tmp_path):
                          "--code-descriptions", str(descriptions)]) == 0
     recorded = sidecar(c)["options"]["code_descriptions"]
     assert recorded["name"] == "d.csv" and len(recorded["xxh3_128"]) == 32
-    from mixer.prediction.provenance import options_part
+    from mixer.coding.provenance import options_part
 
     labelled = options_part(PredictConfig(calibration_data=common_csv, calibration_truth_cols=["hisco_1"]))
     assert labelled["calibration_data"]["name"] == "common.csv" and labelled["calibration_truth_cols"] == ["hisco_1"]
@@ -172,7 +172,7 @@ def test_a_target_of_the_model_s_own_top_k_and_threshold_is_accepted(run_dir):
 
 
 def test_the_columns_a_job_reads_are_decided_in_one_place():
-    from mixer.prediction.columns import job_columns
+    from mixer.data.columns import job_columns
 
     config = {"input_col": "occ1", "language_col": "lang", "language": "unk", "context_cols": ["relation"]}
     assert job_columns(config) == ("occ1", "lang", "unk", ["relation"])

@@ -261,7 +261,7 @@ def splits_of(n_val, n_cal):
 
 
 def test_which_validation_rows_chose_something():
-    from mixer.training.scores import chose_mask
+    from mixer.coding.scores import chose_mask
 
     sample = [1, 3, 4]
     assert chose_mask(6, sample, keep_best=False, tuned_on=None).tolist() == [False] * 6
@@ -271,7 +271,7 @@ def test_which_validation_rows_chose_something():
 
 
 def test_scores_name_each_rows_codes_confidence_and_correctness_at_each_level():
-    from mixer.training.scores import score_frame
+    from mixer.coding.scores import score_frame
 
     val = [(0, ["61110", "64100"], ["64100", "61110"], ["61120"], 0.9, 0.2),
            (1, ["-1"], ["-1"], ["-2"], 0.8, 0.4)]
@@ -293,7 +293,7 @@ def test_scores_name_each_rows_codes_confidence_and_correctness_at_each_level():
 @pytest.mark.parametrize("free", [150, 60])
 def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough(tmp_path, free):
     from mixer.coding.calibration import calibrate_entry, fit_scaling
-    from mixer.training.scores import MIN_FIT_ROWS, coding_files, read_summary, score_frame
+    from mixer.coding.scores import MIN_FIT_ROWS, coding_files, read_summary, score_frame
 
     assert 60 < MIN_FIT_ROWS <= 150
     rows = gathered_rows(300)
@@ -321,7 +321,7 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
     assert summary["heads"]["flat"]["headline"].startswith("at 95% accuracy: ")
     # what predict.py --target-accuracy 0.95 codes: its threshold chosen on the rows that chose nothing
     from mixer.coding.guarantee import choose_threshold
-    from mixer.training.scores import GUARANTEE_ROWS, report_lines
+    from mixer.coding.scores import GUARANTEE_ROWS, report_lines
 
     for head in ("flat", "seq2seq"):
         held = ~chose
@@ -341,7 +341,7 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
 
 
 def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
-    from mixer.training.scores import head_curves, score_frame
+    from mixer.coding.scores import head_curves, score_frame
 
     splits = splits_of(40, 0)
     splits["val"]["report:source"] = ["all", "census"] * 20
@@ -361,7 +361,7 @@ def test_a_fit_at_the_clamp_or_on_one_outcome_keeps_the_identity_and_says_so():
     each keep the identity (T 1, bias 0), said in one line, as --calibrate refuses both; so
     does a confidence that separates right from wrong rows exactly."""
     from mixer.coding.calibration import unfit_reason
-    from mixer.training.scores import coding_files, report_lines, score_frame
+    from mixer.coding.scores import coding_files, report_lines, score_frame
 
     rows = []
     for r in range(150):  # 30 right at 0.6, one right and 119 wrong at 0.5

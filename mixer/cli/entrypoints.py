@@ -132,9 +132,11 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     if job.language_col and job.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
     if job.calibrate:
-        from mixer.prediction.calibrate import calibrate_main
+        from mixer.coding.calibrate import calibrate_main
+        from mixer.prediction.api import Model
+        from mixer.prediction.predict import Predictor
 
-        return calibrate_main(job)
+        return calibrate_main(job, Predictor, Model)
     job.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.head))
     if not job.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
@@ -228,8 +230,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
 def production_plan(args, frame, predicted: dict, output: str):
     """(each head's confidence column, the curve's CSV and PNG beside the table), or None
     when no head has a confidence column."""
+    from mixer.coding import production
     from mixer.data.writing import check_output_path
-    from mixer.reporting import production
 
     if args.confidence_col and len(predicted) > 1:
         raise cli.UserError(f"--confidence-col {args.confidence_col} is one head's confidence, but "
@@ -250,9 +252,10 @@ def production_plan(args, frame, predicted: dict, output: str):
 def write_production(args, frame, truth: list, predicted: dict, columns: dict, paths: list) -> None:
     """The production curve of every head with a confidence column (*_production.csv and
     .png beside the table), and its headline at --target-accuracy."""
+    from mixer.coding import production
     from mixer.coding.curve import plot_curve
     from mixer.core.io import write_text
-    from mixer.reporting import evaluation, production
+    from mixer.reporting import evaluation
 
     csv_path, png_path = paths
     groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None

@@ -171,7 +171,7 @@ def unfit_reason(confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int
     one outcome (all right: the fit would run without bound), right and wrong rows that the
     confidence separates exactly (the same), or a fit that ran to the clamp of its
     temperature (1/T at 1/20 or 1/0.05: the rows do not pin it down).
-    Training's own fit at its end (mixer.training.scores) asks the degenerate cases alone
+    Training's own fit at its end (mixer.coding.scores) asks the degenerate cases alone
     (min_rows 0, min_outcome 1): it fits on the run's held-out rows whatever their number."""
     correct = np.asarray(correct, dtype=bool)
     n, right = len(correct), int(correct.sum())

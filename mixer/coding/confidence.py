@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+CONFIDENCE = "confidence"  # a row's confidence in its code set: the column of a code table
+LEVEL_CONFIDENCE = "level_confidence_{}"  # at a prefix length (mixer.coding.target)
+
 
 def _log_sigmoid(x: np.ndarray) -> np.ndarray:
     # log(sigmoid(x)) without overflow for large |x|

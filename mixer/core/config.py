@@ -18,7 +18,7 @@ HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>
 NEW_HEADS = ("fast", "occcanine")  # --new-heads (ModelConfig.new_heads)
 PRECISIONS = ("fp32", "bf16", "fp16")  # mixer.core.precision
 
-# scores.parquet's own columns (mixer.training.scores), besides <head>_... : no --report-cols name
+# scores.parquet's own columns (mixer.coding.scores), besides <head>_... : no --report-cols name
 SCORE_COLUMNS = ("row", "split", "lang", "text", "chose", "true_codes")
 
 # Every table a program reads, by role: the flag that names the file, and the prefix of the

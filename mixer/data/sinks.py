@@ -92,7 +92,7 @@ def refuse_shaped(args, flag: str, reads: str) -> None:
         raise UserError(f"{flag} {reads}; leave out --what, --alternatives and --columns occcanine")
 
 
-SIDECAR_SUFFIX = ".provenance.json"  # the output's provenance, beside it (mixer.prediction.provenance)
+SIDECAR_SUFFIX = ".provenance.json"  # the output's provenance, beside it (mixer.coding.provenance)
 
 
 def job_files(args, own: str) -> dict:

@@ -68,6 +68,15 @@ def rename(name: str, table) -> Optional[str]:
     return None
 
 
+def system_name(predictor, system) -> str:
+    """OccCANINE names its columns by the code system: hisco_1, hisco_<code>, ... (its
+    training files' target columns and its outputs' columns alike)."""
+    if system:
+        return str(system)
+    kind = predictor.formatter.kind
+    return kind if kind != "general" else "code"
+
+
 @dataclass
 class OccSource:
     """An OccCANINE model as read, in OccCANINE's tensor names."""

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.prediction.columns import job_columns
+from mixer.data.columns import blank_descriptions, job_columns
 from mixer.prediction.predict import Predictor
 
 MAX_ALTERNATIVES = 50
@@ -297,13 +297,13 @@ class Model:
     @says_keywords
     def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
                options=None, log=None):
-        """A lookup table (mixer.prediction.lookup): a filled --to-check file, a filled audit,
+        """A lookup table (mixer.coding.lookup): a filled --to-check file, a filled audit,
         or a coding dictionary with `input_col` and `code_cols` (without code_cols: a table
         with the model's own input and target columns); read by the one reader with
         `options` (a mixer.core.config.TableOptions of role 'lookup'). log: where its lines
         go (how it was read, codes the model's key lacks); default stderr."""
         from mixer.core.config import TableOptions
-        from mixer.prediction.lookup import read_for
+        from mixer.coding.lookup import read_for
 
         options = options or TableOptions(role="lookup", keyword="options")  # its lines name options=, not flags
         return read_for(self, path, input_col, code_cols, language_col, options,
@@ -345,7 +345,7 @@ class Model:
         head = one_head(given["head"])
         lang, language_col = given["language"], given["language_col"]
         from mixer.core.config import TableOptions
-        from mixer.prediction import target as targets
+        from mixer.coding import target as targets
 
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
         config = self._predictor.config
@@ -394,7 +394,7 @@ class Model:
                desc_chars=None) -> pd.DataFrame:
         """The code table with confidence calibrated, rows marked against a target, and a
         lookup's entries in place of the model's codes."""
-        from mixer.prediction import target as targets
+        from mixer.coding import target as targets
         from mixer.prediction.predict import CONFIDENCE
 
         from mixer.audit.draw import threshold_used
@@ -430,7 +430,7 @@ class Model:
             table.insert(table.columns.get_loc(CONFIDENCE) + 1, RAW_CONFIDENCE, raw)
             table[CONFIDENCE] = np.where(np.isnan(raw), np.nan, calibrate(raw, *scaling))
         if lookup is not None:
-            from mixer.prediction.lookup import apply_lookup
+            from mixer.coding.lookup import apply_lookup
 
             table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
         return table
@@ -629,7 +629,7 @@ class Model:
     def _language_note(self, langs, where: str) -> str:
         """One line on rows whose language the model never trained with ('' when none, or
         when the model's training languages are not known)."""
-        from mixer.prediction.target import language_note
+        from mixer.coding.target import language_note
 
         if not len(langs):
             return ""
@@ -647,11 +647,6 @@ def one_head(head) -> str:
             raise UserError(f"head={head!r}: one head ('flat', 'seq2seq' or 'full')")
         head = head[0]
     return "seq2seq" if head == "greedy" else head
-
-
-def blank_descriptions(texts: pd.Series) -> np.ndarray:
-    """Per row, whether its description is empty, spaces or missing."""
-    return texts.where(texts.notna(), "").astype(str).str.strip().eq("").to_numpy()
 
 
 def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:

@@ -24,11 +24,7 @@ import pandas as pd
 import torch
 
 from mixer.core.errors import UserError
-
-
-def text_column(chunk: pd.DataFrame, column: str) -> pd.Series:
-    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
-    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
+from mixer.models.occcanine import system_name  # noqa: F401 - the API names OccCANINE's columns by it
 
 
 WHATS = ("codes", "probs", "bin", "logits")
@@ -276,11 +272,3 @@ STYLES = {"mixer": ColumnStyle(lambda _system, code: str(code), _mixer_code_tabl
           "occcanine": ColumnStyle(lambda system, code: f"{system}_{code}", occcanine_table,
                                    _occcanine_alternatives)}
 COLUMN_STYLES = tuple(STYLES)
-
-
-def system_name(predictor, system) -> str:
-    """OccCANINE names its columns by the code system: hisco_1, hisco_<code>, ..."""
-    if system:
-        return str(system)
-    kind = predictor.formatter.kind
-    return kind if kind != "general" else "code"

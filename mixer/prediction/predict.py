@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mixer.coding.confidence import CONFIDENCE, LEVEL_CONFIDENCE  # the code table's columns
 from mixer.core.config import HEADS
 from mixer.core.errors import UserError
 from mixer.core.precision import fp32_matmuls, pad_multiple
@@ -46,9 +47,7 @@ from mixer.reporting.metrics import PredictionRules, Thresholds
 
 OCCCANINE_TOP_K = OCCCANINE.top_k  # OccCANINE's k_pred
 FULL_BATCH = 16  # rows per batch when every code of the key is scored (memory)
-CONFIDENCE = "confidence"  # a row's confidence in its code set (docs/coding.md)
 CONFIDENCE_HEADS = ("flat", "seq2seq")  # the heads that have one ('full' is not covered)
-LEVEL_CONFIDENCE = "level_confidence_{}"  # at a prefix length (mixer.prediction.target)
 
 
 class Predictor:

@@ -18,13 +18,12 @@ import pandas as pd
 from mixer.core.config import DistConfig
 from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
+from mixer.data.columns import blank_descriptions, job_columns, no_rows, text_column
 from mixer.data.dataset import shard_indices
 from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
 from mixer.data.sinks import is_matrix, is_shaped
 from mixer.distributed import world as mdist
-from mixer.prediction.api import Model, blank_descriptions
-from mixer.prediction.columns import job_columns
-from mixer.prediction.outputs import text_column
+from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
 
 MEGABYTE = 2 ** 20  # --store-memory's unit
@@ -66,7 +65,7 @@ def predict_file(args: PredictConfig) -> None:
 # ------------------------------------------------------------------ the stages
 class Job:
     """What the stages and the sinks (mixer.data.sinks) share: the options, the processes,
-    the model and the columns it reads, the coding (mixer.prediction.coding_job), the resume
+    the model and the columns it reads, the coding (mixer.coding.job), the resume
     journal, the stores, rank 0's open sinks and the counts over the whole file."""
 
     def __init__(self, args: PredictConfig, world, sink_classes: list):
@@ -109,7 +108,7 @@ def check_job(args: PredictConfig) -> list:
 
 
 def load_model(job: Job) -> None:
-    """All ranks: the model, the columns it reads, what the coding needs (coding_job.prepare)."""
+    """All ranks: the model, the columns it reads, what the coding needs (mixer.coding.job.prepare)."""
     args, world = job.args, job.world
     job.predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
                                    log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
@@ -124,7 +123,7 @@ def load_model(job: Job) -> None:
     model._says_languages = False  # counted over the chunks on rank 0, said once below
     job.columns = job_columns(job.predictor.config, args.input_col, args.language, args.language_col)
     job.rows = RowReader(*job.columns)
-    from mixer.prediction.coding_job import prepare
+    from mixer.coding.job import prepare
 
     job.coding = prepare(args, model, job.predictor, *job.columns, world, job.say)
 
@@ -247,7 +246,7 @@ def finish(job: Job) -> None:
     if any(sink.early for sink in job.sink_classes):  # all ranks: rank 0 commits, a failure ends every rank
         mdist.main_only(lambda: [sink.commit(job) for sink in job.sinks if sink.early], world)
     if world.is_main:
-        from mixer.prediction.target import language_note
+        from mixer.coding.target import language_note
 
         note = language_note(job.model, job.languages, f"--input {args.input}")  # one never trained with
         if note:
@@ -278,10 +277,6 @@ def fail(job: Job, exc: BaseException) -> None:
         sink.abort()
     if job.journal is not None:
         job.journal.remove()
-
-
-def no_rows(path: str) -> str:
-    return f"--input {path}: no rows below its header; nothing to predict"
 
 
 def count_languages(counts: dict, column, language: str, rows: int) -> None:

@@ -35,7 +35,7 @@ class OutputSink(Sink):
     def __init__(self, job):
         label = None
         if job.coding.provenance is not None:
-            from mixer.prediction.provenance import label as provenance_label
+            from mixer.coding.provenance import label as provenance_label
 
             label = provenance_label(job.coding.provenance)
         self.journal, self.args = job.journal, job.args
@@ -54,7 +54,7 @@ class OutputSink(Sink):
     def commit(self, job) -> None:
         coding, beside = job.coding, {}
         if coding.provenance is not None:  # renamed with the file, after it: never beside another
-            from mixer.prediction.provenance import sidecar_path, sidecar_text
+            from mixer.coding.provenance import sidecar_path, sidecar_text
 
             sidecar = sidecar_path(self.writer.path)
             beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": self.writer.rows})

@@ -112,7 +112,7 @@ def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Opti
     the weights written elsewhere ("run": the run directory, "thresholds_where": how
     their readers get thresholds, "measured_with": the run's Thresholds, which its
     figures were measured with). `coding`: the summary of the weights' scores
-    (mixer.training.scores.summarise) with "files", the card's path to them, or None."""
+    (mixer.coding.scores.summarise) with "files", the card's path to them, or None."""
     from mixer.reporting.metrics import Thresholds
 
     run = export["run"] if export else "RUN"
@@ -242,7 +242,7 @@ def _body(facts: dict, model: dict) -> list:
 
 def _coding(coding: dict) -> list:
     """Each head's share coded at the target accuracy on the scored rows, its temperature and
-    expected calibration error, and the plots (the run's end: mixer.training.scores)."""
+    expected calibration error, and the plots (the run's end: mixer.coding.scores)."""
     heads = [h for h, _ in HEADS if h in coding["heads"]]
     rows = " and ".join(f"{n:,} {name}" for name, n in coding["splits"].items())
     target = coding["target"]

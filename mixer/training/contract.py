@@ -80,7 +80,7 @@ class RunState:
 
     @property
     def coding(self):
-        """The end-of-run step on scored rows (mixer.training.scores.CodingStep), or None."""
+        """The end-of-run step on scored rows (mixer.coding.scores.CodingStep), or None."""
         return self._t.parts.coding
 
     # where it stands

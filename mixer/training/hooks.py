@@ -107,7 +107,7 @@ class TuneThresholds(Hook):
 
 
 class Scores(Hook):
-    """The per-row scores and what is derived from them (mixer.training.scores), and the
+    """The per-row scores and what is derived from them (mixer.coding.scores), and the
     --share-calibration rows they take in."""
 
     name = "scores and calibration"
@@ -169,7 +169,7 @@ def tune_thresholds(state, control, full: bool, stored_in: Optional[str] = None)
 def lacks_scores(state, directory: str) -> bool:
     """The directory holds no scores.parquet: rank 0 looks, every rank gets its answer
     (all ranks)."""
-    from mixer.training.scores import SCORES
+    from mixer.coding.scores import SCORES
 
     world = state.world
     missing = mdist.main_only(lambda: not os.path.exists(os.path.join(directory, SCORES)), world)
@@ -177,7 +177,7 @@ def lacks_scores(state, directory: str) -> bool:
 
 
 def write_scores(state, gathered: Optional[dict], directory: str, which: Optional[str]) -> Optional[dict]:
-    """The end-of-run step (mixer.training.scores.CodingStep) on gathered rows: the model
+    """The end-of-run step (mixer.coding.scores.CodingStep) on gathered rows: the model
     directory's files, written into it unless it is RUN/best/ (the keeper writes that
     whole), and returned (rank 0; None on the others)."""
     if gathered is None or state.coding is None:
@@ -210,8 +210,8 @@ def card_files(state, best: Optional[dict], where: str, stored: dict) -> tuple:
 
 def coding_summary(weights_dir: str, card_dir: str) -> Optional[dict]:
     """The scores of the weights in `weights_dir` as the card in `card_dir` shows them
-    (mixer.training.scores.read_summary, with the path from the card to their files)."""
-    from mixer.training.scores import read_summary
+    (mixer.coding.scores.read_summary, with the path from the card to their files)."""
+    from mixer.coding.scores import read_summary
 
     summary = read_summary(weights_dir)
     if summary is None:

@@ -61,7 +61,7 @@ class TrainParts:
     grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
     cal_loader: Optional[torch.utils.data.DataLoader] = None  # --share-calibration's rows, scored at the end
     cal_langs: Optional[np.ndarray] = None  # their languages
-    coding: Optional[object] = None  # the end-of-run step on the scored rows (mixer.training.scores.CodingStep)
+    coding: Optional[object] = None  # the end-of-run step on the scored rows (mixer.coding.scores.CodingStep)
 
 
 class TrainWindow:

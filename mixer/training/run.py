@@ -417,9 +417,9 @@ def parameter_groups(model: torch.nn.Module, learning_rate: float, head_lr_scale
 
 
 def coding_step(run_dir: str, config: RunConfig, formatter, sample, val_rows: int, full: bool):
-    """The end-of-run step on the scored rows (mixer.training.scores): which validation
+    """The end-of-run step on the scored rows (mixer.coding.scores): which validation
     rows chose something, the code system's levels, the user's breakdown columns."""
-    from mixer.training.scores import CodingStep, chose_mask
+    from mixer.coding.scores import CodingStep, chose_mask
 
     t = config.train
     tuned_on = None if not t.tune_threshold else "all" if full else "sample"

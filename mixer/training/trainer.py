@@ -274,7 +274,7 @@ class Trainer:
 
     def finish(self) -> bool:
         """The final evaluation, evaluation.csv, the per-row scores and what is derived from
-        them (mixer.training.scores), the tuned thresholds, the model. False when a stop
+        them (mixer.coding.scores), the tuned thresholds, the model. False when a stop
         signal interrupted the final evaluation: nothing final is written and the job
         continues with it."""
         full, p, control = self.parts.full_val_loader is not None, self.progress, self.control

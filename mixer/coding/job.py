@@ -41,7 +41,7 @@ class Coding:
     # ------------------------------------------------------------ rows
     def split_source(self, results: list) -> pd.DataFrame:
         """Several heads' tables side by side with one `source` column (the same for each)."""
-        from mixer.prediction.lookup import SOURCE
+        from mixer.coding.lookup import SOURCE
 
         sources = [r.pop(c) for r in results for c in list(r.columns) if c.endswith(SOURCE)]
         table = pd.concat(results, axis=1)
@@ -166,7 +166,7 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
 
     lookup = None
     if args.lookup:
-        from mixer.prediction.lookup import read_for
+        from mixer.coding.lookup import read_for
 
         # the run's input column is the description's by default; rank 0 alone says how it was read
         lookup = read_for(model, args.lookup, args.lookup_input_col, args.lookup_code_cols, language_col,
@@ -181,7 +181,7 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
         def choose():
             rows_to_code, rows = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
             if not rows:  # before any threshold is chosen for no rows
-                from mixer.prediction.predict_job import no_rows
+                from mixer.data.columns import no_rows
 
                 raise UserError(no_rows(args.input))
             chosen = {}
@@ -229,9 +229,8 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     """(the input's rows the model codes: those with a description, less those a lookup
     covers; the input's rows). A row without a description gets no code, so it is not one of
     the rows whose own accuracy the guarantee counts."""
+    from mixer.data.columns import blank_descriptions, text_column
     from mixer.data.reading import iter_chunks
-    from mixer.prediction.api import blank_descriptions
-    from mixer.prediction.outputs import text_column
 
     rows = total = 0
     for chunk in iter_chunks(args.input, args.chunk_size, options=args.table_options("input")):
@@ -251,7 +250,7 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
 
 def _provenance(args, predictor, lookup, targets: dict) -> dict:
     from mixer import __version__
-    from mixer.prediction import provenance
+    from mixer.coding import provenance
     from mixer.audit.draw import threshold_used
 
     return provenance.make({

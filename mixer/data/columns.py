@@ -1,5 +1,7 @@
 """Which columns a prediction job reads: written once, for predict.py, --calibrate, the
-lookup and the Python API (issue 43, "decided in one place").
+lookup and the Python API (issue 43, "decided in one place"); and its input's columns read
+as text (`text_column`, `blank_descriptions`, `no_rows`), for the job and the coding that
+counts its rows (mixer.coding.job) alike.
 
 The input column is the one asked for, else the run's. The language is one value for every
 row (asked for, else the run's, else 'unk') unless a language column is read: the one asked
@@ -31,3 +33,17 @@ def job_columns(config: dict, input_col: Optional[str] = None, language=None,
         language = config.get("language") or "unk"
     return JobColumns(input_col or config["input_col"], language_col, language,
                       list(config.get("context_cols") or []))
+
+
+def text_column(chunk, column: str):
+    """A column as strings (missing -> ''); the model's input recipe strips, or not."""
+    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
+
+
+def blank_descriptions(texts):
+    """Per row, whether its description is empty, spaces or missing."""
+    return texts.where(texts.notna(), "").astype(str).str.strip().eq("").to_numpy()
+
+
+def no_rows(path: str) -> str:
+    return f"--input {path}: no rows below its header; nothing to predict"

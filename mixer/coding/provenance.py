@@ -13,7 +13,7 @@
   file an option names (--code-descriptions, --calibration-data, --lookup) is recorded by
   its name, size and hash; `tables` holds every file's reading options (--sep, --encoding,
   --sheet, --header-row, --lookup-sep, ...). Under `columns`, the columns the job read as
-  mixer.prediction.columns decided them (the run's where an option was unset).
+  mixer.data.columns decided them (the run's where an option was unset).
 - its `id` (a hash of everything but `result`) in the file's own metadata where the format
   has room: Parquet's key-value metadata (key mixer_provenance), Stata's data label.
   CSV and Excel carry the sidecar alone.
@@ -74,8 +74,8 @@ def options_part(args) -> dict:
 
 
 def columns_part(args, predictor) -> dict:
-    """The columns the job read (mixer.prediction.columns): the run's where unset."""
-    from mixer.prediction.columns import job_columns
+    """The columns the job read (mixer.data.columns): the run's where unset."""
+    from mixer.data.columns import job_columns
 
     return job_columns(predictor.config, args.input_col, args.language, args.language_col)._asdict()
 

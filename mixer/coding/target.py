@@ -111,7 +111,7 @@ class Target:
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
         """(each row's level: the length of the codes it is given, or 0 for a check; the raw
         confidence of the codes at that level). No threshold: every row is a check."""
-        from mixer.prediction.predict import CONFIDENCE, LEVEL_CONFIDENCE as AT
+        from mixer.coding.confidence import CONFIDENCE, LEVEL_CONFIDENCE as AT
 
         limit = np.inf if self.threshold is None else self.threshold
         confidence = table[CONFIDENCE].to_numpy(dtype=np.float64)
@@ -156,7 +156,7 @@ def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFr
     level cut to it (prob_k empty), `level` and `level_confidence_raw` (raw scale, the
     threshold's: LEVEL_CONFIDENCE)."""
     from mixer.coding.levels import prefix_set
-    from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
+    from mixer.coding.confidence import LEVEL_CONFIDENCE as AT
 
     level, given = target.levels_given(table)
     out = table.drop(columns=[AT.format(length) for length in target.levels])
@@ -696,7 +696,7 @@ def _by_level(probe: Target, table: pd.DataFrame, truth: list, predicted: list) 
     raw confidence, and whether its codes cut to that level are right), as
     mixer.coding.guarantee.level_counts reads them. A row whose codes have no coarser class
     (HISCO's -1..-3) never passes a prefix level, as Target.levels_given has it."""
-    from mixer.prediction.predict import LEVEL_CONFIDENCE as AT
+    from mixer.coding.confidence import LEVEL_CONFIDENCE as AT
 
     right = right_by_level(truth, predicted, probe.levels, probe.full_length)
     confidences = [table["confidence"].to_numpy(dtype=np.float64)]

@@ -146,7 +146,7 @@ def model_target_cols(predictor) -> list:
     <system>_1.. (as its training data and its --columns occcanine output name them)."""
     import yaml
 
-    from mixer.prediction.outputs import system_name
+    from mixer.models.occcanine import system_name
 
     directory = predictor.config.get("model_dir")
     for folder in ([directory, os.path.dirname(os.path.normpath(directory))] if directory else []):

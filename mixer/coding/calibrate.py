@@ -2,7 +2,7 @@
 MODEL --calibrate` (docs/coding.md, "Calibrating an existing model").
 
 It predicts labelled rows that chose nothing with each head asked for (the run's
-held-out rows, mixer.prediction.target.run_rows, or --calibration-data). It fits a
+held-out rows, mixer.coding.target.run_rows, or --calibration-data). It fits a
 temperature and a bias per head (mixer.coding.calibration.fit_scaling) and writes
 calibration.json, with a reliability diagram per head, into the model's directory. The
 scaling is monotone: it changes no code and no ranking, only the confidence a user reads,
@@ -22,10 +22,10 @@ from mixer.core.programs import PredictConfig
 CALIBRATED_HEADS = ("flat", "seq2seq")
 
 
-def calibrate_main(args: PredictConfig) -> int:
-    from mixer.prediction.api import Model
-    from mixer.prediction.predict import Predictor
-
+def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
+    """predictor_class and model_class: mixer.prediction's Predictor and Model, given by the
+    program (mixer.cli.entrypoints), which loads through them once the options are checked:
+    the coding sits below prediction and asks of the model only what it does."""
     for flag, value in (("--input", args.input), ("--output", args.output), ("--target-accuracy", args.target_accuracy),
                         ("--lookup", args.lookup), ("--to-check", args.to_check), ("--audit", args.audit)):
         if value:
@@ -41,9 +41,9 @@ def calibrate_main(args: PredictConfig) -> int:
                         "--precision (calibration does not move a threshold, which --target-accuracy chooses "
                         "again at any precision)")
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    predictor = Predictor.load(args.checkpoint, None, args.precision, args.force_precision, log=log, tf32=args.tf32,
-                               announce=print)
-    model = Model(predictor, args.checkpoint)
+    predictor = predictor_class.load(args.checkpoint, None, args.precision, args.force_precision, log=log,
+                                     tf32=args.tf32, announce=print)
+    model = model_class(predictor, args.checkpoint)
     model_dir = predictor.config.get("model_dir")
     if not model_dir:
         raise UserError(f"--calibrate writes calibration.json into the model's directory; --checkpoint "
@@ -128,9 +128,8 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
 
 
 def labelled_rows(args, model, predictor):
-    from mixer.prediction import target as targets
-
-    from mixer.prediction.columns import job_columns
+    from mixer.coding import target as targets
+    from mixer.data.columns import job_columns
 
     config = predictor.config
     if not args.calibration_data:
@@ -147,7 +146,7 @@ def fit(predictor, heads: list, rows, batch_size: int) -> tuple:
     head's temperature and bias fit on `rows`, predicted at the model's own thresholds and
     top-k (those predict.py applies the calibration at)."""
     from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram, unfit_reason
-    from mixer.prediction.target import code_sets
+    from mixer.coding.target import code_sets
 
     entries, diagrams, lines, unfit = {}, {}, [], []
     for head in heads:
