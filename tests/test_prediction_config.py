@@ -44,6 +44,16 @@ def test_every_field_of_the_configuration_is_recorded_or_said_why_not():
     assert set(provenance.options_part(PredictConfig())) == RECORDED  # generated: each recorded field is there
 
 
+def test_provenance_keeps_the_name_users_were_given():
+    """docs/coding.md gave users `from mixer.prediction import provenance; provenance.read(path)`;
+    the module moved into the coding feature (mixer.coding.provenance), and the old name reads
+    sidecars as the new one does."""
+    from mixer.coding import provenance as moved
+    from mixer.prediction import provenance
+
+    assert provenance.read is moved.read and provenance.UNRECORDED is moved.UNRECORDED
+
+
 def test_the_sidecar_records_what_made_the_file(run_dir, common_csv, tmp_path):
     """Issue 42 item 3: --output a/out.csv and b/out.csv --input-col hisco_1 --language da
     wrote byte-identical sidecars; --what probs, --alternatives and --columns occcanine said
