@@ -133,11 +133,12 @@ def read_for(model, path: str, input_col: Optional[str] = None, code_cols=None, 
     context columns, its key and its target columns. input_col: --lookup-input-col;
     default_input_col: the prediction's input column (default: the model's). log: how the
     file was read; note: the line on codes the key lacks (default: log)."""
+    from mixer.data.columns import job_columns
+
     predictor = model._predictor
-    config = predictor.config
+    columns = job_columns(predictor.config, default_input_col, None, language_col)  # the job's rule
     return read_lookup(path, options or TableOptions(role="lookup"), predictor.formatter,
-                       default_input_col or config["input_col"], language_col or config.get("language_col"),
-                       list(config.get("context_cols") or []), input_col, code_cols, log=log,
+                       columns.input_col, columns.language_col, columns.context_cols, input_col, code_cols, log=log,
                        key=predictor.codes, target_cols=model_target_cols(predictor), note=note)
 
 

@@ -603,7 +603,7 @@ class Model:
             note = self._language_note(langs, "lang")
             if note:
                 print(note, file=sys.stderr)
-        columns = self._predictor.config.get("context_cols") or []
+        columns = job_columns(self._predictor.config).context_cols  # the job's rule: the run's own
         if context is not None and not columns:
             raise UserError("context= was given but this model reads no context columns; leave it out")
         frame = None
