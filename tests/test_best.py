@@ -137,7 +137,7 @@ def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(refe
 def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_path, capsys):
     import mixer
     from mixer.core.config import RunConfig
-    from mixer.models.sources import describe_start
+    from mixer.models.sources import resolve_start
 
     out, _ = reference
     texts = ["farmer", "fisherman", "wine merchant"]
@@ -157,7 +157,7 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     assert first.startswith(f"model: {out}/best: the best evaluation of its run by val_loss")
     config = RunConfig()
     config.model.initial_checkpoint = str(out)  # a new run starts from the best too
-    assert describe_start(config).run_dir == os.path.join(str(out), "best")
+    assert resolve_start(config).run_dir == os.path.join(str(out), "best")
 
 
 @pytest.mark.parametrize("named", ["", "best", "best/model.safetensors"])

@@ -31,7 +31,7 @@ from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models import sources
-from mixer.models.sources import describe_start, light_tokeniser, resolve_new_heads
+from mixer.models.sources import light_tokeniser, resolve_new_heads, resolve_start
 from mixer.core.errors import UserError
 from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
@@ -68,7 +68,7 @@ def train(config: RunConfig) -> dict:
 
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
-    start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
+    start = resolve_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     # the flags left out, filled for this start (or as the run being resumed had them)
     resumed = previous_settings(run_dir)
     config, recipe = resolve_recipe(config, start, resumed)
