@@ -24,9 +24,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess
+from conftest import (ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess, fails,
+                      max_difference, run, torchrun_cmd)
 from mixer.core.errors import UserError
-from test_distributed import max_difference, run, torchrun_cmd
 
 # Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
 # its lowest at step 18 and rises after. It falls by 0.02 at step 16, by 0.01 at step 18:
@@ -243,8 +243,6 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
 
 
 def test_a_resume_with_another_metric_is_refused_before_anything_changes(reference, small_csv, tmp_path, capsys):
-    from test_bad_input import fails
-
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
     args = keep_args(small_csv, run_dir, "--batch-size", 8)
@@ -263,8 +261,6 @@ def without(args: list, flag: str, values: int = 1) -> list:
 
 def test_a_resume_that_would_measure_the_best_otherwise_is_refused_before_anything_changes(
         reference, small_csv, tmp_path, capsys):
-    from test_bad_input import fails
-
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
     fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--val-max-rows", 9),
@@ -330,7 +326,6 @@ def test_a_full_disk_is_one_line_and_leaves_the_files_as_they_were(reference, sm
     import safetensors.torch
 
     from mixer.core.io import disk_full
-    from test_bad_input import fails
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
@@ -364,7 +359,6 @@ def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(
     import socket
 
     from mixer.distributed import runlock
-    from test_bad_input import fails
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
