@@ -73,11 +73,11 @@ def built(run_dir: str):
     from mixer.core.config import RunConfig
     from mixer.core.recipe import resolve
     from mixer.data.prepare import load_prepared
-    from mixer.models.sources import build_model, describe_start, resolve_new_heads
+    from mixer.models.sources import build_model, resolve_new_heads, resolve_start
 
     with open(os.path.join(run_dir, "args.yaml"), encoding="utf-8") as handle:
         config = RunConfig.from_dict(yaml.safe_load(handle))
-    start = describe_start(config)
+    start = resolve_start(config)
     config, _ = resolve(config, start)
     config = resolve_new_heads(config, start)
     prepared = load_prepared(run_dir, with_text=False)

@@ -1,9 +1,12 @@
-"""Shared fixtures: small real data, tiny models, helpers to run the programs."""
+"""Shared fixtures and helpers, the one module every test file imports them from: small real
+data, tiny models, helpers to run the programs (one process or torchrun) and compare their
+results. A test file never imports another test file (tests/test_architecture.py holds it)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -151,3 +154,217 @@ def run_without(modules, script: str, *args, timeout: int = 300, check: bool = T
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+# ------------------------------------------------------------------ launches, and runs compared
+# Shared by the test files that launch programs under torchrun or compare two runs' results.
+def torchrun_cmd(nproc: int, *launcher_args) -> list:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            *launcher_args]
+
+
+def run(cmd, timeout=300, check=True, env=None):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env or env_for_subprocess())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+# Runs a program with every all-gather refused: what only rank 0 uses (evaluation rows,
+# prediction chunks and embeddings, RNG states, setup reports) is gathered to rank 0 alone.
+RANK0_GATHERS = """
+import runpy, sys
+import torch.distributed as dist
+
+def refused(*args, **kwargs):
+    raise AssertionError("all_gather_object: every rank would receive every rank's data")
+
+dist.all_gather_object = refused
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def rank0_gathers_cmd(nproc: int, script: str) -> list:
+    """torchrun of one of the programs, on one node, with all-gathers refused."""
+    return torchrun_cmd(nproc, "--standalone") + ["--no-python", sys.executable, "-c", RANK0_GATHERS,
+                                                  os.path.join(ROOT, script)]
+
+
+def start(cmd, env=None) -> subprocess.Popen:
+    """A program left running, its output read line by line (wait_for_line)."""
+    return subprocess.Popen(cmd, cwd=ROOT, env=env or env_for_subprocess(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def wait_for_line(proc, prefix: str) -> list:
+    """Read the process's output until a line starts with prefix (the run is training)."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(prefix):
+            return seen
+    raise AssertionError("".join(seen))
+
+
+def children(pid: int) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def weights(run_dir):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(run_dir, "model.safetensors"))
+
+
+def max_difference(a, b) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def val_metrics(run_dir) -> pd.DataFrame:
+    table = pd.read_csv(os.path.join(run_dir, "logs.csv"))
+    return table[[c for c in table.columns if c.startswith("val_")] + ["step"]]
+
+
+def assert_same_metrics(a, b):
+    left, right = val_metrics(a), val_metrics(b)
+    assert list(left.columns) == list(right.columns)
+    assert len(left) == len(right) == 2
+    assert left["val_rows"].tolist() == right["val_rows"].tolist() == [11, 11]  # every row once
+    np.testing.assert_allclose(left.to_numpy(float), right.to_numpy(float), atol=TRAINED_METRICS_ATOL, rtol=0)
+
+
+# ------------------------------------------------------------------ bad input
+def snapshot(directory) -> dict:
+    """Every file under a directory with its size and mtime."""
+    out = {}
+    if not os.path.exists(directory):
+        return out
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            stat = os.stat(path)
+            out[path] = (stat.st_size, stat.st_mtime_ns)
+    return out
+
+
+def fails(capsys, program, argv, *needles, watch=None):
+    """Run a program in-process on bad input: exit status 2, one line on stderr holding each
+    needle, no traceback, and `watch` (a directory) exactly as it was. Returns the line."""
+    from mixer.cli.entrypoints import finetune_main, predict_main, train_mixer_main
+    from mixer.cli.parsing import run_main
+
+    main = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}[program]
+    before = snapshot(watch) if watch else None
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(main, [str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert str(needle) in lines[0], lines[0]
+    if watch:
+        assert snapshot(watch) == before, "the run directory changed"
+    return lines[0]
+
+
+# ------------------------------------------------------------------ files and audits
+def write_xlsx(path, rows, sheet="data", before=None, formats_by_cell=None):
+    """rows[0] is the header; cells keep their Python types (str stays text)."""
+    import openpyxl  # requirements.txt installs it (the extra mixer[excel])
+
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    if before:
+        book.create_sheet(before)
+    sheet_ = book.create_sheet(sheet)
+    for row in rows:
+        sheet_.append(row)
+    for (row, column), number_format in (formats_by_cell or {}).items():
+        sheet_.cell(row=row, column=column).number_format = number_format
+    book.save(path)
+    return str(path)
+
+
+def bottom_k(keys: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the k smallest keys, smallest first: what an audit of k rows draws."""
+    if k >= len(keys):
+        return np.argsort(keys)
+    smallest = np.argpartition(keys, k)[:k]
+    return smallest[np.argsort(keys[smallest])]
+
+
+# ------------------------------------------------------------------ a run that chooses which predictions to use
+# Module-scoped: each test file that asks for them trains its own (docs/coding.md's tests).
+@pytest.fixture(scope="module")
+def common_csv(tmp_path_factory, toy_frame) -> str:
+    """240 rows of the example data's 40 most common titles, 6 each (a tiny model learns
+    them in seconds), a second code on the titles with 'and'."""
+    frame = toy_frame[toy_frame["hisco_1"].str.len() == 5]
+    common = frame["occ1"].value_counts().head(40).index
+    frame = frame[frame["occ1"].isin(common)].groupby("occ1").head(6).sample(frac=1, random_state=1).copy()
+    frame["hisco_2"] = np.where(frame["occ1"].str.contains(" and "), "99910", "")
+    path = tmp_path_factory.mktemp("common") / "common.csv"
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, common_csv):
+    """A tiny run of two code slots, as training leaves it (calibrated at its end)."""
+    from mixer.cli.entrypoints import finetune_main
+
+    run = tmp_path_factory.mktemp("coding") / "trained"
+    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
+                          "--share-val", "0.4", *TINY, "--max-steps", "60", "--batch-size", "16",
+                          "--seed", "4",  # its most confident held-out rows are right, as these tests need
+                          "--learning-rate", "5e-3"]) == 0
+    return str(run)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, trained):
+    """The run without its calibration (as a run of an earlier version, or an OccCANINE
+    model, is), with a scores.parquet whose first 5 validation rows chose something and the
+    others nothing (docs/coding.md)."""
+    run = tmp_path_factory.mktemp("coding") / "run"
+    shutil.copytree(trained, run)
+    os.remove(run / "calibration.json")
+    write_scores(run, chose=5)
+    return str(run)
+
+
+def write_scores(run, chose: int) -> pd.DataFrame:
+    """scores.parquet's documented columns, from the run's validation rows."""
+    val = pd.read_parquet(os.path.join(run, "data_val.parquet"))
+    truth = [" & ".join(sorted({str(c) for c in row if isinstance(c, str) and c}))
+             for row in val[["code_1", "code_2"]].astype(object).to_numpy()]
+    scores = pd.DataFrame({"row": np.arange(len(val)), "split": "val", "lang": val["lang"].astype(str),
+                           "text": val["text"].astype(str), "chose": np.arange(len(val)) < chose,
+                           "true_codes": truth})
+    scores.to_parquet(os.path.join(run, "scores.parquet"), index=False)
+    return scores
+
+
+# ------------------------------------------------------------------ OccCANINE's architecture at toy size
+@pytest.fixture(scope="module")
+def hisco_model(tmp_path_factory):
+    """A HISCO model in the hub layout and as a training checkpoint, and its reference
+    (tests/occcanine_reference.py)."""
+    from occcanine_reference import save_hisco_model
+
+    return save_hisco_model(tmp_path_factory.mktemp("occcanine"))

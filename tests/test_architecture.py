@@ -339,3 +339,38 @@ def test_every_table_is_read_by_the_one_reader():
     assert not bypass, f"tables read outside mixer.data.reading: {sorted(bypass)}"
     assert set(found) == set(OWN_FILES), f"stale entries: {sorted(set(OWN_FILES) - set(found))}"
     assert len(table_reads(os.path.join(ROOT, "mixer", "data", "reading.py"))) >= 4  # it sees reads
+
+
+# ------------------------------------------------------------------ the tests' own layering
+def names_of_test_files() -> set:
+    return {os.path.basename(path)[:-3] for path in python_files("tests")
+            if os.path.basename(path).startswith("test_")}
+
+
+def imported_test_modules(source: str, names: set) -> list:
+    """(line, module) of each import of a test file in `source`, at any depth: `import
+    test_x`, `from test_x import ...`, `from tests.test_x import ...`, `from . import test_x`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            dotted = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            dotted = [node.module or ""] + [f"{node.module or ''}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        matched = [name.strip(".") for name in dotted if set(name.split(".")) & names]
+        found += [(node.lineno, matched[0])] if matched else []
+    return found
+
+
+def test_no_test_file_imports_another():
+    """Shared fixtures and helpers live in tests/conftest.py (the OccCANINE reference model in
+    tests/occcanine_reference.py): a test file that imports another runs that file's module
+    code, shares its fixtures by import and ties two components' tests together."""
+    names = names_of_test_files()
+    found = [f"{os.path.relpath(path, ROOT)}:{line} imports {module}" for path in python_files("tests")
+             for line, module in imported_test_modules(open(path, encoding="utf-8").read(), names)]
+    assert not found, "move what is shared into tests/conftest.py:\n" + "\n".join(found)
+    assert "test_distributed" in names and len(imported_test_modules(  # it sees such imports
+        "import test_distributed\nfrom test_distributed import run\nfrom tests.test_distributed import run\n"
+        "from . import test_distributed\ndef f():\n    from test_distributed import run\n", names)) == 5

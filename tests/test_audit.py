@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TINY, TOY, assert_same_predictions, env_for_subprocess
+from conftest import ROOT, TINY, TOY, assert_same_predictions, bottom_k, env_for_subprocess
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
 from mixer.audit import train_on
@@ -25,7 +25,6 @@ from mixer.audit.verdicts import read_audit
 from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
 from mixer.core.errors import UserError
 from mixer.reporting.evaluation import group_order
-from test_audit_statistics import bottom_k
 
 
 def simulate_check(*argv):
@@ -690,7 +689,7 @@ def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path
     under the header, and in a workbook also the row Excel shows (docs/formats.md)."""
     from mixer.core.config import DataConfig
     from mixer.data.prepare import prepare
-    from test_formats import write_xlsx
+    from conftest import write_xlsx
 
     rows = [["occ1", "hisco_1", "audit", "audit_check"]] + [["farmer", "61110", "", ""]] * 4 + [
         ["smith", "83110", '{"id": "a"}', "c-0123456789ab"]]

@@ -10,17 +10,10 @@ import math
 import numpy as np
 import pytest
 
+from conftest import bottom_k
 from mixer.audit import statistics as stats
 
 DRAWS = 2000  # a coverage of at least 0.95 shows as at least 0.935 here but for 3 standard errors (0.0049)
-
-
-def bottom_k(keys: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the k smallest keys, smallest first: what an audit of k rows draws."""
-    if k >= len(keys):
-        return np.argsort(keys)
-    smallest = np.argpartition(keys, k)[:k]
-    return smallest[np.argsort(keys[smallest])]
 
 
 def binomial_pmf(n: int, p: np.ndarray) -> np.ndarray:

@@ -8,41 +8,9 @@ import os
 import pandas as pd
 import pytest
 
-from conftest import TINY
-from mixer.cli.entrypoints import finetune_main, predict_main, train_mixer_main
-from mixer.cli.parsing import run_main
+from conftest import TINY, fails
+from mixer.cli.entrypoints import finetune_main, predict_main
 from mixer.core.errors import UserError
-
-MAIN = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}
-
-
-def snapshot(directory) -> dict:
-    """Every file under a directory with its size and mtime."""
-    out = {}
-    if not os.path.exists(directory):
-        return out
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            stat = os.stat(path)
-            out[path] = (stat.st_size, stat.st_mtime_ns)
-    return out
-
-
-def fails(capsys, program, argv, *needles, watch=None):
-    before = snapshot(watch) if watch else None
-    with pytest.raises(SystemExit) as exit_info:
-        run_main(MAIN[program], [str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert str(needle) in lines[0], lines[0]
-    if watch:
-        assert snapshot(watch) == before, "the run directory changed"
-    return lines[0]
 
 
 def write(path, text):

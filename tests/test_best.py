@@ -1,12 +1,11 @@
-"""The best model, early stopping, the ETA and the model card (docs/training.md,
-"When to stop and what to keep").
+"""The best model and early stopping (docs/training.md, "When to stop and what to keep";
+the ETA and the model card have their own files, test_eta.py and test_card.py).
 
 One reference run, 2 processes under torchrun, keeps its best by val_loss and stops
 early on every rank. One process chooses the same best step, is killed between the
 training state's commit of that best and the best model's write, resumes in another
 layout and reaches the reference's best model and stop. The rules themselves (the
-verdict, the model directory's swap, the ETA, the Slurm line, the card) are tested as
-plain functions."""
+verdict, the model directory's swap) are tested as plain functions."""
 
 from __future__ import annotations
 
@@ -25,9 +24,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess
+from conftest import (ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, env_for_subprocess, fails,
+                      max_difference, run, torchrun_cmd)
 from mixer.core.errors import UserError
-from test_distributed import max_difference, run, torchrun_cmd
 
 # Every evaluation reads a sample of 8 of the 11 validation rows, on which val_loss falls to
 # its lowest at step 18 and rises after. It falls by 0.02 at step 16, by 0.01 at step 18:
@@ -137,7 +136,7 @@ def test_plain_progress_lines_say_where_the_run_is_and_how_long_it_has_left(refe
 def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_path, capsys):
     import mixer
     from mixer.core.config import RunConfig
-    from mixer.models.sources import describe_start
+    from mixer.models.sources import resolve_start
 
     out, _ = reference
     texts = ["farmer", "fisherman", "wine merchant"]
@@ -157,7 +156,7 @@ def test_predict_and_the_api_use_the_best_and_say_so(reference, small_csv, tmp_p
     assert first.startswith(f"model: {out}/best: the best evaluation of its run by val_loss")
     config = RunConfig()
     config.model.initial_checkpoint = str(out)  # a new run starts from the best too
-    assert describe_start(config).run_dir == os.path.join(str(out), "best")
+    assert resolve_start(config).run_dir == os.path.join(str(out), "best")
 
 
 @pytest.mark.parametrize("named", ["", "best", "best/model.safetensors"])
@@ -244,8 +243,6 @@ def test_the_model_card_says_what_the_run_measured(reference, small_csv):
 
 
 def test_a_resume_with_another_metric_is_refused_before_anything_changes(reference, small_csv, tmp_path, capsys):
-    from test_bad_input import fails
-
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
     args = keep_args(small_csv, run_dir, "--batch-size", 8)
@@ -264,8 +261,6 @@ def without(args: list, flag: str, values: int = 1) -> list:
 
 def test_a_resume_that_would_measure_the_best_otherwise_is_refused_before_anything_changes(
         reference, small_csv, tmp_path, capsys):
-    from test_bad_input import fails
-
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
     fails(capsys, "finetune", keep_args(small_csv, run_dir, "--batch-size", 8, "--val-max-rows", 9),
@@ -331,7 +326,6 @@ def test_a_full_disk_is_one_line_and_leaves_the_files_as_they_were(reference, sm
     import safetensors.torch
 
     from mixer.core.io import disk_full
-    from test_bad_input import fails
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
@@ -365,7 +359,6 @@ def test_a_second_run_in_a_directory_is_refused_and_a_dead_runs_lock_taken_over(
     import socket
 
     from mixer.distributed import runlock
-    from test_bad_input import fails
 
     run_dir = tmp_path / "run"
     shutil.copytree(reference[0], run_dir)
@@ -599,140 +592,3 @@ def test_a_run_that_starts_over_removes_a_best_model_left_in_its_directory(tmp_p
         (tmp_path / leftover / "model.safetensors").write_text("old")
         discard_leftover(str(tmp_path), said.append)
         assert os.listdir(tmp_path) == [] and "removed" in said[-1]
-
-
-def test_the_eta_counts_measured_steps_and_evaluations_and_every_job():
-    from mixer.reporting.eta import Eta
-
-    now = [100.0]
-    eta = Eta(step=10, elapsed_before=50.0, early_stopping=False, clock=lambda: now[0])
-    now[0] += 20  # 10 steps in 20 s
-    reading = eta.reading(20, 110, 1.5, 4, evaluations_left=3)
-    assert reading.remaining == pytest.approx(90 * 2.0) and not reading.evaluations_timed
-    assert reading.where() == "20/110 steps, epoch 2/4"
-    assert reading.when() == "elapsed 0:01:10, remaining 0:03:00 (evaluations not timed yet)"
-    eta.evaluated(30.0)  # an evaluation of 30 s, then 10 more steps in 20 s
-    now[0] += 50
-    reading = eta.reading(30, 110, 2.0, 4, evaluations_left=2)
-    assert reading.remaining == pytest.approx(80 * 2.0 + 2 * 30.0)
-    assert reading.elapsed == pytest.approx(120.0) and reading.epoch == 2  # the step that ended epoch 2
-    assert reading.scalars() == {"epoch": 2.0, "elapsed_s": 120.0, "remaining_s": pytest.approx(220.0)}
-    assert Eta(0, early_stopping=True, clock=lambda: now[0]).reading(0, 5, 0, 1, 1).when() == "elapsed 0:00:00"
-    eta = Eta(0, early_stopping=True, clock=lambda: now[0])
-    now[0] += 1
-    assert eta.reading(1, 2, 0.5, 1, 1).when().endswith(
-        "(evaluations not timed yet; early stopping may end it sooner)")
-    assert eta.reading(2, 2, 1.0, 1, 0).epoch == 1  # the end: the last epoch, not one more
-
-
-def test_under_slurm_the_estimate_is_compared_with_the_jobs_end(tmp_path):
-    from mixer.distributed.launch import slurm_job_end
-    from mixer.reporting.eta import slurm_line
-
-    assert slurm_job_end({"PATH": ""}) is None  # not in a job
-    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "1700000000"}, now=1600000000) == (
-        "7", 1700000000.0)
-    for stale in ("0", "1600000000", "N/A"):  # not in the future: ask squeue, here none
-        assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": stale, "PATH": ""}, now=1600000000) is None
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "squeue").write_text('#!/bin/sh\n[ "$*" = "-h -j 7 -o %e" ] && echo 2030-01-02T03:04:05\n')
-    (bin_dir / "squeue").chmod(0o755)
-    from datetime import datetime
-
-    expected = datetime(2030, 1, 2, 3, 4, 5).timestamp()
-    assert slurm_job_end({"SLURM_JOB_ID": "7", "PATH": str(bin_dir)}) == ("7", expected)
-    assert slurm_job_end({"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": "0", "PATH": str(bin_dir)}) == ("7", expected)
-    assert slurm_job_end({"SLURM_JOB_ID": "7", "PATH": str(bin_dir)}, now=expected + 1) is None  # past: none
-    assert slurm_job_end({"SLURM_JOB_ID": "8", "PATH": str(bin_dir)}) is None  # squeue printed nothing
-    fits = slurm_line(3600, 10_000, 0, "7", False)
-    assert fits == ("Slurm job 7: 2:46:40 left until its time limit, 2:44:40 until the time-limit signal of "
-                    "scripts/slurm_*.sbatch (--signal=B:USR1@120); this run needs about 1:00:00 more: it "
-                    "should end in this job")
-    assert slurm_line(3600, 10_000, 0, "7", False, False).endswith(
-        "this run needs about 1:00:00 more and its evaluations: it should end in this job")
-    assert "the signal comes first" in slurm_line(9_950, 10_000, 0, "7", False)  # before the limit, after the signal
-    late = slurm_line(19_760, 10_000, 0, "7", True)
-    assert "the signal comes first, after about 50% of it (unless early stopping ends the run sooner)" in late
-    assert "continues only when the job is requeued" in late and "--requeue" in late
-
-
-def card_facts() -> dict:
-    return {"name": "r", "version": "0.2.0",
-             "data": {"files": [("d.csv", "ab")], "rows": {"train": 90, "val": 10}, "digest": "cd",
-                      "languages": {"en": 50, "da": 40}, "input_col": "occ1",
-                      "context_cols": [], "system": "hisco", "block_size": 5, "codes_per_row": 2,
-                      "key_size": 1919},
-             "start": {"encoder": "OccCANINE hub x", "kind": "occcanine", "origin": "Christianvedel/OccCANINE_s2s_mix",
-                       "family": "occcanine"},
-             "job": {"command": "python finetune.py --dataset d.csv", "launch": None, "layout": "8 (...)",
-                     "recipe": "recipe: x", "precision": "fp32", "weight_decay": 0.01, "evaluated_rows": 10,
-                     "eval_noise": 0, "keep_best": None, "patience": None, "min_delta": 0.0}}
-
-
-def test_a_card_leaves_out_what_the_run_did_not_measure():
-    from mixer.reporting.card import render
-    from mixer.reporting.metrics import Thresholds
-
-    facts = card_facts()
-    table = pd.DataFrame({"lang": ["all", "all", "da", "da", "en", "en"], "head": ["flat", "seq2seq"] * 3,
-                          "digits": [5] * 6, "n": [10, 10, 4, 4, 6, 6],
-                          "accuracy": [0.5, 0.4, 0.25, 0.5, 0.6667, 0.3333]})
-    model = {"which": "last", "where": "runs/r", "step": 30, "place": [3, 0],
-             "metrics": {"val_rows": 10, "val_loss": 1.25, "val_flat_accuracy": 0.5},
-             "table": table.to_csv(index=False), "thresholds": Thresholds.of(0.31, {"da": 0.24}),
-             "thresholds_origin": "the starting model's", "other": None,
-             "progress": {"step": 30, "total_steps": 30, "planned_epochs": 3, "epochs": 3.0, "stop_reason": None,
-                          "elapsed": 0.0, "ended": True}}
-    text = render(facts, model)
-    meta = yaml.safe_load(text.split("---\n")[1])
-    assert meta["base_model"] == "Christianvedel/OccCANINE_s2s_mix" and meta["language"] == ["da", "en"]
-    assert [m["name"] for m in meta["model-index"][0]["results"][0]["metrics"]] == ["flat head accuracy"]
-    assert "noised" not in text.split("## Validation metrics")[1].split("By language")[0]
-    assert "| loss | 1.2500 |" in text and "| flat head accuracy | 0.5000 |" in text
-    assert "| da | 4 | 0.2500 | 0.5000 |" in text and "| en | 6 | 0.6667 | 0.3333 |" in text
-    assert "above 0.31 (by language: da 0.24), no code forced (OccCANINE's rule)" in text
-    assert "optimistically" not in text and "of training" not in text  # the last step's; no time measured
-    assert "Training ended at step 30 of 30 planned, 3.00 of 3 epochs: the planned end." in text
-    one_language = render(dict(facts, data=dict(facts["data"], languages={"unk": 100})),
-                          dict(model, table=table[table["lang"] != "da"].to_csv(index=False)))
-    assert "By language" not in one_language and "language:" not in one_language.split("---")[1]
-
-
-def test_a_card_names_every_job_that_trained_the_weights_and_the_schedule_as_resumed():
-    """Two jobs in two layouts, each reading other validation rows, then a third that trained
-    nothing (a stopped run run again with another patience); torchrun; a path with spaces."""
-    from mixer.reporting.card import model_card
-
-    facts = card_facts()
-    first = dict(facts["job"], command="python finetune.py --batch-size 16 --stop-at-step 20", from_step=0,
-                 layout="16 (1 process(es) x 16 rows x 1 accumulation step(s))", evaluated_rows=200,
-                 keep_best="val_loss", patience=2)
-    second = dict(first, command="python finetune.py --batch-size 32 --val-max-rows 800", from_step=20,
-                  layout="32 (1 process(es) x 32 rows x 1 accumulation step(s))", evaluated_rows=800)
-    again = dict(second, command="python finetune.py --batch-size 32 --early-stopping-patience 5", patience=5,
-                 from_step=30)
-    progress = {"step": 30, "total_steps": 30, "planned_epochs": 1, "epochs": 1.0, "elapsed": 0.0, "ended": True,
-                "stop_reason": "early stopping: val_loss did not improve on 1.0000 (step 24, epoch 1) in 2 "
-                               "evaluation(s)", "jobs": [first, second, again]}
-    last = {"step": 30, "place": [1, 0], "metrics": {"val_rows": 800, "val_loss": 1.5}}
-    text = model_card(facts, "/tmp/r28/sp ace/run 1", {}, progress, None, last)
-    assert "Made by 2 jobs, each continuing from the training state the one before saved:" in text
-    assert ("Steps 0 to 20:\n\n```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\n"
-            "Steps 20 to 30:\n\n```bash\npython finetune.py --batch-size 32 --val-max-rows 800\n```") in text
-    assert "patience 5" not in text and "after 5 evaluation(s)" not in text  # the job that trained nothing
-    assert "| best model | kept by val_loss; early stopping after 2 evaluation(s) without an improvement" in text
-    assert "| length | 1 epoch(s) planned, 30 steps;" in text and "at step 30 of 30 planned" in text
-    assert "(each evaluation reads 200 (steps 0 to 20); 800 (steps 20 to 30))" in text
-    assert ("| batch | 16 (1 process(es) x 16 rows x 1 accumulation step(s)); precision fp32, weight decay 0.01 "
-            "(steps 0 to 20); 32 (1 process(es)") in text
-    assert "python predict.py --checkpoint '/tmp/r28/sp ace/run 1' --input" in text
-    assert 'mixer.load("/tmp/r28/sp ace/run 1")' in text
-    # a requeued job with the same command is the same job; several processes say how they ran
-    launched = dict(first, launch="launched by torchrun as 2 processes (1 node(s) x 2)")
-    progress = dict(progress, step=20, total_steps=40, jobs=[launched, dict(launched, from_step=12)])
-    text = model_card(facts, "runs/r", {}, progress, None, dict(last, step=20, place=[0, 320]))
-    assert "Made by" not in text and "Steps 0 to" not in text
-    assert ("```bash\npython finetune.py --batch-size 16 --stop-at-step 20\n```\n\nLaunched by torchrun as 2 "
-            "processes (1 node(s) x 2): each process ran this command.") in text
-    assert "The weights of the run's last step, step 20 (epoch 1)." in text

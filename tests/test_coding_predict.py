@@ -13,57 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TINY
+from conftest import TINY, write_scores
 from mixer.cli.entrypoints import finetune_main, predict_main
 from mixer.core.errors import UserError
-
-
-@pytest.fixture(scope="module")
-def common_csv(tmp_path_factory, toy_frame) -> str:
-    """240 rows of the example data's 40 most common titles, 6 each (a tiny model learns
-    them in seconds), a second code on the titles with 'and'."""
-    frame = toy_frame[toy_frame["hisco_1"].str.len() == 5]
-    common = frame["occ1"].value_counts().head(40).index
-    frame = frame[frame["occ1"].isin(common)].groupby("occ1").head(6).sample(frac=1, random_state=1).copy()
-    frame["hisco_2"] = np.where(frame["occ1"].str.contains(" and "), "99910", "")
-    path = tmp_path_factory.mktemp("common") / "common.csv"
-    frame.to_csv(path, index=False)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, common_csv):
-    """A tiny run of two code slots, as training leaves it (calibrated at its end)."""
-    run = tmp_path_factory.mktemp("coding") / "trained"
-    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
-                          "--share-val", "0.4", *TINY, "--max-steps", "60", "--batch-size", "16",
-                          "--seed", "4",  # its most confident held-out rows are right, as these tests need
-                          "--learning-rate", "5e-3"]) == 0
-    return str(run)
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, trained):
-    """The run without its calibration (as a run of an earlier version, or an OccCANINE
-    model, is), with a scores.parquet whose first 5 validation rows chose something and the
-    others nothing (docs/coding.md)."""
-    run = tmp_path_factory.mktemp("coding") / "run"
-    shutil.copytree(trained, run)
-    os.remove(run / "calibration.json")
-    write_scores(run, chose=5)
-    return str(run)
-
-
-def write_scores(run, chose: int) -> pd.DataFrame:
-    """scores.parquet's documented columns, from the run's validation rows."""
-    val = pd.read_parquet(os.path.join(run, "data_val.parquet"))
-    truth = [" & ".join(sorted({str(c) for c in row if isinstance(c, str) and c}))
-             for row in val[["code_1", "code_2"]].astype(object).to_numpy()]
-    scores = pd.DataFrame({"row": np.arange(len(val)), "split": "val", "lang": val["lang"].astype(str),
-                           "text": val["text"].astype(str), "chose": np.arange(len(val)) < chose,
-                           "true_codes": truth})
-    scores.to_parquet(os.path.join(run, "scores.parquet"), index=False)
-    return scores
 
 
 @pytest.fixture
@@ -147,9 +99,6 @@ def test_occcanine_greedy_confidence_is_its_own(hisco_model):
     model = mixer.load(hisco_model["hub"])
     table = model.predict(["farmer", "fisherman and farmer", "smith"], lang="en", head="seq2seq")
     np.testing.assert_allclose(table["confidence"].to_numpy(), table["prob_1"].to_numpy())
-
-
-from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architecture at toy size)
 
 
 # ------------------------------------------------------------------ calibration
@@ -663,8 +612,7 @@ def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(run_dir, common
 
 # ------------------------------------------------------------------ N processes
 def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, common_csv, tmp_path):
-    from conftest import run_program
-    from test_distributed import rank0_gathers_cmd, run
+    from conftest import rank0_gathers_cmd, run, run_program
 
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.3", "--target-confidence",

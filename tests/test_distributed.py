@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import (ROOT, TINY, TRAINED_METRICS_ATOL, TRAINED_WEIGHTS_ATOL, assert_floats_close,
-                      assert_same_predictions, env_for_subprocess, run_program)
+                      assert_same_metrics, assert_same_predictions, children, env_for_subprocess,
+                      max_difference, rank0_gathers_cmd, run, run_program, torchrun_cmd, weights)
 
 # Short, with the default recipe: dropout 0.1 (keyed by the row, mixer.models.keyed_dropout),
 # a fixed seed, 6 optimizer steps. Training noise (spelling edits, and language "en" -> "unk")
@@ -35,68 +36,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun_cmd(nproc: int, *launcher_args) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            *launcher_args]
-
-
-def run(cmd, timeout=300, check=True, env=None):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env or env_for_subprocess())
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def weights(run_dir):
-    return load_file(os.path.join(run_dir, "model.safetensors"))
-
-
-def max_difference(a, b) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
-def val_metrics(run_dir) -> pd.DataFrame:
-    table = pd.read_csv(os.path.join(run_dir, "logs.csv"))
-    return table[[c for c in table.columns if c.startswith("val_")] + ["step"]]
-
-
-def assert_same_metrics(a, b):
-    left, right = val_metrics(a), val_metrics(b)
-    assert list(left.columns) == list(right.columns)
-    assert len(left) == len(right) == 2
-    assert left["val_rows"].tolist() == right["val_rows"].tolist() == [11, 11]  # every row once
-    np.testing.assert_allclose(left.to_numpy(float), right.to_numpy(float), atol=TRAINED_METRICS_ATOL, rtol=0)
-
-
 @pytest.fixture(scope="module")
 def single(tmp_path_factory, small_csv):
     """One process, batch 8: the reference."""
     out = str(tmp_path_factory.mktemp("single") / "run")
     run_program("finetune.py", "--dataset", small_csv, "--save-path", out, "--batch-size", 8, *EXACT)
     return out
-
-
-# Runs a program with every all-gather refused: what only rank 0 uses (evaluation rows,
-# prediction chunks and embeddings, RNG states, setup reports) is gathered to rank 0 alone.
-RANK0_GATHERS = """
-import runpy, sys
-import torch.distributed as dist
-
-def refused(*args, **kwargs):
-    raise AssertionError("all_gather_object: every rank would receive every rank's data")
-
-dist.all_gather_object = refused
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-def rank0_gathers_cmd(nproc: int, script: str) -> list:
-    """torchrun of one of the programs, on one node, with all-gathers refused."""
-    return torchrun_cmd(nproc, "--standalone") + ["--no-python", sys.executable, "-c", RANK0_GATHERS,
-                                                  os.path.join(ROOT, script)]
 
 
 @pytest.fixture(scope="module")
@@ -350,19 +295,6 @@ def test_a_killed_rank_ends_every_process(small_csv, tmp_path):
     assert all(not os.path.exists(f"/proc/{pid}") or _is_zombie(pid) for pid in workers)
     assert "exitcode  : -9" in rest or "Signal 9" in rest or "SIGKILL" in rest, rest[-2000:]
 
-
-def children(pid: int) -> list:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def _is_zombie(pid: int) -> bool:

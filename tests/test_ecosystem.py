@@ -12,8 +12,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, env_for_subprocess, run_program
-from test_distributed import max_difference, run, torchrun_cmd
+from conftest import ROOT, TINY, env_for_subprocess, max_difference, run, run_program, torchrun_cmd
 
 SHORT = ["--max-steps", "4", "--batch-size", "8", "--share-val", "0.09", "--dropout", "0",
          "--seed", "2", *TINY]

@@ -16,31 +16,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, TINY, TOY as TOY_DATA, env_for_subprocess, run_program
-from test_distributed import children, max_difference, torchrun_cmd
+from conftest import (ROOT, TINY, TOY as TOY_DATA, children, env_for_subprocess, max_difference, run_program, start,
+                      torchrun_cmd, wait_for_line)
 
 EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09", "--language", "en",
          "--target-cols", "hisco_1", "hisco_2", *TINY]
 
 
-def start(cmd, env=None) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=ROOT, env=env or env_for_subprocess(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
 def finetune_cmd(csv, run_dir, *extra) -> list:
     return [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", csv,
             "--save-path", str(run_dir), *EXACT, *map(str, extra)]
-
-
-def wait_for_line(proc, prefix: str) -> list:
-    """Read the process's output until a line starts with prefix (the run is training)."""
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith(prefix):
-            return seen
-    raise AssertionError("".join(seen))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, TINY, env_for_subprocess, run_program
+from conftest import ROOT, TINY, env_for_subprocess, run_program, write_xlsx
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
 from mixer.data import formats
@@ -23,21 +23,6 @@ from mixer.data.reading import NUMERIC_COLUMNS, first_undecodable, iter_chunks, 
 from mixer.data.writing import OutputWriter
 
 import openpyxl  # noqa: E402  requirements.txt installs it (the extra mixer[excel])
-
-
-def write_xlsx(path, rows, sheet="data", before=None, formats_by_cell=None):
-    """rows[0] is the header; cells keep their Python types (str stays text)."""
-    book = openpyxl.Workbook()
-    book.remove(book.active)
-    if before:
-        book.create_sheet(before)
-    sheet_ = book.create_sheet(sheet)
-    for row in rows:
-        sheet_.append(row)
-    for (row, column), number_format in (formats_by_cell or {}).items():
-        sheet_.cell(row=row, column=column).number_format = number_format
-    book.save(path)
-    return str(path)
 
 
 def xlsx_cells(path) -> list:

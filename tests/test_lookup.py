@@ -178,11 +178,8 @@ def test_canine_reads_case_apart_and_occcanine_reads_as_its_rule(hisco_model, tm
     assert occ.predict(["farmer", "smith"], lang="en", lookup=lookup)["source"].tolist() == ["lookup", "model"]
 
 
-from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architecture at toy size)
-
-
 def test_the_lookup_reading_line_is_printed_once_under_torchrun(bert_run, rows_csv, tmp_path):
-    from test_distributed import rank0_gathers_cmd, run
+    from conftest import rank0_gathers_cmd, run
 
     lookup = write(tmp_path / "dict.csv", pd.DataFrame({"occ1": ["farmer"], "hisco_1": ["6111"]}))
     proc = run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", "--checkpoint", bert_run, "--input", rows_csv,

@@ -5,7 +5,8 @@ import torch
 
 from mixer.data.formatter import PAD, CodeFormatter
 from mixer.prediction.heads import ranked_codes
-from mixer.reporting.metrics import MIN_TUNE_ROWS, Thresholds, MetricSums, code_sets, decoded_blocks, decoded_codes
+from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, Thresholds, decoded_blocks, decoded_codes,
+                                    multi_hot_and_unknown)
 
 
 def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
@@ -22,7 +23,7 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
     assert [sorted(c for c in row if c) for row in predicted] == [["64", "99"], ["11", "99"]]
 
     seq_codes = decoded_codes(tokens, f)
-    hot, unknown = code_sets(seq_codes, {"11": 0, "64": 1}, 2, "cpu")
+    hot, unknown = multi_hot_and_unknown(seq_codes, {"11": 0, "64": 1}, 2, "cpu")
     assert unknown.tolist() == [1, 1] and hot.tolist() == [[0, 1], [1, 0]]
     labels = torch.tensor([[1, -1, -1], [0, -1, -1]])
     sums = MetricSums("cpu")

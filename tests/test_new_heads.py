@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, run_program
-from test_distributed import assert_same_metrics, max_difference, run, torchrun_cmd, weights
-from test_occcanine import TEXTS, hisco_model  # noqa: F401 - the fixture
+from conftest import (ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, assert_same_metrics, max_difference, run,
+                      run_program, start, torchrun_cmd, wait_for_line, weights)
+from occcanine_reference import TEXTS
 
 # dropout on (the recipe's 0.1 in the encoder, and 0.1 in the new heads too, which the recipe
 # leaves at 0: keyed by the row, mixer.models.keyed_dropout) and a fixed seed; training noise
@@ -31,13 +31,13 @@ FAST = ["--only-encoder", "--head-dropout", "0.1", "--seed", "5", "--max-steps",
         "--log-interval", "1", "--save-interval", "1"]
 
 
-def fast_cmd(small_csv, hisco_model, run_dir, *extra) -> list:  # noqa: F811
+def fast_cmd(small_csv, hisco_model, run_dir, *extra) -> list:
     return ["--dataset", small_csv, "--initial-checkpoint", hisco_model["bin"], *FAST,
             "--save-path", run_dir, *map(str, extra)]
 
 
 @pytest.fixture(scope="module")
-def fast_run(tmp_path_factory, small_csv, hisco_model):  # noqa: F811
+def fast_run(tmp_path_factory, small_csv, hisco_model):
     """One process, batch 8, each micro-batch padded whole: the reference."""
     out = tmp_path_factory.mktemp("fast") / "run"
     proc = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, out, "--batch-size", 8,
@@ -57,10 +57,8 @@ def test_new_heads_read_only_the_characters_by_default(fast_run):
 
 
 @pytest.mark.floats
-def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small_csv, hisco_model,  # noqa: F811
+def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small_csv, hisco_model,
                                                                  tmp_path):
-    from test_faults import start, wait_for_line
-
     reference = weights(fast_run[0])
     grouped = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, tmp_path / "grouped",
                                                    "--batch-size", 8, "--length-groups", 3))
@@ -117,7 +115,7 @@ def test_the_export_refuses_fast_heads_naming_the_option(fast_run, tmp_path):
     assert not out.exists()  # nothing written
 
 
-def test_a_run_from_before_the_choice_keeps_reading_every_position(fast_run, small_csv, hisco_model,  # noqa: F811
+def test_a_run_from_before_the_choice_keeps_reading_every_position(fast_run, small_csv, hisco_model,
                                                                    tmp_path):
     """A config.json without decoder_reads_padding and an args.yaml without new_heads are
     of a run whose new heads were OccCANINE's form: predicted, exported and resumed so."""
@@ -145,7 +143,7 @@ def test_a_run_from_before_the_choice_keeps_reading_every_position(fast_run, sma
 
 
 def test_the_choice_is_refused_where_there_are_no_new_heads_on_occcanine_s_encoder(
-        small_csv, hisco_model, tmp_path):  # noqa: F811
+        small_csv, hisco_model, tmp_path):
     from conftest import TINY
 
     cases = {

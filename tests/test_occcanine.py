@@ -1,7 +1,7 @@
 """OccCANINE's published models: read, predicted with exactly, fine-tuned, exported.
 
-The models here are built by this file from the documented architecture
-(../shared/OCCCANINE.md) with generated weights and a small CANINE, and
+The models here are built from the documented architecture (../shared/OCCCANINE.md;
+tests/occcanine_reference.py) with generated weights and a small CANINE, and
 predicted with by a reference written here: sequence-first tensors, the whole
 prefix decoded again at every greedy step, the input string built by hand.
 mixer must give the same codes in the same order, probabilities and embeddings
@@ -10,7 +10,6 @@ within the suite's float tolerance (conftest.FLOATS)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 
@@ -19,61 +18,15 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from safetensors.torch import save_file
-from torch import nn
 
 from conftest import ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, env_for_subprocess, run_program, run_without
+from occcanine_reference import TEXTS, Reference
 from mixer.core.errors import UserError
 
-SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, num_hash_buckets=512, num_hash_functions=4,
-                    downsampling_rate=4, upsampling_kernel_size=4)
 THRESHOLDS = {"en": 0.26, "da": 0.24, "unk": 0.31}
-TEXTS = ["farmer", "Agricultural Labourer", "wine and spirit merchant", "Bäcker und Müller",
-         "  fisherman  ", "smed, åbenrå", "engineer and fireman", "x" * 200, "coal miner's wife",
-         "FARMER & WIFE", "servant", ""]
 
 
 # ------------------------------------------------------------------ the reference
-class Reference(nn.Module):
-    """OccCANINE's mixer model as documented: names, shapes, sequence-first decoder."""
-
-    def __init__(self, codes: int, vocab: int):
-        from transformers import CanineConfig, CanineModel
-
-        super().__init__()
-        self.encoder = CanineModel(CanineConfig(**SMALL_CANINE))
-        hidden = SMALL_CANINE["hidden_size"]
-        self.linear_decoder = nn.Linear(hidden, codes)
-        self.decoder = nn.Module()
-        self.decoder.token_emb = nn.Module()
-        self.decoder.token_emb.embedding = nn.Embedding(vocab, hidden)
-        self.decoder.positional_encoding = nn.Module()
-        den = torch.exp(-torch.arange(0, hidden, 2) * math.log(10000) / hidden)
-        pos = torch.arange(0, 128).reshape(128, 1)
-        table = torch.zeros(128, hidden)
-        table[:, 0::2], table[:, 1::2] = torch.sin(pos * den), torch.cos(pos * den)
-        self.decoder.positional_encoding.register_buffer("pos_embedding", table.unsqueeze(1))
-        self.decoder.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(hidden, 8, hidden, 0.0), 3)
-        self.decoder.head = nn.Linear(hidden, vocab)
-
-    def encode(self, strings):
-        from transformers import CanineTokenizer
-
-        batch = CanineTokenizer()(strings, padding="max_length", max_length=128, truncation=True,
-                                  return_tensors="pt")
-        out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        return out.last_hidden_state, out.pooler_output
-
-    def decode(self, memory, tokens):  # memory (rows, M, d), tokens (rows, T) -> logits (rows, T, V)
-        hidden = memory.size(-1)
-        x = self.decoder.token_emb.embedding(tokens) * math.sqrt(hidden)
-        x = x.transpose(0, 1) + self.decoder.positional_encoding.pos_embedding[: tokens.size(1)]
-        causal = torch.triu(torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool), 1)
-        out = self.decoder.decoder(x, memory.transpose(0, 1), tgt_mask=causal)
-        return self.decoder.head(out).transpose(0, 1)
-
-
 HISCO_TOKEN = {str(c): c + 8 for c in range(-3, 10)}  # UNK 0, PAD 1, BOS 2, EOS 3, SEP 4
 SYMBOL = {v: k for k, v in HISCO_TOKEN.items()}
 
@@ -133,31 +86,6 @@ def reference_greedy(model, texts, lang):
                     conf += float(step[0].gather(1, seq[0, 1:, None]).prod())
             out.append(([], conf) if blank(texts[row]) else (codes, conf))
     return out
-
-
-@pytest.fixture(scope="module")
-def hisco_model(tmp_path_factory):
-    """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
-    from mixer.data.normalise import hisco_key
-
-    torch.manual_seed(11)
-    key = list(hisco_key()["code"])
-    model = Reference(len(key), 19).eval()
-    with torch.no_grad():  # decisive heads, so that real codes come out
-        model.decoder.head.weight.mul_(4)
-        model.decoder.head.bias[8:18] += 2.5
-        model.decoder.head.bias[1] += 1.0
-        model.linear_decoder.weight.mul_(6)
-    base = tmp_path_factory.mktemp("occcanine")
-    hub = base / "hub"
-    hub.mkdir()
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, hub / "model.safetensors")
-    (hub / "config.json").write_text(json.dumps({
-        "model_domain": "Multilingual_CANINE", "model_type": "seq2seq_mixer", "n_classes": 1918,
-        "num_classes_flat": 1919, "num_classes": [18] * 27, "dropout_rate": 0}))
-    torch.save({"model": state, "step": 0}, base / "last.bin")
-    return {"model": model, "key": key, "hub": str(hub), "bin": str(base / "last.bin"), "base": base}
 
 
 def assert_same_ranked(ours: pd.DataFrame, reference):
@@ -417,7 +345,7 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
 def test_fine_tuning_under_torchrun_learns_what_one_process_learns(hisco_model, hisco_rows, tmp_path):
     from safetensors.torch import load_file
 
-    from test_distributed import max_difference, run, torchrun_cmd
+    from conftest import max_difference, run, torchrun_cmd
 
     # the whole model fine-tuned with dropout on (keyed by the row): 0.1 in the encoder as the
     # recipe has it, and 0.1 in OccCANINE's decoder and flat head, which the recipe leaves at 0

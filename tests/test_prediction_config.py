@@ -17,8 +17,7 @@ import pytest
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
 from mixer.core.programs import PredictConfig
-from conftest import TINY
-from test_coding_predict import common_csv, run_dir, trained, write_scores  # noqa: F401 - the tiny run, as fixtures
+from conftest import TINY, write_scores
 
 # every field of PredictConfig that the sidecar records; a new field must be added here or to
 # provenance.UNRECORDED (with why it does not change the file), so that none is forgotten

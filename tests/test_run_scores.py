@@ -208,7 +208,7 @@ def test_the_end_of_a_run_writes_calibration_curves_and_a_card_that_shows_them(s
 @pytest.fixture(scope="module")
 def scored_two(tmp_path_factory, sourced_csv):
     """torchrun, one node, 2 processes of batch 4, with all-gathers refused (rank 0 gathers)."""
-    from test_distributed import rank0_gathers_cmd, run
+    from conftest import rank0_gathers_cmd, run
 
     out = str(tmp_path_factory.mktemp("scored-ddp") / "run")
     run(rank0_gathers_cmd(2, "finetune.py") + [

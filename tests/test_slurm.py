@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, TINY, TRAINED_WEIGHTS_ATOL, env_for_subprocess, run_program
-from test_distributed import max_difference, weights
+from conftest import ROOT, TINY, TRAINED_WEIGHTS_ATOL, env_for_subprocess, max_difference, run_program, weights
 
 EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "4", "--share-val", "0.09",
          "--target-cols", "hisco_1", "hisco_2", *TINY]

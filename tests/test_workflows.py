@@ -451,8 +451,6 @@ def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_t
 
 
 # ------------------------------------------------------------------ context for OccCANINE models
-from test_occcanine import hisco_model  # noqa: E402,F401  (OccCANINE's architecture at toy size)
-
 HOUSEHOLD = {("servant", "wife"): "1,1", ("servant", "son"): "1,2", ("farmer", "wife"): "2,1",
              ("farmer", "son"): "2,2", ("miner", "wife"): "3,1", ("miner", "son"): "3,2"}
 

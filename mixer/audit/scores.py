@@ -29,7 +29,7 @@ from mixer.core.errors import UserError
 from mixer.audit.verdicts import Audit
 from mixer.data.normalise import key_digit_width
 from mixer.audit import statistics as stats
-from mixer.reporting.evaluation import code_sets, cut, overall_label
+from mixer.reporting.evaluation import codes_in_columns, cut, overall_label
 
 WHOLE = "all"  # the level of the whole code set
 PLOTTED_STRATA = 30  # the most strata the picture shows (the largest; the table has every one)
@@ -39,8 +39,9 @@ def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
     """({level: each row's 1.0 (right), 0.0 (wrong) or nan (not checked)}, notes). A digit
     level needs the true codes of every row marked wrong: without them it is left out."""
     frame, design = audit.frame, audit.design
-    predicted = code_sets(frame, list(design.audit_code_columns), code_length)
-    truth = code_sets(frame, audit.true_columns, code_length) if audit.true_columns else [set()] * len(frame)
+    predicted = codes_in_columns(frame, list(design.audit_code_columns), code_length)
+    truth = (codes_in_columns(frame, audit.true_columns, code_length) if audit.true_columns
+             else [set()] * len(frame))
     verdict = np.asarray([np.nan if c is None else float(c) for c in audit.correct])
     notes = []
     levels = {}

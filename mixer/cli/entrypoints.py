@@ -66,10 +66,10 @@ def _train(config) -> int:
         # no torch on this path: preparation of millions of rows takes seconds
         from mixer.core.config import write_args
         from mixer.data.prepare import prepare_run_data
-        from mixer.models.sources import describe_start
+        from mixer.models.sources import resolve_start
         from mixer.data.transliterate import exactness_note
 
-        start = describe_start(config)
+        start = resolve_start(config)
         note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
         if note:
             print(note, file=sys.stderr)
@@ -208,11 +208,12 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
         if not heads:
             raise cli.UserError(f"--predictions {args.predictions}: no code_k columns; name the "
                                 "predicted columns with --pred-cols")
-    truth = evaluation.code_sets(frame, args.truth_cols, args.code_length)
+    truth = evaluation.codes_in_columns(frame, args.truth_cols, args.code_length)
     if not any(truth):
         raise cli.UserError(f"--predictions {args.predictions}: no row has a code in --truth-cols "
                             f"{' '.join(args.truth_cols)}; name the columns with the true codes")
-    predicted = {head: evaluation.code_sets(frame, cols, args.code_length) for head, cols in heads.items()}
+    predicted = {head: evaluation.codes_in_columns(frame, cols, args.code_length)
+                 for head, cols in heads.items()}
     if args.code_length is None and (note := evaluation.lost_zeros_note(truth, predicted)):
         print(note, file=sys.stderr)
     table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,

@@ -333,7 +333,7 @@ def run_stamp(cfg: DataConfig, seed: int, base=None, tokens: str = "mixer", type
         stamp["settings"]["tokens"] = tokens
         stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], tokens]).encode()).hexdigest()[:16]
     if base is not None:
-        stamp["settings"]["start"] = base.describe()
+        stamp["settings"]["start"] = base.fingerprint()
         stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
                                                     sort_keys=True).encode()).hexdigest()[:16]
     return stamp

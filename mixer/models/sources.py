@@ -2,7 +2,7 @@
 tool, or one of OccCANINE's models (mixer.models.occcanine); for training
 (--initial-checkpoint) and for prediction (--checkpoint, mixer.load) alike.
 
-`describe_start` says, before any model exists, what a training run starts from. That is its
+`resolve_start` says, before any model exists, what a training run starts from. That is its
 model family, how rows become its input (the input recipe), and, when
 the whole model is reused, the code layout and key the data must be prepared
 with. `build_model` then makes the model and loads the starting weights. The
@@ -179,7 +179,9 @@ class Base:
     codes: list  # the source's codes, in the order of its flat head
     descriptions: dict
 
-    def describe(self) -> dict:
+    def fingerprint(self) -> dict:
+        """What the prepared data's fingerprint keeps of this start: the code layout and a
+        digest of the key."""
         import hashlib
 
         return {"formatter": self.formatter.to_dict(),
@@ -218,7 +220,8 @@ class Start:
         return out
 
 
-def describe_start(config: RunConfig) -> Start:
+def resolve_start(config: RunConfig) -> Start:
+    """What the run starts from, checked before any data is prepared or model built."""
     model = config.model
     source = model.initial_checkpoint
     if not source:

@@ -41,7 +41,7 @@ STATISTICS = ("accuracy", "precision", "recall", "f1")
 SPECIAL = {"-1", "-2", "-3"}
 
 
-def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
+def codes_in_columns(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
     """Per row, the set of codes in `columns` (empty and missing cells left out), spelled
     as training spells them (mixer.data.normalise): with --code-length, digit codes shorter
     than it get their leading zeros back."""

@@ -125,7 +125,7 @@ def decoded_confidence(model, states, mask, codes_per_row: list, token_probs: to
     return confidence
 
 
-def code_sets(codes_per_row: list, code_index: dict, num_labels: int, device) -> tuple:
+def multi_hot_and_unknown(codes_per_row: list, code_index: dict, num_labels: int, device) -> tuple:
     """(multi-hot of the key's codes, count of distinct codes not in the key) per row."""
     hot = torch.zeros(len(codes_per_row), num_labels, device=device)
     unknown = torch.zeros(len(codes_per_row), dtype=torch.long, device=device)
@@ -172,7 +172,8 @@ class MetricSums:
         true_hot = multi_hot(labels, num_labels)
         index, _, chosen = flat_prediction(flat_probs, threshold, top_k, rules)
         flat_hot = torch.zeros_like(true_hot).scatter_(1, index, chosen.float())
-        seq_hot, seq_invalid = code_sets(seq_codes, code_index, num_labels, true_hot.device)
+        seq_hot, seq_invalid = multi_hot_and_unknown(seq_codes, code_index, num_labels,
+                                                     true_hot.device)
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
         if self.grid is not None:
             self._add_grid(flat_probs, true_hot, top_k, rules, groups)

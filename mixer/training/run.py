@@ -17,7 +17,7 @@ from mixer.distributed import runlock
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
-from mixer.core.config import RunConfig, config_for_file, epoch_number, write_args
+from mixer.core.config import RunConfig, TrainConfig, config_for_file, epoch_number, write_args
 from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
 from mixer.data.padding import InputPadding
 from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
@@ -31,7 +31,7 @@ from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
 from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models import sources
-from mixer.models.sources import describe_start, light_tokeniser, resolve_new_heads
+from mixer.models.sources import light_tokeniser, resolve_new_heads, resolve_start
 from mixer.core.errors import UserError
 from mixer.core.io import disk_full
 from mixer.distributed.gradsync import no_grad_sync, take_out_of_ddp
@@ -68,7 +68,7 @@ def train(config: RunConfig) -> dict:
 
 def _train(config: RunConfig, world: mdist.World) -> dict:
     run_dir = config.save_dir
-    start = describe_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
+    start = resolve_start(config)  # a fresh encoder, an earlier run or an OccCANINE model
     # the flags left out, filled for this start (or as the run being resumed had them)
     resumed = previous_settings(run_dir)
     config, recipe = resolve_recipe(config, start, resumed)
@@ -103,23 +103,25 @@ def _train_locked(config: RunConfig, world: mdist.World, start, recipe, starting
     if config.data.prepare_only:
         return {}
     precision = set_up_device(config, world)
+    # from here the training settings as this device runs them: args.yaml keeps --precision as asked
+    train_config = dataclasses.replace(config.train, precision=precision)
     key_codes = list(prepared.key["code"])
     model, encoder, token_ids = build_model(config, world, start, prepared.formatter, key_codes)
     collate = build_collator(config, world, start, prepared.formatter, key_codes, encoder, model)
-    noise = NoiseConfig(config.train.augmentation_prob, config.train.num_transformations,
-                        config.train.unk_lang_prob)
-    cfg = dataclasses.replace(config.train, precision=precision)
-    loaders = build_loaders(config, cfg, world, prepared, key_codes, token_ids, collate, noise)
+    noise = NoiseConfig(train_config.augmentation_prob, train_config.num_transformations,
+                        train_config.unk_lang_prob)
+    loaders = build_loaders(config, train_config, world, prepared, key_codes, token_ids, collate, noise)
     model, grad_sync = place_model(model, config, world)
-    schedule, optimizer, scheduler, learning_rate = build_optimization(model, cfg, world, loaders.sampler)
+    schedule, optimizer, scheduler, learning_rate = build_optimization(model, train_config, world,
+                                                                       loaders.sampler)
     parts = TrainParts(model=model, optimizer=optimizer, scheduler=scheduler, grad_sync=grad_sync,
                        schedule=schedule, thresholds=thresholds, **loaders.parts(),
-                       **run_facts(config, cfg, world, start, recipe, prepared, key_codes, encoder, schedule,
-                                   loaders, thresholds, thresholds_from))
-    trainer = build_trainer(config, cfg, world, parts, key_codes, encoder)
-    report_setup(world, config, cfg, loaders.sampler, trainer.total_steps, learning_rate, loaders.train_rows,
+                       **run_facts(config, train_config, world, start, recipe, prepared, key_codes, encoder,
+                                   schedule, loaders, thresholds, thresholds_from))
+    trainer = build_trainer(config, train_config, world, parts, key_codes, encoder)
+    report_setup(world, train_config, loaders.sampler, trainer.total_steps, learning_rate, loaders.train_rows,
                  loaders.val_rows, len(key_codes), encoder.source, model,
-                 [recipe.describe(), describe_noise(noise, prepared.train["lang"], config.train.eval_noise),
+                 [recipe.describe(), describe_noise(noise, prepared.train["lang"], train_config.eval_noise),
                   describe_groups(collate.groups, collate.padding),
                   f"flat threshold {thresholds.describe()}"]
                  + ([allocator.kept()] if allocator.kept() else []))
@@ -214,8 +216,8 @@ class Loaders:
                     noisy_full_val_loader=self.noisy_full_val, cal_loader=self.cal, cal_langs=self.cal_langs)
 
 
-def build_loaders(config: RunConfig, cfg, world: mdist.World, prepared, key_codes: list, token_ids,
-                  collate: Collator, noise: NoiseConfig) -> Loaders:
+def build_loaders(config: RunConfig, train_config: TrainConfig, world: mdist.World, prepared, key_codes: list,
+                  token_ids, collate: Collator, noise: NoiseConfig) -> Loaders:
     """The training loader (its own sampler) and the evaluation loaders: the validation
     sample, every validation row (--full-val-at-end), their noised copies (--eval-noise)
     and the calibration rows (--share-calibration), each row on one rank."""
@@ -233,30 +235,32 @@ def build_loaders(config: RunConfig, cfg, world: mdist.World, prepared, key_code
 
         codes, names = language_codes(frame["lang"])
         return RowInputs(caches[split], token_ids, store(split), codes, names, noise_config,
-                         config.train.seed, every_row=every_row, words=store("train"))
+                         train_config.seed, every_row=every_row, words=store("train"))
 
     train_labels = labels_of(prepared.train, key_codes, num_blocks)
     val_labels = labels_of(prepared.val, key_codes, num_blocks)
     train_set = RowDataset(inputs_of("train", prepared.train, noise), train_labels)
     val_set = RowDataset(inputs_of("val", prepared.val, NoiseConfig(0.0, 0, 0.0)), val_labels)
-    eval_noise = NoiseConfig(1.0, config.train.eval_noise, 0.0)
+    eval_noise = NoiseConfig(1.0, train_config.eval_noise, 0.0)
     noisy_val_set = (RowDataset(inputs_of("val", prepared.val, eval_noise, every_row=True), val_labels)
-                     if config.train.eval_noise else None)
+                     if train_config.eval_noise else None)
     cal_set = (RowDataset(inputs_of("cal", prepared.cal, NoiseConfig(0.0, 0, 0.0)),
                           labels_of(prepared.cal, key_codes, num_blocks)) if prepared.cal is not None else None)
 
-    sampler = StepSampler(len(train_set), cfg.batch_size, world.world_size, world.rank,
-                          cfg.grad_accum_steps, cfg.seed, resampled_rows(train_labels[:, 0], cfg))
+    sampler = StepSampler(len(train_set), train_config.batch_size, world.world_size, world.rank,
+                          train_config.grad_accum_steps, train_config.seed,
+                          resampled_rows(train_labels[:, 0], train_config))
     pin = world.device.startswith("cuda")
-    workers = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
+    workers = dict(num_workers=train_config.num_workers,
+                   persistent_workers=train_config.num_workers > 0,
                    pin_memory=pin, collate_fn=collate,
-                   worker_init_fn=ignore_stop_signals if cfg.num_workers else None)
+                   worker_init_fn=ignore_stop_signals if train_config.num_workers else None)
     # its own generator: making an iterator must not draw from the global RNG (exact resume)
     train_loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler,
-                                               generator=torch.Generator().manual_seed(cfg.seed),
+                                               generator=torch.Generator().manual_seed(train_config.seed),
                                                **dict(workers, collate_fn=collate.grouped))
-    eval_size = cfg.eval_batch_size or 2 * cfg.batch_size
-    sample = validation_sample(len(val_set), cfg.val_max_rows, cfg.seed)
+    eval_size = train_config.eval_batch_size or 2 * train_config.batch_size
+    sample = validation_sample(len(val_set), train_config.val_max_rows, train_config.seed)
 
     def val_loader_of(rows, dataset=val_set):  # this rank's share of `rows`: each row on one rank
         mine = rows[shard_indices(len(rows), world.world_size, world.rank)]
@@ -264,7 +268,7 @@ def build_loaders(config: RunConfig, cfg, world: mdist.World, prepared, key_code
                                            **workers)
 
     full_val_loader = (val_loader_of(np.arange(len(val_set)))
-                       if cfg.full_val_at_end and len(sample) < len(val_set) else None)
+                       if train_config.full_val_at_end and len(sample) < len(val_set) else None)
     return Loaders(
         sampler=sampler, train=train_loader, val=val_loader_of(sample), sample=sample,
         train_rows=len(train_set), val_rows=len(val_set),
@@ -276,20 +280,23 @@ def build_loaders(config: RunConfig, cfg, world: mdist.World, prepared, key_code
         cal_langs=None if prepared.cal is None else prepared.cal["lang"].astype(str).to_numpy())
 
 
-def build_optimization(model, cfg, world: mdist.World, sampler: StepSampler) -> tuple:
+def build_optimization(model, train_config: TrainConfig, world: mdist.World, sampler: StepSampler) -> tuple:
     """The schedule (counted in rows), AdamW and its learning-rate scheduler, and the
     peak learning rate (--scale-lr)."""
-    schedule = Schedule(sampler.rows_per_epoch, Layout(world.world_size, cfg.batch_size, cfg.grad_accum_steps),
-                        cfg.num_epochs, cfg.max_steps, cfg.warmup_steps, cfg.warmup_pct)
-    learning_rate = cfg.learning_rate * (sampler.global_batch_size / cfg.batch_size if cfg.scale_lr else 1)
-    optimizer = build_optimizer(model, learning_rate, cfg.head_lr_scale, cfg.weight_decay)
+    layout = Layout(world.world_size, train_config.batch_size, train_config.grad_accum_steps)
+    schedule = Schedule(sampler.rows_per_epoch, layout, train_config.num_epochs, train_config.max_steps,
+                        train_config.warmup_steps, train_config.warmup_pct)
+    scale = sampler.global_batch_size / train_config.batch_size if train_config.scale_lr else 1
+    learning_rate = train_config.learning_rate * scale
+    optimizer = build_optimizer(model, learning_rate, train_config.head_lr_scale, train_config.weight_decay)
     # a plain function (LambdaLR saves the state of callable objects): reads the schedule as resumed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule.factor(step))
     return schedule, optimizer, scheduler, learning_rate
 
 
-def run_facts(config: RunConfig, cfg, world: mdist.World, start, recipe, prepared, key_codes: list, encoder,
-              schedule: Schedule, loaders: Loaders, thresholds: Thresholds, thresholds_from: str) -> dict:
+def run_facts(config: RunConfig, train_config: TrainConfig, world: mdist.World, start, recipe, prepared,
+              key_codes: list, encoder, schedule: Schedule, loaders: Loaders, thresholds: Thresholds,
+              thresholds_from: str) -> dict:
     """TrainParts' fields of what the run stores and says of itself: config.json's
     content, the model card's facts, what evaluations are measured with, the end-of-run
     step on the scored rows."""
@@ -300,24 +307,24 @@ def run_facts(config: RunConfig, cfg, world: mdist.World, start, recipe, prepare
         model_extra=dict(model_extra(config, formatter, encoder.source, start, thresholds),
                          thresholds_from=thresholds_from),
         coding=coding_step(run_dir, config, formatter, sample, loaders.val_rows, loaders.full_val is not None),
-        eval_conditions=best.conditions(cfg, sample, thresholds),
+        eval_conditions=best.conditions(train_config, sample, thresholds),
         card_facts=card.run_facts(
-            dataclasses.replace(config, train=cfg), prepared_stamp(run_dir), formatter, len(key_codes),
-            language_rows(prepared.train["lang"]), start,
+            dataclasses.replace(config, train=train_config), prepared_stamp(run_dir), formatter,
+            len(key_codes), language_rows(prepared.train["lang"]), start,
             recipe.describe().replace(RESUMED, ""),  # the card shows each job's settings
             schedule.layout.describe(), len(sample), encoder.source,
             card.describe_launch(world.launcher, world.world_size, world.num_nodes, world.local_world_size)))
 
 
-def build_hooks(cfg) -> list:
+def build_hooks(train_config: TrainConfig) -> list:
     """What the run does at evaluations and at its end (mixer.training.hooks), in the
     order the Trainer calls them: the curves right after the last model, the best
     before the thresholds, the cards last; then those registered with
     mixer.training.hooks.register."""
     keep = KeepBest()
-    hooks = [Curves(), keep] + ([TuneThresholds()] if cfg.tune_threshold else []) + [
+    hooks = [Curves(), keep] + ([TuneThresholds()] if train_config.tune_threshold else []) + [
         Scores(), Cards(best=lambda: keep.best)]  # the cards describe the best the keeper holds
-    return hooks + registered(cfg)
+    return hooks + registered(train_config)
 
 
 def kept_best(hooks: list):
@@ -325,8 +332,8 @@ def kept_best(hooks: list):
     return next((hook.best for hook in hooks if isinstance(hook, KeepBest)), None)
 
 
-def build_trainer(config: RunConfig, cfg, world: mdist.World, parts: TrainParts, key_codes: list,
-                  encoder) -> Trainer:
+def build_trainer(config: RunConfig, train_config: TrainConfig, world: mdist.World, parts: TrainParts,
+                  key_codes: list, encoder) -> Trainer:
     """The Trainer with its hooks, resumed from the run's latest loadable checkpoint (or
     a fresh start, which removes an earlier run's best), and its tracker (rank 0)."""
     run_dir = config.save_dir
@@ -334,8 +341,8 @@ def build_trainer(config: RunConfig, cfg, world: mdist.World, parts: TrainParts,
     if world.is_main:
         checkpointer.remove_stale_temp_files()
     mdist.barrier(world)  # all ranks: nobody reads while rank 0 tidies
-    trainer = Trainer(cfg, world, parts, run_dir, key_codes=key_codes,
-                      checkpointer=checkpointer if world.is_main else None, hooks=build_hooks(cfg))
+    trainer = Trainer(train_config, world, parts, run_dir, key_codes=key_codes,
+                      checkpointer=checkpointer if world.is_main else None, hooks=build_hooks(train_config))
     # rank 0 picks the checkpoint; every rank reads that file (the run directory is shared)
     chosen = mdist.main_only(checkpointer.latest_loadable, world)
     chosen = mdist.broadcast_object(chosen, world)  # all ranks
@@ -357,14 +364,15 @@ def build_trainer(config: RunConfig, cfg, world: mdist.World, parts: TrainParts,
 
 
 # ------------------------------------------------------------------ pieces
-def resampled_rows(first_codes: np.ndarray, cfg):
+def resampled_rows(first_codes: np.ndarray, train_config: TrainConfig):
     """epoch -> the epoch's training rows with --upsample-below / --downsample-top (the
     same on every rank: seed and epoch only), or None: every row once."""
     from mixer.data.resample import epoch_rows, is_active
 
-    if not is_active(cfg.upsample_below, cfg.downsample_top):
+    if not is_active(train_config.upsample_below, train_config.downsample_top):
         return None
-    return lambda epoch: epoch_rows(first_codes, cfg.seed, epoch, cfg.upsample_below, cfg.downsample_top)
+    return lambda epoch: epoch_rows(first_codes, train_config.seed, epoch, train_config.upsample_below,
+                                    train_config.downsample_top)
 
 
 def place_model(model: MixerModel, config: RunConfig, world: mdist.World):
@@ -382,13 +390,12 @@ def place_model(model: MixerModel, config: RunConfig, world: mdist.World):
                            "than 5 minutes for a 2-step run here; use --compile on GPUs")
     grad_sync = no_grad_sync
     if world.is_distributed:
-        dist_cfg = config.dist
-        if dist_cfg.embedding_sync == "rows":
+        if config.dist.embedding_sync == "rows":
             grad_sync = take_out_of_ddp(model)  # before wrapping
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[world.local_rank] if world.device.startswith("cuda") else None,
-            find_unused_parameters=dist_cfg.find_unused_parameters or config.model.freeze_encoder,
-            bucket_cap_mb=dist_cfg.ddp_bucket_cap_mb, static_graph=dist_cfg.static_graph,
+            find_unused_parameters=config.dist.find_unused_parameters or config.model.freeze_encoder,
+            bucket_cap_mb=config.dist.ddp_bucket_cap_mb, static_graph=config.dist.static_graph,
             gradient_as_bucket_view=True)
     return model, grad_sync
 
@@ -421,9 +428,8 @@ def coding_step(run_dir: str, config: RunConfig, formatter, sample, val_rows: in
     rows chose something, the code system's levels, the user's breakdown columns."""
     from mixer.coding.scores import CodingStep, chose_mask
 
-    t = config.train
-    tuned_on = None if not t.tune_threshold else "all" if full else "sample"
-    chose = chose_mask(val_rows, sample, bool(t.keep_best), tuned_on)
+    tuned_on = None if not config.train.tune_threshold else "all" if full else "sample"
+    chose = chose_mask(val_rows, sample, bool(config.train.keep_best), tuned_on)
     return CodingStep(run_dir, formatter.kind, config.data.report_cols, chose,
                       os.path.basename(os.path.abspath(run_dir)), log=logger.info)
 
@@ -551,24 +557,26 @@ def describe_noise(noise: NoiseConfig, train_langs, eval_noise: int) -> str:
     return "training inputs: " + "; ".join(parts)
 
 
-def report_setup(world, config, cfg, sampler, total_steps, learning_rate, n_train, n_val, n_codes,
-                 encoder_source, model, more=()) -> None:
+def report_setup(world, train_config: TrainConfig, sampler, total_steps, learning_rate, n_train, n_val,
+                 n_codes, encoder_source, model, more=()) -> None:
     devices = mdist.gather_to_main(world.device, world)  # all ranks
     if not world.is_main:
         return
     parameters = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    scaled = (f" (--scale-lr: {cfg.learning_rate:g} x {sampler.global_batch_size // cfg.batch_size})"
-              if cfg.scale_lr else "")
+    scaled = (f" (--scale-lr: {train_config.learning_rate:g} x "
+              f"{sampler.global_batch_size // train_config.batch_size})"
+              if train_config.scale_lr else "")
     lines = [
         f"mixer {__version__}: world size {world.world_size} ({world.num_nodes} node(s) x "
         f"{world.local_world_size} process(es)), backend {world.backend or 'none'}, "
         f"launcher {world.launcher}",
         "  devices: " + ", ".join(f"rank {r} {d}" for r, d in enumerate(devices)),
-        f"  batch per process {cfg.batch_size}, gradient accumulation {cfg.grad_accum_steps}, "
+        f"  batch per process {train_config.batch_size}, "
+        f"gradient accumulation {train_config.grad_accum_steps}, "
         f"global batch {sampler.global_batch_size}",
         f"  steps per epoch {sampler.steps_per_epoch}, total steps {total_steps}, "
-        f"learning rate {learning_rate:g}{scaled}, precision {cfg.precision}",
+        f"learning rate {learning_rate:g}{scaled}, precision {train_config.precision}",
         f"  data: {n_train} training rows"
         + (f" (resampled: {sampler.rows_per_epoch} per epoch)" if sampler.rows_per_epoch != n_train
            or sampler.epoch_rows is not None else "")
