@@ -27,7 +27,7 @@ LAYERS = [
     ("models",),
     ("coding",),
     ("reporting",),
-    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.guards)
+    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.tables.guards)
     ("training", "prediction"),
     ("cli",),
     ("mixer",),
@@ -259,7 +259,7 @@ def test_console_scripts_name_functions_that_exist(script):
 TABLE_READERS = {"read_csv", "read_table", "read_parquet", "read_excel", "read_stata", "read_json",
                  "read_feather", "read_fwf", "read_sas", "read_spss", "read_orc", "open_csv",
                  "ParquetFile", "read_schema", "load_workbook", "StataReader", "ExcelFile", "dataset"}
-READING_MODULES = {"mixer/data/reading.py", "mixer/data/formats.py"}  # the reader and its formats
+READING_MODULES = {"mixer/data/tables/reading.py", "mixer/data/tables/formats.py"}  # the reader and its formats
 # Files that are not tables a user gives: the tool's own, read where they are written.
 OWN_FILES = {
     ("mixer/data/prepare.py", "read_key"): "a run's key.csv, written by write_prepared",
@@ -267,9 +267,9 @@ OWN_FILES = {
     ("mixer/data/prepare.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
     ("mixer/data/prepare.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
     ("mixer/training/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
-    ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
-    ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
-    ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
+    ("mixer/data/inputs/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
+    ("mixer/data/inputs/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
+    ("mixer/data/inputs/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
     ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
     ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
@@ -304,7 +304,7 @@ def table_reads(path: str) -> list:
 
 def test_every_table_is_read_by_the_one_reader():
     """Every file a user gives (--dataset, --train-data, --val-data, --extra-train, --key,
-    --code-descriptions, --input, --predictions, ...) comes in through mixer.data.reading,
+    --code-descriptions, --input, --predictions, ...) comes in through mixer.data.tables.reading,
     with its role's options; a new path that reads a table itself fails here. The tool's
     own files (a run's key.csv and prepared splits, its logs) are listed, each with why."""
     found = {}
@@ -316,6 +316,6 @@ def test_every_table_is_read_by_the_one_reader():
             found.setdefault((rel, function), []).append(line)
     bypass = {f"{rel}:{lines[0]} ({function})" for (rel, function), lines in found.items()
               if (rel, function) not in OWN_FILES}
-    assert not bypass, f"tables read outside mixer.data.reading: {sorted(bypass)}"
+    assert not bypass, f"tables read outside mixer.data.tables.reading: {sorted(bypass)}"
     assert set(found) == set(OWN_FILES), f"stale entries: {sorted(set(OWN_FILES) - set(found))}"
-    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "reading.py"))) >= 4  # it sees reads
+    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "tables", "reading.py"))) >= 4  # it sees reads

@@ -560,14 +560,14 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
 SLOW_RANKS = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-import mixer.data.prepare, mixer.data.token_cache
+import mixer.data.prepare, mixer.data.inputs.token_cache
 rank = os.environ["RANK"]
 if rank == "0":  # a preparation that outlasts --dist-timeout (time passing is the point)
     prepare = mixer.data.prepare.prepare
     mixer.data.prepare.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
 else:  # and a share of the tokenising that does too
-    build = mixer.data.token_cache.build_part
-    mixer.data.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
+    build = mixer.data.inputs.token_cache.build_part
+    mixer.data.inputs.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
 from mixer.cli.entrypoints import finetune_cli
 finetune_cli()
 """

@@ -138,7 +138,7 @@ def reference_greedy(model, texts, lang):
 @pytest.fixture(scope="module")
 def hisco_model(tmp_path_factory):
     """A HISCO model in the hub layout and as a training checkpoint, and its reference."""
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
 
     torch.manual_seed(11)
     key = list(hisco_key()["code"])
@@ -213,7 +213,7 @@ def reference_full(model, key, texts, lang, threshold):
 def test_the_full_head_scores_every_code_as_the_documented_decoder(hisco_model):
     """The decoder reads every position of OccCANINE's 128 characters, padding included:
     the full head (and greedy decoding above) keep them, while the flat head and the
-    embeddings read shorter batches (mixer.data.padding)."""
+    embeddings read shorter batches (mixer.data.inputs.padding)."""
     import mixer
 
     model = mixer.load(hisco_model["hub"], device="cpu")

@@ -60,7 +60,7 @@ def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical
 def test_a_token_cache_of_other_prepared_data_is_rebuilt(tmp_path, small_csv):
     """Prepared files removed, changed data of the same row count prepared in their place:
     the token cache built from the old texts must not be used under the new labels."""
-    from mixer.data.token_cache import load, read_manifest
+    from mixer.data.inputs.token_cache import load, read_manifest
 
     run = tmp_path / "run"
 

@@ -114,7 +114,7 @@ def test_save_load_predict_matches_the_in_memory_model(tmp_path):
     """A model saved the way training saves it predicts what the model in memory predicts."""
     from mixer.data.prepare import build_key
     from mixer.models.encoders import build_encoder, save_encoder_files
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
     from mixer.models.model import HeadsConfig, MixerModel, save_model
     from mixer.prediction.predict import Predictor
 

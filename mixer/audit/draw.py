@@ -21,7 +21,7 @@ import pandas as pd
 from mixer.core.errors import UserError
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
-from mixer.data.sinks import Sink
+from mixer.data.tables.sinks import Sink
 
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
@@ -56,7 +56,7 @@ class AuditRequest:
 
     def check_path(self, inputs: dict) -> None:
         """Before any work: a file that can be written, and none of the job's other files."""
-        from mixer.data.writing import check_output_path
+        from mixer.data.tables.writing import check_output_path
 
         check_output_path(self.path, "--audit", inputs)
         self.kind  # noqa: B018 - a kind that is written, or the refusal
@@ -64,7 +64,7 @@ class AuditRequest:
     @property
     def kind(self) -> str:
         """The audit file's format (csv, parquet, excel, stata); csv when it is not written."""
-        from mixer.data.writing import output_kind
+        from mixer.data.tables.writing import output_kind
 
         return output_kind(self.path, "--audit")
 
@@ -111,7 +111,7 @@ class AuditDraw:
         gives them beside the `outputs` (mixer.data.writing.output_names)."""
         import dataclasses
 
-        from mixer.data.writing import output_names
+        from mixer.data.tables.writing import output_names
 
         names = output_names(kind, inputs, outputs)[:len(inputs)]
         name = dict(zip(inputs, names)).get
@@ -392,7 +392,7 @@ def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, so
 def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
     """The audit, through mixer.data.writing (its columns are already named by output_names,
     mixer.audit.file.input_names)."""
-    from mixer.data.writing import write_table
+    from mixer.data.tables.writing import write_table
 
     write_table(table, path, "--audit")
     design = table.attrs["audit"]
@@ -417,13 +417,13 @@ class AuditSink(Sink):
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.sinks import refuse_shaped
+        from mixer.data.tables.sinks import refuse_shaped
 
         if not args.audit:
             return
         request = cls.request(args)
         refuse_shaped(args, "--audit", "draws from the code table")
-        from mixer.data.sinks import job_files
+        from mixer.data.tables.sinks import job_files
 
         request.check_path(job_files(args, "--audit"))
 

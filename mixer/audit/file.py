@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.data.normalise import code_column, code_text
-from mixer.data.reading import as_text
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.labels.normalise import code_column, code_text
+from mixer.data.tables.reading import as_text
 
 AUDIT = "audit"
 CHECK = "audit_check"
@@ -297,7 +297,7 @@ def input_names(kind: str, inputs, own: list) -> list:
     columns: mixer.data.writing.output_names, which also keeps the input out of the
     true_code_k names the audit's reader takes as a person's codes (an input's
     true_code_9 beside true_code_1..3)."""
-    from mixer.data.writing import output_names
+    from mixer.data.tables.writing import output_names
 
     return output_names(kind, inputs, own, TRUE_CODE_COLUMN)[:len(inputs)]
 

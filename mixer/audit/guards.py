@@ -8,7 +8,7 @@ a check runs, not here.
 
 from __future__ import annotations
 
-from mixer.data import guards, sinks
+from mixer.data.tables import guards, sinks
 
 
 def refuse_filled_audit(path: str, flag: str) -> None:

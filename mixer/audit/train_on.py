@@ -16,7 +16,7 @@ from mixer.audit.file import AUDIT, CHECK, audit_rows, description_keys, is_audi
 from mixer.audit.verdicts import Audit, parse_audit
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.reading import read_table, row_names
+from mixer.data.tables.reading import read_table, row_names
 
 
 _TRAIN_REFUSAL = ("its rows measure the model, and a model trained or validated on them is measured on rows "

@@ -20,8 +20,8 @@ from mixer.audit.file import (
 )
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.normalise import code_text
-from mixer.data.reading import NUMERIC_COLUMNS, as_text, column_names, read_table
+from mixer.data.labels.normalise import code_text
+from mixer.data.tables.reading import NUMERIC_COLUMNS, as_text, column_names, read_table
 
 YES = {"yes", "y", "true", "1", "right", "correct"}
 NO = {"no", "n", "false", "0", "wrong", "incorrect"}

@@ -67,7 +67,7 @@ def _train(config) -> int:
         from mixer.core.config import write_args
         from mixer.data.prepare import prepare_run_data
         from mixer.models.sources import describe_start
-        from mixer.data.transliterate import exactness_note
+        from mixer.data.inputs.transliterate import exactness_note
 
         start = describe_start(config)
         note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
@@ -93,7 +93,7 @@ def prepare_token_cache(config, start) -> None:
     torch for CANINE encoders and tokenizer.json files (mixer.models.sources.light_tokeniser)."""
     from mixer.data.prepare import load_prepared
     from mixer.models.sources import light_tokeniser
-    from mixer.data.training_inputs import split_caches
+    from mixer.data.inputs.training_inputs import split_caches
 
     began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
@@ -172,8 +172,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = job_config(EvaluateConfig, parser, parser.parse_args(argv))
     from mixer.reporting import evaluation
     from mixer.core.io import write_text
-    from mixer.data.reading import read_table, require_columns
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.reading import read_table, require_columns
+    from mixer.data.tables.writing import check_output_path
 
     if args.audit:
         other = [flag for flag, value in (("--truth-cols", args.truth_cols), ("--pred-cols", args.pred_cols),
@@ -228,7 +228,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
 def production_plan(args, frame, predicted: dict, output: str):
     """(each head's confidence column, the curve's CSV and PNG beside the table), or None
     when no head has a confidence column."""
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.writing import check_output_path
     from mixer.reporting import production
 
     if args.confidence_col and len(predicted) > 1:

@@ -25,13 +25,13 @@ import pandas as pd
 
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.core.errors import UserError
-from mixer.data import guards
-from mixer.data.formatter import CodeFormatter
-from mixer.data.normalise import (
+from mixer.data.tables import guards
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.labels.normalise import (
     check_one_spelling, code_column, describe_restored, hisco_key, key_digit_width, model_input,
     restore_digits, width_reason,
 )
-from mixer.data.reading import (
+from mixer.data.tables.reading import (
     SHEET_ROWS, as_text, canonical_options, check_input_path, read_table, require_columns, row_names,
 )
 
@@ -504,7 +504,7 @@ def read_extra_train(cfg: DataConfig, formatter: CodeFormatter, known, allowed, 
                      why: str = "", sources: Optional[list] = None) -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
-    from mixer.data.checking import checked_columns, filled_rows, with_run_names
+    from mixer.data.labels.checking import checked_columns, filled_rows, with_run_names
 
     frames = []
     inputs = [cfg.input_col] + ([cfg.language_col] if cfg.language_col else []) + list(cfg.context_cols)

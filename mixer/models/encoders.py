@@ -160,7 +160,7 @@ def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
 # ------------------------------------------------------------------ tokenisers
 def token_ids_of(encoder: Encoder, recipe):
     """The tokeniser (mixer.data.tokens) of a loaded encoder."""
-    from mixer.data.tokens import token_ids_for
+    from mixer.data.inputs.tokens import token_ids_for
 
     return token_ids_for(encoder.tokenizer, getattr(encoder.model.config, "model_type", ""), recipe)
 
@@ -171,7 +171,7 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
     so `--prepare-only` builds the token cache on a CPU node in seconds."""
     import json
 
-    from mixer.data.tokens import BackendIds, CanineIds, token_ids_for
+    from mixer.data.inputs.tokens import BackendIds, CanineIds, token_ids_for
 
     if run_dir is not None:
         config_dir, tokenizer_dir = os.path.join(run_dir, "encoder"), os.path.join(run_dir, "tokenizer")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mixer.data.formatter import PAD as MIXER_PAD
+from mixer.data.labels.formatter import PAD as MIXER_PAD
 
 
 def multi_hot(labels: torch.Tensor, num_labels: int) -> torch.Tensor:

@@ -350,7 +350,7 @@ class MixerModel(nn.Module):
         decoder that reads padding (OccCANINE's own) every position. mixer's heads, and
         new heads that mask padding, read the real characters' states. `decoder`: the pass
         runs the decoder."""
-        from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED
+        from mixer.data.inputs.padding import CHARACTERS, EVERY_POSITION, POOLED
 
         if decoder and self.cfg.reads_padding:
             return EVERY_POSITION

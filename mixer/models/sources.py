@@ -23,8 +23,8 @@ from typing import Optional
 
 from mixer.core.config import RunConfig
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.data.tokens import DESCRIPTION_WHOLE, InputRecipe
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.inputs.tokens import DESCRIPTION_WHOLE, InputRecipe
 from mixer.models.family import family
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
@@ -269,7 +269,7 @@ def describe_start(config: RunConfig) -> Start:
 
 def _occcanine_start(config: RunConfig, source: str) -> Start:
     from mixer.models import occcanine
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
 
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
@@ -510,7 +510,7 @@ def _load_occcanine(source: str, source_flag: str, log=None) -> tuple:
     from transformers import CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
     from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 
@@ -540,7 +540,7 @@ def light_tokeniser(start: Start, config: RunConfig):
     """The run's tokeniser before any model exists (--prepare-only); without torch for
     CANINE encoders and tokenizer.json files."""
     from mixer.models.encoders import light_token_ids
-    from mixer.data.tokens import CanineIds
+    from mixer.data.inputs.tokens import CanineIds
 
     if start.kind == "occcanine":
         return CanineIds(start.recipe)

@@ -454,7 +454,7 @@ class Model:
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
         (model_inputs; mixer.data.tokens.reading_keys)."""
-        from mixer.data.tokens import reading_keys
+        from mixer.data.inputs.tokens import reading_keys
 
         return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
 
@@ -576,7 +576,7 @@ class Model:
     def _inputs(self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True) -> tuple:
         """(the rows' index, texts, languages, characters of each text that are its description
         or None without context): a Series keeps its index in the result."""
-        from mixer.data.normalise import model_input
+        from mixer.data.labels.normalise import model_input
 
         if isinstance(texts, str):
             texts = [texts]
@@ -618,7 +618,7 @@ class Model:
         texts, desc_chars = model_input(texts, frame, columns)
         texts = texts.to_numpy(dtype=object)
         if desc_chars is not None and say_fit and self._says_context_fit:
-            from mixer.data.tokens import context_note
+            from mixer.data.inputs.tokens import context_note
 
             note = context_note(self._predictor.context_fit(texts, langs, desc_chars),
                                 self._predictor.token_ids, training=False)

@@ -55,7 +55,7 @@ class Coding:
         inputs of its rows), by source and, per head, auto or check (and level). blank: the
         rows without a description, coded by neither the lookup nor the model and no input
         (counted apart)."""
-        from mixer.data.reading import as_text
+        from mixer.data.tables.reading import as_text
 
         self.rows += len(predicted)
         if inputs is None:
@@ -229,7 +229,7 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     """(the input's rows the model codes: those with a description, less those a lookup
     covers; the input's rows). A row without a description gets no code, so it is not one of
     the rows whose own accuracy the guarantee counts."""
-    from mixer.data.reading import iter_chunks
+    from mixer.data.tables.reading import iter_chunks
     from mixer.prediction.api import blank_descriptions
     from mixer.prediction.outputs import text_column
 

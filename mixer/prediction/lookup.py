@@ -168,9 +168,9 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     in one line). input_col: the prediction's input column, the description column unless
     input_flag_col (--lookup-input-col) names another."""
     from mixer.audit.file import is_audit
-    from mixer.data.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
+    from mixer.data.labels.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
     from mixer.data.prepare import file_identity
-    from mixer.data.reading import read_table
+    from mixer.data.tables.reading import read_table
 
     identity = file_identity(path, "--lookup")
     frame = read_table(path, options, log=log)
@@ -292,7 +292,7 @@ def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines)
     """(per row, its distinct codes spelled as the model spells them, sorted; {(row, code):
     the code as written} where zeros were restored); a code the code system cannot hold is
     refused, naming its line."""
-    from mixer.data.normalise import code_column
+    from mixer.data.labels.normalise import code_column
 
     spelled = [code_column(frame, column, formatter) for column in columns]
     written = {}

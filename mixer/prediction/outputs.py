@@ -44,9 +44,9 @@ def set_descriptions(predictor, descriptions, options=None) -> int:
     (mixer.data.normalise). Returns how many codes of the key got one; none is an error
     (wrong file or column)."""
     from mixer.core.config import TableOptions
-    from mixer.data.normalise import code_column
+    from mixer.data.labels.normalise import code_column
     from mixer.data.prepare import Descriptions, read_descriptions
-    from mixer.data.reading import frame_as_text
+    from mixer.data.tables.reading import frame_as_text
 
     formatter = predictor.formatter
     if isinstance(descriptions, str):

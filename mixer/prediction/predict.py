@@ -34,10 +34,10 @@ from mixer.core.config import HEADS
 from mixer.core.errors import UserError
 from mixer.core.precision import fp32_matmuls, pad_multiple
 from mixer.core.precision import resolve as resolve_precision
-from mixer.data.formatter import CodeFormatter
-from mixer.data.padding import InputPadding
-from mixer.data.tokens import InputRecipe, token_ids_for
-from mixer.data.transliterate import exactness_note
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.inputs.padding import InputPadding
+from mixer.data.inputs.tokens import InputRecipe, token_ids_for
+from mixer.data.inputs.transliterate import exactness_note
 from mixer.models.family import OCCCANINE, family
 from mixer.models.quantize import APPROXIMATE_NOTE, check_quantize
 from mixer.models.quantize import quantize as quantize_model

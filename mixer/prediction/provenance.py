@@ -27,7 +27,7 @@ import os
 from typing import Optional
 
 VERSION = 1
-from mixer.data.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
+from mixer.data.tables.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
 LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
 
 
@@ -131,7 +131,7 @@ def read(output: str) -> dict:
     """A predictions file's provenance, read from its sidecar and checked against the id the
     file carries (where its format has room for one)."""
     from mixer.core.errors import UserError
-    from mixer.data.reading import file_label
+    from mixer.data.tables.reading import file_label
 
     path = sidecar_path(output)
     if not os.path.exists(path):

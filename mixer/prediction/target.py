@@ -220,7 +220,7 @@ def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> 
     row keyed a second time as of the unknown language (training showed every row so in a
     share of its draws, --unk-lang-prob above 0)."""
     from mixer.data.prepare import iter_split
-    from mixer.data.tokens import UNKNOWN_LANGUAGE
+    from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
     names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
     codes = _code_columns(names)
@@ -313,7 +313,7 @@ def known_languages(model) -> Optional[set]:
             langs = read_split(run_dir, "train", ["lang"])["lang"]
             found = {str(v) for v in langs.dropna().unique()}
             if _unknown_kept(run_dir):
-                from mixer.data.tokens import UNKNOWN_LANGUAGE
+                from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
                 found.add(UNKNOWN_LANGUAGE)
         model._known_languages = found
@@ -341,7 +341,7 @@ def language_note(model, counts: dict, where: str) -> str:
     known = known_languages(model)
     if known is None or not counts:
         return ""
-    from mixer.data.tokens import read_languages
+    from mixer.data.inputs.tokens import read_languages
 
     ids = model._predictor.token_ids
     return unknown_languages_line(counts, known, where, lambda values: read_languages(ids, values))
@@ -529,8 +529,8 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     said in `rows`. A filled --to-check file is refused: it holds the least confident rows."""
     from mixer.audit.file import is_audit
     from mixer.audit.verdicts import parse_audit
-    from mixer.data.normalise import code_column
-    from mixer.data.reading import read_table
+    from mixer.data.labels.normalise import code_column
+    from mixer.data.tables.reading import read_table
 
     frame = read_table(path, options, log=log)
     where = f"{options.what} {path}"  # the API's keyword from Python (options.keyword)

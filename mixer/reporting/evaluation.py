@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import HEADS
-from mixer.data.normalise import code_text, key_digit_width, restore_digits
-from mixer.data.writing import PREDICTION_COLUMN
+from mixer.data.labels.normalise import code_text, key_digit_width, restore_digits
+from mixer.data.tables.writing import PREDICTION_COLUMN
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
 SPECIAL = {"-1", "-2", "-3"}

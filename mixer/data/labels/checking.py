@@ -34,7 +34,7 @@ TOOL_COLUMN = re.compile(r"^(?:n_rows|confidence|(?:code|prob|desc|checked)_\d+)
 
 def parse_to_check(values) -> tuple:
     """--to-check N CHECK.csv -> (N, path)."""
-    from mixer.data.writing import output_kind
+    from mixer.data.tables.writing import output_kind
 
     count, path = values
     try:
@@ -57,7 +57,7 @@ class CheckList:
     first such row has them."""
 
     def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
-        from mixer.data.writing import OutputWriter
+        from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
         self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
@@ -137,8 +137,8 @@ def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> p
     file's variable labels (the names before the renaming) are used first, then the naming
     rule of each format; `columns`: the run's input columns in the order the check list
     writes them (description, language, context)."""
-    from mixer.data.reading import LABELS, NUMERIC_COLUMNS
-    from mixer.data.writing import output_names
+    from mixer.data.tables.reading import LABELS, NUMERIC_COLUMNS
+    from mixer.data.tables.writing import output_names
 
     wanted = [c for c in dict.fromkeys(columns) if c and c not in frame.columns]
     if not wanted:

@@ -25,8 +25,8 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from mixer.data.formatter import EOS, PAD
-from mixer.data.padding import InputPadding
+from mixer.data.labels.formatter import EOS, PAD
+from mixer.data.inputs.padding import InputPadding
 
 # ------------------------------------------------------------------ loader workers
 def ignore_stop_signals(_worker_id: int) -> None:

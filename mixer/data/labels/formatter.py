@@ -28,7 +28,7 @@ OCCCANINE_SPECIAL_TOKENS = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "[SEP]"]
 OCCCANINE_HISCO_SYMBOLS = ["-3", "-2", "-1"] + [str(d) for d in range(10)]
 PART_SEP = ","
 
-RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")  # mixer/resources
+RESOURCES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "resources")  # mixer/resources
 HISCO_KEY_PATH = os.path.join(RESOURCES, "hisco_key.csv")
 HISCO_SPECIAL = ("-1", "-2", "-3")
 FORMATTERS = ("general", "hisco", "occ1950")

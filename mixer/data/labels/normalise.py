@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.formatter import HISCO_KEY_PATH, CodeFormatter
-from mixer.data.reading import NUMERIC_COLUMNS, as_text, read_table
+from mixer.data.labels.formatter import HISCO_KEY_PATH, CodeFormatter
+from mixer.data.tables.reading import NUMERIC_COLUMNS, as_text, read_table
 
 SPREADSHEET_WHOLE = re.compile(r"^[+-]?\d+\.0+$")
 ZERO_PADDED_FLAG = "--zero-padded-codes"

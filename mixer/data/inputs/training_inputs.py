@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.data.noise import NoiseConfig, draw, noised, word_list
+from mixer.data.inputs.noise import NoiseConfig, draw, noised, word_list
 
 TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 
@@ -41,8 +41,8 @@ def split_caches(run_dir: str, token_ids, prepared, world=None,
     """{split: its token cache} for "train", "val" and, with --share-calibration, "cal",
     each checked against the prepared split's content (all ranks; no torch needed); says
     how many rows' context was cut to fit the model's input."""
-    from mixer.data.token_cache import token_cache
-    from mixer.data.tokens import context_note
+    from mixer.data.inputs.token_cache import token_cache
+    from mixer.data.inputs.tokens import context_note
 
     splits = [("train", prepared.train), ("val", prepared.val)]
     if prepared.cal is not None:
@@ -143,9 +143,9 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data.normalise import description_chars
+    from mixer.data.labels.normalise import description_chars
     from mixer.data.prepare import DESC_CHARS, TEXT
-    from mixer.data.tokens import split_context
+    from mixer.data.inputs.tokens import split_context
     from mixer.core.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
@@ -230,7 +230,7 @@ class RowInputs:
         out = [np.asarray(self.tokens.row(int(r))) for r in rows]
         if not self.active or not len(rows):
             return out
-        from mixer.data.noise import EVAL_EPOCH
+        from mixer.data.inputs.noise import EVAL_EPOCH
 
         rows = np.asarray(rows, dtype=np.int64)
         langs = self.lang_names[self.lang_codes[rows]]

@@ -32,7 +32,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
-from mixer.data import formats
+from mixer.data.tables import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file

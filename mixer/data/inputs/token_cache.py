@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.data.tokens import CHUNK_ROWS, tag_of
+from mixer.data.inputs.tokens import CHUNK_ROWS, tag_of
 
 MANIFEST = "manifest.json"
 
@@ -108,7 +108,7 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
     import pyarrow.parquet as pq
 
     from mixer.data.prepare import DESC_CHARS
-    from mixer.data.tokens import DESCRIPTION_CUT
+    from mixer.data.inputs.tokens import DESCRIPTION_CUT
 
     groups = row_groups(parquet_path)
     ids_path = os.path.join(directory, f"part-{rank:05d}.ids")

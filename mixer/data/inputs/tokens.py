@@ -76,7 +76,7 @@ def to_ascii(texts: np.ndarray) -> np.ndarray:
     own rule (mixer.data.transliterate): Unicode decomposition without the accents and a
     small table, which agree with unidecode on the Latin letters of European
     languages, then anyascii for other scripts."""
-    from mixer.data.transliterate import transliterate
+    from mixer.data.inputs.transliterate import transliterate
 
     unique, inverse = np.unique(texts.astype(str), return_inverse=True)
     return np.asarray([transliterate(t) for t in unique], dtype=object)[inverse]
