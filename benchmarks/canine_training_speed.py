@@ -72,7 +72,7 @@ def built(run_dir: str):
 
     from mixer.core.config import RunConfig
     from mixer.core.recipe import resolve
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
     from mixer.models.sources import build_model, describe_start, resolve_new_heads
 
     with open(os.path.join(run_dir, "args.yaml"), encoding="utf-8") as handle:

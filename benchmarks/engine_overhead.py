@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mixer.data.inputs.dataset import Collator, RowDataset, StepSampler  # noqa: E402
-from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
+from mixer.data.labels.key import labels_of  # noqa: E402
+from mixer.data.prepared.files import load_prepared  # noqa: E402
 from mixer.data.inputs.tokens import InputRecipe  # noqa: E402
 from mixer.data.inputs.training_inputs import RowInputs, split_caches  # noqa: E402
 from mixer.models.encoders import build_encoder  # noqa: E402

@@ -31,7 +31,8 @@ sys.path.insert(0, ROOT)
 from mixer.core.allocator import keep_freed_memory  # noqa: E402
 from mixer.data.inputs.dataset import Collator, RowDataset, StepSampler  # noqa: E402
 from mixer.data.inputs.noise import NoiseConfig  # noqa: E402
-from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
+from mixer.data.labels.key import labels_of  # noqa: E402
+from mixer.data.prepared.files import load_prepared  # noqa: E402
 from mixer.data.inputs.tokens import InputRecipe  # noqa: E402
 from mixer.data.inputs.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
                                         split_caches, text_store)

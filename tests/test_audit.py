@@ -689,7 +689,7 @@ def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path
     """Review of issue 34: the refusal named a CSV 'line' for every format; it names the row
     under the header, and in a workbook also the row Excel shows (docs/formats.md)."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
     from test_formats import write_xlsx
 
     rows = [["occ1", "hisco_1", "audit", "audit_check"]] + [["farmer", "61110", "", ""]] * 4 + [
@@ -711,7 +711,7 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
     trained without --train-on-audit. Either column as predict.py writes it marks the
     rows; an `audit` column of a user's own (not an audit's design) does not."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     design = audit_file.Design(unit="rows", by=None, seed=0, strata=(audit_file.Stratum(None, 10, 2),),
                            predictions="p-0", predicted_rows=10, model="m-0", source="runs/x", head="flat",

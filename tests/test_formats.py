@@ -17,7 +17,8 @@ from conftest import ROOT, TINY, env_for_subprocess, run_program
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
 from mixer.data.tables import formats
-from mixer.data.prepare import fingerprint, prepare_run_data
+from mixer.data.prepared.fingerprint import fingerprint
+from mixer.data.prepared.prepare import prepare_run_data
 from mixer.core.config import TableOptions
 from mixer.data.tables.reading import NUMERIC_COLUMNS, first_undecodable, iter_chunks, read_table
 from mixer.data.tables.writing import OutputWriter
@@ -457,7 +458,7 @@ def test_excel_cells_read_as_codes(tmp_path):
 def test_a_bad_row_of_a_workbook_is_also_named_by_its_sheet_row(tmp_path):
     """Rows count from 1 under the header in every format (empty rows are no rows); in a
     workbook with a title above its header a bad row is also named as Excel numbers it."""
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     rows = [["Occupations, 1850"], [], ["occ1", "hisco_1"]] + [["farmer", "61110"]] * 6 + [
         ["smith", "8311"], [], ["", "83110"]]
@@ -744,7 +745,7 @@ def test_training_and_validation_files_are_read_with_their_own_flags(tmp_path):
     one of several says."""
     from mixer.cli import parsing as cli
     from mixer.cli.entrypoints import train_mixer_parser
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     train, val = tmp_path / "tr_u8.csv", tmp_path / "va_cp.csv"
     train.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\nsmith,83110\n".encode("utf-8"))

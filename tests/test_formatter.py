@@ -7,7 +7,8 @@ from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
 from mixer.data.labels.formatter import PAD, CodeFormatter
 from mixer.data.labels.normalise import hisco_key
-from mixer.data.prepare import check_rows, make_formatter
+from mixer.data.labels.checks import check_rows
+from mixer.data.prepared.prepare import make_formatter
 
 
 def round_trip(formatter: CodeFormatter, codes):

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_program
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
-from mixer.data.prepare import prepare_run_data
+from mixer.data.prepared.prepare import prepare_run_data
 from mixer.data.tables.reading import iter_chunks, read_table
 
 

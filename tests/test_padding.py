@@ -190,7 +190,7 @@ def test_the_token_cache_holds_each_row_at_its_own_length(canine_run):
     import os
 
     from mixer.data.inputs import token_cache
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
 
     prepared = load_prepared(canine_run)
     [directory] = glob.glob(os.path.join(canine_run, "cache", "tokens_train_*"))

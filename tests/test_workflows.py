@@ -532,7 +532,7 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
     the reader say so."""
     from mixer.core.config import DataConfig
     from mixer.data.labels.checking import CheckList
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "data.csv"
     pd.DataFrame({"occ title": ["farmer", "fisher", "smith", "weaver"] * 2, "hisco_1": ["61110", "64100"] * 4,
@@ -571,7 +571,7 @@ def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
     """Review of issue 27, item 7: a bad code in a filled row of a check list is named by
     that row's number in the file, not by its place among the filled rows."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "data.csv"
     data.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 3)
@@ -589,7 +589,7 @@ def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
     check list's 1110 is 01110, one class."""
     import openpyxl
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "ds.csv"
     data.write_text("occ1,hisco_1\n" + "chemist,01110\nfisher,64100\n" * 3)

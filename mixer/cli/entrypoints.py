@@ -65,7 +65,7 @@ def _train(config) -> int:
     if config.data.prepare_only and not launched_as_one_of_several():
         # no torch on this path: preparation of millions of rows takes seconds
         from mixer.core.config import write_args
-        from mixer.data.prepare import prepare_run_data
+        from mixer.data.prepared.prepare import prepare_run_data
         from mixer.models.sources import describe_start
         from mixer.data.inputs.transliterate import exactness_note
 
@@ -91,7 +91,7 @@ def _train(config) -> int:
 def prepare_token_cache(config, start) -> None:
     """--prepare-only also tokenises, so GPU jobs start training at once. Without
     torch for CANINE encoders and tokenizer.json files (mixer.models.sources.light_tokeniser)."""
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
     from mixer.models.sources import light_tokeniser
     from mixer.data.inputs.training_inputs import split_caches
 

@@ -198,7 +198,7 @@ class KeptFrame:
 
     def prepared(self) -> bool:
         """Whether the run directory holds prepared data (its dataset.parquet is its input)."""
-        from mixer.data.prepare import prepared_stamp
+        from mixer.data.prepared.files import prepared_stamp
 
         return prepared_stamp(self.save_path) is not None
 

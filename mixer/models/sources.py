@@ -259,7 +259,7 @@ def describe_start(config: RunConfig) -> Start:
         if not previous:
             raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
                             "did not finish); pass --only-encoder, or finish that run first")
-        from mixer.data.prepare import read_key
+        from mixer.data.prepared.files import read_key
 
         key = read_key(run_dir)
         start.base = Base(CodeFormatter.from_dict(previous["formatter"]), list(key["code"]),
@@ -488,7 +488,7 @@ MODEL_DIR_KEY = "model_dir"  # a loaded model's config: the directory of its own
 def _load_run(run_dir: str, source_flag: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
     from safetensors.torch import load_file
 
-    from mixer.data.prepare import read_key
+    from mixer.data.prepared.files import read_key
     from mixer.models.encoders import encoder_from_run
     from mixer.models.model import HeadsConfig, MixerModel
 

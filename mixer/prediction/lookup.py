@@ -169,7 +169,7 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     input_flag_col (--lookup-input-col) names another."""
     from mixer.audit.file import is_audit
     from mixer.data.labels.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
-    from mixer.data.prepare import file_identity
+    from mixer.data.prepared.fingerprint import file_identity
     from mixer.data.tables.reading import read_table
 
     identity = file_identity(path, "--lookup")

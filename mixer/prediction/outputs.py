@@ -45,7 +45,7 @@ def set_descriptions(predictor, descriptions, options=None) -> int:
     (wrong file or column)."""
     from mixer.core.config import TableOptions
     from mixer.data.labels.normalise import code_column
-    from mixer.data.prepare import Descriptions, read_descriptions
+    from mixer.data.labels.key import Descriptions, read_descriptions
     from mixer.data.tables.reading import frame_as_text
 
     formatter = predictor.formatter

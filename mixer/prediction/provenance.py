@@ -58,7 +58,7 @@ def options_part(args) -> dict:
     """Every option of `args` (a PredictConfig) that changes the file, as given (None:
     unset, the model's or the program's default); files by their identity; every file's
     reading options that were set."""
-    from mixer.data.prepare import file_identity
+    from mixer.data.prepared.fingerprint import file_identity
 
     recorded, given = {}, vars(args)
     for f in dataclasses.fields(args):
@@ -107,7 +107,7 @@ def model_part(predictor, source: str) -> dict:
 
 
 def input_part(path: str) -> dict:
-    from mixer.data.prepare import file_identity
+    from mixer.data.prepared.fingerprint import file_identity
 
     return file_identity(path, "--input")
 

@@ -219,7 +219,7 @@ def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> 
     """Per row of a prepared split, its key (_row_keys), read in batches; also_unknown: each
     row keyed a second time as of the unknown language (training showed every row so in a
     share of its draws, --unk-lang-prob above 0)."""
-    from mixer.data.prepare import iter_split
+    from mixer.data.prepared.files import iter_split
     from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
     names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
@@ -305,7 +305,7 @@ def known_languages(model) -> Optional[set]:
     not known (an OccCANINE model, an epoch's weights, a run that started from another
     model's weights, which knew languages of its own). Read once per Model."""
     if not hasattr(model, "_known_languages"):
-        from mixer.data.prepare import read_split
+        from mixer.data.prepared.files import read_split
 
         run_dir, found = _run_dir(model), None
         started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
@@ -449,13 +449,13 @@ def _run_rows(model_dir: Optional[str], source: str, flag: str) -> Labelled:
         raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run writes it when it ends: this one has not "
                         f"ended, was stopped, or is from an earlier version) and its validation rows "
                         f"{why}; {own}")
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
 
     val = load_prepared(model_dir).val
     columns = sorted((c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:]))
     cells = val[columns].astype(str).replace("nan", "").to_numpy(dtype=object)
     truth = [tuple(sorted({c for c in row if c})) for row in cells]
-    from mixer.data.prepare import DESC_CHARS
+    from mixer.data.labels.columns import DESC_CHARS
 
     return Labelled(val["text"].astype(str).to_numpy(dtype=object), val["lang"].astype(str).to_numpy(dtype=object),
                     truth, f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
@@ -474,7 +474,8 @@ def _context_split(desc_chars: np.ndarray, texts) -> Optional[np.ndarray]:
 def _scored_desc_chars(model_dir: str, held: pd.DataFrame) -> Optional[np.ndarray]:
     """The description's characters of scored rows, from the prepared split each row comes
     from (the run's data_val / data_cal); None when the run read no context."""
-    from mixer.data.prepare import DESC_CHARS, load_prepared
+    from mixer.data.labels.columns import DESC_CHARS
+    from mixer.data.prepared.files import load_prepared
 
     run_dir = model_dir
     if not os.path.exists(os.path.join(run_dir, "prepared.json")):

@@ -18,7 +18,9 @@ from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
 from mixer.core.config import RunConfig, config_for_file, epoch_number, write_args
-from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
+from mixer.data.labels.key import labels_of
+from mixer.data.prepared.files import load_prepared, prepared_stamp
+from mixer.data.prepared.prepare import prepare_run_data
 from mixer.data.inputs.padding import InputPadding
 from mixer.data.inputs.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                                 shard_indices, stop_workers)

@@ -107,7 +107,7 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
     prepared before the column existed)."""
     import pyarrow.parquet as pq
 
-    from mixer.data.prepare import DESC_CHARS
+    from mixer.data.labels.columns import DESC_CHARS
     from mixer.data.inputs.tokens import DESCRIPTION_CUT
 
     groups = row_groups(parquet_path)

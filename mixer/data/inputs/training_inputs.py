@@ -31,7 +31,7 @@ TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 def prepared_data_id(run_dir: str, split: str) -> str:
     """The content of a prepared split (xxh3-128 of data_<split>.parquet, ~0.1 s per
     10M rows): what a cache built from it is named and checked by."""
-    from mixer.data.prepare import content_hash
+    from mixer.data.prepared.fingerprint import content_hash
 
     return content_hash(os.path.join(run_dir, f"data_{split}.parquet"))[:16]
 
@@ -144,7 +144,7 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     import pyarrow.parquet as pq
 
     from mixer.data.labels.normalise import description_chars
-    from mixer.data.prepare import DESC_CHARS, TEXT
+    from mixer.data.labels.columns import DESC_CHARS, TEXT
     from mixer.data.inputs.tokens import split_context
     from mixer.core.io import atomic_write
 
