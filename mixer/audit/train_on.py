@@ -2,7 +2,7 @@
 table that holds them is refused unless asked for. With it, an audit given as --extra-train
 trains on its checked rows, and the run records their descriptions so that the next audit
 leaves them out (trained_descriptions). mixer.audit.guards registers the refusals with
-mixer.data.prepare.
+mixer.data.tables.guards, which mixer.data.prepared.prepare runs.
 
 No torch here.
 """

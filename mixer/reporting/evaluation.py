@@ -43,7 +43,7 @@ SPECIAL = {"-1", "-2", "-3"}
 
 def code_sets(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
     """Per row, the set of codes in `columns` (empty and missing cells left out), spelled
-    as training spells them (mixer.data.normalise): with --code-length, digit codes shorter
+    as training spells them (mixer.data.labels.normalise): with --code-length, digit codes shorter
     than it get their leading zeros back."""
     cells = []
     for column in columns:

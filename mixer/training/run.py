@@ -502,7 +502,7 @@ def starting_thresholds(config: RunConfig, start) -> tuple:
 
 
 def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
-    """Groups of similar length per training micro-batch (mixer.data.dataset.Collator): the
+    """Groups of similar length per training micro-batch (mixer.data.inputs.dataset.Collator): the
     flag's. Otherwise, resuming, what the run used (1 for a run from before groups). Otherwise 2
     on a CPU, where a step's time follows its padded tokens, and 1 on a GPU, which runs
     one wide batch about as fast as a narrow one. DDP's static graph cannot take the

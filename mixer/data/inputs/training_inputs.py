@@ -1,7 +1,7 @@
 """Token ids of the rows a step draws: from the token cache, or tokenised on the fly
-when the draw noises the row (mixer.data.noise).
+when the draw noises the row (mixer.data.inputs.noise).
 
-A clean row's ids come from the run's token cache (mixer.data.token_cache). A row whose
+A clean row's ids come from the run's token cache (mixer.data.inputs.token_cache). A row whose
 draw edits its description or hides its language is rebuilt from its text and
 tokenised with the rest of the batch's such rows. It uses the same tokeniser that built
 the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).
@@ -139,7 +139,7 @@ def _mapped(path: str):
 
 def build_text_store(run_dir: str, split: str, path: str, has_context: bool = False) -> None:
     """Write the text store of a prepared split, a row group at a time. The description
-    ends where the prepared `desc_chars` says (mixer.data.normalise.description_chars)."""
+    ends where the prepared `desc_chars` says (mixer.data.labels.normalise.description_chars)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -211,7 +211,7 @@ class RowInputs:
                  lang_codes: Optional[np.ndarray] = None, lang_names: Optional[np.ndarray] = None,
                  noise: Optional[NoiseConfig] = None, seed: int = 0, every_row: bool = False,
                  words: Optional[TextStore] = None):
-        self.tokens = tokens  # a mixer.data.token_cache.TokenCache
+        self.tokens = tokens  # a mixer.data.inputs.token_cache.TokenCache
         self.token_ids = token_ids
         self.texts = texts
         self.lang_codes = lang_codes  # small ints per row; names in lang_names
@@ -253,7 +253,7 @@ class RowInputs:
 
 def _joined(descriptions: list, contexts: list) -> tuple:
     """(texts, characters of each that are its description): descriptions and contexts as
-    mixer.data.normalise.model_input joins them; with context the description stripped (a
+    mixer.data.labels.normalise.model_input joins them; with context the description stripped (a
     padded noised title ends in a space). None for the second where no row has context
     (the ids are then the same either way)."""
     descriptions = [d.strip() if c else d for d, c in zip(descriptions, contexts)]

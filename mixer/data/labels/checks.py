@@ -33,7 +33,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
                why: str = "", numbers: Optional[np.ndarray] = None) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
     naming them, or dropped with --drop-bad-labels. Codes are first spelled as the code
-    system spells them (mixer.data.normalise; `why` says why its digit codes have a fixed
+    system spells them (mixer.data.labels.normalise; `why` says why its digit codes have a fixed
     width, in the line that counts the zeros restored). `allowed`: the codes of --key (a
     code outside it is bad). With --empty-code-label a row without any code gets that
     code in its first slot. `numbers`: each row's number in its file (rows count from 1
@@ -50,7 +50,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     empty_text = text.eq("").to_numpy()
     desc_chars = text.str.len().to_numpy(dtype=np.int32)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
-    # the whole context: the tokeniser fits it to the model's input (mixer.data.tokens)
+    # the whole context: the tokeniser fits it to the model's input (mixer.data.inputs.tokens)
     text = model_input(text, frame, cfg.context_cols)[0]
     # all code cells as one column of strings (column after column), normalised and
     # factorised: the formatter then looks at each distinct value once

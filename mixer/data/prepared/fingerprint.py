@@ -54,7 +54,7 @@ def run_files(cfg: DataConfig) -> dict:
 
 def reading_settings(cfg: DataConfig, files: dict, typed: bool = False) -> dict:
     """How the run's files are read, as part of its identity. Each option as the files
-    make it mean (mixer.data.reading.canonical_options: a typed value that only says what
+    make it mean (mixer.data.tables.reading.canonical_options: a typed value that only says what
     the file says by itself, such as --sep ',' on a file whose header uses ',', is the
     default). With `typed`, each option as given (how runs were identified before)."""
     values = {}
