@@ -453,7 +453,7 @@ class Model:
 
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
-        (model_inputs; mixer.data.tokens.reading_keys)."""
+        (model_inputs; mixer.data.inputs.tokens.reading_keys)."""
         from mixer.data.inputs.tokens import reading_keys
 
         return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
@@ -540,7 +540,7 @@ class Model:
     def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
         """Per row, a key of what the model reads: its language, text and context as the
         run's input recipe spells them and its tokenizer normalises them (BERT's lower-cases
-        and strips accents; mixer.data.tokens.reading_keys). Rows with equal keys get equal
+        and strips accents; mixer.data.inputs.tokens.reading_keys). Rows with equal keys get equal
         predictions; a lookup matches, a --to-check list groups and predict.py counts
         distinct inputs by it. The key is opaque: compare it, do not show it."""
         _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
@@ -567,7 +567,7 @@ class Model:
         return texts, blank
 
     def _context_fit(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
-        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
         _, texts, langs, desc_chars = self._inputs(texts, lang, context, say_fit=False)
         if desc_chars is None:
             return np.zeros(len(texts), dtype=np.int8)

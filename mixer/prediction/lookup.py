@@ -20,7 +20,7 @@ written with --input-col title is read back without --lookup-input-col).
 
 An entry is keyed by what the model reads (mixer.prediction.api.Model.model_inputs: the
 description, language and context as the run's recipe spells them and the tokenizer
-normalises them, mixer.data.tokens.reading_keys). So a row of the input takes the entry's
+normalises them, mixer.data.inputs.tokens.reading_keys). So a row of the input takes the entry's
 codes exactly when the model would read the two alike ('Civil Engineer' takes the entry
 'civil engineer' of a model whose tokenizer lower-cases; the language too, so 'EN' is
 'en' to it, except a language with a flat threshold of its own). A table without the language
@@ -59,7 +59,7 @@ class Lookup:
     context: Optional[pd.DataFrame]
     codes: list  # per entry, its codes (a tuple, sorted)
     lines: np.ndarray  # per entry, its line in the file (2: the first under the header)
-    identity: dict  # the file's bytes and hash (mixer.data.prepare.file_identity)
+    identity: dict  # the file's bytes and hash (mixer.data.prepared.fingerprint.file_identity)
     outside_key: int = 0  # entries with a code the model's key lacks (said when read)
     columns: str = ""  # where a dictionary's descriptions and codes were read, in words
     _keys: dict = None  # {language or None: {model input: entry}}

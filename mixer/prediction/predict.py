@@ -171,13 +171,13 @@ class Predictor:
 
     def padding(self, states: bool) -> InputPadding:
         """How far a batch is padded: what its longest row needs for what the pass reads
-        (the decoder's states, or the pooled vector alone; mixer.data.padding)."""
+        (the decoder's states, or the pooled vector alone; mixer.data.inputs.padding)."""
         return InputPadding.for_encoder(self.model.encoder.config, self.recipe.max_len,
                                         self.model.padding_reads(decoder=states),
                                         pad_multiple(self.device))
 
     def context_fit(self, texts, langs, desc_chars) -> np.ndarray:
-        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
         return self.token_ids.fitted(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
                                      desc_chars)[2]
 

@@ -65,7 +65,7 @@ def predict_file(args: PredictConfig) -> None:
 
 # ------------------------------------------------------------------ the stages
 class Job:
-    """What the stages and the sinks (mixer.data.sinks) share: the options, the processes,
+    """What the stages and the sinks (mixer.data.tables.sinks) share: the options, the processes,
     the model and the columns it reads, the coding (mixer.prediction.coding_job), the resume
     journal, the stores, rank 0's open sinks and the counts over the whole file."""
 

@@ -114,7 +114,7 @@ def input_part(path: str) -> dict:
 
 def sidecar_text(provenance: dict, result: Optional[dict] = None) -> str:
     """The sidecar's text; predict.py writes it with the output as one step, after the
-    output (mixer.data.writing.commit_files), so a sidecar never describes another file."""
+    output (mixer.data.tables.writing.commit_files), so a sidecar never describes another file."""
     return json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False, default=str) + "\n"
 
 

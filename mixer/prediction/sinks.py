@@ -1,4 +1,4 @@
-"""predict.py's own outputs as sinks (mixer.data.sinks): the output file with its
+"""predict.py's own outputs as sinks (mixer.data.tables.sinks): the output file with its
 provenance beside it and its resume journal, the embeddings, the check list and the summary
 plot. mixer/__init__.py calls register(); the audit's draw is the audit's own
 (mixer.audit.guards). Light: the writers are imported when a job opens them, not here.
@@ -123,7 +123,7 @@ def shaped_output(chunk, predicted, args) -> tuple:
 
 
 class CheckListSink(Sink):
-    """--to-check N FILE: the rows a person should check (mixer.data.checking.CheckList)."""
+    """--to-check N FILE: the rows a person should check (mixer.data.labels.checking.CheckList)."""
 
     @classmethod
     def check(cls, args) -> None:

@@ -336,7 +336,7 @@ def _unknown_kept(run_dir: str) -> bool:
 def language_note(model, counts: dict, where: str) -> str:
     """One line on rows (`counts`: {language value: rows}) whose language the model never
     trained with, as the model reads the language ('EN' is 'en' to a lower-casing
-    tokenizer: mixer.data.tokens.read_languages); '' when none, or when the model's
+    tokenizer: mixer.data.inputs.tokens.read_languages); '' when none, or when the model's
     training languages are not known."""
     known = known_languages(model)
     if known is None or not counts:
