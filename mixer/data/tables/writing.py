@@ -102,7 +102,7 @@ def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{file_flag} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.guards)
+    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.tables.guards)
     return path
 
 
