@@ -2,7 +2,7 @@
 1-4-grams + linear SVM (scikit-learn), trained on the run's data_train and
 scored on its data_val with the same exact-match accuracy as the run, as written
 and on the very noised copy of the validation rows the run scores (--eval-noise:
-the same edits, seed and word list, mixer.data.noise.noised_texts).
+the same edits, seed and word list, mixer.data.inputs.noise.noised_texts).
 
     python benchmarks/baseline_tfidf_svm.py runs/quickstart
 """
@@ -57,7 +57,7 @@ def main() -> None:
 
 def noised_accuracy(run_dir, train, val, vectorizer, classifier, truth):
     """The baseline's accuracy on the run's noised validation copy (None without one)."""
-    from mixer.data.noise import noised_texts, word_list
+    from mixer.data.inputs.noise import noised_texts, word_list
 
     with open(os.path.join(run_dir, "args.yaml")) as handle:
         train_args = yaml.safe_load(handle)["train"]

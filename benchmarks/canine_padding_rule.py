@@ -8,7 +8,7 @@ suffix wN sets the local attention window, 128 otherwise, as in CANINE-s) a
 CANINE with random weights (--width wide, 2 deep layers; the rule does not depend on the
 widths) is run on one row of n random characters padded to each L from n to 128. Prints,
 for the pooled output and for the real characters' states: the largest difference from
-128 at or above the rule (mixer.data.padding), how many of those are bit-identical, and
+128 at or above the rule (mixer.data.inputs.padding), how many of those are bit-identical, and
 the smallest difference below it (for rows whose rule is under 128: a rule of 128, the
 reference itself, has nothing below it that must differ). The rule holds when the first
 is float rounding and the last is not. tests/test_padding.py checks the boundaries on every test run; this is
@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mixer.data.padding import CHARACTERS, POOLED, InputPadding  # noqa: E402
+from mixer.data.inputs.padding import CHARACTERS, POOLED, InputPadding  # noqa: E402
 
 MAX_LEN = 128
 

@@ -1,6 +1,6 @@
 """Training throughput of the CANINE-s architecture from each start a run can have, batches
 padded to 128 characters (as OccCANINE pads them) against batches padded as far as their
-rows need (mixer.data.padding), on the example data, one process.
+rows need (mixer.data.inputs.padding), on the example data, one process.
 
     python benchmarks/canine_training_speed.py [--batch-size 32] [--steps 12] [--no-noise]
         [--occc-pst2 SAMPLES_PER_S]
@@ -42,8 +42,8 @@ from noise_loading import NOISE, loader_of, timed_steps  # noqa: E402
 
 from mixer.core.allocator import keep_freed_memory  # noqa: E402
 from mixer.core.precision import cpu_model  # noqa: E402
-from mixer.data.noise import NoiseConfig  # noqa: E402
-from mixer.data.padding import EVERY_POSITION  # noqa: E402
+from mixer.data.inputs.noise import NoiseConfig  # noqa: E402
+from mixer.data.inputs.padding import EVERY_POSITION  # noqa: E402
 
 MAX_LEN = 128
 STARTS = {
@@ -72,7 +72,7 @@ def built(run_dir: str):
 
     from mixer.core.config import RunConfig
     from mixer.core.recipe import resolve
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
     from mixer.models.sources import build_model, resolve_new_heads, resolve_start
 
     with open(os.path.join(run_dir, "args.yaml"), encoding="utf-8") as handle:

@@ -28,7 +28,7 @@ SEED = 37
 
 def noisy_texts(texts: list, train_texts: list, seed: int = SEED) -> list:
     """Each text with 1 or 2 edits (half the rows each, drawn by row) of the training noise."""
-    from mixer.data import noise
+    from mixer.data.inputs import noise
 
     positions = np.arange(len(texts))
     edits = 1 + (noise.uniforms(seed, noise.EVAL_EPOCH, positions, noise.STREAM_APPLY) < 0.5)

@@ -20,10 +20,11 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.data.dataset import Collator, RowDataset, StepSampler  # noqa: E402
-from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
-from mixer.data.tokens import InputRecipe  # noqa: E402
-from mixer.data.training_inputs import RowInputs, split_caches  # noqa: E402
+from mixer.data.inputs.dataset import Collator, RowDataset, StepSampler  # noqa: E402
+from mixer.data.labels.key import labels_of  # noqa: E402
+from mixer.data.prepared.files import load_prepared  # noqa: E402
+from mixer.data.inputs.tokens import InputRecipe  # noqa: E402
+from mixer.data.inputs.training_inputs import RowInputs, split_caches  # noqa: E402
 from mixer.models.encoders import build_encoder  # noqa: E402
 from mixer.models.encoders import token_ids_of  # noqa: E402
 from mixer.models.losses import row_losses, step_loss  # noqa: E402

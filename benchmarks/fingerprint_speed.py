@@ -2,8 +2,8 @@
 
     python benchmarks/fingerprint_speed.py [--gigabytes 1]
 
-A run directory's prepared data is reused only for the same bytes (mixer.data.prepare
-.fingerprint), so every start hashes the input files once. This writes a CSV of
+A run directory's prepared data is reused only for the same bytes
+(mixer.data.prepared.fingerprint), so every start hashes the input files once. This writes a CSV of
 the given size from the example data, hashes it three times (the file is in the
 page cache after writing, as it is on a second start) and prints the best time
 and the rate; then the same with SHA-256 for scale.
@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.data.prepare import HASH_BLOCK, content_hash  # noqa: E402
+from mixer.data.prepared.fingerprint import HASH_BLOCK, content_hash  # noqa: E402
 
 
 def sha256(path: str) -> str:

@@ -23,8 +23,8 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.data.reading import first_undecodable, iter_chunks, read_table  # noqa: E402
-from mixer.data.writing import OutputWriter  # noqa: E402
+from mixer.data.tables.reading import first_undecodable, iter_chunks, read_table  # noqa: E402
+from mixer.data.tables.writing import OutputWriter  # noqa: E402
 
 
 def timed(fn) -> float:

@@ -4,7 +4,7 @@
         [--variants 9] [--chunk-size 100000] [--keep DIR] [--occcanine NAME]
 
 Makes a census-like file from data/toy_hisco.csv: its distinct descriptions and --variants
-typo variants of each (mixer.data.noise, one edit), ranked in a seeded random order and drawn
+typo variants of each (mixer.data.inputs.noise, one edit), ranked in a seeded random order and drawn
 --rows times by a Zipf law of --exponent (rank r with probability proportional to
 1/r^exponent), as a description repeats in a census. Prints the rows, the distinct
 descriptions and the exponent; then predicts the file with predict.py (a process of its
@@ -56,7 +56,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def census(rows: int, exponent: float, variants: int, seed: int = 0) -> tuple:
     """(the file's rows as a DataFrame with occ1, the number of strings drawn from)."""
-    from mixer.data.noise import noised
+    from mixer.data.inputs.noise import noised
 
     toy = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, keep_default_na=False)
     descriptions = sorted(set(toy["occ1"]))

@@ -69,7 +69,8 @@ def main() -> None:
     import mixer
     from mixer.core.precision import cpu_model
     from mixer.models.quantize import quantize_encoder
-    from mixer.data.prepare import code_columns, load_prepared
+    from mixer.data.labels.columns import code_columns
+    from mixer.data.prepared.files import load_prepared
 
     print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), quantized engine "
           f"{', '.join(torch.backends.quantized.supported_engines)}")

@@ -29,13 +29,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mixer.core.allocator import keep_freed_memory  # noqa: E402
-from mixer.data.dataset import Collator, RowDataset, StepSampler  # noqa: E402
-from mixer.data.noise import NoiseConfig  # noqa: E402
-from mixer.data.prepare import labels_of, load_prepared  # noqa: E402
-from mixer.data.tokens import InputRecipe  # noqa: E402
-from mixer.data.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
+from mixer.data.inputs.dataset import Collator, RowDataset, StepSampler  # noqa: E402
+from mixer.data.inputs.noise import NoiseConfig  # noqa: E402
+from mixer.data.labels.key import labels_of  # noqa: E402
+from mixer.data.prepared.files import load_prepared  # noqa: E402
+from mixer.data.inputs.tokens import InputRecipe  # noqa: E402
+from mixer.data.inputs.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
                                         split_caches, text_store)
-from mixer.data.padding import CHARACTERS, InputPadding  # noqa: E402
+from mixer.data.inputs.padding import CHARACTERS, InputPadding  # noqa: E402
 from mixer.models.encoders import build_encoder, token_ids_of  # noqa: E402
 from mixer.models.losses import row_losses, step_loss  # noqa: E402
 from mixer.models.model import HeadsConfig, MixerModel  # noqa: E402
@@ -49,8 +50,8 @@ NOISE = NoiseConfig(0.3, 3, 0.25)  # the defaults
 
 def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTERS, recipe=None):
     """A training loader of the prepared run: its token cache, noise, and batches padded as
-    far as `reads` needs (mixer.data.padding). `recipe`: how rows become the model's input
-    (mixer.data.tokens.InputRecipe; default mixer's, cut at max_len)."""
+    far as `reads` needs (mixer.data.inputs.padding). `recipe`: how rows become the model's input
+    (mixer.data.inputs.tokens.InputRecipe; default mixer's, cut at max_len)."""
     prepared = load_prepared(run_dir, with_text=False)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter

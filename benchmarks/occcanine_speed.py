@@ -7,7 +7,7 @@ random weights, writes it in OccCANINE's hub layout (the weights do not change t
 speed), and times mixer's prediction on distinct descriptions from the example data,
 the flat head and greedy decoding: in fp32 with every batch padded to 128 characters
 (as OccCANINE pads, and mixer did before 0.3), in fp32 padded as far as each batch
-needs (exact: mixer.data.padding; OccCANINE's decoder reads all 128 positions, so greedy
+needs (exact: mixer.data.inputs.padding; OccCANINE's decoder reads all 128 positions, so greedy
 decoding keeps them), in int8 (--quantize int8, approximate), and in bf16 where the CPU
 computes it natively. Prints the CPU model and capability, and the characters computed per
 row. --keep DIR keeps the hub directory, e.g. to time OccCANINE's own predict() on the
@@ -38,8 +38,8 @@ def write_full_size_model(directory: str) -> None:
     from transformers import CanineConfig, CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
+    from mixer.data.labels.normalise import hisco_key
     from mixer.models.model import MixerModel
 
     torch.manual_seed(0)
@@ -81,7 +81,7 @@ class Padded128:
     def __enter__(self):
         import dataclasses
 
-        from mixer.data.padding import EVERY_POSITION
+        from mixer.data.inputs.padding import EVERY_POSITION
         from mixer.prediction.predict import Predictor
 
         self.original = Predictor.padding

@@ -22,7 +22,7 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mixer.data.formatter import CodeFormatter  # noqa: E402
+from mixer.data.labels.formatter import CodeFormatter  # noqa: E402
 
 
 def make_rows(rows: int, path: str, seed: int = 0) -> None:

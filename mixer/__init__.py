@@ -16,12 +16,12 @@ from mixer import errors  # noqa: E402,F401
 
 # A feature registers what it needs from the layers below it, here, so that no program or
 # import of mixer misses it: the audit's filled files are never overwritten, its rows train
-# only when asked (mixer.data.guards). Light: no pandas until a check runs.
+# only when asked (mixer.data.tables.guards). Light: no pandas until a check runs.
 from mixer.audit import guards as _audit_guards  # noqa: E402
 
 _audit_guards.register()
 
-# The outputs of a prediction job are sinks its features register (mixer.data.sinks):
+# The outputs of a prediction job are sinks its features register (mixer.data.tables.sinks):
 # predict.py's own here, the audit's draw with its guards above.
 from mixer.prediction import sinks as _prediction_sinks  # noqa: E402
 

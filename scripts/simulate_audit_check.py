@@ -24,8 +24,8 @@ def main(argv=None) -> int:
     from mixer.core.errors import UserError
     from mixer.audit import file as audit_file
     from mixer.audit import verdicts
-    from mixer.data.reading import as_text, read_table, require_columns
-    from mixer.data.writing import write_table
+    from mixer.data.tables.reading import as_text, read_table, require_columns
+    from mixer.data.tables.writing import write_table
 
     parser = Parser(prog="simulate_audit_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("audit", help="the audit file predict.py --audit wrote")

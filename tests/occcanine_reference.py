@@ -62,7 +62,7 @@ class Reference(nn.Module):
 def save_hisco_model(base) -> dict:
     """A HISCO model in the hub layout (base/hub) and as a training checkpoint
     (base/last.bin), and its reference: the `hisco_model` fixture's value."""
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
 
     torch.manual_seed(11)
     key = list(hisco_key()["code"])

@@ -1,5 +1,6 @@
 """The package's folders are its layers (docs/architecture.md): every import of mixer
-names a module and a name that exist, and no module imports from a layer above its own.
+names a module and a name that exist, no module imports from a layer above its own (nor, in
+mixer/data/, from a folder above its own), and the folder table names every module.
 
 Read from the source with ast, nothing imported: the imports inside functions (most of
 mixer's heavy ones are) are checked as strictly as those at the top of a file.
@@ -26,13 +27,18 @@ LAYERS = [
     ("data",),
     ("models",),
     ("reporting",),
-    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.guards)
+    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.tables.guards)
     ("coding",),  # a feature: coding at a stated accuracy, with its statistics; it reads the audit's files
     ("training", "prediction"),
     ("cli",),
     ("mixer",),
 ]
 RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+# mixer/data/ keeps its modules in folders by concept, bottom to top as in
+# docs/architecture.md: a module of data/ imports its own folder and the folders before
+# it here, never one after (files in and out, codes and labels, a run's prepared data,
+# what the model reads).
+DATA_FOLDERS = ["tables", "labels", "prepared", "inputs"]
 # The version string lives in mixer/__init__.py (pyproject reads it there); any layer
 # may read it.
 ANYWHERE = {("mixer", "__version__")}
@@ -246,24 +252,95 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not problems, "\n".join(problems)
 
 
-def test_the_folder_table_names_every_module_where_it_lives():
-    """docs/architecture.md's table ("What each folder holds") has a row for every folder,
-    and its rows (the folder's, or its sub-folders' where it has a row for each) name each
-    of its modules: a module moved or added is written down where it now lives."""
-    rows = {}
-    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
-        for m in re.finditer(r"^\| `mixer/(\w+)/(?:\w+/)*` \| (.*) \| [^|]* \|$", f.read(), re.M):
-            rows.setdefault(m.group(1), set()).update(re.findall(r"`(\w+)/?`", m.group(2)))
+def data_folder_of(module: str, names: tuple = ()) -> set:
+    """The folders of mixer/data/ an import reaches ("tables", ...): `from mixer.data import
+    tables` reaches the folder it names; an import outside data/'s folders reaches none."""
+    parts = module.split(".")
+    if parts == ["mixer", "data"]:
+        return set().union(*(data_folder_of(f"mixer.data.{n}") for n in names)) if names else set()
+    if parts[:2] == ["mixer", "data"] and os.path.isdir(os.path.join(ROOT, "mixer", "data", parts[2])):
+        return {parts[2]}
+    return set()
+
+
+def test_no_module_of_data_imports_from_a_folder_above_its_own():
+    """Inside mixer/data/ the folders are layers too (DATA_FOLDERS): tables knows nothing of
+    labels, labels nothing of a run's prepared data, and the model's inputs come last."""
+    data = os.path.join(ROOT, "mixer", "data")
+    folders = {d for d in os.listdir(data) if os.path.isfile(os.path.join(data, d, "__init__.py"))}
+    assert set(DATA_FOLDERS) == folders, "every folder of mixer/data/ has its place in DATA_FOLDERS"
+    loose = sorted(f for f in os.listdir(data) if f.endswith(".py") and f != "__init__.py")
+    assert not loose, f"modules of mixer/data/ outside its folders: {loose}"
+    rank = {folder: i for i, folder in enumerate(DATA_FOLDERS)}
     problems = []
-    for folder in sorted(set(RANK) - {"mixer"}):
-        if folder not in rows:
-            problems.append(f"mixer/{folder}/: no row in the table")
-            continue
-        for path in python_files(os.path.join("mixer", folder)):
-            name = os.path.basename(path)[:-3]
-            if name != "__init__" and name not in rows[folder]:
-                problems.append(f"{os.path.relpath(path, ROOT)}: not named in mixer/{folder}/'s row")
+    for path in python_files(os.path.join("mixer", "data")):
+        importer = module_of(path)
+        (own,) = data_folder_of(importer) or {None}
+        for line, module, names in mixer_imports(path):
+            for folder in data_folder_of(module, names) - {own}:
+                if own is None or rank[folder] > rank[own]:
+                    problems.append(f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) imports "
+                                    f"{module} ({folder}), a folder of data/ above its own")
     assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ the folder table
+FOLDER_ROW = re.compile(r"^\| `(mixer/(?:\w+/)*)` \| (.*) \| (.*) \|$")
+
+
+def folder_table(text: str) -> dict:
+    """{folder: the names written in backticks in its row's modules column}: the folder
+    table of docs/architecture.md."""
+    rows = [FOLDER_ROW.match(line) for line in text.splitlines()]
+    return {row.group(1): set(re.findall(r"`([\w/]+)`", row.group(2))) for row in rows if row}
+
+
+def table_problems(table: dict) -> list:
+    """Each module of mixer/ the table does not name in its folder's row (a sub-folder
+    without a row of its own: its name and its modules in its parent's row), and each row
+    whose folder is gone."""
+    problems = [f"{folder}: a row of the folder table, but no such folder" for folder in sorted(table)
+                if not os.path.isdir(os.path.join(ROOT, folder))]
+    for path in python_files("mixer"):
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        folder, name = rel.rsplit("/", 1)
+        if name == "__init__.py":
+            continue
+        row, within = folder + "/", []
+        while row not in table and row.count("/") > 1:
+            parent = row[:row.rstrip("/").rfind("/") + 1]
+            within.insert(0, row[len(parent):])
+            row = parent
+        missing = [f"`{n}`" for n in within + [name[:-3]] if n not in table.get(row, ())]
+        if missing:
+            problems.append(f"{rel}: the row of {row} in the folder table lacks {', '.join(missing)}")
+    return problems
+
+
+def architecture_text() -> str:
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_folder_table_names_every_module():
+    """docs/architecture.md's folder table is where a reader looks a module up: a module
+    it does not name (a new one, or one moved) fails here, as does a row of a folder gone."""
+    table = folder_table(architecture_text())
+    assert len(table) >= 14 and "mixer/" in table, sorted(table)  # the table is read
+    problems = table_problems(table)
+    assert not problems, "docs/architecture.md:\n" + "\n".join(problems)
+
+
+def test_the_folder_table_check_finds_a_module_left_out():
+    """The check bites: the table without one module's name, or without a sub-folder's,
+    is refused, naming the module."""
+    text = architecture_text()
+    assert table_problems(folder_table(text.replace("`reading` (every table", "reading (every table"))) \
+        == ["mixer/data/tables/reading.py: the row of mixer/data/tables/ in the folder table lacks `reading`"]
+    no_best = folder_table(text.replace("`best/` (the best model", "best (the best model"))
+    assert [p.split(":")[0] for p in table_problems(no_best)] == \
+        ["mixer/training/best/hook.py", "mixer/training/best/keeper.py"]
+
 
 
 @pytest.mark.parametrize("script", ["mixer-finetune", "mixer-train", "mixer-predict", "mixer-evaluate"])
@@ -279,17 +356,17 @@ def test_console_scripts_name_functions_that_exist(script):
 TABLE_READERS = {"read_csv", "read_table", "read_parquet", "read_excel", "read_stata", "read_json",
                  "read_feather", "read_fwf", "read_sas", "read_spss", "read_orc", "open_csv",
                  "ParquetFile", "read_schema", "load_workbook", "StataReader", "ExcelFile", "dataset"}
-READING_MODULES = {"mixer/data/reading.py", "mixer/data/formats.py"}  # the reader and its formats
+READING_MODULES = {"mixer/data/tables/reading.py", "mixer/data/tables/formats.py"}  # the reader and its formats
 # Files that are not tables a user gives: the tool's own, read where they are written.
 OWN_FILES = {
-    ("mixer/data/prepare.py", "read_key"): "a run's key.csv, written by write_prepared",
-    ("mixer/data/prepare.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
-    ("mixer/data/prepare.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
-    ("mixer/data/prepare.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
+    ("mixer/data/prepared/files.py", "read_key"): "a run's key.csv, written by write_prepared",
+    ("mixer/data/prepared/files.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
+    ("mixer/data/prepared/files.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
+    ("mixer/data/prepared/files.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
     ("mixer/coding/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
-    ("mixer/data/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
-    ("mixer/data/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
-    ("mixer/data/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
+    ("mixer/data/inputs/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
+    ("mixer/data/inputs/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
+    ("mixer/data/inputs/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
     ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
     ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
@@ -324,7 +401,7 @@ def table_reads(path: str) -> list:
 
 def test_every_table_is_read_by_the_one_reader():
     """Every file a user gives (--dataset, --train-data, --val-data, --extra-train, --key,
-    --code-descriptions, --input, --predictions, ...) comes in through mixer.data.reading,
+    --code-descriptions, --input, --predictions, ...) comes in through mixer.data.tables.reading,
     with its role's options; a new path that reads a table itself fails here. The tool's
     own files (a run's key.csv and prepared splits, its logs) are listed, each with why."""
     found = {}
@@ -336,9 +413,9 @@ def test_every_table_is_read_by_the_one_reader():
             found.setdefault((rel, function), []).append(line)
     bypass = {f"{rel}:{lines[0]} ({function})" for (rel, function), lines in found.items()
               if (rel, function) not in OWN_FILES}
-    assert not bypass, f"tables read outside mixer.data.reading: {sorted(bypass)}"
+    assert not bypass, f"tables read outside mixer.data.tables.reading: {sorted(bypass)}"
     assert set(found) == set(OWN_FILES), f"stale entries: {sorted(set(OWN_FILES) - set(found))}"
-    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "reading.py"))) >= 4  # it sees reads
+    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "tables", "reading.py"))) >= 4  # it sees reads
 
 
 # ------------------------------------------------------------------ the tests' own layering

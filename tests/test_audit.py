@@ -346,14 +346,14 @@ def test_training_on_an_audit_is_asked_for_and_the_next_audit_leaves_its_rows_ou
 
 
 def test_an_audit_reads_its_codes_as_the_model_spells_them():
-    """An audit's codes go through the one normaliser (mixer.data.normalise) with the model's
+    """An audit's codes go through the one normaliser (mixer.data.labels.normalise) with the model's
     code system: a spreadsheet's 6510.0 is 6510, a number cell a whole number, and a digit
     code that lost its leading zeros gets them back where the model's codes have a width
     (HISCO's 5, a --key's or --zero-padded-codes' width; number cells, which keep no zeros:
     --block-size, whatever --allow-codes-shorter-than-block-size says); where they have
     none, a text 6510 is not 06510."""
-    from mixer.data.formatter import CodeFormatter
-    from mixer.data.reading import frame_as_text
+    from mixer.data.labels.formatter import CodeFormatter
+    from mixer.data.tables.reading import frame_as_text
 
     hisco, toy = CodeFormatter(kind="hisco"), CodeFormatter(allow_short=True)  # toy: the tests' model
     padded, fixed = CodeFormatter(digit_width=5), CodeFormatter()
@@ -392,7 +392,7 @@ def test_a_spreadsheet_that_drops_zeros_is_no_edit_where_the_model_has_a_width(t
     """A HISCO model's audit saved by a spreadsheet as CSV (06510 becomes 6510, true codes
     typed as numbers) scores as written, without --code-length; a model whose codes have no
     width cannot tell 6510 from 06510, so there the change is an edit, refused."""
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
 
     codes = ["06510", "14120", "06510", "-1"]
     for formatter, kept in ((CodeFormatter(kind="hisco"), True), (CodeFormatter(allow_short=True), False)):
@@ -414,11 +414,11 @@ def test_a_spreadsheet_that_drops_zeros_is_no_edit_where_the_model_has_a_width(t
 
 
 def test_an_audit_names_the_input_columns_through_the_one_naming_step(tmp_path):
-    """The input's columns beside the audit's own are named by mixer.data.writing.output_names,
+    """The input's columns beside the audit's own are named by mixer.data.tables.writing.output_names,
     in the audit's format: one that would take an audit's name, or that the audit's reader
     would read as a person's code (true_code_7), is written <name>_input; Stata's names are
     made valid. The audit reads back as written."""
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
 
     inputs = {"code_1": ["a"] * 3, "correct": ["b"] * 3, "true_code_7": ["c"] * 3, "parish name": ["d"] * 3}
     for name in ("audit.csv", "audit.dta"):
@@ -438,7 +438,7 @@ def test_an_audit_is_read_with_its_own_flags(tmp_path):
     """evaluate.py reads --audit with its role's options (--audit-encoding, --audit-sep,
     --audit-sheet, --audit-header-row) and --predictions with the main ones: an audit
     re-saved by Excel on Windows (cp1252, ';') beside UTF-8 predictions."""
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
 
     path = tmp_path / "audit.csv"
     drawn_without_a_model(CodeFormatter(kind="hisco"), ["06510", "14120", "-1"], path,
@@ -458,7 +458,7 @@ HISCO_CODES = ["06510", "14120", "-1", "99910"]
 
 
 def hisco():
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
 
     return CodeFormatter(kind="hisco")
 
@@ -639,7 +639,7 @@ def test_an_audit_with_verdicts_is_never_overwritten(example, tmp_path):
 
 
 def test_the_audit_guards_come_with_any_import_of_mixer(tmp_path):
-    """mixer.data knows the audit only by what it registers (mixer.data.guards, from
+    """mixer.data knows the audit only by what it registers (mixer.data.tables.guards, from
     mixer/__init__.py): the writer imported alone refuses to replace a filled audit, and
     `import mixer` still loads no pandas."""
     filled = tmp_path / "audit.csv"
@@ -648,7 +648,7 @@ def test_the_audit_guards_come_with_any_import_of_mixer(tmp_path):
             "import mixer\n"
             "assert 'pandas' not in sys.modules\n"
             "from mixer.core.errors import UserError\n"
-            "from mixer.data.writing import check_output_path\n"
+            "from mixer.data.tables.writing import check_output_path\n"
             "try:\n"
             f"    check_output_path({str(filled)!r}, '--output', {{}})\n"
             "except UserError as exc:\n"
@@ -688,7 +688,7 @@ def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path
     """Review of issue 34: the refusal named a CSV 'line' for every format; it names the row
     under the header, and in a workbook also the row Excel shows (docs/formats.md)."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
     from conftest import write_xlsx
 
     rows = [["occ1", "hisco_1", "audit", "audit_check"]] + [["farmer", "61110", "", ""]] * 4 + [
@@ -710,7 +710,7 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
     trained without --train-on-audit. Either column as predict.py writes it marks the
     rows; an `audit` column of a user's own (not an audit's design) does not."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     design = audit_file.Design(unit="rows", by=None, seed=0, strata=(audit_file.Stratum(None, 10, 2),),
                            predictions="p-0", predicted_rows=10, model="m-0", source="runs/x", head="flat",

@@ -561,7 +561,7 @@ def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its
 # ------------------------------------------------------------------ provenance
 @pytest.mark.parametrize("suffix", [".parquet", ".dta", ".csv", ".xlsx"])
 def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path, suffix):
-    from mixer.data.reading import file_label
+    from mixer.data.tables.reading import file_label
     from mixer.coding import provenance
     from mixer.audit.draw import model_fingerprint
     import mixer

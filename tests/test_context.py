@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import assert_floats_close, run_program
-from mixer.data.normalise import model_text
+from mixer.data.labels.normalise import model_text
 
 CODES = {("servant", "wife"): "54010", ("servant", "son"): "62105",
          ("labourer", "wife"): "99910", ("labourer", "son"): "62110",
@@ -79,10 +79,10 @@ def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
 
 
 def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
-    from mixer.data.noise import NoiseConfig
-    from mixer.data.token_cache import TokenCache
-    from mixer.data.tokens import CanineIds, InputRecipe
-    from mixer.data.training_inputs import RowInputs, TextStore, build_text_store, language_codes
+    from mixer.data.inputs.noise import NoiseConfig
+    from mixer.data.inputs.token_cache import TokenCache
+    from mixer.data.inputs.tokens import CanineIds, InputRecipe
+    from mixer.data.inputs.training_inputs import RowInputs, TextStore, build_text_store, language_codes
 
     texts = model_text(pd.Series(["servant", "farm labourer"]), pd.DataFrame({"relation": ["wife", "son"]}),
                        ["relation"])
@@ -200,8 +200,8 @@ def test_the_description_is_kept_whole_and_the_context_cut_from_its_end(encoder,
     no context."""
     from transformers import AutoTokenizer, BertTokenizer, CanineTokenizer
 
-    from mixer.data.normalise import model_input
-    from mixer.data.tokens import (CONTEXT_CUT, DESCRIPTION_CUT, FITS, BackendIds, CanineIds,
+    from mixer.data.labels.normalise import model_input
+    from mixer.data.inputs.tokens import (CONTEXT_CUT, DESCRIPTION_CUT, FITS, BackendIds, CanineIds,
                                    InputRecipe, SlowIds, context_note)
     from mixer.models.encoders import package_model_dir
 
@@ -244,8 +244,8 @@ def test_a_run_stored_before_the_rule_reads_its_input_as_it_was_trained():
     in the context, which OccCANINE's ASCII spelling drops."""
     from transformers import CanineTokenizer
 
-    from mixer.data.normalise import model_input
-    from mixer.data.tokens import DESCRIPTION_WHOLE, JOINED, CanineIds, InputRecipe, to_ascii
+    from mixer.data.labels.normalise import model_input
+    from mixer.data.inputs.tokens import DESCRIPTION_WHOLE, JOINED, CanineIds, InputRecipe, to_ascii
 
     occcanine = dict(max_len=128, language="literal", lowercase=True, ascii=True, strip=False)
     stored = InputRecipe.from_dict(occcanine)  # config.json of a run before the rule

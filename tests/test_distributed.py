@@ -358,7 +358,7 @@ def test_own_frames_are_the_project_files_whatever_the_clone_is_called():
     report = (f"[rank1]: {venv}/bin/python exited with code 2\n"
               f'  File "{venv}/lib/python3.11/site-packages/torch/distributed/run.py", line 9, in main\n')
     assert own_frames(report) == []
-    ours = f'  File "{os.path.join(ROOT, "mixer", "data", "prepare.py")}", line 1, in prepare\n'
+    ours = f'  File "{os.path.join(ROOT, "mixer", "data", "prepared", "prepare.py")}", line 1, in prepare\n'
     program = f'  File "{os.path.join(ROOT, "finetune.py")}", line 1, in <module>\n'
     assert len(own_frames(report + ours + program)) == 2
 
@@ -511,14 +511,14 @@ def test_resume_with_another_global_batch_ends_on_the_planned_epochs(
 SLOW_RANKS = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-import mixer.data.prepare, mixer.data.token_cache
+import mixer.data.prepared.prepare, mixer.data.inputs.token_cache
 rank = os.environ["RANK"]
 if rank == "0":  # a preparation that outlasts --dist-timeout (time passing is the point)
-    prepare = mixer.data.prepare.prepare
-    mixer.data.prepare.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
+    prepare = mixer.data.prepared.prepare.prepare
+    mixer.data.prepared.prepare.prepare = lambda *a, **k: (time.sleep(5), prepare(*a, **k))[1]
 else:  # and a share of the tokenising that does too
-    build = mixer.data.token_cache.build_part
-    mixer.data.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
+    build = mixer.data.inputs.token_cache.build_part
+    mixer.data.inputs.token_cache.build_part = lambda *a, **k: (time.sleep(5), build(*a, **k))[1]
 from mixer.cli.entrypoints import finetune_cli
 finetune_cli()
 """

@@ -96,7 +96,7 @@ def test_plain_code_columns_are_predictions_unless_predict_py_heads_are_there():
 
 
 def test_outputs_through_a_symbolic_link_write_its_target_and_keep_the_link(tmp_path):
-    from mixer.data.writing import OutputWriter
+    from mixer.data.tables.writing import OutputWriter
 
     predictions = tmp_path / "preds.csv"
     pd.DataFrame({"hisco_1": ["61110"], "code_1": ["61110"]}).to_csv(predictions, index=False)
@@ -119,7 +119,7 @@ def test_run_files_replace_a_link_and_outputs_check_where_it_points(tmp_path, mo
     through a link is checked where it points: its suffix and its directory."""
     from mixer.core.errors import UserError
     from mixer.core.io import write_text
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.writing import check_output_path
 
     (tmp_path / "base.json").write_text("base")
     (tmp_path / "run.json").symlink_to(tmp_path / "base.json")

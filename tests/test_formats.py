@@ -16,11 +16,12 @@ import pytest
 from conftest import ROOT, TINY, env_for_subprocess, run_program, write_xlsx
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
-from mixer.data import formats
-from mixer.data.prepare import fingerprint, prepare_run_data
+from mixer.data.tables import formats
+from mixer.data.prepared.fingerprint import fingerprint
+from mixer.data.prepared.prepare import prepare_run_data
 from mixer.core.config import TableOptions
-from mixer.data.reading import NUMERIC_COLUMNS, first_undecodable, iter_chunks, read_table
-from mixer.data.writing import OutputWriter
+from mixer.data.tables.reading import NUMERIC_COLUMNS, first_undecodable, iter_chunks, read_table
+from mixer.data.tables.writing import OutputWriter
 
 import openpyxl  # noqa: E402  requirements.txt installs it (the extra mixer[excel])
 
@@ -442,7 +443,7 @@ def test_excel_cells_read_as_codes(tmp_path):
 def test_a_bad_row_of_a_workbook_is_also_named_by_its_sheet_row(tmp_path):
     """Rows count from 1 under the header in every format (empty rows are no rows); in a
     workbook with a title above its header a bad row is also named as Excel numbers it."""
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     rows = [["Occupations, 1850"], [], ["occ1", "hisco_1"]] + [["farmer", "61110"]] * 6 + [
         ["smith", "8311"], [], ["", "83110"]]
@@ -508,7 +509,7 @@ def test_one_value_is_one_text_in_every_format(tmp_path):
     from Excel rebuilds its input exactly): dates ISO without a midnight time, booleans
     TRUE/FALSE, floats by their shortest repr at their own precision (Stata's float 1.1 is
     '1.1'); the streaming reader (predict.py) gives what the whole-file reader gives."""
-    from mixer.data.reading import as_text
+    from mixer.data.tables.reading import as_text
 
     when = [dt.datetime(1850, 3, 1), dt.datetime(1850, 3, 1, 12, 30)]
     frame = pd.DataFrame({"occ1": ["farmer", "smith"], "when": when, "flag": [True, False],
@@ -533,7 +534,7 @@ def test_one_value_is_one_text_in_every_format(tmp_path):
 
 
 def test_whole_numbers_past_int64_are_written_out_in_full():
-    from mixer.data.reading import as_text
+    from mixer.data.tables.reading import as_text
 
     assert as_text(pd.Series([1e20, 64100.0, np.nan, -3.0])).tolist() == [
         "100000000000000000000", "64100", "", "-3"]
@@ -570,7 +571,7 @@ def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
 def test_output_names_come_after_each_formats_own_renaming():
     """One naming step for every output (issue 27, item 2): the format's renaming first,
     then the code_1_input rule, so no input column takes a prediction's place in the file."""
-    from mixer.data.writing import output_names
+    from mixer.data.tables.writing import output_names
 
     predicted = ["code_1", "prob_1", "code_2", "prob_2"]
     inputs = ["occ1", "code 1", "prob 2", "a b", "a_b", "x" * 40, "x" * 40 + "y"]
@@ -687,7 +688,7 @@ def test_an_excel_output_longer_than_a_sheet_stops_before_any_work(excel_run, tm
     assert not os.path.exists(tmp_path / "p.xlsx")
     fits = tmp_path / "fits.csv"
     fits.write_text("occ1\n" + "farmer\n" * (rows - 1))
-    from mixer.data.writing import check_fits_excel
+    from mixer.data.tables.writing import check_fits_excel
 
     check_fits_excel(str(tmp_path / "p.xlsx"), str(fits), TableOptions())
 
@@ -729,7 +730,7 @@ def test_training_and_validation_files_are_read_with_their_own_flags(tmp_path):
     one of several says."""
     from mixer.cli import parsing as cli
     from mixer.cli.entrypoints import train_mixer_parser
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     train, val = tmp_path / "tr_u8.csv", tmp_path / "va_cp.csv"
     train.write_bytes("occ1,hisco_1\ndrängare,61110\nfarmer,61110\nsmith,83110\n".encode("utf-8"))

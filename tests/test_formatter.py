@@ -5,9 +5,10 @@ import pytest
 
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
-from mixer.data.formatter import PAD, CodeFormatter
-from mixer.data.normalise import hisco_key
-from mixer.data.prepare import check_rows, make_formatter
+from mixer.data.labels.formatter import PAD, CodeFormatter
+from mixer.data.labels.normalise import hisco_key
+from mixer.data.labels.checks import check_rows
+from mixer.data.prepared.prepare import make_formatter
 
 
 def round_trip(formatter: CodeFormatter, codes):
@@ -28,7 +29,7 @@ def test_hisco_round_trip_keeps_leading_zeros_and_special_codes():
 
 def test_hisco_codes_get_their_zeros_back_before_they_are_checked(capsys):
     """HISCO codes are 5 digits: one that came shorter lost its zeros, and the one
-    normaliser (mixer.data.normalise) restores them, with or without
+    normaliser (mixer.data.labels.normalise) restores them, with or without
     --allow-codes-shorter-than-block-size; the formatter checks codes so spelled."""
     known = set(hisco_key()["code"])
     assert "leading zeros" in CodeFormatter(kind="hisco").check("1110", known)[1]

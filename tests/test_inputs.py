@@ -13,8 +13,8 @@ import pytest
 from conftest import run_program
 from mixer.core.config import DataConfig
 from mixer.core.errors import UserError
-from mixer.data.prepare import prepare_run_data
-from mixer.data.reading import iter_chunks, read_table
+from mixer.data.prepared.prepare import prepare_run_data
+from mixer.data.tables.reading import iter_chunks, read_table
 
 
 # ------------------------------------------------------------------ quoted newlines

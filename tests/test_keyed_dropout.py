@@ -200,7 +200,7 @@ def test_evaluation_is_untouched(encoder):
 
 def test_the_training_batches_carry_each_rows_draw():
     """The sampler's (epoch, position) reach the batch: the key of a row's masks."""
-    from mixer.data.dataset import Collator, StepSampler
+    from mixer.data.inputs.dataset import Collator, StepSampler
 
     sampler = StepSampler(10, 2, 1, 0, 1, seed=3)
     sampler.set_epoch(1)
@@ -210,7 +210,7 @@ def test_the_training_batches_carry_each_rows_draw():
         def ids(self, rows, epoch, positions):
             return [np.arange(3 + r % 4) for r in rows]
 
-    from mixer.data.dataset import RowDataset
+    from mixer.data.inputs.dataset import RowDataset
 
     dataset = RowDataset(Inputs(), np.zeros((10, 1), dtype=np.int64))
     got = Collator(0, np.zeros((1, 2), dtype=np.int64))(dataset.__getitems__(items))

@@ -164,7 +164,7 @@ def test_canine_reads_case_apart_and_occcanine_reads_as_its_rule(hisco_model, tm
     """CANINE has no normaliser: 'Farmer' and 'farmer' are two inputs to a canine run
     (its recipe keeps case); OccCANINE's rule lower-cases and transliterates."""
     import mixer
-    from mixer.data.tokens import CanineIds, InputRecipe, reading_keys
+    from mixer.data.inputs.tokens import CanineIds, InputRecipe, reading_keys
 
     keys = reading_keys(CanineIds(InputRecipe()), ["farmer", "Farmer", " farmer", "fármer"], "unk")
     assert len(set(keys)) == 3 and keys[0] == keys[2]  # mixer's recipe strips, keeps case and accents
@@ -265,7 +265,7 @@ def test_languages_the_model_reads_alike_are_one_language(lang_runs, rows_csv, t
     check-list item, and no note that 'EN' is a language the model never trained with. A
     language with a flat threshold of its own keeps its key as written."""
     import mixer
-    from mixer.data.tokens import reading_keys
+    from mixer.data.inputs.tokens import reading_keys
 
     model = mixer.load(lang_runs["first"])
     keys = model.model_inputs(["farmer", "Farmer", "farmer"], lang=["en", "EN", "da"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import FLOATS
-from mixer.data.formatter import EOS, PAD
+from mixer.data.labels.formatter import EOS, PAD
 from mixer.models.losses import flat_row_loss, multi_hot, row_losses, seq2seq_row_loss, step_loss
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from mixer.data.formatter import PAD, CodeFormatter
+from mixer.data.labels.formatter import PAD, CodeFormatter
 from mixer.prediction.heads import ranked_codes
 from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, Thresholds, decoded_blocks, decoded_codes,
                                     multi_hot_and_unknown)

@@ -1,6 +1,6 @@
 """New heads on OccCANINE's encoder (--initial-checkpoint an OccCANINE model, --only-encoder):
 by default their decoder masks the input's padding, so batches are padded as far as their
-rows need (mixer.data.padding), in training, evaluation and prediction; `--new-heads
+rows need (mixer.data.inputs.padding), in training, evaluation and prediction; `--new-heads
 occcanine` keeps OccCANINE's form (all 128 positions read), the only one the export writes.
 
 The OccCANINE model is the one tests/test_occcanine.py builds (a small CANINE in its
@@ -87,7 +87,7 @@ def test_predictions_at_the_rule_are_those_at_128_characters(fast_run, toy_frame
     """Flat, greedy and full: the same codes as with every input padded to 128, the
     probabilities within float rounding; greedy batches are padded as their rows need."""
     import mixer
-    from mixer.data.padding import EVERY_POSITION
+    from mixer.data.inputs.padding import EVERY_POSITION
     from mixer.prediction.predict import Predictor
 
     texts = list(toy_frame["occ1"].iloc[:60]) + TEXTS

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mixer.data import noise
-from mixer.data.dataset import RowDataset, StepSampler
-from mixer.data.noise import KEYBOARD, NoiseConfig, draw, noised, noised_texts, word_list
-from mixer.data.token_cache import TokenCache
-from mixer.data.tokens import CanineIds, InputRecipe
-from mixer.data.training_inputs import RowInputs, TextStore, build_text_store, language_codes
+from mixer.data.inputs import noise
+from mixer.data.inputs.dataset import RowDataset, StepSampler
+from mixer.data.inputs.noise import KEYBOARD, NoiseConfig, draw, noised, noised_texts, word_list
+from mixer.data.inputs.token_cache import TokenCache
+from mixer.data.inputs.tokens import CanineIds, InputRecipe
+from mixer.data.inputs.training_inputs import RowInputs, TextStore, build_text_store, language_codes
 
 
 def test_each_edit_does_what_it_says():
@@ -124,7 +124,7 @@ def test_word_list_is_sorted_and_distinct():
 
 def test_the_noised_validation_copy_is_the_baseline_s_text(store):
     """--eval-noise: every validation row with its edits at the fixed evaluation draw, the
-    same texts benchmarks/baseline_tfidf_svm.py scores (mixer.data.noise.noised_texts)."""
+    same texts benchmarks/baseline_tfidf_svm.py scores (mixer.data.inputs.noise.noised_texts)."""
     frame, texts = store
     ids = CanineIds(InputRecipe(max_len=64))
     flat, lengths = ids.encode(frame["text"].to_numpy(object), frame["lang"].to_numpy(object))

@@ -141,7 +141,7 @@ def reference_full(model, key, texts, lang, threshold):
 def test_the_full_head_scores_every_code_as_the_documented_decoder(hisco_model):
     """The decoder reads every position of OccCANINE's 128 characters, padding included:
     the full head (and greedy decoding above) keep them, while the flat head and the
-    embeddings read shorter batches (mixer.data.padding)."""
+    embeddings read shorter batches (mixer.data.inputs.padding)."""
     import mixer
 
     model = mixer.load(hisco_model["hub"], device="cpu")

@@ -126,7 +126,7 @@ def test_the_program_differences_name_real_fields_and_programs():
 
 
 def test_the_code_systems_offered_are_the_formatters():
-    from mixer.data.formatter import FORMATTERS
+    from mixer.data.labels.formatter import FORMATTERS
 
     assert tuple(FORMATTERS) == config.FORMATTER_NAMES
 

@@ -1,4 +1,4 @@
-"""CANINE inputs padded as far as their longest row needs (mixer.data.padding), not to 128.
+"""CANINE inputs padded as far as their longest row needs (mixer.data.inputs.padding), not to 128.
 
 The rule is checked against the outputs at the full length on every boundary it has: rows
 of every remainder modulo the downsampling rate, a row that fills the batch's length, the
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import FLOATS, assert_floats_close, assert_same_predictions
-from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED, InputPadding
+from mixer.data.inputs.padding import CHARACTERS, EVERY_POSITION, POOLED, InputPadding
 
 CANINE_S_RATES = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                       num_hash_buckets=512, num_hash_functions=4, downsampling_rate=4,
@@ -95,7 +95,7 @@ def test_the_rule_gives_the_outputs_of_the_full_length_on_its_boundaries_and_is_
 
 @pytest.mark.floats
 def test_what_each_family_reads_sets_the_padding():
-    from mixer.data.dataset import Collator
+    from mixer.data.inputs.dataset import Collator
     from mixer.models.model import HeadsConfig, MixerModel
 
     encoder = canine(CANINE_S_RATES)
@@ -189,8 +189,8 @@ def test_the_token_cache_holds_each_row_at_its_own_length(canine_run):
     import glob
     import os
 
-    from mixer.data import token_cache
-    from mixer.data.prepare import load_prepared
+    from mixer.data.inputs import token_cache
+    from mixer.data.prepared.files import load_prepared
 
     prepared = load_prepared(canine_run)
     [directory] = glob.glob(os.path.join(canine_run, "cache", "tokens_train_*"))

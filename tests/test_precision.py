@@ -6,7 +6,7 @@ import torch
 
 from conftest import FLOATS, run_program
 from mixer.core.precision import native, resolve
-from mixer.data.dataset import Collator
+from mixer.data.inputs.dataset import Collator
 
 AVX2_ONLY = {"avx2", "fma"}
 SAPPHIRE_RAPIDS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -40,7 +40,7 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
     change what a BERT-like encoder gives the heads."""
     from transformers import AutoModel
 
-    from mixer.data.padding import InputPadding
+    from mixer.data.inputs.padding import InputPadding
     from mixer.models.model import HeadsConfig, MixerModel
 
     torch.manual_seed(0)

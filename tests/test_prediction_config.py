@@ -181,7 +181,7 @@ def test_a_target_of_the_model_s_own_top_k_and_threshold_is_accepted(run_dir):
 
 
 def test_the_columns_a_job_reads_are_decided_in_one_place():
-    from mixer.data.columns import job_columns
+    from mixer.data.tables.job_columns import job_columns
 
     config = {"input_col": "occ1", "language_col": "lang", "language": "unk", "context_cols": ["relation"]}
     assert job_columns(config) == ("occ1", "lang", "unk", ["relation"])

@@ -43,7 +43,7 @@ def test_prepare_only_imports_no_torch_and_is_reused(tmp_path, small_csv):
 
 @pytest.mark.parametrize("categorical", [False, True])
 def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical):
-    from mixer.data.prepare import labels_of
+    from mixer.data.labels.key import labels_of
 
     frame = pd.DataFrame({"code_1": ["b", "a", "", "zz", "c"], "code_2": ["", "c", "a", "", "b"],
                           "lang": ["en"] * 5})
@@ -60,7 +60,7 @@ def test_labels_of_maps_codes_to_key_indices_and_blanks_to_minus_one(categorical
 def test_a_token_cache_of_other_prepared_data_is_rebuilt(tmp_path, small_csv):
     """Prepared files removed, changed data of the same row count prepared in their place:
     the token cache built from the old texts must not be used under the new labels."""
-    from mixer.data.token_cache import load, read_manifest
+    from mixer.data.inputs.token_cache import load, read_manifest
 
     run = tmp_path / "run"
 
@@ -171,7 +171,7 @@ def test_number_codes_get_their_zeros_back_whatever_allow_short_says(tmp_path):
     stored as numbers is spelled so, and restores the data's zeros."""
     from mixer.core.config import DataConfig
     from mixer.core.errors import UserError
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     frame = pd.DataFrame({"occ1": ["chemist", "engineer", "farmer", "no title"],
                           "hisco_1": [1110, 2000, 61110, -1]})

@@ -1,12 +1,12 @@
-"""Resampling of the training rows (mixer.data.resample): drawn by (seed, epoch) only, so
+"""Resampling of the training rows (mixer.data.inputs.resample): drawn by (seed, epoch) only, so
 every rank and a resumed run see the same epoch; the schedule counts the resampled rows."""
 
 import numpy as np
 import pytest
 
 from conftest import TINY
-from mixer.data.dataset import StepSampler
-from mixer.data.resample import epoch_rows, epoch_size
+from mixer.data.inputs.dataset import StepSampler
+from mixer.data.inputs.resample import epoch_rows, epoch_size
 
 # code 0 dominant (60 rows), code 1 common (30), codes 2, 3 rare (3 and 1 rows), 6 without code
 CODES = np.array([0] * 60 + [1] * 30 + [2] * 3 + [3] + [-1] * 6)

@@ -16,7 +16,7 @@ from mixer.core.errors import UserError
 
 
 def prepared_dir(tmp_path, small_csv, name="run", **settings):
-    from mixer.data.prepare import prepare_run_data
+    from mixer.data.prepared.prepare import prepare_run_data
 
     cfg = DataConfig(dataset=small_csv, target_cols=["hisco_1", "hisco_2"], **settings)
     run_dir = str(tmp_path / name)
@@ -41,7 +41,9 @@ def test_a_calibration_share_comes_out_of_the_training_rows(tmp_path, small_csv)
 
 
 def test_the_calibration_share_is_part_of_the_prepared_data_identity(tmp_path, small_csv):
-    from mixer.data.prepare import prepare_run_data, prepared_stamp, run_stamp
+    from mixer.data.prepared.files import prepared_stamp
+    from mixer.data.prepared.fingerprint import run_stamp
+    from mixer.data.prepared.prepare import prepare_run_data
 
     plain = DataConfig(dataset=small_csv, target_cols=["hisco_1", "hisco_2"])
     assert "share_calibration" not in run_stamp(plain, 42)["settings"]  # older directories keep theirs
@@ -53,7 +55,7 @@ def test_the_calibration_share_is_part_of_the_prepared_data_identity(tmp_path, s
 
 
 def test_train_mixer_sets_the_calibration_share_aside_from_the_validation_files(tmp_path, small_csv):
-    from mixer.data.prepare import prepare_run_data
+    from mixer.data.prepared.prepare import prepare_run_data
 
     frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     frame.iloc[:80].to_csv(tmp_path / "train.csv", index=False)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mixer.data.dataset import StepSampler, shard_indices
+from mixer.data.inputs.dataset import StepSampler, shard_indices
 
 
 def steps(sampler):
@@ -115,7 +115,7 @@ def padded(lengths, cuts):
 def test_length_groups_cut_where_the_padded_tokens_are_fewest():
     import itertools
 
-    from mixer.data.dataset import fewest_padded
+    from mixer.data.inputs.dataset import fewest_padded
 
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -133,8 +133,8 @@ def test_length_groups_cut_where_the_padded_tokens_are_fewest():
 
 
 def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
-    from mixer.data.dataset import Collator
-    from mixer.data.padding import EVERY_POSITION, InputPadding
+    from mixer.data.inputs.dataset import Collator
+    from mixer.data.inputs.padding import EVERY_POSITION, InputPadding
 
     lengths = [4, 17, 5, 3, 16, 6, 4, 5]
     items = [(np.arange(1, n + 1), np.array([i % 3, -1]), 8, 1.0, 100 + i) for i, n in enumerate(lengths)]

@@ -1,4 +1,4 @@
-"""predict.py's outputs are sinks a feature registers (mixer.data.sinks; docs/architecture.md,
+"""predict.py's outputs are sinks a feature registers (mixer.data.tables.sinks; docs/architecture.md,
 "A new output of predict.py"): a new output is a new sink, not edits to the job."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
-from mixer.data import sinks
+from mixer.data.tables import sinks
 
 
 @pytest.fixture(scope="module")

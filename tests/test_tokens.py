@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixer.data.tokens import BackendIds, CanineIds, InputRecipe, model_strings, tag_of
+from mixer.data.inputs.tokens import BackendIds, CanineIds, InputRecipe, model_strings, tag_of
 
 AWKWARD = ["farmer and fisher", "Bäcker und Müller", "smed, åbenrå", "农民 and 漁師",
            "fisherman 🎣🐟 (retired)", "", "a" * 300, "x", "  spaced   out  ", "tab\there",
@@ -66,7 +66,7 @@ def test_fast_tokenizer_backend_gives_the_tokenizers_ids(tiny_bert_dir, max_len)
         ids, lengths = fast.encode(np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object))
         assert rows_of(ids, lengths) == reference(tokenizer, AWKWARD, LANGS, max_len)
         # read from the file without torch, or from the loaded tokenizer: one cache tag
-        from mixer.data.tokens import token_ids_for
+        from mixer.data.inputs.tokens import token_ids_for
         assert tag_of(fast) == tag_of(token_ids_for(tokenizer, "bert", InputRecipe(max_len=max_len)))
 
 
@@ -79,7 +79,7 @@ def test_literal_recipe_lowercases_and_transliterates():
 def test_without_unidecode_greek_and_cyrillic_are_spelled_out_not_deleted(monkeypatch):
     """mixer's own rule (no GPL code) for Latin letters, then anyascii for other scripts:
     OccCANINE has a Greek language code ('gr'), and its input must keep the text."""
-    from mixer.data import transliterate
+    from mixer.data.inputs import transliterate
 
     monkeypatch.setattr(transliterate, "_unidecode", False)  # as if Unidecode were not installed
     recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
@@ -96,7 +96,7 @@ def test_without_unidecode_greek_and_cyrillic_are_spelled_out_not_deleted(monkey
 
 
 def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(monkeypatch):
-    from mixer.data import transliterate
+    from mixer.data.inputs import transliterate
 
     occcanine = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
     assert transliterate.exactness_note(occcanine) is None  # Unidecode is installed here

@@ -112,9 +112,9 @@ def test_predict_agrees_with_the_training_evaluation(trained_run, tmp_path, head
 
 def test_save_load_predict_matches_the_in_memory_model(tmp_path):
     """A model saved the way training saves it predicts what the model in memory predicts."""
-    from mixer.data.prepare import build_key
+    from mixer.data.labels.key import build_key
     from mixer.models.encoders import build_encoder, save_encoder_files
-    from mixer.data.formatter import CodeFormatter
+    from mixer.data.labels.formatter import CodeFormatter
     from mixer.models.model import HeadsConfig, MixerModel, save_model
     from mixer.prediction.predict import Predictor
 

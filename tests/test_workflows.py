@@ -475,7 +475,7 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
                           "--no-augmentation", "--no-eval-noise"]) == 0  # the context is the subject
     out = capsys.readouterr().out
     assert "the context of 2 row(s) was cut from its end to fit OccCANINE's 128 characters" in out
-    from mixer.data.token_cache import load
+    from mixer.data.inputs.token_cache import load
 
     read = {}  # each prepared text -> what the model reads of it (the token cache's characters)
     for split in ("train", "val"):
@@ -504,7 +504,7 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
 
 
 def test_check_list_counts_each_description_and_language_over_chunks_and_skips_blank_text(tmp_path):
-    from mixer.data.checking import CheckList
+    from mixer.data.labels.checking import CheckList
 
     checks = CheckList(3, str(tmp_path / "c.csv"), ["occ1", "lang"], "", 2)
     chunk = pd.DataFrame({"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]})
@@ -529,8 +529,8 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
     read under the run's names (the variable labels, or the naming rule), and the writer and
     the reader say so."""
     from mixer.core.config import DataConfig
-    from mixer.data.checking import CheckList
-    from mixer.data.prepare import prepare
+    from mixer.data.labels.checking import CheckList
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "data.csv"
     pd.DataFrame({"occ title": ["farmer", "fisher", "smith", "weaver"] * 2, "hisco_1": ["61110", "64100"] * 4,
@@ -548,7 +548,7 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
         assert {"occ title", "place "} - set(written.columns)  # a name the format cannot hold
         written["checked_1"] = ["71110", "79100"] if written.iloc[0, 0] == "miner" else ["79100", "71110"]
         if suffix == ".dta":
-            from mixer.data.writing import OutputWriter
+            from mixer.data.tables.writing import OutputWriter
 
             writer = OutputWriter(path)  # as Stata saves it: the labels kept
             writer.write(written[["n_rows", "confidence", "code_1", "prob_1", "checked_1"]],
@@ -569,7 +569,7 @@ def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
     """Review of issue 27, item 7: a bad code in a filled row of a check list is named by
     that row's number in the file, not by its place among the filled rows."""
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "data.csv"
     data.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 3)
@@ -587,7 +587,7 @@ def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
     check list's 1110 is 01110, one class."""
     import openpyxl
     from mixer.core.config import DataConfig
-    from mixer.data.prepare import prepare
+    from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "ds.csv"
     data.write_text("occ1,hisco_1\n" + "chemist,01110\nfisher,64100\n" * 3)
@@ -614,7 +614,7 @@ def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_noth
     import gc
     import sys
 
-    from mixer.data.checking import CheckList
+    from mixer.data.labels.checking import CheckList
 
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)

@@ -21,7 +21,7 @@ import pandas as pd
 from mixer.core.errors import UserError
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
-from mixer.data.sinks import Sink
+from mixer.data.tables.sinks import Sink
 
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
@@ -56,7 +56,7 @@ class AuditRequest:
 
     def check_path(self, inputs: dict) -> None:
         """Before any work: a file that can be written, and none of the job's other files."""
-        from mixer.data.writing import check_output_path
+        from mixer.data.tables.writing import check_output_path
 
         check_output_path(self.path, "--audit", inputs)
         self.kind  # noqa: B018 - a kind that is written, or the refusal
@@ -64,7 +64,7 @@ class AuditRequest:
     @property
     def kind(self) -> str:
         """The audit file's format (csv, parquet, excel, stata); csv when it is not written."""
-        from mixer.data.writing import output_kind
+        from mixer.data.tables.writing import output_kind
 
         return output_kind(self.path, "--audit")
 
@@ -99,7 +99,7 @@ class AuditDraw:
 
     text_col: the description column, as the predictions name it. key_cols: what makes
     a description (text, language and context columns), for unit 'descriptions'.
-    formatter: the model's code system (its codes are spelled by it, mixer.data.normalise).
+    formatter: the model's code system (its codes are spelled by it, mixer.data.labels.normalise).
     prefix: what the predictions file puts before the head's columns ('flat_' when it holds
     several heads). excluded: description keys the model trained on from audits
     (mixer.audit.train_on.trained_descriptions)."""
@@ -108,10 +108,10 @@ class AuditDraw:
     def for_output(cls, request: AuditRequest, kind: str, inputs, outputs, keys: list, head: str,
                    prefixed: bool, predictor) -> "AuditDraw":
         """predict.py's draw: the input's columns by the names a predictions file of `kind`
-        gives them beside the `outputs` (mixer.data.writing.output_names)."""
+        gives them beside the `outputs` (mixer.data.tables.writing.output_names)."""
         import dataclasses
 
-        from mixer.data.writing import output_names
+        from mixer.data.tables.writing import output_names
 
         names = output_names(kind, inputs, outputs)[:len(inputs)]
         name = dict(zip(inputs, names)).get
@@ -186,7 +186,7 @@ class AuditDraw:
         if len(self.sizes) > self.request.most:
             raise UserError(f"--audit-by {self.request.by}: more than {self.request.most} values, more "
                             f"strata than the audit has rows; stratify by a coarser column")
-        if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.writing)
+        if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.tables.writing)
             self.predicted = list(predicted.columns)
             own = audit_file.own_columns(self.request.unit, self.predicted, len(self.code_columns),
                                      self.request.by is not None)
@@ -390,9 +390,9 @@ def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, so
 
 
 def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
-    """The audit, through mixer.data.writing (its columns are already named by output_names,
+    """The audit, through mixer.data.tables.writing (its columns are already named by output_names,
     mixer.audit.file.input_names)."""
-    from mixer.data.writing import write_table
+    from mixer.data.tables.writing import write_table
 
     write_table(table, path, "--audit")
     design = table.attrs["audit"]
@@ -409,7 +409,7 @@ def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
 
 
 class AuditSink(Sink):
-    """predict.py --audit as a sink (mixer.data.sinks, registered by mixer.audit.guards):
+    """predict.py --audit as a sink (mixer.data.tables.sinks, registered by mixer.audit.guards):
     the draw sees each chunk's code table on rank 0 and is drawn, described and written at
     the end, before the job's closing lines."""
 
@@ -417,13 +417,13 @@ class AuditSink(Sink):
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.sinks import refuse_shaped
+        from mixer.data.tables.sinks import refuse_shaped
 
         if not args.audit:
             return
         request = cls.request(args)
         refuse_shaped(args, "--audit", "draws from the code table")
-        from mixer.data.sinks import job_files
+        from mixer.data.tables.sinks import job_files
 
         request.check_path(job_files(args, "--audit"))
 

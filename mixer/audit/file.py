@@ -23,11 +23,11 @@ that no spreadsheet reads as a number or a date).
   rows drawn that the line stands for (`audit_draws` of them). So a person who stops
   early is scored on the rows drawn before the first line left blank.
 
-The file is written by mixer.data.writing, its columns named by output_names: an input
+The file is written by mixer.data.tables.writing, its columns named by output_names: an input
 column that would take one of the audit's names is written <name>_input. It is read back by
-mixer.data.reading with the options of its role (evaluate.py's --audit-encoding, ...;
+mixer.data.tables.reading with the options of its role (evaluate.py's --audit-encoding, ...;
 --extra-train's for an audit trained on). Its codes, predicted and true, are read as the
-model spells its codes (mixer.data.normalise, with the model's code system, which the
+model spells its codes (mixer.data.labels.normalise, with the model's code system, which the
 design carries). A spreadsheet's '64100.0' is 64100, and digit codes that lost their
 leading zeros get them back where the model's codes have a known width (HISCO's 5, a
 --key's or --zero-padded-codes' width), as training reads them. What a spreadsheet does
@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.data.normalise import code_column, code_text
-from mixer.data.reading import as_text
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.labels.normalise import code_column, code_text
+from mixer.data.tables.reading import as_text
 
 AUDIT = "audit"
 CHECK = "audit_check"
@@ -67,7 +67,7 @@ TRUE_CODE = "true_code_{}"
 UNITS = ("rows", "descriptions")
 VERSION = 3  # 3: ASCII design, strata by digest, descriptions with their ranks; 2: codes spelled as the
 # model spells them (1 compared them without leading zeros)
-# what the model's formatter says of how its codes are spelled (mixer.data.normalise.width_of)
+# what the model's formatter says of how its codes are spelled (mixer.data.labels.normalise.width_of)
 SPELLING = ("kind", "block_size", "use_within_block_sep", "allow_short", "digit_width")
 
 _SPACES = re.compile(r"\s+")
@@ -99,7 +99,7 @@ def spelling_of(formatter: CodeFormatter) -> dict:
 
 
 def spelled(frame: pd.DataFrame, column: str, formatter: CodeFormatter) -> pd.Series:
-    """A column of codes as the model spells them (mixer.data.normalise.code_column)."""
+    """A column of codes as the model spells them (mixer.data.labels.normalise.code_column)."""
     return code_column(frame, column, formatter).text.reset_index(drop=True)
 
 
@@ -294,10 +294,10 @@ def own_columns(unit: str, predicted: list, slots: int, stratified: bool) -> lis
 
 def input_names(kind: str, inputs, own: list) -> list:
     """The input's columns as an audit file of `kind` names them beside the audit's `own`
-    columns: mixer.data.writing.output_names, which also keeps the input out of the
+    columns: mixer.data.tables.writing.output_names, which also keeps the input out of the
     true_code_k names the audit's reader takes as a person's codes (an input's
     true_code_9 beside true_code_1..3)."""
-    from mixer.data.writing import output_names
+    from mixer.data.tables.writing import output_names
 
     return output_names(kind, inputs, own, TRUE_CODE_COLUMN)[:len(inputs)]
 

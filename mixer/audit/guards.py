@@ -1,14 +1,14 @@
-"""What the audit asks of the data layer, registered with mixer.data.guards: a filled
+"""What the audit asks of the data layer, registered with mixer.data.tables.guards: a filled
 audit is never replaced by an output (mixer.audit.verdicts), and an audit's rows train only
 with --train-on-audit (mixer.audit.train_on); and its sink, the draw predict.py --audit
-writes (mixer.data.sinks). mixer/__init__.py calls register(), so every
+writes (mixer.data.tables.sinks). mixer/__init__.py calls register(), so every
 program and every import of mixer has them. Light: the audit's modules are imported when
 a check runs, not here.
 """
 
 from __future__ import annotations
 
-from mixer.data import guards, sinks
+from mixer.data.tables import guards, sinks
 
 
 def refuse_filled_audit(path: str, flag: str) -> None:
@@ -32,7 +32,7 @@ def training_table(table, path: str, cfg):
 def audit_sink():
     from mixer.audit.draw import AuditSink
 
-    return AuditSink  # predict.py --audit (mixer.data.sinks)
+    return AuditSink  # predict.py --audit (mixer.data.tables.sinks)
 
 
 def register() -> None:

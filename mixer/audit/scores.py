@@ -27,7 +27,7 @@ import pandas as pd
 
 from mixer.core.errors import UserError
 from mixer.audit.verdicts import Audit
-from mixer.data.normalise import key_digit_width
+from mixer.data.labels.normalise import key_digit_width
 from mixer.audit import statistics as stats
 from mixer.reporting.evaluation import codes_in_columns, cut, overall_label
 
@@ -226,8 +226,8 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
 
     from mixer.core.io import atomic_write, write_text
     from mixer.audit.verdicts import check_drawn_from, read_audit
-    from mixer.data.reading import read_table
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.reading import read_table
+    from mixer.data.tables.writing import check_output_path
 
     stem = os.path.splitext(path)[0]
     output = output or f"{stem}_scores.csv"

@@ -2,7 +2,7 @@
 table that holds them is refused unless asked for. With it, an audit given as --extra-train
 trains on its checked rows, and the run records their descriptions so that the next audit
 leaves them out (trained_descriptions). mixer.audit.guards registers the refusals with
-mixer.data.prepare.
+mixer.data.tables.guards, which mixer.data.prepared.prepare runs.
 
 No torch here.
 """
@@ -16,7 +16,7 @@ from mixer.audit.file import AUDIT, CHECK, audit_rows, description_keys, is_audi
 from mixer.audit.verdicts import Audit, parse_audit
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.reading import read_table, row_names
+from mixer.data.tables.reading import read_table, row_names
 
 
 _TRAIN_REFUSAL = ("its rows measure the model, and a model trained or validated on them is measured on rows "

@@ -1,7 +1,7 @@
 """An audit a person has filled in, read back. Its design, each row's check and the
 verdicts checked before any of it is used (parse_audit). The predictions it was drawn from
 are checked (check_drawn_from). It is never overwritten by an output (refuse_filled_audit,
-which mixer.audit.guards registers with mixer.data.guards, which writing runs).
+which mixer.audit.guards registers with mixer.data.tables.guards, which writing runs).
 
 No torch here.
 """
@@ -20,8 +20,8 @@ from mixer.audit.file import (
 )
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
-from mixer.data.normalise import code_text
-from mixer.data.reading import NUMERIC_COLUMNS, as_text, column_names, read_table
+from mixer.data.labels.normalise import code_text
+from mixer.data.tables.reading import NUMERIC_COLUMNS, as_text, column_names, read_table
 
 YES = {"yes", "y", "true", "1", "right", "correct"}
 NO = {"no", "n", "false", "0", "wrong", "incorrect"}

@@ -65,9 +65,9 @@ def _train(config) -> int:
     if config.data.prepare_only and not launched_as_one_of_several():
         # no torch on this path: preparation of millions of rows takes seconds
         from mixer.core.config import write_args
-        from mixer.data.prepare import prepare_run_data
+        from mixer.data.prepared.prepare import prepare_run_data
         from mixer.models.sources import resolve_start
-        from mixer.data.transliterate import exactness_note
+        from mixer.data.inputs.transliterate import exactness_note
 
         start = resolve_start(config)
         note = exactness_note(start.recipe)  # OccCANINE's inputs without unidecode
@@ -91,9 +91,9 @@ def _train(config) -> int:
 def prepare_token_cache(config, start) -> None:
     """--prepare-only also tokenises, so GPU jobs start training at once. Without
     torch for CANINE encoders and tokenizer.json files (mixer.models.sources.light_tokeniser)."""
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
     from mixer.models.sources import light_tokeniser
-    from mixer.data.training_inputs import split_caches
+    from mixer.data.inputs.training_inputs import split_caches
 
     began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
@@ -174,8 +174,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     args = job_config(EvaluateConfig, parser, parser.parse_args(argv))
     from mixer.reporting import evaluation
     from mixer.core.io import write_text
-    from mixer.data.reading import read_table, require_columns
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.reading import read_table, require_columns
+    from mixer.data.tables.writing import check_output_path
 
     if args.audit:
         other = [flag for flag, value in (("--truth-cols", args.truth_cols), ("--pred-cols", args.pred_cols),
@@ -232,7 +232,7 @@ def production_plan(args, frame, predicted: dict, output: str):
     """(each head's confidence column, the curve's CSV and PNG beside the table), or None
     when no head has a confidence column."""
     from mixer.coding import production
-    from mixer.data.writing import check_output_path
+    from mixer.data.tables.writing import check_output_path
 
     if args.confidence_col and len(predicted) > 1:
         raise cli.UserError(f"--confidence-col {args.confidence_col} is one head's confidence, but "

@@ -32,9 +32,9 @@ def export(run_dir: str, out_dir: str) -> list:
     """Write the hub layout; returns the files written."""
     from safetensors.torch import load_file, save_file
 
-    from mixer.data.prepare import read_key
-    from mixer.data.formatter import CodeFormatter
-    from mixer.data.normalise import hisco_key
+    from mixer.data.prepared.files import read_key
+    from mixer.data.labels.formatter import CodeFormatter
+    from mixer.data.labels.normalise import hisco_key
     from mixer.core.io import atomic_write, write_text
     from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, read_model
 

@@ -154,7 +154,7 @@ def _as_table(data) -> Optional[pd.DataFrame]:
     if not isinstance(data, pd.DataFrame):
         raise UserError(f"data: pass a path (CSV, Parquet, .xlsx, .dta) or a pandas DataFrame, "
                         f"not {type(data).__name__}")
-    from mixer.data.reading import check_names, text_cells
+    from mixer.data.tables.reading import check_names, text_cells
 
     frame = data.reset_index(drop=True)
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
@@ -198,7 +198,7 @@ class KeptFrame:
 
     def prepared(self) -> bool:
         """Whether the run directory holds prepared data (its dataset.parquet is its input)."""
-        from mixer.data.prepare import prepared_stamp
+        from mixer.data.prepared.files import prepared_stamp
 
         return prepared_stamp(self.save_path) is not None
 

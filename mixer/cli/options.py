@@ -72,7 +72,7 @@ share_below_one = _bounded("share_below_one", lambda v: 0.0 <= v < 1.0, "0 or mo
 
 
 def encoding_name(text: str) -> str:
-    from mixer.data.reading import canonical_encoding
+    from mixer.data.tables.reading import canonical_encoding
 
     try:
         return canonical_encoding(text)

@@ -129,7 +129,7 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
 
 def labelled_rows(args, model, predictor):
     from mixer.coding import target as targets
-    from mixer.data.columns import job_columns
+    from mixer.data.tables.job_columns import job_columns
 
     config = predictor.config
     if not args.calibration_data:

@@ -55,7 +55,7 @@ class Coding:
         inputs of its rows), by source and, per head, auto or check (and level). blank: the
         rows without a description, coded by neither the lookup nor the model and no input
         (counted apart)."""
-        from mixer.data.reading import as_text
+        from mixer.data.tables.reading import as_text
 
         self.rows += len(predicted)
         if inputs is None:
@@ -181,7 +181,7 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
         def choose():
             rows_to_code, rows = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
             if not rows:  # before any threshold is chosen for no rows
-                from mixer.data.columns import no_rows
+                from mixer.data.tables.job_columns import no_rows
 
                 raise UserError(no_rows(args.input))
             chosen = {}
@@ -229,8 +229,8 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     """(the input's rows the model codes: those with a description, less those a lookup
     covers; the input's rows). A row without a description gets no code, so it is not one of
     the rows whose own accuracy the guarantee counts."""
-    from mixer.data.columns import blank_descriptions, text_column
-    from mixer.data.reading import iter_chunks
+    from mixer.data.tables.job_columns import blank_descriptions, text_column
+    from mixer.data.tables.reading import iter_chunks
 
     rows = total = 0
     for chunk in iter_chunks(args.input, args.chunk_size, options=args.table_options("input")):

@@ -20,7 +20,7 @@ written with --input-col title is read back without --lookup-input-col).
 
 An entry is keyed by what the model reads (mixer.prediction.api.Model.model_inputs: the
 description, language and context as the run's recipe spells them and the tokenizer
-normalises them, mixer.data.tokens.reading_keys). So a row of the input takes the entry's
+normalises them, mixer.data.inputs.tokens.reading_keys). So a row of the input takes the entry's
 codes exactly when the model would read the two alike ('Civil Engineer' takes the entry
 'civil engineer' of a model whose tokenizer lower-cases; the language too, so 'EN' is
 'en' to it, except a language with a flat threshold of its own). A table without the language
@@ -59,7 +59,7 @@ class Lookup:
     context: Optional[pd.DataFrame]
     codes: list  # per entry, its codes (a tuple, sorted)
     lines: np.ndarray  # per entry, its line in the file (2: the first under the header)
-    identity: dict  # the file's bytes and hash (mixer.data.prepare.file_identity)
+    identity: dict  # the file's bytes and hash (mixer.data.prepared.fingerprint.file_identity)
     outside_key: int = 0  # entries with a code the model's key lacks (said when read)
     columns: str = ""  # where a dictionary's descriptions and codes were read, in words
     _keys: dict = None  # {language or None: {model input: entry}}
@@ -133,7 +133,7 @@ def read_for(model, path: str, input_col: Optional[str] = None, code_cols=None, 
     context columns, its key and its target columns. input_col: --lookup-input-col;
     default_input_col: the prediction's input column (default: the model's). log: how the
     file was read; note: the line on codes the key lacks (default: log)."""
-    from mixer.data.columns import job_columns
+    from mixer.data.tables.job_columns import job_columns
 
     predictor = model._predictor
     columns = job_columns(predictor.config, default_input_col, None, language_col)  # the job's rule
@@ -169,9 +169,9 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     in one line). input_col: the prediction's input column, the description column unless
     input_flag_col (--lookup-input-col) names another."""
     from mixer.audit.file import is_audit
-    from mixer.data.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
-    from mixer.data.prepare import file_identity
-    from mixer.data.reading import read_table
+    from mixer.data.labels.checking import TOOL_COLUMN, checked_columns, filled_rows, with_run_names
+    from mixer.data.prepared.fingerprint import file_identity
+    from mixer.data.tables.reading import read_table
 
     identity = file_identity(path, "--lookup")
     frame = read_table(path, options, log=log)
@@ -293,7 +293,7 @@ def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines)
     """(per row, its distinct codes spelled as the model spells them, sorted; {(row, code):
     the code as written} where zeros were restored); a code the code system cannot hold is
     refused, naming its line."""
-    from mixer.data.normalise import code_column
+    from mixer.data.labels.normalise import code_column
 
     spelled = [code_column(frame, column, formatter) for column in columns]
     written = {}

@@ -13,7 +13,7 @@
   file an option names (--code-descriptions, --calibration-data, --lookup) is recorded by
   its name, size and hash; `tables` holds every file's reading options (--sep, --encoding,
   --sheet, --header-row, --lookup-sep, ...). Under `columns`, the columns the job read as
-  mixer.data.columns decided them (the run's where an option was unset).
+  mixer.data.tables.job_columns decided them (the run's where an option was unset).
 - its `id` (a hash of everything but `result`) in the file's own metadata where the format
   has room: Parquet's key-value metadata (key mixer_provenance), Stata's data label.
   CSV and Excel carry the sidecar alone.
@@ -27,7 +27,7 @@ import os
 from typing import Optional
 
 VERSION = 1
-from mixer.data.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
+from mixer.data.tables.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
 LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
 
 
@@ -58,7 +58,7 @@ def options_part(args) -> dict:
     """Every option of `args` (a PredictConfig) that changes the file, as given (None:
     unset, the model's or the program's default); files by their identity; every file's
     reading options that were set."""
-    from mixer.data.prepare import file_identity
+    from mixer.data.prepared.fingerprint import file_identity
 
     recorded, given = {}, vars(args)
     for f in dataclasses.fields(args):
@@ -74,8 +74,8 @@ def options_part(args) -> dict:
 
 
 def columns_part(args, predictor) -> dict:
-    """The columns the job read (mixer.data.columns): the run's where unset."""
-    from mixer.data.columns import job_columns
+    """The columns the job read (mixer.data.tables.job_columns): the run's where unset."""
+    from mixer.data.tables.job_columns import job_columns
 
     return job_columns(predictor.config, args.input_col, args.language, args.language_col)._asdict()
 
@@ -107,14 +107,14 @@ def model_part(predictor, source: str) -> dict:
 
 
 def input_part(path: str) -> dict:
-    from mixer.data.prepare import file_identity
+    from mixer.data.prepared.fingerprint import file_identity
 
     return file_identity(path, "--input")
 
 
 def sidecar_text(provenance: dict, result: Optional[dict] = None) -> str:
     """The sidecar's text; predict.py writes it with the output as one step, after the
-    output (mixer.data.writing.commit_files), so a sidecar never describes another file."""
+    output (mixer.data.tables.writing.commit_files), so a sidecar never describes another file."""
     return json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False, default=str) + "\n"
 
 
@@ -131,7 +131,7 @@ def read(output: str) -> dict:
     """A predictions file's provenance, read from its sidecar and checked against the id the
     file carries (where its format has room for one)."""
     from mixer.core.errors import UserError
-    from mixer.data.reading import file_label
+    from mixer.data.tables.reading import file_label
 
     path = sidecar_path(output)
     if not os.path.exists(path):

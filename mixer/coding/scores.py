@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from mixer.data.prepare import REPORT_PREFIX
+from mixer.data.labels.columns import REPORT_PREFIX
 
 HEADS = ("flat", "seq2seq")
 SCORES = "scores.parquet"
@@ -280,7 +280,7 @@ class CodingStep:
     def splits(self) -> dict:
         """The scored splits' texts, languages and report columns, read once."""
         if self._splits is None:
-            from mixer.data.prepare import CALIBRATION_FILE, read_split
+            from mixer.data.prepared.files import CALIBRATION_FILE, read_split
 
             columns = ["text", "lang"] + [REPORT_PREFIX + c for c in self.report_cols]
             names = ["val"] + (["cal"] if os.path.exists(os.path.join(self.run_dir, CALIBRATION_FILE)) else [])

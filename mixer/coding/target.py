@@ -219,8 +219,8 @@ def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> 
     """Per row of a prepared split, its key (_row_keys), read in batches; also_unknown: each
     row keyed a second time as of the unknown language (training showed every row so in a
     share of its draws, --unk-lang-prob above 0)."""
-    from mixer.data.prepare import iter_split
-    from mixer.data.tokens import UNKNOWN_LANGUAGE
+    from mixer.data.prepared.files import iter_split
+    from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
     names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
     codes = _code_columns(names)
@@ -305,7 +305,7 @@ def known_languages(model) -> Optional[set]:
     not known (an OccCANINE model, an epoch's weights, a run that started from another
     model's weights, which knew languages of its own). Read once per Model."""
     if not hasattr(model, "_known_languages"):
-        from mixer.data.prepare import read_split
+        from mixer.data.prepared.files import read_split
 
         run_dir, found = _run_dir(model), None
         started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
@@ -313,7 +313,7 @@ def known_languages(model) -> Optional[set]:
             langs = read_split(run_dir, "train", ["lang"])["lang"]
             found = {str(v) for v in langs.dropna().unique()}
             if _unknown_kept(run_dir):
-                from mixer.data.tokens import UNKNOWN_LANGUAGE
+                from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
                 found.add(UNKNOWN_LANGUAGE)
         model._known_languages = found
@@ -336,12 +336,12 @@ def _unknown_kept(run_dir: str) -> bool:
 def language_note(model, counts: dict, where: str) -> str:
     """One line on rows (`counts`: {language value: rows}) whose language the model never
     trained with, as the model reads the language ('EN' is 'en' to a lower-casing
-    tokenizer: mixer.data.tokens.read_languages); '' when none, or when the model's
+    tokenizer: mixer.data.inputs.tokens.read_languages); '' when none, or when the model's
     training languages are not known."""
     known = known_languages(model)
     if known is None or not counts:
         return ""
-    from mixer.data.tokens import read_languages
+    from mixer.data.inputs.tokens import read_languages
 
     ids = model._predictor.token_ids
     return unknown_languages_line(counts, known, where, lambda values: read_languages(ids, values))
@@ -449,13 +449,13 @@ def _run_rows(model_dir: Optional[str], source: str, flag: str) -> Labelled:
         raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run writes it when it ends: this one has not "
                         f"ended, was stopped, or is from an earlier version) and its validation rows "
                         f"{why}; {own}")
-    from mixer.data.prepare import load_prepared
+    from mixer.data.prepared.files import load_prepared
 
     val = load_prepared(model_dir).val
     columns = sorted((c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:]))
     cells = val[columns].astype(str).replace("nan", "").to_numpy(dtype=object)
     truth = [tuple(sorted({c for c in row if c})) for row in cells]
-    from mixer.data.prepare import DESC_CHARS
+    from mixer.data.labels.columns import DESC_CHARS
 
     return Labelled(val["text"].astype(str).to_numpy(dtype=object), val["lang"].astype(str).to_numpy(dtype=object),
                     truth, f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
@@ -474,7 +474,8 @@ def _context_split(desc_chars: np.ndarray, texts) -> Optional[np.ndarray]:
 def _scored_desc_chars(model_dir: str, held: pd.DataFrame) -> Optional[np.ndarray]:
     """The description's characters of scored rows, from the prepared split each row comes
     from (the run's data_val / data_cal); None when the run read no context."""
-    from mixer.data.prepare import DESC_CHARS, load_prepared
+    from mixer.data.labels.columns import DESC_CHARS
+    from mixer.data.prepared.files import load_prepared
 
     run_dir = model_dir
     if not os.path.exists(os.path.join(run_dir, "prepared.json")):
@@ -529,8 +530,8 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     said in `rows`. A filled --to-check file is refused: it holds the least confident rows."""
     from mixer.audit.file import is_audit
     from mixer.audit.verdicts import parse_audit
-    from mixer.data.normalise import code_column
-    from mixer.data.reading import read_table
+    from mixer.data.labels.normalise import code_column
+    from mixer.data.tables.reading import read_table
 
     frame = read_table(path, options, log=log)
     where = f"{options.what} {path}"  # the API's keyword from Python (options.keyword)

@@ -110,7 +110,7 @@ def epoch_number(epoch: int, rows_in_epoch: int) -> int:
 # The flags' groups in --help, in this order
 DATA, MODEL, TRAINING, SAVING, DISTRIBUTED = ("data", "model", "training", "logging and saving",
                                              "distributed (see docs/distributed.md)")
-FORMATTER_NAMES = ("general", "hisco", "occ1950")  # mixer.data.formatter.FORMATTERS (a test holds them equal)
+FORMATTER_NAMES = ("general", "hisco", "occ1950")  # mixer.data.labels.formatter.FORMATTERS (a test holds them equal)
 
 
 @dataclass
@@ -272,7 +272,7 @@ class TrainConfig:
                                                 help="keep the thresholds of the OccCANINE model the run starts from")
     tune_threshold: bool = option(False, switch=True, group=TRAINING,
                                   help="at the end, tune the flat threshold per language on validation F1")
-    # training noise (mixer.data.noise); None: the recipe's
+    # training noise (mixer.data.inputs.noise); None: the recipe's
     augmentation_prob: Optional[float] = option(
         None, type="unit_interval", group=TRAINING,
         aliases=((("--no-augmentation",), 0.0, "no spelling noise (--augmentation-prob 0)"),),

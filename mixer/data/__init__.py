@@ -1,4 +1,5 @@
-"""From files to batches: tables and formats, label checks and the key (prepare), code
-systems (formatter), the model's input text and token ids (tokens, transliterate), the
-token cache, training noise, resampling, the training inputs, dataset and sampler.
-May import mixer.core and mixer.distributed. Layers: docs/architecture.md."""
+"""From files to batches, in four folders by concept, each importing only itself and the
+folders before it: tables (files in and out), labels (code systems, codes as spelled,
+label checks, the key), prepared (a run's prepared data: the split, its fingerprint, the
+files, preparing) and inputs (what the model reads: token ids, the token cache, noise,
+batches). May import mixer.core and mixer.distributed. Layers: docs/architecture.md."""

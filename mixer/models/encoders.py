@@ -40,7 +40,7 @@ class Encoder:
 
 class CanineTokenizerFiles:
     """CANINE's tokeniser as mixer needs it. CANINE reads Unicode code points, which
-    mixer.data.tokens.CanineIds computes with numpy; all mixer asks of transformers'
+    mixer.data.inputs.tokens.CanineIds computes with numpy; all mixer asks of transformers'
     CanineTokenizer is its padding id and its file, so that AutoTokenizer reads a run
     directory. Building one lists all 1.1M code points, about 2 s of CPU in every
     process that loads a CANINE model (each rank, each prediction, each fresh run), so
@@ -159,8 +159,8 @@ def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
 
 # ------------------------------------------------------------------ tokenisers
 def token_ids_of(encoder: Encoder, recipe):
-    """The tokeniser (mixer.data.tokens) of a loaded encoder."""
-    from mixer.data.tokens import token_ids_for
+    """The tokeniser (mixer.data.inputs.tokens) of a loaded encoder."""
+    from mixer.data.inputs.tokens import token_ids_for
 
     return token_ids_for(encoder.tokenizer, getattr(encoder.model.config, "model_type", ""), recipe)
 
@@ -171,7 +171,7 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
     so `--prepare-only` builds the token cache on a CPU node in seconds."""
     import json
 
-    from mixer.data.tokens import BackendIds, CanineIds, token_ids_for
+    from mixer.data.inputs.tokens import BackendIds, CanineIds, token_ids_for
 
     if run_dir is not None:
         config_dir, tokenizer_dir = os.path.join(run_dir, "encoder"), os.path.join(run_dir, "tokenizer")

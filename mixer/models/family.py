@@ -34,7 +34,7 @@ class Family:
     decoder_heads: Optional[int]
     new_heads_have_a_form: bool  # new heads on its encoder: --new-heads chooses their form
     keeps_input_recipe: bool  # a run that starts from a run of this family reads text as it did
-    tokens: str  # how its decoder numbers its tokens (mixer.data.formatter.TOKEN_SETS)
+    tokens: str  # how its decoder numbers its tokens (mixer.data.labels.formatter.TOKEN_SETS)
     top_k: Optional[int]  # alternatives per row by default; None: the codes a row may have
     tf32: bool  # TF32 matrix products on CUDA by default when predicting
     # how head outputs become codes (mixer.reporting.metrics.PredictionRules)

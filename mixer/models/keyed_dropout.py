@@ -6,7 +6,7 @@ differ with the number of processes, the batch per process, gradient
 accumulation, length groups, padding and a resume. Here every mask element is a
 hash of
 
-    (the row's key: seed, epoch and its place in the epoch's order, mixer.data.dataset;
+    (the row's key: seed, epoch and its place in the epoch's order, mixer.data.inputs.dataset;
      the module's id: a hash of its qualified name in the model;
      the element's own coordinates in its row: (position, channel), or (head, query, key)
      for attention probabilities)

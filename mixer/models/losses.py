@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mixer.data.formatter import PAD as MIXER_PAD
+from mixer.data.labels.formatter import PAD as MIXER_PAD
 
 
 def multi_hot(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
@@ -78,5 +78,5 @@ def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size,
 def step_loss(row_total: torch.Tensor, weights: torch.Tensor, global_rows: int,
               world_size: int) -> torch.Tensor:
     """This micro-batch's share of the global-batch mean, scaled for DDP's averaging.
-    `weights` is 1 per real row and 0 for a placeholder row (mixer.data.dataset.StepSampler)."""
+    `weights` is 1 per real row and 0 for a placeholder row (mixer.data.inputs.dataset.StepSampler)."""
     return (row_total * weights).sum() * (world_size / global_rows)

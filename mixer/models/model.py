@@ -11,7 +11,7 @@ mixer.models.family holds):
   its token embeddings by sqrt(width), adds sinusoidal positions, uses post-norm
   layers and attends to every encoder position, padding included, as OccCANINE's
   code runs it (`decoder_reads_padding`). New heads by default mask the padding,
-  so their batches need not be padded to 128 (mixer.data.padding). Its weights are
+  so their batches need not be padded to 128 (mixer.data.inputs.padding). Its weights are
   read and written by mixer.models.occcanine; this module does not know where they
   come from.
 
@@ -346,11 +346,11 @@ class MixerModel(nn.Module):
 
     def padding_reads(self, decoder: bool) -> str:
         """What of the encoder's output a pass reads, which decides how far its batches are
-        padded (mixer.data.padding): OccCANINE's flat head reads the pooled vector, and a
+        padded (mixer.data.inputs.padding): OccCANINE's flat head reads the pooled vector, and a
         decoder that reads padding (OccCANINE's own) every position. mixer's heads, and
         new heads that mask padding, read the real characters' states. `decoder`: the pass
         runs the decoder."""
-        from mixer.data.padding import CHARACTERS, EVERY_POSITION, POOLED
+        from mixer.data.inputs.padding import CHARACTERS, EVERY_POSITION, POOLED
 
         if decoder and self.cfg.reads_padding:
             return EVERY_POSITION

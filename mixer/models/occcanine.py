@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mixer.core.errors import UserError, first_line
-from mixer.data.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
-from mixer.data.normalise import hisco_key
-from mixer.data.tokens import OCCCANINE_MAX_LEN
+from mixer.data.labels.formatter import OCCCANINE_HISCO_SYMBOLS, CodeFormatter
+from mixer.data.labels.normalise import hisco_key
+from mixer.data.inputs.tokens import OCCCANINE_MAX_LEN
 from mixer.models.family import OCCCANINE
 
 HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",

@@ -23,8 +23,8 @@ from typing import Optional
 
 from mixer.core.config import RunConfig
 from mixer.core.errors import UserError
-from mixer.data.formatter import CodeFormatter
-from mixer.data.tokens import DESCRIPTION_WHOLE, InputRecipe
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.inputs.tokens import DESCRIPTION_WHOLE, InputRecipe
 from mixer.models.family import family
 
 MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
@@ -262,7 +262,7 @@ def resolve_start(config: RunConfig) -> Start:
         if not previous:
             raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
                             "did not finish); pass --only-encoder, or finish that run first")
-        from mixer.data.prepare import read_key
+        from mixer.data.prepared.files import read_key
 
         key = read_key(run_dir)
         start.base = Base(CodeFormatter.from_dict(previous["formatter"]), list(key["code"]),
@@ -272,7 +272,7 @@ def resolve_start(config: RunConfig) -> Start:
 
 def _occcanine_start(config: RunConfig, source: str) -> Start:
     from mixer.models import occcanine
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
 
     occ = occcanine.read(source, "--initial-checkpoint")
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
@@ -491,7 +491,7 @@ MODEL_DIR_KEY = "model_dir"  # a loaded model's config: the directory of its own
 def _load_run(run_dir: str, source_flag: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
     from safetensors.torch import load_file
 
-    from mixer.data.prepare import read_key
+    from mixer.data.prepared.files import read_key
     from mixer.models.encoders import encoder_from_run
     from mixer.models.model import HeadsConfig, MixerModel
 
@@ -513,7 +513,7 @@ def _load_occcanine(source: str, source_flag: str, log=None) -> tuple:
     from transformers import CanineModel
 
     from mixer.models import occcanine
-    from mixer.data.normalise import hisco_key
+    from mixer.data.labels.normalise import hisco_key
     from mixer.models.encoders import CanineTokenizerFiles
     from mixer.models.model import MixerModel
 
@@ -543,7 +543,7 @@ def light_tokeniser(start: Start, config: RunConfig):
     """The run's tokeniser before any model exists (--prepare-only); without torch for
     CANINE encoders and tokenizer.json files."""
     from mixer.models.encoders import light_token_ids
-    from mixer.data.tokens import CanineIds
+    from mixer.data.inputs.tokens import CanineIds
 
     if start.kind == "occcanine":
         return CanineIds(start.recipe)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.columns import blank_descriptions, job_columns
+from mixer.data.tables.job_columns import blank_descriptions, job_columns
 from mixer.prediction.predict import Predictor
 
 MAX_ALTERNATIVES = 50
@@ -453,8 +453,8 @@ class Model:
 
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
-        (model_inputs; mixer.data.tokens.reading_keys)."""
-        from mixer.data.tokens import reading_keys
+        (model_inputs; mixer.data.inputs.tokens.reading_keys)."""
+        from mixer.data.inputs.tokens import reading_keys
 
         return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
 
@@ -540,7 +540,7 @@ class Model:
     def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
         """Per row, a key of what the model reads: its language, text and context as the
         run's input recipe spells them and its tokenizer normalises them (BERT's lower-cases
-        and strips accents; mixer.data.tokens.reading_keys). Rows with equal keys get equal
+        and strips accents; mixer.data.inputs.tokens.reading_keys). Rows with equal keys get equal
         predictions; a lookup matches, a --to-check list groups and predict.py counts
         distinct inputs by it. The key is opaque: compare it, do not show it."""
         _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
@@ -567,7 +567,7 @@ class Model:
         return texts, blank
 
     def _context_fit(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
-        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
         _, texts, langs, desc_chars = self._inputs(texts, lang, context, say_fit=False)
         if desc_chars is None:
             return np.zeros(len(texts), dtype=np.int8)
@@ -576,7 +576,7 @@ class Model:
     def _inputs(self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True) -> tuple:
         """(the rows' index, texts, languages, characters of each text that are its description
         or None without context): a Series keeps its index in the result."""
-        from mixer.data.normalise import model_input
+        from mixer.data.labels.normalise import model_input
 
         if isinstance(texts, str):
             texts = [texts]
@@ -618,7 +618,7 @@ class Model:
         texts, desc_chars = model_input(texts, frame, columns)
         texts = texts.to_numpy(dtype=object)
         if desc_chars is not None and say_fit and self._says_context_fit:
-            from mixer.data.tokens import context_note
+            from mixer.data.inputs.tokens import context_note
 
             note = context_note(self._predictor.context_fit(texts, langs, desc_chars),
                                 self._predictor.token_ids, training=False)

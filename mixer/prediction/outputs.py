@@ -37,12 +37,12 @@ def set_descriptions(predictor, descriptions, options=None) -> int:
     description, or the HISCO key layout; any format, read with `options`, a
     mixer.core.config.TableOptions of the role code_descriptions), a dict code -> text or a
     DataFrame (code, description). Codes are spelled as the model spells its own
-    (mixer.data.normalise). Returns how many codes of the key got one; none is an error
+    (mixer.data.labels.normalise). Returns how many codes of the key got one; none is an error
     (wrong file or column)."""
     from mixer.core.config import TableOptions
-    from mixer.data.normalise import code_column
-    from mixer.data.prepare import Descriptions, read_descriptions
-    from mixer.data.reading import frame_as_text
+    from mixer.data.labels.normalise import code_column
+    from mixer.data.labels.key import Descriptions, read_descriptions
+    from mixer.data.tables.reading import frame_as_text
 
     formatter = predictor.formatter
     if isinstance(descriptions, str):

@@ -35,10 +35,10 @@ from mixer.core.config import HEADS
 from mixer.core.errors import UserError
 from mixer.core.precision import fp32_matmuls, pad_multiple
 from mixer.core.precision import resolve as resolve_precision
-from mixer.data.formatter import CodeFormatter
-from mixer.data.padding import InputPadding
-from mixer.data.tokens import InputRecipe, token_ids_for
-from mixer.data.transliterate import exactness_note
+from mixer.data.labels.formatter import CodeFormatter
+from mixer.data.inputs.padding import InputPadding
+from mixer.data.inputs.tokens import InputRecipe, token_ids_for
+from mixer.data.inputs.transliterate import exactness_note
 from mixer.models.family import OCCCANINE, family
 from mixer.models.quantize import APPROXIMATE_NOTE, check_quantize
 from mixer.models.quantize import quantize as quantize_model
@@ -204,13 +204,13 @@ class Predictor:
 
     def padding(self, states: bool) -> InputPadding:
         """How far a batch is padded: what its longest row needs for what the pass reads
-        (the decoder's states, or the pooled vector alone; mixer.data.padding)."""
+        (the decoder's states, or the pooled vector alone; mixer.data.inputs.padding)."""
         return InputPadding.for_encoder(self.model.encoder.config, self.recipe.max_len,
                                         self.model.padding_reads(decoder=states),
                                         pad_multiple(self.device))
 
     def context_fit(self, texts, langs, desc_chars) -> np.ndarray:
-        """Per row, whether its context fits the model's input (mixer.data.tokens.fitted)."""
+        """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
         return self.token_ids.fitted(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
                                      desc_chars)[2]
 

@@ -18,10 +18,10 @@ import pandas as pd
 from mixer.core.config import DistConfig
 from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
-from mixer.data.columns import blank_descriptions, job_columns, no_rows, text_column
-from mixer.data.dataset import shard_indices
-from mixer.data.reading import check_input_path, check_input_table, iter_chunks, missing_column
-from mixer.data.sinks import is_matrix, is_shaped
+from mixer.data.inputs.dataset import shard_indices
+from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
+from mixer.data.tables.reading import check_input_path, check_input_table, iter_chunks, missing_column
+from mixer.data.tables.sinks import is_matrix, is_shaped
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
@@ -64,7 +64,7 @@ def predict_file(args: PredictConfig) -> None:
 
 # ------------------------------------------------------------------ the stages
 class Job:
-    """What the stages and the sinks (mixer.data.sinks) share: the options, the processes,
+    """What the stages and the sinks (mixer.data.tables.sinks) share: the options, the processes,
     the model and the columns it reads, the coding (mixer.coding.job), the resume
     journal, the stores, rank 0's open sinks and the counts over the whole file."""
 
@@ -95,7 +95,7 @@ class Part:
 
 def check_job(args: PredictConfig) -> list:
     """Every refusal before the model loads; the sinks this job writes."""
-    from mixer.data import sinks
+    from mixer.data.tables import sinks
 
     check_input_table(args.input, "--input")
     registered = sinks.registered()
@@ -361,7 +361,7 @@ class Distinct:
 
 def say_context_fit(counts: list | None, predictor) -> None:
     """Rank 0: one line for the whole input on the rows whose context was cut to fit."""
-    from mixer.data.tokens import context_note
+    from mixer.data.inputs.tokens import context_note
 
     if counts is None:
         return

@@ -47,7 +47,7 @@ def parts_dir(output: str) -> str:
 
 def why_not(args, world, stores_by_row: bool) -> Optional[str]:
     """Why this job cannot resume after a kill, or None."""
-    from mixer.data.writing import output_kind
+    from mixer.data.tables.writing import output_kind
 
     if not args.output:
         return "it writes no --output"

@@ -1,4 +1,4 @@
-"""predict.py's own outputs as sinks (mixer.data.sinks): the output file with its
+"""predict.py's own outputs as sinks (mixer.data.tables.sinks): the output file with its
 provenance beside it and its resume journal, the embeddings, the check list and the summary
 plot. mixer/__init__.py calls register(); the audit's draw is the audit's own
 (mixer.audit.guards). Light: the writers are imported when a job opens them, not here.
@@ -11,8 +11,8 @@ import sys
 from typing import Optional
 
 from mixer.core.errors import UserError
-from mixer.data import sinks
-from mixer.data.sinks import Sink, is_matrix, is_shaped, job_files
+from mixer.data.tables import sinks
+from mixer.data.tables.sinks import Sink, is_matrix, is_shaped, job_files
 
 
 class OutputSink(Sink):
@@ -21,7 +21,7 @@ class OutputSink(Sink):
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.writing import check_fits_excel, check_output_path
+        from mixer.data.tables.writing import check_fits_excel, check_output_path
 
         if args.output:  # before the model loads: a wrong path fails at once
             check_output_path(args.output, "--output", job_files(args, "--output"))
@@ -72,7 +72,7 @@ class OutputSink(Sink):
 
 
 def output_writer(args, log=None, label=None, journal=None):
-    from mixer.data.writing import OutputWriter
+    from mixer.data.tables.writing import OutputWriter
 
     if is_matrix(args) and args.output.lower().endswith(".npy"):
         return EmbeddingWriter(args.output, flag="--output")
@@ -123,13 +123,13 @@ def shaped_output(chunk, predicted, args) -> tuple:
 
 
 class CheckListSink(Sink):
-    """--to-check N FILE: the rows a person should check (mixer.data.checking.CheckList)."""
+    """--to-check N FILE: the rows a person should check (mixer.data.labels.checking.CheckList)."""
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.checking import parse_to_check
-        from mixer.data.sinks import refuse_shaped
-        from mixer.data.writing import check_output_path
+        from mixer.data.labels.checking import parse_to_check
+        from mixer.data.tables.sinks import refuse_shaped
+        from mixer.data.tables.writing import check_output_path
 
         if not args.to_check:
             return
@@ -142,7 +142,7 @@ class CheckListSink(Sink):
         return bool(args.to_check)
 
     def __init__(self, job):
-        from mixer.data.checking import CheckList, parse_to_check
+        from mixer.data.labels.checking import CheckList, parse_to_check
 
         args, columns = job.args, job.columns
         self.count, self.path = parse_to_check(args.to_check)
@@ -155,7 +155,7 @@ class CheckListSink(Sink):
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
 
     def commit(self, job) -> None:
-        from mixer.data.checking import describe
+        from mixer.data.labels.checking import describe
 
         listed = self.checklist.commit()
         print(self.checklist.empty or describe(self.path, listed, self.count), file=sys.stderr)
@@ -169,7 +169,7 @@ class EmbeddingSink(Sink):
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.writing import check_output_path
+        from mixer.data.tables.writing import check_output_path
 
         if args.embeddings:
             check_output_path(args.embeddings, "--embeddings", job_files(args, "--embeddings"))
@@ -197,7 +197,7 @@ class SummaryPlotSink(Sink):
 
     @classmethod
     def check(cls, args) -> None:
-        from mixer.data.writing import check_output_path
+        from mixer.data.tables.writing import check_output_path
 
         if not args.summary_plot:
             return
@@ -231,7 +231,7 @@ class EmbeddingWriter:
     list column 'embedding'), written to a temp file and renamed at the end."""
 
     def __init__(self, path: str, flag: str = "--embeddings"):
-        from mixer.data.writing import check_output_path
+        from mixer.data.tables.writing import check_output_path
 
         self.path = check_output_path(path, flag, {})
         self.flag = flag
@@ -275,7 +275,7 @@ class EmbeddingWriter:
             os.unlink(self.tmp + ".raw")
         elif self.writer is not None:
             self.writer.close()
-        from mixer.data.writing import commit_files
+        from mixer.data.tables.writing import commit_files
 
         commit_files(self.tmp, self.path, self.flag, beside)
 

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import HEADS
-from mixer.data.normalise import code_text, key_digit_width, restore_digits
-from mixer.data.writing import PREDICTION_COLUMN
+from mixer.data.labels.normalise import code_text, key_digit_width, restore_digits
+from mixer.data.tables.writing import PREDICTION_COLUMN
 
 STATISTICS = ("accuracy", "precision", "recall", "f1")
 SPECIAL = {"-1", "-2", "-3"}
@@ -43,7 +43,7 @@ SPECIAL = {"-1", "-2", "-3"}
 
 def codes_in_columns(frame: pd.DataFrame, columns: list, code_length: Optional[int] = None) -> list:
     """Per row, the set of codes in `columns` (empty and missing cells left out), spelled
-    as training spells them (mixer.data.normalise): with --code-length, digit codes shorter
+    as training spells them (mixer.data.labels.normalise): with --code-length, digit codes shorter
     than it get their leading zeros back."""
     cells = []
     for column in columns:

@@ -42,12 +42,12 @@ class TrainParts:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     train_loader: torch.utils.data.DataLoader  # yields each micro-batch as a list of Batches (Collator.grouped)
-    sampler: object  # mixer.data.dataset.StepSampler
+    sampler: object  # mixer.data.inputs.dataset.StepSampler
     val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor
     num_blocks: int
     block_size: int
-    formatter: object  # mixer.data.formatter.CodeFormatter: token ids and how blocks read
+    formatter: object  # mixer.data.labels.formatter.CodeFormatter: token ids and how blocks read
     schedule: Schedule  # run length and learning-rate position (mixer.training.schedule)
     full_val_loader: Optional[torch.utils.data.DataLoader] = None  # --full-val-at-end
     val_rows: tuple = (0, 0)  # rows of the validation sample, of the whole validation split

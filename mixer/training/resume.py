@@ -137,7 +137,7 @@ def seed_streams(seed: int, rank: int, step: int) -> None:
     """Seed this rank's torch (CPU and GPU), numpy and Python random streams from
     (seed, rank, step): after a resume in another layout every rank has its own stream,
     and the same resume draws the same again. Dropout and training noise draw nothing
-    from them: they are keyed by the row (mixer.models.keyed_dropout, mixer.data.noise)."""
+    from them: they are keyed by the row (mixer.models.keyed_dropout, mixer.data.inputs.noise)."""
     import random
 
     words = np.random.SeedSequence([seed, rank, step]).generate_state(2, dtype=np.uint64)

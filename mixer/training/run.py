@@ -18,18 +18,20 @@ from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
 from mixer.core import allocator
 from mixer.core.config import RunConfig, TrainConfig, config_for_file, epoch_number, write_args
-from mixer.data.prepare import labels_of, load_prepared, prepare_run_data, prepared_stamp
-from mixer.data.padding import InputPadding
-from mixer.data.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
+from mixer.data.labels.key import labels_of
+from mixer.data.prepared.files import load_prepared, prepared_stamp
+from mixer.data.prepared.prepare import prepare_run_data
+from mixer.data.inputs.padding import InputPadding
+from mixer.data.inputs.dataset import (Collator, RowDataset, StepSampler, eval_batches, ignore_stop_signals,
                                 shard_indices, stop_workers)
 from mixer.models import keyed_dropout
 from mixer.models.encoders import save_encoder_files, token_ids_of
 from mixer.reporting import card
 from mixer.reporting.metrics import Thresholds
-from mixer.data.noise import NoiseConfig
+from mixer.data.inputs.noise import NoiseConfig
 from mixer.core.recipe import RESUMED, previous_settings
 from mixer.core.recipe import resolve as resolve_recipe
-from mixer.data.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
+from mixer.data.inputs.training_inputs import RowInputs, language_codes, split_caches, text_store, prepared_data_id
 from mixer.models import sources
 from mixer.models.sources import light_tokeniser, resolve_new_heads, resolve_start
 from mixer.core.errors import UserError
@@ -46,7 +48,7 @@ from mixer.training.hooks import Cards, Curves, Scores, TuneThresholds, register
 from mixer.training.parts import TrainParts
 from mixer.training.resume import seed_everything
 from mixer.training.trainer import Trainer
-from mixer.data.transliterate import exactness_note
+from mixer.data.inputs.transliterate import exactness_note
 
 
 def train(config: RunConfig) -> dict:
@@ -367,7 +369,7 @@ def build_trainer(config: RunConfig, train_config: TrainConfig, world: mdist.Wor
 def resampled_rows(first_codes: np.ndarray, train_config: TrainConfig):
     """epoch -> the epoch's training rows with --upsample-below / --downsample-top (the
     same on every rank: seed and epoch only), or None: every row once."""
-    from mixer.data.resample import epoch_rows, is_active
+    from mixer.data.inputs.resample import epoch_rows, is_active
 
     if not is_active(train_config.upsample_below, train_config.downsample_top):
         return None
@@ -506,7 +508,7 @@ def starting_thresholds(config: RunConfig, start) -> tuple:
 
 
 def length_groups(config, device: str, resumed: Optional[dict] = None) -> int:
-    """Groups of similar length per training micro-batch (mixer.data.dataset.Collator): the
+    """Groups of similar length per training micro-batch (mixer.data.inputs.dataset.Collator): the
     flag's. Otherwise, resuming, what the run used (1 for a run from before groups). Otherwise 2
     on a CPU, where a step's time follows its padded tokens, and 1 on a GPU, which runs
     one wide batch about as fast as a narrow one. DDP's static graph cannot take the

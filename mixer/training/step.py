@@ -18,7 +18,7 @@ MAX_NONFINITE_IN_A_ROW = 5
 
 def steps_of_epoch(train_loader, grad_accum_steps: int):
     """Groups the loader's micro-batches into optimizer steps: each arrives as its
-    length groups (mixer.data.dataset.Collator.grouped), and a step trains on all of them."""
+    length groups (mixer.data.inputs.dataset.Collator.grouped), and a step trains on all of them."""
     group, micro_batches = [], 0
     for batches in train_loader:
         group.extend(batches)

@@ -4,13 +4,13 @@
 description with its language and context, as the model reads it) where a person's check
 fixes the most rows. Each scores rows x (1 - confidence), its row count times the chance
 that the model's best code is wrong. The file (.csv, .parquet, .xlsx or .dta, written by
-mixer.data.writing) holds the description's columns as the input had them, `n_rows`,
+mixer.data.tables.writing) holds the description's columns as the input had them, `n_rows`,
 `confidence`, the model's codes (code_k, prob_k, desc_k) and empty columns
 `checked_1..checked_K` to fill with the right codes.
 
 `--extra-train CHECK.csv` (finetune.py, train_mixer.py) reads such files back through the
 one reader, with their own options (--extra-train-encoding, ...): the rows whose checked_k
-a person filled become training rows (mixer.data.prepare.read_extra_train).
+a person filled become training rows (mixer.data.prepared.prepare.read_extra_train).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ TOOL_COLUMN = re.compile(r"^(?:n_rows|confidence|(?:code|prob|desc|checked)_\d+)
 
 def parse_to_check(values) -> tuple:
     """--to-check N CHECK.csv -> (N, path)."""
-    from mixer.data.writing import output_kind
+    from mixer.data.tables.writing import output_kind
 
     count, path = values
     try:
@@ -57,7 +57,7 @@ class CheckList:
     first such row has them."""
 
     def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
-        from mixer.data.writing import OutputWriter
+        from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
         self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
@@ -132,13 +132,13 @@ class CheckList:
 
 def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> pd.DataFrame:
     """A check list's columns under the run's names: a format that cannot hold a name
-    (Stata's 'occ title' is written occ_title, Excel's 'occ1 ' occ1; mixer.data.writing's
+    (Stata's 'occ title' is written occ_title, Excel's 'occ1 ' occ1; mixer.data.tables.writing's
     output_names) wrote it under another, which is read back as the run's own name. A .dta
     file's variable labels (the names before the renaming) are used first, then the naming
     rule of each format; `columns`: the run's input columns in the order the check list
     writes them (description, language, context)."""
-    from mixer.data.reading import LABELS, NUMERIC_COLUMNS
-    from mixer.data.writing import output_names
+    from mixer.data.tables.reading import LABELS, NUMERIC_COLUMNS
+    from mixer.data.tables.writing import output_names
 
     wanted = [c for c in dict.fromkeys(columns) if c and c not in frame.columns]
     if not wanted:

@@ -1,7 +1,7 @@
 """Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
 --train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
 evaluate.py's --predictions and --audit). CSV, Parquet, Excel (.xlsx) and Stata (.dta) are
-read, chosen by extension (mixer.data.formats knows the last two). Each file has its own options
+read, chosen by extension (mixer.data.tables.formats knows the last two). Each file has its own options
 (mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
 message names the flags of that file's role (--key-encoding for --key).
 
@@ -13,8 +13,8 @@ given or the one the file names or its header line uses.
 Numbers are turned into text the way a person reads them: a Parquet, Stata or
 Excel column of numbers (pandas stores an integer column with blanks as floats)
 gives "64100", not "64100.0". The columns that held numbers are listed in
-frame.attrs['numeric_columns'] (mixer.data.normalise restores the zeros numbers cannot
-keep). Next in line: mixer.data.normalise, then mixer.data.prepare. No torch here.
+frame.attrs['numeric_columns'] (mixer.data.labels.normalise restores the zeros numbers cannot
+keep). Next in line: mixer.data.labels.normalise, then mixer.data.prepared.prepare. No torch here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
-from mixer.data import formats
+from mixer.data.tables import formats
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
@@ -99,7 +99,7 @@ def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:
 # ------------------------------------------------------------------ numbers as text
 def as_text(series: pd.Series) -> pd.Series:
     """A column as strings, one form per value type whatever the format it came from
-    (mixer.data.formats.value_text, cell by cell). Missing -> '', booleans TRUE/FALSE, whole
+    (mixer.data.tables.formats.value_text, cell by cell). Missing -> '', booleans TRUE/FALSE, whole
     numbers '64100', other numbers by their shortest repr at the column's precision, dates
     ISO (1850-03-01, a time only where it is not midnight), text as it is."""
     dtype = series.dtype
@@ -825,11 +825,11 @@ def column_names(path: str) -> Optional[list]:
     return None
 
 
-FILE_LABEL_KEY = "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.writing)
+FILE_LABEL_KEY = "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.tables.writing)
 
 
 def file_label(path: str) -> Optional[str]:
-    """The label a file carries in its own metadata, as mixer.data.writing.OutputWriter
+    """The label a file carries in its own metadata, as mixer.data.tables.writing.OutputWriter
     writes it (a Parquet key, Stata's data label); None where the format has no room
     (CSV, Excel) or the file has none."""
     kind = table_kind(path)

@@ -6,7 +6,7 @@ with its language (as a tokenizer pair `lang [SEP] text`, or as the literal
 string `lang[SEP]text` that OccCANINE's models read), lower-cased and
 transliterated to ASCII or not, cut to `max_len` tokens.
 
-Context columns (mixer.data.normalise.model_input) follow the description, and one rule
+Context columns (mixer.data.labels.normalise.model_input) follow the description, and one rule
 fits them into `max_len` for every encoder. The description is kept whole and the
 context is cut from its end, in what the encoder reads (characters for CANINE, tokens
 for word pieces). Where the description alone is longer, it is cut and the context
@@ -73,10 +73,10 @@ class InputRecipe:
 def to_ascii(texts: np.ndarray) -> np.ndarray:
     """ASCII transliteration, each distinct text once. Uses `unidecode` (GPL-2.0+,
     what OccCANINE's own prediction uses) when it is installed. Otherwise mixer's
-    own rule (mixer.data.transliterate): Unicode decomposition without the accents and a
+    own rule (mixer.data.inputs.transliterate): Unicode decomposition without the accents and a
     small table, which agree with unidecode on the Latin letters of European
     languages, then anyascii for other scripts."""
-    from mixer.data.transliterate import transliterate
+    from mixer.data.inputs.transliterate import transliterate
 
     unique, inverse = np.unique(texts.astype(str), return_inverse=True)
     return np.asarray([transliterate(t) for t in unique], dtype=object)[inverse]
@@ -183,7 +183,7 @@ def _reader(ids):
 # ------------------------------------------------------------------ context
 def split_context(texts, desc_chars) -> tuple:
     """(descriptions, contexts) of model texts: the first desc_chars[i] characters of row i
-    are its description, the rest its context (mixer.data.normalise.model_input)."""
+    are its description, the rest its context (mixer.data.labels.normalise.model_input)."""
     descriptions = np.asarray([t[:n] for t, n in zip(texts, desc_chars)], dtype=object)
     contexts = np.asarray([t[n:] for t, n in zip(texts, desc_chars)], dtype=object)
     return descriptions, contexts

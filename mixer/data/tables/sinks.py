@@ -2,7 +2,7 @@
 STYLE 17). The job (mixer.prediction.predict_job) reads a chunk, builds the model's inputs,
 asks the distinct-input store and the model, applies the row steps and hands the chunk's rows
 to each sink; it knows no output by name. A feature registers its sink here, as it registers
-its guards with mixer.data.guards, so that a new output is a new sink, not edits to the job.
+its guards with mixer.data.tables.guards, so that a new output is a new sink, not edits to the job.
 
 No import of pandas here: registration runs at `import mixer`, before `--help`; a sink's
 module is imported when a job asks for the sinks.

@@ -1,7 +1,7 @@
 """Excel (.xlsx) and Stata (.dta) tables: read whole or in chunks, written in chunks.
 
-mixer.data.reading chooses the format by extension and turns what these readers give into
-text, mixer.data.writing names the columns and hands rows to these writers; this module
+mixer.data.tables.reading chooses the format by extension and turns what these readers give into
+text, mixer.data.tables.writing names the columns and hands rows to these writers; this module
 knows the two formats only. Excel goes through openpyxl (the
 optional extra mixer[excel]). Stata is read by pandas and written here, in the
 dta 118 layout (Stata 14 and later), so that an output of any size is written in
@@ -50,7 +50,7 @@ TRUE, FALSE = "TRUE", "FALSE"  # a boolean's one spelling, in every format (as E
 
 
 def value_text(value) -> str:
-    """One value as text, the one form per type every reader gives (mixer.data.reading.as_text
+    """One value as text, the one form per type every reader gives (mixer.data.tables.reading.as_text
     is its vectorised twin), so that the same table read from any format gives the model the
     same text: missing -> ''. Booleans TRUE/FALSE. Whole numbers without '.0'. Other numbers
     by their shortest repr at their own precision (a float32 1.1 is '1.1', not
@@ -424,7 +424,7 @@ STATA_NAME_LENGTH = 32
 def stata_name(name, suffix: str = "") -> str:
     """A valid Stata variable name: letters, digits and _, not starting with a digit, not a
     reserved word, at most 32 characters, `suffix` kept whole at its end. Distinct names
-    are mixer.data.writing's concern (output_names)."""
+    are mixer.data.tables.writing's concern (output_names)."""
     new = re.sub(r"\W", "_", str(name)) or "_"
     if new[0].isdigit() or new in STATA_RESERVED or re.fullmatch(r"str\d+", new):
         new = "_" + new
@@ -445,7 +445,7 @@ class StataWriter:
 
     def __init__(self, tmp: str, path: str, file_flag: str, labels: Optional[list] = None, data_label: str = ""):
         """labels: a variable label per column ('' for none): the names the columns had
-        before mixer.data.writing made them valid Stata names. data_label: the file's own
+        before mixer.data.tables.writing made them valid Stata names. data_label: the file's own
         label (at most STATA_DATA_LABEL characters)."""
         self.tmp, self.path, self.file_flag = tmp, path, file_flag
         self.data_label = data_label[:STATA_DATA_LABEL]

@@ -19,8 +19,8 @@ import pandas as pd
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
-from mixer.data import formats, guards
-from mixer.data.reading import FILE_LABEL_KEY, as_text, count_rows, table_kind
+from mixer.data.tables import formats, guards
+from mixer.data.tables.reading import FILE_LABEL_KEY, as_text, count_rows, table_kind
 
 # what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
 PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
@@ -102,7 +102,7 @@ def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
                 os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
             raise UserError(f"{file_flag} {path}: is the {flag} file and would replace it; "
                             "write to another file")
-    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.guards)
+    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.tables.guards)
     return path
 
 

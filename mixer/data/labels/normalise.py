@@ -1,7 +1,7 @@
 """Normalising: the codes and the text of a table as the model learns them, one rule for
 every path (finetune.py, train_mixer.py, --key, --extra-train, --code-descriptions,
-predict.py's descriptions, evaluate.py). Between reading (mixer.data.reading: a file to
-text columns) and preparing (mixer.data.prepare: label checks, key, split).
+predict.py's descriptions, evaluate.py). Between reading (mixer.data.tables.reading: a file to
+text columns) and preparing (mixer.data.labels.checks, mixer.data.labels.key, mixer.data.prepared).
 
 Codes. A code is text: "01110" is not "1110". But a code of digits of a known width that
 comes shorter lost its leading zeros on the way (a spreadsheet, a number column), and
@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
-from mixer.data.formatter import HISCO_KEY_PATH, CodeFormatter
-from mixer.data.reading import NUMERIC_COLUMNS, as_text, read_table
+from mixer.data.labels.formatter import HISCO_KEY_PATH, CodeFormatter
+from mixer.data.tables.reading import NUMERIC_COLUMNS, as_text, read_table
 
 SPREADSHEET_WHOLE = re.compile(r"^[+-]?\d+\.0+$")
 ZERO_PADDED_FLAG = "--zero-padded-codes"
@@ -178,7 +178,7 @@ def model_text(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_c
 def model_input(descriptions: pd.Series, frame: Optional[pd.DataFrame], context_cols) -> tuple:
     """(model_text's text, per row the characters of it that are the description, or None
     without context columns). What follows the description is its context, which the
-    tokeniser cuts from its end where the input is too long (mixer.data.tokens: the
+    tokeniser cuts from its end where the input is too long (mixer.data.inputs.tokens: the
     description is kept whole)."""
     if not context_cols:
         return descriptions, None

@@ -1,6 +1,6 @@
 """From prepared rows to batches: the dataset, the sampler, collation.
 
-Token ids come from the run's token cache (mixer.data.token_cache). Batches are
+Token ids come from the run's token cache (mixer.data.inputs.token_cache). Batches are
 padded to their longest row, not to --max-len (to a multiple of 8 on GPUs).
 A training micro-batch is cut into --length-groups groups of rows of similar
 length, each padded on its own: one long (noised) row no longer pads the
@@ -25,8 +25,8 @@ from typing import Iterator, Optional
 import numpy as np
 import torch
 
-from mixer.data.formatter import EOS, PAD
-from mixer.data.padding import InputPadding
+from mixer.data.labels.formatter import EOS, PAD
+from mixer.data.inputs.padding import InputPadding
 
 # ------------------------------------------------------------------ loader workers
 def ignore_stop_signals(_worker_id: int) -> None:
@@ -55,9 +55,9 @@ class RowDataset(torch.utils.data.Dataset):
     weight, epoch, position in the epoch's order); evaluation passes plain indices.
     A batch's token ids are made together (`__getitems__`, which the DataLoader
     calls with the whole batch): the cache's, or the noised rows tokenised at once
-    (mixer.data.training_inputs)."""
+    (mixer.data.inputs.training_inputs)."""
 
-    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.data.training_inputs.RowInputs
+    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.data.inputs.training_inputs.RowInputs
         self.inputs = inputs
         self.labels = labels
 
@@ -104,7 +104,7 @@ class Batch:
 
 
 class Collator:
-    """Pads a batch as far as its longest row needs (`padding`, mixer.data.padding: the
+    """Pads a batch as far as its longest row needs (`padding`, mixer.data.inputs.padding: the
     longest row itself for word-piece encoders) and lays codes out as decoder blocks.
 
     groups: `grouped` cuts a training micro-batch into this many groups of rows of
@@ -203,7 +203,7 @@ class StepSampler:
 
     def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,
                  grad_accum_steps: int, seed: int, epoch_rows=None):
-        # epoch_rows: epoch -> the epoch's row indices (mixer.data.resample; the same size every
+        # epoch_rows: epoch -> the epoch's row indices (mixer.data.inputs.resample; the same size every
         # epoch), permuted instead of every row once; rows_per_epoch is then its length
         self.epoch_rows = epoch_rows
         self.num_rows = len(epoch_rows(0)) if epoch_rows is not None else num_rows
@@ -240,7 +240,7 @@ class StepSampler:
     def __iter__(self) -> Iterator[list]:
         """Micro-batches of (row index, rows in the step's global batch, weight, epoch,
         position in the epoch's order): the position names the row's draw of noise,
-        whichever rank, layout or restart takes it (mixer.data.noise)."""
+        whichever rank, layout or restart takes it (mixer.data.inputs.noise)."""
         order = self.permutation()
         begin = self.start
         for size in self.step_sizes(self.start):

@@ -5,7 +5,7 @@ cluster user tokenises on a CPU node and trains on GPU nodes).
 Layout: RUN_DIR/cache/tokens_<split>_<tag>/ids.bin (int32 token ids of every
 row, one after another), offsets.npy (int64, rows + 1) and manifest.json,
 written last: a directory without it is incomplete and is rebuilt. The manifest
-counts the rows whose context was cut to fit (mixer.data.tokens).
+counts the rows whose context was cut to fit (mixer.data.inputs.tokens).
 
 Building it is split over the ranks. Rank r tokenises its share of the
 prepared Parquet file's row groups, a million rows at a time, appending to its
@@ -26,7 +26,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.data.tokens import CHUNK_ROWS, tag_of
+from mixer.data.inputs.tokens import CHUNK_ROWS, tag_of
 
 MANIFEST = "manifest.json"
 
@@ -107,8 +107,8 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
     prepared before the column existed)."""
     import pyarrow.parquet as pq
 
-    from mixer.data.prepare import DESC_CHARS
-    from mixer.data.tokens import DESCRIPTION_CUT
+    from mixer.data.labels.columns import DESC_CHARS
+    from mixer.data.inputs.tokens import DESCRIPTION_CUT
 
     groups = row_groups(parquet_path)
     ids_path = os.path.join(directory, f"part-{rank:05d}.ids")
@@ -178,7 +178,7 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
     """The cache of a split: loaded, or built first by all ranks together (all ranks).
     The cache is named by the tokeniser and its input recipe (max length, language
     handling) and records the prepared split it was built from (`data_id`, its
-    content, mixer.data.training_inputs.prepared_data_id): a cache of other data is
+    content, mixer.data.inputs.training_inputs.prepared_data_id): a cache of other data is
     rebuilt, and the run says so. `world` None: one process that has no process
     group (and need not import torch)."""
     directory = cache_dir(run_dir, split, token_ids)

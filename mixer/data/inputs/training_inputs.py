@@ -1,7 +1,7 @@
 """Token ids of the rows a step draws: from the token cache, or tokenised on the fly
-when the draw noises the row (mixer.data.noise).
+when the draw noises the row (mixer.data.inputs.noise).
 
-A clean row's ids come from the run's token cache (mixer.data.token_cache). A row whose
+A clean row's ids come from the run's token cache (mixer.data.inputs.token_cache). A row whose
 draw edits its description or hides its language is rebuilt from its text and
 tokenised with the rest of the batch's such rows. It uses the same tokeniser that built
 the cache (CANINE: numpy over code points; others: the fast tokenizer's backend).
@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mixer.data.noise import NoiseConfig, draw, noised, word_list
+from mixer.data.inputs.noise import NoiseConfig, draw, noised, word_list
 
 TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 
@@ -31,7 +31,7 @@ TEXT_STORE_ROWS = 1_000_000  # rows per record batch
 def prepared_data_id(run_dir: str, split: str) -> str:
     """The content of a prepared split (xxh3-128 of data_<split>.parquet, ~0.1 s per
     10M rows): what a cache built from it is named and checked by."""
-    from mixer.data.prepare import content_hash
+    from mixer.data.prepared.fingerprint import content_hash
 
     return content_hash(os.path.join(run_dir, f"data_{split}.parquet"))[:16]
 
@@ -41,8 +41,8 @@ def split_caches(run_dir: str, token_ids, prepared, world=None,
     """{split: its token cache} for "train", "val" and, with --share-calibration, "cal",
     each checked against the prepared split's content (all ranks; no torch needed); says
     how many rows' context was cut to fit the model's input."""
-    from mixer.data.token_cache import token_cache
-    from mixer.data.tokens import context_note
+    from mixer.data.inputs.token_cache import token_cache
+    from mixer.data.inputs.tokens import context_note
 
     splits = [("train", prepared.train), ("val", prepared.val)]
     if prepared.cal is not None:
@@ -139,13 +139,13 @@ def _mapped(path: str):
 
 def build_text_store(run_dir: str, split: str, path: str, has_context: bool = False) -> None:
     """Write the text store of a prepared split, a row group at a time. The description
-    ends where the prepared `desc_chars` says (mixer.data.normalise.description_chars)."""
+    ends where the prepared `desc_chars` says (mixer.data.labels.normalise.description_chars)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mixer.data.normalise import description_chars
-    from mixer.data.prepare import DESC_CHARS, TEXT
-    from mixer.data.tokens import split_context
+    from mixer.data.labels.normalise import description_chars
+    from mixer.data.labels.columns import DESC_CHARS, TEXT
+    from mixer.data.inputs.tokens import split_context
     from mixer.core.io import atomic_write
 
     source = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
@@ -211,7 +211,7 @@ class RowInputs:
                  lang_codes: Optional[np.ndarray] = None, lang_names: Optional[np.ndarray] = None,
                  noise: Optional[NoiseConfig] = None, seed: int = 0, every_row: bool = False,
                  words: Optional[TextStore] = None):
-        self.tokens = tokens  # a mixer.data.token_cache.TokenCache
+        self.tokens = tokens  # a mixer.data.inputs.token_cache.TokenCache
         self.token_ids = token_ids
         self.texts = texts
         self.lang_codes = lang_codes  # small ints per row; names in lang_names
@@ -230,7 +230,7 @@ class RowInputs:
         out = [np.asarray(self.tokens.row(int(r))) for r in rows]
         if not self.active or not len(rows):
             return out
-        from mixer.data.noise import EVAL_EPOCH
+        from mixer.data.inputs.noise import EVAL_EPOCH
 
         rows = np.asarray(rows, dtype=np.int64)
         langs = self.lang_names[self.lang_codes[rows]]
@@ -253,7 +253,7 @@ class RowInputs:
 
 def _joined(descriptions: list, contexts: list) -> tuple:
     """(texts, characters of each that are its description): descriptions and contexts as
-    mixer.data.normalise.model_input joins them; with context the description stripped (a
+    mixer.data.labels.normalise.model_input joins them; with context the description stripped (a
     padded noised title ends in a space). None for the second where no row has context
     (the ids are then the same either way)."""
     descriptions = [d.strip() if c else d for d, c in zip(descriptions, contexts)]

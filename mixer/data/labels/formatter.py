@@ -6,7 +6,7 @@ codes into fixed-size blocks of decoder tokens and back. Built-in systems:
 - general: any code system; the label key is built from the data.
 - hisco:   HISCO, 5 characters, plus the special codes -1, -2, -3; the key is
            the full HISCO list shipped in mixer/resources/hisco_key.csv
-           (read by mixer.data.normalise.hisco_key).
+           (read by mixer.data.labels.normalise.hisco_key).
 - occ1950: OCC1950, 3 digits; the key is built from the data.
 
 Numpy only: data preparation must not import torch.
@@ -28,7 +28,7 @@ OCCCANINE_SPECIAL_TOKENS = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "[SEP]"]
 OCCCANINE_HISCO_SYMBOLS = ["-3", "-2", "-1"] + [str(d) for d in range(10)]
 PART_SEP = ","
 
-RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")  # mixer/resources
+RESOURCES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "resources")  # mixer/resources
 HISCO_KEY_PATH = os.path.join(RESOURCES, "hisco_key.csv")
 HISCO_SPECIAL = ("-1", "-2", "-3")
 FORMATTERS = ("general", "hisco", "occ1950")
@@ -109,7 +109,7 @@ class CodeFormatter:
     use_within_block_sep: bool = False
     allow_short: bool = False
     # general systems: digit codes are this many digits (--zero-padded-codes, or the width of
-    # --key's codes); shorter ones lost their leading zeros (mixer.data.normalise restores them)
+    # --key's codes); shorter ones lost their leading zeros (mixer.data.labels.normalise restores them)
     digit_width: Optional[int] = None
     alphabet: list[str] = field(default_factory=list)  # token len(specials) + i is alphabet[i]
     tokens: str = "mixer"  # how the decoder numbers its tokens: a name of TOKEN_SETS
@@ -181,7 +181,7 @@ class CodeFormatter:
                 return code, ""
             if not code.isdigit():
                 return code, f"not a {self.kind.upper()} code (digits only)"
-            if len(code) < width:  # mixer.data.normalise restores the zeros before this
+            if len(code) < width:  # mixer.data.labels.normalise restores the zeros before this
                 return code, f"shorter than {width} characters (write it with its leading zeros)"
             if len(code) > width:
                 return code, f"longer than {width} characters"
