@@ -1,7 +1,7 @@
 """A full-count census, predicted: rows/s, model inputs computed, distinct inputs, peak RSS.
 
     python benchmarks/full_count.py --checkpoint runs/quickstart [--rows 2000000] [--exponent 1.1]
-        [--variants 9] [--chunk-size 100000] [--keep DIR] [--occcanine NAME]
+        [--variants 9] [--chunk-size 100000] [--keep DIR] [--occcanine PYTHON]
 
 Makes a census-like file from data/toy_hisco.csv: its distinct descriptions and --variants
 typo variants of each (mixer.data.inputs.noise, one edit), ranked in a seeded random order and drawn
@@ -13,19 +13,49 @@ model's encoder calls), the file's distinct model inputs and predict.py's peak R
 
 Without --checkpoint it trains a tiny model first (seconds; the counts are the same for
 any model, the speed is not). To time the code of another checkout on the same file, run
-this script with PYTHONPATH=/that/checkout: predict.py and mixer come from there.
+this script with PYTHONPATH=/that/checkout: predict.py and mixer come from there. Without
+--keep the temporary directory (the file, the predictions, a written model) is removed.
 
---occcanine NAME: where OccCANINE's package (histocc) is importable, also predicts the same
-file with OccCANINE(NAME).predict(..., deduplicate=True) side by side; it is not installed
-in this project's environment (a scratch environment of its own, as for the parity tests).
+--occcanine PYTHON: OccCANINE's own predict beside mixer's, on the same file and the same
+weights (issue 43). PYTHON is the interpreter of an environment where OccCANINE's package
+(histocc) is importable; this project's environment does not have it (below). Without
+--checkpoint the script writes a model of OccCANINE_s2s_mix's architecture (CANINE-s, 1,919
+HISCO codes) with random weights, as benchmarks/occcanine_speed.py builds it, saved as an
+OccCANINE training checkpoint (occcanine.bin: a dict with `model`), the one layout both
+tools read from a local file; --checkpoint may name another such file. mixer predicts it
+with `predict.py --checkpoint occcanine.bin --language en` (the flat head, predict.py's
+default); OccCANINE, in PYTHON, with
+`OccCANINE(occcanine.bin, hf=False).predict(texts, lang="en", prediction_type="flat",
+deduplicate=True)`. It prints both rows/s, their ratio, the distinct inputs each computed,
+and the share of rows whose first code is the same in both (the same weights give the same
+codes; random weights leave near ties, so a few rows may differ). OccCANINE's time is its
+predict() call alone: its start, its model load and reading the file are not counted, while
+mixer's time is predict.py's whole process: the ratio leans towards OccCANINE.
+OccCANINE builds its encoder and tokenizer with from_pretrained("google/canine-s"), a
+download (configuration, weights, tokenizer) before it loads a checkpoint; the script gives
+it the same architecture (transformers' CanineConfig() is canine-s's) and tokenizer built
+locally instead, and the checkpoint's tensors replace every weight, so nothing is fetched.
+
+A scratch environment for OccCANINE, outside this project (the same torch and transformers
+as this project's environment, so that both tools run the same kernels; pandas before 3,
+whose merge refuses the column names OccCANINE's deduplication makes):
+
+    python3 -m venv /work/scratch/occ-venv
+    /work/scratch/occ-venv/bin/pip install torch==2.13.0 transformers==5.23.0 unidecode
+    /work/scratch/occ-venv/bin/pip install "pandas<3" scikit-learn matplotlib seaborn
+    git clone https://github.com/christianvedels/OccCANINE /work/scratch/occcanine
+    /work/scratch/occ-venv/bin/pip install /work/scratch/occcanine
+    python benchmarks/full_count.py --rows 200000 --occcanine /work/scratch/occ-venv/bin/python
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
-import resource
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,9 +68,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.append(ROOT)  # after PYTHONPATH: another checkout named there wins
 
-# predict.py with the model's encoder calls counted: the inputs it computed, on stderr at exit
+# predict.py with the model's encoder calls counted: the inputs it computed and its own peak
+# RSS (not another child's of this script), on stderr at exit
 COUNTING = """
-import atexit, os, runpy, sys
+import atexit, os, resource, runpy, sys
 from mixer.prediction.predict import Predictor
 computed = [0]
 encoded = Predictor._encoded
@@ -48,9 +79,35 @@ def counting(self, texts, *args, **kwargs):
     computed[0] += len(texts)
     return encoded(self, texts, *args, **kwargs)
 Predictor._encoded = counting
-atexit.register(lambda: print(f"model inputs computed: {computed[0]}", file=sys.stderr))
+atexit.register(lambda: print(f"model inputs computed: {computed[0]}; peak RSS KB: "
+                              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+# OccCANINE's predict(deduplicate=True) on the file, run by --occcanine's interpreter:
+# argv checkpoint, census file, a JSON file for its time, a CSV for its first codes
+OCCCANINE = """
+import json, sys, time
+import pandas as pd
+import torch
+import transformers
+import histocc.model_assets, histocc.prediction_assets
+from histocc import OccCANINE
+from histocc.version import __version__
+checkpoint, path, result, codes = sys.argv[1:5]
+# canine-s's architecture and tokenizer built here, not downloaded: the checkpoint replaces every weight
+histocc.model_assets.getModel = lambda *args: transformers.CanineModel(transformers.CanineConfig())
+histocc.prediction_assets.load_tokenizer = lambda *args: transformers.CanineTokenizer()
+model = OccCANINE(checkpoint, hf=False, device="cpu", verbose=True)
+texts = pd.read_csv(path, dtype=str, keep_default_na=False)["occ1"].tolist()
+start = time.perf_counter()
+table = model.predict(texts, lang="en", prediction_type="flat", deduplicate=True)
+seconds = time.perf_counter() - start
+table[model.system + "_1"].to_csv(codes, index=False)
+with open(result, "w") as handle:
+    json.dump({"seconds": seconds, "rows": len(table), "version": __version__,
+               "threads": torch.get_num_threads()}, handle)
 """
 
 
@@ -92,61 +149,145 @@ def distinct_inputs(checkpoint: str, texts: pd.Series) -> int:
     return len(set(zip(inputs, blank)))
 
 
-def predict(checkpoint: str, path: str, out: str, chunk_size: int) -> dict:
+def predict(checkpoint: str, path: str, out: str, chunk_size: int, extra: tuple = ()) -> dict:
     predict_py = os.path.join(os.environ.get("PYTHONPATH", ROOT).split(os.pathsep)[0] or ROOT, "predict.py")
     if not os.path.exists(predict_py):
         predict_py = os.path.join(ROOT, "predict.py")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", COUNTING, predict_py, "--checkpoint", checkpoint, "--input", path,
-                           "--output", out, "--chunk-size", str(chunk_size)],
+                           "--output", out, "--chunk-size", str(chunk_size), *extra],
                           capture_output=True, text=True, cwd=os.path.dirname(predict_py))
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"predict.py failed:\n{proc.stderr}")
-    computed = int(proc.stderr.rsplit("model inputs computed: ", 1)[1].split()[0])
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child: predict.py
+    counts = proc.stderr.rsplit("model inputs computed: ", 1)[1]
+    computed, peak_kb = int(counts.split(";")[0]), int(counts.split("peak RSS KB: ")[1].split()[0])
     return {"seconds": seconds, "computed": computed, "peak_rss_mb": peak_kb / 1024, "predict_py": predict_py}
 
 
-def occcanine_side_by_side(name: str, texts: pd.Series) -> None:
+def check_occcanine(python: str, checkpoint) -> None:
+    """Before the long runs: the interpreter imports histocc, and a --checkpoint is a file
+    both tools read."""
     try:
-        from histocc import OccCANINE
-    except ImportError:
-        print("OccCANINE: its package (histocc) is not importable here: side by side skipped")
-        return
-    model = OccCANINE(name)
-    start = time.perf_counter()
-    model.predict(texts.tolist(), lang="en", deduplicate=True)
-    seconds = time.perf_counter() - start
-    print(f"OccCANINE predict(deduplicate=True): {seconds:.1f} s, {len(texts) / seconds:,.0f} rows/s")
+        proc = subprocess.run([python, "-c", "import histocc"], capture_output=True, text=True)
+    except OSError as error:
+        raise SystemExit(f"--occcanine {python}: cannot run it ({error.strerror}); name the python of an "
+                         "environment with OccCANINE's package (this script's docstring says how to make one)")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"--occcanine {python}: it cannot import OccCANINE's package histocc ({last}); "
+                         "this script's docstring says how to make such an environment")
+    if checkpoint is not None:
+        from mixer.models.occcanine import is_occcanine_checkpoint
+
+        if not is_occcanine_checkpoint(checkpoint):
+            raise SystemExit(f"--checkpoint {checkpoint}: with --occcanine, an OccCANINE training checkpoint "
+                             "(a torch.save file with `model`), which both tools read; leave --checkpoint "
+                             "out for OccCANINE's architecture with random weights")
+
+
+def random_occcanine(directory: str) -> str:
+    """OccCANINE_s2s_mix's architecture with random weights, as an OccCANINE training
+    checkpoint (the layout both tools read from a file). The flat head is drawn as the parity
+    tests draw it (tests/test_occcanine.py: torch's default for a linear layer, its weights
+    times 6), so that codes pass the thresholds and both tools format them: a new mixer head
+    starts at the codes' prior (bias -log 1918), which no code passes."""
+    import torch
+    from safetensors.torch import load_file
+
+    from occcanine_speed import write_full_size_model
+
+    hub = os.path.join(directory, "occcanine-hub")
+    write_full_size_model(hub)
+    state = load_file(os.path.join(hub, "model.safetensors"))
+    shutil.rmtree(hub)
+    torch.manual_seed(11)
+    head = torch.nn.Linear(*reversed(state["linear_decoder.weight"].shape))
+    with torch.no_grad():
+        head.weight.mul_(6)
+    state["linear_decoder.weight"], state["linear_decoder.bias"] = head.weight.detach(), head.bias.detach()
+    path = os.path.join(directory, "occcanine.bin")
+    torch.save({"model": state}, path)
+    return path
+
+
+def comparable(code: str) -> str:
+    """A code as both tools spell it: OccCANINE zero-fills its key's codes ('-1' -> '-0001')."""
+    text = str(code).strip()
+    return str(int(text)) if text.lstrip("-").isdigit() else text
+
+
+def occcanine_side_by_side(python: str, checkpoint: str, path: str, directory: str, ours: dict,
+                           predicted: str) -> None:
+    result, codes = os.path.join(directory, "occcanine.json"), os.path.join(directory, "occcanine_codes.csv")
+    print(f"OccCANINE ({python}): predicting the same file from {checkpoint} ...", flush=True)
+    proc = subprocess.run([python, "-c", OCCCANINE, checkpoint, path, result, codes], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"OccCANINE's predict failed ({python}):\n{proc.stderr[-4000:]}")
+    with open(result) as handle:
+        theirs = json.load(handle)
+    found = re.search(r"Deduplicated (\d+) inputs to (\d+) unique", proc.stdout)
+    unique = f"{int(found.group(2)):,}" if found else "?"
+    first = pd.read_csv(predicted, dtype=str, keep_default_na=False, usecols=["code_1"])["code_1"].map(comparable)
+    other = pd.read_csv(codes, dtype=str, keep_default_na=False).iloc[:, 0].map(comparable)
+    if len(other) != len(first):
+        raise SystemExit(f"OccCANINE returned {len(other):,} rows for {len(first):,}")
+    rows = len(first)
+    mixer_rate, occ_rate = rows / ours["seconds"], rows / theirs["seconds"]
+    print(f"OccCANINE (histocc {theirs['version']}, {python}, {theirs['threads']} threads) "
+          f"predict(texts, lang='en', prediction_type='flat', deduplicate=True), its call alone: "
+          f"{theirs['seconds']:.1f} s, {occ_rate:,.0f} rows/s, {unique} distinct inputs computed")
+    print(f"side by side, the same file and weights: mixer {mixer_rate:,.1f} rows/s (predict.py's whole process), "
+          f"OccCANINE {occ_rate:,.1f} rows/s: mixer {mixer_rate / occ_rate:.2f}x; "
+          f"first codes the same in {(first == other).mean():.2%} of rows")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="a run directory (default: train a tiny one)")
+    parser.add_argument("--checkpoint", help="a run directory (default: train a tiny one; with --occcanine, "
+                                             "OccCANINE's architecture with random weights)")
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--exponent", type=float, default=1.1)
     parser.add_argument("--variants", type=int, default=9, help="typo variants of each description")
     parser.add_argument("--chunk-size", type=int, default=100_000)
     parser.add_argument("--keep", help="a directory to keep the file and the predictions in")
-    parser.add_argument("--occcanine", metavar="NAME", help="also time OccCANINE(NAME).predict(deduplicate=True)")
+    parser.add_argument("--occcanine", metavar="PYTHON",
+                        help="an interpreter that imports OccCANINE's package: also time its "
+                             "predict(deduplicate=True) on the same file and weights (the docstring says how)")
     args = parser.parse_args(argv)
+    if args.occcanine:
+        check_occcanine(args.occcanine, args.checkpoint)
     directory = args.keep or tempfile.mkdtemp(prefix="full_count-")
     os.makedirs(directory, exist_ok=True)
+    try:
+        run(args, directory)
+    finally:
+        if not args.keep:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def run(args, directory: str) -> None:
     frame, strings = census(args.rows, args.exponent, args.variants)
     path = os.path.join(directory, "census.csv")
     frame.to_csv(path, index=False)
     print(f"file: {len(frame):,} rows drawn from {strings:,} strings (descriptions and up to {args.variants} typo "
-          f"variants of each), Zipf exponent {args.exponent}: {frame['occ1'].nunique():,} distinct descriptions")
-    checkpoint = args.checkpoint or tiny_model(directory)
-    result = predict(checkpoint, path, os.path.join(directory, "predicted.csv"), args.chunk_size)
+          f"variants of each), Zipf exponent {args.exponent}: {frame['occ1'].nunique():,} distinct descriptions",
+          flush=True)
+    if args.occcanine:
+        checkpoint = args.checkpoint or random_occcanine(directory)
+        extra = ("--language", "en")  # as OccCANINE is asked: lang='en', its threshold for English
+    else:
+        checkpoint, extra = args.checkpoint or tiny_model(directory), ()
+    predicted = os.path.join(directory, "predicted.csv")
+    result = predict(checkpoint, path, predicted, args.chunk_size, extra)
     distinct = distinct_inputs(checkpoint, frame["occ1"])
     print(f"predict.py ({result['predict_py']}), --chunk-size {args.chunk_size:,}: {result['seconds']:.1f} s, "
           f"{len(frame) / result['seconds']:,.0f} rows/s, model inputs computed {result['computed']:,} "
           f"({result['computed'] / distinct:.2f} x the file's {distinct:,} distinct inputs), "
-          f"peak RSS {result['peak_rss_mb']:,.0f} MB")
+          f"peak RSS {result['peak_rss_mb']:,.0f} MB", flush=True)
     if args.occcanine:
-        occcanine_side_by_side(args.occcanine, frame["occ1"])
+        occcanine_side_by_side(args.occcanine, checkpoint, path, directory, result, predicted)
 
 
 if __name__ == "__main__":
