@@ -146,14 +146,14 @@ def fit(predictor, heads: list, rows, batch_size: int) -> tuple:
     head's temperature and bias fit on `rows`, predicted at the model's own thresholds and
     top-k (those predict.py applies the calibration at)."""
     from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram, unfit_reason
-    from mixer.coding.target import code_sets
+    from mixer.coding.target import predicted_code_sets
 
     entries, diagrams, lines, unfit = {}, {}, [], []
     for head in heads:
         table = predictor.predict(rows.texts, rows.langs, head, None, None, batch_size,
                                   desc_chars=rows.desc_chars)
         confidence = table["confidence"].to_numpy(dtype=np.float64)
-        correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, code_sets(table))], dtype=bool)
+        correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, predicted_code_sets(table))], dtype=bool)
         why = unfit_reason(confidence, correct)
         if why:  # refused below, for every head at once, before anything is written
             unfit.append(f"{head} head: {why}")

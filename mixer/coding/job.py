@@ -261,8 +261,8 @@ def _provenance(args, predictor, lookup, targets: dict) -> dict:
         "thresholds": {head: threshold_used(predictor, head, args.threshold) for head in args.head},
         "calibration": {head: dict(zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0))))
                         for head in args.head},
-        "target": {head: target.describe() for head, target in targets.items()} or None,
-        "lookup": lookup.describe() if lookup is not None else None,
+        "target": {head: target.record() for head, target in targets.items()} or None,
+        "lookup": lookup.record() if lookup is not None else None,
         "input": provenance.input_part(args.input),
         "output": os.path.basename(args.output),
         "options": provenance.options_part(args),

@@ -68,7 +68,7 @@ class Lookup:
     def fingerprint(self) -> str:
         return "l-" + self.identity["xxh3_128"][:16]
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         """What a predictions file's provenance says of the lookup."""
         return {"file": self.identity["name"], "bytes": self.identity["bytes"],
                 "xxh3_128": self.identity["xxh3_128"], "layout": self.layout, "entries": len(self.codes),

@@ -90,11 +90,14 @@ class Target:
     owner: int = field(default=0, compare=False)  # id() of the Predictor that chose it
     rows_to_code: Optional[int] = None  # the rows it was chosen to code (None: rows like the labelled ones)
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
+        """What a predictions file's provenance says of the target."""
         return {"head": self.head, "accuracy": self.accuracy, "confidence": self.confidence,
                 "threshold": self.threshold, "procedure": self.procedure, "bound": self.bound,
                 "labelled_rows": self.rows_used, "labelled_coded_share": self.coded_share,
                 "rows": self.rows, "shorter_codes": list(self.levels), "rows_to_code": self.rows_to_code}
+
+    describe = record  # the name docs/python-api.md gave before
 
     def check_reached(self) -> None:
         """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
@@ -144,7 +147,7 @@ def code_columns(table: pd.DataFrame) -> list:
     return sorted(found, key=lambda c: int(c.split("_")[1]))
 
 
-def code_sets(table: pd.DataFrame) -> list:
+def predicted_code_sets(table: pd.DataFrame) -> list:
     columns = code_columns(table)
     values = table[columns].to_numpy(dtype=object) if columns else np.zeros((len(table), 0), dtype=object)
     return [tuple(sorted({c for c in row if isinstance(c, str) and c})) for row in values]
@@ -671,7 +674,7 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
 
     from mixer.coding import guarantee
 
-    predicted = code_sets(table)
+    predicted = predicted_code_sets(table)
     delta = 1.0 - probe.confidence
     confidences, corrects = _by_level(probe, table, truth, predicted)
     if probe.levels:
