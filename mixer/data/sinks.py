@@ -29,7 +29,18 @@ class Sink:
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
     - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
-      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays.
+      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
+    - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
+      (mixer.prediction.resume): what the sink has gathered over the chunks so far, picklable
+      (None where it keeps nothing). The journal saves every sink's state with the chunk, before
+      the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
+      a killed one, gives the sink back the state saved with the last chunk completed, and the
+      chunks after it come to `add` as in a run never killed. A state that grows with the file
+      (rows gathered for the end) belongs in the sink's own files in the journal's folder
+      (`job.journal.path(name)`; mixer.prediction.resume.save_pieces), the state naming how far
+      they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
+      hooks keep their own state (Hook.state_dict). A sink that does not define `state` cannot
+      resume: a job with it starts over after a kill, and says so in one line (`resumes`).
     """
 
     early = False
@@ -53,6 +64,24 @@ class Sink:
 
     def suspend(self) -> None:
         pass
+
+    def state(self):
+        """What the sink has gathered so far (picklable). Not defined here: a sink that does
+        not define it makes a killed job start over (`resumes`)."""
+        raise NotImplementedError(f"{type(self).__qualname__} keeps no state")
+
+    def restore(self, state) -> None:
+        """The state `state()` gave after the last chunk a killed run completed."""
+
+
+def resumes(sink_class) -> bool:
+    """Whether a job with this sink can continue after a kill: its class defines `state`."""
+    return getattr(sink_class, "state", Sink.state) is not Sink.state
+
+
+def sink_name(sink_class) -> str:
+    """The name the resume journal saves a sink's state under."""
+    return f"{sink_class.__module__}.{sink_class.__qualname__}"
 
 
 # (place, load): load() -> a Sink class; the job checks, opens, adds and commits by place
