@@ -3,6 +3,7 @@ as chunk-by-chunk prediction gives them (docs/predicting.md, "Repeated descripti
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pandas as pd
@@ -248,7 +249,105 @@ def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census
     assert (f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (a parquet "
             "file is written whole at the end, so it does not resume)") in done.stdout
     assert not stale.exists()
-    # the CSV's parts, the same command with --embeddings (which gathers over the file): over
+    # the CSV's parts, the same command with --embeddings: another output, refused naming it
     again = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings",
-                                                   tmp_path / "e.npy"))
-    assert "starts over (--embeddings gathers over the whole file, so it does not resume)" in again.stdout
+                                                   tmp_path / "e.npy"), check=False)
+    assert again.returncode == 2
+    assert f"were made with --embeddings unset (now {tmp_path / 'e.npy'})" in again.stderr
+
+
+# every output a job writes, and the coding's counts: resumed to the same bytes
+@pytest.fixture(scope="module")
+def lookup_file(tmp_path_factory, census) -> str:
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    titles = [t for t in frame["occ1"].value_counts().index if t.strip()][:3]  # among the most frequent
+    path = tmp_path_factory.mktemp("lookup") / "dictionary.csv"
+    pd.DataFrame({"occ1": titles, "c1": ["61110", "99910", "61110"]}).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory, toy_frame, run) -> str:
+    """Rows the tiny model never trained on, labelled with its own flat codes: a target
+    accuracy it reaches (the labels matter less than that a threshold is chosen; the tiny
+    model's confidences lie too close together for a threshold between them)."""
+    import mixer
+
+    rows = toy_frame[toy_frame["hisco_1"].str.len() == 5].iloc[121:241].reset_index(drop=True)
+    predicted = mixer.load(run, device="cpu").predict(rows["occ1"], head="flat", batch_size=16)
+    labels = pd.DataFrame({"occ1": rows["occ1"], "hisco_1": predicted["code_1"].fillna(""),
+                           "hisco_2": predicted["code_2"].fillna("")})
+    path = tmp_path_factory.mktemp("labelled") / "labelled.csv"
+    labels.to_csv(path, index=False)
+    return str(path)
+
+
+def every_output(folder, embeddings: str, *extra) -> list:
+    return ["--embeddings", folder / embeddings, "--to-check", "15", folder / "check.csv", "--audit", "40",
+            folder / "audit.csv", "--summary-plot", folder / "plot.png", *extra]
+
+
+@pytest.mark.parametrize("embeddings, coding, fault, said", [
+    ("e.npy", ["--lookup", "LOOKUP", "--lookup-code-cols", "c1"], "2", "after its 2 chunk(s) (180 rows"),
+    ("e.parquet", ["--head", "flat", "--target-accuracy", "0.5", "--calibration-data", "LABELLED",
+                   "--calibration-truth-cols", "hisco_1", "hisco_2", "--audit-unit", "descriptions", "--audit-by",
+                   "hisco_2"], "4:TERM",
+     "after its 5 chunk(s) (450 rows"),
+])
+def test_every_output_and_the_codings_counts_resume_to_the_same_bytes(run, census, labelled, lookup_file, tmp_path,
+                                                                      embeddings, coding, fault, said):
+    """Issue 43, section 3: a job with every output (embeddings, a check list, an audit, a
+    summary plot; a lookup's or a target's counts in the sidecar), killed after a chunk (kill
+    -9, or a scheduler's signal) and run again, writes every file as an uninterrupted run does."""
+    from conftest import env_for_subprocess, run_program
+
+    coding = [{"LOOKUP": lookup_file, "LABELLED": labelled}.get(value, value) for value in coding]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir()
+    cut.mkdir()
+    run_program("predict.py", *predict_cmd(run, census, whole / "out.csv", *every_output(whole, embeddings, *coding)))
+    env = env_for_subprocess()
+    env[FAULT] = fault
+    killed = run_program("predict.py", *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings,
+                                                                                                *coding)),
+                         env=env, check=False)
+    assert killed.returncode == (0 if ":" in fault else 9), killed.stderr
+    assert sorted(p.name for p in cut.iterdir()) == [".tmp-out.csv.parts"]  # no output yet, the parts kept
+    again = run_program("predict.py", *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings,
+                                                                                               *coding)))
+    assert f"continuing an unfinished run {said}" in again.stdout
+    names = sorted(p.name for p in whole.iterdir())
+    assert names == sorted(["out.csv", "out.csv.provenance.json", embeddings, "check.csv", "audit.csv",
+                            "plot.png"])
+    assert sorted(p.name for p in cut.iterdir()) == names  # the parts gone
+    for name in names:
+        assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
+    result = json.loads((whole / "out.csv.provenance.json").read_text())["result"]
+    assert result["distinct_inputs"] > 0 and ("source" in result) == ("--lookup" in coding)
+    if "--target-accuracy" in coding:  # the rows coded automatically, counted over the kill
+        assert result["coded"]["flat"]["auto"] == 600 - result["coded"]["flat"]["no_description"]
+
+
+def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_path):
+    """--embeddings and --to-check alone: the parts beside the embeddings, the store of
+    embeddings kept with each chunk (a resumed job reads earlier inputs' vectors back, never
+    computes them again in other batches), the files an uninterrupted run's."""
+    from conftest import env_for_subprocess, run_program
+
+    def cmd(folder) -> list:
+        return ["--checkpoint", run, "--input", census, "--chunk-size", "90", "--embeddings", folder / "e.npy",
+                "--to-check", "15", folder / "check.parquet"]
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir()
+    cut.mkdir()
+    run_program("predict.py", *cmd(whole))
+    env = env_for_subprocess()
+    env[FAULT] = "3"
+    assert run_program("predict.py", *cmd(cut), env=env, check=False).returncode == 9
+    assert sorted(p.name for p in cut.iterdir()) == [".tmp-e.npy.parts"]
+    again = run_program("predict.py", *cmd(cut))
+    assert f"--embeddings {cut / 'e.npy'}: continuing an unfinished run after its 3 chunk(s) (270 rows" in again.stdout
+    assert sorted(p.name for p in cut.iterdir()) == ["check.parquet", "e.npy"]
+    for name in ("check.parquet", "e.npy"):
+        assert (cut / name).read_bytes() == (whole / name).read_bytes(), name

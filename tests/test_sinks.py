@@ -86,3 +86,102 @@ def test_a_sinks_check_refuses_before_the_model_loads(run, small_csv, tmp_path, 
         predict_main(["--checkpoint", run, "--input", small_csv, "--output", str(tmp_path / "out.csv"),
                       "--top-k", "7"])
     assert outside[0] == ["check"] and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ a killed job resumes each sink
+OUTSIDE = '''
+import json, os, sys
+
+from mixer.data.tables import sinks
+
+
+class Counting(sinks.Sink):
+    """Rows per code over the file, written at the end: a state that a kill must not lose."""
+
+    @classmethod
+    def wanted(cls, args):
+        return True
+
+    def __init__(self, job):
+        self.counts, self.path = {}, job.args.output + ".counts.json"
+
+    def add(self, job, part):
+        if part.number == int(os.environ.get("DIE_AT", "-1")):  # a kill -9 with no journal to keep
+            os._exit(9)
+        for code in part.predicted["code_1"]:
+            self.counts[code] = self.counts.get(code, 0) + 1
+
+    def state(self):
+        return dict(self.counts)
+
+    def restore(self, state):
+        print(f"restored {sum(state.values())} rows", flush=True)
+        self.counts = dict(state)
+
+    def commit(self, job):
+        with open(self.path, "w") as handle:
+            json.dump(self.counts, handle, sort_keys=True)
+
+
+class Stateless(Counting):
+    state = sinks.Sink.state  # keeps no state: a killed job starts over
+
+
+sinks.register(60, lambda: Stateless if sys.argv[1] == "stateless" else Counting)
+from mixer.cli.entrypoints import predict_main  # noqa: E402
+
+sys.exit(predict_main(sys.argv[2:]))
+'''
+
+
+def run_outside(tmp_path, kind: str, *args, env=None):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, env_for_subprocess
+
+    script = tmp_path / "outside.py"
+    script.write_text(OUTSIDE, encoding="utf-8")
+    return subprocess.run([sys.executable, str(script), kind, *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**env_for_subprocess(), **(env or {})})
+
+
+def test_a_sink_registered_from_outside_keeps_and_restores_its_state(run, small_csv, tmp_path):
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output"]
+    assert run_outside(tmp_path, "stateful", *cmd, whole).returncode == 0
+    killed = run_outside(tmp_path, "stateful", *cmd, cut, env={"MIXER_PREDICT_FAULT_AFTER_CHUNK": "2"})
+    assert killed.returncode == 9 and not cut.exists()
+    again = run_outside(tmp_path, "stateful", *cmd, cut)
+    assert again.returncode == 0, again.stderr
+    assert "restored 60 rows" in again.stdout  # the state saved with chunk 1, the last one journaled
+    assert (tmp_path / "cut.csv.counts.json").read_bytes() == (tmp_path / "whole.csv.counts.json").read_bytes()
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+class Stateless(sinks.Sink):
+    """A sink registered from outside that keeps no state (no Sink.state)."""
+
+    @classmethod
+    def wanted(cls, args):
+        return True
+
+    def __init__(self, job):
+        pass
+
+
+def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(run, small_csv, tmp_path, monkeypatch,
+                                                                        capsys):
+    out = tmp_path / "out.csv"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output", out]
+    killed = run_outside(tmp_path, "stateless", *cmd, env={"DIE_AT": "2"})  # kill -9 at chunk 2
+    assert killed.returncode == 9 and not out.exists()
+    assert not (tmp_path / ".tmp-out.csv.parts").exists()  # no journal: nothing to continue
+    monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
+    sinks.register(60, lambda: Stateless)
+    assert predict_main(list(map(str, cmd))) == 0
+    assert (f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
+            "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "
+            "resume)") in capsys.readouterr().out
+    assert len(pd.read_csv(out)) == 121 and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.csv", "out.csv.provenance.json", "outside.py"]

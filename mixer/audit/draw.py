@@ -411,7 +411,8 @@ def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
 class AuditSink(Sink):
     """predict.py --audit as a sink (mixer.data.tables.sinks, registered by mixer.audit.guards):
     the draw sees each chunk's code table on rank 0 and is drawn, described and written at
-    the end, before the job's closing lines."""
+    the end, before the job's closing lines. A killed job continues the draw from its state
+    (state, restore): the same rows drawn, whatever the chunks and wherever the kill."""
 
     early = True
 
@@ -435,17 +436,50 @@ class AuditSink(Sink):
     def request(args) -> AuditRequest:
         return parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
 
+    DIGEST = "audit-digest.bin"  # beside a resume journal: the bytes the predictions' digest hashed
+
     def __init__(self, job):
         self.audit, self.draw = self.request(job.args), None
+        self.journal, self.formatter = job.journal, job.predictor.formatter
 
     def add(self, job, part) -> None:
         args = job.args
-        self.draw = self.draw or AuditDraw.for_output(
-            self.audit, job.output_kind or "csv", part.chunk.columns, part.predicted.columns,
-            [job.columns.input_col, job.columns.language_col, *job.columns.context_cols], args.head[0],
-            len(args.head) > 1, job.predictor)
+        if self.draw is None:
+            self.draw = AuditDraw.for_output(
+                self.audit, job.output_kind or "csv", part.chunk.columns, part.predicted.columns,
+                [job.columns.input_col, job.columns.language_col, *job.columns.context_cols], args.head[0],
+                len(args.head) > 1, job.predictor)
+            if self.journal is not None:
+                self.draw.digest.keep(self.journal.path(self.DIGEST))
         self.draw.add_output(part.chunk, part.predicted, job.coding.audit_skips(part.predicted, args.head))
 
+    def state(self) -> Optional[dict]:
+        """The draw so far: the rows kept per stratum (at most the audit's size each), the
+        strata's counts, and the predictions' digest (its bytes kept beside the journal)."""
+        if self.draw is None:
+            return None
+        return {"draw": {k: v for k, v in vars(self.draw).items() if k not in ("digest", "formatter")},
+                "digest": self.draw.digest.state()}
+
+    def restore(self, state: Optional[dict]) -> None:
+        if state is None:
+            return
+        self.draw = AuditDraw.__new__(AuditDraw)
+        vars(self.draw).update(state["draw"], formatter=self.formatter)
+        self.draw.digest = audit_file.PredictionsDigest(self.formatter)
+        self.draw.digest.keep(self.journal.path(self.DIGEST), state["digest"])
+
+    def suspend(self) -> None:
+        self._close()
+
     def commit(self, job) -> None:
+        self._close()
         finish_audit(self.draw, self.audit, job.predictor, job.args.checkpoint, job.args.head[0],
                      job.args.threshold)
+
+    def abort(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self.draw is not None and self.draw.digest.tee is not None:
+            self.draw.digest.tee.close()

@@ -124,12 +124,36 @@ class PredictionsDigest:
         self._hash = xxhash.xxh3_128()
         self.formatter = formatter
         self.rows = 0
+        self.tee = None  # a file that keeps the bytes hashed, for a killed job to hash again (keep)
 
     def update(self, texts: pd.Series, codes: pd.DataFrame, columns: list) -> None:
         codes = canonical_codes(codes, columns, self.formatter)
         lines = descriptions(texts).reset_index(drop=True) + "\x1e" + codes
-        self._hash.update(("\n".join(lines.tolist()) + "\n").encode("utf-8"))
+        data = ("\n".join(lines.tolist()) + "\n").encode("utf-8")
+        self._hash.update(data)
+        if self.tee is not None:
+            self.tee.write(data)
         self.rows += len(lines)
+
+    def keep(self, path: str, state: Optional[tuple] = None) -> None:
+        """Keep the bytes hashed in `path` (the hash itself cannot be saved); with `state` (what
+        state() gave), the hash and rows of a killed job's digest taken up again from it."""
+        self.tee = open(path, "r+b" if state else "wb")
+        if state:
+            rows, size = state
+            self.tee.truncate(size)
+            while self.tee.tell() < size:
+                block = self.tee.read(min(1 << 24, size - self.tee.tell()))
+                if not block:
+                    raise UserError(f"{path}: shorter than the audit's digest kept with it; pass --restart "
+                                    "to start over")
+                self._hash.update(block)
+            self.rows = rows
+
+    def state(self) -> tuple:
+        """(rows, bytes kept) so far, with keep()."""
+        self.tee.flush()
+        return self.rows, self.tee.tell()
 
     def hexdigest(self) -> str:
         return "p-" + self._hash.hexdigest()[:20]

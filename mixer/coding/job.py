@@ -33,6 +33,7 @@ class Coding:
         self.by_level = {head: {} for head in self.targets}
         self.no_description = {head: 0 for head in self.targets}  # coded "": nothing to code
         self.inputs = {"all": [], "lookup": [], **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")}}
+        self._saved = {}  # per name of `inputs`, how far its pieces are beside a resume journal
 
     @property
     def active(self) -> bool:
@@ -107,6 +108,30 @@ class Coding:
             skips[AUDIT_CHECK_REASON] = (predicted[f"{prefix}coded"].to_numpy() == "check") & ~skips.get(
                 "coded by the lookup", np.zeros(len(predicted), dtype=bool))
         return skips
+
+    # ------------------------------------------------------------ a killed job resumed
+    def state(self, journal) -> dict:
+        """Rank 0: the tallies so far, for the resume journal (mixer.prediction.resume): the
+        counts, and the distinct inputs' hashes in pieces beside the journal (save_pieces)."""
+        from mixer.data.tables.sinks import save_pieces
+
+        self._saved = {name: save_pieces(journal, f"coding-{n}", self.inputs[name], self._saved.get(name, (0, 0)))
+                       for n, name in enumerate(sorted(self.inputs))}
+        return {"rows": self.rows, "by_source": dict(self.by_source), "blank": self.blank,
+                "by_coded": {h: dict(c) for h, c in self.by_coded.items()},
+                "by_level": {h: dict(c) for h, c in self.by_level.items()},
+                "no_description": dict(self.no_description), "inputs": dict(self._saved)}
+
+    def restore(self, state: dict, journal) -> None:
+        """The tallies a killed run had after its last chunk completed."""
+        from mixer.data.tables.sinks import load_pieces
+
+        self.rows, self.by_source, self.blank = state["rows"], state["by_source"], state["blank"]
+        self.by_coded, self.by_level = state["by_coded"], state["by_level"]
+        self.no_description = state["no_description"]
+        self._saved = state["inputs"]
+        self.inputs = {name: load_pieces(journal, f"coding-{n}", self._saved[name])
+                       for n, name in enumerate(sorted(self.inputs))}
 
     # ------------------------------------------------------------ the end
     def _distinct(self, name: str) -> int:

@@ -49,6 +49,8 @@ def predict_file(args: PredictConfig) -> None:
             if world.is_main:
                 for sink in job.sinks:
                     sink.add(job, part)
+                if job.journal is not None:  # the chunk done: its store part, every state, the journal
+                    keep_chunk(job, part)
             if job.bar is not None:
                 job.bar.update(len(chunk))
             if job.stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
@@ -91,6 +93,7 @@ class Part:
         self.number, self.chunk, self.blank = number, chunk, blank
         self.inputs = self.distinct = self.predicted = self.vectors = None
         self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
+        self.new_vectors = None  # the same for the embeddings' store
 
 
 def check_job(args: PredictConfig) -> list:
@@ -131,23 +134,26 @@ def load_model(job: Job) -> None:
 def open_sinks(job: Job) -> None:
     """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
     args, world = job.args, job.world
-    if args.output:
-        job.journal = mdist.main_only(lambda: open_journal(args, job.predictor, world, job.say), world)
+    job.journal = mdist.main_only(lambda: open_journal(args, job.predictor, world, job.say, job.sink_classes), world)
 
     def open_all():
         for sink in job.sink_classes:
             job.sinks.append(sink(job))
 
     mdist.main_only(open_all, world)
+    if job.journal is not None and job.journal.chunks:  # each sink and the coding as the last chunk left them
+        restore_states(job)
     if world.is_main and sys.stderr.isatty():
         from tqdm import tqdm
 
         job.bar = tqdm(unit="row", desc="predict")
     job.stores = DistinctStores(args, world)
     job.stop = StopRequest(job.journal)
-    if job.journal is not None:  # the store as it grew over the completed chunks
-        for keys, rows_of_keys in job.journal.stored():
-            job.stores.table.add(keys, rows_of_keys)
+    if job.journal is not None:  # the stores as they grew over the completed chunks
+        for store, name in ((job.stores.table, "store"), (job.stores.embeddings, "vectors")):
+            if store is not None:
+                for keys, rows_of_keys in job.journal.stored(name):
+                    store.add(keys, rows_of_keys)
 
 
 def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
@@ -166,7 +172,6 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     blank = blank_descriptions(text_column(chunk, columns.input_col))
     if job.journal is not None and number < job.journal.chunks:
         job.blank_rows += int(blank.sum())
-        job.coding.rows += len(chunk)
         if columns.context_cols:
             job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(chunk)), minlength=3)
         return None
@@ -225,6 +230,7 @@ def embed_rows(job: Job, part: Part) -> None:
     if job.args.embeddings:
         part.vectors = part.distinct.through(job.stores.embeddings, part.chunk, job.world, job.predictor, lambda rows: (
             job.model.embeddings(*job.rows.read(rows), job.args.batch_size)))
+        part.new_vectors = part.distinct.new
 
 
 def stop(job: Job) -> None:
@@ -259,6 +265,8 @@ def finish(job: Job) -> None:
         for sink in job.sinks:
             if not sink.early:
                 sink.commit(job)
+        if job.journal is not None:  # every sink committed: its parts are no longer needed
+            job.journal.remove()
         if job.bar is not None:
             job.bar.close()
     job.stores.close()
@@ -371,23 +379,42 @@ def say_context_fit(counts: list | None, predictor) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def open_journal(args, predictor, world, say):
+def open_journal(args, predictor, world, say, sinks=()):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
 
-    why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args))
+    why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args), sinks)
     for flag, path in (("--output", args.output), ("--embeddings", args.embeddings)):
         if path:
             resume.remove_stale(path, flag, why, say)
     if why is not None:
-        if args.output and os.path.isdir(resume.parts_dir(args.output)):
-            say(f"--output {args.output}: starts over ({why}, so it does not resume)")
-            shutil.rmtree(resume.parts_dir(args.output))
+        flag, path = resume.anchor(args)
+        if path and os.path.isdir(resume.parts_dir(path)):
+            say(f"{flag} {path}: starts over ({why}, so it does not resume)")
+            shutil.rmtree(resume.parts_dir(path))
         return None
-    journal = resume.Journal(args, predictor)
+    journal = resume.Journal(args, predictor, sinks)
     journal.open(args.restart, say)
     return journal
+
+
+def keep_chunk(job: Job, part: Part) -> None:
+    """Rank 0, a job that resumes: the chunk's new store rows, each sink's state
+    (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
+    from mixer.data.tables.sinks import sink_name
+
+    states = {"sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
+              "coding": job.coding.state(job.journal)}
+    job.journal.done(part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors)
+
+
+def restore_states(job: Job) -> None:
+    """Rank 0: the states saved with the last chunk a killed run completed, given back."""
+    saved = job.journal.states()
+    for sink, (_, state) in zip(job.sinks, saved["sinks"]):  # the same sinks (the journal's made_by)
+        sink.restore(state)
+    job.coding.restore(saved["coding"], job.journal)
 
 
 class StopRequest:

@@ -1,19 +1,27 @@
 """A killed prediction resumes (issue 43; docs/predicting.md, "A killed prediction").
 
 Beside the output, `.tmp-<output>.parts/` holds the output written so far (`output.csv`),
-each chunk's new distinct inputs and their rows (`store-<k>.pkl`: the store as it grew,
-so that a resumed job fills later rows from the very values an uninterrupted one would)
-and `journal.json`: the chunks completed, the output's length after them, and what made
-them (the input file, the model, the options that change the output). The same command
-run again truncates the output to the journal's length, reads the store back, skips the
-completed chunks and goes on: the final file is byte-identical to an uninterrupted run's,
-and at most one chunk's work is redone. A different input, model or option is refused in
-one line naming it; --restart starts over.
+each chunk's new distinct inputs and their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for
+the embeddings: the stores as they grew, so that a resumed job fills later rows from the
+very values an uninterrupted one would),
+the state of every sink and the coding's tallies after the last chunk completed
+(`state-<k>.pkl`; mixer.data.tables.sinks.Sink.state, the pieces a sink gathers over the file in
+its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
+length after them, and what made them (the input file, the model, the options that change
+the output, the sinks). A chunk's parts and states are written before its journal entry, so
+a kill anywhere leaves the journal naming parts that are whole. The same command run again
+truncates the output to the journal's length, reads the store back, restores each sink's
+state and the coding's tallies, skips the completed chunks and goes on: every file written
+(the output and its provenance, the embeddings, the check list, the audit, the summary
+plot) is byte-identical to an uninterrupted run's, and at most one chunk's work is redone.
+A different input, model, option or set of sinks is refused in one line naming it;
+--restart starts over.
 
-What does not resume starts over, said in one line: other output kinds (Parquet, Excel and
-Stata write a whole file with a footer or header), and jobs whose other outputs gather over
-the whole file (embeddings, a check list, an audit, a summary plot, a lookup's or target's
-tallies) or run under torchrun.
+A job without --output keeps its parts beside its first other output (anchor:
+`.tmp-<embeddings>.parts/`, ...). What does not resume starts over, said in one line
+(why_not): other output kinds (Parquet, Excel and Stata write a whole file with a footer or
+header), a job with a sink that keeps no state (one registered from outside that does not
+define Sink.state), and torchrun.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 from typing import Optional
 
 from mixer.core.errors import UserError
+from mixer.data.tables.sinks import dump_atomically as _dump
 
 JOURNAL = "journal.json"
 # options that do not change the output: a resume may change them
@@ -45,24 +54,33 @@ def parts_dir(output: str) -> str:
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
-def why_not(args, world, stores_by_row: bool) -> Optional[str]:
-    """Why this job cannot resume after a kill, or None."""
+def anchor(args) -> tuple:
+    """(flag, path) of the file a job's parts lie beside: --output, else its first other output."""
+    for flag, path in (("--output", args.output), ("--embeddings", args.embeddings),
+                       ("--to-check", args.to_check[-1] if args.to_check else None),
+                       ("--audit", args.audit[-1] if args.audit else None)):
+        if path:
+            return flag, path
+    return None, None
+
+
+def why_not(args, world, stores_by_row: bool, sinks=()) -> Optional[str]:
+    """Why this job cannot resume after a kill, or None. sinks: the job's Sink classes."""
+    from mixer.data.tables.sinks import resumes, sink_name
     from mixer.data.tables.writing import output_kind
 
-    if not args.output:
-        return "it writes no --output"
-    if args.output.lower().endswith(".npy"):
+    if anchor(args)[1] is None:
+        return "it writes no file"
+    if args.output and args.output.lower().endswith(".npy"):
         return "a .npy matrix is written whole at the end"
-    kind = output_kind(args.output)
+    kind = output_kind(args.output) if args.output else "csv"
     if kind != "csv":
         return f"a {kind} file is written whole at the end"
     if world.world_size > 1:
         return "it runs under torchrun"
-    for flag, value in (("--embeddings", args.embeddings), ("--to-check", args.to_check), ("--audit", args.audit),
-                        ("--summary-plot", args.summary_plot), ("--lookup", args.lookup),
-                        ("--target-accuracy", args.target_accuracy)):
-        if value:
-            return f"{flag} gathers over the whole file"
+    for sink in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
+        if not resumes(sink):
+            return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
     if stores_by_row:
         return "OccCANINE's table and --alternatives are written by row"
     return None
@@ -98,12 +116,13 @@ def _alive(pid: int) -> bool:
 class Journal:
     """The parts of one output: `chunks` completed so far, and what made them."""
 
-    def __init__(self, args, predictor):
+    def __init__(self, args, predictor, sinks=()):
         from mixer.audit.draw import model_fingerprint
+        from mixer.data.tables.sinks import sink_name
 
-        self.dir = parts_dir(args.output)
-        self.output = args.output
-        self.tmp = os.path.join(self.dir, "output.csv")
+        self.flag, self.output = anchor(args)  # the parts beside --output, or its first other output
+        self.dir = parts_dir(self.output)
+        self.tmp = os.path.join(self.dir, "output.csv") if args.output else None  # the output so far
         options = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(args).items() if k not in FREE},
                                         default=str))
         for name in FILES:  # the file as it is now, not only its name
@@ -112,7 +131,7 @@ class Journal:
         # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
         options["calibration"] = {head: list(values) for head, values in sorted(predictor.calibration.items())}
         self.made_by = {"input": _file_identity(args.input), "model": model_fingerprint(predictor),
-                        "options": options}
+                        "options": options, "sinks": [sink_name(sink) for sink in sinks]}
         self.chunks, self.rows, self.size = 0, 0, 0
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
@@ -130,31 +149,59 @@ class Journal:
             saved = json.load(handle)
         changed = _what_changed(saved["made_by"], self.made_by)
         if changed:
-            raise UserError(f"--output {self.output}: an unfinished run's parts ({self.dir}) were made with "
+            raise UserError(f"{self.flag} {self.output}: an unfinished run's parts ({self.dir}) were made with "
                             f"{changed}; run that command again to continue, or pass --restart to start over")
+        broken = saved["chunks"] and (not os.path.exists(os.path.join(self.dir, _state(saved["chunks"] - 1)))
+                                      or self.tmp is not None and (not os.path.exists(self.tmp)
+                                                                   or os.path.getsize(self.tmp) < saved["size"]))
+        if broken or not saved["chunks"]:  # nothing to continue, or parts that cannot be (a kill at the end)
+            if broken:
+                log(f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
+                    "of its last chunk or the output written so far)")
+            shutil.rmtree(self.dir)
+            os.makedirs(self.dir)
+            self._save()
+            return
         self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
-        with open(self.tmp, "ab") as handle:  # a chunk written after the last journal entry goes
-            handle.truncate(self.size)
-        log(f"--output {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
+        if self.tmp is not None:
+            with open(self.tmp, "ab") as handle:  # a chunk written after the last journal entry goes
+                handle.truncate(self.size)
+        log(f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
             f"({self.rows:,} rows; --restart starts over)")
 
-    def stored(self):
-        """(keys, rows) of each completed chunk's new inputs, in order."""
+    def stored(self, name: str = "store"):
+        """(keys, rows) of each completed chunk's new inputs, in order: the code table's store
+        ("store") or the embeddings' ("vectors")."""
         for k in range(self.chunks):
-            with open(os.path.join(self.dir, f"store-{k}.pkl"), "rb") as handle:
+            with open(os.path.join(self.dir, f"{name}-{k}.pkl"), "rb") as handle:
                 yield pickle.load(handle)
 
-    def done(self, chunk: int, rows: int, new_keys, new_rows) -> None:
-        """Chunk `chunk` (from 0) written to the output: its store part, then the journal."""
-        part = os.path.join(self.dir, f"store-{chunk}.pkl")
-        with open(part + ".new", "wb") as handle:
-            pickle.dump((new_keys, new_rows), handle, protocol=5)
-        os.replace(part + ".new", part)
+    def path(self, name: str) -> str:
+        """A file of a sink's own in the parts (removed with them)."""
+        return os.path.join(self.dir, name)
+
+    def states(self) -> dict:
+        """What done() saved with the last completed chunk: {"sinks": [(name, state)], "coding": ...}."""
+        with open(os.path.join(self.dir, _state(self.chunks - 1)), "rb") as handle:
+            return pickle.load(handle)
+
+    def done(self, chunk: int, rows: int, new_keys, new_rows, states: Optional[dict] = None,
+             vectors: Optional[tuple] = None) -> None:
+        """Chunk `chunk` (from 0) written to the output and handed to every sink: its store
+        part (the embeddings' store's too: `vectors`, keys and rows) and the sinks' states
+        (`states`), then the journal."""
+        _dump(os.path.join(self.dir, f"store-{chunk}.pkl"), (new_keys, new_rows))
+        if vectors is not None:
+            _dump(os.path.join(self.dir, f"vectors-{chunk}.pkl"), vectors)
+        _dump(os.path.join(self.dir, _state(chunk)), states)
         if chunk == self.fault and self.fault_signal is None:
             sys.stderr.flush()
             os._exit(9)
-        self.chunks, self.rows, self.size = chunk + 1, self.rows + rows, os.path.getsize(self.tmp)
+        self.chunks, self.rows = chunk + 1, self.rows + rows
+        self.size = os.path.getsize(self.tmp) if self.tmp is not None else 0
         self._save()
+        if os.path.exists(os.path.join(self.dir, _state(chunk - 1))):  # the journal names the newer one now
+            os.unlink(os.path.join(self.dir, _state(chunk - 1)))
         if chunk == self.fault:
             import signal
 
@@ -170,6 +217,10 @@ class Journal:
     def remove(self) -> None:
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)
+
+
+def _state(chunk: int) -> str:
+    return f"state-{chunk}.pkl"
 
 
 def _file_identity(path: str) -> dict:
@@ -198,6 +249,8 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
                     "changed since)")
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
+    if saved.get("sinks") != now.get("sinks"):  # outputs registered from outside (mixer.data.tables.sinks)
+        return f"other outputs ({_shown(saved.get('sinks'))}; now {_shown(now.get('sinks'))})"
     return None
 
 

@@ -1,6 +1,8 @@
 """predict.py's own outputs as sinks (mixer.data.tables.sinks): the output file with its
-provenance beside it and its resume journal, the embeddings, the check list and the summary
-plot. mixer/__init__.py calls register(); the audit's draw is the audit's own
+provenance beside it, the embeddings, the check list and the summary plot, each with the
+state a killed job resumes from (Sink.state: the output's is the journal's own length, the
+embeddings' their raw file beside the journal, the check list's and the plot's their pieces
+there). mixer/__init__.py calls register(); the audit's draw is the audit's own
 (mixer.audit.guards). Light: the writers are imported when a job opens them, not here.
 """
 
@@ -48,8 +50,9 @@ class OutputSink(Sink):
             self.writer.write(outputs) if shaped_inputs is None else self.writer.write(outputs, inputs=shaped_inputs)
         else:
             self.writer.write(part.predicted, inputs=part.chunk)
-        if self.journal is not None:
-            self.journal.done(part.number, len(part.chunk), *part.new)
+
+    def state(self) -> None:  # the journal keeps the output's length itself
+        return None
 
     def commit(self, job) -> None:
         coding, beside = job.coding, {}
@@ -59,8 +62,6 @@ class OutputSink(Sink):
             sidecar = sidecar_path(self.writer.path)
             beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": self.writer.rows})
         self.writer.commit(beside=beside)
-        if self.journal is not None:
-            self.journal.remove()
         print(f"wrote {self.writer.rows} rows to {self.args.output}"
               + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
 
@@ -149,10 +150,24 @@ class CheckListSink(Sink):
         keys = [columns.input_col] + ([columns.language_col] if columns.language_col else []) + columns.context_cols
         self.checklist = CheckList(self.count, self.path, keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
                                    args.top_k or job.predictor.default_top_k(), log=job.say)
+        self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
     def add(self, job, part) -> None:
         keep = job.coding.check_rows(part.predicted, job.args.head)
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
+
+    def state(self) -> dict:
+        from mixer.data.tables.sinks import save_pieces
+
+        self.saved = save_pieces(self.journal, "to-check", self.checklist.parts, self.saved)
+        return {"pieces": self.saved, "rows": self.checklist.rows, "described": self.checklist.described}
+
+    def restore(self, state: dict) -> None:
+        from mixer.data.tables.sinks import load_pieces
+
+        self.saved = state["pieces"]
+        self.checklist.parts = load_pieces(self.journal, "to-check", self.saved)
+        self.checklist.rows, self.checklist.described = state["rows"], state["described"]
 
     def commit(self, job) -> None:
         from mixer.data.labels.checking import describe
@@ -179,10 +194,21 @@ class EmbeddingSink(Sink):
         return bool(args.embeddings)
 
     def __init__(self, job):
-        self.writer = EmbeddingWriter(job.args.embeddings)
+        # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
+        raw = job.journal.path("embeddings.raw") if job.journal is not None else None
+        self.writer = EmbeddingWriter(job.args.embeddings, raw=raw)
 
     def add(self, job, part) -> None:
         self.writer.write(part.vectors)
+
+    def state(self) -> dict:
+        return self.writer.state()
+
+    def restore(self, state: dict) -> None:
+        self.writer.restore(state)
+
+    def suspend(self) -> None:
+        self.writer.suspend()
 
     def commit(self, job) -> None:
         self.writer.commit()
@@ -210,12 +236,24 @@ class SummaryPlotSink(Sink):
         return bool(args.summary_plot)
 
     def __init__(self, job):
-        self.pieces = []
+        self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
 
     def add(self, job, part) -> None:
         first = "" if len(job.args.head) == 1 else f"{job.args.head[0]}_"
         self.pieces.append(part.predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
             ["code_1", "prob_1"], axis=1))
+
+    def state(self) -> tuple:
+        from mixer.data.tables.sinks import save_pieces
+
+        self.saved = save_pieces(self.journal, "summary-plot", self.pieces, self.saved)
+        return self.saved
+
+    def restore(self, state: tuple) -> None:
+        from mixer.data.tables.sinks import load_pieces
+
+        self.saved = state
+        self.pieces = load_pieces(self.journal, "summary-plot", state)
 
     def commit(self, job) -> None:
         if self.pieces:
@@ -228,9 +266,13 @@ class SummaryPlotSink(Sink):
 
 class EmbeddingWriter:
     """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
-    list column 'embedding'), written to a temp file and renamed at the end."""
+    list column 'embedding'), written to a temp file and renamed at the end. raw: in a job
+    that resumes, a file beside the resume journal that holds the vectors written so far
+    (float32, row after row, for either format: a Parquet file is written from it at the end,
+    a row group per chunk as written directly), so that a killed job continues it (state,
+    restore)."""
 
-    def __init__(self, path: str, flag: str = "--embeddings"):
+    def __init__(self, path: str, flag: str = "--embeddings", raw: Optional[str] = None):
         from mixer.data.tables.writing import check_output_path
 
         self.path = check_output_path(path, flag, {})
@@ -241,25 +283,50 @@ class EmbeddingWriter:
                                 f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
-        self.raw = open(self.tmp + ".raw", "wb") if self.npy else None
+        self.raw_path = raw or self.tmp + ".raw"
+        self.lengths = []  # with `raw`: each chunk's rows (a Parquet file's row groups)
+        self.resumes = raw is not None
+        # beside a journal: kept as it is, for restore() to continue (the journal starts its parts empty)
+        self.raw = open(self.raw_path, "ab" if self.resumes else "wb") if self.npy or self.resumes else None
 
     def write(self, vectors) -> None:
         import numpy as np
 
         self.width = vectors.shape[1]
-        if self.npy:
+        if self.npy or self.resumes:
             vectors.astype(np.float32).tofile(self.raw)
+            self.lengths.append(len(vectors))
         else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()),
-                                                       self.width)
-            table = pa.table({"embedding": column})
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
-            self.writer.write_table(table)
+            self._write_parquet(vectors)
         self.rows += len(vectors)
+
+    def _write_parquet(self, vectors) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()), self.width)
+        table = pa.table({"embedding": column})
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, table.schema)
+        self.writer.write_table(table)
+
+    def state(self) -> dict:
+        """The rows written so far (a job that resumes: `raw`)."""
+        self.raw.flush()
+        return {"rows": self.rows, "width": self.width, "lengths": list(self.lengths), "bytes": self.raw.tell()}
+
+    def restore(self, state: dict) -> None:
+        """Continue the raw file after the rows `state` counted (what came after them goes)."""
+        self.raw.close()
+        self.raw = open(self.raw_path, "r+b")
+        self.raw.truncate(state["bytes"])
+        self.raw.seek(state["bytes"])
+        self.rows, self.width, self.lengths = state["rows"], state["width"], list(state["lengths"])
+
+    def suspend(self) -> None:
+        if self.raw is not None:
+            self.raw.close()
 
     def commit(self, beside: Optional[dict] = None) -> None:
         if self.npy:
@@ -268,11 +335,25 @@ class EmbeddingWriter:
             import numpy as np
 
             self.raw.close()
-            with open(self.tmp, "wb") as out, open(self.tmp + ".raw", "rb") as raw:
+            with open(self.tmp, "wb") as out, open(self.raw_path, "rb") as raw:
                 np.lib.format.write_array_header_1_0(
                     out, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)})
                 shutil.copyfileobj(raw, out, 1 << 24)
-            os.unlink(self.tmp + ".raw")
+            os.unlink(self.raw_path)
+        elif self.resumes:  # the Parquet file from the raw vectors, a row group per chunk as written
+            import numpy as np
+
+            self.raw.close()
+            if self.rows:
+                vectors = np.memmap(self.raw_path, dtype=np.float32, mode="r", shape=(self.rows, self.width))
+                start = 0
+                for length in self.lengths:
+                    self._write_parquet(np.asarray(vectors[start:start + length]))
+                    start += length
+                del vectors
+            os.unlink(self.raw_path)
+            if self.writer is not None:
+                self.writer.close()
         elif self.writer is not None:
             self.writer.close()
         from mixer.data.tables.writing import commit_files
@@ -284,7 +365,7 @@ class EmbeddingWriter:
             self.raw.close()
         if self.writer is not None:
             self.writer.close()
-        for leftover in (self.tmp, self.tmp + ".raw"):
+        for leftover in (self.tmp, self.raw_path):
             if os.path.exists(leftover):
                 os.unlink(leftover)
 

@@ -29,7 +29,18 @@ class Sink:
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
     - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
-      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays.
+      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
+    - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
+      (mixer.prediction.resume): what the sink has gathered over the chunks so far, picklable
+      (None where it keeps nothing). The journal saves every sink's state with the chunk, before
+      the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
+      a killed one, gives the sink back the state saved with the last chunk completed, and the
+      chunks after it come to `add` as in a run never killed. A state that grows with the file
+      (rows gathered for the end) belongs in the sink's own files in the journal's folder
+      (`job.journal.path(name)`; save_pieces below), the state naming how far
+      they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
+      hooks keep their own state (Hook.state_dict). A sink that does not define `state` cannot
+      resume: a job with it starts over after a kill, and says so in one line (`resumes`).
     """
 
     early = False
@@ -54,6 +65,24 @@ class Sink:
     def suspend(self) -> None:
         pass
 
+    def state(self):
+        """What the sink has gathered so far (picklable). Not defined here: a sink that does
+        not define it makes a killed job start over (`resumes`)."""
+        raise NotImplementedError(f"{type(self).__qualname__} keeps no state")
+
+    def restore(self, state) -> None:
+        """The state `state()` gave after the last chunk a killed run completed."""
+
+
+def resumes(sink_class) -> bool:
+    """Whether a job with this sink can continue after a kill: its class defines `state`."""
+    return getattr(sink_class, "state", Sink.state) is not Sink.state
+
+
+def sink_name(sink_class) -> str:
+    """The name the resume journal saves a sink's state under."""
+    return f"{sink_class.__module__}.{sink_class.__qualname__}"
+
 
 # (place, load): load() -> a Sink class; the job checks, opens, adds and commits by place
 _SINKS: list = []
@@ -70,6 +99,39 @@ def register(place: int, load: Callable) -> Callable:
 def registered() -> list:
     """The registered Sink classes, by place."""
     return [load() for _, load in sorted(_SINKS, key=lambda entry: entry[0])]
+
+
+# ------------------------------------------------------------------ a sink's state on disk
+def dump_atomically(path: str, value) -> None:
+    """`value` pickled to `path`, whole or not at all."""
+    import pickle
+
+    with open(path + ".new", "wb") as handle:
+        pickle.dump(value, handle, protocol=5)
+    os.replace(path + ".new", path)
+
+
+def save_pieces(journal, name: str, pieces: list, saved: tuple = (0, 0)) -> tuple:
+    """A sink's pieces gathered over the file (a list that only grows, e.g. each chunk's
+    rows kept for the end), kept beside the journal: those added since `saved` (what the last
+    call returned) are written to `<name>-<n>.pkl`; the new (files, pieces) to put in the
+    sink's state. A chunk's state then costs its own pieces, not the file's."""
+    files, count = saved
+    if len(pieces) > count:
+        dump_atomically(journal.path(f"{name}-{files}.pkl"), list(pieces[count:]))
+        files, count = files + 1, len(pieces)
+    return files, count
+
+
+def load_pieces(journal, name: str, saved: tuple) -> list:
+    """The pieces save_pieces had written when it returned `saved`."""
+    import pickle
+
+    pieces = []
+    for n in range(saved[0]):
+        with open(journal.path(f"{name}-{n}.pkl"), "rb") as handle:
+            pieces.extend(pickle.load(handle))
+    return pieces[:saved[1]]
 
 
 # ------------------------------------------------------------------ the output's shape
