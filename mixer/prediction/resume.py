@@ -1,19 +1,30 @@
 """A killed prediction resumes (issue 43; docs/predicting.md, "A killed prediction").
 
-Beside the output, `.tmp-<output>.parts/` holds the output written so far (`output.csv`),
-each chunk's new distinct inputs and their rows (`store-<k>.pkl`: the store as it grew,
-so that a resumed job fills later rows from the very values an uninterrupted one would)
-and `journal.json`: the chunks completed, the output's length after them, and what made
-them (the input file, the model, the options that change the output). The same command
-run again truncates the output to the journal's length, reads the store back, skips the
-completed chunks and goes on: the final file is byte-identical to an uninterrupted run's,
-and at most one chunk's work is redone. A different input, model or option is refused in
-one line naming it; --restart starts over.
+Beside the output, `.tmp-<output>.parts/` holds the output written so far, each chunk's
+new distinct inputs and their rows (`store-<k>.pkl`: the store as it grew, so that a
+resumed job fills later rows from the very values an uninterrupted one would) and
+`journal.json`: the chunks completed, the output's length after them, the time the job
+first started (the time an Excel or Stata file states) and what made them (the input file,
+the model, the options that change the output). The output so far is, by kind: a CSV's
+temp file (`output.csv`) or a .npy matrix's rows (`output.npy.raw`), each cut back to the
+journal's length on a resume; for Parquet, Excel and Stata, which state their rows in a
+footer or header, each chunk's rows as a part file (`part-<k>.arrow`, mixer.data.writing's
+OutputWriter), from which the file is written the same way whether the job ran through or
+was resumed. The same command run again reads the store back, skips the completed chunks
+and goes on: the final file is byte-identical to an uninterrupted run's, and at most one
+chunk's work is redone. A different input, model or option is refused in one line naming
+it; --restart starts over.
 
-What does not resume starts over, said in one line: other output kinds (Parquet, Excel and
-Stata write a whole file with a footer or header), and jobs whose other outputs gather over
-the whole file (embeddings, a check list, an audit, a summary plot, a lookup's or target's
-tallies) or run under torchrun.
+Under torchrun rank 0 keeps the journal and writes; the chunks completed and the store's
+keys go to every rank (shared(); the other ranks' stores hold keys only), so that all ranks
+skip the same chunks and agree on which inputs are new. A node lost ends every rank
+(torchrun); the same command continues, with the same number of processes (a chunk's new
+inputs are shared out over them, so their number sets the batches, and floats differ from
+one process's within rounding: docs/predicting.md).
+
+What does not resume starts over, said in one line (why_not): jobs whose other outputs
+gather over the whole file (embeddings, a check list, an audit, a summary plot, a lookup's
+or target's tallies) and OccCANINE's table and --alternatives (written by row).
 """
 
 from __future__ import annotations
@@ -30,13 +41,14 @@ from typing import Optional
 from mixer.core.errors import UserError
 
 JOURNAL = "journal.json"
-# options that do not change the output: a resume may change them
-# (the input and the model by what they are, not the paths naming them)
-FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint"}
+# options that do not change the output: a resume may change them (the input and the model by
+# what they are, not the paths naming them; the number of processes by itself, `processes`)
+FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint", "distributed"}
 # options that name a file whose content makes the output: compared by what the file is too
 FILES = ("code_descriptions", "lookup", "calibration_data")
 # tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
-# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption)
+# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
+# torchrun "k:LOST" ends the last rank (os._exit) once chunk k is done (a node lost)
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
@@ -46,18 +58,10 @@ def parts_dir(output: str) -> str:
 
 
 def why_not(args, world, stores_by_row: bool) -> Optional[str]:
-    """Why this job cannot resume after a kill, or None."""
-    from mixer.data.writing import output_kind
-
+    """Why this job cannot resume after a kill, or None. Every output kind resumes, in one
+    process or under torchrun (`world`: the same answer on every rank)."""
     if not args.output:
         return "it writes no --output"
-    if args.output.lower().endswith(".npy"):
-        return "a .npy matrix is written whole at the end"
-    kind = output_kind(args.output)
-    if kind != "csv":
-        return f"a {kind} file is written whole at the end"
-    if world.world_size > 1:
-        return "it runs under torchrun"
     for flag, value in (("--embeddings", args.embeddings), ("--to-check", args.to_check), ("--audit", args.audit),
                         ("--summary-plot", args.summary_plot), ("--lookup", args.lookup),
                         ("--target-accuracy", args.target_accuracy)):
@@ -98,12 +102,20 @@ def _alive(pid: int) -> bool:
 class Journal:
     """The parts of one output: `chunks` completed so far, and what made them."""
 
-    def __init__(self, args, predictor):
+    def __init__(self, args, predictor, processes: int = 1):
         from mixer.audit.draw import model_fingerprint
+
+        from mixer.data.writing import file_time, output_kind
 
         self.dir = parts_dir(args.output)
         self.output = args.output
-        self.tmp = os.path.join(self.dir, "output.csv")
+        kind = "npy" if args.output.lower().endswith(".npy") else output_kind(args.output)
+        self.tmp = os.path.join(self.dir, "output." + SUFFIXES[kind])  # the file, written, renamed at the end
+        # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
+        # a .npy's rows); the other kinds keep each chunk's rows in a part file (OutputWriter)
+        self.growing = {"csv": self.tmp, "npy": self.tmp + ".raw"}.get(kind)
+        # the time an Excel or Stata file states: the first run's, kept
+        self.started = file_time() if kind in ("excel", "stata") else None
         options = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(args).items() if k not in FREE},
                                         default=str))
         for name in FILES:  # the file as it is now, not only its name
@@ -111,11 +123,16 @@ class Journal:
                 options[name] = {"path": options[name], **_file_identity(options[name])}
         # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
         options["calibration"] = {head: list(values) for head, values in sorted(predictor.calibration.items())}
+        # the processes share each chunk's new inputs out, so their number sets the batches (floats within
+        # rounding of one process's): a resume in another layout would match neither file
+        options["processes"] = processes
         self.made_by = {"input": _file_identity(args.input), "model": model_fingerprint(predictor),
                         "options": options}
         self.chunks, self.rows, self.size = 0, 0, 0
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
+        if self.fault_signal == "LOST":  # the last rank's (lose_rank)
+            self.fault = -1
 
     def open(self, restart: bool, log) -> None:
         """Start, or continue the parts an earlier run of the same command left."""
@@ -133,8 +150,10 @@ class Journal:
             raise UserError(f"--output {self.output}: an unfinished run's parts ({self.dir}) were made with "
                             f"{changed}; run that command again to continue, or pass --restart to start over")
         self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
-        with open(self.tmp, "ab") as handle:  # a chunk written after the last journal entry goes
-            handle.truncate(self.size)
+        self.started = saved.get("started", self.started)
+        if self.growing is not None:
+            with open(self.growing, "ab") as handle:  # a chunk written after the last journal entry goes
+                handle.truncate(self.size)
         log(f"--output {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
             f"({self.rows:,} rows; --restart starts over)")
 
@@ -153,7 +172,8 @@ class Journal:
         if chunk == self.fault and self.fault_signal is None:
             sys.stderr.flush()
             os._exit(9)
-        self.chunks, self.rows, self.size = chunk + 1, self.rows + rows, os.path.getsize(self.tmp)
+        self.chunks, self.rows = chunk + 1, self.rows + rows
+        self.size = os.path.getsize(self.growing) if self.growing is not None else 0
         self._save()
         if chunk == self.fault:
             import signal
@@ -163,13 +183,76 @@ class Journal:
     def _save(self) -> None:
         journal = os.path.join(self.dir, JOURNAL)
         with open(journal + ".new", "w", encoding="utf-8") as handle:
-            json.dump({"made_by": self.made_by, "chunks": self.chunks, "rows": self.rows, "size": self.size},
-                      handle)
+            json.dump({"made_by": self.made_by, "chunks": self.chunks, "rows": self.rows, "size": self.size,
+                       "started": self.started}, handle)
         os.replace(journal + ".new", journal)
 
     def remove(self) -> None:
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)
+
+
+class Followed:
+    """Another rank's view of rank 0's journal under torchrun (shared): the chunks
+    completed and the keys their store parts hold; their rows, the output and the journal
+    stay with rank 0."""
+
+    def __init__(self, chunks: int, rows: int, keys: list):
+        self.chunks, self.rows, self.keys = chunks, rows, keys
+
+    def stored(self):
+        for keys in self.keys:
+            yield keys, None
+
+    def remove(self) -> None:
+        pass
+
+
+def shared(journal, world):
+    """All ranks: rank 0's journal (or None) as each rank sees it: rank 0's own, a Followed
+    on the others, so that every rank skips the chunks completed and its store knows
+    their keys."""
+    from mixer.distributed import world as mdist
+
+    if not world.is_distributed:
+        return journal
+    state = mdist.main_only(lambda: None if journal is None else (
+        journal.chunks, journal.rows, [keys for keys, _ in journal.stored()]), world)
+    state = mdist.broadcast_object(state, world)  # all ranks
+    if world.is_main or state is None:
+        return journal
+    return Followed(*state)
+
+
+def lose_rank(world, chunk: int) -> None:
+    """Tests (FAULT "k:LOST"): the last rank of several ends at once after chunk k."""
+    fault = os.environ.get(FAULT, "").split(":")
+    last = world.world_size > 1 and world.rank == world.world_size - 1
+    if fault[-1] == "LOST" and int(fault[0]) == chunk and last:
+        sys.stderr.flush()
+        os._exit(9)
+
+
+def lost_peer(exc: BaseException, stop, world) -> bool:
+    """Whether a failure under torchrun is another rank lost (killed, its node gone), not this
+    job's own error: a collective that lost its peer, or torchrun's SIGTERM (`stop`, a
+    StopRequest), which ends the other ranks once one has ended. The parts stay, for the
+    same command."""
+    import re
+
+    import torch.distributed as dist
+
+    if world is None or not world.is_distributed:
+        return False
+    if stop is not None and stop.requested:
+        return True
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and bool(re.search(
+        r"closed by peer|reset by peer|broken pipe|connection refused|timed out|timeout", str(exc), re.I))
+
+
+SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
 
 
 def _file_identity(path: str) -> dict:
@@ -186,6 +269,8 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         before = saved["options"].get(name)
         if json.loads(json.dumps(value)) == before:
             continue
+        if name == "processes":
+            return f"{before or 1} process(es) (now {value}; torchrun --nproc_per_node and --nnodes set it)"
         if name == "calibration":
             return "another calibration of the model (its calibration.json changed since, e.g. by predict.py --calibrate)"
         if name == "tables":  # the reading options of every file, by their flags' names

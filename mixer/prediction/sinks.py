@@ -74,11 +74,14 @@ class OutputSink(Sink):
 def output_writer(args, log=None, label=None, journal=None):
     from mixer.data.writing import OutputWriter
 
-    if is_matrix(args) and args.output.lower().endswith(".npy"):
-        return EmbeddingWriter(args.output, flag="--output")
-    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp if journal is not None else None)
-    if journal is not None:
-        writer.rows = journal.rows  # the rows the parts hold: a CSV goes on without its header
+    if is_matrix(args) and args.output.lower().endswith(".npy"):  # its rows: in the parts, cut back to the journal's
+        return EmbeddingWriter(args.output, flag="--output", tmp=journal.tmp if journal is not None else None,
+                               rows=journal.rows if journal is not None else 0)
+    if journal is None:
+        return OutputWriter(args.output, log=log, label=label)
+    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp, parts=journal.dir,
+                          stamp=journal.started)
+    writer.resume(journal.chunks, journal.rows)  # the chunks the parts hold (a CSV goes on without its header)
     return writer
 
 
@@ -228,20 +231,24 @@ class SummaryPlotSink(Sink):
 
 class EmbeddingWriter:
     """Embeddings in input order: .npy (float32, rows x hidden) or .parquet (one
-    list column 'embedding'), written to a temp file and renamed at the end."""
+    list column 'embedding'), written to a temp file and renamed at the end. A .npy's rows
+    go to `tmp`.raw, its header before them at the end: `rows` > 0 goes on after the rows
+    that file holds (a resumed job's, cut back to them)."""
 
-    def __init__(self, path: str, flag: str = "--embeddings"):
+    def __init__(self, path: str, flag: str = "--embeddings", tmp: Optional[str] = None, rows: int = 0):
         from mixer.data.writing import check_output_path
 
         self.path = check_output_path(path, flag, {})
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = tmp or os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                       f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
-        self.raw = open(self.tmp + ".raw", "wb") if self.npy else None
+        self.raw = open(self.tmp + ".raw", "ab" if rows else "wb") if self.npy else None
+        if rows and self.npy:
+            self.rows, self.width = rows, os.path.getsize(self.tmp + ".raw") // (4 * rows)
 
     def write(self, vectors) -> None:
         import numpy as np
@@ -249,6 +256,7 @@ class EmbeddingWriter:
         self.width = vectors.shape[1]
         if self.npy:
             vectors.astype(np.float32).tofile(self.raw)
+            self.raw.flush()  # on disk before the chunk counts as done (a resumed job's journal)
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -278,6 +286,11 @@ class EmbeddingWriter:
         from mixer.data.writing import commit_files
 
         commit_files(self.tmp, self.path, self.flag, beside)
+
+    def close(self) -> None:
+        """Stop writing, the rows kept (a job that will be continued)."""
+        if self.raw is not None and not self.raw.closed:
+            self.raw.close()
 
     def abort(self) -> None:
         if self.raw is not None and not self.raw.closed:
