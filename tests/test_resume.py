@@ -67,16 +67,21 @@ def env(**values) -> dict:
     ("npy", ["--what", "probs", "--head", "flat"], "1:TERM", 2),
 ])
 def test_every_output_kind_killed_resumes_to_the_bytes_of_an_uninterrupted_run(run, census, tmp_path, suffix, extra,
-                                                                                 fault, done):
+                                                                                 fault, done, monkeypatch, capsys):
+    from mixer.cli.entrypoints import predict_main
+
     whole, cut = same_name(tmp_path, f"out.{suffix}", "whole", "cut")
-    run_program("predict.py", *predict_cmd(run, census, whole, *extra), env=env(SOURCE_DATE_EPOCH=STAMP))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", STAMP)
+    assert predict_main(predict_cmd(run, census, whole, *extra)) == 0
     killed = run_program("predict.py", *predict_cmd(run, census, cut, *extra), check=False,
                          env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: fault}))
     assert killed.returncode == (0 if "TERM" in fault else 9), killed.stderr
     assert not cut.exists()
     # run again without the fixed time: an Excel or Stata file states the first run's (the journal's)
-    again = run_program("predict.py", *predict_cmd(run, census, cut, *extra), env=env())
-    assert f"continuing an unfinished run after its {done} chunk(s) ({90 * done} rows" in again.stdout
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    capsys.readouterr()
+    assert predict_main(predict_cmd(run, census, cut, *extra)) == 0
+    assert f"continuing an unfinished run after its {done} chunk(s) ({90 * done} rows" in capsys.readouterr().out
     assert cut.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in cut.parent.iterdir()) == [cut.name, cut.name + ".provenance.json"]
 
