@@ -267,10 +267,12 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         return f"another model (weights {saved['model']}, now {now['model']})"
     for name, value in now["options"].items():
         before = saved["options"].get(name)
+        if name == "processes" and before is None:  # a journal written before they were recorded: one
+            before = 1
         if json.loads(json.dumps(value)) == before:
             continue
         if name == "processes":
-            return f"{before or 1} process(es) (now {value}; torchrun --nproc_per_node and --nnodes set it)"
+            return f"{before} process(es) (now {value}; torchrun --nproc_per_node and --nnodes set it)"
         if name == "calibration":
             return "another calibration of the model (its calibration.json changed since, e.g. by predict.py --calibrate)"
         if name == "tables":  # the reading options of every file, by their flags' names
