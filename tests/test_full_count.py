@@ -246,8 +246,7 @@ def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census
     stale = tmp_path / ".tmp-out.parquet.999999999"  # a killed job's, whose process is gone
     stale.write_bytes(b"PAR1")
     done = run_program("predict.py", *predict_cmd(run, census, out))
-    assert (f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (a parquet "
-            "file is written whole at the end, so it does not resume)") in done.stdout
+    assert f"--output {out}: removed 1 temporary file(s) a killed run left\n" in done.stdout  # Parquet resumes
     assert not stale.exists()
     # the CSV's parts, the same command with --embeddings: another output, refused naming it
     again = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings",

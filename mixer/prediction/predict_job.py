@@ -53,7 +53,7 @@ def predict_file(args: PredictConfig) -> None:
                     keep_chunk(job, part)
             if job.bar is not None:
                 job.bar.update(len(chunk))
-            if job.stop.requested:  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+            if job.stop.agreed(world, number):  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
                 stop(job)
                 return
         finish(job)
@@ -135,14 +135,17 @@ def open_sinks(job: Job) -> None:
     """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
     args, world = job.args, job.world
     job.journal = mdist.main_only(lambda: open_journal(args, job.predictor, world, job.say, job.sink_classes), world)
+    from mixer.prediction.resume import shared
+
+    job.journal = shared(job.journal, world)  # all ranks: the chunks to skip, the stores' keys
 
     def open_all():
         for sink in job.sink_classes:
             job.sinks.append(sink(job))
 
     mdist.main_only(open_all, world)
-    if job.journal is not None and job.journal.chunks:  # each sink and the coding as the last chunk left them
-        restore_states(job)
+    if world.is_main and job.journal is not None and job.journal.chunks:  # each sink and the coding as
+        restore_states(job)  # the last chunk left them
     if world.is_main and sys.stderr.isatty():
         from tqdm import tqdm
 
@@ -172,7 +175,7 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     blank = blank_descriptions(text_column(chunk, columns.input_col))
     if job.journal is not None and number < job.journal.chunks:
         job.blank_rows += int(blank.sum())
-        if columns.context_cols:
+        if columns.context_cols and job.world.is_main:  # every row once, over the ranks
             job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(chunk)), minlength=3)
         return None
     return Part(number, chunk, blank)
@@ -235,8 +238,9 @@ def embed_rows(job: Job, part: Part) -> None:
 
 def stop(job: Job) -> None:
     """A scheduler's signal: the chunks done are kept for the same command to continue."""
-    print(f"stopped after {job.journal.chunks:,} chunk(s) ({job.journal.rows:,} rows) on a signal: run the "
-          "same command to continue", file=sys.stderr)
+    if job.world.is_main:
+        print(f"stopped after {job.journal.chunks:,} chunk(s) ({job.journal.rows:,} rows) on a signal: run the "
+              "same command to continue", file=sys.stderr)
     for sink in job.sinks:
         sink.suspend()
     job.stores.close()
@@ -273,11 +277,13 @@ def finish(job: Job) -> None:
 
 
 def fail(job: Job, exc: BaseException) -> None:
-    """A failure: every open sink aborted, the journal removed; on Ctrl-C a job that can
-    resume keeps what it wrote."""
+    """A failure: every open sink aborted, the journal removed; on Ctrl-C, or a peer lost under
+    torchrun (which then ends this rank), a job that can resume keeps what it wrote."""
+    from mixer.prediction.resume import lost_peer
+
     if job.stores is not None:
         job.stores.close()
-    if job.journal is not None and isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the parts stay, to continue
+    if job.journal is not None and (isinstance(exc, KeyboardInterrupt) or lost_peer(exc, job.stop, job.world)):
         for sink in job.sinks:
             sink.suspend()
         return
@@ -420,17 +426,25 @@ def restore_states(job: Job) -> None:
 class StopRequest:
     """SIGTERM / SIGUSR1 (a scheduler's pre-emption), as training takes them: the job finishes
     its chunk, keeps it in the journal and exits 0; the same command continues. Without a
-    journal the signals keep their default (the job ends, its temp files go at the next run)."""
+    journal the signals keep their default (the job ends, its temp files go at the next run).
+    Under torchrun every rank takes them and the ranks agree after each chunk."""
 
     def __init__(self, journal):
-        self.requested = False
-        if journal is not None:
+        self.requested, self.armed = False, journal is not None  # the same on every rank (resume.shared)
+        if self.armed:
             from mixer.distributed.launch import stop_on_signals
 
             stop_on_signals(self.request)
 
     def request(self, *_):
         self.requested = True
+
+    def agreed(self, world, number: int) -> bool:
+        """All ranks, after chunk `number`: whether any rank was asked to stop (all stop after it)."""
+        from mixer.prediction.resume import lose_rank
+
+        lose_rank(world, number)  # tests: a node lost here
+        return self.armed and mdist.any_rank(self.requested, world)
 
 
 def check_coding_args(args) -> None:

@@ -1,27 +1,36 @@
 """A killed prediction resumes (issue 43; docs/predicting.md, "A killed prediction").
 
-Beside the output, `.tmp-<output>.parts/` holds the output written so far (`output.csv`),
-each chunk's new distinct inputs and their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for
-the embeddings: the stores as they grew, so that a resumed job fills later rows from the
-very values an uninterrupted one would),
-the state of every sink and the coding's tallies after the last chunk completed
-(`state-<k>.pkl`; mixer.data.tables.sinks.Sink.state, the pieces a sink gathers over the file in
-its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
-length after them, and what made them (the input file, the model, the options that change
-the output, the sinks). A chunk's parts and states are written before its journal entry, so
-a kill anywhere leaves the journal naming parts that are whole. The same command run again
-truncates the output to the journal's length, reads the store back, restores each sink's
+Beside the output (a job without --output: its first other output, `anchor`),
+`.tmp-<output>.parts/` holds the output written so far, each chunk's new distinct inputs and
+their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for the embeddings: the stores as they
+grew, so that a resumed job fills later rows from the very values an uninterrupted one
+would), the state of every sink and the coding's tallies after the last chunk completed
+(`state-<k>.pkl`; mixer.data.tables.sinks.Sink.state, the pieces a sink gathers over the file
+in its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
+length after them, the time the job first started (the time an Excel or Stata file states)
+and what made them (the input file, the model, the options that change the output, the
+sinks). The output so far is, by kind: a CSV's temp file (`output.csv`) or a .npy matrix's
+rows (`output.npy.raw`), each cut back to the journal's length on a resume; for Parquet,
+Excel and Stata, which state their rows in a footer or header, each chunk's rows as a part
+file (`part-<k>.arrow`, mixer.data.tables.writing's OutputWriter), from which the file is
+written the same way whether the job ran through or was resumed. A chunk's parts and states
+are written before its journal entry, so a kill anywhere leaves the journal naming parts
+that are whole. The same command run again reads the stores back, restores each sink's
 state and the coding's tallies, skips the completed chunks and goes on: every file written
-(the output and its provenance, the embeddings, the check list, the audit, the summary
-plot) is byte-identical to an uninterrupted run's, and at most one chunk's work is redone.
-A different input, model, option or set of sinks is refused in one line naming it;
---restart starts over.
+(the output and its provenance, the embeddings, the check list, the audit, the summary plot)
+is byte-identical to an uninterrupted run's, and at most one chunk's work is redone. A
+different input, model, option or set of sinks is refused in one line naming it; --restart
+starts over.
 
-A job without --output keeps its parts beside its first other output (anchor:
-`.tmp-<embeddings>.parts/`, ...). What does not resume starts over, said in one line
-(why_not): other output kinds (Parquet, Excel and Stata write a whole file with a footer or
-header), a job with a sink that keeps no state (one registered from outside that does not
-define Sink.state), and torchrun.
+Under torchrun rank 0 keeps the journal and writes; the chunks completed and the stores'
+keys go to every rank (shared(); the other ranks' stores hold keys only), so that all ranks
+skip the same chunks and agree on which inputs are new. A node lost ends every rank
+(torchrun); the same command continues, with any number of processes: they compute every
+N-th batch of one batch plan (Predictor.shared), so the files do not depend on their number.
+
+What does not resume starts over, said in one line (why_not): a job with a sink that keeps
+no state (one registered from outside that does not define Sink.state), and OccCANINE's
+table and --alternatives (written by row).
 """
 
 from __future__ import annotations
@@ -39,13 +48,14 @@ from mixer.core.errors import UserError
 from mixer.data.tables.sinks import dump_atomically as _dump
 
 JOURNAL = "journal.json"
-# options that do not change the output: a resume may change them
-# (the input and the model by what they are, not the paths naming them)
-FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint"}
+# options that do not change the output: a resume may change them (the input and the model by
+# what they are, not the paths naming them; the number of processes: Predictor.shared)
+FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint", "distributed"}
 # options that name a file whose content makes the output: compared by what the file is too
 FILES = ("code_descriptions", "lookup", "calibration_data")
 # tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
-# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption)
+# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
+# torchrun "k:LOST" ends the last rank (os._exit) once chunk k is done (a node lost)
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
@@ -65,19 +75,13 @@ def anchor(args) -> tuple:
 
 
 def why_not(args, world, stores_by_row: bool, sinks=()) -> Optional[str]:
-    """Why this job cannot resume after a kill, or None. sinks: the job's Sink classes."""
+    """Why this job cannot resume after a kill, or None. Every output kind resumes, in one
+    process or under torchrun (`world`: the same answer on every rank). sinks: the job's
+    Sink classes."""
     from mixer.data.tables.sinks import resumes, sink_name
-    from mixer.data.tables.writing import output_kind
 
     if anchor(args)[1] is None:
         return "it writes no file"
-    if args.output and args.output.lower().endswith(".npy"):
-        return "a .npy matrix is written whole at the end"
-    kind = output_kind(args.output) if args.output else "csv"
-    if kind != "csv":
-        return f"a {kind} file is written whole at the end"
-    if world.world_size > 1:
-        return "it runs under torchrun"
     for sink in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
         if not resumes(sink):
             return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
@@ -120,9 +124,20 @@ class Journal:
         from mixer.audit.draw import model_fingerprint
         from mixer.data.tables.sinks import sink_name
 
+        from mixer.data.tables.writing import file_time, output_kind
+
         self.flag, self.output = anchor(args)  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
-        self.tmp = os.path.join(self.dir, "output.csv") if args.output else None  # the output so far
+        kind = None
+        if args.output:
+            kind = "npy" if args.output.lower().endswith(".npy") else output_kind(args.output)
+        # the output, written, renamed at the end
+        self.tmp = os.path.join(self.dir, "output." + SUFFIXES[kind]) if kind else None
+        # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
+        # a .npy's rows); the other kinds keep each chunk's rows in a part file (OutputWriter)
+        self.growing = {"csv": self.tmp, "npy": (self.tmp or "") + ".raw"}.get(kind)
+        # the time an Excel or Stata file states: the first run's, kept
+        self.started = file_time() if kind in ("excel", "stata") else None
         options = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(args).items() if k not in FREE},
                                         default=str))
         for name in FILES:  # the file as it is now, not only its name
@@ -135,6 +150,8 @@ class Journal:
         self.chunks, self.rows, self.size = 0, 0, 0
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
+        if self.fault_signal == "LOST":  # the last rank's (lose_rank)
+            self.fault = -1
 
     def open(self, restart: bool, log) -> None:
         """Start, or continue the parts an earlier run of the same command left."""
@@ -152,8 +169,8 @@ class Journal:
             raise UserError(f"{self.flag} {self.output}: an unfinished run's parts ({self.dir}) were made with "
                             f"{changed}; run that command again to continue, or pass --restart to start over")
         broken = saved["chunks"] and (not os.path.exists(os.path.join(self.dir, _state(saved["chunks"] - 1)))
-                                      or self.tmp is not None and (not os.path.exists(self.tmp)
-                                                                   or os.path.getsize(self.tmp) < saved["size"]))
+                                      or self.growing is not None and (not os.path.exists(self.growing)
+                                                                       or os.path.getsize(self.growing) < saved["size"]))
         if broken or not saved["chunks"]:  # nothing to continue, or parts that cannot be (a kill at the end)
             if broken:
                 log(f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
@@ -163,8 +180,9 @@ class Journal:
             self._save()
             return
         self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
-        if self.tmp is not None:
-            with open(self.tmp, "ab") as handle:  # a chunk written after the last journal entry goes
+        self.started = saved.get("started", self.started)
+        if self.growing is not None:
+            with open(self.growing, "ab") as handle:  # a chunk written after the last journal entry goes
                 handle.truncate(self.size)
         log(f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
             f"({self.rows:,} rows; --restart starts over)")
@@ -198,7 +216,7 @@ class Journal:
             sys.stderr.flush()
             os._exit(9)
         self.chunks, self.rows = chunk + 1, self.rows + rows
-        self.size = os.path.getsize(self.tmp) if self.tmp is not None else 0
+        self.size = os.path.getsize(self.growing) if self.growing is not None else 0
         self._save()
         if os.path.exists(os.path.join(self.dir, _state(chunk - 1))):  # the journal names the newer one now
             os.unlink(os.path.join(self.dir, _state(chunk - 1)))
@@ -210,8 +228,8 @@ class Journal:
     def _save(self) -> None:
         journal = os.path.join(self.dir, JOURNAL)
         with open(journal + ".new", "w", encoding="utf-8") as handle:
-            json.dump({"made_by": self.made_by, "chunks": self.chunks, "rows": self.rows, "size": self.size},
-                      handle)
+            json.dump({"made_by": self.made_by, "chunks": self.chunks, "rows": self.rows, "size": self.size,
+                       "started": self.started}, handle)
         os.replace(journal + ".new", journal)
 
     def remove(self) -> None:
@@ -221,6 +239,75 @@ class Journal:
 
 def _state(chunk: int) -> str:
     return f"state-{chunk}.pkl"
+
+
+class Followed:
+    """Another rank's view of rank 0's journal under torchrun (shared): the chunks
+    completed and the keys their store parts hold, by store; their rows, the output and
+    the journal stay with rank 0."""
+
+    def __init__(self, chunks: int, rows: int, keys: dict):
+        self.chunks, self.rows, self.keys = chunks, rows, keys
+
+    def stored(self, name: str = "store"):
+        for keys in self.keys.get(name, ()):
+            yield keys, None
+
+    def remove(self) -> None:
+        pass
+
+
+def shared(journal, world):
+    """All ranks: rank 0's journal (or None) as each rank sees it: rank 0's own, a Followed
+    on the others, so that every rank skips the chunks completed and its stores know
+    their keys."""
+    from mixer.distributed import world as mdist
+
+    if not world.is_distributed:
+        return journal
+
+    def view():
+        if journal is None:
+            return None
+        keys = {name: [k for k, _ in journal.stored(name)] for name in ("store", "vectors")
+                if not journal.chunks or os.path.exists(journal.path(f"{name}-0.pkl"))}
+        return journal.chunks, journal.rows, keys
+
+    state = mdist.broadcast_object(mdist.main_only(view, world), world)  # all ranks
+    if world.is_main or state is None:
+        return journal
+    return Followed(*state)
+
+
+def lose_rank(world, chunk: int) -> None:
+    """Tests (FAULT "k:LOST"): the last rank of several ends at once after chunk k."""
+    fault = os.environ.get(FAULT, "").split(":")
+    last = world.world_size > 1 and world.rank == world.world_size - 1
+    if fault[-1] == "LOST" and int(fault[0]) == chunk and last:
+        sys.stderr.flush()
+        os._exit(9)
+
+
+def lost_peer(exc: BaseException, stop, world) -> bool:
+    """Whether a failure under torchrun is another rank lost (killed, its node gone), not this
+    job's own error: a collective that lost its peer, or torchrun's SIGTERM (`stop`, a
+    StopRequest), which ends the other ranks once one has ended. The parts stay, for the
+    same command."""
+    import re
+
+    import torch.distributed as dist
+
+    if world is None or not world.is_distributed:
+        return False
+    if stop is not None and stop.requested:
+        return True
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and bool(re.search(
+        r"closed by peer|reset by peer|broken pipe|connection refused|timed out|timeout", str(exc), re.I))
+
+
+SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
 
 
 def _file_identity(path: str) -> dict:

@@ -75,11 +75,15 @@ class OutputSink(Sink):
 def output_writer(args, log=None, label=None, journal=None):
     from mixer.data.tables.writing import OutputWriter
 
-    if is_matrix(args) and args.output.lower().endswith(".npy"):
-        return EmbeddingWriter(args.output, flag="--output")
-    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp if journal is not None else None)
-    if journal is not None:
-        writer.rows = journal.rows  # the rows the parts hold: a CSV goes on without its header
+    if is_matrix(args) and args.output.lower().endswith(".npy"):  # its rows: in the parts, cut back to the journal's
+        if journal is None:
+            return EmbeddingWriter(args.output, flag="--output")
+        return EmbeddingWriter(args.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows)
+    if journal is None:
+        return OutputWriter(args.output, log=log, label=label)
+    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp, parts=journal.dir,
+                          stamp=journal.started)
+    writer.resume(journal.chunks, journal.rows)  # the chunks the parts hold (a CSV goes on without its header)
     return writer
 
 
@@ -270,24 +274,30 @@ class EmbeddingWriter:
     that resumes, a file beside the resume journal that holds the vectors written so far
     (float32, row after row, for either format: a Parquet file is written from it at the end,
     a row group per chunk as written directly), so that a killed job continues it (state,
-    restore)."""
+    restore). A .npy's rows always go to a raw file, its header before them at the end;
+    `rows` > 0 goes on after the rows that file holds (a resumed --output matrix's, cut back
+    to them by the journal)."""
 
-    def __init__(self, path: str, flag: str = "--embeddings", raw: Optional[str] = None):
+    def __init__(self, path: str, flag: str = "--embeddings", raw: Optional[str] = None,
+                 tmp: Optional[str] = None, rows: int = 0):
         from mixer.data.tables.writing import check_output_path
 
         self.path = check_output_path(path, flag, {})
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
-        self.tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = tmp or os.path.join(os.path.dirname(os.path.abspath(self.path)),
+                                       f".tmp-{os.path.basename(path)}.{os.getpid()}")
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
         self.raw_path = raw or self.tmp + ".raw"
         self.lengths = []  # with `raw`: each chunk's rows (a Parquet file's row groups)
         self.resumes = raw is not None
-        # beside a journal: kept as it is, for restore() to continue (the journal starts its parts empty)
-        self.raw = open(self.raw_path, "ab" if self.resumes else "wb") if self.npy or self.resumes else None
+        # beside a journal: kept as it is, to continue (restore(), or `rows` already there)
+        self.raw = (open(self.raw_path, "ab" if self.resumes or rows else "wb")
+                    if self.npy or self.resumes else None)
+        if rows and self.npy:
+            self.rows, self.width = rows, os.path.getsize(self.raw_path) // (4 * rows)
 
     def write(self, vectors) -> None:
         import numpy as np
@@ -296,6 +306,7 @@ class EmbeddingWriter:
         if self.npy or self.resumes:
             vectors.astype(np.float32).tofile(self.raw)
             self.lengths.append(len(vectors))
+            self.raw.flush()  # on disk before the chunk counts as done (a resumed job's journal)
         else:
             self._write_parquet(vectors)
         self.rows += len(vectors)
@@ -359,6 +370,11 @@ class EmbeddingWriter:
         from mixer.data.tables.writing import commit_files
 
         commit_files(self.tmp, self.path, self.flag, beside)
+
+    def close(self) -> None:
+        """Stop writing, the rows kept (a job that will be continued)."""
+        if self.raw is not None and not self.raw.closed:
+            self.raw.close()
 
     def abort(self) -> None:
         if self.raw is not None and not self.raw.closed:

@@ -16,7 +16,10 @@ import datetime as dt
 import math
 import os
 import re
+import shutil
 import struct
+import time
+import zipfile
 from typing import Iterator, Optional
 
 import numpy as np
@@ -252,11 +255,15 @@ ILLEGAL_IN_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 class ExcelWriter:
     """Rows appended to one worksheet (openpyxl's write-only mode keeps them on disk),
     saved as a workbook by close(). Text stays text (a cell starting with '=' too: it
-    is never made a formula); numbers are numbers; an empty value is an empty cell."""
+    is never made a formula); numbers are numbers; an empty value is an empty cell.
+    `stamp` (seconds since the epoch; default now): the time the workbook states, as its
+    creation and modification and as each of its zip entries' time, so that its bytes
+    depend on its rows and that time alone."""
 
-    def __init__(self, tmp: str, path: str, file_flag: str):
+    def __init__(self, tmp: str, path: str, file_flag: str, stamp: Optional[float] = None):
         openpyxl = openpyxl_module(file_flag, path)
         self.tmp, self.path, self.file_flag = tmp, path, file_flag
+        self.stamp = time.time() if stamp is None else stamp
         self.book = openpyxl.Workbook(write_only=True)
         self.sheet = self.book.create_sheet("predictions")
         self.rows = 0
@@ -314,7 +321,16 @@ class ExcelWriter:
 
     def close(self) -> None:
         if self.book is not None:
-            self.book.save(self.tmp)
+            from openpyxl.writer.excel import ExcelWriter as BookWriter
+
+            # as openpyxl's save, with the one time (which it takes as now)
+            when = dt.datetime.fromtimestamp(self.stamp, dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+            self.book.properties.created = self.book.properties.modified = when
+            archive = StampedZip(self.tmp, time.localtime(self.stamp)[:6])
+            try:
+                BookWriter(self.book, archive).save()
+            finally:
+                archive.close()
             self.book = None
 
     def abort(self) -> None:
@@ -329,6 +345,30 @@ class ExcelWriter:
                 writer.cleanup()
         except (OSError, ValueError, KeyError):  # already closed or removed: nothing left
             pass
+
+
+class StampedZip(zipfile.ZipFile):
+    """A zip file written whole, each entry stamped with one time (`date_time`, a
+    zipfile date tuple) where zipfile would take the clock's or a file's."""
+
+    def __init__(self, path: str, date_time: tuple):
+        super().__init__(path, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
+        self.date_time = tuple(date_time) if date_time[0] >= 1980 else (1980, 1, 1, 0, 0, 0)  # zip's first
+
+    def writestr(self, zinfo_or_arcname, data, compress_type=None, compresslevel=None):
+        if not isinstance(zinfo_or_arcname, zipfile.ZipInfo):  # as zipfile names an entry, at our time
+            info = zipfile.ZipInfo(zinfo_or_arcname, self.date_time)
+            info.compress_type = self.compression
+            info.external_attr = 0o600 << 16
+            zinfo_or_arcname = info
+        super().writestr(zinfo_or_arcname, data, compress_type, compresslevel)
+
+    def write(self, filename, arcname=None, compress_type=None, compresslevel=None):
+        info = zipfile.ZipInfo.from_file(filename, arcname)  # as zipfile.write, at our time
+        info.date_time = self.date_time
+        info.compress_type = self.compression if compress_type is None else compress_type
+        with open(filename, "rb") as source, self.open(info, "w") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
 
 
 # ------------------------------------------------------------------ Stata: reading
@@ -443,11 +483,14 @@ class StataWriter:
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 
-    def __init__(self, tmp: str, path: str, file_flag: str, labels: Optional[list] = None, data_label: str = ""):
+    def __init__(self, tmp: str, path: str, file_flag: str, labels: Optional[list] = None, data_label: str = "",
+                 stamp: Optional[float] = None):
         """labels: a variable label per column ('' for none): the names the columns had
         before mixer.data.tables.writing made them valid Stata names. data_label: the file's own
-        label (at most STATA_DATA_LABEL characters)."""
+        label (at most STATA_DATA_LABEL characters). stamp: the time the file states
+        (seconds since the epoch, shown in local time; default now)."""
         self.tmp, self.path, self.file_flag = tmp, path, file_flag
+        self.stamp = time.time() if stamp is None else stamp
         self.data_label = data_label[:STATA_DATA_LABEL]
         self.parts_path = tmp + ".parts"
         self.parts = None
@@ -569,7 +612,7 @@ class StataWriter:
         def padded(text: str, size: int) -> bytes:
             return text.encode("utf-8")[:size - 1].ljust(size, b"\x00")
 
-        now = dt.datetime.now()
+        now = dt.datetime.fromtimestamp(self.stamp)
         stamp = f"{now:%d} {MONTHS[now.month - 1]} {now:%Y %H:%M}".encode()
         n_vars = len(types)
         label = self.data_label.encode("utf-8")

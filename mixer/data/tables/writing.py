@@ -9,6 +9,7 @@ holds in the file itself, whatever the format. No torch here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Optional
@@ -173,10 +174,19 @@ class OutputWriter:
     CSV (UTF-8), Parquet, Excel (.xlsx) or Stata (.dta), by extension. Each chunk is the
     input's columns (if any) and the tool's, named once by output_names. `label`: a short
     text the file carries in its own metadata where the format has room (Parquet's key
-    FILE_LABEL_KEY, Stata's 80-character data label; CSV and Excel have none)."""
+    FILE_LABEL_KEY, Stata's 80-character data label; CSV and Excel have none). `stamp`: the
+    time an Excel or Stata file states (file_time).
+
+    `parts`: the directory of a job that resumes after a kill (mixer.prediction.resume).
+    It keeps the columns' names (columns.json) and, but for a CSV (whose temp file grows a
+    chunk at a time and is cut back to the chunks completed), each chunk's rows as the
+    format takes them, in a part file (part-<k>.arrow, Arrow's own format, exact) written
+    whole before the chunk counts as done. The file is written from the parts read back,
+    the same way for a job run through and one resumed (resume()), so both give the same
+    bytes; the rows themselves stream on to the format's writer, never held whole."""
 
     def __init__(self, path: str, file_flag: str = "--output", log=None, label: Optional[str] = None,
-                 tmp: Optional[str] = None):
+                 tmp: Optional[str] = None, parts: Optional[str] = None, stamp: Optional[float] = None):
         self.kind = output_kind(path, file_flag)
         self.path = check_output_path(path, file_flag, {})
         self.file_flag = file_flag
@@ -192,6 +202,29 @@ class OutputWriter:
         self.rows = 0
         self.log = log
         self.label = label
+        self.parts, self.chunks = parts, 0
+        self.stamp = stamp
+
+    def resume(self, chunks: int, rows: int) -> None:
+        """Go on after the `chunks` chunks (`rows` rows) that an earlier job on the same
+        parts completed: a CSV's temp file holds them already; another kind's file is
+        written anew from their part files, as they were written."""
+        columns = os.path.join(self.parts, COLUMNS)
+        if chunks and os.path.exists(columns):
+            with open(columns, encoding="utf-8") as handle:
+                saved = json.load(handle)
+            self.names, self.labels = saved["names"], saved["labels"]
+            self.renamed = [(old, new) for old, new in zip(self.labels, self.names) if old]
+        if self.kind == "csv":
+            self.chunks, self.rows = chunks, rows
+            return
+        for number in range(chunks):
+            path = self._part(number)
+            if not os.path.exists(path):
+                raise UserError(f"{self.file_flag} {self.path}: the unfinished run's parts ({self.parts}) lack "
+                                f"{os.path.basename(path)}; pass --restart to start over")
+            self._add(_read_part(path))
+            self.chunks += 1
 
     def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None) -> None:
         """One chunk: `inputs` (the input's columns, row for row) beside `outputs`;
@@ -204,44 +237,76 @@ class OutputWriter:
             self.names = output_names(self.kind, [] if inputs is None else inputs.columns, outputs.columns)
             self.labels = [old if old != new else "" for old, new in zip(given, self.names)]
             self.renamed = [(old, new) for old, new in zip(self.labels, self.names) if old]
+            if self.parts is not None:
+                _write_whole(os.path.join(self.parts, COLUMNS), lambda handle: handle.write(
+                    json.dumps({"names": self.names, "labels": self.labels}).encode("utf-8")))
         frame = frame.set_axis(self.names, axis=1)
+        if self.kind == "csv":
+            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
+            self.rows += len(frame)
+        else:
+            table = self._table(frame)
+            if self.parts is not None:  # kept, and written as a resumed job reads it back
+                path = self._part(self.chunks)
+                _write_whole(path, lambda handle: _write_part(table, handle))
+                table = _read_part(path)
+            self._add(table, source_rows)
+        self.chunks += 1
+
+    def _table(self, frame: pd.DataFrame):
+        """A chunk as the format takes it, an Arrow table: Parquet's columns in the first
+        chunk's types; Excel's and Stata's numbers (float64) and texts (sheet_columns)."""
+        import pyarrow as pa
+
         if self.kind in ("excel", "stata"):
-            if self.sheet is None:
-                if self.kind == "excel":
-                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.file_flag)
-                else:
-                    self.sheet = formats.StataWriter(self.tmp, self.path, self.file_flag, self.labels,
-                                                     data_label=self.label or "")
             try:
                 columns = sheet_columns(frame, self.kinds)
             except UserError as exc:
                 raise UserError(f"{self.file_flag} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
+            return pa.Table.from_arrays([pa.array(values, type=pa.float64() if kind == "number" else pa.string())
+                                         for _, kind, values in columns], names=[name for name, _, _ in columns])
+        schema = self.writer.schema if self.writer is not None else None
+        try:  # later chunks take the first one's schema (a column may be all blank in one)
+            table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
+                            f"fit the column types of the rows before them ({first_line(exc, 300)})")
+        if schema is None:
+            # Arrow types only: pandas would record dtypes such as
+            # 'list<element: int64>[pyarrow]' that it cannot read back itself
+            schema = table.schema.remove_metadata()
+            if self.label:
+                schema = schema.with_metadata({FILE_LABEL_KEY: self.label})
+        return table.replace_schema_metadata(schema.metadata)
+
+    def _add(self, table, source_rows=None) -> None:
+        """A chunk's table (_table) to the format's writer."""
+        import pyarrow as pa
+
+        if self.kind in ("excel", "stata"):
+            columns = [(name, "number" if table.schema.field(i).type == pa.float64() else "text",
+                        table.column(i).to_numpy(zero_copy_only=False)) for i, name in enumerate(table.column_names)]
             self.kinds = [kind for _, kind, _ in columns]
+            if self.sheet is None:
+                if self.kind == "excel":
+                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.file_flag, file_time(self.stamp))
+                else:
+                    self.sheet = formats.StataWriter(self.tmp, self.path, self.file_flag, self.labels,
+                                                     data_label=self.label or "", stamp=file_time(self.stamp))
             if self.kind == "excel" and source_rows is not None:  # its messages name rows
                 self.sheet.write(columns, source_rows)
             else:
                 self.sheet.write(columns)
-        elif self.parquet:
-            import pyarrow as pa
+        else:
             import pyarrow.parquet as pq
 
-            schema = self.writer.schema if self.writer is not None else None
-            try:  # later chunks take the first one's schema (a column may be all blank in one)
-                table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
-                                f"fit the column types of the rows before them ({first_line(exc, 300)})")
             if self.writer is None:
-                # Arrow types only: pandas would record dtypes such as
-                # 'list<element: int64>[pyarrow]' that it cannot read back itself
-                schema = table.schema.remove_metadata()
-                if self.label:
-                    schema = schema.with_metadata({FILE_LABEL_KEY: self.label})
-                self.writer = pq.ParquetWriter(self.tmp, schema)
+                self.writer = pq.ParquetWriter(self.tmp, table.schema)
             self.writer.write_table(table)
-        else:
-            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
-        self.rows += len(frame)
+        self.rows += table.num_rows
+
+    def _part(self, number: int) -> str:
+        return os.path.join(self.parts, PART.format(number))
 
     def commit(self, beside: Optional[dict] = None) -> None:
         """The file renamed into place, with `beside` ({path: text}: files that describe it,
@@ -262,8 +327,11 @@ class OutputWriter:
                 f"{old!r} -> {new}" for old, new in self.renamed) + labels)
 
     def close(self) -> None:
-        """Stop writing, the temp file kept (a job that will be continued: a CSV's parts)."""
-        if self.writer is not None:
+        """Stop writing, the parts kept (a job that will be continued): a CSV's temp file;
+        another kind's file, which the next job writes anew from the parts, is dropped."""
+        if self.parts is not None and self.kind != "csv":
+            self.abort()
+        elif self.writer is not None:
             self.writer.close()
 
     def abort(self) -> None:
@@ -273,6 +341,51 @@ class OutputWriter:
             self.sheet.abort()
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
+
+
+COLUMNS = "columns.json"  # the columns' names as written, and as given (OutputWriter's parts)
+PART = "part-{}.arrow"  # a chunk's rows as the format takes them (OutputWriter's parts)
+
+
+def file_time(stamp: Optional[float] = None) -> float:
+    """The time a written file states (an Excel workbook's creation, a Stata file's time
+    stamp), in seconds since the epoch: `stamp` where given (a resumed job: its first run's
+    start), else SOURCE_DATE_EPOCH where set (the reproducible-builds convention: two runs
+    then give the same bytes), else now."""
+    if stamp is not None:
+        return float(stamp)
+    fixed = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if fixed:
+        try:
+            return float(int(fixed))
+        except ValueError:
+            raise UserError(f"SOURCE_DATE_EPOCH={fixed}: not a whole number of seconds since 1970; "
+                            "set it to one (e.g. $(date +%s)) or unset it")
+    import time
+
+    return time.time()
+
+
+def _write_whole(path: str, write) -> None:
+    """A file that is there whole or not at all: written under another name, then renamed."""
+    with open(path + ".new", "wb") as handle:
+        write(handle)
+    os.replace(path + ".new", path)
+
+
+def _write_part(table, handle) -> None:
+    import pyarrow as pa
+
+    compression = "lz4" if pa.Codec.is_available("lz4") else None
+    with pa.ipc.new_file(handle, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as out:
+        out.write_table(table)
+
+
+def _read_part(path: str):
+    import pyarrow as pa
+
+    with pa.OSFile(path, "rb") as source:
+        return pa.ipc.open_file(source).read_all()
 
 
 def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = None) -> None:

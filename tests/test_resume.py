@@ -1,0 +1,204 @@
+"""A killed prediction resumes for every output kind, in one process and under torchrun
+(issue 43; docs/predicting.md, "A killed prediction"): the final file byte-identical to an
+uninterrupted run's, at most one chunk redone."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, env_for_subprocess, run_program
+
+FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
+STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time an Excel or Stata file states, fixed across runs
+
+
+@pytest.fixture(scope="module")
+def run(tiny_two_code_run):
+    return tiny_two_code_run
+
+
+@pytest.fixture(scope="module")
+def census(tmp_path_factory, small_csv) -> str:
+    """600 rows drawn from 121 descriptions (a few drawn often, as in a census), with a
+    number column and rows without a description: 7 chunks of 90."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    rng = np.random.default_rng(3)
+    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
+    rows = frame.iloc[rng.choice(len(frame), 600, p=weights / weights.sum())].reset_index(drop=True)
+    rows.loc[::53, "occ1"] = ""
+    rows["year"] = 1850 + np.arange(600) % 40
+    path = tmp_path_factory.mktemp("census") / "census.csv"
+    rows.to_csv(path, index=False)
+    return str(path)
+
+
+def predict_cmd(run, census, out, *extra) -> list:
+    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90",
+            *map(str, extra)]
+
+
+def same_name(tmp_path, name: str, *folders) -> list:
+    """Outputs of one name in folders of their own: a file's provenance (which Parquet and
+    Stata files carry) names the output."""
+    paths = []
+    for folder in folders:
+        (tmp_path / folder).mkdir()
+        paths.append(tmp_path / folder / name)
+    return paths
+
+
+def env(**values) -> dict:
+    environment = env_for_subprocess()
+    environment.pop("SOURCE_DATE_EPOCH", None)
+    environment.update(values)
+    return environment
+
+
+# ------------------------------------------------------------------ every output kind
+@pytest.mark.parametrize("suffix, extra, fault, done", [
+    ("parquet", ["--head", "flat", "seq2seq"], "3", 3),  # a kill -9 after chunk 3's rows, before its entry
+    ("xlsx", [], "1:TERM", 2),  # a scheduler's SIGTERM: chunk 1 kept, exit 0
+    ("dta", ["--head", "flat", "seq2seq"], "3", 3),
+    ("npy", ["--what", "probs", "--head", "flat"], "1:TERM", 2),
+])
+def test_every_output_kind_killed_resumes_to_the_bytes_of_an_uninterrupted_run(run, census, tmp_path, suffix, extra,
+                                                                                 fault, done, monkeypatch, capsys):
+    from mixer.cli.entrypoints import predict_main
+
+    whole, cut = same_name(tmp_path, f"out.{suffix}", "whole", "cut")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", STAMP)
+    assert predict_main(predict_cmd(run, census, whole, *extra)) == 0
+    killed = run_program("predict.py", *predict_cmd(run, census, cut, *extra), check=False,
+                         env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: fault}))
+    assert killed.returncode == (0 if "TERM" in fault else 9), killed.stderr
+    assert not cut.exists()
+    # run again without the fixed time: an Excel or Stata file states the first run's (the journal's)
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    capsys.readouterr()
+    assert predict_main(predict_cmd(run, census, cut, *extra)) == 0
+    assert f"continuing an unfinished run after its {done} chunk(s) ({90 * done} rows" in capsys.readouterr().out
+    assert cut.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in cut.parent.iterdir()) == [cut.name, cut.name + ".provenance.json"]
+
+
+def test_a_file_written_through_parts_is_the_file_written_directly(tmp_path):
+    """What a resumable job writes (each chunk kept as a part, the file written from the parts
+    read back; resumed after any chunk) is byte for byte what the writer writes without parts:
+    Parquet keeps its layout (a row group per chunk), Excel and Stata their cells."""
+    from mixer.data.tables.writing import OutputWriter
+
+    rng = np.random.default_rng(0)
+    chunks = [pd.DataFrame({"occ1": [f"farmer {i}" for i in range(start, start + 40)],
+                            "birth year": np.arange(start, start + 40), "prob_1": rng.random(40),
+                            "code_1": ["61110"] * 39 + [""]}) for start in range(0, 120, 40)]
+    inputs = ["occ1", "birth year"]  # Stata names the second birth_year, labelled with its name
+    for suffix in ("parquet", "xlsx", "dta", "csv"):
+        direct = OutputWriter(str(tmp_path / f"direct.{suffix}"), label="made by a test", stamp=1.7e9)
+        for chunk in chunks:
+            direct.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
+        direct.commit()
+        expected = (tmp_path / f"direct.{suffix}").read_bytes()
+        for kept in range(len(chunks) + 1):  # a job that stopped after `kept` chunks, continued
+            parts = tmp_path / f"parts-{suffix}-{kept}"
+            parts.mkdir()
+            out = tmp_path / f"resumed-{kept}.{suffix}"
+            first = OutputWriter(str(out), label="made by a test", tmp=str(parts / f"output.{suffix}"),
+                                 parts=str(parts), stamp=1.7e9)
+            for chunk in chunks[:kept]:
+                first.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
+            first.close()
+            resumed = OutputWriter(str(out), label="made by a test", tmp=str(parts / f"output.{suffix}"),
+                                   parts=str(parts), stamp=1.7e9)
+            resumed.resume(kept, 40 * kept)
+            for chunk in chunks[kept:]:
+                resumed.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
+            resumed.commit()
+            assert out.read_bytes() == expected, (suffix, kept)
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(tmp_path / "direct.parquet").metadata.num_row_groups == 3
+
+
+def test_excel_and_stata_files_state_the_time_given_not_the_clock_s(tmp_path, monkeypatch):
+    """An Excel workbook (its creation, modification and zip entries' times) and a Stata
+    file (its time stamp) state SOURCE_DATE_EPOCH (a resumable job: its first run's start),
+    so the same rows give the same bytes whenever they are written."""
+    import datetime as dt
+    import time
+    import zipfile
+
+    from mixer.data.tables.writing import write_table
+
+    frame = pd.DataFrame({"occ1": ["farmer", "smith"], "prob_1": [0.5, 0.25]})
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", STAMP)
+    write_table(frame, str(tmp_path / "a.xlsx"))
+    write_table(frame, str(tmp_path / "a.dta"))
+    with zipfile.ZipFile(tmp_path / "a.xlsx") as book:
+        assert {info.date_time for info in book.infolist()} == {time.localtime(int(STAMP))[:6]}
+        core = book.read("docProps/core.xml")
+    assert core.count(b"2023-11-14T22:13:20Z") == 2  # created and modified
+    local = dt.datetime.fromtimestamp(int(STAMP))
+    assert f"{local:%d} Nov {local:%Y %H:%M}".encode() in (tmp_path / "a.dta").read_bytes()[:300]
+
+
+# ------------------------------------------------------------------ torchrun
+def torchrun(*args) -> list:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+            os.path.join(ROOT, "predict.py"), "--distributed", *map(str, args)]
+
+
+def launch(cmd, environment, check=True):
+    import subprocess
+
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=environment)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def two_processes(run, census, tmp_path_factory) -> dict:
+    """torchrun, 2 processes, run through: a CSV (two heads) and a Parquet file."""
+    outputs = {}
+    for suffix, extra in (("csv", ["--head", "flat", "seq2seq", "--batch-size", "8"]), ("parquet", [])):
+        out = tmp_path_factory.mktemp("two") / f"out.{suffix}"
+        launch(torchrun(*predict_cmd(run, census, out, *extra)), env())
+        outputs[suffix] = out.read_bytes()
+    return outputs
+
+
+def test_two_processes_killed_and_run_again_write_what_they_write_run_through(run, census, two_processes, tmp_path):
+    """torchrun, 2 processes. Rank 1 lost after chunk 2 (its node gone: torchrun ends rank 0,
+    whose collective fails): the parts stay. The same command continues after chunk 2; then
+    rank 0 killed after chunk 4's rows, before its journal entry; the same command again
+    continues after chunk 3. The CSV is byte-identical to 2 processes' run through."""
+    (two,) = same_name(tmp_path, "out.csv", "two")
+    cmd = predict_cmd(run, census, two, "--head", "flat", "seq2seq", "--batch-size", "8")
+    lost = launch(torchrun(*cmd), env(**{FAULT: "2:LOST"}), check=False)
+    assert lost.returncode != 0 and not two.exists()
+    killed = launch(torchrun(*cmd), env(**{FAULT: "4"}), check=False)
+    assert "continuing an unfinished run after its 3 chunk(s) (270 rows" in killed.stdout
+    assert killed.returncode != 0 and not two.exists()
+    again = launch(torchrun(*cmd), env())
+    assert "continuing an unfinished run after its 4 chunk(s) (360 rows" in again.stdout
+    assert two.read_bytes() == two_processes["csv"]
+    assert sorted(p.name for p in two.parent.iterdir()) == ["out.csv", "out.csv.provenance.json"]
+
+
+def test_two_processes_stop_together_on_a_signal_and_one_process_continues(run, census, two_processes, tmp_path):
+    """torchrun, 2 processes, Parquet: SIGTERM to rank 0 after chunk 1 stops both ranks after
+    it (they agree), exit 0. One process continues the job (any layout: 1 and N processes
+    compute each input in the same batch, Predictor.shared) to the bytes of 2 processes run
+    through."""
+    (stopped,) = same_name(tmp_path, "out.parquet", "stopped")
+    first = launch(torchrun(*predict_cmd(run, census, stopped)), env(**{FAULT: "1:TERM"}))
+    assert "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue" in first.stderr
+    assert not stopped.exists()
+    again = run_program("predict.py", *predict_cmd(run, census, stopped), env=env())
+    assert "continuing an unfinished run after its 2 chunk(s) (180 rows" in again.stdout
+    assert stopped.read_bytes() == two_processes["parquet"]
