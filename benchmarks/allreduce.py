@@ -27,8 +27,10 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize()
         if dist.get_rank() == 0:
-            print(f"all-reduce of {mib:3d} MiB fp32 over {dist.get_world_size()} processes: "
-                  f"{(time.perf_counter() - start) / 5 * 1000:.1f} ms")
+            print(
+                f"all-reduce of {mib:3d} MiB fp32 over {dist.get_world_size()} processes: "
+                f"{(time.perf_counter() - start) / 5 * 1000:.1f} ms"
+            )
     dist.destroy_process_group()
 
 

@@ -37,22 +37,35 @@ def main() -> None:
     accuracy = sum({p} == t for p, t in zip(predicted, truth)) / len(val)
     seconds = time.perf_counter() - start
     noisy_accuracy, edits = noised_accuracy(args.run_dir, train, val, vectorizer, classifier, truth)
-    log = pd.read_csv(os.path.join(args.run_dir, "logs.csv")) if os.path.exists(
-        os.path.join(args.run_dir, "logs.csv")) else None
-    print(f"baseline (TF-IDF char 1-4 + LinearSVC): accuracy {accuracy:.4f} on {len(val)} "
-          f"validation rows ({seconds:.1f} s)")
+    log = (
+        pd.read_csv(os.path.join(args.run_dir, "logs.csv"))
+        if os.path.exists(os.path.join(args.run_dir, "logs.csv"))
+        else None
+    )
+    print(
+        f"baseline (TF-IDF char 1-4 + LinearSVC): accuracy {accuracy:.4f} on {len(val)} "
+        f"validation rows ({seconds:.1f} s)"
+    )
     if noisy_accuracy is not None:
-        print(f"baseline on the noised validation rows ({edits} edits each): accuracy {noisy_accuracy:.4f}")
+        print(
+            f"baseline on the noised validation rows ({edits} edits each): accuracy {noisy_accuracy:.4f}"
+        )
     if log is not None and len(log):
         last = log.iloc[-1]
-        print(f"mixer run {args.run_dir}: flat accuracy {last['val_flat_accuracy']:.4f}, "
-              f"seq2seq accuracy {last['val_seq2seq_accuracy']:.4f} at step {int(last['step'])}")
+        print(
+            f"mixer run {args.run_dir}: flat accuracy {last['val_flat_accuracy']:.4f}, "
+            f"seq2seq accuracy {last['val_seq2seq_accuracy']:.4f} at step {int(last['step'])}"
+        )
         print(f"ratio mixer/baseline (flat): {last['val_flat_accuracy'] / accuracy:.3f}")
         if noisy_accuracy is not None and "val_noisy_flat_accuracy" in last:
-            print(f"mixer run on the noised rows: flat accuracy {last['val_noisy_flat_accuracy']:.4f}, "
-                  f"seq2seq accuracy {last['val_noisy_seq2seq_accuracy']:.4f}")
-            print(f"ratio mixer/baseline on the noised rows (flat): "
-                  f"{last['val_noisy_flat_accuracy'] / noisy_accuracy:.3f}")
+            print(
+                f"mixer run on the noised rows: flat accuracy {last['val_noisy_flat_accuracy']:.4f}, "
+                f"seq2seq accuracy {last['val_noisy_seq2seq_accuracy']:.4f}"
+            )
+            print(
+                f"ratio mixer/baseline on the noised rows (flat): "
+                f"{last['val_noisy_flat_accuracy'] / noisy_accuracy:.3f}"
+            )
 
 
 def noised_accuracy(run_dir, train, val, vectorizer, classifier, truth):
@@ -67,8 +80,13 @@ def noised_accuracy(run_dir, train, val, vectorizer, classifier, truth):
     from mixer.training.run import validation_sample
 
     rows = validation_sample(len(val), train_args.get("val_max_rows") or 0, train_args["seed"])
-    texts = noised_texts(list(val["text"].iloc[rows]), train_args["seed"], edits,
-                         word_list(train["text"]), positions=rows)  # the run's sample, its draws
+    texts = noised_texts(
+        list(val["text"].iloc[rows]),
+        train_args["seed"],
+        edits,
+        word_list(train["text"]),
+        positions=rows,
+    )  # the run's sample, its draws
     predicted = classifier.predict(vectorizer.transform(texts))
     return sum({p} == t for p, t in zip(predicted, truth.iloc[rows])) / len(rows), edits
 

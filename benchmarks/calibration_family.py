@@ -56,18 +56,22 @@ def main(argv=None) -> int:
         if not fit.any():
             print(f"{run}: no calibration rows (train with --share-calibration)")
             continue
-        print(f"{run}: fit on {fit.sum()} calibration rows, measured on {held.sum()} validation rows")
+        print(
+            f"{run}: fit on {fit.sum()} calibration rows, measured on {held.sum()} validation rows"
+        )
         for head in ("flat", "seq2seq"):
             confidence = scores[f"{head}_confidence"].to_numpy(np.float64)
             correct = scores[f"{head}_correct"].to_numpy(bool)
             temperature = fit_temperature(confidence[fit], correct[fit])
             a, b = fit_scale_and_bias(logit(confidence[fit]), correct[fit])
             scaled = 1 / (1 + np.exp(-(a * logit(confidence[held]) + b)))
-            print(f"  {head}: mean confidence {confidence[held].mean():.3f}, accuracy {correct[held].mean():.3f}; "
-                  f"ECE raw {expected_calibration_error(confidence[held], correct[held]):.3f}, "
-                  f"temperature {temperature:.3f} "
-                  f"{expected_calibration_error(calibrate(confidence[held], temperature), correct[held]):.3f}, "
-                  f"scale {a:.3f} and bias {b:.3f} {expected_calibration_error(scaled, correct[held]):.3f}")
+            print(
+                f"  {head}: mean confidence {confidence[held].mean():.3f}, accuracy {correct[held].mean():.3f}; "
+                f"ECE raw {expected_calibration_error(confidence[held], correct[held]):.3f}, "
+                f"temperature {temperature:.3f} "
+                f"{expected_calibration_error(calibrate(confidence[held], temperature), correct[held]):.3f}, "
+                f"scale {a:.3f} and bias {b:.3f} {expected_calibration_error(scaled, correct[held]):.3f}"
+            )
     return 0
 
 

@@ -34,14 +34,23 @@ def check(rate: int, kernel: int, width: int, step: int, window: int = 128) -> N
     from transformers import CanineConfig, CanineModel
 
     torch.manual_seed(0)
-    config = CanineConfig(hidden_size=width, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=2 * width, num_hash_buckets=1024, num_hash_functions=4,
-                          downsampling_rate=rate, upsampling_kernel_size=kernel,
-                          local_transformer_stride=window)
+    config = CanineConfig(
+        hidden_size=width,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=2 * width,
+        num_hash_buckets=1024,
+        num_hash_functions=4,
+        downsampling_rate=rate,
+        upsampling_kernel_size=kernel,
+        local_transformer_stride=window,
+    )
     model = CanineModel(config).eval()
     rules = {what: InputPadding.for_encoder(config, MAX_LEN, what) for what in (POOLED, CHARACTERS)}
     ids = torch.randint(32, 5000, (MAX_LEN,))
-    found = {what: {"above": 0.0, "identical": 0, "count": 0, "below": float("inf")} for what in rules}
+    found = {
+        what: {"above": 0.0, "identical": 0, "count": 0, "below": float("inf")} for what in rules
+    }
     for n in range(5, MAX_LEN + 1, step):
         row = ids[:n]
 
@@ -63,12 +72,17 @@ def check(rate: int, kernel: int, width: int, step: int, window: int = 128) -> N
                     entry["above"] = max(entry["above"], gap)
                     entry["identical"] += gap == 0
                     entry["count"] += 1
-                elif rule.length(n) < MAX_LEN:  # a rule of 128 is the reference itself: nothing is below it
+                elif (
+                    rule.length(n) < MAX_LEN
+                ):  # a rule of 128 is the reference itself: nothing is below it
                     entry["below"] = min(entry["below"], gap)
     for what, entry in found.items():
-        print(f"rate {rate}, kernel {kernel}, window {window}, {what:10s}: at or above the rule largest difference "
-              f"{entry['above']:.1e} ({entry['identical']} of {entry['count']} bit-identical); below it "
-              f"smallest difference {entry['below']:.1e}", flush=True)
+        print(
+            f"rate {rate}, kernel {kernel}, window {window}, {what:10s}: at or above the rule largest difference "
+            f"{entry['above']:.1e} ({entry['identical']} of {entry['count']} bit-identical); below it "
+            f"smallest difference {entry['below']:.1e}",
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -47,7 +47,10 @@ from mixer.data.inputs.padding import EVERY_POSITION  # noqa: E402
 
 MAX_LEN = 128
 STARTS = {
-    "fresh": ("a fresh CANINE-s, mixer's heads", ["--encoder", "canine-s-random", "--max-len", str(MAX_LEN)]),
+    "fresh": (
+        "a fresh CANINE-s, mixer's heads",
+        ["--encoder", "canine-s-random", "--max-len", str(MAX_LEN)],
+    ),
     "occcanine-new-heads": ("OccCANINE's encoder, new heads (--only-encoder)", ["--only-encoder"]),
     "occcanine-whole": ("OccCANINE's whole model (heads kept)", []),
 }
@@ -61,8 +64,22 @@ def prepared_run(workdir: str, start: str, hub: str) -> str:
     run_dir = os.path.join(workdir, start)
     shutil.rmtree(run_dir, ignore_errors=True)
     flags = STARTS[start][1] + ([] if start == "fresh" else ["--initial-checkpoint", hub])
-    subprocess.run([sys.executable, "finetune.py", *EXAMPLE_FLAGS, "--language", "en", "--save-path", run_dir,
-                    *flags, "--prepare-only"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "finetune.py",
+            *EXAMPLE_FLAGS,
+            "--language",
+            "en",
+            "--save-path",
+            run_dir,
+            *flags,
+            "--prepare-only",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return run_dir
 
 
@@ -82,8 +99,9 @@ def built(run_dir: str):
     config = resolve_new_heads(config, start)
     prepared = load_prepared(run_dir, with_text=False)
     torch.manual_seed(0)
-    model, encoder = build_model(start, config, prepared.formatter, list(prepared.key["code"]),
-                                 log=lambda line: None)
+    model, encoder = build_model(
+        start, config, prepared.formatter, list(prepared.key["code"]), log=lambda line: None
+    )
     return model, encoder, start.recipe, config.train
 
 
@@ -93,20 +111,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--starts", nargs="+", choices=list(STARTS), default=list(STARTS))
     parser.add_argument("--no-noise", action="store_true", help="train on the rows as written")
-    parser.add_argument("--occc-pst2", type=float, default=None, metavar="SAMPLES_PER_S",
-                        help="OCCC-PST2's own loop on the same rows and batch: print the ratio to it")
+    parser.add_argument(
+        "--occc-pst2",
+        type=float,
+        default=None,
+        metavar="SAMPLES_PER_S",
+        help="OCCC-PST2's own loop on the same rows and batch: print the ratio to it",
+    )
     parser.add_argument("--workdir", default="/tmp/mixer-bench-canine-training")
     args = parser.parse_args()
     from occcanine_speed import write_full_size_model
 
     noise = NoiseConfig(0, 0, 0) if args.no_noise else NOISE
     print(keep_freed_memory() or "C allocator as it is")  # as finetune.py does
-    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
-          f"threads, torch {torch.__version__}; CANINE-s architecture, batch {args.batch_size}, "
-          + (f"noise {noise.prob} x {noise.edits} edits" if noise.active else "no noise")
-          + f", language 'en'; medians over {args.steps} steps after 2 warm-up steps")
+    print(
+        f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
+        f"threads, torch {torch.__version__}; CANINE-s architecture, batch {args.batch_size}, "
+        + (f"noise {noise.prob} x {noise.edits} edits" if noise.active else "no noise")
+        + f", language 'en'; medians over {args.steps} steps after 2 warm-up steps"
+    )
     hub = os.path.join(args.workdir, "occcanine-hub")
-    if any(start != "fresh" for start in args.starts) and not os.path.exists(os.path.join(hub, "model.safetensors")):
+    if any(start != "fresh" for start in args.starts) and not os.path.exists(
+        os.path.join(hub, "model.safetensors")
+    ):
         write_full_size_model(hub)
     for start in args.starts:
         run_dir = prepared_run(args.workdir, start, hub)
@@ -114,21 +141,35 @@ def main() -> None:
         reads = model.padding_reads(decoder=True)
         variants = {"padded to 128 characters": (EVERY_POSITION, 1)}
         if reads != EVERY_POSITION:  # the decoder masks padding: the rule applies
-            variants.update({"padded as its rows need, whole": (reads, 1),
-                             "padded as its rows need, 2 length groups": (reads, 2)})
+            variants.update(
+                {
+                    "padded as its rows need, whole": (reads, 1),
+                    "padded as its rows need, 2 length groups": (reads, 2),
+                }
+            )
         loaders = {}
         for name, (what, groups) in variants.items():
-            loaders[name], formatter, _, _ = loader_of(run_dir, encoder, noise, args.batch_size, recipe.max_len,
-                                                       groups, what, recipe)
-        seconds, chars = timed_steps(model, formatter, loaders, args.steps, learning_rate=train.learning_rate,
-                                     head_lr_scale=train.head_lr_scale)
+            loaders[name], formatter, _, _ = loader_of(
+                run_dir, encoder, noise, args.batch_size, recipe.max_len, groups, what, recipe
+            )
+        seconds, chars = timed_steps(
+            model,
+            formatter,
+            loaders,
+            args.steps,
+            learning_rate=train.learning_rate,
+            head_lr_scale=train.head_lr_scale,
+        )
         base = seconds["padded to 128 characters"]
         print(f"{STARTS[start][0]} ({start}):")
         for name in loaders:
             rate = args.batch_size / seconds[name]
             against = f", {rate / args.occc_pst2:.2f}x OCCC-PST2's loop" if args.occc_pst2 else ""
-            print(f"  {name}: {rate:6.2f} samples/s, {chars[name]:5.1f} characters computed per row, "
-                  f"{base / seconds[name]:.2f}x padded to 128{against}", flush=True)
+            print(
+                f"  {name}: {rate:6.2f} samples/s, {chars[name]:5.1f} characters computed per row, "
+                f"{base / seconds[name]:.2f}x padded to 128{against}",
+                flush=True,
+            )
         del model, encoder, loaders
 
 

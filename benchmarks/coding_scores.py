@@ -48,16 +48,23 @@ def score(predictor, texts, langs, levels, batch_size=128) -> dict:
     top_k = predictor.default_top_k()
     steps = f.max_num_codes * f.block_size  # what predict.py decodes for mixer's family
     n = len(texts)
-    out = {"flat": {"codes": [None] * n, "confidence": np.zeros(n)},
-           "seq2seq": {"codes": [None] * n, "confidence": np.zeros(n)}}
+    out = {
+        "flat": {"codes": [None] * n, "confidence": np.zeros(n)},
+        "seq2seq": {"codes": [None] * n, "confidence": np.zeros(n)},
+    }
     for head in out.values():
         head.update({f"confidence_{L}": np.zeros(n) for L in levels})
     with torch.no_grad():
-        for rows, states, pooled, mask, row_langs in predictor._encoded(np.asarray(texts, dtype=object),
-                                                                     np.asarray(langs, dtype=object),
-                                                                     batch_size, states=True):
+        for rows, states, pooled, mask, row_langs in predictor._encoded(
+            np.asarray(texts, dtype=object),
+            np.asarray(langs, dtype=object),
+            batch_size,
+            states=True,
+        ):
             logits = predictor.model.flat_head(pooled).float()
-            limits = torch.from_numpy(predictor.row_thresholds(row_langs, None)).to(logits).unsqueeze(1)
+            limits = (
+                torch.from_numpy(predictor.row_thresholds(row_langs, None)).to(logits).unsqueeze(1)
+            )
             index, _, picked = flat_prediction(logits.sigmoid(), limits, top_k, predictor.rules)
             chosen = torch.zeros_like(logits, dtype=torch.bool)
             chosen.scatter_(1, index, picked)
@@ -66,7 +73,8 @@ def score(predictor, texts, langs, levels, batch_size=128) -> dict:
             flat["confidence"][rows] = confidence.flat_confidence(logits_np, chosen_np)
             for L in levels:
                 flat[f"confidence_{L}"][rows] = confidence.flat_level_confidence(
-                    logits_np, chosen_np, predictor.codes, L)
+                    logits_np, chosen_np, predictor.codes, L
+                )
             for i, row in enumerate(rows):
                 flat["codes"][row] = sorted(predictor.codes[chosen_np[i]])
             tokens, token_probs = predictor.model.generate(states, mask, steps)
@@ -75,7 +83,8 @@ def score(predictor, texts, langs, levels, batch_size=128) -> dict:
             s2s["confidence"][rows] = confidence.sequence_confidence(token_probs)
             for L in levels:
                 s2s[f"confidence_{L}"][rows] = confidence.sequence_level_confidence(
-                    token_probs, f.block_size, f.max_num_codes, L)
+                    token_probs, f.block_size, f.max_num_codes, L
+                )
             for i, codes in zip(rows, decoded_codes(tokens.cpu(), f)):
                 s2s["codes"][i] = sorted(set(codes))
     return out
@@ -84,7 +93,9 @@ def score(predictor, texts, langs, levels, batch_size=128) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
-    parser.add_argument("--system", default="hisco", help="code system for the levels (mixer.coding.levels)")
+    parser.add_argument(
+        "--system", default="hisco", help="code system for the levels (mixer.coding.levels)"
+    )
     parser.add_argument("--output", required=True)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
@@ -96,15 +107,27 @@ def main(argv=None) -> int:
     val = pd.read_parquet(os.path.join(args.run_dir, "data_val.parquet"))
     train = pd.read_parquet(os.path.join(args.run_dir, "data_train.parquet"), columns=["text"])
     code_cols = [c for c in val.columns if c.startswith("code_")]
-    truth = [sorted({str(c) for c in row if isinstance(c, str) and c}) for row in
-             val[code_cols].astype(object).itertuples(index=False)]
+    truth = [
+        sorted({str(c) for c in row if isinstance(c, str) and c})
+        for row in val[code_cols].astype(object).itertuples(index=False)
+    ]
     predictor = Predictor.load(args.run_dir, device=args.device)
     texts, langs = val["text"].astype(str).tolist(), val["lang"].astype(str).tolist()
     parts = []
-    for noisy, row_texts in ((False, texts), (True, noisy_texts(texts, train["text"].astype(str).tolist()))):
+    for noisy, row_texts in (
+        (False, texts),
+        (True, noisy_texts(texts, train["text"].astype(str).tolist())),
+    ):
         scored = score(predictor, row_texts, langs, levels)
-        part = pd.DataFrame({"row": val["row"].to_numpy(), "lang": langs, "text": row_texts, "noisy": noisy,
-                             "true_codes": [" & ".join(t) for t in truth]})
+        part = pd.DataFrame(
+            {
+                "row": val["row"].to_numpy(),
+                "lang": langs,
+                "text": row_texts,
+                "noisy": noisy,
+                "true_codes": [" & ".join(t) for t in truth],
+            }
+        )
         for head, values in scored.items():
             part[f"{head}_codes"] = [" & ".join(c) for c in values["codes"]]
             part[f"{head}_confidence"] = values["confidence"]
@@ -113,8 +136,10 @@ def main(argv=None) -> int:
                 part[f"{head}_confidence_{L}"] = values[f"confidence_{L}"]
                 part[f"{head}_correct_{L}"] = prefix_correct(truth, values["codes"], L)
         parts.append(part)
-        print(f"{'noisy' if noisy else 'as written'}: flat accuracy {part['flat_correct'].mean():.4f}, "
-              f"seq2seq accuracy {part['seq2seq_correct'].mean():.4f} on {len(part)} rows")
+        print(
+            f"{'noisy' if noisy else 'as written'}: flat accuracy {part['flat_correct'].mean():.4f}, "
+            f"seq2seq accuracy {part['seq2seq_correct'].mean():.4f} on {len(part)} rows"
+        )
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     pd.concat(parts, ignore_index=True).to_parquet(args.output, index=False)
     print(f"wrote {args.output}")

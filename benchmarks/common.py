@@ -5,8 +5,14 @@ import re
 import statistics
 
 # finetune.py on the shipped example data
-EXAMPLE_FLAGS = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1", "--zero-padded-codes",
-                 "--allow-codes-shorter-than-block-size"]
+EXAMPLE_FLAGS = [
+    "--dataset",
+    "data/toy_hisco.csv",
+    "--target-cols",
+    "hisco_1",
+    "--zero-padded-codes",
+    "--allow-codes-shorter-than-block-size",
+]
 
 
 def timed_rate(stdout: str) -> float:

@@ -31,9 +31,23 @@ def fresh_run_dir(run_dir: str, args) -> str:
 
 
 def train_cmd(run_dir: str, args) -> list:
-    return ["finetune.py", *FLAGS, "--save-path", run_dir, "--encoder", args.encoder,
-            "--batch-size", str(args.batch_size), "--max-steps", str(args.warmup + args.steps),
-            "--log-interval", str(args.warmup), "--grad-accum-steps", "1", *args.extra.split()]
+    return [
+        "finetune.py",
+        *FLAGS,
+        "--save-path",
+        run_dir,
+        "--encoder",
+        args.encoder,
+        "--batch-size",
+        str(args.batch_size),
+        "--max-steps",
+        str(args.warmup + args.steps),
+        "--log-interval",
+        str(args.warmup),
+        "--grad-accum-steps",
+        "1",
+        *args.extra.split(),
+    ]
 
 
 def finish(proc: subprocess.Popen) -> float:
@@ -45,22 +59,40 @@ def finish(proc: subprocess.Popen) -> float:
 
 def start(cmd: list) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, *cmd], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, *cmd],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def ddp_rate(nproc: int, args) -> float:
     """Global samples/s of torchrun with nproc processes over the timed windows."""
     run_dir = fresh_run_dir(os.path.join(args.workdir, f"ddp{nproc}"), args)
-    return finish(start(["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                         *train_cmd(run_dir, args), "--distributed"]))
+    return finish(
+        start(
+            [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={nproc}",
+                *train_cmd(run_dir, args),
+                "--distributed",
+            ]
+        )
+    )
 
 
 def independent_rate(args) -> float:
     """Two ordinary single-process runs at the same time, no process group:
     the most that any two processes get out of this machine."""
-    runs = [start(train_cmd(fresh_run_dir(os.path.join(args.workdir, f"solo{i}"), args), args))
-            for i in range(2)]
+    runs = [
+        start(train_cmd(fresh_run_dir(os.path.join(args.workdir, f"solo{i}"), args), args))
+        for i in range(2)
+    ]
     return sum(finish(proc) for proc in runs)
 
 
@@ -72,14 +104,29 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/mixer-bench-ddp")
-    parser.add_argument("--extra", default="", help="more flags for both runs, e.g. \"--grad-accum-steps 2\"")
+    parser.add_argument(
+        "--extra", default="", help='more flags for both runs, e.g. "--grad-accum-steps 2"'
+    )
     args = parser.parse_args()
     args.prepared = os.path.join(args.workdir, "prepared", args.encoder)
     if not os.path.exists(os.path.join(args.prepared, "cache")):
         shutil.rmtree(args.prepared, ignore_errors=True)
-        subprocess.run([sys.executable, "finetune.py", *FLAGS, "--save-path", args.prepared,
-                        "--encoder", args.encoder, "--max-steps", "1"], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "finetune.py",
+                *FLAGS,
+                "--save-path",
+                args.prepared,
+                "--encoder",
+                args.encoder,
+                "--max-steps",
+                "1",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         for name in os.listdir(args.prepared):
             if name.startswith("last") or name in ("logs.csv", "model.safetensors"):
                 os.unlink(os.path.join(args.prepared, name))
@@ -90,14 +137,18 @@ def main() -> None:
         apart.append(independent_rate(args))
     speedup = statistics.median(two) / statistics.median(one)
     ceiling = statistics.median(apart) / statistics.median(one)
-    print(f"encoder {args.encoder}, batch {args.batch_size} per process, 1 thread per process, "
-          f"{args.steps} timed steps, gloo on CPU {args.extra}")
+    print(
+        f"encoder {args.encoder}, batch {args.batch_size} per process, 1 thread per process, "
+        f"{args.steps} timed steps, gloo on CPU {args.extra}"
+    )
     print(f"1 process:                   {', '.join(f'{r:.1f}' for r in one)} samples/s")
     print(f"2 processes (DDP):           {', '.join(f'{r:.1f}' for r in two)} samples/s")
     print(f"2 independent runs, summed:  {', '.join(f'{r:.1f}' for r in apart)} samples/s")
     print(f"speed-up 2 vs 1 (medians): {speedup:.2f}x")
-    print(f"machine ceiling, 2 independent runs vs 1: {ceiling:.2f}x; "
-          f"DDP reaches {100 * speedup / ceiling:.0f}% of it")
+    print(
+        f"machine ceiling, 2 independent runs vs 1: {ceiling:.2f}x; "
+        f"DDP reaches {100 * speedup / ceiling:.0f}% of it"
+    )
 
 
 if __name__ == "__main__":

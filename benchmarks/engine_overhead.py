@@ -39,11 +39,30 @@ FLAGS = EXAMPLE_FLAGS
 
 def engine(run_dir: str, encoder: str, batch: int, warmup: int, steps: int) -> float:
     """samples/s of finetune.py over steps warmup+1 .. warmup+steps (from its log lines)."""
-    proc = subprocess.run([sys.executable, "finetune.py", *FLAGS, "--save-path", run_dir,
-                           "--encoder", encoder, "--batch-size", str(batch),
-                           "--max-steps", str(warmup + steps), "--log-interval", str(warmup),
-                           "--eval-interval", "100000", "--save-interval", "100000"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "finetune.py",
+            *FLAGS,
+            "--save-path",
+            run_dir,
+            "--encoder",
+            encoder,
+            "--batch-size",
+            str(batch),
+            "--max-steps",
+            str(warmup + steps),
+            "--log-interval",
+            str(warmup),
+            "--eval-interval",
+            "100000",
+            "--save-interval",
+            "100000",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise SystemExit(proc.stderr)
     return timed_rate(proc.stdout)
@@ -54,9 +73,13 @@ def setup(run_dir: str, encoder_name: str, batch: int):
     encoder = build_encoder(encoder_name, dropout=0.1)
     key_codes = list(prepared.key["code"])
     f = prepared.formatter
-    model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=f.vocab_size,
-                                                  target_len=f.target_len))
-    tokens = split_caches(run_dir, token_ids_of(encoder, InputRecipe(max_len=64)), prepared)["train"]
+    model = MixerModel(
+        encoder.model,
+        HeadsConfig(num_labels=len(key_codes), vocab_size=f.vocab_size, target_len=f.target_len),
+    )
+    tokens = split_caches(run_dir, token_ids_of(encoder, InputRecipe(max_len=64)), prepared)[
+        "train"
+    ]
     dataset = RowDataset(RowInputs(tokens), labels_of(prepared.train, key_codes, f.max_num_codes))
     collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes))
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
@@ -77,8 +100,15 @@ def bare(model, loader, formatter, warmup: int, steps: int) -> float:
         if i == warmup:
             start, rows = time.perf_counter(), 0
         flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
-        total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
-                                 formatter.block_size, 0.1)
+        total, _, _ = row_losses(
+            flat,
+            seq,
+            batch.labels,
+            batch.targets,
+            formatter.max_num_codes,
+            formatter.block_size,
+            0.1,
+        )
         step_loss(total, batch.weights, batch.global_rows, 1).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -105,9 +135,24 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/mixer-bench-engine")
     args = parser.parse_args()
     run_dir = os.path.join(args.workdir, args.encoder)
-    subprocess.run([sys.executable, "finetune.py", *FLAGS, "--save-path", run_dir, "--encoder",
-                    args.encoder, "--max-steps", "1", "--eval-interval", "100000"], cwd=ROOT,
-                   check=True, capture_output=True)  # prepares data and the token cache
+    subprocess.run(
+        [
+            sys.executable,
+            "finetune.py",
+            *FLAGS,
+            "--save-path",
+            run_dir,
+            "--encoder",
+            args.encoder,
+            "--max-steps",
+            "1",
+            "--eval-interval",
+            "100000",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )  # prepares data and the token cache
     engine_rates, bare_rates = [], []
     for _ in range(args.rounds):  # interleaved, so drifting machine load hits both
         for name in os.listdir(run_dir):
@@ -119,13 +164,19 @@ def main() -> None:
     model, loader, formatter = setup(run_dir, args.encoder, args.batch_size)
     load_seconds = loading_only(loader, args.steps)
     step_seconds = args.batch_size / statistics.median(engine_rates)
-    print(f"encoder {args.encoder}, batch {args.batch_size}, {args.steps} timed steps, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"encoder {args.encoder}, batch {args.batch_size}, {args.steps} timed steps, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(f"bare loop:  {', '.join(f'{r:.1f}' for r in bare_rates)} samples/s")
     print(f"engine:     {', '.join(f'{r:.1f}' for r in engine_rates)} samples/s")
-    print(f"engine / bare (medians): {statistics.median(engine_rates) / statistics.median(bare_rates):.3f}")
-    print(f"data loading: {load_seconds * 1000:.1f} ms per batch = "
-          f"{100 * load_seconds / step_seconds:.1f}% of an engine step ({step_seconds * 1000:.0f} ms)")
+    print(
+        f"engine / bare (medians): {statistics.median(engine_rates) / statistics.median(bare_rates):.3f}"
+    )
+    print(
+        f"data loading: {load_seconds * 1000:.1f} ms per batch = "
+        f"{100 * load_seconds / step_seconds:.1f}% of an engine step ({step_seconds * 1000:.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

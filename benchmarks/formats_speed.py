@@ -50,14 +50,16 @@ def main() -> None:
             def write():
                 writer = OutputWriter(path)
                 for start in range(0, len(frame), args.chunk_size):
-                    writer.write(frame.iloc[start:start + args.chunk_size])
+                    writer.write(frame.iloc[start : start + args.chunk_size])
                 writer.commit()
 
             wrote = timed(write)
             whole = timed(lambda: read_table(path))
             stream = timed(lambda: sum(len(c) for c in iter_chunks(path, args.chunk_size)))
-            print(f"{suffix:8} {args.rows / wrote:>15,.0f} {args.rows / whole:>12,.0f} "
-                  f"{args.rows / stream:>10,.0f} {os.path.getsize(path) / 1e6:>8.1f}")
+            print(
+                f"{suffix:8} {args.rows / wrote:>15,.0f} {args.rows / whole:>12,.0f} "
+                f"{args.rows / stream:>10,.0f} {os.path.getsize(path) / 1e6:>8.1f}"
+            )
         path = os.path.join(tmp, "t.csv")
         size = os.path.getsize(path)
         for encoding in ("utf-8", "cp1252"):

@@ -130,12 +130,39 @@ def census(rows: int, exponent: float, variants: int, seed: int = 0) -> tuple:
 
 def tiny_model(directory: str) -> str:
     run = os.path.join(directory, "tiny")
-    subprocess.run([sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset",
-                    os.path.join(ROOT, "data", "toy_hisco.csv"), "--target-cols", "hisco_1", "--zero-padded-codes",
-                    "--allow-codes-shorter-than-block-size", "--save-path", run, "--encoder", "canine-tiny",
-                    "--decoder-dim", "32", "--decoder-layers", "1", "--decoder-heads", "2", "--max-len", "48",
-                    "--max-steps", "30", "--batch-size", "16", "--language", "en"],
-                   check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "finetune.py"),
+            "--dataset",
+            os.path.join(ROOT, "data", "toy_hisco.csv"),
+            "--target-cols",
+            "hisco_1",
+            "--zero-padded-codes",
+            "--allow-codes-shorter-than-block-size",
+            "--save-path",
+            run,
+            "--encoder",
+            "canine-tiny",
+            "--decoder-dim",
+            "32",
+            "--decoder-layers",
+            "1",
+            "--decoder-heads",
+            "2",
+            "--max-len",
+            "48",
+            "--max-steps",
+            "30",
+            "--batch-size",
+            "16",
+            "--language",
+            "en",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     return run
 
 
@@ -150,19 +177,43 @@ def distinct_inputs(checkpoint: str, texts: pd.Series) -> int:
 
 
 def predict(checkpoint: str, path: str, out: str, chunk_size: int, extra: tuple = ()) -> dict:
-    predict_py = os.path.join(os.environ.get("PYTHONPATH", ROOT).split(os.pathsep)[0] or ROOT, "predict.py")
+    predict_py = os.path.join(
+        os.environ.get("PYTHONPATH", ROOT).split(os.pathsep)[0] or ROOT, "predict.py"
+    )
     if not os.path.exists(predict_py):
         predict_py = os.path.join(ROOT, "predict.py")
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", COUNTING, predict_py, "--checkpoint", checkpoint, "--input", path,
-                           "--output", out, "--chunk-size", str(chunk_size), *extra],
-                          capture_output=True, text=True, cwd=os.path.dirname(predict_py))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            COUNTING,
+            predict_py,
+            "--checkpoint",
+            checkpoint,
+            "--input",
+            path,
+            "--output",
+            out,
+            "--chunk-size",
+            str(chunk_size),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(predict_py),
+    )
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"predict.py failed:\n{proc.stderr}")
     counts = proc.stderr.rsplit("model inputs computed: ", 1)[1]
     computed, peak_kb = int(counts.split(";")[0]), int(counts.split("peak RSS KB: ")[1].split()[0])
-    return {"seconds": seconds, "computed": computed, "peak_rss_mb": peak_kb / 1024, "predict_py": predict_py}
+    return {
+        "seconds": seconds,
+        "computed": computed,
+        "peak_rss_mb": peak_kb / 1024,
+        "predict_py": predict_py,
+    }
 
 
 def check_occcanine(python: str, checkpoint) -> None:
@@ -171,19 +222,25 @@ def check_occcanine(python: str, checkpoint) -> None:
     try:
         proc = subprocess.run([python, "-c", "import histocc"], capture_output=True, text=True)
     except OSError as error:
-        raise SystemExit(f"--occcanine {python}: cannot run it ({error.strerror}); name the python of an "
-                         "environment with OccCANINE's package (this script's docstring says how to make one)")
+        raise SystemExit(
+            f"--occcanine {python}: cannot run it ({error.strerror}); name the python of an "
+            "environment with OccCANINE's package (this script's docstring says how to make one)"
+        )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SystemExit(f"--occcanine {python}: it cannot import OccCANINE's package histocc ({last}); "
-                         "this script's docstring says how to make such an environment")
+        raise SystemExit(
+            f"--occcanine {python}: it cannot import OccCANINE's package histocc ({last}); "
+            "this script's docstring says how to make such an environment"
+        )
     if checkpoint is not None:
         from mixer.models.occcanine import is_occcanine_checkpoint
 
         if not is_occcanine_checkpoint(checkpoint):
-            raise SystemExit(f"--checkpoint {checkpoint}: with --occcanine, an OccCANINE training checkpoint "
-                             "(a torch.save file with `model`), which both tools read; leave --checkpoint "
-                             "out for OccCANINE's architecture with random weights")
+            raise SystemExit(
+                f"--checkpoint {checkpoint}: with --occcanine, an OccCANINE training checkpoint "
+                "(a torch.save file with `model`), which both tools read; leave --checkpoint "
+                "out for OccCANINE's architecture with random weights"
+            )
 
 
 def random_occcanine(directory: str) -> str:
@@ -205,7 +262,10 @@ def random_occcanine(directory: str) -> str:
     head = torch.nn.Linear(*reversed(state["linear_decoder.weight"].shape))
     with torch.no_grad():
         head.weight.mul_(6)
-    state["linear_decoder.weight"], state["linear_decoder.bias"] = head.weight.detach(), head.bias.detach()
+    state["linear_decoder.weight"], state["linear_decoder.bias"] = (
+        head.weight.detach(),
+        head.bias.detach(),
+    )
     path = os.path.join(directory, "occcanine.bin")
     torch.save({"model": state}, path)
     return path
@@ -217,44 +277,61 @@ def comparable(code: str) -> str:
     return str(int(text)) if text.lstrip("-").isdigit() else text
 
 
-def occcanine_side_by_side(python: str, checkpoint: str, path: str, directory: str, ours: dict,
-                           predicted: str) -> None:
-    result, codes = os.path.join(directory, "occcanine.json"), os.path.join(directory, "occcanine_codes.csv")
+def occcanine_side_by_side(
+    python: str, checkpoint: str, path: str, directory: str, ours: dict, predicted: str
+) -> None:
+    result, codes = (
+        os.path.join(directory, "occcanine.json"),
+        os.path.join(directory, "occcanine_codes.csv"),
+    )
     print(f"OccCANINE ({python}): predicting the same file from {checkpoint} ...", flush=True)
-    proc = subprocess.run([python, "-c", OCCCANINE, checkpoint, path, result, codes], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [python, "-c", OCCCANINE, checkpoint, path, result, codes], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise SystemExit(f"OccCANINE's predict failed ({python}):\n{proc.stderr[-4000:]}")
     with open(result) as handle:
         theirs = json.load(handle)
     found = re.search(r"Deduplicated (\d+) inputs to (\d+) unique", proc.stdout)
     unique = f"{int(found.group(2)):,}" if found else "?"
-    first = pd.read_csv(predicted, dtype=str, keep_default_na=False, usecols=["code_1"])["code_1"].map(comparable)
+    first = pd.read_csv(predicted, dtype=str, keep_default_na=False, usecols=["code_1"])[
+        "code_1"
+    ].map(comparable)
     other = pd.read_csv(codes, dtype=str, keep_default_na=False).iloc[:, 0].map(comparable)
     if len(other) != len(first):
         raise SystemExit(f"OccCANINE returned {len(other):,} rows for {len(first):,}")
     rows = len(first)
     mixer_rate, occ_rate = rows / ours["seconds"], rows / theirs["seconds"]
-    print(f"OccCANINE (histocc {theirs['version']}, {python}, {theirs['threads']} threads) "
-          f"predict(texts, lang='en', prediction_type='flat', deduplicate=True), its call alone: "
-          f"{theirs['seconds']:.1f} s, {occ_rate:,.0f} rows/s, {unique} distinct inputs computed")
-    print(f"side by side, the same file and weights: mixer {mixer_rate:,.1f} rows/s (predict.py's whole process), "
-          f"OccCANINE {occ_rate:,.1f} rows/s: mixer {mixer_rate / occ_rate:.2f}x; "
-          f"first codes the same in {(first == other).mean():.2%} of rows")
+    print(
+        f"OccCANINE (histocc {theirs['version']}, {python}, {theirs['threads']} threads) "
+        f"predict(texts, lang='en', prediction_type='flat', deduplicate=True), its call alone: "
+        f"{theirs['seconds']:.1f} s, {occ_rate:,.0f} rows/s, {unique} distinct inputs computed"
+    )
+    print(
+        f"side by side, the same file and weights: mixer {mixer_rate:,.1f} rows/s (predict.py's whole process), "
+        f"OccCANINE {occ_rate:,.1f} rows/s: mixer {mixer_rate / occ_rate:.2f}x; "
+        f"first codes the same in {(first == other).mean():.2%} of rows"
+    )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="a run directory (default: train a tiny one; with --occcanine, "
-                                             "OccCANINE's architecture with random weights)")
+    parser.add_argument(
+        "--checkpoint",
+        help="a run directory (default: train a tiny one; with --occcanine, "
+        "OccCANINE's architecture with random weights)",
+    )
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--exponent", type=float, default=1.1)
     parser.add_argument("--variants", type=int, default=9, help="typo variants of each description")
     parser.add_argument("--chunk-size", type=int, default=100_000)
     parser.add_argument("--keep", help="a directory to keep the file and the predictions in")
-    parser.add_argument("--occcanine", metavar="PYTHON",
-                        help="an interpreter that imports OccCANINE's package: also time its "
-                             "predict(deduplicate=True) on the same file and weights (the docstring says how)")
+    parser.add_argument(
+        "--occcanine",
+        metavar="PYTHON",
+        help="an interpreter that imports OccCANINE's package: also time its "
+        "predict(deduplicate=True) on the same file and weights (the docstring says how)",
+    )
     args = parser.parse_args(argv)
     if args.occcanine:
         check_occcanine(args.occcanine, args.checkpoint)
@@ -271,9 +348,11 @@ def run(args, directory: str) -> None:
     frame, strings = census(args.rows, args.exponent, args.variants)
     path = os.path.join(directory, "census.csv")
     frame.to_csv(path, index=False)
-    print(f"file: {len(frame):,} rows drawn from {strings:,} strings (descriptions and up to {args.variants} typo "
-          f"variants of each), Zipf exponent {args.exponent}: {frame['occ1'].nunique():,} distinct descriptions",
-          flush=True)
+    print(
+        f"file: {len(frame):,} rows drawn from {strings:,} strings (descriptions and up to {args.variants} typo "
+        f"variants of each), Zipf exponent {args.exponent}: {frame['occ1'].nunique():,} distinct descriptions",
+        flush=True,
+    )
     if args.occcanine:
         checkpoint = args.checkpoint or random_occcanine(directory)
         extra = ("--language", "en")  # as OccCANINE is asked: lang='en', its threshold for English
@@ -282,10 +361,13 @@ def run(args, directory: str) -> None:
     predicted = os.path.join(directory, "predicted.csv")
     result = predict(checkpoint, path, predicted, args.chunk_size, extra)
     distinct = distinct_inputs(checkpoint, frame["occ1"])
-    print(f"predict.py ({result['predict_py']}), --chunk-size {args.chunk_size:,}: {result['seconds']:.1f} s, "
-          f"{len(frame) / result['seconds']:,.0f} rows/s, model inputs computed {result['computed']:,} "
-          f"({result['computed'] / distinct:.2f} x the file's {distinct:,} distinct inputs), "
-          f"peak RSS {result['peak_rss_mb']:,.0f} MB", flush=True)
+    print(
+        f"predict.py ({result['predict_py']}), --chunk-size {args.chunk_size:,}: {result['seconds']:.1f} s, "
+        f"{len(frame) / result['seconds']:,.0f} rows/s, model inputs computed {result['computed']:,} "
+        f"({result['computed'] / distinct:.2f} x the file's {distinct:,} distinct inputs), "
+        f"peak RSS {result['peak_rss_mb']:,.0f} MB",
+        flush=True,
+    )
     if args.occcanine:
         occcanine_side_by_side(args.occcanine, checkpoint, path, directory, result, predicted)
 

@@ -27,18 +27,40 @@ sys.path.insert(0, ROOT)
 
 from mixer.core.precision import cpu_model  # noqa: E402
 
-EXAMPLE = ["--dataset", "data/toy_hisco.csv", "--target-cols", "hisco_1", "--zero-padded-codes",
-           "--allow-codes-shorter-than-block-size", "--code-descriptions", "data/hisco_key.csv"]
-TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
-        "--decoder-heads", "2", "--max-len", "48"]
+EXAMPLE = [
+    "--dataset",
+    "data/toy_hisco.csv",
+    "--target-cols",
+    "hisco_1",
+    "--zero-padded-codes",
+    "--allow-codes-shorter-than-block-size",
+    "--code-descriptions",
+    "data/hisco_key.csv",
+]
+TINY = [
+    "--encoder",
+    "canine-tiny",
+    "--decoder-dim",
+    "32",
+    "--decoder-layers",
+    "1",
+    "--decoder-heads",
+    "2",
+    "--max-len",
+    "48",
+]
 
 
 def machine() -> dict:
     import torch
 
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cuda": torch.cuda.is_available()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cuda": torch.cuda.is_available(),
+    }
     try:
         import transformers
 
@@ -47,10 +69,14 @@ def machine() -> dict:
         pass
     if info["cuda"]:
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                    capability=f"{props.major}.{props.minor}",
-                    bf16=torch.cuda.is_bf16_supported(), cuda_version=torch.version.cuda,
-                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            capability=f"{props.major}.{props.minor}",
+            bf16=torch.cuda.is_bf16_supported(),
+            cuda_version=torch.version.cuda,
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
+        )
     return info
 
 
@@ -70,15 +96,23 @@ class Checks:
         environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         start = time.time()
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                  timeout=min(timeout, left), env=environment)
+            proc = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=min(timeout, left),
+                env=environment,
+            )
             row["seconds"] = round(time.time() - start, 1)
             text = proc.stdout + proc.stderr
             with open(os.path.join(self.out, re.sub(r"\W+", "_", name) + ".log"), "w") as handle:
                 handle.write(" ".join(map(str, cmd)) + "\n\n" + text)
             if proc.returncode != 0:
                 tail = [line for line in text.strip().splitlines() if line.strip()][-3:]
-                row.update(status=f"FAILED (exit {proc.returncode})", detail=" | ".join(tail)[-300:])
+                row.update(
+                    status=f"FAILED (exit {proc.returncode})", detail=" | ".join(tail)[-300:]
+                )
             else:
                 row["status"] = "ok"
                 if parse:
@@ -94,9 +128,11 @@ def final_metrics(text: str) -> dict:
     match = re.search(r"^validation: (.*)$", text, re.M)
     values = dict(re.findall(r"(\w+) ([\d.]+)", match.group(1))) if match else {}
     rates = [float(r) for r in re.findall(r"samples_per_sec ([\d.e+]+)", text)]
-    return {"flat_accuracy": values.get("flat_accuracy"),
-            "seq2seq_accuracy": values.get("seq2seq_accuracy"),
-            "samples_per_sec": round(sorted(rates)[len(rates) // 2], 1) if rates else None}
+    return {
+        "flat_accuracy": values.get("flat_accuracy"),
+        "seq2seq_accuracy": values.get("seq2seq_accuracy"),
+        "samples_per_sec": round(sorted(rates)[len(rates) // 2], 1) if rates else None,
+    }
 
 
 def records_per_second(text: str) -> dict:
@@ -139,8 +175,17 @@ def encoder_for_quickstart(out: str) -> str:
     packed = os.path.join(ROOT, ".carry", "minilm-l6-fp16")
     if os.path.isdir(packed):
         unpacked = os.path.join(out, "minilm-l6-fp32")
-        subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "minilm_pack.py"),
-                        "unpack", packed, unpacked], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(ROOT, "benchmarks", "minilm_pack.py"),
+                "unpack",
+                packed,
+                unpacked,
+            ],
+            check=True,
+            capture_output=True,
+        )
         return unpacked
     return "canine-small"
 
@@ -159,11 +204,22 @@ def main() -> int:
     if not info["cuda"]:
         print("no CUDA device here: the GPU checks are skipped; running the CPU-runnable part")
         tiny = os.path.join(runs, "cpu-tiny")
-        checks.run("cpu: tiny training", [py, "finetune.py", *EXAMPLE, *TINY, "--max-steps", "4",
-                                          "--save-path", tiny], parse=final_metrics)
-        checks.run("cpu: prediction", [py, "-c", PREDICT_SPEED.format(
-            root=ROOT, run=tiny, heads=(("flat", 500), ("seq2seq", 500)), batch=128)],
-            parse=records_per_second)
+        checks.run(
+            "cpu: tiny training",
+            [py, "finetune.py", *EXAMPLE, *TINY, "--max-steps", "4", "--save-path", tiny],
+            parse=final_metrics,
+        )
+        checks.run(
+            "cpu: prediction",
+            [
+                py,
+                "-c",
+                PREDICT_SPEED.format(
+                    root=ROOT, run=tiny, heads=(("flat", 500), ("seq2seq", 500)), batch=128
+                ),
+            ],
+            parse=records_per_second,
+        )
         report(info, checks.rows, args.out)
         return 0
 
@@ -172,36 +228,88 @@ def main() -> int:
     fp32 = os.path.join(runs, "quickstart-fp32")
     checks.run("quickstart fp32 (TF32 matmuls)", quick + ["--save-path", fp32], parse=final_metrics)
     if os.path.exists(os.path.join(fp32, "model.safetensors")):
-        checks.run("predict: quickstart model (3,995 distinct rows; full: 1,000)", [py, "-c", PREDICT_SPEED.format(
-            root=ROOT, run=fp32, heads=(("flat", 4000), ("seq2seq", 4000), ("full", 1000)), batch=512)],
-            parse=records_per_second)
+        checks.run(
+            "predict: quickstart model (3,995 distinct rows; full: 1,000)",
+            [
+                py,
+                "-c",
+                PREDICT_SPEED.format(
+                    root=ROOT,
+                    run=fp32,
+                    heads=(("flat", 4000), ("seq2seq", 4000), ("full", 1000)),
+                    batch=512,
+                ),
+            ],
+            parse=records_per_second,
+        )
     occ = os.path.join(args.out, "occcanine-s")
-    checks.run("OccCANINE architecture (CANINE-s): write", [py, "-c", OCCCANINE_MODEL.format(root=ROOT, out=occ)])
+    checks.run(
+        "OccCANINE architecture (CANINE-s): write",
+        [py, "-c", OCCCANINE_MODEL.format(root=ROOT, out=occ)],
+    )
     if os.path.exists(os.path.join(occ, "model.safetensors")):
-        checks.run("predict: OccCANINE architecture (CANINE-s, 2,000 distinct rows)", [
-            py, "-c", PREDICT_SPEED.format(root=ROOT, run=occ, heads=(("flat", 2000), ("seq2seq", 2000)),
-                                           batch=256)], parse=records_per_second)
-    checks.run("quickstart --precision bf16", quick + ["--precision", "bf16", "--save-path",
-                                                       os.path.join(runs, "quickstart-bf16")],
-               parse=final_metrics)
-    checks.run("quickstart --precision fp16 (scaler)", quick + [
-        "--precision", "fp16", "--save-path", os.path.join(runs, "quickstart-fp16")], parse=final_metrics)
-    checks.run("torchrun + NCCL (1 GPU, 100 steps)", [
-        py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "finetune.py",
-        "--distributed", "--backend", "nccl", *EXAMPLE, "--encoder", encoder, "--max-steps", "100",
-        "--save-path", os.path.join(runs, "nccl")], parse=final_metrics)
-    checks.run("--compile (1 epoch)", quick + ["--compile", "--num-epochs", "1", "--save-path",
-                                               os.path.join(runs, "compile")], timeout=300,
-               parse=final_metrics)
+        checks.run(
+            "predict: OccCANINE architecture (CANINE-s, 2,000 distinct rows)",
+            [
+                py,
+                "-c",
+                PREDICT_SPEED.format(
+                    root=ROOT, run=occ, heads=(("flat", 2000), ("seq2seq", 2000)), batch=256
+                ),
+            ],
+            parse=records_per_second,
+        )
+    checks.run(
+        "quickstart --precision bf16",
+        quick + ["--precision", "bf16", "--save-path", os.path.join(runs, "quickstart-bf16")],
+        parse=final_metrics,
+    )
+    checks.run(
+        "quickstart --precision fp16 (scaler)",
+        quick + ["--precision", "fp16", "--save-path", os.path.join(runs, "quickstart-fp16")],
+        parse=final_metrics,
+    )
+    checks.run(
+        "torchrun + NCCL (1 GPU, 100 steps)",
+        [
+            py,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=1",
+            "finetune.py",
+            "--distributed",
+            "--backend",
+            "nccl",
+            *EXAMPLE,
+            "--encoder",
+            encoder,
+            "--max-steps",
+            "100",
+            "--save-path",
+            os.path.join(runs, "nccl"),
+        ],
+        parse=final_metrics,
+    )
+    checks.run(
+        "--compile (1 epoch)",
+        quick + ["--compile", "--num-epochs", "1", "--save-path", os.path.join(runs, "compile")],
+        timeout=300,
+        parse=final_metrics,
+    )
     report(info, checks.rows, args.out)
     return 0
 
 
 def report(info: dict, rows: list, out: str) -> None:
     with open(os.path.join(out, "gpu_smoke.json"), "w") as handle:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "machine": info, "checks": rows}, handle, indent=1)
-    print(f"\n{time.strftime('%Y-%m-%d')}: {info.get('gpu', 'no GPU')}, torch {info['torch']}, "
-          f"CUDA {info.get('cuda_version')}, CPU {info['cpu']} ({info['cpu_capability']})")
+        json.dump(
+            {"date": time.strftime("%Y-%m-%d"), "machine": info, "checks": rows}, handle, indent=1
+        )
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}: {info.get('gpu', 'no GPU')}, torch {info['torch']}, "
+        f"CUDA {info.get('cuda_version')}, CPU {info['cpu']} ({info['cpu_capability']})"
+    )
     columns = ["check", "status", "seconds", "flat_accuracy", "seq2seq_accuracy", "samples_per_sec"]
     extra = sorted({k for row in rows for k in row if k not in columns and k != "detail"})
     columns += extra

@@ -42,21 +42,38 @@ def statistics_of_masks(p: float = 0.1) -> None:
     n = keep.size
     share = keep.mean()
     sigma = np.sqrt(p * (1 - p) / n)
-    print(f"mask statistics, p {p}, (32, 40, 768): kept {share:.5f} (expected {1 - p:.5f}, "
-          f"{abs(share - (1 - p)) / sigma:.2f} binomial sigma)")
+    print(
+        f"mask statistics, p {p}, (32, 40, 768): kept {share:.5f} (expected {1 - p:.5f}, "
+        f"{abs(share - (1 - p)) / sigma:.2f} binomial sigma)"
+    )
 
     def corr(a, b):
         return abs(float(np.corrcoef(a.ravel().astype(float), b.ravel().astype(float))[0, 1]))
 
-    other_draw = kd.keep_mask(kd.row_keys(42, [1] * 32, range(32)), kd.module_id("encoder.layer.0.output.dropout"),
-                              (40, 768), p).numpy()
-    other_seed = kd.keep_mask(kd.row_keys(43, [0] * 32, range(32)), kd.module_id("encoder.layer.0.output.dropout"),
-                              (40, 768), p).numpy()
-    found = {"rows": corr(keep[:-1], keep[1:]), "positions": corr(keep[:, :-1], keep[:, 1:]),
-             "channels": corr(keep[:, :, :-1], keep[:, :, 1:]), "draws (epochs)": corr(keep, other_draw),
-             "seeds": corr(keep, other_seed)}
-    print("  |correlation| of neighbouring " + ", ".join(f"{k} {v:.4f}" for k, v in found.items())
-          + f" (1/sqrt(n) = {1 / np.sqrt(n):.4f})")
+    other_draw = kd.keep_mask(
+        kd.row_keys(42, [1] * 32, range(32)),
+        kd.module_id("encoder.layer.0.output.dropout"),
+        (40, 768),
+        p,
+    ).numpy()
+    other_seed = kd.keep_mask(
+        kd.row_keys(43, [0] * 32, range(32)),
+        kd.module_id("encoder.layer.0.output.dropout"),
+        (40, 768),
+        p,
+    ).numpy()
+    found = {
+        "rows": corr(keep[:-1], keep[1:]),
+        "positions": corr(keep[:, :-1], keep[:, 1:]),
+        "channels": corr(keep[:, :, :-1], keep[:, :, 1:]),
+        "draws (epochs)": corr(keep, other_draw),
+        "seeds": corr(keep, other_seed),
+    }
+    print(
+        "  |correlation| of neighbouring "
+        + ", ".join(f"{k} {v:.4f}" for k, v in found.items())
+        + f" (1/sqrt(n) = {1 / np.sqrt(n):.4f})"
+    )
 
 
 def sync(device: str) -> None:
@@ -69,7 +86,9 @@ def one_call(device: str, p: float = 0.1) -> None:
     keys = kd.row_keys(42, [0] * 32, range(32)).to(device)
     if device != "cpu":
         here = kd.keep_mask(keys, 7, (40, 768), p).cpu()
-        print(f"masks on {device} equal the CPU's: {torch.equal(here, kd.keep_mask(keys.cpu(), 7, (40, 768), p))}")
+        print(
+            f"masks on {device} equal the CPU's: {torch.equal(here, kd.keep_mask(keys.cpu(), 7, (40, 768), p))}"
+        )
 
     def median(fn, repeats=50):
         times = []
@@ -84,24 +103,39 @@ def one_call(device: str, p: float = 0.1) -> None:
     framework = median(lambda: F.dropout(x, p, True))
     with kd.rows(keys):
         keyed = median(lambda: kd.keyed_dropout(x, p, 12345))
-    print(f"one call on (32, 40, 768), {device}, {torch.get_num_threads()} thread(s): nn.functional.dropout "
-          f"{framework:.2f} ms, keyed {keyed:.2f} ms")
+    print(
+        f"one call on (32, 40, 768), {device}, {torch.get_num_threads()} thread(s): nn.functional.dropout "
+        f"{framework:.2f} ms, keyed {keyed:.2f} ms"
+    )
 
 
 def build(encoder: str, p: float, device: str):
     torch.manual_seed(0)
     model = build_encoder(encoder, p).model
-    heads = HeadsConfig(num_labels=1919, vocab_size=14, target_len=6, decoder_dim=256, decoder_layers=2,
-                        decoder_heads=4, dropout=p)
+    heads = HeadsConfig(
+        num_labels=1919,
+        vocab_size=14,
+        target_len=6,
+        decoder_dim=256,
+        decoder_layers=2,
+        decoder_heads=4,
+        dropout=p,
+    )
     return MixerModel(model, heads).to(device)
 
 
-def step_times(encoder: str, batch: int, length: int, steps: int, device: str, p: float = 0.1) -> None:
+def step_times(
+    encoder: str, batch: int, length: int, steps: int, device: str, p: float = 0.1
+) -> None:
     framework = build(encoder, p, device)
     keyed = copy.deepcopy(framework)
     kd.install(keyed)
     generator = torch.Generator().manual_seed(1)
-    vocab = framework.encoder.config.vocab_size if hasattr(framework.encoder.config, "vocab_size") else 1000
+    vocab = (
+        framework.encoder.config.vocab_size
+        if hasattr(framework.encoder.config, "vocab_size")
+        else 1000
+    )
     ids = torch.randint(5, min(vocab, 1000), (batch, length), generator=generator).to(device)
     attention = torch.ones(batch, length, dtype=torch.long, device=device)
     decoder = torch.randint(0, 14, (batch, 6), generator=generator).to(device)
@@ -137,11 +171,13 @@ def step_times(encoder: str, batch: int, length: int, steps: int, device: str, p
         for name in models:
             times[name].append(spent[name] / steps * 1000)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    print(f"training step, {encoder}, batch {batch} x {length}, {device}, {torch.get_num_threads()} thread(s), "
-          f"median of 3 x {steps} steps: framework dropout {medians['framework']:.1f} ms "
-          f"({', '.join(f'{t:.1f}' for t in times['framework'])}), keyed {medians['keyed']:.1f} ms "
-          f"({', '.join(f'{t:.1f}' for t in times['keyed'])}): "
-          f"{100 * (medians['keyed'] / medians['framework'] - 1):+.1f}%")
+    print(
+        f"training step, {encoder}, batch {batch} x {length}, {device}, {torch.get_num_threads()} thread(s), "
+        f"median of 3 x {steps} steps: framework dropout {medians['framework']:.1f} ms "
+        f"({', '.join(f'{t:.1f}' for t in times['framework'])}), keyed {medians['keyed']:.1f} ms "
+        f"({', '.join(f'{t:.1f}' for t in times['keyed'])}): "
+        f"{100 * (medians['keyed'] / medians['framework'] - 1):+.1f}%"
+    )
 
 
 def main() -> None:
@@ -153,7 +189,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-steps", action="store_true", help="the masks and one call only")
     args = parser.parse_args()
-    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}")
+    print(
+        f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}"
+    )
     statistics_of_masks()
     one_call(args.device)
     if not args.no_steps:

@@ -64,17 +64,38 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
-KINDS = {"csv": [], "parquet": [], "xlsx": [], "dta": [], "npy": ["--what", "probs", "--head", "flat"]}
+KINDS = {
+    "csv": [],
+    "parquet": [],
+    "xlsx": [],
+    "dta": [],
+    "npy": ["--what", "probs", "--head", "flat"],
+}
 CONTINUING = re.compile(r"continuing an unfinished run after its ([\d,]+) chunk\(s\)")
 
 
 def command(checkpoint: str, path: str, out: str, chunk_size: int, kind: str) -> list:
-    return [sys.executable, "-c", LOGGED, os.path.join(ROOT, "predict.py"), "--checkpoint", checkpoint,
-            "--input", path, "--output", out, "--chunk-size", str(chunk_size), *KINDS[kind]]
+    return [
+        sys.executable,
+        "-c",
+        LOGGED,
+        os.path.join(ROOT, "predict.py"),
+        "--checkpoint",
+        checkpoint,
+        "--input",
+        path,
+        "--output",
+        out,
+        "--chunk-size",
+        str(chunk_size),
+        *KINDS[kind],
+    ]
 
 
 def environment(log: str) -> dict:
-    env = dict(os.environ, KILL_RESUME_LOG=log, SOURCE_DATE_EPOCH="1700000000", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, KILL_RESUME_LOG=log, SOURCE_DATE_EPOCH="1700000000", PYTHONUNBUFFERED="1"
+    )
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -102,14 +123,18 @@ def run_through(cmd: list, log: str) -> float:
     return time.perf_counter() - start
 
 
-def kill_and_resume(cmd: list, out: str, log: str, total: int, chunk_seconds: float, rng: random.Random) -> dict:
+def kill_and_resume(
+    cmd: list, out: str, log: str, total: int, chunk_seconds: float, rng: random.Random
+) -> dict:
     """Start the command, kill -9 it once chunk k (drawn) has begun and a drawn fraction of a
     chunk's time has passed, run it again; what each run did."""
     target, fraction = rng.randrange(total), rng.random()
     if os.path.exists(log):
         os.unlink(log)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment(log), cwd=ROOT)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment(log), cwd=ROOT
+    )
     while proc.poll() is None and target not in dict(begun(log)):  # the job's progress, polled
         time.sleep(0.005)
     time.sleep(fraction * chunk_seconds)
@@ -119,7 +144,9 @@ def kill_and_resume(cmd: list, out: str, log: str, total: int, chunk_seconds: fl
     proc.wait()
     delay = time.perf_counter() - start
     killed_in = [chunk for chunk, _ in begun(log)]
-    journal = os.path.join(os.path.dirname(out), f".tmp-{os.path.basename(out)}.parts", "journal.json")
+    journal = os.path.join(
+        os.path.dirname(out), f".tmp-{os.path.basename(out)}.parts", "journal.json"
+    )
     completed = 0
     if os.path.exists(journal):
         with open(journal, encoding="utf-8") as handle:
@@ -131,9 +158,16 @@ def kill_and_resume(cmd: list, out: str, log: str, total: int, chunk_seconds: fl
     found = CONTINUING.search(rerun.stdout)
     continued = int(found.group(1).replace(",", "")) if found else 0
     recomputed = [chunk for chunk, _ in begun(log)]
-    return {"delay": delay, "target": target, "fraction": fraction, "completed": completed,
-            "killed_in": killed_in, "continued": continued, "recomputed": recomputed,
-            "redone": sorted(set(killed_in) & set(recomputed))}
+    return {
+        "delay": delay,
+        "target": target,
+        "fraction": fraction,
+        "completed": completed,
+        "killed_in": killed_in,
+        "continued": continued,
+        "recomputed": recomputed,
+        "redone": sorted(set(killed_in) & set(recomputed)),
+    }
 
 
 def main(argv=None) -> None:
@@ -151,8 +185,10 @@ def main(argv=None) -> None:
     path = os.path.join(directory, "census.csv")
     frame.to_csv(path, index=False)
     total = math.ceil(len(frame) / args.chunk_size)
-    print(f"file: {len(frame):,} rows drawn from {strings:,} strings, {frame['occ1'].nunique():,} distinct; "
-          f"--chunk-size {args.chunk_size:,}: {total} chunks")
+    print(
+        f"file: {len(frame):,} rows drawn from {strings:,} strings, {frame['occ1'].nunique():,} distinct; "
+        f"--chunk-size {args.chunk_size:,}: {total} chunks"
+    )
     checkpoint = args.checkpoint or tiny_model(directory)
     log = os.path.join(directory, "chunks.log")
     chunk_seconds = {}
@@ -163,26 +199,36 @@ def main(argv=None) -> None:
         seconds = run_through(command(checkpoint, path, out, args.chunk_size, kind), log)
         starts = dict(begun(log))
         chunk_seconds[kind] = (starts[total - 1] - starts[0]) / max(total - 1, 1)
-        print(f"uninterrupted {kind:7s}: {seconds:5.1f} s, chunk 0 began at {starts[0]:.1f} s, chunk {total - 1} "
-              f"at {starts[total - 1]:.1f} s")
+        print(
+            f"uninterrupted {kind:7s}: {seconds:5.1f} s, chunk 0 began at {starts[0]:.1f} s, chunk {total - 1} "
+            f"at {starts[total - 1]:.1f} s"
+        )
     rng = random.Random(args.seed)
     order = list(KINDS)
     identical = 0
     for number in range(args.kills):
         kind = order[number % len(order)]
         out = output(directory, f"killed-{number}", kind)
-        result = kill_and_resume(command(checkpoint, path, out, args.chunk_size, kind), out, log, total,
-                                 chunk_seconds[kind], rng)
+        result = kill_and_resume(
+            command(checkpoint, path, out, args.chunk_size, kind),
+            out,
+            log,
+            total,
+            chunk_seconds[kind],
+            rng,
+        )
         with open(out, "rb") as cut, open(output(directory, "whole", kind), "rb") as whole:
             same = cut.read() == whole.read()
         identical += same
         in_hand = max(result["killed_in"]) if result["killed_in"] else None
-        print(f"kill {number + 1} ({kind}): kill -9 at {result['delay']:.1f} s ({result['fraction']:.2f} of a "
-              f"chunk's time after chunk {result['target']} began), in chunk {in_hand}; "
-              f"completed before the kill (journal): {result['completed']}; rerun continued after "
-              f"{result['continued']} and computed {total - result['continued']} of {total} chunk(s) "
-              f"(logged: {len(result['recomputed'])}); chunks redone: {len(result['redone'])} "
-              f"{result['redone']}; byte-identical: {'yes' if same else 'NO'}")
+        print(
+            f"kill {number + 1} ({kind}): kill -9 at {result['delay']:.1f} s ({result['fraction']:.2f} of a "
+            f"chunk's time after chunk {result['target']} began), in chunk {in_hand}; "
+            f"completed before the kill (journal): {result['completed']}; rerun continued after "
+            f"{result['continued']} and computed {total - result['continued']} of {total} chunk(s) "
+            f"(logged: {len(result['recomputed'])}); chunks redone: {len(result['redone'])} "
+            f"{result['redone']}; byte-identical: {'yes' if same else 'NO'}"
+        )
     print(f"byte-identical after {args.kills} kill(s): {identical} of {args.kills}")
 
 

@@ -38,10 +38,30 @@ def trained_run(workdir: str, steps: int) -> str:
     if not os.path.exists(os.path.join(hub, "model.safetensors")):
         write_full_size_model(hub)
     run_dir = os.path.join(workdir, "new-heads-run")
-    subprocess.run([sys.executable, "finetune.py", *EXAMPLE_FLAGS, "--language", "en", "--save-path", run_dir,
-                    "--initial-checkpoint", hub, "--only-encoder", "--max-steps", str(steps),
-                    "--batch-size", "8", "--val-max-rows", "8", "--no-eval-noise"],
-                   cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "finetune.py",
+            *EXAMPLE_FLAGS,
+            "--language",
+            "en",
+            "--save-path",
+            run_dir,
+            "--initial-checkpoint",
+            hub,
+            "--only-encoder",
+            "--max-steps",
+            str(steps),
+            "--batch-size",
+            "8",
+            "--val-max-rows",
+            "8",
+            "--no-eval-noise",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return run_dir
 
 
@@ -60,7 +80,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--run", default=None, help="a run with new heads on OccCANINE's encoder")
-    parser.add_argument("--train-steps", type=int, default=1, help="without --run: steps of the run trained")
+    parser.add_argument(
+        "--train-steps", type=int, default=1, help="without --run: steps of the run trained"
+    )
     parser.add_argument("--workdir", default="/tmp/mixer-bench-new-heads")
     args = parser.parse_args()
     import mixer
@@ -68,24 +90,36 @@ def main() -> None:
     run_dir = args.run or trained_run(args.workdir, args.train_steps)
     model = mixer.load(run_dir, device="cpu")
     heads = model._predictor.model.cfg
-    texts = np.asarray(pd.unique(pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"),
-                                             dtype=str)["occ1"])[: args.rows])
-    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
-          f"threads, torch {torch.__version__}; {len(texts)} distinct descriptions, batch {args.batch_size}, "
-          f"fp32; {run_dir}: family {heads.family}, decoder reads padding: {heads.reads_padding}")
+    texts = np.asarray(
+        pd.unique(pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str)["occ1"])[
+            : args.rows
+        ]
+    )
+    print(
+        f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} "
+        f"threads, torch {torch.__version__}; {len(texts)} distinct descriptions, batch {args.batch_size}, "
+        f"fp32; {run_dir}: family {heads.family}, decoder reads padding: {heads.reads_padding}"
+    )
     for head in ("flat", "seq2seq"):
-        speed, chars = rate(model, texts, head, args.batch_size), characters_per_row(model, texts, head,
-                                                                                    args.batch_size)
+        speed, chars = (
+            rate(model, texts, head, args.batch_size),
+            characters_per_row(model, texts, head, args.batch_size),
+        )
         # threshold 0: every row's top codes and their probabilities are compared, not only
         # those above the run's threshold
         ours = model.predict(texts, lang="en", head=head, batch_size=args.batch_size, threshold=0.0)
         with Padded128():
             speed_128 = rate(model, texts, head, args.batch_size)
-            padded = model.predict(texts, lang="en", head=head, batch_size=args.batch_size, threshold=0.0)
+            padded = model.predict(
+                texts, lang="en", head=head, batch_size=args.batch_size, threshold=0.0
+            )
         same, gap = agreement(ours, padded)
-        print(f"{head:8s}: {speed:6.1f} records/s, {chars:5.1f} characters per row; padded to 128: "
-              f"{speed_128:6.1f} records/s ({speed / speed_128:.2f}x); codes identical in {100 * same:.1f}% "
-              f"of rows, probabilities within {gap:.1e}", flush=True)
+        print(
+            f"{head:8s}: {speed:6.1f} records/s, {chars:5.1f} characters per row; padded to 128: "
+            f"{speed_128:6.1f} records/s ({speed / speed_128:.2f}x); codes identical in {100 * same:.1f}% "
+            f"of rows, probabilities within {gap:.1e}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,13 @@ from mixer.data.inputs.noise import NoiseConfig  # noqa: E402
 from mixer.data.labels.key import labels_of  # noqa: E402
 from mixer.data.prepared.files import load_prepared  # noqa: E402
 from mixer.data.inputs.tokens import InputRecipe  # noqa: E402
-from mixer.data.inputs.training_inputs import (RowInputs, language_codes, prepared_data_id,  # noqa: E402
-                                        split_caches, text_store)
+from mixer.data.inputs.training_inputs import (
+    RowInputs,
+    language_codes,
+    prepared_data_id,  # noqa: E402
+    split_caches,
+    text_store,
+)
 from mixer.data.inputs.padding import CHARACTERS, InputPadding  # noqa: E402
 from mixer.models.encoders import build_encoder, token_ids_of  # noqa: E402
 from mixer.models.losses import row_losses, step_loss  # noqa: E402
@@ -64,10 +69,15 @@ def loader_of(run_dir, encoder, noise, batch, max_len, groups=1, reads=CHARACTER
     else:
         inputs = RowInputs(caches["train"])
     dataset = RowDataset(inputs, labels_of(prepared.train, key_codes, f.max_num_codes))
-    collate = Collator(encoder.tokenizer.pad_token_id or 0, f.encode_blocks(key_codes), bos=f.bos_id,
-                       eos=f.eos_id, code_pad=f.pad_id,
-                       padding=InputPadding.for_encoder(encoder.model.config, max_len, reads),
-                       groups=groups)
+    collate = Collator(
+        encoder.tokenizer.pad_token_id or 0,
+        f.encode_blocks(key_codes),
+        bos=f.bos_id,
+        eos=f.eos_id,
+        code_pad=f.pad_id,
+        padding=InputPadding.for_encoder(encoder.model.config, max_len, reads),
+        groups=groups,
+    )
     sampler = StepSampler(len(dataset), batch, 1, 0, 1, seed=42)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate.grouped)
     return loader, f, key_codes, inputs
@@ -93,29 +103,49 @@ def padded_tokens(loader, steps: int) -> float:
 
 def seconds_per_step(encoder, formatter, key_codes, loaders: dict, steps: int) -> dict:
     """{name: median seconds of a training step} of mixer's heads on `encoder`."""
-    model = MixerModel(encoder.model, HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
-                                                  target_len=formatter.target_len))
+    model = MixerModel(
+        encoder.model,
+        HeadsConfig(
+            num_labels=len(key_codes),
+            vocab_size=formatter.vocab_size,
+            target_len=formatter.target_len,
+        ),
+    )
     return timed_steps(model, formatter, loaders, steps, learning_rate=3e-4, head_lr_scale=5.0)[0]
 
 
-def timed_steps(model, formatter, loaders: dict, steps: int, learning_rate: float,
-                head_lr_scale: float) -> tuple:
+def timed_steps(
+    model, formatter, loaders: dict, steps: int, learning_rate: float, head_lr_scale: float
+) -> tuple:
     """({name: median seconds of a training step (forward and backward of every group,
     optimizer)}, {name: padded input slots per row}) over the loaders' first batches, the
     loaders taken in turn each step, the first two steps a warm-up."""
     optimizer = build_optimizer(model, learning_rate, head_lr_scale, 0.01)
     model.train()
-    batches = {name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()}
-    slots = {name: sum(b.input_ids.numel() for groups in taken for b in groups)
-             / sum(len(b.input_ids) for groups in taken for b in groups) for name, taken in batches.items()}
+    batches = {
+        name: [b for _, b in zip(range(steps + 2), loader)] for name, loader in loaders.items()
+    }
+    slots = {
+        name: sum(b.input_ids.numel() for groups in taken for b in groups)
+        / sum(len(b.input_ids) for groups in taken for b in groups)
+        for name, taken in batches.items()
+    }
     times: dict = {name: [] for name in loaders}
     for step in range(steps + 2):
         for name in loaders:
             begin = time.perf_counter()
             for batch in batches[name][step]:
                 flat, seq = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
-                total, _, _ = row_losses(flat, seq, batch.labels, batch.targets, formatter.max_num_codes,
-                                         formatter.block_size, 0.1, formatter.pad_id)
+                total, _, _ = row_losses(
+                    flat,
+                    seq,
+                    batch.labels,
+                    batch.targets,
+                    formatter.max_num_codes,
+                    formatter.block_size,
+                    0.1,
+                    formatter.pad_id,
+                )
                 step_loss(total, batch.weights, batch.global_rows, 1).backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -130,39 +160,69 @@ def main() -> None:
     parser.add_argument("--encoders", nargs="+", default=["minilm-l6", "canine-s-random"])
     parser.add_argument("--workdir", default="/tmp/mixer-bench-noise")
     args = parser.parse_args()
-    print(keep_freed_memory() or "C allocator as it is")  # as finetune.py does (mixer.core.allocator)
-    print(f"batch {args.batch_size}, noise {NOISE.prob} x {NOISE.edits} edits, unknown language "
-          f"{NOISE.unknown_prob}, language 'en'; medians over {args.steps} batches/steps")
+    print(
+        keep_freed_memory() or "C allocator as it is"
+    )  # as finetune.py does (mixer.core.allocator)
+    print(
+        f"batch {args.batch_size}, noise {NOISE.prob} x {NOISE.edits} edits, unknown language "
+        f"{NOISE.unknown_prob}, language 'en'; medians over {args.steps} batches/steps"
+    )
     for name in args.encoders:
         max_len = 128 if name.startswith("canine") else 64
         run_dir = os.path.join(args.workdir, name)
-        subprocess.run([sys.executable, "finetune.py", *EXAMPLE_FLAGS, "--language", "en",
-                        "--save-path", run_dir, "--encoder", name, "--max-len", str(max_len),
-                        "--prepare-only"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "finetune.py",
+                *EXAMPLE_FLAGS,
+                "--language",
+                "en",
+                "--save-path",
+                run_dir,
+                "--encoder",
+                name,
+                "--max-len",
+                str(max_len),
+                "--prepare-only",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         encoder = build_encoder(name, dropout=0.1)
-        clean, f, key_codes, _ = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0), args.batch_size, max_len)
+        clean, f, key_codes, _ = loader_of(
+            run_dir, encoder, NoiseConfig(0, 0, 0), args.batch_size, max_len
+        )
         noisy, _, _, inputs = loader_of(run_dir, encoder, NOISE, args.batch_size, max_len)
         load_clean = seconds_per_batch(clean, args.steps)
         load_noisy = seconds_per_batch(noisy, args.steps)
         loaders = {"clean, padded whole": clean, "noised, padded whole": noisy}
         for groups in (2, 4):
-            loaders[f"noised, {groups} length groups"] = loader_of(run_dir, encoder, NOISE, args.batch_size,
-                                                                   max_len, groups)[0]
-        loaders["clean, 2 length groups"] = loader_of(run_dir, encoder, NoiseConfig(0, 0, 0),
-                                                      args.batch_size, max_len, 2)[0]
+            loaders[f"noised, {groups} length groups"] = loader_of(
+                run_dir, encoder, NOISE, args.batch_size, max_len, groups
+            )[0]
+        loaders["clean, 2 length groups"] = loader_of(
+            run_dir, encoder, NoiseConfig(0, 0, 0), args.batch_size, max_len, 2
+        )[0]
         steps = seconds_per_step(encoder, f, key_codes, loaders, args.steps)
         base = steps["clean, padded whole"]
         rows = len(inputs)
         held = inputs.lang_codes.nbytes / rows
         mapped = os.path.getsize(inputs.texts.path) / rows
-        print(f"{name}: batch made in {1e3 * load_clean:.2f} ms clean, {1e3 * load_noisy:.2f} ms "
-              f"with noise; loading share with noise {100 * load_noisy / (load_noisy + base):.2f}% "
-              f"of a step (clean {100 * load_clean / (load_clean + base):.2f}%)")
+        print(
+            f"{name}: batch made in {1e3 * load_clean:.2f} ms clean, {1e3 * load_noisy:.2f} ms "
+            f"with noise; loading share with noise {100 * load_noisy / (load_noisy + base):.2f}% "
+            f"of a step (clean {100 * load_clean / (load_clean + base):.2f}%)"
+        )
         for label, loader in loaders.items():
-            print(f"  step, {label}: {1e3 * steps[label]:.0f} ms, {steps[label] / base:.2f}x the clean "
-                  f"step padded whole ({padded_tokens(loader, args.steps):.1f} padded tokens per row)")
-        print(f"  memory per training row for noise: {held:.0f} B held by each process (language "
-              f"codes), {mapped:.0f} B of text store memory-mapped (page cache, shared by the ranks)")
+            print(
+                f"  step, {label}: {1e3 * steps[label]:.0f} ms, {steps[label] / base:.2f}x the clean "
+                f"step padded whole ({padded_tokens(loader, args.steps):.1f} padded tokens per row)"
+            )
+        print(
+            f"  memory per training row for noise: {held:.0f} B held by each process (language "
+            f"codes), {mapped:.0f} B of text store memory-mapped (page cache, shared by the ranks)"
+        )
 
 
 if __name__ == "__main__":

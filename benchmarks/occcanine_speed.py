@@ -43,16 +43,29 @@ def write_full_size_model(directory: str) -> None:
     from mixer.models.model import MixerModel
 
     torch.manual_seed(0)
-    formatter = CodeFormatter(kind="hisco", block_size=5, max_num_codes=5, tokens="occcanine",
-                              alphabet=list(OCCCANINE_HISCO_SYMBOLS))
+    formatter = CodeFormatter(
+        kind="hisco",
+        block_size=5,
+        max_num_codes=5,
+        tokens="occcanine",
+        alphabet=list(OCCCANINE_HISCO_SYMBOLS),
+    )
     codes = len(hisco_key())
     canine = CanineConfig()  # google/canine-s
-    source = occcanine.OccSource("", "", "", {"decoder.decoder.layers.0.linear1.weight": torch.zeros(768, 768)},
-                                 [""] * codes, "hisco")
+    source = occcanine.OccSource(
+        "",
+        "",
+        "",
+        {"decoder.decoder.layers.0.linear1.weight": torch.zeros(768, 768)},
+        [""] * codes,
+        "hisco",
+    )
     model = MixerModel(CanineModel(canine), occcanine.heads_config(source, formatter, 768, 0.0))
     os.makedirs(directory, exist_ok=True)
-    save_file(occcanine.to_occcanine_state(model.state_dict(), 768),
-              os.path.join(directory, "model.safetensors"))
+    save_file(
+        occcanine.to_occcanine_state(model.state_dict(), 768),
+        os.path.join(directory, "model.safetensors"),
+    )
     with open(os.path.join(directory, "config.json"), "w") as handle:
         json.dump(occcanine.hub_config(formatter, codes, 768, 768), handle)
 
@@ -67,12 +80,21 @@ def rate(model, texts, head: str, batch_size: int) -> float:
 def characters_per_row(model, texts, head: str, batch_size: int) -> float:
     """The input slots the encoder computes per row: its batches' padded lengths."""
     predictor = model._predictor
-    _, lengths = predictor.token_ids.encode(np.asarray(texts, dtype=object),
-                                            np.full(len(texts), "en", dtype=object))
+    _, lengths = predictor.token_ids.encode(
+        np.asarray(texts, dtype=object), np.full(len(texts), "en", dtype=object)
+    )
     padding = predictor.padding(states=head != "flat")
     ordered = np.sort(lengths, kind="stable")
-    return float(np.mean(np.concatenate([np.full(len(part), padding.length(int(part.max())))
-                                         for part in np.split(ordered, range(batch_size, len(ordered), batch_size))])))
+    return float(
+        np.mean(
+            np.concatenate(
+                [
+                    np.full(len(part), padding.length(int(part.max())))
+                    for part in np.split(ordered, range(batch_size, len(ordered), batch_size))
+                ]
+            )
+        )
+    )
 
 
 class Padded128:
@@ -108,17 +130,26 @@ def main() -> None:
     args = parser.parse_args()
     import mixer
 
-    texts = pd.unique(pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str)["occ1"])[: args.rows]
+    texts = pd.unique(pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str)["occ1"])[
+        : args.rows
+    ]
     directory = args.keep or tempfile.mkdtemp(prefix="occcanine-s-")
     write_full_size_model(directory)
     bf16_native, detail = native("bf16", "cpu")
-    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}; "
-          f"bf16 {'native' if bf16_native else 'emulated'} on this CPU")
-    print(f"{len(texts)} distinct descriptions, batch {args.batch_size}, OccCANINE's architecture "
-          f"(CANINE-s, 1,919 codes) from {directory}")
-    variants = [("fp32, padded to 128", "fp32", None, True), ("fp32", "fp32", None, False),
-                ("int8", "fp32", "int8", False)]
+    print(
+        f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
+        f"{torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"bf16 {'native' if bf16_native else 'emulated'} on this CPU"
+    )
+    print(
+        f"{len(texts)} distinct descriptions, batch {args.batch_size}, OccCANINE's architecture "
+        f"(CANINE-s, 1,919 codes) from {directory}"
+    )
+    variants = [
+        ("fp32, padded to 128", "fp32", None, True),
+        ("fp32", "fp32", None, False),
+        ("int8", "fp32", "int8", False),
+    ]
     if bf16_native:
         variants.append(("bf16", "bf16", None, False))
     for name, precision, quantize, whole in variants:
@@ -130,8 +161,10 @@ def main() -> None:
             else:
                 speed = rate(model, np.asarray(texts), head, args.batch_size)
                 chars = characters_per_row(model, texts, head, args.batch_size)
-            print(f"mixer {name:20s} {head:8s}: {speed:6.1f} records/s, {chars:5.1f} characters per row",
-                  flush=True)
+            print(
+                f"mixer {name:20s} {head:8s}: {speed:6.1f} records/s, {chars:5.1f} characters per row",
+                flush=True,
+            )
     if not args.keep:
         import shutil
 

@@ -29,8 +29,11 @@ def main() -> None:
         parameter.grad = torch.randn_like(parameter) * 1e-3
     print(f"{args.encoder}: {sum(p.numel() for p in parameters) / 1e6:.1f}M parameters, 1 thread")
     times = {}
-    for name, options in (("loop", {"foreach": False}), ("foreach", {"foreach": True}),
-                          ("fused", {"fused": True})):
+    for name, options in (
+        ("loop", {"foreach": False}),
+        ("foreach", {"foreach": True}),
+        ("fused", {"fused": True}),
+    ):
         optimizer = torch.optim.AdamW(parameters, lr=1e-4, **options)
         optimizer.step()  # state allocated outside the clock
         start = time.perf_counter()

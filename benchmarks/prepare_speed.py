@@ -31,9 +31,16 @@ def make_rows(rows: int, path: str, seed: int = 0) -> None:
     toy = toy[toy["hisco_1"].str.len() == 5]
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(toy), rows)
-    second = np.where(rng.random(rows) < 0.1, toy["hisco_1"].to_numpy()[rng.integers(0, len(toy), rows)], "")
-    frame = pd.DataFrame({"occ1": toy["occ1"].to_numpy()[picks], "hisco_1": toy["hisco_1"].to_numpy()[picks],
-                          "hisco_2": second})
+    second = np.where(
+        rng.random(rows) < 0.1, toy["hisco_1"].to_numpy()[rng.integers(0, len(toy), rows)], ""
+    )
+    frame = pd.DataFrame(
+        {
+            "occ1": toy["occ1"].to_numpy()[picks],
+            "hisco_1": toy["hisco_1"].to_numpy()[picks],
+            "hisco_2": second,
+        }
+    )
     frame.to_csv(path, index=False)
 
 
@@ -85,15 +92,32 @@ def main() -> None:
     for repeat in range(args.repeats):
         run_dir = os.path.join(args.workdir, f"run{repeat}")
         shutil.rmtree(run_dir, ignore_errors=True)
-        vectorised.append(timed_process([sys.executable, "finetune.py", "--dataset", data,
-                                         "--target-cols", "hisco_1", "hisco_2", "--prepare-only",
-                                         "--save-path", run_dir]))
+        vectorised.append(
+            timed_process(
+                [
+                    sys.executable,
+                    "finetune.py",
+                    "--dataset",
+                    data,
+                    "--target-cols",
+                    "hisco_1",
+                    "hisco_2",
+                    "--prepare-only",
+                    "--save-path",
+                    run_dir,
+                ]
+            )
+        )
     per_row = per_row_labels(data)
     best = min(v[0] for v in vectorised)
     peak = max(v[1] for v in vectorised)
-    print(f"rows: {args.rows:,} with 2 target columns ({os.path.getsize(data) / 2**20:.0f} MiB CSV)")
-    print(f"finetune.py --prepare-only, whole process: best {best:.2f} s of {args.repeats} "
-          f"(all: {', '.join(f'{v[0]:.2f}' for v in vectorised)}), peak memory {peak:.0f} MiB")
+    print(
+        f"rows: {args.rows:,} with 2 target columns ({os.path.getsize(data) / 2**20:.0f} MiB CSV)"
+    )
+    print(
+        f"finetune.py --prepare-only, whole process: best {best:.2f} s of {args.repeats} "
+        f"(all: {', '.join(f'{v[0]:.2f}' for v in vectorised)}), peak memory {peak:.0f} MiB"
+    )
     print(f"per-row label step alone (loop over rows, formatter per code): {per_row:.2f} s")
     print(f"ratio per-row label step / whole vectorised preparation: {per_row / best:.1f}x")
 

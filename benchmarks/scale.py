@@ -45,21 +45,34 @@ sys.path.insert(0, ROOT)
 from mixer.core.precision import cpu_model  # noqa: E402
 
 LANGUAGES = ["en", "da", "ge", "fr", "nl", "no", "se", "es", "pt", "it", "ca", "gr", "is"]
-PEAK = ("import resource, subprocess, sys\n"
-        "code = subprocess.run(sys.argv[1:]).returncode\n"
-        "print(f'PEAK_RSS_KB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', flush=True)\n"
-        "sys.exit(code)\n")
-DATA = ["--target-cols", "hisco_1", "--language-col", "lang", "--allow-codes-shorter-than-block-size"]
+PEAK = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print(f'PEAK_RSS_KB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', flush=True)\n"
+    "sys.exit(code)\n"
+)
+DATA = [
+    "--target-cols",
+    "hisco_1",
+    "--language-col",
+    "lang",
+    "--allow-codes-shorter-than-block-size",
+]
 
 
 def write_rows(path: str, rows: int) -> None:
     toy = pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str, keep_default_na=False)
     rng = np.random.default_rng(0)
     pick = rng.integers(0, len(toy), rows)
-    frame = pd.DataFrame({
-        "occ1": toy["occ1"].to_numpy(dtype=object)[pick] + " no. " + np.arange(rows).astype(str),
-        "hisco_1": toy["hisco_1"].to_numpy(dtype=object)[pick],
-        "lang": np.asarray(LANGUAGES, dtype=object)[rng.integers(0, len(LANGUAGES), rows)]})
+    frame = pd.DataFrame(
+        {
+            "occ1": toy["occ1"].to_numpy(dtype=object)[pick]
+            + " no. "
+            + np.arange(rows).astype(str),
+            "hisco_1": toy["hisco_1"].to_numpy(dtype=object)[pick],
+            "lang": np.asarray(LANGUAGES, dtype=object)[rng.integers(0, len(LANGUAGES), rows)],
+        }
+    )
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -71,8 +84,14 @@ def timed(cmd: list, marks: dict, log_path: str, timeout: int = 7200, threads: i
     One thread per process (two training ranks share the two cores) unless told."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=str(threads))
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", PEAK, *cmd], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PEAK, *cmd],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     seen, out = {}, {}
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n")
@@ -85,8 +104,10 @@ def timed(cmd: list, marks: dict, log_path: str, timeout: int = 7200, threads: i
             peak = re.match(r"PEAK_RSS_KB (\d+)", line)
             if peak:
                 out["peak_mib"] = int(peak.group(1)) / 1024
-            for key, pattern in (("prepare_s", r"^prepared .*\(([\d.]+) s\)"),
-                                 ("tokenise_s", r"^tokenised [\d,]+ train rows in ([\d.]+) s")):
+            for key, pattern in (
+                ("prepare_s", r"^prepared .*\(([\d.]+) s\)"),
+                ("tokenise_s", r"^tokenised [\d,]+ train rows in ([\d.]+) s"),
+            ):
                 found = re.search(pattern, line)
                 if found:
                     out[key] = float(found.group(1))
@@ -107,15 +128,30 @@ def tiny_bert(out: str) -> str:
         from mixer.models.encoders import package_model_dir
 
         tokenizer = AutoTokenizer.from_pretrained(package_model_dir("minilm-l6"))
-        BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                             num_attention_heads=2, intermediate_size=64)).save_pretrained(directory)
+        BertModel(
+            BertConfig(
+                vocab_size=tokenizer.vocab_size,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+            )
+        ).save_pretrained(directory)
         tokenizer.save_pretrained(directory)
     return directory
 
 
 def torchrun(*args) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            "finetune.py", "--distributed", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "finetune.py",
+        "--distributed",
+        *args,
+    ]
 
 
 def one_size(millions: float, out: str) -> dict:
@@ -127,33 +163,119 @@ def one_size(millions: float, out: str) -> dict:
     write_rows(csv, rows)
     prepared = os.path.join(base, "prepared")
     result = {"rows": rows}
-    result["prepare"] = timed([sys.executable, "finetune.py", "--dataset", csv, *DATA,
-                               "--save-path", prepared, "--prepare-only",
-                               "--encoder", "canine-s-random", "--max-len", "128"],
-                              {}, os.path.join(base, "prepare.log"))
-    result["tokenise_minilm"] = timed([sys.executable, "finetune.py", "--dataset", csv, *DATA,
-                                       "--save-path", prepared, "--prepare-only",
-                                       "--encoder", "minilm-l6"], {},
-                                      os.path.join(base, "tokenise.log"))
-    marks = {"first_step": r"^step 1:", "eval_start": r"^evaluating at step",
-             "eval_end": r"^eval step"}
-    for name, extra in (("minilm", ["--encoder", "minilm-l6", "--batch-size", "32"]),
-                        ("canine_s", ["--encoder", "canine-s-random", "--max-len", "128",
-                                      "--batch-size", "8", "--val-max-rows", "256"])):
+    result["prepare"] = timed(
+        [
+            sys.executable,
+            "finetune.py",
+            "--dataset",
+            csv,
+            *DATA,
+            "--save-path",
+            prepared,
+            "--prepare-only",
+            "--encoder",
+            "canine-s-random",
+            "--max-len",
+            "128",
+        ],
+        {},
+        os.path.join(base, "prepare.log"),
+    )
+    result["tokenise_minilm"] = timed(
+        [
+            sys.executable,
+            "finetune.py",
+            "--dataset",
+            csv,
+            *DATA,
+            "--save-path",
+            prepared,
+            "--prepare-only",
+            "--encoder",
+            "minilm-l6",
+        ],
+        {},
+        os.path.join(base, "tokenise.log"),
+    )
+    marks = {
+        "first_step": r"^step 1:",
+        "eval_start": r"^evaluating at step",
+        "eval_end": r"^eval step",
+    }
+    for name, extra in (
+        ("minilm", ["--encoder", "minilm-l6", "--batch-size", "32"]),
+        (
+            "canine_s",
+            [
+                "--encoder",
+                "canine-s-random",
+                "--max-len",
+                "128",
+                "--batch-size",
+                "8",
+                "--val-max-rows",
+                "256",
+            ],
+        ),
+    ):
         run = os.path.join(base, f"run-{name}")
         subprocess.run(["cp", "-al", prepared, run], check=True)  # the prepared files, linked
-        result[f"start_{name}"] = timed(torchrun("--dataset", csv, *DATA, "--save-path", run,
-                                                 "--max-steps", "1", "--log-interval", "1", *extra),
-                                        marks, os.path.join(base, f"start-{name}.log"))
+        result[f"start_{name}"] = timed(
+            torchrun(
+                "--dataset",
+                csv,
+                *DATA,
+                "--save-path",
+                run,
+                "--max-steps",
+                "1",
+                "--log-interval",
+                "1",
+                *extra,
+            ),
+            marks,
+            os.path.join(base, f"start-{name}.log"),
+        )
     tiny = os.path.join(base, "run-tiny")
     subprocess.run(["cp", "-al", prepared, tiny], check=True)
-    timed([sys.executable, "finetune.py", "--dataset", csv, *DATA, "--save-path", tiny,
-           "--encoder", tiny_bert(out), "--max-steps", "1", "--val-max-rows", "256"], {},
-          os.path.join(base, "tiny.log"))
-    result["predict"] = timed([sys.executable, "predict.py", "--checkpoint", tiny, "--input", csv,
-                               "--output", os.path.join(base, "predicted.parquet"),
-                               "--language-col", "lang", "--batch-size", "512"], {},
-                              os.path.join(base, "predict.log"), threads=os.cpu_count() or 1)
+    timed(
+        [
+            sys.executable,
+            "finetune.py",
+            "--dataset",
+            csv,
+            *DATA,
+            "--save-path",
+            tiny,
+            "--encoder",
+            tiny_bert(out),
+            "--max-steps",
+            "1",
+            "--val-max-rows",
+            "256",
+        ],
+        {},
+        os.path.join(base, "tiny.log"),
+    )
+    result["predict"] = timed(
+        [
+            sys.executable,
+            "predict.py",
+            "--checkpoint",
+            tiny,
+            "--input",
+            csv,
+            "--output",
+            os.path.join(base, "predicted.parquet"),
+            "--language-col",
+            "lang",
+            "--batch-size",
+            "512",
+        ],
+        {},
+        os.path.join(base, "predict.log"),
+        threads=os.cpu_count() or 1,
+    )
     for name in list(result):
         if name.startswith("start_"):
             r = result[name]
@@ -163,8 +285,12 @@ def one_size(millions: float, out: str) -> dict:
 
 
 def table(results: list) -> list:
-    lines = ["| stage | " + " | ".join(f"{r['rows'] / 1e6:g}M rows" for r in results)
-             + " | per million rows (largest size) |", "|---|" + "---|" * (len(results) + 1)]
+    lines = [
+        "| stage | "
+        + " | ".join(f"{r['rows'] / 1e6:g}M rows" for r in results)
+        + " | per million rows (largest size) |",
+        "|---|" + "---|" * (len(results) + 1),
+    ]
 
     def row(label, pick, unit="s"):
         values = [pick(r) for r in results]
@@ -178,7 +304,10 @@ def table(results: list) -> list:
     row("peak memory, prepare + CANINE cache", lambda r: r["prepare"]["peak_mib"], "MiB")
     row("peak memory, minilm-l6 cache", lambda r: r["tokenise_minilm"]["peak_mib"], "MiB")
     for name, label in (("minilm", "minilm-l6"), ("canine_s", "CANINE-s")):
-        row(f"torchrun x2 to first step, {label}", lambda r, n=name: r[f"start_{n}"].get("first_step"))
+        row(
+            f"torchrun x2 to first step, {label}",
+            lambda r, n=name: r[f"start_{n}"].get("first_step"),
+        )
         row(f"peak memory per rank, {label}", lambda r, n=name: r[f"start_{n}"]["peak_mib"], "MiB")
     row("one evaluation, minilm-l6 (20,000-row sample)", lambda r: r["start_minilm"]["eval_s"])
     row("predict all rows (tiny encoder, 2 threads)", lambda r: r["predict"]["seconds"])
@@ -194,20 +323,24 @@ def plot(results: list, path: str) -> None:
 
     sizes = [r["rows"] / 1e6 for r in results]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, pick in (("prepare", lambda r: r["prepare"].get("prepare_s")),
-                        ("tokenise CANINE", lambda r: r["prepare"].get("tokenise_s")),
-                        ("tokenise minilm-l6", lambda r: r["tokenise_minilm"].get("tokenise_s")),
-                        ("first step minilm-l6 (2 ranks)", lambda r: r["start_minilm"].get("first_step")),
-                        ("first step CANINE-s (2 ranks)", lambda r: r["start_canine_s"].get("first_step")),
-                        ("predict (tiny encoder)", lambda r: r["predict"]["seconds"])):
+    for label, pick in (
+        ("prepare", lambda r: r["prepare"].get("prepare_s")),
+        ("tokenise CANINE", lambda r: r["prepare"].get("tokenise_s")),
+        ("tokenise minilm-l6", lambda r: r["tokenise_minilm"].get("tokenise_s")),
+        ("first step minilm-l6 (2 ranks)", lambda r: r["start_minilm"].get("first_step")),
+        ("first step CANINE-s (2 ranks)", lambda r: r["start_canine_s"].get("first_step")),
+        ("predict (tiny encoder)", lambda r: r["predict"]["seconds"]),
+    ):
         left.plot(sizes, [pick(r) for r in results], marker="o", label=label)
     left.set(xlabel="million rows", ylabel="seconds", title="time per stage")
     left.legend(fontsize=8)
-    for label, pick in (("prepare + CANINE cache", lambda r: r["prepare"]["peak_mib"]),
-                        ("minilm-l6 cache", lambda r: r["tokenise_minilm"]["peak_mib"]),
-                        ("training rank, minilm-l6", lambda r: r["start_minilm"]["peak_mib"]),
-                        ("training rank, CANINE-s", lambda r: r["start_canine_s"]["peak_mib"]),
-                        ("predict", lambda r: r["predict"]["peak_mib"])):
+    for label, pick in (
+        ("prepare + CANINE cache", lambda r: r["prepare"]["peak_mib"]),
+        ("minilm-l6 cache", lambda r: r["tokenise_minilm"]["peak_mib"]),
+        ("training rank, minilm-l6", lambda r: r["start_minilm"]["peak_mib"]),
+        ("training rank, CANINE-s", lambda r: r["start_canine_s"]["peak_mib"]),
+        ("predict", lambda r: r["predict"]["peak_mib"]),
+    ):
         right.plot(sizes, [pick(r) for r in results], marker="o", label=label)
     right.set(xlabel="million rows", ylabel="MiB", title="peak memory (largest process)")
     right.legend(fontsize=8)
@@ -220,9 +353,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 3, 10])
     parser.add_argument("--out", default="/tmp/mixer-scale")
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "scale.png"))
-    parser.add_argument("--merge", nargs="+", metavar="SCALE_JSON",
-                        help="draw the table and plot from earlier runs' scale.json files "
-                             "(sizes from several runs, sorted) instead of running")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="SCALE_JSON",
+        help="draw the table and plot from earlier runs' scale.json files "
+        "(sizes from several runs, sorted) instead of running",
+    )
     args = parser.parse_args()
     if args.merge:
         results = []
@@ -237,8 +374,11 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     import torch
 
-    print(f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
-          f"{os.cpu_count()} cores, torch {torch.__version__}", flush=True)
+    print(
+        f"machine: {cpu_model()} ({torch.backends.cpu.get_cpu_capability()}), "
+        f"{os.cpu_count()} cores, torch {torch.__version__}",
+        flush=True,
+    )
     results = []
     for size in args.sizes:
         results.append(one_size(size, args.out))

@@ -96,9 +96,11 @@ class Outcome:
         mc = math.sqrt(rate * (1 - rate) / reps)
         acc = f"{np.median(self.accuracy):.4f}" if self.accuracy else "-"
         se = f"{np.median(self.se):.4f}" if self.se else "-"
-        return (f"  {self.name:<44} kept {rate:6.1%} (MC error {mc:.1%})  coded {np.median(self.shares):6.1%}"
-                f"  realised {acc} (rest SE {se})  population kept {np.mean(self.population_kept):6.1%}"
-                f"  rest alone {np.mean(self.rest_alone):5.1%}  none {self.none}")
+        return (
+            f"  {self.name:<44} kept {rate:6.1%} (MC error {mc:.1%})  coded {np.median(self.shares):6.1%}"
+            f"  realised {acc} (rest SE {se})  population kept {np.mean(self.population_kept):6.1%}"
+            f"  rest alone {np.mean(self.rest_alone):5.1%}  none {self.none}"
+        )
 
 
 def promise(frame, head, target, reps, seed):
@@ -109,17 +111,48 @@ def promise(frame, head, target, reps, seed):
     rng = np.random.default_rng(seed)
     big = f"1,000 -> {rows - 1000:,}"
     configs = [  # (name, rows it chooses on, rows it is applied to, how it chooses)
-        ("point estimate, 800 -> 1,200", 800, 2000, lambda c, r, m: point_estimate_threshold(c, r, target)),
-        ("plain fixed sequence, 800 -> 1,200", 800, 2000,
-         lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold),
-        ("mixer, 800 -> 1,200", 800, 2000, lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold),
-        ("mixer + rows_to_code, 800 -> 1,200", 800, 2000,
-         lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold),
-        (f"plain fixed sequence, {big}", 1000, rows,
-         lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold),
-        (f"mixer, {big}", 1000, rows, lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold),
-        (f"mixer + rows_to_code, {big}", 1000, rows,
-         lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold),
+        (
+            "point estimate, 800 -> 1,200",
+            800,
+            2000,
+            lambda c, r, m: point_estimate_threshold(c, r, target),
+        ),
+        (
+            "plain fixed sequence, 800 -> 1,200",
+            800,
+            2000,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold,
+        ),
+        (
+            "mixer, 800 -> 1,200",
+            800,
+            2000,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold,
+        ),
+        (
+            "mixer + rows_to_code, 800 -> 1,200",
+            800,
+            2000,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold,
+        ),
+        (
+            f"plain fixed sequence, {big}",
+            1000,
+            rows,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target, start=None).threshold,
+        ),
+        (
+            f"mixer, {big}",
+            1000,
+            rows,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target).threshold,
+        ),
+        (
+            f"mixer + rows_to_code, {big}",
+            1000,
+            rows,
+            lambda c, r, m: guarantee.choose_threshold(c, r, target, rows_to_code=m).threshold,
+        ),
     ]
     out = {name: Outcome(name) for name, *_ in configs}
     for _ in range(reps):
@@ -139,21 +172,29 @@ def calibration_check(frame, head, reps, seed):
     fits, before, alone, scaled = [], [], [], []
     for _ in range(reps):
         order = rng.permutation(len(conf))
-        fit, held = order[: len(conf) // 2], order[len(conf) // 2:]
+        fit, held = order[: len(conf) // 2], order[len(conf) // 2 :]
         t_alone = calibration.fit_temperature(conf[fit], correct[fit])
         t, bias = calibration.fit_scaling(conf[fit], correct[fit])
         fits.append((t_alone, t, bias))
         before.append(calibration.expected_calibration_error(conf[held], correct[held]))
-        alone.append(calibration.expected_calibration_error(calibration.calibrate(conf[held], t_alone),
-                                                            correct[held]))
-        scaled.append(calibration.expected_calibration_error(calibration.calibrate(conf[held], t, bias),
-                                                             correct[held]))
+        alone.append(
+            calibration.expected_calibration_error(
+                calibration.calibrate(conf[held], t_alone), correct[held]
+            )
+        )
+        scaled.append(
+            calibration.expected_calibration_error(
+                calibration.calibrate(conf[held], t, bias), correct[held]
+            )
+        )
     before, alone, scaled = np.array(before), np.array(alone), np.array(scaled)
     t_alone, t, bias = np.median(np.array(fits), axis=0)
-    return [f"  ECE on rows not fit on: raw {np.median(before):.4f}; temperature alone (T {t_alone:.3f}) "
-            f"{np.median(alone):.4f} (halved in {np.mean(alone <= before / 2):.0%} of {reps} splits); "
-            f"temperature and bias (T {t:.3f}, bias {bias:.3f}) {np.median(scaled):.4f} "
-            f"(median ratio {np.median(scaled / before):.2f}; halved in {np.mean(scaled <= before / 2):.0%})"]
+    return [
+        f"  ECE on rows not fit on: raw {np.median(before):.4f}; temperature alone (T {t_alone:.3f}) "
+        f"{np.median(alone):.4f} (halved in {np.mean(alone <= before / 2):.0%} of {reps} splits); "
+        f"temperature and bias (T {t:.3f}, bias {bias:.3f}) {np.median(scaled):.4f} "
+        f"(median ratio {np.median(scaled / before):.2f}; halved in {np.mean(scaled <= before / 2):.0%})"
+    ]
 
 
 def shorter_codes(frame, head, levels, target, reps, seed):
@@ -171,7 +212,9 @@ def shorter_codes(frame, head, levels, target, reps, seed):
         choose, rest = pool[:1000], pool[1000:]
         choice = guarantee.choose_threshold(whole[choose], whole_right[choose], target)
         plain.add(choice.threshold, whole, whole_right, rest, target)
-        choice, _ = guarantee.choose_with_levels([c[choose] for c in confs], [r[choose] for r in rights], target)
+        choice, _ = guarantee.choose_with_levels(
+            [c[choose] for c in confs], [r[choose] for r in rights], target
+        )
         fallback.add(choice.threshold, confs, rights, rest, target, levels=True)
         if choice.threshold is None:
             level_shares.append([0.0] * len(confs))
@@ -181,7 +224,11 @@ def shorter_codes(frame, head, levels, target, reps, seed):
     shares = np.median(np.array(level_shares), axis=0)
     names = ["whole code"] + [f"{L} digits" for L in ordered]
     per_level = ", ".join(f"{n} {s:.1%}" for n, s in zip(names, shares))
-    return [plain.line(), fallback.line(), f"  median share of the rest given each level: {per_level}"]
+    return [
+        plain.line(),
+        fallback.line(),
+        f"  median share of the rest given each level: {per_level}",
+    ]
 
 
 def level_curves(frame, head, levels, target):
@@ -197,9 +244,11 @@ def level_curves(frame, head, levels, target):
         for conf in (own, whole):
             point = curve.coded_at(curve.production_curve(conf, right), target)
             shares.append(0.0 if point is None else float(point["coded_share"]))
-        lines.append(f"  {L} digits: accuracy {right.mean():.4f}; at {target:.0%}: {shares[0]:.1%} coded by the "
-                     f"level's confidence, {shares[1]:.1%} by the whole code's; ECE of the level's "
-                     f"{calibration.expected_calibration_error(own, right):.4f}")
+        lines.append(
+            f"  {L} digits: accuracy {right.mean():.4f}; at {target:.0%}: {shares[0]:.1%} coded by the "
+            f"level's confidence, {shares[1]:.1%} by the whole code's; ECE of the level's "
+            f"{calibration.expected_calibration_error(own, right):.4f}"
+        )
     return lines
 
 
@@ -214,17 +263,25 @@ def draw(scores, heads, target, folder, seed):
             one = curve.production_curve(frame[f"{head}_confidence"], frame[f"{head}_correct"])
             one["group"] = f"{head}, {condition}"
             curves.append(one)
-    curve.plot_curve(pd.concat(curves, ignore_index=True), os.path.join(folder, "production.png"), target,
-                     title="production curves on 4,000 unseen rows")
+    curve.plot_curve(
+        pd.concat(curves, ignore_index=True),
+        os.path.join(folder, "production.png"),
+        target,
+        title="production curves on 4,000 unseen rows",
+    )
     frame = scores[~scores["noisy"]].reset_index(drop=True)
     order = np.random.default_rng(seed).permutation(len(frame))
-    fit, held = order[: len(frame) // 2], order[len(frame) // 2:]
+    fit, held = order[: len(frame) // 2], order[len(frame) // 2 :]
     for head in heads:
         conf, right = frame[f"{head}_confidence"].to_numpy(), frame[f"{head}_correct"].to_numpy()
         t, bias = calibration.fit_scaling(conf[fit], right[fit])
-        calibration.reliability_diagram(os.path.join(folder, f"reliability_{head}.png"), conf[held],
-                                        calibration.calibrate(conf[held], t, bias), right[held],
-                                        f"{head} head, rows not fit on (T {t:.2f}, bias {bias:.2f})")
+        calibration.reliability_diagram(
+            os.path.join(folder, f"reliability_{head}.png"),
+            conf[held],
+            calibration.calibrate(conf[held], t, bias),
+            right[held],
+            f"{head} head, rows not fit on (T {t:.2f}, bias {bias:.2f})",
+        )
     print(f"drew {folder}/production.png and reliability_<head>.png")
 
 
@@ -240,12 +297,16 @@ def start_comparison(frame, head, target, reps, seed, starts=(None, 0.3, 0.5, 0.
         for _ in range(reps):
             pool = rng.permutation(len(frame))
             choose, rest = pool[:1000], pool[1000:]
-            threshold = guarantee.choose_threshold(conf[choose], correct[choose], target, start=start).threshold
+            threshold = guarantee.choose_threshold(
+                conf[choose], correct[choose], target, start=start
+            ).threshold
             coded = conf[rest] >= (np.inf if threshold is None else threshold)
             shares.append(coded.mean())
             kept.append(not coded.any() or correct[rest][coded].mean() >= target)
-        parts.append(f"{'plain' if start is None else start}: coded {np.median(shares):.1%} (mean "
-                     f"{np.mean(shares):.1%}), kept {np.mean(kept):.1%}")
+        parts.append(
+            f"{'plain' if start is None else start}: coded {np.median(shares):.1%} (mean "
+            f"{np.mean(shares):.1%}), kept {np.mean(kept):.1%}"
+        )
     return "  start of the sequence: " + "; ".join(parts)
 
 
@@ -258,20 +319,32 @@ def main(argv=None) -> int:
     parser.add_argument("--levels", type=int, nargs="*", default=[1, 2, 3])
     parser.add_argument("--heads", nargs="+", default=list(HEADS))
     parser.add_argument("--sections", default="123")
-    parser.add_argument("--plots", default=None, metavar="DIR",
-                        help="also draw the production curves and reliability diagrams into DIR")
+    parser.add_argument(
+        "--plots",
+        default=None,
+        metavar="DIR",
+        help="also draw the production curves and reliability diagrams into DIR",
+    )
     args = parser.parse_args(argv)
     scores = pd.read_parquet(args.scores)
     if args.plots:
         draw(scores, args.heads, args.target, args.plots, args.seed)
-    print(f"{args.scores}: {len(scores)} scored rows; target {args.target}, delta 0.05, {args.reps} repetitions, "
-          f"seed {args.seed}")
+    print(
+        f"{args.scores}: {len(scores)} scored rows; target {args.target}, delta 0.05, {args.reps} repetitions, "
+        f"seed {args.seed}"
+    )
     for noisy, condition in CONDITIONS:
         frame = scores[scores["noisy"] == noisy].reset_index(drop=True)
         for head in args.heads:
-            print(f"\n{head} head, {condition}: {len(frame)} rows, accuracy {frame[f'{head}_correct'].mean():.4f}; "
-                  + curve.headline(curve.production_curve(frame[f"{head}_confidence"], frame[f"{head}_correct"]),
-                                   args.target, rows="these rows") + " (point estimate)")
+            print(
+                f"\n{head} head, {condition}: {len(frame)} rows, accuracy {frame[f'{head}_correct'].mean():.4f}; "
+                + curve.headline(
+                    curve.production_curve(frame[f"{head}_confidence"], frame[f"{head}_correct"]),
+                    args.target,
+                    rows="these rows",
+                )
+                + " (point estimate)"
+            )
             if "1" in args.sections:
                 for outcome in promise(frame, head, args.target, args.reps, args.seed).values():
                     print(outcome.line())
@@ -283,7 +356,9 @@ def main(argv=None) -> int:
             if "3" in args.sections and args.levels:
                 for line in level_curves(frame, head, args.levels, args.target):
                     print(line)
-                for line in shorter_codes(frame, head, args.levels, args.target, args.reps, args.seed):
+                for line in shorter_codes(
+                    frame, head, args.levels, args.target, args.reps, args.seed
+                ):
                     print(line)
     return 0
 

@@ -1,9 +1,9 @@
 """mixer: fine-tune text classifiers for occupational codes, from one CPU to many GPUs.
 
-    import mixer
-    model = mixer.load("runs/quickstart")  # or an OccCANINE model or hub id
-    model.predict(["farmer and fisher"], lang="en")
-    model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb")  # as finetune.py
+import mixer
+model = mixer.load("runs/quickstart")  # or an OccCANINE model or hub id
+model.predict(["farmer and fisher"], lang="en")
+model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb")  # as finetune.py
 """
 
 __version__ = "0.2.0"
@@ -47,13 +47,27 @@ from mixer.core import options as _options  # noqa: E402
 _options.register_flag_checks(_flag_specs, _flag_checked)
 
 
-def load(source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-         tf32=None, code_descriptions=None, quantize=None):
+def load(
+    source: str,
+    device=None,
+    precision: str = "fp32",
+    force_precision: bool = False,
+    tf32=None,
+    code_descriptions=None,
+    quantize=None,
+):
     """A model to predict with: see mixer.prediction.api.load."""
     from mixer.api import load as _load  # the alias: `mixer.api.Model` after a load, as before
 
-    return _load(source, device, precision, force_precision, tf32=tf32,
-                 code_descriptions=code_descriptions, quantize=quantize)
+    return _load(
+        source,
+        device,
+        precision,
+        force_precision,
+        tf32=tf32,
+        code_descriptions=code_descriptions,
+        quantize=quantize,
+    )
 
 
 def finetune(data, target_cols=None, initial_checkpoint=None, save_path=None, **options):

@@ -29,24 +29,38 @@ def main(argv=None) -> int:
 
     parser = Parser(prog="simulate_audit_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("audit", help="the audit file predict.py --audit wrote")
-    parser.add_argument("--truth-cols", dest="truth_cols", nargs="+", required=True, metavar="COL",
-                        help="columns of the audit that hold the right codes, e.g. hisco_1")
-    parser.add_argument("--rows", type=positive_int, default=None,
-                        help="check only the first ROWS rows (from the top, as a person would); "
-                             "the others stay blank")
+    parser.add_argument(
+        "--truth-cols",
+        dest="truth_cols",
+        nargs="+",
+        required=True,
+        metavar="COL",
+        help="columns of the audit that hold the right codes, e.g. hisco_1",
+    )
+    parser.add_argument(
+        "--rows",
+        type=positive_int,
+        default=None,
+        help="check only the first ROWS rows (from the top, as a person would); "
+        "the others stay blank",
+    )
     args = parser.parse_args(argv)
     frame = read_table(args.audit, TableOptions(role="audit"))
     audit = verdicts.parse_audit(frame, args.audit, "audit")
     if audit.design.unit != "rows":
         raise UserError(f"{args.audit}: an audit of descriptions has no row's own codes to copy")
-    require_columns(frame, args.truth_cols, args.audit, {c: "--truth-cols" for c in args.truth_cols})
+    require_columns(
+        frame, args.truth_cols, args.audit, {c: "--truth-cols" for c in args.truth_cols}
+    )
     checked = len(frame) if args.rows is None else min(args.rows, len(frame))
     for k, column in enumerate(args.truth_cols):
         filled = as_text(frame[column]).str.strip()
         frame[audit_file.TRUE_CODE.format(k + 1)] = filled.where(frame.index < checked, "")
     write_table(frame, args.audit, "audit")
-    print(f"{args.audit}: true_code_1.. of {checked} of {len(frame)} rows filled from "
-          f"{', '.join(args.truth_cols)} (a simulation of the hand check)")
+    print(
+        f"{args.audit}: true_code_1.. of {checked} of {len(frame)} rows filled from "
+        f"{', '.join(args.truth_cols)} (a simulation of the hand check)"
+    )
     return 0
 
 

@@ -24,8 +24,20 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 TOY = os.path.join(ROOT, "data", "toy_hisco.csv")
 
 # A tiny model and a short schedule: a run takes a few seconds on 2 cores.
-TINY = ["--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
-        "--decoder-heads", "2", "--max-len", "48", "--log-interval", "5"]
+TINY = [
+    "--encoder",
+    "canine-tiny",
+    "--decoder-dim",
+    "32",
+    "--decoder-layers",
+    "1",
+    "--decoder-heads",
+    "2",
+    "--max-len",
+    "48",
+    "--log-interval",
+    "5",
+]
 
 
 # Floats computed two ways (another batch, padding, chunk, number of processes or threads, or
@@ -46,8 +58,12 @@ FLOAT_COLUMN = re.compile(r"(\w+_)?(prob(_\d+)?|conf(idence)?(_raw)?|level_confi
 
 def assert_floats_close(actual, expected, err_msg: str = "") -> None:
     """Floats computed two ways, within FLOATS (NaN where the other has NaN)."""
-    np.testing.assert_allclose(np.asarray(actual, dtype=float), np.asarray(expected, dtype=float),
-                               err_msg=err_msg, **FLOATS)
+    np.testing.assert_allclose(
+        np.asarray(actual, dtype=float),
+        np.asarray(expected, dtype=float),
+        err_msg=err_msg,
+        **FLOATS,
+    )
 
 
 def assert_same_predictions(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
@@ -56,10 +72,15 @@ def assert_same_predictions(actual: pd.DataFrame, expected: pd.DataFrame) -> Non
     returned by the API alike."""
     assert list(actual.columns) == list(expected.columns)
     floats = [c for c in expected.columns if FLOAT_COLUMN.fullmatch(str(c))]
-    pd.testing.assert_frame_equal(actual.drop(columns=floats), expected.drop(columns=floats), check_exact=True)
+    pd.testing.assert_frame_equal(
+        actual.drop(columns=floats), expected.drop(columns=floats), check_exact=True
+    )
     for column in floats:
-        assert_floats_close(pd.to_numeric(actual[column].replace("", np.nan)),
-                            pd.to_numeric(expected[column].replace("", np.nan)), err_msg=column)
+        assert_floats_close(
+            pd.to_numeric(actual[column].replace("", np.nan)),
+            pd.to_numeric(expected[column].replace("", np.nan)),
+            err_msg=column,
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -68,10 +89,15 @@ def pytest_configure(config):
     at a time: most of a test's time is a subprocess starting Python, torch and
     transformers, so 2 cores run two. Paths given, -n given, --pdb, -p no:xdist or no
     xdist installed: one process, as pytest would."""
-    if (not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput")
-            or config.args_source != pytest.Config.ArgsSource.TESTPATHS
-            or config.option.numprocesses is not None or config.option.dist != "no"
-            or config.getoption("usepdb") or config.getoption("collectonly")):
+    if (
+        not config.pluginmanager.hasplugin("xdist")
+        or hasattr(config, "workerinput")
+        or config.args_source != pytest.Config.ArgsSource.TESTPATHS
+        or config.option.numprocesses is not None
+        or config.option.dist != "no"
+        or config.getoption("usepdb")
+        or config.getoption("collectonly")
+    ):
         return
     config.option.numprocesses, config.option.dist, config.option.tx = 2, "loadfile", ["popen"] * 2
 
@@ -86,9 +112,14 @@ def env_for_subprocess() -> dict:
 
 def run_program(script: str, *args, timeout: int = 300, check: bool = True, env=None):
     """Run one of the entry points as a user would; returns the CompletedProcess."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env or env_for_subprocess())
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env or env_for_subprocess(),
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -119,8 +150,27 @@ def tiny_two_code_run(tmp_path_factory, small_csv) -> str:
     from mixer.cli.entrypoints import finetune_main
 
     out = tmp_path_factory.mktemp("tiny_two_code") / "run"
-    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(out),
-                          "--share-val", "0.1", *TINY, "--max-steps", "8", "--batch-size", "16"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                small_csv,
+                "--target-cols",
+                "hisco_1",
+                "hisco_2",
+                "--save-path",
+                str(out),
+                "--share-val",
+                "0.1",
+                *TINY,
+                "--max-steps",
+                "8",
+                "--batch-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     return str(out)
 
 
@@ -134,8 +184,15 @@ def tiny_bert_dir(tmp_path_factory) -> str:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *("##" + c for c in letters)]
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, intermediate_size=64))
+    model = BertModel(
+        BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
+    )
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return str(directory)
@@ -146,11 +203,18 @@ def run_without(modules, script: str, *args, timeout: int = 300, check: bool = T
     set to None in sys.modules before anything imports it, so `import x` raises
     ImportError and importlib.util.find_spec('x') says it is absent."""
     blocked = "".join(f"sys.modules[{name!r}] = None; " for name in modules)
-    code = (f"import runpy, sys; {blocked}sys.argv = sys.argv[1:]; "
-            "runpy.run_path(sys.argv[0], run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env_for_subprocess())
+    code = (
+        f"import runpy, sys; {blocked}sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, os.path.join(ROOT, script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env_for_subprocess(),
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -159,13 +223,24 @@ def run_without(modules, script: str, *args, timeout: int = 300, check: bool = T
 # ------------------------------------------------------------------ launches, and runs compared
 # Shared by the test files that launch programs under torchrun or compare two runs' results.
 def torchrun_cmd(nproc: int, *launcher_args) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            *launcher_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        *launcher_args,
+    ]
 
 
 def run(cmd, timeout=300, check=True, env=None):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env=env or env_for_subprocess())
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env or env_for_subprocess(),
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -188,14 +263,25 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def rank0_gathers_cmd(nproc: int, script: str) -> list:
     """torchrun of one of the programs, on one node, with all-gathers refused."""
-    return torchrun_cmd(nproc, "--standalone") + ["--no-python", sys.executable, "-c", RANK0_GATHERS,
-                                                  os.path.join(ROOT, script)]
+    return torchrun_cmd(nproc, "--standalone") + [
+        "--no-python",
+        sys.executable,
+        "-c",
+        RANK0_GATHERS,
+        os.path.join(ROOT, script),
+    ]
 
 
 def start(cmd, env=None) -> subprocess.Popen:
     """A program left running, its output read line by line (wait_for_line)."""
-    return subprocess.Popen(cmd, cwd=ROOT, env=env or env_for_subprocess(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env or env_for_subprocess(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for_line(proc, prefix: str) -> list:
@@ -243,7 +329,9 @@ def assert_same_metrics(a, b):
     assert list(left.columns) == list(right.columns)
     assert len(left) == len(right) == 2
     assert left["val_rows"].tolist() == right["val_rows"].tolist() == [11, 11]  # every row once
-    np.testing.assert_allclose(left.to_numpy(float), right.to_numpy(float), atol=TRAINED_METRICS_ATOL, rtol=0)
+    np.testing.assert_allclose(
+        left.to_numpy(float), right.to_numpy(float), atol=TRAINED_METRICS_ATOL, rtol=0
+    )
 
 
 # ------------------------------------------------------------------ bad input
@@ -316,7 +404,13 @@ def common_csv(tmp_path_factory, toy_frame) -> str:
     them in seconds), a second code on the titles with 'and'."""
     frame = toy_frame[toy_frame["hisco_1"].str.len() == 5]
     common = frame["occ1"].value_counts().head(40).index
-    frame = frame[frame["occ1"].isin(common)].groupby("occ1").head(6).sample(frac=1, random_state=1).copy()
+    frame = (
+        frame[frame["occ1"].isin(common)]
+        .groupby("occ1")
+        .head(6)
+        .sample(frac=1, random_state=1)
+        .copy()
+    )
     frame["hisco_2"] = np.where(frame["occ1"].str.contains(" and "), "99910", "")
     path = tmp_path_factory.mktemp("common") / "common.csv"
     frame.to_csv(path, index=False)
@@ -329,10 +423,31 @@ def trained(tmp_path_factory, common_csv):
     from mixer.cli.entrypoints import finetune_main
 
     run = tmp_path_factory.mktemp("coding") / "trained"
-    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
-                          "--share-val", "0.4", *TINY, "--max-steps", "60", "--batch-size", "16",
-                          "--seed", "4",  # its most confident held-out rows are right, as these tests need
-                          "--learning-rate", "5e-3"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                common_csv,
+                "--target-cols",
+                "hisco_1",
+                "hisco_2",
+                "--save-path",
+                str(run),
+                "--share-val",
+                "0.4",
+                *TINY,
+                "--max-steps",
+                "60",
+                "--batch-size",
+                "16",
+                "--seed",
+                "4",  # its most confident held-out rows are right, as these tests need
+                "--learning-rate",
+                "5e-3",
+            ]
+        )
+        == 0
+    )
     return str(run)
 
 
@@ -351,11 +466,20 @@ def run_dir(tmp_path_factory, trained):
 def write_scores(run, chose: int) -> pd.DataFrame:
     """scores.parquet's documented columns, from the run's validation rows."""
     val = pd.read_parquet(os.path.join(run, "data_val.parquet"))
-    truth = [" & ".join(sorted({str(c) for c in row if isinstance(c, str) and c}))
-             for row in val[["code_1", "code_2"]].astype(object).to_numpy()]
-    scores = pd.DataFrame({"row": np.arange(len(val)), "split": "val", "lang": val["lang"].astype(str),
-                           "text": val["text"].astype(str), "chose": np.arange(len(val)) < chose,
-                           "true_codes": truth})
+    truth = [
+        " & ".join(sorted({str(c) for c in row if isinstance(c, str) and c}))
+        for row in val[["code_1", "code_2"]].astype(object).to_numpy()
+    ]
+    scores = pd.DataFrame(
+        {
+            "row": np.arange(len(val)),
+            "split": "val",
+            "lang": val["lang"].astype(str),
+            "text": val["text"].astype(str),
+            "chose": np.arange(len(val)) < chose,
+            "true_codes": truth,
+        }
+    )
     scores.to_parquet(os.path.join(run, "scores.parquet"), index=False)
     return scores
 

@@ -12,12 +12,30 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-SMALL_CANINE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, num_hash_buckets=512, num_hash_functions=4,
-                    downsampling_rate=4, upsampling_kernel_size=4)
-TEXTS = ["farmer", "Agricultural Labourer", "wine and spirit merchant", "Bäcker und Müller",
-         "  fisherman  ", "smed, åbenrå", "engineer and fireman", "x" * 200, "coal miner's wife",
-         "FARMER & WIFE", "servant", ""]
+SMALL_CANINE = dict(
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=256,
+    num_hash_buckets=512,
+    num_hash_functions=4,
+    downsampling_rate=4,
+    upsampling_kernel_size=4,
+)
+TEXTS = [
+    "farmer",
+    "Agricultural Labourer",
+    "wine and spirit merchant",
+    "Bäcker und Müller",
+    "  fisherman  ",
+    "smed, åbenrå",
+    "engineer and fireman",
+    "x" * 200,
+    "coal miner's wife",
+    "FARMER & WIFE",
+    "servant",
+    "",
+]
 
 
 class Reference(nn.Module):
@@ -39,18 +57,23 @@ class Reference(nn.Module):
         table = torch.zeros(128, hidden)
         table[:, 0::2], table[:, 1::2] = torch.sin(pos * den), torch.cos(pos * den)
         self.decoder.positional_encoding.register_buffer("pos_embedding", table.unsqueeze(1))
-        self.decoder.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(hidden, 8, hidden, 0.0), 3)
+        self.decoder.decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(hidden, 8, hidden, 0.0), 3
+        )
         self.decoder.head = nn.Linear(hidden, vocab)
 
     def encode(self, strings):
         from transformers import CanineTokenizer
 
-        batch = CanineTokenizer()(strings, padding="max_length", max_length=128, truncation=True,
-                                  return_tensors="pt")
+        batch = CanineTokenizer()(
+            strings, padding="max_length", max_length=128, truncation=True, return_tensors="pt"
+        )
         out = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         return out.last_hidden_state, out.pooler_output
 
-    def decode(self, memory, tokens):  # memory (rows, M, d), tokens (rows, T) -> logits (rows, T, V)
+    def decode(
+        self, memory, tokens
+    ):  # memory (rows, M, d), tokens (rows, T) -> logits (rows, T, V)
         hidden = memory.size(-1)
         x = self.decoder.token_emb.embedding(tokens) * math.sqrt(hidden)
         x = x.transpose(0, 1) + self.decoder.positional_encoding.pos_embedding[: tokens.size(1)]
@@ -76,8 +99,23 @@ def save_hisco_model(base) -> dict:
     hub.mkdir()
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, hub / "model.safetensors")
-    (hub / "config.json").write_text(json.dumps({
-        "model_domain": "Multilingual_CANINE", "model_type": "seq2seq_mixer", "n_classes": 1918,
-        "num_classes_flat": 1919, "num_classes": [18] * 27, "dropout_rate": 0}))
+    (hub / "config.json").write_text(
+        json.dumps(
+            {
+                "model_domain": "Multilingual_CANINE",
+                "model_type": "seq2seq_mixer",
+                "n_classes": 1918,
+                "num_classes_flat": 1919,
+                "num_classes": [18] * 27,
+                "dropout_rate": 0,
+            }
+        )
+    )
     torch.save({"model": state, "step": 0}, base / "last.bin")
-    return {"model": model, "key": key, "hub": str(hub), "bin": str(base / "last.bin"), "base": base}
+    return {
+        "model": model,
+        "key": key,
+        "hub": str(hub),
+        "bin": str(base / "last.bin"),
+        "base": base,
+    }

@@ -27,8 +27,12 @@ LAYERS = [
     ("data",),
     ("models",),
     ("reporting",),
-    ("audit",),  # a feature: the layers below it know it only by what it registers (mixer.data.tables.guards)
-    ("coding",),  # a feature: coding at a stated accuracy, with its statistics; it reads the audit's files
+    (
+        "audit",
+    ),  # a feature: the layers below it know it only by what it registers (mixer.data.tables.guards)
+    (
+        "coding",
+    ),  # a feature: coding at a stated accuracy, with its statistics; it reads the audit's files
     ("training", "prediction"),
     ("cli",),
     ("mixer",),
@@ -43,8 +47,10 @@ DATA_FOLDERS = ["tables", "labels", "prepared", "inputs"]
 # may read it.
 ANYWHERE = {("mixer", "__version__")}
 
-CODE_IN_STRING = re.compile(r"(?:^|[;\s(])(from\s+(mixer(?:\.\w+)*)\s+import\s+([\w ,]+)"
-                            r"|import\s+(mixer(?:\.\w+)*))")
+CODE_IN_STRING = re.compile(
+    r"(?:^|[;\s(])(from\s+(mixer(?:\.\w+)*)\s+import\s+([\w ,]+)"
+    r"|import\s+(mixer(?:\.\w+)*))"
+)
 MODULE_STRING = re.compile(r"mixer(?:\.\w+)+")
 
 
@@ -60,8 +66,13 @@ def python_files(folder: str, recursive: bool = True) -> list:
 
 def checked_files() -> list:
     """mixer/, the programs at the repository root, benchmarks/, tests/, scripts/."""
-    return (python_files("mixer") + python_files("", recursive=False) + python_files("benchmarks")
-            + python_files("tests") + python_files("scripts"))
+    return (
+        python_files("mixer")
+        + python_files("", recursive=False)
+        + python_files("benchmarks")
+        + python_files("tests")
+        + python_files("scripts")
+    )
 
 
 def module_file(module: str):
@@ -107,32 +118,52 @@ def mixer_imports(path: str) -> list:
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     found = []
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree)  # examples for readers, not code
-                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    docstrings = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)  # examples for readers, not code
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level > 0:  # relative: made absolute
             package = module_of(path).split(".")
             if not path.endswith("__init__.py"):
                 package = package[:-1]
-            base = package[:len(package) - (node.level - 1)]
+            base = package[: len(package) - (node.level - 1)]
             module = ".".join(base + ([node.module] if node.module else []))
             if module.split(".")[0] == "mixer":
                 found.append((node.lineno, module, tuple(a.name for a in node.names)))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mixer":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "mixer"
+        ):
             found.append((node.lineno, node.module, tuple(a.name for a in node.names)))
         elif isinstance(node, ast.Call) and dynamic_import(node):
             target = node.args[0] if node.args else None
-            if isinstance(target, ast.Constant) and isinstance(target.value, str) \
-                    and target.value.split(".")[0] == "mixer":
+            if (
+                isinstance(target, ast.Constant)
+                and isinstance(target.value, str)
+                and target.value.split(".")[0] == "mixer"
+            ):
                 found.append((node.lineno, target.value, ()))
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name, ()) for a in node.names if a.name.split(".")[0] == "mixer"]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "mixer" in node.value \
-                and id(node) not in docstrings:
+            found += [
+                (node.lineno, a.name, ()) for a in node.names if a.name.split(".")[0] == "mixer"
+            ]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "mixer" in node.value
+            and id(node) not in docstrings
+        ):
             for match in CODE_IN_STRING.finditer(node.value):
                 if match.group(2):
-                    names = tuple(n.strip().split(" as ")[0] for n in match.group(3).split(",") if n.strip())
+                    names = tuple(
+                        n.strip().split(" as ")[0] for n in match.group(3).split(",") if n.strip()
+                    )
                     found.append((node.lineno, match.group(2), names))
                 else:
                     found.append((node.lineno, match.group(4), ()))
@@ -142,8 +173,9 @@ def mixer_imports(path: str) -> list:
 def dynamic_import(node: ast.Call) -> bool:
     """importlib.import_module(...) or __import__(...)."""
     func = node.func
-    return ((isinstance(func, ast.Name) and func.id in ("__import__", "import_module"))
-            or (isinstance(func, ast.Attribute) and func.attr == "import_module"))
+    return (isinstance(func, ast.Name) and func.id in ("__import__", "import_module")) or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
 
 
 def test_imports_by_name_are_literal():
@@ -156,8 +188,10 @@ def test_imports_by_name_are_literal():
             if isinstance(node, ast.Call) and dynamic_import(node):
                 target = node.args[0] if node.args else None
                 if not (isinstance(target, ast.Constant) and isinstance(target.value, str)):
-                    problems.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: a module "
-                                    "imported by a name built at run time")
+                    problems.append(
+                        f"{os.path.relpath(path, ROOT)}:{node.lineno}: a module "
+                        "imported by a name built at run time"
+                    )
     assert not problems, "\n".join(problems)
 
 
@@ -166,9 +200,13 @@ def module_strings(path: str) -> list:
     (sys.modules keys, `python -m` targets)."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and MODULE_STRING.fullmatch(node.value)]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and MODULE_STRING.fullmatch(node.value)
+    ]
 
 
 def layer_of(module: str) -> str:
@@ -182,7 +220,7 @@ def layer_of(module: str) -> str:
 
 def module_of(path: str) -> str:
     rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
 
 
 def unresolved(module: str, names: tuple) -> list:
@@ -231,13 +269,19 @@ def imported_layers(module: str, names: tuple) -> set:
         return {layer_of(module)}
     if not names:  # `import mixer`: the package root, whatever is used of it
         return {"mixer"}
-    return {layer_of(f"mixer.{n}") if module_file(f"mixer.{n}") else "mixer"
-            for n in names if (module, n) not in ANYWHERE}
+    return {
+        layer_of(f"mixer.{n}") if module_file(f"mixer.{n}") else "mixer"
+        for n in names
+        if (module, n) not in ANYWHERE
+    }
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
-    folders = {d for d in os.listdir(os.path.join(ROOT, "mixer"))
-               if os.path.isfile(os.path.join(ROOT, "mixer", d, "__init__.py"))}
+    folders = {
+        d
+        for d in os.listdir(os.path.join(ROOT, "mixer"))
+        if os.path.isfile(os.path.join(ROOT, "mixer", d, "__init__.py"))
+    }
     assert set(RANK) == folders | {"mixer"}, "every folder of mixer/ has its place in LAYERS"
     problems = []
     for path in python_files("mixer"):
@@ -247,8 +291,10 @@ def test_no_module_imports_from_a_layer_above_its_own():
             for layer in imported_layers(module, names) - {own}:
                 if RANK[layer] >= RANK[own]:
                     side = "a sibling" if RANK[layer] == RANK[own] else "a layer above"
-                    problems.append(f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) "
-                                    f"imports {module} ({layer}), {side}")
+                    problems.append(
+                        f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) "
+                        f"imports {module} ({layer}), {side}"
+                    )
     assert not problems, "\n".join(problems)
 
 
@@ -258,7 +304,9 @@ def data_folder_of(module: str, names: tuple = ()) -> set:
     parts = module.split(".")
     if parts == ["mixer", "data"]:
         return set().union(*(data_folder_of(f"mixer.data.{n}") for n in names)) if names else set()
-    if parts[:2] == ["mixer", "data"] and os.path.isdir(os.path.join(ROOT, "mixer", "data", parts[2])):
+    if parts[:2] == ["mixer", "data"] and os.path.isdir(
+        os.path.join(ROOT, "mixer", "data", parts[2])
+    ):
         return {parts[2]}
     return set()
 
@@ -279,8 +327,10 @@ def test_no_module_of_data_imports_from_a_folder_above_its_own():
         for line, module, names in mixer_imports(path):
             for folder in data_folder_of(module, names) - {own}:
                 if own is None or rank[folder] > rank[own]:
-                    problems.append(f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) imports "
-                                    f"{module} ({folder}), a folder of data/ above its own")
+                    problems.append(
+                        f"{os.path.relpath(path, ROOT)}:{line}: {importer} ({own}) imports "
+                        f"{module} ({folder}), a folder of data/ above its own"
+                    )
     assert not problems, "\n".join(problems)
 
 
@@ -299,8 +349,11 @@ def table_problems(table: dict) -> list:
     """Each module of mixer/ the table does not name in its folder's row (a sub-folder
     without a row of its own: its name and its modules in its parent's row), and each row
     whose folder is gone."""
-    problems = [f"{folder}: a row of the folder table, but no such folder" for folder in sorted(table)
-                if not os.path.isdir(os.path.join(ROOT, folder))]
+    problems = [
+        f"{folder}: a row of the folder table, but no such folder"
+        for folder in sorted(table)
+        if not os.path.isdir(os.path.join(ROOT, folder))
+    ]
     for path in python_files("mixer"):
         rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
         folder, name = rel.rsplit("/", 1)
@@ -308,12 +361,14 @@ def table_problems(table: dict) -> list:
             continue
         row, within = folder + "/", []
         while row not in table and row.count("/") > 1:
-            parent = row[:row.rstrip("/").rfind("/") + 1]
-            within.insert(0, row[len(parent):])
+            parent = row[: row.rstrip("/").rfind("/") + 1]
+            within.insert(0, row[len(parent) :])
             row = parent
         missing = [f"`{n}`" for n in within + [name[:-3]] if n not in table.get(row, ())]
         if missing:
-            problems.append(f"{rel}: the row of {row} in the folder table lacks {', '.join(missing)}")
+            problems.append(
+                f"{rel}: the row of {row} in the folder table lacks {', '.join(missing)}"
+            )
     return problems
 
 
@@ -335,15 +390,21 @@ def test_the_folder_table_check_finds_a_module_left_out():
     """The check bites: the table without one module's name, or without a sub-folder's,
     is refused, naming the module."""
     text = architecture_text()
-    assert table_problems(folder_table(text.replace("`reading` (every table", "reading (every table"))) \
-        == ["mixer/data/tables/reading.py: the row of mixer/data/tables/ in the folder table lacks `reading`"]
+    assert table_problems(
+        folder_table(text.replace("`reading` (every table", "reading (every table"))
+    ) == [
+        "mixer/data/tables/reading.py: the row of mixer/data/tables/ in the folder table lacks `reading`"
+    ]
     no_best = folder_table(text.replace("`best/` (the best model", "best (the best model"))
-    assert [p.split(":")[0] for p in table_problems(no_best)] == \
-        ["mixer/training/best/hook.py", "mixer/training/best/keeper.py"]
+    assert [p.split(":")[0] for p in table_problems(no_best)] == [
+        "mixer/training/best/hook.py",
+        "mixer/training/best/keeper.py",
+    ]
 
 
-
-@pytest.mark.parametrize("script", ["mixer-finetune", "mixer-train", "mixer-predict", "mixer-evaluate"])
+@pytest.mark.parametrize(
+    "script", ["mixer-finetune", "mixer-train", "mixer-predict", "mixer-evaluate"]
+)
 def test_console_scripts_name_functions_that_exist(script):
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
         target = re.search(rf'^{script} = "([\w.]+):(\w+)"', f.read(), re.M)
@@ -353,24 +414,68 @@ def test_console_scripts_name_functions_that_exist(script):
 
 # ------------------------------------------------------------------ one way in for every table
 # The calls of pandas, pyarrow and openpyxl that read a table from a file, by name.
-TABLE_READERS = {"read_csv", "read_table", "read_parquet", "read_excel", "read_stata", "read_json",
-                 "read_feather", "read_fwf", "read_sas", "read_spss", "read_orc", "open_csv",
-                 "ParquetFile", "read_schema", "load_workbook", "StataReader", "ExcelFile", "dataset"}
-READING_MODULES = {"mixer/data/tables/reading.py", "mixer/data/tables/formats.py"}  # the reader and its formats
+TABLE_READERS = {
+    "read_csv",
+    "read_table",
+    "read_parquet",
+    "read_excel",
+    "read_stata",
+    "read_json",
+    "read_feather",
+    "read_fwf",
+    "read_sas",
+    "read_spss",
+    "read_orc",
+    "open_csv",
+    "ParquetFile",
+    "read_schema",
+    "load_workbook",
+    "StataReader",
+    "ExcelFile",
+    "dataset",
+}
+READING_MODULES = {
+    "mixer/data/tables/reading.py",
+    "mixer/data/tables/formats.py",
+}  # the reader and its formats
 # Files that are not tables a user gives: the tool's own, read where they are written.
 OWN_FILES = {
     ("mixer/data/prepared/files.py", "read_key"): "a run's key.csv, written by write_prepared",
-    ("mixer/data/prepared/files.py", "load_prepared"): "a run's prepared splits, written by write_prepared",
-    ("mixer/data/prepared/files.py", "read_split"): "columns of a run's prepared split, written by write_prepared",
-    ("mixer/data/prepared/files.py", "iter_split"): "a run's prepared split in batches of rows, written by write_prepared",
-    ("mixer/coding/scores.py", "read_summary"): "a model directory's production_curve.csv, written by coding_files",
+    (
+        "mixer/data/prepared/files.py",
+        "load_prepared",
+    ): "a run's prepared splits, written by write_prepared",
+    (
+        "mixer/data/prepared/files.py",
+        "read_split",
+    ): "columns of a run's prepared split, written by write_prepared",
+    (
+        "mixer/data/prepared/files.py",
+        "iter_split",
+    ): "a run's prepared split in batches of rows, written by write_prepared",
+    (
+        "mixer/coding/scores.py",
+        "read_summary",
+    ): "a model directory's production_curve.csv, written by coding_files",
     ("mixer/data/inputs/token_cache.py", "row_groups"): "a run's prepared split: its row groups",
-    ("mixer/data/inputs/token_cache.py", "build_part"): "a run's prepared split, tokenised by row group",
+    (
+        "mixer/data/inputs/token_cache.py",
+        "build_part",
+    ): "a run's prepared split, tokenised by row group",
     ("mixer/data/inputs/training_inputs.py", "build_text_store"): "a run's prepared split's texts",
     ("mixer/reporting/plot.py", "plot_training_curves"): "a run's logs.csv, written by the tracker",
-    ("mixer/models/occcanine.py", "_read_checkpoint"): "OccCANINE's key.csv beside its own checkpoint",
-    ("mixer/reporting/card.py", "_by_language"): "a run's evaluation table, carried as text to its card",
-    ("mixer/coding/target.py", "read_scores"): "a run's scores.parquet, written by its final evaluation",
+    (
+        "mixer/models/occcanine.py",
+        "_read_checkpoint",
+    ): "OccCANINE's key.csv beside its own checkpoint",
+    (
+        "mixer/reporting/card.py",
+        "_by_language",
+    ): "a run's evaluation table, carried as text to its card",
+    (
+        "mixer/coding/target.py",
+        "read_scores",
+    ): "a run's scores.parquet, written by its final evaluation",
 }
 
 
@@ -379,19 +484,32 @@ def table_reads(path: str) -> list:
     openpyxl: module.reader(...) or a reader imported by name from those packages."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
-    imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                and (node.module or "").split(".")[0] in ("pandas", "pyarrow", "openpyxl")
-                for a in node.names if a.name in TABLE_READERS}
+    imported = {
+        a.asname or a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").split(".")[0] in ("pandas", "pyarrow", "openpyxl")
+        for a in node.names
+        if a.name in TABLE_READERS
+    }
     reads = []
 
     def visit(node, function):
         for child in ast.iter_child_nodes(node):
-            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            inner = (
+                child.name
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                else function
+            )
             if isinstance(child, ast.Call):
                 func = child.func
-                if ((isinstance(func, ast.Attribute) and func.attr in TABLE_READERS
-                     and not (isinstance(func.value, ast.Name) and func.value.id in ("reading", "self")))
-                        or (isinstance(func, ast.Name) and func.id in imported)):
+                if (
+                    isinstance(func, ast.Attribute)
+                    and func.attr in TABLE_READERS
+                    and not (
+                        isinstance(func.value, ast.Name) and func.value.id in ("reading", "self")
+                    )
+                ) or (isinstance(func, ast.Name) and func.id in imported):
                     reads.append((function, child.lineno))
             visit(child, inner)
 
@@ -411,17 +529,25 @@ def test_every_table_is_read_by_the_one_reader():
             continue
         for function, line in table_reads(path):
             found.setdefault((rel, function), []).append(line)
-    bypass = {f"{rel}:{lines[0]} ({function})" for (rel, function), lines in found.items()
-              if (rel, function) not in OWN_FILES}
+    bypass = {
+        f"{rel}:{lines[0]} ({function})"
+        for (rel, function), lines in found.items()
+        if (rel, function) not in OWN_FILES
+    }
     assert not bypass, f"tables read outside mixer.data.tables.reading: {sorted(bypass)}"
     assert set(found) == set(OWN_FILES), f"stale entries: {sorted(set(OWN_FILES) - set(found))}"
-    assert len(table_reads(os.path.join(ROOT, "mixer", "data", "tables", "reading.py"))) >= 4  # it sees reads
+    assert (
+        len(table_reads(os.path.join(ROOT, "mixer", "data", "tables", "reading.py"))) >= 4
+    )  # it sees reads
 
 
 # ------------------------------------------------------------------ the tests' own layering
 def names_of_test_files() -> set:
-    return {os.path.basename(path)[:-3] for path in python_files("tests")
-            if os.path.basename(path).startswith("test_")}
+    return {
+        os.path.basename(path)[:-3]
+        for path in python_files("tests")
+        if os.path.basename(path).startswith("test_")
+    }
 
 
 def imported_test_modules(source: str, names: set) -> list:
@@ -432,7 +558,9 @@ def imported_test_modules(source: str, names: set) -> list:
         if isinstance(node, ast.Import):
             dotted = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            dotted = [node.module or ""] + [f"{node.module or ''}.{alias.name}" for alias in node.names]
+            dotted = [node.module or ""] + [
+                f"{node.module or ''}.{alias.name}" for alias in node.names
+            ]
         else:
             continue
         matched = [name.strip(".") for name in dotted if set(name.split(".")) & names]
@@ -445,9 +573,20 @@ def test_no_test_file_imports_another():
     tests/occcanine_reference.py): a test file that imports another runs that file's module
     code, shares its fixtures by import and ties two components' tests together."""
     names = names_of_test_files()
-    found = [f"{os.path.relpath(path, ROOT)}:{line} imports {module}" for path in python_files("tests")
-             for line, module in imported_test_modules(open(path, encoding="utf-8").read(), names)]
+    found = [
+        f"{os.path.relpath(path, ROOT)}:{line} imports {module}"
+        for path in python_files("tests")
+        for line, module in imported_test_modules(open(path, encoding="utf-8").read(), names)
+    ]
     assert not found, "move what is shared into tests/conftest.py:\n" + "\n".join(found)
-    assert "test_distributed" in names and len(imported_test_modules(  # it sees such imports
-        "import test_distributed\nfrom test_distributed import run\nfrom tests.test_distributed import run\n"
-        "from . import test_distributed\ndef f():\n    from test_distributed import run\n", names)) == 5
+    assert (
+        "test_distributed" in names
+        and len(
+            imported_test_modules(  # it sees such imports
+                "import test_distributed\nfrom test_distributed import run\nfrom tests.test_distributed import run\n"
+                "from . import test_distributed\ndef f():\n    from test_distributed import run\n",
+                names,
+            )
+        )
+        == 5
+    )

@@ -19,7 +19,9 @@ DRAWS = 2000  # a coverage of at least 0.95 shows as at least 0.935 here but for
 def binomial_pmf(n: int, p: np.ndarray) -> np.ndarray:
     """P(X = x) for x = 0..n (rows) at each accuracy p (columns): log-gamma, pure numpy."""
     x = np.arange(n + 1)[:, None]
-    log_choose = np.asarray([math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(n + 1)])
+    log_choose = np.asarray(
+        [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) for k in range(n + 1)]
+    )
     with np.errstate(divide="ignore"):
         return np.exp(log_choose[:, None] + x * np.log(p) + (n - x) * np.log1p(-p))
 
@@ -42,7 +44,7 @@ def test_intervals_are_exactly_0_and_1_at_the_edges_and_have_their_closed_forms(
             assert interval(n, n)[1] == 1.0 and interval(0, n)[0] == 0.0
         assert stats.clopper_pearson(0, n)[1] == pytest.approx(1 - 0.025 ** (1 / n), rel=1e-9)
         assert stats.clopper_pearson(n, n)[0] == pytest.approx(0.025 ** (1 / n), rel=1e-9)
-    z2 = stats.Z ** 2
+    z2 = stats.Z**2
     assert stats.Z == pytest.approx(1.959964, abs=1e-6)
     assert stats.wilson(0, 10) == pytest.approx((0.0, z2 / (10 + z2)))
     # each end of Clopper-Pearson's is where the count seen is a 2.5% tail: P(X >= 7 | low) = 0.025
@@ -75,7 +77,14 @@ def test_sample_size_is_the_fewest_rows_whose_interval_reaches_the_margin_on_its
     """The margin is what a reader gets: at the expected accuracy both ends lie within it
     (Wilson's half-width, used before, gave 215 rows for +-0.03 at 0.95: 0.912 to 0.972,
     0.038 below)."""
-    for expected, margin in [(0.85, 0.03), (0.5, 0.03), (0.95, 0.03), (0.98, 0.02), (0.7, 0.1), (0.99, 0.01)]:
+    for expected, margin in [
+        (0.85, 0.03),
+        (0.5, 0.03),
+        (0.95, 0.03),
+        (0.98, 0.02),
+        (0.7, 0.1),
+        (0.99, 0.01),
+    ]:
         n = stats.sample_size(expected, margin)
         assert stats.reach(expected, n) <= margin < stats.reach(expected, n - 1)
         low, high = stats.interval(expected * n, n)
@@ -88,7 +97,9 @@ def test_sample_size_is_the_fewest_rows_whose_interval_reaches_the_margin_on_its
 def test_allocation_is_proportional_with_two_rows_a_stratum_and_takes_all_of_a_small_one():
     sizes = [6000, 3000, 950, 40, 1]
     counts = stats.allocate(sizes, 100)
-    assert counts.sum() == 100 and counts[3] == 2 and counts[4] == 1  # the floor, or all of a stratum
+    assert (
+        counts.sum() == 100 and counts[3] == 2 and counts[4] == 1
+    )  # the floor, or all of a stratum
     quota = (100 - 3) * np.asarray(sizes[:3]) / sum(sizes[:3])
     assert (np.abs(counts[:3] - quota) < 1).all()  # the rest by largest remainders
     assert list(stats.allocate([10, 20], 500)) == [10, 20]  # more asked than there are: all
@@ -117,7 +128,11 @@ def coverage(truth: np.ndarray, strata: np.ndarray, n: int, stratified: bool) ->
     """The share of DRAWS seeded audits of n rows whose 95% interval covers the rows' accuracy."""
     sizes = np.bincount(strata)
     allocation = stats.allocate(sizes, n) if stratified else np.asarray([n])
-    members = [np.flatnonzero(strata == h) for h in range(len(sizes))] if stratified else [np.arange(len(truth))]
+    members = (
+        [np.flatnonzero(strata == h) for h in range(len(sizes))]
+        if stratified
+        else [np.arange(len(truth))]
+    )
     rows = np.arange(len(truth))
     covered = 0
     for seed in range(DRAWS):
@@ -127,7 +142,9 @@ def coverage(truth: np.ndarray, strata: np.ndarray, n: int, stratified: bool) ->
             drawn = rows_h[bottom_k(keys[rows_h], int(n_h))]
             correct.append(truth[drawn].sum())
             checked.append(len(drawn))
-        estimate = stats.estimate(sizes if stratified else [len(truth)], correct, checked, stratified)
+        estimate = stats.estimate(
+            sizes if stratified else [len(truth)], correct, checked, stratified
+        )
         covered += estimate.low <= truth.mean() <= estimate.high
     return covered / DRAWS
 
@@ -155,7 +172,9 @@ def test_a_stratified_estimate_weighs_strata_by_their_rows_not_their_draws():
     estimate = stats.stratified([900, 100], [2, 0], [2, 2])
     assert estimate.value == pytest.approx(0.9)
     assert estimate.n == 4 and estimate.low < 0.9 < estimate.high
-    assert math.isnan(stats.stratified([900, 100], [2, 0], [2, 0]).value)  # a stratum with no row checked
+    assert math.isnan(
+        stats.stratified([900, 100], [2, 0], [2, 0]).value
+    )  # a stratum with no row checked
 
 
 def svyciprop_beta(rows, correct, checked, level=0.95) -> tuple:
@@ -167,11 +186,20 @@ def svyciprop_beta(rows, correct, checked, level=0.95) -> tuple:
 
     rows, correct, checked = (np.asarray(x, dtype=float) for x in (rows, correct, checked))
     weights, shares, fraction = rows / rows.sum(), correct / checked, checked / rows
-    variance = np.sum(weights ** 2 * (1 - fraction) * shares * (1 - shares) / (checked - 1))
+    variance = np.sum(weights**2 * (1 - fraction) * shares * (1 - shares) / (checked - 1))
     p, n, alpha = float(weights @ shares), checked.sum(), 1 - level
-    n_eff = p * (1 - p) / variance * (sp.t.ppf(alpha / 2, n - 1) / sp.t.ppf(alpha / 2, n - len(rows))) ** 2
-    return (p, n_eff, sp.beta.ppf(alpha / 2, n_eff * p, n_eff * (1 - p) + 1),
-            sp.beta.ppf(1 - alpha / 2, n_eff * p + 1, n_eff * (1 - p)))
+    n_eff = (
+        p
+        * (1 - p)
+        / variance
+        * (sp.t.ppf(alpha / 2, n - 1) / sp.t.ppf(alpha / 2, n - len(rows))) ** 2
+    )
+    return (
+        p,
+        n_eff,
+        sp.beta.ppf(alpha / 2, n_eff * p, n_eff * (1 - p) + 1),
+        sp.beta.ppf(1 - alpha / 2, n_eff * p + 1, n_eff * (1 - p)),
+    )
 
 
 def test_a_stratified_interval_takes_korn_and_graubard_s_degrees_of_freedom_as_r_does():
@@ -180,13 +208,17 @@ def test_a_stratified_interval_takes_korn_and_graubard_s_degrees_of_freedom_as_r
     factor the first design's lower end was 0.5329 (R: 0.5288), the second's 0.3630 (0.3534).
     The docs' design (--audit-by words: 200 rows over 4 strata) is capped at the rows
     checked, and its interval is as before."""
-    for rows, correct, checked in [([400, 300, 200, 100], [7, 5, 3, 1], [8, 6, 4, 2]),
-                                   ([900, 100], [5, 3], [6, 4]),
-                                   ([2_000, 1_000, 1_000], [18, 5, 4], [20, 8, 8])]:
+    for rows, correct, checked in [
+        ([400, 300, 200, 100], [7, 5, 3, 1], [8, 6, 4, 2]),
+        ([900, 100], [5, 3], [6, 4]),
+        ([2_000, 1_000, 1_000], [18, 5, 4], [20, 8, 8]),
+    ]:
         ours = stats.stratified(rows, correct, checked)
         p, n_eff, low, high = svyciprop_beta(rows, correct, checked)
         assert ours.n_eff < sum(checked)  # no cap binds: R's interval
-        np.testing.assert_allclose([ours.value, ours.n_eff, ours.low, ours.high], [p, n_eff, low, high], rtol=1e-9)
+        np.testing.assert_allclose(
+            [ours.value, ours.n_eff, ours.low, ours.high], [p, n_eff, low, high], rtol=1e-9
+        )
     docs = stats.stratified([2, 432, 248, 118], [2, 94, 55, 25], [2, 107, 62, 29])
     assert docs.n_eff == 200 and (round(docs.low, 4), round(docs.high, 4)) == (0.8256, 0.9208)
     for degrees in (1, 2, 5, 19, 196, 10_000):
@@ -202,9 +234,11 @@ def stratified_draws(sizes, accuracy, allocation, draws: int, seed: int) -> tupl
     sizes = np.asarray(sizes)
     right = np.rint(sizes * np.asarray(accuracy)).astype(np.int64)
     shape = (draws, len(sizes))
-    counts = np.random.default_rng(seed).hypergeometric(np.broadcast_to(right, shape),
-                                                         np.broadcast_to(sizes - right, shape),
-                                                         np.broadcast_to(np.asarray(allocation), shape))
+    counts = np.random.default_rng(seed).hypergeometric(
+        np.broadcast_to(right, shape),
+        np.broadcast_to(sizes - right, shape),
+        np.broadcast_to(np.asarray(allocation), shape),
+    )
     return right.sum() / sizes.sum(), counts
 
 
@@ -213,16 +247,22 @@ def test_a_big_stratum_beside_many_small_ones_keeps_its_weight_in_the_interval()
     cannot be narrower than the big stratum's weight allows (n_eff at most Kish's n of the
     weights). Capped at the rows checked alone, the first design covered 0.87 to 0.90, with
     9% of intervals wholly above the truth; the second had 4.4% above."""
-    for sizes, accuracy, n in [([10_000] + [20] * 30, [0.95] + [0.8] * 30, 100),
-                               ([50_000] + [100] * 40, [0.96] + [0.85] * 40, 150),
-                               ([20_000] + [30] * 40, [0.97] + [0.8] * 40, 200)]:
+    for sizes, accuracy, n in [
+        ([10_000] + [20] * 30, [0.95] + [0.8] * 30, 100),
+        ([50_000] + [100] * 40, [0.96] + [0.85] * 40, 150),
+        ([20_000] + [30] * 40, [0.97] + [0.8] * 40, 200),
+    ]:
         allocation = stats.allocate(sizes, n)
         truth, counts = stratified_draws(sizes, accuracy, allocation, 4000, seed=n)
         estimates = [stats.stratified(sizes, c, allocation) for c in counts]
         above = np.mean([e.low > truth for e in estimates])
         below = np.mean([e.high < truth for e in estimates])
         # 4,000 audits: a side that misses 2.5% shows at most 0.035 but for 4 standard errors
-        assert above <= 0.035 and below <= 0.035 and 1 - above - below <= 0.995, (sizes[:2], above, below)
+        assert above <= 0.035 and below <= 0.035 and 1 - above - below <= 0.995, (
+            sizes[:2],
+            above,
+            below,
+        )
     # the reviewer's audit: 40 of 40 right in the big stratum, 54 of 60 in the small ones
     sizes = [10_000] + [20] * 30
     whole = stats.stratified(sizes, [40] + [2] * 27 + [0] * 3, [40] + [2] * 30)
@@ -236,9 +276,11 @@ def test_a_stratified_audit_sized_by_its_margin_reaches_the_margin_at_the_expect
     2,000 audits of how far the interval reaches from the estimate (its longer side) is
     within 1% of the margin, neither wasted nor broken. Sized as a simple sample, the first
     design reached 0.055 for +-0.05."""
-    for sizes, accuracy, margin in [([10_000] + [20] * 30, [0.9] * 31, 0.05),
-                                    ([10_000] + [20] * 30, [0.95] + [0.8] * 30, 0.03),
-                                    ([5_000] * 10, [0.9] * 10, 0.03)]:
+    for sizes, accuracy, margin in [
+        ([10_000] + [20] * 30, [0.9] * 31, 0.05),
+        ([10_000] + [20] * 30, [0.95] + [0.8] * 30, 0.03),
+        ([5_000] * 10, [0.9] * 10, 0.03),
+    ]:
         n = stats.design_size(sizes, accuracy, margin)
         allocation = stats.allocate(sizes, n)
         _, counts = stratified_draws(sizes, accuracy, allocation, 2000, seed=7)
@@ -246,7 +288,11 @@ def test_a_stratified_audit_sized_by_its_margin_reaches_the_margin_at_the_expect
         for c in counts:
             e = stats.stratified(sizes, c, allocation)
             reached.append(max(e.value - e.low, e.high - e.value))
-        assert 0.9 * margin <= np.median(reached) <= 1.01 * margin, (sizes[:2], n, np.median(reached))
+        assert 0.9 * margin <= np.median(reached) <= 1.01 * margin, (
+            sizes[:2],
+            n,
+            np.median(reached),
+        )
     # where the design costs nothing (equal strata, proportional), the simple sample's size
     assert stats.design_size([10_000, 10_000], [0.9, 0.9], 0.05) == stats.sample_size(0.9, 0.05)
 
@@ -260,7 +306,9 @@ def test_an_audit_of_descriptions_stopped_early_counts_a_random_sample_of_rows()
     after 10 lines, covering 0.5% of the time."""
     rng = np.random.default_rng(0)
     # one description on 4,000 rows (always right), 20 on 100 rows each, 4,000 on one row each
-    description = np.concatenate([np.zeros(4000, int), np.repeat(np.arange(1, 21), 100), np.arange(21, 4021)])
+    description = np.concatenate(
+        [np.zeros(4000, int), np.repeat(np.arange(1, 21), 100), np.arange(21, 4021)]
+    )
     right_of = np.concatenate([[1.0], rng.random(20) < 0.8, rng.random(4000) < 0.5]).astype(float)
     rng.shuffle(description)
     truth = right_of[description].mean()
@@ -282,10 +330,17 @@ def test_an_audit_of_descriptions_stopped_early_counts_a_random_sample_of_rows()
             naive = stats.simple(float((everything * right).sum()), float(everything.sum()))
             naive_covered += naive.low <= truth <= naive.high
         # 1,000 audits: a coverage of 0.95 shows above 0.93 but for 3 standard errors (0.0069)
-        assert covered / 1000 >= 0.93 and abs(np.mean(estimates) - truth) < 0.02, (lines_checked, covered)
+        assert covered / 1000 >= 0.93 and abs(np.mean(estimates) - truth) < 0.02, (
+            lines_checked,
+            covered,
+        )
         assert naive_covered / 1000 < 0.5
     # the rule itself: places 1..6 over three lines; the second line blank stops the count at place 3
     ranks = [np.asarray([1, 2, 5]), np.asarray([3]), np.asarray([4, 6])]
     assert stats.counted_ranks(ranks, np.asarray([True, False, True]), 6).tolist() == [2, 0, 0]
     assert stats.counted_ranks(ranks, np.asarray([True, True, True]), 6).tolist() == [3, 1, 2]
-    assert stats.counted_ranks(ranks, np.asarray([True, True, True]), 7).tolist() == [3, 1, 2]  # 7 missing
+    assert stats.counted_ranks(ranks, np.asarray([True, True, True]), 7).tolist() == [
+        3,
+        1,
+        2,
+    ]  # 7 missing

@@ -23,7 +23,7 @@ def test_flat_confidence_is_the_probability_of_exactly_the_chosen_set():
     logits = np.array([[2.0, -1.0, 0.5], [0.0, 0.0, 0.0]])
     chosen = np.array([[True, False, True], [False, False, False]])
     p = sigmoid(logits)
-    by_hand = [p[0, 0] * (1 - p[0, 1]) * p[0, 2], 0.5 ** 3]
+    by_hand = [p[0, 0] * (1 - p[0, 1]) * p[0, 2], 0.5**3]
     assert confidence.flat_confidence(logits, chosen) == pytest.approx(by_hand, rel=1e-12)
 
 
@@ -45,14 +45,18 @@ def test_prediction_computes_the_flat_confidence_where_the_logits_are_as_defined
     from mixer.prediction.heads import flat_confidence_on_device
 
     rng = np.random.default_rng(3)
-    logits = np.concatenate([rng.normal(-6.0, 4.0, (50, 300)), np.full((2, 300), -40.0)]).astype(np.float32)
+    logits = np.concatenate([rng.normal(-6.0, 4.0, (50, 300)), np.full((2, 300), -40.0)]).astype(
+        np.float32
+    )
     logits[:, :3] = [[40.0, -100.0, 0.0]]
     chosen = rng.random(logits.shape) < 0.01
     chosen[:, 0] = True
     for dtype in (torch.float32, torch.bfloat16):
         tensor = torch.from_numpy(logits).to(dtype)
         expected = confidence.flat_confidence(tensor.float().numpy(), chosen)
-        np.testing.assert_allclose(flat_confidence_on_device(tensor, torch.from_numpy(chosen)), expected, **FLOATS)
+        np.testing.assert_allclose(
+            flat_confidence_on_device(tensor, torch.from_numpy(chosen)), expected, **FLOATS
+        )
 
 
 def test_sequence_confidence_multiplies_every_step():
@@ -74,8 +78,8 @@ def test_level_confidence_of_the_flat_head_is_a_noisy_or_over_each_prefix():
     chosen = np.array([[True, False, False, False]])
     codes = ["111", "112", "211", "212"]
     p = sigmoid(logits)[0]
-    present_1 = 1 - (1 - p[0]) * (1 - p[1])   # some code under "1" is on
-    absent_2 = (1 - p[2]) * (1 - p[3])        # no code under "2" is
+    present_1 = 1 - (1 - p[0]) * (1 - p[1])  # some code under "1" is on
+    absent_2 = (1 - p[2]) * (1 - p[3])  # no code under "2" is
     got = confidence.flat_level_confidence(logits, chosen, codes, 1)
     assert got == pytest.approx([present_1 * absent_2], rel=1e-12)
     # at the full length it is the flat confidence itself
@@ -100,7 +104,9 @@ def test_the_temperature_is_recovered_and_halves_the_error_on_rows_it_was_not_fi
     t = calibration.fit_temperature(fit_conf, fit_correct)
     assert t == pytest.approx(2.0, abs=0.1)
     before = calibration.expected_calibration_error(held_conf, held_correct)
-    after = calibration.expected_calibration_error(calibration.calibrate(held_conf, t), held_correct)
+    after = calibration.expected_calibration_error(
+        calibration.calibrate(held_conf, t), held_correct
+    )
     assert after <= before / 2
 
 
@@ -126,7 +132,9 @@ def test_the_bias_is_recovered_and_halves_an_error_the_temperature_alone_cannot(
     t, bias = calibration.fit_scaling(fit_conf, fit_correct)
     assert t == pytest.approx(0.8, abs=0.05) and bias == pytest.approx(1.5, abs=0.1)
     before = calibration.expected_calibration_error(held_conf, held_correct)
-    after = calibration.expected_calibration_error(calibration.calibrate(held_conf, t, bias), held_correct)
+    after = calibration.expected_calibration_error(
+        calibration.calibrate(held_conf, t, bias), held_correct
+    )
     alone = calibration.calibrate(held_conf, calibration.fit_temperature(fit_conf, fit_correct))
     assert after <= before / 2 < calibration.expected_calibration_error(alone, held_correct)
     order = np.random.default_rng(3).permutation(20000)
@@ -138,7 +146,9 @@ def test_the_temperature_does_not_depend_on_the_order_of_the_rows():
     """N processes gather the validation rows in another order than one process reads them."""
     conf, correct = overconfident(5000, 1.7, seed=4)
     order = np.random.default_rng(5).permutation(5000)
-    assert calibration.fit_temperature(conf[order], correct[order]) == calibration.fit_temperature(conf, correct)
+    assert calibration.fit_temperature(conf[order], correct[order]) == calibration.fit_temperature(
+        conf, correct
+    )
 
 
 def test_a_fit_on_one_class_is_no_temperature():
@@ -150,14 +160,18 @@ def test_expected_calibration_error_by_hand():
     conf = np.array([0.05, 0.05, 0.95, 0.95, 0.95, 0.95])
     correct = np.array([False, True, True, True, True, False])
     # bin of 0.05: accuracy 0.5, gap 0.45, 2 rows; bin of 0.95: accuracy 0.75, gap 0.2, 4 rows
-    assert calibration.expected_calibration_error(conf, correct) == pytest.approx((2 * 0.45 + 4 * 0.2) / 6)
+    assert calibration.expected_calibration_error(conf, correct) == pytest.approx(
+        (2 * 0.45 + 4 * 0.2) / 6
+    )
 
 
 def test_calibration_json_round_trip_and_the_reliability_diagram(tmp_path):
     conf, correct = overconfident(2000, 2.0, seed=3)
     entry = calibration.head_entry(conf, correct)
     assert entry["rows"] == 2000 and entry["ece_after"] < entry["ece_before"]
-    calibration.write_calibration(str(tmp_path), {"flat": entry}, "validation rows that chose nothing")
+    calibration.write_calibration(
+        str(tmp_path), {"flat": entry}, "validation rows that chose nothing"
+    )
     assert calibration.temperature(str(tmp_path), "flat") == entry["temperature"]
     assert calibration.scaling(str(tmp_path), "flat") == (entry["temperature"], entry["bias"])
     assert calibration.scaling(str(tmp_path), "seq2seq") == (1.0, 0.0)
@@ -166,7 +180,9 @@ def test_calibration_json_round_trip_and_the_reliability_diagram(tmp_path):
     assert after == pytest.approx(calibration.calibrate(conf, entry["temperature"], entry["bias"]))
     assert calibration.calibrated(str(tmp_path / "none"), "flat", [0.3]) == pytest.approx([0.3])
     assert calibration.calibrate_entry(conf, entry) == pytest.approx(after)
-    assert calibration.calibrate_entry([0.3], {"temperature": 2.0}) == pytest.approx(calibration.calibrate([0.3], 2.0))
+    assert calibration.calibrate_entry([0.3], {"temperature": 2.0}) == pytest.approx(
+        calibration.calibrate([0.3], 2.0)
+    )
     png = calibration.reliability_diagram(str(tmp_path / "r.png"), conf, after, correct, "flat")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -184,8 +200,13 @@ def test_production_curve_by_hand():
     assert got["coded_share"].tolist() == pytest.approx([0.2, 0.4, 0.8, 1.0])
     assert got["accuracy"].tolist() == pytest.approx([1.0, 1.0, 0.75, 0.8])
     assert got["coded_distinct_share"].tolist() == pytest.approx([1 / 3, 1 / 3, 1.0, 1.0])
-    assert curve.headline(got, 0.95) == "at 95% accuracy: 40% of validation rows coded automatically"
-    assert curve.headline(got, 0.75, rows="rows") == "at 75% accuracy: 100% of rows coded automatically"
+    assert (
+        curve.headline(got, 0.95) == "at 95% accuracy: 40% of validation rows coded automatically"
+    )
+    assert (
+        curve.headline(got, 0.75, rows="rows")
+        == "at 75% accuracy: 100% of rows coded automatically"
+    )
     assert "no validation rows" in curve.headline(curve.production_curve([0.5], [False]), 0.95)
 
 
@@ -227,13 +248,24 @@ def test_prefix_correct_compares_sets_of_classes():
 
 # ---------------------------------------------------------------------- the guarantee
 def binomial_tail_by_sum(k, n, p):
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
-@pytest.mark.parametrize("k,n,p", [(5, 10, 0.5), (950, 1000, 0.95), (1, 7, 0.01), (60, 60, 0.95),
-                                   (30, 200, 0.1), (199, 200, 0.99)])
+@pytest.mark.parametrize(
+    "k,n,p",
+    [
+        (5, 10, 0.5),
+        (950, 1000, 0.95),
+        (1, 7, 0.01),
+        (60, 60, 0.95),
+        (30, 200, 0.1),
+        (199, 200, 0.99),
+    ],
+)
 def test_binomial_tail_is_exact(k, n, p):
-    assert guarantee.binomial_upper_tail(k, n, p) == pytest.approx(binomial_tail_by_sum(k, n, p), rel=1e-9, abs=1e-300)
+    assert guarantee.binomial_upper_tail(k, n, p) == pytest.approx(
+        binomial_tail_by_sum(k, n, p), rel=1e-9, abs=1e-300
+    )
 
 
 def test_the_lower_bound_is_clopper_and_pearsons():
@@ -249,7 +281,7 @@ class Population:
 
     def __init__(self):
         self.grid = np.linspace(0.0, 1.0, 200001)
-        self.density = 6 * self.grid ** 5
+        self.density = 6 * self.grid**5
 
     @staticmethod
     def right_chance(conf):
@@ -337,7 +369,9 @@ def test_the_choice_is_a_grid_threshold_and_its_share_and_bound_are_the_rows_abo
     assert choice.threshold in guarantee.GRID
     above = conf >= choice.threshold
     assert choice.coded_share == pytest.approx(above.mean())
-    assert choice.bound == pytest.approx(guarantee.lower_bound(int(correct[above].sum()), int(above.sum()), 0.05))
+    assert choice.bound == pytest.approx(
+        guarantee.lower_bound(int(correct[above].sum()), int(above.sum()), 0.05)
+    )
     assert choice.bound >= 0.9 and choice.rows_used == 3000
 
 
@@ -354,26 +388,42 @@ def test_frame_of_scores_does_not_matter():
 # ---------------------------------------------------------------------- evaluate.py
 def scored_file(tmp_path):
     """Two heads with predict.py's column names, their confidences, a language and strings."""
-    frame = pd.DataFrame({
-        "occ1": ["farmer", "farmer", "smith", "weaver", "clerk", "miner"],
-        "lang": ["en", "en", "en", "da", "da", "da"],
-        "hisco_1": ["61110", "61110", "83110", "75220", "39310", "71120"],
-        "flat_code_1": ["61110", "61110", "83110", "75000", "39310", "71120"],
-        "flat_confidence": [0.99, 0.99, 0.9, 0.8, 0.7, 0.2],
-        "seq2seq_code_1": ["61110", "61110", "83110", "75220", "39999", "71120"],
-        "seq2seq_confidence": [0.95, 0.95, 0.5, 0.85, 0.97, 0.6],
-    })
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer", "farmer", "smith", "weaver", "clerk", "miner"],
+            "lang": ["en", "en", "en", "da", "da", "da"],
+            "hisco_1": ["61110", "61110", "83110", "75220", "39310", "71120"],
+            "flat_code_1": ["61110", "61110", "83110", "75000", "39310", "71120"],
+            "flat_confidence": [0.99, 0.99, 0.9, 0.8, 0.7, 0.2],
+            "seq2seq_code_1": ["61110", "61110", "83110", "75220", "39999", "71120"],
+            "seq2seq_confidence": [0.95, 0.95, 0.5, 0.85, 0.97, 0.6],
+        }
+    )
     path = tmp_path / "preds.csv"
     frame.to_csv(path, index=False)
     return path
 
 
-def test_evaluate_writes_the_production_curve_of_each_head_and_prints_its_headline(tmp_path, capsys):
+def test_evaluate_writes_the_production_curve_of_each_head_and_prints_its_headline(
+    tmp_path, capsys
+):
     from mixer.cli.entrypoints import evaluate_main
 
     path = scored_file(tmp_path)
-    evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--by", "lang",
-                   "--text-col", "occ1", "--target-accuracy", "0.9"])
+    evaluate_main(
+        [
+            "--predictions",
+            str(path),
+            "--truth-cols",
+            "hisco_1",
+            "--by",
+            "lang",
+            "--text-col",
+            "occ1",
+            "--target-accuracy",
+            "0.9",
+        ]
+    )
     out = capsys.readouterr().out
     table = pd.read_csv(tmp_path / "preds_production.csv", keep_default_na=False)
     assert (tmp_path / "preds_production.png").stat().st_size > 1000
@@ -384,17 +434,23 @@ def test_evaluate_writes_the_production_curve_of_each_head_and_prints_its_headli
     assert flat["accuracy"].tolist() == pytest.approx([1, 1, 0.75, 0.8, 5 / 6])
     assert flat["coded_distinct_share"].tolist() == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     da = table[(table["head"] == "seq2seq") & (table["lang"] == "da")]
-    assert da["coded_rows"].tolist() == [1, 2, 3] and da["accuracy"].tolist() == pytest.approx([0, 0.5, 2 / 3])
+    assert da["coded_rows"].tolist() == [1, 2, 3] and da["accuracy"].tolist() == pytest.approx(
+        [0, 0.5, 2 / 3]
+    )
     read_off = "read off the curve of these rows (a point estimate)"
     assert f"flat_confidence, {read_off}: at 90% accuracy: 50% of rows coded automatically" in out
-    assert (f"seq2seq_confidence, {read_off}: at 90% accuracy: no rows coded automatically (the most confident "
-            "rows reach 83.3%)") in out
+    assert (
+        f"seq2seq_confidence, {read_off}: at 90% accuracy: no rows coded automatically (the most confident "
+        "rows reach 83.3%)"
+    ) in out
     # the guarantee comes first, named for what it is: 6 labelled rows show nothing at 0.95 confidence
     lines = out.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("flat_confidence")))
-    assert lines[first].startswith("flat_confidence: on new rows like these, predict.py --target-accuracy 0.9 "
-                                   "with them as --calibration-data codes 0% automatically (its guarantee, at "
-                                   "confidence 0.95); ")  # and why: too few rows
+    assert lines[first].startswith(
+        "flat_confidence: on new rows like these, predict.py --target-accuracy 0.9 "
+        "with them as --calibration-data codes 0% automatically (its guarantee, at "
+        "confidence 0.95); "
+    )  # and why: too few rows
     assert lines[first + 1].startswith(f"flat_confidence, {read_off}")
 
 
@@ -407,23 +463,38 @@ def test_evaluate_states_what_the_guarantee_codes_beside_the_curve(tmp_path, cap
     rng = np.random.default_rng(3)
     n = 3000
     confidence = rng.uniform(0, 1, n)
-    right = rng.uniform(0, 1, n) < 0.5 + 0.5 * confidence  # the more confident, the more often right
+    right = (
+        rng.uniform(0, 1, n) < 0.5 + 0.5 * confidence
+    )  # the more confident, the more often right
     truth = np.where(np.arange(n) % 2, "61110", "83110")
     other = np.where(np.arange(n) % 2, "83110", "61110")
     path = tmp_path / "many.csv"
-    pd.DataFrame({"hisco_1": truth, "flat_code_1": np.where(right, truth, other),
-                  "flat_confidence": confidence}).to_csv(path, index=False)
-    evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--target-accuracy", "0.95"])
+    pd.DataFrame(
+        {
+            "hisco_1": truth,
+            "flat_code_1": np.where(right, truth, other),
+            "flat_confidence": confidence,
+        }
+    ).to_csv(path, index=False)
+    evaluate_main(
+        ["--predictions", str(path), "--truth-cols", "hisco_1", "--target-accuracy", "0.95"]
+    )
     lines = capsys.readouterr().out.splitlines()
     choice = choose_threshold(confidence, right, 0.95, 0.05)
     assert choice.threshold is not None and 0.05 < choice.coded_share < 0.6
     guaranteed = next(line for line in lines if line.startswith("flat_confidence: on new rows"))
-    assert f"codes {choice.coded_share:.0%} automatically (its guarantee, at confidence 0.95)" in guaranteed
+    assert (
+        f"codes {choice.coded_share:.0%} automatically (its guarantee, at confidence 0.95)"
+        in guaranteed
+    )
     curve_line = lines[lines.index(guaranteed) + 1]
-    assert curve_line.startswith("flat_confidence, read off the curve of these rows (a point estimate): at 95% "
-                                 "accuracy: ")
+    assert curve_line.startswith(
+        "flat_confidence, read off the curve of these rows (a point estimate): at 95% accuracy: "
+    )
     read_off = int(curve_line.split(": ")[-1].split("%")[0])
-    assert read_off > round(choice.coded_share * 100)  # the point on these rows promises more than the guarantee
+    assert read_off > round(
+        choice.coded_share * 100
+    )  # the point on these rows promises more than the guarantee
 
 
 def test_evaluate_reads_a_named_confidence_column_and_refuses_one_for_two_heads(tmp_path, capsys):
@@ -432,28 +503,64 @@ def test_evaluate_reads_a_named_confidence_column_and_refuses_one_for_two_heads(
 
     path = scored_file(tmp_path)
     with pytest.raises(UserError, match="--confidence-col flat_confidence is one head's"):
-        evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1",
-                       "--confidence-col", "flat_confidence"])
+        evaluate_main(
+            [
+                "--predictions",
+                str(path),
+                "--truth-cols",
+                "hisco_1",
+                "--confidence-col",
+                "flat_confidence",
+            ]
+        )
     assert not (tmp_path / "preds_evaluation.csv").exists()  # refused before anything is written
     with pytest.raises(UserError, match="--confidence-col"):
-        evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--pred-cols", "flat_code_1",
-                       "--confidence-col", "no_such_column"])
-    evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1", "--pred-cols", "seq2seq_code_1",
-                   "--confidence-col", "seq2seq_confidence", "--output", str(tmp_path / "s2s.csv")])
+        evaluate_main(
+            [
+                "--predictions",
+                str(path),
+                "--truth-cols",
+                "hisco_1",
+                "--pred-cols",
+                "flat_code_1",
+                "--confidence-col",
+                "no_such_column",
+            ]
+        )
+    evaluate_main(
+        [
+            "--predictions",
+            str(path),
+            "--truth-cols",
+            "hisco_1",
+            "--pred-cols",
+            "seq2seq_code_1",
+            "--confidence-col",
+            "seq2seq_confidence",
+            "--output",
+            str(tmp_path / "s2s.csv"),
+        ]
+    )
     table = pd.read_csv(tmp_path / "s2s_production.csv")
     assert set(table["head"]) == {"prediction"} and table["coded_rows"].tolist()[:2] == [1, 3]
     # the headline names the column it read (review of issue 37: one head's line named nothing)
-    assert ("\nseq2seq_confidence, read off the curve of these rows (a point estimate): at 95% accuracy: no rows "
-            "coded automatically") in capsys.readouterr().out
+    assert (
+        "\nseq2seq_confidence, read off the curve of these rows (a point estimate): at 95% accuracy: no rows "
+        "coded automatically"
+    ) in capsys.readouterr().out
 
 
 def test_evaluate_without_a_confidence_column_writes_no_curve(tmp_path):
     from mixer.cli.entrypoints import evaluate_main
 
     path = scored_file(tmp_path)
-    pd.read_csv(path).drop(columns=["flat_confidence", "seq2seq_confidence"]).to_csv(path, index=False)
+    pd.read_csv(path).drop(columns=["flat_confidence", "seq2seq_confidence"]).to_csv(
+        path, index=False
+    )
     evaluate_main(["--predictions", str(path), "--truth-cols", "hisco_1"])
-    assert (tmp_path / "preds_evaluation.csv").exists() and not (tmp_path / "preds_production.csv").exists()
+    assert (tmp_path / "preds_evaluation.csv").exists() and not (
+        tmp_path / "preds_production.csv"
+    ).exists()
 
 
 def test_shorter_codes_are_given_where_the_whole_code_misses_the_threshold():
@@ -461,8 +568,11 @@ def test_shorter_codes_are_given_where_the_whole_code_misses_the_threshold():
     unit = np.array([0.995, 0.95, 0.3, 0.15])
     major = np.array([0.999, 0.97, 0.96, 0.2])
     assert guarantee.given_levels([whole, unit, major], 0.9).tolist() == [0, 1, 2, -1]
-    right = [np.array([True, False, False, False]), np.array([True, True, False, False]),
-             np.array([True, True, True, False])]
+    right = [
+        np.array([True, False, False, False]),
+        np.array([True, True, False, False]),
+        np.array([True, True, True, False]),
+    ]
     coded, correct, n = guarantee.level_counts([whole, unit, major], right)
     at = int(np.flatnonzero(guarantee.GRID <= 0.9)[0])  # the first grid point at or below 0.9
     assert n == 4 and coded[at] == 3 and correct[at] == 3
@@ -480,7 +590,9 @@ def test_shorter_codes_code_more_rows_at_the_same_target_and_keep_it():
         major = np.maximum(whole, rng.beta(9, 1, rows))
         major_right = whole_right | (rng.random(rows) < major)
         plain = guarantee.choose_threshold(whole, whole_right, 0.9)
-        choice, shares = guarantee.choose_with_levels([whole, major], [whole_right, major_right], 0.9)
+        choice, shares = guarantee.choose_with_levels(
+            [whole, major], [whole_right, major_right], 0.9
+        )
         gained.append(choice.coded_share - plain.coded_share)
         assert sum(shares) == pytest.approx(choice.coded_share)
         new = rng.beta(4, 1, 100000)
@@ -503,7 +615,9 @@ def test_one_slip_among_the_most_confident_rows_does_not_end_the_sequence():
     correct[1000:] = np.arange(1000) % 2 == 0  # the lower half: half right
     choice = guarantee.choose_threshold(conf, correct, 0.95)
     assert choice.threshold is not None and choice.coded_share >= 0.45
-    assert guarantee.choose_threshold(conf, correct, 0.95, start=None).threshold is None  # the plain sequence
+    assert (
+        guarantee.choose_threshold(conf, correct, 0.95, start=None).threshold is None
+    )  # the plain sequence
 
 
 def test_a_curve_of_many_groups_is_each_groups_own_and_its_plot_draws_the_largest(tmp_path):
@@ -512,7 +626,11 @@ def test_a_curve_of_many_groups_is_each_groups_own_and_its_plot_draws_the_larges
     the curve of its rows alone; the plot draws the overall curve and the largest groups."""
     rng = np.random.default_rng(5)
     rows = 3000
-    groups = rng.choice([f"parish {i}" for i in range(40)], rows, p=np.linspace(1, 3, 40) / np.linspace(1, 3, 40).sum())
+    groups = rng.choice(
+        [f"parish {i}" for i in range(40)],
+        rows,
+        p=np.linspace(1, 3, 40) / np.linspace(1, 3, 40).sum(),
+    )
     conf, right = rng.random(rows), rng.random(rows) < 0.8
     table = curve.production_curve(conf, right, groups)
     for value in ("parish 0", "parish 17", "parish 39"):
@@ -522,7 +640,9 @@ def test_a_curve_of_many_groups_is_each_groups_own_and_its_plot_draws_the_larges
     drawn, left = curve._largest_groups(table, "all")
     sizes = pd.Series(groups).value_counts()
     kept = sizes[sizes.index.isin(drawn)]
-    assert len(kept) == curve.PLOTTED_GROUPS and left == 40 - curve.PLOTTED_GROUPS and "all" in drawn
+    assert (
+        len(kept) == curve.PLOTTED_GROUPS and left == 40 - curve.PLOTTED_GROUPS and "all" in drawn
+    )
     assert kept.min() >= sizes[~sizes.index.isin(drawn)].max()  # the largest groups
     assert os.path.getsize(curve.plot_curve(table, str(tmp_path / "many.png"))) > 1000
 
@@ -536,11 +656,16 @@ def test_fewer_than_20_labelled_rows_are_too_few_not_never():
     choice = guarantee.choose_threshold(conf, correct, 0.9)
     assert choice.threshold is None and choice.cause == "few"
     assert "would not change that" not in choice.note
-    assert f"10 labelled rows are too few to show accuracy 0.9 at 0.95 confidence; about {choice.needed:,} " \
-           "like them would (a rough estimate, read off fewer than 20 rows)" == choice.note
+    assert (
+        f"10 labelled rows are too few to show accuracy 0.9 at 0.95 confidence; about {choice.needed:,} "
+        "like them would (a rough estimate, read off fewer than 20 rows)" == choice.note
+    )
     # rows like them, that many: it passes
     scale = -(-choice.needed // 10)
-    assert guarantee.choose_threshold(np.repeat(conf, scale), np.repeat(correct, scale), 0.9).threshold is not None
+    assert (
+        guarantee.choose_threshold(np.repeat(conf, scale), np.repeat(correct, scale), 0.9).threshold
+        is not None
+    )
     none_right = guarantee.choose_threshold(conf, np.zeros(10, dtype=bool), 0.9)
     assert "too few to tell how many would" in none_right.note and none_right.cause == "few"
 
@@ -552,8 +677,10 @@ def test_a_file_too_small_for_its_own_accuracy_is_blamed_not_the_labelled_rows()
     assert guarantee.choose_threshold(conf, correct, 0.9).threshold is not None
     choice = guarantee.choose_threshold(conf, correct, 0.9, rows_to_code=20)
     assert choice.threshold is None and choice.cause == "file"
-    assert choice.note.startswith("these 400 labelled rows show accuracy 0.9 for new rows like them, but 20 rows "
-                                  "to code are too few for their own accuracy to reach it at 0.95 confidence")
+    assert choice.note.startswith(
+        "these 400 labelled rows show accuracy 0.9 for new rows like them, but 20 rows "
+        "to code are too few for their own accuracy to reach it at 0.95 confidence"
+    )
 
 
 def test_a_calibration_fit_needs_rows_of_both_outcomes_and_stops_short_of_the_clamp():
@@ -562,7 +689,9 @@ def test_a_calibration_fit_needs_rows_of_both_outcomes_and_stops_short_of_the_cl
     correct = rng.random(400) < conf
     assert calibration.unfit_reason(conf, correct) == ""
     assert "too few (at least 100" in calibration.unfit_reason(conf[:99], correct[:99])
-    assert calibration.unfit_reason(conf, np.ones(400, dtype=bool)).startswith("0 of its 400 labelled rows are wrong")
+    assert calibration.unfit_reason(conf, np.ones(400, dtype=bool)).startswith(
+        "0 of its 400 labelled rows are wrong"
+    )
     # rows split exactly at one confidence: the slope grows without bound, to the clamp (T = 0.05)
     tight = 0.5 + np.linspace(-1e-3, 1e-3, 400)
     temperature, _ = calibration.fit_scaling(tight, tight > 0.5)
@@ -577,7 +706,11 @@ def test_the_error_on_rows_the_fit_did_not_see_is_cross_validated():
     held = calibration.cross_validated(conf, correct)
     fold = np.random.default_rng(0).permutation(500) % calibration.FOLDS
     test = fold == 2
-    expected = calibration.calibrate(conf[test], *calibration.fit_scaling(conf[~test], correct[~test]))
+    expected = calibration.calibrate(
+        conf[test], *calibration.fit_scaling(conf[~test], correct[~test])
+    )
     np.testing.assert_allclose(held[test], expected)
     entry = calibration.head_entry(conf, correct, held_out=True)
-    assert entry["cross_validated"]["ece_after"] == pytest.approx(calibration.expected_calibration_error(held, correct))
+    assert entry["cross_validated"]["ece_after"] == pytest.approx(
+        calibration.expected_calibration_error(held, correct)
+    )

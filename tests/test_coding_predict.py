@@ -24,6 +24,7 @@ def copy_of(tmp_path):
         target = tmp_path / "run_copy"
         shutil.copytree(run, target)
         return str(target)
+
     return copy
 
 
@@ -33,8 +34,10 @@ def held_out(run):
 
 
 def code_sets(table, prefix="code_"):
-    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix):].isdigit()]
-    return [frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()]
+    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix) :].isdigit()]
+    return [
+        frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()
+    ]
 
 
 # ------------------------------------------------------------------ confidence
@@ -51,11 +54,17 @@ def test_flat_confidence_is_the_chance_of_the_exact_code_set(run_dir, common_csv
     for row, codes in enumerate(code_sets(table)):
         chosen[row, [index[c] for c in codes]] = True
     assert {len(s) for s in code_sets(table)} >= {1, 2}
-    assert "confidence_raw" not in table.columns  # an uncalibrated model's confidence is its raw one
-    np.testing.assert_allclose(table["confidence"].to_numpy(), flat_confidence(logits, chosen), rtol=1e-5)
+    assert (
+        "confidence_raw" not in table.columns
+    )  # an uncalibrated model's confidence is its raw one
+    np.testing.assert_allclose(
+        table["confidence"].to_numpy(), flat_confidence(logits, chosen), rtol=1e-5
+    )
 
 
-def test_a_run_calibrated_at_its_end_predicts_calibrated_confidence(trained, run_dir, common_csv, tmp_path):
+def test_a_run_calibrated_at_its_end_predicts_calibrated_confidence(
+    trained, run_dir, common_csv, tmp_path
+):
     """predict.py reads the run's calibration.json: confidence is its temperature and bias
     applied to the raw confidence, which stays beside it; no code changes."""
     from mixer.coding.calibration import calibrate_entry, read_calibration
@@ -65,13 +74,25 @@ def test_a_run_calibrated_at_its_end_predicts_calibrated_confidence(trained, run
     for head in ("flat", "seq2seq"):
         calibrated, raw = str(tmp_path / f"cal_{head}.csv"), str(tmp_path / f"raw_{head}.csv")
         for run, out in ((trained, calibrated), (run_dir, raw)):
-            assert predict_main(["--checkpoint", run, "--input", common_csv, "--output", out, "--head", head]) == 0
-        calibrated, raw = (pd.read_csv(p, dtype=str, keep_default_na=False) for p in (calibrated, raw))
-        pd.testing.assert_frame_equal(calibrated.drop(columns=["confidence", "confidence_raw"]),
-                                      raw.drop(columns=["confidence"]))
+            assert (
+                predict_main(
+                    ["--checkpoint", run, "--input", common_csv, "--output", out, "--head", head]
+                )
+                == 0
+            )
+        calibrated, raw = (
+            pd.read_csv(p, dtype=str, keep_default_na=False) for p in (calibrated, raw)
+        )
+        pd.testing.assert_frame_equal(
+            calibrated.drop(columns=["confidence", "confidence_raw"]),
+            raw.drop(columns=["confidence"]),
+        )
         assert calibrated["confidence_raw"].tolist() == raw["confidence"].tolist()
-        np.testing.assert_allclose(calibrated["confidence"].astype(float),
-                                   calibrate_entry(raw["confidence"].astype(float), entries[head]), rtol=1e-6)
+        np.testing.assert_allclose(
+            calibrated["confidence"].astype(float),
+            calibrate_entry(raw["confidence"].astype(float), entries[head]),
+            rtol=1e-6,
+        )
 
 
 def test_seq2seq_confidence_and_several_heads_in_predict_py(run_dir, common_csv, tmp_path):
@@ -86,8 +107,22 @@ def test_seq2seq_confidence_and_several_heads_in_predict_py(run_dir, common_csv,
     assert (confidence <= seq["prob_1"].to_numpy() + 1e-9).all()
     assert "confidence" not in model.predict(texts, head="full").columns  # not covered
     out = tmp_path / "both.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                         "--head", "flat", "seq2seq"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--head",
+                "flat",
+                "seq2seq",
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(out)
     assert {"flat_confidence", "seq2seq_confidence"} <= set(written.columns)
     np.testing.assert_allclose(written["seq2seq_confidence"].head(20), confidence, rtol=1e-5)
@@ -109,7 +144,9 @@ def labelled_by(csv):
     return ["--calibration-data", csv, "--calibration-truth-cols", "hisco_1", "hisco_2"]
 
 
-def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy_of, common_csv, capsys):
+def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(
+    run_dir, copy_of, common_csv, capsys
+):
     import mixer
     from mixer.coding.calibration import calibrate, fit_scaling
 
@@ -129,43 +166,67 @@ def test_calibrate_fits_a_temperature_and_bias_that_change_no_code(run_dir, copy
     assert scaling == pytest.approx(fit_scaling(table["confidence"], correct))
     assert scaling != pytest.approx((1.0, 0.0))
     assert os.path.exists(os.path.join(run, "reliability_flat.png"))
-    assert "expected calibration error on rows the fit did not see (5-fold cross-validation)" in \
-        capsys.readouterr().out
+    assert (
+        "expected calibration error on rows the fit did not see (5-fold cross-validation)"
+        in capsys.readouterr().out
+    )
     after = model.predict(texts, head="seq2seq")
-    pd.testing.assert_frame_equal(after.drop(columns=["confidence", "confidence_raw"]),
-                                  before.drop(columns=["confidence"]))
+    pd.testing.assert_frame_equal(
+        after.drop(columns=["confidence", "confidence_raw"]), before.drop(columns=["confidence"])
+    )
     np.testing.assert_allclose(after["confidence_raw"], before["confidence"])
     np.testing.assert_allclose(after["confidence"], calibrate(before["confidence"], *scaling))
 
 
 def test_calibrate_refuses_what_it_cannot_fit_on(run_dir, copy_of, tmp_path, common_csv):
     run = copy_of(run_dir)
-    os.remove(os.path.join(run, "scores.parquet"))  # a run from before scores.parquet: its rows chose nothing
-    with pytest.raises(UserError, match=r"96 labelled rows \(the 96 validation rows of run_copy, which chose "
-                                        r"nothing .* are too few: a fit needs at least 100"):
+    os.remove(
+        os.path.join(run, "scores.parquet")
+    )  # a run from before scores.parquet: its rows chose nothing
+    with pytest.raises(
+        UserError,
+        match=r"96 labelled rows \(the 96 validation rows of run_copy, which chose "
+        r"nothing .* are too few: a fit needs at least 100",
+    ):
         predict_main(["--checkpoint", run, "--calibrate"])
     with pytest.raises(UserError, match="leave out --input"):
         predict_main(["--checkpoint", run, "--calibrate", "--input", common_csv])
     shutil.copy(os.path.join(run, "model.safetensors"), os.path.join(run, "epoch_1.safetensors"))
-    with pytest.raises(UserError, match="is none"):  # an epoch's weights: the run's files are not theirs
+    with pytest.raises(
+        UserError, match="is none"
+    ):  # an epoch's weights: the run's files are not theirs
         predict_main(["--checkpoint", os.path.join(run, "epoch_1.safetensors"), "--calibrate"])
 
 
 def test_calibrate_refuses_head_threshold_and_top_k(run_dir):
     # it fits both heads at the model's own thresholds, those predict.py applies it at (a --head
     # at its default value, flat, is the same as none)
-    for flag in (["--head", "seq2seq"], ["--head", "flat", "seq2seq"], ["--threshold", "0.2"], ["--top-k", "1"]):
+    for flag in (
+        ["--head", "seq2seq"],
+        ["--head", "flat", "seq2seq"],
+        ["--threshold", "0.2"],
+        ["--top-k", "1"],
+    ):
         with pytest.raises(UserError, match=f"leave out {flag[0]}"):
             predict_main(["--checkpoint", run_dir, "--calibrate", *flag])
 
 
-def test_calibrate_refuses_a_directory_it_cannot_write_before_predicting(run_dir, copy_of, monkeypatch):
+def test_calibrate_refuses_a_directory_it_cannot_write_before_predicting(
+    run_dir, copy_of, monkeypatch
+):
     from mixer.prediction.predict import Predictor
 
     run = copy_of(run_dir)
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if os.path.samefile(path, run) and mode & os.W_OK
-                        else real_access(path, mode, **kw))
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda path, mode, **kw: (
+            False
+            if os.path.samefile(path, run) and mode & os.W_OK
+            else real_access(path, mode, **kw)
+        ),
+    )
 
     def no_prediction(*args, **kwargs):
         raise AssertionError("predicted before checking the directory")
@@ -196,14 +257,21 @@ def test_calibrate_writes_its_files_as_one_step(trained, copy_of, monkeypatch, c
     assert not [f for f in os.listdir(run) if f.startswith(".tmp-")]
 
 
-def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(trained, copy_of, common_csv):
+def test_calibrate_says_what_it_was_fit_on_and_keeps_nothing_of_the_run_s_own(
+    trained, copy_of, common_csv
+):
     run = copy_of(trained)
-    assert "splits" in json.load(open(os.path.join(run, "calibration.json")))  # the run's end-of-run fit
+    assert "splits" in json.load(
+        open(os.path.join(run, "calibration.json"))
+    )  # the run's end-of-run fit
     assert predict_main(["--checkpoint", run, "--calibrate", *labelled_by(common_csv)]) == 0
     stored = json.load(open(os.path.join(run, "calibration.json")))
     assert set(stored) == {"version", "heads", "rows", "fit_by", "fit_on"}
     assert stored["fit_by"] == "predict.py --calibrate"
-    assert stored["fit_on"]["thresholds"] == "the model's own" and stored["fit_on"]["data"] == "common.csv"
+    assert (
+        stored["fit_on"]["thresholds"] == "the model's own"
+        and stored["fit_on"]["data"] == "common.csv"
+    )
     assert stored["fit_on"]["count"] == stored["heads"]["flat"]["rows"]
     assert all("held_out" not in entry for entry in stored["heads"].values())
     # the card's summary still reads the scored rows (scores.parquet's splits)
@@ -226,31 +294,66 @@ def chosen_here(run, accuracy, confidence=0.9, rows_to_code=None, quantize=None)
     return choose_threshold(table["confidence"], correct, accuracy, 1 - confidence, rows_to_code)
 
 
-def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_nothing(run_dir, common_csv,
-                                                                                      tmp_path, capsys):
-    accuracy = 0.5  # the tiny model's held-out accuracy is 0.54: a target its most confident rows reach
+def test_target_accuracy_marks_rows_by_the_threshold_chosen_on_rows_that_chose_nothing(
+    run_dir, common_csv, tmp_path, capsys
+):
+    accuracy = (
+        0.5  # the tiny model's held-out accuracy is 0.54: a target its most confident rows reach
+    )
     expected = chosen_here(run_dir, accuracy, rows_to_code=240)
     assert expected.threshold is not None and 0 < expected.coded_share < 1
     out = tmp_path / "coded.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                         "--target-accuracy", str(accuracy), "--target-confidence", "0.9"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                str(accuracy),
+                "--target-confidence",
+                "0.9",
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(out, dtype={"coded": str})
     auto = written["confidence"] >= expected.threshold
     assert (written["coded"] == np.where(auto, "auto", "check")).all()
     assert auto.any() and not auto.all()
     err = capsys.readouterr().err
-    assert f"the model coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows" in err
+    assert (
+        f"the model coded automatically at accuracy >= {accuracy:g} (confidence 0.9): {auto.sum():,} rows"
+        in err
+    )
     assert "target= was chosen for" not in err  # the API's note: predict.py counted its own rows
     sidecar = json.load(open(f"{out}.provenance.json"))
     assert sidecar["target"]["flat"]["threshold"] == pytest.approx(expected.threshold)
     assert sidecar["result"]["coded"]["flat"]["auto"] == auto.sum()
 
 
-def test_an_unreachable_target_is_refused_with_the_rows_it_would_take(run_dir, common_csv, tmp_path):
+def test_an_unreachable_target_is_refused_with_the_rows_it_would_take(
+    run_dir, common_csv, tmp_path
+):
     out = tmp_path / "never.csv"
     with pytest.raises(UserError, match=r"accuracy 0.8 .* about [\d,]+ like them would"):
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                      "--target-accuracy", "0.8", "--target-confidence", "0.9"])
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.8",
+                "--target-confidence",
+                "0.9",
+            ]
+        )
     assert not os.listdir(tmp_path)  # nothing half-written
 
 
@@ -265,10 +368,14 @@ def test_target_accuracy_is_chosen_again_at_int8(run_dir):
         model.predict(["farmer"], target=fp32)  # a threshold of fp32 numbers is not int8's
 
 
-def test_target_accuracy_needs_labelled_rows_that_chose_nothing(run_dir, copy_of, hisco_model, common_csv, tmp_path):
+def test_target_accuracy_needs_labelled_rows_that_chose_nothing(
+    run_dir, copy_of, hisco_model, common_csv, tmp_path
+):
     import mixer
 
-    with pytest.raises(UserError, match="labelled rows of your own with calibration_data="):  # the API names keywords
+    with pytest.raises(
+        UserError, match="labelled rows of your own with calibration_data="
+    ):  # the API names keywords
         mixer.load(hisco_model["hub"]).target(0.9)
     run = copy_of(run_dir)
     write_scores(run, chose=10_000)  # every row chose something
@@ -276,7 +383,12 @@ def test_target_accuracy_needs_labelled_rows_that_chose_nothing(run_dir, copy_of
         mixer.load(run).target(0.5)
     # a filled --to-check file holds the least confident rows, not rows like the ones to code
     check = tmp_path / "check.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--to-check", "5", str(check)]) == 0
+    assert (
+        predict_main(
+            ["--checkpoint", run_dir, "--input", common_csv, "--to-check", "5", str(check)]
+        )
+        == 0
+    )
     with pytest.raises(UserError, match="least sure of"):
         mixer.load(run_dir).target(0.5, labelled=str(check))
 
@@ -295,7 +407,10 @@ def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_p
     assert target.rows_used == len(frame)
     # an audit, filled: its rows with their verdicts; a stratified one is refused
     audit = tmp_path / "audit.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--audit", "40", str(audit)]) == 0
+    assert (
+        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--audit", "40", str(audit)])
+        == 0
+    )
     filled = pd.read_csv(audit, dtype=str, keep_default_na=False)
     truth_of = frame.drop_duplicates("occ1").set_index("occ1")
     filled["true_code_1"] = truth_of["hisco_1"].reindex(filled["occ1"]).to_numpy()
@@ -306,13 +421,29 @@ def test_labelled_rows_of_ones_own_and_a_filled_audit(run_dir, common_csv, tmp_p
     assert from_audit.rows_used == 30
     strata = tmp_path / "strata.csv"
     frame.assign(half=np.arange(len(frame)) % 2).to_csv(tmp_path / "halves.csv", index=False)
-    assert predict_main(["--checkpoint", run_dir, "--input", str(tmp_path / "halves.csv"), "--audit", "20",
-                         str(strata), "--audit-by", "half"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                str(tmp_path / "halves.csv"),
+                "--audit",
+                "20",
+                str(strata),
+                "--audit-by",
+                "half",
+            ]
+        )
+        == 0
+    )
     with pytest.raises(UserError, match="stratified audit"):
         model.target(0.5, labelled=str(strata))
 
 
-def test_rows_without_a_true_code_are_not_labelled_rows(run_dir, copy_of, common_csv, tmp_path, capsys):
+def test_rows_without_a_true_code_are_not_labelled_rows(
+    run_dir, copy_of, common_csv, tmp_path, capsys
+):
     """A partly labelled --calibration-data file: rows whose truth cells are all empty are
     left out (not counted as wrong), for --target-accuracy and --calibrate alike, and said."""
     import mixer
@@ -334,21 +465,58 @@ def test_rows_without_a_true_code_are_not_labelled_rows(run_dir, copy_of, common
     assert target.rows_used == len(labelled)
     assert f"less {unlabelled.sum()} without a true code in hisco_1, hisco_2" in target.rows
     run = copy_of(run_dir)
-    assert predict_main(["--checkpoint", run, "--calibrate", "--calibration-data", str(path),
-                         "--calibration-truth-cols", "hisco_1", "hisco_2"]) == 0
-    assert f"on {len(labelled)} rows ({len(labelled)} labelled rows of partly.csv, less {unlabelled.sum()} " \
-           "without a true code" in capsys.readouterr().out
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run,
+                "--calibrate",
+                "--calibration-data",
+                str(path),
+                "--calibration-truth-cols",
+                "hisco_1",
+                "hisco_2",
+            ]
+        )
+        == 0
+    )
+    assert (
+        f"on {len(labelled)} rows ({len(labelled)} labelled rows of partly.csv, less {unlabelled.sum()} "
+        "without a true code" in capsys.readouterr().out
+    )
     half[["hisco_1", "hisco_2"]] = ""
     half.to_csv(path, index=False)
-    with pytest.raises(UserError, match=f"none of its {len(half)} rows has both a description .* and a true code"):
+    with pytest.raises(
+        UserError, match=f"none of its {len(half)} rows has both a description .* and a true code"
+    ):
         model.target(0.5, 0.9, labelled=str(path), truth_cols=["hisco_1", "hisco_2"])
 
 
 def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv, tmp_path):
     out, check, audit = tmp_path / "out.csv", tmp_path / "check.csv", tmp_path / "audit.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                         "--target-accuracy", "0.5", "--target-confidence", "0.9",
-                         "--to-check", "1000", str(check), "--audit", "1000", str(audit)]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.5",
+                "--target-confidence",
+                "0.9",
+                "--to-check",
+                "1000",
+                str(check),
+                "--audit",
+                "1000",
+                str(audit),
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     listed = pd.read_csv(check, dtype=str, keep_default_na=False)
     assert set(listed["occ1"]) == set(written.loc[written["coded"] == "check", "occ1"])
@@ -359,7 +527,9 @@ def test_to_check_takes_the_rest_and_an_audit_the_rows_coded(run_dir, common_csv
     import mixer
 
     with pytest.raises(UserError, match="coded automatically at a target accuracy"):
-        mixer.load(run_dir).target(0.5, labelled=str(audit))  # it checks the promise; it cannot choose
+        mixer.load(run_dir).target(
+            0.5, labelled=str(audit)
+        )  # it checks the promise; it cannot choose
 
 
 # ------------------------------------------------------------------ shorter codes
@@ -379,7 +549,9 @@ def test_shorter_codes_give_the_longest_prefix_that_passes(run_dir, common_csv, 
     for row in np.flatnonzero((cut["level"] < 5).to_numpy() & given.to_numpy()):
         level = int(cut["level"].iloc[row])
         assert cut["level_confidence_raw"].iloc[row] >= shorter.threshold
-        whole = [c for c in model.predict(frame["occ1"].iloc[[row]])[["code_1", "code_2"]].iloc[0] if c]
+        whole = [
+            c for c in model.predict(frame["occ1"].iloc[[row]])[["code_1", "code_2"]].iloc[0] if c
+        ]
         assert code_sets(cut.iloc[[row]])[0] == frozenset(c[:level] for c in whole)
     # without levels, the counting of shorter codes is choose_threshold's own test
     rows = held_out(run_dir)
@@ -418,23 +590,69 @@ def test_a_row_without_a_description_has_no_level_in_the_api(shorter_target):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".dta"])
-def test_a_row_without_a_description_has_no_level_in_every_file(run_dir, with_a_blank, tmp_path, suffix):
+def test_a_row_without_a_description_has_no_level_in_every_file(
+    run_dir, with_a_blank, tmp_path, suffix
+):
     out = tmp_path / f"out{suffix}"
-    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
-                         "--target-accuracy", "0.2", "--target-confidence", "0.9",
-                         "--shorter-codes", "--code-levels", "1", "2", "3"]) == 0
-    written = {".csv": lambda p: pd.read_csv(p, dtype={"coded": str}, keep_default_na=False, na_values=[""]),
-               ".parquet": pd.read_parquet, ".dta": pd.read_stata}[suffix](out)
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                with_a_blank,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.2",
+                "--target-confidence",
+                "0.9",
+                "--shorter-codes",
+                "--code-levels",
+                "1",
+                "2",
+                "3",
+            ]
+        )
+        == 0
+    )
+    written = {
+        ".csv": lambda p: pd.read_csv(
+            p, dtype={"coded": str}, keep_default_na=False, na_values=[""]
+        ),
+        ".parquet": pd.read_parquet,
+        ".dta": pd.read_stata,
+    }[suffix](out)
     assert written["level"].isna().tolist() == [i == 5 for i in range(len(written))]
     assert set(written["level"].dropna().astype(int)) <= {1, 2, 3, 5}
 
 
-def test_rows_without_a_description_are_counted_beside_auto_and_check(run_dir, with_a_blank, tmp_path, capsys):
+def test_rows_without_a_description_are_counted_beside_auto_and_check(
+    run_dir, with_a_blank, tmp_path, capsys
+):
     out = tmp_path / "out.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", with_a_blank, "--output", str(out),
-                         "--target-accuracy", "0.3", "--target-confidence", "0.9"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                with_a_blank,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.3",
+                "--target-confidence",
+                "0.9",
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
-    assert written["coded"].tolist()[5] == "" and set(written["coded"].drop(index=5)) <= {"auto", "check"}
+    assert written["coded"].tolist()[5] == "" and set(written["coded"].drop(index=5)) <= {
+        "auto",
+        "check",
+    }
     auto, check = (int((written["coded"] == kind).sum()) for kind in ("auto", "check"))
     assert auto + check == len(written) - 1
     err = capsys.readouterr().err
@@ -451,11 +669,17 @@ def test_the_level_confidence_says_it_is_on_the_raw_scale(trained, common_csv):
 
     model = mixer.load(trained)
     target = model.target(0.3, 0.9, shorter_codes=True, levels=[1, 2, 3])
-    table = model.predict(pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"], target=target)
+    table = model.predict(
+        pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"], target=target
+    )
     assert "level_confidence_raw" in table.columns and "level_confidence" not in table.columns
     full = (table["level"] == 5).to_numpy()
-    np.testing.assert_array_equal(table["level_confidence_raw"][full], table["confidence_raw"][full])
-    assert not np.allclose(table["confidence"][full], table["confidence_raw"][full])  # calibrated beside it
+    np.testing.assert_array_equal(
+        table["level_confidence_raw"][full], table["confidence_raw"][full]
+    )
+    assert not np.allclose(
+        table["confidence"][full], table["confidence_raw"][full]
+    )  # calibrated beside it
     auto = (table["coded"] == "auto").to_numpy()
     assert (table["level_confidence_raw"][auto] >= target.threshold).all()
 
@@ -467,8 +691,14 @@ def synthetic_rows(n=1000):
     confidence = np.sort(rng.uniform(0.0, 1.0, n))[::-1]
     right = rng.uniform(size=n) < 0.8 + 0.2 * confidence
     right[0] = False
-    table = pd.DataFrame({"code_1": np.where(right, "11111", "22222"), "prob_1": confidence,
-                          "confidence": confidence, "level_confidence_1": np.zeros(n)})
+    table = pd.DataFrame(
+        {
+            "code_1": np.where(right, "11111", "22222"),
+            "prob_1": confidence,
+            "confidence": confidence,
+            "level_confidence_1": np.zeros(n),
+        }
+    )
     return table, [("11111",)] * n
 
 
@@ -480,8 +710,11 @@ def test_shorter_codes_choose_by_the_guarantees_own_procedure():
     from mixer.coding import target as targets
 
     table, truth = synthetic_rows()
+
     def probe(levels, accuracy=0.9):
-        return targets.Target("flat", accuracy, 0.95, None, levels, 5, "", None, 0.0, len(table), "synthetic")
+        return targets.Target(
+            "flat", accuracy, 0.95, None, levels, 5, "", None, 0.0, len(table), "synthetic"
+        )
 
     plain = targets._sequence(probe(()), table.drop(columns="level_confidence_1"), truth, None)
     cut = targets._sequence(probe((1,)), table, truth, None)
@@ -492,16 +725,37 @@ def test_shorter_codes_choose_by_the_guarantees_own_procedure():
     for rows_to_code in (None, 5000):
         never = targets._sequence(probe((1,), accuracy=0.999), table, truth, rows_to_code)
         assert never.threshold is None and never.note
-        with pytest.raises(UserError, match="no confidence threshold reaches accuracy 0.999 .*a lower "
-                                            "--target-accuracy$"):
+        with pytest.raises(
+            UserError,
+            match="no confidence threshold reaches accuracy 0.999 .*a lower --target-accuracy$",
+        ):
             never.check_reached()
 
 
-def test_an_unreachable_target_with_shorter_codes_is_refused_in_one_line(run_dir, common_csv, tmp_path):
+def test_an_unreachable_target_with_shorter_codes_is_refused_in_one_line(
+    run_dir, common_csv, tmp_path
+):
     out = tmp_path / "never.csv"
-    with pytest.raises(UserError, match="accuracy 0.99 .*or a lower --target-accuracy$"):  # less its suggestion
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out),
-                      "--target-accuracy", "0.99", "--shorter-codes", "--code-levels", "1", "2", "3"])
+    with pytest.raises(
+        UserError, match="accuracy 0.99 .*or a lower --target-accuracy$"
+    ):  # less its suggestion
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.99",
+                "--shorter-codes",
+                "--code-levels",
+                "1",
+                "2",
+                "3",
+            ]
+        )
     assert not os.listdir(tmp_path)
 
 
@@ -510,37 +764,94 @@ def test_lookup_codes_win_matched_on_what_the_model_reads(run_dir, common_csv, t
     frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
     first = frame["occ1"].iloc[0]
     dictionary = tmp_path / "dict.csv"
-    pd.DataFrame({"title": [f"  {first} ", "no such title"], "c1": ["61110", "99910"],
-                  "c2": ["64100", ""]}).to_csv(dictionary, index=False)
+    pd.DataFrame(
+        {"title": [f"  {first} ", "no such title"], "c1": ["61110", "99910"], "c2": ["64100", ""]}
+    ).to_csv(dictionary, index=False)
     out = tmp_path / "out.parquet"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), "--lookup",
-                         str(dictionary), "--lookup-input-col", "title", "--lookup-code-cols", "c1", "c2"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--lookup",
+                str(dictionary),
+                "--lookup-input-col",
+                "title",
+                "--lookup-code-cols",
+                "c1",
+                "c2",
+            ]
+        )
+        == 0
+    )
     written = pd.read_parquet(out)
     matched = written["occ1"] == first  # the model strips its text: '  x ' reads as 'x'
-    assert (written.loc[matched, "source"] == "lookup").all() and (written.loc[~matched, "source"] == "model").all()
+    assert (written.loc[matched, "source"] == "lookup").all() and (
+        written.loc[~matched, "source"] == "model"
+    ).all()
     assert code_sets(written[matched]) == [frozenset({"61110", "64100"})] * int(matched.sum())
     assert written.loc[matched, "confidence"].isna().all()
     assert f"{int(matched.sum())} rows" in capsys.readouterr().err
     sidecar = json.load(open(f"{out}.provenance.json"))
-    assert sidecar["lookup"]["entries"] == 2 and sidecar["result"]["source"]["lookup"] == matched.sum()
+    assert (
+        sidecar["lookup"]["entries"] == 2 and sidecar["result"]["source"]["lookup"] == matched.sum()
+    )
     # one input, two code sets: refused, naming the lines
-    pd.DataFrame({"title": [first, f"{first} "], "c1": ["61110", "99910"]}).to_csv(dictionary, index=False)
+    pd.DataFrame({"title": [first, f"{first} "], "c1": ["61110", "99910"]}).to_csv(
+        dictionary, index=False
+    )
     with pytest.raises(UserError, match="line 2 and line 3 give .* two code sets"):
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "x.csv"),
-                      "--lookup", str(dictionary), "--lookup-input-col", "title", "--lookup-code-cols", "c1"])
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "x.csv"),
+                "--lookup",
+                str(dictionary),
+                "--lookup-input-col",
+                "title",
+                "--lookup-code-cols",
+                "c1",
+            ]
+        )
     pd.DataFrame({"occ1": [first], "c1": ["6111"]}).to_csv(dictionary, index=False)
     with pytest.raises(UserError, match="line 2: code '6111'"):
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "x.csv"),
-                      "--lookup", str(dictionary), "--lookup-code-cols", "c1"])
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "x.csv"),
+                "--lookup",
+                str(dictionary),
+                "--lookup-code-cols",
+                "c1",
+            ]
+        )
     assert not os.path.exists(tmp_path / "x.csv")
 
 
-def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its_rows(run_dir, common_csv,
-                                                                                     tmp_path):
+def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its_rows(
+    run_dir, common_csv, tmp_path
+):
     import mixer
 
     check = tmp_path / "check.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--to-check", "6", str(check)]) == 0
+    assert (
+        predict_main(
+            ["--checkpoint", run_dir, "--input", common_csv, "--to-check", "6", str(check)]
+        )
+        == 0
+    )
     filled = pd.read_csv(check, dtype=str, keep_default_na=False)
     filled.loc[:2, "checked_1"] = "99910"  # three rows checked
     filled.to_csv(check, index=False)
@@ -553,8 +864,11 @@ def test_a_filled_check_list_is_a_lookup_and_the_threshold_is_chosen_without_its
     # the labelled rows the lookup covers are left out of the choice
     rows = held_out(run_dir)
     rows.iloc[:4][["text"]].rename(columns={"text": "occ1"}).assign(code="99910").to_csv(
-        tmp_path / "held.csv", index=False)
-    covered = model.target(0.5, 0.9, lookup=model.lookup(str(tmp_path / "held.csv"), code_cols=["code"]))
+        tmp_path / "held.csv", index=False
+    )
+    covered = model.target(
+        0.5, 0.9, lookup=model.lookup(str(tmp_path / "held.csv"), code_cols=["code"])
+    )
     assert covered.rows_used == (~rows["text"].isin(rows["text"].iloc[:4])).sum() < len(rows)
 
 
@@ -571,7 +885,9 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
     made = provenance.read(out)
     assert made["model"]["fingerprint"] == model_fingerprint(mixer.load(run_dir)._predictor)
     assert made["mixer"] == mixer.__version__ and made["input"]["name"] == "common.csv"
-    assert made["thresholds"] == {"flat": "0.5"} and made["calibration"] == {"flat": {"temperature": 1.0, "bias": 0.0}}
+    assert made["thresholds"] == {"flat": "0.5"} and made["calibration"] == {
+        "flat": {"temperature": 1.0, "bias": 0.0}
+    }
     assert made["result"]["rows"] == 240
     carried = file_label(out)
     if suffix in (".parquet", ".dta"):
@@ -580,7 +896,12 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
         assert carried is None  # CSV and Excel: the sidecar alone
     # a second file written otherwise has another id; a sidecar moved beside it is refused
     other = str(tmp_path / f"other{suffix}")
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", other, "--top-k", "1"]) == 0
+    assert (
+        predict_main(
+            ["--checkpoint", run_dir, "--input", common_csv, "--output", other, "--top-k", "1"]
+        )
+        == 0
+    )
     assert provenance.read(other)["id"] != made["id"]
     if suffix in (".parquet", ".dta"):
         shutil.copy(f"{out}.provenance.json", f"{other}.provenance.json")
@@ -589,8 +910,9 @@ def test_every_predictions_file_says_what_made_it(run_dir, common_csv, tmp_path,
 
 
 @pytest.mark.parametrize("failing", ["out.csv", "out.csv.provenance.json"])
-def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(run_dir, common_csv, tmp_path, monkeypatch,
-                                                                  failing):
+def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(
+    run_dir, common_csv, tmp_path, monkeypatch, failing
+):
     out = str(tmp_path / "out.csv")
     assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out]) == 0
     before = {path: open(path, "rb").read() for path in (out, f"{out}.provenance.json")}
@@ -604,8 +926,20 @@ def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(run_dir, common
 
     monkeypatch.setattr(os, "replace", busy)
     with pytest.raises(UserError, match="writing it failed .*as before") as raised:
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", out, "--top-k", "1",
-                      "--target-accuracy", "0.3"])
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                out,
+                "--top-k",
+                "1",
+                "--target-accuracy",
+                "0.3",
+            ]
+        )
     assert "\n" not in str(raised.value)
     assert {path: open(path, "rb").read() for path in before} == before
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
@@ -616,10 +950,23 @@ def test_two_processes_choose_the_threshold_and_mark_the_rows_of_one(run_dir, co
     from conftest import rank0_gathers_cmd, run, run_program
 
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
-    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.3", "--target-confidence",
-             "0.9", "--batch-size", "16"]
+    flags = [
+        "--checkpoint",
+        run_dir,
+        "--input",
+        common_csv,
+        "--target-accuracy",
+        "0.3",
+        "--target-confidence",
+        "0.9",
+        "--batch-size",
+        "16",
+    ]
     run_program("predict.py", *flags, "--output", one)
-    run(rank0_gathers_cmd(2, "predict.py") + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"])
+    run(
+        rank0_gathers_cmd(2, "predict.py")
+        + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"]
+    )
     a, b = (pd.read_csv(path, dtype=str, keep_default_na=False) for path in (one, two))
     assert a["coded"].tolist() == b["coded"].tolist() and (a["coded"] == "auto").any()
     made = [json.load(open(f"{path}.provenance.json")) for path in (one, two)]
@@ -637,10 +984,23 @@ def test_the_best_model_of_a_run_that_has_not_ended_is_named_as_such(trained, tm
     for name in ("config.json", "key.csv", "model.safetensors", "encoder", "tokenizer"):
         source = run / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, best / name)
-    with pytest.raises(UserError, match=r"best has no scores.parquet yet: a run writes it for its best model when "
-                                        r"it ends; let the run finish"):
-        predict_main(["--checkpoint", str(best), "--input", common_csv, "--output", str(tmp_path / "o.csv"),
-                      "--target-accuracy", "0.3"])
+    with pytest.raises(
+        UserError,
+        match=r"best has no scores.parquet yet: a run writes it for its best model when "
+        r"it ends; let the run finish",
+    ):
+        predict_main(
+            [
+                "--checkpoint",
+                str(best),
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "o.csv"),
+                "--target-accuracy",
+                "0.3",
+            ]
+        )
 
 
 # ------------------------------------------------------------------ issue 42: labelled rows, calibration, languages
@@ -652,16 +1012,37 @@ def varied_run(tmp_path_factory, toy_frame):
     data = base / "data.csv"
     toy_frame[toy_frame["hisco_1"].str.len() == 5].head(400).to_csv(data, index=False)
     run = base / "run"
-    assert finetune_main(["--dataset", str(data), "--target-cols", "hisco_1", "--save-path", str(run),
-                          "--share-val", "0.4", *TINY, "--max-steps", "30", "--batch-size", "16",
-                          "--learning-rate", "5e-3"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                str(data),
+                "--target-cols",
+                "hisco_1",
+                "--save-path",
+                str(run),
+                "--share-val",
+                "0.4",
+                *TINY,
+                "--max-steps",
+                "30",
+                "--batch-size",
+                "16",
+                "--learning-rate",
+                "5e-3",
+            ]
+        )
+        == 0
+    )
     return str(run)
 
 
 def split_as_labelled(run, split, path, rows=None):
     """A prepared split of the run written as a labelled file (its text and code)."""
     frame = pd.read_parquet(os.path.join(run, f"data_{split}.parquet"))
-    table = pd.DataFrame({"occ1": frame["text"].astype(str), "hisco_1": frame["code_1"].astype(str)})
+    table = pd.DataFrame(
+        {"occ1": frame["text"].astype(str), "hisco_1": frame["code_1"].astype(str)}
+    )
     table = table if rows is None else table.head(rows)
     table.to_csv(path, index=False)
     return table
@@ -676,23 +1057,49 @@ def test_labelled_rows_the_model_trained_on_are_refused_or_left_out(varied_run, 
     model = mixer.load(varied_run)
     trained = split_as_labelled(varied_run, "train", tmp_path / "train.csv", rows=150)
     truth = ["--calibration-truth-cols", "hisco_1"]
-    with pytest.raises(UserError, match=r"150 of its 150 labelled rows \(100%\) are rows run trained on") as raised:
+    with pytest.raises(
+        UserError, match=r"150 of its 150 labelled rows \(100%\) are rows run trained on"
+    ) as raised:
         model.target(0.05, 0.5, labelled=str(tmp_path / "train.csv"), truth_cols=["hisco_1"])
     assert "\n" not in str(raised.value)
     with pytest.raises(UserError, match="are rows run trained on"):
-        predict_main(["--checkpoint", varied_run, "--input", str(tmp_path / "train.csv"), "--output",
-                      str(tmp_path / "out.csv"), "--target-accuracy", "0.05", "--calibration-data",
-                      str(tmp_path / "train.csv"), *truth])
+        predict_main(
+            [
+                "--checkpoint",
+                varied_run,
+                "--input",
+                str(tmp_path / "train.csv"),
+                "--output",
+                str(tmp_path / "out.csv"),
+                "--target-accuracy",
+                "0.05",
+                "--calibration-data",
+                str(tmp_path / "train.csv"),
+                *truth,
+            ]
+        )
     assert not os.path.exists(tmp_path / "out.csv")
     before = open(os.path.join(varied_run, "calibration.json")).read()
     with pytest.raises(UserError, match="are rows run trained on"):
-        predict_main(["--checkpoint", varied_run, "--calibrate", "--calibration-data", str(tmp_path / "train.csv"),
-                      *truth])
+        predict_main(
+            [
+                "--checkpoint",
+                varied_run,
+                "--calibrate",
+                "--calibration-data",
+                str(tmp_path / "train.csv"),
+                *truth,
+            ]
+        )
     assert open(os.path.join(varied_run, "calibration.json")).read() == before
     # the run's own held-out rows, as a file: trained-on inputs and codes as often as new rows have them
     val = split_as_labelled(varied_run, "val", tmp_path / "val.csv")
-    seen = set(zip(pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["text"].astype(str),
-                   pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["code_1"].astype(str)))
+    seen = set(
+        zip(
+            pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["text"].astype(str),
+            pd.read_parquet(os.path.join(varied_run, "data_train.parquet"))["code_1"].astype(str),
+        )
+    )
     in_train = np.asarray([(t, c) in seen for t, c in zip(val["occ1"], val["hisco_1"])])
     assert 0 < in_train.mean() < 0.5
     kept = model.target(0.05, 0.5, labelled=str(tmp_path / "val.csv"), truth_cols=["hisco_1"])
@@ -708,8 +1115,9 @@ def test_labelled_rows_the_model_trained_on_are_refused_or_left_out(varied_run, 
     assert f"{left.sum()} of its {len(mixed)} labelled rows" in capsys.readouterr().err
 
 
-def test_calibrate_refuses_too_few_rows_and_a_degenerate_fit_keeping_the_old(trained, copy_of, common_csv,
-                                                                             tmp_path):
+def test_calibrate_refuses_too_few_rows_and_a_degenerate_fit_keeping_the_old(
+    trained, copy_of, common_csv, tmp_path
+):
     """Issue 42, item 4: 10 rows, or rows the flat head gets all right, fit nothing; the
     calibration the model had stays as it was."""
     import mixer
@@ -718,15 +1126,28 @@ def test_calibrate_refuses_too_few_rows_and_a_degenerate_fit_keeping_the_old(tra
     before = open(os.path.join(run, "calibration.json")).read()
     frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
     frame.head(10).to_csv(tmp_path / "ten.csv", index=False)
-    with pytest.raises(UserError, match=r"10 labelled rows .* are too few: a fit needs at least 100; the model's "
-                                        "calibration is as it was"):
+    with pytest.raises(
+        UserError,
+        match=r"10 labelled rows .* are too few: a fit needs at least 100; the model's "
+        "calibration is as it was",
+    ):
         predict_main(["--checkpoint", run, "--calibrate", *labelled_by(str(tmp_path / "ten.csv"))])
-    predicted = mixer.load(run).predict(frame["occ1"])  # every row labelled with the flat head's own codes
-    frame["hisco_1"], frame["hisco_2"] = predicted["code_1"].to_numpy(), predicted["code_2"].to_numpy()
+    predicted = mixer.load(run).predict(
+        frame["occ1"]
+    )  # every row labelled with the flat head's own codes
+    frame["hisco_1"], frame["hisco_2"] = (
+        predicted["code_1"].to_numpy(),
+        predicted["code_2"].to_numpy(),
+    )
     frame.to_csv(tmp_path / "right.csv", index=False)
-    with pytest.raises(UserError, match=r"flat head: 0 of its 240 labelled rows are wrong \(at least 20 right and "
-                                        "20 wrong"):
-        predict_main(["--checkpoint", run, "--calibrate", *labelled_by(str(tmp_path / "right.csv"))])
+    with pytest.raises(
+        UserError,
+        match=r"flat head: 0 of its 240 labelled rows are wrong \(at least 20 right and "
+        "20 wrong",
+    ):
+        predict_main(
+            ["--checkpoint", run, "--calibrate", *labelled_by(str(tmp_path / "right.csv"))]
+        )
     assert open(os.path.join(run, "calibration.json")).read() == before
 
 
@@ -744,23 +1165,42 @@ def test_calibrate_reports_the_error_on_rows_the_fit_did_not_see(run_dir, copy_o
     held = entry["cross_validated"]
     assert held["folds"] == 5
     assert held["ece_after"] == pytest.approx(
-        expected_calibration_error(cross_validated(table["confidence"], correct), correct))
-    assert held["ece_after"] != pytest.approx(entry["ece_after"])  # not the error on the rows fit on
+        expected_calibration_error(cross_validated(table["confidence"], correct), correct)
+    )
+    assert held["ece_after"] != pytest.approx(
+        entry["ece_after"]
+    )  # not the error on the rows fit on
 
 
-def test_a_language_the_model_never_saw_is_said_and_the_labelled_rows_take_it(run_dir, common_csv, tmp_path,
-                                                                             capsys):
+def test_a_language_the_model_never_saw_is_said_and_the_labelled_rows_take_it(
+    run_dir, common_csv, tmp_path, capsys
+):
     """Issue 42, item 7: the run trained with 'unk' alone; --language en is said in one line, and
     --target-accuracy predicts the run's labelled rows with 'en' as it predicts the file."""
     import mixer
     from mixer.coding.guarantee import choose_threshold
 
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "o.csv"),
-                         "--language", "en"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "o.csv"),
+                "--language",
+                "en",
+            ]
+        )
+        == 0
+    )
     notes = [line for line in capsys.readouterr().err.splitlines() if "never trained with" in line]
-    assert notes == [f"note: --input {common_csv}: 240 rows have a language value the model never trained with: "
-                     "'en' (240) (it trained with 'unk'); it reads them as an input it never saw, so their codes "
-                     "may differ from those of a language it knows"]
+    assert notes == [
+        f"note: --input {common_csv}: 240 rows have a language value the model never trained with: "
+        "'en' (240) (it trained with 'unk'); it reads them as an input it never saw, so their codes "
+        "may differ from those of a language it knows"
+    ]
     model = mixer.load(run_dir)
     target = model.target(0.3, 0.9, lang="en")
     assert "predicted with language 'en'" in target.rows
@@ -769,36 +1209,93 @@ def test_a_language_the_model_never_saw_is_said_and_the_labelled_rows_take_it(ru
     truth = [frozenset(t.split(" & ")) - {""} for t in rows["true_codes"]]
     correct = [t == p for t, p in zip(truth, code_sets(table))]
     assert target.threshold == choose_threshold(table["confidence"], correct, 0.3, 0.1).threshold
-    assert model.target(0.3, 0.9, lang="unk").rows == model.target(0.3, 0.9).rows  # its own: as it was
+    assert (
+        model.target(0.3, 0.9, lang="unk").rows == model.target(0.3, 0.9).rows
+    )  # its own: as it was
 
 
-def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(run_dir, common_csv, tmp_path, capsys):
+def test_coding_flags_and_a_threshold_that_would_do_nothing_are_refused(
+    run_dir, common_csv, tmp_path, capsys
+):
     """Issue 42's messages: --target-accuracy or --lookup with --embeddings alone, --threshold
     with the seq2seq head alone, and a header-only input with a target, each in one line before
     any work."""
     import mixer
 
     for flags in (["--target-accuracy", "0.3"], ["--lookup", common_csv]):
-        with pytest.raises(UserError, match=f"{flags[0]} marks rows of the code table, which --output"):
-            predict_main(["--checkpoint", run_dir, "--input", common_csv, "--embeddings", str(tmp_path / "e.npy"),
-                          *flags])
-    with pytest.raises(UserError, match="--threshold 0.99 is the flat and full heads'.*seq2seq head decodes"):
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "o.csv"),
-                      "--head", "seq2seq", "--threshold", "0.99"])
+        with pytest.raises(
+            UserError, match=f"{flags[0]} marks rows of the code table, which --output"
+        ):
+            predict_main(
+                [
+                    "--checkpoint",
+                    run_dir,
+                    "--input",
+                    common_csv,
+                    "--embeddings",
+                    str(tmp_path / "e.npy"),
+                    *flags,
+                ]
+            )
+    with pytest.raises(
+        UserError, match="--threshold 0.99 is the flat and full heads'.*seq2seq head decodes"
+    ):
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "o.csv"),
+                "--head",
+                "seq2seq",
+                "--threshold",
+                "0.99",
+            ]
+        )
     # the API's threshold= is the flat and full heads' too; a loop over heads passes it to each, so
     # the seq2seq head takes it without a word there (its docstring says so)
     flat_only = mixer.load(run_dir).predict(["farmer"], head="seq2seq", threshold=0.99)
     assert flat_only.equals(mixer.load(run_dir).predict(["farmer"], head="seq2seq"))
     # with the flat head beside it, --threshold is the flat head's and the seq2seq head's codes are its own
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "two.csv"),
-                         "--head", "flat", "seq2seq", "--threshold", "0.99"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(tmp_path / "two.csv"),
+                "--head",
+                "flat",
+                "seq2seq",
+                "--threshold",
+                "0.99",
+            ]
+        )
+        == 0
+    )
     assert not os.path.exists(tmp_path / "e.npy")
     header = tmp_path / "header.csv"
     header.write_text("occ1,hisco_1,hisco_2\n")
     capsys.readouterr()
     with pytest.raises(UserError, match=f"--input {header}: no rows below its header"):
-        predict_main(["--checkpoint", run_dir, "--input", str(header), "--output", str(tmp_path / "h.csv"),
-                      "--target-accuracy", "0.3", "--target-confidence", "0.9"])
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                str(header),
+                "--output",
+                str(tmp_path / "h.csv"),
+                "--target-accuracy",
+                "0.3",
+                "--target-confidence",
+                "0.9",
+            ]
+        )
     assert "target:" not in capsys.readouterr().out  # no threshold chosen first
 
 
@@ -811,13 +1308,28 @@ def test_a_language_per_row_at_a_target_says_the_run_s_rows_keep_its_language(ru
     model = mixer.load(run_dir)
     capsys.readouterr()
     try:  # two rows to code: the threshold may be out of reach, said after the note
-        model.predict(["farmer", "labourer"], language=["en", "da"], target_accuracy=0.3, target_confidence=0.9)
-    except UserError as error:  # too few rows to code, or no threshold: either way refused after the note
-        assert "rows to code are too few" in str(error) or "no confidence threshold reaches" in str(error)
-    said = [line for line in capsys.readouterr().err.splitlines() if "labelled rows have no language column" in line]
-    assert said == ["note: the run's labelled rows have no language column; they are predicted with language 'unk', "
-                    "the rows to code with their own (language=, one per row): the threshold holds for rows of "
-                    "that language (docs/coding.md)"]
+        model.predict(
+            ["farmer", "labourer"],
+            language=["en", "da"],
+            target_accuracy=0.3,
+            target_confidence=0.9,
+        )
+    except (
+        UserError
+    ) as error:  # too few rows to code, or no threshold: either way refused after the note
+        assert "rows to code are too few" in str(error) or "no confidence threshold reaches" in str(
+            error
+        )
+    said = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if "labelled rows have no language column" in line
+    ]
+    assert said == [
+        "note: the run's labelled rows have no language column; they are predicted with language 'unk', "
+        "the rows to code with their own (language=, one per row): the threshold holds for rows of "
+        "that language (docs/coding.md)"
+    ]
 
 
 def test_the_api_s_file_lines_name_its_keywords(run_dir, common_csv, capsys):
@@ -827,13 +1339,17 @@ def test_the_api_s_file_lines_name_its_keywords(run_dir, common_csv, capsys):
 
     model = mixer.load(run_dir)
     try:
-        model.target(0.3, 0.9, calibration_data=common_csv, calibration_truth_cols=["hisco_1", "hisco_2"])
+        model.target(
+            0.3, 0.9, calibration_data=common_csv, calibration_truth_cols=["hisco_1", "hisco_2"]
+        )
     except UserError:  # reached or not: the reading line comes first
         pass
     model.lookup(common_csv, code_cols=["hisco_1"])
     err = capsys.readouterr().err
-    assert (f"calibration_data= {common_csv}: CSV, separator ',' (found in the header line; "
-            "options=TableOptions(sep=...) sets it)") in err
+    assert (
+        f"calibration_data= {common_csv}: CSV, separator ',' (found in the header line; "
+        "options=TableOptions(sep=...) sets it)"
+    ) in err
     assert f"lookup= {common_csv}: CSV, separator ','" in err
     assert "--calibration-data" not in err and "--lookup-sep" not in err  # its own rows' line too
 
@@ -843,14 +1359,31 @@ def test_rows_without_a_description_are_not_rows_to_code(run_dir, common_csv, tm
     neither the rows to code nor the threshold (a second review: they made a file whose real
     rows were too few pass)."""
     frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
-    padded = pd.concat([frame, pd.DataFrame({c: [""] * 2000 for c in frame.columns})], ignore_index=True)
+    padded = pd.concat(
+        [frame, pd.DataFrame({c: [""] * 2000 for c in frame.columns})], ignore_index=True
+    )
     padded_csv = tmp_path / "padded_input.csv"
     padded.to_csv(padded_csv, index=False)
     chosen = {}
     for name, path in (("plain", common_csv), ("padded", padded_csv)):
         out = tmp_path / f"{name}.csv"
-        assert predict_main(["--checkpoint", run_dir, "--input", str(path), "--output", str(out),
-                             "--target-accuracy", "0.5", "--target-confidence", "0.9"]) == 0
+        assert (
+            predict_main(
+                [
+                    "--checkpoint",
+                    run_dir,
+                    "--input",
+                    str(path),
+                    "--output",
+                    str(out),
+                    "--target-accuracy",
+                    "0.5",
+                    "--target-confidence",
+                    "0.9",
+                ]
+            )
+            == 0
+        )
         chosen[name] = json.load(open(f"{out}.provenance.json"))["target"]["flat"]
     assert chosen["plain"]["rows_to_code"] == chosen["padded"]["rows_to_code"] == len(frame)
     assert chosen["plain"]["threshold"] == chosen["padded"]["threshold"]
@@ -860,7 +1393,9 @@ def test_rows_without_a_description_are_not_rows_to_code(run_dir, common_csv, tm
     assert model._rows_to_code(padded["occ1"], None, None, None) == len(frame)
 
 
-def test_an_output_that_is_a_file_the_job_reads_or_its_sidecar_is_refused(run_dir, common_csv, tmp_path):
+def test_an_output_that_is_a_file_the_job_reads_or_its_sidecar_is_refused(
+    run_dir, common_csv, tmp_path
+):
     """A third review: a filled check list passed back as --lookup and asked for again by
     --to-check under the same name lost its hand codes; an output could also replace the
     labelled rows, the descriptions or the output's own provenance sidecar."""
@@ -868,23 +1403,45 @@ def test_an_output_that_is_a_file_the_job_reads_or_its_sidecar_is_refused(run_di
     check.write_text("occ1,checked_1\nfarmer,61110\n", encoding="utf-8")
     before = check.read_bytes()
     out = tmp_path / "out.csv"
-    cases = [(["--lookup", str(check), "--to-check", "5", str(check)], "--to-check", "--lookup"),
-             (["--lookup", str(check), "--output", str(check)], "--output", "--lookup"),
-             (["--code-descriptions", str(check), "--audit", "5", str(check)], "--audit", "--code-descriptions"),
-             (["--to-check", "5", f"{out}.provenance.json"], "--to-check", "--output's provenance"),
-             (["--target-accuracy", "0.5", "--calibration-data", str(check), "--calibration-truth-cols", "checked_1",
-               "--to-check", "5", str(check)], "--to-check", "--calibration-data")]
+    cases = [
+        (["--lookup", str(check), "--to-check", "5", str(check)], "--to-check", "--lookup"),
+        (["--lookup", str(check), "--output", str(check)], "--output", "--lookup"),
+        (
+            ["--code-descriptions", str(check), "--audit", "5", str(check)],
+            "--audit",
+            "--code-descriptions",
+        ),
+        (["--to-check", "5", f"{out}.provenance.json"], "--to-check", "--output's provenance"),
+        (
+            [
+                "--target-accuracy",
+                "0.5",
+                "--calibration-data",
+                str(check),
+                "--calibration-truth-cols",
+                "checked_1",
+                "--to-check",
+                "5",
+                str(check),
+            ],
+            "--to-check",
+            "--calibration-data",
+        ),
+    ]
     for extra, flag, other in cases:
         argv = ["--checkpoint", run_dir, "--input", common_csv, *extra]
         if "--output" not in extra:
             argv += ["--output", str(out)]
-        with pytest.raises(UserError, match=f"^{flag} .*: is the {re.escape(other)} file and would replace it"):
+        with pytest.raises(
+            UserError, match=f"^{flag} .*: is the {re.escape(other)} file and would replace it"
+        ):
             predict_main(argv)
         assert check.read_bytes() == before and not out.exists()
 
 
-def test_the_api_counts_rows_to_code_as_predict_py_and_says_a_target_chosen_for_others(run_dir, common_csv,
-                                                                                         capsys):
+def test_the_api_counts_rows_to_code_as_predict_py_and_says_a_target_chosen_for_others(
+    run_dir, common_csv, capsys
+):
     """target(rows_to_code=texts) counts the texts as predict.py counts its input (rows with
     a description); a target used on another number of rows says so once."""
     import mixer
@@ -892,18 +1449,23 @@ def test_the_api_counts_rows_to_code_as_predict_py_and_says_a_target_chosen_for_
     texts = pd.read_csv(common_csv, dtype=str, keep_default_na=False)["occ1"].tolist()
     model = mixer.load(run_dir)
     padded = model.target(0.5, 0.9, rows_to_code=texts + [""] * 500)
-    assert padded.rows_to_code == len(texts) == model.target(0.5, 0.9, rows_to_code=texts).rows_to_code
+    assert (
+        padded.rows_to_code == len(texts) == model.target(0.5, 0.9, rows_to_code=texts).rows_to_code
+    )
     capsys.readouterr()
     model.predict(texts[:30], target=padded)
     model.predict(texts[:30], target=padded)
     err = capsys.readouterr().err
-    assert err.count(f"note: target= was chosen for {len(texts):,} rows to code and these are 30") == 1
+    assert (
+        err.count(f"note: target= was chosen for {len(texts):,} rows to code and these are 30") == 1
+    )
     with pytest.raises(UserError, match="pass a string, a list of strings or a pandas Series"):
         model.predict(pd.DataFrame({"occ1": texts}), target_accuracy=0.5)
 
 
 def test_an_output_that_is_a_file_of_the_run_is_refused_and_an_earlier_prediction_there_is_not(
-        copy_of, run_dir, common_csv):
+    copy_of, run_dir, common_csv
+):
     """A fourth review: --output RUN/key.csv replaced the run's key (its next prediction then
     failed with a traceback). An earlier prediction written into the run (its sidecar beside
     it) may be written again."""
@@ -911,9 +1473,13 @@ def test_an_output_that_is_a_file_of_the_run_is_refused_and_an_earlier_predictio
     key = os.path.join(run, "key.csv")
     before = open(key, "rb").read()
     for name in ("key.csv", "scores.parquet", "data_train.parquet"):
-        with pytest.raises(UserError, match=f"^--output .*{name}: is the --checkpoint .*'s {name} file and would "
-                                            "replace it"):
-            predict_main(["--checkpoint", run, "--input", common_csv, "--output", os.path.join(run, name)])
+        with pytest.raises(
+            UserError,
+            match=f"^--output .*{name}: is the --checkpoint .*'s {name} file and would replace it",
+        ):
+            predict_main(
+                ["--checkpoint", run, "--input", common_csv, "--output", os.path.join(run, name)]
+            )
     assert open(key, "rb").read() == before
     mine = os.path.join(run, "codes.csv")
     for _ in range(2):  # written, then written again

@@ -12,15 +12,42 @@ import pytest
 from conftest import assert_floats_close, run_program
 from mixer.data.labels.normalise import model_text
 
-CODES = {("servant", "wife"): "54010", ("servant", "son"): "62105",
-         ("labourer", "wife"): "99910", ("labourer", "son"): "62110",
-         ("farmer", "wife"): "61110", ("farmer", "son"): "61115",
-         ("weaver", "wife"): "75400", ("weaver", "son"): "75500",
-         ("clerk", "wife"): "39310", ("clerk", "son"): "39320",
-         ("miner", "wife"): "71100", ("miner", "son"): "71105"}
-LEARN = ["--target-cols", "hisco_1", "--encoder", "canine-tiny", "--decoder-dim", "32",
-         "--decoder-layers", "1", "--decoder-heads", "2", "--max-len", "48", "--num-epochs", "6",
-         "--batch-size", "16", "--learning-rate", "3e-3", "--dropout", "0"]
+CODES = {
+    ("servant", "wife"): "54010",
+    ("servant", "son"): "62105",
+    ("labourer", "wife"): "99910",
+    ("labourer", "son"): "62110",
+    ("farmer", "wife"): "61110",
+    ("farmer", "son"): "61115",
+    ("weaver", "wife"): "75400",
+    ("weaver", "son"): "75500",
+    ("clerk", "wife"): "39310",
+    ("clerk", "son"): "39320",
+    ("miner", "wife"): "71100",
+    ("miner", "son"): "71105",
+}
+LEARN = [
+    "--target-cols",
+    "hisco_1",
+    "--encoder",
+    "canine-tiny",
+    "--decoder-dim",
+    "32",
+    "--decoder-layers",
+    "1",
+    "--decoder-heads",
+    "2",
+    "--max-len",
+    "48",
+    "--num-epochs",
+    "6",
+    "--batch-size",
+    "16",
+    "--learning-rate",
+    "3e-3",
+    "--dropout",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +75,46 @@ def accuracy(proc) -> float:
 
 
 def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
-    with_ctx = run_program("finetune.py", "--dataset", households, "--save-path", tmp_path / "ctx",
-                           "--context-cols", "relation", "industry", *LEARN)
-    without = run_program("finetune.py", "--dataset", households, "--save-path", tmp_path / "plain",
-                          *LEARN)
+    with_ctx = run_program(
+        "finetune.py",
+        "--dataset",
+        households,
+        "--save-path",
+        tmp_path / "ctx",
+        "--context-cols",
+        "relation",
+        "industry",
+        *LEARN,
+    )
+    without = run_program(
+        "finetune.py", "--dataset", households, "--save-path", tmp_path / "plain", *LEARN
+    )
     assert accuracy(with_ctx) >= 0.95 and accuracy(without) <= 0.75
     train = pd.read_parquet(tmp_path / "ctx" / "data_train.parquet")
-    assert train["text"].str.fullmatch(r"\w+ \[SEP\] relation: (wife|son)( \[SEP\] industry: coal)?").all()
+    assert (
+        train["text"]
+        .str.fullmatch(r"\w+ \[SEP\] relation: (wife|son)( \[SEP\] industry: coal)?")
+        .all()
+    )
     # prediction rebuilds the same input from the file's columns
     out = tmp_path / "pred.csv"
-    run_program("predict.py", "--checkpoint", tmp_path / "ctx", "--input", households, "--output", out)
+    run_program(
+        "predict.py", "--checkpoint", tmp_path / "ctx", "--input", households, "--output", out
+    )
     predicted = pd.read_csv(out, dtype=str)
     assert (predicted["code_1"] == predicted["hisco_1"]).mean() >= 0.95
     missing = tmp_path / "no-relation.csv"
     pd.read_parquet(households).drop(columns=["relation"]).to_csv(missing, index=False)
-    proc = run_program("predict.py", "--checkpoint", tmp_path / "ctx", "--input", missing,
-                       "--output", tmp_path / "x.csv", check=False)
+    proc = run_program(
+        "predict.py",
+        "--checkpoint",
+        tmp_path / "ctx",
+        "--input",
+        missing,
+        "--output",
+        tmp_path / "x.csv",
+        check=False,
+    )
     assert proc.returncode == 2 and "no column 'relation'" in proc.stderr
     # a title with spaces reads as in training ('servant' stripped, then the context), in the
     # API and so in predict.py: before, 'servant  [SEP] relation: wife' was a string never seen
@@ -75,23 +126,35 @@ def test_context_solves_what_the_title_alone_cannot(households, tmp_path):
     spaced = model.predict(["servant  ", " miner", "\tclerk "], context=context, top_k=3)
     pd.testing.assert_frame_equal(clean, spaced)
     # training noise edits the title only: the prepared data knows where it ends
-    assert (train["desc_chars"] == train["text"].str.split(" [SEP] ", regex=False).str[0].str.len()).all()
+    assert (
+        train["desc_chars"] == train["text"].str.split(" [SEP] ", regex=False).str[0].str.len()
+    ).all()
 
 
 def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
     from mixer.data.inputs.noise import NoiseConfig
     from mixer.data.inputs.token_cache import TokenCache
     from mixer.data.inputs.tokens import CanineIds, InputRecipe
-    from mixer.data.inputs.training_inputs import RowInputs, TextStore, build_text_store, language_codes
+    from mixer.data.inputs.training_inputs import (
+        RowInputs,
+        TextStore,
+        build_text_store,
+        language_codes,
+    )
 
-    texts = model_text(pd.Series(["servant", "farm labourer"]), pd.DataFrame({"relation": ["wife", "son"]}),
-                       ["relation"])
+    texts = model_text(
+        pd.Series(["servant", "farm labourer"]),
+        pd.DataFrame({"relation": ["wife", "son"]}),
+        ["relation"],
+    )
     frame = pd.DataFrame({"text": texts, "lang": ["en", "en"], "desc_chars": np.int32([7, 13])})
     frame.to_parquet(tmp_path / "data_train.parquet")
     build_text_store(str(tmp_path), "train", str(tmp_path / "t.arrow"))
     store = TextStore(str(tmp_path / "t.arrow"))
-    assert store.rows(np.array([1, 0])) == (["farm labourer", "servant"], [" [SEP] relation: son",
-                                                                            " [SEP] relation: wife"])
+    assert store.rows(np.array([1, 0])) == (
+        ["farm labourer", "servant"],
+        [" [SEP] relation: son", " [SEP] relation: wife"],
+    )
     assert store.words == ["farm", "labourer", "servant"]  # the descriptions' words only
     ids = CanineIds(InputRecipe(max_len=256))  # room for padded titles (up to 40 more characters)
     flat, lengths = ids.encode(texts.to_numpy(object), frame["lang"].to_numpy(object))
@@ -100,11 +163,11 @@ def test_noise_edits_the_description_and_keeps_the_context(tmp_path):
     inputs = RowInputs(cache, ids, store, codes, names, NoiseConfig(1.0, 3, 0.0), seed=1)
     for ids_of_row, row in zip(inputs.ids(np.array([0, 1] * 20), 0, np.arange(40)), [0, 1] * 20):
         text = "".join(map(chr, ids_of_row[1:-1]))
-        assert text.startswith("en" + chr(0xE001)) and text.endswith(frame["text"][row][frame["desc_chars"][row]:])
-        description = text[3:-len(frame["text"][row][frame["desc_chars"][row]:])]
+        assert text.startswith("en" + chr(0xE001)) and text.endswith(
+            frame["text"][row][frame["desc_chars"][row] :]
+        )
+        description = text[3 : -len(frame["text"][row][frame["desc_chars"][row] :])]
         assert description == description.strip()  # as model_text builds it: no '  [SEP]'
-
-
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +176,24 @@ def context_model(households, tmp_path_factory):
     from mixer.cli.entrypoints import finetune_main
 
     run = tmp_path_factory.mktemp("ctx-api") / "run"
-    assert finetune_main(["--dataset", households, "--save-path", str(run), "--context-cols", "relation",
-                          *LEARN[:10], "--max-steps", "1", "--batch-size", "8"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                households,
+                "--save-path",
+                str(run),
+                "--context-cols",
+                "relation",
+                *LEARN[:10],
+                "--max-steps",
+                "1",
+                "--batch-size",
+                "8",
+            ]
+        )
+        == 0
+    )
     return mixer.load(str(run), device="cpu")
 
 
@@ -136,17 +215,24 @@ def test_the_api_pairs_a_series_with_its_context_and_languages_by_index(context_
     in_order = model.predict(texts, lang=langs, context=context)
     shuffled = [30, 10, 20]
     reordered = model.predict(texts, lang=langs.loc[shuffled], context=context.loc[shuffled])
-    by_position = model.predict(list(texts), lang=list(langs), context={"relation": list(context["relation"])})
+    by_position = model.predict(
+        list(texts), lang=list(langs), context={"relation": list(context["relation"])}
+    )
     assert seen[0] == seen[1] == seen[2]
     assert [lang for _, lang in seen[0]] == ["en", "da", "nl"] and "wife" in seen[0][0][0]
     pd.testing.assert_frame_equal(reordered, in_order)
     pd.testing.assert_frame_equal(by_position.set_axis(texts.index), in_order)
-    np.testing.assert_array_equal(model.embeddings(texts, lang=langs, context=context.loc[shuffled]),
-                                  model.embeddings(texts, lang=langs, context=context))
+    np.testing.assert_array_equal(
+        model.embeddings(texts, lang=langs, context=context.loc[shuffled]),
+        model.embeddings(texts, lang=langs, context=context),
+    )
     from mixer.core.errors import UserError
 
-    for bad in (dict(context=context.set_axis([10, 20, 31])), dict(lang=langs.set_axis([1, 2, 3])),
-                dict(context=context.reset_index(drop=True))):
+    for bad in (
+        dict(context=context.set_axis([10, 20, 31])),
+        dict(lang=langs.set_axis([1, 2, 3])),
+        dict(context=context.reset_index(drop=True)),
+    ):
         with pytest.raises(UserError, match="index does not match the texts' index"):
             model.predict(texts, **{"context": context, **bad})
 
@@ -157,21 +243,49 @@ def test_predict_py_pairs_each_row_with_its_own_context_in_every_chunk(context_m
     does not start at 0: each row still reads its own context columns."""
     from mixer.cli.entrypoints import predict_main
 
-    frame = pd.DataFrame({"occ1": ["servant", "farmer", "servant", "miner", "servant"],
-                          "relation": ["wife", "son", "son", "wife", None]})
+    frame = pd.DataFrame(
+        {
+            "occ1": ["servant", "farmer", "servant", "miner", "servant"],
+            "relation": ["wife", "son", "son", "wife", None],
+        }
+    )
     frame.to_csv(tmp_path / "in.csv", index=False)
-    assert predict_main(["--checkpoint", context_model.source, "--input", str(tmp_path / "in.csv"),
-                         "--output", str(tmp_path / "out.csv"), "--chunk-size", "2"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                context_model.source,
+                "--input",
+                str(tmp_path / "in.csv"),
+                "--output",
+                str(tmp_path / "out.csv"),
+                "--chunk-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
-    expected = context_model.predict(list(frame["occ1"]), context={"relation": list(frame["relation"])})
+    expected = context_model.predict(
+        list(frame["occ1"]), context={"relation": list(frame["relation"])}
+    )
     assert written["code_1"].tolist() == expected["code_1"].fillna("").tolist()
-    assert_floats_close(pd.to_numeric(written["prob_1"]), expected["prob_1"])  # chunks of 2: other batches
+    assert_floats_close(
+        pd.to_numeric(written["prob_1"]), expected["prob_1"]
+    )  # chunks of 2: other batches
 
 
 # ------------------------------------------------------------------ fitting the context (issue 34)
 FIT_DESCRIPTIONS = ["servant", "farm labourer", " ".join("w" * 35), "miner"]
-FIT_CONTEXT = pd.DataFrame({"relation": ["wife", "son of the head of the household and his wife", "son", None]})
-FIT_MAX_LEN = {"canine": 32, "tiny-bert": 12, "minilm-l6": 12, "slow-bert": 12}  # row 0 fits, row 1's context does not
+FIT_CONTEXT = pd.DataFrame(
+    {"relation": ["wife", "son of the head of the household and his wife", "son", None]}
+)
+FIT_MAX_LEN = {
+    "canine": 32,
+    "tiny-bert": 12,
+    "minilm-l6": 12,
+    "slow-bert": 12,
+}  # row 0 fits, row 1's context does not
 
 
 def expected_rows(tokenizer, descriptions, contexts, max_len, lang):
@@ -184,11 +298,16 @@ def expected_rows(tokenizer, descriptions, contexts, max_len, lang):
         first = (lang, description) if lang != "unk" else (description,)
         whole = tokenizer(*first)["input_ids"]
         if len(whole) > max_len:
-            rows.append(tokenizer(*first, truncation="only_second" if len(first) == 2 else True,
-                                  max_length=max_len)["input_ids"])
+            rows.append(
+                tokenizer(
+                    *first,
+                    truncation="only_second" if len(first) == 2 else True,
+                    max_length=max_len,
+                )["input_ids"]
+            )
             continue
         tail = tokenizer(context, add_special_tokens=False)["input_ids"] if context else []
-        rows.append(whole[:-1] + tail[:max_len - len(whole)] + whole[-1:])
+        rows.append(whole[:-1] + tail[: max_len - len(whole)] + whole[-1:])
     return rows
 
 
@@ -201,8 +320,16 @@ def test_the_description_is_kept_whole_and_the_context_cut_from_its_end(encoder,
     from transformers import AutoTokenizer, BertTokenizer, CanineTokenizer
 
     from mixer.data.labels.normalise import model_input
-    from mixer.data.inputs.tokens import (CONTEXT_CUT, DESCRIPTION_CUT, FITS, BackendIds, CanineIds,
-                                   InputRecipe, SlowIds, context_note)
+    from mixer.data.inputs.tokens import (
+        CONTEXT_CUT,
+        DESCRIPTION_CUT,
+        FITS,
+        BackendIds,
+        CanineIds,
+        InputRecipe,
+        SlowIds,
+        context_note,
+    )
     from mixer.models.encoders import package_model_dir
 
     max_len = FIT_MAX_LEN[encoder]
@@ -220,8 +347,12 @@ def test_the_description_is_kept_whole_and_the_context_cut_from_its_end(encoder,
     assert desc_chars.tolist() == [len(d) for d in FIT_DESCRIPTIONS]
     contexts = [t[n:] for t, n in zip(texts, desc_chars)]
     for lang in ("unk", "en"):  # a text alone, or after its language ([CLS] en [SEP] ...)
-        got, lengths, fit = ids.fitted(texts.to_numpy(object), np.full(4, lang, dtype=object), desc_chars)
-        assert rows_of(got, lengths) == expected_rows(tokenizer, FIT_DESCRIPTIONS, contexts, max_len, lang)
+        got, lengths, fit = ids.fitted(
+            texts.to_numpy(object), np.full(4, lang, dtype=object), desc_chars
+        )
+        assert rows_of(got, lengths) == expected_rows(
+            tokenizer, FIT_DESCRIPTIONS, contexts, max_len, lang
+        )
         assert fit.tolist()[1:] == [CONTEXT_CUT, DESCRIPTION_CUT, FITS]
     _, _, fit = ids.fitted(texts.to_numpy(object), np.full(4, "unk", dtype=object), desc_chars)
     assert fit.tolist() == [FITS, CONTEXT_CUT, DESCRIPTION_CUT, FITS]
@@ -229,12 +360,13 @@ def test_the_description_is_kept_whole_and_the_context_cut_from_its_end(encoder,
     assert context_note(fit, ids, training=True) == (
         f"the context of 2 row(s) was cut from its end to fit --max-len {max_len} ({unit}); in 1 of them "
         "the description alone is longer and was cut, the context left out; pass a larger --max-len to "
-        "make room")
+        "make room"
+    )
 
 
 def rows_of(ids, lengths):
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(lengths))]
+    return [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(lengths))]
 
 
 def test_a_run_stored_before_the_rule_reads_its_input_as_it_was_trained():
@@ -249,8 +381,12 @@ def test_a_run_stored_before_the_rule_reads_its_input_as_it_was_trained():
 
     occcanine = dict(max_len=128, language="literal", lowercase=True, ascii=True, strip=False)
     stored = InputRecipe.from_dict(occcanine)  # config.json of a run before the rule
-    assert stored.context_fit == JOINED and InputRecipe(**occcanine).context_fit == DESCRIPTION_WHOLE
-    assert InputRecipe.from_dict(InputRecipe(**occcanine).to_dict()).context_fit == DESCRIPTION_WHOLE
+    assert (
+        stored.context_fit == JOINED and InputRecipe(**occcanine).context_fit == DESCRIPTION_WHOLE
+    )
+    assert (
+        InputRecipe.from_dict(InputRecipe(**occcanine).to_dict()).context_fit == DESCRIPTION_WHOLE
+    )
     descriptions = pd.Series(["Servant", "farmer"])
     context = pd.DataFrame({"relation": ["wife 🎣" * 30, "son"]})
     texts, desc_chars = model_input(descriptions, context, ["relation"])
@@ -258,12 +394,21 @@ def test_a_run_stored_before_the_rule_reads_its_input_as_it_was_trained():
     old, old_lengths, _ = CanineIds(stored).fitted(texts.to_numpy(object), langs, desc_chars)
     tokenizer = CanineTokenizer()
     room = 128 - 2 - len("[SEP]") - np.asarray([2, 3]) - desc_chars  # as written, before spelling
-    before = [tokenizer(f"{lang or 'unk'}[SEP]{to_ascii(np.asarray([t[:n + r]], object))[0].lower()}",
-                        truncation=True, max_length=128)["input_ids"]
-              for t, n, r, lang in zip(texts, desc_chars, room, langs)]
+    before = [
+        tokenizer(
+            f"{lang or 'unk'}[SEP]{to_ascii(np.asarray([t[: n + r]], object))[0].lower()}",
+            truncation=True,
+            max_length=128,
+        )["input_ids"]
+        for t, n, r, lang in zip(texts, desc_chars, room, langs)
+    ]
     assert rows_of(old, old_lengths) == before
-    new, new_lengths, _ = CanineIds(InputRecipe(**occcanine)).fitted(texts.to_numpy(object), langs, desc_chars)
-    assert new_lengths.tolist() == [128, old_lengths[1]] and old_lengths[0] < 128  # the rule fills the 128
+    new, new_lengths, _ = CanineIds(InputRecipe(**occcanine)).fitted(
+        texts.to_numpy(object), langs, desc_chars
+    )
+    assert (
+        new_lengths.tolist() == [128, old_lengths[1]] and old_lengths[0] < 128
+    )  # the rule fills the 128
     assert rows_of(new, new_lengths)[1] == rows_of(old, old_lengths)[1]
 
 
@@ -277,8 +422,13 @@ def long_households(path) -> list:
     rows = []
     for i in range(320):
         title, relation = titles[i % len(titles)], ["wife", "son"][rng.integers(2)]
-        description = ((title + parish)[:76 + i % 15] if i < 240 else (title + parish)[:45] if i < 280
-                       else title)
+        description = (
+            (title + parish)[: 76 + i % 15]
+            if i < 240
+            else (title + parish)[:45]
+            if i < 280
+            else title
+        )
         rows.append((description, relation, CODES[(title, relation)]))
     pd.DataFrame(rows, columns=["occ1", "relation", "hisco_1"]).to_csv(path, index=False)
     return [r[0] for r in rows[:20]]
@@ -294,27 +444,55 @@ def test_a_context_that_does_not_fit_is_counted_and_the_flag_named(tmp_path, cap
 
     data = tmp_path / "households.csv"
     long = long_households(data)
-    argv = ["--dataset", str(data), "--context-cols", "relation", *LEARN[:10], "--max-steps", "1",
-            "--batch-size", "8"]
+    argv = [
+        "--dataset",
+        str(data),
+        "--context-cols",
+        "relation",
+        *LEARN[:10],
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "8",
+    ]
     tight, roomy = tmp_path / "tight", tmp_path / "roomy"
     assert finetune_main([*argv, "--save-path", str(tight), "--max-len", "64"]) == 0
     out = capsys.readouterr().out
-    said = ("the context of 280 row(s) was cut from its end to fit --max-len 64 (characters); in 240 of "
-            "them the description alone is longer and was cut, the context left out; pass a larger "
-            "--max-len to make room (")
+    said = (
+        "the context of 280 row(s) was cut from its end to fit --max-len 64 (characters); in 240 of "
+        "them the description alone is longer and was cut, the context left out; pass a larger "
+        "--max-len to make room ("
+    )
     assert said in out
-    training, validation = map(int, re.search(r"\((\d+) training, (\d+) validation row\(s\)\)", out).groups())
+    training, validation = map(
+        int, re.search(r"\((\d+) training, (\d+) validation row\(s\)\)", out).groups()
+    )
     assert training + validation == 280 and validation > 0
     recipe = json.loads((tight / "config.json").read_text())["input_recipe"]
     assert recipe["context_fit"] == "description-whole"  # the rule the run was trained with
     # predict.py: one line for the whole file, over its chunks
-    assert predict_main(["--checkpoint", str(tight), "--input", str(data), "--output", str(tmp_path / "p.csv"),
-                         "--chunk-size", "100"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                str(tight),
+                "--input",
+                str(data),
+                "--output",
+                str(tmp_path / "p.csv"),
+                "--chunk-size",
+                "100",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert err.count("the context of") == 1
-    assert ("note: the context of 280 row(s) was cut from its end to fit the 64 characters the model reads "
-            "(its --max-len); in 240 of them the description alone is longer and was cut, the context left "
-            "out; a model trained with a larger --max-len makes room") in err
+    assert (
+        "note: the context of 280 row(s) was cut from its end to fit the 64 characters the model reads "
+        "(its --max-len); in 240 of them the description alone is longer and was cut, the context left "
+        "out; a model trained with a larger --max-len makes room"
+    ) in err
     model = mixer.load(str(tight), device="cpu")
     wife = model.predict(long, context={"relation": ["wife"] * 20}, top_k=1)
     assert "note: the context of 20 row(s) was cut" in capsys.readouterr().err
@@ -326,7 +504,9 @@ def test_a_context_that_does_not_fit_is_counted_and_the_flag_named(tmp_path, cap
     (tight / "config.json").write_text(json.dumps(config))
     earlier = mixer.load(str(tight), device="cpu")
     assert earlier._predictor.recipe.context_fit == "joined"
-    pd.testing.assert_frame_equal(earlier.predict(long, context={"relation": ["wife"] * 20}, top_k=1), wife)
+    pd.testing.assert_frame_equal(
+        earlier.predict(long, context={"relation": ["wife"] * 20}, top_k=1), wife
+    )
     assert "note: the context of 20 row(s) was cut" in capsys.readouterr().err  # counted as well
     # with room (--max-len 128: 90 + 21 characters fit), nothing is cut and the context is read
     assert finetune_main([*argv, "--save-path", str(roomy), "--max-len", "128"]) == 0

@@ -27,9 +27,11 @@ def test_every_program_keeps_its_flags():
     with open(snapshot.SNAPSHOT) as f:
         committed = json.load(f)
     changes = snapshot.differences(committed, snapshot.snapshot())
-    assert not changes, ("the programs' flags differ from tests/contract/parsers.json; if that is "
-                         "meant, run `python tests/contract/snapshot.py --write` and say why in the "
-                         "commit:\n" + "\n".join(changes))
+    assert not changes, (
+        "the programs' flags differ from tests/contract/parsers.json; if that is "
+        "meant, run `python tests/contract/snapshot.py --write` and say why in the "
+        "commit:\n" + "\n".join(changes)
+    )
 
 
 def test_the_snapshot_sees_a_changed_default():
@@ -38,7 +40,8 @@ def test_the_snapshot_sees_a_changed_default():
     row = next(r for r in changed["finetune.py"] if r["dest"] == "batch_size")
     row["default"] = 65
     assert snapshot.differences(committed, changed) == [
-        "finetune.py: changed batch_size --batch-size: {'default': (64, 65)}"]
+        "finetune.py: changed batch_size --batch-size: {'default': (64, 65)}"
+    ]
 
 
 def test_there_is_a_layout_for_every_version_of_the_config_module():
@@ -58,10 +61,24 @@ def test_an_old_args_yaml_is_read_by_a_run_and_by_config(path, tmp_path):
         for name, value in values.items():
             if name in now[section]:
                 assert now[section][name] == value, (section, name)
-    parser = (entrypoints.train_mixer_parser if old["data"].get("train_data")
-              else entrypoints.finetune_parser)()
-    namespace = parsing.parse_args(parser, ["--config", path, "--dataset", "x.csv",
-                                            "--target-cols", "c", "--save-path", str(tmp_path / "r")])
+    parser = (
+        entrypoints.train_mixer_parser
+        if old["data"].get("train_data")
+        else entrypoints.finetune_parser
+    )()
+    namespace = parsing.parse_args(
+        parser,
+        [
+            "--config",
+            path,
+            "--dataset",
+            "x.csv",
+            "--target-cols",
+            "c",
+            "--save-path",
+            str(tmp_path / "r"),
+        ],
+    )
     rebuilt = parsing.build_config(namespace)
     assert rebuilt.train.batch_size == old["train"]["batch_size"]
     assert rebuilt.model.encoder == old["model"]["encoder"]

@@ -19,8 +19,9 @@ import pytest
 
 from conftest import ROOT, env_for_subprocess
 
-DOCS = ["README.md", "CONTRIBUTING.md"] + sorted(os.path.relpath(p, ROOT)
-                              for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+DOCS = ["README.md", "CONTRIBUTING.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+)
 
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -82,8 +83,9 @@ def test_docs_pages_exist_and_say_the_task_they_serve():
     problems = []
     for name in DOCS[1:]:
         lines = [line for line in read(name).split("\n") if line.strip()]
-        if not (lines and lines[0].startswith("# ") and len(lines) > 1
-                and lines[1].startswith("*For ")):
+        if not (
+            lines and lines[0].startswith("# ") and len(lines) > 1 and lines[1].startswith("*For ")
+        ):
             problems.append(f"{name}: should open with '# Title' and a line '*For <the task>...*'")
     assert not problems, "\n".join(problems)
 
@@ -95,18 +97,20 @@ def test_every_relative_link_resolves():
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
                 continue
             path, _, anchor = target.partition("#")
-            resolved = (os.path.normpath(os.path.join(os.path.dirname(name), path)) if path
-                        else name)
+            resolved = os.path.normpath(os.path.join(os.path.dirname(name), path)) if path else name
             if not os.path.exists(os.path.join(ROOT, resolved)):
                 problems.append(f"{name}: link ({target}): no file {resolved}")
                 continue
             if anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
-                problems.append(f"{name}: link ({target}): {resolved} has no heading "
-                                f"#{anchor} (it has: {', '.join(sorted(anchors(resolved)))})")
+                problems.append(
+                    f"{name}: link ({target}): {resolved} has no heading "
+                    f"#{anchor} (it has: {', '.join(sorted(anchors(resolved)))})"
+                )
     assert not problems, "broken links:\n" + "\n".join(problems)
 
 
 # --- commands -------------------------------------------------------------------------------
+
 
 def console_scripts() -> dict:
     """mixer-finetune -> ('mixer.entrypoints', 'finetune_cli'), from pyproject.toml."""
@@ -123,8 +127,11 @@ def console_scripts() -> dict:
 def module_file(module: str):
     """The file of a mixer module (mixer/a/b.py, or its package's __init__.py), or None."""
     base = os.path.join(ROOT, *module.split("."))
-    for candidate in (base + ".py", os.path.join(base, "__main__.py"),
-                      os.path.join(base, "__init__.py")):
+    for candidate in (
+        base + ".py",
+        os.path.join(base, "__main__.py"),
+        os.path.join(base, "__init__.py"),
+    ):
         if os.path.exists(candidate):
             return candidate
     return None
@@ -140,10 +147,15 @@ def accepted_flags(program: tuple) -> frozenset:
         cmd = [sys.executable, "-m", name, "--help"]
     else:  # console script: call its function as the installed command would
         module, function = console_scripts()[name]
-        cmd = [sys.executable, "-c", f"import sys; sys.argv = [{name!r}, '--help']; "
-                                     f"from {module} import {function}; sys.exit({function}())"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env=env_for_subprocess())
+        cmd = [
+            sys.executable,
+            "-c",
+            f"import sys; sys.argv = [{name!r}, '--help']; "
+            f"from {module} import {function}; sys.exit({function}())",
+        ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env_for_subprocess()
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)", proc.stdout))
@@ -191,7 +203,9 @@ def program_of(command: list, problems: list, where: str):
     if head == "torchrun":
         for i, token in enumerate(rest):
             if token.endswith(".py"):
-                bad = sorted(flag_names(rest[:i]) - accepted_flags(("module", "torch.distributed.run")))
+                bad = sorted(
+                    flag_names(rest[:i]) - accepted_flags(("module", "torch.distributed.run"))
+                )
                 problems.extend(f"{where}: torchrun does not accept {flag}" for flag in bad)
                 return program_of(["python"] + rest[i:], problems, where)
         problems.append(f"{where}: torchrun without a .py program")
@@ -204,10 +218,10 @@ def program_of(command: list, problems: list, where: str):
                 if not os.path.exists(os.path.join(ROOT, token)):
                     problems.append(f"{where}: {token}: no such script")
                     return None, []
-                after = command[i + 1:]
+                after = command[i + 1 :]
                 programs = [j for j, arg in enumerate(after) if arg.endswith(".py")]
                 if programs:  # scripts/train_multi_gpu.sh N finetune.py FLAGS
-                    return program_of(["python"] + after[programs[0]:], problems, where)
+                    return program_of(["python"] + after[programs[0] :], problems, where)
                 if token.endswith(".sbatch"):  # the template runs $SCRIPT, finetune.py by default
                     default = re.search(r"SCRIPT=\$\{SCRIPT:-([\w./-]+)\}", read(token))
                     return ("file", default.group(1) if default else "finetune.py"), after
@@ -215,14 +229,19 @@ def program_of(command: list, problems: list, where: str):
         return None, []
     if head == "pip":
         for i, token in enumerate(rest[:-1]):
-            if token in ("-r", "--requirement") and not os.path.exists(os.path.join(ROOT, rest[i + 1])):
+            if token in ("-r", "--requirement") and not os.path.exists(
+                os.path.join(ROOT, rest[i + 1])
+            ):
                 problems.append(f"{where}: pip -r {rest[i + 1]}: no such file")
     return None, []
 
 
 def flag_names(arguments: list) -> set:
-    return {arg.split("=", 1)[0] for arg in arguments
-            if arg.startswith("--") and len(arg) > 2 and not re.search(r"\s", arg)}
+    return {
+        arg.split("=", 1)[0]
+        for arg in arguments
+        if arg.startswith("--") and len(arg) > 2 and not re.search(r"\s", arg)
+    }
 
 
 def test_every_command_names_a_program_that_exists_and_flags_it_accepts():
@@ -249,11 +268,13 @@ def test_every_command_names_a_program_that_exists_and_flags_it_accepts():
 
 # --- paths in backticks ---------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=None)
 def tracked() -> tuple:
     """(top-level names, basenames of every file) of the repository."""
-    files = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=ROOT,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.split()
     return frozenset(f.split("/")[0] for f in files), frozenset(os.path.basename(f) for f in files)
 
 
@@ -296,22 +317,32 @@ def test_every_repository_path_in_backticks_exists():
     for name in DOCS:
         prose, blocks = split_fences(read(name))
         texts = [m.group(2) for m in INLINE_CODE.finditer("\n".join(prose))]
-        texts += [code for language, code in blocks  # commands name paths too
-                  if language in ("bash", "sh", "shell", "python")]
+        texts += [
+            code
+            for language, code in blocks  # commands name paths too
+            if language in ("bash", "sh", "shell", "python")
+        ]
         for text in texts:
             reasons = [stale_module(m) for m in MODULE.findall(text)]
             reasons += [stale_path(p) for p in PATH.findall(text)]
             problems += [f"{name}: {reason}" for reason in reasons if reason]
     problems = sorted(set(problems))
-    assert not problems, (f"{len(problems)} stale reference(s); fix them all at once:\n"
-                          + "\n".join(problems))
+    assert not problems, f"{len(problems)} stale reference(s); fix them all at once:\n" + "\n".join(
+        problems
+    )
 
 
-@pytest.mark.parametrize("heading, expected", [
-    ("Multi-GPU and multi-node", "multi-gpu-and-multi-node"),
-    ("What \"exactly\" means", "what-exactly-means"),
-    ("W&B, TensorBoard, Hugging Face, configs and logs", "wb-tensorboard-hugging-face-configs-and-logs"),
-    ("The `mixer` family", "the-mixer-family"),
-])
+@pytest.mark.parametrize(
+    "heading, expected",
+    [
+        ("Multi-GPU and multi-node", "multi-gpu-and-multi-node"),
+        ('What "exactly" means', "what-exactly-means"),
+        (
+            "W&B, TensorBoard, Hugging Face, configs and logs",
+            "wb-tensorboard-hugging-face-configs-and-logs",
+        ),
+        ("The `mixer` family", "the-mixer-family"),
+    ],
+)
 def test_slugs_are_githubs(heading, expected):
     assert slug(heading) == expected

@@ -16,35 +16,82 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import (ROOT, TINY, TOY as TOY_DATA, children, env_for_subprocess, max_difference, run_program, start,
-                      torchrun_cmd, wait_for_line)
+from conftest import (
+    ROOT,
+    TINY,
+    TOY as TOY_DATA,
+    children,
+    env_for_subprocess,
+    max_difference,
+    run_program,
+    start,
+    torchrun_cmd,
+    wait_for_line,
+)
 
-EXACT = ["--dropout", "0", "--seed", "9", "--batch-size", "8", "--share-val", "0.09", "--language", "en",
-         "--target-cols", "hisco_1", "hisco_2", *TINY]
+EXACT = [
+    "--dropout",
+    "0",
+    "--seed",
+    "9",
+    "--batch-size",
+    "8",
+    "--share-val",
+    "0.09",
+    "--language",
+    "en",
+    "--target-cols",
+    "hisco_1",
+    "hisco_2",
+    *TINY,
+]
 
 
 def finetune_cmd(csv, run_dir, *extra) -> list:
-    return [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", csv,
-            "--save-path", str(run_dir), *EXACT, *map(str, extra)]
+    return [
+        sys.executable,
+        os.path.join(ROOT, "finetune.py"),
+        "--dataset",
+        csv,
+        "--save-path",
+        str(run_dir),
+        *EXACT,
+        *map(str, extra),
+    ]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, small_csv):
     """An uninterrupted run of 40 steps."""
     run = tmp_path_factory.mktemp("reference") / "run"
-    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                "--max-steps", 40, "--save-interval", 1)
+    run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        40,
+        "--save-interval",
+        1,
+    )
     return load_file(os.path.join(run, "model.safetensors"))
 
 
-def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(reference, small_csv, tmp_path):
+def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(
+    reference, small_csv, tmp_path
+):
     """Checkpoints every step, so many kills land inside a checkpoint write."""
     run = tmp_path / "run"
     rng = random.Random(1234)
     kills = 0
     while kills < 5:
-        proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1,
-                                  "--log-interval", 1))
+        proc = start(
+            finetune_cmd(
+                small_csv, run, "--max-steps", 40, "--save-interval", 1, "--log-interval", 1
+            )
+        )
         wait_for_line(proc, "step ")  # training has started; now kill at a random moment
         time.sleep(rng.uniform(0.0, 0.6))  # fault injection timing, not synchronisation
         proc.kill()
@@ -56,20 +103,44 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(reference, 
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, out
     assert max_difference(reference, load_file(run / "model.safetensors")) < 1e-6
-    assert not [f for f in os.listdir(run) if f.startswith(".tmp")]  # killed writers' leftovers removed
+    assert not [
+        f for f in os.listdir(run) if f.startswith(".tmp")
+    ]  # killed writers' leftovers removed
     torch.load(run / "last.pt", weights_only=True)
 
 
 def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(reference, small_csv, tmp_path):
     run = tmp_path / "run"
-    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                "--max-steps", 40, "--save-interval", 1, "--stop-at-step", 7)
+    run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        40,
+        "--save-interval",
+        1,
+        "--stop-at-step",
+        7,
+    )
     previous = torch.load(run / "last.prev.pt", weights_only=True)
     assert previous["progress"]["step"] == 6
     with open(run / "last.pt", "r+b") as handle:  # a torn write
         handle.truncate(100)
-    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                       "--max-steps", 40, "--save-interval", 1)
+    proc = run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        40,
+        "--save-interval",
+        1,
+    )
     text = proc.stdout + proc.stderr
     assert "last.pt: not a complete checkpoint" in text and "trying the previous" in text
     assert "resuming from" in text and "at step 6" in text
@@ -79,8 +150,11 @@ def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(reference, sma
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
 def test_preemption_signal_saves_exits_0_and_the_job_continues(reference, small_csv, tmp_path, sig):
     run = tmp_path / "run"
-    proc = start(finetune_cmd(small_csv, run, "--max-steps", 40, "--save-interval", 1000,
-                              "--log-interval", 1))
+    proc = start(
+        finetune_cmd(
+            small_csv, run, "--max-steps", 40, "--save-interval", 1000, "--log-interval", 1
+        )
+    )
     wait_for_line(proc, "step 3:")
     proc.send_signal(sig)
     out = proc.communicate(timeout=60)[0]
@@ -98,10 +172,27 @@ def test_preemption_signal_saves_exits_0_and_the_job_continues(reference, small_
 def test_preemption_under_torchrun_every_rank_agrees(small_csv, tmp_path):
     """Slurm signals every task: each rank gets SIGUSR1; they agree, rank 0 saves."""
     run = tmp_path / "run"
-    proc = start(torchrun_cmd(2, "--standalone") + [
-        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", str(run), *EXACT[:-len(TINY)], *TINY[:-2], "--log-interval", "1",
-        "--batch-size", "4", "--max-steps", "1000", "--save-interval", "1000"])
+    proc = start(
+        torchrun_cmd(2, "--standalone")
+        + [
+            os.path.join(ROOT, "finetune.py"),
+            "--distributed",
+            "--dataset",
+            small_csv,
+            "--save-path",
+            str(run),
+            *EXACT[: -len(TINY)],
+            *TINY[:-2],
+            "--log-interval",
+            "1",
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "1000",
+            "--save-interval",
+            "1000",
+        ]
+    )
     wait_for_line(proc, "step 3:")
     workers = children(proc.pid)
     assert len(workers) == 2
@@ -114,10 +205,27 @@ def test_preemption_under_torchrun_every_rank_agrees(small_csv, tmp_path):
 
 def test_torchrun_restart_after_a_killed_worker_resumes_and_finishes(small_csv, tmp_path):
     run = tmp_path / "run"
-    proc = start(torchrun_cmd(2, "--standalone", "--max-restarts=1") + [
-        os.path.join(ROOT, "finetune.py"), "--distributed", "--dataset", small_csv,
-        "--save-path", str(run), *EXACT[:-len(TINY)], *TINY[:-2], "--log-interval", "1",
-        "--batch-size", "4", "--max-steps", "30", "--save-interval", "1"])
+    proc = start(
+        torchrun_cmd(2, "--standalone", "--max-restarts=1")
+        + [
+            os.path.join(ROOT, "finetune.py"),
+            "--distributed",
+            "--dataset",
+            small_csv,
+            "--save-path",
+            str(run),
+            *EXACT[: -len(TINY)],
+            *TINY[:-2],
+            "--log-interval",
+            "1",
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "30",
+            "--save-interval",
+            "1",
+        ]
+    )
     wait_for_line(proc, "step 5:")
     os.kill(max(children(proc.pid)), signal.SIGKILL)
     out = proc.communicate(timeout=300)[0]
@@ -129,16 +237,30 @@ def test_torchrun_restart_after_a_killed_worker_resumes_and_finishes(small_csv, 
 
 def test_diverging_training_stops_naming_the_step_and_writes_no_nan(small_csv, tmp_path):
     run = tmp_path / "run"
-    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                       "--max-steps", 40, "--learning-rate", "1e30", "--eval-interval", 1000,
-                       check=False)
+    proc = run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        40,
+        "--learning-rate",
+        "1e30",
+        "--eval-interval",
+        1000,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "training diverged" in proc.stderr and "up to step" in proc.stderr
     assert "non-finite" in proc.stdout
     assert not os.path.exists(run / "model.safetensors")
     if os.path.exists(run / "last.pt"):
         state = torch.load(run / "last.pt", weights_only=True)
-        assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+        assert all(
+            torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point()
+        )
 
 
 def test_disk_error_while_saving_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -170,8 +292,17 @@ def test_a_checkpoint_whose_pickle_would_run_code_is_refused(small_csv, tmp_path
         pickle.dump({"model": RunsCode()}, handle)
     torch.save({"model": {}, "payload": RunsCode()}, evil / "zip.pt")
     for name in ("last.pt", "zip.pt"):
-        proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", tmp_path / "run",
-                           *EXACT, "--initial-checkpoint", evil / name, check=False)
+        proc = run_program(
+            "finetune.py",
+            "--dataset",
+            small_csv,
+            "--save-path",
+            tmp_path / "run",
+            *EXACT,
+            "--initial-checkpoint",
+            evil / name,
+            check=False,
+        )
         assert proc.returncode == 2
         assert "refused to load" in proc.stderr or "not a complete checkpoint" in proc.stderr
         assert not os.path.exists(os.path.join(ROOT, "PWNED"))
@@ -180,8 +311,17 @@ def test_a_checkpoint_whose_pickle_would_run_code_is_refused(small_csv, tmp_path
     run = tmp_path / "planted"
     run.mkdir()
     os.replace(evil / "zip.pt", run / "last.pt")
-    proc = run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                       "--max-steps", 2, check=False)
+    proc = run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        2,
+        check=False,
+    )
     assert "refused to load" in proc.stdout + proc.stderr
     assert not os.path.exists(os.path.join(ROOT, "PWNED"))
 
@@ -191,8 +331,20 @@ def test_no_secrets_in_outputs(small_csv, tmp_path):
     env["WANDB_API_KEY"] = "wandb-secret-0123456789"
     env["MY_TOKEN"] = "token-secret-9876543210"
     run = tmp_path / "run"
-    run_program("finetune.py", "--dataset", small_csv, "--save-path", run, *EXACT,
-                "--max-steps", 2, "--log-wandb", "--wandb-mode", "offline", env=env)
+    run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        run,
+        *EXACT,
+        "--max-steps",
+        2,
+        "--log-wandb",
+        "--wandb-mode",
+        "offline",
+        env=env,
+    )
     for root, _, files in os.walk(run):
         for name in files:
             with open(os.path.join(root, name), "rb") as handle:
@@ -205,10 +357,28 @@ def test_a_stop_signal_during_an_evaluation_is_honoured_at_once(tmp_path):
     validation rows are evaluated (1,000 batches) stops the job within a batch; the
     evaluation runs first when the job continues."""
     run = tmp_path / "run"
-    cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", TOY_DATA,
-           "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size", "--save-path",
-           str(run), "--share-val", "0.5", "--val-max-rows", "0", "--eval-batch-size", "4",
-           "--max-steps", "4", "--eval-interval", "2", *TINY]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "finetune.py"),
+        "--dataset",
+        TOY_DATA,
+        "--target-cols",
+        "hisco_1",
+        "--allow-codes-shorter-than-block-size",
+        "--save-path",
+        str(run),
+        "--share-val",
+        "0.5",
+        "--val-max-rows",
+        "0",
+        "--eval-batch-size",
+        "4",
+        "--max-steps",
+        "4",
+        "--eval-interval",
+        "2",
+        *TINY,
+    ]
     proc = start(cmd)
     wait_for_line(proc, "evaluating at step 2")
     proc.send_signal(signal.SIGTERM)
@@ -229,10 +399,29 @@ def test_a_stop_signal_during_the_final_evaluation_leaves_nothing_final_half_wri
     evaluation.csv; the job continues with the final evaluation itself (the
     whole table, the tuned threshold), not a mid-training one."""
     run = tmp_path / "run"
-    cmd = [sys.executable, os.path.join(ROOT, "finetune.py"), "--dataset", TOY_DATA,
-           "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size", "--save-path",
-           str(run), "--share-val", "0.5", "--val-max-rows", "0", "--eval-batch-size", "4",
-           "--max-steps", "2", "--save-interval", "1", "--tune-threshold", *TINY]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "finetune.py"),
+        "--dataset",
+        TOY_DATA,
+        "--target-cols",
+        "hisco_1",
+        "--allow-codes-shorter-than-block-size",
+        "--save-path",
+        str(run),
+        "--share-val",
+        "0.5",
+        "--val-max-rows",
+        "0",
+        "--eval-batch-size",
+        "4",
+        "--max-steps",
+        "2",
+        "--save-interval",
+        "1",
+        "--tune-threshold",
+        *TINY,
+    ]
     proc = start(cmd)
     wait_for_line(proc, "evaluating at step 2")
     proc.send_signal(signal.SIGTERM)
@@ -258,10 +447,26 @@ def test_a_stop_signal_to_the_whole_process_group_with_loader_workers(small_csv,
     """Schedulers signal every process of the job, DataLoader workers included: the
     workers must not die before the trainer saves (a dead worker is an error)."""
     run = tmp_path / "run"
-    proc = subprocess.Popen(finetune_cmd(small_csv, run, "--max-steps", 1000, "--save-interval",
-                                         1000, "--log-interval", 1, "--num-workers", 2),
-                            cwd=ROOT, env=env_for_subprocess(), text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        finetune_cmd(
+            small_csv,
+            run,
+            "--max-steps",
+            1000,
+            "--save-interval",
+            1000,
+            "--log-interval",
+            1,
+            "--num-workers",
+            2,
+        ),
+        cwd=ROOT,
+        env=env_for_subprocess(),
+        text=True,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     wait_for_line(proc, "step 3:")
     assert len(children(proc.pid)) == 2  # the loader's workers
     os.killpg(proc.pid, signal.SIGTERM)
@@ -282,13 +487,32 @@ def test_slurm_template_requeues_a_run_the_time_limit_stopped(small_csv, tmp_pat
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
     (bin_dir / "scontrol").chmod(0o755)
     env = env_for_subprocess()
-    env.update(PATH=f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}",
-               SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=ROOT, GPUS_PER_NODE="1")
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{env['PATH']}",
+        SLURM_JOB_ID="4242",
+        SLURM_SUBMIT_DIR=ROOT,
+        GPUS_PER_NODE="1",
+    )
     run = tmp_path / "run"
     steps = 1000 if signalled else 3
-    proc = start(["bash", os.path.join(ROOT, "scripts", "slurm_single_node.sbatch"), "--dataset",
-                  small_csv, "--save-path", str(run), *EXACT, "--max-steps", str(steps),
-                  "--log-interval", "1", "--save-interval", "1000"], env=env)
+    proc = start(
+        [
+            "bash",
+            os.path.join(ROOT, "scripts", "slurm_single_node.sbatch"),
+            "--dataset",
+            small_csv,
+            "--save-path",
+            str(run),
+            *EXACT,
+            "--max-steps",
+            str(steps),
+            "--log-interval",
+            "1",
+            "--save-interval",
+            "1000",
+        ],
+        env=env,
+    )
     if signalled:
         wait_for_line(proc, "step 3:")
         proc.send_signal(signal.SIGUSR1)
@@ -306,8 +530,10 @@ def test_slurm_template_requeues_a_run_the_time_limit_stopped(small_csv, tmp_pat
 def test_first_line_of_an_error_keeps_no_terminal_control_sequences():
     from mixer.core.errors import first_line
 
-    message = ("\x1b[1mbold\x1b[0m \x1b[?25lcursor \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
-               "\x9bc1 bell\x07\nsecond line")
+    message = (
+        "\x1b[1mbold\x1b[0m \x1b[?25lcursor \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ "
+        "\x9bc1 bell\x07\nsecond line"
+    )
     assert first_line(ValueError(message)) == "bold cursor link c1 bell"
     assert first_line(ValueError("a\rb")) == "a"
     assert first_line(ValueError("")) == "ValueError"

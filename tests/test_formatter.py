@@ -34,16 +34,30 @@ def test_hisco_codes_get_their_zeros_back_before_they_are_checked(capsys):
     known = set(hisco_key()["code"])
     assert "leading zeros" in CodeFormatter(kind="hisco").check("1110", known)[1]
     assert "not in the HISCO" in CodeFormatter(kind="hisco").check("12345", known)[1]
-    frame = pd.DataFrame({"occ1": ["chemist", "chemist", "none"], "hisco_1": ["1110", "01110", "-1"]})
+    frame = pd.DataFrame(
+        {"occ1": ["chemist", "chemist", "none"], "hisco_1": ["1110", "01110", "-1"]}
+    )
     for allow_short in (False, True):
-        cfg = DataConfig(target_cols=["hisco_1"], formatter="hisco",
-                         allow_codes_shorter_than_block_size=allow_short)
-        checked = check_rows(frame, cfg, make_formatter(cfg, 1), "x.csv", known, log=print,
-                             why="HISCO codes are 5 digits")
+        cfg = DataConfig(
+            target_cols=["hisco_1"],
+            formatter="hisco",
+            allow_codes_shorter_than_block_size=allow_short,
+        )
+        checked = check_rows(
+            frame,
+            cfg,
+            make_formatter(cfg, 1),
+            "x.csv",
+            known,
+            log=print,
+            why="HISCO codes are 5 digits",
+        )
         assert checked.frame["code_1"].astype(str).tolist() == ["01110", "01110", "-1"]
         assert checked.codes == {"01110", "-1"}  # one class
-    assert ("x.csv: hisco_1: 1 code(s) without their leading zeros read as 5-digit codes "
-            "(e.g. '1110' -> '01110'; HISCO codes are 5 digits)") in capsys.readouterr().out
+    assert (
+        "x.csv: hisco_1: 1 code(s) without their leading zeros read as 5-digit codes "
+        "(e.g. '1110' -> '01110'; HISCO codes are 5 digits)"
+    ) in capsys.readouterr().out
 
 
 def test_occ1950_round_trip():
@@ -79,8 +93,13 @@ def test_empty_and_invalid_blocks_decode():
 
 
 def test_several_codes_per_row_keep_zeros_and_pack_left():
-    frame = pd.DataFrame({"occ1": ["farmer and fisher", "fisher", "clerk"],
-                          "c1": ["61110", "", "03950"], "c2": ["64100", "64100", ""]})
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer and fisher", "fisher", "clerk"],
+            "c1": ["61110", "", "03950"],
+            "c2": ["64100", "64100", ""],
+        }
+    )
     cfg = DataConfig(target_cols=["c1", "c2"], block_size=5)
     checked = check_rows(frame, cfg, make_formatter(cfg, 2), "x.csv")
     got = checked.frame[["code_1", "code_2"]].to_numpy().tolist()

@@ -62,7 +62,7 @@ def chunk_by_chunk(run, frame, chunk_size: int) -> tuple:
     model = mixer.load(run, device="cpu")
     tables, vectors = [], []
     for start in range(0, len(frame), chunk_size):
-        texts = frame["occ1"].iloc[start:start + chunk_size].reset_index(drop=True)
+        texts = frame["occ1"].iloc[start : start + chunk_size].reset_index(drop=True)
         tables.append(model.predict(texts, batch_size=16))
         vectors.append(model.embeddings(texts, batch_size=16))
     return pd.concat(tables, ignore_index=True), np.concatenate(vectors)
@@ -70,18 +70,39 @@ def chunk_by_chunk(run, frame, chunk_size: int) -> tuple:
 
 @pytest.mark.floats
 @pytest.mark.parametrize("chunk_size", [7, 64, 1000])
-def test_each_distinct_input_is_predicted_once_per_file(run, census, tmp_path, model_rows, chunk_size):
+def test_each_distinct_input_is_predicted_once_per_file(
+    run, census, tmp_path, model_rows, chunk_size
+):
     frame = pd.read_csv(census, dtype=str, keep_default_na=False)
     out, vectors = tmp_path / "out.csv", tmp_path / "out.npy"
-    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(out), "--embeddings",
-                         str(vectors), "--chunk-size", str(chunk_size), "--batch-size", "16"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run,
+                "--input",
+                census,
+                "--output",
+                str(out),
+                "--embeddings",
+                str(vectors),
+                "--chunk-size",
+                str(chunk_size),
+                "--batch-size",
+                "16",
+            ]
+        )
+        == 0
+    )
     # once for the code table, once for the embeddings: each the file's distinct inputs
     assert sum(model_rows) == 2 * distinct_inputs(run, frame) < 2 * len(frame)
     expected, expected_vectors = chunk_by_chunk(run, frame, chunk_size)
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert written[list(frame.columns)].equals(frame)
-    assert_same_predictions(written.drop(columns=list(frame.columns)),
-                            expected.astype(object).where(expected.notna(), "").astype(str))
+    assert_same_predictions(
+        written.drop(columns=list(frame.columns)),
+        expected.astype(object).where(expected.notna(), "").astype(str),
+    )
     # embeddings: a row's is its input's (bit for bit), and the inputs' are the model's; their
     # components near 0 carry the rounding of a batch's larger terms (2 ulps of 1 here), so
     # they are compared where the batches are the API's own: one chunk, the whole file
@@ -95,12 +116,29 @@ def test_each_distinct_input_is_predicted_once_per_file(run, census, tmp_path, m
 
 
 @pytest.mark.floats
-def test_a_store_past_its_memory_spills_to_disk_and_gives_the_same_rows(run, census, tmp_path, monkeypatch):
+def test_a_store_past_its_memory_spills_to_disk_and_gives_the_same_rows(
+    run, census, tmp_path, monkeypatch
+):
     from mixer.prediction import predict_job, store
 
     kept = tmp_path / "kept.csv"
-    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(kept), "--chunk-size", "50",
-                         "--what", "probs"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run,
+                "--input",
+                census,
+                "--output",
+                str(kept),
+                "--chunk-size",
+                "50",
+                "--what",
+                "probs",
+            ]
+        )
+        == 0
+    )
     spilled = []
     spill = store.DistinctStore._spill
 
@@ -111,13 +149,32 @@ def test_a_store_past_its_memory_spills_to_disk_and_gives_the_same_rows(run, cen
     monkeypatch.setattr(store.DistinctStore, "_spill", counting)
     monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 2048: 2 KB, a block or two
     out = tmp_path / "out.csv"
-    assert predict_main(["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "50",
-                         "--what", "probs"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run,
+                "--input",
+                census,
+                "--output",
+                str(out),
+                "--chunk-size",
+                "50",
+                "--what",
+                "probs",
+            ]
+        )
+        == 0
+    )
     assert sum(spilled) > 0
     assert out.read_bytes() == kept.read_bytes()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []  # the spill file is gone
+    assert [
+        p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")
+    ] == []  # the spill file is gone
     table = pd.read_csv(tmp_path / "out.csv")
-    assert len(table) == 600 and table.iloc[::53].isna().all(axis=None)  # rows without a description: empty
+    assert len(table) == 600 and table.iloc[::53].isna().all(
+        axis=None
+    )  # rows without a description: empty
 
 
 def test_store_reads_back_spilled_rows_in_their_types(tmp_path):
@@ -125,15 +182,25 @@ def test_store_reads_back_spilled_rows_in_their_types(tmp_path):
 
     store = DistinctStore(200, str(tmp_path), "x")
     first = pd.DataFrame({"code_1": ["a", "b"], "prob_1": [0.25, np.nan], "level": [1, 2]})
-    later = pd.DataFrame({"code_1": ["c"] * 20, "prob_1": np.arange(20) / 3,
-                          "level": pd.array([None] + list(range(19)), dtype="Int64")})
+    later = pd.DataFrame(
+        {
+            "code_1": ["c"] * 20,
+            "prob_1": np.arange(20) / 3,
+            "level": pd.array([None] + list(range(19)), dtype="Int64"),
+        }
+    )
     store.add(np.array(["k1", "k2"], dtype=object), first)
     store.add(np.array([f"n{i}" for i in range(20)], dtype=object), later)
     assert store.spilled == 20 and len(store) == 22
     got = store.take(np.array(["n0", "k2", "n19", "k1"], dtype=object))
     assert got["code_1"].tolist() == ["c", "b", "c", "a"]
     assert got["prob_1"].iloc[2] == 19 / 3 and np.isnan(got["prob_1"].iloc[1])
-    assert got["level"].dtype == "Int64" and got["level"].isna().tolist() == [True, False, False, False]
+    assert got["level"].dtype == "Int64" and got["level"].isna().tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]
     assert store.known(np.array(["k1", "zz"], dtype=object)).tolist() == [True, False]
     store.close()
     assert list(tmp_path.iterdir()) == []
@@ -144,8 +211,20 @@ FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
 def predict_cmd(run, census, out, *extra) -> list:
-    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90",
-            "--head", "flat", "seq2seq", *map(str, extra)]
+    return [
+        "--checkpoint",
+        run,
+        "--input",
+        census,
+        "--output",
+        str(out),
+        "--chunk-size",
+        "90",
+        "--head",
+        "flat",
+        "seq2seq",
+        *map(str, extra),
+    ]
 
 
 @pytest.mark.parametrize("what", [[], ["--what", "probs"]])
@@ -157,16 +236,21 @@ def test_a_job_killed_at_a_chunk_boundary_resumes_to_the_same_bytes(run, census,
     run_program("predict.py", *predict_cmd(run, census, whole, *what), *heads)
     env = env_for_subprocess()
     env[FAULT] = "3"  # chunk 3 written, its journal entry not: as kill -9 between the two
-    killed = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads, env=env, check=False)
+    killed = run_program(
+        "predict.py", *predict_cmd(run, census, cut, *what), *heads, env=env, check=False
+    )
     assert killed.returncode == 9 and not cut.exists()
     again = run_program("predict.py", *predict_cmd(run, census, cut, *what), *heads)
     assert "continuing an unfinished run after its 3 chunk(s) (270 rows" in again.stdout
     assert cut.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["whole.csv", "whole.csv.provenance.json", "cut.csv", "cut.csv.provenance.json"])
+        ["whole.csv", "whole.csv.provenance.json", "cut.csv", "cut.csv.provenance.json"]
+    )
 
 
-def test_a_preemption_signal_keeps_the_chunk_exits_0_and_the_same_command_continues(run, census, tmp_path):
+def test_a_preemption_signal_keeps_the_chunk_exits_0_and_the_same_command_continues(
+    run, census, tmp_path
+):
     from conftest import env_for_subprocess, run_program
 
     whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
@@ -174,7 +258,10 @@ def test_a_preemption_signal_keeps_the_chunk_exits_0_and_the_same_command_contin
     env = env_for_subprocess()
     env[FAULT] = "1:TERM"
     stopped = run_program("predict.py", *predict_cmd(run, census, cut), env=env)
-    assert "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue" in stopped.stderr
+    assert (
+        "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue"
+        in stopped.stderr
+    )
     run_program("predict.py", *predict_cmd(run, census, cut))
     assert cut.read_bytes() == whole.read_bytes()
 
@@ -185,13 +272,25 @@ def test_a_changed_option_is_refused_naming_it_and_restart_starts_over(run, cens
     out = tmp_path / "out.csv"
     env = env_for_subprocess()
     env[FAULT] = "1"
-    assert run_program("predict.py", *predict_cmd(run, census, out), env=env, check=False).returncode == 9
-    refused = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8"), check=False)
+    assert (
+        run_program("predict.py", *predict_cmd(run, census, out), env=env, check=False).returncode
+        == 9
+    )
+    refused = run_program(
+        "predict.py", *predict_cmd(run, census, out, "--batch-size", "8"), check=False
+    )
     assert refused.returncode == 2 and not out.exists()
-    assert refused.stderr.strip().splitlines()[-1].endswith(
-        "were made with --batch-size 256 (now 8); run that command again to continue, or pass --restart to "
-        "start over")
-    restarted = run_program("predict.py", *predict_cmd(run, census, out, "--batch-size", "8", "--restart"))
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "were made with --batch-size 256 (now 8); run that command again to continue, or pass --restart to "
+            "start over"
+        )
+    )
+    restarted = run_program(
+        "predict.py", *predict_cmd(run, census, out, "--batch-size", "8", "--restart")
+    )
     assert "continuing" not in restarted.stdout
     assert len(pd.read_csv(out)) == 600
 
@@ -229,7 +328,9 @@ def test_a_changed_reading_option_file_or_calibration_is_refused_on_resume(run, 
     cmd = predict_cmd(str(model), census, out)
     assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
     calibration = model / "calibration.json"
-    stored = json.loads(calibration.read_text()) if calibration.exists() else {"version": 1, "heads": {}}
+    stored = (
+        json.loads(calibration.read_text()) if calibration.exists() else {"version": 1, "heads": {}}
+    )
     stored["heads"]["flat"] = dict(stored["heads"].get("flat", {}), temperature=2.0, bias=-1.0)
     calibration.write_text(json.dumps(stored))
     assert "were made with another calibration of the model" in refused()
@@ -241,16 +342,23 @@ def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census
     out = tmp_path / "out.parquet"
     env = env_for_subprocess()
     env[FAULT] = "1"
-    cut = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv"), env=env, check=False)
+    cut = run_program(
+        "predict.py", *predict_cmd(run, census, tmp_path / "out.csv"), env=env, check=False
+    )
     assert cut.returncode == 9
     stale = tmp_path / ".tmp-out.parquet.999999999"  # a killed job's, whose process is gone
     stale.write_bytes(b"PAR1")
     done = run_program("predict.py", *predict_cmd(run, census, out))
-    assert f"--output {out}: removed 1 temporary file(s) a killed run left\n" in done.stdout  # Parquet resumes
+    assert (
+        f"--output {out}: removed 1 temporary file(s) a killed run left\n" in done.stdout
+    )  # Parquet resumes
     assert not stale.exists()
     # the CSV's parts, the same command with --embeddings: another output, refused naming it
-    again = run_program("predict.py", *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings",
-                                                   tmp_path / "e.npy"), check=False)
+    again = run_program(
+        "predict.py",
+        *predict_cmd(run, census, tmp_path / "out.csv", "--embeddings", tmp_path / "e.npy"),
+        check=False,
+    )
     assert again.returncode == 2
     assert f"were made with --embeddings unset (now {tmp_path / 'e.npy'})" in again.stderr
 
@@ -259,7 +367,9 @@ def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census
 @pytest.fixture(scope="module")
 def lookup_file(tmp_path_factory, census) -> str:
     frame = pd.read_csv(census, dtype=str, keep_default_na=False)
-    titles = [t for t in frame["occ1"].value_counts().index if t.strip()][:3]  # among the most frequent
+    titles = [t for t in frame["occ1"].value_counts().index if t.strip()][
+        :3
+    ]  # among the most frequent
     path = tmp_path_factory.mktemp("lookup") / "dictionary.csv"
     pd.DataFrame({"occ1": titles, "c1": ["61110", "99910", "61110"]}).to_csv(path, index=False)
     return str(path)
@@ -274,27 +384,68 @@ def labelled(tmp_path_factory, toy_frame, run) -> str:
 
     rows = toy_frame[toy_frame["hisco_1"].str.len() == 5].iloc[121:241].reset_index(drop=True)
     predicted = mixer.load(run, device="cpu").predict(rows["occ1"], head="flat", batch_size=16)
-    labels = pd.DataFrame({"occ1": rows["occ1"], "hisco_1": predicted["code_1"].fillna(""),
-                           "hisco_2": predicted["code_2"].fillna("")})
+    labels = pd.DataFrame(
+        {
+            "occ1": rows["occ1"],
+            "hisco_1": predicted["code_1"].fillna(""),
+            "hisco_2": predicted["code_2"].fillna(""),
+        }
+    )
     path = tmp_path_factory.mktemp("labelled") / "labelled.csv"
     labels.to_csv(path, index=False)
     return str(path)
 
 
 def every_output(folder, embeddings: str, *extra) -> list:
-    return ["--embeddings", folder / embeddings, "--to-check", "15", folder / "check.csv", "--audit", "40",
-            folder / "audit.csv", "--summary-plot", folder / "plot.png", *extra]
+    return [
+        "--embeddings",
+        folder / embeddings,
+        "--to-check",
+        "15",
+        folder / "check.csv",
+        "--audit",
+        "40",
+        folder / "audit.csv",
+        "--summary-plot",
+        folder / "plot.png",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("embeddings, coding, fault, said", [
-    ("e.npy", ["--lookup", "LOOKUP", "--lookup-code-cols", "c1"], "2", "after its 2 chunk(s) (180 rows"),
-    ("e.parquet", ["--head", "flat", "--target-accuracy", "0.5", "--calibration-data", "LABELLED",
-                   "--calibration-truth-cols", "hisco_1", "hisco_2", "--audit-unit", "descriptions", "--audit-by",
-                   "hisco_2"], "4:TERM",
-     "after its 5 chunk(s) (450 rows"),
-])
-def test_every_output_and_the_codings_counts_resume_to_the_same_bytes(run, census, labelled, lookup_file, tmp_path,
-                                                                      embeddings, coding, fault, said):
+@pytest.mark.parametrize(
+    "embeddings, coding, fault, said",
+    [
+        (
+            "e.npy",
+            ["--lookup", "LOOKUP", "--lookup-code-cols", "c1"],
+            "2",
+            "after its 2 chunk(s) (180 rows",
+        ),
+        (
+            "e.parquet",
+            [
+                "--head",
+                "flat",
+                "--target-accuracy",
+                "0.5",
+                "--calibration-data",
+                "LABELLED",
+                "--calibration-truth-cols",
+                "hisco_1",
+                "hisco_2",
+                "--audit-unit",
+                "descriptions",
+                "--audit-by",
+                "hisco_2",
+            ],
+            "4:TERM",
+            "after its 5 chunk(s) (450 rows",
+        ),
+    ],
+)
+def test_every_output_and_the_codings_counts_resume_to_the_same_bytes(
+    run, census, labelled, lookup_file, tmp_path, embeddings, coding, fault, said
+):
     """Issue 43, section 3: a job with every output (embeddings, a check list, an audit, a
     summary plot; a lookup's or a target's counts in the sidecar), killed after a chunk (kill
     -9, or a scheduler's signal) and run again, writes every file as an uninterrupted run does."""
@@ -304,20 +455,31 @@ def test_every_output_and_the_codings_counts_resume_to_the_same_bytes(run, censu
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     whole.mkdir()
     cut.mkdir()
-    run_program("predict.py", *predict_cmd(run, census, whole / "out.csv", *every_output(whole, embeddings, *coding)))
+    run_program(
+        "predict.py",
+        *predict_cmd(run, census, whole / "out.csv", *every_output(whole, embeddings, *coding)),
+    )
     env = env_for_subprocess()
     env[FAULT] = fault
-    killed = run_program("predict.py", *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings,
-                                                                                                *coding)),
-                         env=env, check=False)
+    killed = run_program(
+        "predict.py",
+        *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings, *coding)),
+        env=env,
+        check=False,
+    )
     assert killed.returncode == (0 if ":" in fault else 9), killed.stderr
-    assert sorted(p.name for p in cut.iterdir()) == [".tmp-out.csv.parts"]  # no output yet, the parts kept
-    again = run_program("predict.py", *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings,
-                                                                                               *coding)))
+    assert sorted(p.name for p in cut.iterdir()) == [
+        ".tmp-out.csv.parts"
+    ]  # no output yet, the parts kept
+    again = run_program(
+        "predict.py",
+        *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings, *coding)),
+    )
     assert f"continuing an unfinished run {said}" in again.stdout
     names = sorted(p.name for p in whole.iterdir())
-    assert names == sorted(["out.csv", "out.csv.provenance.json", embeddings, "check.csv", "audit.csv",
-                            "plot.png"])
+    assert names == sorted(
+        ["out.csv", "out.csv.provenance.json", embeddings, "check.csv", "audit.csv", "plot.png"]
+    )
     assert sorted(p.name for p in cut.iterdir()) == names  # the parts gone
     for name in names:
         assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
@@ -334,8 +496,19 @@ def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_pat
     from conftest import env_for_subprocess, run_program
 
     def cmd(folder) -> list:
-        return ["--checkpoint", run, "--input", census, "--chunk-size", "90", "--embeddings", folder / "e.npy",
-                "--to-check", "15", folder / "check.parquet"]
+        return [
+            "--checkpoint",
+            run,
+            "--input",
+            census,
+            "--chunk-size",
+            "90",
+            "--embeddings",
+            folder / "e.npy",
+            "--to-check",
+            "15",
+            folder / "check.parquet",
+        ]
 
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     whole.mkdir()
@@ -346,7 +519,10 @@ def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_pat
     assert run_program("predict.py", *cmd(cut), env=env, check=False).returncode == 9
     assert sorted(p.name for p in cut.iterdir()) == [".tmp-e.npy.parts"]
     again = run_program("predict.py", *cmd(cut))
-    assert f"--embeddings {cut / 'e.npy'}: continuing an unfinished run after its 3 chunk(s) (270 rows" in again.stdout
+    assert (
+        f"--embeddings {cut / 'e.npy'}: continuing an unfinished run after its 3 chunk(s) (270 rows"
+        in again.stdout
+    )
     assert sorted(p.name for p in cut.iterdir()) == ["check.parquet", "e.npy"]
     for name in ("check.parquet", "e.npy"):
         assert (cut / name).read_bytes() == (whole / name).read_bytes(), name

@@ -15,7 +15,9 @@ from conftest import ROOT
 
 
 def full_count():
-    spec = importlib.util.spec_from_file_location("full_count", os.path.join(ROOT, "benchmarks", "full_count.py"))
+    spec = importlib.util.spec_from_file_location(
+        "full_count", os.path.join(ROOT, "benchmarks", "full_count.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -24,12 +26,17 @@ def full_count():
 def test_an_interpreter_without_occcanine_is_refused_before_anything_is_made(tmp_path):
     bench = full_count()
     python = tmp_path / "python"  # this project's python, with histocc blocked: as if not installed
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "import sys; sys.modules[\'histocc\'] = None; '
-                      f'exec(sys.argv[1])" "$2"\n')
+    python.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -c "import sys; sys.modules[\'histocc\'] = None; '
+        f'exec(sys.argv[1])" "$2"\n'
+    )
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     kept = tmp_path / "kept"
-    with pytest.raises(SystemExit, match=f"--occcanine {python}: it cannot import OccCANINE's package histocc "
-                                         r"\(ModuleNotFoundError: .*histocc.*\); this script's docstring says how"):
+    with pytest.raises(
+        SystemExit,
+        match=f"--occcanine {python}: it cannot import OccCANINE's package histocc "
+        r"\(ModuleNotFoundError: .*histocc.*\); this script's docstring says how",
+    ):
         bench.main(["--rows", "50", "--keep", str(kept), "--occcanine", str(python)])
     assert not kept.exists()
     with pytest.raises(SystemExit, match="cannot run it"):

@@ -32,9 +32,25 @@ class Witness(hooks.Hook):
 
 
 def train(run_dir, csv, *extra):
-    args = ["--dataset", csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run_dir),
-            "--share-val", "0.09", "--max-steps", "6", "--batch-size", "8", "--eval-interval", "3",
-            *TINY, *map(str, extra)]
+    args = [
+        "--dataset",
+        csv,
+        "--target-cols",
+        "hisco_1",
+        "hisco_2",
+        "--save-path",
+        str(run_dir),
+        "--share-val",
+        "0.09",
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "8",
+        "--eval-interval",
+        "3",
+        *TINY,
+        *map(str, extra),
+    ]
     assert finetune_main(args) == 0
     return str(run_dir)
 
@@ -51,17 +67,26 @@ def witnesses(monkeypatch):
     return made
 
 
-def test_a_registered_hook_runs_at_the_end_of_a_run_after_the_built_in_ones(witnesses, small_csv, tmp_path):
+def test_a_registered_hook_runs_at_the_end_of_a_run_after_the_built_in_ones(
+    witnesses, small_csv, tmp_path
+):
     run = train(tmp_path / "run", small_csv, "--keep-best", "val_loss")
     (witness,) = witnesses
     # evaluations at step 3 and the final one at step 6; the end after the last model is written
-    assert witness.calls == [("start", 0), ("evaluated", 3), ("evaluated", 6), ("end", 6, True, True)]
+    assert witness.calls == [
+        ("start", 0),
+        ("evaluated", 3),
+        ("evaluated", 6),
+        ("end", 6, True, True),
+    ]
     with open(os.path.join(run, "witness.txt"), encoding="utf-8") as handle:
         assert handle.read() == "ended at step 6\n"
     assert os.path.exists(os.path.join(run, "best", "README.md"))  # the built-in hooks ran too
 
 
-def test_a_stopped_job_does_not_end_the_run_and_its_continuation_does(witnesses, small_csv, tmp_path):
+def test_a_stopped_job_does_not_end_the_run_and_its_continuation_does(
+    witnesses, small_csv, tmp_path
+):
     run = train(tmp_path / "run", small_csv, "--stop-at-step", "4")
     assert [call[0] for call in witnesses[0].calls] == ["start", "evaluated"]
     assert not os.path.exists(os.path.join(run, "witness.txt"))
@@ -74,9 +99,16 @@ def test_the_built_in_hooks_and_their_order():
     from mixer.training.run import build_hooks
 
     names = [hook.name for hook in build_hooks(TrainConfig(tune_threshold=True))]
-    assert names == ["training curves", "keep the best model", "tune thresholds", "scores and calibration",
-                     "model cards"]
-    assert "tune thresholds" not in [hook.name for hook in build_hooks(TrainConfig(tune_threshold=False))]
+    assert names == [
+        "training curves",
+        "keep the best model",
+        "tune thresholds",
+        "scores and calibration",
+        "model cards",
+    ]
+    assert "tune thresholds" not in [
+        hook.name for hook in build_hooks(TrainConfig(tune_threshold=False))
+    ]
 
 
 # ------------------------------------------------------------------ the contract: state, control, own state
@@ -128,16 +160,22 @@ def test_a_duty_that_needs_the_final_evaluations_rows_is_one_hook(monkeypatch, s
     assert misses["true"].tolist() == wrong["true_codes"].tolist()
 
 
-def test_a_hooks_own_state_is_saved_in_the_training_state_and_resumed(monkeypatch, small_csv, tmp_path):
+def test_a_hooks_own_state_is_saved_in_the_training_state_and_resumed(
+    monkeypatch, small_csv, tmp_path
+):
     import torch
 
     made = []
     monkeypatch.setattr(hooks, "REGISTERED", [lambda cfg: made.append(Counter()) or made[-1]])
     run = train(tmp_path / "run", small_csv, "--stop-at-step", "4")
-    assert torch.load(os.path.join(run, "last.pt"), weights_only=True)["hooks"]["counter"] == {"evaluations": [3]}
+    assert torch.load(os.path.join(run, "last.pt"), weights_only=True)["hooks"]["counter"] == {
+        "evaluations": [3]
+    }
     train(tmp_path / "run", small_csv)
     assert made[1].evaluations == [3, 6]  # the first job's, loaded back, and its own
-    assert torch.load(os.path.join(run, "last.pt"), weights_only=True)["hooks"]["counter"] == {"evaluations": [3, 6]}
+    assert torch.load(os.path.join(run, "last.pt"), weights_only=True)["hooks"]["counter"] == {
+        "evaluations": [3, 6]
+    }
 
 
 def test_the_state_a_hook_receives_is_read_only():
@@ -156,13 +194,18 @@ def test_a_training_state_from_before_the_hooks_kept_their_own_gives_the_best_to
 
     record = {"metric": "val_loss", "value": 1.0, "step": 4, "place": [0, 32]}
     keep = KeepBest()
-    keep.load_state_dict(hook_states({"progress": {"step": 6, "best": record, "evals_since_best": 2}})[KeepBest.name])
+    keep.load_state_dict(
+        hook_states({"progress": {"step": 6, "best": record, "evals_since_best": 2}})[KeepBest.name]
+    )
     assert keep.best == record and keep.state_dict() == {"best": record, "evals_since_best": 2}
     assert hook_states({"progress": {"step": 6}, "hooks": {"counter": {"evaluations": [3]}}}) == {
-        "counter": {"evaluations": [3]}}
+        "counter": {"evaluations": [3]}
+    }
 
 
-def test_a_run_stopped_with_the_old_layout_of_the_training_state_ends_as_an_uninterrupted_one(small_csv, tmp_path):
+def test_a_run_stopped_with_the_old_layout_of_the_training_state_ends_as_an_uninterrupted_one(
+    small_csv, tmp_path
+):
     import json
 
     import torch
@@ -172,14 +215,18 @@ def test_a_run_stopped_with_the_old_layout_of_the_training_state_ends_as_an_unin
     run = train(tmp_path / "run", small_csv, *keep, "--stop-at-step", "4")
     path = os.path.join(run, "last.pt")
     state = torch.load(path, weights_only=True)
-    state["progress"].update(state.pop("hooks")["keep the best model"])  # as mixer before issue 45 wrote it
+    state["progress"].update(
+        state.pop("hooks")["keep the best model"]
+    )  # as mixer before issue 45 wrote it
     torch.save(state, path)
     train(tmp_path / "run", small_csv, *keep)
 
     def kept(directory):
         with open(os.path.join(directory, "best", "config.json"), encoding="utf-8") as handle:
             weights = json.load(handle)["weights"]
-        saved = torch.load(os.path.join(directory, "last.pt"), weights_only=True)["hooks"]["keep the best model"]
+        saved = torch.load(os.path.join(directory, "last.pt"), weights_only=True)["hooks"][
+            "keep the best model"
+        ]
         return weights, saved["evals_since_best"], saved["best"]["step"]
 
     assert kept(run) == kept(whole)

@@ -23,8 +23,9 @@ def newline_csv(tmp_path_factory, toy_frame) -> str:
     """About 3 MB (several of the CSV reader's 1 MiB blocks); every third description
     holds a quoted line break, as exported from a spreadsheet with wrapped cells."""
     frame = pd.concat([toy_frame[toy_frame["hisco_1"].str.len() == 5]] * 12, ignore_index=True)
-    frame["occ1"] = np.where(frame.index % 3 == 0, frame["occ1"] + "\nand part-time fisher",
-                             frame["occ1"])
+    frame["occ1"] = np.where(
+        frame.index % 3 == 0, frame["occ1"] + "\nand part-time fisher", frame["occ1"]
+    )
     frame["row_id"] = [f"{i:07d}" for i in range(len(frame))]
     path = tmp_path_factory.mktemp("newlines") / "wrapped.csv"
     frame.to_csv(path, index=False)
@@ -43,8 +44,16 @@ def test_csv_with_quoted_newlines_reads_whole_and_in_chunks(newline_csv):
 
 
 def test_prepare_keeps_every_row_of_a_csv_with_quoted_newlines(newline_csv, tmp_path):
-    run_program("finetune.py", "--dataset", newline_csv, "--target-cols", "hisco_1",
-                "--save-path", tmp_path / "run", "--prepare-only")
+    run_program(
+        "finetune.py",
+        "--dataset",
+        newline_csv,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        tmp_path / "run",
+        "--prepare-only",
+    )
     train = pd.read_parquet(tmp_path / "run" / "data_train.parquet")
     val = pd.read_parquet(tmp_path / "run" / "data_val.parquet")
     rows = len(pd.read_csv(newline_csv, dtype=str))
@@ -60,9 +69,17 @@ def test_a_parquet_file_whose_pandas_metadata_pandas_cannot_read_is_read(tmp_pat
 
     lists = pa.array([[1], [2]])
     pairs = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0, 4.0]), 2)
-    for name, column in (("list", lists), ("fixed_size_list", pairs)):  # TypeError, NotImplementedError
-        frame = pd.DataFrame({"occ1": ["farmer", "fisher"], "hisco_1": ["61110", "64100"],
-                              "extra": pd.Series(column, dtype=pd.ArrowDtype(column.type))})
+    for name, column in (
+        ("list", lists),
+        ("fixed_size_list", pairs),
+    ):  # TypeError, NotImplementedError
+        frame = pd.DataFrame(
+            {
+                "occ1": ["farmer", "fisher"],
+                "hisco_1": ["61110", "64100"],
+                "extra": pd.Series(column, dtype=pd.ArrowDtype(column.type)),
+            }
+        )
         path = tmp_path / f"arrow_backed_{name}.parquet"
         pq.write_table(pa.Table.from_pandas(frame), path)
         frame = read_table(str(path))
@@ -71,8 +88,12 @@ def test_a_parquet_file_whose_pandas_metadata_pandas_cannot_read_is_read(tmp_pat
 
 # ------------------------------------------------------------------ codes stored as numbers
 def numeric_codes(tmp_path, second_code, name="codes.parquet") -> str:
-    frame = pd.DataFrame({"occ1": ["farmer and fisher", "farmer", "fisher", "smith"],
-                          "hisco_1": ["61110", "61110", "64100", "83110"]})
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer and fisher", "farmer", "fisher", "smith"],
+            "hisco_1": ["61110", "61110", "64100", "83110"],
+        }
+    )
     frame["hisco_2"] = second_code
     path = tmp_path / name
     if name.endswith(".csv"):
@@ -83,18 +104,23 @@ def numeric_codes(tmp_path, second_code, name="codes.parquet") -> str:
 
 
 def prepared_codes(path, run_dir) -> list:
-    cfg = DataConfig(dataset=path, target_cols=["hisco_1", "hisco_2"], formatter="general",
-                     share_val=0.25)
+    cfg = DataConfig(
+        dataset=path, target_cols=["hisco_1", "hisco_2"], formatter="general", share_val=0.25
+    )
     prepared = prepare_run_data(cfg, 0, str(run_dir), log=lambda _: None)
     both = pd.concat([prepared.train, prepared.val]).sort_values("row")
     return both[["code_1", "code_2"]].astype(str).values.tolist()
 
 
-@pytest.mark.parametrize("second", [
-    pd.Series([64100.0, np.nan, np.nan, np.nan], dtype="float64"),     # pandas: ints with blanks
-    pd.Series([64100, None, None, None], dtype="Int64"),               # nullable integers
-    pd.Series(["64100", "", "", ""], dtype=object),                    # text
-], ids=["float64-nan", "Int64", "string"])
+@pytest.mark.parametrize(
+    "second",
+    [
+        pd.Series([64100.0, np.nan, np.nan, np.nan], dtype="float64"),  # pandas: ints with blanks
+        pd.Series([64100, None, None, None], dtype="Int64"),  # nullable integers
+        pd.Series(["64100", "", "", ""], dtype=object),  # text
+    ],
+    ids=["float64-nan", "Int64", "string"],
+)
 def test_parquet_code_columns_written_as_numbers_read_as_codes(tmp_path, second):
     codes = prepared_codes(numeric_codes(tmp_path, second), tmp_path / "run")
     assert codes == [["61110", "64100"], ["61110", ""], ["64100", ""], ["83110", ""]]
@@ -118,9 +144,14 @@ def test_a_fractional_number_in_a_code_column_is_a_bad_label_named(tmp_path):
 
 # ------------------------------------------------------------------ identity of inputs
 def prepare(run_dir, train, val, descriptions=None):
-    cfg = DataConfig(train_data=list(train), val_data=list(val), formatter="hisco",
-                     target_cols=["hisco_1"], code_descriptions=descriptions,
-                     allow_codes_shorter_than_block_size=True)
+    cfg = DataConfig(
+        train_data=list(train),
+        val_data=list(val),
+        formatter="hisco",
+        target_cols=["hisco_1"],
+        code_descriptions=descriptions,
+        allow_codes_shorter_than_block_size=True,
+    )
     return prepare_run_data(cfg, 0, str(run_dir), log=lambda _: None)
 
 
@@ -129,7 +160,7 @@ def three_files(tmp_path, toy_frame):
     paths = []
     for i in range(3):
         path = tmp_path / f"part{i}.csv"
-        toy_frame.iloc[i * 50:(i + 1) * 50].to_csv(path, index=False)
+        toy_frame.iloc[i * 50 : (i + 1) * 50].to_csv(path, index=False)
         paths.append(str(path))
     return paths
 

@@ -17,7 +17,9 @@ from mixer.models.model import HeadsConfig, MixerModel, set_dropout
 P = 0.1
 
 
-def mask(seed=5, epoch=0, positions=range(64), module="layer.dropout", shape=(40, 32), p=P) -> np.ndarray:
+def mask(
+    seed=5, epoch=0, positions=range(64), module="layer.dropout", shape=(40, 32), p=P
+) -> np.ndarray:
     keys = kd.row_keys(seed, [epoch] * len(positions), list(positions))
     return kd.keep_mask(keys, kd.module_id(module), shape, p).numpy()
 
@@ -48,7 +50,11 @@ def test_no_correlation_across_rows_positions_channels_steps_seeds_and_modules()
     assert abs(correlation(keep[:-1], keep[1:])) < bound  # neighbouring rows (draws)
     assert abs(correlation(keep[:, :-1], keep[:, 1:])) < bound  # neighbouring positions
     assert abs(correlation(keep[:, :, :-1], keep[:, :, 1:])) < bound  # neighbouring channels
-    for other in (mask(epoch=1), mask(seed=6), mask(module="layer.other")):  # next epoch, seed, module
+    for other in (
+        mask(epoch=1),
+        mask(seed=6),
+        mask(module="layer.other"),
+    ):  # next epoch, seed, module
         assert abs(correlation(keep, other)) < 5 / np.sqrt(keep.size)
 
 
@@ -57,12 +63,14 @@ def test_masks_differ_across_rows_and_across_draws_of_a_row():
     rows, or one row in two epochs, agree where independent masks would, p^2 + (1-p)^2."""
     keep = mask(positions=[7, 8], shape=(200, 64))
     again = mask(epoch=3, positions=[7, 8], shape=(200, 64))
-    expected = P ** 2 + (1 - P) ** 2
+    expected = P**2 + (1 - P) ** 2
     n = keep[0].size
     for a, b in ((keep[0], keep[1]), (keep[0], again[0]), (keep[1], again[1])):
         agree = int((a == b).sum())
         assert binomial_ok(agree, n, expected), agree / n
-    assert np.array_equal(keep, mask(positions=[7, 8], shape=(200, 64)))  # a function: the same again
+    assert np.array_equal(
+        keep, mask(positions=[7, 8], shape=(200, 64))
+    )  # a function: the same again
 
 
 def test_a_row_keeps_its_mask_whatever_its_padding_and_the_batch():
@@ -81,14 +89,31 @@ def tiny_model(encoder: str, family: str = "mixer", attention_only: bool = False
     if encoder == "bert":
         from transformers import BertConfig, BertModel
 
-        model = BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, hidden_dropout_prob=P, attention_probs_dropout_prob=P))
+        model = BertModel(
+            BertConfig(
+                vocab_size=100,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                hidden_dropout_prob=P,
+                attention_probs_dropout_prob=P,
+            )
+        )
     else:
         from mixer.models.encoders import build_encoder
 
         model = build_encoder("canine-tiny", P).model
-    heads = HeadsConfig(num_labels=7, vocab_size=12, target_len=6, decoder_dim=32, decoder_layers=1,
-                        decoder_heads=2, dropout=P, family=family)
+    heads = HeadsConfig(
+        num_labels=7,
+        vocab_size=12,
+        target_len=6,
+        decoder_dim=32,
+        decoder_layers=1,
+        decoder_heads=2,
+        dropout=P,
+        family=family,
+    )
     if family == "occcanine":
         heads.decoder_reads_padding = False
     mixer = MixerModel(model, heads)
@@ -124,11 +149,14 @@ def gradients(model) -> dict:
 
 
 @pytest.mark.floats
-@pytest.mark.parametrize("encoder,family,padding", [
-    ("bert", "mixer", "own"),  # a word-piece encoder: each part padded to its own longest row
-    ("canine", "mixer", "whole"),  # CANINE reads its padding: its batches keep one length
-    ("canine", "occcanine", "whole"),  # OccCANINE's layout: new heads on its encoder
-])
+@pytest.mark.parametrize(
+    "encoder,family,padding",
+    [
+        ("bert", "mixer", "own"),  # a word-piece encoder: each part padded to its own longest row
+        ("canine", "mixer", "whole"),  # CANINE reads its padding: its batches keep one length
+        ("canine", "occcanine", "whole"),  # OccCANINE's layout: new heads on its encoder
+    ],
+)
 def test_a_sub_batch_gets_exactly_its_rows_masks(encoder, family, padding):
     """4 rows at once, and the same rows as 2 + 2 (accumulated, as gradient accumulation, length
     groups and other processes cut a batch): the same outputs and the same gradient sum."""
@@ -142,8 +170,10 @@ def test_a_sub_batch_gets_exactly_its_rows_masks(encoder, family, padding):
     (flat.sum() + seq.sum()).backward()
     whole = gradients(model)
     model.zero_grad()
-    parts = [forward(model, keys, ids, attention, decoder, rows, whole_length)
-             for rows in (slice(0, 2), slice(2, 4))]
+    parts = [
+        forward(model, keys, ids, attention, decoder, rows, whole_length)
+        for rows in (slice(0, 2), slice(2, 4))
+    ]
     for part in parts:
         (part[0].sum() + part[1].sum()).backward()
     torch.testing.assert_close(torch.cat([p[0] for p in parts]), flat, **FLOATS)

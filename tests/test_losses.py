@@ -28,7 +28,9 @@ def test_seq2seq_loss_is_invariant_to_block_order():
     assert torch.allclose(loss_fwd, loss_swp)
     # and it is not a trivial constant: another code costs something else
     other = make_targets([[a, a, pad], [b, pad, pad]], block_size)
-    assert not torch.allclose(seq2seq_row_loss(logits, other, num_blocks, block_size)[0], loss_fwd[0])
+    assert not torch.allclose(
+        seq2seq_row_loss(logits, other, num_blocks, block_size)[0], loss_fwd[0]
+    )
 
 
 def test_seq2seq_loss_prefers_matching_block():
@@ -45,7 +47,9 @@ def test_flat_loss_and_multi_hot():
     labels = torch.tensor([[0, 2], [1, -1]])
     assert multi_hot(labels, 3).tolist() == [[1, 0, 1], [0, 1, 0]]
     logits = torch.zeros(2, 3)
-    assert torch.allclose(flat_row_loss(logits, labels), torch.full((2,), 3 * math.log(2)), atol=1e-4)
+    assert torch.allclose(
+        flat_row_loss(logits, labels), torch.full((2,), 3 * math.log(2)), atol=1e-4
+    )
 
 
 @pytest.mark.floats
@@ -61,8 +65,10 @@ def test_step_losses_of_split_batches_add_up_to_the_full_batch():
     total, _, _ = row_losses(flat, seq, labels, targets, num_blocks, block_size, 0.3)
     ones = torch.ones(rows)
     whole = step_loss(total, ones, rows, world_size=1)
-    shards = [step_loss(total[:2], ones[:2], rows, world_size=2),
-              step_loss(total[2:], ones[2:], rows, world_size=2)]
+    shards = [
+        step_loss(total[:2], ones[:2], rows, world_size=2),
+        step_loss(total[2:], ones[2:], rows, world_size=2),
+    ]
     torch.testing.assert_close(whole, sum(shards) / 2, **FLOATS)  # other sums: equal up to rounding
     torch.testing.assert_close(whole, total.mean(), **FLOATS)
     # a placeholder row (weight 0) adds nothing: a rank with no rows of the step

@@ -5,8 +5,14 @@ import torch
 
 from mixer.data.labels.formatter import PAD, CodeFormatter
 from mixer.prediction.heads import ranked_codes
-from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, Thresholds, decoded_blocks, decoded_codes,
-                                    multi_hot_and_unknown)
+from mixer.reporting.metrics import (
+    MIN_TUNE_ROWS,
+    MetricSums,
+    Thresholds,
+    decoded_blocks,
+    decoded_codes,
+    multi_hot_and_unknown,
+)
 
 
 def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
@@ -16,8 +22,12 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
     codes = np.array(["11", "64"], dtype=object)
     key_blocks = torch.from_numpy(f.encode_blocks(list(codes)))
     bad = [3 + 9, 3 + 9]  # "99": not in the key
-    tokens = torch.tensor([bad + bad + key_blocks[1].tolist(),          # bad, bad, 64
-                           key_blocks[0].tolist() + bad + [PAD, PAD]])  # 11, bad, (empty)
+    tokens = torch.tensor(
+        [
+            bad + bad + key_blocks[1].tolist(),  # bad, bad, 64
+            key_blocks[0].tolist() + bad + [PAD, PAD],
+        ]
+    )  # 11, bad, (empty)
     block_probs = np.full((2, 3), 0.9)
     predicted, _ = ranked_codes(decoded_blocks(tokens, 3, 2), block_probs, f, top_k=3)
     assert [sorted(c for c in row if c) for row in predicted] == [["64", "99"], ["11", "99"]]
@@ -28,11 +38,20 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
     labels = torch.tensor([[1, -1, -1], [0, -1, -1]])
     sums = MetricSums("cpu")
     rows = torch.zeros(2)
-    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows,
-                   seq_logits=torch.zeros(2, 7, 13), targets=torch.zeros(2, 7, dtype=torch.long),
-                   flat_probs=torch.tensor([[0.1, 0.9], [0.9, 0.1]]), labels=labels,
-                   seq_codes=seq_codes, code_index={"11": 0, "64": 1}, threshold=0.5,
-                   num_labels=2, top_k=3)
+    sums.add_batch(
+        row_total=rows,
+        row_seq=rows,
+        row_flat=rows,
+        seq_logits=torch.zeros(2, 7, 13),
+        targets=torch.zeros(2, 7, dtype=torch.long),
+        flat_probs=torch.tensor([[0.1, 0.9], [0.9, 0.1]]),
+        labels=labels,
+        seq_codes=seq_codes,
+        code_index={"11": 0, "64": 1},
+        threshold=0.5,
+        num_labels=2,
+        top_k=3,
+    )
     result = sums.result()
     assert result["seq2seq_precision"] == 2 / 4  # 4 predicted codes in all, 2 right
     assert result["seq2seq_recall"] == 1.0
@@ -41,10 +60,21 @@ def test_repeated_invalid_blocks_count_once_in_metrics_and_in_predictions():
 def _tuning_sums(probs, labels, groups, n_groups):
     sums = MetricSums("cpu", tune_groups=n_groups)
     rows = torch.zeros(len(probs))
-    sums.add_batch(row_total=rows, row_seq=rows, row_flat=rows, seq_logits=torch.zeros(len(probs), 5, 8),
-                   targets=torch.zeros(len(probs), 5, dtype=torch.long), flat_probs=probs, labels=labels,
-                   seq_codes=[[]] * len(probs), code_index={}, threshold=0.5, num_labels=4, top_k=2,
-                   groups=torch.as_tensor(groups))
+    sums.add_batch(
+        row_total=rows,
+        row_seq=rows,
+        row_flat=rows,
+        seq_logits=torch.zeros(len(probs), 5, 8),
+        targets=torch.zeros(len(probs), 5, dtype=torch.long),
+        flat_probs=probs,
+        labels=labels,
+        seq_codes=[[]] * len(probs),
+        code_index={},
+        threshold=0.5,
+        num_labels=4,
+        top_k=2,
+        groups=torch.as_tensor(groups),
+    )
     return sums
 
 
@@ -72,13 +102,18 @@ def test_thresholds_are_tuned_per_language_with_enough_rows():
     labels = torch.tensor(a[1] * many + b[1] * many + c[1] * 3)
     groups = [0] * many + [1] * many + [2] * 3
     tuned, report = _tuning_sums(probs, labels, groups, 3).best_thresholds(
-        ["a", "b", "c"], Thresholds.of(0.5))
+        ["a", "b", "c"], Thresholds.of(0.5)
+    )
     assert tuned.table["a"] <= 0.35 and tuned.table["b"] > 0.6 and "c" not in tuned.table
     assert report["a"][0] == 1.0 and report["b"][0] == 1.0
     assert set(report) == {"all", "a", "b"}
     # what prediction uses: the table where it has the language, else the default
     assert list(tuned.for_languages(["a", "b", "c", "zz"])) == [
-        tuned.table["a"], tuned.table["b"], tuned.default, tuned.default]
+        tuned.table["a"],
+        tuned.table["b"],
+        tuned.default,
+        tuned.default,
+    ]
 
 
 def test_tuning_keeps_the_table_it_started_with_and_tunes_the_default_on_the_other_languages():
@@ -94,10 +129,13 @@ def test_tuning_keeps_the_table_it_started_with_and_tunes_the_default_on_the_oth
     groups = [0] * many + [1] * many + [2] * 3 + [3] * few + [4] * few + [5] * few
     start = Thresholds.of(0.31, {"en": 0.26, "da": 0.24, "unk": 0.31})
     tuned, report = _tuning_sums(probs, labels, groups, 6).best_thresholds(
-        ["en", "zz", "da", "x1", "x2", "x3"], start)
+        ["en", "zz", "da", "x1", "x2", "x3"], start
+    )
     assert tuned.table["da"] == 0.24 and tuned.table["unk"] == 0.31 and tuned.table["en"] <= 0.35
     assert tuned.table["zz"] > 0.6 and tuned.default > 0.6 and "x1" not in tuned.table
     assert set(report) == {"en", "zz", "others"} and report["others"][2] == 3 * few
     # too few rows outside the table: the default stays
-    tuned, report = _tuning_sums(probs[:many], labels[:many], [0] * many, 1).best_thresholds(["en"], start)
+    tuned, report = _tuning_sums(probs[:many], labels[:many], [0] * many, 1).best_thresholds(
+        ["en"], start
+    )
     assert tuned.default == 0.31 and set(report) == {"en"}

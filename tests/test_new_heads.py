@@ -19,29 +19,69 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import (ROOT, TRAINED_WEIGHTS_ATOL, assert_floats_close, assert_same_metrics, max_difference, run,
-                      run_program, start, torchrun_cmd, wait_for_line, weights)
+from conftest import (
+    ROOT,
+    TRAINED_WEIGHTS_ATOL,
+    assert_floats_close,
+    assert_same_metrics,
+    max_difference,
+    run,
+    run_program,
+    start,
+    torchrun_cmd,
+    wait_for_line,
+    weights,
+)
 from occcanine_reference import TEXTS
 
 # dropout on (the recipe's 0.1 in the encoder, and 0.1 in the new heads too, which the recipe
 # leaves at 0: keyed by the row, mixer.models.keyed_dropout) and a fixed seed; training noise
 # on (the recipe's), so rows differ in length
-FAST = ["--only-encoder", "--head-dropout", "0.1", "--seed", "5", "--max-steps", "6", "--eval-interval", "3",
-        "--share-val", "0.09", "--target-cols", "hisco_1", "hisco_2", "--language", "en",
-        "--log-interval", "1", "--save-interval", "1"]
+FAST = [
+    "--only-encoder",
+    "--head-dropout",
+    "0.1",
+    "--seed",
+    "5",
+    "--max-steps",
+    "6",
+    "--eval-interval",
+    "3",
+    "--share-val",
+    "0.09",
+    "--target-cols",
+    "hisco_1",
+    "hisco_2",
+    "--language",
+    "en",
+    "--log-interval",
+    "1",
+    "--save-interval",
+    "1",
+]
 
 
 def fast_cmd(small_csv, hisco_model, run_dir, *extra) -> list:
-    return ["--dataset", small_csv, "--initial-checkpoint", hisco_model["bin"], *FAST,
-            "--save-path", run_dir, *map(str, extra)]
+    return [
+        "--dataset",
+        small_csv,
+        "--initial-checkpoint",
+        hisco_model["bin"],
+        *FAST,
+        "--save-path",
+        run_dir,
+        *map(str, extra),
+    ]
 
 
 @pytest.fixture(scope="module")
 def fast_run(tmp_path_factory, small_csv, hisco_model):
     """One process, batch 8, each micro-batch padded whole: the reference."""
     out = tmp_path_factory.mktemp("fast") / "run"
-    proc = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, out, "--batch-size", 8,
-                                                "--length-groups", 1))
+    proc = run_program(
+        "finetune.py",
+        *fast_cmd(small_csv, hisco_model, out, "--batch-size", 8, "--length-groups", 1),
+    )
     return out, proc
 
 
@@ -52,20 +92,44 @@ def test_new_heads_read_only_the_characters_by_default(fast_run):
     assert "padded to what the longest row of each batch needs (characters read" in proc.stdout
     assert "padded to 128" not in proc.stdout
     config = json.load(open(out / "config.json"))
-    assert config["heads"]["family"] == "occcanine" and config["heads"]["decoder_reads_padding"] is False
+    assert (
+        config["heads"]["family"] == "occcanine"
+        and config["heads"]["decoder_reads_padding"] is False
+    )
     assert yaml.safe_load(open(out / "args.yaml"))["model"]["new_heads"] == "fast"
 
 
 @pytest.mark.floats
-def test_length_groups_processes_and_a_kill_change_only_rounding(fast_run, small_csv, hisco_model,
-                                                                 tmp_path):
+def test_length_groups_processes_and_a_kill_change_only_rounding(
+    fast_run, small_csv, hisco_model, tmp_path
+):
     reference = weights(fast_run[0])
-    grouped = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, tmp_path / "grouped",
-                                                   "--batch-size", 8, "--length-groups", 3))
+    grouped = run_program(
+        "finetune.py",
+        *fast_cmd(
+            small_csv, hisco_model, tmp_path / "grouped", "--batch-size", 8, "--length-groups", 3
+        ),
+    )
     assert "cut into at most 3 groups of similar length" in grouped.stdout
-    two = run(torchrun_cmd(2, "--standalone") + [os.path.join(ROOT, "finetune.py"), "--distributed",
-              *map(str, fast_cmd(small_csv, hisco_model, tmp_path / "two", "--batch-size", 4,
-                                 "--length-groups", 3))])
+    two = run(
+        torchrun_cmd(2, "--standalone")
+        + [
+            os.path.join(ROOT, "finetune.py"),
+            "--distributed",
+            *map(
+                str,
+                fast_cmd(
+                    small_csv,
+                    hisco_model,
+                    tmp_path / "two",
+                    "--batch-size",
+                    4,
+                    "--length-groups",
+                    3,
+                ),
+            ),
+        ]
+    )
     assert "cut into at most 3 groups of similar length" in two.stdout + two.stderr
     killed = tmp_path / "killed"
     args = fast_cmd(small_csv, hisco_model, killed, "--batch-size", 8)
@@ -93,10 +157,15 @@ def test_predictions_at_the_rule_are_those_at_128_characters(fast_run, toy_frame
     texts = list(toy_frame["occ1"].iloc[:60]) + TEXTS
     model = mixer.load(str(fast_run[0]), device="cpu")
     assert model._predictor.padding(states=True).length(20) < 128
-    ours = {head: model.predict(texts, lang="en", head=head) for head in ("flat", "seq2seq", "full")}
+    ours = {
+        head: model.predict(texts, lang="en", head=head) for head in ("flat", "seq2seq", "full")
+    }
     original = Predictor.padding
-    monkeypatch.setattr(Predictor, "padding",
-                        lambda self, states: dataclasses.replace(original(self, states), reads=EVERY_POSITION))
+    monkeypatch.setattr(
+        Predictor,
+        "padding",
+        lambda self, states: dataclasses.replace(original(self, states), reads=EVERY_POSITION),
+    )
     assert model._predictor.padding(states=True).length(20) == 128
     for head, got in ours.items():
         full = model.predict(texts, lang="en", head=head)
@@ -115,8 +184,9 @@ def test_the_export_refuses_fast_heads_naming_the_option(fast_run, tmp_path):
     assert not out.exists()  # nothing written
 
 
-def test_a_run_from_before_the_choice_keeps_reading_every_position(fast_run, small_csv, hisco_model,
-                                                                   tmp_path):
+def test_a_run_from_before_the_choice_keeps_reading_every_position(
+    fast_run, small_csv, hisco_model, tmp_path
+):
     """A config.json without decoder_reads_padding and an args.yaml without new_heads are
     of a run whose new heads were OccCANINE's form: predicted, exported and resumed so."""
     import mixer
@@ -137,20 +207,42 @@ def test_a_run_from_before_the_choice_keeps_reading_every_position(fast_run, sma
     proc = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, old, "--batch-size", 8))
     assert "resuming from" in proc.stdout and "new heads (--new-heads occcanine)" in proc.stdout
     assert "micro-batches padded whole: inputs padded to 128 characters" in proc.stdout
-    refused = run_program("finetune.py", *fast_cmd(small_csv, hisco_model, old, "--batch-size", 8,
-                                                   "--new-heads", "fast"), check=False)
+    refused = run_program(
+        "finetune.py",
+        *fast_cmd(small_csv, hisco_model, old, "--batch-size", 8, "--new-heads", "fast"),
+        check=False,
+    )
     assert refused.returncode == 2 and "trains heads of the form occcanine" in refused.stderr
 
 
 def test_the_choice_is_refused_where_there_are_no_new_heads_on_occcanine_s_encoder(
-        small_csv, hisco_model, tmp_path):
+    small_csv, hisco_model, tmp_path
+):
     from conftest import TINY
 
     cases = {
-        "finetune.py": ["--dataset", small_csv, "--target-cols", "hisco_1", *TINY, "--new-heads", "occcanine"],
-        "train_mixer.py": ["--train-data", small_csv, "--val-data", small_csv, "--formatter", "hisco",
-                           "--allow-codes-shorter-than-block-size", "--initial-checkpoint", hisco_model["hub"],
-                           "--new-heads", "fast"],
+        "finetune.py": [
+            "--dataset",
+            small_csv,
+            "--target-cols",
+            "hisco_1",
+            *TINY,
+            "--new-heads",
+            "occcanine",
+        ],
+        "train_mixer.py": [
+            "--train-data",
+            small_csv,
+            "--val-data",
+            small_csv,
+            "--formatter",
+            "hisco",
+            "--allow-codes-shorter-than-block-size",
+            "--initial-checkpoint",
+            hisco_model["hub"],
+            "--new-heads",
+            "fast",
+        ],
     }
     for program, args in cases.items():
         out = tmp_path / program
@@ -158,5 +250,7 @@ def test_the_choice_is_refused_where_there_are_no_new_heads_on_occcanine_s_encod
         proc = run_program(program, *args, flag, out, check=False)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-        assert "only new heads on OccCANINE's encoder" in lines[0] and "leave the flag out" in lines[0]
+        assert (
+            "only new heads on OccCANINE's encoder" in lines[0] and "leave the flag out" in lines[0]
+        )
         assert not out.exists()

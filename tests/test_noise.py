@@ -59,6 +59,7 @@ def test_noise_is_a_function_of_seed_epoch_and_position_only():
 
 def test_the_sampler_gives_each_row_its_epoch_and_position_whatever_the_layout():
     """The draws of a step are the same whether one process or two ranks take it."""
+
     def draws(samplers, epoch):
         out = set()
         for s in samplers:
@@ -78,8 +79,13 @@ def test_the_sampler_gives_each_row_its_epoch_and_position_whatever_the_layout()
 
 @pytest.fixture()
 def store(tmp_path):
-    frame = pd.DataFrame({"text": ["farmer", "wine merchant", "smith", "labourer"],
-                          "lang": ["en", "en", "unk", "en"], "code_1": ["1", "2", "3", "4"]})
+    frame = pd.DataFrame(
+        {
+            "text": ["farmer", "wine merchant", "smith", "labourer"],
+            "lang": ["en", "en", "unk", "en"],
+            "code_1": ["1", "2", "3", "4"],
+        }
+    )
     frame.to_parquet(tmp_path / "data_train.parquet", row_group_size=3)  # a store of 2 batches
     path = str(tmp_path / "texts.arrow")
     build_text_store(str(tmp_path), "train", path)
@@ -130,17 +136,25 @@ def test_the_noised_validation_copy_is_the_baseline_s_text(store):
     flat, lengths = ids.encode(frame["text"].to_numpy(object), frame["lang"].to_numpy(object))
     cache = TokenCache(flat, np.concatenate([[0], np.cumsum(lengths)]))
     codes, names = language_codes(frame["lang"])
-    inputs = RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0), seed=5, every_row=True)
+    inputs = RowInputs(
+        cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0), seed=5, every_row=True
+    )
     dataset = RowDataset(inputs, np.zeros((4, 1), dtype=np.int64))
     got = [item[0].tolist() for item in dataset.__getitems__([0, 1, 2, 3])]  # as evaluation asks
     expected_texts = noised_texts(list(frame["text"]), 5, 2, word_list(frame["text"]))
-    expected, lengths = ids.encode(np.asarray(expected_texts, object), frame["lang"].to_numpy(object))
+    expected, lengths = ids.encode(
+        np.asarray(expected_texts, object), frame["lang"].to_numpy(object)
+    )
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    assert got == [expected[starts[i]:starts[i + 1]].tolist() for i in range(4)]
+    assert got == [expected[starts[i] : starts[i + 1]].tolist() for i in range(4)]
     assert expected_texts != list(frame["text"])
     # the training epochs' draws are other draws
-    assert got != [g.tolist() for g in RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0),
-                                                 seed=5).ids(np.arange(4), 0, np.arange(4))]
+    assert got != [
+        g.tolist()
+        for g in RowInputs(cache, ids, texts, codes, names, NoiseConfig(1.0, 2, 0.0), seed=5).ids(
+            np.arange(4), 0, np.arange(4)
+        )
+    ]
 
 
 def test_the_text_store_reads_rows_across_its_batches(store):

@@ -25,9 +25,19 @@ from mixer.core import config, programs  # noqa: E402
 from mixer.core.options import options_of  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "mixer", "cli", "options.py")
-CLASSES = (config.DataConfig, config.TargetNaming, config.RunConfig, config.ModelConfig, config.TrainConfig,
-           config.DistConfig, config.LogConfig, programs.PredictConfig, programs.EvaluateConfig,
-           programs.ExportConfig, programs.PlotConfig)
+CLASSES = (
+    config.DataConfig,
+    config.TargetNaming,
+    config.RunConfig,
+    config.ModelConfig,
+    config.TrainConfig,
+    config.DistConfig,
+    config.LogConfig,
+    programs.PredictConfig,
+    programs.EvaluateConfig,
+    programs.ExportConfig,
+    programs.PlotConfig,
+)
 
 
 def mixer_sources() -> list:
@@ -49,10 +59,15 @@ def test_no_flag_is_defined_outside_the_generator():
         if path == GENERATOR:
             continue
         for node in ast.walk(parse(path)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("add_argument", "add_mutually_exclusive_group"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add_argument", "add_mutually_exclusive_group")
+            ):
                 outside.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
-    assert not outside, "flags are made by mixer/cli/options.py from configuration fields: " + ", ".join(outside)
+    assert not outside, (
+        "flags are made by mixer/cli/options.py from configuration fields: " + ", ".join(outside)
+    )
 
 
 def test_nothing_past_the_command_line_layer_imports_argparse():
@@ -61,8 +76,13 @@ def test_nothing_past_the_command_line_layer_imports_argparse():
         if os.sep + os.path.join("mixer", "cli") + os.sep in path:
             continue
         for node in ast.walk(parse(path)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if "argparse" in names:
                 found.append(os.path.relpath(path, ROOT))
     assert not found
@@ -97,9 +117,15 @@ def test_no_help_text_writes_a_default_out(program):
         if not action.help or action.default in (None, False, True, [], "", argparse.SUPPRESS):
             continue
         text = action.help
-        if isinstance(action.default, (list, tuple)):  # the generator's own, a list as typed (help_text)
+        if isinstance(
+            action.default, (list, tuple)
+        ):  # the generator's own, a list as typed (help_text)
             text = text.removesuffix(" (default: %s)" % " ".join(map(str, action.default)))
-        assert not written_default(text, action.default), (program, action.option_strings, action.help)
+        assert not written_default(text, action.default), (
+            program,
+            action.option_strings,
+            action.help,
+        )
 
 
 def test_the_check_for_a_written_default_sees_one():
@@ -134,7 +160,11 @@ def test_the_code_systems_offered_are_the_formatters():
 def test_the_training_programs_differ_only_where_the_table_says():
     finetune, train = (entrypoints.finetune_parser(), entrypoints.train_mixer_parser())
     rows = {p.prog: {a.dest: a for a in p._actions} for p in (finetune, train)}
-    differing = {config.TABLE_ROLES[r][1].replace("-", "_") + o for r in ("val_data",) for o in config.READ_OPTIONS}
+    differing = {
+        config.TABLE_ROLES[r][1].replace("-", "_") + o
+        for r in ("val_data",)
+        for o in config.READ_OPTIONS
+    }
     for dest in set(rows[finetune.prog]) ^ set(rows[train.prog]):
         assert dest in config.PROGRAM_DIFFERENCES or dest in differing, dest
 

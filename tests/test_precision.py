@@ -25,10 +25,29 @@ def test_emulated_precision_runs_fp32_and_says_so_unless_forced():
 
 def test_training_reports_the_precision_it_runs(small_csv, tmp_path):
     runs_native, _ = native("bf16", "cpu")
-    proc = run_program("finetune.py", "--dataset", small_csv, "--target-cols", "hisco_1",
-                       "--save-path", tmp_path / "run", "--max-steps", "1", "--precision", "bf16",
-                       "--encoder", "canine-tiny", "--decoder-dim", "32", "--decoder-layers", "1",
-                       "--decoder-heads", "2", "--max-len", "48")
+    proc = run_program(
+        "finetune.py",
+        "--dataset",
+        small_csv,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        tmp_path / "run",
+        "--max-steps",
+        "1",
+        "--precision",
+        "bf16",
+        "--encoder",
+        "canine-tiny",
+        "--decoder-dim",
+        "32",
+        "--decoder-layers",
+        "1",
+        "--decoder-heads",
+        "2",
+        "--max-len",
+        "48",
+    )
     expected = "bf16" if runs_native else "fp32"
     assert f"precision {expected}" in proc.stdout
     assert ("no bf16 arithmetic" in proc.stdout) != runs_native
@@ -45,8 +64,10 @@ def test_padding_to_a_multiple_of_8_leaves_a_bert_encoder_unchanged(tiny_bert_di
 
     torch.manual_seed(0)
     model = MixerModel(AutoModel.from_pretrained(tiny_bert_dir), HeadsConfig(5, 6, 3)).eval()
-    rows = [(np.array([2, 7, 9, 11, 3]), np.array([0]), 1, 1.0),
-            (np.array([2, 8, 3]), np.array([1]), 1, 1.0)]
+    rows = [
+        (np.array([2, 7, 9, 11, 3]), np.array([0]), 1, 1.0),
+        (np.array([2, 8, 3]), np.array([1]), 1, 1.0),
+    ]
     key_blocks = np.array([[3, 4], [4, 5], [5, 3], [3, 3], [4, 4]])
     tight = Collator(0, key_blocks)(rows)
     padded = Collator(0, key_blocks, padding=InputPadding(multiple=8))(rows)

@@ -22,10 +22,31 @@ from conftest import TINY, write_scores
 # every field of PredictConfig that the sidecar records; a new field must be added here or to
 # provenance.UNRECORDED (with why it does not change the file), so that none is forgotten
 RECORDED = {
-    "input_col", "language", "language_col", "top_k", "threshold", "head", "what", "alternatives", "columns",
-    "system", "code_descriptions", "target_accuracy", "target_confidence", "calibration_data",
-    "calibration_truth_cols", "shorter_codes", "code_levels", "lookup", "lookup_input_col", "lookup_code_cols",
-    "precision", "force_precision", "quantize", "tf32", "tables",
+    "input_col",
+    "language",
+    "language_col",
+    "top_k",
+    "threshold",
+    "head",
+    "what",
+    "alternatives",
+    "columns",
+    "system",
+    "code_descriptions",
+    "target_accuracy",
+    "target_confidence",
+    "calibration_data",
+    "calibration_truth_cols",
+    "shorter_codes",
+    "code_levels",
+    "lookup",
+    "lookup_input_col",
+    "lookup_code_cols",
+    "precision",
+    "force_precision",
+    "quantize",
+    "tf32",
+    "tables",
 }
 
 
@@ -39,8 +60,12 @@ def test_every_field_of_the_configuration_is_recorded_or_said_why_not():
     fields = {f.name for f in dataclasses.fields(PredictConfig)}
     assert set(provenance.UNRECORDED) <= fields  # no stale entry
     assert not RECORDED & set(provenance.UNRECORDED)
-    assert fields == RECORDED | set(provenance.UNRECORDED), "classify the new field: RECORDED or UNRECORDED"
-    assert set(provenance.options_part(PredictConfig())) == RECORDED  # generated: each recorded field is there
+    assert fields == RECORDED | set(provenance.UNRECORDED), (
+        "classify the new field: RECORDED or UNRECORDED"
+    )
+    assert (
+        set(provenance.options_part(PredictConfig())) == RECORDED
+    )  # generated: each recorded field is there
 
 
 def test_provenance_keeps_the_name_users_were_given():
@@ -61,32 +86,81 @@ def test_the_sidecar_records_what_made_the_file(run_dir, common_csv, tmp_path):
     (tmp_path / "b").mkdir()
     a, b = tmp_path / "a" / "out.csv", tmp_path / "b" / "out.csv"
     assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(a)]) == 0
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(b), "--input-col",
-                         "hisco_1", "--language", "da", "--sep", ",", "--encoding", "latin-1"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(b),
+                "--input-col",
+                "hisco_1",
+                "--language",
+                "da",
+                "--sep",
+                ",",
+                "--encoding",
+                "latin-1",
+            ]
+        )
+        == 0
+    )
     first, second = sidecar(a), sidecar(b)
     assert first["id"] != second["id"]
     assert first["options"]["input_col"] is None and first["columns"]["input_col"] == "occ1"
-    assert second["options"]["input_col"] == "hisco_1" and second["columns"]["input_col"] == "hisco_1"
+    assert (
+        second["options"]["input_col"] == "hisco_1" and second["columns"]["input_col"] == "hisco_1"
+    )
     assert second["options"]["language"] == "da" and second["columns"]["language"] == "da"
-    assert second["options"]["tables"]["sep"] == "," and second["options"]["tables"]["encoding"] == "iso8859-1"
+    assert (
+        second["options"]["tables"]["sep"] == ","
+        and second["options"]["tables"]["encoding"] == "iso8859-1"
+    )
     # the code descriptions and the calibration data by their bytes, the truth columns by name
     descriptions = tmp_path / "d.csv"
     pd.DataFrame({"code": ["99910"], "description": ["labourer"]}).to_csv(descriptions, index=False)
     c = tmp_path / "c.csv"
-    assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(c),
-                         "--code-descriptions", str(descriptions)]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                run_dir,
+                "--input",
+                common_csv,
+                "--output",
+                str(c),
+                "--code-descriptions",
+                str(descriptions),
+            ]
+        )
+        == 0
+    )
     recorded = sidecar(c)["options"]["code_descriptions"]
     assert recorded["name"] == "d.csv" and len(recorded["xxh3_128"]) == 32
     from mixer.coding.provenance import options_part
 
-    labelled = options_part(PredictConfig(calibration_data=common_csv, calibration_truth_cols=["hisco_1"]))
-    assert labelled["calibration_data"]["name"] == "common.csv" and labelled["calibration_truth_cols"] == ["hisco_1"]
+    labelled = options_part(
+        PredictConfig(calibration_data=common_csv, calibration_truth_cols=["hisco_1"])
+    )
+    assert labelled["calibration_data"]["name"] == "common.csv" and labelled[
+        "calibration_truth_cols"
+    ] == ["hisco_1"]
     # every output shape has its sidecar, with its options and the rows written
     rows = len(pd.read_csv(common_csv))
-    for flags, written in ((["--what", "probs"], rows), (["--alternatives", "3"], 3 * rows),
-                           (["--columns", "occcanine"], rows)):
+    for flags, written in (
+        (["--what", "probs"], rows),
+        (["--alternatives", "3"], 3 * rows),
+        (["--columns", "occcanine"], rows),
+    ):
         out = tmp_path / f"shape{len(os.listdir(tmp_path))}.csv"
-        assert predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), *flags]) == 0
+        assert (
+            predict_main(
+                ["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), *flags]
+            )
+            == 0
+        )
         made = sidecar(out)
         assert made["result"]["rows"] == written == len(pd.read_csv(out)), flags
         name = flags[0][2:]
@@ -100,23 +174,60 @@ def learned_run(tmp_path_factory, common_csv):
     run = tmp_path_factory.mktemp("learned") / "run"
     from mixer.cli.entrypoints import finetune_main
 
-    assert finetune_main(["--dataset", common_csv, "--target-cols", "hisco_1", "hisco_2", "--save-path", str(run),
-                          "--share-val", "0.4", *TINY, "--max-steps", "120", "--batch-size", "16",
-                          "--learning-rate", "5e-3"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                common_csv,
+                "--target-cols",
+                "hisco_1",
+                "hisco_2",
+                "--save-path",
+                str(run),
+                "--share-val",
+                "0.4",
+                *TINY,
+                "--max-steps",
+                "120",
+                "--batch-size",
+                "16",
+                "--learning-rate",
+                "5e-3",
+            ]
+        )
+        == 0
+    )
     os.remove(run / "calibration.json")
     write_scores(run, chose=5)
     return str(run)
 
 
-def test_the_api_chooses_the_threshold_predict_py_chooses(learned_run, common_csv, tmp_path, capsys):
+def test_the_api_chooses_the_threshold_predict_py_chooses(
+    learned_run, common_csv, tmp_path, capsys
+):
     """Issue 42 item 5: m.target(0.9) left the rows to code uncounted and chose another
     threshold than predict.py on the same rows. predict(target_accuracy=) counts them as
     predict.py does; target(rows_to_code=) takes the texts; a target chosen without them says so."""
     import mixer
 
     out = tmp_path / "out.csv"
-    assert predict_main(["--checkpoint", learned_run, "--input", common_csv, "--output", str(out),
-                         "--target-accuracy", "0.3", "--target-confidence", "0.9"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                learned_run,
+                "--input",
+                common_csv,
+                "--output",
+                str(out),
+                "--target-accuracy",
+                "0.3",
+                "--target-confidence",
+                "0.9",
+            ]
+        )
+        == 0
+    )
     written = pd.read_csv(out, dtype=str, keep_default_na=False)
     threshold = sidecar(out)["target"]["flat"]["threshold"]
     model = mixer.load(learned_run)
@@ -125,8 +236,12 @@ def test_the_api_chooses_the_threshold_predict_py_chooses(learned_run, common_cs
     assert table["coded"].tolist() == written["coded"].tolist()
     counted = model.target(0.3, 0.9, rows_to_code=texts)
     assert counted.threshold == threshold and counted.rows_to_code == len(texts)
-    assert model.target(target_accuracy=0.3, target_confidence=0.9, rows_to_code=len(texts)) == counted
-    assert model.target(accuracy=0.3, confidence=0.9, rows_to_code=len(texts)) == counted  # earlier names
+    assert (
+        model.target(target_accuracy=0.3, target_confidence=0.9, rows_to_code=len(texts)) == counted
+    )
+    assert (
+        model.target(accuracy=0.3, confidence=0.9, rows_to_code=len(texts)) == counted
+    )  # earlier names
     capsys.readouterr()
     model.predict(texts, target=counted)
     assert "rows_to_code" not in capsys.readouterr().err
@@ -143,27 +258,37 @@ def test_the_api_takes_predict_py_options_by_their_names_and_says_them(run_dir):
 
     model = mixer.load(run_dir)
     for call, message in (
-            (lambda: model.predict(["farmer"], top_k=0), "top_k=0: must be 1 or more"),
-            (lambda: model.predict(["farmer"], batch_size=True), "batch_size=True: expected a whole number"),
-            (lambda: model.predict(["farmer"], threshold=2), "threshold=2: must be between 0 and 1"),
-            (lambda: model.predict(["farmer"], head="beam"), "head='beam': invalid choice"),
-            (lambda: model.predict(["farmer"], what="odds"), "what='odds': invalid choice"),
-            (lambda: model.target(1.5), "target_accuracy=1.5: must be strictly between 0 and 1"),
-            (lambda: model.target(0.5, shorter_codes=True), "shorter_codes=True: .* code_levels="),
-            (lambda: model.target(0.5, head="full"), "target_accuracy=: the full head .* head='flat'"),
-            (lambda: model.predict(["farmer"], shorter_codes=True), "works with target_accuracy="),
-            (lambda: model.predict(["farmer"], lang="en", language="en"), "lang= and language= both given"),
-            (lambda: model.predict(["farmer"], topk=2), r"topk=: not a keyword of predict\(\)"),
-            (lambda: model.predict(["farmer"], margin=0.1), r"margin=: not a keyword of predict\(\)"),
-            (lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5}), 2, audit_unit="words"),
-             "audit_unit='words': invalid choice")):
+        (lambda: model.predict(["farmer"], top_k=0), "top_k=0: must be 1 or more"),
+        (
+            lambda: model.predict(["farmer"], batch_size=True),
+            "batch_size=True: expected a whole number",
+        ),
+        (lambda: model.predict(["farmer"], threshold=2), "threshold=2: must be between 0 and 1"),
+        (lambda: model.predict(["farmer"], head="beam"), "head='beam': invalid choice"),
+        (lambda: model.predict(["farmer"], what="odds"), "what='odds': invalid choice"),
+        (lambda: model.target(1.5), "target_accuracy=1.5: must be strictly between 0 and 1"),
+        (lambda: model.target(0.5, shorter_codes=True), "shorter_codes=True: .* code_levels="),
+        (lambda: model.target(0.5, head="full"), "target_accuracy=: the full head .* head='flat'"),
+        (lambda: model.predict(["farmer"], shorter_codes=True), "works with target_accuracy="),
+        (
+            lambda: model.predict(["farmer"], lang="en", language="en"),
+            "lang= and language= both given",
+        ),
+        (lambda: model.predict(["farmer"], topk=2), r"topk=: not a keyword of predict\(\)"),
+        (lambda: model.predict(["farmer"], margin=0.1), r"margin=: not a keyword of predict\(\)"),
+        (
+            lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5}), 2, audit_unit="words"),
+            "audit_unit='words': invalid choice",
+        ),
+    ):
         with pytest.raises(UserError, match=message) as raised:
             call()
         assert not re.search(r"--[a-z]", str(raised.value)), str(raised.value)
     # the program's defaults: what predict.py writes with no option
     assert model.predict(["farmer"], lang="unk").equals(model.predict(["farmer"], language=None))
     assert model.audit(pd.DataFrame({"occ1": ["farmer", "smith", "miner"]}), 2, seed=3).equals(
-        model.audit(pd.DataFrame({"occ1": ["farmer", "smith", "miner"]}), 2, audit_seed=3))
+        model.audit(pd.DataFrame({"occ1": ["farmer", "smith", "miner"]}), 2, audit_seed=3)
+    )
 
 
 def test_a_target_of_the_model_s_own_top_k_and_threshold_is_accepted(run_dir):
@@ -183,7 +308,12 @@ def test_a_target_of_the_model_s_own_top_k_and_threshold_is_accepted(run_dir):
 def test_the_columns_a_job_reads_are_decided_in_one_place():
     from mixer.data.tables.job_columns import job_columns
 
-    config = {"input_col": "occ1", "language_col": "lang", "language": "unk", "context_cols": ["relation"]}
+    config = {
+        "input_col": "occ1",
+        "language_col": "lang",
+        "language": "unk",
+        "context_cols": ["relation"],
+    }
     assert job_columns(config) == ("occ1", "lang", "unk", ["relation"])
     assert job_columns(config, "title", "da") == ("title", None, "da", ["relation"])
     assert job_columns(config, language="") == ("occ1", "lang", "unk", ["relation"])
@@ -195,7 +325,10 @@ def test_the_columns_a_job_reads_are_decided_in_one_place():
         for name in names:
             if name.endswith(".py"):
                 text = open(os.path.join(folder, name), encoding="utf-8").read()
-                if re.search(r"None if \w*(lang|language)\w* (is not None )?else config\.get\(\"language_col\"\)", text):
+                if re.search(
+                    r"None if \w*(lang|language)\w* (is not None )?else config\.get\(\"language_col\"\)",
+                    text,
+                ):
                     found.append(name)
     assert found == ["columns.py"]
 
@@ -207,12 +340,18 @@ def test_predict_py_names_itself_and_its_input(run_dir, common_csv, tmp_path, mo
         monkeypatch.delenv(name, raising=False)
     out = tmp_path / "out.csv"
     with pytest.raises(UserError, match="torchrun --nproc_per_node=N predict.py --distributed"):
-        predict_main(["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), "--distributed"])
+        predict_main(
+            ["--checkpoint", run_dir, "--input", common_csv, "--output", str(out), "--distributed"]
+        )
     empty = tmp_path / "empty.csv"
     empty.write_text("occ1,hisco_1\n")
     for extra in ([], ["--target-accuracy", "0.5", "--target-confidence", "0.9"]):
-        with pytest.raises(UserError, match=f"^--input {re.escape(str(empty))}: no rows below its header"):
-            predict_main(["--checkpoint", run_dir, "--input", str(empty), "--output", str(out), *extra])
+        with pytest.raises(
+            UserError, match=f"^--input {re.escape(str(empty))}: no rows below its header"
+        ):
+            predict_main(
+                ["--checkpoint", run_dir, "--input", str(empty), "--output", str(out), *extra]
+            )
     assert sorted(os.listdir(tmp_path)) == ["empty.csv"]
 
 
@@ -224,8 +363,15 @@ def test_a_launched_predict_py_without_distributed_says_predicting(monkeypatch):
     monkeypatch.setattr(world, "_store", lambda *a: None)
     monkeypatch.setattr(world, "_STARTED", world._STARTED)
     monkeypatch.setattr(world.dist, "init_process_group", lambda **kw: None)
-    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "x"}
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+        "TORCHELASTIC_RUN_ID": "x",
+    }
     world.setup(DistConfig(distributed=False), log=said.append, env=env, program="predict.py")
     world.setup(DistConfig(distributed=False), log=said.append, env=env)
     assert "predicting with --distributed" in said[0] and "training with --distributed" in said[1]
@@ -239,7 +385,18 @@ def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
     from mixer.prediction.api import RENAMED, Model
 
     fields = {f.name for f in dataclasses.fields(PredictConfig)}
-    own = {"self", "texts", "context", "target", "rows_to_code", "options", "frame", "n", "path", "renamed"}
+    own = {
+        "self",
+        "texts",
+        "context",
+        "target",
+        "rows_to_code",
+        "options",
+        "frame",
+        "n",
+        "path",
+        "renamed",
+    }
     for method in (Model.predict, Model.target, Model.audit):
         for name, parameter in inspect.signature(method).parameters.items():
             if name in own:
@@ -249,17 +406,31 @@ def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
     assert set(RENAMED.values()) <= fields
 
 
-@pytest.mark.parametrize("message, said", [
-    ("--top-k 0: must be 1 or more", "top_k=0: must be 1 or more"),
-    ("use --head flat or seq2seq", "use head='flat' or seq2seq"),
-    ("pass --calibration-data FILE --calibration-truth-cols COL", "pass calibration_data=FILE calibration_truth_cols=COL"),
-    ("--lookup x.csv: line 2 (--lookup-sep ;)", "lookup='x.csv': line 2 (--lookup-sep ;)"),  # no keyword: as is
-    ("pass --lookup-code-cols", "pass code_cols="),  # Model.lookup's own name
-    ("a stratified audit (--audit-by decade); choose on one (predict.py --audit N without --audit-by)",
-     "a stratified audit (audit_by='decade'); choose on one (predict.py --audit N without --audit-by)"),
-    ("--shorter-codes gives a shorter code", "shorter_codes=True gives a shorter code"),
-    ("--checkpoint runs/x is not a run; train with --keep-best", "--checkpoint runs/x is not a run; train with --keep-best"),
-])
+@pytest.mark.parametrize(
+    "message, said",
+    [
+        ("--top-k 0: must be 1 or more", "top_k=0: must be 1 or more"),
+        ("use --head flat or seq2seq", "use head='flat' or seq2seq"),
+        (
+            "pass --calibration-data FILE --calibration-truth-cols COL",
+            "pass calibration_data=FILE calibration_truth_cols=COL",
+        ),
+        (
+            "--lookup x.csv: line 2 (--lookup-sep ;)",
+            "lookup='x.csv': line 2 (--lookup-sep ;)",
+        ),  # no keyword: as is
+        ("pass --lookup-code-cols", "pass code_cols="),  # Model.lookup's own name
+        (
+            "a stratified audit (--audit-by decade); choose on one (predict.py --audit N without --audit-by)",
+            "a stratified audit (audit_by='decade'); choose on one (predict.py --audit N without --audit-by)",
+        ),
+        ("--shorter-codes gives a shorter code", "shorter_codes=True gives a shorter code"),
+        (
+            "--checkpoint runs/x is not a run; train with --keep-best",
+            "--checkpoint runs/x is not a run; train with --keep-best",
+        ),
+    ],
+)
 def test_the_api_says_the_program_s_messages_in_its_keywords(message, said):
     from mixer.prediction.api import keyword_message
 

@@ -32,9 +32,15 @@ def test_rare_codes_are_drawn_up_and_dominant_codes_down():
 
 def test_the_draw_depends_on_seed_and_epoch_only():
     a = epoch_rows(CODES, seed=1, epoch=3, upsample_below=5, downsample_top=0.2)
-    assert np.array_equal(a, epoch_rows(CODES.copy(), seed=1, epoch=3, upsample_below=5, downsample_top=0.2))
-    assert not np.array_equal(a, epoch_rows(CODES, seed=1, epoch=4, upsample_below=5, downsample_top=0.2))
-    assert not np.array_equal(a, epoch_rows(CODES, seed=2, epoch=3, upsample_below=5, downsample_top=0.2))
+    assert np.array_equal(
+        a, epoch_rows(CODES.copy(), seed=1, epoch=3, upsample_below=5, downsample_top=0.2)
+    )
+    assert not np.array_equal(
+        a, epoch_rows(CODES, seed=1, epoch=4, upsample_below=5, downsample_top=0.2)
+    )
+    assert not np.array_equal(
+        a, epoch_rows(CODES, seed=2, epoch=3, upsample_below=5, downsample_top=0.2)
+    )
     sizes = {len(epoch_rows(CODES, 1, e, 5, 0.2)) for e in range(5)}
     assert sizes == {56}  # the same size in every epoch: the schedule can count on it
 
@@ -49,16 +55,23 @@ def test_ranks_together_train_the_resampled_epoch_of_one_process(world, accum):
         single.set_epoch(epoch)
         assert single.rows_per_epoch == 56
         one = [i for batch in single for i, _, w, *_ in batch if w]
-        ranks = [StepSampler(len(CODES), 8, world, r, accum, seed=7, epoch_rows=rows_of) for r in range(world)]
+        ranks = [
+            StepSampler(len(CODES), 8, world, r, accum, seed=7, epoch_rows=rows_of)
+            for r in range(world)
+        ]
         steps = []
         for sampler in ranks:
             sampler.set_epoch(epoch)
             steps.append([[i for i, _, w, *_ in batch if w] for batch in sampler])
         # step by step, the ranks' micro-batches hold the single process's batch
-        merged = [sorted(sum((steps[r][s * accum + m] for r in range(world) for m in range(accum)), []))
-                  for s in range(single.steps_per_epoch)]
-        per_step = [sorted(one[s * single.global_batch_size:(s + 1) * single.global_batch_size])
-                    for s in range(single.steps_per_epoch)]
+        merged = [
+            sorted(sum((steps[r][s * accum + m] for r in range(world) for m in range(accum)), []))
+            for s in range(single.steps_per_epoch)
+        ]
+        per_step = [
+            sorted(one[s * single.global_batch_size : (s + 1) * single.global_batch_size])
+            for s in range(single.steps_per_epoch)
+        ]
         assert merged == per_step
         assert sorted(one) == sorted(rows_of(epoch).tolist())
 
@@ -66,9 +79,30 @@ def test_ranks_together_train_the_resampled_epoch_of_one_process(world, accum):
 def test_a_run_prints_and_schedules_the_resampled_epoch(tmp_path, small_csv, capsys):
     from mixer.cli.entrypoints import finetune_main
 
-    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "--share-val", "0.09",
-                          "--save-path", str(tmp_path / "run"), *TINY, "--num-epochs", "1",
-                          "--batch-size", "32", "--upsample-below", "4", "--downsample-top", "0.05"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                small_csv,
+                "--target-cols",
+                "hisco_1",
+                "--share-val",
+                "0.09",
+                "--save-path",
+                str(tmp_path / "run"),
+                *TINY,
+                "--num-epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--upsample-below",
+                "4",
+                "--downsample-top",
+                "0.05",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     import pandas as pd
 
@@ -85,11 +119,29 @@ def test_a_resumed_resampled_run_ends_with_the_weights_of_an_uninterrupted_one(t
 
     from mixer.cli.entrypoints import finetune_main
 
-    common = ["--dataset", small_csv, "--target-cols", "hisco_1", "--share-val", "0.09", *TINY,
-              "--num-epochs", "2", "--batch-size", "16", "--dropout", "0", "--upsample-below", "3",
-              "--downsample-top", "0.05"]
+    common = [
+        "--dataset",
+        small_csv,
+        "--target-cols",
+        "hisco_1",
+        "--share-val",
+        "0.09",
+        *TINY,
+        "--num-epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--dropout",
+        "0",
+        "--upsample-below",
+        "3",
+        "--downsample-top",
+        "0.05",
+    ]
     assert finetune_main([*common, "--save-path", str(tmp_path / "straight")]) == 0
-    assert finetune_main([*common, "--save-path", str(tmp_path / "split"), "--stop-at-step", "7"]) == 0
+    assert (
+        finetune_main([*common, "--save-path", str(tmp_path / "split"), "--stop-at-step", "7"]) == 0
+    )
     assert finetune_main([*common, "--save-path", str(tmp_path / "split")]) == 0
     a, b = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("straight", "split"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) == 0.0

@@ -38,8 +38,17 @@ def census(tmp_path_factory, small_csv) -> str:
 
 
 def predict_cmd(run, census, out, *extra) -> list:
-    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90",
-            *map(str, extra)]
+    return [
+        "--checkpoint",
+        run,
+        "--input",
+        census,
+        "--output",
+        str(out),
+        "--chunk-size",
+        "90",
+        *map(str, extra),
+    ]
 
 
 def same_name(tmp_path, name: str, *folders) -> list:
@@ -60,28 +69,44 @@ def env(**values) -> dict:
 
 
 # ------------------------------------------------------------------ every output kind
-@pytest.mark.parametrize("suffix, extra, fault, done", [
-    ("parquet", ["--head", "flat", "seq2seq"], "3", 3),  # a kill -9 after chunk 3's rows, before its entry
-    ("xlsx", [], "1:TERM", 2),  # a scheduler's SIGTERM: chunk 1 kept, exit 0
-    ("dta", ["--head", "flat", "seq2seq"], "3", 3),
-    ("npy", ["--what", "probs", "--head", "flat"], "1:TERM", 2),
-])
-def test_every_output_kind_killed_resumes_to_the_bytes_of_an_uninterrupted_run(run, census, tmp_path, suffix, extra,
-                                                                                 fault, done, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "suffix, extra, fault, done",
+    [
+        (
+            "parquet",
+            ["--head", "flat", "seq2seq"],
+            "3",
+            3,
+        ),  # a kill -9 after chunk 3's rows, before its entry
+        ("xlsx", [], "1:TERM", 2),  # a scheduler's SIGTERM: chunk 1 kept, exit 0
+        ("dta", ["--head", "flat", "seq2seq"], "3", 3),
+        ("npy", ["--what", "probs", "--head", "flat"], "1:TERM", 2),
+    ],
+)
+def test_every_output_kind_killed_resumes_to_the_bytes_of_an_uninterrupted_run(
+    run, census, tmp_path, suffix, extra, fault, done, monkeypatch, capsys
+):
     from mixer.cli.entrypoints import predict_main
 
     whole, cut = same_name(tmp_path, f"out.{suffix}", "whole", "cut")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", STAMP)
     assert predict_main(predict_cmd(run, census, whole, *extra)) == 0
-    killed = run_program("predict.py", *predict_cmd(run, census, cut, *extra), check=False,
-                         env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: fault}))
+    killed = run_program(
+        "predict.py",
+        *predict_cmd(run, census, cut, *extra),
+        check=False,
+        env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: fault}),
+    )
     assert killed.returncode == (0 if "TERM" in fault else 9), killed.stderr
     assert not cut.exists()
     # run again without the fixed time: an Excel or Stata file states the first run's (the journal's)
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
     capsys.readouterr()
     assert predict_main(predict_cmd(run, census, cut, *extra)) == 0
-    assert f"continuing an unfinished run after its {done} chunk(s) ({90 * done} rows" in capsys.readouterr().out
+    assert (
+        f"continuing an unfinished run after its {done} chunk(s) ({90 * done} rows"
+        in capsys.readouterr().out
+    )
     assert cut.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in cut.parent.iterdir()) == [cut.name, cut.name + ".provenance.json"]
 
@@ -93,12 +118,22 @@ def test_a_file_written_through_parts_is_the_file_written_directly(tmp_path):
     from mixer.data.tables.writing import OutputWriter
 
     rng = np.random.default_rng(0)
-    chunks = [pd.DataFrame({"occ1": [f"farmer {i}" for i in range(start, start + 40)],
-                            "birth year": np.arange(start, start + 40), "prob_1": rng.random(40),
-                            "code_1": ["61110"] * 39 + [""]}) for start in range(0, 120, 40)]
+    chunks = [
+        pd.DataFrame(
+            {
+                "occ1": [f"farmer {i}" for i in range(start, start + 40)],
+                "birth year": np.arange(start, start + 40),
+                "prob_1": rng.random(40),
+                "code_1": ["61110"] * 39 + [""],
+            }
+        )
+        for start in range(0, 120, 40)
+    ]
     inputs = ["occ1", "birth year"]  # Stata names the second birth_year, labelled with its name
     for suffix in ("parquet", "xlsx", "dta", "csv"):
-        direct = OutputWriter(str(tmp_path / f"direct.{suffix}"), label="made by a test", stamp=1.7e9)
+        direct = OutputWriter(
+            str(tmp_path / f"direct.{suffix}"), label="made by a test", stamp=1.7e9
+        )
         for chunk in chunks:
             direct.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
         direct.commit()
@@ -107,13 +142,23 @@ def test_a_file_written_through_parts_is_the_file_written_directly(tmp_path):
             parts = tmp_path / f"parts-{suffix}-{kept}"
             parts.mkdir()
             out = tmp_path / f"resumed-{kept}.{suffix}"
-            first = OutputWriter(str(out), label="made by a test", tmp=str(parts / f"output.{suffix}"),
-                                 parts=str(parts), stamp=1.7e9)
+            first = OutputWriter(
+                str(out),
+                label="made by a test",
+                tmp=str(parts / f"output.{suffix}"),
+                parts=str(parts),
+                stamp=1.7e9,
+            )
             for chunk in chunks[:kept]:
                 first.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
             first.close()
-            resumed = OutputWriter(str(out), label="made by a test", tmp=str(parts / f"output.{suffix}"),
-                                   parts=str(parts), stamp=1.7e9)
+            resumed = OutputWriter(
+                str(out),
+                label="made by a test",
+                tmp=str(parts / f"output.{suffix}"),
+                parts=str(parts),
+                stamp=1.7e9,
+            )
             resumed.resume(kept, 40 * kept)
             for chunk in chunks[kept:]:
                 resumed.write(chunk[["prob_1", "code_1"]], inputs=chunk[inputs])
@@ -148,14 +193,24 @@ def test_excel_and_stata_files_state_the_time_given_not_the_clock_s(tmp_path, mo
 
 # ------------------------------------------------------------------ torchrun
 def torchrun(*args) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-            os.path.join(ROOT, "predict.py"), "--distributed", *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--standalone",
+        os.path.join(ROOT, "predict.py"),
+        "--distributed",
+        *map(str, args),
+    ]
 
 
 def launch(cmd, environment, check=True):
     import subprocess
 
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=environment)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=environment
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -165,14 +220,19 @@ def launch(cmd, environment, check=True):
 def two_processes(run, census, tmp_path_factory) -> dict:
     """torchrun, 2 processes, run through: a CSV (two heads) and a Parquet file."""
     outputs = {}
-    for suffix, extra in (("csv", ["--head", "flat", "seq2seq", "--batch-size", "8"]), ("parquet", [])):
+    for suffix, extra in (
+        ("csv", ["--head", "flat", "seq2seq", "--batch-size", "8"]),
+        ("parquet", []),
+    ):
         out = tmp_path_factory.mktemp("two") / f"out.{suffix}"
         launch(torchrun(*predict_cmd(run, census, out, *extra)), env())
         outputs[suffix] = out.read_bytes()
     return outputs
 
 
-def test_two_processes_killed_and_run_again_write_what_they_write_run_through(run, census, two_processes, tmp_path):
+def test_two_processes_killed_and_run_again_write_what_they_write_run_through(
+    run, census, two_processes, tmp_path
+):
     """torchrun, 2 processes. Rank 1 lost after chunk 2 (its node gone: torchrun ends rank 0,
     whose collective fails): the parts stay. The same command continues after chunk 2; then
     rank 0 killed after chunk 4's rows, before its journal entry; the same command again
@@ -190,14 +250,19 @@ def test_two_processes_killed_and_run_again_write_what_they_write_run_through(ru
     assert sorted(p.name for p in two.parent.iterdir()) == ["out.csv", "out.csv.provenance.json"]
 
 
-def test_two_processes_stop_together_on_a_signal_and_one_process_continues(run, census, two_processes, tmp_path):
+def test_two_processes_stop_together_on_a_signal_and_one_process_continues(
+    run, census, two_processes, tmp_path
+):
     """torchrun, 2 processes, Parquet: SIGTERM to rank 0 after chunk 1 stops both ranks after
     it (they agree), exit 0. One process continues the job (any layout: 1 and N processes
     compute each input in the same batch, Predictor.shared) to the bytes of 2 processes run
     through."""
     (stopped,) = same_name(tmp_path, "out.parquet", "stopped")
     first = launch(torchrun(*predict_cmd(run, census, stopped)), env(**{FAULT: "1:TERM"}))
-    assert "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue" in first.stderr
+    assert (
+        "stopped after 2 chunk(s) (180 rows) on a signal: run the same command to continue"
+        in first.stderr
+    )
     assert not stopped.exists()
     again = run_program("predict.py", *predict_cmd(run, census, stopped), env=env())
     assert "continuing an unfinished run after its 2 chunk(s) (180 rows" in again.stdout

@@ -46,22 +46,36 @@ def test_the_calibration_share_is_part_of_the_prepared_data_identity(tmp_path, s
     from mixer.data.prepared.prepare import prepare_run_data
 
     plain = DataConfig(dataset=small_csv, target_cols=["hisco_1", "hisco_2"])
-    assert "share_calibration" not in run_stamp(plain, 42)["settings"]  # older directories keep theirs
+    assert (
+        "share_calibration" not in run_stamp(plain, 42)["settings"]
+    )  # older directories keep theirs
     run_dir = prepared_dir(tmp_path, small_csv, share_calibration=0.2)
     assert prepared_stamp(run_dir)["rows"] == {"train": 85, "val": 12, "cal": 24}
     with pytest.raises(UserError, match="--share-calibration was 0.2, now 0.1"):
-        prepare_run_data(DataConfig(dataset=small_csv, target_cols=["hisco_1", "hisco_2"],
-                                    share_calibration=0.1), 42, run_dir, log=lambda _line: None)
+        prepare_run_data(
+            DataConfig(
+                dataset=small_csv, target_cols=["hisco_1", "hisco_2"], share_calibration=0.1
+            ),
+            42,
+            run_dir,
+            log=lambda _line: None,
+        )
 
 
-def test_train_mixer_sets_the_calibration_share_aside_from_the_validation_files(tmp_path, small_csv):
+def test_train_mixer_sets_the_calibration_share_aside_from_the_validation_files(
+    tmp_path, small_csv
+):
     from mixer.data.prepared.prepare import prepare_run_data
 
     frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
     frame.iloc[:80].to_csv(tmp_path / "train.csv", index=False)
     frame.iloc[80:].to_csv(tmp_path / "val.csv", index=False)
-    cfg = DataConfig(train_data=[str(tmp_path / "train.csv")], val_data=[str(tmp_path / "val.csv")],
-                     target_cols=["hisco_1", "hisco_2"], share_calibration=0.25)
+    cfg = DataConfig(
+        train_data=[str(tmp_path / "train.csv")],
+        val_data=[str(tmp_path / "val.csv")],
+        target_cols=["hisco_1", "hisco_2"],
+        share_calibration=0.25,
+    )
     prepare_run_data(cfg, 42, str(tmp_path / "run"), log=lambda _line: None)
     run_dir = str(tmp_path / "run")
     assert len(split(run_dir, "train")) == 80
@@ -76,7 +90,9 @@ def test_report_columns_are_kept_through_preparation(tmp_path, small_csv):
     frame["decade"] = (1850 + 10 * (np.arange(len(frame)) % 3)).astype(str)
     path = tmp_path / "with_source.csv"
     frame.to_csv(path, index=False)
-    run_dir = prepared_dir(tmp_path, str(path), report_cols=["source", "decade"], share_calibration=0.1)
+    run_dir = prepared_dir(
+        tmp_path, str(path), report_cols=["source", "decade"], share_calibration=0.1
+    )
     for name in ("train", "val", "cal"):
         part = split(run_dir, name)
         expected = frame.set_index(np.arange(1, len(frame) + 1)).loc[part["row"]]
@@ -84,9 +100,13 @@ def test_report_columns_are_kept_through_preparation(tmp_path, small_csv):
         assert part["report:decade"].astype(str).tolist() == expected["decade"].tolist()
 
 
-@pytest.mark.parametrize("share, message", [(0.001, "sets no row aside"),
-                                            (0.95, "leave 12 validation and 0 training rows")])
-def test_a_calibration_share_that_leaves_a_split_empty_is_refused(tmp_path, small_csv, share, message):
+@pytest.mark.parametrize(
+    "share, message",
+    [(0.001, "sets no row aside"), (0.95, "leave 12 validation and 0 training rows")],
+)
+def test_a_calibration_share_that_leaves_a_split_empty_is_refused(
+    tmp_path, small_csv, share, message
+):
     with pytest.raises(UserError, match=f"--share-calibration {share}.* {message}"):
         prepared_dir(tmp_path, small_csv, share_calibration=share)
     assert not os.path.exists(tmp_path / "run" / "prepared.json")
@@ -102,8 +122,16 @@ def test_a_missing_report_column_is_refused_naming_the_flag(tmp_path, small_csv)
 def test_a_report_column_named_like_a_score_column_is_refused(tmp_path, small_csv, column):
     from mixer.cli import entrypoints, parsing
 
-    argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", str(tmp_path / "run"),
-            "--report-cols", column]
+    argv = [
+        "--dataset",
+        small_csv,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        str(tmp_path / "run"),
+        "--report-cols",
+        column,
+    ]
     with pytest.raises(UserError, match=f"^--report-cols {column}: .*another name$"):
         parsing.build_config(parsing.parse_args(entrypoints.finetune_parser(), argv))
 
@@ -112,10 +140,33 @@ def test_a_report_column_named_like_a_score_column_is_refused(tmp_path, small_cs
 # Until the suite has a float tolerance of its own (tests/conftest.py), confidences of one
 # and of two processes are compared as the brief of issue 37 says: rtol 1e-6, atol 1e-7.
 RTOL, ATOL = 1e-6, 1e-7
-SCORED = ["--dropout", "0", "--seed", "5", "--max-steps", "6", "--eval-interval", "3", "--share-val", "0.09",
-          "--target-cols", "hisco_1", "hisco_2", "--language", "en", *TINY,
-          "--share-calibration", "0.2", "--report-cols", "source", "--val-max-rows", "8", "--full-val-at-end",
-          "--keep-best", "val_seq2seq_accuracy"]
+SCORED = [
+    "--dropout",
+    "0",
+    "--seed",
+    "5",
+    "--max-steps",
+    "6",
+    "--eval-interval",
+    "3",
+    "--share-val",
+    "0.09",
+    "--target-cols",
+    "hisco_1",
+    "hisco_2",
+    "--language",
+    "en",
+    *TINY,
+    "--share-calibration",
+    "0.2",
+    "--report-cols",
+    "source",
+    "--val-max-rows",
+    "8",
+    "--full-val-at-end",
+    "--keep-best",
+    "val_seq2seq_accuracy",
+]
 
 
 @pytest.fixture(scope="module")
@@ -131,13 +182,16 @@ def sourced_csv(tmp_path_factory, small_csv):
 def scored(tmp_path_factory, sourced_csv):
     """One process, batch 8, rows set aside for calibration, a report column, a best kept."""
     out = str(tmp_path_factory.mktemp("scored") / "run")
-    proc = run_program("finetune.py", "--dataset", sourced_csv, "--save-path", out, "--batch-size", 8, *SCORED)
+    proc = run_program(
+        "finetune.py", "--dataset", sourced_csv, "--save-path", out, "--batch-size", 8, *SCORED
+    )
     return out, proc.stdout + proc.stderr
 
 
 def scores_of(directory) -> pd.DataFrame:
-    return pd.read_parquet(os.path.join(directory, "scores.parquet")).sort_values(["split", "row"],
-                                                                                   ignore_index=True)
+    return pd.read_parquet(os.path.join(directory, "scores.parquet")).sort_values(
+        ["split", "row"], ignore_index=True
+    )
 
 
 def temperatures(directory) -> dict:
@@ -152,23 +206,33 @@ def assert_same_scores(a, b):
     assert list(left.columns) == list(right.columns)
     floats = [c for c in left.columns if c.endswith("_confidence")]
     pd.testing.assert_frame_equal(left.drop(columns=floats), right.drop(columns=floats))
-    np.testing.assert_allclose(left[floats].to_numpy(), right[floats].to_numpy(), rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(pd.Series(temperatures(a)), pd.Series(temperatures(b)), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        left[floats].to_numpy(), right[floats].to_numpy(), rtol=RTOL, atol=ATOL
+    )
+    np.testing.assert_allclose(
+        pd.Series(temperatures(a)), pd.Series(temperatures(b)), rtol=RTOL, atol=ATOL
+    )
 
 
-def test_a_run_scores_every_validation_and_calibration_row_once_and_says_which_chose(scored, sourced_csv):
+def test_a_run_scores_every_validation_and_calibration_row_once_and_says_which_chose(
+    scored, sourced_csv
+):
     run, out = scored
     frame = pd.read_csv(sourced_csv, dtype=str, keep_default_na=False)
     for directory in (run, os.path.join(run, "best")):
         scores = scores_of(directory)
         val, cal = (split(run, name) for name in ("val", "cal"))
-        assert scores["split"].tolist() == ["cal"] * len(cal) + ["val"] * len(val)  # --full-val-at-end: all 11
+        assert scores["split"].tolist() == ["cal"] * len(cal) + ["val"] * len(
+            val
+        )  # --full-val-at-end: all 11
         assert (len(val), len(cal)) == (11, 24)
         for name, part in (("val", val), ("cal", cal)):
             rows = scores[scores["split"] == name]
             assert rows["row"].tolist() == list(range(len(part)))
             assert rows["text"].tolist() == part["text"].astype(str).tolist()
-            source = frame["source"].to_numpy()[part["row"].to_numpy() - 1]  # prepared rows count from 1
+            source = frame["source"].to_numpy()[
+                part["row"].to_numpy() - 1
+            ]  # prepared rows count from 1
             assert rows["source"].tolist() == source.tolist()
         # the 8 rows every evaluation read chose the best model; the other 3 and the calibration rows nothing
         from mixer.training.run import validation_sample
@@ -178,21 +242,34 @@ def test_a_run_scores_every_validation_and_calibration_row_once_and_says_which_c
         assert [r for r in range(11) if chose[("val", r)]] == sorted(sample)
         assert not chose.loc["cal"].any()
         for head in ("flat", "seq2seq"):
-            assert (scores[f"{head}_correct"] == (scores[f"{head}_codes"] == scores["true_codes"])).all()
+            assert (
+                scores[f"{head}_correct"] == (scores[f"{head}_codes"] == scores["true_codes"])
+            ).all()
             assert scores[f"{head}_confidence"].between(0, 1).all()
-    assert "scores of 11 validation and 24 calibration rows (the weights of the last step, 6)" in out
+    assert (
+        "scores of 11 validation and 24 calibration rows (the weights of the last step, 6)" in out
+    )
     assert "at 95% accuracy: " in out and "expected calibration error" in out
     # the guarantee first, then the curve's point named for what it is (issue 43, section 5)
     assert "  flat head: on new rows, predict.py --target-accuracy 0.95 codes " in out
-    assert "  flat head, read off the curve of these rows (a point estimate, not a promise for new rows): " in out
+    assert (
+        "  flat head, read off the curve of these rows (a point estimate, not a promise for new rows): "
+        in out
+    )
 
 
 def test_the_end_of_a_run_writes_calibration_curves_and_a_card_that_shows_them(scored):
     run, _ = scored
     for directory, files in ((run, "best/"), (os.path.join(run, "best"), "")):
-        for name in ("calibration.json", "production_curve.csv", "production_curve_flat.png",
-                     "production_curve_seq2seq.png", "production_curve_flat_source.png", "reliability_flat.png",
-                     "reliability_seq2seq.png"):
+        for name in (
+            "calibration.json",
+            "production_curve.csv",
+            "production_curve_flat.png",
+            "production_curve_seq2seq.png",
+            "production_curve_flat_source.png",
+            "reliability_flat.png",
+            "reliability_seq2seq.png",
+        ):
             assert os.path.getsize(os.path.join(directory, name)) > 0, name
         with open(os.path.join(directory, "README.md")) as handle:
             text = handle.read()
@@ -201,7 +278,10 @@ def test_the_end_of_a_run_writes_calibration_curves_and_a_card_that_shows_them(s
         assert "| coded at 95% accuracy, read off these rows' curve |" in text
         assert f"![production curve, flat head]({files}production_curve_flat.png)" in text
     curve = pd.read_csv(os.path.join(run, "production_curve.csv"), keep_default_na=False)
-    assert set(curve["by"]) == {"all", "lang", "source"} and set(curve["head"]) == {"flat", "seq2seq"}
+    assert set(curve["by"]) == {"all", "lang", "source"} and set(curve["head"]) == {
+        "flat",
+        "seq2seq",
+    }
     assert set(curve.loc[curve["by"] == "source", "group"]) == {"census", "parish"}
     last = curve[(curve["head"] == "flat") & (curve["by"] == "all")].iloc[-1]
     assert last["coded_rows"] == 35 and last["coded_share"] == 1.0
@@ -213,8 +293,19 @@ def scored_two(tmp_path_factory, sourced_csv):
     from conftest import rank0_gathers_cmd, run
 
     out = str(tmp_path_factory.mktemp("scored-ddp") / "run")
-    run(rank0_gathers_cmd(2, "finetune.py") + [
-        "--distributed", "--dataset", sourced_csv, "--save-path", out, "--batch-size", "4", *SCORED])
+    run(
+        rank0_gathers_cmd(2, "finetune.py")
+        + [
+            "--distributed",
+            "--dataset",
+            sourced_csv,
+            "--save-path",
+            out,
+            "--batch-size",
+            "4",
+            *SCORED,
+        ]
+    )
     return out
 
 
@@ -250,15 +341,29 @@ def gathered_rows(n, seed=0):
         right = rng.random() < 0.7
         flat = true if right else [codes[(r + 1) % 4]]
         seq = true if rng.random() < 0.6 else ["61120"]
-        rows.append((r, true, flat, seq, float(rng.uniform(0.5, 1.0) if right else rng.uniform(0, 0.8)),
-                     float(rng.random())))
+        rows.append(
+            (
+                r,
+                true,
+                flat,
+                seq,
+                float(rng.uniform(0.5, 1.0) if right else rng.uniform(0, 0.8)),
+                float(rng.random()),
+            )
+        )
     return rows
 
 
 def splits_of(n_val, n_cal):
     def frame(n, prefix):
-        return pd.DataFrame({"text": [f"{prefix} {i}" for i in range(n)],
-                             "lang": (["en", "sv"] * n)[:n], "report:source": ["census"] * n})
+        return pd.DataFrame(
+            {
+                "text": [f"{prefix} {i}" for i in range(n)],
+                "lang": (["en", "sv"] * n)[:n],
+                "report:source": ["census"] * n,
+            }
+        )
+
     return {"val": frame(n_val, "val"), "cal": frame(n_cal, "cal")}
 
 
@@ -268,27 +373,42 @@ def test_which_validation_rows_chose_something():
     sample = [1, 3, 4]
     assert chose_mask(6, sample, keep_best=False, tuned_on=None).tolist() == [False] * 6
     assert np.flatnonzero(chose_mask(6, sample, keep_best=True, tuned_on=None)).tolist() == sample
-    assert np.flatnonzero(chose_mask(6, sample, keep_best=False, tuned_on="sample")).tolist() == sample
+    assert (
+        np.flatnonzero(chose_mask(6, sample, keep_best=False, tuned_on="sample")).tolist() == sample
+    )
     assert chose_mask(6, sample, keep_best=True, tuned_on="all").all()
 
 
 def test_scores_name_each_rows_codes_confidence_and_correctness_at_each_level():
     from mixer.coding.scores import score_frame
 
-    val = [(0, ["61110", "64100"], ["64100", "61110"], ["61120"], 0.9, 0.2),
-           (1, ["-1"], ["-1"], ["-2"], 0.8, 0.4)]
+    val = [
+        (0, ["61110", "64100"], ["64100", "61110"], ["61120"], 0.9, 0.2),
+        (1, ["-1"], ["-1"], ["-2"], 0.8, 0.4),
+    ]
     cal = [(0, ["61110"], ["61190"], ["61110"], 0.3, 0.7)]
-    frame = score_frame({"val": val, "cal": cal, "noised": []}, splits_of(2, 1), np.array([True, False]),
-                        [1, 2, 3], ["source"])
+    frame = score_frame(
+        {"val": val, "cal": cal, "noised": []},
+        splits_of(2, 1),
+        np.array([True, False]),
+        [1, 2, 3],
+        ["source"],
+    )
     assert frame["split"].tolist() == ["val", "val", "cal"] and frame["row"].tolist() == [0, 1, 0]
     assert frame["chose"].tolist() == [True, False, False]
     assert frame["true_codes"].tolist() == ["61110 & 64100", "-1", "61110"]
-    assert frame["flat_codes"].tolist() == ["61110 & 64100", "-1", "61190"]  # sorted: a set, not an order
+    assert frame["flat_codes"].tolist() == [
+        "61110 & 64100",
+        "-1",
+        "61190",
+    ]  # sorted: a set, not an order
     assert frame["flat_correct"].tolist() == [True, True, False]
     assert frame["flat_correct_3"].tolist() == [True, True, True]  # 611 is 611
     assert frame["seq2seq_correct_1"].tolist() == [True, False, True]  # {6} is {6}; -2 has no group
     assert frame["seq2seq_correct_2"].tolist() == [False, False, True]  # {61} is not {61, 64}
-    assert frame["flat_confidence"].dtype == np.float64 and frame["source"].tolist() == ["census"] * 3
+    assert (
+        frame["flat_confidence"].dtype == np.float64 and frame["source"].tolist() == ["census"] * 3
+    )
     assert frame["text"].tolist() == ["val 0", "val 1", "cal 0"]
 
 
@@ -308,15 +428,22 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
     fit = ~chose if free >= MIN_FIT_ROWS else np.ones(300, dtype=bool)
     for head in ("flat", "seq2seq"):
         entry = stored["heads"][head]
-        temperature, bias = fit_scaling(frame[f"{head}_confidence"][fit], frame[f"{head}_correct"][fit])
-        assert entry["temperature"] == pytest.approx(temperature) and entry["bias"] == pytest.approx(bias)
+        temperature, bias = fit_scaling(
+            frame[f"{head}_confidence"][fit], frame[f"{head}_correct"][fit]
+        )
+        assert entry["temperature"] == pytest.approx(temperature) and entry[
+            "bias"
+        ] == pytest.approx(bias)
         assert entry["rows"] == int(fit.sum())
         # rows it was not fit on get an ECE of their own when there are enough of them
         assert ("held_out" in entry) == (free >= MIN_FIT_ROWS and 300 - free >= MIN_FIT_ROWS)
         calibrated = calibrate_entry(frame[f"{head}_confidence"], entry)
         assert np.all(np.diff(calibrated[np.argsort(frame[f"{head}_confidence"])]) >= 0)  # monotone
-    assert stored["rows"].startswith(f"the {free} scored rows that chose nothing" if free >= MIN_FIT_ROWS
-                                     else "all 300 scored rows: only 60 chose nothing")
+    assert stored["rows"].startswith(
+        f"the {free} scored rows that chose nothing"
+        if free >= MIN_FIT_ROWS
+        else "all 300 scored rows: only 60 chose nothing"
+    )
     for name, content in files.items():  # written as a model directory holds them, read back
         (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
     assert read_summary(str(tmp_path)) == summary
@@ -327,18 +454,29 @@ def test_the_temperature_is_fit_on_rows_that_chose_nothing_when_there_are_enough
 
     for head in ("flat", "seq2seq"):
         held = ~chose
-        choice = choose_threshold(frame[f"{head}_confidence"][held], frame[f"{head}_correct"][held], 0.95, 0.05,
-                                  GUARANTEE_ROWS)
+        choice = choose_threshold(
+            frame[f"{head}_confidence"][held],
+            frame[f"{head}_correct"][held],
+            0.95,
+            0.05,
+            GUARANTEE_ROWS,
+        )
         entry = summary["heads"][head]
         assert entry["guarantee_rows"] == free
-        assert entry["guaranteed_share"] == (choice.coded_share if choice.threshold is not None else 0.0)
+        assert entry["guaranteed_share"] == (
+            choice.coded_share if choice.threshold is not None else 0.0
+        )
     lines = report_lines(summary, str(tmp_path), "test")
-    assert lines[1].startswith(f"  flat head: on new rows, predict.py --target-accuracy 0.95 codes "
-                               f"{summary['heads']['flat']['guaranteed_share']:.0%} automatically (its guarantee, "
-                               f"at confidence 0.95, its threshold chosen on the {free} scored rows that chose "
-                               "nothing, for a file of 1,000,000 rows like them)")
-    assert lines[2].startswith("  flat head, read off the curve of these rows (a point estimate, not a promise for "
-                               "new rows): at 95% accuracy: ")
+    assert lines[1].startswith(
+        f"  flat head: on new rows, predict.py --target-accuracy 0.95 codes "
+        f"{summary['heads']['flat']['guaranteed_share']:.0%} automatically (its guarantee, "
+        f"at confidence 0.95, its threshold chosen on the {free} scored rows that chose "
+        "nothing, for a file of 1,000,000 rows like them)"
+    )
+    assert lines[2].startswith(
+        "  flat head, read off the curve of these rows (a point estimate, not a promise for "
+        "new rows): at 95% accuracy: "
+    )
     assert pd.read_parquet(tmp_path / "scores.parquet").equals(frame)
 
 
@@ -347,8 +485,13 @@ def test_a_breakdown_value_called_all_is_not_taken_for_the_overall_curve():
 
     splits = splits_of(40, 0)
     splits["val"]["report:source"] = ["all", "census"] * 20
-    frame = score_frame({"val": gathered_rows(40), "cal": [], "noised": []}, splits, np.zeros(40, bool), [],
-                        ["source"])
+    frame = score_frame(
+        {"val": gathered_rows(40), "cal": [], "noised": []},
+        splits,
+        np.zeros(40, bool),
+        [],
+        ["source"],
+    )
     curve = head_curves(frame, "flat", ["source"], {"temperature": 1.0})
     overall = curve[curve["by"] == "all"]
     assert overall["coded_rows"].max() == 40 and set(overall["group"]) == {"all"}
@@ -370,20 +513,27 @@ def test_a_fit_at_the_clamp_or_on_one_outcome_keeps_the_identity_and_says_so():
         right = r < 31
         true = ["61110"]
         rows.append((r, true, true if right else ["64100"], ["99910"], 0.6 if r < 30 else 0.5, 0.5))
-    frame = score_frame({"val": rows, "cal": [], "noised": []}, splits_of(150, 0), np.zeros(150, dtype=bool), [], [])
+    frame = score_frame(
+        {"val": rows, "cal": [], "noised": []}, splits_of(150, 0), np.zeros(150, dtype=bool), [], []
+    )
     files, summary = coding_files(frame, [], "test")
     import json
 
     stored = json.loads(files["calibration.json"])["heads"]
     for head in ("flat", "seq2seq"):
         assert (stored[head]["temperature"], stored[head]["bias"]) == (1.0, 0.0)
-    assert stored["flat"]["not_fit"].startswith("the fit ran to the limit of its temperature (T = 0.05")
+    assert stored["flat"]["not_fit"].startswith(
+        "the fit ran to the limit of its temperature (T = 0.05"
+    )
     assert stored["seq2seq"]["not_fit"].startswith("0 of its 150 labelled rows are right")
     said = [line for line in report_lines(summary, "run", "test") if "the identity kept" in line]
-    assert said == ["  flat head: no calibration fit, the identity kept (temperature 1, bias 0): "
-                    + stored["flat"]["not_fit"],
-                    "  seq2seq head: no calibration fit, the identity kept (temperature 1, bias 0): "
-                    + stored["seq2seq"]["not_fit"]]
+    assert said == [
+        "  flat head: no calibration fit, the identity kept (temperature 1, bias 0): "
+        + stored["flat"]["not_fit"],
+        "  seq2seq head: no calibration fit, the identity kept (temperature 1, bias 0): "
+        + stored["seq2seq"]["not_fit"],
+    ]
     separated = np.asarray([0.9] * 30 + [0.2] * 120)
     assert unfit_reason(separated, separated > 0.5, min_rows=0, min_outcome=1).startswith(
-        "the confidence separates its right rows from its wrong ones exactly")
+        "the confidence separates its right rows from its wrong ones exactly"
+    )

@@ -11,7 +11,7 @@ def steps(sampler):
     micro = list(sampler)
     per_step = sampler.grad_accum_steps
     for i in range(0, len(micro), per_step):
-        group = micro[i:i + per_step]
+        group = micro[i : i + per_step]
         out.append([idx for batch in group for idx, _, weight, *_ in batch if weight])
         sizes.append(group[0][0][1])
     return out, sizes
@@ -20,8 +20,10 @@ def steps(sampler):
 def test_n_processes_see_the_rows_one_process_sees_with_n_times_the_batch():
     rows, seed = 103, 7
     single = StepSampler(rows, batch_size=8, world_size=1, rank=0, grad_accum_steps=1, seed=seed)
-    ranks = [StepSampler(rows, batch_size=4, world_size=2, rank=r, grad_accum_steps=1, seed=seed)
-             for r in range(2)]
+    ranks = [
+        StepSampler(rows, batch_size=4, world_size=2, rank=r, grad_accum_steps=1, seed=seed)
+        for r in range(2)
+    ]
     accum = StepSampler(rows, batch_size=4, world_size=1, rank=0, grad_accum_steps=2, seed=seed)
     for epoch in (0, 1):
         for s in [single, accum, *ranks]:
@@ -49,8 +51,10 @@ def test_epochs_differ_and_resume_continues_mid_epoch():
 def test_a_tail_smaller_than_the_micro_batches_is_trained_with_placeholders():
     """9 rows, 2 ranks x 2 micro-batches: the 9th row is trained; the three micro-batches
     without a row carry a placeholder of weight 0, so every rank runs the same passes."""
-    samplers = [StepSampler(9, batch_size=2, world_size=2, rank=r, grad_accum_steps=2, seed=0)
-                for r in range(2)]
+    samplers = [
+        StepSampler(9, batch_size=2, world_size=2, rank=r, grad_accum_steps=2, seed=0)
+        for r in range(2)
+    ]
     assert samplers[0].step_sizes() == [8, 1]
     micro = [list(s) for s in samplers]
     assert [len(m) for m in micro] == [4, 4]  # 2 steps x 2 micro-batches on each rank
@@ -78,6 +82,7 @@ def rows_seen_across_a_relayout(rows, before, after, stop_after_steps, seed=3):
     """Train `stop_after_steps` steps of epoch 0 in layout `before` (world, batch, accum),
     then the rest of the epoch in layout `after`, as a resumed run does: every rank's
     sampler starts at the saved row. Returns the rows trained, in order of steps."""
+
     def rank_samplers(layout, start):
         world, batch, accum = layout
         out = [StepSampler(rows, batch, world, r, accum, seed) for r in range(world)]
@@ -98,13 +103,17 @@ def rows_seen_across_a_relayout(rows, before, after, stop_after_steps, seed=3):
 
 def test_a_resume_with_another_global_batch_trains_every_row_of_the_epoch_once():
     rows = 223  # divides none of the global batches below
-    for before, after in (((1, 8, 1), (2, 8, 1)), ((2, 8, 1), (1, 8, 1)),
-                          ((1, 8, 1), (1, 8, 2)), ((2, 5, 3), (3, 4, 1))):
+    for before, after in (
+        ((1, 8, 1), (2, 8, 1)),
+        ((2, 8, 1), (1, 8, 1)),
+        ((1, 8, 1), (1, 8, 2)),
+        ((2, 5, 3), (3, 4, 1)),
+    ):
         for stop in (1, 3, 7):
             seen = rows_seen_across_a_relayout(rows, before, after, stop)
             assert sorted(seen) == list(range(rows)), (before, after, stop)
             order = StepSampler(rows, 1, 1, 0, 1, seed=3).permutation()
-            assert set(seen[:stop * 8]) <= set(order[:len(seen)])  # the same epoch order
+            assert set(seen[: stop * 8]) <= set(order[: len(seen)])  # the same epoch order
 
 
 # ------------------------------------------------------------------ length groups
@@ -124,8 +133,11 @@ def test_length_groups_cut_where_the_padded_tokens_are_fewest():
         cuts = fewest_padded(lengths, groups)
         assert len(cuts) < groups and cuts == sorted(set(cuts))
         assert all(0 < c < len(lengths) for c in cuts)
-        best = min(padded(lengths, list(c)) for k in range(groups)
-                   for c in itertools.combinations(range(1, len(lengths)), k))
+        best = min(
+            padded(lengths, list(c))
+            for k in range(groups)
+            for c in itertools.combinations(range(1, len(lengths)), k)
+        )
         assert padded(lengths, cuts) == best
     # one long noised row among short ones gets a group of its own
     assert fewest_padded(np.array([5, 5, 6, 6, 6, 7, 30]), 2) == [6]
@@ -137,14 +149,18 @@ def test_a_grouped_micro_batch_holds_its_rows_once_each_padded_to_its_group():
     from mixer.data.inputs.padding import EVERY_POSITION, InputPadding
 
     lengths = [4, 17, 5, 3, 16, 6, 4, 5]
-    items = [(np.arange(1, n + 1), np.array([i % 3, -1]), 8, 1.0, 100 + i) for i, n in enumerate(lengths)]
+    items = [
+        (np.arange(1, n + 1), np.array([i % 3, -1]), 8, 1.0, 100 + i) for i, n in enumerate(lengths)
+    ]
     whole = Collator(0, np.arange(6).reshape(3, 2)).grouped(items)
     assert len(whole) == 1 and whole[0].input_ids.shape == (8, 17)
     groups = Collator(0, np.arange(6).reshape(3, 2), groups=2).grouped(items)
     assert [g.input_ids.shape for g in groups] == [(6, 6), (2, 17)]
     assert sorted(np.concatenate([g.rows for g in groups]).tolist()) == list(range(100, 108))
     for group in groups:  # each row keeps its ids, labels and the step's size
-        for row, ids, mask, labels in zip(group.rows, group.input_ids, group.attention_mask, group.labels):
+        for row, ids, mask, labels in zip(
+            group.rows, group.input_ids, group.attention_mask, group.labels
+        ):
             n = lengths[row - 100]
             assert ids[:n].tolist() == list(range(1, n + 1)) and int(mask.sum()) == n
             assert labels.tolist() == [(row - 100) % 3, -1]
@@ -166,8 +182,11 @@ def test_how_many_length_groups_a_run_uses():
     config = RunConfig()
 
     def with_(train=None, dist=None):
-        return dataclasses.replace(config, train=dataclasses.replace(config.train, **(train or {})),
-                                   dist=dataclasses.replace(config.dist, **(dist or {})))
+        return dataclasses.replace(
+            config,
+            train=dataclasses.replace(config.train, **(train or {})),
+            dist=dataclasses.replace(config.dist, **(dist or {})),
+        )
 
     assert length_groups(config, "cpu") == 2 and length_groups(config, "cuda:0") == 1
     assert length_groups(with_({"length_groups": 3}), "cuda:0") == 3

@@ -41,14 +41,19 @@ def test_an_unchanged_layout_keeps_the_schedule_of_the_steps():
     assert (epoch, row) == (3, 0)
 
 
-@pytest.mark.parametrize("before,after", [
-    (Layout(1, 8, 1), Layout(2, 8, 1)),   # 1 -> 2 processes
-    (Layout(2, 8, 1), Layout(1, 8, 1)),   # 2 -> 1
-    (Layout(1, 8, 1), Layout(1, 8, 2)),   # accumulation 1 -> 2
-    (Layout(2, 4, 3), Layout(3, 5, 1)),
-])
+@pytest.mark.parametrize(
+    "before,after",
+    [
+        (Layout(1, 8, 1), Layout(2, 8, 1)),  # 1 -> 2 processes
+        (Layout(2, 8, 1), Layout(1, 8, 1)),  # 2 -> 1
+        (Layout(1, 8, 1), Layout(1, 8, 2)),  # accumulation 1 -> 2
+        (Layout(2, 4, 3), Layout(3, 5, 1)),
+    ],
+)
 @pytest.mark.parametrize("stop", [1, 10, 25])
-def test_a_new_global_batch_ends_on_the_planned_epochs_with_a_continuous_schedule(before, after, stop):
+def test_a_new_global_batch_ends_on_the_planned_epochs_with_a_continuous_schedule(
+    before, after, stop
+):
     history, (step, epoch, row, segment, base) = run_with_relayout([(before, stop), (after, None)])
     assert (epoch, row) == (3, 0)  # the planned 3 epochs, no more, no less
     assert base == before.global_batch
@@ -58,18 +63,19 @@ def test_a_new_global_batch_ends_on_the_planned_epochs_with_a_continuous_schedul
     # the next step of the old layout would have stood
     at = stop
     plan = Plan.make(ROWS, before.global_batch, 3, None, None, 0.1)
-    assert factors[:at + 1] == [plan.factor(s) for s in range(at + 1)]
+    assert factors[: at + 1] == [plan.factor(s) for s in range(at + 1)]
     # and it decays to (almost) zero at the last step
     assert factors[-1] < 2.5 / len(factors)
     decay = max(at, math.ceil(0.1 * len(factors)) + 1)
-    assert all(b <= a + 1e-12 for a, b in zip(factors[decay:], factors[decay + 1:]))
+    assert all(b <= a + 1e-12 for a, b in zip(factors[decay:], factors[decay + 1 :]))
 
 
 def test_max_steps_means_the_rows_of_the_first_global_batch():
     """--max-steps 30 with global batch 8 ends where 30 such steps end; resumed with 16,
     the run stops at the first step boundary at or after that position."""
     history, (step, epoch, row, _, _) = run_with_relayout(
-        [(Layout(1, 8, 1), 5), (Layout(2, 8, 1), None)], max_steps=30)
+        [(Layout(1, 8, 1), 5), (Layout(2, 8, 1), None)], max_steps=30
+    )
     end = ROWS + 2 * 8  # 28 steps of 8 fill epoch 0 (the last takes 7 rows), 2 more
     assert end <= epoch * ROWS + row < end + 16
 
@@ -83,6 +89,7 @@ def test_steps_between_counts_partial_steps():
 
 def test_two_relayouts_still_end_on_plan():
     history, (step, epoch, row, segment, base) = run_with_relayout(
-        [(Layout(1, 8, 1), 7), (Layout(2, 8, 1), 20), (Layout(1, 4, 3), None)])
+        [(Layout(1, 8, 1), 7), (Layout(2, 8, 1), 20), (Layout(1, 4, 3), None)]
+    )
     assert (epoch, row) == (3, 0) and base == 8
     assert segment.position(step) == pytest.approx(Plan.make(ROWS, 8, 3, None, None, 0.1).total)

@@ -56,13 +56,19 @@ def outside(monkeypatch):
 def test_a_registered_sink_gets_every_chunk_in_order_and_commits(run, small_csv, tmp_path, outside):
     events, _ = outside
     out = tmp_path / "out.csv"
-    assert predict_main(["--checkpoint", run, "--input", small_csv, "--output", str(out),
-                         "--chunk-size", "50"]) == 0
+    assert (
+        predict_main(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        )
+        == 0
+    )
     table = pd.read_csv(out, dtype=str, keep_default_na=False)
     adds = [e for e in events if isinstance(e, tuple)]
     assert events[:2] == ["check", "open"] and events[-1] == "commit"
     assert [e[1] for e in adds] == list(range(len(adds))) and sum(e[2] for e in adds) == len(table)
-    assert sum((e[3] for e in adds), []) == table["code_1"].tolist()  # the rows the output file holds
+    assert (
+        sum((e[3] for e in adds), []) == table["code_1"].tolist()
+    )  # the rows the output file holds
 
 
 def test_a_failing_sink_aborts_every_sink_and_leaves_nothing(run, small_csv, tmp_path, outside):
@@ -70,21 +76,37 @@ def test_a_failing_sink_aborts_every_sink_and_leaves_nothing(run, small_csv, tmp
     recording.fail_at = 1
     out = tmp_path / "out.csv"
     with pytest.raises(RuntimeError, match="outside sink failed"):
-        predict_main(["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"])
+        predict_main(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        )
     assert events[-1] == "abort" and "commit" not in events
     assert list(tmp_path.iterdir()) == []  # the output's temp file aborted with it
 
 
-def test_a_sinks_check_refuses_before_the_model_loads(run, small_csv, tmp_path, outside, monkeypatch):
+def test_a_sinks_check_refuses_before_the_model_loads(
+    run, small_csv, tmp_path, outside, monkeypatch
+):
     from mixer.prediction.predict import Predictor
 
     def never(*args, **kwargs):
         raise AssertionError("the model loaded")
 
     monkeypatch.setattr(Predictor, "load", never)
-    with pytest.raises(UserError, match="refused by the outside sink"):  # the program: one line, exit 2
-        predict_main(["--checkpoint", run, "--input", small_csv, "--output", str(tmp_path / "out.csv"),
-                      "--top-k", "7"])
+    with pytest.raises(
+        UserError, match="refused by the outside sink"
+    ):  # the program: one line, exit 2
+        predict_main(
+            [
+                "--checkpoint",
+                run,
+                "--input",
+                small_csv,
+                "--output",
+                str(tmp_path / "out.csv"),
+                "--top-k",
+                "7",
+            ]
+        )
     assert outside[0] == ["check"] and list(tmp_path.iterdir()) == []
 
 
@@ -142,20 +164,32 @@ def run_outside(tmp_path, kind: str, *args, env=None):
 
     script = tmp_path / "outside.py"
     script.write_text(OUTSIDE, encoding="utf-8")
-    return subprocess.run([sys.executable, str(script), kind, *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**env_for_subprocess(), **(env or {})})
+    return subprocess.run(
+        [sys.executable, str(script), kind, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**env_for_subprocess(), **(env or {})},
+    )
 
 
 def test_a_sink_registered_from_outside_keeps_and_restores_its_state(run, small_csv, tmp_path):
     whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
     cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output"]
     assert run_outside(tmp_path, "stateful", *cmd, whole).returncode == 0
-    killed = run_outside(tmp_path, "stateful", *cmd, cut, env={"MIXER_PREDICT_FAULT_AFTER_CHUNK": "2"})
+    killed = run_outside(
+        tmp_path, "stateful", *cmd, cut, env={"MIXER_PREDICT_FAULT_AFTER_CHUNK": "2"}
+    )
     assert killed.returncode == 9 and not cut.exists()
     again = run_outside(tmp_path, "stateful", *cmd, cut)
     assert again.returncode == 0, again.stderr
-    assert "restored 60 rows" in again.stdout  # the state saved with chunk 1, the last one journaled
-    assert (tmp_path / "cut.csv.counts.json").read_bytes() == (tmp_path / "whole.csv.counts.json").read_bytes()
+    assert (
+        "restored 60 rows" in again.stdout
+    )  # the state saved with chunk 1, the last one journaled
+    assert (tmp_path / "cut.csv.counts.json").read_bytes() == (
+        tmp_path / "whole.csv.counts.json"
+    ).read_bytes()
     assert cut.read_bytes() == whole.read_bytes()
 
 
@@ -170,8 +204,9 @@ class Stateless(sinks.Sink):
         pass
 
 
-def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(run, small_csv, tmp_path, monkeypatch,
-                                                                        capsys):
+def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
+    run, small_csv, tmp_path, monkeypatch, capsys
+):
     out = tmp_path / "out.csv"
     cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output", out]
     killed = run_outside(tmp_path, "stateless", *cmd, env={"DIE_AT": "2"})  # kill -9 at chunk 2
@@ -180,8 +215,13 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(run, sma
     monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
     sinks.register(60, lambda: Stateless)
     assert predict_main(list(map(str, cmd))) == 0
-    assert (f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
-            "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "
-            "resume)") in capsys.readouterr().out
+    assert (
+        f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
+        "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "
+        "resume)"
+    ) in capsys.readouterr().out
     assert len(pd.read_csv(out)) == 121 and sorted(p.name for p in tmp_path.iterdir()) == [
-        "out.csv", "out.csv.provenance.json", "outside.py"]
+        "out.csv",
+        "out.csv.provenance.json",
+        "outside.py",
+    ]

@@ -11,10 +11,30 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, TINY, TRAINED_WEIGHTS_ATOL, env_for_subprocess, max_difference, run_program, weights
+from conftest import (
+    ROOT,
+    TINY,
+    TRAINED_WEIGHTS_ATOL,
+    env_for_subprocess,
+    max_difference,
+    run_program,
+    weights,
+)
 
-EXACT = ["--dropout", "0", "--seed", "5", "--max-steps", "4", "--share-val", "0.09",
-         "--target-cols", "hisco_1", "hisco_2", *TINY]
+EXACT = [
+    "--dropout",
+    "0",
+    "--seed",
+    "5",
+    "--max-steps",
+    "4",
+    "--share-val",
+    "0.09",
+    "--target-cols",
+    "hisco_1",
+    "hisco_2",
+    *TINY,
+]
 
 
 def slurm_running() -> bool:
@@ -26,14 +46,26 @@ def slurm_running() -> bool:
 
 pytestmark = pytest.mark.skipif(
     not slurm_running(),
-    reason="no Slurm cluster here: run scripts/ci_slurm_setup.sh (as root) to start a one-host one")
+    reason="no Slurm cluster here: run scripts/ci_slurm_setup.sh (as root) to start a one-host one",
+)
 
 
 def sbatch(template: str, out_file, *args, sbatch_args=(), env=None):
-    proc = subprocess.run(["sbatch", "--wait", f"--output={out_file}", *sbatch_args,
-                           os.path.join(ROOT, "scripts", template), *map(str, args)],
-                          cwd=ROOT, env=env or env_for_subprocess(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            f"--output={out_file}",
+            *sbatch_args,
+            os.path.join(ROOT, "scripts", template),
+            *map(str, args),
+        ],
+        cwd=ROOT,
+        env=env or env_for_subprocess(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = open(out_file).read() if os.path.exists(out_file) else ""
     assert proc.returncode == 0, proc.stdout + proc.stderr + output
     return output
@@ -42,10 +74,22 @@ def sbatch(template: str, out_file, *args, sbatch_args=(), env=None):
 @pytest.mark.floats
 def test_srun_tasks_template_matches_one_process(small_csv, tmp_path):
     single = tmp_path / "single"
-    run_program("finetune.py", "--dataset", small_csv, "--save-path", single, "--batch-size", 8, *EXACT)
+    run_program(
+        "finetune.py", "--dataset", small_csv, "--save-path", single, "--batch-size", 8, *EXACT
+    )
     out = tmp_path / "slurm"
-    log = sbatch("slurm_srun_tasks.sbatch", tmp_path / "job.out", "--dataset", small_csv,
-                 "--save-path", out, "--batch-size", 4, *EXACT, sbatch_args=["--ntasks=2"])
+    log = sbatch(
+        "slurm_srun_tasks.sbatch",
+        tmp_path / "job.out",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        out,
+        "--batch-size",
+        4,
+        *EXACT,
+        sbatch_args=["--ntasks=2"],
+    )
     assert "world size 2 (1 node(s) x 2 process(es)), backend gloo, launcher slurm" in log
     assert max_difference(weights(single), weights(out)) < TRAINED_WEIGHTS_ATOL
 
@@ -54,9 +98,19 @@ def test_multi_node_template_runs_torchrun_per_node(small_csv, tmp_path):
     env = env_for_subprocess()
     env["GPUS_PER_NODE"] = "2"  # processes per node; no GPUs here
     out = tmp_path / "run"
-    log = sbatch("slurm_multi_node.sbatch", tmp_path / "job.out", "--dataset", small_csv,
-                 "--save-path", out, "--batch-size", 4, *EXACT,
-                 sbatch_args=["--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2"], env=env)
+    log = sbatch(
+        "slurm_multi_node.sbatch",
+        tmp_path / "job.out",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        out,
+        "--batch-size",
+        4,
+        *EXACT,
+        sbatch_args=["--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2"],
+        env=env,
+    )
     assert "world size 2 (1 node(s) x 2 process(es)), backend gloo, launcher torchrun" in log
     assert os.path.exists(out / "model.safetensors")
 
@@ -65,11 +119,19 @@ def test_plain_python_in_a_batch_script_of_several_tasks_is_one_process(small_cs
     """The batch step sees SLURM_PROCID=0 and SLURM_NTASKS=2 but was not started by srun:
     it must train alone, not wait for peers or ask for MASTER_ADDR."""
     script = tmp_path / "plain.sbatch"
-    script.write_text("#!/bin/bash\nset -e\n"
-                      f"cd {ROOT}\n"
-                      'python finetune.py "$@"\n')
+    script.write_text(f'#!/bin/bash\nset -e\ncd {ROOT}\npython finetune.py "$@"\n')
     out = tmp_path / "run"
-    log = sbatch(str(script), tmp_path / "job.out", "--dataset", small_csv, "--save-path", out,
-                 "--batch-size", 8, *EXACT, sbatch_args=["--ntasks=2", "--cpus-per-task=1"])
+    log = sbatch(
+        str(script),
+        tmp_path / "job.out",
+        "--dataset",
+        small_csv,
+        "--save-path",
+        out,
+        "--batch-size",
+        8,
+        *EXACT,
+        sbatch_args=["--ntasks=2", "--cpus-per-task=1"],
+    )
     assert "world size 1 (1 node(s) x 1 process(es)), backend none" in log
     assert os.path.exists(out / "model.safetensors")

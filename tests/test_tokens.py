@@ -7,12 +7,48 @@ import pytest
 
 from mixer.data.inputs.tokens import BackendIds, CanineIds, InputRecipe, model_strings, tag_of
 
-AWKWARD = ["farmer and fisher", "Bäcker und Müller", "smed, åbenrå", "农民 and 漁師",
-           "fisherman 🎣🐟 (retired)", "", "a" * 300, "x", "  spaced   out  ", "tab\there",
-           "line\nbreak", "ﬁsher (ligature)", "e\u0301 combining", "Ñandú", "Ωμέγα ψαράς",
-           "\u200bzero width", "مزارع", "[SEP] inside", "quote \" and , comma"]
-LANGS = ["en", "ge", "da", "unk", "en", "unk", "en", "unk", "unk", "fr", "en", "unk", "fr",
-         "es", "gr", "unk", "unk", "en", "en"]
+AWKWARD = [
+    "farmer and fisher",
+    "Bäcker und Müller",
+    "smed, åbenrå",
+    "农民 and 漁師",
+    "fisherman 🎣🐟 (retired)",
+    "",
+    "a" * 300,
+    "x",
+    "  spaced   out  ",
+    "tab\there",
+    "line\nbreak",
+    "ﬁsher (ligature)",
+    "e\u0301 combining",
+    "Ñandú",
+    "Ωμέγα ψαράς",
+    "\u200bzero width",
+    "مزارع",
+    "[SEP] inside",
+    'quote " and , comma',
+]
+LANGS = [
+    "en",
+    "ge",
+    "da",
+    "unk",
+    "en",
+    "unk",
+    "en",
+    "unk",
+    "unk",
+    "fr",
+    "en",
+    "unk",
+    "fr",
+    "es",
+    "gr",
+    "unk",
+    "unk",
+    "en",
+    "en",
+]
 
 
 def reference(tokenizer, texts, langs, max_len):
@@ -23,13 +59,15 @@ def reference(tokenizer, texts, langs, max_len):
         if lang == "unk":
             out.append(tokenizer(text, truncation=True, max_length=max_len)["input_ids"])
         else:
-            out.append(tokenizer(lang, text, truncation="only_second", max_length=max_len)["input_ids"])
+            out.append(
+                tokenizer(lang, text, truncation="only_second", max_length=max_len)["input_ids"]
+            )
     return out
 
 
 def rows_of(ids, lengths):
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(lengths))]
+    return [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(lengths))]
 
 
 @pytest.mark.parametrize("max_len", [16, 48, 128])
@@ -49,8 +87,10 @@ def test_canine_literal_recipe_is_the_tokenizer_on_the_joined_string():
     texts, langs = np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object)
     ids, lengths = CanineIds(recipe).encode(texts, langs)
     tokenizer = CanineTokenizer()
-    expected = [tokenizer(f"{lang}[SEP]{text}", truncation=True, max_length=128)["input_ids"]
-                for text, lang in zip(AWKWARD, LANGS)]
+    expected = [
+        tokenizer(f"{lang}[SEP]{text}", truncation=True, max_length=128)["input_ids"]
+        for text, lang in zip(AWKWARD, LANGS)
+    ]
     assert rows_of(ids, lengths) == expected
 
 
@@ -63,11 +103,16 @@ def test_fast_tokenizer_backend_gives_the_tokenizers_ids(tiny_bert_dir, max_len)
     for directory in (tiny_bert_dir, package_model_dir("minilm-l6")):
         tokenizer = AutoTokenizer.from_pretrained(directory)
         fast = BackendIds.from_file(f"{directory}/tokenizer.json", InputRecipe(max_len=max_len))
-        ids, lengths = fast.encode(np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object))
+        ids, lengths = fast.encode(
+            np.asarray(AWKWARD, dtype=object), np.asarray(LANGS, dtype=object)
+        )
         assert rows_of(ids, lengths) == reference(tokenizer, AWKWARD, LANGS, max_len)
         # read from the file without torch, or from the loaded tokenizer: one cache tag
         from mixer.data.inputs.tokens import token_ids_for
-        assert tag_of(fast) == tag_of(token_ids_for(tokenizer, "bert", InputRecipe(max_len=max_len)))
+
+        assert tag_of(fast) == tag_of(
+            token_ids_for(tokenizer, "bert", InputRecipe(max_len=max_len))
+        )
 
 
 def test_literal_recipe_lowercases_and_transliterates():
@@ -83,16 +128,31 @@ def test_without_unidecode_greek_and_cyrillic_are_spelled_out_not_deleted(monkey
 
     monkeypatch.setattr(transliterate, "_unidecode", False)  # as if Unidecode were not installed
     recipe = InputRecipe(max_len=128, language="literal", lowercase=True, ascii=True)
-    texts = ["Γεωργός και ψαράς", "Кузнец", "жена шахтёра", "Bäcker ÆBLE", "Θυρωρός", "农民",
-             "fisherman 🎣 ¿"]
+    texts = [
+        "Γεωργός και ψαράς",
+        "Кузнец",
+        "жена шахтёра",
+        "Bäcker ÆBLE",
+        "Θυρωρός",
+        "农民",
+        "fisherman 🎣 ¿",
+    ]
     first, _ = model_strings(texts, ["gr", "unk", "unk", "ge", "gr", "unk", "en"], recipe)
-    assert list(first) == ["gr[SEP]georgos kai psaras", "unk[SEP]kuznets", "unk[SEP]zhena shakhtera",
-                           "ge[SEP]backer aeble", "gr[SEP]thyroros", "unk[SEP]NongMin",
-                           "en[SEP]fisherman  ?"]  # emoji dropped, as unidecode does
+    assert list(first) == [
+        "gr[SEP]georgos kai psaras",
+        "unk[SEP]kuznets",
+        "unk[SEP]zhena shakhtera",
+        "ge[SEP]backer aeble",
+        "gr[SEP]thyroros",
+        "unk[SEP]NongMin",
+        "en[SEP]fisherman  ?",
+    ]  # emoji dropped, as unidecode does
     assert all(s.isascii() for s in first)
     # the Latin letters of OccCANINE's languages as unidecode spells them, from the own table
-    assert transliterate.own_rule("Straße, Ørsted, Þór, Łódź, œuvre — «x»") == \
-        "Strasse, Orsted, Thor, Lodz, oeuvre -- <<x>>"
+    assert (
+        transliterate.own_rule("Straße, Ørsted, Þór, Łódź, œuvre — «x»")
+        == "Strasse, Orsted, Thor, Lodz, oeuvre -- <<x>>"
+    )
 
 
 def test_an_occcanine_recipe_without_unidecode_gets_one_note_naming_the_extra(monkeypatch):

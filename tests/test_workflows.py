@@ -23,29 +23,55 @@ def pst_files(tmp_path_factory):
     file of the user's own; the validation file holds a code the training rows lack."""
     directory = tmp_path_factory.mktemp("pst")
     titles = {"farmer": "1,1,0", "fisher": "1,12,0", "smith": "2,3,1", "weaver": "2,40,2"}
-    rows = [(t, c, "") for t, c in titles.items()] * 6 + [("farmer and fisher", "1,1,0", "1,12,0")] * 4
+    rows = [(t, c, "") for t, c in titles.items()] * 6 + [
+        ("farmer and fisher", "1,1,0", "1,12,0")
+    ] * 4
     train = pd.DataFrame(rows, columns=["occ1", "pst_1", "pst_2"])
     val = pd.DataFrame([("smith", "2,3,1", ""), ("carter", "5,9,9", "")], columns=train.columns)
     train.to_csv(directory / "train.csv", index=False)
     val.to_parquet(directory / "val.parquet")
-    key = pd.DataFrame({"code": ["9,9,9", "5,9,9", "2,40,2", "2,3,1", "1,12,0", "1,1,0"],
-                        "description": ["unused code", "carter", "", "", "", ""]})
+    key = pd.DataFrame(
+        {
+            "code": ["9,9,9", "5,9,9", "2,40,2", "2,3,1", "1,12,0", "1,1,0"],
+            "description": ["unused code", "carter", "", "", "", ""],
+        }
+    )
     key.to_csv(directory / "key.csv", index=False)
     return directory
 
 
 def train_general(directory, run, *extra):
-    return train_mixer_main(["--formatter", "general", "--use-within-block-sep", "--block-size", "3",
-                             "--target-col-naming", "pst", "--num-target-cols", "2",
-                             "--train-data", str(directory / "train.csv"),
-                             "--val-data", str(directory / "val.parquet"), "--save-dir", str(run),
-                             "--max-steps", "1", *TINY, *map(str, extra)])
+    return train_mixer_main(
+        [
+            "--formatter",
+            "general",
+            "--use-within-block-sep",
+            "--block-size",
+            "3",
+            "--target-col-naming",
+            "pst",
+            "--num-target-cols",
+            "2",
+            "--train-data",
+            str(directory / "train.csv"),
+            "--val-data",
+            str(directory / "val.parquet"),
+            "--save-dir",
+            str(run),
+            "--max-steps",
+            "1",
+            *TINY,
+            *map(str, extra),
+        ]
+    )
 
 
 def test_train_mixer_general_formatter_with_own_splits_and_a_fixed_key(pst_files, tmp_path):
     assert train_general(pst_files, tmp_path / "free") == 0
     free = read_key(tmp_path / "free")
-    assert list(free["code"]) == sorted(["1,1,0", "1,12,0", "2,3,1", "2,40,2", "5,9,9"])  # from the data
+    assert list(free["code"]) == sorted(
+        ["1,1,0", "1,12,0", "2,3,1", "2,40,2", "5,9,9"]
+    )  # from the data
     assert train_general(pst_files, tmp_path / "fixed", "--key", pst_files / "key.csv") == 0
     fixed = read_key(tmp_path / "fixed")
     # the file's codes in the file's order, a code absent from every row included
@@ -56,7 +82,9 @@ def test_train_mixer_general_formatter_with_own_splits_and_a_fixed_key(pst_files
     weights = load_file(os.path.join(tmp_path / "fixed", "model.safetensors"))
     assert weights["flat_head.weight"].shape[0] == 6
     # a second run given the first run's key.csv numbers its codes the same way
-    assert train_general(pst_files, tmp_path / "again", "--key", tmp_path / "fixed" / "key.csv") == 0
+    assert (
+        train_general(pst_files, tmp_path / "again", "--key", tmp_path / "fixed" / "key.csv") == 0
+    )
     assert read_key(tmp_path / "again")["code"].tolist() == fixed["code"].tolist()
     # the run predicts codes of that numbering; the unused code can be written by the decoder
     import mixer
@@ -75,16 +103,36 @@ def test_key_refuses_data_codes_outside_it_and_bad_key_files(pst_files, tmp_path
     with pytest.raises(UserError, match="appears twice"):
         train_general(pst_files, tmp_path / "r2", "--key", tmp_path / "twice.csv")
     pd.DataFrame({"code": ["1,1,0,4"]}).to_csv(tmp_path / "long.csv", index=False)
-    with pytest.raises(UserError, match=r"--key .*row 1 code '1,1,0,4': longer than --block-size 3"):
+    with pytest.raises(
+        UserError, match=r"--key .*row 1 code '1,1,0,4': longer than --block-size 3"
+    ):
         train_general(pst_files, tmp_path / "r3", "--key", tmp_path / "long.csv")
     pd.DataFrame({"label": ["1,1,0"]}).to_csv(tmp_path / "nocol.csv", index=False)
     with pytest.raises(UserError, match="needs a column 'code'"):
         train_general(pst_files, tmp_path / "r4", "--key", tmp_path / "nocol.csv")
     # from the command line: one line, exit status 2
-    proc = run_program("train_mixer.py", "--formatter", "general", "--use-within-block-sep",
-                       "--block-size", "3", "--target-col-naming", "pst", "--num-target-cols", "2",
-                       "--train-data", pst_files / "train.csv", "--val-data", pst_files / "val.parquet",
-                       "--save-dir", tmp_path / "r5", "--key", tmp_path / "missing.csv", *TINY, check=False)
+    proc = run_program(
+        "train_mixer.py",
+        "--formatter",
+        "general",
+        "--use-within-block-sep",
+        "--block-size",
+        "3",
+        "--target-col-naming",
+        "pst",
+        "--num-target-cols",
+        "2",
+        "--train-data",
+        pst_files / "train.csv",
+        "--val-data",
+        pst_files / "val.parquet",
+        "--save-dir",
+        tmp_path / "r5",
+        "--key",
+        tmp_path / "missing.csv",
+        *TINY,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--key" in proc.stderr
 
 
@@ -93,19 +141,54 @@ def test_finetune_key_keeps_hisco_key_layout_codes_with_their_zeros(tmp_path, sm
     from conftest import ROOT
 
     run = tmp_path / "run"
-    assert train_mixer_main(["--train-data", small_csv, "--val-data", small_csv, "--num-target-cols", "2",
-                             "--key", os.path.join(ROOT, "data", "hisco_key.csv"),
-                             "--save-dir", str(run), "--max-steps", "1", *TINY]) == 0
+    assert (
+        train_mixer_main(
+            [
+                "--train-data",
+                small_csv,
+                "--val-data",
+                small_csv,
+                "--num-target-cols",
+                "2",
+                "--key",
+                os.path.join(ROOT, "data", "hisco_key.csv"),
+                "--save-dir",
+                str(run),
+                "--max-steps",
+                "1",
+                *TINY,
+            ]
+        )
+        == 0
+    )
     key = read_key(run)
     assert len(key) == 1919 and "01110" in set(key["code"]) and key["code"].iloc[0] == "-3"
     # finetune.py on the shipped data (HISCO codes that lost their zeros, in a general code
     # system) with that key: the key's 5 digits restore the data's zeros (issue 27, item 6)
     toy = os.path.join(ROOT, "data", "toy_hisco.csv")
-    assert finetune_main(["--dataset", toy, "--target-cols", "hisco_1", "--allow-codes-shorter-than-block-size",
-                          "--key", os.path.join(ROOT, "data", "hisco_key.csv"), "--save-path",
-                          str(tmp_path / "general"), "--prepare-only", "--no-token-cache"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                toy,
+                "--target-cols",
+                "hisco_1",
+                "--allow-codes-shorter-than-block-size",
+                "--key",
+                os.path.join(ROOT, "data", "hisco_key.csv"),
+                "--save-path",
+                str(tmp_path / "general"),
+                "--prepare-only",
+                "--no-token-cache",
+            ]
+        )
+        == 0
+    )
     train = pd.read_parquet(tmp_path / "general" / "data_train.parquet")
-    assert "06510" in set(train["code_1"].astype(str)) and not (train["code_1"].astype(str).str.len() == 4).any()
+    assert (
+        "06510" in set(train["code_1"].astype(str))
+        and not (train["code_1"].astype(str).str.len() == 4).any()
+    )
     assert read_key(tmp_path / "general")["code"].tolist() == key["code"].tolist()
 
 
@@ -114,8 +197,18 @@ def test_empty_code_label_learns_rows_without_a_code(tmp_path, small_csv):
     frame.loc[frame.index[:30], ["hisco_1", "hisco_2"]] = ""  # "no occupation given"
     csv = tmp_path / "blank.csv"
     frame.to_csv(csv, index=False)
-    common = ["--dataset", str(csv), "--target-cols", "hisco_1", "hisco_2", "--share-val", "0.09",
-              *TINY, "--max-steps", "1"]
+    common = [
+        "--dataset",
+        str(csv),
+        "--target-cols",
+        "hisco_1",
+        "hisco_2",
+        "--share-val",
+        "0.09",
+        *TINY,
+        "--max-steps",
+        "1",
+    ]
     with pytest.raises(UserError, match="30 row.s. with no code in any target column"):
         finetune_main([*common, "--save-path", str(tmp_path / "default")])  # the default: an error
     with pytest.raises(UserError, match="--empty-code-label 'none': shorter than --block-size 5"):
@@ -135,9 +228,29 @@ def test_empty_code_label_learns_rows_without_a_code(tmp_path, small_csv):
 @pytest.fixture(scope="module")
 def shapes_run(tmp_path_factory, small_csv):
     run = tmp_path_factory.mktemp("shapes") / "run"
-    assert finetune_main(["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2",
-                          "--save-path", str(run), "--share-val", "0.09", *TINY, "--max-steps", "30",
-                          "--batch-size", "16", "--learning-rate", "2e-3"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                small_csv,
+                "--target-cols",
+                "hisco_1",
+                "hisco_2",
+                "--save-path",
+                str(run),
+                "--share-val",
+                "0.09",
+                *TINY,
+                "--max-steps",
+                "30",
+                "--batch-size",
+                "16",
+                "--learning-rate",
+                "2e-3",
+            ]
+        )
+        == 0
+    )
     return str(run)
 
 
@@ -145,8 +258,10 @@ TEXTS = ["farmer", "agricultural labourer", "coal miner", "farmer", "engineer an
 
 
 def sets_of(table, prefix="code_"):
-    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix):].isdigit()]
-    return [frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()]
+    columns = [c for c in table.columns if c.startswith(prefix) and c[len(prefix) :].isdigit()]
+    return [
+        frozenset(c for c in row if isinstance(c, str) and c) for row in table[columns].to_numpy()
+    ]
 
 
 def test_score_matrices_agree_with_the_code_table(shapes_run):
@@ -163,8 +278,9 @@ def test_score_matrices_agree_with_the_code_table(shapes_run):
     logits = model.predict(series, what="logits")
     assert 1 / (1 + np.exp(-logits.to_numpy())) == pytest.approx(probs.to_numpy(), abs=1e-6)
     binary = model.predict(series, what="bin", threshold=0.05)
-    assert [frozenset(binary.columns[binary.iloc[r].to_numpy() == 1]) for r in range(len(binary))] == \
-        sets_of(model.predict(series, threshold=0.05))
+    assert [
+        frozenset(binary.columns[binary.iloc[r].to_numpy() == 1]) for r in range(len(binary))
+    ] == sets_of(model.predict(series, threshold=0.05))
     full = model.predict(series, what="probs", head="full")
     full_table = model.predict(series, head="full")
     for r, code in enumerate(full_table["code_1"]):
@@ -184,8 +300,9 @@ def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
     model = mixer.load(shapes_run)
     predictor = model._predictor
     # without blocks, the decoding is the model's own greedy decoding, token for token
-    for _, states, _, mask, _ in predictor._encoded(np.asarray(TEXTS, dtype=object),
-                                                    np.full(len(TEXTS), "unk", dtype=object), 8):
+    for _, states, _, mask, _ in predictor._encoded(
+        np.asarray(TEXTS, dtype=object), np.full(len(TEXTS), "unk", dtype=object), 8
+    ):
         tokens, probs = blocked_generate(predictor.model, states, mask, 10, None)
         expected_tokens, expected_probs = predictor.model.generate(states, mask, 10)
         assert torch_equal(tokens, expected_tokens) and torch_equal(probs, expected_probs)
@@ -195,13 +312,25 @@ def test_greedy_alternatives_start_with_the_greedy_codes_and_differ(shapes_run):
     greedy = sets_of(model.predict(TEXTS, head="seq2seq"))
     found = sets_of(alternatives)
     for row in range(len(TEXTS)):
-        mine = found[3 * row:3 * row + 3]
+        mine = found[3 * row : 3 * row + 3]
         assert mine[0] == greedy[row]
-        written = [s for s, p in zip(mine, alternatives["prob"].iloc[3 * row:3 * row + 3]) if not np.isnan(p)]
+        written = [
+            s
+            for s, p in zip(mine, alternatives["prob"].iloc[3 * row : 3 * row + 3])
+            if not np.isnan(p)
+        ]
         assert len(set(written)) == len(written) >= 2  # different code sets
     assert found[0:3] == found[9:12]  # the same text, the same alternatives
     occ = model.alternatives(TEXTS[:2], k=2, columns="occcanine", system="hisco")
-    assert list(occ.columns) == ["occ1", "hisco_1", "desc_1", "hisco_2", "desc_2", "top-k-pos", "conf"]
+    assert list(occ.columns) == [
+        "occ1",
+        "hisco_1",
+        "desc_1",
+        "hisco_2",
+        "desc_2",
+        "top-k-pos",
+        "conf",
+    ]
     assert list(occ["top-k-pos"]) == [0, 1, 0, 1]
     with pytest.raises(UserError, match="at most 50 alternatives"):
         model.alternatives(TEXTS, k=51)
@@ -218,7 +347,9 @@ def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tm
     texts = pd.Series(["farmer", "", "   ", None, "smith"], index=list("abcde"))
     blank = np.asarray([False, True, True, True, False])
     for head in ("flat", "seq2seq", "full"):
-        table = model.predict(texts, head=head, threshold=0.0)  # a threshold of 0: every row has codes
+        table = model.predict(
+            texts, head=head, threshold=0.0
+        )  # a threshold of 0: every row has codes
         numbers = [c for c in table if c.startswith("prob_") or c.startswith("confidence")]
         assert head == "full" or "confidence" in numbers  # the row confidence is a number too: NaN
         assert (table.loc[blank, [c for c in table if c not in numbers]] == "").all().all(), head
@@ -237,12 +368,30 @@ def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tm
     source = pd.DataFrame({"occ1": ["farmer", "", "smith", " ", "miner"]})
     source.to_csv(tmp_path / "in.csv", index=False)
     capsys.readouterr()
-    assert predict_main(["--checkpoint", shapes_run, "--input", str(tmp_path / "in.csv"), "--output",
-                         str(tmp_path / "out.csv"), "--chunk-size", "2", "--threshold", "0"]) == 0
-    assert f"--input {tmp_path / 'in.csv'}: 2 row(s) without a description" in capsys.readouterr().err
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                shapes_run,
+                "--input",
+                str(tmp_path / "in.csv"),
+                "--output",
+                str(tmp_path / "out.csv"),
+                "--chunk-size",
+                "2",
+                "--threshold",
+                "0",
+            ]
+        )
+        == 0
+    )
+    assert (
+        f"--input {tmp_path / 'in.csv'}: 2 row(s) without a description" in capsys.readouterr().err
+    )
     out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
-    assert list(out["code_1"] == "") == [False, True, False, True, False] and list(out["prob_1"] == "") == \
-        [False, True, False, True, False]
+    assert list(out["code_1"] == "") == [False, True, False, True, False] and list(
+        out["prob_1"] == ""
+    ) == [False, True, False, True, False]
 
 
 def torch_equal(a, b):
@@ -257,8 +406,17 @@ def test_predict_py_writes_occcanine_shapes(shapes_run, small_csv, tmp_path):
     from mixer.cli.entrypoints import predict_main
 
     def predict(output, *args):
-        return predict_main(["--checkpoint", shapes_run, "--input", small_csv, "--output", str(output),
-                             *map(str, args)])
+        return predict_main(
+            [
+                "--checkpoint",
+                shapes_run,
+                "--input",
+                small_csv,
+                "--output",
+                str(output),
+                *map(str, args),
+            ]
+        )
 
     model = mixer.load(shapes_run)
     source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
@@ -270,12 +428,33 @@ def test_predict_py_writes_occcanine_shapes(shapes_run, small_csv, tmp_path):
     assert predict(tmp_path / "bin.parquet", "--what", "bin") == 0
     binary = pd.read_parquet(tmp_path / "bin.parquet")
     assert list(binary.columns) == list(model.codes["code"]) and len(binary) == len(source)
-    assert predict(tmp_path / "occ.csv", "--columns", "occcanine", "--system", "hisco", "--top-k", "3",
-                   "--code-descriptions", os.path.join(os.path.dirname(__file__), "..", "data",
-                                                       "hisco_key.csv")) == 0
+    assert (
+        predict(
+            tmp_path / "occ.csv",
+            "--columns",
+            "occcanine",
+            "--system",
+            "hisco",
+            "--top-k",
+            "3",
+            "--code-descriptions",
+            os.path.join(os.path.dirname(__file__), "..", "data", "hisco_key.csv"),
+        )
+        == 0
+    )
     occ = pd.read_csv(tmp_path / "occ.csv", dtype=str, keep_default_na=False)
-    assert list(occ.columns) == ["occ1", "hisco_1", "prob_1", "desc_1", "hisco_2", "prob_2", "desc_2",
-                                 "hisco_3", "prob_3", "desc_3"]
+    assert list(occ.columns) == [
+        "occ1",
+        "hisco_1",
+        "prob_1",
+        "desc_1",
+        "hisco_2",
+        "prob_2",
+        "desc_2",
+        "hisco_3",
+        "prob_3",
+        "desc_3",
+    ]
     assert (occ["occ1"] == source["occ1"]).all()
     assert (occ.loc[occ["hisco_3"] == "", "desc_3"] == "No pred").all()
     assert occ.loc[occ["hisco_1"] != "", "desc_1"].str.len().gt(0).all()  # HISCO titles
@@ -284,15 +463,28 @@ def test_predict_py_writes_occcanine_shapes(shapes_run, small_csv, tmp_path):
     assert len(alt) == 2 * len(source) and list(alt.columns[:3]) == list(source.columns)
     assert (alt["occ1"].iloc[::2].to_numpy() == source["occ1"].to_numpy()).all()
     for output, args, message in (
-            ("x.csv", ["--what", "probs", "--head", "seq2seq"], "greedy decoding gives no probability"),
-            ("x.csv", ["--alternatives", "2", "--what", "bin"], "pass one of them"),
-            ("x.csv", ["--what", "bin", "--head", "flat", "seq2seq"], "takes one --head"),
-            ("codes.npy", [], ".npy holds a matrix")):
+        ("x.csv", ["--what", "probs", "--head", "seq2seq"], "greedy decoding gives no probability"),
+        ("x.csv", ["--alternatives", "2", "--what", "bin"], "pass one of them"),
+        ("x.csv", ["--what", "bin", "--head", "flat", "seq2seq"], "takes one --head"),
+        ("codes.npy", [], ".npy holds a matrix"),
+    ):
         with pytest.raises(UserError, match=re.escape(message)):
             predict(tmp_path / output, *args)
         assert not os.path.exists(tmp_path / output)
-    proc = run_program("predict.py", "--checkpoint", shapes_run, "--input", small_csv, "--output",
-                       tmp_path / "x.csv", "--alternatives", "2", "--what", "bin", check=False)
+    proc = run_program(
+        "predict.py",
+        "--checkpoint",
+        shapes_run,
+        "--input",
+        small_csv,
+        "--output",
+        tmp_path / "x.csv",
+        "--alternatives",
+        "2",
+        "--what",
+        "bin",
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
 
 
@@ -311,9 +503,20 @@ def test_code_descriptions_for_a_model_of_any_code_system(pst_files, tmp_path):
     assert as_dict.codes.set_index("code").loc["2,3,1", "description"] == "smith"
     with pytest.raises(UserError, match="none of its codes is a code of the model"):
         mixer.load(str(run), code_descriptions={"99999": "nothing"})
-    pd.DataFrame({"code": ["2,3,1"], "description": ["smith"]}).to_csv(tmp_path / "d.csv", index=False)
-    run_program("predict.py", "--checkpoint", run, "--input", pst_files / "train.csv", "--output",
-                tmp_path / "p.csv", "--code-descriptions", tmp_path / "d.csv")
+    pd.DataFrame({"code": ["2,3,1"], "description": ["smith"]}).to_csv(
+        tmp_path / "d.csv", index=False
+    )
+    run_program(
+        "predict.py",
+        "--checkpoint",
+        run,
+        "--input",
+        pst_files / "train.csv",
+        "--output",
+        tmp_path / "p.csv",
+        "--code-descriptions",
+        tmp_path / "d.csv",
+    )
     out = pd.read_csv(tmp_path / "p.csv", dtype=str, keep_default_na=False)
     assert (out.loc[out["code_1"] == "2,3,1", "desc_1"] == "smith").all()
     assert (out.loc[out["code_1"] != "2,3,1", "desc_1"] == "").all()
@@ -325,14 +528,30 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
     import yaml
 
     frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
-    tiny = dict(encoder="canine-tiny", decoder_dim=32, decoder_layers=1, decoder_heads=2, max_len=48,
-                max_steps=2, share_val=0.09, dropout=0.0)
-    model = mixer.finetune(frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"),
-                           **tiny)
+    tiny = dict(
+        encoder="canine-tiny",
+        decoder_dim=32,
+        decoder_layers=1,
+        decoder_heads=2,
+        max_len=48,
+        max_steps=2,
+        share_val=0.09,
+        dropout=0.0,
+    )
+    model = mixer.finetune(
+        frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"), **tiny
+    )
     assert isinstance(model, mixer.prediction.api.Model) and len(model.predict(["farmer"])) == 1
     # the same run from the command line: the same configuration, data and weights
-    argv = ["--dataset", str(tmp_path / "nb" / "dataset.parquet"), "--target-cols", "hisco_1", "hisco_2",
-            "--save-path", str(tmp_path / "cli")]
+    argv = [
+        "--dataset",
+        str(tmp_path / "nb" / "dataset.parquet"),
+        "--target-cols",
+        "hisco_1",
+        "hisco_2",
+        "--save-path",
+        str(tmp_path / "cli"),
+    ]
     for name, value in tiny.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     assert finetune_main(argv) == 0
@@ -346,7 +565,9 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
     a, b = (load_file(os.path.join(tmp_path / run, "model.safetensors")) for run in ("nb", "cli"))
     assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
     # the same call again resumes (here: finds the run complete) instead of refusing the data
-    again = mixer.finetune(frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"), **tiny)
+    again = mixer.finetune(
+        frame, target_cols=["hisco_1", "hisco_2"], save_path=str(tmp_path / "nb"), **tiny
+    )
     assert list(again.codes["code"]) == list(model.codes["code"])
     # errors are the programs' one-line messages, raised
     with pytest.raises(UserError, match="no flag --num-epoch;"):
@@ -354,11 +575,17 @@ def test_finetune_from_a_notebook_is_finetune_py(tmp_path, small_csv):
     with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), batch_size=0)
     with pytest.raises(UserError, match="no column 'occupation'"):
-        mixer.finetune(small_csv, target_cols="hisco_1", save_path=str(tmp_path / "y"),
-                       input_col="occupation", **tiny)
+        mixer.finetune(
+            small_csv,
+            target_cols="hisco_1",
+            save_path=str(tmp_path / "y"),
+            input_col="occupation",
+            **tiny,
+        )
     with pytest.raises(UserError, match="row.s. with no code"):
-        mixer.finetune(frame.assign(hisco_1=""), target_cols="hisco_1", save_path=str(tmp_path / "z"),
-                       **tiny)
+        mixer.finetune(
+            frame.assign(hisco_1=""), target_cols="hisco_1", save_path=str(tmp_path / "z"), **tiny
+        )
 
 
 def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(tmp_path):
@@ -368,11 +595,19 @@ def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(t
     was, and another DataFrame never replaces a run's own."""
     import mixer
 
-    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 3,
-                          "hisco_1": [61110, "-1", 83110, 1110] * 3})  # numbers and text
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer", "fisher", "smith", "weaver"] * 3,
+            "hisco_1": [61110, "-1", 83110, 1110] * 3,
+        }
+    )  # numbers and text
     run = tmp_path / "new" / "run"
-    with pytest.raises(UserError, match=r"row 4 hisco_1='1110': shorter .*pass --zero-padded-codes"):
-        mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False)
+    with pytest.raises(
+        UserError, match=r"row 4 hisco_1='1110': shorter .*pass --zero-padded-codes"
+    ):
+        mixer.finetune(
+            frame, target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False
+        )
     assert not os.path.exists(tmp_path / "new")  # refused: nothing written, no directory made
     twice = frame.set_axis(["occ1", "occ1"], axis=1)
     with pytest.raises(UserError, match="duplicate column name.s. .occ1."):
@@ -380,8 +615,14 @@ def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(t
     with pytest.raises(UserError, match="--batch-size: must be 1 or more"):
         mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), batch_size=0)
     assert not os.path.exists(tmp_path / "new")
-    good = dict(target_cols="hisco_1", save_path=str(run), prepare_only=True, token_cache=False,
-                zero_padded_codes=True, allow_codes_shorter_than_block_size=True)
+    good = dict(
+        target_cols="hisco_1",
+        save_path=str(run),
+        prepare_only=True,
+        token_cache=False,
+        zero_padded_codes=True,
+        allow_codes_shorter_than_block_size=True,
+    )
     assert mixer.finetune(frame, **good) is None
     assert read_key(run)["code"].tolist() == ["-1", "01110", "61110", "83110"]
     kept = (run / "dataset.parquet").read_bytes()
@@ -394,17 +635,43 @@ def test_finetune_checks_a_dataframe_and_its_options_before_it_writes_anything(t
 # ------------------------------------------------------------------ the checking loop
 @pytest.mark.floats
 def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_them(
-        shapes_run, small_csv, tmp_path):
+    shapes_run, small_csv, tmp_path
+):
     from mixer.cli.entrypoints import predict_main
 
     source = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
-    pool = pd.concat([source, source.head(10), source.head(10)], ignore_index=True)  # repeated titles
+    pool = pd.concat(
+        [source, source.head(10), source.head(10)], ignore_index=True
+    )  # repeated titles
     pool.to_csv(tmp_path / "pool.csv", index=False)
-    assert predict_main(["--checkpoint", shapes_run, "--input", str(tmp_path / "pool.csv"),
-                         "--to-check", "8", str(tmp_path / "check.csv"), "--chunk-size", "40"]) == 0
+    assert (
+        predict_main(
+            [
+                "--checkpoint",
+                shapes_run,
+                "--input",
+                str(tmp_path / "pool.csv"),
+                "--to-check",
+                "8",
+                str(tmp_path / "check.csv"),
+                "--chunk-size",
+                "40",
+            ]
+        )
+        == 0
+    )
     check = pd.read_csv(tmp_path / "check.csv", dtype=str, keep_default_na=False)
-    assert list(check.columns) == ["occ1", "n_rows", "confidence", "code_1", "prob_1", "code_2", "prob_2",
-                                   "checked_1", "checked_2"]
+    assert list(check.columns) == [
+        "occ1",
+        "n_rows",
+        "confidence",
+        "code_1",
+        "prob_1",
+        "code_2",
+        "prob_2",
+        "checked_1",
+        "checked_2",
+    ]
     assert len(check) == 8 and check["occ1"].is_unique and (check["checked_1"] == "").all()
     # the order: rows sharing the description x (1 - confidence), over every chunk; the
     # confidence is the row's in its whole code set (docs/coding.md), not its top code's
@@ -418,41 +685,78 @@ def test_to_check_lists_the_descriptions_worth_checking_and_extra_train_learns_t
     expected = score.sort_values(ascending=False, kind="stable")
     assert check["n_rows"].astype(int).tolist() == counts.reindex(check["occ1"]).tolist()
     top = expected.to_numpy()[:9]
-    assert not np.isclose(top[:-1], top[1:], **FLOATS).any()  # no tie within rounding: the order is exact
+    assert not np.isclose(
+        top[:-1], top[1:], **FLOATS
+    ).any()  # no tie within rounding: the order is exact
     assert check["occ1"].tolist() == expected.index[:8].tolist()
-    assert_floats_close(check["confidence"].astype(float), first["confidence"].reindex(check["occ1"]))  # chunks of 40
+    assert_floats_close(
+        check["confidence"].astype(float), first["confidence"].reindex(check["occ1"])
+    )  # chunks of 40
     # a person fills some rows; only those become training rows
     truth = source.drop_duplicates("occ1").set_index("occ1")["hisco_1"]
     check.loc[:4, "checked_1"] = truth.reindex(check["occ1"].iloc[:5]).to_numpy()
     check.loc[0, "checked_2"] = "99910" if check.loc[0, "checked_1"] != "99910" else ""
     check.to_csv(tmp_path / "filled.csv", index=False)
     run = tmp_path / "again"
-    argv = ["--dataset", small_csv, "--target-cols", "hisco_1", "hisco_2", "--share-val", "0.09", *TINY,
-            "--max-steps", "1"]
+    argv = [
+        "--dataset",
+        small_csv,
+        "--target-cols",
+        "hisco_1",
+        "hisco_2",
+        "--share-val",
+        "0.09",
+        *TINY,
+        "--max-steps",
+        "1",
+    ]
     assert finetune_main([*argv, "--save-path", str(tmp_path / "plain")]) == 0
-    assert finetune_main([*argv, "--save-path", str(run), "--extra-train", str(tmp_path / "filled.csv")]) == 0
+    assert (
+        finetune_main(
+            [*argv, "--save-path", str(run), "--extra-train", str(tmp_path / "filled.csv")]
+        )
+        == 0
+    )
     plain = pd.read_parquet(tmp_path / "plain" / "data_train.parquet")
     train = pd.read_parquet(run / "data_train.parquet")
     assert len(train) == len(plain) + 5
-    added = train.iloc[len(plain):]
+    added = train.iloc[len(plain) :]
     assert added["text"].tolist() == check["occ1"].iloc[:5].tolist()
     assert added["code_1"].astype(str).tolist() == check["checked_1"].iloc[:5].tolist()
     assert added["code_2"].astype(str).tolist()[0] == check.loc[0, "checked_2"]
-    pd.testing.assert_frame_equal(pd.read_parquet(run / "data_val.parquet"),
-                                  pd.read_parquet(tmp_path / "plain" / "data_val.parquet"))  # the same split
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(run / "data_val.parquet"),
+        pd.read_parquet(tmp_path / "plain" / "data_val.parquet"),
+    )  # the same split
     # files that cannot be training rows are named
     check.assign(checked_1="", checked_2="").to_csv(tmp_path / "empty.csv", index=False)
     with pytest.raises(UserError, match="no row has a code in checked_1, checked_2"):
-        finetune_main([*argv, "--save-path", str(tmp_path / "e"), "--extra-train", str(tmp_path / "empty.csv")])
+        finetune_main(
+            [
+                *argv,
+                "--save-path",
+                str(tmp_path / "e"),
+                "--extra-train",
+                str(tmp_path / "empty.csv"),
+            ]
+        )
     with pytest.raises(UserError, match="no checked_1, checked_2, ... columns"):
         finetune_main([*argv, "--save-path", str(tmp_path / "f"), "--extra-train", small_csv])
     with pytest.raises(UserError, match="N must be a whole number"):
-        predict_main(["--checkpoint", shapes_run, "--input", small_csv, "--to-check", "many", "c.csv"])
+        predict_main(
+            ["--checkpoint", shapes_run, "--input", small_csv, "--to-check", "many", "c.csv"]
+        )
 
 
 # ------------------------------------------------------------------ context for OccCANINE models
-HOUSEHOLD = {("servant", "wife"): "1,1", ("servant", "son"): "1,2", ("farmer", "wife"): "2,1",
-             ("farmer", "son"): "2,2", ("miner", "wife"): "3,1", ("miner", "son"): "3,2"}
+HOUSEHOLD = {
+    ("servant", "wife"): "1,1",
+    ("servant", "son"): "1,2",
+    ("farmer", "wife"): "2,1",
+    ("farmer", "son"): "2,2",
+    ("miner", "wife"): "3,1",
+    ("miner", "son"): "3,2",
+}
 
 
 def test_occcanine_models_learn_context_within_their_128_characters(hisco_model, tmp_path, capsys):
@@ -462,17 +766,49 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
         title, relation = ["servant", "farmer", "miner"][i % 3], ["wife", "son"][rng.integers(2)]
         rows.append((title, relation, HOUSEHOLD[(title, relation)], "en"))
     frame = pd.DataFrame(rows, columns=["occ1", "relation", "code_1", "lang"])
-    long = pd.DataFrame([("servant", "wife " + "x" * 200, "1,1", "en"),
-                         ("w" * 130, "son", "1,2", "en")], columns=frame.columns)
+    long = pd.DataFrame(
+        [("servant", "wife " + "x" * 200, "1,1", "en"), ("w" * 130, "son", "1,2", "en")],
+        columns=frame.columns,
+    )
     pd.concat([frame, long]).to_csv(tmp_path / "households.csv", index=False)
     run = tmp_path / "run"
-    assert finetune_main(["--dataset", str(tmp_path / "households.csv"), "--target-cols", "code_1",
-                          "--use-within-block-sep", "--block-size", "2", "--context-cols", "relation",
-                          "--language-col", "lang", "--initial-checkpoint", hisco_model["hub"],
-                          "--only-encoder", "--save-path", str(run), "--num-epochs", "8",
-                          "--batch-size", "16", "--learning-rate", "1e-3", "--dropout", "0",
-                          "--share-val", "0.2", "--seed", "1",
-                          "--no-augmentation", "--no-eval-noise"]) == 0  # the context is the subject
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                str(tmp_path / "households.csv"),
+                "--target-cols",
+                "code_1",
+                "--use-within-block-sep",
+                "--block-size",
+                "2",
+                "--context-cols",
+                "relation",
+                "--language-col",
+                "lang",
+                "--initial-checkpoint",
+                hisco_model["hub"],
+                "--only-encoder",
+                "--save-path",
+                str(run),
+                "--num-epochs",
+                "8",
+                "--batch-size",
+                "16",
+                "--learning-rate",
+                "1e-3",
+                "--dropout",
+                "0",
+                "--share-val",
+                "0.2",
+                "--seed",
+                "1",
+                "--no-augmentation",
+                "--no-eval-noise",
+            ]
+        )
+        == 0
+    )  # the context is the subject
     out = capsys.readouterr().out
     assert "the context of 2 row(s) was cut from its end to fit OccCANINE's 128 characters" in out
     from mixer.data.inputs.token_cache import load
@@ -485,14 +821,18 @@ def test_occcanine_models_learn_context_within_their_128_characters(hisco_model,
     cut = read["servant [SEP] relation: wife " + "x" * 200]
     assert cut == ("en[SEP]servant [sep] relation: wife " + "x" * 200)[:126]  # [CLS] + 126 + [SEP]
     # (OccCANINE's recipe lower-cases the text it reads, the context too)
-    assert read["w" * 130 + " [SEP] relation: son"] == "en[SEP]" + "w" * 119  # never cut for its context
+    assert (
+        read["w" * 130 + " [SEP] relation: son"] == "en[SEP]" + "w" * 119
+    )  # never cut for its context
     accuracy = float(out.split("validation:")[1].split("flat_accuracy ")[1].split(",")[0])
     assert accuracy >= 0.9  # the title alone is right at most about half the time
     import mixer
 
     model = mixer.load(str(run))
     assert model.family == "occcanine"
-    got = model.predict(["servant", "servant"], lang="en", context={"relation": ["wife", "son"]}, top_k=1)
+    got = model.predict(
+        ["servant", "servant"], lang="en", context={"relation": ["wife", "son"]}, top_k=1
+    )
     assert got["code_1"].tolist() == ["1,1", "1,2"]
     with pytest.raises(UserError, match="reads context columns relation"):
         model.predict(["servant"], lang="en")
@@ -507,16 +847,30 @@ def test_check_list_counts_each_description_and_language_over_chunks_and_skips_b
     from mixer.data.labels.checking import CheckList
 
     checks = CheckList(3, str(tmp_path / "c.csv"), ["occ1", "lang"], "", 2)
-    chunk = pd.DataFrame({"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]})
-    predicted = pd.DataFrame({"code_1": ["1", "2", "3", "1", "", ""], "prob_1": [.9, .5, .2, .9, np.nan, np.nan],
-                              "code_2": [""] * 6, "prob_2": [np.nan] * 6})
-    inputs = (chunk["lang"] + "|" + chunk["occ1"].fillna("").str.strip()).tolist()  # what the model reads
+    chunk = pd.DataFrame(
+        {"occ1": ["a", "a", "b", "a", None, " "], "lang": ["en", "da", "en", "en", "en", "en"]}
+    )
+    predicted = pd.DataFrame(
+        {
+            "code_1": ["1", "2", "3", "1", "", ""],
+            "prob_1": [0.9, 0.5, 0.2, 0.9, np.nan, np.nan],
+            "code_2": [""] * 6,
+            "prob_2": [np.nan] * 6,
+        }
+    )
+    inputs = (
+        chunk["lang"] + "|" + chunk["occ1"].fillna("").str.strip()
+    ).tolist()  # what the model reads
     checks.add(chunk, predicted, inputs)
     checks.add(chunk.iloc[:2], predicted.iloc[:2], inputs[:2])  # a second chunk
     assert checks.commit() == 3
     table = pd.read_csv(tmp_path / "c.csv", dtype=str, keep_default_na=False)
     # a/da: 2 rows x 0.5; b/en: 1 x 0.8; a/en: 3 x 0.1; blank text is never listed
-    assert table[["occ1", "lang", "n_rows"]].values.tolist() == [["a", "da", "2"], ["b", "en", "1"], ["a", "en", "3"]]
+    assert table[["occ1", "lang", "n_rows"]].values.tolist() == [
+        ["a", "da", "2"],
+        ["b", "en", "1"],
+        ["a", "en", "3"],
+    ]
     import mixer
 
     with pytest.raises(UserError, match="dataset=: pass data"):
@@ -533,8 +887,13 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
     from mixer.data.prepared.prepare import prepare
 
     data = tmp_path / "data.csv"
-    pd.DataFrame({"occ title": ["farmer", "fisher", "smith", "weaver"] * 2, "hisco_1": ["61110", "64100"] * 4,
-                  "place ": ["x", "y"] * 4}).to_csv(data, index=False)
+    pd.DataFrame(
+        {
+            "occ title": ["farmer", "fisher", "smith", "weaver"] * 2,
+            "hisco_1": ["61110", "64100"] * 4,
+            "place ": ["x", "y"] * 4,
+        }
+    ).to_csv(data, index=False)
     chunk = pd.DataFrame({"occ title": ["miner", "tailor"], "place ": ["x", ""]})
     predicted = pd.DataFrame({"code_1": ["61110", "64100"], "prob_1": [0.5, 0.4]})
     for suffix in (".dta", ".xlsx"):
@@ -544,21 +903,33 @@ def test_a_check_list_of_any_format_is_read_back_under_the_run_names(tmp_path):
         checks.add(chunk, predicted, ["miner|x", "tailor|"])
         checks.commit()
         assert said and "columns written under other names" in said[0]
-        written = (pd.read_stata(path) if suffix == ".dta" else pd.read_excel(path, dtype=str)).fillna("")
+        written = (
+            pd.read_stata(path) if suffix == ".dta" else pd.read_excel(path, dtype=str)
+        ).fillna("")
         assert {"occ title", "place "} - set(written.columns)  # a name the format cannot hold
-        written["checked_1"] = ["71110", "79100"] if written.iloc[0, 0] == "miner" else ["79100", "71110"]
+        written["checked_1"] = (
+            ["71110", "79100"] if written.iloc[0, 0] == "miner" else ["79100", "71110"]
+        )
         if suffix == ".dta":
             from mixer.data.tables.writing import OutputWriter
 
             writer = OutputWriter(path)  # as Stata saves it: the labels kept
-            writer.write(written[["n_rows", "confidence", "code_1", "prob_1", "checked_1"]],
-                         inputs=written[["occ_title", "place_"]].set_axis(["occ title", "place "], axis=1))
+            writer.write(
+                written[["n_rows", "confidence", "code_1", "prob_1", "checked_1"]],
+                inputs=written[["occ_title", "place_"]].set_axis(["occ title", "place "], axis=1),
+            )
             writer.commit()
         else:
             written.to_excel(path, index=False)
         said = []
-        cfg = DataConfig(dataset=str(data), input_col="occ title", context_cols=["place "], target_cols=["hisco_1"],
-                         share_val=0.25, extra_train=[path])
+        cfg = DataConfig(
+            dataset=str(data),
+            input_col="occ title",
+            context_cols=["place "],
+            target_cols=["hisco_1"],
+            share_val=0.25,
+            extra_train=[path],
+        )
         prepared = prepare(cfg, 0, log=said.append)
         added = prepared.train.tail(2)
         assert sorted(added["text"]) == ["miner [SEP] place : x", "tailor"], suffix
@@ -574,9 +945,13 @@ def test_extra_train_errors_name_the_rows_of_the_check_list(tmp_path):
     data = tmp_path / "data.csv"
     data.write_text("occ1,hisco_1\n" + "farmer,61110\nfisher,64100\n" * 3)
     check = tmp_path / "check.csv"
-    check.write_text("occ1,n_rows,confidence,code_1,prob_1,checked_1\nminer,3,0.2,61110,0.2,\n"
-                     "tailor,2,0.3,64100,0.3,\nsmith,1,0.4,83110,0.4,641100\n")
-    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)])
+    check.write_text(
+        "occ1,n_rows,confidence,code_1,prob_1,checked_1\nminer,3,0.2,61110,0.2,\n"
+        "tailor,2,0.3,64100,0.3,\nsmith,1,0.4,83110,0.4,641100\n"
+    )
+    cfg = DataConfig(
+        dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)]
+    )
     with pytest.raises(UserError, match=r"row 3 checked_1='641100': longer than --block-size 5"):
         prepare(cfg, 0, log=lambda _: None)
 
@@ -593,12 +968,19 @@ def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
     data.write_text("occ1,hisco_1\n" + "chemist,01110\nfisher,64100\n" * 3)
     check = tmp_path / "check.csv"
     check.write_text("occ1,checked_1\nchemist's help,1110\n")
-    cfg = DataConfig(dataset=str(data), target_cols=["hisco_1"], share_val=0.25, extra_train=[str(check)],
-                     allow_codes_shorter_than_block_size=True)
+    cfg = DataConfig(
+        dataset=str(data),
+        target_cols=["hisco_1"],
+        share_val=0.25,
+        extra_train=[str(check)],
+        allow_codes_shorter_than_block_size=True,
+    )
     with pytest.raises(UserError) as error:
         prepare(cfg, 0, log=lambda _: None)
-    assert str(error.value).startswith(f"codes '01110' (--dataset {data}) and '1110' (--extra-train {check}) "
-                                       "are one number written with and without leading zeros")
+    assert str(error.value).startswith(
+        f"codes '01110' (--dataset {data}) and '1110' (--extra-train {check}) "
+        "are one number written with and without leading zeros"
+    )
     book = openpyxl.Workbook()
     book.active.append(["occ1", "checked_1"])
     book.active.append(["chemist's help", 1110])
@@ -607,7 +989,9 @@ def test_one_number_written_two_ways_names_the_file_of_each_spelling(tmp_path):
     assert list(prepare(cfg, 0, log=lambda _: None).key["code"]) == ["01110", "64100"]
 
 
-def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_nothing(tmp_path, monkeypatch):
+def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_nothing(
+    tmp_path, monkeypatch
+):
     """Review of issue 27, item 10: a text the check list's format cannot hold is named by
     its row in the input as well as in the check list, and the half-written workbook is
     dropped (no 'Exception ignored ... I/O operation on closed file' at exit)."""
@@ -622,10 +1006,14 @@ def test_a_check_list_that_cannot_be_written_names_the_input_row_and_leaves_noth
     texts[150] = "bad\x01title"
     checks = CheckList(300, str(tmp_path / "c.xlsx"), ["occ1"], "", 1)
     for start in range(0, 300, 100):
-        chunk = pd.DataFrame({"occ1": texts[start:start + 100]})
-        predicted = pd.DataFrame({"code_1": ["61110"] * 100, "prob_1": np.linspace(0.99, 0.0, 300)[start:start + 100]})
+        chunk = pd.DataFrame({"occ1": texts[start : start + 100]})
+        predicted = pd.DataFrame(
+            {"code_1": ["61110"] * 100, "prob_1": np.linspace(0.99, 0.0, 300)[start : start + 100]}
+        )
         checks.add(chunk, predicted, chunk["occ1"].tolist())
-    with pytest.raises(UserError, match=r"row 150 \(input row 151\) column 'occ1' holds a control character"):
+    with pytest.raises(
+        UserError, match=r"row 150 \(input row 151\) column 'occ1' holds a control character"
+    ):
         checks.commit()
     del checks
     gc.collect()
@@ -639,35 +1027,83 @@ def test_finetune_takes_each_flag_by_its_name_and_refuses_in_one_line(tmp_path):
     dataset.parquet there."""
     import mixer
 
-    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
-                          "hisco_1": ["61110", "64100", "83110", "75100"] * 2})
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
+            "hisco_1": ["61110", "64100", "83110", "75100"] * 2,
+        }
+    )
     key = tmp_path / "key.csv"
-    key.write_text("code,description\n61110,farmer\n64100,fisher\n83110,smith\n75100,weaver\n99999,other\n")
+    key.write_text(
+        "code,description\n61110,farmer\n64100,fisher\n83110,smith\n75100,weaver\n99999,other\n"
+    )
     run = tmp_path / "api"
-    assert mixer.finetune(frame, target_cols="hisco_1", save_path=str(run), key=str(key), prepare_only=True,
-                          token_cache=False, share_val=0.25) is None
+    assert (
+        mixer.finetune(
+            frame,
+            target_cols="hisco_1",
+            save_path=str(run),
+            key=str(key),
+            prepare_only=True,
+            token_cache=False,
+            share_val=0.25,
+        )
+        is None
+    )
     assert read_key(run)["code"].tolist() == ["61110", "64100", "83110", "75100", "99999"]
-    for bad, message in ((dict(code_descriptions=frame), r"^code_descriptions=: pass text, a number or a file's "
-                                                         r"path, not a DataFrame \(write it to a file"),
-                         (dict(context_cols=[frame]), r"^context_cols=: pass text")):
+    for bad, message in (
+        (
+            dict(code_descriptions=frame),
+            r"^code_descriptions=: pass text, a number or a file's "
+            r"path, not a DataFrame \(write it to a file",
+        ),
+        (dict(context_cols=[frame]), r"^context_cols=: pass text"),
+    ):
         with pytest.raises(UserError, match=message) as error:
             mixer.finetune(frame, target_cols="hisco_1", save_path=str(tmp_path / "x"), **bad)
         assert "\n" not in str(error.value)
-    with pytest.raises(UserError, match=r"^data: column 'z' \(complex128\) cannot be kept in Parquet") as error:
+    with pytest.raises(
+        UserError, match=r"^data: column 'z' \(complex128\) cannot be kept in Parquet"
+    ) as error:
         mixer.finetune(frame.assign(z=1 + 2j), target_cols="hisco_1", save_path=str(tmp_path / "x"))
     assert "\n" not in str(error.value) and not os.path.exists(tmp_path / "x")
     cli_run = tmp_path / "cli"
     data = tmp_path / "data.csv"
     frame.to_csv(data, index=False)
-    assert finetune_main(["--dataset", str(data), "--target-cols", "hisco_1", "--share-val", "0.25",
-                          "--save-path", str(cli_run), "--prepare-only", "--no-token-cache"]) == 0
+    assert (
+        finetune_main(
+            [
+                "--dataset",
+                str(data),
+                "--target-cols",
+                "hisco_1",
+                "--share-val",
+                "0.25",
+                "--save-path",
+                str(cli_run),
+                "--prepare-only",
+                "--no-token-cache",
+            ]
+        )
+        == 0
+    )
     before = sorted(os.listdir(cli_run))
     with pytest.raises(UserError, match="prepared from other input or settings"):
-        mixer.finetune(frame.assign(occ1="clerk"), target_cols="hisco_1", save_path=str(cli_run), share_val=0.25,
-                       prepare_only=True, token_cache=False)
+        mixer.finetune(
+            frame.assign(occ1="clerk"),
+            target_cols="hisco_1",
+            save_path=str(cli_run),
+            share_val=0.25,
+            prepare_only=True,
+            token_cache=False,
+        )
     assert sorted(os.listdir(cli_run)) == before  # no dataset.parquet left behind
     with pytest.raises(UserError, match=r"^data: 4 row\(s\) with bad codes \(row 2 hisco_1='6410'"):
-        mixer.finetune(frame.assign(hisco_1=["61110", "6410"] * 4), target_cols="hisco_1", save_path=str(run / "y"))
+        mixer.finetune(
+            frame.assign(hisco_1=["61110", "6410"] * 4),
+            target_cols="hisco_1",
+            save_path=str(run / "y"),
+        )
 
 
 def test_finetune_refuses_odd_target_and_list_values_in_one_line_as_the_flags_do(tmp_path):
@@ -677,12 +1113,22 @@ def test_finetune_refuses_odd_target_and_list_values_in_one_line_as_the_flags_do
     column is, as before issue 36 (the generated checks took it as no context)."""
     import mixer
 
-    frame = pd.DataFrame({"occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
-                          "hisco_1": ["61110", "64100", "83110", "75100"] * 2})
-    for bad, message in ((dict(target_cols=5), r"'5'"),
-                         (dict(target_cols="hisco_1", context_cols=[]),
-                          r"^finetune\(\): argument --context-cols: expected at least one argument$")):
+    frame = pd.DataFrame(
+        {
+            "occ1": ["farmer", "fisher", "smith", "weaver"] * 2,
+            "hisco_1": ["61110", "64100", "83110", "75100"] * 2,
+        }
+    )
+    for bad, message in (
+        (dict(target_cols=5), r"'5'"),
+        (
+            dict(target_cols="hisco_1", context_cols=[]),
+            r"^finetune\(\): argument --context-cols: expected at least one argument$",
+        ),
+    ):
         with pytest.raises(UserError, match=message) as error:
-            mixer.finetune(frame, save_path=str(tmp_path / "x"), prepare_only=True, token_cache=False, **bad)
+            mixer.finetune(
+                frame, save_path=str(tmp_path / "x"), prepare_only=True, token_cache=False, **bad
+            )
         assert "\n" not in str(error.value)
         assert not os.path.exists(tmp_path / "x" / "prepared.json")

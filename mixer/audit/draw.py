@@ -26,8 +26,10 @@ from mixer.data.tables.sinks import Sink
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
 PREDICTED = re.compile(r"^(code|prob|desc)_\d+$")  # a head's columns, as the audit names them
-PROBABILITY_UNITS = 10 ** 6  # prob_1 summed in millionths: the same sum in any order
-MARGIN_ROOM = 4  # rows kept per stratum, with --audit-margin: this many times a simple sample's at 0.5
+PROBABILITY_UNITS = 10**6  # prob_1 summed in millionths: the same sum in any order
+MARGIN_ROOM = (
+    4  # rows kept per stratum, with --audit-margin: this many times a simple sample's at 0.5
+)
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,22 @@ class AuditRequest:
 
     def check(self) -> "AuditRequest":
         if (self.size is None) == (self.margin is None):
-            raise UserError(f"--audit {self.path}: give the number of rows (--audit N {self.path}) or "
-                            "the half-width of the interval (--audit-margin 0.03), one of them")
-        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, (int, np.integer))
-                                      or self.size < 1):
-            raise UserError(f"--audit {self.size}: the number of rows must be a whole number, 1 or more")
+            raise UserError(
+                f"--audit {self.path}: give the number of rows (--audit N {self.path}) or "
+                "the half-width of the interval (--audit-margin 0.03), one of them"
+            )
+        if self.size is not None and (
+            isinstance(self.size, bool)
+            or not isinstance(self.size, (int, np.integer))
+            or self.size < 1
+        ):
+            raise UserError(
+                f"--audit {self.size}: the number of rows must be a whole number, 1 or more"
+            )
         if self.margin is not None and not 0 < self.margin < 0.5:
-            raise UserError(f"--audit-margin {self.margin}: a half-width between 0 and 0.5, e.g. 0.03")
+            raise UserError(
+                f"--audit-margin {self.margin}: a half-width between 0 and 0.5, e.g. 0.03"
+            )
         if self.unit not in audit_file.UNITS:
             raise UserError(f"--audit-unit {self.unit}: choose {' or '.join(audit_file.UNITS)}")
         return self
@@ -73,24 +84,35 @@ class AuditRequest:
         """The most rows the audit can take: its size, or with a margin MARGIN_ROOM times the
         rows a simple sample takes at the worst accuracy, 0.5. (A stratified design takes
         more than a simple sample where its floors and weights cost precision)."""
-        return self.size if self.size is not None else MARGIN_ROOM * stats.sample_size(0.5, self.margin)
+        return (
+            self.size
+            if self.size is not None
+            else MARGIN_ROOM * stats.sample_size(0.5, self.margin)
+        )
 
 
-def parse_audit_args(values: list, margin: Optional[float], by: Optional[str], unit: str,
-                     seed: int) -> AuditRequest:
+def parse_audit_args(
+    values: list, margin: Optional[float], by: Optional[str], unit: str, seed: int
+) -> AuditRequest:
     """--audit N AUDIT.csv, or --audit AUDIT.csv with --audit-margin."""
     if len(values) == 1:
         return AuditRequest(values[0], None, margin, by, unit, seed).check()
     if len(values) != 2:
-        raise UserError(f"--audit {' '.join(values)}: pass N AUDIT.csv, or AUDIT.csv with --audit-margin")
+        raise UserError(
+            f"--audit {' '.join(values)}: pass N AUDIT.csv, or AUDIT.csv with --audit-margin"
+        )
     count, path = values
     try:
         size = int(count)
     except ValueError:
-        raise UserError(f"--audit {count} {path}: N must be a whole number, e.g. --audit 200 audit.csv")
+        raise UserError(
+            f"--audit {count} {path}: N must be a whole number, e.g. --audit 200 audit.csv"
+        )
     if margin is not None:
-        raise UserError(f"--audit {count} {path} --audit-margin {margin}: the margin chooses the number "
-                        f"of rows; pass --audit {path} --audit-margin {margin}, or leave the margin out")
+        raise UserError(
+            f"--audit {count} {path} --audit-margin {margin}: the margin chooses the number "
+            f"of rows; pass --audit {path} --audit-margin {margin}, or leave the margin out"
+        )
     return AuditRequest(path, size, None, by, unit, seed).check()
 
 
@@ -105,33 +127,65 @@ class AuditDraw:
     (mixer.audit.train_on.trained_descriptions)."""
 
     @classmethod
-    def for_output(cls, request: AuditRequest, kind: str, inputs, outputs, keys: list, head: str,
-                   prefixed: bool, predictor) -> "AuditDraw":
+    def for_output(
+        cls,
+        request: AuditRequest,
+        kind: str,
+        inputs,
+        outputs,
+        keys: list,
+        head: str,
+        prefixed: bool,
+        predictor,
+    ) -> "AuditDraw":
         """predict.py's draw: the input's columns by the names a predictions file of `kind`
         gives them beside the `outputs` (mixer.data.tables.writing.output_names)."""
         import dataclasses
 
         from mixer.data.tables.writing import output_names
 
-        names = output_names(kind, inputs, outputs)[:len(inputs)]
+        names = output_names(kind, inputs, outputs)[: len(inputs)]
         name = dict(zip(inputs, names)).get
-        request = dataclasses.replace(request, by=name(request.by, request.by) if request.by else None)
-        draw = cls(request, name(keys[0]), [name(k) for k in keys[1:] if k], predictor.formatter,
-                   f"{head}_" if prefixed else "", predictor.config.get("audited") or ())
+        request = dataclasses.replace(
+            request, by=name(request.by, request.by) if request.by else None
+        )
+        draw = cls(
+            request,
+            name(keys[0]),
+            [name(k) for k in keys[1:] if k],
+            predictor.formatter,
+            f"{head}_" if prefixed else "",
+            predictor.config.get("audited") or (),
+        )
         draw.shown = names
         return draw
 
-    def add_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None) -> None:
+    def add_output(
+        self, chunk: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None
+    ) -> None:
         """predict.py's rows: the input's columns as the predictions file names them, and the
         head's columns of a table that may hold several heads. skips: {reason: rows not to
         draw from} (a lookup's rows; the rows that need a check at a target accuracy)."""
-        own = [c for c in predicted.columns if str(c).startswith(self.prefix)
-               and PREDICTED.match(str(c)[len(self.prefix):])]
-        self.add(chunk.set_axis(self.shown, axis=1), predicted[own].rename(columns=lambda c: c[len(self.prefix):]),
-                 skips)
+        own = [
+            c
+            for c in predicted.columns
+            if str(c).startswith(self.prefix) and PREDICTED.match(str(c)[len(self.prefix) :])
+        ]
+        self.add(
+            chunk.set_axis(self.shown, axis=1),
+            predicted[own].rename(columns=lambda c: c[len(self.prefix) :]),
+            skips,
+        )
 
-    def __init__(self, request: AuditRequest, text_col: str, key_cols: list, formatter, prefix: str = "",
-                 excluded=()):
+    def __init__(
+        self,
+        request: AuditRequest,
+        text_col: str,
+        key_cols: list,
+        formatter,
+        prefix: str = "",
+        excluded=(),
+    ):
         self.request, self.text_col, self.prefix = request, text_col, prefix
         self.formatter = formatter
         self.kind = request.kind
@@ -147,7 +201,9 @@ class AuditDraw:
         self.digest = audit_file.PredictionsDigest(formatter)
         self.offset = 0
 
-    def add(self, frame: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None) -> None:
+    def add(
+        self, frame: pd.DataFrame, predicted: pd.DataFrame, skips: Optional[dict] = None
+    ) -> None:
         """The next rows: `frame` as the predictions file holds them (input columns) and
         the head's `predicted` code_k, prob_k (desc_k), in the same order."""
         from mixer.reporting.evaluation import group_label
@@ -157,8 +213,10 @@ class AuditDraw:
         rows = np.arange(self.offset, self.offset + len(frame))
         self.offset += len(frame)
         if self.request.by and self.request.by not in frame.columns:
-            raise UserError(f"--audit: no column {self.request.by!r} (--audit-by); the rows have: "
-                            f"{', '.join(map(str, frame.columns[:12]))}")
+            raise UserError(
+                f"--audit: no column {self.request.by!r} (--audit-by); the rows have: "
+                f"{', '.join(map(str, frame.columns[:12]))}"
+            )
         self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
         texts = frame[self.text_col]
         eligible = audit_file.descriptions(texts).ne("").to_numpy().copy()
@@ -173,32 +231,57 @@ class AuditDraw:
             eligible &= ~skipped
         if not eligible.any():
             return
-        labels = (pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)
-                  if self.request.by else pd.Series([None] * len(frame), dtype=object))
+        labels = (
+            pd.Series([group_label(v) for v in frame[self.request.by]], dtype=object)
+            if self.request.by
+            else pd.Series([None] * len(frame), dtype=object)
+        )
         best = pd.to_numeric(predicted["prob_1"], errors="coerce").fillna(0.0).clip(0, 1).to_numpy()
         units = pd.Series(np.rint(best * PROBABILITY_UNITS).astype(np.int64))
         for label, count in labels[eligible].value_counts(dropna=False, sort=False).items():
             label = None if pd.isna(label) else label
             self.sizes[label] = self.sizes.get(label, 0) + int(count)
-        for label, total in units[eligible].groupby(labels[eligible].to_numpy(), dropna=False, sort=False).sum().items():
+        for label, total in (
+            units[eligible]
+            .groupby(labels[eligible].to_numpy(), dropna=False, sort=False)
+            .sum()
+            .items()
+        ):
             label = None if pd.isna(label) else label
             self.probability[label] = self.probability.get(label, 0) + int(total)
         if len(self.sizes) > self.request.most:
-            raise UserError(f"--audit-by {self.request.by}: more than {self.request.most} values, more "
-                            f"strata than the audit has rows; stratify by a coarser column")
-        if self.names is None:  # the audit's columns beside the input's, named once (mixer.data.tables.writing)
+            raise UserError(
+                f"--audit-by {self.request.by}: more than {self.request.most} values, more "
+                f"strata than the audit has rows; stratify by a coarser column"
+            )
+        if (
+            self.names is None
+        ):  # the audit's columns beside the input's, named once (mixer.data.tables.writing)
             self.predicted = list(predicted.columns)
-            own = audit_file.own_columns(self.request.unit, self.predicted, len(self.code_columns),
-                                     self.request.by is not None)
-            self.names = dict(zip(frame.columns, audit_file.input_names(self.kind, list(frame.columns), own)))
+            own = audit_file.own_columns(
+                self.request.unit,
+                self.predicted,
+                len(self.code_columns),
+                self.request.by is not None,
+            )
+            self.names = dict(
+                zip(frame.columns, audit_file.input_names(self.kind, list(frame.columns), own))
+            )
         rows_out = frame.set_axis([self.names[c] for c in frame.columns], axis=1)
         candidates = pd.concat([rows_out, predicted], axis=1)[eligible]
         candidates[_KEY] = stats.row_keys(self.request.seed, rows[eligible])
         candidates[_ROW] = rows[eligible] + 1
         candidates[_STRATUM] = labels[eligible].to_numpy()
-        kept = candidates if self.kept is None else pd.concat([self.kept, candidates], ignore_index=True)
-        self.kept = (kept.sort_values(_KEY, kind="stable")
-                     .groupby(_STRATUM, dropna=False, sort=False).head(self.request.most))
+        kept = (
+            candidates
+            if self.kept is None
+            else pd.concat([self.kept, candidates], ignore_index=True)
+        )
+        self.kept = (
+            kept.sort_values(_KEY, kind="stable")
+            .groupby(_STRATUM, dropna=False, sort=False)
+            .head(self.request.most)
+        )
 
     # ------------------------------------------------------------ the end
     def finish(self, model: str, source: str, head: str, threshold: str) -> tuple:
@@ -208,33 +291,65 @@ class AuditDraw:
         request = self.request
         total = sum(self.sizes.values())
         if not total:
-            raise UserError(f"--audit {request.path}: no row with a description to draw"
-                            + (" that the model did not train on" if self.left_out["in audits the model trained on"]
-                               else ""))
+            raise UserError(
+                f"--audit {request.path}: no row with a description to draw"
+                + (
+                    " that the model did not train on"
+                    if self.left_out["in audits the model trained on"]
+                    else ""
+                )
+            )
         named = set(label for label in self.sizes if label is not None)
         labels = group_order(named, None) + ([None] if None in self.sizes else [])
         sizes = [self.sizes[label] for label in labels]
         expected = round(sum(self.probability.values()) / PROBABILITY_UNITS / total, 3)
-        by_stratum = [round(self.probability.get(label, 0) / PROBABILITY_UNITS / n, 3) for label, n in zip(labels, sizes)]
-        asked = request.size if request.size is not None else self._size(sizes, expected, by_stratum)
+        by_stratum = [
+            round(self.probability.get(label, 0) / PROBABILITY_UNITS / n, 3)
+            for label, n in zip(labels, sizes)
+        ]
+        asked = (
+            request.size if request.size is not None else self._size(sizes, expected, by_stratum)
+        )
         count = min(asked, total)
         try:
             allocation = stats.allocate(sizes, count) if request.by else np.asarray([count])
         except ValueError:
-            raise UserError(f"--audit-by {request.by}: {len(labels)} values; {count} rows cannot give each "
-                            f"{stats.STRATUM_FLOOR} rows; audit more rows or stratify by a coarser column")
-        chosen = pd.concat([self.kept[_stratum_rows(self.kept, label)].head(int(n))
-                            for label, n in zip(labels, allocation)]).sort_values(_KEY, kind="stable")
-        chosen[_STRATUM] = [labels.index(None if pd.isna(label) else label) for label in chosen[_STRATUM]]
+            raise UserError(
+                f"--audit-by {request.by}: {len(labels)} values; {count} rows cannot give each "
+                f"{stats.STRATUM_FLOOR} rows; audit more rows or stratify by a coarser column"
+            )
+        chosen = pd.concat(
+            [
+                self.kept[_stratum_rows(self.kept, label)].head(int(n))
+                for label, n in zip(labels, allocation)
+            ]
+        ).sort_values(_KEY, kind="stable")
+        chosen[_STRATUM] = [
+            labels.index(None if pd.isna(label) else label) for label in chosen[_STRATUM]
+        ]
         design = audit_file.Design(
-            unit=request.unit, by=request.by, seed=request.seed,
-            strata=tuple(audit_file.Stratum(label, n_rows, int(n)) for label, n_rows, n in zip(labels, sizes, allocation)),
-            predictions=self.digest.hexdigest(), predicted_rows=self.digest.rows, model=model, source=source,
-            head=head, threshold=threshold, text_col=self.text_col, code_columns=tuple(self.code_columns),
-            expected=expected, margin=request.margin,
+            unit=request.unit,
+            by=request.by,
+            seed=request.seed,
+            strata=tuple(
+                audit_file.Stratum(label, n_rows, int(n))
+                for label, n_rows, n in zip(labels, sizes, allocation)
+            ),
+            predictions=self.digest.hexdigest(),
+            predicted_rows=self.digest.rows,
+            model=model,
+            source=source,
+            head=head,
+            threshold=threshold,
+            text_col=self.text_col,
+            code_columns=tuple(self.code_columns),
+            expected=expected,
+            margin=request.margin,
             left_out={reason: n for reason, n in self.left_out.items() if n},
-            audit_text_col=self.names[self.text_col], spelling=audit_file.spelling_of(self.formatter),
-            by_col=self.names.get(request.by) if request.by else None)
+            audit_text_col=self.names[self.text_col],
+            spelling=audit_file.spelling_of(self.formatter),
+            by_col=self.names.get(request.by) if request.by else None,
+        )
         table = self._table(chosen, design)
         return table, self._report(design, asked, total, by_stratum)
 
@@ -250,9 +365,11 @@ class AuditDraw:
         except ValueError:  # fewer rows than the floors: the floors are the least
             count = sum(min(n, stats.STRATUM_FLOOR) for n in sizes)
         if count > request.most and count < sum(sizes):
-            raise UserError(f"--audit-margin {request.margin:g} --audit-by {request.by}: these strata take "
-                            f"{count:,} rows for it (their floors and weights), more than {request.most:,}; "
-                            "pass --audit N AUDIT for a size of your own, or stratify by a coarser column")
+            raise UserError(
+                f"--audit-margin {request.margin:g} --audit-by {request.by}: these strata take "
+                f"{count:,} rows for it (their floors and weights), more than {request.most:,}; "
+                "pass --audit N AUDIT for a size of your own, or stratify by a coarser column"
+            )
         return count
 
     def _table(self, chosen: pd.DataFrame, design: audit_file.Design) -> pd.DataFrame:
@@ -262,18 +379,27 @@ class AuditDraw:
         predicted = self.predicted
         by_stratum = chosen.groupby(_STRATUM, sort=False)
         rank = by_stratum.cumcount().to_numpy() + 1  # chosen is in key order
-        chosen = chosen.assign(**{_RANK: rank, _PLACE: (rank - 1) / by_stratum[_KEY].transform("size").to_numpy()})
+        chosen = chosen.assign(
+            **{_RANK: rank, _PLACE: (rank - 1) / by_stratum[_KEY].transform("size").to_numpy()}
+        )
         if design.unit == "rows":
             inputs = list(self.names.values())
         else:
             inputs = [self.names[c] for c in self.key_cols]
             group = chosen.groupby(inputs + [_STRATUM], dropna=False, sort=False)[_RANK]
-            chosen = chosen.assign(**{audit_file.DRAWS: group.transform("size").to_numpy(),
-                                      audit_file.RANKS: group.transform(audit_file.ranks_text).to_numpy()})
+            chosen = chosen.assign(
+                **{
+                    audit_file.DRAWS: group.transform("size").to_numpy(),
+                    audit_file.RANKS: group.transform(audit_file.ranks_text).to_numpy(),
+                }
+            )
             chosen = chosen.drop_duplicates(inputs + [_STRATUM])  # the first row drawn of each
         chosen = _interleaved(chosen)
-        unit = (pd.Series(chosen[_ROW].to_numpy(), name=audit_file.ROW) if design.unit == "rows"
-                else pd.Series(chosen[audit_file.DRAWS].to_numpy(), name=audit_file.DRAWS))
+        unit = (
+            pd.Series(chosen[_ROW].to_numpy(), name=audit_file.ROW)
+            if design.unit == "rows"
+            else pd.Series(chosen[audit_file.DRAWS].to_numpy(), name=audit_file.DRAWS)
+        )
         out = pd.concat([unit, chosen[inputs + predicted].reset_index(drop=True)], axis=1)
         for column in audit_file.verdict_columns(len(self.code_columns)):
             out[column] = ""
@@ -294,26 +420,42 @@ class AuditDraw:
     def _report(self, design: audit_file.Design, asked: int, total: int, by_stratum: list) -> list:
         request = self.request
         drawn = design.drawn
-        left = "".join(f"; {n:,} {reason} are not drawn from" for reason, n in design.left_out.items())
-        lines = [f"audit: {drawn:,} rows drawn at random (seed {request.seed}) from the {total:,} rows "
-                 f"with a description of {design.predicted_rows:,}{left}"]
+        left = "".join(
+            f"; {n:,} {reason} are not drawn from" for reason, n in design.left_out.items()
+        )
+        lines = [
+            f"audit: {drawn:,} rows drawn at random (seed {request.seed}) from the {total:,} rows "
+            f"with a description of {design.predicted_rows:,}{left}"
+        ]
         if request.margin is not None:
-            how = (f"at each stratum's (below), with the allocation and weights below; a simple sample would "
-                   f"take {stats.sample_size(design.expected, request.margin):,}" if design.stratified else
-                   f"at 0.5 it would take {stats.sample_size(0.5, request.margin):,}")
-            lines.append(f"audit: {asked:,} rows give a 95% interval that reaches at most {request.margin:g} from "
-                         f"the estimate on either side at the accuracy the model expects, {design.expected:.3f} "
-                         f"(the mean of prob_1 over the rows drawn from; {how}); if the accuracy is lower, "
-                         "the interval is wider")
+            how = (
+                f"at each stratum's (below), with the allocation and weights below; a simple sample would "
+                f"take {stats.sample_size(design.expected, request.margin):,}"
+                if design.stratified
+                else f"at 0.5 it would take {stats.sample_size(0.5, request.margin):,}"
+            )
+            lines.append(
+                f"audit: {asked:,} rows give a 95% interval that reaches at most {request.margin:g} from "
+                f"the estimate on either side at the accuracy the model expects, {design.expected:.3f} "
+                f"(the mean of prob_1 over the rows drawn from; {how}); if the accuracy is lower, "
+                "the interval is wider"
+            )
         if asked > total:
-            lines.append(f"audit: {asked:,} rows asked, the file has {total:,}: all of them are drawn")
+            lines.append(
+                f"audit: {asked:,} rows asked, the file has {total:,}: all of them are drawn"
+            )
         if design.stratified:
-            lines.append(f"audit by {design.by}: proportional to the rows, each stratum at least "
-                         f"{stats.STRATUM_FLOOR} rows (all of a smaller one)")
+            lines.append(
+                f"audit by {design.by}: proportional to the rows, each stratum at least "
+                f"{stats.STRATUM_FLOOR} rows (all of a smaller one)"
+            )
             width = max(len(_shown(s.label)) for s in design.strata)
             for s, guess in zip(design.strata, by_stratum):
-                lines.append(f"  {_shown(s.label):<{width}}  {s.rows:>9,} rows  {s.rows / total:6.1%}  "
-                             f"-> {s.drawn:,}" + (f"  (expected {guess:.3f})" if request.margin is not None else ""))
+                lines.append(
+                    f"  {_shown(s.label):<{width}}  {s.rows:>9,} rows  {s.rows / total:6.1%}  "
+                    f"-> {s.drawn:,}"
+                    + (f"  (expected {guess:.3f})" if request.margin is not None else "")
+                )
         return lines
 
 
@@ -379,13 +521,23 @@ def threshold_used(predictor, head: str, threshold: Optional[float]) -> str:
     return f"{threshold:g}" if threshold is not None else predictor.thresholds.describe()
 
 
-def finish_audit(draw: Optional[AuditDraw], request: AuditRequest, predictor, source: str, head: str,
-                 threshold: Optional[float]) -> None:
+def finish_audit(
+    draw: Optional[AuditDraw],
+    request: AuditRequest,
+    predictor,
+    source: str,
+    head: str,
+    threshold: Optional[float],
+) -> None:
     """predict.py's end (rank 0): the audit drawn, described and written."""
     if draw is None:
         raise UserError(f"--audit {request.path}: the input has no rows to draw from")
-    table, lines = draw.finish(model_fingerprint(predictor), audited_source(predictor, source), head,
-                               threshold_used(predictor, head, threshold))
+    table, lines = draw.finish(
+        model_fingerprint(predictor),
+        audited_source(predictor, source),
+        head,
+        threshold_used(predictor, head, threshold),
+    )
     write_audit(table, request.path, lines)
 
 
@@ -400,11 +552,15 @@ def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
         unit, early = "rows", "if you stop early, the rows checked are still a random sample"
     else:
         unit = f"distinct descriptions ({design.drawn:,} rows drawn)"
-        early = ("if you stop early, the score counts the rows drawn before the first line left blank, "
-                 "which are a random sample; a line checked after it does not count")
-    for line in lines + [f"audit: wrote {len(table):,} {unit} to {path}, in random order: check them from "
-                         f"the top ({early}); write yes or no in 'correct', or the right codes in "
-                         f"true_code_1..; then score it with evaluate.py --audit {path}"]:
+        early = (
+            "if you stop early, the score counts the rows drawn before the first line left blank, "
+            "which are a random sample; a line checked after it does not count"
+        )
+    for line in lines + [
+        f"audit: wrote {len(table):,} {unit} to {path}, in random order: check them from "
+        f"the top ({early}); write yes or no in 'correct', or the right codes in "
+        f"true_code_1..; then score it with evaluate.py --audit {path}"
+    ]:
         (log or (lambda m: print(m, file=sys.stderr)))(line)
 
 
@@ -434,7 +590,9 @@ class AuditSink(Sink):
 
     @staticmethod
     def request(args) -> AuditRequest:
-        return parse_audit_args(args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed)
+        return parse_audit_args(
+            args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed
+        )
 
     DIGEST = "audit-digest.bin"  # beside a resume journal: the bytes the predictions' digest hashed
 
@@ -446,20 +604,30 @@ class AuditSink(Sink):
         args = job.args
         if self.draw is None:
             self.draw = AuditDraw.for_output(
-                self.audit, job.output_kind or "csv", part.chunk.columns, part.predicted.columns,
-                [job.columns.input_col, job.columns.language_col, *job.columns.context_cols], args.head[0],
-                len(args.head) > 1, job.predictor)
+                self.audit,
+                job.output_kind or "csv",
+                part.chunk.columns,
+                part.predicted.columns,
+                [job.columns.input_col, job.columns.language_col, *job.columns.context_cols],
+                args.head[0],
+                len(args.head) > 1,
+                job.predictor,
+            )
             if self.journal is not None:
                 self.draw.digest.keep(self.journal.path(self.DIGEST))
-        self.draw.add_output(part.chunk, part.predicted, job.coding.audit_skips(part.predicted, args.head))
+        self.draw.add_output(
+            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, args.head)
+        )
 
     def state(self) -> Optional[dict]:
         """The draw so far: the rows kept per stratum (at most the audit's size each), the
         strata's counts, and the predictions' digest (its bytes kept beside the journal)."""
         if self.draw is None:
             return None
-        return {"draw": {k: v for k, v in vars(self.draw).items() if k not in ("digest", "formatter")},
-                "digest": self.draw.digest.state()}
+        return {
+            "draw": {k: v for k, v in vars(self.draw).items() if k not in ("digest", "formatter")},
+            "digest": self.draw.digest.state(),
+        }
 
     def restore(self, state: Optional[dict]) -> None:
         if state is None:
@@ -474,8 +642,14 @@ class AuditSink(Sink):
 
     def commit(self, job) -> None:
         self._close()
-        finish_audit(self.draw, self.audit, job.predictor, job.args.checkpoint, job.args.head[0],
-                     job.args.threshold)
+        finish_audit(
+            self.draw,
+            self.audit,
+            job.predictor,
+            job.args.checkpoint,
+            job.args.head[0],
+            job.args.threshold,
+        )
 
     def abort(self) -> None:
         self._close()

@@ -59,13 +59,19 @@ TRUE_CODE_COLUMN = re.compile(r"^true_code_(\d+)$")
 STRATUM = "audit_stratum"
 STRATUM_ROWS = "audit_stratum_rows"  # its stratum's rows in the file
 STRATUM_DRAWN = "audit_stratum_drawn"  # its stratum's rows drawn
-ROW = "audit_row"  # unit rows: the row's number in the predicted file (1: the first under the header)
+ROW = (
+    "audit_row"  # unit rows: the row's number in the predicted file (1: the first under the header)
+)
 DRAWS = "audit_draws"  # unit descriptions: the rows drawn that have this description
-RANKS = "audit_ranks"  # unit descriptions: their places in the stratum's draw order (1: drawn first)
+RANKS = (
+    "audit_ranks"  # unit descriptions: their places in the stratum's draw order (1: drawn first)
+)
 NOTE = "note"
 TRUE_CODE = "true_code_{}"
 UNITS = ("rows", "descriptions")
-VERSION = 3  # 3: ASCII design, strata by digest, descriptions with their ranks; 2: codes spelled as the
+VERSION = (
+    3  # 3: ASCII design, strata by digest, descriptions with their ranks; 2: codes spelled as the
+)
 # model spells them (1 compared them without leading zeros)
 # what the model's formatter says of how its codes are spelled (mixer.data.labels.normalise.width_of)
 SPELLING = ("kind", "block_size", "use_within_block_sep", "allow_short", "digit_width")
@@ -145,8 +151,10 @@ class PredictionsDigest:
             while self.tee.tell() < size:
                 block = self.tee.read(min(1 << 24, size - self.tee.tell()))
                 if not block:
-                    raise UserError(f"{path}: shorter than the audit's digest kept with it; pass --restart "
-                                    "to start over")
+                    raise UserError(
+                        f"{path}: shorter than the audit's digest kept with it; pass --restart "
+                        "to start over"
+                    )
                 self._hash.update(block)
             self.rows = rows
 
@@ -189,7 +197,9 @@ class Design:
     left_out: dict = field(default_factory=dict)  # {reason: rows not drawn from}
     spelling: dict = field(default_factory=dict)  # the model's code system (SPELLING)
     by_col: Optional[str] = None  # the stratum column, as the audit names it
-    strata_count: int = 0  # stratified: the number of strata, in the `audit` cell beside their digest
+    strata_count: int = (
+        0  # stratified: the number of strata, in the `audit` cell beside their digest
+    )
     strata_digest: str = ""  # stratified: strata_digest(strata)
 
     def __deepcopy__(self, memo) -> "Design":
@@ -221,7 +231,9 @@ class Design:
 
     def _body(self) -> dict:
         body = asdict(self)
-        if self.stratified:  # the strata by digest: their rows and draws are on the rows (STRATUM_...)
+        if (
+            self.stratified
+        ):  # the strata by digest: their rows and draws are on the rows (STRATUM_...)
             body["strata"] = None
             body["strata_count"] = self.strata_count or len(self.strata)
             body["strata_digest"] = self.strata_digest or strata_digest(self.strata)
@@ -249,22 +261,34 @@ class Design:
         except (ValueError, TypeError, KeyError, AttributeError):
             version = None
         if version in (1, 2):
-            raise UserError(f"{where}: drawn by an earlier mixer (audit version {version}); draw the audit "
-                            "again with predict.py --audit (the same predictions, N, seed and strata draw the "
-                            "same rows: copy your verdicts over by audit_row)")
+            raise UserError(
+                f"{where}: drawn by an earlier mixer (audit version {version}); draw the audit "
+                "again with predict.py --audit (the same predictions, N, seed and strata draw the "
+                "same rows: copy your verdicts over by audit_row)"
+            )
         try:
             if version != VERSION:
                 raise ValueError("version")
-            body["strata"] = (() if body["strata"] is None else  # stratified: read from the rows
-                              tuple(Stratum(label, int(rows), int(drawn)) for label, rows, drawn in body["strata"]))
+            body["strata"] = (
+                ()
+                if body["strata"] is None
+                # stratified: read from the rows
+                else tuple(
+                    Stratum(label, int(rows), int(drawn)) for label, rows, drawn in body["strata"]
+                )
+            )
             body["code_columns"] = tuple(body["code_columns"])
             design = cls(**body)
         except (ValueError, TypeError, KeyError, AttributeError):
-            raise UserError(f"{where}: its '{AUDIT}' column is not what predict.py --audit wrote; "
-                            "restore it from the file predict.py wrote")
+            raise UserError(
+                f"{where}: its '{AUDIT}' column is not what predict.py --audit wrote; "
+                "restore it from the file predict.py wrote"
+            )
         if design.id != stated or design.stratified != (not design.strata):
-            raise UserError(f"{where}: its '{AUDIT}' column was changed; restore it from the file "
-                            "predict.py wrote")
+            raise UserError(
+                f"{where}: its '{AUDIT}' column was changed; restore it from the file "
+                "predict.py wrote"
+            )
         return design
 
 
@@ -311,9 +335,14 @@ def verdict_columns(slots: int) -> list:
 def own_columns(unit: str, predicted: list, slots: int, stratified: bool) -> list:
     """The audit's own columns: the unit's, the head's (code_k, prob_k, desc_k), the
     person's, the bookkeeping."""
-    return ([ROW if unit == "rows" else DRAWS] + list(predicted) + verdict_columns(slots)
-            + ([STRATUM, STRATUM_ROWS, STRATUM_DRAWN] if stratified else [])
-            + ([] if unit == "rows" else [RANKS]) + [CHECK, AUDIT])
+    return (
+        [ROW if unit == "rows" else DRAWS]
+        + list(predicted)
+        + verdict_columns(slots)
+        + ([STRATUM, STRATUM_ROWS, STRATUM_DRAWN] if stratified else [])
+        + ([] if unit == "rows" else [RANKS])
+        + [CHECK, AUDIT]
+    )
 
 
 def input_names(kind: str, inputs, own: list) -> list:
@@ -323,7 +352,7 @@ def input_names(kind: str, inputs, own: list) -> list:
     true_code_9 beside true_code_1..3)."""
     from mixer.data.tables.writing import output_names
 
-    return output_names(kind, inputs, own, TRUE_CODE_COLUMN)[:len(inputs)]
+    return output_names(kind, inputs, own, TRUE_CODE_COLUMN)[: len(inputs)]
 
 
 def is_audit(frame: pd.DataFrame) -> bool:

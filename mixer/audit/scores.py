@@ -40,29 +40,40 @@ def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
     level needs the true codes of every row marked wrong: without them it is left out."""
     frame, design = audit.frame, audit.design
     predicted = codes_in_columns(frame, list(design.audit_code_columns), code_length)
-    truth = (codes_in_columns(frame, audit.true_columns, code_length) if audit.true_columns
-             else [set()] * len(frame))
+    truth = (
+        codes_in_columns(frame, audit.true_columns, code_length)
+        if audit.true_columns
+        else [set()] * len(frame)
+    )
     verdict = np.asarray([np.nan if c is None else float(c) for c in audit.correct])
     notes = []
     levels = {}
     for level in [None] + list(digits):
-        by_codes = np.asarray([float(cut(t, level) == cut(p, level)) for t, p in zip(truth, predicted)])
+        by_codes = np.asarray(
+            [float(cut(t, level) == cut(p, level)) for t, p in zip(truth, predicted)]
+        )
         if level is None:
             disagree = audit.has_codes & np.isfinite(verdict) & (by_codes != verdict)
             if disagree.any():
-                raise UserError(f"--audit {audit.path}: {audit.row_names(disagree)}: 'correct' says "
-                                "otherwise than the true codes beside it; fix one of them")
+                raise UserError(
+                    f"--audit {audit.path}: {audit.row_names(disagree)}: 'correct' says "
+                    "otherwise than the true codes beside it; fix one of them"
+                )
         unknown = ~audit.has_codes & (verdict == 0)
         if level is not None and unknown.any():
-            notes.append(f"{level} digit(s): left out: {int(unknown.sum())} row(s) marked wrong have no "
-                         "true codes, so how many of their digits are right is not known")
+            notes.append(
+                f"{level} digit(s): left out: {int(unknown.sum())} row(s) marked wrong have no "
+                "true codes, so how many of their digits are right is not known"
+            )
             continue
         levels[WHOLE if level is None else level] = np.where(audit.has_codes, by_codes, verdict)
     shorter = _shorter_codes(truth, predicted, code_length)
     if shorter:
-        notes.append(f"{shorter} true code(s) are numbers shorter than the predicted codes (e.g. 6510 "
-                     "against 06510): Excel drops leading zeros when it opens a CSV file; if that "
-                     "happened, score with --code-length (5 for HISCO)")
+        notes.append(
+            f"{shorter} true code(s) are numbers shorter than the predicted codes (e.g. 6510 "
+            "against 06510): Excel drops leading zeros when it opens a CSV file; if that "
+            "happened, score with --code-length (5 for HISCO)"
+        )
     return levels, notes
 
 
@@ -90,7 +101,9 @@ def counted_draws(audit: Audit, checked: np.ndarray) -> np.ndarray:
     counted = np.zeros(len(checked), dtype=np.int64)
     for h, stratum in enumerate(audit.design.strata):
         lines = np.flatnonzero(audit.stratum == h)
-        counted[lines] = stats.counted_ranks([audit.ranks[r] for r in lines], checked[lines], stratum.drawn)
+        counted[lines] = stats.counted_ranks(
+            [audit.ranks[r] for r in lines], checked[lines], stratum.drawn
+        )
     return counted
 
 
@@ -110,33 +123,83 @@ def score_table(audit: Audit, levels: dict) -> pd.DataFrame:
     overall = overall_label(set(names) if design.stratified else set())
     sizes = np.asarray([s.rows for s in design.strata])
     drawn = np.asarray([s.drawn for s in design.strata])
-    interval = "Clopper-Pearson at the effective n (Korn-Graubard)" if design.stratified else "Clopper-Pearson"
+    interval = (
+        "Clopper-Pearson at the effective n (Korn-Graubard)"
+        if design.stratified
+        else "Clopper-Pearson"
+    )
     lines_checked = np.isfinite(levels[WHOLE])
     counted = counted_draws(audit, lines_checked)
     lines = np.bincount(audit.stratum, minlength=len(sizes))
     lines_done = np.bincount(audit.stratum, weights=lines_checked, minlength=len(sizes))
     out = []
     for level, right in levels.items():
-        checked = np.bincount(audit.stratum, weights=counted * np.isfinite(right), minlength=len(sizes))
-        correct = np.bincount(audit.stratum, weights=counted * np.nan_to_num(right), minlength=len(sizes))
+        checked = np.bincount(
+            audit.stratum, weights=counted * np.isfinite(right), minlength=len(sizes)
+        )
+        correct = np.bincount(
+            audit.stratum, weights=counted * np.nan_to_num(right), minlength=len(sizes)
+        )
         whole = stats.estimate(sizes, correct, checked, design.stratified)
-        parts = [(overall, sizes.sum(), drawn.sum(), checked.sum(), correct.sum(), whole, interval,
-                  lines.sum(), lines_done.sum())]
+        parts = [
+            (
+                overall,
+                sizes.sum(),
+                drawn.sum(),
+                checked.sum(),
+                correct.sum(),
+                whole,
+                interval,
+                lines.sum(),
+                lines_done.sum(),
+            )
+        ]
         if design.stratified:
-            parts += [(names[h], sizes[h], drawn[h], checked[h], correct[h], stats.simple(correct[h], checked[h]),
-                       "Clopper-Pearson", lines[h], lines_done[h]) for h in range(len(sizes))]
+            parts += [
+                (
+                    names[h],
+                    sizes[h],
+                    drawn[h],
+                    checked[h],
+                    correct[h],
+                    stats.simple(correct[h], checked[h]),
+                    "Clopper-Pearson",
+                    lines[h],
+                    lines_done[h],
+                )
+                for h in range(len(sizes))
+            ]
         for name, rows, n_drawn, n_checked, n_correct, estimate, method, n_lines, n_done in parts:
-            row = {group: name, "digits": level, "rows": int(rows), "drawn": int(n_drawn),
-                   "checked": int(n_checked), "blank": int(n_drawn - n_checked)}
+            row = {
+                group: name,
+                "digits": level,
+                "rows": int(rows),
+                "drawn": int(n_drawn),
+                "checked": int(n_checked),
+                "blank": int(n_drawn - n_checked),
+            }
             if design.unit != "rows":
                 row.update({"lines": int(n_lines), "lines_checked": int(n_done)})
-            row.update({"correct": int(round(n_correct)), "accuracy": estimate.value, "low": estimate.low,
-                        "high": estimate.high, "n_eff": estimate.n_eff, "interval": method})
+            row.update(
+                {
+                    "correct": int(round(n_correct)),
+                    "accuracy": estimate.value,
+                    "low": estimate.low,
+                    "high": estimate.high,
+                    "n_eff": estimate.n_eff,
+                    "interval": method,
+                }
+            )
             out.append(row)
     table = pd.DataFrame(out)
     table["population"] = population(design)
-    for key, value in (("model", design.source), ("model_fingerprint", design.model), ("head", design.head),
-                       ("threshold", design.threshold), ("audit", design.id)):
+    for key, value in (
+        ("model", design.source),
+        ("model_fingerprint", design.model),
+        ("head", design.head),
+        ("threshold", design.threshold),
+        ("audit", design.id),
+    ):
         table[key] = value
     return table
 
@@ -146,26 +209,40 @@ def header(audit: Audit, table: pd.DataFrame) -> list:
     first = table.iloc[0]
     by = f", stratified by {design.by}" if design.stratified else ""
     left = "".join(f"; {n:,} {reason} were not drawn from" for reason, n in design.left_out.items())
-    lines = [f"audit {design.id}: {design.drawn:,} rows drawn at random (seed {design.seed}{by}) from "
-             f"{design.rows:,} of the {design.predicted_rows:,} predicted rows{left}",
-             f"model {design.source} ({design.model}), {design.head} head, threshold {design.threshold}"]
+    lines = [
+        f"audit {design.id}: {design.drawn:,} rows drawn at random (seed {design.seed}{by}) from "
+        f"{design.rows:,} of the {design.predicted_rows:,} predicted rows{left}",
+        f"model {design.source} ({design.model}), {design.head} head, threshold {design.threshold}",
+    ]
     present = int(audit.draws.sum())
-    missing = f", {design.drawn - present:,} of them missing from the file" if present < design.drawn else ""
+    missing = (
+        f", {design.drawn - present:,} of them missing from the file"
+        if present < design.drawn
+        else ""
+    )
     if design.unit == "rows":
-        lines.append(f"checked {first['checked']:,}, left blank {first['blank']:,}{missing} (blanks are "
-                     "counted as neither right nor wrong: the estimate is for the rows checked)")
+        lines.append(
+            f"checked {first['checked']:,}, left blank {first['blank']:,}{missing} (blanks are "
+            "counted as neither right nor wrong: the estimate is for the rows checked)"
+        )
     else:
-        lines.append(f"checked {first['lines_checked']:,} of {first['lines']:,} lines (distinct descriptions); "
-                     f"counted {first['checked']:,} of the {design.drawn:,} rows drawn, those before the first "
-                     f"line left blank (a random sample; the rest, {first['blank']:,}, as blanks){missing}")
+        lines.append(
+            f"checked {first['lines_checked']:,} of {first['lines']:,} lines (distinct descriptions); "
+            f"counted {first['checked']:,} of the {design.drawn:,} rows drawn, those before the first "
+            f"line left blank (a random sample; the rest, {first['blank']:,}, as blanks){missing}"
+        )
     if design.left_out:
-        lines.append(f"the estimate is for the {design.rows:,} rows drawn from, not all {design.predicted_rows:,}: "
-                     + "; ".join(f"{n:,} {reason} were left out" for reason, n in design.left_out.items()))
+        lines.append(
+            f"the estimate is for the {design.rows:,} rows drawn from, not all {design.predicted_rows:,}: "
+            + "; ".join(f"{n:,} {reason} were left out" for reason, n in design.left_out.items())
+        )
     return lines
 
 
 def format_table(table: pd.DataFrame) -> str:
-    shown = table.drop(columns=["model", "model_fingerprint", "head", "threshold", "audit", "population"]).copy()
+    shown = table.drop(
+        columns=["model", "model_fingerprint", "head", "threshold", "audit", "population"]
+    ).copy()
     for column in ("accuracy", "low", "high"):
         shown[column] = shown[column].map(lambda v: "nan" if pd.isna(v) else f"{v:.4f}")
     shown["n_eff"] = shown["n_eff"].map(lambda v: "nan" if pd.isna(v) else f"{v:.1f}")
@@ -187,7 +264,9 @@ def render_scores(table: pd.DataFrame) -> bytes:
     title = f"audit {table['audit'].iloc[0]}"
     if len(names) > PLOTTED_STRATA + 1:
         rows = table.drop_duplicates(group).set_index(group)["rows"]
-        largest = set(rows.iloc[1:].sort_values(ascending=False, kind="stable").index[:PLOTTED_STRATA])
+        largest = set(
+            rows.iloc[1:].sort_values(ascending=False, kind="stable").index[:PLOTTED_STRATA]
+        )
         title += f": the {PLOTTED_STRATA} largest of {len(names) - 1:,} strata"
         names = names[:1] + [n for n in names[1:] if n in largest]
         table = table[table[group].isin(names)]
@@ -198,12 +277,21 @@ def render_scores(table: pd.DataFrame) -> bytes:
         part = table[table["digits"] == level].set_index(group).reindex(names)
         x = np.arange(len(names)) + (i - (len(levels) - 1) / 2) * step
         value = part["accuracy"].to_numpy(dtype=float)
-        errors = np.vstack([value - part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float) - value])
+        errors = np.vstack(
+            [value - part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float) - value]
+        )
         errors = np.nan_to_num(np.clip(errors, 0.0, None), nan=0.0)
         label = "whole code" if level == WHOLE else f"{level} digit(s)"
         axis.errorbar(x, value, yerr=errors, fmt="o", capsize=3, label=label)
-    axis.set_xticks(np.arange(len(names)), [f"{n}\n(n={int(c)})" for n, c in zip(
-        names, table.drop_duplicates(group).set_index(group).reindex(names)["checked"])])
+    axis.set_xticks(
+        np.arange(len(names)),
+        [
+            f"{n}\n(n={int(c)})"
+            for n, c in zip(
+                names, table.drop_duplicates(group).set_index(group).reindex(names)["checked"]
+            )
+        ],
+    )
     axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title=title)
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -216,8 +304,9 @@ def render_scores(table: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def evaluate_audit(path: str, predictions, options, predictions_options, digits: list, code_length, output,
-                   plot) -> None:
+def evaluate_audit(
+    path: str, predictions, options, predictions_options, digits: list, code_length, output, plot
+) -> None:
     """evaluate.py --audit: read and check the audit (with its role's options,
     --audit-encoding ...) and the predictions it must come from (with --encoding ...),
     refuse what does not fit before writing anything. Then print the table and write it
@@ -237,12 +326,16 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     check_output_path(plot, "--plot", {**inputs, "--output": output})
     audit = read_audit(path, options, log=print)
     if predictions:
-        check_drawn_from(audit, read_table(predictions, predictions_options, log=print), predictions)
+        check_drawn_from(
+            audit, read_table(predictions, predictions_options, log=print), predictions
+        )
     levels, notes = outcomes(audit, digits, code_length)
     table = score_table(audit, levels)
     if not table["checked"].iloc[0]:
-        raise UserError(f"--audit {path}: no row is checked yet: write yes or no in 'correct', or the "
-                        "right codes in true_code_1.., for the rows you checked")
+        raise UserError(
+            f"--audit {path}: no row is checked yet: write yes or no in 'correct', or the "
+            "right codes in true_code_1.., for the rows you checked"
+        )
     picture = render_scores(table)  # drawn before anything is written: all the outputs, or none
 
     def write_picture(tmp):
@@ -257,5 +350,7 @@ def evaluate_audit(path: str, predictions, options, predictions_options, digits:
     for note in notes:
         print(f"note: {note}")
     if not predictions:
-        print("note: pass --predictions FILE to check that the audit was drawn from FILE's predictions")
+        print(
+            "note: pass --predictions FILE to check that the audit was drawn from FILE's predictions"
+        )
     print(f"wrote {output} and {plot}")

@@ -189,7 +189,7 @@ def _fewest(meets, least: int, most: int) -> int:
     return low
 
 
-def sample_size(expected: float, margin: float, most: int = 10 ** 7) -> int:
+def sample_size(expected: float, margin: float, most: int = 10**7) -> int:
     """The fewest rows of a simple sample whose interval reaches at most `margin` from the
     estimate on either side when the share right is `expected`."""
     if not 0 < margin < 0.5:
@@ -198,7 +198,9 @@ def sample_size(expected: float, margin: float, most: int = 10 ** 7) -> int:
     return _fewest(lambda n: reach(expected, n) <= margin, 1, most)
 
 
-def design_n_eff(sizes: Sequence[int], expected: Sequence[float], checked: Sequence[float]) -> tuple:
+def design_n_eff(
+    sizes: Sequence[int], expected: Sequence[float], checked: Sequence[float]
+) -> tuple:
     """(p, n_eff) of a stratified sample of `checked` rows per stratum whose strata have
     the accuracies `expected`: what stratified() would find if each stratum came out at
     its expected accuracy."""
@@ -208,8 +210,9 @@ def design_n_eff(sizes: Sequence[int], expected: Sequence[float], checked: Seque
     return _effective(sizes, expected, checked)
 
 
-def design_size(sizes: Sequence[int], expected: Sequence[float], margin: float,
-                floor: int = STRATUM_FLOOR) -> int:
+def design_size(
+    sizes: Sequence[int], expected: Sequence[float], margin: float, floor: int = STRATUM_FLOOR
+) -> int:
     """The fewest rows of a stratified audit (allocated by allocate(), floors included)
     whose interval reaches at most `margin` from the estimate on either side when each
     stratum's accuracy is its `expected`; all rows when no fewer do."""
@@ -237,8 +240,10 @@ def counted_ranks(ranks: list, checked: np.ndarray, drawn: int) -> np.ndarray:
     for line in np.flatnonzero(checked):
         covered[ranks[line]] = True
     stop = int(np.argmin(covered[1:])) + 1  # the first place not covered by a line checked
-    return np.asarray([int((ranks[i] < stop).sum()) if checked[i] else 0 for i in range(len(ranks))],
-                      dtype=np.int64)
+    return np.asarray(
+        [int((ranks[i] < stop).sum()) if checked[i] else 0 for i in range(len(ranks))],
+        dtype=np.int64,
+    )
 
 
 @dataclass(frozen=True)
@@ -268,14 +273,16 @@ def _effective(rows: np.ndarray, shares: np.ndarray, checked: np.ndarray) -> tup
     fraction = np.minimum(checked / rows, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_stratum = np.where(checked >= 2, shares * (1 - shares) / (checked - 1), 0.25)
-        kish = np.where(fraction >= 1, 0.0, weights ** 2 * (1 - fraction) / checked)
+        kish = np.where(fraction >= 1, 0.0, weights**2 * (1 - fraction) / checked)
     per_stratum = np.where(fraction >= 1, 0.0, per_stratum)  # a stratum checked whole is known
-    variance = float(np.sum(weights ** 2 * (1 - fraction) * per_stratum))
+    variance = float(np.sum(weights**2 * (1 - fraction) * per_stratum))
     n_eff = float(checked.sum())
     if kish.sum() > 0:
         n_eff = min(n_eff, 1 / float(kish.sum()))
     if variance > 0 and p * (1 - p) > 0:  # the estimated part alone takes the degrees' factor
-        n_eff = min(n_eff, p * (1 - p) / variance * degrees_factor(float(checked.sum()), len(checked)))
+        n_eff = min(
+            n_eff, p * (1 - p) / variance * degrees_factor(float(checked.sum()), len(checked))
+        )
     return p, n_eff
 
 
@@ -300,8 +307,9 @@ def stratified(rows: Sequence[int], correct: Sequence[float], checked: Sequence[
     return Estimate(p, low, high, float(checked.sum()), n_eff)
 
 
-def estimate(rows: Sequence[int], correct: Sequence[float], checked: Sequence[float],
-             stratified_design: bool) -> Estimate:
+def estimate(
+    rows: Sequence[int], correct: Sequence[float], checked: Sequence[float], stratified_design: bool
+) -> Estimate:
     """The audit's estimate: Clopper & Pearson's for a simple sample, the stratified one
     otherwise."""
     if not stratified_design:

@@ -19,9 +19,11 @@ from mixer.core.errors import UserError
 from mixer.data.tables.reading import read_table, row_names
 
 
-_TRAIN_REFUSAL = ("its rows measure the model, and a model trained or validated on them is measured on rows "
-                  "it has seen; pass --train-on-audit to use them anyway (the next audit of the new model's "
-                  "predictions is then drawn from the other rows)")
+_TRAIN_REFUSAL = (
+    "its rows measure the model, and a model trained or validated on them is measured on rows "
+    "it has seen; pass --train-on-audit to use them anyway (the next audit of the new model's "
+    "predictions is then drawn from the other rows)"
+)
 
 
 def refuse_audit_rows(table: pd.DataFrame, path: str, file_flag: str, allowed: bool) -> None:
@@ -31,9 +33,11 @@ def refuse_audit_rows(table: pd.DataFrame, path: str, file_flag: str, allowed: b
     Rows copied without those columns cannot be told from any other row."""
     rows = audit_rows(table)
     if rows.any() and not allowed:
-        raise UserError(f"{file_flag} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
-                        f"{row_names(table, [np.argmax(rows)])[0]}, by its '{AUDIT}' or '{CHECK}' cell): "
-                        f"{_TRAIN_REFUSAL}, or remove those rows")
+        raise UserError(
+            f"{file_flag} {path}: {int(rows.sum()):,} row(s) of an audit (predict.py --audit; e.g. row "
+            f"{row_names(table, [np.argmax(rows)])[0]}, by its '{AUDIT}' or '{CHECK}' cell): "
+            f"{_TRAIN_REFUSAL}, or remove those rows"
+        )
 
 
 def training_table(table: pd.DataFrame, path: str, allowed: bool) -> pd.DataFrame:
@@ -63,14 +67,19 @@ def truth_cells(audit: Audit) -> list:
     blank = np.full(len(audit.frame), "", dtype=object)
     cells = []
     for k in range(slots):  # the codes are spelled (parse_audit)
-        given = audit.frame[audit.true_columns[k]].to_numpy(dtype=object) if k < len(audit.true_columns) else blank
+        given = (
+            audit.frame[audit.true_columns[k]].to_numpy(dtype=object)
+            if k < len(audit.true_columns)
+            else blank
+        )
         own = audit.frame[predicted[k]].to_numpy(dtype=object) if k < len(predicted) else blank
         cells.append(np.where(audit.has_codes, given, np.where(yes, own, "")))
     return cells
 
 
-def trained_descriptions(paths: list, options: TableOptions = TableOptions(role="extra_train"),
-                         previous=(), tables=()) -> list:
+def trained_descriptions(
+    paths: list, options: TableOptions = TableOptions(role="extra_train"), previous=(), tables=()
+) -> list:
     """The description keys of the audit rows a run trains on, with those its starting run
     trained on: the rows the next audit leaves out. `paths`: the --extra-train files (read
     with `options`, the role's), whose audits' checked rows train; `tables`: (path,

@@ -15,15 +15,34 @@ from mixer.cli import options
 from mixer.cli import parsing as cli
 from mixer.core.allocator import keep_freed_memory
 from mixer.core.config import (
-    PROGRAM_DIFFERENCES, READ_OPTIONS, TABLE_ROLES, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig,
-    TargetNaming, TrainConfig, option_dest,
+    PROGRAM_DIFFERENCES,
+    READ_OPTIONS,
+    TABLE_ROLES,
+    DataConfig,
+    DistConfig,
+    LogConfig,
+    ModelConfig,
+    RunConfig,
+    TargetNaming,
+    TrainConfig,
+    option_dest,
 )
 from mixer.core.programs import EvaluateConfig, PredictConfig
 
 # the classes of the training configuration, in the order --help shows their flags
-TRAINING_CLASSES = (DataConfig, TargetNaming, RunConfig, ModelConfig, TrainConfig, DistConfig, LogConfig)
+TRAINING_CLASSES = (
+    DataConfig,
+    TargetNaming,
+    RunConfig,
+    ModelConfig,
+    TrainConfig,
+    DistConfig,
+    LogConfig,
+)
 TABLE_OPTION_DESTS = {option_dest(role, option) for role in TABLE_ROLES for option in READ_OPTIONS}
-PREDICT_REQUIRED = {"checkpoint": {"predict": {"required": True}}}  # the API's load() takes it as an argument
+PREDICT_REQUIRED = {
+    "checkpoint": {"predict": {"required": True}}
+}  # the API's load() takes it as an argument
 
 
 def program_name(script: str) -> str:
@@ -34,12 +53,16 @@ def program_name(script: str) -> str:
 
 
 def finetune_parser() -> cli.Parser:
-    parser = cli.Parser(prog=program_name("finetune.py"), description=(
-        "Fine-tune a classifier on one dataset with any code system: builds the label key from "
-        "the data, splits train/validation, trains and writes a run directory."),
+    parser = cli.Parser(
+        prog=program_name("finetune.py"),
+        description=(
+            "Fine-tune a classifier on one dataset with any code system: builds the label key from "
+            "the data, splits train/validation, trains and writes a run directory."
+        ),
         epilog="Launch: python finetune.py ... | torchrun --standalone --nproc_per_node=N "
-               "finetune.py --distributed ... | torchrun --nnodes=M --node_rank=R "
-               "--master_addr=HEAD --master_port=P finetune.py --distributed ...")
+        "finetune.py --distributed ... | torchrun --nnodes=M --node_rank=R "
+        "--master_addr=HEAD --master_port=P finetune.py --distributed ...",
+    )
     add_training_flags(parser, "finetune")
     return parser
 
@@ -52,9 +75,11 @@ def add_training_flags(parser: cli.Parser, program: str) -> None:
 
 
 def train_mixer_parser() -> cli.Parser:
-    parser = cli.Parser(prog=program_name("train_mixer.py"), description=(
-        "Train on lists of train/validation files with a built-in code system."),
-        epilog="Launch: as finetune.py (python, torchrun, srun).")
+    parser = cli.Parser(
+        prog=program_name("train_mixer.py"),
+        description=("Train on lists of train/validation files with a built-in code system."),
+        epilog="Launch: as finetune.py (python, torchrun, srun).",
+    )
     add_training_flags(parser, "train_mixer")
     return parser
 
@@ -74,11 +99,14 @@ def _train(config) -> int:
         if note:
             print(note, file=sys.stderr)
         began = time.perf_counter()
-        prepare_run_data(config.data, config.train.seed, config.save_dir, base=start.base,
-                         tokens=start.tokens)
+        prepare_run_data(
+            config.data, config.train.seed, config.save_dir, base=start.base, tokens=start.tokens
+        )
         write_args(config, config.save_dir)
-        print(f"data prepared in {config.save_dir} in {time.perf_counter() - began:.1f} s "
-              "(--prepare-only)")
+        print(
+            f"data prepared in {config.save_dir} in {time.perf_counter() - began:.1f} s "
+            "(--prepare-only)"
+        )
         if config.data.token_cache:
             prepare_token_cache(config, start)
         return 0
@@ -98,8 +126,10 @@ def prepare_token_cache(config, start) -> None:
     began = time.perf_counter()
     prepared = load_prepared(config.save_dir, with_text=False)
     split_caches(config.save_dir, light_tokeniser(start, config), prepared)
-    print(f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
-          "--no-token-cache skips it)")
+    print(
+        f"token cache ready in {time.perf_counter() - began:.1f} s (--prepare-only; "
+        "--no-token-cache skips it)"
+    )
 
 
 def finetune_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -115,9 +145,13 @@ def train_mixer_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def predict_parser() -> cli.Parser:
-    parser = cli.Parser(prog=program_name("predict.py"), description=(
-        "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of "
-        "this tool or an OccCANINE model."))
+    parser = cli.Parser(
+        prog=program_name("predict.py"),
+        description=(
+            "Codes (or embeddings) for a CSV, Parquet, Excel or Stata file, from a run directory of "
+            "this tool or an OccCANINE model."
+        ),
+    )
     options.add_version(parser)
     options.add_flags(parser, [PredictConfig], "predict", PREDICT_REQUIRED)
     return parser
@@ -141,8 +175,10 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     if not job.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     if not job.output and not job.embeddings and not job.to_check and not job.audit:
-        raise cli.UserError("pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
-                            "--audit N FILE, or several")
+        raise cli.UserError(
+            "pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
+            "--audit N FILE, or several"
+        )
     from mixer.prediction.predict_job import predict_file
 
     predict_file(job)
@@ -159,11 +195,15 @@ def job_config(cls, parser, namespace):
 
 
 def evaluate_parser() -> cli.Parser:
-    parser = cli.Parser(prog=program_name("evaluate.py"), description=(
-        "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
-        "(the OccCANINE paper's table), for the prediction columns of a file."),
+    parser = cli.Parser(
+        prog=program_name("evaluate.py"),
+        description=(
+            "Accuracy, precision, recall and F1 at 1 to 5 leading digits, overall and per group "
+            "(the OccCANINE paper's table), for the prediction columns of a file."
+        ),
         epilog="Example: python evaluate.py --predictions preds.csv --truth-cols hisco_1 hisco_2 "
-               "--by lang   (definitions: docs/evaluation.md)")
+        "--by lang   (definitions: docs/evaluation.md)",
+    )
     options.add_version(parser)
     options.add_flags(parser, [EvaluateConfig])
     return parser
@@ -178,15 +218,31 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     from mixer.data.tables.writing import check_output_path
 
     if args.audit:
-        other = [flag for flag, value in (("--truth-cols", args.truth_cols), ("--pred-cols", args.pred_cols),
-                                          ("--by", args.by)) if value]
+        other = [
+            flag
+            for flag, value in (
+                ("--truth-cols", args.truth_cols),
+                ("--pred-cols", args.pred_cols),
+                ("--by", args.by),
+            )
+            if value
+        ]
         if other:
-            raise cli.UserError(f"--audit is scored with its own columns and strata; leave out {' '.join(other)}")
+            raise cli.UserError(
+                f"--audit is scored with its own columns and strata; leave out {' '.join(other)}"
+            )
         from mixer.audit.scores import evaluate_audit
 
-        evaluate_audit(args.audit, args.predictions, args.table_options("audit"),
-                       args.table_options("predictions"), args.digits or [], args.code_length,
-                       args.output, args.plot)
+        evaluate_audit(
+            args.audit,
+            args.predictions,
+            args.table_options("audit"),
+            args.table_options("predictions"),
+            args.digits or [],
+            args.code_length,
+            args.output,
+            args.plot,
+        )
         return 0
     if not args.predictions or not args.truth_cols:
         raise cli.UserError("pass --predictions FILE and --truth-cols COL..., or --audit AUDIT")
@@ -194,30 +250,49 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     stem = os.path.splitext(args.predictions)[0]
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
-    output = check_output_path(output, "--output", {"--predictions": args.predictions})  # a link's target
+    output = check_output_path(
+        output, "--output", {"--predictions": args.predictions}
+    )  # a link's target
     check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
     frame = read_table(args.predictions, args.table_options("predictions"), log=print)
-    named = {**{c: "--truth-cols" for c in args.truth_cols}, args.by: "--by",
-             args.confidence_col: "--confidence-col", args.text_col: "--text-col"}
+    named = {
+        **{c: "--truth-cols" for c in args.truth_cols},
+        args.by: "--by",
+        args.confidence_col: "--confidence-col",
+        args.text_col: "--text-col",
+    }
     require_columns(frame, [c for c in named if c], args.predictions, named)
     if args.pred_cols:
-        require_columns(frame, args.pred_cols, args.predictions, {c: "--pred-cols" for c in args.pred_cols})
+        require_columns(
+            frame, args.pred_cols, args.predictions, {c: "--pred-cols" for c in args.pred_cols}
+        )
         heads = {"prediction": args.pred_cols}
     else:
         heads = evaluation.prediction_groups(frame.columns, exclude=set(args.truth_cols))
         if not heads:
-            raise cli.UserError(f"--predictions {args.predictions}: no code_k columns; name the "
-                                "predicted columns with --pred-cols")
+            raise cli.UserError(
+                f"--predictions {args.predictions}: no code_k columns; name the "
+                "predicted columns with --pred-cols"
+            )
     truth = evaluation.codes_in_columns(frame, args.truth_cols, args.code_length)
     if not any(truth):
-        raise cli.UserError(f"--predictions {args.predictions}: no row has a code in --truth-cols "
-                            f"{' '.join(args.truth_cols)}; name the columns with the true codes")
-    predicted = {head: evaluation.codes_in_columns(frame, cols, args.code_length)
-                 for head, cols in heads.items()}
+        raise cli.UserError(
+            f"--predictions {args.predictions}: no row has a code in --truth-cols "
+            f"{' '.join(args.truth_cols)}; name the columns with the true codes"
+        )
+    predicted = {
+        head: evaluation.codes_in_columns(frame, cols, args.code_length)
+        for head, cols in heads.items()
+    }
     if args.code_length is None and (note := evaluation.lost_zeros_note(truth, predicted)):
         print(note, file=sys.stderr)
-    table = evaluation.evaluation_table(truth, predicted, frame[args.by].to_numpy() if args.by else None,
-                                        args.digits, group_name=args.by or "group")
+    table = evaluation.evaluation_table(
+        truth,
+        predicted,
+        frame[args.by].to_numpy() if args.by else None,
+        args.digits,
+        group_name=args.by or "group",
+    )
     curve = production_plan(args, frame, predicted, output)  # refusals before anything is written
     write_text(output, table.to_csv(index=False))
     evaluation.plot_table(table, plot, group_name=args.by or "group")
@@ -235,15 +310,23 @@ def production_plan(args, frame, predicted: dict, output: str):
     from mixer.data.tables.writing import check_output_path
 
     if args.confidence_col and len(predicted) > 1:
-        raise cli.UserError(f"--confidence-col {args.confidence_col} is one head's confidence, but "
-                            f"{args.predictions} has {', '.join(predicted)}; name that head's columns "
-                            "with --pred-cols")
-    columns = {head: production.confidence_column(head, frame.columns, args.confidence_col)
-               for head in predicted}
+        raise cli.UserError(
+            f"--confidence-col {args.confidence_col} is one head's confidence, but "
+            f"{args.predictions} has {', '.join(predicted)}; name that head's columns "
+            "with --pred-cols"
+        )
+    columns = {
+        head: production.confidence_column(head, frame.columns, args.confidence_col)
+        for head in predicted
+    }
     columns = {head: column for head, column in columns.items() if column}
     if not columns:
         return None
-    stem = output[: -len("_evaluation.csv")] if output.endswith("_evaluation.csv") else os.path.splitext(output)[0]
+    stem = (
+        output[: -len("_evaluation.csv")]
+        if output.endswith("_evaluation.csv")
+        else os.path.splitext(output)[0]
+    )
     paths = [f"{stem}_production.csv", f"{stem}_production.png"]
     for path in paths:
         check_output_path(path, "the production curve", {"--predictions": args.predictions})
@@ -261,18 +344,32 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
     csv_path, png_path = paths
     groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None
     table, missing, scored = production.production_table(
-        frame, truth, {h: predicted[h] for h in columns}, columns, groups, args.by or "group",
-        frame[args.text_col].to_numpy() if args.text_col else None)
+        frame,
+        truth,
+        {h: predicted[h] for h in columns},
+        columns,
+        groups,
+        args.by or "group",
+        frame[args.text_col].to_numpy() if args.text_col else None,
+    )
     for head, rows in missing.items():
         if rows:
-            print(f"note: {rows} row(s) without a {columns[head]} are left out of the production curve")
+            print(
+                f"note: {rows} row(s) without a {columns[head]} are left out of the production curve"
+            )
     write_text(csv_path, table.to_csv(index=False))
-    plot_curve(table.rename(columns={args.by: "group"}) if args.by else table, png_path,
-               args.target_accuracy, title=f"production curve: {os.path.basename(args.predictions)}")
+    plot_curve(
+        table.rename(columns={args.by: "group"}) if args.by else table,
+        png_path,
+        args.target_accuracy,
+        title=f"production curve: {os.path.basename(args.predictions)}",
+    )
     from mixer.core.programs import PredictConfig
 
     confidence = PredictConfig.__dataclass_fields__["target_confidence"].default
-    for line in production.headlines(table, args.target_accuracy, args.by or "group", columns, scored, confidence):
+    for line in production.headlines(
+        table, args.target_accuracy, args.by or "group", columns, scored, confidence
+    ):
         print(line)
     print(f"wrote {csv_path} and {png_path}")
 
@@ -282,7 +379,9 @@ def plot_main(argv: Optional[Sequence[str]] = None) -> int:
     from mixer.core.programs import PlotConfig
     from mixer.reporting import plot
 
-    parser = argparse.ArgumentParser(prog="python -m mixer.plot", description=plot.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mixer.plot", description=plot.__doc__.splitlines()[0]
+    )
     options.add_flags(parser, [PlotConfig])
     job = options.config_from(PlotConfig, vars(parser.parse_args(argv)))
     try:

@@ -38,10 +38,13 @@ def export(run_dir: str, out_dir: str) -> list:
     from mixer.core.io import atomic_write, write_text
     from mixer.models.sources import CONFIG_FILE, MODEL_FILE, is_run_directory, read_model
 
-    unfinished = UserError(f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} "
-                           f"and {CONFIG_FILE})")
+    unfinished = UserError(
+        f"{run_dir}: not a finished run directory of this tool (no {MODEL_FILE} and {CONFIG_FILE})"
+    )
 
-    def read(model_dir: str, weights: str, config: dict) -> tuple:  # the weights and key of that config
+    def read(
+        model_dir: str, weights: str, config: dict
+    ) -> tuple:  # the weights and key of that config
         if not config or not os.path.exists(os.path.join(model_dir, weights)):
             raise unfinished
         return load_file(os.path.join(model_dir, weights)), list(read_key(model_dir)["code"])
@@ -52,34 +55,49 @@ def export(run_dir: str, out_dir: str) -> list:
     model_dir, weights, line, config, (state, key) = found
     heads = config["heads"]
     if heads.get("family") != "occcanine":
-        raise UserError(f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
-                        "OccCANINE's architecture (started from an OccCANINE model) have its layout")
+        raise UserError(
+            f"{run_dir}: a {heads.get('family', 'mixer')}-family run; only runs of "
+            "OccCANINE's architecture (started from an OccCANINE model) have its layout"
+        )
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"{out_dir}: is a file; pass a directory")
     inside = os.path.realpath(out_dir) + os.sep
     if inside.startswith(os.path.realpath(run_dir) + os.sep) or is_run_directory(out_dir):
-        raise UserError(f"{out_dir}: is (inside) a run directory, whose files the export would "
-                        "replace; pass a new directory")
+        raise UserError(
+            f"{out_dir}: is (inside) a run directory, whose files the export would "
+            "replace; pass a new directory"
+        )
     if config.get("context_cols"):
-        raise UserError(f"{run_dir}: trained with --context-cols {' '.join(config['context_cols'])}, which "
-                        "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
-                        "predict with mixer (predict.py, mixer.load) instead")
+        raise UserError(
+            f"{run_dir}: trained with --context-cols {' '.join(config['context_cols'])}, which "
+            "OccCANINE's code cannot pass to the model (it reads lang[SEP]text only); "
+            "predict with mixer (predict.py, mixer.load) instead"
+        )
     from mixer.models.model import HeadsConfig
 
-    if not HeadsConfig.from_dict(heads).reads_padding:  # runs from before the choice read it: exported
-        raise UserError(f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
-                        "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
-                        "would not predict as mixer does; train the run with --new-heads occcanine to export it")
+    if not HeadsConfig.from_dict(
+        heads
+    ).reads_padding:  # runs from before the choice read it: exported
+        raise UserError(
+            f"{run_dir}: its new heads read only the characters of each input (--new-heads fast, "
+            "the default), but OccCANINE's code runs the decoder over all 128 positions, so it "
+            "would not predict as mixer does; train the run with --new-heads occcanine to export it"
+        )
     formatter = CodeFormatter.from_dict(config["formatter"])
     own_key = formatter.kind != "hisco" or key != list(hisco_key()["code"])
     if own_key and formatter.kind == "hisco":  # checked before anything is written
-        raise UserError(f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
-                        "always uses for HISCO models")
+        raise UserError(
+            f"{run_dir}: its HISCO key differs from HISCO's list, which OccCANINE "
+            "always uses for HISCO models"
+        )
     hidden = state["encoder.char_embeddings.LayerNorm.weight"].shape[0]
     feed_forward = state["decoder.layers.layers.0.linear1.weight"].shape[0]
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for stale in ("key.json", "chars.json"):  # an earlier export's key would be read as this model's
+    for stale in (
+        "key.json",
+        "chars.json",
+    ):  # an earlier export's key would be read as this model's
         if os.path.exists(os.path.join(out_dir, stale)):
             os.unlink(os.path.join(out_dir, stale))
 
@@ -88,8 +106,11 @@ def export(run_dir: str, out_dir: str) -> list:
         written.append(name)
 
     hub = occcanine.hub_config(formatter, len(key), feed_forward, hidden)
-    hub["exported_by"] = {"tool": "mixer", "run": os.path.abspath(run_dir),
-                          "source": config.get("source", {}).get("from")}
+    hub["exported_by"] = {
+        "tool": "mixer",
+        "run": os.path.abspath(run_dir),
+        "source": config.get("source", {}).get("from"),
+    }
     write_json("config.json", hub)
     tensors = occcanine.to_occcanine_state(state, hidden)
     atomic_write(os.path.join(out_dir, "model.safetensors"), lambda p: save_file(tensors, p))
@@ -101,12 +122,16 @@ def export(run_dir: str, out_dir: str) -> list:
     if text is not None:
         write_text(os.path.join(out_dir, "README.md"), text + LAYOUT_NOTE.format(weights=line))
         written.append("README.md")
-    elif os.path.exists(os.path.join(out_dir, "README.md")):  # an earlier export's card is not this model's
+    elif os.path.exists(
+        os.path.join(out_dir, "README.md")
+    ):  # an earlier export's card is not this model's
         os.unlink(os.path.join(out_dir, "README.md"))
     return written
 
 
-def export_card(run_dir: str, model_dir: str, weights: str, config: dict, out_dir: str) -> Optional[str]:
+def export_card(
+    run_dir: str, model_dir: str, weights: str, config: dict, out_dir: str
+) -> Optional[str]:
     """The card of the exported weights, or None when the run recorded none for them
     (weights other than the best's and the last step's, a run from before card.json)."""
     from mixer.models.sources import BEST_DIR, MODEL_FILE
@@ -122,16 +147,24 @@ def export_card(run_dir: str, model_dir: str, weights: str, config: dict, out_di
     if os.path.exists(os.path.join(model_dir, "evaluation.csv")):
         with open(os.path.join(model_dir, "evaluation.csv"), encoding="utf-8") as handle:
             table = handle.read()
-    best = dict(data["best"], table=table) if record["kind"] == "best" and data.get("best") else None
+    best = (
+        dict(data["best"], table=table) if record["kind"] == "best" and data.get("best") else None
+    )
     last = dict(data["last"], table=table)
     if best is None and record["kind"] == "best" or record["step"] != (best or last)["step"]:
         return None  # the card data is of other weights than these
-    stored = {"threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
-              "thresholds_from": "OccCANINE's"}
-    export = {"run": run, "measured_with": Thresholds.of(config.get("threshold", 0.5), config.get("thresholds")),
-              "thresholds_where": "which OccCANINE's code, predict.py and `mixer.load` apply to this "
-                                  "directory (its `config.json` carries none; give `--threshold` to use "
-                                  "another)"}
+    stored = {
+        "threshold": occcanine.DEFAULT_THRESHOLD,
+        "thresholds": occcanine.LANGUAGE_THRESHOLDS,
+        "thresholds_from": "OccCANINE's",
+    }
+    export = {
+        "run": run,
+        "measured_with": Thresholds.of(config.get("threshold", 0.5), config.get("thresholds")),
+        "thresholds_where": "which OccCANINE's code, predict.py and `mixer.load` apply to this "
+        "directory (its `config.json` carries none; give `--threshold` to use "
+        "another)",
+    }
     return card.model_card(data["facts"], out_dir, stored, data["progress"], best, last, export)
 
 
@@ -149,7 +182,9 @@ def main(argv=None) -> int:
     from mixer.cli.options import add_flags
     from mixer.core.programs import ExportConfig
 
-    parser = argparse.ArgumentParser(prog="python -m mixer.export_occcanine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mixer.export_occcanine", description=__doc__.splitlines()[0]
+    )
     add_flags(parser, [ExportConfig])
     args = parser.parse_args(argv)
     files = export(args.run_dir, args.out_dir)

@@ -21,8 +21,13 @@ from mixer.core.errors import UserError, first_line
 DATA_FILE = "dataset.parquet"  # a DataFrame given to finetune() is kept here, in the run
 
 
-def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoint: Optional[str] = None,
-             save_path: Optional[str] = None, **options):
+def finetune(
+    data: Union[str, pd.DataFrame],
+    target_cols=None,
+    initial_checkpoint: Optional[str] = None,
+    save_path: Optional[str] = None,
+    **options,
+):
     """Fine-tune on one dataset as finetune.py does; returns the trained model (mixer.load).
 
     data: a CSV, Parquet, Excel or Stata path, or a pandas DataFrame (kept in
@@ -52,9 +57,13 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         if name in options:
             raise UserError(f"{name}=: pass {instead} instead")
     frame = _as_table(data)  # before anything is written
-    options = dict(options, target_cols=target_cols,
-                   save_dir=save_path, initial_checkpoint=initial_checkpoint,
-                   dataset=os.fspath(data) if frame is None else os.path.join(save_path, DATA_FILE))
+    options = dict(
+        options,
+        target_cols=target_cols,
+        save_dir=save_path,
+        initial_checkpoint=initial_checkpoint,
+        dataset=os.fspath(data) if frame is None else os.path.join(save_path, DATA_FILE),
+    )
     config = cli.build_config(checked_values(options))
     kept = None if frame is None else KeptFrame(frame, save_path)
     try:
@@ -65,7 +74,9 @@ def finetune(data: Union[str, pd.DataFrame], target_cols=None, initial_checkpoin
         kept.undo()
         # a message about the DataFrame names it, not the file it is kept in (rows count from 1
         # in its order, as in a file)
-        raise UserError(str(exc).replace(f"--dataset {kept.path}", "data").replace(kept.path, "data")) from None
+        raise UserError(
+            str(exc).replace(f"--dataset {kept.path}", "data").replace(kept.path, "data")
+        ) from None
     if config.data.prepare_only:
         return None
     from mixer.prediction.api import load
@@ -87,11 +98,18 @@ def checked_values(given: dict) -> dict:
     for spec in specs.values():  # each flag by its own name: key= for --key (field key_file)
         for flag in spec.flags:
             by_name.setdefault(flag[2:].replace("-", "_"), spec)
-    aliases = {flag[2:].replace("-", "_") for spec in specs.values() for flags, _, _ in spec.aliases for flag in flags}
+    aliases = {
+        flag[2:].replace("-", "_")
+        for spec in specs.values()
+        for flags, _, _ in spec.aliases
+        for flag in flags
+    }
     values = {}  # the rest: the fields' defaults (build_config)
     if given.get("config") is not None:
         values.update(cli.config_file_values(parser, os.fspath(given["config"])))
-    values["command"] = ["mixer.finetune(" + ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) + ")"]
+    values["command"] = [
+        "mixer.finetune(" + ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) + ")"
+    ]
     for name, value in given.items():
         if name == "config":
             continue
@@ -99,8 +117,10 @@ def checked_values(given: dict) -> dict:
         if name in aliases:
             raise UserError(f"{name}=: not an option of finetune(); see python finetune.py --help")
         if spec is None:
-            raise UserError(f"{name}=: finetune.py has no flag --{name.replace('_', '-')}; "
-                            "see python finetune.py --help for the options")
+            raise UserError(
+                f"{name}=: finetune.py has no flag --{name.replace('_', '-')}; "
+                "see python finetune.py --help for the options"
+            )
         if value is not None:
             values[spec.name] = checked(name, spec, value)
     return values
@@ -112,14 +132,24 @@ def checked(name: str, spec, value, caller: str = "finetune()", keyword: bool = 
     (`top_k=0: ...`, the prediction API's)."""
     from mixer.cli.options import CHECKS
 
-    where = f"{name}={first_line(repr(value), 80)}" if keyword else f"{caller}: argument {'/'.join(spec.flags)}"
+    where = (
+        f"{name}={first_line(repr(value), 80)}"
+        if keyword
+        else f"{caller}: argument {'/'.join(spec.flags)}"
+    )
 
-    for one in (value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]):
-        if not isinstance(one, (str, numbers.Number, os.PathLike, list, tuple, dict, set)):  # numpy's numbers too
-            table = " (write it to a file, e.g. with .to_parquet, and pass the path)" \
-                if isinstance(one, (pd.DataFrame, pd.Series)) else ""
-            raise UserError(f"{name}=: pass text, a number or a file's path, not a "
-                            f"{type(one).__name__}{table}")
+    for one in value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]:
+        if not isinstance(
+            one, (str, numbers.Number, os.PathLike, list, tuple, dict, set)
+        ):  # numpy's numbers too
+            table = (
+                " (write it to a file, e.g. with .to_parquet, and pass the path)"
+                if isinstance(one, (pd.DataFrame, pd.Series))
+                else ""
+            )
+            raise UserError(
+                f"{name}=: pass text, a number or a file's path, not a {type(one).__name__}{table}"
+            )
     if spec.switch:
         if not isinstance(value, bool):
             raise UserError(f"{name}={value!r}: pass True or False")
@@ -140,7 +170,9 @@ def checked(name: str, spec, value, caller: str = "finetune()", keyword: bool = 
         except (argparse.ArgumentTypeError, ValueError) as exc:
             raise UserError(f"{where}: {exc}")
         if spec.choices and one not in spec.choices:
-            raise UserError(f"{where}: invalid choice: {one!r} (choose from {', '.join(map(repr, spec.choices))})")
+            raise UserError(
+                f"{where}: invalid choice: {one!r} (choose from {', '.join(map(repr, spec.choices))})"
+            )
         read.append(one)
     return read if spec.nargs in ("+", "*") else read[0]
 
@@ -152,8 +184,10 @@ def _as_table(data) -> Optional[pd.DataFrame]:
     if isinstance(data, (str, os.PathLike)):
         return None
     if not isinstance(data, pd.DataFrame):
-        raise UserError(f"data: pass a path (CSV, Parquet, .xlsx, .dta) or a pandas DataFrame, "
-                        f"not {type(data).__name__}")
+        raise UserError(
+            f"data: pass a path (CSV, Parquet, .xlsx, .dta) or a pandas DataFrame, "
+            f"not {type(data).__name__}"
+        )
     from mixer.data.tables.reading import check_names, text_cells
 
     frame = data.reset_index(drop=True)
@@ -181,15 +215,19 @@ class KeptFrame:
         try:
             frame.to_parquet(buffer, index=False)
         except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's ArrowInvalid,
-            raise UserError(f"data: {_unkept(frame)} ({first_line(exc, 200)}); make it "  # ArrowTypeError,
-                            "text or numbers")  # ArrowNotImplementedError (complex numbers) among them
+            raise UserError(
+                f"data: {_unkept(frame)} ({first_line(exc, 200)}); make it "  # ArrowTypeError,
+                "text or numbers"
+            )  # ArrowNotImplementedError (complex numbers) among them
         new = buffer.getvalue()
         self.before = _read_bytes(self.path) if os.path.isfile(self.path) else None
         self.save_path = save_path
         self.was_prepared = os.path.isdir(save_path) and self.prepared()
         if self.before not in (None, new) and self.prepared():
-            raise UserError(f"save_path {save_path} holds a run of another DataFrame (its {DATA_FILE} "
-                            "differs); pass a new save_path, or the same DataFrame to resume")
+            raise UserError(
+                f"save_path {save_path} holds a run of another DataFrame (its {DATA_FILE} "
+                "differs); pass a new save_path, or the same DataFrame to resume"
+            )
         self.made = _missing_dirs(save_path)
         os.makedirs(save_path, exist_ok=True)
         if new != self.before:
@@ -247,4 +285,3 @@ def _missing_dirs(path: str) -> list:
         missing.append(path)
         path = os.path.dirname(path)
     return missing[::-1]
-

@@ -67,7 +67,9 @@ def _bounded(name: str, holds, says: str):
 positive_float = _bounded("positive_float", lambda v: v > 0, "greater than 0")
 non_negative_float = _bounded("non_negative_float", lambda v: v >= 0, "0 or more")
 unit_interval = _bounded("unit_interval", lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
-open_unit_interval = _bounded("open_unit_interval", lambda v: 0.0 < v < 1.0, "strictly between 0 and 1")
+open_unit_interval = _bounded(
+    "open_unit_interval", lambda v: 0.0 < v < 1.0, "strictly between 0 and 1"
+)
 share_below_one = _bounded("share_below_one", lambda v: 0.0 <= v < 1.0, "0 or more and below 1")
 
 
@@ -83,8 +85,10 @@ def encoding_name(text: str) -> str:
 def separator(text: str) -> str:
     named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
     value = named.get(text.lower(), text)
-    if len(value) != 1 or value in "\"\r\n":
-        raise argparse.ArgumentTypeError(f"expected one character such as , ; | or tab, got {text!r}")
+    if len(value) != 1 or value in '"\r\n':
+        raise argparse.ArgumentTypeError(
+            f"expected one character such as , ; | or tab, got {text!r}"
+        )
     return value
 
 
@@ -104,9 +108,23 @@ def digit_levels(text: str) -> list:
 
 
 # the checks a field names (option(type=...)), by name
-CHECKS = {check.__name__: check for check in (
-    positive_int, non_negative_int, _float, positive_float, non_negative_float, unit_interval,
-    open_unit_interval, share_below_one, encoding_name, separator, digit_levels, int)}
+CHECKS = {
+    check.__name__: check
+    for check in (
+        positive_int,
+        non_negative_int,
+        _float,
+        positive_float,
+        non_negative_float,
+        unit_interval,
+        open_unit_interval,
+        share_below_one,
+        encoding_name,
+        separator,
+        digit_levels,
+        int,
+    )
+}
 
 
 # ----------------------------------------------------------------- generation
@@ -152,8 +170,22 @@ def specs(classes, program: str = "", differences: Optional[dict] = None) -> lis
                     given["flags"] = ()
                 else:
                     given.update(per[program])
-            fields = {k: meta[k] for k in ("help", "group", "type", "nargs", "choices", "metavar", "switch",
-                                           "hidden", "aliases", "table", "works_with")}
+            fields = {
+                k: meta[k]
+                for k in (
+                    "help",
+                    "group",
+                    "type",
+                    "nargs",
+                    "choices",
+                    "metavar",
+                    "switch",
+                    "hidden",
+                    "aliases",
+                    "table",
+                    "works_with",
+                )
+            }
             found.append(Spec(name=f.name, **{**fields, **given}))
     return found
 
@@ -168,11 +200,17 @@ def help_text(spec: Spec) -> str:
         mine, theirs = recipe.MIXER[spec.name], recipe.OCCCANINE_FINETUNE[spec.name]
         shown = "as --dropout" if mine is None else f"{mine:g}"
         text += f" (default: the recipe's, {shown}" + (
-            f"; {theirs:g} from an OccCANINE model)" if theirs != mine else ")")
-    elif spec.switch is not True and spec.default not in (None, False, [], ()) and not spec.required:
+            f"; {theirs:g} from an OccCANINE model)" if theirs != mine else ")"
+        )
+    elif (
+        spec.switch is not True and spec.default not in (None, False, [], ()) and not spec.required
+    ):
         # a list as its flag takes it (--head flat), not as Python writes it (['flat'])
-        shown = (" ".join(map(str, spec.default)).replace("%", "%%") if isinstance(spec.default, (list, tuple))
-                 else "%(default)s")
+        shown = (
+            " ".join(map(str, spec.default)).replace("%", "%%")
+            if isinstance(spec.default, (list, tuple))
+            else "%(default)s"
+        )
         text += f" (default: {shown})"  # BooleanOptionalAction adds its own
     return text
 
@@ -181,17 +219,28 @@ def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
     if not spec.flag.startswith("-"):  # a positional argument: its name is its dest
         group.add_argument(spec.flag, help=spec.help)
         return
-    kwargs = {"dest": spec.name, "help": help_text(spec),
-              "default": None if spec.required else spec.default}
+    kwargs = {
+        "dest": spec.name,
+        "help": help_text(spec),
+        "default": None if spec.required else spec.default,
+    }
     if spec.switch is True:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif spec.switch == "on":
         kwargs["action"] = "store_true"
     else:
-        kwargs.update({k: v for k, v in (("type", CHECKS[spec.type] if spec.type else None),
-                                         ("nargs", spec.nargs), ("metavar", spec.metavar),
-                                         ("choices", list(spec.choices) if spec.choices else None))
-                       if v is not None})
+        kwargs.update(
+            {
+                k: v
+                for k, v in (
+                    ("type", CHECKS[spec.type] if spec.type else None),
+                    ("nargs", spec.nargs),
+                    ("metavar", spec.metavar),
+                    ("choices", list(spec.choices) if spec.choices else None),
+                )
+                if v is not None
+            }
+        )
     if spec.required:
         kwargs["required"] = True
     group.add_argument(*spec.flags, **kwargs)
@@ -199,8 +248,9 @@ def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
         group.add_argument(*flags, dest=spec.name, action="store_const", const=value, help=text)
 
 
-def add_flags(parser: argparse.ArgumentParser, classes, program: str = "",
-              differences: Optional[dict] = None) -> list:
+def add_flags(
+    parser: argparse.ArgumentParser, classes, program: str = "", differences: Optional[dict] = None
+) -> list:
     """Every flag of these configuration classes, under their headings; returns the specs.
     A field without a flag in this program still takes --config's value (set_defaults)."""
     groups = {}
@@ -228,14 +278,35 @@ def table_specs(role: str) -> list:
     files = "input" if role in ("dataset", "input", "predictions") else f"the {what} file(s)"
     dest = prefix.replace("-", "_")
     return [
-        Spec(dest + "encoding", (f"--{prefix}encoding",), None if prefix else "utf-8", type="encoding_name",
-             help=f"text encoding of CSV {files}, e.g. cp1252 (docs/formats.md)"),
-        Spec(dest + "sep", (f"--{prefix}sep",), None, type="separator",
-             help=f"separator of CSV {files}: , ; | or tab (unset: the file's own)"),
-        Spec(dest + "sheet", (f"--{prefix}sheet",), None, metavar="NAME",
-             help=f"Excel {files}: the worksheet to read (unset: the first)"),
-        Spec(dest + "header_row", (f"--{prefix}header-row",), None, type="positive_int", metavar="N",
-             help=f"CSV and Excel {files}: the row of the column names, from 1 (unset: the first not empty)"),
+        Spec(
+            dest + "encoding",
+            (f"--{prefix}encoding",),
+            None if prefix else "utf-8",
+            type="encoding_name",
+            help=f"text encoding of CSV {files}, e.g. cp1252 (docs/formats.md)",
+        ),
+        Spec(
+            dest + "sep",
+            (f"--{prefix}sep",),
+            None,
+            type="separator",
+            help=f"separator of CSV {files}: , ; | or tab (unset: the file's own)",
+        ),
+        Spec(
+            dest + "sheet",
+            (f"--{prefix}sheet",),
+            None,
+            metavar="NAME",
+            help=f"Excel {files}: the worksheet to read (unset: the first)",
+        ),
+        Spec(
+            dest + "header_row",
+            (f"--{prefix}header-row",),
+            None,
+            type="positive_int",
+            metavar="N",
+            help=f"CSV and Excel {files}: the row of the column names, from 1 (unset: the first not empty)",
+        ),
     ]
 
 
@@ -253,8 +324,11 @@ def add_version(parser: argparse.ArgumentParser) -> None:
 def add_common(parser: argparse.ArgumentParser) -> None:
     """The training programs' --version and --config."""
     add_version(parser)
-    parser.add_argument("--config", metavar="YAML",
-                        help="read flags from a YAML file such as a run's args.yaml; flags given win")
+    parser.add_argument(
+        "--config",
+        metavar="YAML",
+        help="read flags from a YAML file such as a run's args.yaml; flags given win",
+    )
 
 
 def config_file_parser() -> argparse.ArgumentParser:

@@ -17,18 +17,39 @@ from typing import Callable, Optional, Sequence
 
 from mixer.cli.options import config_file_parser, config_from
 from mixer.cli.options import (  # noqa: F401 - the checks, kept importable here for scripts
-    Parser, digit_levels, encoding_name, non_negative_float, non_negative_int, open_unit_interval,
-    positive_float, positive_int, separator, share_below_one, unit_interval,
+    Parser,
+    digit_levels,
+    encoding_name,
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    positive_float,
+    positive_int,
+    separator,
+    share_below_one,
+    unit_interval,
 )
 from mixer.core import extras
 from mixer.core.config import (
-    NON_PERSISTED, OWN_OPTION_DESTS, SCORE_COLUMNS, DataConfig, DistConfig, LogConfig, ModelConfig, RunConfig,
+    NON_PERSISTED,
+    OWN_OPTION_DESTS,
+    SCORE_COLUMNS,
+    DataConfig,
+    DistConfig,
+    LogConfig,
+    ModelConfig,
+    RunConfig,
     TrainConfig,
 )
 from mixer.core.errors import UserError, first_line, report
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
-            "dist": DistConfig, "log": LogConfig}
+SECTIONS = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "dist": DistConfig,
+    "log": LogConfig,
+}
 
 
 # ------------------------------------------------------------------- config
@@ -36,7 +57,9 @@ def _load_yaml_defaults(path: str) -> dict:
     import yaml
 
     if not os.path.isfile(path):
-        raise UserError(f"--config {path}: no such file; pass a YAML file such as a run's args.yaml")
+        raise UserError(
+            f"--config {path}: no such file; pass a YAML file such as a run's args.yaml"
+        )
     try:
         with open(path, encoding="utf-8") as handle:
             values = yaml.safe_load(handle) or {}
@@ -76,7 +99,9 @@ def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
     dests = {action.dest for action in parser._actions} | set(parser._defaults)
     unknown = sorted(k for k in defaults if k not in dests and k not in CONFIG_KEYS)
     if unknown:
-        raise UserError(f"--config {path}: unknown setting(s) {', '.join(unknown)} for {parser.prog}")
+        raise UserError(
+            f"--config {path}: unknown setting(s) {', '.join(unknown)} for {parser.prog}"
+        )
     usable = {k: v for k, v in defaults.items() if k in dests}
     for action in parser._actions:  # the file's values get the flags' checks
         if action.dest in usable and action.dest != "help":
@@ -90,8 +115,10 @@ def config_file_values(parser: argparse.ArgumentParser, path: str) -> dict:
 def _coerce(action: argparse.Action, value):
     if value is None and action.default is None:  # a setting left to the run (args.yaml: null)
         return None
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
-                           argparse.BooleanOptionalAction)):
+    if isinstance(
+        action,
+        (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction),
+    ):
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {value!r}")
         return value
@@ -116,14 +143,18 @@ def _coerce_one(action: argparse.Action, value):
 
 # Settings of the run configuration: an args.yaml of either program may hold
 # some that the other program has no flag for; they are ignored, not errors.
-CONFIG_KEYS = {f.name for section in SECTIONS.values() for f in dataclasses.fields(section)} | set(OWN_OPTION_DESTS)
+CONFIG_KEYS = {f.name for section in SECTIONS.values() for f in dataclasses.fields(section)} | set(
+    OWN_OPTION_DESTS
+)
 
 
 def build_config(values) -> RunConfig:
     """The run configuration from a parse's values (a namespace or a dict), checked."""
     values = dict(vars(values) if isinstance(values, argparse.Namespace) else values)
     sections = {name: config_from(section_cls, values) for name, section_cls in SECTIONS.items()}
-    sections["data"].read_options = {k: values[k] for k in OWN_OPTION_DESTS if values.get(k) is not None}
+    sections["data"].read_options = {
+        k: values[k] for k in OWN_OPTION_DESTS if values.get(k) is not None
+    }
     config = RunConfig(save_dir=values["save_dir"], **sections)
     validate_config(config)
     return config
@@ -132,24 +163,39 @@ def build_config(values) -> RunConfig:
 def validate_config(config: RunConfig) -> None:
     data = config.data
     if data.language_col and data.language not in (None, "unk"):
-        raise UserError("--language and --language-col were both given; pass one: a language "
-                        "for every row, or the column that holds one per row")
+        raise UserError(
+            "--language and --language-col were both given; pass one: a language "
+            "for every row, or the column that holds one per row"
+        )
     if not data.token_cache and not data.prepare_only:
-        raise UserError("--no-token-cache goes with --prepare-only (prepare the data without "
-                        "tokenising it); training always tokenises, for its --encoder")
+        raise UserError(
+            "--no-token-cache goes with --prepare-only (prepare the data without "
+            "tokenising it); training always tokenises, for its --encoder"
+        )
     if config.train.early_stopping_patience and not config.train.keep_best:
-        raise UserError("--early-stopping-patience counts evaluations without an improvement of the "
-                        "--keep-best metric; pass --keep-best METRIC too, e.g. --keep-best val_loss")
-    clash = [c for c in data.report_cols if c in SCORE_COLUMNS or c.startswith(("flat_", "seq2seq_"))
-             or c in (data.input_col, data.language_col, *data.target_cols)]
+        raise UserError(
+            "--early-stopping-patience counts evaluations without an improvement of the "
+            "--keep-best metric; pass --keep-best METRIC too, e.g. --keep-best val_loss"
+        )
+    clash = [
+        c
+        for c in data.report_cols
+        if c in SCORE_COLUMNS
+        or c.startswith(("flat_", "seq2seq_"))
+        or c in (data.input_col, data.language_col, *data.target_cols)
+    ]
     if clash:
-        raise UserError(f"--report-cols {clash[0]}: scores.parquet has a column of that name, or it is "
-                        "a column the run reads already; report a column of another name")
+        raise UserError(
+            f"--report-cols {clash[0]}: scores.parquet has a column of that name, or it is "
+            "a column the run reads already; report a column of another name"
+        )
     if config.model.only_encoder and not config.model.initial_checkpoint:
         raise UserError("--only-encoder needs --initial-checkpoint RUN_DIR")
     if os.path.exists(config.save_dir) and not os.path.isdir(config.save_dir):
         raise UserError(f"--save-path {config.save_dir} is a file; pass a directory for the run")
-    extras.check_training_config(config)  # a flag whose package is missing fails here, before any data
+    extras.check_training_config(
+        config
+    )  # a flag whose package is missing fails here, before any data
 
 
 def run_main(main: Callable[[Optional[Sequence[str]]], int], argv=None) -> None:

@@ -26,63 +26,107 @@ def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
     """predictor_class and model_class: mixer.prediction's Predictor and Model, given by the
     program (mixer.cli.entrypoints), which loads through them once the options are checked:
     the coding sits below prediction and asks of the model only what it does."""
-    for flag, value in (("--input", args.input), ("--output", args.output), ("--target-accuracy", args.target_accuracy),
-                        ("--lookup", args.lookup), ("--to-check", args.to_check), ("--audit", args.audit)):
+    for flag, value in (
+        ("--input", args.input),
+        ("--output", args.output),
+        ("--target-accuracy", args.target_accuracy),
+        ("--lookup", args.lookup),
+        ("--to-check", args.to_check),
+        ("--audit", args.audit),
+    ):
         if value:
-            raise UserError(f"--calibrate fits each head's temperature and bias and writes calibration.json "
-                            f"alone; leave out {flag}")
-    for flag, value in (("--head", args.head), ("--threshold", args.threshold), ("--top-k", args.top_k)):
+            raise UserError(
+                f"--calibrate fits each head's temperature and bias and writes calibration.json "
+                f"alone; leave out {flag}"
+            )
+    for flag, value in (
+        ("--head", args.head),
+        ("--threshold", args.threshold),
+        ("--top-k", args.top_k),
+    ):
         if value is not None:  # argparse's defaults are None: only what the user gave is refused
-            raise UserError(f"--calibrate fits the flat and the seq2seq head both, each at the model's own "
-                            f"thresholds and top-k (those predict.py applies the calibration at); leave out {flag}")
-    heads = list(CALIBRATED_HEADS)  # both, always: the full head has no row confidence (not covered)
+            raise UserError(
+                f"--calibrate fits the flat and the seq2seq head both, each at the model's own "
+                f"thresholds and top-k (those predict.py applies the calibration at); leave out {flag}"
+            )
+    heads = list(
+        CALIBRATED_HEADS
+    )  # both, always: the full head has no row confidence (not covered)
     if args.quantize or args.precision != "fp32":
-        raise UserError("--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
-                        "--precision (calibration does not move a threshold, which --target-accuracy chooses "
-                        "again at any precision)")
+        raise UserError(
+            "--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
+            "--precision (calibration does not move a threshold, which --target-accuracy chooses "
+            "again at any precision)"
+        )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    predictor = predictor_class.load(args.checkpoint, None, args.precision, args.force_precision, log=log,
-                                     tf32=args.tf32, announce=print)
+    predictor = predictor_class.load(
+        args.checkpoint,
+        None,
+        args.precision,
+        args.force_precision,
+        log=log,
+        tf32=args.tf32,
+        announce=print,
+    )
     model = model_class(predictor, args.checkpoint)
     model_dir = predictor.config.get("model_dir")
     if not model_dir:
-        raise UserError(f"--calibrate writes calibration.json into the model's directory; --checkpoint "
-                        f"{args.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
-                        "saved in a directory of its own)")
+        raise UserError(
+            f"--calibrate writes calibration.json into the model's directory; --checkpoint "
+            f"{args.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
+            "saved in a directory of its own)"
+        )
     check_writable(model_dir, args.checkpoint)  # before any prediction
     rows = labelled_rows(args, model, predictor)
     from mixer.coding.calibration import MIN_ROWS
 
     if len(rows) < MIN_ROWS:  # before any prediction
-        raise UserError(refusal(f"{len(rows):,} labelled rows ({rows.rows}) are too few: a fit needs at least "
-                                f"{MIN_ROWS}"))
+        raise UserError(
+            refusal(
+                f"{len(rows):,} labelled rows ({rows.rows}) are too few: a fit needs at least "
+                f"{MIN_ROWS}"
+            )
+        )
     if predictor.family == "occcanine" and "seq2seq" in heads:
-        print("note: the seq2seq calibration applies to OccCANINE's own greedy confidence", file=sys.stderr)
+        print(
+            "note: the seq2seq calibration applies to OccCANINE's own greedy confidence",
+            file=sys.stderr,
+        )
     entries, diagrams, lines = fit(predictor, heads, rows, args.batch_size)
-    fit_on = {"rows": rows.rows, "count": len(rows),
-              "data": os.path.basename(args.calibration_data) if args.calibration_data else None,
-              "truth_cols": list(args.calibration_truth_cols or []) if args.calibration_data else None,
-              "thresholds": "the model's own", "top_k": "the model's own"}
+    fit_on = {
+        "rows": rows.rows,
+        "count": len(rows),
+        "data": os.path.basename(args.calibration_data) if args.calibration_data else None,
+        "truth_cols": list(args.calibration_truth_cols or []) if args.calibration_data else None,
+        "thresholds": "the model's own",
+        "top_k": "the model's own",
+    }
     path = write(model_dir, entries, rows.rows, diagrams, fit_on)
     for line in lines:
         print(line)
-    print(f"wrote {path}: predict.py and the API now give calibrated confidence (confidence, with "
-          "confidence_raw beside it); codes and thresholds are unchanged")
+    print(
+        f"wrote {path}: predict.py and the API now give calibrated confidence (confidence, with "
+        "confidence_raw beside it); codes and thresholds are unchanged"
+    )
     return 0
 
 
 def refusal(why: str) -> str:
     """--calibrate's one line when it fits nothing: the old calibration is kept."""
-    return (f"--calibrate: {why}; the model's calibration is as it was (docs/coding.md, \"Calibrating an "
-            "existing model\"): pass more labelled rows with --calibration-data FILE --calibration-truth-cols COL...")
+    return (
+        f"--calibrate: {why}; the model's calibration is as it was (docs/coding.md, \"Calibrating an "
+        'existing model"): pass more labelled rows with --calibration-data FILE --calibration-truth-cols COL...'
+    )
 
 
 def check_writable(model_dir: str, checkpoint: str) -> None:
     """Refuse, before any work, a model directory --calibrate cannot write into."""
     if not os.access(model_dir, os.W_OK | os.X_OK):
-        raise UserError(f"--calibrate writes calibration.json and the reliability diagrams into {model_dir}, "
-                        f"which is not writable; copy the model directory somewhere you can write (cp -r "
-                        f"{checkpoint} my_model) and pass --checkpoint my_model")
+        raise UserError(
+            f"--calibrate writes calibration.json and the reliability diagrams into {model_dir}, "
+            f"which is not writable; copy the model directory somewhere you can write (cp -r "
+            f"{checkpoint} my_model) and pass --checkpoint my_model"
+        )
 
 
 def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict) -> str:
@@ -97,8 +141,13 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
     from mixer.coding.calibration import FILE, VERSION
     from mixer.core.io import current_umask, replace_together
 
-    body = {"version": VERSION, "heads": entries, "rows": rows, "fit_by": "predict.py --calibrate",
-            "fit_on": fit_on}
+    body = {
+        "version": VERSION,
+        "heads": entries,
+        "rows": rows,
+        "fit_by": "predict.py --calibrate",
+        "fit_on": fit_on,
+    }
     path = os.path.join(model_dir, FILE)
     temps = []
     try:
@@ -117,9 +166,11 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
             pairs.append((tmp, os.path.join(model_dir, name)))
         replace_together(pairs)
     except OSError as exc:
-        raise UserError(f"--calibrate: writing into {model_dir} failed ({exc.strerror or exc}); its "
-                        f"calibration.json and reliability diagrams are as they were: free space or copy the "
-                        f"model directory somewhere you can write, and run it again") from exc
+        raise UserError(
+            f"--calibrate: writing into {model_dir} failed ({exc.strerror or exc}); its "
+            f"calibration.json and reliability diagrams are as they were: free space or copy the "
+            f"model directory somewhere you can write, and run it again"
+        ) from exc
     finally:
         for tmp in temps:
             if os.path.exists(tmp):
@@ -134,46 +185,69 @@ def labelled_rows(args, model, predictor):
     config = predictor.config
     if not args.calibration_data:
         return targets.run_rows(config.get("model_dir"), args.checkpoint, "--calibrate")
-    input_col, language_col, language, context_cols = job_columns(config, args.input_col, args.language,
-                                                                  args.language_col)
-    return targets.file_rows(args.calibration_data, args.table_options("calibration_data"),
-                             args.calibration_truth_cols, model, input_col, language_col, language, context_cols,
-                             log=lambda m: print(m, file=sys.stderr))
+    input_col, language_col, language, context_cols = job_columns(
+        config, args.input_col, args.language, args.language_col
+    )
+    return targets.file_rows(
+        args.calibration_data,
+        args.table_options("calibration_data"),
+        args.calibration_truth_cols,
+        model,
+        input_col,
+        language_col,
+        language,
+        context_cols,
+        log=lambda m: print(m, file=sys.stderr),
+    )
 
 
 def fit(predictor, heads: list, rows, batch_size: int) -> tuple:
     """({head: calibration.json's entry}, {diagram file: draw(path)}, lines to print): each
     head's temperature and bias fit on `rows`, predicted at the model's own thresholds and
     top-k (those predict.py applies the calibration at)."""
-    from mixer.coding.calibration import calibrate_entry, head_entry, reliability_diagram, unfit_reason
+    from mixer.coding.calibration import (
+        calibrate_entry,
+        head_entry,
+        reliability_diagram,
+        unfit_reason,
+    )
     from mixer.coding.target import predicted_code_sets
 
     entries, diagrams, lines, unfit = {}, {}, [], []
     for head in heads:
-        table = predictor.predict(rows.texts, rows.langs, head, None, None, batch_size,
-                                  desc_chars=rows.desc_chars)
+        table = predictor.predict(
+            rows.texts, rows.langs, head, None, None, batch_size, desc_chars=rows.desc_chars
+        )
         confidence = table["confidence"].to_numpy(dtype=np.float64)
-        correct = np.asarray([set(t) == set(p) for t, p in zip(rows.truth, predicted_code_sets(table))], dtype=bool)
+        correct = np.asarray(
+            [set(t) == set(p) for t, p in zip(rows.truth, predicted_code_sets(table))], dtype=bool
+        )
         why = unfit_reason(confidence, correct)
         if why:  # refused below, for every head at once, before anything is written
             unfit.append(f"{head} head: {why}")
             continue
         entry = head_entry(confidence, correct, held_out=True)
         entry["diagram"] = f"reliability_{head}.png"
-        diagrams[entry["diagram"]] = (
-            lambda path, c=confidence, e=entry, k=correct, h=head: reliability_diagram(
-                path, c, calibrate_entry(c, e), k, f"{h} head: {len(rows):,} labelled rows"))
+        diagrams[entry["diagram"]] = lambda path, c=confidence, e=entry, k=correct, h=head: (
+            reliability_diagram(
+                path, c, calibrate_entry(c, e), k, f"{h} head: {len(rows):,} labelled rows"
+            )
+        )
         entries[head] = entry
         held = entry["cross_validated"]
-        lines.append(f"{head}: temperature {entry['temperature']:.4f} and bias {entry['bias']:.4f} on "
-                     f"{len(rows):,} rows ({rows.rows}); expected calibration error on rows the fit did not "
-                     f"see ({held['folds']}-fold cross-validation) {held['ece_before']:.4f} -> "
-                     f"{held['ece_after']:.4f} (on the rows fit on {entry['ece_after']:.4f}; accuracy "
-                     f"{correct.mean():.4f}); diagram {entry['diagram']}")
+        lines.append(
+            f"{head}: temperature {entry['temperature']:.4f} and bias {entry['bias']:.4f} on "
+            f"{len(rows):,} rows ({rows.rows}); expected calibration error on rows the fit did not "
+            f"see ({held['folds']}-fold cross-validation) {held['ece_before']:.4f} -> "
+            f"{held['ece_after']:.4f} (on the rows fit on {entry['ece_after']:.4f}; accuracy "
+            f"{correct.mean():.4f}); diagram {entry['diagram']}"
+        )
         if held["ece_after"] >= held["ece_before"]:
-            lines.append(f"warning: {head}: on rows the fit did not see the calibration error does not fall "
-                         f"({held['ece_before']:.4f} -> {held['ece_after']:.4f}): the raw confidence is as good "
-                         "on these rows; more labelled rows would show whether the scaling helps")
+            lines.append(
+                f"warning: {head}: on rows the fit did not see the calibration error does not fall "
+                f"({held['ece_before']:.4f} -> {held['ece_after']:.4f}): the raw confidence is as good "
+                "on these rows; more labelled rows would show whether the scaling helps"
+            )
     if unfit:
         raise UserError(refusal("; ".join(unfit)))
     return entries, diagrams, lines

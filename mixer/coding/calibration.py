@@ -166,7 +166,9 @@ MIN_OUTCOME = 20
 FOLDS = 5  # the error on rows the fit did not see: 5-fold cross-validation
 
 
-def unfit_reason(confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int = MIN_OUTCOME) -> str:
+def unfit_reason(
+    confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int = MIN_OUTCOME
+) -> str:
     """Why a scaling cannot be fit on these rows ('' when it can): too few rows, too few of
     one outcome (all right: the fit would run without bound), right and wrong rows that the
     confidence separates exactly (the same), or a fit that ran to the clamp of its
@@ -179,16 +181,22 @@ def unfit_reason(confidence, correct, min_rows: int = MIN_ROWS, min_outcome: int
         return f"{n:,} labelled rows are too few (at least {min_rows} are needed)"
     rarer, which = min((right, "right"), (n - right, "wrong"))
     if rarer < min_outcome:
-        return (f"{rarer:,} of its {n:,} labelled rows are {which} (at least {min_outcome} right and "
-                f"{min_outcome} wrong are needed: with one outcome alone the fit runs without bound)")
+        return (
+            f"{rarer:,} of its {n:,} labelled rows are {which} (at least {min_outcome} right and "
+            f"{min_outcome} wrong are needed: with one outcome alone the fit runs without bound)"
+        )
     temperature, _ = fit_scaling(confidence, correct)
     if at_clamp(temperature):
-        return (f"the fit ran to the limit of its temperature (T = {temperature:g}, kept in [0.05, 20]): "
-                "these rows do not pin the scaling down")
+        return (
+            f"the fit ran to the limit of its temperature (T = {temperature:g}, kept in [0.05, 20]): "
+            "these rows do not pin the scaling down"
+        )
     z = _logit(confidence)
     if z[correct].min() > z[~correct].max():  # short of the limit only where the fit stopped early
-        return ("the confidence separates its right rows from its wrong ones exactly (a fit on them runs "
-                "without bound)")
+        return (
+            "the confidence separates its right rows from its wrong ones exactly (a fit on them runs "
+            "without bound)"
+        )
     return ""
 
 
@@ -215,13 +223,19 @@ def head_entry(confidence, correct, held_out: bool = False) -> dict:
     """What calibration.json stores for one head, fit on these rows (fit_scaling); with
     held_out, also the error on rows the fit did not see (cross_validated)."""
     temperature, bias = fit_scaling(confidence, correct)
-    entry = {"temperature": temperature, "bias": bias, "rows": int(len(confidence)),
-             "ece_before": expected_calibration_error(confidence, correct),
-             "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct)}
+    entry = {
+        "temperature": temperature,
+        "bias": bias,
+        "rows": int(len(confidence)),
+        "ece_before": expected_calibration_error(confidence, correct),
+        "ece_after": expected_calibration_error(calibrate(confidence, temperature, bias), correct),
+    }
     if held_out:  # the error on rows the fit did not see (cross_validated)
         entry["cross_validated"] = {
-            "folds": FOLDS, "ece_before": entry["ece_before"],
-            "ece_after": expected_calibration_error(cross_validated(confidence, correct), correct)}
+            "folds": FOLDS,
+            "ece_before": entry["ece_before"],
+            "ece_after": expected_calibration_error(cross_validated(confidence, correct), correct),
+        }
     return entry
 
 
@@ -229,8 +243,14 @@ def identity_entry(confidence, correct, why: str) -> dict:
     """head_entry's for rows no scaling can be fit on (`why`, unfit_reason's): the identity
     (T 1, bias 0) kept, and why."""
     ece = expected_calibration_error(confidence, correct)
-    return {"temperature": 1.0, "bias": 0.0, "rows": int(len(confidence)), "ece_before": ece, "ece_after": ece,
-            "not_fit": why}
+    return {
+        "temperature": 1.0,
+        "bias": 0.0,
+        "rows": int(len(confidence)),
+        "ece_before": ece,
+        "ece_after": ece,
+        "not_fit": why,
+    }
 
 
 def calibrate_entry(confidence, entry: Optional[dict]) -> np.ndarray:
@@ -252,7 +272,9 @@ def write_calibration(model_dir: str, heads: dict, rows: str) -> str:
     from mixer.core.io import write_text
 
     path = os.path.join(model_dir, FILE)
-    write_text(path, json.dumps({"version": VERSION, "heads": heads, "rows": rows}, indent=2) + "\n")
+    write_text(
+        path, json.dumps({"version": VERSION, "heads": heads, "rows": rows}, indent=2) + "\n"
+    )
     return path
 
 

@@ -20,7 +20,9 @@ def flat_confidence(logits, chosen) -> np.ndarray:
     logits = np.asarray(logits, dtype=np.float64)
     chosen = np.asarray(chosen, dtype=bool)
     if logits.shape != chosen.shape or logits.ndim != 2:
-        raise ValueError(f"logits {logits.shape} and chosen {chosen.shape} must both be [rows, codes]")
+        raise ValueError(
+            f"logits {logits.shape} and chosen {chosen.shape} must both be [rows, codes]"
+        )
     # log(1 - sigmoid(x)) = log(sigmoid(-x))
     log_p = np.where(chosen, _log_sigmoid(logits), _log_sigmoid(-logits))
     return np.exp(log_p.sum(axis=1))
@@ -50,13 +52,17 @@ def flat_level_confidence(logits, chosen, codes, length: int) -> np.ndarray:
     np.logical_or.at(chosen_group.T, group_of, chosen.T)
     # log(1 - exp(a)) for a <= 0, stable at both ends
     with np.errstate(divide="ignore"):
-        log_any = np.where(log_none > -0.693, np.log(-np.expm1(np.minimum(log_none, -1e-300))),
-                           np.log1p(-np.exp(np.minimum(log_none, -0.693))))
+        log_any = np.where(
+            log_none > -0.693,
+            np.log(-np.expm1(np.minimum(log_none, -1e-300))),
+            np.log1p(-np.exp(np.minimum(log_none, -0.693))),
+        )
     return np.exp(np.where(chosen_group, log_any, log_none).sum(axis=1))
 
 
-def sequence_level_confidence(token_probs, block_size: int, max_num_codes: int,
-                              length: int) -> np.ndarray:
+def sequence_level_confidence(
+    token_probs, block_size: int, max_num_codes: int, length: int
+) -> np.ndarray:
     """Seq2seq head at a coarser level: the product of the probabilities of the first
     `length` steps of every block (a PAD block's first step says "no further code") and of
     any steps after the blocks (EOS). The later characters of each block are left out."""

@@ -33,13 +33,21 @@ def _one_curve(name, confidence, correct, distinct, max_points) -> pd.DataFrame:
         keys = pd.Series(np.asarray(distinct)[order]).astype(str)
         first = (~keys.duplicated()).to_numpy()
         distinct_share = np.cumsum(first)[ends] / max(int(first.sum()), 1)
-    return pd.DataFrame({"group": name, "threshold": conf[ends], "coded_rows": coded.astype(np.int64),
-                         "coded_share": coded / n, "coded_distinct_share": distinct_share,
-                         "accuracy": accuracy})
+    return pd.DataFrame(
+        {
+            "group": name,
+            "threshold": conf[ends],
+            "coded_rows": coded.astype(np.int64),
+            "coded_share": coded / n,
+            "coded_distinct_share": distinct_share,
+            "accuracy": accuracy,
+        }
+    )
 
 
-def production_curve(confidence, correct, groups=None, distinct=None,
-                     max_points: int = MAX_POINTS) -> pd.DataFrame:
+def production_curve(
+    confidence, correct, groups=None, distinct=None, max_points: int = MAX_POINTS
+) -> pd.DataFrame:
     """Columns group, threshold, coded_rows, coded_share, coded_distinct_share, accuracy:
     group "all", then one curve per value of `groups`; the threshold falls down each curve.
     `distinct`: a key per row (the input string) for the share of distinct strings coded
@@ -54,15 +62,26 @@ def production_curve(confidence, correct, groups=None, distinct=None,
     curves = [_one_curve(overall, confidence, correct, distinct, max_points)]
     if groups is not None:
         distinct = None if distinct is None else np.asarray(distinct)
-        values, codes = np.unique(groups, return_inverse=True)  # sorted; one pass, not one per group
+        values, codes = np.unique(
+            groups, return_inverse=True
+        )  # sorted; one pass, not one per group
         order = np.argsort(codes, kind="stable")
         for value, rows in zip(values, np.split(order, np.cumsum(np.bincount(codes))[:-1])):
-            curves.append(_one_curve(value, confidence[rows], correct[rows],
-                                     None if distinct is None else distinct[rows], max_points))
+            curves.append(
+                _one_curve(
+                    value,
+                    confidence[rows],
+                    correct[rows],
+                    None if distinct is None else distinct[rows],
+                    max_points,
+                )
+            )
     return pd.concat(curves, ignore_index=True)[COLUMNS]
 
 
-def coded_at(curve: pd.DataFrame, target: float, group: Optional[str] = None) -> Optional[pd.Series]:
+def coded_at(
+    curve: pd.DataFrame, target: float, group: Optional[str] = None
+) -> Optional[pd.Series]:
     """The curve's point that codes the most rows at an accuracy of at least `target`
     (a point estimate on these rows, not a promise for new ones), or None. group None: the
     overall curve."""
@@ -73,8 +92,9 @@ def coded_at(curve: pd.DataFrame, target: float, group: Optional[str] = None) ->
     return points.loc[points["coded_rows"].idxmax()]
 
 
-def headline(curve: pd.DataFrame, target: float, rows: str = "validation rows",
-             group: Optional[str] = None) -> str:
+def headline(
+    curve: pd.DataFrame, target: float, rows: str = "validation rows", group: Optional[str] = None
+) -> str:
     """'at 95% accuracy: 71% of validation rows coded automatically' (read off the curve;
     group None: the overall curve)."""
     group = curve["group"].iloc[0] if group is None and len(curve) else group
@@ -97,8 +117,9 @@ def _largest_groups(curve: pd.DataFrame, overall) -> tuple:
     return {overall, *kept}, len(sizes) - len(kept)
 
 
-def plot_curve(curve: pd.DataFrame, path: str, target: Optional[float] = None,
-               title: str = "production curve") -> str:
+def plot_curve(
+    curve: pd.DataFrame, path: str, target: Optional[float] = None, title: str = "production curve"
+) -> str:
     """A PNG: accuracy of the coded rows against the share coded, one line per group (and
     per head where the curve has a head column)."""
     import matplotlib
@@ -114,8 +135,12 @@ def plot_curve(curve: pd.DataFrame, path: str, target: Optional[float] = None,
         title += f" ({left} smaller groups in the CSV only)"
     for name, points in curve[curve["group"].isin(drawn)].groupby(keys, sort=False):
         name = name if isinstance(name, tuple) else (name,)
-        axis.plot(points["coded_share"], points["accuracy"], label=" ".join(str(v) for v in name),
-                  linewidth=2.0 if name[-1] == overall else 1.0)
+        axis.plot(
+            points["coded_share"],
+            points["accuracy"],
+            label=" ".join(str(v) for v in name),
+            linewidth=2.0 if name[-1] == overall else 1.0,
+        )
     if target is not None:
         axis.axhline(target, color="grey", linestyle=":", label=f"target {target:.0%}")
     axis.set_xlim(0, 1)

@@ -20,7 +20,7 @@ REST_SHARE = 0.5
 # A grid point counts towards "about how many labelled rows it would take" only with at least
 # this many rows: an accuracy read off fewer is too rough to extrapolate from.
 MIN_HOPEFUL = 20
-MOST_NEEDED = 10 ** 8  # beyond this "how many rows it would take" is not worth an answer
+MOST_NEEDED = 10**8  # beyond this "how many rows it would take" is not worth an answer
 # The first point tested has enough rows to pass at an accuracy this far from the target to 1
 # (docs/coding.md#the-guarantee).
 START = 0.5
@@ -31,15 +31,17 @@ class Choice:
     """What choose_threshold found: threshold None when no grid point passes."""
 
     threshold: Optional[float]
-    coded_share: float          # share of the labelled rows at or above the threshold
-    bound: Optional[float]      # lower confidence bound of the coded rows' accuracy (at 1 - delta_test)
-    rows_used: int              # labelled rows the choice was made on
-    procedure: str              # the procedure in words, with its parameters
-    needed: Optional[int] = None  # about how many labelled rows would reach the target, when unreached
-    note: str = ""              # why nothing was chosen, in words
+    coded_share: float  # share of the labelled rows at or above the threshold
+    bound: Optional[float]  # lower confidence bound of the coded rows' accuracy (at 1 - delta_test)
+    rows_used: int  # labelled rows the choice was made on
+    procedure: str  # the procedure in words, with its parameters
+    needed: Optional[int] = (
+        None  # about how many labelled rows would reach the target, when unreached
+    )
+    note: str = ""  # why nothing was chosen, in words
     target: float = 0.95
     delta: float = 0.05
-    cause: str = ""             # why, in one word: "none" (no threshold reaches the target on these rows),
+    cause: str = ""  # why, in one word: "none" (no threshold reaches the target on these rows),
     #                             "few" (too few labelled rows) or "file" (too few rows to code), or ""
 
 
@@ -50,7 +52,9 @@ def binomial_upper_tail(k, n, p) -> np.ndarray:
     out = np.where(k <= 0, 1.0, 0.0)
     middle = (k > 0) & (k <= n)
     if middle.any():
-        out[middle] = special.betainc(k[middle], n[middle] - k[middle] + 1.0, np.clip(p[middle], 0.0, 1.0))
+        out[middle] = special.betainc(
+            k[middle], n[middle] - k[middle] + 1.0, np.clip(p[middle], 0.0, 1.0)
+        )
     return out
 
 
@@ -77,7 +81,12 @@ def rest_targets(rows, target: float, delta_rest: float) -> np.ndarray:
         needed = np.maximum(np.ceil(target * todo - 1e-9), 1.0)
         # P(Bin(m, q) >= c) = I_q(c, m - c + 1) grows with q: its inverse at 1 - delta_rest
         level = special.betaincinv(needed, np.maximum(todo - needed + 1.0, 1.0), 1.0 - delta_rest)
-        known.update(zip(todo.tolist(), np.where(todo > 0, np.maximum(level, float(target)), float(target)).tolist()))
+        known.update(
+            zip(
+                todo.tolist(),
+                np.where(todo > 0, np.maximum(level, float(target)), float(target)).tolist(),
+            )
+        )
     return np.array([known[int(m)] for m in distinct])[back]
 
 
@@ -96,7 +105,9 @@ def _rows_to_code_at(rows_to_code, coded: np.ndarray, n: int) -> Optional[np.nda
     return (len(new) - np.searchsorted(new, GRID, side="left")).astype(np.int64)
 
 
-def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = None) -> Optional[int]:
+def _fixed_sequence(
+    coded, right, targets, delta_test, start: Optional[float] = None
+) -> Optional[int]:
     """The last grid index of the run of passed tests from the most confident end, or None.
     The sequence starts at the first point with enough rows to pass at an accuracy of
     START of the way from the target to 1. A test on fewer rows passes only when (nearly)
@@ -105,11 +116,17 @@ def _fixed_sequence(coded, right, targets, delta_test, start: Optional[float] = 
     confidences alone, not on which rows are right, so skipping some keeps the guarantee."""
     passing = targets + (1.0 if start is None else start) * (1.0 - targets)  # None: all right
     testable = (coded > 0) & (targets < 1.0)
-    testable[testable] = binomial_upper_tail(np.ceil(passing[testable] * coded[testable] - 1e-9),
-                                             coded[testable], targets[testable]) <= delta_test
+    testable[testable] = (
+        binomial_upper_tail(
+            np.ceil(passing[testable] * coded[testable] - 1e-9), coded[testable], targets[testable]
+        )
+        <= delta_test
+    )
     p_values = np.ones(len(coded))
     if testable.any():
-        p_values[testable] = binomial_upper_tail(right[testable], coded[testable], targets[testable])
+        p_values[testable] = binomial_upper_tail(
+            right[testable], coded[testable], targets[testable]
+        )
     chosen = None
     for j in np.flatnonzero(testable):
         if p_values[j] > delta_test:
@@ -152,8 +169,14 @@ def grid_counts(confidence, correct) -> tuple:
     return coded, right_so_far[coded].astype(np.int64), n
 
 
-def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
-                     rows_to_code=None, start: Optional[float] = START) -> Choice:
+def choose_threshold(
+    confidence,
+    correct,
+    target: float,
+    delta: float = 0.05,
+    rows_to_code=None,
+    start: Optional[float] = START,
+) -> Choice:
     """The lowest grid threshold whose coded rows pass, with every more confident grid point,
     an exact binomial test of "accuracy < target" at level delta on these labelled rows.
     rows_to_code (a count, or the new rows' confidences) adds the new rows' own sampling
@@ -163,8 +186,15 @@ def choose_threshold(confidence, correct, target: float, delta: float = 0.05,
     return choose_from_counts(coded, right, n, target, delta, rows_to_code, start)
 
 
-def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
-                       rows_to_code=None, start: Optional[float] = START) -> Choice:
+def choose_from_counts(
+    coded,
+    right,
+    n: int,
+    target: float,
+    delta: float = 0.05,
+    rows_to_code=None,
+    start: Optional[float] = START,
+) -> Choice:
     """choose_threshold from the counts of grid_counts (or level_counts)."""
     if not 0.0 < target < 1.0 or not 0.0 < delta < 1.0:
         raise ValueError(f"target {target} and delta {delta} must lie between 0 and 1")
@@ -172,52 +202,71 @@ def choose_from_counts(coded, right, n: int, target: float, delta: float = 0.05,
     new_rows = _rows_to_code_at(rows_to_code, coded, n)
     if new_rows is None:
         delta_test, targets = delta, np.full(len(GRID), target)
-        procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests of accuracy < {target:g} "
-                     f"at delta {delta:g} over mixer.coding.guarantee.GRID from the most confident end")
+        procedure = (
+            f"Learn-then-Test: fixed-sequence exact binomial tests of accuracy < {target:g} "
+            f"at delta {delta:g} over mixer.coding.guarantee.GRID from the most confident end"
+        )
     else:
         delta_test = delta * (1.0 - REST_SHARE)
         rest = delta * REST_SHARE
         targets = rest_targets(new_rows, target, rest)
-        procedure = (f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
-                     f"mixer.coding.guarantee.GRID from the most confident end, each of accuracy < the "
-                     f"level at which the rows to code reach {target:g} with probability 1 - {rest:g}")
+        procedure = (
+            f"Learn-then-Test: fixed-sequence exact binomial tests at delta {delta_test:g} over "
+            f"mixer.coding.guarantee.GRID from the most confident end, each of accuracy < the "
+            f"level at which the rows to code reach {target:g} with probability 1 - {rest:g}"
+        )
     if start is not None:
         procedure += f", the first point tested one with rows to pass {start:g} of the way from its level to 1"
     chosen = _fixed_sequence(coded, right, targets, delta_test, start)
     if chosen is None:
         needed = _needed(coded, right, targets, delta_test, n, start)
-        rough = 0 < n < MIN_HOPEFUL  # too few rows to say "never": an estimate read off them all the same
+        rough = (
+            0 < n < MIN_HOPEFUL
+        )  # too few rows to say "never": an estimate read off them all the same
         if needed is None and rough:
             needed = _needed(coded, right, targets, delta_test, n, start, least=1)
-        file_bound = new_rows is not None and n > 0 and _fixed_sequence(
-            coded, right, np.full(len(GRID), target), delta, start) is not None
+        file_bound = (
+            new_rows is not None
+            and n > 0
+            and _fixed_sequence(coded, right, np.full(len(GRID), target), delta, start) is not None
+        )
         if n == 0:
             note, cause = "no labelled rows to choose a threshold on", "few"
         elif file_bound:
             rows = len(rows_to_code) if np.ndim(rows_to_code) else int(rows_to_code)
-            note = (f"these {n} labelled rows show accuracy {target:g} for new rows like them, but {rows:,} rows "
-                    f"to code are too few for their own accuracy to reach it at {1 - delta:g} confidence (a small "
-                    f"file's accuracy scatters around the model's: it would need a model right "
-                    f"{rest_target(max(rows, 1), target, delta * REST_SHARE):.3f} of the time above the threshold"
-                    + (f"; about {needed:,} labelled rows like these would show that" if needed else "") + ")")
+            note = (
+                f"these {n} labelled rows show accuracy {target:g} for new rows like them, but {rows:,} rows "
+                f"to code are too few for their own accuracy to reach it at {1 - delta:g} confidence (a small "
+                f"file's accuracy scatters around the model's: it would need a model right "
+                f"{rest_target(max(rows, 1), target, delta * REST_SHARE):.3f} of the time above the threshold"
+                + (f"; about {needed:,} labelled rows like these would show that" if needed else "")
+                + ")"
+            )
             cause = "file"
         elif needed is None and rough:
-            note = (f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence, "
-                    f"and too few to tell how many would (at least {MIN_HOPEFUL} rows are needed to estimate it)")
+            note = (
+                f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence, "
+                f"and too few to tell how many would (at least {MIN_HOPEFUL} rows are needed to estimate it)"
+            )
             cause = "few"
         elif needed is None:
-            note = (f"no confidence threshold reaches accuracy {target:g} on these {n} labelled rows; "
-                    "more rows like them would not change that")
+            note = (
+                f"no confidence threshold reaches accuracy {target:g} on these {n} labelled rows; "
+                "more rows like them would not change that"
+            )
             cause = "none"
         else:
-            note = (f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence; "
-                    f"about {needed:,} like them would"
-                    + (f" (a rough estimate, read off fewer than {MIN_HOPEFUL} rows)" if rough else ""))
+            note = (
+                f"{n} labelled rows are too few to show accuracy {target:g} at {1 - delta:g} confidence; "
+                f"about {needed:,} like them would"
+                + (f" (a rough estimate, read off fewer than {MIN_HOPEFUL} rows)" if rough else "")
+            )
             cause = "few"
         return Choice(None, 0.0, None, n, procedure, needed, note, target, delta, cause)
     bound = lower_bound(int(right[chosen]), int(coded[chosen]), delta_test)
-    return Choice(float(GRID[chosen]), float(coded[chosen] / n), bound, n, procedure, None, "",
-                  target, delta)
+    return Choice(
+        float(GRID[chosen]), float(coded[chosen] / n), bound, n, procedure, None, "", target, delta
+    )
 
 
 # ---------------------------------------------------------------------- shorter codes
@@ -245,8 +294,14 @@ def level_counts(confidences, corrects) -> tuple:
     return coded, right, n
 
 
-def choose_with_levels(confidences, corrects, target: float, delta: float = 0.05,
-                       rows_to_code=None, start: Optional[float] = START) -> tuple:
+def choose_with_levels(
+    confidences,
+    corrects,
+    target: float,
+    delta: float = 0.05,
+    rows_to_code=None,
+    start: Optional[float] = START,
+) -> tuple:
     """(Choice, share of the labelled rows given each level at its threshold): one threshold
     for codes that fall back to shorter ones, accuracy counted at the level given. As
     rows_to_code, pass a count or the new rows' best confidence over their levels."""

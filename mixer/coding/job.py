@@ -22,7 +22,9 @@ from mixer.core.errors import UserError
 class Coding:
     """What a prediction job does besides predicting: built by `prepare` on every rank."""
 
-    def __init__(self, lookup=None, targets: Optional[dict] = None, provenance: Optional[dict] = None):
+    def __init__(
+        self, lookup=None, targets: Optional[dict] = None, provenance: Optional[dict] = None
+    ):
         self.lookup = lookup
         self.targets = targets or {}
         self.provenance = provenance
@@ -32,7 +34,11 @@ class Coding:
         self.by_coded = {head: {"auto": 0, "check": 0} for head in self.targets}
         self.by_level = {head: {} for head in self.targets}
         self.no_description = {head: 0 for head in self.targets}  # coded "": nothing to code
-        self.inputs = {"all": [], "lookup": [], **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")}}
+        self.inputs = {
+            "all": [],
+            "lookup": [],
+            **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")},
+        }
         self._saved = {}  # per name of `inputs`, how far its pieces are beside a resume journal
 
     @property
@@ -50,8 +56,13 @@ class Coding:
             table[SOURCE] = sources[0].to_numpy()
         return table
 
-    def tally(self, predicted: pd.DataFrame, inputs: Optional[np.ndarray], heads: list,
-              blank: Optional[np.ndarray] = None) -> None:
+    def tally(
+        self,
+        predicted: pd.DataFrame,
+        inputs: Optional[np.ndarray],
+        heads: list,
+        blank: Optional[np.ndarray] = None,
+    ) -> None:
         """Rank 0: count a chunk's rows and, with a lookup or a target (`inputs`, the model
         inputs of its rows), by source and, per head, auto or check (and level). blank: the
         rows without a description, coded by neither the lookup nor the model and no input
@@ -61,9 +72,15 @@ class Coding:
         self.rows += len(predicted)
         if inputs is None:
             return
-        blank = np.zeros(len(predicted), dtype=bool) if blank is None else np.asarray(blank, dtype=bool)
+        blank = (
+            np.zeros(len(predicted), dtype=bool) if blank is None else np.asarray(blank, dtype=bool)
+        )
         self.blank += int(blank.sum())
-        hashed = pd.util.hash_array(np.asarray(inputs, dtype=object)) if len(inputs) else np.zeros(0, np.uint64)
+        hashed = (
+            pd.util.hash_array(np.asarray(inputs, dtype=object))
+            if len(inputs)
+            else np.zeros(0, np.uint64)
+        )
         self.inputs["all"].append(np.unique(hashed[~blank]))
         if "source" in predicted.columns:
             lookup = (predicted["source"].to_numpy() == "lookup") & ~blank
@@ -75,7 +92,10 @@ class Coding:
         for head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
             coded = as_text(predicted[f"{prefix}coded"]).to_numpy()
-            for kind in ("auto", "check"):  # of the rows the model coded (a lookup's rows are its own)
+            for kind in (
+                "auto",
+                "check",
+            ):  # of the rows the model coded (a lookup's rows are its own)
                 rows = (coded == kind) & ~lookup
                 self.by_coded[head][kind] += int(rows.sum())
                 self.inputs[f"{head}:{kind}"].append(np.unique(hashed[rows]))
@@ -83,7 +103,9 @@ class Coding:
             if f"{prefix}level" in predicted.columns:
                 levels = predicted[f"{prefix}level"].to_numpy()[(coded == "auto") & ~lookup]
                 for level, count in zip(*np.unique(levels, return_counts=True)):
-                    self.by_level[head][int(level)] = self.by_level[head].get(int(level), 0) + int(count)
+                    self.by_level[head][int(level)] = self.by_level[head].get(int(level), 0) + int(
+                        count
+                    )
 
     def check_rows(self, predicted: pd.DataFrame, heads: list) -> np.ndarray:
         """Rows a --to-check list may take: the model's, and with a target the first head's checks."""
@@ -105,8 +127,9 @@ class Coding:
         head = heads[0]
         if head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
-            skips[AUDIT_CHECK_REASON] = (predicted[f"{prefix}coded"].to_numpy() == "check") & ~skips.get(
-                "coded by the lookup", np.zeros(len(predicted), dtype=bool))
+            skips[AUDIT_CHECK_REASON] = (
+                predicted[f"{prefix}coded"].to_numpy() == "check"
+            ) & ~skips.get("coded by the lookup", np.zeros(len(predicted), dtype=bool))
         return skips
 
     # ------------------------------------------------------------ a killed job resumed
@@ -115,12 +138,21 @@ class Coding:
         counts, and the distinct inputs' hashes in pieces beside the journal (save_pieces)."""
         from mixer.data.tables.sinks import save_pieces
 
-        self._saved = {name: save_pieces(journal, f"coding-{n}", self.inputs[name], self._saved.get(name, (0, 0)))
-                       for n, name in enumerate(sorted(self.inputs))}
-        return {"rows": self.rows, "by_source": dict(self.by_source), "blank": self.blank,
-                "by_coded": {h: dict(c) for h, c in self.by_coded.items()},
-                "by_level": {h: dict(c) for h, c in self.by_level.items()},
-                "no_description": dict(self.no_description), "inputs": dict(self._saved)}
+        self._saved = {
+            name: save_pieces(
+                journal, f"coding-{n}", self.inputs[name], self._saved.get(name, (0, 0))
+            )
+            for n, name in enumerate(sorted(self.inputs))
+        }
+        return {
+            "rows": self.rows,
+            "by_source": dict(self.by_source),
+            "blank": self.blank,
+            "by_coded": {h: dict(c) for h, c in self.by_coded.items()},
+            "by_level": {h: dict(c) for h, c in self.by_level.items()},
+            "no_description": dict(self.no_description),
+            "inputs": dict(self._saved),
+        }
 
     def restore(self, state: dict, journal) -> None:
         """The tallies a killed run had after its last chunk completed."""
@@ -130,8 +162,10 @@ class Coding:
         self.by_coded, self.by_level = state["by_coded"], state["by_level"]
         self.no_description = state["no_description"]
         self._saved = state["inputs"]
-        self.inputs = {name: load_pieces(journal, f"coding-{n}", self._saved[name])
-                       for n, name in enumerate(sorted(self.inputs))}
+        self.inputs = {
+            name: load_pieces(journal, f"coding-{n}", self._saved[name])
+            for n, name in enumerate(sorted(self.inputs))
+        }
 
     # ------------------------------------------------------------ the end
     def _distinct(self, name: str) -> int:
@@ -144,14 +178,22 @@ class Coding:
             return out
         out["distinct_inputs"] = self._distinct("all")
         if self.lookup is not None:
-            out["source"] = {"lookup": self.by_source["lookup"], "model": self.by_source["model"],
-                             "no_description": self.blank, "lookup_distinct": self._distinct("lookup")}
+            out["source"] = {
+                "lookup": self.by_source["lookup"],
+                "model": self.by_source["model"],
+                "no_description": self.blank,
+                "lookup_distinct": self._distinct("lookup"),
+            }
         for head, counts in self.by_coded.items():
             out.setdefault("coded", {})[head] = {
-                **counts, "no_description": self.no_description[head],
+                **counts,
+                "no_description": self.no_description[head],
                 "auto_distinct": self._distinct(f"{head}:auto"),
                 "check_distinct": self._distinct(f"{head}:check"),
-                "auto_by_level": {str(k): v for k, v in sorted(self.by_level[head].items(), reverse=True)}}
+                "auto_by_level": {
+                    str(k): v for k, v in sorted(self.by_level[head].items(), reverse=True)
+                },
+            }
         return out
 
     def report(self) -> list:
@@ -161,30 +203,52 @@ class Coding:
         rows, distinct = max(self.rows, 1), max(self._distinct("all"), 1)
         if self.lookup is not None:
             n = self.by_source["lookup"]
-            lines.append(f"source: {n:,} rows ({n / rows:.1%}; {self._distinct('lookup') / distinct:.1%} of distinct "
-                         f"inputs) coded by the lookup {self.lookup.path}, {self.by_source['model']:,} by the model"
-                         + (f", {self.blank:,} without a description: no code" if self.blank else ""))
+            lines.append(
+                f"source: {n:,} rows ({n / rows:.1%}; {self._distinct('lookup') / distinct:.1%} of distinct "
+                f"inputs) coded by the lookup {self.lookup.path}, {self.by_source['model']:,} by the model"
+                + (f", {self.blank:,} without a description: no code" if self.blank else "")
+            )
         for head, target in self.targets.items():
             auto, check = self.by_coded[head]["auto"], self.by_coded[head]["check"]
             levels = ""
             if target.levels and self.by_level[head]:
-                levels = " (" + ", ".join(f"{v:,} at {k} characters" for k, v in
-                                          sorted(self.by_level[head].items(), reverse=True)) + ")"
-            lines.append(f"{head}: the model coded automatically at accuracy >= {target.accuracy:g} (confidence "
-                         f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
-                         f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
-                         f"needs a check: {check:,} rows ({check / rows:.1%}; "
-                         f"{self._distinct(head + ':check') / distinct:.1%} of distinct inputs)"
-                         + (f"; {blank:,} rows ({blank / rows:.1%}) without a description: no code"
-                            if (blank := self.no_description[head]) else ""))
+                levels = (
+                    " ("
+                    + ", ".join(
+                        f"{v:,} at {k} characters"
+                        for k, v in sorted(self.by_level[head].items(), reverse=True)
+                    )
+                    + ")"
+                )
+            lines.append(
+                f"{head}: the model coded automatically at accuracy >= {target.accuracy:g} (confidence "
+                f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
+                f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
+                f"needs a check: {check:,} rows ({check / rows:.1%}; "
+                f"{self._distinct(head + ':check') / distinct:.1%} of distinct inputs)"
+                + (
+                    f"; {blank:,} rows ({blank / rows:.1%}) without a description: no code"
+                    if (blank := self.no_description[head])
+                    else ""
+                )
+            )
         return lines
 
 
 AUDIT_CHECK_REASON = "needing a check (--target-accuracy)"  # an audit's left_out reason
 
 
-def prepare(args, model, predictor, input_col: str, language_col: Optional[str], language: str,
-            context_cols: list, world, say) -> Coding:
+def prepare(
+    args,
+    model,
+    predictor,
+    input_col: str,
+    language_col: Optional[str],
+    language: str,
+    context_cols: list,
+    world,
+    say,
+) -> Coding:
     """The lookup (every rank reads it), each head's threshold (rank 0 chooses, every rank
     receives it) and, on rank 0, the provenance of the output."""
     from mixer.distributed import world as mdist
@@ -194,17 +258,32 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
         from mixer.coding.lookup import read_for
 
         # the run's input column is the description's by default; rank 0 alone says how it was read
-        lookup = read_for(model, args.lookup, args.lookup_input_col, args.lookup_code_cols, language_col,
-                          args.table_options("lookup"), log=say, default_input_col=input_col,
-                          note=lambda m: print(m, file=sys.stderr) if world.is_main else None)
+        lookup = read_for(
+            model,
+            args.lookup,
+            args.lookup_input_col,
+            args.lookup_code_cols,
+            language_col,
+            args.table_options("lookup"),
+            log=say,
+            default_input_col=input_col,
+            note=lambda m: print(m, file=sys.stderr) if world.is_main else None,
+        )
         # before predicting: an entry wider than the output, or two the model reads alike
-        lookup.check(model, args.top_k or predictor.default_top_k(), None if language_col else [language])
-        say(f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout}"
-            + (f": {lookup.columns})" if lookup.columns else ")"))
+        lookup.check(
+            model, args.top_k or predictor.default_top_k(), None if language_col else [language]
+        )
+        say(
+            f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout}"
+            + (f": {lookup.columns})" if lookup.columns else ")")
+        )
     targets = {}
     if args.target_accuracy is not None:
+
         def choose():
-            rows_to_code, rows = _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols)
+            rows_to_code, rows = _rows_to_code(
+                args, model, lookup, input_col, language_col, language, context_cols
+            )
             if not rows:  # before any threshold is chosen for no rows
                 from mixer.data.tables.job_columns import no_rows
 
@@ -212,11 +291,23 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
             chosen = {}
             for head in args.head:
                 target = model.target(
-                    args.target_accuracy, args.target_confidence, head, args.calibration_data,
-                    args.calibration_truth_cols, lookup, args.shorter_codes, rows_to_code, args.top_k,
-                    None if head == "seq2seq" else args.threshold, input_col,
-                    language if not language_col else None, language_col,
-                    args.batch_size, args.table_options("calibration_data"), levels=args.code_levels)
+                    args.target_accuracy,
+                    args.target_confidence,
+                    head,
+                    args.calibration_data,
+                    args.calibration_truth_cols,
+                    lookup,
+                    args.shorter_codes,
+                    rows_to_code,
+                    args.top_k,
+                    None if head == "seq2seq" else args.threshold,
+                    input_col,
+                    language if not language_col else None,
+                    language_col,
+                    args.batch_size,
+                    args.table_options("calibration_data"),
+                    levels=args.code_levels,
+                )
                 target.check_reached()
                 chosen[head] = target
                 for line in describe_target(target, rows_to_code):
@@ -227,10 +318,14 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
         chosen = mdist.broadcast_object(chosen, world)
         targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
     elif args.shorter_codes:
-        raise UserError("--shorter-codes gives a shorter code where the full one misses a threshold; pass "
-                        "--target-accuracy A")
+        raise UserError(
+            "--shorter-codes gives a shorter code where the full one misses a threshold; pass "
+            "--target-accuracy A"
+        )
     elif args.calibration_data:
-        raise UserError("--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one")
+        raise UserError(
+            "--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one"
+        )
     coding = Coding(lookup, targets)
     if args.output and world.is_main:
         coding.provenance = _provenance(args, predictor, lookup, targets)
@@ -239,14 +334,20 @@ def prepare(args, model, predictor, input_col: str, language_col: Optional[str],
 
 def describe_target(target, rows_to_code) -> list:
     share = f"{target.coded_share:.1%}"
-    lines = [f"target: {target.head} head, threshold {target.threshold:.6g} on the raw confidence, chosen on "
-             f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
-             f"confidence bound of their accuracy {target.bound:.4f}"
-             + (f", the {rows_to_code:,} rows to code counted" if rows_to_code else "")]
+    lines = [
+        f"target: {target.head} head, threshold {target.threshold:.6g} on the raw confidence, chosen on "
+        f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
+        f"confidence bound of their accuracy {target.bound:.4f}"
+        + (f", the {rows_to_code:,} rows to code counted" if rows_to_code else "")
+    ]
     for level, (coded, right) in target.by_level.items():
-        lines.append(f"  labelled rows coded at {level} characters: {coded:,}, right {right / max(coded, 1):.1%}")
-    lines.append(f"  procedure: {target.procedure}; it assumes the rows to code are like the labelled rows "
-                 "(an audit of the auto rows checks that: docs/coding.md)")
+        lines.append(
+            f"  labelled rows coded at {level} characters: {coded:,}, right {right / max(coded, 1):.1%}"
+        )
+    lines.append(
+        f"  procedure: {target.procedure}; it assumes the rows to code are like the labelled rows "
+        "(an audit of the auto rows checks that: docs/coding.md)"
+    )
     return lines
 
 
@@ -268,7 +369,9 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
         langs = text_column(chunk, language_col).str.strip() if language_col else language
         context = chunk[context_cols].reset_index(drop=True) if context_cols else None
         inputs = model.model_inputs(texts, langs, context)
-        lang_values = np.asarray(langs if not isinstance(langs, str) else [langs] * len(texts), dtype=object)
+        lang_values = np.asarray(
+            langs if not isinstance(langs, str) else [langs] * len(texts), dtype=object
+        )
         rows += int(((lookup.match(model, inputs, lang_values) < 0) & described).sum())
     return rows, total
 
@@ -278,18 +381,26 @@ def _provenance(args, predictor, lookup, targets: dict) -> dict:
     from mixer.coding import provenance
     from mixer.audit.draw import threshold_used
 
-    return provenance.make({
-        "mixer": __version__,
-        "model": provenance.model_part(predictor, args.checkpoint),
-        "heads": list(args.head),
-        "top_k": args.top_k or predictor.default_top_k(),
-        "thresholds": {head: threshold_used(predictor, head, args.threshold) for head in args.head},
-        "calibration": {head: dict(zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0))))
-                        for head in args.head},
-        "target": {head: target.record() for head, target in targets.items()} or None,
-        "lookup": lookup.record() if lookup is not None else None,
-        "input": provenance.input_part(args.input),
-        "output": os.path.basename(args.output),
-        "options": provenance.options_part(args),
-        "columns": provenance.columns_part(args, predictor),
-    })
+    return provenance.make(
+        {
+            "mixer": __version__,
+            "model": provenance.model_part(predictor, args.checkpoint),
+            "heads": list(args.head),
+            "top_k": args.top_k or predictor.default_top_k(),
+            "thresholds": {
+                head: threshold_used(predictor, head, args.threshold) for head in args.head
+            },
+            "calibration": {
+                head: dict(
+                    zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0)))
+                )
+                for head in args.head
+            },
+            "target": {head: target.record() for head, target in targets.items()} or None,
+            "lookup": lookup.record() if lookup is not None else None,
+            "input": provenance.input_part(args.input),
+            "output": os.path.basename(args.output),
+            "options": provenance.options_part(args),
+            "columns": provenance.columns_part(args, predictor),
+        }
+    )

@@ -9,10 +9,18 @@ import numpy as np
 
 # Prefix lengths of the coarser classes, by code system. OCC1950 groups its codes by number
 # ranges, not prefixes, so it has none; a user's own system has none unless they give a table.
-LEVELS = {"hisco": [1, 2, 3], "isco": [1, 2, 3], "isco68": [1, 2, 3], "isco88": [1, 2, 3],
-          "isco08": [1, 2, 3], "occ1950": []}
-NAMES = {"hisco": {1: "major group", 2: "minor group", 3: "unit group"},
-         "isco": {1: "major group", 2: "sub-major group", 3: "minor group"}}
+LEVELS = {
+    "hisco": [1, 2, 3],
+    "isco": [1, 2, 3],
+    "isco68": [1, 2, 3],
+    "isco88": [1, 2, 3],
+    "isco08": [1, 2, 3],
+    "occ1950": [],
+}
+NAMES = {
+    "hisco": {1: "major group", 2: "minor group", 3: "unit group"},
+    "isco": {1: "major group", 2: "sub-major group", 3: "minor group"},
+}
 # HISCO's special codes (-1 no occupation, -2 no information, -3 not classifiable) have no
 # coarser class.
 NO_LEVEL = {"-1", "-2", "-3"}
@@ -36,8 +44,11 @@ def prefix(code: str, length: int) -> Optional[str]:
 
 def prefix_set(codes, length: int) -> frozenset:
     """The set of classes at a prefix length of one row's codes (codes without a class stay whole)."""
-    return frozenset(code if prefix(code, length) is None else prefix(code, length)
-                     for code in codes if str(code))
+    return frozenset(
+        code if prefix(code, length) is None else prefix(code, length)
+        for code in codes
+        if str(code)
+    )
 
 
 def _as_sets(rows) -> list:
@@ -55,5 +66,7 @@ def prefix_correct(true_sets, predicted_sets, length: int) -> np.ndarray:
     true_sets, predicted_sets = _as_sets(true_sets), _as_sets(predicted_sets)
     if len(true_sets) != len(predicted_sets):
         raise ValueError(f"{len(true_sets)} true rows but {len(predicted_sets)} predicted rows")
-    return np.array([prefix_set(t, length) == prefix_set(p, length)
-                     for t, p in zip(true_sets, predicted_sets)], dtype=bool)
+    return np.array(
+        [prefix_set(t, length) == prefix_set(p, length) for t, p in zip(true_sets, predicted_sets)],
+        dtype=bool,
+    )

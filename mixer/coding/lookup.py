@@ -70,9 +70,14 @@ class Lookup:
 
     def record(self) -> dict:
         """What a predictions file's provenance says of the lookup."""
-        return {"file": self.identity["name"], "bytes": self.identity["bytes"],
-                "xxh3_128": self.identity["xxh3_128"], "layout": self.layout, "entries": len(self.codes),
-                "entries_outside_key": self.outside_key}
+        return {
+            "file": self.identity["name"],
+            "bytes": self.identity["bytes"],
+            "xxh3_128": self.identity["xxh3_128"],
+            "layout": self.layout,
+            "entries": len(self.codes),
+            "entries_outside_key": self.outside_key,
+        }
 
     def check(self, model, slots: int, langs=None, flag: str = "--top-k ") -> None:
         """Before anything is predicted: every entry fits the output's `slots` code slots,
@@ -81,9 +86,11 @@ class Lookup:
         widest = max((len(c) for c in self.codes), default=0)
         if widest > slots:
             entry = next(e for e, c in enumerate(self.codes) if len(c) == widest)
-            raise UserError(f"--lookup {self.path}: line {self.lines[entry]} has {widest} codes "
-                            f"({SEP.join(self.codes[entry])}), the output {slots} code slot(s); pass "
-                            f"{flag}{widest}")
+            raise UserError(
+                f"--lookup {self.path}: line {self.lines[entry]} has {widest} codes "
+                f"({SEP.join(self.codes[entry])}), the output {slots} code slot(s); pass "
+                f"{flag}{widest}"
+            )
         if self.langs is not None:
             self.match(model, np.zeros(0, dtype=object), np.zeros(0, dtype=object))
         elif langs is not None:
@@ -96,7 +103,11 @@ class Lookup:
         keys = self._keys if self._keys is not None else {}
         self._keys = keys
         inputs = np.asarray(inputs, dtype=object)
-        wanted = [None] if self.langs is not None else sorted(set(np.asarray(langs, dtype=object).tolist()))
+        wanted = (
+            [None]
+            if self.langs is not None
+            else sorted(set(np.asarray(langs, dtype=object).tolist()))
+        )
         for lang in wanted:
             if lang not in keys:
                 keys[lang] = self._entries(model, lang)
@@ -118,17 +129,28 @@ class Lookup:
             first = found.setdefault(key, entry)
             if first != entry and self.codes[first] != self.codes[entry]:
                 a, b = self.texts.iloc[first], self.texts.iloc[entry]
-                what = f"{a!r}" if a == b else f"{a!r} and {b!r}, which the model reads as one input,"
+                what = (
+                    f"{a!r}" if a == b else f"{a!r} and {b!r}, which the model reads as one input,"
+                )
                 raise UserError(
                     f"--lookup {self.path}: line {self.lines[first]} and line {self.lines[entry]} give "
                     f"{what} two code sets ({SEP.join(self.codes[first]) or 'none'} and "
-                    f"{SEP.join(self.codes[entry]) or 'none'}); keep one")
+                    f"{SEP.join(self.codes[entry]) or 'none'}); keep one"
+                )
         return found
 
 
-def read_for(model, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
-             options: Optional[TableOptions] = None, log=None, default_input_col: Optional[str] = None,
-             note=None) -> Lookup:
+def read_for(
+    model,
+    path: str,
+    input_col: Optional[str] = None,
+    code_cols=None,
+    language_col: Optional[str] = None,
+    options: Optional[TableOptions] = None,
+    log=None,
+    default_input_col: Optional[str] = None,
+    note=None,
+) -> Lookup:
     """A lookup read for `model` (mixer.prediction.api.Model): its input, language and
     context columns, its key and its target columns. input_col: --lookup-input-col;
     default_input_col: the prediction's input column (default: the model's). log: how the
@@ -137,9 +159,20 @@ def read_for(model, path: str, input_col: Optional[str] = None, code_cols=None, 
 
     predictor = model._predictor
     columns = job_columns(predictor.config, default_input_col, None, language_col)  # the job's rule
-    return read_lookup(path, options or TableOptions(role="lookup"), predictor.formatter,
-                       columns.input_col, columns.language_col, columns.context_cols, input_col, code_cols, log=log,
-                       key=predictor.codes, target_cols=model_target_cols(predictor), note=note)
+    return read_lookup(
+        path,
+        options or TableOptions(role="lookup"),
+        predictor.formatter,
+        columns.input_col,
+        columns.language_col,
+        columns.context_cols,
+        input_col,
+        code_cols,
+        log=log,
+        key=predictor.codes,
+        target_cols=model_target_cols(predictor),
+        note=note,
+    )
 
 
 def model_target_cols(predictor) -> list:
@@ -150,7 +183,7 @@ def model_target_cols(predictor) -> list:
     from mixer.models.occcanine import system_name
 
     directory = predictor.config.get("model_dir")
-    for folder in ([directory, os.path.dirname(os.path.normpath(directory))] if directory else []):
+    for folder in [directory, os.path.dirname(os.path.normpath(directory))] if directory else []:
         path = os.path.join(folder, "args.yaml")
         if os.path.exists(path):
             with open(path, encoding="utf-8") as handle:
@@ -161,9 +194,20 @@ def model_target_cols(predictor) -> list:
     return []
 
 
-def read_lookup(path: str, options: TableOptions, formatter, input_col: str, language_col: Optional[str],
-                context_cols: list, input_flag_col: Optional[str] = None,
-                code_cols: Optional[list] = None, log=None, key=None, target_cols=(), note=None) -> Lookup:
+def read_lookup(
+    path: str,
+    options: TableOptions,
+    formatter,
+    input_col: str,
+    language_col: Optional[str],
+    context_cols: list,
+    input_flag_col: Optional[str] = None,
+    code_cols: Optional[list] = None,
+    log=None,
+    key=None,
+    target_cols=(),
+    note=None,
+) -> Lookup:
     """A lookup table read by the one reader and checked: its layout, its codes (spelled as
     the model spells them, each a code of the model's code system; those `key` lacks said
     in one line). input_col: the prediction's input column, the description column unless
@@ -178,20 +222,30 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
     where = f"--lookup {path}"
     lines = np.arange(len(frame)) + 2
     target_cols = list(target_cols or [])
-    own = bool(target_cols) and (input_flag_col or input_col) in frame.columns and target_cols[0] in frame.columns
+    own = (
+        bool(target_cols)
+        and (input_flag_col or input_col) in frame.columns
+        and target_cols[0] in frame.columns
+    )
     if code_cols:
         layout = "dictionary"
     elif is_audit(frame):
         layout = "audit"
     elif any(str(c).startswith("checked_") for c in frame.columns):
         layout = "to-check"
-    elif own:  # the model's own columns, as its training file had them (those it has), and further ones
+    elif (
+        own
+    ):  # the model's own columns, as its training file had them (those it has), and further ones
         layout, code_cols = "dictionary", _own_code_columns(target_cols, frame.columns)
     else:
-        theirs = f" (the model's own: {input_col} and {', '.join(target_cols)})" if target_cols else ""
-        raise UserError(f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
-                        f"dictionary with the model's columns{theirs}; name a dictionary's code columns with "
-                        "--lookup-code-cols (and its description column with --lookup-input-col)")
+        theirs = (
+            f" (the model's own: {input_col} and {', '.join(target_cols)})" if target_cols else ""
+        )
+        raise UserError(
+            f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
+            f"dictionary with the model's columns{theirs}; name a dictionary's code columns with "
+            "--lookup-code-cols (and its description column with --lookup-input-col)"
+        )
     text_col = input_flag_col or input_col
     if layout == "audit":
         from mixer.audit.train_on import truth_cells
@@ -208,38 +262,69 @@ def read_lookup(path: str, options: TableOptions, formatter, input_col: str, lan
         frame = with_run_names(frame, [input_col, language_col, *context_cols], path, log)
         columns = checked_columns(frame, path)
         filled = filled_rows(frame, columns)
-        if not input_flag_col and text_col not in frame.columns:  # the list writes its description first
+        if (
+            not input_flag_col and text_col not in frame.columns
+        ):  # the list writes its description first
             written = [c for c in frame.columns if not TOOL_COLUMN.match(str(c))]
             text_col = written[0] if written else text_col
     else:
         missing = [c for c in code_cols if c not in frame.columns]
         if missing:
-            raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (--lookup-code-cols); it has: "
-                            f"{', '.join(map(str, frame.columns[:12]))}")
+            raise UserError(
+                f"{where}: no column {', '.join(map(repr, missing))} (--lookup-code-cols); it has: "
+                f"{', '.join(map(str, frame.columns[:12]))}"
+            )
         columns = list(code_cols)
         filled = filled_rows(frame, columns)
     if text_col not in frame.columns:
-        flag = "--lookup-input-col" if input_flag_col else "--lookup-input-col (default: the input column)"
-        raise UserError(f"{where}: no column {text_col!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
+        flag = (
+            "--lookup-input-col"
+            if input_flag_col
+            else "--lookup-input-col (default: the input column)"
+        )
+        raise UserError(
+            f"{where}: no column {text_col!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}"
+        )
     missing_context = [c for c in context_cols if c not in frame.columns]
     if missing_context:
-        raise UserError(f"{where}: no column {', '.join(map(repr, missing_context))}: the model reads these "
-                        "context columns, and an entry is matched on what the model reads")
+        raise UserError(
+            f"{where}: no column {', '.join(map(repr, missing_context))}: the model reads these "
+            "context columns, and an entry is matched on what the model reads"
+        )
     if not filled.any():
-        raise UserError(f"{where}: no row has a code in {', '.join(map(str, columns))}; fill the codes "
-                        "of the rows you coded")
+        raise UserError(
+            f"{where}: no row has a code in {', '.join(map(str, columns))}; fill the codes "
+            "of the rows you coded"
+        )
     codes, written = _code_sets(frame, columns, formatter, where, lines)
     rows = np.flatnonzero(filled)
     texts = frame[text_col].astype(object).where(frame[text_col].notna(), "").astype(str)
     langs = None
     if language_col and language_col in frame.columns:
-        langs = frame[language_col].astype(object).where(frame[language_col].notna(), "").astype(str).str.strip()
+        langs = (
+            frame[language_col]
+            .astype(object)
+            .where(frame[language_col].notna(), "")
+            .astype(str)
+            .str.strip()
+        )
         langs = langs.iloc[rows].reset_index(drop=True)
     context = frame[context_cols].iloc[rows].reset_index(drop=True) if context_cols else None
-    lookup = Lookup(path, layout, texts.iloc[rows].reset_index(drop=True), langs, context,
-                    [codes[r] for r in rows], np.asarray(lines)[rows], identity,
-                    columns=(f"descriptions in {text_col}, codes in {', '.join(map(str, columns))}"
-                             if layout == "dictionary" else ""))
+    lookup = Lookup(
+        path,
+        layout,
+        texts.iloc[rows].reset_index(drop=True),
+        langs,
+        context,
+        [codes[r] for r in rows],
+        np.asarray(lines)[rows],
+        identity,
+        columns=(
+            f"descriptions in {text_col}, codes in {', '.join(map(str, columns))}"
+            if layout == "dictionary"
+            else ""
+        ),
+    )
     if key is not None:
         line = _outside_key(lookup, set(key), written, rows)
         if line and (note or log) is not None:
@@ -261,8 +346,10 @@ def _own_code_columns(target_cols: list, columns) -> list:
         if not numbered:
             continue
         prefix = numbered.group(1)
-        more = [c for c in present if c not in found and re.fullmatch(re.escape(prefix) + r"\d+", c)]
-        found += sorted(more, key=lambda c: int(c[len(prefix):]))
+        more = [
+            c for c in present if c not in found and re.fullmatch(re.escape(prefix) + r"\d+", c)
+        ]
+        found += sorted(more, key=lambda c: int(c[len(prefix) :]))
     return found
 
 
@@ -277,16 +364,20 @@ def _outside_key(lookup: Lookup, key: set, written: dict, rows: np.ndarray) -> O
     for entry, codes in enumerate(lookup.codes):
         strange = [c for c in codes if c not in key]
         if strange:
-            shown = ", ".join(f"{c!r}" + (f" (written {w!r})" if (w := written.get((rows[entry], c))) else "")
-                              for c in strange)
+            shown = ", ".join(
+                f"{c!r}" + (f" (written {w!r})" if (w := written.get((rows[entry], c))) else "")
+                for c in strange
+            )
             found.append(f"line {lookup.lines[entry]} {shown}")
     lookup.outside_key = len(found)
     if not found:
         return None
     more = f", and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-    return (f"note: --lookup {lookup.path}: {len(found):,} of {len(lookup.codes):,} entries give a code the "
-            f"model's key lacks, written as given without a description: {'; '.join(found[:SHOWN])}{more}; "
-            "check them (a typo, or a code the model never learnt)")
+    return (
+        f"note: --lookup {lookup.path}: {len(found):,} of {len(lookup.codes):,} entries give a code the "
+        f"model's key lacks, written as given without a description: {'; '.join(found[:SHOWN])}{more}; "
+        "check them (a typo, or a code the model never learnt)"
+    )
 
 
 def _code_sets(frame: pd.DataFrame, columns: list, formatter, where: str, lines) -> tuple:
@@ -318,8 +409,9 @@ SOURCE = "source"  # where a row's codes came from: lookup | model
 FROM_LOOKUP, FROM_MODEL = "lookup", "model"
 
 
-def apply_lookup(table: pd.DataFrame, entries: np.ndarray, lookup: Lookup, description_of: dict,
-                 full_length: int) -> pd.DataFrame:
+def apply_lookup(
+    table: pd.DataFrame, entries: np.ndarray, lookup: Lookup, description_of: dict, full_length: int
+) -> pd.DataFrame:
     """A head's code table with the rows that match an entry (`entries`, Lookup.match) given
     the entry's codes: prob_k and confidence empty (a person's codes have none), coded auto,
     at the full level; and `source`."""
@@ -327,21 +419,27 @@ def apply_lookup(table: pd.DataFrame, entries: np.ndarray, lookup: Lookup, descr
 
     out = table.copy()
     rows = np.flatnonzero(entries >= 0)
-    columns = sorted((c for c in out.columns if re.match(r"^code_\d+$", str(c))), key=lambda c: int(c[5:]))
+    columns = sorted(
+        (c for c in out.columns if re.match(r"^code_\d+$", str(c))), key=lambda c: int(c[5:])
+    )
     if len(rows):
         codes = [lookup.codes[e] for e in entries[rows]]
         widest = max(len(c) for c in codes)
         if widest > len(columns):
             entry = next(e for e in entries[rows] if len(lookup.codes[e]) == widest)
-            raise UserError(f"--lookup {lookup.path}: line {lookup.lines[entry]} has {widest} codes, the output "
-                            f"{len(columns)} code slot(s); pass --top-k {widest}")
+            raise UserError(
+                f"--lookup {lookup.path}: line {lookup.lines[entry]} has {widest} codes, the output "
+                f"{len(columns)} code slot(s); pass --top-k {widest}"
+            )
         for k, column in enumerate(columns):
             values = [c[k] if k < len(c) else "" for c in codes]
             out.loc[out.index[rows], column] = values
             if f"prob_{k + 1}" in out.columns:
                 out.loc[out.index[rows], f"prob_{k + 1}"] = np.nan
             if f"desc_{k + 1}" in out.columns:
-                out.loc[out.index[rows], f"desc_{k + 1}"] = [description_of.get(c, "") for c in values]
+                out.loc[out.index[rows], f"desc_{k + 1}"] = [
+                    description_of.get(c, "") for c in values
+                ]
         for column in ("confidence", "confidence_raw", "level_confidence_raw"):
             if column in out.columns:
                 out.loc[out.index[rows], column] = np.nan

@@ -23,8 +23,15 @@ def confidence_column(head: str, columns, given: Optional[str] = None) -> Option
     return name if name in columns else None
 
 
-def production_table(frame: pd.DataFrame, truth: list, predicted: dict, confidence_cols: dict,
-                     groups=None, group_name: str = "group", distinct=None) -> tuple:
+def production_table(
+    frame: pd.DataFrame,
+    truth: list,
+    predicted: dict,
+    confidence_cols: dict,
+    groups=None,
+    group_name: str = "group",
+    distinct=None,
+) -> tuple:
     """(the curves of every head with a confidence column, as one frame with a head column;
     per head the rows left out for a missing confidence; per head (confidence, right) of the
     rows on its curve). Rows without a true code are left out, as in the evaluation table; a
@@ -35,18 +42,29 @@ def production_table(frame: pd.DataFrame, truth: list, predicted: dict, confiden
         confidence = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
         rows = evaluated & ~np.isnan(confidence)
         missing[head] = int((evaluated & np.isnan(confidence)).sum())
-        correct = np.asarray([truth[r] == predicted[head][r] for r in np.flatnonzero(rows)], dtype=bool)
+        correct = np.asarray(
+            [truth[r] == predicted[head][r] for r in np.flatnonzero(rows)], dtype=bool
+        )
         scored[head] = (confidence[rows], correct)
-        curve = production_curve(confidence[rows], correct,
-                                 None if groups is None else np.asarray(groups, dtype=object)[rows],
-                                 None if distinct is None else np.asarray(distinct, dtype=object)[rows])
+        curve = production_curve(
+            confidence[rows],
+            correct,
+            None if groups is None else np.asarray(groups, dtype=object)[rows],
+            None if distinct is None else np.asarray(distinct, dtype=object)[rows],
+        )
         curve.insert(0, "head", head)
         curves.append(curve.rename(columns={"group": group_name}))
     return pd.concat(curves, ignore_index=True), missing, scored
 
 
-def headlines(table: pd.DataFrame, target: float, group_name: str = "group", columns=None,
-              scored: Optional[dict] = None, confidence: float = 0.95) -> list:
+def headlines(
+    table: pd.DataFrame,
+    target: float,
+    group_name: str = "group",
+    columns=None,
+    scored: Optional[dict] = None,
+    confidence: float = 0.95,
+) -> list:
     """One line per head, named by its confidence column (`columns`: {head: column}) or head:
     'flat_confidence: at 95% accuracy: 71% of rows coded automatically', read off the curve
     of these rows; with `scored` ({head: (confidence, right)}, production_table's), first what
@@ -59,9 +77,11 @@ def headlines(table: pd.DataFrame, target: float, group_name: str = "group", col
         if scored is not None and head in scored:
             choice = choose_threshold(*scored[head], target, 1.0 - confidence)
             share = choice.coded_share if choice.threshold is not None else 0.0
-            lines.append(f"{name}: on new rows like these, predict.py --target-accuracy {target:g} with them as "
-                         f"--calibration-data codes {share:.0%} automatically (its guarantee, at confidence "
-                         f"{confidence:g})" + (f"; {choice.note}" if choice.threshold is None else ""))
+            lines.append(
+                f"{name}: on new rows like these, predict.py --target-accuracy {target:g} with them as "
+                f"--calibration-data codes {share:.0%} automatically (its guarantee, at confidence "
+                f"{confidence:g})" + (f"; {choice.note}" if choice.threshold is None else "")
+            )
         line = headline(curve.rename(columns={group_name: "group"}), target, rows="rows")
         lines.append(f"{name}, read off the curve of these rows (a point estimate): {line}")
     return lines

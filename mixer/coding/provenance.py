@@ -28,6 +28,7 @@ from typing import Optional
 
 VERSION = 1
 from mixer.data.tables.sinks import SIDECAR_SUFFIX as SUFFIX  # noqa: E402 - one spelling, the sinks' check reads it
+
 LABEL = "mixer provenance {id}"  # what the file's own metadata holds (at most 80 characters)
 
 
@@ -45,13 +46,19 @@ UNRECORDED = {
     "debug": "tracebacks on errors",
     "embeddings": "another file, with no provenance of its own",
     "to_check": "another file: the check list",
-    "audit": "another file: the audit draw", "audit_margin": "the audit draw",
-    "audit_by": "the audit draw", "audit_unit": "the audit draw", "audit_seed": "the audit draw",
+    "audit": "another file: the audit draw",
+    "audit_margin": "the audit draw",
+    "audit_by": "the audit draw",
+    "audit_unit": "the audit draw",
+    "audit_seed": "the audit draw",
     "summary_plot": "another file: a chart",
     "calibrate": "--calibrate writes no predictions file",
 }
-FILES = {"code_descriptions": "--code-descriptions", "calibration_data": "--calibration-data",
-         "lookup": "--lookup"}  # recorded by their name, size and hash
+FILES = {
+    "code_descriptions": "--code-descriptions",
+    "calibration_data": "--calibration-data",
+    "lookup": "--lookup",
+}  # recorded by their name, size and hash
 
 
 def options_part(args) -> dict:
@@ -89,7 +96,9 @@ def make(body: dict) -> dict:
     import xxhash
 
     body = {"version": VERSION, **body}
-    digest = xxhash.xxh3_128(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    digest = xxhash.xxh3_128(
+        json.dumps(body, sort_keys=True, default=str).encode("utf-8")
+    ).hexdigest()
     return {"id": "p-" + digest[:16], **body}
 
 
@@ -101,9 +110,14 @@ def model_part(predictor, source: str) -> dict:
     """What the sidecar says of the model: its source, weights, family and numerics."""
     from mixer.audit.draw import model_fingerprint
 
-    return {"source": source, "fingerprint": model_fingerprint(predictor), "family": predictor.family,
-            "precision": predictor.precision, "quantize": predictor.quantize,
-            "device": str(predictor.device).split(":")[0]}
+    return {
+        "source": source,
+        "fingerprint": model_fingerprint(predictor),
+        "family": predictor.family,
+        "precision": predictor.precision,
+        "quantize": predictor.quantize,
+        "device": str(predictor.device).split(":")[0],
+    }
 
 
 def input_part(path: str) -> dict:
@@ -115,7 +129,10 @@ def input_part(path: str) -> dict:
 def sidecar_text(provenance: dict, result: Optional[dict] = None) -> str:
     """The sidecar's text; predict.py writes it with the output as one step, after the
     output (mixer.data.tables.writing.commit_files), so a sidecar never describes another file."""
-    return json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False, default=str) + "\n"
+    return (
+        json.dumps({**provenance, "result": result or {}}, indent=2, sort_keys=False, default=str)
+        + "\n"
+    )
 
 
 def write_sidecar(output: str, provenance: dict, result: Optional[dict] = None) -> str:
@@ -135,12 +152,16 @@ def read(output: str) -> dict:
 
     path = sidecar_path(output)
     if not os.path.exists(path):
-        raise UserError(f"{output}: no {os.path.basename(path)} beside it; it was not written by predict.py "
-                        "(or the sidecar was moved)")
+        raise UserError(
+            f"{output}: no {os.path.basename(path)} beside it; it was not written by predict.py "
+            "(or the sidecar was moved)"
+        )
     with open(path, encoding="utf-8") as handle:
         provenance = json.load(handle)
     carried = file_label(output)
     if carried is not None and carried != label(provenance):
-        raise UserError(f"{output}: carries {carried!r}, its sidecar {path} says {provenance.get('id')!r}: the "
-                        "sidecar is another file's")
+        raise UserError(
+            f"{output}: carries {carried!r}, its sidecar {path} says {provenance.get('id')!r}: the "
+            "sidecar is another file's"
+        )
     return provenance

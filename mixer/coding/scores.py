@@ -52,8 +52,9 @@ def chose_mask(rows: int, sample, keep_best: bool, tuned_on: Optional[str]) -> n
     return chose
 
 
-def score_frame(gathered: dict, splits: dict, chose: np.ndarray, levels: list,
-                report_cols: list) -> pd.DataFrame:
+def score_frame(
+    gathered: dict, splits: dict, chose: np.ndarray, levels: list, report_cols: list
+) -> pd.DataFrame:
     """scores.parquet's rows: the validation rows of the final evaluation, then the
     calibration rows, each by its index into data_<split>.parquet. `splits`: {split: its
     prepared rows (text, lang, report:<col>)}; `chose`: per validation row, whether it
@@ -67,16 +68,22 @@ def score_frame(gathered: dict, splits: dict, chose: np.ndarray, levels: list,
             continue
         index = np.array([r[0] for r in rows], dtype=np.int64)
         prepared = splits[split].iloc[index]
-        part = {"row": index, "split": split, "lang": prepared["lang"].astype(str).to_numpy(),
-                "text": prepared["text"].astype(str).to_numpy(),
-                "chose": chose[index] if split == "val" else np.zeros(len(index), dtype=bool),
-                "true_codes": [joined(r[1]) for r in rows]}
+        part = {
+            "row": index,
+            "split": split,
+            "lang": prepared["lang"].astype(str).to_numpy(),
+            "text": prepared["text"].astype(str).to_numpy(),
+            "chose": chose[index] if split == "val" else np.zeros(len(index), dtype=bool),
+            "true_codes": [joined(r[1]) for r in rows],
+        }
         truth = [set(r[1]) for r in rows]
         for h, head in enumerate(HEADS):
             predicted = [set(r[2 + h]) for r in rows]
             part[f"{head}_codes"] = [joined(codes) for codes in predicted]
             part[f"{head}_confidence"] = np.array([r[4 + h] for r in rows], dtype=np.float64)
-            part[f"{head}_correct"] = np.array([p == t for p, t in zip(predicted, truth)], dtype=bool)
+            part[f"{head}_correct"] = np.array(
+                [p == t for p, t in zip(predicted, truth)], dtype=bool
+            )
             for length in levels:
                 part[f"{head}_correct_{length}"] = prefix_correct(truth, predicted, length)
         for column in report_cols:
@@ -90,18 +97,29 @@ def fit_rows(frame: pd.DataFrame) -> tuple:
     chose nothing when there are at least MIN_FIT_ROWS, else every scored row."""
     free = ~frame["chose"].to_numpy(bool)
     if free.sum() >= MIN_FIT_ROWS:
-        return free, f"the {int(free.sum()):,} scored rows that chose nothing (chose false in {SCORES})"
+        return (
+            free,
+            f"the {int(free.sum()):,} scored rows that chose nothing (chose false in {SCORES})",
+        )
     return np.ones(len(frame), dtype=bool), (
         f"all {len(frame):,} scored rows: only {int(free.sum()):,} chose nothing, fewer than {MIN_FIT_ROWS} "
-        "(set rows aside with --share-calibration)")
+        "(set rows aside with --share-calibration)"
+    )
 
 
 def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
     """({file name: bytes or text} of a model directory, its summary (`summarise`)):
     scores.parquet, calibration.json, the production curve (CSV, a PNG per head and
     breakdown), the reliability diagram per head."""
-    from mixer.coding.calibration import (FILE, VERSION, calibrate_entry, expected_calibration_error, head_entry,
-                                          identity_entry, unfit_reason)
+    from mixer.coding.calibration import (
+        FILE,
+        VERSION,
+        calibrate_entry,
+        expected_calibration_error,
+        head_entry,
+        identity_entry,
+        unfit_reason,
+    )
 
     files = {SCORES: _parquet(frame)}
     fit, fit_words = fit_rows(frame)
@@ -113,13 +131,18 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
             correct = frame[f"{head}_correct"].to_numpy(bool)
             # a fit at the clamp of its temperature, or on one outcome alone, pins nothing: the identity
             why = unfit_reason(confidence[fit], correct[fit], min_rows=0, min_outcome=1)
-            entry = (identity_entry(confidence[fit], correct[fit], why) if why
-                     else head_entry(confidence[fit], correct[fit]))
+            entry = (
+                identity_entry(confidence[fit], correct[fit], why)
+                if why
+                else head_entry(confidence[fit], correct[fit])
+            )
             if held.sum() >= MIN_FIT_ROWS:  # rows it was not fit on: an honest ECE beside the fit's
                 calibrated = calibrate_entry(confidence[held], entry)
-                entry["held_out"] = {"rows": int(held.sum()),
-                                     "ece_before": expected_calibration_error(confidence[held], correct[held]),
-                                     "ece_after": expected_calibration_error(calibrated, correct[held])}
+                entry["held_out"] = {
+                    "rows": int(held.sum()),
+                    "ece_before": expected_calibration_error(confidence[held], correct[held]),
+                    "ece_after": expected_calibration_error(calibrated, correct[held]),
+                }
             heads[head] = entry
             curves.append(head_curves(frame, head, report_cols, entry))
             files.update(_plots(scratch, frame, head, curves[-1], entry, fit, title, report_cols))
@@ -139,11 +162,19 @@ def summarise(calibration: dict, curve: pd.DataFrame, splits: dict, frame: pd.Da
     and the headline read off the curve."""
     heads = {}
     for head, entry in calibration["heads"].items():
-        heads[head] = dict(entry, **head_headline(curve[curve["head"] == head], _rows_word(splits)),
-                           **head_guarantee(frame, head))
-    return {"target": TARGET, "splits": {SPLITS.get(s, s): int(n) for s, n in splits.items()},
-            "fit_on": calibration["rows"], "heads": heads, "confidence": _guarantee_confidence(),
-            "rows_to_code": GUARANTEE_ROWS}
+        heads[head] = dict(
+            entry,
+            **head_headline(curve[curve["head"] == head], _rows_word(splits)),
+            **head_guarantee(frame, head),
+        )
+    return {
+        "target": TARGET,
+        "splits": {SPLITS.get(s, s): int(n) for s, n in splits.items()},
+        "fit_on": calibration["rows"],
+        "heads": heads,
+        "confidence": _guarantee_confidence(),
+        "rows_to_code": GUARANTEE_ROWS,
+    }
 
 
 def read_summary(directory: str) -> Optional[dict]:
@@ -153,13 +184,20 @@ def read_summary(directory: str) -> Optional[dict]:
 
     calibration = read_calibration(directory)
     curve_path = os.path.join(directory, CURVE)
-    if (calibration is None or not os.path.exists(curve_path)
-            or not os.path.exists(os.path.join(directory, SCORES))):
+    if (
+        calibration is None
+        or not os.path.exists(curve_path)
+        or not os.path.exists(os.path.join(directory, SCORES))
+    ):
         return None
-    curve = pd.read_csv(curve_path, dtype={"head": str, "by": str, "group": str}, keep_default_na=False)
+    curve = pd.read_csv(
+        curve_path, dtype={"head": str, "by": str, "group": str}, keep_default_na=False
+    )
     frame = pd.read_parquet(os.path.join(directory, SCORES))
     splits = calibration.get("splits")
-    if not splits:  # predict.py --calibrate's calibration.json: the scored rows are scores.parquet's
+    if (
+        not splits
+    ):  # predict.py --calibrate's calibration.json: the scored rows are scores.parquet's
         counts = frame["split"].value_counts()
         splits = {s: int(counts[s]) for s in SPLITS if s in counts.index}
     return summarise(calibration, curve, splits, frame)
@@ -180,15 +218,24 @@ def head_curves(frame: pd.DataFrame, head: str, report_cols: list, entry: dict) 
     correct = frame[f"{head}_correct"].to_numpy(bool)
     parts = []
     for by in ["lang"] + list(report_cols):
-        curve = production_curve(confidence, correct, frame[by].to_numpy(), distinct=frame["text"].to_numpy())
+        curve = production_curve(
+            confidence, correct, frame[by].to_numpy(), distinct=frame["text"].to_numpy()
+        )
         # the overall curve comes first, named "all" ("(all)" beside a group called all)
-        overall = np.arange(len(curve)) < (curve["group"] != curve["group"].iloc[0]).to_numpy().argmax()
-        parts.append(curve[~overall].assign(by=by) if parts else curve.assign(by=np.where(overall, ALL, by)))
+        overall = (
+            np.arange(len(curve)) < (curve["group"] != curve["group"].iloc[0]).to_numpy().argmax()
+        )
+        parts.append(
+            curve[~overall].assign(by=by) if parts else curve.assign(by=np.where(overall, ALL, by))
+        )
     curve = pd.concat(parts, ignore_index=True)
     curve.insert(0, "head", head)
     curve.insert(1, "by", curve.pop("by"))
-    curve.insert(curve.columns.get_loc("threshold") + 1, "calibrated_threshold",
-                 calibrate_entry(curve["threshold"].to_numpy(), entry))
+    curve.insert(
+        curve.columns.get_loc("threshold") + 1,
+        "calibrated_threshold",
+        calibrate_entry(curve["threshold"].to_numpy(), entry),
+    )
     return curve
 
 
@@ -199,8 +246,10 @@ def head_headline(curve: pd.DataFrame, rows: str) -> dict:
 
     overall = curve[curve["by"] == ALL]
     point = coded_at(overall, TARGET)
-    return {"headline": headline(overall, TARGET, rows=rows),
-            "coded_share": None if point is None else float(point["coded_share"])}
+    return {
+        "headline": headline(overall, TARGET, rows=rows),
+        "coded_share": None if point is None else float(point["coded_share"]),
+    }
 
 
 def _guarantee_confidence() -> float:
@@ -219,26 +268,38 @@ def head_guarantee(frame: pd.DataFrame, head: str) -> dict:
     held = ~frame["chose"].to_numpy(bool)
     if not held.any():
         return {"guaranteed_share": None, "guarantee_rows": 0}
-    choice = choose_threshold(frame[f"{head}_confidence"].to_numpy(np.float64)[held],
-                              frame[f"{head}_correct"].to_numpy(bool)[held], TARGET,
-                              1.0 - _guarantee_confidence(), GUARANTEE_ROWS)
-    return {"guaranteed_share": choice.coded_share if choice.threshold is not None else 0.0,
-            "guarantee_rows": int(held.sum())}
+    choice = choose_threshold(
+        frame[f"{head}_confidence"].to_numpy(np.float64)[held],
+        frame[f"{head}_correct"].to_numpy(bool)[held],
+        TARGET,
+        1.0 - _guarantee_confidence(),
+        GUARANTEE_ROWS,
+    )
+    return {
+        "guaranteed_share": choice.coded_share if choice.threshold is not None else 0.0,
+        "guarantee_rows": int(held.sum()),
+    }
 
 
 def guarantee_words(entry: dict, confidence: float) -> str:
     """'on new rows, predict.py --target-accuracy 0.95 codes 68% automatically (...)': what the
     guarantee codes, named for what it is."""
     if entry.get("guaranteed_share") is None:
-        return (f"on new rows, predict.py --target-accuracy {TARGET:g} has no held-out scored rows to choose "
-                "its threshold on (every scored row chose something: see --share-calibration)")
-    return (f"on new rows, predict.py --target-accuracy {TARGET:g} codes {entry['guaranteed_share']:.0%} "
-            f"automatically (its guarantee, at confidence {confidence:g}, its threshold chosen on the "
-            f"{entry['guarantee_rows']:,} scored rows that chose nothing, for a file of {GUARANTEE_ROWS:,} "
-            "rows like them)")
+        return (
+            f"on new rows, predict.py --target-accuracy {TARGET:g} has no held-out scored rows to choose "
+            "its threshold on (every scored row chose something: see --share-calibration)"
+        )
+    return (
+        f"on new rows, predict.py --target-accuracy {TARGET:g} codes {entry['guaranteed_share']:.0%} "
+        f"automatically (its guarantee, at confidence {confidence:g}, its threshold chosen on the "
+        f"{entry['guarantee_rows']:,} scored rows that chose nothing, for a file of {GUARANTEE_ROWS:,} "
+        "rows like them)"
+    )
 
 
-def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, report_cols: list) -> dict:
+def _plots(
+    scratch: str, frame, head: str, curve, entry: dict, fit, title: str, report_cols: list
+) -> dict:
     """The head's production curve by language and by each --report-cols column, and its
     reliability diagram on the rows the temperature was fit on, as PNG bytes."""
     from mixer.coding.calibration import calibrate_entry, reliability_diagram
@@ -246,15 +307,27 @@ def _plots(scratch: str, frame, head: str, curve, entry: dict, fit, title: str, 
 
     files = {}
     for by in ["lang"] + list(report_cols):
-        name = f"production_curve_{head}.png" if by == "lang" else f"production_curve_{head}_{_safe(by)}.png"
-        plot_curve(curve[curve["by"].isin([ALL, by])], os.path.join(scratch, name), TARGET,
-                   f"{title}: {head} head, by {'language' if by == 'lang' else by}")
+        name = (
+            f"production_curve_{head}.png"
+            if by == "lang"
+            else f"production_curve_{head}_{_safe(by)}.png"
+        )
+        plot_curve(
+            curve[curve["by"].isin([ALL, by])],
+            os.path.join(scratch, name),
+            TARGET,
+            f"{title}: {head} head, by {'language' if by == 'lang' else by}",
+        )
         files[name] = _read(os.path.join(scratch, name))
     confidence = frame[f"{head}_confidence"].to_numpy(np.float64)[fit]
     name = f"reliability_{head}.png"
-    reliability_diagram(os.path.join(scratch, name), confidence, calibrate_entry(confidence, entry),
-                        frame[f"{head}_correct"].to_numpy(bool)[fit],
-                        f"{title}: {head} head, T {entry['temperature']:.3g} ({int(fit.sum()):,} rows)")
+    reliability_diagram(
+        os.path.join(scratch, name),
+        confidence,
+        calibrate_entry(confidence, entry),
+        frame[f"{head}_correct"].to_numpy(bool)[fit],
+        f"{title}: {head} head, T {entry['temperature']:.3g} ({int(fit.sum()):,} rows)",
+    )
     files[name] = _read(os.path.join(scratch, name))
     return files
 
@@ -265,8 +338,9 @@ class CodingStep:
     the production curve, the reliability diagrams), and the lines the run prints of
     them. `chose`: per validation row, whether it chose something (chose_mask)."""
 
-    def __init__(self, run_dir: str, system: str, report_cols: list, chose: np.ndarray, title: str,
-                 log=print):
+    def __init__(
+        self, run_dir: str, system: str, report_cols: list, chose: np.ndarray, title: str, log=print
+    ):
         from mixer.coding.levels import levels_for
 
         self.run_dir = run_dir
@@ -283,7 +357,9 @@ class CodingStep:
             from mixer.data.prepared.files import CALIBRATION_FILE, read_split
 
             columns = ["text", "lang"] + [REPORT_PREFIX + c for c in self.report_cols]
-            names = ["val"] + (["cal"] if os.path.exists(os.path.join(self.run_dir, CALIBRATION_FILE)) else [])
+            names = ["val"] + (
+                ["cal"] if os.path.exists(os.path.join(self.run_dir, CALIBRATION_FILE)) else []
+            )
             self._splits = {name: read_split(self.run_dir, name, columns) for name in names}
         return self._splits
 
@@ -304,21 +380,29 @@ def report_lines(summary: dict, where: str, which: str) -> list:
     """What the run prints of a model directory's scores: where they are, each head's
     headline and its calibration."""
     splits = " and ".join(f"{n:,} {name}" for name, n in summary["splits"].items())
-    lines = [f"scores of {splits} rows ({which}): {os.path.join(where, SCORES)}; production curve "
-             f"{os.path.join(where, CURVE)}, calibration {os.path.join(where, 'calibration.json')}"]
+    lines = [
+        f"scores of {splits} rows ({which}): {os.path.join(where, SCORES)}; production curve "
+        f"{os.path.join(where, CURVE)}, calibration {os.path.join(where, 'calibration.json')}"
+    ]
     for head, entry in summary["heads"].items():
         lines.append(f"  {head} head: {guarantee_words(entry, summary['confidence'])}")
-        line = (f"  {head} head, read off the curve of these rows (a point estimate, not a promise for new "
-                f"rows): {entry['headline']}; temperature {entry['temperature']:.3f}, expected "
-                f"calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f}")
+        line = (
+            f"  {head} head, read off the curve of these rows (a point estimate, not a promise for new "
+            f"rows): {entry['headline']}; temperature {entry['temperature']:.3f}, expected "
+            f"calibration error {entry['ece_before']:.4f} -> {entry['ece_after']:.4f}"
+        )
         held = entry.get("held_out")
         if held:
-            line += (f" (on {held['rows']:,} rows it was not fit on: {held['ece_before']:.4f} -> "
-                     f"{held['ece_after']:.4f})")
+            line += (
+                f" (on {held['rows']:,} rows it was not fit on: {held['ece_before']:.4f} -> "
+                f"{held['ece_after']:.4f})"
+            )
         lines.append(line)
         if entry.get("not_fit"):
-            lines.append(f"  {head} head: no calibration fit, the identity kept (temperature 1, bias 0): "
-                         f"{entry['not_fit']}")
+            lines.append(
+                f"  {head} head: no calibration fit, the identity kept (temperature 1, bias 0): "
+                f"{entry['not_fit']}"
+            )
     lines.append(f"  temperature fit on {summary['fit_on']}")
     return lines
 

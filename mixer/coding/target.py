@@ -53,16 +53,23 @@ class Labelled:
     truth: list  # per row, a tuple of codes
     rows: str  # which rows, in words
     lines: Optional[np.ndarray] = None  # per row, its line in the file (a file of the user's)
-    desc_chars: Optional[np.ndarray] = None  # per row, the characters of its text that are the description
+    desc_chars: Optional[np.ndarray] = (
+        None  # per row, the characters of its text that are the description
+    )
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def without(self, keep: np.ndarray) -> "Labelled":
         keep = np.asarray(keep, dtype=bool)
-        return Labelled(self.texts[keep], self.langs[keep], [t for t, k in zip(self.truth, keep) if k],
-                        self.rows, None if self.lines is None else self.lines[keep],
-                        None if self.desc_chars is None else self.desc_chars[keep])
+        return Labelled(
+            self.texts[keep],
+            self.langs[keep],
+            [t for t, k in zip(self.truth, keep) if k],
+            self.rows,
+            None if self.lines is None else self.lines[keep],
+            None if self.desc_chars is None else self.desc_chars[keep],
+        )
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,9 @@ class Target:
     accuracy: float
     confidence: float
     threshold: Optional[float]  # raw confidence; None: no threshold reaches the target
-    levels: tuple  # prefix lengths tried after the full code (longest first); () without shorter codes
+    levels: (
+        tuple  # prefix lengths tried after the full code (longest first); () without shorter codes
+    )
     full_length: int
     procedure: str
     bound: Optional[float]
@@ -83,19 +92,32 @@ class Target:
     rows: str
     needed: Optional[int] = None
     note: str = ""
-    cause: str = ""  # mixer.coding.guarantee.Choice.cause: none, few (labelled rows) or file (rows to code)
+    cause: str = (
+        ""  # mixer.coding.guarantee.Choice.cause: none, few (labelled rows) or file (rows to code)
+    )
     by_level: dict = field(default_factory=dict)  # {level: (labelled rows coded at it, right)}
     top_k: Optional[int] = None  # the settings it was chosen with, which predict must use
     flat_threshold: Optional[float] = None
     owner: int = field(default=0, compare=False)  # id() of the Predictor that chose it
-    rows_to_code: Optional[int] = None  # the rows it was chosen to code (None: rows like the labelled ones)
+    rows_to_code: Optional[int] = (
+        None  # the rows it was chosen to code (None: rows like the labelled ones)
+    )
 
     def record(self) -> dict:
         """What a predictions file's provenance says of the target."""
-        return {"head": self.head, "accuracy": self.accuracy, "confidence": self.confidence,
-                "threshold": self.threshold, "procedure": self.procedure, "bound": self.bound,
-                "labelled_rows": self.rows_used, "labelled_coded_share": self.coded_share,
-                "rows": self.rows, "shorter_codes": list(self.levels), "rows_to_code": self.rows_to_code}
+        return {
+            "head": self.head,
+            "accuracy": self.accuracy,
+            "confidence": self.confidence,
+            "threshold": self.threshold,
+            "procedure": self.procedure,
+            "bound": self.bound,
+            "labelled_rows": self.rows_used,
+            "labelled_coded_share": self.coded_share,
+            "rows": self.rows,
+            "shorter_codes": list(self.levels),
+            "rows_to_code": self.rows_to_code,
+        }
 
     describe = record  # the name docs/python-api.md gave before
 
@@ -105,11 +127,16 @@ class Target:
             return
         advice = ("code more rows at once, " if self.cause == "file" else "") + (
             "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
-            + ("" if self.levels else ", or --shorter-codes"))
-        note = self.note or (f"{self.rows_used:,} labelled rows cannot show accuracy {self.accuracy:g} at "
-                             f"{self.confidence:g} confidence")
-        raise UserError(f"--target-accuracy {self.accuracy:g} ({self.head} head; labelled rows: {self.rows}): "
-                        f"{note}; {advice}")
+            + ("" if self.levels else ", or --shorter-codes")
+        )
+        note = self.note or (
+            f"{self.rows_used:,} labelled rows cannot show accuracy {self.accuracy:g} at "
+            f"{self.confidence:g} confidence"
+        )
+        raise UserError(
+            f"--target-accuracy {self.accuracy:g} ({self.head} head; labelled rows: {self.rows}): "
+            f"{note}; {advice}"
+        )
 
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
         """(each row's level: the length of the codes it is given, or 0 for a check; the raw
@@ -149,7 +176,11 @@ def code_columns(table: pd.DataFrame) -> list:
 
 def predicted_code_sets(table: pd.DataFrame) -> list:
     columns = code_columns(table)
-    values = table[columns].to_numpy(dtype=object) if columns else np.zeros((len(table), 0), dtype=object)
+    values = (
+        table[columns].to_numpy(dtype=object)
+        if columns
+        else np.zeros((len(table), 0), dtype=object)
+    )
     return [tuple(sorted({c for c in row if isinstance(c, str) and c})) for row in values]
 
 
@@ -174,10 +205,13 @@ def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFr
             if f"prob_{k}" in out.columns:
                 out.loc[out.index[shorter], f"prob_{k}"] = np.nan
             if f"desc_{k}" in out.columns:
-                out.loc[out.index[shorter], f"desc_{k}"] = [description_of.get(c, "") for c in
-                                                            out[f"code_{k}"].iloc[shorter]]
+                out.loc[out.index[shorter], f"desc_{k}"] = [
+                    description_of.get(c, "") for c in out[f"code_{k}"].iloc[shorter]
+                ]
         out[LEVEL] = np.where(level > 0, level, target.full_length)
-        out[LEVEL_CONFIDENCE] = np.where(level > 0, given, table["confidence"].to_numpy(dtype=np.float64))
+        out[LEVEL_CONFIDENCE] = np.where(
+            level > 0, given, table["confidence"].to_numpy(dtype=np.float64)
+        )
     out[CODED] = np.where(level > 0, AUTO, CHECK)
     return out
 
@@ -206,8 +240,10 @@ class TrainedOn:
 
 def _row_keys(model, texts, langs, truth) -> np.ndarray:
     """Per row, a hash of the input as the model reads it and the row's code set."""
-    inputs = np.asarray(model._strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object)),
-                        dtype=object)
+    inputs = np.asarray(
+        model._strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object)),
+        dtype=object,
+    )
     codes = np.asarray([SEP.join(t) for t in truth], dtype=object)
     if not len(inputs):
         return np.zeros(0, dtype=np.uint64)
@@ -215,7 +251,9 @@ def _row_keys(model, texts, langs, truth) -> np.ndarray:
 
 
 def _code_columns(names) -> list:
-    return sorted((c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:]))
+    return sorted(
+        (c for c in names if c.startswith("code_") and c[5:].isdigit()), key=lambda c: int(c[5:])
+    )
 
 
 def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> np.ndarray:
@@ -225,16 +263,22 @@ def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> 
     from mixer.data.prepared.files import iter_split
     from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
-    names, batches = iter_split(run_dir, split, lambda names: ["text", "lang", *_code_columns(names)])
+    names, batches = iter_split(
+        run_dir, split, lambda names: ["text", "lang", *_code_columns(names)]
+    )
     codes = _code_columns(names)
     keys = []
     for frame in batches:
         cells = frame[codes].astype(object).where(frame[codes].notna(), "").to_numpy(dtype=object)
         truth = [tuple(sorted({str(c) for c in row if c})) for row in cells]
         texts = frame["text"].astype(str).to_numpy(dtype=object)
-        keys.append(_row_keys(model, texts, frame["lang"].astype(str).to_numpy(dtype=object), truth))
+        keys.append(
+            _row_keys(model, texts, frame["lang"].astype(str).to_numpy(dtype=object), truth)
+        )
         if also_unknown:
-            keys.append(_row_keys(model, texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object), truth))
+            keys.append(
+                _row_keys(model, texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object), truth)
+            )
     return np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
 
 
@@ -260,9 +304,17 @@ def _earlier_runs(run_dir: str) -> tuple:
         where = os.path.basename(os.path.normpath(run_dir))
         if kind == "run" and origin:
             earlier = run_dir_of(str(origin))
-            earlier = next((d for d in (earlier, os.path.dirname(os.path.normpath(earlier)))
-                            if os.path.exists(os.path.join(d, "data_train.parquet"))), None)
-            if earlier is not None and os.path.abspath(earlier) not in {os.path.abspath(d) for d in [run_dir, *found]}:
+            earlier = next(
+                (
+                    d
+                    for d in (earlier, os.path.dirname(os.path.normpath(earlier)))
+                    if os.path.exists(os.path.join(d, "data_train.parquet"))
+                ),
+                None,
+            )
+            if earlier is not None and os.path.abspath(earlier) not in {
+                os.path.abspath(d) for d in [run_dir, *found]
+            }:
                 found.append(earlier)
                 current = earlier
                 continue
@@ -270,10 +322,18 @@ def _earlier_runs(run_dir: str) -> tuple:
                 return found, partial
             why = f"the run it started from, {origin}, has no data_train.parquet here"
         else:
-            why = f"it started from {origin or 'weights'} ({kind}), whose training rows are not known"
-        return found, (f"note: the check for rows {where} trained on covers its own training rows"
-                       + (f" and those of {', '.join(os.path.basename(os.path.normpath(d)) for d in found)}"
-                          if found else "") + f" only: {why}")
+            why = (
+                f"it started from {origin or 'weights'} ({kind}), whose training rows are not known"
+            )
+        return found, (
+            f"note: the check for rows {where} trained on covers its own training rows"
+            + (
+                f" and those of {', '.join(os.path.basename(os.path.normpath(d)) for d in found)}"
+                if found
+                else ""
+            )
+            + f" only: {why}"
+        )
 
 
 def _run_dir(model) -> Optional[str]:
@@ -282,8 +342,14 @@ def _run_dir(model) -> Optional[str]:
     model_dir = model._predictor.config.get("model_dir")
     if not model_dir:
         return None
-    return next((d for d in (model_dir, os.path.dirname(os.path.normpath(model_dir)))
-                 if os.path.exists(os.path.join(d, "data_train.parquet"))), None)
+    return next(
+        (
+            d
+            for d in (model_dir, os.path.dirname(os.path.normpath(model_dir)))
+            if os.path.exists(os.path.join(d, "data_train.parquet"))
+        ),
+        None,
+    )
 
 
 def trained_on(model) -> Optional[TrainedOn]:
@@ -292,12 +358,23 @@ def trained_on(model) -> Optional[TrainedOn]:
         run_dir, found = _run_dir(model), None
         if run_dir is not None:
             earlier, partial = _earlier_runs(run_dir)
-            keys = np.unique(np.concatenate([_split_keys(model, d, "train", _unknown_kept(d))
-                                             for d in [run_dir, *earlier]]))
+            keys = np.unique(
+                np.concatenate(
+                    [_split_keys(model, d, "train", _unknown_kept(d)) for d in [run_dir, *earlier]]
+                )
+            )
             val = os.path.join(run_dir, "data_val.parquet")
-            val_keys = _split_keys(model, run_dir, "val") if os.path.exists(val) else np.zeros(0, dtype=np.uint64)
-            found = TrainedOn(keys, float(np.isin(val_keys, keys).mean()) if len(val_keys) else None,
-                              os.path.basename(os.path.normpath(run_dir)), partial)
+            val_keys = (
+                _split_keys(model, run_dir, "val")
+                if os.path.exists(val)
+                else np.zeros(0, dtype=np.uint64)
+            )
+            found = TrainedOn(
+                keys,
+                float(np.isin(val_keys, keys).mean()) if len(val_keys) else None,
+                os.path.basename(os.path.normpath(run_dir)),
+                partial,
+            )
         model._trained_on = found
     return model._trained_on
 
@@ -364,10 +441,14 @@ def unknown_languages_line(counts: dict, known: set, where: str, read=None) -> s
         return ""
     shown = ", ".join(f"{v!r} ({n:,})" for v, n in sorted(unknown.items(), key=lambda x: -x[1])[:8])
     more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
-    trained = ", ".join(map(repr, sorted(known)[:8])) + (f" and {len(known) - 8} more" if len(known) > 8 else "")
-    return (f"note: {where}: {sum(unknown.values()):,} rows have a language value the model never trained with: "
-            f"{shown}{more} (it trained with {trained}); it reads them as an input it never saw, so their codes "
-            "may differ from those of a language it knows")
+    trained = ", ".join(map(repr, sorted(known)[:8])) + (
+        f" and {len(known) - 8} more" if len(known) > 8 else ""
+    )
+    return (
+        f"note: {where}: {sum(unknown.values()):,} rows have a language value the model never trained with: "
+        f"{shown}{more} (it trained with {trained}); it reads them as an input it never saw, so their codes "
+        "may differ from those of a language it knows"
+    )
 
 
 def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labelled:
@@ -390,28 +471,41 @@ def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labell
     fresh = trained.fresh if trained.fresh is not None else 0.0
     above = float(binomial_upper_tail(k, n, fresh)) < TRAINED_LEVEL
     share = f"{k:,} of its {n:,} labelled rows ({k / n:.0%})"
-    like = (f"new rows like the run's own held-out rows would hold about {fresh:.0%}" if trained.fresh is not None
-            else "the run has no held-out rows to compare with")
+    like = (
+        f"new rows like the run's own held-out rows would hold about {fresh:.0%}"
+        if trained.fresh is not None
+        else "the run has no held-out rows to compare with"
+    )
     if k / n > MOSTLY_TRAINED and above:
-        raise UserError(f"{where}: {share} are rows {trained.where} trained on (the same input and codes), "
-                        f"where {like}: the model is right more often on rows it trained on, so no threshold "
-                        "chosen on them holds on new rows; pass labelled rows it never trained on (a random "
-                        "sample of the file to code, checked by hand)")
+        raise UserError(
+            f"{where}: {share} are rows {trained.where} trained on (the same input and codes), "
+            f"where {like}: the model is right more often on rows it trained on, so no threshold "
+            "chosen on them holds on new rows; pass labelled rows it never trained on (a random "
+            "sample of the file to code, checked by hand)"
+        )
     if not above:
         if log is not None:
-            log(f"{where}: {share} have the input and codes of rows {trained.where} trained on, as {like}: "
-                "kept (rows like these are new draws of common inputs)")
+            log(
+                f"{where}: {share} have the input and codes of rows {trained.where} trained on, as {like}: "
+                "kept (rows like these are new draws of common inputs)"
+            )
         return labelled
     if log is not None:
-        log(f"{where}: {share} are rows {trained.where} trained on (the same input and codes), more than {like}: "
-            "left out (the model is right more often on rows it trained on)")
+        log(
+            f"{where}: {share} are rows {trained.where} trained on (the same input and codes), more than {like}: "
+            "left out (the model is right more often on rows it trained on)"
+        )
     out = labelled.without(~seen)
     out.rows += f", less the {k:,} the model trained on"
     return out
 
 
-def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accuracy",
-             language: Optional[str] = None) -> Labelled:
+def run_rows(
+    model_dir: Optional[str],
+    source: str,
+    flag: str = "--target-accuracy",
+    language: Optional[str] = None,
+) -> Labelled:
     """A run's labelled rows that chose nothing: the rows of its scores.parquet with chose ==
     False; for a run from before scores.parquet, its validation rows when they chose
     nothing (no --keep-best, no early stop, no tuned thresholds: only_measured). language:
@@ -426,44 +520,66 @@ def run_rows(model_dir: Optional[str], source: str, flag: str = "--target-accura
 
 
 def _run_rows(model_dir: Optional[str], source: str, flag: str) -> Labelled:
-    own = ("pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
-           "(a filled audit qualifies)")
+    own = (
+        "pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
+        "(a filled audit qualifies)"
+    )
     if not model_dir:
-        raise UserError(f"{flag}: --checkpoint {source} is not a run directory of this tool (or names an "
-                        f"epoch's weights), so it has no held-out labelled rows; {own}")
+        raise UserError(
+            f"{flag}: --checkpoint {source} is not a run directory of this tool (or names an "
+            f"epoch's weights), so it has no held-out labelled rows; {own}"
+        )
     name = os.path.basename(os.path.normpath(model_dir))
     if os.path.exists(os.path.join(model_dir, SCORES)):
         scores = read_scores(model_dir)
         held = scores[~scores["chose"].to_numpy(dtype=bool)]
         if not len(held):
-            raise UserError(f"{flag}: every scored row of {model_dir} chose something (the best model, the early "
-                            "stop or the thresholds); train with --share-calibration 0.1 to set rows aside, or "
-                            + own)
+            raise UserError(
+                f"{flag}: every scored row of {model_dir} chose something (the best model, the early "
+                "stop or the thresholds); train with --share-calibration 0.1 to set rows aside, or "
+                + own
+            )
         truth = [tuple(sorted(c for c in str(cell).split(SEP) if c)) for cell in held["true_codes"]]
-        return Labelled(held["text"].to_numpy(dtype=object), held["lang"].astype(str).to_numpy(dtype=object),
-                        truth, f"the {len(held):,} scored rows of {name} that chose nothing ({SCORES}, chose false)",
-                        desc_chars=_scored_desc_chars(model_dir, held))
+        return Labelled(
+            held["text"].to_numpy(dtype=object),
+            held["lang"].astype(str).to_numpy(dtype=object),
+            truth,
+            f"the {len(held):,} scored rows of {name} that chose nothing ({SCORES}, chose false)",
+            desc_chars=_scored_desc_chars(model_dir, held),
+        )
     parent = os.path.dirname(os.path.normpath(model_dir))
     if name == "best" and os.path.exists(os.path.join(parent, "args.yaml")):
-        raise UserError(f"{flag}: {model_dir} has no {SCORES} yet: a run writes it for its best model when it "
-                        f"ends; let the run finish (or resume it), or {own}")
+        raise UserError(
+            f"{flag}: {model_dir} has no {SCORES} yet: a run writes it for its best model when it "
+            f"ends; let the run finish (or resume it), or {own}"
+        )
     why = only_measured(model_dir)
     if why:
-        raise UserError(f"{flag}: {model_dir} has no {SCORES} (a run writes it when it ends: this one has not "
-                        f"ended, was stopped, or is from an earlier version) and its validation rows "
-                        f"{why}; {own}")
+        raise UserError(
+            f"{flag}: {model_dir} has no {SCORES} (a run writes it when it ends: this one has not "
+            f"ended, was stopped, or is from an earlier version) and its validation rows "
+            f"{why}; {own}"
+        )
     from mixer.data.prepared.files import load_prepared
 
     val = load_prepared(model_dir).val
-    columns = sorted((c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:]))
+    columns = sorted(
+        (c for c in val.columns if str(c).startswith("code_")), key=lambda c: int(c[5:])
+    )
     cells = val[columns].astype(str).replace("nan", "").to_numpy(dtype=object)
     truth = [tuple(sorted({c for c in row if c})) for row in cells]
     from mixer.data.labels.columns import DESC_CHARS
 
-    return Labelled(val["text"].astype(str).to_numpy(dtype=object), val["lang"].astype(str).to_numpy(dtype=object),
-                    truth, f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
-                           "--keep-best, early stopping or tuned thresholds)",
-                    desc_chars=_context_split(val[DESC_CHARS].to_numpy(), val["text"]) if DESC_CHARS in val else None)
+    return Labelled(
+        val["text"].astype(str).to_numpy(dtype=object),
+        val["lang"].astype(str).to_numpy(dtype=object),
+        truth,
+        f"the {len(val):,} validation rows of {name}, which chose nothing (a run without "
+        "--keep-best, early stopping or tuned thresholds)",
+        desc_chars=_context_split(val[DESC_CHARS].to_numpy(), val["text"])
+        if DESC_CHARS in val
+        else None,
+    )
 
 
 def _context_split(desc_chars: np.ndarray, texts) -> Optional[np.ndarray]:
@@ -487,11 +603,21 @@ def _scored_desc_chars(model_dir: str, held: pd.DataFrame) -> Optional[np.ndarra
         return None
     prepared = load_prepared(run_dir)
     frames = {"val": prepared.val, "cal": getattr(prepared, "cal", None)}
-    if any(f is None or DESC_CHARS not in f.columns for s, f in frames.items() if s in set(held.get("split", ["val"]))):
+    if any(
+        f is None or DESC_CHARS not in f.columns
+        for s, f in frames.items()
+        if s in set(held.get("split", ["val"]))
+    ):
         return None
-    splits = held["split"].astype(str).to_numpy() if "split" in held.columns else np.full(len(held), "val")
+    splits = (
+        held["split"].astype(str).to_numpy()
+        if "split" in held.columns
+        else np.full(len(held), "val")
+    )
     rows = held["row"].to_numpy(dtype=np.int64)
-    desc_chars = np.array([frames[s][DESC_CHARS].iat[r] for s, r in zip(splits, rows)], dtype=np.int64)
+    desc_chars = np.array(
+        [frames[s][DESC_CHARS].iat[r] for s, r in zip(splits, rows)], dtype=np.int64
+    )
     return _context_split(desc_chars, held["text"])
 
 
@@ -509,8 +635,11 @@ def only_measured(run_dir: str) -> str:
     with open(path, encoding="utf-8") as handle:
         args = yaml.safe_load(handle) or {}
     train = args.get("train") or {}
-    if train.get("keep_best") or train.get("early_stopping_patience") or (config.get("weights") or {}).get(
-            "kind") == "best":
+    if (
+        train.get("keep_best")
+        or train.get("early_stopping_patience")
+        or (config.get("weights") or {}).get("kind") == "best"
+    ):
         return "chose the best model or the early stop (--keep-best)"
     if train.get("tune_threshold"):
         return "chose the flat head's thresholds (--tune-threshold)"
@@ -521,12 +650,22 @@ def read_scores(model_dir: str) -> pd.DataFrame:
     """A run's own per-row validation scores (written by its training; mixer.training)."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(os.path.join(model_dir, SCORES),
-                         columns=["row", "lang", "text", "chose", "true_codes"]).to_pandas()
+    return pq.read_table(
+        os.path.join(model_dir, SCORES), columns=["row", "lang", "text", "chose", "true_codes"]
+    ).to_pandas()
 
 
-def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: str,
-              language_col: Optional[str], language: str, context_cols: list, log=None) -> Labelled:
+def file_rows(
+    path: str,
+    options,
+    truth_cols: Optional[list],
+    model,
+    input_col: str,
+    language_col: Optional[str],
+    language: str,
+    context_cols: list,
+    log=None,
+) -> Labelled:
     """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
     stands for. A row whose truth cells are all empty is not labelled: it is left out, and
@@ -539,8 +678,10 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
     frame = read_table(path, options, log=log)
     where = f"{options.what} {path}"  # the API's keyword from Python (options.keyword)
     if any(str(c).startswith("checked_") for c in frame.columns) and not is_audit(frame):
-        raise UserError(f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
-                        "like the ones to code; pass a random sample checked by hand (predict.py --audit)")
+        raise UserError(
+            f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
+            "like the ones to code; pass a random sample checked by hand (predict.py --audit)"
+        )
     formatter = model._predictor.formatter
     lines = np.arange(len(frame)) + 2
     repeat = np.ones(len(frame), dtype=np.int64)
@@ -548,18 +689,24 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
         audit = parse_audit(frame, path, "--calibration-data")
         design = audit.design
         if design.stratified:
-            raise UserError(f"{where}: a stratified audit (--audit-by {design.by}) samples its strata at "
-                            "different rates; choose on a simple random audit (predict.py --audit N without "
-                            "--audit-by)")
+            raise UserError(
+                f"{where}: a stratified audit (--audit-by {design.by}) samples its strata at "
+                "different rates; choose on a simple random audit (predict.py --audit N without "
+                "--audit-by)"
+            )
         if any("check" in reason for reason in design.left_out):
-            raise UserError(f"{where}: drawn from the rows coded automatically at a target accuracy, not from "
-                            "all rows; it checks that promise (evaluate.py --audit) but cannot choose a threshold")
+            raise UserError(
+                f"{where}: drawn from the rows coded automatically at a target accuracy, not from "
+                "all rows; it checks that promise (evaluate.py --audit) but cannot choose a threshold"
+            )
         checked = np.asarray([c is not None for c in audit.correct]) | audit.has_codes
         unknown = np.asarray([c is False for c in audit.correct]) & ~audit.has_codes
         if unknown.any():
-            raise UserError(f"{where}: {int(unknown.sum())} row(s) marked wrong without the right codes "
-                            f"({audit.row_names(unknown)}); fill true_code_1.. for them, or the rows chosen "
-                            "on would leave out exactly the rows the model got wrong")
+            raise UserError(
+                f"{where}: {int(unknown.sum())} row(s) marked wrong without the right codes "
+                f"({audit.row_names(unknown)}); fill true_code_1.. for them, or the rows chosen "
+                "on would leave out exactly the rows the model got wrong"
+            )
         from mixer.audit.train_on import truth_cells
 
         cells = truth_cells(audit)
@@ -570,16 +717,22 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
             # a line stands for the rows drawn with that description: as many rows to the model
             repeat = audit.draws
         stopped = _first_blank(checked)
-        keep = keep & (np.arange(len(frame)) < stopped)  # the rows checked before the first left blank
+        keep = keep & (
+            np.arange(len(frame)) < stopped
+        )  # the rows checked before the first left blank
         text_col = design.audit_text_col
         rows = f"a simple random audit, {int(repeat[keep].sum()):,} rows checked ({os.path.basename(path)})"
     else:
         if not truth_cols:
-            raise UserError(f"{where}: name the columns of its true codes with --calibration-truth-cols")
+            raise UserError(
+                f"{where}: name the columns of its true codes with --calibration-truth-cols"
+            )
         missing = [c for c in truth_cols if c not in frame.columns]
         if missing:
-            raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (--calibration-truth-cols); "
-                            f"it has: {', '.join(map(str, frame.columns[:12]))}")
+            raise UserError(
+                f"{where}: no column {', '.join(map(repr, missing))} (--calibration-truth-cols); "
+                f"it has: {', '.join(map(str, frame.columns[:12]))}"
+            )
         spelled = [code_column(frame, c, formatter).text.to_numpy(dtype=object) for c in truth_cols]
         truth = [tuple(sorted({c for c in row if c})) for row in zip(*spelled)]
         # a row whose truth cells are all empty is not labelled (as evaluate.py reads it): counted
@@ -587,35 +740,59 @@ def file_rows(path: str, options, truth_cols: Optional[list], model, input_col: 
         keep = np.asarray([bool(t) for t in truth], dtype=bool)
         text_col = input_col
         rows = None  # said below, once the rows without a description are known too
-    for column, flag in [(text_col, "--input-col"), *[(c, "a context column the model reads") for c in context_cols]]:
+    for column, flag in [
+        (text_col, "--input-col"),
+        *[(c, "a context column the model reads") for c in context_cols],
+    ]:
         if column not in frame.columns:
-            raise UserError(f"{where}: no column {column!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}")
+            raise UserError(
+                f"{where}: no column {column!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}"
+            )
     texts = frame[text_col].astype(object).where(frame[text_col].notna(), "").astype(str)
     if language_col and language_col in frame.columns:
-        langs = frame[language_col].astype(object).where(frame[language_col].notna(), "").astype(str).str.strip()
+        langs = (
+            frame[language_col]
+            .astype(object)
+            .where(frame[language_col].notna(), "")
+            .astype(str)
+            .str.strip()
+        )
     elif language_col:
-        raise UserError(f"{where}: no column {language_col!r} (--language-col); the rows to code have one")
+        raise UserError(
+            f"{where}: no column {language_col!r} (--language-col); the rows to code have one"
+        )
     else:
         langs = pd.Series([language] * len(frame), dtype=object)
     described = texts.str.strip().ne("").to_numpy()
     if rows is None:  # a table with truth columns
         unlabelled, undescribed = int((~keep).sum()), int((keep & ~described).sum())
-        left_out = [f"{unlabelled:,} without a true code in {', '.join(truth_cols)}"] if unlabelled else []
+        left_out = (
+            [f"{unlabelled:,} without a true code in {', '.join(truth_cols)}"] if unlabelled else []
+        )
         left_out += [f"{undescribed:,} without a description"] if undescribed else []
         kept = int((keep & described).sum())
         rows = f"{kept:,} labelled rows of {os.path.basename(path)}" + (
-            f", less {' and '.join(left_out)}" if left_out else "")
+            f", less {' and '.join(left_out)}" if left_out else ""
+        )
         if not kept:
-            raise UserError(f"{where}: none of its {len(frame):,} rows has both a description ({text_col}) and "
-                            f"a true code ({', '.join(truth_cols)}); fill the true codes of some rows")
+            raise UserError(
+                f"{where}: none of its {len(frame):,} rows has both a description ({text_col}) and "
+                f"a true code ({', '.join(truth_cols)}); fill the true codes of some rows"
+            )
     keep &= described
     context = frame[context_cols].reset_index(drop=True) if context_cols else None
-    _, model_texts, _, desc_chars = model._inputs(texts.reset_index(drop=True), langs.reset_index(drop=True),
-                                                  context, say_fit=False)
+    _, model_texts, _, desc_chars = model._inputs(
+        texts.reset_index(drop=True), langs.reset_index(drop=True), context, say_fit=False
+    )
     index = np.repeat(np.flatnonzero(keep), repeat[keep])
-    labelled = Labelled(np.asarray(model_texts, dtype=object)[index], langs.to_numpy(dtype=object)[index],
-                        [truth[i] for i in index], rows, np.asarray(lines)[index],
-                        None if desc_chars is None else np.asarray(desc_chars)[index])
+    labelled = Labelled(
+        np.asarray(model_texts, dtype=object)[index],
+        langs.to_numpy(dtype=object)[index],
+        [truth[i] for i in index],
+        rows,
+        np.asarray(lines)[index],
+        None if desc_chars is None else np.asarray(desc_chars)[index],
+    )
     if log is not None and len(labelled):  # as the input's: a language the model never trained with
         values, counts = np.unique(labelled.langs.astype(str), return_counts=True)
         note = language_note(model, dict(zip(values.tolist(), counts.tolist())), where)
@@ -631,18 +808,50 @@ def _first_blank(checked: np.ndarray) -> int:
 
 
 # ------------------------------------------------------------------ the choice
-def choose(predictor, head: str, accuracy: float, confidence: float, labelled: Labelled, levels=(),
-           top_k=None, threshold=None, batch_size: int = 256, rows_to_code=None) -> Target:
+def choose(
+    predictor,
+    head: str,
+    accuracy: float,
+    confidence: float,
+    labelled: Labelled,
+    levels=(),
+    top_k=None,
+    threshold=None,
+    batch_size: int = 256,
+    rows_to_code=None,
+) -> Target:
     """The threshold for `head` (mixer.coding.guarantee's procedure), chosen on `labelled`
     predicted here, as the new rows will be."""
     if not len(labelled):
         raise UserError("--target-accuracy: no labelled rows to choose a threshold on")
-    table = predictor.predict(labelled.texts, labelled.langs, head, top_k, threshold, batch_size, levels,
-                              desc_chars=labelled.desc_chars)
+    table = predictor.predict(
+        labelled.texts,
+        labelled.langs,
+        head,
+        top_k,
+        threshold,
+        batch_size,
+        levels,
+        desc_chars=labelled.desc_chars,
+    )
     full = predictor.formatter.block_size
     levels = tuple(sorted(levels, reverse=True))
-    probe = Target(head, accuracy, confidence, None, levels, full, "", None, 0.0, len(labelled), labelled.rows,
-                   top_k=top_k, flat_threshold=threshold, owner=id(predictor))
+    probe = Target(
+        head,
+        accuracy,
+        confidence,
+        None,
+        levels,
+        full,
+        "",
+        None,
+        0.0,
+        len(labelled),
+        labelled.rows,
+        top_k=top_k,
+        flat_threshold=threshold,
+        owner=id(predictor),
+    )
     return _sequence(probe, table, labelled.truth, rows_to_code)
 
 
@@ -678,20 +887,40 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
     delta = 1.0 - probe.confidence
     confidences, corrects = _by_level(probe, table, truth, predicted)
     if probe.levels:
-        choice, _ = guarantee.choose_with_levels(confidences, corrects, probe.accuracy, delta, rows_to_code)
+        choice, _ = guarantee.choose_with_levels(
+            confidences, corrects, probe.accuracy, delta, rows_to_code
+        )
     else:
-        choice = guarantee.choose_threshold(confidences[0], corrects[0], probe.accuracy, delta, rows_to_code)
+        choice = guarantee.choose_threshold(
+            confidences[0], corrects[0], probe.accuracy, delta, rows_to_code
+        )
     procedure = choice.procedure
     if probe.levels:
-        procedure += ", each grid point's coded rows counted at the level they are given (shorter codes)"
-    target = dataclasses.replace(probe, threshold=choice.threshold, procedure=procedure, bound=choice.bound,
-                                 coded_share=choice.coded_share, needed=choice.needed, note=choice.note,
-                                 cause=choice.cause)
+        procedure += (
+            ", each grid point's coded rows counted at the level they are given (shorter codes)"
+        )
+    target = dataclasses.replace(
+        probe,
+        threshold=choice.threshold,
+        procedure=procedure,
+        bound=choice.bound,
+        coded_share=choice.coded_share,
+        needed=choice.needed,
+        note=choice.note,
+        cause=choice.cause,
+    )
     if target.threshold is not None:
         level, _ = target.levels_given(table)
-        right = _right_given(right_by_level(truth, predicted, target.levels, target.full_length), level)
-        target = dataclasses.replace(target, by_level={int(L): (int((level == L).sum()), int(right[level == L].sum()))
-                                                       for L in sorted(set(level.tolist()) - {0}, reverse=True)})
+        right = _right_given(
+            right_by_level(truth, predicted, target.levels, target.full_length), level
+        )
+        target = dataclasses.replace(
+            target,
+            by_level={
+                int(L): (int((level == L).sum()), int(right[level == L].sum()))
+                for L in sorted(set(level.tolist()) - {0}, reverse=True)
+            },
+        )
     return target
 
 

@@ -30,9 +30,18 @@ from typing import Optional
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
 KEEP = 1 << 30  # 1 GiB: blocks up to this size come from the heap, which keeps up to this much free
-CHOSEN_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-CHOSEN_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold", "glibc.malloc.top_pad",
-                   "glibc.malloc.mmap_max")
+CHOSEN_VARIABLES = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+)
+CHOSEN_TUNABLES = (
+    "glibc.malloc.mmap_threshold",
+    "glibc.malloc.trim_threshold",
+    "glibc.malloc.top_pad",
+    "glibc.malloc.mmap_max",
+)
 
 _kept: Optional[str] = None  # what this process set, for the run's setup block
 
@@ -40,9 +49,11 @@ _kept: Optional[str] = None  # what this process set, for the run's setup block
 def user_chose_allocator(environ=None) -> bool:
     environ = os.environ if environ is None else environ
     tunables = environ.get("GLIBC_TUNABLES", "")
-    return (any(environ.get(name) for name in CHOSEN_VARIABLES)
-            or any(name in tunables for name in CHOSEN_TUNABLES)
-            or "malloc" in environ.get("LD_PRELOAD", ""))  # jemalloc, tcmalloc, mimalloc
+    return (
+        any(environ.get(name) for name in CHOSEN_VARIABLES)
+        or any(name in tunables for name in CHOSEN_TUNABLES)
+        or "malloc" in environ.get("LD_PRELOAD", "")
+    )  # jemalloc, tcmalloc, mimalloc
 
 
 def keep_freed_memory() -> Optional[str]:
@@ -59,8 +70,10 @@ def keep_freed_memory() -> Optional[str]:
     if not mallopt(M_MMAP_THRESHOLD, KEEP):  # glibc < 2.35: 32 MiB at most, too little to matter
         return None
     mallopt(M_TRIM_THRESHOLD, KEEP)
-    _kept = ("C allocator keeps freed memory for reuse (blocks up to 1 GiB; mixer.core.allocator: "
-             "MALLOC_* variables or an LD_PRELOAD allocator leave it as set)")
+    _kept = (
+        "C allocator keeps freed memory for reuse (blocks up to 1 GiB; mixer.core.allocator: "
+        "MALLOC_* variables or an LD_PRELOAD allocator leave it as set)"
+    )
     return _kept
 
 

@@ -2,10 +2,12 @@
 
 import re
 
-_TERMINAL_CODES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor
-                             r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, links
-                             r"|\x1b[@-_]?"  # other escapes
-                             r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # controls but \n, \r
+_TERMINAL_CODES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, links
+    r"|\x1b[@-_]?"  # other escapes
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+)  # controls but \n, \r
 
 
 class UserError(Exception):

@@ -62,8 +62,10 @@ def require(extra: str, flag: str, otherwise: str = "") -> None:
     """UserError naming the extra when its package is missing; `flag` is the one that needs it,
     `otherwise` a way around it."""
     if not has_extra(extra):
-        raise UserError(f"{flag} needs the {EXTRAS[extra][1]} package: {install_hint(extra)}"
-                        + (f"; {otherwise}" if otherwise else ""))
+        raise UserError(
+            f"{flag} needs the {EXTRAS[extra][1]} package: {install_hint(extra)}"
+            + (f"; {otherwise}" if otherwise else "")
+        )
 
 
 def check_training_config(config) -> None:
@@ -75,5 +77,8 @@ def check_training_config(config) -> None:
     encoder = config.model.encoder
     if encoder in PRETRAINED_PACKAGES and not config.model.initial_checkpoint:
         default = " (the default)" if encoder == "minilm-l6" else ""
-        require("quickstart", f"--encoder {encoder}{default}",
-                "or pass --encoder with a hub id, a local model directory or canine-small")
+        require(
+            "quickstart",
+            f"--encoder {encoder}{default}",
+            "or pass --encoder with a hub id, a local model directory or canine-small",
+        )

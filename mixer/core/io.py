@@ -127,8 +127,12 @@ def write_content(path: str, content) -> None:
 
 
 FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded"}
-FULL_TEXT = {"no space left on device": FULL[errno.ENOSPC], "os error 28": FULL[errno.ENOSPC],
-             "disk quota exceeded": FULL[errno.EDQUOT], "os error 122": FULL[errno.EDQUOT]}
+FULL_TEXT = {
+    "no space left on device": FULL[errno.ENOSPC],
+    "os error 28": FULL[errno.ENOSPC],
+    "disk quota exceeded": FULL[errno.EDQUOT],
+    "os error 122": FULL[errno.EDQUOT],
+}
 
 
 def disk_full(exc: BaseException) -> Optional[str]:

@@ -12,10 +12,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-def option(default=None, *, help: str, flags: tuple = (), type: Optional[str] = None,
-           nargs=None, choices=None, metavar=None, switch=False, group: str = "",
-           aliases: tuple = (), table: Optional[str] = None, works_with: tuple = (),
-           hidden: bool = False):
+
+def option(
+    default=None,
+    *,
+    help: str,
+    flags: tuple = (),
+    type: Optional[str] = None,
+    nargs=None,
+    choices=None,
+    metavar=None,
+    switch=False,
+    group: str = "",
+    aliases: tuple = (),
+    table: Optional[str] = None,
+    works_with: tuple = (),
+    hidden: bool = False,
+):
     """A field with its flag. flags: the option strings (default: --name-with-dashes).
     type: a check's name. switch: True for --x/--no-x, "on" for --x alone. group: its
     heading in --help. aliases: (flags, value, help) of flags that set one value (--fp16
@@ -23,10 +36,20 @@ def option(default=None, *, help: str, flags: tuple = (), type: Optional[str] = 
     this one. works_with: the fields one of which must be set for this one to act (given
     alone it is refused). hidden: a flag --help leaves out. Which program has which flag:
     config.PROGRAM_DIFFERENCES."""
-    metadata = {"flags": tuple(flags), "help": help, "type": type, "nargs": nargs,
-                "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
-                "switch": switch, "group": group, "aliases": tuple(aliases), "table": table,
-                "works_with": tuple(works_with), "hidden": hidden}
+    metadata = {
+        "flags": tuple(flags),
+        "help": help,
+        "type": type,
+        "nargs": nargs,
+        "choices": tuple(choices) if choices is not None else None,
+        "metavar": metavar,
+        "switch": switch,
+        "group": group,
+        "aliases": tuple(aliases),
+        "table": table,
+        "works_with": tuple(works_with),
+        "hidden": hidden,
+    }
     if isinstance(default, (list, dict)):
         value = default
         return dataclasses.field(default_factory=lambda: type_copy(value), metadata=metadata)

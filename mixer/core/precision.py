@@ -68,19 +68,28 @@ def native(precision: str, device: str, flags: Optional[set] = None) -> tuple[bo
     return bool(found), detail
 
 
-def resolve(requested: str, device: str, force: bool = False,
-            log: Callable[[str], None] = print, flags: Optional[set] = None) -> str:
+def resolve(
+    requested: str,
+    device: str,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+    flags: Optional[set] = None,
+) -> str:
     """The precision to run in: `requested` where the device computes in it, or when
     forced; otherwise fp32, with a one-line notice."""
     ok, detail = native(requested, device, flags)
     if ok:
         return requested
     if force:
-        log(f"note: --precision {requested} is emulated on {detail}: expect it to be slower "
-            "than fp32 (kept because of --force-precision)")
+        log(
+            f"note: --precision {requested} is emulated on {detail}: expect it to be slower "
+            "than fp32 (kept because of --force-precision)"
+        )
         return requested
-    log(f"note: {detail} has no {requested} arithmetic, so {requested} would be emulated and "
-        f"slower: running fp32 (pass --force-precision to run {requested} anyway)")
+    log(
+        f"note: {detail} has no {requested} arithmetic, so {requested} would be emulated and "
+        f"slower: running fp32 (pass --force-precision to run {requested} anyway)"
+    )
     return "fp32"
 
 

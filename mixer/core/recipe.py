@@ -22,12 +22,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-MIXER = {"learning_rate": 3e-4, "head_lr_scale": 5.0, "warmup_pct": 0.05, "dropout": 0.1,
-         "head_dropout": None, "augmentation_prob": 0.3, "num_transformations": 3,
-         "unk_lang_prob": 0.25, "eval_noise": 2}
-OCCCANINE_FINETUNE = {"learning_rate": 2e-5, "head_lr_scale": 1.0, "warmup_pct": 0.0,
-                      "dropout": 0.1, "head_dropout": 0.0, "augmentation_prob": 0.3,
-                      "num_transformations": 3, "unk_lang_prob": 0.25, "eval_noise": 2}
+MIXER = {
+    "learning_rate": 3e-4,
+    "head_lr_scale": 5.0,
+    "warmup_pct": 0.05,
+    "dropout": 0.1,
+    "head_dropout": None,
+    "augmentation_prob": 0.3,
+    "num_transformations": 3,
+    "unk_lang_prob": 0.25,
+    "eval_noise": 2,
+}
+OCCCANINE_FINETUNE = {
+    "learning_rate": 2e-5,
+    "head_lr_scale": 1.0,
+    "warmup_pct": 0.0,
+    "dropout": 0.1,
+    "head_dropout": 0.0,
+    "augmentation_prob": 0.3,
+    "num_transformations": 3,
+    "unk_lang_prob": 0.25,
+    "eval_noise": 2,
+}
 SECTION = {"dropout": "model", "head_dropout": "model"}  # the rest are training settings
 FLAG = {name: "--" + name.replace("_", "-") for name in MIXER}
 RESUMED = "; settings as the run being resumed used them"  # the why of a resumed run's recipe
@@ -42,14 +58,26 @@ class Recipe:
 
     def describe(self) -> str:
         v = self.values
-        heads = (f"heads x{v['head_lr_scale']:g}" if v["head_lr_scale"] != 1 else "one rate for encoder and heads")
-        dropout = (f"dropout {v['dropout']:g}" if v["head_dropout"] is None
-                   else f"dropout {v['dropout']:g} in the encoder, {v['head_dropout']:g} in the heads")
-        noise = (f"noise {v['augmentation_prob']:g} x {v['num_transformations']} edits"
-                 if v["augmentation_prob"] and v["num_transformations"] else "no noise")
-        line = (f"recipe: {self.name} ({self.why}): learning rate {v['learning_rate']:g}, {heads}, "
-                f"warm-up {v['warmup_pct']:g}, {dropout}, {noise}, unknown language "
-                f"{v['unk_lang_prob']:g}")
+        heads = (
+            f"heads x{v['head_lr_scale']:g}"
+            if v["head_lr_scale"] != 1
+            else "one rate for encoder and heads"
+        )
+        dropout = (
+            f"dropout {v['dropout']:g}"
+            if v["head_dropout"] is None
+            else f"dropout {v['dropout']:g} in the encoder, {v['head_dropout']:g} in the heads"
+        )
+        noise = (
+            f"noise {v['augmentation_prob']:g} x {v['num_transformations']} edits"
+            if v["augmentation_prob"] and v["num_transformations"]
+            else "no noise"
+        )
+        line = (
+            f"recipe: {self.name} ({self.why}): learning rate {v['learning_rate']:g}, {heads}, "
+            f"warm-up {v['warmup_pct']:g}, {dropout}, {noise}, unknown language "
+            f"{v['unk_lang_prob']:g}"
+        )
         if self.overridden:
             line += "; from your flags: " + ", ".join(FLAG[n] for n in self.overridden)
         return line
@@ -64,7 +92,11 @@ def choose(start, only_encoder: bool) -> tuple:
     mixer's for the rest."""
     if start.family == "occcanine":
         values = dict(OCCCANINE_FINETUNE)
-        what = "OccCANINE's model" if start.kind == "occcanine" else "a run of OccCANINE's architecture"
+        what = (
+            "OccCANINE's model"
+            if start.kind == "occcanine"
+            else "a run of OccCANINE's architecture"
+        )
         why = f"the run starts from {what} {start.origin}"
         if only_encoder:
             values["head_lr_scale"] = MIXER["head_lr_scale"]
@@ -102,8 +134,11 @@ def resolve(config, start, resumed: Optional[dict] = None):
             section[setting] = default
     if "dropout" in overridden and "head_dropout" not in overridden:
         values["head_dropout"] = model["head_dropout"] = None  # --dropout alone: every dropout
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, **model),
-                                 train=dataclasses.replace(config.train, **train))
+    config = dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, **model),
+        train=dataclasses.replace(config.train, **train),
+    )
     return config, Recipe(name, why, values, tuple(overridden))
 
 
@@ -114,8 +149,10 @@ def previous_settings(run_dir: str) -> Optional[dict]:
     import yaml
 
     args = os.path.join(run_dir, "args.yaml")
-    if not (os.path.exists(args) and any(os.path.exists(os.path.join(run_dir, f))
-                                         for f in ("last.pt", "last.prev.pt"))):
+    if not (
+        os.path.exists(args)
+        and any(os.path.exists(os.path.join(run_dir, f)) for f in ("last.pt", "last.prev.pt"))
+    ):
         return None
     with open(args, encoding="utf-8") as handle:
         values = yaml.safe_load(handle)

@@ -32,9 +32,14 @@ MIN_ROWS = 256
 
 def sparse_tables(model: nn.Module) -> List[str]:
     """Names of the trainable embedding weights that are synchronised by rows."""
-    return [f"{name}.weight" if name else "weight" for name, module in model.named_modules()
-            if isinstance(module, nn.Embedding) and module.num_embeddings >= MIN_ROWS
-            and module.weight.requires_grad and not module.sparse]
+    return [
+        f"{name}.weight" if name else "weight"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Embedding)
+        and module.num_embeddings >= MIN_ROWS
+        and module.weight.requires_grad
+        and not module.sparse
+    ]
 
 
 def no_grad_sync() -> None:
@@ -49,7 +54,8 @@ def take_out_of_ddp(model: nn.Module) -> Callable[[], None]:
     if not names:
         return no_grad_sync
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-        model, names)
+        model, names
+    )
     parameters = dict(model.named_parameters())
     tables = [parameters[name] for name in names]
     with torch.no_grad():
@@ -66,7 +72,9 @@ def sync_rows(tables: List[nn.Parameter]) -> None:
             table.grad = torch.zeros_like(table)
         grads.append(table.grad)
     # a row's L1 norm is 0 only when the row is all zeros (inf and NaN count as non-zero)
-    marks = torch.cat([torch.linalg.vector_norm(grad, 1, dim=1).ne(0) for grad in grads]).to(torch.uint8)
+    marks = torch.cat([torch.linalg.vector_norm(grad, 1, dim=1).ne(0) for grad in grads]).to(
+        torch.uint8
+    )
     dist.all_reduce(marks, op=dist.ReduceOp.MAX)
     rows = [part.nonzero().squeeze(1) for part in marks.bool().split([g.shape[0] for g in grads])]
     values = torch.cat([grad.index_select(0, r).reshape(-1) for grad, r in zip(grads, rows)])
@@ -77,5 +85,5 @@ def sync_rows(tables: List[nn.Parameter]) -> None:
     start = 0
     for grad, r in zip(grads, rows):
         size = r.numel() * grad.shape[1]
-        grad.index_copy_(0, r, values[start:start + size].view(r.numel(), grad.shape[1]))
+        grad.index_copy_(0, r, values[start : start + size].view(r.numel(), grad.shape[1]))
         start += size

@@ -40,12 +40,21 @@ def detect_launch(env: Mapping[str, str], local_rank_arg: Optional[int] = None) 
         # step) also sees SLURM_PROCID=0 and SLURM_NTASKS=N, but no SLURM_STEP_ID. The
         # step's own task count wins over the allocation's (srun --ntasks=1 inside N).
         world_size = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
-        nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_JOB_NUM_NODES")
-                    or env.get("SLURM_NNODES") or 1)
+        nodes = int(
+            env.get("SLURM_STEP_NUM_NODES")
+            or env.get("SLURM_JOB_NUM_NODES")
+            or env.get("SLURM_NNODES")
+            or 1
+        )
         per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE") or "0"
         local_world = int(per_node.split("(")[0].split(",")[0] or 0) or max(1, world_size // nodes)
-        return Launch(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0")), world_size,
-                      local_world, "slurm")
+        return Launch(
+            int(env["SLURM_PROCID"]),
+            int(env.get("SLURM_LOCALID", "0")),
+            world_size,
+            local_world,
+            "slurm",
+        )
     return None
 
 
@@ -55,7 +64,9 @@ def launched_as_one_of_several(env: Optional[Mapping[str, str]] = None) -> bool:
     return launch is not None and launch.world_size > 1
 
 
-def slurm_job_end(env: Optional[Mapping[str, str]] = None, run=None, now: Optional[float] = None) -> Optional[tuple]:
+def slurm_job_end(
+    env: Optional[Mapping[str, str]] = None, run=None, now: Optional[float] = None
+) -> Optional[tuple]:
     """(job id, the Unix time of the job's time limit) under Slurm, else None: from
     SLURM_JOB_END_TIME, else `squeue -j JOB -o %e` when squeue is there; None when
     neither tells (an interactive shell outside a job, no limit, squeue failing). A time
@@ -91,8 +102,9 @@ def squeue(job: str, field: str, env: Mapping[str, str], run=None):
     if program is None:
         return None
     try:
-        return (run or subprocess.run)([program, "-h", "-j", job, "-o", field], capture_output=True,
-                                       text=True, timeout=10)
+        return (run or subprocess.run)(
+            [program, "-h", "-j", job, "-o", field], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 

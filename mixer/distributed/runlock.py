@@ -29,8 +29,20 @@ from typing import Callable, Mapping, Optional
 from mixer.core.errors import UserError
 
 LOCK = ".lock"
-LIVE_SLURM_STATES = {"RUNNING", "PENDING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED",
-                     "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+LIVE_SLURM_STATES = {
+    "RUNNING",
+    "PENDING",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "STOPPED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+}
 
 
 def process_start(pid: int) -> Optional[str]:
@@ -47,9 +59,14 @@ def holder(env: Optional[Mapping[str, str]] = None) -> dict:
     """This process as a lock names it."""
     env = os.environ if env is None else env
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid),
-            "job": env.get("SLURM_JOB_ID"), "restart": env.get("SLURM_RESTART_COUNT", "0"),
-            "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": process_start(pid),
+        "job": env.get("SLURM_JOB_ID"),
+        "restart": env.get("SLURM_RESTART_COUNT", "0"),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def ended(other: dict, me: dict, env: Mapping[str, str], run=None) -> Optional[str]:
@@ -67,7 +84,9 @@ def ended(other: dict, me: dict, env: Mapping[str, str], run=None) -> Optional[s
         else:
             start = process_start(int(pid))
             if other.get("start") and start and start != other["start"]:
-                return f"its process {pid} on this host has ended (the id now names another process)"
+                return (
+                    f"its process {pid} on this host has ended (the id now names another process)"
+                )
         if pid is not None:
             return None  # a live process on this host
     job = other.get("job")
@@ -116,8 +135,12 @@ class Lock:
                 break
 
 
-def acquire(run_dir: str, log: Callable[[str], None] = print, env: Optional[Mapping[str, str]] = None,
-            run=None) -> Lock:
+def acquire(
+    run_dir: str,
+    log: Callable[[str], None] = print,
+    env: Optional[Mapping[str, str]] = None,
+    run=None,
+) -> Lock:
     """Take RUN/.lock (rank 0, before anything is written), or UserError naming its
     holder; a lock whose holder has ended is taken over, with a line saying why."""
     env = os.environ if env is None else env
@@ -134,7 +157,9 @@ def acquire(run_dir: str, log: Callable[[str], None] = print, env: Optional[Mapp
         other = _read(path)
         if other is None:  # gone meanwhile, or not a lock of this tool: look again
             if os.path.exists(path) and time.time() - _mtime(path) > 60:
-                raise UserError(f"{path}: not a lock of this tool; remove it if no run uses {run_dir}")
+                raise UserError(
+                    f"{path}: not a lock of this tool; remove it if no run uses {run_dir}"
+                )
             time.sleep(0.2)
             continue
         why = ended(other, me, env, run)
@@ -145,16 +170,22 @@ def acquire(run_dir: str, log: Callable[[str], None] = print, env: Optional[Mapp
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-            log(f"took over {path} from process {other.get('pid')} on host {other.get('host')}: {why}")
-    raise UserError(f"{run_dir}: another run is taking its lock ({path}) at this moment; run one at a time")
+            log(
+                f"took over {path} from process {other.get('pid')} on host {other.get('host')}: {why}"
+            )
+    raise UserError(
+        f"{run_dir}: another run is taking its lock ({path}) at this moment; run one at a time"
+    )
 
 
 def busy(run_dir: str, path: str, other: dict) -> UserError:
     job = f", Slurm job {other['job']}" if other.get("job") else ""
-    return UserError(f"{run_dir} is in use by another run (process {other.get('pid')} on host "
-                     f"{other.get('host')}{job}, since {other.get('since')}): two runs in one directory "
-                     f"would overwrite each other's files; wait for it, or use another --save-path. If that "
-                     f"run has ended (killed where this host cannot see), remove {path} and run again")
+    return UserError(
+        f"{run_dir} is in use by another run (process {other.get('pid')} on host "
+        f"{other.get('host')}{job}, since {other.get('since')}): two runs in one directory "
+        f"would overwrite each other's files; wait for it, or use another --save-path. If that "
+        f"run has ended (killed where this host cannot see), remove {path} and run again"
+    )
 
 
 def _create(path: str, me: dict) -> bool:

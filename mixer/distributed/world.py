@@ -23,8 +23,10 @@ from mixer.core.config import DistConfig
 from mixer.core.errors import PeerFailed, UserError, report
 from mixer.distributed.launch import Launch, detect_launch  # noqa: F401 - re-exported
 
-LAUNCH_HINT = ("launch with: torchrun --nproc_per_node=N {program} --distributed ... "
-               "(or srun under Slurm; see docs/distributed.md)")
+LAUNCH_HINT = (
+    "launch with: torchrun --nproc_per_node=N {program} --distributed ... "
+    "(or srun under Slurm; see docs/distributed.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,12 @@ class World:
         return max(1, self.world_size // max(1, self.local_world_size))
 
 
-def setup(cfg: DistConfig, log: Callable[[str], None] = print,
-          env: Optional[Mapping[str, str]] = None, program: str = "finetune.py") -> World:
+def setup(
+    cfg: DistConfig,
+    log: Callable[[str], None] = print,
+    env: Optional[Mapping[str, str]] = None,
+    program: str = "finetune.py",
+) -> World:
     """Choose the device and start the process group when launched for it. `program`: the
     script the messages name (finetune.py trains, predict.py predicts)."""
     env = os.environ if env is None else env
@@ -59,20 +65,26 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
     cuda = torch.cuda.is_available()
     if launch is None or (launch.world_size == 1 and not cfg.distributed):
         if cfg.distributed:
-            raise UserError("--distributed was given but no launcher set RANK/WORLD_SIZE; "
-                            + LAUNCH_HINT.format(program=program))
+            raise UserError(
+                "--distributed was given but no launcher set RANK/WORLD_SIZE; "
+                + LAUNCH_HINT.format(program=program)
+            )
         device = "cuda:0" if cuda else "cpu"
         if cuda:
             torch.cuda.set_device(0)
         return World(device=device)
     if not cfg.distributed and launch.rank == 0:
-        log(f"note: WORLD_SIZE={launch.world_size} set by {launch.launcher}; "
-            f"{'predicting' if program == 'predict.py' else 'training'} with --distributed")
+        log(
+            f"note: WORLD_SIZE={launch.world_size} set by {launch.launcher}; "
+            f"{'predicting' if program == 'predict.py' else 'training'} with --distributed"
+        )
     if launch.launcher == "slurm":
         for name in ("MASTER_ADDR", "MASTER_PORT"):
             if name not in env:
-                raise UserError(f"Slurm launch without {name}; export it in the sbatch script "
-                                "(see scripts/slurm_multi_node.sbatch)")
+                raise UserError(
+                    f"Slurm launch without {name}; export it in the sbatch script "
+                    "(see scripts/slurm_multi_node.sbatch)"
+                )
     backend = cfg.backend or ("nccl" if cuda else "gloo")
     if backend == "nccl" and not cuda:
         raise UserError("--backend nccl needs CUDA GPUs; use --backend gloo on CPU")
@@ -83,8 +95,10 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
         elif visible == 1:  # srun --gpus-per-task=1: each task sees only its own GPU
             index = 0
         else:
-            raise UserError(f"local rank {launch.local_rank} but only {visible} GPU(s) visible "
-                            "on this node; lower --nproc_per_node")
+            raise UserError(
+                f"local rank {launch.local_rank} but only {visible} GPU(s) visible "
+                "on this node; lower --nproc_per_node"
+            )
         torch.cuda.set_device(index)  # before the process group: NCCL binds to it
         device = f"cuda:{index}"
     else:
@@ -92,11 +106,22 @@ def setup(cfg: DistConfig, log: Callable[[str], None] = print,
     timeout = timedelta(seconds=cfg.dist_timeout)
     global _STARTED
     _STARTED = True
-    dist.init_process_group(backend=backend, store=_store(env, launch, timeout), rank=launch.rank,
-                            world_size=launch.world_size, timeout=timeout)
-    return World(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
-                 local_world_size=launch.local_world_size, device=device, backend=backend,
-                 launcher=launch.launcher)
+    dist.init_process_group(
+        backend=backend,
+        store=_store(env, launch, timeout),
+        rank=launch.rank,
+        world_size=launch.world_size,
+        timeout=timeout,
+    )
+    return World(
+        rank=launch.rank,
+        local_rank=launch.local_rank,
+        world_size=launch.world_size,
+        local_world_size=launch.local_world_size,
+        device=device,
+        backend=backend,
+        launcher=launch.launcher,
+    )
 
 
 def _store(env: Mapping[str, str], launch: Launch, timeout: timedelta):
@@ -104,10 +129,17 @@ def _store(env: Mapping[str, str], launch: Launch, timeout: timedelta):
     after `--max-restarts` the new workers must not read the addresses that
     the dead workers published."""
     agent_hosts = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), launch.world_size,
-                          is_master=launch.rank == 0 and not agent_hosts, timeout=timeout,
-                          wait_for_workers=False)
-    prefixed = dist.PrefixStore(f"mixer/attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    store = dist.TCPStore(
+        env["MASTER_ADDR"],
+        int(env["MASTER_PORT"]),
+        launch.world_size,
+        is_master=launch.rank == 0 and not agent_hosts,
+        timeout=timeout,
+        wait_for_workers=False,
+    )
+    prefixed = dist.PrefixStore(
+        f"mixer/attempt_{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store
+    )
     _STORE[0] = prefixed
     return prefixed
 
@@ -176,8 +208,9 @@ def broadcast_object(value: Any, world: World, src: int = 0) -> Any:
     return box[0]
 
 
-def main_first(fn: Callable[[], Any], world: World,
-               others: Optional[Callable[[], Any]] = None) -> Any:
+def main_first(
+    fn: Callable[[], Any], world: World, others: Optional[Callable[[], Any]] = None
+) -> Any:
     """Rank 0 runs fn while the others wait; then the others run `others` (by
     default fn too), reading what rank 0 wrote. The others wait on the
     rendezvous store with no time limit, not in a collective bounded by
@@ -225,7 +258,9 @@ def _agree_on_failure(fn, world: World):
     _AGREEMENTS[0] += 1
     name = f"agree/{_AGREEMENTS[0]}"
     store = _STORE[0]
-    if failure is not None:  # its message first: a peer told of it may exit, and torchrun then stops this rank
+    if (
+        failure is not None
+    ):  # its message first: a peer told of it may exit, and torchrun then stops this rank
         report(failure, world.rank)
     store.set(f"{name}/{world.rank}", "failed" if failure is not None else "ok")
     keys = [f"{name}/{rank}" for rank in range(world.world_size)]

@@ -48,8 +48,10 @@ def load_file(path: str) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"{path}: refused to load: it holds objects other than tensors and "
-                              f"plain values, so loading it could run code ({first_line(exc, 120)})")
+        raise CheckpointError(
+            f"{path}: refused to load: it holds objects other than tensors and "
+            f"plain values, so loading it could run code ({first_line(exc, 120)})"
+        )
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a complete checkpoint ({first_line(exc, 120)})")
     if not isinstance(state, dict) or "model" not in state:
@@ -69,7 +71,9 @@ class Checkpointer:
         previous = os.path.join(self.run_dir, PREVIOUS)
 
         def write(tmp: str) -> None:
-            with open(tmp, "wb") as handle:  # a full disk then raises OSError (ENOSPC), not torch's riddle
+            with open(
+                tmp, "wb"
+            ) as handle:  # a full disk then raises OSError (ENOSPC), not torch's riddle
                 torch.save(state, handle)
             if os.path.exists(path):  # keep the last good one until the new one is in place
                 os.replace(path, previous)
@@ -101,8 +105,10 @@ class Checkpointer:
             except CheckpointError as exc:
                 self.log(f"warning: {exc}; trying the previous checkpoint")
         if found:
-            raise CheckpointError(f"{self.run_dir}: no checkpoint loads ({', '.join(found)}); "
-                                  "move them away to start over, or use a new --save-path")
+            raise CheckpointError(
+                f"{self.run_dir}: no checkpoint loads ({', '.join(found)}); "
+                "move them away to start over, or use a new --save-path"
+            )
         return None
 
     def load_latest(self) -> Optional[dict]:

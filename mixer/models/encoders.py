@@ -18,13 +18,27 @@ from mixer.core.extras import PRETRAINED_PACKAGES
 
 CANINE_PRESETS = {
     # for tests: about 0.3M parameters
-    "canine-tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_hash_buckets=1024, num_hash_functions=4,
-                        max_position_embeddings=512, downsampling_rate=2, upsampling_kernel_size=2),
+    "canine-tiny": dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_hash_buckets=1024,
+        num_hash_functions=4,
+        max_position_embeddings=512,
+        downsampling_rate=2,
+        upsampling_kernel_size=2,
+    ),
     # about 10M parameters, random weights
-    "canine-small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                         intermediate_size=1024, num_hash_buckets=16384, num_hash_functions=8,
-                         max_position_embeddings=2048),
+    "canine-small": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        num_hash_buckets=16384,
+        num_hash_functions=8,
+        max_position_embeddings=2048,
+    ),
     # google/canine-s architecture, random weights
     "canine-s-random": dict(),
 }
@@ -49,20 +63,41 @@ class CanineTokenizerFiles:
     AutoTokenizer, the same tokenizer)."""
 
     pad_token_id = 0  # the code point 0
-    SPECIAL = {0: "\u0000", 0xE000: "\ue000", 0xE001: "\ue001", 0xE003: "\ue003"}  # pad, CLS, SEP, MASK
+    SPECIAL = {
+        0: "\u0000",
+        0xE000: "\ue000",
+        0xE001: "\ue001",
+        0xE003: "\ue003",
+    }  # pad, CLS, SEP, MASK
 
     def save_pretrained(self, directory: str) -> None:
         import json
 
         from mixer.core.io import atomic_write
 
-        config = {"add_prefix_space": False, "backend": "custom", "model_max_length": 2048,
-                  "tokenizer_class": "CanineTokenizer",
-                  "pad_token": "\u0000", "bos_token": "\ue000", "cls_token": "\ue000",
-                  "eos_token": "\ue001", "sep_token": "\ue001", "mask_token": "\ue003",
-                  "added_tokens_decoder": {str(i): dict(content=c, lstrip=False, normalized=False, rstrip=False,
-                                                        single_word=False, special=True)
-                                           for i, c in self.SPECIAL.items()}}
+        config = {
+            "add_prefix_space": False,
+            "backend": "custom",
+            "model_max_length": 2048,
+            "tokenizer_class": "CanineTokenizer",
+            "pad_token": "\u0000",
+            "bos_token": "\ue000",
+            "cls_token": "\ue000",
+            "eos_token": "\ue001",
+            "sep_token": "\ue001",
+            "mask_token": "\ue003",
+            "added_tokens_decoder": {
+                str(i): dict(
+                    content=c,
+                    lstrip=False,
+                    normalized=False,
+                    rstrip=False,
+                    single_word=False,
+                    special=True,
+                )
+                for i, c in self.SPECIAL.items()
+            },
+        }
         text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
         def write(path: str) -> None:
@@ -79,13 +114,21 @@ def package_model_dir(name: str) -> str:
     if spec is None or spec.origin is None:
         from mixer.core.extras import install_hint
 
-        raise UserError(f"--encoder {name} needs the package {pip_name}: {install_hint('quickstart')}")
+        raise UserError(
+            f"--encoder {name} needs the package {pip_name}: {install_hint('quickstart')}"
+        )
     return os.path.join(os.path.dirname(spec.origin), sub)
 
 
 def set_dropout_in_config(config, dropout: float) -> None:
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
-                 "attention_dropout", "classifier_dropout", "activation_dropout"):
+    for name in (
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "dropout",
+        "attention_dropout",
+        "classifier_dropout",
+        "activation_dropout",
+    ):
         if getattr(config, name, None) is not None:
             setattr(config, name, dropout)
 
@@ -122,8 +165,9 @@ def build_encoder(name: str, dropout: float) -> Encoder:
 
         config = CanineConfig(**CANINE_PRESETS[name])
         set_dropout_in_config(config, dropout)
-        return Encoder(CanineModel(config), CanineTokenizerFiles(),
-                       f"preset {name} (random weights)")
+        return Encoder(
+            CanineModel(config), CanineTokenizerFiles(), f"preset {name} (random weights)"
+        )
     path = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
     if name not in PRETRAINED_PACKAGES:
         hub_or_local(name)
@@ -133,9 +177,11 @@ def build_encoder(name: str, dropout: float) -> Encoder:
         model = AutoModel.from_pretrained(path, config=config)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        raise UserError(f"--encoder {name}: cannot load it ({first_line(exc)}); use a preset "
-                        f"({', '.join(PRESETS)}), a local model directory, or a hub id with "
-                        "network access or a filled HF_HOME cache")
+        raise UserError(
+            f"--encoder {name}: cannot load it ({first_line(exc)}); use a preset "
+            f"({', '.join(PRESETS)}), a local model directory, or a hub id with "
+            "network access or a filled HF_HOME cache"
+        )
     return Encoder(model, tokenizer, f"{name} (pretrained weights from {path})")
 
 
@@ -152,8 +198,11 @@ def encoder_from_run(run_dir: str, dropout: float = 0.0) -> Encoder:
     config = AutoConfig.from_pretrained(os.path.join(run_dir, "encoder"))
     set_dropout_in_config(config, dropout)
     model = AutoModel.from_config(config)
-    tokenizer = (CanineTokenizerFiles() if config.model_type == "canine"
-                 else AutoTokenizer.from_pretrained(os.path.join(run_dir, "tokenizer")))
+    tokenizer = (
+        CanineTokenizerFiles()
+        if config.model_type == "canine"
+        else AutoTokenizer.from_pretrained(os.path.join(run_dir, "tokenizer"))
+    )
     return Encoder(model, tokenizer, f"architecture saved in {run_dir}")
 
 
@@ -174,17 +223,25 @@ def light_token_ids(name: str, recipe, run_dir: str | None = None):
     from mixer.data.inputs.tokens import BackendIds, CanineIds, token_ids_for
 
     if run_dir is not None:
-        config_dir, tokenizer_dir = os.path.join(run_dir, "encoder"), os.path.join(run_dir, "tokenizer")
+        config_dir, tokenizer_dir = (
+            os.path.join(run_dir, "encoder"),
+            os.path.join(run_dir, "tokenizer"),
+        )
     elif name in CANINE_PRESETS:
         return CanineIds(recipe)
     elif name in PRETRAINED_PACKAGES or os.path.isdir(name):
-        config_dir = tokenizer_dir = package_model_dir(name) if name in PRETRAINED_PACKAGES else name
+        config_dir = tokenizer_dir = (
+            package_model_dir(name) if name in PRETRAINED_PACKAGES else name
+        )
     else:  # a hub id: transformers knows how to fetch it
         from transformers import AutoConfig, AutoTokenizer
 
         hub_or_local(name)
         try:
-            config, tokenizer = AutoConfig.from_pretrained(name), AutoTokenizer.from_pretrained(name)
+            config, tokenizer = (
+                AutoConfig.from_pretrained(name),
+                AutoTokenizer.from_pretrained(name),
+            )
         except (OSError, ValueError) as exc:
             raise UserError(f"--encoder {name}: cannot load its tokenizer ({first_line(exc)})")
         return token_ids_for(tokenizer, getattr(config, "model_type", ""), recipe)

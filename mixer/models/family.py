@@ -43,16 +43,42 @@ class Family:
     seq2seq_order: str  # ranked | decoded
 
 
-MIXER = Family("mixer", flat_reads_pooler=False, sinusoidal_decoder=False, decoder_reads_padding=False,
-               decoder_ff_ratio=4, decoder_layers=None, decoder_heads=None, new_heads_have_a_form=False,
-               keeps_input_recipe=False, tokens="mixer", top_k=None, tf32=True,
-               flat_keep_best=True, flat_strict=False, seq2seq_order="ranked")
+MIXER = Family(
+    "mixer",
+    flat_reads_pooler=False,
+    sinusoidal_decoder=False,
+    decoder_reads_padding=False,
+    decoder_ff_ratio=4,
+    decoder_layers=None,
+    decoder_heads=None,
+    new_heads_have_a_form=False,
+    keeps_input_recipe=False,
+    tokens="mixer",
+    top_k=None,
+    tf32=True,
+    flat_keep_best=True,
+    flat_strict=False,
+    seq2seq_order="ranked",
+)
 # As OccCANINE's own code runs its models: predictions exact (no TF32), k_pred 5,
 # probability > threshold with no code forced, the decoder's codes as written.
-OCCCANINE = Family("occcanine", flat_reads_pooler=True, sinusoidal_decoder=True, decoder_reads_padding=True,
-                   decoder_ff_ratio=1, decoder_layers=3, decoder_heads=8, new_heads_have_a_form=True,
-                   keeps_input_recipe=True, tokens="occcanine", top_k=5, tf32=False,
-                   flat_keep_best=False, flat_strict=True, seq2seq_order="decoded")
+OCCCANINE = Family(
+    "occcanine",
+    flat_reads_pooler=True,
+    sinusoidal_decoder=True,
+    decoder_reads_padding=True,
+    decoder_ff_ratio=1,
+    decoder_layers=3,
+    decoder_heads=8,
+    new_heads_have_a_form=True,
+    keeps_input_recipe=True,
+    tokens="occcanine",
+    top_k=5,
+    tf32=False,
+    flat_keep_best=False,
+    flat_strict=True,
+    seq2seq_order="decoded",
+)
 
 FAMILIES = {f.name: f for f in (MIXER, OCCCANINE)}
 

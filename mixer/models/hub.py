@@ -48,19 +48,27 @@ def announce(repo_id: str, log: Optional[Callable[[str], None]] = None) -> None:
     (log or say)(f"fetching Hugging Face model {repo_id}")
 
 
-def fetch(repo_id: str, source_flag: str, log: Optional[Callable[[str], None]] = None,
-          allow_patterns=("*.json", "*.safetensors")) -> str:
+def fetch(
+    repo_id: str,
+    source_flag: str,
+    log: Optional[Callable[[str], None]] = None,
+    allow_patterns=("*.json", "*.safetensors"),
+) -> str:
     """The local directory of a hub repository: from huggingface_hub's cache, or
     downloaded (HF_HUB_OFFLINE=1: the cache only)."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise UserError(f"{source_flag} {repo_id}: fetching hub models needs huggingface_hub: "
-                        "pip install huggingface_hub")
+        raise UserError(
+            f"{source_flag} {repo_id}: fetching hub models needs huggingface_hub: "
+            "pip install huggingface_hub"
+        )
     announce(repo_id, log)
     try:
         return snapshot_download(repo_id, allow_patterns=list(allow_patterns))
     except Exception as exc:  # noqa: BLE001 - huggingface_hub raises many kinds
-        raise UserError(f"{source_flag} {repo_id}: not in the Hugging Face cache and not downloadable "
-                        f"({first_line(exc, 160)}); download it where there is network (huggingface-cli "
-                        f"download {repo_id}), or pass a local directory")
+        raise UserError(
+            f"{source_flag} {repo_id}: not in the Hugging Face cache and not downloadable "
+            f"({first_line(exc, 160)}); download it where there is network (huggingface-cli "
+            f"download {repo_id}), or pass a local directory"
+        )

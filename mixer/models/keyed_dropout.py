@@ -72,7 +72,9 @@ def combine(*parts) -> np.ndarray:
     key = np.zeros(np.broadcast(*[np.asarray(p) for p in parts]).shape, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for part in parts:
-            key = mix64_numpy(key * np.uint64(31) + np.asarray(part).astype(np.uint64) + np.uint64(GAMMA))
+            key = mix64_numpy(
+                key * np.uint64(31) + np.asarray(part).astype(np.uint64) + np.uint64(GAMMA)
+            )
     return key
 
 
@@ -80,8 +82,11 @@ def row_keys(seed: int, epochs, positions) -> torch.Tensor:
     """(rows,) int64: the key of each row's draw: seed, epoch and position in the epoch's
     order (the position names the draw; the sampler maps it to the row, whichever rank,
     layout or restart takes it)."""
-    key = combine(np.uint64(seed % (1 << 64)), np.asarray(epochs, dtype=np.int64),
-                  np.asarray(positions, dtype=np.int64))
+    key = combine(
+        np.uint64(seed % (1 << 64)),
+        np.asarray(epochs, dtype=np.int64),
+        np.asarray(positions, dtype=np.int64),
+    )
     return torch.from_numpy(key.view(np.int64).copy())
 
 
@@ -127,7 +132,9 @@ def element_index(shape, device) -> torch.Tensor:
     index = torch.zeros((1,) * (dims + 1), dtype=torch.int64, device=device)
     for axis, size in enumerate(shape):
         if size >= 1 << COORD_BITS:
-            raise ValueError(f"keyed dropout: a dimension of {size} (at most {(1 << COORD_BITS) - 1})")
+            raise ValueError(
+                f"keyed dropout: a dimension of {size} (at most {(1 << COORD_BITS) - 1})"
+            )
         view = [1] * (dims + 1)
         view[axis + 1] = size
         stride = COORD_BITS * (dims - 1 - axis)
@@ -169,7 +176,9 @@ def keyed_dropout(x: torch.Tensor, p: float, module: int, training: bool = True)
     if p >= 1.0:
         return x * 0.0
     if x.size(0) != keys.size(0):
-        raise RuntimeError(f"keyed dropout: a tensor of {x.size(0)} rows in a batch of {keys.size(0)}")
+        raise RuntimeError(
+            f"keyed dropout: a tensor of {x.size(0)} rows in a batch of {keys.size(0)}"
+        )
     keep = keep_mask(keys, module, tuple(x.shape[1:]), p)
     return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))
 
@@ -218,7 +227,9 @@ def _attention_configs(model: nn.Module) -> list:
         config = getattr(module, "config", None)
         if config is None or not hasattr(config, "_attn_implementation_internal"):
             continue
-        if getattr(config, "model_type", "") == "canine":  # its attention applies a module: keyed already
+        if (
+            getattr(config, "model_type", "") == "canine"
+        ):  # its attention applies a module: keyed already
             continue
         found[id(config)] = config
     return list(found.values()) if dropping else []
@@ -234,7 +245,9 @@ def _switch_attention(model: nn.Module) -> list:
     return switched
 
 
-def keyed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_kwargs):
+def keyed_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_kwargs
+):
     """transformers' eager attention, its probabilities dropped with the keyed mask
     (query, key, value: (rows, heads, length, head_dim))."""
     if scaling is None:

@@ -23,8 +23,9 @@ def multi_hot(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
     return out[:, :num_labels]
 
 
-def block_costs(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int,
-                block_size: int) -> torch.Tensor:
+def block_costs(
+    seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int, block_size: int
+) -> torch.Tensor:
     """cost[r, i, j]: mean cross-entropy of target block i read from predicted block j."""
     rows, vocab = seq_logits.size(0), seq_logits.size(-1)
     log_probs = seq_logits[:, : num_blocks * block_size].float().log_softmax(-1)
@@ -37,8 +38,13 @@ def block_costs(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int
     return -picked.mean(-1)
 
 
-def seq2seq_row_loss(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks: int,
-                     block_size: int, pad_id: int = MIXER_PAD) -> torch.Tensor:
+def seq2seq_row_loss(
+    seq_logits: torch.Tensor,
+    targets: torch.Tensor,
+    num_blocks: int,
+    block_size: int,
+    pad_id: int = MIXER_PAD,
+) -> torch.Tensor:
     """Order-invariant seq2seq loss per row.
 
     A target block holding a code costs the cheapest predicted block; an empty
@@ -48,11 +54,14 @@ def seq2seq_row_loss(seq_logits: torch.Tensor, targets: torch.Tensor, num_blocks
     costs = block_costs(seq_logits, targets, num_blocks, block_size)  # (r, i, j)
     best = costs.min(dim=2).values
     aligned = costs.diagonal(dim1=1, dim2=2)
-    is_code = targets[:, : num_blocks * block_size].view(-1, num_blocks, block_size)[..., 0] != pad_id
+    is_code = (
+        targets[:, : num_blocks * block_size].view(-1, num_blocks, block_size)[..., 0] != pad_id
+    )
     block_loss = torch.where(is_code, best, aligned)  # (r, i)
     tail = num_blocks * block_size
-    eos_loss = F.cross_entropy(seq_logits[:, tail:].float().flatten(0, 1),
-                               targets[:, tail:].flatten(), reduction="none")
+    eos_loss = F.cross_entropy(
+        seq_logits[:, tail:].float().flatten(0, 1), targets[:, tail:].flatten(), reduction="none"
+    )
     eos_loss = eos_loss.view(targets.size(0), -1).sum(1)
     total_positions = targets.size(1)
     return (block_loss.sum(1) * block_size + eos_loss) / total_positions
@@ -67,16 +76,25 @@ def flat_row_loss(flat_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     return F.binary_cross_entropy_with_logits(flat_logits.float(), target, reduction="none").sum(1)
 
 
-def row_losses(flat_logits, seq_logits, labels, targets, num_blocks, block_size, seq2seq_weight,
-               pad_id: int = MIXER_PAD):
+def row_losses(
+    flat_logits,
+    seq_logits,
+    labels,
+    targets,
+    num_blocks,
+    block_size,
+    seq2seq_weight,
+    pad_id: int = MIXER_PAD,
+):
     """(total, seq2seq, flat) per row."""
     seq = seq2seq_row_loss(seq_logits, targets, num_blocks, block_size, pad_id)
     flat = flat_row_loss(flat_logits, labels)
     return seq2seq_weight * seq + (1.0 - seq2seq_weight) * flat, seq, flat
 
 
-def step_loss(row_total: torch.Tensor, weights: torch.Tensor, global_rows: int,
-              world_size: int) -> torch.Tensor:
+def step_loss(
+    row_total: torch.Tensor, weights: torch.Tensor, global_rows: int, world_size: int
+) -> torch.Tensor:
     """This micro-batch's share of the global-batch mean, scaled for DDP's averaging.
     `weights` is 1 per real row and 0 for a placeholder row (mixer.data.inputs.dataset.StepSampler)."""
     return (row_total * weights).sum() * (world_size / global_rows)

@@ -94,8 +94,11 @@ class BlockDecoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.decoder_dim)
         if self.sinusoidal:
             self.embed_scale = math.sqrt(cfg.decoder_dim)
-            self.register_buffer("position_table", sinusoidal_positions(cfg.max_positions, cfg.decoder_dim),
-                                 persistent=False)
+            self.register_buffer(
+                "position_table",
+                sinusoidal_positions(cfg.max_positions, cfg.decoder_dim),
+                persistent=False,
+            )
             self.position_dropout = nn.Dropout(cfg.dropout)
             self.memory_proj = nn.Identity()
             self.norm = nn.Identity()
@@ -104,14 +107,22 @@ class BlockDecoder(nn.Module):
             self.position = nn.Embedding(cfg.target_len + 1, cfg.decoder_dim)
             self.memory_proj = nn.Linear(memory_dim, cfg.decoder_dim)
             self.norm = nn.LayerNorm(cfg.decoder_dim)
-        layer = nn.TransformerDecoderLayer(cfg.decoder_dim, cfg.decoder_heads, cfg.feed_forward,
-                                           cfg.dropout, batch_first=True, norm_first=not self.sinusoidal)
+        layer = nn.TransformerDecoderLayer(
+            cfg.decoder_dim,
+            cfg.decoder_heads,
+            cfg.feed_forward,
+            cfg.dropout,
+            batch_first=True,
+            norm_first=not self.sinusoidal,
+        )
         self.layers = nn.TransformerDecoder(layer, cfg.decoder_layers)
         self.out = nn.Linear(cfg.decoder_dim, cfg.vocab_size)
         self.mask_memory_padding = not cfg.reads_padding
 
     def embed_tokens(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        hidden = self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
+        hidden = (
+            self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
+        )
         positions = torch.arange(start, start + tokens.size(1), device=tokens.device)
         if self.sinusoidal:
             return self.position_dropout(hidden + self.position_table[positions].to(hidden.dtype))
@@ -122,15 +133,27 @@ class BlockDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor):
         """Logits for every position (teacher forcing): (rows, length, vocab)."""
-        if self.training and keyed_dropout.current_rows() is not None and any(
-                layer.self_attn.dropout > 0 or layer.multihead_attn.dropout > 0 for layer in self.layers.layers):
+        if (
+            self.training
+            and keyed_dropout.current_rows() is not None
+            and any(
+                layer.self_attn.dropout > 0 or layer.multihead_attn.dropout > 0
+                for layer in self.layers.layers
+            )
+        ):
             return self.keyed_forward(tokens, memory, memory_pad)
         length = tokens.size(1)
         hidden = self.embed_tokens(tokens)
-        causal = nn.Transformer.generate_square_subsequent_mask(length, device=tokens.device,
-                                                                dtype=hidden.dtype)
-        hidden = self.layers(hidden, self.memory_proj(memory), tgt_mask=causal, tgt_is_causal=True,
-                             memory_key_padding_mask=self.memory_padding(memory_pad))
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            length, device=tokens.device, dtype=hidden.dtype
+        )
+        hidden = self.layers(
+            hidden,
+            self.memory_proj(memory),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            memory_key_padding_mask=self.memory_padding(memory_pad),
+        )
         return self.out(self.norm(hidden))
 
     def keyed_forward(self, tokens: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor):
@@ -145,13 +168,19 @@ class BlockDecoder(nn.Module):
         causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
         for layer in self.layers.layers:
             hidden = _decoder_layer(
-                layer, hidden,
+                layer,
+                hidden,
                 lambda h: layer.dropout1(_attend_keyed(layer.self_attn, h, h, causal)),
-                lambda h: layer.dropout2(_attend_keyed(layer.multihead_attn, h, memory, cross_allowed)))
+                lambda h: layer.dropout2(
+                    _attend_keyed(layer.multihead_attn, h, memory, cross_allowed)
+                ),
+            )
         return self.out(self.norm(hidden))
 
     # ------------------------------------------------------------ cached decoding
-    def start_cache(self, memory: torch.Tensor, memory_pad: Optional[torch.Tensor]) -> "DecoderCache":
+    def start_cache(
+        self, memory: torch.Tensor, memory_pad: Optional[torch.Tensor]
+    ) -> "DecoderCache":
         """Keys and values of the memory, once per row and layer."""
         memory = self.memory_proj(memory)
         cross = [_heads_kv(layer.multihead_attn, memory) for layer in self.layers.layers]
@@ -170,7 +199,9 @@ class BlockDecoder(nn.Module):
         return self.out(self.norm(hidden))
 
     def _embed_at(self, tokens: torch.Tensor, position: int, rows: int) -> torch.Tensor:
-        hidden = self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
+        hidden = (
+            self.embed(tokens) * self.embed_scale if self.embed_scale != 1.0 else self.embed(tokens)
+        )
         if self.sinusoidal:
             hidden = self.position_dropout(hidden + self.position_table[position].to(hidden.dtype))
         else:
@@ -196,9 +227,11 @@ class DecoderCache:
     def select(self, rows: torch.Tensor) -> "DecoderCache":
         """The cache of some rows (repeated as asked): the search over the key uses it."""
         pick = lambda kv: None if kv is None else (kv[0][rows], kv[1][rows])  # noqa: E731
-        return DecoderCache([pick(kv) for kv in self.cross],
-                            None if self.allowed is None else self.allowed[rows],
-                            [pick(kv) for kv in self.self_kv])
+        return DecoderCache(
+            [pick(kv) for kv in self.cross],
+            None if self.allowed is None else self.allowed[rows],
+            [pick(kv) for kv in self.self_kv],
+        )
 
 
 @dataclass
@@ -212,16 +245,20 @@ class TreeCache:
 
     @classmethod
     def start(cls, cache: DecoderCache) -> "TreeCache":  # one node: the BOS prefix
-        return cls(cache.cross, cache.allowed,
-                   [(k.unsqueeze(1), v.unsqueeze(1)) for k, v in cache.self_kv])
+        return cls(
+            cache.cross, cache.allowed, [(k.unsqueeze(1), v.unsqueeze(1)) for k, v in cache.self_kv]
+        )
 
     def grow(self, parent_of: torch.Tensor) -> "TreeCache":
         """The parents' keys and values for each node of the next level."""
-        return TreeCache(self.cross, self.allowed,
-                         [(k[:, parent_of], v[:, parent_of]) for k, v in self.self_kv])
+        return TreeCache(
+            self.cross, self.allowed, [(k[:, parent_of], v[:, parent_of]) for k, v in self.self_kv]
+        )
 
 
-def _layer_tree_step(layer: nn.TransformerDecoderLayer, x: torch.Tensor, tree: TreeCache, index: int):
+def _layer_tree_step(
+    layer: nn.TransformerDecoderLayer, x: torch.Tensor, tree: TreeCache, index: int
+):
     """One decoder layer for one new token per node: x (rows, nodes, dim)."""
     attention = layer.self_attn
     heads = attention.num_heads
@@ -246,8 +283,11 @@ def _layer_tree_step(layer: nn.TransformerDecoderLayer, x: torch.Tensor, tree: T
     return _decoder_layer(layer, x, self_attention, cross_attention)
 
 
-def _decoder_layer(layer: nn.TransformerDecoderLayer, x: torch.Tensor, self_attention, cross_attention):
+def _decoder_layer(
+    layer: nn.TransformerDecoderLayer, x: torch.Tensor, self_attention, cross_attention
+):
     """nn.TransformerDecoderLayer's residual wiring around the given attentions."""
+
     def feed_forward(h):
         return layer.dropout3(layer.linear2(layer.dropout(layer.activation(layer.linear1(h)))))
 
@@ -268,8 +308,8 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 def _heads_kv(attention: nn.MultiheadAttention, source: torch.Tensor):
     dim = attention.embed_dim
     weight, bias = attention.in_proj_weight, attention.in_proj_bias
-    keys = F.linear(source, weight[dim:2 * dim], None if bias is None else bias[dim:2 * dim])
-    values = F.linear(source, weight[2 * dim:], None if bias is None else bias[2 * dim:])
+    keys = F.linear(source, weight[dim : 2 * dim], None if bias is None else bias[dim : 2 * dim])
+    values = F.linear(source, weight[2 * dim :], None if bias is None else bias[2 * dim :])
     return _split_heads(keys, attention.num_heads), _split_heads(values, attention.num_heads)
 
 
@@ -284,25 +324,35 @@ def _attend(attention: nn.MultiheadAttention, query_in: torch.Tensor, keys, valu
     return attention.out_proj(out)
 
 
-def _attend_keyed(attention: nn.MultiheadAttention, query_in: torch.Tensor, source: torch.Tensor, allowed):
+def _attend_keyed(
+    attention: nn.MultiheadAttention, query_in: torch.Tensor, source: torch.Tensor, allowed
+):
     """nn.MultiheadAttention in training, its probabilities (rows, heads, queries, keys)
     dropped with the keyed mask of the module's id."""
     dim = attention.embed_dim
     weight, bias = attention.in_proj_weight, attention.in_proj_bias
-    query = _split_heads(F.linear(query_in, weight[:dim], None if bias is None else bias[:dim]),
-                         attention.num_heads)
+    query = _split_heads(
+        F.linear(query_in, weight[:dim], None if bias is None else bias[:dim]), attention.num_heads
+    )
     keys, values = _heads_kv(attention, source)
     scores = torch.matmul(query, keys.transpose(-2, -1)) * (query.size(-1) ** -0.5)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = keyed_dropout.keyed_dropout(scores.softmax(-1), attention.dropout,
-                                        getattr(attention, "_keyed_dropout_id", 0), attention.training)
+    probs = keyed_dropout.keyed_dropout(
+        scores.softmax(-1),
+        attention.dropout,
+        getattr(attention, "_keyed_dropout_id", 0),
+        attention.training,
+    )
     out = torch.matmul(probs, values).transpose(1, 2).reshape(query_in.shape)
     return attention.out_proj(out)
 
 
-def _layer_step(layer: nn.TransformerDecoderLayer, x: torch.Tensor, cache: DecoderCache, index: int):
+def _layer_step(
+    layer: nn.TransformerDecoderLayer, x: torch.Tensor, cache: DecoderCache, index: int
+):
     """One decoder layer for new positions x (rows, new, dim), reading and growing the cache."""
+
     def self_attention(h):
         keys, values = _heads_kv(layer.self_attn, h)
         old = cache.self_kv[index]
@@ -408,7 +458,9 @@ class MixerModel(nn.Module):
         rows, block_size = states.size(0), blocks.size(1)
         cache = self.decoder.start_cache(states, attention_mask == 0)
         bos = torch.full((rows, 1), self.cfg.bos_id, dtype=torch.long, device=states.device)
-        log_next = self.decoder.step(bos, cache).float().log_softmax(-1).unsqueeze(1)  # (rows, 1, V)
+        log_next = (
+            self.decoder.step(bos, cache).float().log_softmax(-1).unsqueeze(1)
+        )  # (rows, 1, V)
         parents = torch.zeros(blocks.size(0), dtype=torch.long, device=blocks.device)
         node_of_code = parents
         node_logp = torch.zeros(rows, 1, device=states.device)
@@ -430,7 +482,9 @@ class MixerModel(nn.Module):
     def generate(self, states, attention_mask, steps: int):
         """Greedy decoding: (token ids, their probabilities), each (rows, steps)."""
         cache = self.decoder.start_cache(states, attention_mask == 0)
-        token = torch.full((states.size(0), 1), self.cfg.bos_id, dtype=torch.long, device=states.device)
+        token = torch.full(
+            (states.size(0), 1), self.cfg.bos_id, dtype=torch.long, device=states.device
+        )
         tokens, probs = [], []
         for _ in range(steps):
             logits = self.decoder.step(token, cache).float()

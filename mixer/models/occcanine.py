@@ -34,12 +34,29 @@ from mixer.data.labels.normalise import hisco_key
 from mixer.data.inputs.tokens import OCCCANINE_MAX_LEN
 from mixer.models.family import OCCCANINE
 
-HUB_MODELS = ("Christianvedel/OccCANINE_s2s_mix", "Christianvedel/OccCANINE_OCC1950",
-              "Christianvedel/OccCANINE_ISCO68", "Christianvedel/OccCANINE_OCCICEM")
+HUB_MODELS = (
+    "Christianvedel/OccCANINE_s2s_mix",
+    "Christianvedel/OccCANINE_OCC1950",
+    "Christianvedel/OccCANINE_ISCO68",
+    "Christianvedel/OccCANINE_OCCICEM",
+)
 # OccCANINE's flat thresholds per language (histocc/prediction_assets.py); other languages 0.31
-LANGUAGE_THRESHOLDS = {"unk": 0.31, "ca": 0.3, "da": 0.24, "ge": 0.21, "en": 0.26, "es": 0.3,
-                       "fr": 0.21, "gr": 0.19, "is": 0.17, "it": 0.2, "nl": 0.22, "no": 0.34,
-                       "pt": 0.27, "se": 0.26}
+LANGUAGE_THRESHOLDS = {
+    "unk": 0.31,
+    "ca": 0.3,
+    "da": 0.24,
+    "ge": 0.21,
+    "en": 0.26,
+    "es": 0.3,
+    "fr": 0.21,
+    "gr": 0.19,
+    "is": 0.17,
+    "it": 0.2,
+    "nl": 0.22,
+    "no": 0.34,
+    "pt": 0.27,
+    "se": 0.26,
+}
 DEFAULT_THRESHOLD = 0.31
 MODEL_DOMAIN = "Multilingual_CANINE"
 MAX_INPUT_LEN = OCCCANINE_MAX_LEN  # OccCANINE pads and cuts every input to 128 characters
@@ -55,10 +72,13 @@ NAME_MAP = [
     (r"decoder\.decoder\.layers\.(\d+)\.(.+)", r"decoder.layers.layers.\1.\2"),
     (r"decoder\.head\.(weight|bias)", r"decoder.out.\1"),
 ]
-REVERSE_MAP = [(r"encoder\.(.+)", r"encoder.\1"), (r"flat_head\.(weight|bias)", r"linear_decoder.\1"),
-               (r"decoder\.embed\.weight", r"decoder.token_emb.embedding.weight"),
-               (r"decoder\.layers\.layers\.(\d+)\.(.+)", r"decoder.decoder.layers.\1.\2"),
-               (r"decoder\.out\.(weight|bias)", r"decoder.head.\1")]
+REVERSE_MAP = [
+    (r"encoder\.(.+)", r"encoder.\1"),
+    (r"flat_head\.(weight|bias)", r"linear_decoder.\1"),
+    (r"decoder\.embed\.weight", r"decoder.token_emb.embedding.weight"),
+    (r"decoder\.layers\.layers\.(\d+)\.(.+)", r"decoder.decoder.layers.\1.\2"),
+    (r"decoder\.out\.(weight|bias)", r"decoder.head.\1"),
+]
 
 
 def rename(name: str, table) -> Optional[str]:
@@ -116,7 +136,9 @@ def is_occcanine_checkpoint(path: str) -> bool:
     state = _load_checkpoint(path, "--checkpoint")
     model = state.get("model", state) if isinstance(state, dict) else {}
     return isinstance(model, dict) and any(
-        k.startswith(("linear_decoder.", "decoder.token_emb.", "encoder.char_embeddings.")) for k in model)
+        k.startswith(("linear_decoder.", "decoder.token_emb.", "encoder.char_embeddings."))
+        for k in model
+    )
 
 
 # ------------------------------------------------------------------ reading
@@ -129,8 +151,10 @@ def read(source: str, source_flag: str = "--checkpoint", log=None) -> OccSource:
     path = hub.fetch(source, source_flag, log) if hub.is_hub_id(source) else source
     if os.path.isdir(path):
         if not is_hub_directory(path):
-            raise UserError(f"{source_flag} {source}: not OccCANINE's hub layout (config.json with "
-                            "model_domain) nor a mixer run directory")
+            raise UserError(
+                f"{source_flag} {source}: not OccCANINE's hub layout (config.json with "
+                "model_domain) nor a mixer run directory"
+            )
         found = _read_hub_directory(source, path, source_flag)
     else:
         found = _read_checkpoint(source, path, source_flag)
@@ -145,15 +169,19 @@ def _read_hub_directory(origin: str, path: str, source_flag: str) -> OccSource:
     with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
     if config.get("model_domain") != MODEL_DOMAIN:
-        raise UserError(f"{source_flag} {origin}: model_domain {config.get('model_domain')!r}; only "
-                        f"{MODEL_DOMAIN} (CANINE) models can be read")
+        raise UserError(
+            f"{source_flag} {origin}: model_domain {config.get('model_domain')!r}; only "
+            f"{MODEL_DOMAIN} (CANINE) models can be read"
+        )
     weights = os.path.join(path, "model.safetensors")
     if not os.path.exists(weights):
         raise UserError(f"{source_flag} {origin}: no model.safetensors beside its config.json")
     try:
         state = load_file(weights)
     except (SafetensorError, OSError) as exc:
-        raise UserError(f"{source_flag} {origin}: model.safetensors does not load ({str(exc)[:120]})")
+        raise UserError(
+            f"{source_flag} {origin}: model.safetensors does not load ({str(exc)[:120]})"
+        )
     key = chars = None
     key_path, chars_path = os.path.join(path, "key.json"), os.path.join(path, "chars.json")
     if os.path.exists(key_path):
@@ -173,9 +201,11 @@ def _load_checkpoint(path: str, source_flag: str):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise UserError(f"{source_flag} {path}: refused to load: it holds objects other than tensors "
-                        f"and plain values, so loading it could run code "
-                        f"({first_line(exc, 120)}); re-save it with only tensors and plain values")
+        raise UserError(
+            f"{source_flag} {path}: refused to load: it holds objects other than tensors "
+            f"and plain values, so loading it could run code "
+            f"({first_line(exc, 120)}); re-save it with only tensors and plain values"
+        )
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise UserError(f"{source_flag} {path}: not a complete checkpoint ({first_line(exc, 120)})")
 
@@ -193,7 +223,9 @@ def _read_checkpoint(origin: str, path: str, source_flag: str) -> OccSource:
 
             table = pd.read_csv(beside, dtype={"system_code": str}, keep_default_na=False)
             if not {"system_code", "code"} <= set(table.columns):
-                raise UserError(f"{source_flag} {origin}: {beside} needs columns system_code and code")
+                raise UserError(
+                    f"{source_flag} {origin}: {beside} needs columns system_code and code"
+                )
             key = dict(zip(table["system_code"], table["code"].astype(int)))
     return _source(origin, "training checkpoint", path, state, key, chars, {}, source_flag)
 
@@ -201,18 +233,33 @@ def _read_checkpoint(origin: str, path: str, source_flag: str) -> OccSource:
 def _source(origin, kind, path, state, key, chars, config, source_flag) -> OccSource:
     bad = [k for k in state if rename(k, NAME_MAP) is None and k != POSITIONS]
     if bad:
-        raise UserError(f"{source_flag} {origin}: tensor {bad[0]!r} is not part of OccCANINE's mixer "
-                        "model (only its CANINE + flat head + decoder models are read; the older "
-                        "flat-only and seq2seq-only models are not)")
-    flat_rows = state["linear_decoder.weight"].shape[0] if "linear_decoder.weight" in state else None
-    vocab = state["decoder.token_emb.embedding.weight"].shape[0] if "decoder.token_emb.embedding.weight" in state else None
+        raise UserError(
+            f"{source_flag} {origin}: tensor {bad[0]!r} is not part of OccCANINE's mixer "
+            "model (only its CANINE + flat head + decoder models are read; the older "
+            "flat-only and seq2seq-only models are not)"
+        )
+    flat_rows = (
+        state["linear_decoder.weight"].shape[0] if "linear_decoder.weight" in state else None
+    )
+    vocab = (
+        state["decoder.token_emb.embedding.weight"].shape[0]
+        if "decoder.token_emb.embedding.weight" in state
+        else None
+    )
     if key is None:
         hisco = hisco_key()
-        if flat_rows not in (None, len(hisco)) or vocab not in (None, len(OCCCANINE_HISCO_SYMBOLS) + 6):
-            raise UserError(f"{source_flag} {origin}: no key (key.json, a 'key' in the checkpoint, or "
-                            f"key.csv beside it) and the heads ({flat_rows} codes, {vocab} decoder "
-                            "tokens) are not HISCO's; put the key beside it")
-        return OccSource(origin, kind, path, state, list(hisco["code"]), "hisco", None, False, 5, config)
+        if flat_rows not in (None, len(hisco)) or vocab not in (
+            None,
+            len(OCCCANINE_HISCO_SYMBOLS) + 6,
+        ):
+            raise UserError(
+                f"{source_flag} {origin}: no key (key.json, a 'key' in the checkpoint, or "
+                f"key.csv beside it) and the heads ({flat_rows} codes, {vocab} decoder "
+                "tokens) are not HISCO's; put the key beside it"
+            )
+        return OccSource(
+            origin, kind, path, state, list(hisco["code"]), "hisco", None, False, 5, config
+        )
     codes = _key_list(key, origin, source_flag)
     within = any("," in c for c in codes)
     block = max(len(c.split(",")) if within else len(c) for c in codes)
@@ -231,7 +278,9 @@ def _key_list(key, origin, source_flag) -> list:
         raise UserError(f"{source_flag} {origin}: its key is not a mapping of code -> index")
     indices = [i for i, _ in pairs]
     if indices != list(range(len(indices))):
-        raise UserError(f"{source_flag} {origin}: its key's indices are not 0 .. {len(indices) - 1}")
+        raise UserError(
+            f"{source_flag} {origin}: its key's indices are not 0 .. {len(indices) - 1}"
+        )
     return [code for _, code in pairs]
 
 
@@ -249,15 +298,25 @@ def canine_config(state: dict, overrides: Optional[dict] = None):
         return tuple(tensor.shape)
 
     hidden = shape("char_embeddings.LayerNorm.weight")[0]
-    hashes = sorted(k for k in state if re.fullmatch(r"encoder\.char_embeddings\.HashBucketCodepointEmbedder_\d+\.weight", k))
-    layers = {int(m.group(1)) for k in state if (m := re.match(r"encoder\.encoder\.layer\.(\d+)\.", k))}
-    values = dict(hidden_size=hidden, num_hidden_layers=len(layers),
-                  num_attention_heads=max(1, hidden // 64),
-                  intermediate_size=shape("encoder.layer.0.intermediate.dense.weight")[0],
-                  num_hash_functions=len(hashes), num_hash_buckets=shape(hashes[0].split("encoder.", 1)[1])[0],
-                  downsampling_rate=shape("chars_to_molecules.conv.weight")[2],
-                  upsampling_kernel_size=shape("projection.conv.weight")[2],
-                  type_vocab_size=shape("char_embeddings.token_type_embeddings.weight")[0])
+    hashes = sorted(
+        k
+        for k in state
+        if re.fullmatch(r"encoder\.char_embeddings\.HashBucketCodepointEmbedder_\d+\.weight", k)
+    )
+    layers = {
+        int(m.group(1)) for k in state if (m := re.match(r"encoder\.encoder\.layer\.(\d+)\.", k))
+    }
+    values = dict(
+        hidden_size=hidden,
+        num_hidden_layers=len(layers),
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=shape("encoder.layer.0.intermediate.dense.weight")[0],
+        num_hash_functions=len(hashes),
+        num_hash_buckets=shape(hashes[0].split("encoder.", 1)[1])[0],
+        downsampling_rate=shape("chars_to_molecules.conv.weight")[2],
+        upsampling_kernel_size=shape("projection.conv.weight")[2],
+        type_vocab_size=shape("char_embeddings.token_type_embeddings.weight")[0],
+    )
     values.update(overrides or {})
     return CanineConfig(**values)
 
@@ -265,20 +324,33 @@ def canine_config(state: dict, overrides: Optional[dict] = None):
 def formatter_of(source: OccSource) -> CodeFormatter:
     """The code layout of the source's decoder."""
     if source.system == "hisco":
-        return CodeFormatter(kind="hisco", block_size=5, max_num_codes=5, tokens="occcanine",
-                             alphabet=list(OCCCANINE_HISCO_SYMBOLS), allow_short=True)
+        return CodeFormatter(
+            kind="hisco",
+            block_size=5,
+            max_num_codes=5,
+            tokens="occcanine",
+            alphabet=list(OCCCANINE_HISCO_SYMBOLS),
+            allow_short=True,
+        )
     block = max(len(c.split(",")) if source.use_within_block_sep else len(c) for c in source.key)
-    return CodeFormatter(kind="general", block_size=block, max_num_codes=source.max_num_codes,
-                         use_within_block_sep=source.use_within_block_sep, tokens="occcanine",
-                         alphabet=[str(c) for c in (source.chars or default_chars())],
-                         allow_short=True)
+    return CodeFormatter(
+        kind="general",
+        block_size=block,
+        max_num_codes=source.max_num_codes,
+        use_within_block_sep=source.use_within_block_sep,
+        tokens="occcanine",
+        alphabet=[str(c) for c in (source.chars or default_chars())],
+        allow_short=True,
+    )
 
 
 def default_chars() -> list:
     """OccCANINE's general-purpose symbols when a model has no chars.json."""
     import string
 
-    chars = [str(i) for i in range(-999, 1000)] + list(string.ascii_letters) + list(string.punctuation)
+    chars = (
+        [str(i) for i in range(-999, 1000)] + list(string.ascii_letters) + list(string.punctuation)
+    )
     return [c for c in chars if c not in ("&", ",")]
 
 
@@ -286,13 +358,25 @@ def heads_config(source: OccSource, formatter: CodeFormatter, hidden: int, dropo
     from mixer.models.model import HeadsConfig
 
     state = source.state
-    ff = state["decoder.decoder.layers.0.linear1.weight"].shape[0] if "decoder.decoder.layers.0.linear1.weight" in state \
+    ff = (
+        state["decoder.decoder.layers.0.linear1.weight"].shape[0]
+        if "decoder.decoder.layers.0.linear1.weight" in state
         else int(source.config.get("decoder_dim_feedforward") or hidden)
-    return HeadsConfig(num_labels=len(source.key), vocab_size=formatter.vocab_size,
-                       target_len=formatter.target_len, decoder_dim=hidden,
-                       decoder_layers=DECODER_LAYERS, decoder_heads=DECODER_HEADS, dropout=dropout,
-                       family=OCCCANINE.name, bos_id=formatter.bos_id, decoder_ff=ff,
-                       max_positions=MAX_INPUT_LEN, decoder_reads_padding=True)  # as OccCANINE's code runs it
+    )
+    return HeadsConfig(
+        num_labels=len(source.key),
+        vocab_size=formatter.vocab_size,
+        target_len=formatter.target_len,
+        decoder_dim=hidden,
+        decoder_layers=DECODER_LAYERS,
+        decoder_heads=DECODER_HEADS,
+        dropout=dropout,
+        family=OCCCANINE.name,
+        bos_id=formatter.bos_id,
+        decoder_ff=ff,
+        max_positions=MAX_INPUT_LEN,
+        decoder_reads_padding=True,
+    )  # as OccCANINE's code runs it
 
 
 def _check_architecture(source: OccSource, source_flag: str) -> None:
@@ -301,22 +385,34 @@ def _check_architecture(source: OccSource, source_flag: str) -> None:
         return  # an encoder alone (e.g. OCCC-PST2's converted checkpoints): --only-encoder
     rows = state["linear_decoder.weight"].shape[0]
     if rows != len(source.key):
-        raise UserError(f"{source_flag} {source.origin}: its key has {len(source.key)} codes but its flat "
-                        f"head has {rows} rows; the key does not belong to these weights")
+        raise UserError(
+            f"{source_flag} {source.origin}: its key has {len(source.key)} codes but its flat "
+            f"head has {rows} rows; the key does not belong to these weights"
+        )
     vocab = state["decoder.token_emb.embedding.weight"].shape[0]
     expected = formatter_of(source).vocab_size
     if vocab != expected:
-        raise UserError(f"{source_flag} {source.origin}: its decoder has {vocab} tokens, but "
-                        f"{'HISCO' if source.system == 'hisco' else 'its chars.json / key'} gives "
-                        f"{expected}; pass the chars.json it was trained with")
-    layers = {int(m.group(1)) for k in state if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
+        raise UserError(
+            f"{source_flag} {source.origin}: its decoder has {vocab} tokens, but "
+            f"{'HISCO' if source.system == 'hisco' else 'its chars.json / key'} gives "
+            f"{expected}; pass the chars.json it was trained with"
+        )
+    layers = {
+        int(m.group(1)) for k in state if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))
+    }
     if layers != set(range(DECODER_LAYERS)):
-        raise UserError(f"{source_flag} {source.origin}: its decoder has {len(layers)} layers; "
-                        f"OccCANINE's has {DECODER_LAYERS}")
+        raise UserError(
+            f"{source_flag} {source.origin}: its decoder has {len(layers)} layers; "
+            f"OccCANINE's has {DECODER_LAYERS}"
+        )
 
 
-def to_mixer_state(source: OccSource, model_state: dict, only_encoder: bool = False,
-                   flat_rows_may_differ: bool = False) -> dict:
+def to_mixer_state(
+    source: OccSource,
+    model_state: dict,
+    only_encoder: bool = False,
+    flat_rows_may_differ: bool = False,
+) -> dict:
     """The source's tensors under mixer's names, checked against mixer's model
     (`model_state`): every tensor present, every shape the same (the flat head's rows
     may differ when the caller matches them by code)."""
@@ -329,8 +425,10 @@ def to_mixer_state(source: OccSource, model_state: dict, only_encoder: bool = Fa
         if name == POSITIONS:
             table = sinusoidal_positions(tensor.shape[0], tensor.shape[-1]).unsqueeze(1)
             if tensor.shape != table.shape or not torch.allclose(tensor.float(), table, atol=1e-5):
-                raise UserError(f"{source.origin}: its {POSITIONS} is not the sinusoidal table of "
-                                "OccCANINE's decoder")
+                raise UserError(
+                    f"{source.origin}: its {POSITIONS} is not the sinusoidal table of "
+                    "OccCANINE's decoder"
+                )
             continue
         mixer_name = rename(name, NAME_MAP)
         if only_encoder and not mixer_name.startswith("encoder."):
@@ -340,14 +438,22 @@ def to_mixer_state(source: OccSource, model_state: dict, only_encoder: bool = Fa
     missing = [k for k in wanted if k not in out]
     if missing:
         hint = " (it holds an encoder only: pass --only-encoder)" if not source.has_heads else ""
-        raise UserError(f"{source.origin} lacks {len(missing)} tensor(s) the model needs, e.g. "
-                        f"{rename(missing[0], REVERSE_MAP) or missing[0]}{hint}")
-    differ = [f"{rename(k, REVERSE_MAP)} {tuple(v.shape)} vs {tuple(wanted[k].shape)}"
-              for k, v in out.items() if k in wanted and tuple(v.shape) != tuple(wanted[k].shape)
-              and not (flat_rows_may_differ and k.startswith("flat_head."))]
+        raise UserError(
+            f"{source.origin} lacks {len(missing)} tensor(s) the model needs, e.g. "
+            f"{rename(missing[0], REVERSE_MAP) or missing[0]}{hint}"
+        )
+    differ = [
+        f"{rename(k, REVERSE_MAP)} {tuple(v.shape)} vs {tuple(wanted[k].shape)}"
+        for k, v in out.items()
+        if k in wanted
+        and tuple(v.shape) != tuple(wanted[k].shape)
+        and not (flat_rows_may_differ and k.startswith("flat_head."))
+    ]
     if differ:
-        raise UserError(f"{source.origin}: shapes do not fit the architecture its tensors "
-                        f"declare ({'; '.join(differ[:3])})")
+        raise UserError(
+            f"{source.origin}: shapes do not fit the architecture its tensors "
+            f"declare ({'; '.join(differ[:3])})"
+        )
     return {k: v for k, v in out.items() if k in wanted}
 
 
@@ -369,9 +475,14 @@ def to_occcanine_state(model_state: dict, hidden: int) -> dict:
 def hub_config(formatter: CodeFormatter, num_labels: int, feed_forward: int, hidden: int) -> dict:
     """config.json as OccCANINE's Seq2SeqMixerOccCANINE_hub reads it."""
     num_classes = [formatter.vocab_size - 1] * (formatter.target_len + 1)  # BOS + blocks + EOS
-    config = {"model_domain": MODEL_DOMAIN, "model_type": "seq2seq_mixer",
-              "n_classes": num_labels - 1, "num_classes_flat": num_labels,
-              "num_classes": num_classes, "dropout_rate": 0}
+    config = {
+        "model_domain": MODEL_DOMAIN,
+        "model_type": "seq2seq_mixer",
+        "n_classes": num_labels - 1,
+        "num_classes_flat": num_labels,
+        "num_classes": num_classes,
+        "dropout_rate": 0,
+    }
     if feed_forward != hidden:
         config["decoder_dim_feedforward"] = feed_forward
     return config

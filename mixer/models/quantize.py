@@ -34,9 +34,11 @@ from typing import Optional
 from mixer.core.errors import UserError
 
 QUANTIZE_MODES = ("int8",)
-APPROXIMATE_NOTE = ("note: --quantize int8: the encoder's linear layers compute in int8, so probabilities are "
-                    "approximate and a few codes may differ from fp32's (agreement measured in "
-                    "docs/performance.md)")
+APPROXIMATE_NOTE = (
+    "note: --quantize int8: the encoder's linear layers compute in int8, so probabilities are "
+    "approximate and a few codes may differ from fp32's (agreement measured in "
+    "docs/performance.md)"
+)
 
 
 def check_quantize(mode: Optional[str], device: str, precision: str) -> None:
@@ -44,11 +46,15 @@ def check_quantize(mode: Optional[str], device: str, precision: str) -> None:
     if mode is None:
         return
     if mode not in QUANTIZE_MODES:
-        raise UserError(f"quantize={mode!r}: choose {', '.join(QUANTIZE_MODES)} (or leave it out for fp32)")
+        raise UserError(
+            f"quantize={mode!r}: choose {', '.join(QUANTIZE_MODES)} (or leave it out for fp32)"
+        )
     if not str(device).startswith("cpu"):
-        raise UserError(f"--quantize {mode} runs on CPUs (PyTorch's dynamic quantization); on a GPU "
-                        "leave it out (or pass --precision bf16), or hide the GPU to predict on the CPU "
-                        "(CUDA_VISIBLE_DEVICES= python predict.py ..., or mixer.load(..., device='cpu'))")
+        raise UserError(
+            f"--quantize {mode} runs on CPUs (PyTorch's dynamic quantization); on a GPU "
+            "leave it out (or pass --precision bf16), or hide the GPU to predict on the CPU "
+            "(CUDA_VISIBLE_DEVICES= python predict.py ..., or mixer.load(..., device='cpu'))"
+        )
     if precision != "fp32":
         raise UserError(f"--quantize {mode} computes in int8 and fp32; leave --precision at fp32")
 
@@ -62,7 +68,9 @@ def quantize(model, mode: Optional[str]):
     return model
 
 
-def quantize_encoder(encoder, mode: str = "int8", per_channel: bool = False, keep_fp32: Optional[str] = None):
+def quantize_encoder(
+    encoder, mode: str = "int8", per_channel: bool = False, keep_fp32: Optional[str] = None
+):
     """The encoder's linear layers in int8, in place. per_channel: one weight scale per output
     row instead of one per layer; keep_fp32: a regular expression of the layer names left in
     fp32. The defaults are --quantize's; the other choices are measured against them by
@@ -73,14 +81,25 @@ def quantize_encoder(encoder, mode: str = "int8", per_channel: bool = False, kee
     import torch
 
     try:
-        from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+        from torch.ao.quantization import (
+            default_dynamic_qconfig,
+            per_channel_dynamic_qconfig,
+            quantize_dynamic,
+        )
     except ImportError:
-        raise UserError(f"--quantize {mode}: this torch ({torch.__version__}) has no "
-                        "torch.ao.quantization.quantize_dynamic; predict in fp32")
+        raise UserError(
+            f"--quantize {mode}: this torch ({torch.__version__}) has no "
+            "torch.ao.quantization.quantize_dynamic; predict in fp32"
+        )
     qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-    layers = {name: qconfig for name, module in encoder.named_modules()
-              if isinstance(module, torch.nn.Linear) and not (keep_fp32 and re.search(keep_fp32, name))}
-    with warnings.catch_warnings():  # its deprecation notices: the module docstring says why it is used
+    layers = {
+        name: qconfig
+        for name, module in encoder.named_modules()
+        if isinstance(module, torch.nn.Linear) and not (keep_fp32 and re.search(keep_fp32, name))
+    }
+    with (
+        warnings.catch_warnings()
+    ):  # its deprecation notices: the module docstring says why it is used
         warnings.simplefilter("ignore")
         quantize_dynamic(encoder, layers, dtype=torch.qint8, inplace=True)
     return encoder

@@ -74,7 +74,9 @@ def run_of_best(source: str) -> str:
         path = os.path.dirname(path)
     if os.path.basename(path) in (BEST_DIR, f".{BEST_DIR}.old"):
         run = os.path.dirname(path) or "."
-        kept = any(os.path.isdir(os.path.join(run, name)) for name in (BEST_DIR, f".{BEST_DIR}.old"))
+        kept = any(
+            os.path.isdir(os.path.join(run, name)) for name in (BEST_DIR, f".{BEST_DIR}.old")
+        )
         if kept and is_run_directory(run):  # a run without a best is not read as its last step
             return run
     return source
@@ -103,12 +105,16 @@ def locate(source: str) -> tuple:
 def describe(source: str, model_dir: str, weights: str, config: dict) -> str:
     """model_of's line for the weights `locate` found, from their config.json as read."""
     if os.path.basename(model_dir) == BEST_DIR and os.path.isdir(source):
-        return (f"{weights_line(model_dir, weights, model_dir, config)}; the weights of its last step: "
-                f"--checkpoint {os.path.join(source, MODEL_FILE)}")
+        return (
+            f"{weights_line(model_dir, weights, model_dir, config)}; the weights of its last step: "
+            f"--checkpoint {os.path.join(source, MODEL_FILE)}"
+        )
     if os.path.basename(model_dir) == f".{BEST_DIR}.old" and os.path.isdir(source):
-        return (f"{weights_line(model_dir, weights, model_dir, config)} (the best model an interrupted "
-                f"write left aside; the run puts it back as {os.path.join(source, BEST_DIR)} when it "
-                f"continues); the weights of its last step: --checkpoint {os.path.join(source, MODEL_FILE)}")
+        return (
+            f"{weights_line(model_dir, weights, model_dir, config)} (the best model an interrupted "
+            f"write left aside; the run puts it back as {os.path.join(source, BEST_DIR)} when it "
+            f"continues); the weights of its last step: --checkpoint {os.path.join(source, MODEL_FILE)}"
+        )
     line = weights_line(model_dir, weights, source, config)
     if source.endswith(".safetensors") and is_run_directory(os.path.join(model_dir, BEST_DIR)):
         line += f"; its best evaluation's: --checkpoint {model_dir}"
@@ -136,13 +142,21 @@ def read_model(source: str, source_flag: str, read) -> tuple:
             config = run_config(model_dir)
             result = read(model_dir, weights, config)
             if not replaceable or run_config(model_dir) == config:
-                return model_dir, weights, describe(source, model_dir, weights, config), config, result
+                return (
+                    model_dir,
+                    weights,
+                    describe(source, model_dir, weights, config),
+                    config,
+                    result,
+                )
         except (OSError, ValueError, UserError):
             if not replaceable or attempt == READ_ATTEMPTS - 1:
                 raise
-        time.sleep(0.05 * 2 ** attempt)
-    raise UserError(f"{source_flag} {source}: its best model was replaced {READ_ATTEMPTS} times while it was "
-                    "read (a run is writing it); run the command again")
+        time.sleep(0.05 * 2**attempt)
+    raise UserError(
+        f"{source_flag} {source}: its best model was replaced {READ_ATTEMPTS} times while it was "
+        "read (a run is writing it); run the command again"
+    )
 
 
 def weights_line(model_dir: str, weights: str, where: str, config: Optional[dict] = None) -> str:
@@ -151,8 +165,10 @@ def weights_line(model_dir: str, weights: str, where: str, config: Optional[dict
     config = run_config(model_dir) if config is None else config
     record = (config.get("weights") or {}) if weights == MODEL_FILE else {}
     if record.get("kind") == "best":
-        return (f"model: {where}: the best evaluation of its run by {record['metric']} "
-                f"({record['value']:.4f} at step {record['step']}, epoch {_epoch(record)})")
+        return (
+            f"model: {where}: the best evaluation of its run by {record['metric']} "
+            f"({record['value']:.4f} at step {record['step']}, epoch {_epoch(record)})"
+        )
     if record.get("kind") == "last":
         return f"model: {where}: the weights of its run's last step (step {record['step']}, epoch {_epoch(record)})"
     return f"model: {where}, with the configuration of {model_dir}"
@@ -184,8 +200,10 @@ class Base:
         digest of the key."""
         import hashlib
 
-        return {"formatter": self.formatter.to_dict(),
-                "key": hashlib.sha256("\n".join(self.codes).encode()).hexdigest()[:16]}
+        return {
+            "formatter": self.formatter.to_dict(),
+            "key": hashlib.sha256("\n".join(self.codes).encode()).hexdigest()[:16],
+        }
 
 
 @dataclass
@@ -233,9 +251,16 @@ def resolve_start(config: RunConfig) -> Start:
     from mixer.models.occcanine import is_hub_directory, is_occcanine_checkpoint
 
     check_local(source, "--initial-checkpoint", "file or run directory")
-    if is_hub_id(source) or is_hub_directory(source) or (
-            os.path.isfile(source) and not source.endswith(".safetensors")
-            and not is_run_directory(run_dir_of(source)) and is_occcanine_checkpoint(source)):
+    if (
+        is_hub_id(source)
+        or is_hub_directory(source)
+        or (
+            os.path.isfile(source)
+            and not source.endswith(".safetensors")
+            and not is_run_directory(run_dir_of(source))
+            and is_occcanine_checkpoint(source)
+        )
+    ):
         return _occcanine_start(config, source)
     if not os.path.exists(source):
         raise UserError(f"--initial-checkpoint {source}: no such file or run directory")
@@ -249,24 +274,35 @@ def resolve_start(config: RunConfig) -> Start:
     run_dir = model_of(source)[0] if os.path.isdir(source) else run_dir_of(source)
     for needed in ("encoder", "tokenizer"):
         if not os.path.isdir(os.path.join(run_dir, needed)):
-            raise UserError(f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
-                            "config and tokenizer); pass the whole run directory of this tool")
+            raise UserError(
+                f"--initial-checkpoint {source}: {run_dir} lacks {needed}/ (the encoder's "
+                "config and tokenizer); pass the whole run directory of this tool"
+            )
     previous = run_config(run_dir)
     name = previous.get("heads", {}).get("family", "mixer")
     # a new run fits context by today's rule, whatever its source was trained with
-    recipe = (dataclasses.replace(InputRecipe.from_dict(previous["input_recipe"]), context_fit=DESCRIPTION_WHOLE)
-              if family(name).keeps_input_recipe and previous.get("input_recipe")
-              else InputRecipe(max_len=config.data.max_len))
+    recipe = (
+        dataclasses.replace(
+            InputRecipe.from_dict(previous["input_recipe"]), context_fit=DESCRIPTION_WHOLE
+        )
+        if family(name).keeps_input_recipe and previous.get("input_recipe")
+        else InputRecipe(max_len=config.data.max_len)
+    )
     start = Start("run", name, recipe, origin=source, run_dir=run_dir)
     if not model.only_encoder:
         if not previous:
-            raise UserError(f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
-                            "did not finish); pass --only-encoder, or finish that run first")
+            raise UserError(
+                f"--initial-checkpoint {source}: {run_dir} has no {CONFIG_FILE} (the run "
+                "did not finish); pass --only-encoder, or finish that run first"
+            )
         from mixer.data.prepared.files import read_key
 
         key = read_key(run_dir)
-        start.base = Base(CodeFormatter.from_dict(previous["formatter"]), list(key["code"]),
-                          dict(zip(key["code"], key["description"])))
+        start.base = Base(
+            CodeFormatter.from_dict(previous["formatter"]),
+            list(key["code"]),
+            dict(zip(key["code"], key["description"])),
+        )
     return start
 
 
@@ -278,19 +314,24 @@ def _occcanine_start(config: RunConfig, source: str) -> Start:
     start = Start("occcanine", "occcanine", occcanine_recipe(), origin=source, occ=occ)
     if not config.model.only_encoder:
         if not occ.has_heads:
-            raise UserError(f"--initial-checkpoint {source} holds an encoder only; pass --only-encoder")
-        descriptions = (dict(zip(*hisco_key()[["code", "description"]].T.values))
-                        if occ.system == "hisco" else {})
+            raise UserError(
+                f"--initial-checkpoint {source} holds an encoder only; pass --only-encoder"
+            )
+        descriptions = (
+            dict(zip(*hisco_key()[["code", "description"]].T.values))
+            if occ.system == "hisco"
+            else {}
+        )
         start.base = Base(occcanine.formatter_of(occ), list(occ.key), descriptions)
     return start
 
 
 NEW_HEADS_LINES = {
     "fast": "new heads (--new-heads fast): their decoder reads only the characters of each input, "
-            "so batches are padded as far as their rows need; mixer.export_occcanine needs "
-            "--new-heads occcanine",
+    "so batches are padded as far as their rows need; mixer.export_occcanine needs "
+    "--new-heads occcanine",
     "occcanine": "new heads (--new-heads occcanine): in OccCANINE's form, their decoder reads all 128 "
-                 "positions, padding included, as OccCANINE's code runs it (for mixer.export_occcanine)",
+    "positions, padding included, as OccCANINE's code runs it (for mixer.export_occcanine)",
 }
 # --new-heads: whether the new decoder reads the encoder's padding (HeadsConfig.decoder_reads_padding)
 NEW_HEADS_READ_PADDING = {"fast": False, "occcanine": True}
@@ -305,20 +346,29 @@ def resolve_new_heads(config: RunConfig, start: Start, resumed: Optional[dict] =
     given = config.model.new_heads
     if not start.heads_have_a_form:
         if given is not None:
-            why = ("the run keeps the heads of --initial-checkpoint, trained as they are; pass "
-                   "--only-encoder for new heads" if start.base is not None else
-                   "mixer's own heads always read only the characters of each input")
-            raise UserError(f"--new-heads {given}: only new heads on OccCANINE's encoder (--initial-checkpoint "
-                            f"an OccCANINE model or a run of its architecture, --only-encoder) have a form "
-                            f"to choose; {why}; leave the flag out")
+            why = (
+                "the run keeps the heads of --initial-checkpoint, trained as they are; pass "
+                "--only-encoder for new heads"
+                if start.base is not None
+                else "mixer's own heads always read only the characters of each input"
+            )
+            raise UserError(
+                f"--new-heads {given}: only new heads on OccCANINE's encoder (--initial-checkpoint "
+                f"an OccCANINE model or a run of its architecture, --only-encoder) have a form "
+                f"to choose; {why}; leave the flag out"
+            )
         return config
     form = given or "fast"
     if resumed is not None:
-        before = (resumed.get("model") or {}).get("new_heads") or "occcanine"  # before the flag: OccCANINE's
+        before = (resumed.get("model") or {}).get(
+            "new_heads"
+        ) or "occcanine"  # before the flag: OccCANINE's
         if given not in (None, before):
-            raise UserError(f"--new-heads {given}: the run in {config.save_dir} trains heads of the form "
-                            f"{before}; leave the flag out to continue it, or start a new run in another "
-                            "directory")
+            raise UserError(
+                f"--new-heads {given}: the run in {config.save_dir} trains heads of the form "
+                f"{before}; leave the flag out to continue it, or start a new run in another "
+                "directory"
+            )
         form = before
     return dataclasses.replace(config, model=dataclasses.replace(config.model, new_heads=form))
 
@@ -332,8 +382,9 @@ def run_config(run_dir: str) -> dict:
 
 
 # ------------------------------------------------------------------ the model of a run
-def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_codes: list,
-                log=print):
+def build_model(
+    start: Start, config: RunConfig, formatter: CodeFormatter, key_codes: list, log=print
+):
     """(model, encoder) for a training run, with the starting weights loaded."""
     from mixer.models.encoders import Encoder, build_encoder, encoder_from_run
     from mixer.models.model import HeadsConfig, MixerModel
@@ -347,32 +398,52 @@ def build_model(start: Start, config: RunConfig, formatter: CodeFormatter, key_c
 
         canine = occcanine.canine_config(start.occ.state)
         set_dropout_in_config(canine, dropout)
-        encoder = Encoder(CanineModel(canine, add_pooling_layer=True), CanineTokenizerFiles(),
-                          f"OccCANINE {start.occ.kind} {start.origin}")
+        encoder = Encoder(
+            CanineModel(canine, add_pooling_layer=True),
+            CanineTokenizerFiles(),
+            f"OccCANINE {start.occ.kind} {start.origin}",
+        )
         heads = occcanine.heads_config(start.occ, formatter, canine.hidden_size, dropout)
         heads.num_labels = len(key_codes)
         if start.heads_have_a_form:  # OccCANINE's own decoder (heads kept) reads the padding
             heads.decoder_reads_padding = NEW_HEADS_READ_PADDING.get(config.model.new_heads, False)
     else:
-        encoder = (encoder_from_run(start.run_dir, dropout) if start.kind == "run"
-                   else build_encoder(config.model.encoder, dropout))
+        encoder = (
+            encoder_from_run(start.run_dir, dropout)
+            if start.kind == "run"
+            else build_encoder(config.model.encoder, dropout)
+        )
         previous = run_config(start.run_dir).get("heads") if start.kind == "run" else None
         if previous and start.base is not None:  # the whole model: its own decoder shape
-            heads = HeadsConfig.from_dict(dict(previous, num_labels=len(key_codes), dropout=dropout,
-                                               vocab_size=formatter.vocab_size,
-                                               target_len=formatter.target_len))
+            heads = HeadsConfig.from_dict(
+                dict(
+                    previous,
+                    num_labels=len(key_codes),
+                    dropout=dropout,
+                    vocab_size=formatter.vocab_size,
+                    target_len=formatter.target_len,
+                )
+            )
         else:
             facts = family(start.family)
             at_encoder_width = facts.decoder_layers is not None  # the family's own decoder shape
-            heads = HeadsConfig(num_labels=len(key_codes), vocab_size=formatter.vocab_size,
-                                target_len=formatter.target_len,
-                                decoder_dim=(encoder.model.config.hidden_size if at_encoder_width
-                                             else config.model.decoder_dim),
-                                decoder_layers=facts.decoder_layers or config.model.decoder_layers,
-                                decoder_heads=facts.decoder_heads or config.model.decoder_heads,
-                                dropout=dropout, family=start.family, bos_id=formatter.bos_id,
-                                decoder_reads_padding=start.heads_have_a_form
-                                and NEW_HEADS_READ_PADDING.get(config.model.new_heads, False))
+            heads = HeadsConfig(
+                num_labels=len(key_codes),
+                vocab_size=formatter.vocab_size,
+                target_len=formatter.target_len,
+                decoder_dim=(
+                    encoder.model.config.hidden_size
+                    if at_encoder_width
+                    else config.model.decoder_dim
+                ),
+                decoder_layers=facts.decoder_layers or config.model.decoder_layers,
+                decoder_heads=facts.decoder_heads or config.model.decoder_heads,
+                dropout=dropout,
+                family=start.family,
+                bos_id=formatter.bos_id,
+                decoder_reads_padding=start.heads_have_a_form
+                and NEW_HEADS_READ_PADDING.get(config.model.new_heads, False),
+            )
     if start.heads_have_a_form:
         log(NEW_HEADS_LINES[config.model.new_heads or "fast"])
     model = MixerModel(encoder.model, heads)
@@ -393,8 +464,12 @@ def _start_state(start: Start, model) -> tuple:
     if start.kind == "occcanine":
         from mixer.models import occcanine
 
-        state = occcanine.to_mixer_state(start.occ, model.state_dict(), only_encoder=start.base is None,
-                                         flat_rows_may_differ=True)
+        state = occcanine.to_mixer_state(
+            start.occ,
+            model.state_dict(),
+            only_encoder=start.base is None,
+            flat_rows_may_differ=True,
+        )
         return state, list(start.occ.key), start.origin
     from mixer.models.checkpoint import CheckpointError, load_file
 
@@ -404,7 +479,9 @@ def _start_state(start: Start, model) -> tuple:
         candidates = [os.path.join(path, MODEL_FILE), os.path.join(path, "last.pt")]
         path = next((c for c in candidates if os.path.exists(c)), None)
         if path is None:
-            raise UserError(f"--initial-checkpoint: {start.origin} holds neither {MODEL_FILE} nor last.pt")
+            raise UserError(
+                f"--initial-checkpoint: {start.origin} holds neither {MODEL_FILE} nor last.pt"
+            )
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError
         from safetensors.torch import load_file as load_safetensors
@@ -432,42 +509,73 @@ def load_start_weights(model, start: Start, key_codes: list, only_encoder: bool,
     if only_encoder:
         state = {k: v for k, v in state.items() if k.startswith("encoder.")}
     flat = {k: state.pop(k) for k in ("flat_head.weight", "flat_head.bias") if k in state}
-    differ = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items()
-              if k in own and own[k].shape != v.shape]
+    differ = [
+        f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and own[k].shape != v.shape
+    ]
     if differ:
-        hint = "" if only_encoder else "; pass --only-encoder to start new heads for a new code system"
-        raise UserError(f"--initial-checkpoint {path} is incompatible: shapes differ "
-                        f"(checkpoint vs model): {'; '.join(differ[:3])}{hint}")
-    missing = [k for k in own if k not in state and not k.startswith("flat_head.")
-               and (not only_encoder or k.startswith("encoder."))]
+        hint = (
+            "" if only_encoder else "; pass --only-encoder to start new heads for a new code system"
+        )
+        raise UserError(
+            f"--initial-checkpoint {path} is incompatible: shapes differ "
+            f"(checkpoint vs model): {'; '.join(differ[:3])}{hint}"
+        )
+    missing = [
+        k
+        for k in own
+        if k not in state
+        and not k.startswith("flat_head.")
+        and (not only_encoder or k.startswith("encoder."))
+    ]
     if missing:
-        raise UserError(f"--initial-checkpoint {path} lacks {len(missing)} weight(s) of this model, "
-                        f"e.g. {missing[0]}")
+        raise UserError(
+            f"--initial-checkpoint {path} lacks {len(missing)} weight(s) of this model, "
+            f"e.g. {missing[0]}"
+        )
     model.load_state_dict(state, strict=False)
     if only_encoder:
-        log(f"loaded encoder weights ({len(state)} tensors) from {path}; flat head and decoder start new")
+        log(
+            f"loaded encoder weights ({len(state)} tensors) from {path}; flat head and decoder start new"
+        )
         return
-    if set(flat) != {"flat_head.weight", "flat_head.bias"} or flat["flat_head.weight"].shape[0] != len(source_codes):
-        raise UserError(f"--initial-checkpoint {path}: its flat head does not fit its key "
-                        f"({len(source_codes)} codes)")
+    if set(flat) != {"flat_head.weight", "flat_head.bias"} or flat["flat_head.weight"].shape[
+        0
+    ] != len(source_codes):
+        raise UserError(
+            f"--initial-checkpoint {path}: its flat head does not fit its key "
+            f"({len(source_codes)} codes)"
+        )
     row_of = {code: i for i, code in enumerate(source_codes)}
     rows = torch.tensor([row_of.get(code, -1) for code in key_codes])
     known = rows >= 0
     with torch.no_grad():
-        model.flat_head.weight[known] = flat["flat_head.weight"][rows[known]].to(model.flat_head.weight.dtype)
-        model.flat_head.bias[known] = flat["flat_head.bias"][rows[known]].to(model.flat_head.bias.dtype)
+        model.flat_head.weight[known] = flat["flat_head.weight"][rows[known]].to(
+            model.flat_head.weight.dtype
+        )
+        model.flat_head.bias[known] = flat["flat_head.bias"][rows[known]].to(
+            model.flat_head.bias.dtype
+        )
     new = int((~known).sum())
-    log(f"loaded all weights from {path}; flat head: {int(known.sum())} codes matched by code"
-        + (f", {new} new code(s) start new" if new else ""))
+    log(
+        f"loaded all weights from {path}; flat head: {int(known.sum())} codes matched by code"
+        + (f", {new} new code(s) start new" if new else "")
+    )
 
 
 # ------------------------------------------------------------------ a model to predict with
-def load_for_prediction(source: str, source_flag: str = "--checkpoint", log=None, announce=None) -> tuple:
+def load_for_prediction(
+    source: str, source_flag: str = "--checkpoint", log=None, announce=None
+) -> tuple:
     """(model, tokenizer, config dict, key frame) of a run directory of this tool or
     of an OccCANINE model (hub directory, training checkpoint, hub id: mixer.models.hub).
     A run's model, once loaded, is named to `announce` (model_of's line; default `log`)."""
-    found = read_model(source, source_flag,
-                       lambda model_dir, weights, config: _load_run(model_dir, source_flag, weights, config))
+    found = read_model(
+        source,
+        source_flag,
+        lambda model_dir, weights, config: _load_run(model_dir, source_flag, weights, config),
+    )
     if found is not None:
         _, _, line, _, loaded = found
         if (announce or log) is not None:
@@ -478,9 +586,11 @@ def load_for_prediction(source: str, source_flag: str = "--checkpoint", log=None
 
     check_local(source, source_flag, "run directory or model file")
     if os.path.isdir(source) and not occcanine.is_hub_directory(source):
-        raise UserError(f"{source_flag} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
-                        "training finished? model.safetensors is written at the end) nor an "
-                        "OccCANINE hub directory")
+        raise UserError(
+            f"{source_flag} {source}: not a run directory (no {CONFIG_FILE} with its heads; is "
+            "training finished? model.safetensors is written at the end) nor an "
+            "OccCANINE hub directory"
+        )
     return _load_occcanine(source, source_flag, log)
 
 
@@ -488,17 +598,23 @@ RUN_FILES = (MODEL_FILE, CONFIG_FILE, "key.csv", "encoder", "tokenizer")
 MODEL_DIR_KEY = "model_dir"  # a loaded model's config: the directory of its own files, or None
 
 
-def _load_run(run_dir: str, source_flag: str, weights: str = MODEL_FILE, config: Optional[dict] = None) -> tuple:
+def _load_run(
+    run_dir: str, source_flag: str, weights: str = MODEL_FILE, config: Optional[dict] = None
+) -> tuple:
     from safetensors.torch import load_file
 
     from mixer.data.prepared.files import read_key
     from mixer.models.encoders import encoder_from_run
     from mixer.models.model import HeadsConfig, MixerModel
 
-    missing = [f for f in (weights,) + RUN_FILES[1:] if not os.path.exists(os.path.join(run_dir, f))]
+    missing = [
+        f for f in (weights,) + RUN_FILES[1:] if not os.path.exists(os.path.join(run_dir, f))
+    ]
     if missing:
-        raise UserError(f"{source_flag} {run_dir}: lacks {', '.join(missing)}; is training finished? "
-                        "(model.safetensors is written at the end of a run)")
+        raise UserError(
+            f"{source_flag} {run_dir}: lacks {', '.join(missing)}; is training finished? "
+            "(model.safetensors is written at the end of a run)"
+        )
     config = run_config(run_dir) if config is None else config
     encoder = encoder_from_run(run_dir)
     model = MixerModel(encoder.model, HeadsConfig.from_dict(config["heads"]))
@@ -522,20 +638,34 @@ def _load_occcanine(source: str, source_flag: str, log=None) -> tuple:
         raise UserError(f"{source_flag} {source} holds an encoder only: nothing to predict with")
     formatter = occcanine.formatter_of(occ)
     canine = occcanine.canine_config(occ.state)
-    model = MixerModel(CanineModel(canine), occcanine.heads_config(occ, formatter, canine.hidden_size, 0.0))
+    model = MixerModel(
+        CanineModel(canine), occcanine.heads_config(occ, formatter, canine.hidden_size, 0.0)
+    )
     model.load_state_dict(occcanine.to_mixer_state(occ, model.state_dict()))
     if occ.system == "hisco":
         key = hisco_key()
     else:
         key = pd.DataFrame({"code": occ.key, "description": ""})
     key.insert(1, "index", range(len(key)))
-    config = {"formatter": formatter.to_dict(), "input_recipe": occcanine_recipe().to_dict(),
-              "max_len": occcanine.MAX_INPUT_LEN, "input_col": "occ1", "language": "unk",
-              "language_col": None, "context_cols": [],
-              "threshold": occcanine.DEFAULT_THRESHOLD, "thresholds": occcanine.LANGUAGE_THRESHOLDS,
-              "source": {"kind": "occcanine", "layout": occ.kind, "from": source,
-                         "path": os.path.abspath(occ.path)},
-              "heads": {"family": "occcanine"}, MODEL_DIR_KEY: source if os.path.isdir(source) else None}
+    config = {
+        "formatter": formatter.to_dict(),
+        "input_recipe": occcanine_recipe().to_dict(),
+        "max_len": occcanine.MAX_INPUT_LEN,
+        "input_col": "occ1",
+        "language": "unk",
+        "language_col": None,
+        "context_cols": [],
+        "threshold": occcanine.DEFAULT_THRESHOLD,
+        "thresholds": occcanine.LANGUAGE_THRESHOLDS,
+        "source": {
+            "kind": "occcanine",
+            "layout": occ.kind,
+            "from": source,
+            "path": os.path.abspath(occ.path),
+        },
+        "heads": {"family": "occcanine"},
+        MODEL_DIR_KEY: source if os.path.isdir(source) else None,
+    }
     return model, CanineTokenizerFiles(), config, key
 
 

@@ -36,9 +36,18 @@ Context = Union[None, pd.DataFrame, dict]
 # ------------------------------------------------------------------ keywords
 # the keywords of predict, target and audit are PredictConfig's fields, by their names, read
 # by their flags' own checks; these names of earlier versions still work
-RENAMED = {"lang": "language", "accuracy": "target_accuracy", "confidence": "target_confidence",
-           "labelled": "calibration_data", "truth_cols": "calibration_truth_cols", "levels": "code_levels",
-           "margin": "audit_margin", "by": "audit_by", "unit": "audit_unit", "seed": "audit_seed"}
+RENAMED = {
+    "lang": "language",
+    "accuracy": "target_accuracy",
+    "confidence": "target_confidence",
+    "labelled": "calibration_data",
+    "truth_cols": "calibration_truth_cols",
+    "levels": "code_levels",
+    "margin": "audit_margin",
+    "by": "audit_by",
+    "unit": "audit_unit",
+    "seed": "audit_seed",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,10 +72,14 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
     for old, value in (renamed or {}).items():
         new = RENAMED.get(old)
         if new is None or new not in given:
-            raise UserError(f"{old}=: not a keyword of {call}(); its keywords are predict.py's options by their "
-                            f"names (help(mixer.api.Model.{call}))")
+            raise UserError(
+                f"{old}=: not a keyword of {call}(); its keywords are predict.py's options by their "
+                f"names (help(mixer.api.Model.{call}))"
+            )
         if given[new] is not None:
-            raise UserError(f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)")
+            raise UserError(
+                f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)"
+            )
         given[new] = value
     fields = {f.name: f for f in dataclasses.fields(PredictConfig)}
     specs, (_, checked) = _field_specs(), flag_checks()
@@ -75,7 +88,11 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
         spec = specs.get(name)
         if value is None:
             values[name] = default_of(fields[name]) if name in fields else None
-        elif spec is not None and (spec.type or spec.choices or spec.switch) and not _is_object(value):
+        elif (
+            spec is not None
+            and (spec.type or spec.choices or spec.switch)
+            and not _is_object(value)
+        ):
             values[name] = checked(name, spec, value, keyword=True)
         else:
             values[name] = value
@@ -88,9 +105,13 @@ def _is_object(value) -> bool:
 
 
 KEYWORD = re.compile(r"--([a-z][a-z0-9-]*)(?: ((?!-)[^\s,;:()]+)(:?))?")
-WORDS = set("a an and as at but by for from given gives has in instead is marks needs not of on only or takes the "
-            "to too was were with without works writes".split())  # a word after a flag: not its value
-PROGRAM = re.compile(r"(?:predict|evaluate|finetune|train_mixer)\.py[^;)]*")  # a command, kept as typed
+WORDS = set(
+    "a an and as at but by for from given gives has in instead is marks needs not of on only or takes the "
+    "to too was were with without works writes".split()
+)  # a word after a flag: not its value
+PROGRAM = re.compile(
+    r"(?:predict|evaluate|finetune|train_mixer)\.py[^;)]*"
+)  # a command, kept as typed
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,8 +121,12 @@ def api_keywords() -> dict:
     import inspect
 
     fields = _field_specs()
-    names = {name: name for method in (Model.predict, Model.target, Model.audit)
-             for name in inspect.signature(method).parameters if name in fields}
+    names = {
+        name: name
+        for method in (Model.predict, Model.target, Model.audit)
+        for name in inspect.signature(method).parameters
+        if name in fields
+    }
     return {**names, "lookup_input_col": "input_col", "lookup_code_cols": "code_cols"}
 
 
@@ -134,6 +159,7 @@ def keyword_message(message: str) -> str:
 def says_keywords(method):
     """A public method of the API: a UserError it raises names keywords, not flags (a Model
     that predict.py made keeps the flags in its messages)."""
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if not self._keywords:
@@ -156,7 +182,9 @@ class Model:
         self._note_blank = note_blank  # predict.py counts them over its whole file instead
         self._keywords = False  # load() sets it: messages name keywords, not predict.py's flags
         self._noted = set()  # targets chosen without rows_to_code, said once each
-        self._says_languages = True  # predict.py counts languages over its chunks and says them once
+        self._says_languages = (
+            True  # predict.py counts languages over its chunks and says them once
+        )
 
     @property
     def family(self) -> str:
@@ -166,20 +194,38 @@ class Model:
     @property
     def codes(self) -> pd.DataFrame:
         """The label key: code and description, in the order of the flat head."""
-        return pd.DataFrame({"code": self._predictor.codes, "description": self._predictor.descriptions})
+        return pd.DataFrame(
+            {"code": self._predictor.codes, "description": self._predictor.descriptions}
+        )
 
     @property
     def config(self) -> dict:
         return dict(self._predictor.config)
 
     @says_keywords
-    def predict(self, texts: Texts, language: Languages = None, top_k: Optional[int] = None,
-                head: Optional[str] = None, threshold: Optional[float] = None, context: Context = None,
-                batch_size: Optional[int] = None, what: Optional[str] = None, columns: Optional[str] = None,
-                system: Optional[str] = None, lookup=None, target=None, *,
-                target_accuracy: Optional[float] = None, target_confidence: Optional[float] = None,
-                calibration_data=None, calibration_truth_cols=None, shorter_codes: Optional[bool] = None,
-                code_levels=None, **renamed) -> pd.DataFrame:
+    def predict(
+        self,
+        texts: Texts,
+        language: Languages = None,
+        top_k: Optional[int] = None,
+        head: Optional[str] = None,
+        threshold: Optional[float] = None,
+        context: Context = None,
+        batch_size: Optional[int] = None,
+        what: Optional[str] = None,
+        columns: Optional[str] = None,
+        system: Optional[str] = None,
+        lookup=None,
+        target=None,
+        *,
+        target_accuracy: Optional[float] = None,
+        target_confidence: Optional[float] = None,
+        calibration_data=None,
+        calibration_truth_cols=None,
+        shorter_codes: Optional[bool] = None,
+        code_levels=None,
+        **renamed,
+    ) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
 
         The keywords are predict.py's options by their names (top_k for --top-k), checked as
@@ -215,19 +261,41 @@ class Model:
         calibration_truth_cols, shorter_codes, code_levels): the threshold chosen here as
         predict.py --target-accuracy chooses it for a file of these rows (the rows to code
         counted, less those the lookup covers), then applied: the same marks as predict.py's."""
-        given = settings("predict", dict(
-            language=language, top_k=top_k, head=head, threshold=threshold, batch_size=batch_size, what=what,
-            columns=columns, system=system, target_accuracy=target_accuracy, target_confidence=target_confidence,
-            calibration_data=calibration_data, calibration_truth_cols=calibration_truth_cols,
-            shorter_codes=shorter_codes, code_levels=code_levels), renamed)
-        lang, top_k, threshold, batch_size = given["language"], given["top_k"], given["threshold"], given["batch_size"]
+        given = settings(
+            "predict",
+            dict(
+                language=language,
+                top_k=top_k,
+                head=head,
+                threshold=threshold,
+                batch_size=batch_size,
+                what=what,
+                columns=columns,
+                system=system,
+                target_accuracy=target_accuracy,
+                target_confidence=target_confidence,
+                calibration_data=calibration_data,
+                calibration_truth_cols=calibration_truth_cols,
+                shorter_codes=shorter_codes,
+                code_levels=code_levels,
+            ),
+            renamed,
+        )
+        lang, top_k, threshold, batch_size = (
+            given["language"],
+            given["top_k"],
+            given["threshold"],
+            given["batch_size"],
+        )
         what, columns, system = given["what"], given["columns"], given["system"]
         head = one_head(given["head"])
         if top_k is not None:
             most = max(len(self._predictor.codes), self._predictor.default_top_k())
             if top_k > most:
-                raise UserError(f"top_k={top_k}: the model has {len(self._predictor.codes)} codes; "
-                                f"ask for at most {most}")
+                raise UserError(
+                    f"top_k={top_k}: the model has {len(self._predictor.codes)} codes; "
+                    f"ask for at most {most}"
+                )
         from mixer.prediction import outputs
 
         outputs.check_what(what, head)
@@ -237,52 +305,99 @@ class Model:
             if target is not None:
                 raise UserError("target= and target_accuracy= both given; pass one")
             if what != "codes" or columns != "mixer":
-                raise UserError("target_accuracy= marks rows of the code table; leave out what= and columns=")
+                raise UserError(
+                    "target_accuracy= marks rows of the code table; leave out what= and columns="
+                )
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
-            if (lang is not None and not isinstance(lang, str) and given["calibration_data"] is None
-                    and self._predictor.config.get("language_col") is None):  # as predict.py --language-col
+            if (
+                lang is not None
+                and not isinstance(lang, str)
+                and given["calibration_data"] is None
+                and self._predictor.config.get("language_col") is None
+            ):  # as predict.py --language-col
                 self._run_language_note("their own (language=, one per row)")
-            target = self.target(given["target_accuracy"], given["target_confidence"], head, given["calibration_data"],
-                                 given["calibration_truth_cols"], lookup, given["shorter_codes"],
-                                 self._rows_to_code(texts, lang, context, lookup), top_k, threshold,
-                                 language=lang if isinstance(lang, str) else None, batch_size=batch_size,
-                                 code_levels=given["code_levels"])
+            target = self.target(
+                given["target_accuracy"],
+                given["target_confidence"],
+                head,
+                given["calibration_data"],
+                given["calibration_truth_cols"],
+                lookup,
+                given["shorter_codes"],
+                self._rows_to_code(texts, lang, context, lookup),
+                top_k,
+                threshold,
+                language=lang if isinstance(lang, str) else None,
+                batch_size=batch_size,
+                code_levels=given["code_levels"],
+            )
             target.check_reached()
         else:
             for companion in ("calibration_data", "calibration_truth_cols", "code_levels"):
                 if given[companion] is not None:
-                    raise UserError(f"{companion}= works with target_accuracy=; pass it, or leave out {companion}=")
+                    raise UserError(
+                        f"{companion}= works with target_accuracy=; pass it, or leave out {companion}="
+                    )
             if given["shorter_codes"]:
-                raise UserError("shorter_codes=True works with target_accuracy=; pass it, or leave out shorter_codes=")
+                raise UserError(
+                    "shorter_codes=True works with target_accuracy=; pass it, or leave out shorter_codes="
+                )
             # the API's own (predict.py hands each chunk's new inputs to a target it counted itself)
-            if self._keywords and target is not None and target.rows_to_code is not None \
-                    and id(target) not in self._noted:
+            if (
+                self._keywords
+                and target is not None
+                and target.rows_to_code is not None
+                and id(target) not in self._noted
+            ):
                 lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
                 here = self._rows_to_code(texts, lang, context, lookup)
                 if here != target.rows_to_code:  # e.g. a file coded in parts: said once
                     self._noted.add(id(target))
-                    print(f"note: target= was chosen for {target.rows_to_code:,} rows to code and these are {here:,}: "
-                          "its promise is for the rows it was chosen for (code them all with it, or choose it with "
-                          "rows_to_code= these texts)", file=sys.stderr)
+                    print(
+                        f"note: target= was chosen for {target.rows_to_code:,} rows to code and these are {here:,}: "
+                        "its promise is for the rows it was chosen for (code them all with it, or choose it with "
+                        "rows_to_code= these texts)",
+                        file=sys.stderr,
+                    )
         texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
         if what in ("probs", "logits"):
-            matrix = outputs.score_matrix(self._predictor, texts, langs, what, head, batch_size, desc_chars)
+            matrix = outputs.score_matrix(
+                self._predictor, texts, langs, what, head, batch_size, desc_chars
+            )
             matrix[blank] = np.nan
-            return pd.DataFrame(matrix, index=index,
-                                columns=outputs.matrix_columns(self._predictor.codes, columns, name))
+            return pd.DataFrame(
+                matrix,
+                index=index,
+                columns=outputs.matrix_columns(self._predictor.codes, columns, name),
+            )
         if what != "codes" or columns != "mixer":
             if lookup is not None or target is not None:
-                raise UserError("lookup= and target= give the code table; leave out what= and columns=")
+                raise UserError(
+                    "lookup= and target= give the code table; leave out what= and columns="
+                )
         elif lookup is not None or target is not None or self._predictor.calibration:
-            return without_codes(self._coded(texts, langs, head, top_k, threshold, batch_size, lookup, target,
-                                             desc_chars), blank).set_axis(index)
-        table = without_codes(self._predictor.predict(texts, langs, head, top_k, threshold, batch_size,
-                                                      desc_chars=desc_chars), blank).set_axis(index)
+            return without_codes(
+                self._coded(
+                    texts, langs, head, top_k, threshold, batch_size, lookup, target, desc_chars
+                ),
+                blank,
+            ).set_axis(index)
+        table = without_codes(
+            self._predictor.predict(
+                texts, langs, head, top_k, threshold, batch_size, desc_chars=desc_chars
+            ),
+            blank,
+        ).set_axis(index)
         if what == "bin":
-            return pd.DataFrame(outputs.binary_matrix(table, self._predictor.codes), index=index,
-                                columns=outputs.matrix_columns(self._predictor.codes, columns, name))
-        return outputs.STYLES[columns].code_table(table, texts, self._predictor.description_of, name, head)
+            return pd.DataFrame(
+                outputs.binary_matrix(table, self._predictor.codes),
+                index=index,
+                columns=outputs.matrix_columns(self._predictor.codes, columns, name),
+            )
+        return outputs.STYLES[columns].code_table(
+            table, texts, self._predictor.description_of, name, head
+        )
 
     # ------------------------------------------------------------ which predictions to use
     def scaling(self, head: str) -> tuple:
@@ -295,8 +410,15 @@ class Model:
         return self.scaling(head)[0]
 
     @says_keywords
-    def lookup(self, path: str, input_col: Optional[str] = None, code_cols=None, language_col: Optional[str] = None,
-               options=None, log=None):
+    def lookup(
+        self,
+        path: str,
+        input_col: Optional[str] = None,
+        code_cols=None,
+        language_col: Optional[str] = None,
+        options=None,
+        log=None,
+    ):
         """A lookup table (mixer.coding.lookup): a filled --to-check file, a filled audit,
         or a coding dictionary with `input_col` and `code_cols` (without code_cols: a table
         with the model's own input and target columns); read by the one reader with
@@ -305,17 +427,40 @@ class Model:
         from mixer.core.config import TableOptions
         from mixer.coding.lookup import read_for
 
-        options = options or TableOptions(role="lookup", keyword="options")  # its lines name options=, not flags
-        return read_for(self, path, input_col, code_cols, language_col, options,
-                        log=log or (lambda m: print(m, file=sys.stderr)))
+        options = options or TableOptions(
+            role="lookup", keyword="options"
+        )  # its lines name options=, not flags
+        return read_for(
+            self,
+            path,
+            input_col,
+            code_cols,
+            language_col,
+            options,
+            log=log or (lambda m: print(m, file=sys.stderr)),
+        )
 
     @says_keywords
-    def target(self, target_accuracy: Optional[float] = None, target_confidence: Optional[float] = None,
-               head: Optional[str] = None, calibration_data=None, calibration_truth_cols=None, lookup=None,
-               shorter_codes: Optional[bool] = None, rows_to_code=None, top_k: Optional[int] = None,
-               threshold: Optional[float] = None, input_col: Optional[str] = None, language=None,
-               language_col: Optional[str] = None, batch_size: Optional[int] = None, options=None,
-               code_levels=None, **renamed):
+    def target(
+        self,
+        target_accuracy: Optional[float] = None,
+        target_confidence: Optional[float] = None,
+        head: Optional[str] = None,
+        calibration_data=None,
+        calibration_truth_cols=None,
+        lookup=None,
+        shorter_codes: Optional[bool] = None,
+        rows_to_code=None,
+        top_k: Optional[int] = None,
+        threshold: Optional[float] = None,
+        input_col: Optional[str] = None,
+        language=None,
+        language_col: Optional[str] = None,
+        batch_size: Optional[int] = None,
+        options=None,
+        code_levels=None,
+        **renamed,
+    ):
         """A threshold for `head` at which the coded rows reach `target_accuracy` with
         probability `target_confidence` on new rows like the labelled ones (docs/coding.md).
         The keywords are predict.py's options by their names, checked as its flags are; None:
@@ -332,15 +477,37 @@ class Model:
         (docs/coding.md, "Rows the model trained on"). Pass the result to predict(target=...), or pass
         target_accuracy= to predict(), which counts the rows as predict.py does. Earlier names:
         accuracy, confidence, labelled, truth_cols, lang, levels."""
-        given = settings("target", dict(
-            target_accuracy=target_accuracy, target_confidence=target_confidence, head=head,
-            calibration_data=calibration_data, calibration_truth_cols=calibration_truth_cols,
-            shorter_codes=shorter_codes, top_k=top_k, threshold=threshold, input_col=input_col,
-            language=language, language_col=language_col, batch_size=batch_size, code_levels=code_levels), renamed)
+        given = settings(
+            "target",
+            dict(
+                target_accuracy=target_accuracy,
+                target_confidence=target_confidence,
+                head=head,
+                calibration_data=calibration_data,
+                calibration_truth_cols=calibration_truth_cols,
+                shorter_codes=shorter_codes,
+                top_k=top_k,
+                threshold=threshold,
+                input_col=input_col,
+                language=language,
+                language_col=language_col,
+                batch_size=batch_size,
+                code_levels=code_levels,
+            ),
+            renamed,
+        )
         if given["target_accuracy"] is None:
             raise UserError("target(): pass target_accuracy, e.g. model.target(0.95)")
-        accuracy, confidence, labelled = given["target_accuracy"], given["target_confidence"], given["calibration_data"]
-        truth_cols, shorter_codes, levels = given["calibration_truth_cols"], given["shorter_codes"], given["code_levels"]
+        accuracy, confidence, labelled = (
+            given["target_accuracy"],
+            given["target_confidence"],
+            given["calibration_data"],
+        )
+        truth_cols, shorter_codes, levels = (
+            given["calibration_truth_cols"],
+            given["shorter_codes"],
+            given["code_levels"],
+        )
         top_k, threshold, batch_size = given["top_k"], given["threshold"], given["batch_size"]
         head = one_head(given["head"])
         lang, language_col = given["language"], given["language_col"]
@@ -349,19 +516,41 @@ class Model:
 
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
         config = self._predictor.config
-        if labelled is None:  # the run's rows, predicted with the language the rows to code are (item 7)
-            own = config.get("language_col") is None and language_col is None and isinstance(lang, str)
-            rows = targets.run_rows(config.get("model_dir"), self.source, language=lang.strip() if own else None)
+        if (
+            labelled is None
+        ):  # the run's rows, predicted with the language the rows to code are (item 7)
+            own = (
+                config.get("language_col") is None
+                and language_col is None
+                and isinstance(lang, str)
+            )
+            rows = targets.run_rows(
+                config.get("model_dir"), self.source, language=lang.strip() if own else None
+            )
             if config.get("language_col") is None and language_col is not None:
                 self._run_language_note(f"their {language_col!r}")
         else:
             if given["language"] is not None and not isinstance(given["language"], str):
-                raise UserError("language=: one language for every labelled row ('en'), or language_col=")
-            columns = job_columns(config, given["input_col"], given["language"], given["language_col"])
-            options = options or TableOptions(role="calibration_data", keyword="options")  # its lines name options=
-            rows = targets.file_rows(labelled, options, truth_cols, self,
-                                     columns.input_col, columns.language_col, columns.language,
-                                     columns.context_cols, log=lambda m: print(m, file=sys.stderr))
+                raise UserError(
+                    "language=: one language for every labelled row ('en'), or language_col="
+                )
+            columns = job_columns(
+                config, given["input_col"], given["language"], given["language_col"]
+            )
+            options = options or TableOptions(
+                role="calibration_data", keyword="options"
+            )  # its lines name options=
+            rows = targets.file_rows(
+                labelled,
+                options,
+                truth_cols,
+                self,
+                columns.input_col,
+                columns.language_col,
+                columns.language,
+                columns.context_cols,
+                log=lambda m: print(m, file=sys.stderr),
+            )
         if lookup is not None:
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
         if rows_to_code is not None and not isinstance(rows_to_code, (int, np.integer)):
@@ -373,25 +562,46 @@ class Model:
             rows.rows += f", less the {int(covered.sum()):,} the lookup covers"
         levels = (list(levels) if levels else self.levels()) if shorter_codes else ()
         if shorter_codes and not levels:
-            raise UserError(f"--shorter-codes: the model's code system ({self._predictor.formatter.kind}) has no "
-                            "coarser classes known by prefix; name their prefix lengths with --code-levels, "
-                            "e.g. 1 2 3 for HISCO codes")
+            raise UserError(
+                f"--shorter-codes: the model's code system ({self._predictor.formatter.kind}) has no "
+                "coarser classes known by prefix; name their prefix lengths with --code-levels, "
+                "e.g. 1 2 3 for HISCO codes"
+            )
         too_long = [n for n in levels if n >= self._predictor.formatter.block_size]
         if too_long:
-            raise UserError(f"--code-levels {too_long[0]}: a prefix shorter than the codes' "
-                            f"{self._predictor.formatter.block_size} characters")
-        return dataclasses.replace(targets.choose(self._predictor, head, float(accuracy), float(confidence), rows,
-                                                  levels, top_k, threshold, batch_size, rows_to_code),
-                                   rows_to_code=rows_to_code)
+            raise UserError(
+                f"--code-levels {too_long[0]}: a prefix shorter than the codes' "
+                f"{self._predictor.formatter.block_size} characters"
+            )
+        return dataclasses.replace(
+            targets.choose(
+                self._predictor,
+                head,
+                float(accuracy),
+                float(confidence),
+                rows,
+                levels,
+                top_k,
+                threshold,
+                batch_size,
+                rows_to_code,
+            ),
+            rows_to_code=rows_to_code,
+        )
 
     def levels(self) -> list:
         """The prefix lengths of the model's code system's coarser classes (mixer.coding.levels)."""
         from mixer.coding.levels import levels_for
 
-        return [n for n in levels_for(self._predictor.formatter.kind) if n < self._predictor.formatter.block_size]
+        return [
+            n
+            for n in levels_for(self._predictor.formatter.kind)
+            if n < self._predictor.formatter.block_size
+        ]
 
-    def _coded(self, texts, langs, head, top_k, threshold, batch_size, lookup, target,
-               desc_chars=None) -> pd.DataFrame:
+    def _coded(
+        self, texts, langs, head, top_k, threshold, batch_size, lookup, target, desc_chars=None
+    ) -> pd.DataFrame:
         """The code table with confidence calibrated, rows marked against a target, and a
         lookup's entries in place of the model's codes."""
         from mixer.coding import target as targets
@@ -402,24 +612,43 @@ class Model:
         predictor = self._predictor
         if target is not None:
             # the settings as predicted with: top_k=None and the model's own top-k are one setting
-            settled = lambda k, t: (k or predictor.default_top_k(), threshold_used(predictor, head, t))  # noqa: E731
-            if target.head != head or settled(target.top_k, target.flat_threshold) != settled(top_k, threshold) \
-                    or target.owner != id(predictor):
-                raise UserError(f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
-                                f"{target.flat_threshold}) by another model or settings; choose it with this "
-                                "model and the head, top_k and threshold you predict with")
+            settled = lambda k, t: (
+                k or predictor.default_top_k(),
+                threshold_used(predictor, head, t),
+            )  # noqa: E731
+            if (
+                target.head != head
+                or settled(target.top_k, target.flat_threshold) != settled(top_k, threshold)
+                or target.owner != id(predictor)
+            ):
+                raise UserError(
+                    f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
+                    f"{target.flat_threshold}) by another model or settings; choose it with this "
+                    "model and the head, top_k and threshold you predict with"
+                )
             if target.rows_to_code is None and id(target) not in self._noted:
                 self._noted.add(id(target))
-                print(f"note: target= was chosen without rows_to_code: it promises accuracy {target.accuracy:g} "
-                      "on rows like the labelled ones, not on these rows; predict.py counts the rows it codes "
-                      "(pass rows_to_code= to target(), or target_accuracy= to predict())", file=sys.stderr)
+                print(
+                    f"note: target= was chosen without rows_to_code: it promises accuracy {target.accuracy:g} "
+                    "on rows like the labelled ones, not on these rows; predict.py counts the rows it codes "
+                    "(pass rows_to_code= to target(), or target_accuracy= to predict())",
+                    file=sys.stderr,
+                )
         entries = None
         if lookup is not None:  # before predicting: an entry too wide or two alike fail at once
             lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
             lookup.check(self, top_k or predictor.default_top_k(), flag="top_k=")
             entries = lookup.match(self, self._strings(texts, langs), langs)
-        table = predictor.predict(texts, langs, head, top_k, threshold, batch_size,
-                                  target.levels if target is not None else (), desc_chars=desc_chars)
+        table = predictor.predict(
+            texts,
+            langs,
+            head,
+            top_k,
+            threshold,
+            batch_size,
+            target.levels if target is not None else (),
+            desc_chars=desc_chars,
+        )
         if target is not None:
             table = targets.mark(table, target, predictor.description_of)
         scaling = self.scaling(head)
@@ -432,38 +661,65 @@ class Model:
         if lookup is not None:
             from mixer.coding.lookup import apply_lookup
 
-            table = apply_lookup(table, entries, lookup, predictor.description_of, predictor.formatter.block_size)
+            table = apply_lookup(
+                table, entries, lookup, predictor.description_of, predictor.formatter.block_size
+            )
         return table
 
     def _run_language_note(self, theirs: str) -> None:
         """One line: the run's labelled rows (a run without a language column) are predicted
         in the run's language, the rows to code in their own (`theirs`, in words)."""
-        print(f"note: the run's labelled rows have no language column; they are predicted with language "
-              f"{self._predictor.config.get('language') or 'unk'!r}, the rows to code with {theirs}: the "
-              "threshold holds for rows of that language (docs/coding.md)", file=sys.stderr)
+        print(
+            f"note: the run's labelled rows have no language column; they are predicted with language "
+            f"{self._predictor.config.get('language') or 'unk'!r}, the rows to code with {theirs}: the "
+            "threshold holds for rows of that language (docs/coding.md)",
+            file=sys.stderr,
+        )
 
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
         """The rows the model will code, as predict.py counts them: every row with a
         description, less those the lookup covers."""
-        _, model_texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)  # texts checked first
-        described = ~blank_descriptions(pd.Series([texts] if isinstance(texts, str) else list(texts), dtype=object))
+        _, model_texts, langs, _ = self._inputs(
+            texts, lang, context, say_fit=False
+        )  # texts checked first
+        described = ~blank_descriptions(
+            pd.Series([texts] if isinstance(texts, str) else list(texts), dtype=object)
+        )
         if lookup is None:
             return int(described.sum())
-        return int(((lookup.match(self, self._strings(model_texts, langs), langs) < 0) & described).sum())
+        return int(
+            ((lookup.match(self, self._strings(model_texts, langs), langs) < 0) & described).sum()
+        )
 
     def _strings(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
         (model_inputs; mixer.data.inputs.tokens.reading_keys)."""
         from mixer.data.inputs.tokens import reading_keys
 
-        return reading_keys(self._predictor.token_ids, texts, langs, self._predictor.thresholds.table)
+        return reading_keys(
+            self._predictor.token_ids, texts, langs, self._predictor.thresholds.table
+        )
 
     @says_keywords
-    def audit(self, frame: pd.DataFrame, n: Optional[int] = None, path: Optional[str] = None, *,
-              audit_margin: Optional[float] = None, audit_by: Optional[str] = None, audit_unit: Optional[str] = None,
-              audit_seed: Optional[int] = None, input_col: Optional[str] = None, language: Languages = None,
-              language_col: Optional[str] = None, head: Optional[str] = None, threshold: Optional[float] = None,
-              top_k: Optional[int] = None, batch_size: Optional[int] = None, **renamed) -> pd.DataFrame:
+    def audit(
+        self,
+        frame: pd.DataFrame,
+        n: Optional[int] = None,
+        path: Optional[str] = None,
+        *,
+        audit_margin: Optional[float] = None,
+        audit_by: Optional[str] = None,
+        audit_unit: Optional[str] = None,
+        audit_seed: Optional[int] = None,
+        input_col: Optional[str] = None,
+        language: Languages = None,
+        language_col: Optional[str] = None,
+        head: Optional[str] = None,
+        threshold: Optional[float] = None,
+        top_k: Optional[int] = None,
+        batch_size: Optional[int] = None,
+        **renamed,
+    ) -> pd.DataFrame:
         """A random sample of the rows of `frame`, predicted, to check by hand: what
         predict.py --audit writes (docs/evaluation.md, "Audits"), returned as a DataFrame
         and, with `path` (.csv, .xlsx, .parquet), written there for evaluate.py --audit.
@@ -476,34 +732,88 @@ class Model:
         by. audit_unit: 'rows' or 'descriptions' (the rows drawn, collapsed to distinct
         descriptions). input_col, language / language_col: as predict.py's (default: the
         model's)."""
-        given = settings("audit", dict(
-            audit_margin=audit_margin, audit_by=audit_by, audit_unit=audit_unit, audit_seed=audit_seed,
-            input_col=input_col, language=language, language_col=language_col, head=head, threshold=threshold,
-            top_k=top_k, batch_size=batch_size), renamed)
-        margin, by, unit, seed = given["audit_margin"], given["audit_by"], given["audit_unit"], given["audit_seed"]
-        threshold, top_k, batch_size, lang = given["threshold"], given["top_k"], given["batch_size"], given["language"]
+        given = settings(
+            "audit",
+            dict(
+                audit_margin=audit_margin,
+                audit_by=audit_by,
+                audit_unit=audit_unit,
+                audit_seed=audit_seed,
+                input_col=input_col,
+                language=language,
+                language_col=language_col,
+                head=head,
+                threshold=threshold,
+                top_k=top_k,
+                batch_size=batch_size,
+            ),
+            renamed,
+        )
+        margin, by, unit, seed = (
+            given["audit_margin"],
+            given["audit_by"],
+            given["audit_unit"],
+            given["audit_seed"],
+        )
+        threshold, top_k, batch_size, lang = (
+            given["threshold"],
+            given["top_k"],
+            given["batch_size"],
+            given["language"],
+        )
         head = one_head(given["head"])
-        from mixer.audit.draw import (PREDICTED, AuditDraw, AuditRequest, audited_source,
-                                            model_fingerprint, threshold_used, write_audit)
+        from mixer.audit.draw import (
+            PREDICTED,
+            AuditDraw,
+            AuditRequest,
+            audited_source,
+            model_fingerprint,
+            threshold_used,
+            write_audit,
+        )
 
         request = AuditRequest(path or "(not written)", n, margin, by, unit, seed).check()
         if path:
             request.check_path({})
         if not isinstance(frame, pd.DataFrame):
-            raise UserError(f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame")
+            raise UserError(
+                f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame"
+            )
         config = self._predictor.config
-        input_col, language_col, _, context_cols = job_columns(config, given["input_col"], lang, given["language_col"])
+        input_col, language_col, _, context_cols = job_columns(
+            config, given["input_col"], lang, given["language_col"]
+        )
         for column in [input_col, language_col, by, *context_cols]:
             if column and column not in frame.columns:
-                raise UserError(f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}")
-        predicted = self.predict(frame[input_col], frame[language_col] if language_col else lang, top_k, head,
-                                 threshold, frame[context_cols] if context_cols else None, batch_size)
-        draw = AuditDraw(request, input_col, [language_col, *context_cols], self._predictor.formatter,
-                         excluded=config.get("audited") or ())
-        own = [c for c in predicted.columns if PREDICTED.match(str(c))]  # as predict.py's audit has them
+                raise UserError(
+                    f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}"
+                )
+        predicted = self.predict(
+            frame[input_col],
+            frame[language_col] if language_col else lang,
+            top_k,
+            head,
+            threshold,
+            frame[context_cols] if context_cols else None,
+            batch_size,
+        )
+        draw = AuditDraw(
+            request,
+            input_col,
+            [language_col, *context_cols],
+            self._predictor.formatter,
+            excluded=config.get("audited") or (),
+        )
+        own = [
+            c for c in predicted.columns if PREDICTED.match(str(c))
+        ]  # as predict.py's audit has them
         draw.add(frame, predicted[own])
-        table, lines = draw.finish(model_fingerprint(self._predictor), audited_source(self._predictor, self.source),
-                                   head, threshold_used(self._predictor, head, threshold))
+        table, lines = draw.finish(
+            model_fingerprint(self._predictor),
+            audited_source(self._predictor, self.source),
+            head,
+            threshold_used(self._predictor, head, threshold),
+        )
         if path:
             write_audit(table, path, lines)
         else:
@@ -511,9 +821,16 @@ class Model:
         return table
 
     @says_keywords
-    def alternatives(self, texts: Texts, lang: Languages = None, k: int = 3, context: Context = None,
-                     batch_size: int = 256, columns: str = "mixer",
-                     system: Optional[str] = None) -> pd.DataFrame:
+    def alternatives(
+        self,
+        texts: Texts,
+        lang: Languages = None,
+        k: int = 3,
+        context: Context = None,
+        batch_size: int = 256,
+        columns: str = "mixer",
+        system: Optional[str] = None,
+    ) -> pd.DataFrame:
         """Greedy top-k: k different code sets the decoder writes for each text, each with its
         confidence (the product of its steps' probabilities), as OccCANINE's greedy-topk.
         A long table, k rows per text in input order: alternative (1..k), code_1.., prob,
@@ -523,21 +840,33 @@ class Model:
 
         _require_count("k", k)
         if k > MAX_ALTERNATIVES:
-            raise UserError(f"k={k}: at most {MAX_ALTERNATIVES} alternatives (each costs up to 3 greedy "
-                            "decodings of every row)")
+            raise UserError(
+                f"k={k}: at most {MAX_ALTERNATIVES} alternatives (each costs up to 3 greedy "
+                "decodings of every row)"
+            )
         _require_count("batch_size", batch_size)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         texts, blank = self._blank(texts)
         index, texts, langs, desc_chars = self._inputs(texts, lang, context)
-        codes, confidence = outputs.greedy_alternatives(self._predictor, texts, langs, k, batch_size, desc_chars)
+        codes, confidence = outputs.greedy_alternatives(
+            self._predictor, texts, langs, k, batch_size, desc_chars
+        )
         codes[blank], confidence[blank] = "", np.nan
-        table = outputs.alternatives_table(codes, confidence, self._predictor.description_of, columns,
-                                           outputs.system_name(self._predictor, system),
-                                           self._predictor.has_descriptions, texts)
+        table = outputs.alternatives_table(
+            codes,
+            confidence,
+            self._predictor.description_of,
+            columns,
+            outputs.system_name(self._predictor, system),
+            self._predictor.has_descriptions,
+            texts,
+        )
         table.index = np.repeat(np.asarray(index), k)
         return table
 
-    def model_inputs(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
+    def model_inputs(
+        self, texts: Texts, lang: Languages = None, context: Context = None
+    ) -> np.ndarray:
         """Per row, a key of what the model reads: its language, text and context as the
         run's input recipe spells them and its tokenizer normalises them (BERT's lower-cases
         and strips accents; mixer.data.inputs.tokens.reading_keys). Rows with equal keys get equal
@@ -546,8 +875,9 @@ class Model:
         _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
         return self._strings(texts, langs)
 
-    def embeddings(self, texts: Texts, lang: Languages = None, context: Context = None,
-                   batch_size: int = 256) -> np.ndarray:
+    def embeddings(
+        self, texts: Texts, lang: Languages = None, context: Context = None, batch_size: int = 256
+    ) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
         _require_count("batch_size", batch_size)
         _, texts, langs, desc_chars = self._inputs(texts, lang, context)
@@ -562,18 +892,25 @@ class Model:
         values = [texts] if isinstance(texts, str) else texts if _is_list_like(texts) else []
         blank = blank_descriptions(pd.Series(list(values), dtype=object))
         if blank.any() and self._note_blank:
-            print(f"note: {int(blank.sum()):,} row(s) without a description (empty or spaces): no code, "
-                  "prob empty", file=sys.stderr)
+            print(
+                f"note: {int(blank.sum()):,} row(s) without a description (empty or spaces): no code, "
+                "prob empty",
+                file=sys.stderr,
+            )
         return texts, blank
 
-    def _context_fit(self, texts: Texts, lang: Languages = None, context: Context = None) -> np.ndarray:
+    def _context_fit(
+        self, texts: Texts, lang: Languages = None, context: Context = None
+    ) -> np.ndarray:
         """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
         _, texts, langs, desc_chars = self._inputs(texts, lang, context, say_fit=False)
         if desc_chars is None:
             return np.zeros(len(texts), dtype=np.int8)
         return self._predictor.context_fit(texts, langs, desc_chars)
 
-    def _inputs(self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True) -> tuple:
+    def _inputs(
+        self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True
+    ) -> tuple:
         """(the rows' index, texts, languages, characters of each text that are its description
         or None without context): a Series keeps its index in the result."""
         from mixer.data.labels.normalise import model_input
@@ -605,23 +942,32 @@ class Model:
                 print(note, file=sys.stderr)
         columns = job_columns(self._predictor.config).context_cols  # the job's rule: the run's own
         if context is not None and not columns:
-            raise UserError("context= was given but this model reads no context columns; leave it out")
+            raise UserError(
+                "context= was given but this model reads no context columns; leave it out"
+            )
         frame = None
         if columns:
             if context is None:
-                raise UserError(f"this model reads context columns {', '.join(columns)}: pass "
-                                "context= (a DataFrame or a dict of lists)")
+                raise UserError(
+                    f"this model reads context columns {', '.join(columns)}: pass "
+                    "context= (a DataFrame or a dict of lists)"
+                )
             frame = pd.DataFrame(context).reset_index(drop=True)
             missing = [c for c in columns if c not in frame.columns]
             if missing or len(frame) != len(texts):
-                raise UserError(f"context needs columns {', '.join(columns)} with one value per text")
+                raise UserError(
+                    f"context needs columns {', '.join(columns)} with one value per text"
+                )
         texts, desc_chars = model_input(texts, frame, columns)
         texts = texts.to_numpy(dtype=object)
         if desc_chars is not None and say_fit and self._says_context_fit:
             from mixer.data.inputs.tokens import context_note
 
-            note = context_note(self._predictor.context_fit(texts, langs, desc_chars),
-                                self._predictor.token_ids, training=False)
+            note = context_note(
+                self._predictor.context_fit(texts, langs, desc_chars),
+                self._predictor.token_ids,
+                training=False,
+            )
             if note:
                 print(f"note: {note}", file=sys.stderr)
         return index, texts, langs, desc_chars
@@ -669,15 +1015,23 @@ def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
 def check_target_args(accuracy, confidence, head: str, predictor, shorter_codes: bool) -> None:
     """What a target accuracy cannot be asked with, refused in one line."""
     for name, value in (("target accuracy", accuracy), ("target confidence", confidence)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Real)
+            or not 0.0 < float(value) < 1.0
+        ):
             raise UserError(f"{name} {value!r}: a share between 0 and 1, e.g. 0.95")
     if head == "full":
-        raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
-                        "or seq2seq")
+        raise UserError(
+            "--target-accuracy: the full head has no row confidence (not covered); use --head flat "
+            "or seq2seq"
+        )
     # codes as decoded (OccCANINE's greedy decoder): one confidence per row, none per level
     if shorter_codes and head == "seq2seq" and predictor.rules.seq2seq_order == "decoded":
-        raise UserError("--shorter-codes: OccCANINE's greedy decoder gives one confidence per row, none per "
-                        "level; use --head flat")
+        raise UserError(
+            "--shorter-codes: OccCANINE's greedy decoder gives one confidence per row, none per "
+            "level; use --head flat"
+        )
 
 
 def _aligned(name: str, value, index: pd.Index):
@@ -685,15 +1039,27 @@ def _aligned(name: str, value, index: pd.Index):
     (matched by index label); anything else as it is (by position)."""
     if not isinstance(value, (pd.Series, pd.DataFrame)) or value.index.equals(index):
         return value
-    if (index.is_unique and value.index.is_unique and len(value.index) == len(index)
-            and value.index.isin(index).all()):
+    if (
+        index.is_unique
+        and value.index.is_unique
+        and len(value.index) == len(index)
+        and value.index.isin(index).all()
+    ):
         return value.reindex(index)
     extra = [label for label in value.index[:50] if label not in index][:3]
     missing = [label for label in index[:50] if label not in value.index][:3]
-    detail = "; ".join(part for part in (f"it has {extra}, which the texts lack" if extra else "",
-                                         f"it lacks {missing}" if missing else "") if part)
-    raise UserError(f"{name}'s index does not match the texts' index ({detail or 'repeated labels'}): "
-                    f"give {name} the texts' index, or pass plain lists to pair rows by position")
+    detail = "; ".join(
+        part
+        for part in (
+            f"it has {extra}, which the texts lack" if extra else "",
+            f"it lacks {missing}" if missing else "",
+        )
+        if part
+    )
+    raise UserError(
+        f"{name}'s index does not match the texts' index ({detail or 'repeated labels'}): "
+        f"give {name} the texts' index, or pass plain lists to pair rows by position"
+    )
 
 
 def _is_list_like(value) -> bool:
@@ -710,9 +1076,15 @@ def _require_count(name: str, value) -> None:
         raise UserError(f"{name}={value!r}: must be a whole number, 1 or more")
 
 
-def load(source: str, device: Optional[str] = None, precision: str = "fp32",
-         force_precision: bool = False, tf32: Optional[bool] = None,
-         code_descriptions=None, quantize: Optional[str] = None) -> Model:
+def load(
+    source: str,
+    device: Optional[str] = None,
+    precision: str = "fp32",
+    force_precision: bool = False,
+    tf32: Optional[bool] = None,
+    code_descriptions=None,
+    quantize: Optional[str] = None,
+) -> Model:
     """A model from a run directory of this tool, an OccCANINE hub directory or
     training checkpoint, or a hub id (e.g. 'Christianvedel/OccCANINE_s2s_mix').
     device: None for cuda:0 when there is a GPU, else the CPU. tf32: on a GPU, fp32
@@ -722,7 +1094,9 @@ def load(source: str, device: Optional[str] = None, precision: str = "fp32",
     layout), a dict or a DataFrame: descriptions of the model's codes (desc_k), for a
     model of any code system. quantize: 'int8' on a CPU, the encoder's linear layers in int8:
     approximate predictions (mixer.models.quantize); None: fp32."""
-    predictor = Predictor.load(source, device, precision, force_precision, tf32=tf32, quantize=quantize)
+    predictor = Predictor.load(
+        source, device, precision, force_precision, tf32=tf32, quantize=quantize
+    )
     if code_descriptions is not None:
         from mixer.prediction.outputs import set_descriptions
 

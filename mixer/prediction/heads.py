@@ -50,7 +50,11 @@ class HeadReader:
                 logits, written = logits.float().cpu().numpy(), written.cpu().numpy()
                 for j, length in enumerate(levels):
                     by_level[:, j] = flat_level_confidence(logits, written, self.codes, length)
-        index, top_probs, chosen = index.cpu().numpy(), top_probs.cpu().numpy(), chosen.cpu().numpy()
+        index, top_probs, chosen = (
+            index.cpu().numpy(),
+            top_probs.cpu().numpy(),
+            chosen.cpu().numpy(),
+        )
         codes = np.where(chosen, self.codes[index], "")
         out_probs = np.where(chosen, top_probs, np.nan)
         return (*_pad_columns(codes, out_probs, top_k), confidence, by_level)
@@ -63,26 +67,49 @@ class HeadReader:
         length of `levels`, their first characters. OccCANINE's, its own (no levels).
         Returns (codes, probs, confidence, level confidences (rows, levels))."""
         f = self.formatter
-        steps = f.target_len if self.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+        steps = (
+            f.target_len
+            if self.rules.seq2seq_order == "decoded"
+            else f.max_num_codes * f.block_size
+        )
         tokens, token_probs = self.model.generate(states, mask, steps)
         blocks = decoded_blocks(tokens.cpu(), f.max_num_codes, f.block_size)
         if self.rules.seq2seq_order == "decoded":
-            return (*self._as_decoded(blocks, token_probs, states, mask, top_k),
-                    np.full((len(blocks), len(levels)), np.nan))
+            return (
+                *self._as_decoded(blocks, token_probs, states, mask, top_k),
+                np.full((len(blocks), len(levels)), np.nan),
+            )
         from mixer.coding.confidence import sequence_confidence, sequence_level_confidence
 
         written = token_probs[:, : f.max_num_codes * f.block_size].float()
-        block_probs = written.reshape(len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
+        block_probs = (
+            written.reshape(len(blocks), f.max_num_codes, f.block_size).prod(-1).cpu().numpy()
+        )
         written = written.cpu().numpy()
-        by_level = np.stack([sequence_level_confidence(written, f.block_size, f.max_num_codes, length)
-                             for length in levels], axis=1) if levels else np.zeros((len(blocks), 0))
-        return (*ranked_codes(blocks, block_probs, f, top_k), sequence_confidence(written), by_level)
+        by_level = (
+            np.stack(
+                [
+                    sequence_level_confidence(written, f.block_size, f.max_num_codes, length)
+                    for length in levels
+                ],
+                axis=1,
+            )
+            if levels
+            else np.zeros((len(blocks), 0))
+        )
+        return (
+            *ranked_codes(blocks, block_probs, f, top_k),
+            sequence_confidence(written),
+            by_level,
+        )
 
     def _as_decoded(self, blocks, token_probs, states, mask, top_k):
         """OccCANINE's greedy output: the codes as decoded, in order, and one confidence
         per row (mixer.reporting.metrics.decoded_confidence, which a run's scores use too)."""
         f = self.formatter
-        rows = [[c for c in map(f.decode_block, row_blocks) if c is not None] for row_blocks in blocks]
+        rows = [
+            [c for c in map(f.decode_block, row_blocks) if c is not None] for row_blocks in blocks
+        ]
         confidence = decoded_confidence(self.model, states, mask, rows, token_probs, f)
         out_codes = np.full((len(blocks), top_k), "", dtype=object)
         out_probs = np.full((len(blocks), top_k), np.nan)

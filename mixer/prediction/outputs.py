@@ -46,26 +46,38 @@ def set_descriptions(predictor, descriptions, options=None) -> int:
 
     formatter = predictor.formatter
     if isinstance(descriptions, str):
-        given = read_descriptions(descriptions, formatter, options or TableOptions(role="code_descriptions"))
+        given = read_descriptions(
+            descriptions, formatter, options or TableOptions(role="code_descriptions")
+        )
         name = f"--code-descriptions {descriptions}"
     elif isinstance(descriptions, (pd.DataFrame, dict)):
         if isinstance(descriptions, dict):
-            descriptions = pd.DataFrame({"code": list(descriptions), "description": list(descriptions.values())})
+            descriptions = pd.DataFrame(
+                {"code": list(descriptions), "description": list(descriptions.values())}
+            )
         if not {"code", "description"} <= set(descriptions.columns):
             raise UserError("code_descriptions: a DataFrame needs columns 'code' and 'description'")
         table = frame_as_text(descriptions[["code", "description"]], "code_descriptions")
-        given = Descriptions(dict(zip(code_column(table, "code", formatter).text, table["description"])),
-                             formatter.zero_pad)
+        given = Descriptions(
+            dict(zip(code_column(table, "code", formatter).text, table["description"])),
+            formatter.zero_pad,
+        )
         name = "code_descriptions"
     else:
-        raise UserError(f"code_descriptions={descriptions!r}: pass a table's path, a dict or a DataFrame")
+        raise UserError(
+            f"code_descriptions={descriptions!r}: pass a table's path, a dict or a DataFrame"
+        )
     found = given.lookup(predictor.codes)
     if all(text is None for text in found):
         shown = ", ".join(list(predictor.codes[:3]))
-        raise UserError(f"{name}: none of its codes is a code of the model (the model's codes are "
-                        f"like {shown}); check the file's code column")
-    predictor.descriptions = np.asarray([d if text is None else text for text, d in
-                                         zip(found, predictor.descriptions)], dtype=object)
+        raise UserError(
+            f"{name}: none of its codes is a code of the model (the model's codes are "
+            f"like {shown}); check the file's code column"
+        )
+    predictor.descriptions = np.asarray(
+        [d if text is None else text for text, d in zip(found, predictor.descriptions)],
+        dtype=object,
+    )
     predictor.description_of = dict(zip(predictor.codes, predictor.descriptions))
     predictor.has_descriptions = True
     return sum(text is not None for text in found)
@@ -76,15 +88,18 @@ def check_what(what: str, head: str) -> None:
     if what not in WHATS:
         raise UserError(f"what={what!r}: choose one of {', '.join(WHATS)}")
     if what == "probs" and head not in ("flat", "full"):
-        raise UserError("probabilities of every code come from the flat head or 'full' (the decoder "
-                        "scoring every code); greedy decoding gives no probability per code")
+        raise UserError(
+            "probabilities of every code come from the flat head or 'full' (the decoder "
+            "scoring every code); greedy decoding gives no probability per code"
+        )
     if what == "logits" and head != "flat":
         raise UserError("logits are the flat head's; use head 'flat' (or what='probs' with 'full')")
 
 
 @torch.no_grad()
-def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
-                 desc_chars=None) -> np.ndarray:
+def score_matrix(
+    predictor, texts, langs, what: str, head: str, batch_size: int, desc_chars=None
+) -> np.ndarray:
     """(rows, codes) float32: the flat head's probabilities or logits, or with head 'full'
     the probability of each code as the first code the decoder writes."""
     from mixer.prediction.predict import FULL_BATCH, _distinct, _rows_of
@@ -93,9 +108,13 @@ def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
     out = np.zeros((len(first_rows), len(predictor.codes)), dtype=np.float32)
     size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
     computed = []
-    for rows, states, pooled, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], size,
-                                                            states=head == "full",
-                                                            desc_chars=_rows_of(desc_chars, first_rows)):
+    for rows, states, pooled, mask, _ in predictor._encoded(
+        texts[first_rows],
+        langs[first_rows],
+        size,
+        states=head == "full",
+        desc_chars=_rows_of(desc_chars, first_rows),
+    ):
         if head == "full":
             values = predictor.model.first_block_probs(states, mask, predictor.key_blocks)
         else:
@@ -103,7 +122,7 @@ def score_matrix(predictor, texts, langs, what: str, head: str, batch_size: int,
             values = values if what == "logits" else values.sigmoid()
         out[rows] = values.float().cpu().numpy()
         computed.append(rows)
-    out, = predictor.gathered((out,), computed)  # under Predictor.shared: every process's batches
+    (out,) = predictor.gathered((out,), computed)  # under Predictor.shared: every process's batches
     return out[pair_ids]
 
 
@@ -136,10 +155,18 @@ def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int, desc_c
     width = f.max_num_codes
     codes = np.full((len(first_rows), k, width), "", dtype=object)
     confidence = np.full((len(first_rows), k), np.nan)
-    steps = f.target_len if predictor.rules.seq2seq_order == "decoded" else f.max_num_codes * f.block_size
+    steps = (
+        f.target_len
+        if predictor.rules.seq2seq_order == "decoded"
+        else f.max_num_codes * f.block_size
+    )
     computed = []
-    for rows, states, _, mask, _ in predictor._encoded(texts[first_rows], langs[first_rows], batch_size,
-                                                       desc_chars=_rows_of(desc_chars, first_rows)):
+    for rows, states, _, mask, _ in predictor._encoded(
+        texts[first_rows],
+        langs[first_rows],
+        batch_size,
+        desc_chars=_rows_of(desc_chars, first_rows),
+    ):
         found = [dict() for _ in rows]
         blocked = None
         for _ in range(3 * k):
@@ -151,10 +178,12 @@ def greedy_alternatives(predictor, texts, langs, k: int, batch_size: int, desc_c
                     found[i][codes_of_row] = float(row_conf[i])
             if all(len(d) >= k for d in found):
                 break
-            blocked = block_least_confident(tokens, probs, blocked, predictor.model.cfg.vocab_size, f.pad_id)
+            blocked = block_least_confident(
+                tokens, probs, blocked, predictor.model.cfg.vocab_size, f.pad_id
+            )
         for i, row in enumerate(rows):
             for j, (code_set, conf) in enumerate(found[i].items()):
-                codes[row, j, :len(code_set[:width])] = code_set[:width]
+                codes[row, j, : len(code_set[:width])] = code_set[:width]
                 confidence[row, j] = conf
         computed.append(rows)
     codes, confidence = predictor.gathered((codes, confidence), computed)  # under Predictor.shared
@@ -165,7 +194,9 @@ def blocked_generate(model, states, mask, steps: int, blocked):
     """Greedy decoding where blocked[row, step, token] may not be chosen: (tokens, the
     probability of each chosen token before blocking), each (rows, steps)."""
     cache = model.decoder.start_cache(states, mask == 0)
-    token = torch.full((states.size(0), 1), model.cfg.bos_id, dtype=torch.long, device=states.device)
+    token = torch.full(
+        (states.size(0), 1), model.cfg.bos_id, dtype=torch.long, device=states.device
+    )
     tokens, probs = [], []
     for step in range(steps):
         logits = model.decoder.step(token, cache).float()
@@ -200,22 +231,32 @@ def _code_sets(tokens, formatter) -> list:
     return [tuple(dict.fromkeys(row)) for row in decoded_codes(tokens, formatter)]
 
 
-def alternatives_table(codes, confidence, description_of, style: str, system: str,
-                       with_descriptions: bool, texts) -> pd.DataFrame:
+def alternatives_table(
+    codes, confidence, description_of, style: str, system: str, with_descriptions: bool, texts
+) -> pd.DataFrame:
     """The long table: k rows per input row, in input order, alternative by alternative."""
     rows, k, width = codes.shape
-    return STYLES[style].alternatives(codes.reshape(rows * k, width), confidence.reshape(rows * k),
-                                      np.tile(np.arange(k), rows), description_of, system, with_descriptions,
-                                      np.repeat(texts, k))
+    return STYLES[style].alternatives(
+        codes.reshape(rows * k, width),
+        confidence.reshape(rows * k),
+        np.tile(np.arange(k), rows),
+        description_of,
+        system,
+        with_descriptions,
+        np.repeat(texts, k),
+    )
 
 
-def _occcanine_alternatives(flat_codes, conf, position, description_of, system: str, _with_descriptions,
-                            texts) -> pd.DataFrame:
+def _occcanine_alternatives(
+    flat_codes, conf, position, description_of, system: str, _with_descriptions, texts
+) -> pd.DataFrame:
     """OccCANINE's greedy-topk table: occ1, <system>_i, desc_i, top-k-pos, conf."""
     out = {}
     for i in range(flat_codes.shape[1]):
         out[f"{system}_{i + 1}"] = flat_codes[:, i]
-        out[f"desc_{i + 1}"] = [description_of.get(c, NO_PRED) if c else NO_PRED for c in flat_codes[:, i]]
+        out[f"desc_{i + 1}"] = [
+            description_of.get(c, NO_PRED) if c else NO_PRED for c in flat_codes[:, i]
+        ]
     out["top-k-pos"] = position
     out["conf"] = conf
     table = pd.DataFrame(out)
@@ -223,8 +264,9 @@ def _occcanine_alternatives(flat_codes, conf, position, description_of, system: 
     return table
 
 
-def _mixer_alternatives(flat_codes, conf, position, description_of, _system, with_descriptions,
-                        _texts) -> pd.DataFrame:
+def _mixer_alternatives(
+    flat_codes, conf, position, description_of, _system, with_descriptions, _texts
+) -> pd.DataFrame:
     """alternative, code_i, prob, and desc_i when the model has descriptions."""
     width = flat_codes.shape[1]
     out = {"alternative": position + 1}
@@ -238,7 +280,9 @@ def _mixer_alternatives(flat_codes, conf, position, description_of, _system, wit
 
 
 # ------------------------------------------------------------------ OccCANINE's table
-def occcanine_table(table: pd.DataFrame, texts, description_of, system: str, head: str) -> pd.DataFrame:
+def occcanine_table(
+    table: pd.DataFrame, texts, description_of, system: str, head: str
+) -> pd.DataFrame:
     """The code table in OccCANINE's predict() layout: occ1, then <system>_k, prob_k,
     desc_k per slot (flat and full; an empty slot has no code, NaN and 'No pred'), or for
     greedy decoding <system>_k, desc_k per slot and one 'conf' per row."""
@@ -264,11 +308,18 @@ class ColumnStyle:
     """How a prediction names and orders its columns (columns=, --columns)."""
 
     matrix_column: Callable  # (system, code) -> the column of a code in a score matrix
-    code_table: Callable  # (code table, texts, description_of, system, head) -> the table in this style
-    alternatives: Callable  # (codes, conf, position, description_of, system, with_descriptions, texts)
+    code_table: (
+        Callable  # (code table, texts, description_of, system, head) -> the table in this style
+    )
+    alternatives: (
+        Callable  # (codes, conf, position, description_of, system, with_descriptions, texts)
+    )
 
 
-STYLES = {"mixer": ColumnStyle(lambda _system, code: str(code), _mixer_code_table, _mixer_alternatives),
-          "occcanine": ColumnStyle(lambda system, code: f"{system}_{code}", occcanine_table,
-                                   _occcanine_alternatives)}
+STYLES = {
+    "mixer": ColumnStyle(lambda _system, code: str(code), _mixer_code_table, _mixer_alternatives),
+    "occcanine": ColumnStyle(
+        lambda system, code: f"{system}_{code}", occcanine_table, _occcanine_alternatives
+    ),
+}
 COLUMN_STYLES = tuple(STYLES)

@@ -53,11 +53,21 @@ CONFIDENCE_HEADS = ("flat", "seq2seq")  # the heads that have one ('full' is not
 class Predictor:
     """Turns texts into codes with a model, its tokeniser, formatter and key."""
 
-    def __init__(self, model, tokenizer, config: dict, key: pd.DataFrame,
-                 device: str = "cpu", precision: str = "fp32", tf32: Optional[bool] = None,
-                 quantize: Optional[str] = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config: dict,
+        key: pd.DataFrame,
+        device: str = "cpu",
+        precision: str = "fp32",
+        tf32: Optional[bool] = None,
+        quantize: Optional[str] = None,
+    ):
         check_quantize(quantize, device, precision)
-        if quantize:  # an audit's model fingerprint is of the fp32 weights, which quantizing replaces
+        if (
+            quantize
+        ):  # an audit's model fingerprint is of the fp32 weights, which quantizing replaces
             from mixer.audit.draw import weights_fingerprint
 
             self.fp32_fingerprint = weights_fingerprint(model, key["code"].to_numpy(dtype=object))
@@ -71,7 +81,9 @@ class Predictor:
         self.tf32 = self.facts.tf32 if tf32 is None else bool(tf32)
         self.rules = PredictionRules.for_family(self.family)
         self.formatter = CodeFormatter.from_dict(config["formatter"])
-        self.recipe = InputRecipe.from_dict(config.get("input_recipe") or {"max_len": config["max_len"]})
+        self.recipe = InputRecipe.from_dict(
+            config.get("input_recipe") or {"max_len": config["max_len"]}
+        )
         model_type = getattr(model.encoder.config, "model_type", "")
         self.token_ids = token_ids_for(tokenizer, model_type, self.recipe)
         self.pad_id = self.token_ids.pad_id
@@ -81,16 +93,26 @@ class Predictor:
         self.descriptions = key["description"].to_numpy(dtype=object)
         self.has_descriptions = bool((key["description"] != "").any())
         self.description_of = dict(zip(self.codes, self.descriptions))
-        self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(device)
+        self.key_blocks = torch.from_numpy(self.formatter.encode_blocks(list(self.codes))).to(
+            device
+        )
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
         self.calibration = read_scalings(config.get("model_dir"))
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
         self.world = None  # under shared(world): the processes that share each call's batches
 
     @classmethod
-    def load(cls, source: str, device=None, precision: str = "fp32", force_precision: bool = False,
-             log=None, tf32: Optional[bool] = None, quantize: Optional[str] = None,
-             announce=None) -> "Predictor":
+    def load(
+        cls,
+        source: str,
+        device=None,
+        precision: str = "fp32",
+        force_precision: bool = False,
+        log=None,
+        tf32: Optional[bool] = None,
+        quantize: Optional[str] = None,
+        announce=None,
+    ) -> "Predictor":
         from mixer.models.sources import load_for_prediction
 
         log = log or (lambda m: print(m, file=sys.stderr))
@@ -102,8 +124,10 @@ class Predictor:
         if quantize:
             log(APPROXIMATE_NOTE)
         if tf32 and not predictor.facts.tf32 and device.startswith("cuda") and precision == "fp32":
-            log("note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
-                "differ from OccCANINE's exact ones by about 1e-3")
+            log(
+                "note: TF32 matrix products (--tf32): faster, but approximate: probabilities may "
+                "differ from OccCANINE's exact ones by about 1e-3"
+            )
         note = exactness_note(predictor.recipe)  # OccCANINE's inputs without unidecode
         if note:
             log(note)
@@ -121,8 +145,17 @@ class Predictor:
         return self.thresholds.for_languages(langs)
 
     @torch.no_grad()
-    def predict(self, texts, langs, head: str = "flat", top_k: int = None, threshold: float = None,
-                batch_size: int = 256, levels=(), desc_chars=None) -> pd.DataFrame:
+    def predict(
+        self,
+        texts,
+        langs,
+        head: str = "flat",
+        top_k: int = None,
+        threshold: float = None,
+        batch_size: int = 256,
+        levels=(),
+        desc_chars=None,
+    ) -> pd.DataFrame:
         """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k, and the row's raw
         confidence (flat and seq2seq heads; docs/coding.md); with `levels` (prefix
         lengths), the raw confidence at each, in columns level_confidence_<length>.
@@ -133,10 +166,21 @@ class Predictor:
         top_k = top_k or self.default_top_k()
         texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
         codes, probs, confidence, by_level = self._predict_distinct(
-            texts[first_rows], langs[first_rows], head, top_k, threshold, batch_size, tuple(levels),
-            _rows_of(desc_chars, first_rows))
-        codes, probs, confidence, by_level = (codes[pair_ids], probs[pair_ids], confidence[pair_ids],
-                                              by_level[pair_ids])
+            texts[first_rows],
+            langs[first_rows],
+            head,
+            top_k,
+            threshold,
+            batch_size,
+            tuple(levels),
+            _rows_of(desc_chars, first_rows),
+        )
+        codes, probs, confidence, by_level = (
+            codes[pair_ids],
+            probs[pair_ids],
+            confidence[pair_ids],
+            by_level[pair_ids],
+        )
         out = {f"code_{k + 1}": codes[:, k] for k in range(top_k)}
         out.update({f"prob_{k + 1}": probs[:, k] for k in range(top_k)})
         if self.has_descriptions:
@@ -155,11 +199,16 @@ class Predictor:
         hidden = self.model.encoder.config.hidden_size
         out = np.zeros((len(first_rows), hidden), dtype=np.float32)
         computed = []
-        for rows, _, pooled, _, _ in self._encoded(texts[first_rows], langs[first_rows], batch_size,
-                                                  states=False, desc_chars=_rows_of(desc_chars, first_rows)):
+        for rows, _, pooled, _, _ in self._encoded(
+            texts[first_rows],
+            langs[first_rows],
+            batch_size,
+            states=False,
+            desc_chars=_rows_of(desc_chars, first_rows),
+        ):
             out[rows] = pooled.float().cpu().numpy()
             computed.append(rows)
-        out, = self.gathered((out,), computed)
+        (out,) = self.gathered((out,), computed)
         return out[pair_ids]
 
     # ------------------------------------------------------------ batches
@@ -188,7 +237,9 @@ class Predictor:
         from mixer.distributed.world import gather_to_main
 
         rows = np.concatenate(computed) if computed else np.zeros(0, dtype=np.int64)
-        for theirs, values in gather_to_main((rows, tuple(a[rows] for a in arrays)), self.world) or ():
+        for theirs, values in (
+            gather_to_main((rows, tuple(a[rows] for a in arrays)), self.world) or ()
+        ):
             for array, value in zip(arrays, values):
                 array[theirs] = value
         return arrays
@@ -198,21 +249,31 @@ class Predictor:
         """One batch's arithmetic: autocast (bf16/fp16) and TF32 or true fp32 matrix
         products. Entered and left around each batch's computation, never across a
         yield, so the caller's settings hold whenever this code is suspended."""
-        with fp32_matmuls(self.tf32), torch.autocast(self.device.split(":")[0], dtype=self.autocast_dtype,
-                                                     enabled=self.autocast_dtype is not None):
+        with (
+            fp32_matmuls(self.tf32),
+            torch.autocast(
+                self.device.split(":")[0],
+                dtype=self.autocast_dtype,
+                enabled=self.autocast_dtype is not None,
+            ),
+        ):
             yield
 
     def padding(self, states: bool) -> InputPadding:
         """How far a batch is padded: what its longest row needs for what the pass reads
         (the decoder's states, or the pooled vector alone; mixer.data.inputs.padding)."""
-        return InputPadding.for_encoder(self.model.encoder.config, self.recipe.max_len,
-                                        self.model.padding_reads(decoder=states),
-                                        pad_multiple(self.device))
+        return InputPadding.for_encoder(
+            self.model.encoder.config,
+            self.recipe.max_len,
+            self.model.padding_reads(decoder=states),
+            pad_multiple(self.device),
+        )
 
     def context_fit(self, texts, langs, desc_chars) -> np.ndarray:
         """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
-        return self.token_ids.fitted(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object),
-                                     desc_chars)[2]
+        return self.token_ids.fitted(
+            np.asarray(texts, dtype=object), np.asarray(langs, dtype=object), desc_chars
+        )[2]
 
     def _encoded(self, texts, langs, batch_size, states: bool = True, desc_chars=None):
         """(row indices, encoder states or None, pooled, attention mask, langs) per batch,
@@ -225,18 +286,20 @@ class Predictor:
         for start in range(0, len(order), batch_size):
             if not self._mine(start // batch_size):  # another process's batch (shared)
                 continue
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             longest = padding.length(int(lengths[rows].max()))
             input_ids = np.full((len(rows), longest), self.pad_id, dtype=np.int64)
             mask = np.zeros_like(input_ids)
             for i, row in enumerate(rows):
-                input_ids[i, : lengths[row]] = ids[offsets[row]:offsets[row + 1]]
+                input_ids[i, : lengths[row]] = ids[offsets[row] : offsets[row + 1]]
                 mask[i, : lengths[row]] = 1
             input_ids = torch.from_numpy(input_ids).to(self.device)
             mask = torch.from_numpy(mask).to(self.device)
             with self._numerics():
                 if self.quantize:
-                    hidden, pooled = self._encoded_row_by_row(input_ids, mask, lengths[rows], padding, states)
+                    hidden, pooled = self._encoded_row_by_row(
+                        input_ids, mask, lengths[rows], padding, states
+                    )
                 elif states:
                     hidden, pooled = self.model.encode(input_ids, mask)
                 else:
@@ -248,12 +311,17 @@ class Predictor:
         quantized layer scales its activations by the whole tensor's range, so a row's result
         would otherwise depend on the rows (and the padding) beside it. The states are laid
         out as the batch's (zeros past a row's length, where its mask is 0)."""
-        hidden = torch.zeros(*input_ids.shape, self.model.encoder.config.hidden_size,
-                             device=input_ids.device) if states else None
+        hidden = (
+            torch.zeros(
+                *input_ids.shape, self.model.encoder.config.hidden_size, device=input_ids.device
+            )
+            if states
+            else None
+        )
         pooled = []
         for i, length in enumerate(int(n) for n in lengths):
             width = padding.length(length)
-            row_ids, row_mask = input_ids[i:i + 1, :width], mask[i:i + 1, :width]
+            row_ids, row_mask = input_ids[i : i + 1, :width], mask[i : i + 1, :width]
             if states:
                 row_states, row_pooled = self.model.encode(row_ids, row_mask)
                 hidden[i, :width] = row_states[0]
@@ -262,24 +330,32 @@ class Predictor:
             pooled.append(row_pooled)
         return hidden, torch.cat(pooled)
 
-    def _predict_distinct(self, texts, langs, head, top_k, threshold, batch_size, levels=(), desc_chars=None):
+    def _predict_distinct(
+        self, texts, langs, head, top_k, threshold, batch_size, levels=(), desc_chars=None
+    ):
         codes = np.full((len(texts), top_k), "", dtype=object)
         probs = np.full((len(texts), top_k), np.nan)
         confidence = np.full(len(texts), np.nan)
         by_level = np.full((len(texts), len(levels)), np.nan)
         size = min(batch_size, FULL_BATCH) if head == "full" else batch_size
         computed = []
-        for rows, states, pooled, mask, row_langs in self._encoded(texts, langs, size, states=head != "flat",
-                                                                   desc_chars=desc_chars):
+        for rows, states, pooled, mask, row_langs in self._encoded(
+            texts, langs, size, states=head != "flat", desc_chars=desc_chars
+        ):
             with self._numerics():  # the heads' arithmetic, as the encoder's
                 if head == "seq2seq":
                     batch = self.heads.seq2seq(states, mask, top_k, levels)
                 else:
                     logits = self.model.flat_head(pooled) if head == "flat" else None
-                    scores = (logits.float().sigmoid() if head == "flat"
-                              else self.model.first_block_probs(states, mask, self.key_blocks))
+                    scores = (
+                        logits.float().sigmoid()
+                        if head == "flat"
+                        else self.model.first_block_probs(states, mask, self.key_blocks)
+                    )
                     limits = torch.from_numpy(self.row_thresholds(row_langs, threshold)).to(scores)
-                    batch = self.heads.thresholded(scores, limits.unsqueeze(1), top_k, logits, levels)
+                    batch = self.heads.thresholded(
+                        scores, limits.unsqueeze(1), top_k, logits, levels
+                    )
             codes[rows], probs[rows], confidence[rows], by_level[rows] = batch
             computed.append(rows)
         return self.gathered((codes, probs, confidence, by_level), computed)

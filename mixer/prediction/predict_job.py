@@ -20,13 +20,18 @@ from mixer.core.programs import PredictConfig
 from mixer.core.errors import UserError
 from mixer.data.inputs.dataset import shard_indices
 from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
-from mixer.data.tables.reading import check_input_path, check_input_table, iter_chunks, missing_column
+from mixer.data.tables.reading import (
+    check_input_path,
+    check_input_table,
+    iter_chunks,
+    missing_column,
+)
 from mixer.data.tables.sinks import is_matrix, is_shaped
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
 
-MEGABYTE = 2 ** 20  # --store-memory's unit
+MEGABYTE = 2**20  # --store-memory's unit
 
 
 def predict_file(args: PredictConfig) -> None:
@@ -39,7 +44,9 @@ def predict_file(args: PredictConfig) -> None:
     try:
         load_model(job)
         open_sinks(job)
-        for number, chunk in enumerate(iter_chunks(args.input, args.chunk_size, options=job.options, log=job.say)):
+        for number, chunk in enumerate(
+            iter_chunks(args.input, args.chunk_size, options=job.options, log=job.say)
+        ):
             part = read_chunk(job, number, chunk)
             if part is None:  # written by the run this one continues
                 continue
@@ -49,11 +56,15 @@ def predict_file(args: PredictConfig) -> None:
             if world.is_main:
                 for sink in job.sinks:
                     sink.add(job, part)
-                if job.journal is not None:  # the chunk done: its store part, every state, the journal
+                if (
+                    job.journal is not None
+                ):  # the chunk done: its store part, every state, the journal
                     keep_chunk(job, part)
             if job.bar is not None:
                 job.bar.update(len(chunk))
-            if job.stop.agreed(world, number):  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+            if job.stop.agreed(
+                world, number
+            ):  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
                 stop(job)
                 return
         finish(job)
@@ -76,11 +87,16 @@ class Job:
         self.predictor = self.model = self.columns = self.rows = self.coding = None
         self.journal = self.stores = self.stop = self.bar = self.output_kind = None
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
-        self.languages, self.context_fit = {}, np.zeros(3, dtype=np.int64)  # rows that fit, context cut, too long
+        self.languages, self.context_fit = (
+            {},
+            np.zeros(3, dtype=np.int64),
+        )  # rows that fit, context cut, too long
         self.blank_rows = self.rows_read = 0
         self.codes = bool(args.output or args.to_check or args.audit)  # the code table is predicted
 
-    def say(self, message: str) -> None:  # how the input was read: stdout, so stderr holds errors alone
+    def say(
+        self, message: str
+    ) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if self.world.is_main:
             print(message, flush=True)
 
@@ -113,18 +129,30 @@ def check_job(args: PredictConfig) -> list:
 def load_model(job: Job) -> None:
     """All ranks: the model, the columns it reads, what the coding needs (mixer.coding.job.prepare)."""
     args, world = job.args, job.world
-    job.predictor = Predictor.load(args.checkpoint, world.device, args.precision, args.force_precision,
-                                   log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-                                   tf32=args.tf32, quantize=args.quantize,
-                                   announce=job.say)  # which weights: stdout, as how it reads
+    job.predictor = Predictor.load(
+        args.checkpoint,
+        world.device,
+        args.precision,
+        args.force_precision,
+        log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
+        tf32=args.tf32,
+        quantize=args.quantize,
+        announce=job.say,
+    )  # which weights: stdout, as how it reads
     if args.code_descriptions:
         from mixer.prediction.outputs import set_descriptions
 
-        set_descriptions(job.predictor, args.code_descriptions, args.table_options("code_descriptions"))
-    job.model = model = Model(job.predictor, args.checkpoint, note_blank=False)  # blank rows counted over the file
+        set_descriptions(
+            job.predictor, args.code_descriptions, args.table_options("code_descriptions")
+        )
+    job.model = model = Model(
+        job.predictor, args.checkpoint, note_blank=False
+    )  # blank rows counted over the file
     model._says_context_fit = False  # counted over the chunks and every rank, said once below
     model._says_languages = False  # counted over the chunks on rank 0, said once below
-    job.columns = job_columns(job.predictor.config, args.input_col, args.language, args.language_col)
+    job.columns = job_columns(
+        job.predictor.config, args.input_col, args.language, args.language_col
+    )
     job.rows = RowReader(*job.columns)
     from mixer.coding.job import prepare
 
@@ -134,7 +162,9 @@ def load_model(job: Job) -> None:
 def open_sinks(job: Job) -> None:
     """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
     args, world = job.args, job.world
-    job.journal = mdist.main_only(lambda: open_journal(args, job.predictor, world, job.say, job.sink_classes), world)
+    job.journal = mdist.main_only(
+        lambda: open_journal(args, job.predictor, world, job.say, job.sink_classes), world
+    )
     from mixer.prediction.resume import shared
 
     job.journal = shared(job.journal, world)  # all ranks: the chunks to skip, the stores' keys
@@ -144,7 +174,9 @@ def open_sinks(job: Job) -> None:
             job.sinks.append(sink(job))
 
     mdist.main_only(open_all, world)
-    if world.is_main and job.journal is not None and job.journal.chunks:  # each sink and the coding as
+    if (
+        world.is_main and job.journal is not None and job.journal.chunks
+    ):  # each sink and the coding as
         restore_states(job)  # the last chunk left them
     if world.is_main and sys.stderr.isatty():
         from tqdm import tqdm
@@ -170,13 +202,19 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
         if column and column not in chunk.columns:
             raise missing_column(column, chunk.columns, f"--input {job.args.input}", flag)
     if job.world.is_main:  # the languages of the whole chunk, as the rows are read
-        count_languages(job.languages, text_column(chunk, columns.language_col).str.strip()
-                        if columns.language_col else None, columns.language, len(chunk))
+        count_languages(
+            job.languages,
+            text_column(chunk, columns.language_col).str.strip() if columns.language_col else None,
+            columns.language,
+            len(chunk),
+        )
     blank = blank_descriptions(text_column(chunk, columns.input_col))
     if job.journal is not None and number < job.journal.chunks:
         job.blank_rows += int(blank.sum())
         if columns.context_cols and job.world.is_main:  # every row once, over the ranks
-            job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(chunk)), minlength=3)
+            job.context_fit += np.bincount(
+                job.model._context_fit(*job.rows.read(chunk)), minlength=3
+            )
         return None
     return Part(number, chunk, blank)
 
@@ -200,18 +238,26 @@ def code_rows(job: Job, part: Part) -> None:
         return
     if is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
         if job.stores.table is not None:  # a matrix: a row per key
-            part.predicted = part.distinct.through(job.stores.table, chunk, world, job.predictor, lambda rows: (
-                predict_shaped(job.model, args, *job.rows.read(rows))))
+            part.predicted = part.distinct.through(
+                job.stores.table,
+                chunk,
+                world,
+                job.predictor,
+                lambda rows: predict_shaped(job.model, args, *job.rows.read(rows)),
+            )
         else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
             with job.predictor.shared(world):
                 predicted = predict_shaped(job.model, args, *job.rows.read(chunk))
             part.predicted = predicted if world.is_main else None
     else:
-        part.predicted = part.distinct.through(job.stores.table, chunk, world, job.predictor,
-                                               lambda rows: code_table(job, rows))
+        part.predicted = part.distinct.through(
+            job.stores.table, chunk, world, job.predictor, lambda rows: code_table(job, rows)
+        )
         if world.is_main:
             part.predicted.index = chunk.index
-            job.coding.tally(part.predicted, part.inputs if job.coding.active else None, args.head, part.blank)
+            job.coding.tally(
+                part.predicted, part.inputs if job.coding.active else None, args.head, part.blank
+            )
     part.new = part.distinct.new
 
 
@@ -222,8 +268,17 @@ def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
     texts, langs, context = job.rows.read(rows)
     results = []
     for head in args.head:
-        result = job.model.predict(texts, langs, args.top_k, head, head_threshold(args, head), context,
-                                   args.batch_size, lookup=coding.lookup, target=coding.targets.get(head))
+        result = job.model.predict(
+            texts,
+            langs,
+            args.top_k,
+            head,
+            head_threshold(args, head),
+            context,
+            args.batch_size,
+            lookup=coding.lookup,
+            target=coding.targets.get(head),
+        )
         results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
     return coding.split_source(results)
 
@@ -231,16 +286,24 @@ def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
 def embed_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
     if job.args.embeddings:
-        part.vectors = part.distinct.through(job.stores.embeddings, part.chunk, job.world, job.predictor, lambda rows: (
-            job.model.embeddings(*job.rows.read(rows), job.args.batch_size)))
+        part.vectors = part.distinct.through(
+            job.stores.embeddings,
+            part.chunk,
+            job.world,
+            job.predictor,
+            lambda rows: job.model.embeddings(*job.rows.read(rows), job.args.batch_size),
+        )
         part.new_vectors = part.distinct.new
 
 
 def stop(job: Job) -> None:
     """A scheduler's signal: the chunks done are kept for the same command to continue."""
     if job.world.is_main:
-        print(f"stopped after {job.journal.chunks:,} chunk(s) ({job.journal.rows:,} rows) on a signal: run the "
-              "same command to continue", file=sys.stderr)
+        print(
+            f"stopped after {job.journal.chunks:,} chunk(s) ({job.journal.rows:,} rows) on a signal: run the "
+            "same command to continue",
+            file=sys.stderr,
+        )
     for sink in job.sinks:
         sink.suspend()
     job.stores.close()
@@ -253,17 +316,24 @@ def finish(job: Job) -> None:
         raise UserError(no_rows(args.input))
     if job.columns.context_cols:  # all ranks
         say_context_fit(mdist.gather_to_main(job.context_fit, world), job.predictor)
-    if any(sink.early for sink in job.sink_classes):  # all ranks: rank 0 commits, a failure ends every rank
+    if any(
+        sink.early for sink in job.sink_classes
+    ):  # all ranks: rank 0 commits, a failure ends every rank
         mdist.main_only(lambda: [sink.commit(job) for sink in job.sinks if sink.early], world)
     if world.is_main:
         from mixer.coding.target import language_note
 
-        note = language_note(job.model, job.languages, f"--input {args.input}")  # one never trained with
+        note = language_note(
+            job.model, job.languages, f"--input {args.input}"
+        )  # one never trained with
         if note:
             print(note, file=sys.stderr)
         if job.blank_rows:
-            print(f"--input {args.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
-                  "no code, prob empty", file=sys.stderr)
+            print(
+                f"--input {args.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
+                "no code, prob empty",
+                file=sys.stderr,
+            )
         for line in job.coding.report():
             print(line, file=sys.stderr)
         for sink in job.sinks:
@@ -283,7 +353,9 @@ def fail(job: Job, exc: BaseException) -> None:
 
     if job.stores is not None:
         job.stores.close()
-    if job.journal is not None and (isinstance(exc, KeyboardInterrupt) or lost_peer(exc, job.stop, job.world)):
+    if job.journal is not None and (
+        isinstance(exc, KeyboardInterrupt) or lost_peer(exc, job.stop, job.world)
+    ):
         for sink in job.sinks:
             sink.suspend()
         return
@@ -306,13 +378,17 @@ class RowReader:
     """What the model reads of a chunk's rows: (texts, languages, context), the one place the
     job turns its columns into Model's arguments."""
 
-    def __init__(self, input_col: str, language_col: Optional[str], language: str, context_cols: list):
+    def __init__(
+        self, input_col: str, language_col: Optional[str], language: str, context_cols: list
+    ):
         self.input_col, self.language_col, self.language = input_col, language_col, language
         self.context_cols = list(context_cols)
 
     def read(self, part: pd.DataFrame) -> tuple:
         texts = text_column(part, self.input_col)
-        langs = text_column(part, self.language_col).str.strip() if self.language_col else self.language
+        langs = (
+            text_column(part, self.language_col).str.strip() if self.language_col else self.language
+        )
         # the rows' own order, as texts and langs (whose index this chunk's position resets)
         context = part[self.context_cols].reset_index(drop=True) if self.context_cols else None
         return texts, langs, context
@@ -326,13 +402,29 @@ class DistinctStores:
         from mixer.prediction.store import DistinctStore
 
         budget = args.store_memory * MEGABYTE
-        beside = args.output or args.embeddings or (args.to_check[1] if args.to_check else None) or args.input
+        beside = (
+            args.output
+            or args.embeddings
+            or (args.to_check[1] if args.to_check else None)
+            or args.input
+        )
         spill_dir = os.path.dirname(os.path.abspath(beside))
-        by_row = args.output and is_shaped(args) and not is_matrix(args)  # OccCANINE's table, alternatives
+        by_row = (
+            args.output and is_shaped(args) and not is_matrix(args)
+        )  # OccCANINE's table, alternatives
         has_table = bool(args.output or args.to_check or args.audit) and not by_row
-        self.table = DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
-        self.embeddings = (DistinctStore(budget, os.path.dirname(os.path.abspath(args.embeddings)),
-                                         os.path.basename(args.embeddings)) if args.embeddings else None)
+        self.table = (
+            DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
+        )
+        self.embeddings = (
+            DistinctStore(
+                budget,
+                os.path.dirname(os.path.abspath(args.embeddings)),
+                os.path.basename(args.embeddings),
+            )
+            if args.embeddings
+            else None
+        )
 
     def close(self) -> None:
         for store in (self.table, self.embeddings):
@@ -380,7 +472,9 @@ def say_context_fit(counts: list | None, predictor) -> None:
     if counts is None:
         return
     total = np.sum(counts, axis=0)
-    note = context_note((int(total[1] + total[2]), int(total[2])), predictor.token_ids, training=False)
+    note = context_note(
+        (int(total[1] + total[2]), int(total[2])), predictor.token_ids, training=False
+    )
     if note:
         print(f"note: {note}", file=sys.stderr)
 
@@ -390,7 +484,9 @@ def open_journal(args, predictor, world, say, sinks=()):
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
 
-    why = resume.why_not(args, world, bool(args.output) and is_shaped(args) and not is_matrix(args), sinks)
+    why = resume.why_not(
+        args, world, bool(args.output) and is_shaped(args) and not is_matrix(args), sinks
+    )
     for flag, path in (("--output", args.output), ("--embeddings", args.embeddings)):
         if path:
             resume.remove_stale(path, flag, why, say)
@@ -410,15 +506,21 @@ def keep_chunk(job: Job, part: Part) -> None:
     (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
     from mixer.data.tables.sinks import sink_name
 
-    states = {"sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
-              "coding": job.coding.state(job.journal)}
-    job.journal.done(part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors)
+    states = {
+        "sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
+        "coding": job.coding.state(job.journal),
+    }
+    job.journal.done(
+        part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
+    )
 
 
 def restore_states(job: Job) -> None:
     """Rank 0: the states saved with the last chunk a killed run completed, given back."""
     saved = job.journal.states()
-    for sink, (_, state) in zip(job.sinks, saved["sinks"]):  # the same sinks (the journal's made_by)
+    for sink, (_, state) in zip(
+        job.sinks, saved["sinks"]
+    ):  # the same sinks (the journal's made_by)
         sink.restore(state)
     job.coding.restore(saved["coding"], job.journal)
 
@@ -430,7 +532,10 @@ class StopRequest:
     Under torchrun every rank takes them and the ranks agree after each chunk."""
 
     def __init__(self, journal):
-        self.requested, self.armed = False, journal is not None  # the same on every rank (resume.shared)
+        self.requested, self.armed = (
+            False,
+            journal is not None,
+        )  # the same on every rank (resume.shared)
         if self.armed:
             from mixer.distributed.launch import stop_on_signals
 
@@ -449,25 +554,36 @@ class StopRequest:
 
 def check_coding_args(args) -> None:
     """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
-    coding = [flag for flag, value in (("--target-accuracy", args.target_accuracy),
-                                       ("--lookup", args.lookup)) if value is not None]
+    coding = [
+        flag
+        for flag, value in (("--target-accuracy", args.target_accuracy), ("--lookup", args.lookup))
+        if value is not None
+    ]
     if coding and is_shaped(args):
-        raise UserError(f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
-                        "--columns occcanine")
+        raise UserError(
+            f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
+            "--columns occcanine"
+        )
     if coding and not (args.output or args.to_check or args.audit):  # e.g. --embeddings alone
-        raise UserError(f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
-                        "writes; pass --output FILE")
+        raise UserError(
+            f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
+            "writes; pass --output FILE"
+        )
     if args.threshold is not None and set(args.head) <= {"seq2seq"}:
-        raise UserError(f"--threshold {args.threshold:g} is the flat and full heads' (the probability a code "
-                        "must reach); the seq2seq head decodes its codes and takes none: leave it out, or "
-                        "--target-accuracy for a threshold on the row confidence")
+        raise UserError(
+            f"--threshold {args.threshold:g} is the flat and full heads' (the probability a code "
+            "must reach); the seq2seq head decodes its codes and takes none: leave it out, or "
+            "--target-accuracy for a threshold on the row confidence"
+        )
     if args.lookup:
         check_input_path(args.lookup, "--lookup")
     if args.calibration_data:
         check_input_path(args.calibration_data, "--calibration-data")
     if args.target_accuracy is not None and "full" in args.head:
-        raise UserError("--target-accuracy: the full head has no row confidence (not covered); use --head flat "
-                        "or seq2seq")
+        raise UserError(
+            "--target-accuracy: the full head has no row confidence (not covered); use --head flat "
+            "or seq2seq"
+        )
 
 
 def head_threshold(args, head: str) -> Optional[float]:
@@ -477,7 +593,18 @@ def head_threshold(args, head: str) -> Optional[float]:
 
 def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
     if args.alternatives:
-        return model.alternatives(texts, langs, args.alternatives, context, args.batch_size,
-                                  args.columns, args.system)
-    return model.predict(texts, langs, args.top_k, args.head[0], args.threshold, context,
-                         args.batch_size, what=args.what, columns=args.columns, system=args.system)
+        return model.alternatives(
+            texts, langs, args.alternatives, context, args.batch_size, args.columns, args.system
+        )
+    return model.predict(
+        texts,
+        langs,
+        args.top_k,
+        args.head[0],
+        args.threshold,
+        context,
+        args.batch_size,
+        what=args.what,
+        columns=args.columns,
+        system=args.system,
+    )

@@ -66,9 +66,12 @@ def parts_dir(output: str) -> str:
 
 def anchor(args) -> tuple:
     """(flag, path) of the file a job's parts lie beside: --output, else its first other output."""
-    for flag, path in (("--output", args.output), ("--embeddings", args.embeddings),
-                       ("--to-check", args.to_check[-1] if args.to_check else None),
-                       ("--audit", args.audit[-1] if args.audit else None)):
+    for flag, path in (
+        ("--output", args.output),
+        ("--embeddings", args.embeddings),
+        ("--to-check", args.to_check[-1] if args.to_check else None),
+        ("--audit", args.audit[-1] if args.audit else None),
+    ):
         if path:
             return flag, path
     return None, None
@@ -82,7 +85,9 @@ def why_not(args, world, stores_by_row: bool, sinks=()) -> Optional[str]:
 
     if anchor(args)[1] is None:
         return "it writes no file"
-    for sink in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
+    for (
+        sink
+    ) in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
         if not resumes(sink):
             return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
     if stores_by_row:
@@ -98,13 +103,15 @@ def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
     prefix = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.")
     removed = 0
     for leftover in glob.glob(glob.escape(prefix) + "*"):
-        pid = leftover[len(prefix):].split(".")[0]
+        pid = leftover[len(prefix) :].split(".")[0]
         if pid.isdigit() and not _alive(int(pid)):
             os.unlink(leftover) if not os.path.isdir(leftover) else shutil.rmtree(leftover)
             removed += 1
     if removed:
-        log(f"{flag} {output}: removed {removed} temporary file(s) a killed run left"
-            + (f"; this job starts over ({why}, so it does not resume)" if why else ""))
+        log(
+            f"{flag} {output}: removed {removed} temporary file(s) a killed run left"
+            + (f"; this job starts over ({why}, so it does not resume)" if why else "")
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -126,7 +133,9 @@ class Journal:
 
         from mixer.data.tables.writing import file_time, output_kind
 
-        self.flag, self.output = anchor(args)  # the parts beside --output, or its first other output
+        self.flag, self.output = anchor(
+            args
+        )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
         kind = None
         if args.output:
@@ -138,15 +147,24 @@ class Journal:
         self.growing = {"csv": self.tmp, "npy": (self.tmp or "") + ".raw"}.get(kind)
         # the time an Excel or Stata file states: the first run's, kept
         self.started = file_time() if kind in ("excel", "stata") else None
-        options = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(args).items() if k not in FREE},
-                                        default=str))
+        options = json.loads(
+            json.dumps(
+                {k: v for k, v in dataclasses.asdict(args).items() if k not in FREE}, default=str
+            )
+        )
         for name in FILES:  # the file as it is now, not only its name
             if options.get(name):
                 options[name] = {"path": options[name], **_file_identity(options[name])}
         # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
-        options["calibration"] = {head: list(values) for head, values in sorted(predictor.calibration.items())}
-        self.made_by = {"input": _file_identity(args.input), "model": model_fingerprint(predictor),
-                        "options": options, "sinks": [sink_name(sink) for sink in sinks]}
+        options["calibration"] = {
+            head: list(values) for head, values in sorted(predictor.calibration.items())
+        }
+        self.made_by = {
+            "input": _file_identity(args.input),
+            "model": model_fingerprint(predictor),
+            "options": options,
+            "sinks": [sink_name(sink) for sink in sinks],
+        }
         self.chunks, self.rows, self.size = 0, 0, 0
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
@@ -166,15 +184,23 @@ class Journal:
             saved = json.load(handle)
         changed = _what_changed(saved["made_by"], self.made_by)
         if changed:
-            raise UserError(f"{self.flag} {self.output}: an unfinished run's parts ({self.dir}) were made with "
-                            f"{changed}; run that command again to continue, or pass --restart to start over")
-        broken = saved["chunks"] and (not os.path.exists(os.path.join(self.dir, _state(saved["chunks"] - 1)))
-                                      or self.growing is not None and (not os.path.exists(self.growing)
-                                                                       or os.path.getsize(self.growing) < saved["size"]))
-        if broken or not saved["chunks"]:  # nothing to continue, or parts that cannot be (a kill at the end)
+            raise UserError(
+                f"{self.flag} {self.output}: an unfinished run's parts ({self.dir}) were made with "
+                f"{changed}; run that command again to continue, or pass --restart to start over"
+            )
+        broken = saved["chunks"] and (
+            not os.path.exists(os.path.join(self.dir, _state(saved["chunks"] - 1)))
+            or self.growing is not None
+            and (not os.path.exists(self.growing) or os.path.getsize(self.growing) < saved["size"])
+        )
+        if (
+            broken or not saved["chunks"]
+        ):  # nothing to continue, or parts that cannot be (a kill at the end)
             if broken:
-                log(f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
-                    "of its last chunk or the output written so far)")
+                log(
+                    f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
+                    "of its last chunk or the output written so far)"
+                )
             shutil.rmtree(self.dir)
             os.makedirs(self.dir)
             self._save()
@@ -182,10 +208,14 @@ class Journal:
         self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
         self.started = saved.get("started", self.started)
         if self.growing is not None:
-            with open(self.growing, "ab") as handle:  # a chunk written after the last journal entry goes
+            with open(
+                self.growing, "ab"
+            ) as handle:  # a chunk written after the last journal entry goes
                 handle.truncate(self.size)
-        log(f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
-            f"({self.rows:,} rows; --restart starts over)")
+        log(
+            f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
+            f"({self.rows:,} rows; --restart starts over)"
+        )
 
     def stored(self, name: str = "store"):
         """(keys, rows) of each completed chunk's new inputs, in order: the code table's store
@@ -203,8 +233,15 @@ class Journal:
         with open(os.path.join(self.dir, _state(self.chunks - 1)), "rb") as handle:
             return pickle.load(handle)
 
-    def done(self, chunk: int, rows: int, new_keys, new_rows, states: Optional[dict] = None,
-             vectors: Optional[tuple] = None) -> None:
+    def done(
+        self,
+        chunk: int,
+        rows: int,
+        new_keys,
+        new_rows,
+        states: Optional[dict] = None,
+        vectors: Optional[tuple] = None,
+    ) -> None:
         """Chunk `chunk` (from 0) written to the output and handed to every sink: its store
         part (the embeddings' store's too: `vectors`, keys and rows) and the sinks' states
         (`states`), then the journal."""
@@ -218,7 +255,9 @@ class Journal:
         self.chunks, self.rows = chunk + 1, self.rows + rows
         self.size = os.path.getsize(self.growing) if self.growing is not None else 0
         self._save()
-        if os.path.exists(os.path.join(self.dir, _state(chunk - 1))):  # the journal names the newer one now
+        if os.path.exists(
+            os.path.join(self.dir, _state(chunk - 1))
+        ):  # the journal names the newer one now
             os.unlink(os.path.join(self.dir, _state(chunk - 1)))
         if chunk == self.fault:
             import signal
@@ -228,8 +267,16 @@ class Journal:
     def _save(self) -> None:
         journal = os.path.join(self.dir, JOURNAL)
         with open(journal + ".new", "w", encoding="utf-8") as handle:
-            json.dump({"made_by": self.made_by, "chunks": self.chunks, "rows": self.rows, "size": self.size,
-                       "started": self.started}, handle)
+            json.dump(
+                {
+                    "made_by": self.made_by,
+                    "chunks": self.chunks,
+                    "rows": self.rows,
+                    "size": self.size,
+                    "started": self.started,
+                },
+                handle,
+            )
         os.replace(journal + ".new", journal)
 
     def remove(self) -> None:
@@ -269,8 +316,11 @@ def shared(journal, world):
     def view():
         if journal is None:
             return None
-        keys = {name: [k for k, _ in journal.stored(name)] for name in ("store", "vectors")
-                if not journal.chunks or os.path.exists(journal.path(f"{name}-0.pkl"))}
+        keys = {
+            name: [k for k, _ in journal.stored(name)]
+            for name in ("store", "vectors")
+            if not journal.chunks or os.path.exists(journal.path(f"{name}-0.pkl"))
+        }
         return journal.chunks, journal.rows, keys
 
     state = mdist.broadcast_object(mdist.main_only(view, world), world)  # all ranks
@@ -303,8 +353,13 @@ def lost_peer(exc: BaseException, stop, world) -> bool:
         return True
     if isinstance(exc, getattr(dist, "DistError", ())):
         return True
-    return isinstance(exc, RuntimeError) and bool(re.search(
-        r"closed by peer|reset by peer|broken pipe|connection refused|timed out|timeout", str(exc), re.I))
+    return isinstance(exc, RuntimeError) and bool(
+        re.search(
+            r"closed by peer|reset by peer|broken pipe|connection refused|timed out|timeout",
+            str(exc),
+            re.I,
+        )
+    )
 
 
 SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
@@ -330,13 +385,21 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             before = before or {}
             key = next(k for k in sorted(set(value) | set(before)) if value.get(k) != before.get(k))
             return f"--{key.replace('_', '-')} {_shown(before.get(key))} (now {_shown(value.get(key))})"
-        if name in FILES and isinstance(value, dict) and isinstance(before, dict) \
-                and value.get("path") == before.get("path"):
-            return (f"--{name.replace('_', '-')} {value['path']} as it was then ({before['bytes']:,} bytes; the file "
-                    "changed since)")
+        if (
+            name in FILES
+            and isinstance(value, dict)
+            and isinstance(before, dict)
+            and value.get("path") == before.get("path")
+        ):
+            return (
+                f"--{name.replace('_', '-')} {value['path']} as it was then ({before['bytes']:,} bytes; the file "
+                "changed since)"
+            )
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
-    if saved.get("sinks") != now.get("sinks"):  # outputs registered from outside (mixer.data.tables.sinks)
+    if saved.get("sinks") != now.get(
+        "sinks"
+    ):  # outputs registered from outside (mixer.data.tables.sinks)
         return f"other outputs ({_shown(saved.get('sinks'))}; now {_shown(now.get('sinks'))})"
     return None
 

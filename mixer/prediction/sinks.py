@@ -47,7 +47,9 @@ class OutputSink(Sink):
     def add(self, job, part) -> None:
         if is_shaped(self.args):
             outputs, shaped_inputs = shaped_output(part.chunk, part.predicted, self.args)
-            self.writer.write(outputs) if shaped_inputs is None else self.writer.write(outputs, inputs=shaped_inputs)
+            self.writer.write(outputs) if shaped_inputs is None else self.writer.write(
+                outputs, inputs=shaped_inputs
+            )
         else:
             self.writer.write(part.predicted, inputs=part.chunk)
 
@@ -60,10 +62,15 @@ class OutputSink(Sink):
             from mixer.coding.provenance import sidecar_path, sidecar_text
 
             sidecar = sidecar_path(self.writer.path)
-            beside[sidecar] = sidecar_text(coding.provenance, {**coding.result(), "rows": self.writer.rows})
+            beside[sidecar] = sidecar_text(
+                coding.provenance, {**coding.result(), "rows": self.writer.rows}
+            )
         self.writer.commit(beside=beside)
-        print(f"wrote {self.writer.rows} rows to {self.args.output}"
-              + (f" (what made it: {sidecar})" if coding.provenance is not None else ""), file=sys.stderr)
+        print(
+            f"wrote {self.writer.rows} rows to {self.args.output}"
+            + (f" (what made it: {sidecar})" if coding.provenance is not None else ""),
+            file=sys.stderr,
+        )
 
     def abort(self) -> None:
         self.writer.abort()
@@ -75,27 +82,39 @@ class OutputSink(Sink):
 def output_writer(args, log=None, label=None, journal=None):
     from mixer.data.tables.writing import OutputWriter
 
-    if is_matrix(args) and args.output.lower().endswith(".npy"):  # its rows: in the parts, cut back to the journal's
+    if is_matrix(args) and args.output.lower().endswith(
+        ".npy"
+    ):  # its rows: in the parts, cut back to the journal's
         if journal is None:
             return EmbeddingWriter(args.output, flag="--output")
-        return EmbeddingWriter(args.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows)
+        return EmbeddingWriter(
+            args.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
+        )
     if journal is None:
         return OutputWriter(args.output, log=log, label=label)
-    writer = OutputWriter(args.output, log=log, label=label, tmp=journal.tmp, parts=journal.dir,
-                          stamp=journal.started)
-    writer.resume(journal.chunks, journal.rows)  # the chunks the parts hold (a CSV goes on without its header)
+    writer = OutputWriter(
+        args.output, log=log, label=label, tmp=journal.tmp, parts=journal.dir, stamp=journal.started
+    )
+    writer.resume(
+        journal.chunks, journal.rows
+    )  # the chunks the parts hold (a CSV goes on without its header)
     return writer
 
 
 def check_shape_args(args) -> None:
     """Combinations that have no one meaning, refused before the model loads."""
     if args.output and args.output.lower().endswith(".npy") and not is_matrix(args):
-        raise UserError(f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
-                        "name it .csv or .parquet")
+        raise UserError(
+            f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
+            "name it .csv or .parquet"
+        )
     if not is_shaped(args):
         return
-    flag = "--alternatives" if args.alternatives else ("--what " + args.what if is_matrix(args)
-                                                       else "--columns occcanine")
+    flag = (
+        "--alternatives"
+        if args.alternatives
+        else ("--what " + args.what if is_matrix(args) else "--columns occcanine")
+    )
     if not args.output:
         raise UserError(f"{flag} writes --output FILE; pass one")
     if args.alternatives and is_matrix(args):
@@ -103,7 +122,9 @@ def check_shape_args(args) -> None:
     if len(args.head) > 1:
         raise UserError(f"{flag} takes one --head, got {' '.join(args.head)}")
     if args.alternatives and args.head != ["seq2seq"] and args.head != ["flat"]:
-        raise UserError("--alternatives are written by the decoder: leave out --head or pass seq2seq")
+        raise UserError(
+            "--alternatives are written by the decoder: leave out --head or pass seq2seq"
+        )
     if args.summary_plot:
         raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
     if is_matrix(args):
@@ -119,8 +140,11 @@ def shaped_output(chunk, predicted, args) -> tuple:
     import numpy as np
 
     if is_matrix(args):
-        return (predicted.to_numpy() if args.output.lower().endswith(".npy")
-                else predicted.reset_index(drop=True)), None
+        return (
+            predicted.to_numpy()
+            if args.output.lower().endswith(".npy")
+            else predicted.reset_index(drop=True)
+        ), None
     if args.columns == "occcanine":
         return predicted.reset_index(drop=True), None
     repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
@@ -151,9 +175,19 @@ class CheckListSink(Sink):
 
         args, columns = job.args, job.columns
         self.count, self.path = parse_to_check(args.to_check)
-        keys = [columns.input_col] + ([columns.language_col] if columns.language_col else []) + columns.context_cols
-        self.checklist = CheckList(self.count, self.path, keys, "" if len(args.head) == 1 else f"{args.head[0]}_",
-                                   args.top_k or job.predictor.default_top_k(), log=job.say)
+        keys = (
+            [columns.input_col]
+            + ([columns.language_col] if columns.language_col else [])
+            + columns.context_cols
+        )
+        self.checklist = CheckList(
+            self.count,
+            self.path,
+            keys,
+            "" if len(args.head) == 1 else f"{args.head[0]}_",
+            args.top_k or job.predictor.default_top_k(),
+            log=job.say,
+        )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
     def add(self, job, part) -> None:
@@ -164,7 +198,11 @@ class CheckListSink(Sink):
         from mixer.data.tables.sinks import save_pieces
 
         self.saved = save_pieces(self.journal, "to-check", self.checklist.parts, self.saved)
-        return {"pieces": self.saved, "rows": self.checklist.rows, "described": self.checklist.described}
+        return {
+            "pieces": self.saved,
+            "rows": self.checklist.rows,
+            "described": self.checklist.described,
+        }
 
     def restore(self, state: dict) -> None:
         from mixer.data.tables.sinks import load_pieces
@@ -244,8 +282,11 @@ class SummaryPlotSink(Sink):
 
     def add(self, job, part) -> None:
         first = "" if len(job.args.head) == 1 else f"{job.args.head[0]}_"
-        self.pieces.append(part.predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
-            ["code_1", "prob_1"], axis=1))
+        self.pieces.append(
+            part.predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
+                ["code_1", "prob_1"], axis=1
+            )
+        )
 
     def state(self) -> tuple:
         from mixer.data.tables.sinks import save_pieces
@@ -265,7 +306,9 @@ class SummaryPlotSink(Sink):
 
             from mixer.reporting.plot import plot_prediction_summary
 
-            plot_prediction_summary(pd.concat(self.pieces, ignore_index=True), job.args.summary_plot)
+            plot_prediction_summary(
+                pd.concat(self.pieces, ignore_index=True), job.args.summary_plot
+            )
 
 
 class EmbeddingWriter:
@@ -278,24 +321,35 @@ class EmbeddingWriter:
     `rows` > 0 goes on after the rows that file holds (a resumed --output matrix's, cut back
     to them by the journal)."""
 
-    def __init__(self, path: str, flag: str = "--embeddings", raw: Optional[str] = None,
-                 tmp: Optional[str] = None, rows: int = 0):
+    def __init__(
+        self,
+        path: str,
+        flag: str = "--embeddings",
+        raw: Optional[str] = None,
+        tmp: Optional[str] = None,
+        rows: int = 0,
+    ):
         from mixer.data.tables.writing import check_output_path
 
         self.path = check_output_path(path, flag, {})
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
-        self.tmp = tmp or os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                       f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = tmp or os.path.join(
+            os.path.dirname(os.path.abspath(self.path)),
+            f".tmp-{os.path.basename(path)}.{os.getpid()}",
+        )
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
         self.raw_path = raw or self.tmp + ".raw"
         self.lengths = []  # with `raw`: each chunk's rows (a Parquet file's row groups)
         self.resumes = raw is not None
         # beside a journal: kept as it is, to continue (restore(), or `rows` already there)
-        self.raw = (open(self.raw_path, "ab" if self.resumes or rows else "wb")
-                    if self.npy or self.resumes else None)
+        self.raw = (
+            open(self.raw_path, "ab" if self.resumes or rows else "wb")
+            if self.npy or self.resumes
+            else None
+        )
         if rows and self.npy:
             self.rows, self.width = rows, os.path.getsize(self.raw_path) // (4 * rows)
 
@@ -316,7 +370,9 @@ class EmbeddingWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()), self.width)
+        column = pa.FixedSizeListArray.from_arrays(
+            pa.array(vectors.astype(np.float32).ravel()), self.width
+        )
         table = pa.table({"embedding": column})
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.tmp, table.schema)
@@ -325,7 +381,12 @@ class EmbeddingWriter:
     def state(self) -> dict:
         """The rows written so far (a job that resumes: `raw`)."""
         self.raw.flush()
-        return {"rows": self.rows, "width": self.width, "lengths": list(self.lengths), "bytes": self.raw.tell()}
+        return {
+            "rows": self.rows,
+            "width": self.width,
+            "lengths": list(self.lengths),
+            "bytes": self.raw.tell(),
+        }
 
     def restore(self, state: dict) -> None:
         """Continue the raw file after the rows `state` counted (what came after them goes)."""
@@ -348,18 +409,24 @@ class EmbeddingWriter:
             self.raw.close()
             with open(self.tmp, "wb") as out, open(self.raw_path, "rb") as raw:
                 np.lib.format.write_array_header_1_0(
-                    out, {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)})
+                    out,
+                    {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)},
+                )
                 shutil.copyfileobj(raw, out, 1 << 24)
             os.unlink(self.raw_path)
-        elif self.resumes:  # the Parquet file from the raw vectors, a row group per chunk as written
+        elif (
+            self.resumes
+        ):  # the Parquet file from the raw vectors, a row group per chunk as written
             import numpy as np
 
             self.raw.close()
             if self.rows:
-                vectors = np.memmap(self.raw_path, dtype=np.float32, mode="r", shape=(self.rows, self.width))
+                vectors = np.memmap(
+                    self.raw_path, dtype=np.float32, mode="r", shape=(self.rows, self.width)
+                )
                 start = 0
                 for length in self.lengths:
-                    self._write_parquet(np.asarray(vectors[start:start + length]))
+                    self._write_parquet(np.asarray(vectors[start : start + length]))
                     start += length
                 del vectors
             os.unlink(self.raw_path)
@@ -392,8 +459,12 @@ def _sink(cls):
 
 # places: the output first (its shape is checked with it; the audit names its columns as the
 # output does), the check list, the audit (mixer.audit.guards: 30), the embeddings, the plot
-_OUTPUT, _CHECK_LIST, _EMBEDDINGS, _SUMMARY_PLOT = (_sink(OutputSink), _sink(CheckListSink), _sink(EmbeddingSink),
-                                                   _sink(SummaryPlotSink))
+_OUTPUT, _CHECK_LIST, _EMBEDDINGS, _SUMMARY_PLOT = (
+    _sink(OutputSink),
+    _sink(CheckListSink),
+    _sink(EmbeddingSink),
+    _sink(SummaryPlotSink),
+)
 
 
 def register() -> None:

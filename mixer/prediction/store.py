@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 
 
-
 class DistinctStore:
     """Rows by key. `add` on a rank that holds no rows (payload None) records the keys only,
     so every rank agrees on which keys are new."""
@@ -76,8 +75,13 @@ class DistinctStore:
             where = np.flatnonzero(block_of == block)
             rows = self.blocks[block]
             local = ids[where] - self.starts[block]
-            pieces.append(self._read(ids[where], rows) if isinstance(rows, Spilled)
-                          else rows.iloc[local] if isinstance(rows, pd.DataFrame) else rows[local])
+            pieces.append(
+                self._read(ids[where], rows)
+                if isinstance(rows, Spilled)
+                else rows.iloc[local]
+                if isinstance(rows, pd.DataFrame)
+                else rows[local]
+            )
             order.append(where)
         if not pieces:
             return None
@@ -106,23 +110,29 @@ class DistinctStore:
             self.db.execute("PRAGMA synchronous=OFF")
             self.db.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, value BLOB)")
         if isinstance(rows, pd.DataFrame):
-            values = (pickle.dumps(row, protocol=5) for row in rows.itertuples(index=False, name=None))
+            values = (
+                pickle.dumps(row, protocol=5) for row in rows.itertuples(index=False, name=None)
+            )
         else:
             values = (row.tobytes() for row in np.ascontiguousarray(rows))
-        self.db.executemany("INSERT INTO rows VALUES (?, ?)", zip(range(first, first + len(rows)), values))
+        self.db.executemany(
+            "INSERT INTO rows VALUES (?, ?)", zip(range(first, first + len(rows)), values)
+        )
         self.db.commit()
         self.spilled += len(rows)
 
     def _read(self, ids: np.ndarray, block: "Spilled"):
         found = {}
         for start in range(0, len(ids), 30_000):  # SQLite's limit on parameters
-            part = [int(i) for i in ids[start:start + 30_000]]
+            part = [int(i) for i in ids[start : start + 30_000]]
             query = f"SELECT id, value FROM rows WHERE id IN ({','.join('?' * len(part))})"
             found.update(self.db.execute(query, part).fetchall())
         values = [found[int(i)] for i in ids]
         if block.columns is None:
             return np.frombuffer(b"".join(values), dtype=block.dtype).reshape(-1, block.width)
-        table = pd.DataFrame.from_records([pickle.loads(v) for v in values], columns=range(len(block.columns)))
+        table = pd.DataFrame.from_records(
+            [pickle.loads(v) for v in values], columns=range(len(block.columns))
+        )
         return table.astype(dict(enumerate(block.dtypes))).set_axis(block.columns, axis=1)
 
 

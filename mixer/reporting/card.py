@@ -32,9 +32,19 @@ CARD_DATA = "card.json"  # what README.md was made from: the OccCANINE export ma
 HEADS = (("flat", "flat head"), ("seq2seq", "seq2seq head"))
 
 
-def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, languages: dict, start,
-              recipe_line: str, layout: str, evaluated_rows: int, encoder_source: str,
-              launch: Optional[str] = None) -> dict:
+def run_facts(
+    config: RunConfig,
+    stamp: dict,
+    formatter,
+    key_size: int,
+    languages: dict,
+    start,
+    recipe_line: str,
+    layout: str,
+    evaluated_rows: int,
+    encoder_source: str,
+    launch: Optional[str] = None,
+) -> dict:
     """What the card says of a run before any evaluation (mixer.training.run builds it;
     config.train holds the precision the run computes in). "job": this job's command and
     settings, which the training state adds to its list of jobs (Progress.jobs)."""
@@ -44,22 +54,46 @@ def run_facts(config: RunConfig, stamp: dict, formatter, key_size: int, language
     if command and command[0].endswith(".py"):
         command = ["python"] + command
     data = config.data
-    files = [(item["name"], item.get("xxh3_128", "")) for part in (stamp.get("inputs") or {}).values()
-             for item in part]
+    files = [
+        (item["name"], item.get("xxh3_128", ""))
+        for part in (stamp.get("inputs") or {}).values()
+        for item in part
+    ]
     t = config.train
     return {
-        "name": os.path.basename(os.path.abspath(config.save_dir)), "version": __version__,
-        "data": {"files": files, "rows": stamp.get("rows", {}), "digest": stamp.get("digest", ""),
-                 "languages": languages,
-                 "input_col": data.input_col, "context_cols": list(data.context_cols),
-                 "system": formatter.kind, "block_size": formatter.block_size,
-                 "codes_per_row": formatter.max_num_codes, "key_size": key_size},
-        "start": {"encoder": encoder_source, "kind": start.kind, "origin": start.origin,
-                  "family": start.family},
-        "job": {"command": shlex.join(command) if command else "", "launch": launch, "layout": layout,
-                "recipe": recipe_line, "precision": t.precision, "weight_decay": t.weight_decay,
-                "evaluated_rows": evaluated_rows, "eval_noise": t.eval_noise, "keep_best": t.keep_best,
-                "patience": t.early_stopping_patience, "min_delta": t.early_stopping_min_delta},
+        "name": os.path.basename(os.path.abspath(config.save_dir)),
+        "version": __version__,
+        "data": {
+            "files": files,
+            "rows": stamp.get("rows", {}),
+            "digest": stamp.get("digest", ""),
+            "languages": languages,
+            "input_col": data.input_col,
+            "context_cols": list(data.context_cols),
+            "system": formatter.kind,
+            "block_size": formatter.block_size,
+            "codes_per_row": formatter.max_num_codes,
+            "key_size": key_size,
+        },
+        "start": {
+            "encoder": encoder_source,
+            "kind": start.kind,
+            "origin": start.origin,
+            "family": start.family,
+        },
+        "job": {
+            "command": shlex.join(command) if command else "",
+            "launch": launch,
+            "layout": layout,
+            "recipe": recipe_line,
+            "precision": t.precision,
+            "weight_decay": t.weight_decay,
+            "evaluated_rows": evaluated_rows,
+            "eval_noise": t.eval_noise,
+            "keep_best": t.keep_best,
+            "patience": t.early_stopping_patience,
+            "min_delta": t.early_stopping_min_delta,
+        },
     }
 
 
@@ -67,8 +101,11 @@ def describe_launch(launcher: str, world_size: int, nodes: int, per_node: int) -
     """How the command ran when it ran as several processes (the card's), else None."""
     if world_size <= 1:
         return None
-    by = {"torchrun": "torchrun", "torch.distributed.launch": "torch.distributed.launch",
-          "slurm": "srun"}.get(launcher, "a launcher")
+    by = {
+        "torchrun": "torchrun",
+        "torch.distributed.launch": "torch.distributed.launch",
+        "slurm": "srun",
+    }.get(launcher, "a launcher")
     return f"launched by {by} as {world_size} processes ({nodes} node(s) x {per_node})"
 
 
@@ -78,7 +115,9 @@ def jobs_of(facts: dict, progress: dict) -> list:
     with the same command and settings (a requeued job) are one."""
     recorded = progress.get("jobs") or [dict(facts["job"], from_step=0)]
     ends = [job["from_step"] for job in recorded[1:]] + [progress["step"]]
-    spans = [(job, end) for job, end in zip(recorded, ends) if end > job["from_step"]] or [(recorded[-1], ends[-1])]
+    spans = [(job, end) for job, end in zip(recorded, ends) if end > job["from_step"]] or [
+        (recorded[-1], ends[-1])
+    ]
     jobs = []
     for job, end in spans:
         settings = {k: v for k, v in job.items() if k != "from_step"}
@@ -103,8 +142,16 @@ def _per_job(jobs: list, text) -> str:
     return "; ".join(f"{value} (steps {a:,} to {b:,})" for value, a, b in groups)
 
 
-def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Optional[dict],
-               last: dict, export: Optional[dict] = None, coding: Optional[dict] = None) -> str:
+def model_card(
+    facts: dict,
+    where: str,
+    stored: dict,
+    progress: dict,
+    best: Optional[dict],
+    last: dict,
+    export: Optional[dict] = None,
+    coding: Optional[dict] = None,
+) -> str:
     """The card of the run's best model (`best`, its record: mixer.training.best) or, when
     it kept none, of its last step's weights (`last`: step, place, metrics, table).
     `stored`: the config.json those weights have or get, whose thresholds prediction
@@ -117,23 +164,41 @@ def model_card(facts: dict, where: str, stored: dict, progress: dict, best: Opti
 
     run = export["run"] if export else "RUN"
     if best is not None:
-        model = dict(which="best", step=best["step"], place=best["place"], metric=best["metric"],
-                     value=best["value"], metrics=best["metrics"], table=best.get("table"),
-                     conditions=best.get("conditions") or {},
-                     other=(f"The run's last step ({progress['step']:,}) left other weights: "
-                            f"`{os.path.join(run, 'model.safetensors')}` "
-                            f"(`--checkpoint {shlex.quote(os.path.join(run, 'model.safetensors'))}`)."
-                            if progress["ended"] else None))
+        model = dict(
+            which="best",
+            step=best["step"],
+            place=best["place"],
+            metric=best["metric"],
+            value=best["value"],
+            metrics=best["metrics"],
+            table=best.get("table"),
+            conditions=best.get("conditions") or {},
+            other=(
+                f"The run's last step ({progress['step']:,}) left other weights: "
+                f"`{os.path.join(run, 'model.safetensors')}` "
+                f"(`--checkpoint {shlex.quote(os.path.join(run, 'model.safetensors'))}`)."
+                if progress["ended"]
+                else None
+            ),
+        )
     else:
         model = dict(which="last", other=None, **last)
     thresholds = Thresholds.of(stored.get("threshold", 0.5), stored.get("thresholds"))
-    model.update(where=where, progress=progress, thresholds=thresholds,
-                 thresholds_origin=stored.get("thresholds_from", "the run's"), export=export, coding=coding)
+    model.update(
+        where=where,
+        progress=progress,
+        thresholds=thresholds,
+        thresholds_origin=stored.get("thresholds_from", "the run's"),
+        export=export,
+        coding=coding,
+    )
     if export:
         model["thresholds_where"] = export["thresholds_where"]
         if export["measured_with"] != thresholds:
-            model["thresholds_where"] += (f". The flat head's validation figures above were measured with "
-                                          f"the run's thresholds, {export['measured_with'].describe()}")
+            model["thresholds_where"] += (
+                f". The flat head's validation figures above were measured with "
+                f"the run's thresholds, {export['measured_with'].describe()}"
+            )
     return render(facts, model)
 
 
@@ -157,86 +222,156 @@ def _header(facts: dict, model: dict) -> str:
     import yaml
 
     data = facts["data"]
-    header = {"library_name": "mixer", "pipeline_tag": "text-classification",
-              "tags": ["mixer", "occupational-coding", data["system"]]}
+    header = {
+        "library_name": "mixer",
+        "pipeline_tag": "text-classification",
+        "tags": ["mixer", "occupational-coding", data["system"]],
+    }
     languages = sorted(lang for lang in data["languages"] if lang != "unk")
     if languages:
         header["language"] = languages
     origin = facts["start"]["origin"]
-    if origin and "/" in origin and not os.path.exists(origin):  # a hub id: Christianvedel/OccCANINE_s2s_mix
+    if (
+        origin and "/" in origin and not os.path.exists(origin)
+    ):  # a hub id: Christianvedel/OccCANINE_s2s_mix
         header["base_model"] = origin
     measured = [(name, value) for name, value in _headline(model["metrics"]) if value is not None]
     if measured:
-        header["model-index"] = [{"name": facts["name"], "results": [{
-            "task": {"type": "text-classification", "name": f"occupational coding ({data['system']})"},
-            "dataset": {"type": "validation-rows", "name": ", ".join(f for f, _ in data["files"]) or "data",
-                        "split": "validation"},
-            "metrics": [{"type": "accuracy" if "accuracy" in name else "f1", "name": name,
-                         "value": round(float(value), 4)} for name, value in measured]}]}]
+        header["model-index"] = [
+            {
+                "name": facts["name"],
+                "results": [
+                    {
+                        "task": {
+                            "type": "text-classification",
+                            "name": f"occupational coding ({data['system']})",
+                        },
+                        "dataset": {
+                            "type": "validation-rows",
+                            "name": ", ".join(f for f, _ in data["files"]) or "data",
+                            "split": "validation",
+                        },
+                        "metrics": [
+                            {
+                                "type": "accuracy" if "accuracy" in name else "f1",
+                                "name": name,
+                                "value": round(float(value), 4),
+                            }
+                            for name, value in measured
+                        ],
+                    }
+                ],
+            }
+        ]
     return yaml.safe_dump(header, sort_keys=False, allow_unicode=True)
 
 
 def _headline(metrics: dict) -> list:
     """(name, value) of each head's accuracy and F1, as written and noised."""
-    return [(f"{label} {kind}" + (" (noised)" if noisy else ""),
-             metrics.get(f"val_{'noisy_' if noisy else ''}{head}_{kind}"))
-            for noisy in (False, True) for head, label in HEADS for kind in ("accuracy", "f1")]
+    return [
+        (
+            f"{label} {kind}" + (" (noised)" if noisy else ""),
+            metrics.get(f"val_{'noisy_' if noisy else ''}{head}_{kind}"),
+        )
+        for noisy in (False, True)
+        for head, label in HEADS
+        for kind in ("accuracy", "f1")
+    ]
 
 
 def _body(facts: dict, model: dict) -> list:
     data, progress = facts["data"], model["progress"]
     jobs = jobs_of(facts, progress)
-    lines = [f"# {facts['name']}", "",
-             f"A text classifier made with mixer {facts['version']}: it reads `{data['input_col']}`"
-             + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
-             + f" and writes {data['system']} codes ({data['key_size']:,} codes in its key; up to "
-             f"{data['codes_per_row']} per row, in blocks of {data['block_size']}) with two heads: "
-             "a flat head (a probability for every code of the key) and a seq2seq decoder.", ""]
+    lines = [
+        f"# {facts['name']}",
+        "",
+        f"A text classifier made with mixer {facts['version']}: it reads `{data['input_col']}`"
+        + (f" (with {', '.join(data['context_cols'])})" if data["context_cols"] else "")
+        + f" and writes {data['system']} codes ({data['key_size']:,} codes in its key; up to "
+        f"{data['codes_per_row']} per row, in blocks of {data['block_size']}) with two heads: "
+        "a flat head (a probability for every code of the key) and a seq2seq decoder.",
+        "",
+    ]
     lines += ["## Which weights", "", _which(model)]
     if model.get("other"):
         lines += ["", model["other"]]
     lines += ["", "## How it was made", ""] + _commands(jobs)
-    where = (f"step {progress['step']:,} of {progress['total_steps']:,} planned, "
-             f"{progress['epochs']:.2f} of {progress['planned_epochs']} epochs")
-    took = (f"; {_duration(progress['elapsed'])} of training, evaluations included"
-            if progress["elapsed"] else "")
+    where = (
+        f"step {progress['step']:,} of {progress['total_steps']:,} planned, "
+        f"{progress['epochs']:.2f} of {progress['planned_epochs']} epochs"
+    )
+    took = (
+        f"; {_duration(progress['elapsed'])} of training, evaluations included"
+        if progress["elapsed"]
+        else ""
+    )
     if progress["ended"]:
-        lines += [f"Training ended at {where}: {progress['stop_reason'] or 'the planned end'}{took}.", ""]
+        lines += [
+            f"Training ended at {where}: {progress['stop_reason'] or 'the planned end'}{took}.",
+            "",
+        ]
     else:
-        lines += [f"Training is in progress, at {where}{took}; this card is rewritten at each best "
-                  "model and at the end.", ""]
+        lines += [
+            f"Training is in progress, at {where}{took}; this card is rewritten at each best "
+            "model and at the end.",
+            "",
+        ]
     lines += ["| | |", "|---|---|"]
-    files = "; ".join(f"`{name}` (xxh3-128 {digest})" if digest else f"`{name}`"
-                      for name, digest in data["files"])
+    files = "; ".join(
+        f"`{name}` (xxh3-128 {digest})" if digest else f"`{name}`" for name, digest in data["files"]
+    )
     rows = data["rows"]
-    lines += [f"| data | {files} |" if files else "| data | |",
-              f"| rows | {rows.get('train', 0):,} training, {rows.get('val', 0):,} validation (each "
-              f"evaluation reads {_per_job(jobs, lambda j: format(j['evaluated_rows'], ','))}) |",
-              f"| fingerprint | prepared data {data['digest']} (`prepared.json`) |",
-              "| languages | " + (", ".join(f"{lang} {n:,}" for lang, n in data["languages"].items())
-                                  + " (training rows)" if data["languages"] else "not given") + " |",
-              f"| starting weights | {_start(facts['start'])} |",
-              f"| recipe | {_per_job(jobs, lambda j: j['recipe'].removeprefix('recipe: '))} |",
-              f"| batch | {_per_job(jobs, _batch)} |",
-              f"| length | {progress['planned_epochs']} epoch(s) planned, {progress['total_steps']:,} steps; "
-              "the learning rate warms up, then falls linearly to 0 at the planned end |"]
+    lines += [
+        f"| data | {files} |" if files else "| data | |",
+        f"| rows | {rows.get('train', 0):,} training, {rows.get('val', 0):,} validation (each "
+        f"evaluation reads {_per_job(jobs, lambda j: format(j['evaluated_rows'], ','))}) |",
+        f"| fingerprint | prepared data {data['digest']} (`prepared.json`) |",
+        "| languages | "
+        + (
+            ", ".join(f"{lang} {n:,}" for lang, n in data["languages"].items()) + " (training rows)"
+            if data["languages"]
+            else "not given"
+        )
+        + " |",
+        f"| starting weights | {_start(facts['start'])} |",
+        f"| recipe | {_per_job(jobs, lambda j: j['recipe'].removeprefix('recipe: '))} |",
+        f"| batch | {_per_job(jobs, _batch)} |",
+        f"| length | {progress['planned_epochs']} epoch(s) planned, {progress['total_steps']:,} steps; "
+        "the learning rate warms up, then falls linearly to 0 at the planned end |",
+    ]
     if any(job["keep_best"] for job in jobs):
         lines.append(f"| best model | {_per_job(jobs, _keeping)} |")
     lines += ["", "## Validation metrics", ""] + _metrics(model, jobs[-1])
-    rule = (f"of at least {model['thresholds'].describe()}, and always its most probable code"
-            if family(facts["start"]["family"]).flat_keep_best else
-            f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)")
-    lines += ["", "## Thresholds", "",
-              f"The flat head predicts the codes with a probability {rule}; these thresholds are "
-              f"{model['thresholds_origin']}, {model.get('thresholds_where') or stored_thresholds_text()}."]
+    rule = (
+        f"of at least {model['thresholds'].describe()}, and always its most probable code"
+        if family(facts["start"]["family"]).flat_keep_best
+        else f"above {model['thresholds'].describe()}, no code forced (OccCANINE's rule)"
+    )
+    lines += [
+        "",
+        "## Thresholds",
+        "",
+        f"The flat head predicts the codes with a probability {rule}; these thresholds are "
+        f"{model['thresholds_origin']}, {model.get('thresholds_where') or stored_thresholds_text()}.",
+    ]
     if model.get("coding"):
         lines += ["", "## Confidence and the production curve", ""] + _coding(model["coding"])
     where = model["where"]
-    lines += ["", "## How to predict", "", "```bash",
-              f"python predict.py --checkpoint {shlex.quote(where)} --input records.csv --output codes.csv",
-              "```", "", "From Python, after `import mixer`:", "", "```python",
-              f"model = mixer.load({json.dumps(where, ensure_ascii=False)})",
-              'model.predict(["farm labourer", "wine and spirit merchant"])', "```"]
+    lines += [
+        "",
+        "## How to predict",
+        "",
+        "```bash",
+        f"python predict.py --checkpoint {shlex.quote(where)} --input records.csv --output codes.csv",
+        "```",
+        "",
+        "From Python, after `import mixer`:",
+        "",
+        "```python",
+        f"model = mixer.load({json.dumps(where, ensure_ascii=False)})",
+        'model.predict(["farm labourer", "wine and spirit merchant"])',
+        "```",
+    ]
     return lines
 
 
@@ -246,31 +381,55 @@ def _coding(coding: dict) -> list:
     heads = [h for h, _ in HEADS if h in coding["heads"]]
     rows = " and ".join(f"{n:,} {name}" for name, n in coding["splits"].items())
     target = coding["target"]
-    lines = [f"Scored at the end on {rows} rows (`{coding['files']}scores.parquet`). A row's confidence is "
-             "the probability the model gives its whole code set. The first share is what `predict.py "
-             f"--target-accuracy {target:g}` codes on new rows: its threshold keeps that accuracy at confidence "
-             f"{coding['confidence']:g}, chosen on the scored rows that chose nothing, for a file of "
-             f"{coding['rows_to_code']:,} rows like them (docs/coding.md). The second is read off the "
-             "production curve of these rows: a point estimate on them, not a promise for new rows.", "",
-             "| | " + " | ".join(f"{h} head" for h in heads) + " |", "|---|" + "---|" * len(heads)]
+    lines = [
+        f"Scored at the end on {rows} rows (`{coding['files']}scores.parquet`). A row's confidence is "
+        "the probability the model gives its whole code set. The first share is what `predict.py "
+        f"--target-accuracy {target:g}` codes on new rows: its threshold keeps that accuracy at confidence "
+        f"{coding['confidence']:g}, chosen on the scored rows that chose nothing, for a file of "
+        f"{coding['rows_to_code']:,} rows like them (docs/coding.md). The second is read off the "
+        "production curve of these rows: a point estimate on them, not a promise for new rows.",
+        "",
+        "| | " + " | ".join(f"{h} head" for h in heads) + " |",
+        "|---|" + "---|" * len(heads),
+    ]
 
     def row(label, cell):
         lines.append(f"| {label} | " + " | ".join(cell(coding["heads"][h]) for h in heads) + " |")
 
-    row(f"coded on new rows at {target:.0%} accuracy (the guarantee)",
-        lambda e: "no held-out rows" if e.get("guaranteed_share") is None else f"{e['guaranteed_share']:.0%}")
-    row(f"coded at {target:.0%} accuracy, read off these rows' curve", lambda e: "none" if e["coded_share"] is None
-        else f"{e['coded_share']:.0%} of the rows")
+    row(
+        f"coded on new rows at {target:.0%} accuracy (the guarantee)",
+        lambda e: (
+            "no held-out rows"
+            if e.get("guaranteed_share") is None
+            else f"{e['guaranteed_share']:.0%}"
+        ),
+    )
+    row(
+        f"coded at {target:.0%} accuracy, read off these rows' curve",
+        lambda e: "none" if e["coded_share"] is None else f"{e['coded_share']:.0%} of the rows",
+    )
     row("temperature", lambda e: f"{e['temperature']:.3f}")
-    row("expected calibration error, raw -> calibrated", lambda e: f"{e['ece_before']:.4f} -> {e['ece_after']:.4f}")
+    row(
+        "expected calibration error, raw -> calibrated",
+        lambda e: f"{e['ece_before']:.4f} -> {e['ece_after']:.4f}",
+    )
     if all("held_out" in coding["heads"][h] for h in heads):
         held = coding["heads"][heads[0]]["held_out"]["rows"]
-        row(f"the same on {held:,} rows it was not fit on",
-            lambda e: f"{e['held_out']['ece_before']:.4f} -> {e['held_out']['ece_after']:.4f}")
-    lines += ["", f"The temperatures (`{coding['files']}calibration.json`) were fit on {coding['fit_on']}; "
-                  "they change no code, only the confidence a user reads.", ""]
-    lines += [f"![production curve, {h} head]({coding['files']}production_curve_{h}.png) "
-              f"![reliability diagram, {h} head]({coding['files']}reliability_{h}.png)" for h in heads]
+        row(
+            f"the same on {held:,} rows it was not fit on",
+            lambda e: f"{e['held_out']['ece_before']:.4f} -> {e['held_out']['ece_after']:.4f}",
+        )
+    lines += [
+        "",
+        f"The temperatures (`{coding['files']}calibration.json`) were fit on {coding['fit_on']}; "
+        "they change no code, only the confidence a user reads.",
+        "",
+    ]
+    lines += [
+        f"![production curve, {h} head]({coding['files']}production_curve_{h}.png) "
+        f"![reliability diagram, {h} head]({coding['files']}reliability_{h}.png)"
+        for h in heads
+    ]
     return lines
 
 
@@ -280,12 +439,22 @@ def _commands(jobs: list) -> list:
         job = jobs[0]
         lines = ["```bash", job["command"], "```", ""] if job["command"] else []
         if job["launch"]:
-            lines += [f"{job['launch'][0].upper()}{job['launch'][1:]}: each process ran this command.", ""]
+            lines += [
+                f"{job['launch'][0].upper()}{job['launch'][1:]}: each process ran this command.",
+                "",
+            ]
         return lines
-    lines = [f"Made by {len(jobs)} jobs, each continuing from the training state the one before saved:", ""]
+    lines = [
+        f"Made by {len(jobs)} jobs, each continuing from the training state the one before saved:",
+        "",
+    ]
     for job in jobs:
-        lines += [f"Steps {job['from']:,} to {job['to']:,}" + (f", {job['launch']}" if job["launch"] else "")
-                  + ":", ""] + (["```bash", job["command"], "```", ""] if job["command"] else [])
+        lines += [
+            f"Steps {job['from']:,} to {job['to']:,}"
+            + (f", {job['launch']}" if job["launch"] else "")
+            + ":",
+            "",
+        ] + (["```bash", job["command"], "```", ""] if job["command"] else [])
     return lines
 
 
@@ -298,7 +467,10 @@ def _keeping(job: dict) -> str:
         return "none kept"
     return f"kept by {job['keep_best']}" + (
         f"; early stopping after {job['patience']} evaluation(s) without an improvement of at least "
-        f"{job['min_delta']:g}" if job["patience"] else "")
+        f"{job['min_delta']:g}"
+        if job["patience"]
+        else ""
+    )
 
 
 def _which(model: dict) -> str:
@@ -309,20 +481,29 @@ def _which(model: dict) -> str:
     if export:
         run = export["run"]
         if model["which"] == "best":
-            return (f"This directory holds, in OccCANINE's layout, the best evaluation of the run `{run}` by "
-                    f"{model['metric']}: {model['value']:.4f} at step {model['step']:,} (epoch {epoch}), "
-                    f"exported from `{os.path.join(run, 'best')}`.")
-        return (f"This directory holds, in OccCANINE's layout, the weights of the last step of the run `{run}`, "
-                f"step {model['step']:,} (epoch {epoch}), exported from `{os.path.join(run, 'model.safetensors')}`.")
+            return (
+                f"This directory holds, in OccCANINE's layout, the best evaluation of the run `{run}` by "
+                f"{model['metric']}: {model['value']:.4f} at step {model['step']:,} (epoch {epoch}), "
+                f"exported from `{os.path.join(run, 'best')}`."
+            )
+        return (
+            f"This directory holds, in OccCANINE's layout, the weights of the last step of the run `{run}`, "
+            f"step {model['step']:,} (epoch {epoch}), exported from `{os.path.join(run, 'model.safetensors')}`."
+        )
     if model["which"] == "best":
         chosen = model.get("conditions", {}).get("rows")
         measured = int(model["metrics"].get("val_rows", 0))
-        again = (f" (on the {chosen:,} validation rows every evaluation read; the figures below were "
-                 f"measured again at the end, on {measured:,} rows)" if chosen and measured and chosen != measured
-                 else "")
-        return (f"The best evaluation of the run by {model['metric']}: {model['value']:.4f} at step "
-                f"{model['step']:,} (epoch {epoch}){again}, kept in `best/`; `--checkpoint RUN` and "
-                "`mixer.load(RUN)` predict with these weights.")
+        again = (
+            f" (on the {chosen:,} validation rows every evaluation read; the figures below were "
+            f"measured again at the end, on {measured:,} rows)"
+            if chosen and measured and chosen != measured
+            else ""
+        )
+        return (
+            f"The best evaluation of the run by {model['metric']}: {model['value']:.4f} at step "
+            f"{model['step']:,} (epoch {epoch}){again}, kept in `best/`; `--checkpoint RUN` and "
+            "`mixer.load(RUN)` predict with these weights."
+        )
     return f"The weights of the run's last step, step {model['step']:,} (epoch {epoch})."
 
 
@@ -337,28 +518,42 @@ def _metrics(model: dict, job: dict) -> list:
     noised = any(k.startswith("val_noisy_") for k in metrics)
     rows = int(metrics.get("val_rows", 0)) or job["evaluated_rows"]
     edits = (model.get("conditions") or {}).get("eval_noise", job["eval_noise"])
-    lines = [f"Measured at step {model['step']:,} on {rows:,} validation rows"
-             + (f", as written and with {edits} typo(s) in every row (noised)"
-                if noised else "")
-             + ". Exact match: a row counts when the predicted code set equals the true set; F1: micro "
-             "over codes (docs/evaluation.md)."]
+    lines = [
+        f"Measured at step {model['step']:,} on {rows:,} validation rows"
+        + (f", as written and with {edits} typo(s) in every row (noised)" if noised else "")
+        + ". Exact match: a row counts when the predicted code set equals the true set; F1: micro "
+        "over codes (docs/evaluation.md)."
+    ]
     if model["which"] == "best":
-        lines[0] += (" These rows chose this model among the run's evaluations, so they score it "
-                     "optimistically: for an unbiased figure, hold out a test file, predict it and score "
-                     "it with evaluate.py.")
-    lines += ["", "| | as written" + (" | noised" if noised else "") + " |",
-              "|---|---" + ("|---" if noised else "") + "|"]
+        lines[0] += (
+            " These rows chose this model among the run's evaluations, so they score it "
+            "optimistically: for an unbiased figure, hold out a test file, predict it and score "
+            "it with evaluate.py."
+        )
+    lines += [
+        "",
+        "| | as written" + (" | noised" if noised else "") + " |",
+        "|---|---" + ("|---" if noised else "") + "|",
+    ]
     names = [("loss", "val_loss", None)] + [
         (f"{label} {kind}", f"val_{head}_{kind}", f"val_noisy_{head}_{kind}")
-        for head, label in HEADS for kind in ("accuracy", "f1")]
+        for head, label in HEADS
+        for kind in ("accuracy", "f1")
+    ]
     for label, clean, noisy in names:
         if clean in metrics:
-            cells = [_number(metrics[clean])] + ([_number(metrics.get(noisy)) if noisy else ""] if noised else [])
+            cells = [_number(metrics[clean])] + (
+                [_number(metrics.get(noisy)) if noisy else ""] if noised else []
+            )
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     by_language = _by_language(model.get("table"))
     if by_language:
-        lines += ["", "By language (the evaluation table's accuracy of the whole code, the OccCANINE "
-                      "paper's; `evaluation.csv`):", ""] + by_language
+        lines += [
+            "",
+            "By language (the evaluation table's accuracy of the whole code, the OccCANINE "
+            "paper's; `evaluation.csv`):",
+            "",
+        ] + by_language
     return lines
 
 
@@ -378,8 +573,11 @@ def _by_language(table: Optional[str]) -> list:
     lines = ["| language | rows | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
     for lang, part in frame.groupby("lang", sort=False):
         accuracy = dict(zip(part["head"], part["accuracy"]))
-        lines.append(f"| {lang} | {int(part['n'].iloc[0]):,} | "
-                     + " | ".join(_number(accuracy.get(h)) for h in heads) + " |")
+        lines.append(
+            f"| {lang} | {int(part['n'].iloc[0]):,} | "
+            + " | ".join(_number(accuracy.get(h)) for h in heads)
+            + " |"
+        )
     return lines
 
 
@@ -390,8 +588,13 @@ def _number(value) -> str:
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, minutes = divmod(seconds // 60, 60)
-    return (f"{hours} h {minutes} min" if hours else f"{minutes} min {seconds % 60} s" if minutes
-            else f"{seconds} s")
+    return (
+        f"{hours} h {minutes} min"
+        if hours
+        else f"{minutes} min {seconds % 60} s"
+        if minutes
+        else f"{seconds} s"
+    )
 
 
 def data_text(data: dict) -> str:

@@ -49,7 +49,8 @@ class Reading:
             return text
         text += f", remaining {clock_text(self.remaining)}"
         notes = ([] if self.evaluations_timed else ["evaluations not timed yet"]) + (
-            ["early stopping may end it sooner"] if self.early_stopping else [])
+            ["early stopping may end it sooner"] if self.early_stopping else []
+        )
         return text + (f" ({'; '.join(notes)})" if notes else "")
 
     def scalars(self) -> dict:
@@ -63,8 +64,13 @@ class Reading:
 class Eta:
     """Measures this job's steps and evaluations; `reading` makes a progress report."""
 
-    def __init__(self, step: int, elapsed_before: float = 0.0, early_stopping: bool = False,
-                 clock: Optional[Callable[[], float]] = None):
+    def __init__(
+        self,
+        step: int,
+        elapsed_before: float = 0.0,
+        early_stopping: bool = False,
+        clock: Optional[Callable[[], float]] = None,
+    ):
         self.clock = clock or time.monotonic
         self.start = self.clock()
         self.start_step = step
@@ -78,41 +84,64 @@ class Eta:
     def evaluated(self, seconds: float) -> None:
         self.evaluation_seconds.append(seconds)
 
-    def reading(self, step: int, total_steps: int, epoch_fraction: float, epochs: int,
-                evaluations_left: int) -> Reading:
+    def reading(
+        self, step: int, total_steps: int, epoch_fraction: float, epochs: int, evaluations_left: int
+    ) -> Reading:
         steps = step - self.start_step
         remaining = None
         if steps > 0:
             training = self.clock() - self.start - sum(self.evaluation_seconds)
             remaining = training / steps * max(0, total_steps - step)
             if self.evaluation_seconds:
-                remaining += evaluations_left * sum(self.evaluation_seconds) / len(self.evaluation_seconds)
+                remaining += (
+                    evaluations_left * sum(self.evaluation_seconds) / len(self.evaluation_seconds)
+                )
         whole = int(epoch_fraction)
         epoch = min(epoch_number(whole, 0 if epoch_fraction == whole else 1), epochs)
-        return Reading(step, total_steps, epoch, epochs, epoch_fraction, self.elapsed(), remaining,
-                       bool(self.evaluation_seconds), self.early_stopping)
+        return Reading(
+            step,
+            total_steps,
+            epoch,
+            epochs,
+            epoch_fraction,
+            self.elapsed(),
+            remaining,
+            bool(self.evaluation_seconds),
+            self.early_stopping,
+        )
 
 
 SIGNAL_MARGIN = 120  # seconds: scripts/slurm_*.sbatch ask for the time-limit signal this early
 
 
-def slurm_line(remaining: float, job_end: float, now: float, job_id: str, early_stopping: bool,
-               evaluations_timed: bool = True) -> str:
+def slurm_line(
+    remaining: float,
+    job_end: float,
+    now: float,
+    job_id: str,
+    early_stopping: bool,
+    evaluations_timed: bool = True,
+) -> str:
     """The start-up line under Slurm: the estimate against the job's end, less the
     margin at which the project's job scripts have Slurm send the time-limit signal
     (--signal=B:USR1@120): the run must end before the signal, not before the limit."""
     left = job_end - now
     usable = left - SIGNAL_MARGIN
-    head = (f"Slurm job {job_id}: {clock_text(left)} left until its time limit, "
-            f"{clock_text(usable)} until the time-limit signal of scripts/slurm_*.sbatch "
-            f"(--signal=B:USR1@{SIGNAL_MARGIN}); this run needs about {clock_text(remaining)} more"
-            + ("" if evaluations_timed else " and its evaluations"))
+    head = (
+        f"Slurm job {job_id}: {clock_text(left)} left until its time limit, "
+        f"{clock_text(usable)} until the time-limit signal of scripts/slurm_*.sbatch "
+        f"(--signal=B:USR1@{SIGNAL_MARGIN}); this run needs about {clock_text(remaining)} more"
+        + ("" if evaluations_timed else " and its evaluations")
+    )
     if remaining <= usable:
         return head + ": it should end in this job"
     share = max(0.0, usable) / remaining
-    return (head + f": the signal comes first, after about {100 * share:.0f}% of it"
-            + (" (unless early stopping ends the run sooner)" if early_stopping else "")
-            + ". At the time-limit signal every rank saves and stops; the run continues only "
-            "when the job is requeued: scripts/slurm_*.sbatch ask Slurm for the signal "
-            f"(--signal=B:USR1@{SIGNAL_MARGIN}) and --requeue, and requeue the job themselves; a job "
-            "without them must be submitted again with the same --save-path")
+    return (
+        head
+        + f": the signal comes first, after about {100 * share:.0f}% of it"
+        + (" (unless early stopping ends the run sooner)" if early_stopping else "")
+        + ". At the time-limit signal every rank saves and stops; the run continues only "
+        "when the job is requeued: scripts/slurm_*.sbatch ask Slurm for the signal "
+        f"(--signal=B:USR1@{SIGNAL_MARGIN}) and --requeue, and requeue the job themselves; a job "
+        "without them must be submitted again with the same --save-path"
+    )

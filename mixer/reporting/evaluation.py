@@ -51,7 +51,11 @@ def codes_in_columns(frame: pd.DataFrame, columns: list, code_length: Optional[i
         text = text.replace({"nan": "", "NaN": "", "None": ""})
         text, _ = restore_digits(text, code_length)
         cells.append(text.to_numpy(dtype=object))
-    return [{c for c in row if c} for row in zip(*cells)] if cells else [set() for _ in range(len(frame))]
+    return (
+        [{c for c in row if c} for row in zip(*cells)]
+        if cells
+        else [set() for _ in range(len(frame))]
+    )
 
 
 def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
@@ -66,9 +70,11 @@ def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
     if not short:
         return None
     example = next((c for c in short if c.zfill(width) in written), short[0])
-    return (f"note: {len(short)} distinct true code(s) are digits shorter than the predictions' "
-            f"{width}-digit codes (e.g. {example!r} beside {example.zfill(width)!r}), scored as written; "
-            f"if they lost leading zeros, pass --code-length {width}")
+    return (
+        f"note: {len(short)} distinct true code(s) are digits shorter than the predictions' "
+        f"{width}-digit codes (e.g. {example!r} beside {example.zfill(width)!r}), scored as written; "
+        f"if they lost leading zeros, pass --code-length {width}"
+    )
 
 
 def cut(codes: set, digits: Optional[int]) -> set:  # digits None: the whole code
@@ -92,13 +98,17 @@ def overall_label(groups, label: str = "all") -> str:
     return label
 
 
-WHOLE_NUMBER_TEXT = re.compile(r"^[+-]?\d+\.0+$")  # 1850.0, as a number column with blanks is written
+WHOLE_NUMBER_TEXT = re.compile(
+    r"^[+-]?\d+\.0+$"
+)  # 1850.0, as a number column with blanks is written
 
 
 def group_label(value) -> Optional[str]:
     """A --by cell as a group's name: whole numbers lose a '.0' (a year column with blanks
     reads as 1850.0, as a float or as text); None for a missing, blank or NaN cell."""
-    if value is None or (pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)):
+    if value is None or (
+        pd.api.types.is_scalar(value) and not isinstance(value, str) and pd.isna(value)
+    ):
         return None
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         return str(int(value))
@@ -118,19 +128,26 @@ def group_labels(values) -> tuple:
 
 def group_order(names, blank: str) -> list:
     """Numbers in numeric order (900 before 1850), other names in text order; the blank label last."""
+
     def number(name):
         try:
             return float(name)
         except ValueError:
             return None
+
     named = sorted(n for n in set(names) if n != blank)
     if all(number(n) is not None for n in named):
         named.sort(key=number)  # stable: equal numbers ('1', '01') keep text order
     return named + ([blank] if blank in names else [])
 
 
-def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray] = None,
-                     digits=(1, 2, 3, 4, 5), group_name: str = "group") -> pd.DataFrame:
+def evaluation_table(
+    truth: list,
+    predictions: dict,
+    groups: Optional[np.ndarray] = None,
+    digits=(1, 2, 3, 4, 5),
+    group_name: str = "group",
+) -> pd.DataFrame:
     """One row per (group, head, digits): n and the four statistics. `predictions`
     maps a head's name to its per-row code sets."""
     evaluated = np.asarray([bool(t) for t in truth])
@@ -149,8 +166,15 @@ def evaluation_table(truth: list, predictions: dict, groups: Optional[np.ndarray
             for name, rows in parts:
                 n = int(rows.sum())
                 means = values[rows].mean(axis=0) if n else np.full(4, np.nan)
-                out.append({group_name: name, "head": head, "digits": d, "n": n,
-                            **dict(zip(STATISTICS, means))})
+                out.append(
+                    {
+                        group_name: name,
+                        "head": head,
+                        "digits": d,
+                        "n": n,
+                        **dict(zip(STATISTICS, means)),
+                    }
+                )
     return pd.DataFrame(out)
 
 
@@ -181,8 +205,13 @@ def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str
         for head in heads:
             for name, part in table[table["head"] == head].groupby(group_name, sort=False):
                 style = "-" if name == overall else ":"
-                axis.plot(part["digits"], part[statistic], style, marker="o",
-                          label=f"{head}" + ("" if name == overall else f" ({name})"))
+                axis.plot(
+                    part["digits"],
+                    part[statistic],
+                    style,
+                    marker="o",
+                    label=f"{head}" + ("" if name == overall else f" ({name})"),
+                )
         axis.set(title=statistic, xlabel="leading digits", xticks=sorted(table["digits"].unique()))
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("mean over rows")

@@ -24,9 +24,22 @@ import torch
 
 from mixer.models.family import family
 
-SUM_NAMES = ("rows", "loss", "seq2seq_loss", "flat_loss", "token_correct", "token_count",
-             "flat_exact", "flat_tp", "flat_pred", "flat_true",
-             "seq2seq_exact", "seq2seq_tp", "seq2seq_pred", "seq2seq_true")
+SUM_NAMES = (
+    "rows",
+    "loss",
+    "seq2seq_loss",
+    "flat_loss",
+    "token_correct",
+    "token_count",
+    "flat_exact",
+    "flat_tp",
+    "flat_pred",
+    "flat_true",
+    "seq2seq_exact",
+    "seq2seq_tp",
+    "seq2seq_pred",
+    "seq2seq_true",
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,9 @@ class Thresholds:
 
     @classmethod
     def of(cls, default: float, table: Optional[dict] = None) -> "Thresholds":
-        return cls(float(default), tuple(sorted((str(k), float(v)) for k, v in (table or {}).items())))
+        return cls(
+            float(default), tuple(sorted((str(k), float(v)) for k, v in (table or {}).items()))
+        )
 
     @property
     def table(self) -> dict:
@@ -73,12 +88,16 @@ class Thresholds:
     def describe(self) -> str:
         if not self.by_language:
             return f"{self.default:g}"
-        return (f"{self.default:g} (by language: "
-                + ", ".join(f"{k} {v:g}" for k, v in self.by_language) + ")")
+        return (
+            f"{self.default:g} (by language: "
+            + ", ".join(f"{k} {v:g}" for k, v in self.by_language)
+            + ")"
+        )
 
 
-def flat_prediction(probs: torch.Tensor, threshold, top_k: int,
-                    rules: PredictionRules = PredictionRules()):
+def flat_prediction(
+    probs: torch.Tensor, threshold, top_k: int, rules: PredictionRules = PredictionRules()
+):
     """The flat head's codes: (indices, probs, chosen), each (rows, top_k), best first.
     `threshold` is a number or a (rows, 1) tensor (one per row, e.g. by language)."""
     top_probs, top_index = probs.topk(min(top_k, probs.size(-1)), dim=-1)
@@ -97,11 +116,14 @@ def decoded_blocks(tokens: torch.Tensor, num_blocks: int, block_size: int) -> li
 def decoded_codes(tokens: torch.Tensor, formatter) -> list:
     """Per row, the codes its blocks spell (formatter.decode_block), in block order."""
     blocks = decoded_blocks(tokens, formatter.max_num_codes, formatter.block_size)
-    return [[code for code in map(formatter.decode_block, row) if code is not None] for row in blocks]
+    return [
+        [code for code in map(formatter.decode_block, row) if code is not None] for row in blocks
+    ]
 
 
-def decoded_confidence(model, states, mask, codes_per_row: list, token_probs: torch.Tensor,
-                       formatter) -> np.ndarray:
+def decoded_confidence(
+    model, states, mask, codes_per_row: list, token_probs: torch.Tensor, formatter
+) -> np.ndarray:
     """OccCANINE's confidence of each row's greedy output, as its own predict gives it. That
     is the product of every decoded step's probability (BOS counted as 1). For a row of
     several codes it is the "order-invariant" confidence: the sum, over the row's distinct
@@ -117,8 +139,11 @@ def decoded_confidence(model, states, mask, codes_per_row: list, token_probs: to
             continue
         writable = sorted({c for c in codes if set(formatter.parts(c)) <= lookup})
         if writable:
-            first = model.first_block_probs(states[row:row + 1], mask[row:row + 1],
-                                            torch.from_numpy(formatter.encode_blocks(writable)).to(states.device))[0]
+            first = model.first_block_probs(
+                states[row : row + 1],
+                mask[row : row + 1],
+                torch.from_numpy(formatter.encode_blocks(writable)).to(states.device),
+            )[0]
             total = float(first.sum())
             if total > 0:
                 confidence[row] = total
@@ -157,32 +182,67 @@ class MetricSums:
 
     def __init__(self, device, tune_groups: int = 0):
         self.values = torch.zeros(len(SUM_NAMES), dtype=torch.float64, device=device)
-        self.grid = (torch.zeros(tune_groups, 2 * len(THRESHOLD_GRID) + 2, dtype=torch.float64,
-                                 device=device) if tune_groups else None)
+        self.grid = (
+            torch.zeros(
+                tune_groups, 2 * len(THRESHOLD_GRID) + 2, dtype=torch.float64, device=device
+            )
+            if tune_groups
+            else None
+        )
 
     def add(self, **sums) -> None:
         for name, value in sums.items():
-            self.values[SUM_NAMES.index(name)] += value.double() if torch.is_tensor(value) else value
+            self.values[SUM_NAMES.index(name)] += (
+                value.double() if torch.is_tensor(value) else value
+            )
 
-    def add_batch(self, *, row_total, row_seq, row_flat, seq_logits, targets, flat_probs,
-                  labels, seq_codes, code_index, threshold, num_labels, top_k,
-                  rules: PredictionRules = PredictionRules(), groups=None):
+    def add_batch(
+        self,
+        *,
+        row_total,
+        row_seq,
+        row_flat,
+        seq_logits,
+        targets,
+        flat_probs,
+        labels,
+        seq_codes,
+        code_index,
+        threshold,
+        num_labels,
+        top_k,
+        rules: PredictionRules = PredictionRules(),
+        groups=None,
+    ):
         from mixer.models.losses import multi_hot
 
         true_hot = multi_hot(labels, num_labels)
         index, _, chosen = flat_prediction(flat_probs, threshold, top_k, rules)
         flat_hot = torch.zeros_like(true_hot).scatter_(1, index, chosen.float())
-        seq_hot, seq_invalid = multi_hot_and_unknown(seq_codes, code_index, num_labels,
-                                                     true_hot.device)
+        seq_hot, seq_invalid = multi_hot_and_unknown(
+            seq_codes, code_index, num_labels, true_hot.device
+        )
         f_exact, f_tp, f_pred, f_true = _set_sums(flat_hot, torch.zeros_like(seq_invalid), true_hot)
         if self.grid is not None:
             self._add_grid(flat_probs, true_hot, top_k, rules, groups)
         s_exact, s_tp, s_pred, s_true = _set_sums(seq_hot, seq_invalid, true_hot)
-        correct = (seq_logits.argmax(-1) == targets)
-        self.add(rows=labels.size(0), loss=row_total.sum(), seq2seq_loss=row_seq.sum(),
-                 flat_loss=row_flat.sum(), token_correct=correct.sum(), token_count=correct.numel(),
-                 flat_exact=f_exact, flat_tp=f_tp, flat_pred=f_pred, flat_true=f_true,
-                 seq2seq_exact=s_exact, seq2seq_tp=s_tp, seq2seq_pred=s_pred, seq2seq_true=s_true)
+        correct = seq_logits.argmax(-1) == targets
+        self.add(
+            rows=labels.size(0),
+            loss=row_total.sum(),
+            seq2seq_loss=row_seq.sum(),
+            flat_loss=row_flat.sum(),
+            token_correct=correct.sum(),
+            token_count=correct.numel(),
+            flat_exact=f_exact,
+            flat_tp=f_tp,
+            flat_pred=f_pred,
+            flat_true=f_true,
+            seq2seq_exact=s_exact,
+            seq2seq_tp=s_tp,
+            seq2seq_pred=s_pred,
+            seq2seq_true=s_true,
+        )
 
     def _add_grid(self, flat_probs, true_hot, top_k, rules: PredictionRules, groups) -> None:
         top_probs, top_index = flat_probs.topk(min(top_k, flat_probs.size(-1)), dim=-1)
@@ -192,9 +252,15 @@ class MetricSums:
         chosen = probs > grid if rules.flat_strict else probs >= grid  # (rows, k, thresholds)
         if rules.flat_keep_best:
             chosen[:, 0, :] = True
-        per_row = torch.cat([(chosen & correct.unsqueeze(-1)).sum(1).double(), chosen.sum(1).double(),
-                             true_hot.sum(1, keepdim=True).double(),
-                             torch.ones(len(true_hot), 1, dtype=torch.float64, device=true_hot.device)], 1)
+        per_row = torch.cat(
+            [
+                (chosen & correct.unsqueeze(-1)).sum(1).double(),
+                chosen.sum(1).double(),
+                true_hot.sum(1, keepdim=True).double(),
+                torch.ones(len(true_hot), 1, dtype=torch.float64, device=true_hot.device),
+            ],
+            1,
+        )
         self.grid.index_add_(0, groups.to(self.grid.device), per_row)
 
     def best_thresholds(self, names, current) -> tuple:
@@ -229,22 +295,32 @@ class MetricSums:
         """Divide once (after the all-reduce)."""
         v = dict(zip(SUM_NAMES, self.values.tolist()))
         rows = max(v["rows"], 1.0)
-        out = {"rows": int(v["rows"]), "loss": v["loss"] / rows,
-               "seq2seq_loss": v["seq2seq_loss"] / rows, "flat_loss": v["flat_loss"] / rows,
-               "token_accuracy": v["token_correct"] / max(v["token_count"], 1.0)}
+        out = {
+            "rows": int(v["rows"]),
+            "loss": v["loss"] / rows,
+            "seq2seq_loss": v["seq2seq_loss"] / rows,
+            "flat_loss": v["flat_loss"] / rows,
+            "token_accuracy": v["token_correct"] / max(v["token_count"], 1.0),
+        }
         for head in ("flat", "seq2seq"):
             precision = v[f"{head}_tp"] / v[f"{head}_pred"] if v[f"{head}_pred"] else 0.0
             recall = v[f"{head}_tp"] / v[f"{head}_true"] if v[f"{head}_true"] else 0.0
             f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-            out.update({f"{head}_accuracy": v[f"{head}_exact"] / rows, f"{head}_precision": precision,
-                        f"{head}_recall": recall, f"{head}_f1": f1})
+            out.update(
+                {
+                    f"{head}_accuracy": v[f"{head}_exact"] / rows,
+                    f"{head}_precision": precision,
+                    f"{head}_recall": recall,
+                    f"{head}_f1": f1,
+                }
+            )
         return out
 
 
 def _best(row: torch.Tensor, n: int, current: float) -> tuple:
     """(best threshold, its micro F1, F1 at `current`) of one group's grid row; among
     equal F1s the threshold nearest the current one."""
-    tp, pred, true = row[:n], row[n:2 * n], row[2 * n]
+    tp, pred, true = row[:n], row[n : 2 * n], row[2 * n]
     f1 = torch.where(pred + true > 0, 2 * tp / (pred + true).clamp(min=1), torch.zeros_like(tp))
     best = torch.isclose(f1, f1.max(), rtol=0, atol=1e-12)
     distance = torch.where(best, (THRESHOLD_GRID.to(f1.device) - current).abs(), torch.inf)

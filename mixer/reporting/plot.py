@@ -1,6 +1,6 @@
 """Pictures of a run: training curves from logs.csv, and a summary of predictions.
 
-    python -m mixer.plot RUN_DIR          # writes RUN_DIR/training_curves.png
+python -m mixer.plot RUN_DIR          # writes RUN_DIR/training_curves.png
 """
 
 from __future__ import annotations
@@ -33,11 +33,21 @@ def plot_training_curves(run_dir: str, output: str = None) -> str:
     figure, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     panels = [
         (axes[0, 0], "loss", [("train_loss", "train"), ("val_loss", "validation")]),
-        (axes[0, 1], "exact-match accuracy", [("val_flat_accuracy", "flat head"),
-                                              ("val_seq2seq_accuracy", "seq2seq head"),
-                                              ("val_noisy_flat_accuracy", "flat head, noised rows"),
-                                              ("val_noisy_seq2seq_accuracy", "seq2seq head, noised rows")]),
-        (axes[1, 0], "F1 (micro)", [("val_flat_f1", "flat head"), ("val_seq2seq_f1", "seq2seq head")]),
+        (
+            axes[0, 1],
+            "exact-match accuracy",
+            [
+                ("val_flat_accuracy", "flat head"),
+                ("val_seq2seq_accuracy", "seq2seq head"),
+                ("val_noisy_flat_accuracy", "flat head, noised rows"),
+                ("val_noisy_seq2seq_accuracy", "seq2seq head, noised rows"),
+            ],
+        ),
+        (
+            axes[1, 0],
+            "F1 (micro)",
+            [("val_flat_f1", "flat head"), ("val_seq2seq_f1", "seq2seq head")],
+        ),
         (axes[1, 1], "learning rate", [("lr", "encoder")]),
     ]
     for axis, title, series in panels:
@@ -64,12 +74,12 @@ def plot_prediction_summary(predictions: pd.DataFrame, output: str, top: int = 2
     left.barh(counts.index[::-1], counts.to_numpy()[::-1])
     left.set_title(f"{len(counts)} most frequent predicted codes (code_1)")
     left.set_xlabel("rows")
-    right.hist(pd.to_numeric(predictions["prob_1"], errors="coerce").dropna(), bins=20,
-               range=(0, 1))
+    right.hist(
+        pd.to_numeric(predictions["prob_1"], errors="coerce").dropna(), bins=20, range=(0, 1)
+    )
     right.set_title("confidence of the top code (prob_1)")
     right.set_xlabel("probability")
     right.set_ylabel("rows")
     figure.savefig(output, dpi=110)
     plt.close(figure)
     return output
-

@@ -35,8 +35,14 @@ class NullTracker:
 class Tracker(NullTracker):
     """logs.csv (one row per evaluation), optional W&B run, progress bar or log lines."""
 
-    def __init__(self, run_dir: str, config: dict, wandb_settings: Optional[dict] = None,
-                 resume_step: int = 0, tensorboard: bool = False):
+    def __init__(
+        self,
+        run_dir: str,
+        config: dict,
+        wandb_settings: Optional[dict] = None,
+        resume_step: int = 0,
+        tensorboard: bool = False,
+    ):
         self.path = os.path.join(run_dir, LOGS)
         self.bar = None
         self.wandb = None
@@ -50,7 +56,9 @@ class Tracker(NullTracker):
         if tensorboard:  # for clusters where W&B is not allowed: the same scalars, as files
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(os.path.join(run_dir, "tensorboard"), purge_step=resume_step + 1)
+            self.tensorboard = SummaryWriter(
+                os.path.join(run_dir, "tensorboard"), purge_step=resume_step + 1
+            )
 
     def _trim_logs(self, resume_step: int) -> None:
         """On resume, rows written after the checkpoint are replayed: drop them."""
@@ -97,7 +105,11 @@ class Tracker(NullTracker):
             if reading is not None:
                 parts = [reading.where()] + parts + [reading.when()]
             logger.info("step %d: %s", step, ", ".join(parts))
-        if reading is not None and reading.remaining is not None and self.slurm_said in (None, False):
+        if (
+            reading is not None
+            and reading.remaining is not None
+            and self.slurm_said in (None, False)
+        ):
             if self.slurm_said is None or reading.evaluations_timed:
                 self.slurm_said = reading.evaluations_timed
                 self.say_slurm(reading)
@@ -112,8 +124,16 @@ class Tracker(NullTracker):
 
         job = slurm_job_end()
         if job is not None:
-            self.write(slurm_line(reading.remaining, job[1], time.time(), job[0], reading.early_stopping,
-                                  reading.evaluations_timed))
+            self.write(
+                slurm_line(
+                    reading.remaining,
+                    job[1],
+                    time.time(),
+                    job[0],
+                    reading.early_stopping,
+                    reading.evaluations_timed,
+                )
+            )
 
     def write(self, message: str) -> None:
         """A line beside the bar, or in the log."""
@@ -156,10 +176,21 @@ class Tracker(NullTracker):
         if self.wandb is not None:
             self.wandb.log(scalars, step=int(row["step"]))
         self._tensorboard(scalars, int(row["step"]))
-        summary = ", ".join(f"{k[4:]} {v:.4f}" for k, v in row.items()
-                            if k in ("val_loss", "val_flat_accuracy", "val_flat_f1",
-                                     "val_seq2seq_accuracy", "val_token_accuracy"))
-        self.write(f"eval step {row['step']} (epoch {epoch}): {summary}" + (f"; {note}" if note else ""))
+        summary = ", ".join(
+            f"{k[4:]} {v:.4f}"
+            for k, v in row.items()
+            if k
+            in (
+                "val_loss",
+                "val_flat_accuracy",
+                "val_flat_f1",
+                "val_seq2seq_accuracy",
+                "val_token_accuracy",
+            )
+        )
+        self.write(
+            f"eval step {row['step']} (epoch {epoch}): {summary}" + (f"; {note}" if note else "")
+        )
 
     def close(self) -> None:
         if self.bar is not None:

@@ -26,5 +26,12 @@ def start_wandb(run_dir: str, config: dict, project: str, mode: str):
     # a WANDB_DIR the user set wins, as in wandb itself and the Hugging Face Trainer
     directory = os.environ.get("WANDB_DIR") or run_dir
     os.makedirs(directory, exist_ok=True)
-    return wandb.init(project=project, id=run_id, resume="allow", mode=mode, dir=directory,
-                      name=os.path.basename(os.path.abspath(run_dir)), config=config)
+    return wandb.init(
+        project=project,
+        id=run_id,
+        resume="allow",
+        mode=mode,
+        dir=directory,
+        name=os.path.basename(os.path.abspath(run_dir)),
+        config=config,
+    )

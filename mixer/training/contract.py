@@ -17,7 +17,6 @@ from types import MappingProxyType
 from typing import Optional
 
 
-
 @dataclass(frozen=True)
 class Evaluation:
     """The evaluation a hook is called for (RunState.evaluation)."""
@@ -227,8 +226,14 @@ class Control:
                 return None
         before = t.parts.thresholds
         tuned, report = t.validator.tuned
-        self.use_thresholds(tuned, {"threshold": tuned.default, "thresholds": tuned.table,
-                                    "thresholds_from": "tuned for these weights on the validation rows"})
+        self.use_thresholds(
+            tuned,
+            {
+                "threshold": tuned.default,
+                "thresholds": tuned.table,
+                "thresholds_from": "tuned for these weights on the validation rows",
+            },
+        )
         return before, tuned, report
 
     def use_thresholds(self, thresholds, extra: dict) -> None:
@@ -255,8 +260,11 @@ class Control:
         evaluation read; None when a stop signal interrupted it."""
         t = self._t
         t.validator.collected_noised = None  # the last step's, until measure() replaces it
-        metrics = (t.measure(t.parts.full_val_loader, collect=True) if as_final
-                   else t.evaluate(None, collect=True))
+        metrics = (
+            t.measure(t.parts.full_val_loader, collect=True)
+            if as_final
+            else t.evaluate(None, collect=True)
+        )
         if metrics is None:
             self.interrupted = True
             return None
@@ -277,7 +285,9 @@ class Control:
 
         from mixer.models.model import MODEL_FILE, unwrap_model
 
-        unwrap_model(self._t.parts.model).load_state_dict(load_file(os.path.join(directory, MODEL_FILE)))
+        unwrap_model(self._t.parts.model).load_state_dict(
+            load_file(os.path.join(directory, MODEL_FILE))
+        )
 
     def final_rows(self) -> Optional[dict]:
         """The rows the final evaluation scored, gathered to rank 0 (None elsewhere, or when

@@ -134,7 +134,9 @@ class Cards(Hook):
     def on_start(self, state, control) -> None:
         best = self.described = self.best()
         if best is not None and state.is_main:  # resumed: the card may predate best/
-            card.write(state.run_dir, *card_files(state, best, state.run_dir, dict(state.model_extra)))
+            card.write(
+                state.run_dir, *card_files(state, best, state.run_dir, dict(state.model_extra))
+            )
 
     def on_save(self, state, control) -> None:
         if self.best() is not self.described:  # a new best, now in last.pt and RUN/best/
@@ -147,7 +149,9 @@ class Cards(Hook):
             return
         best = self.best()
         best_dir = os.path.join(state.run_dir, BEST_DIR)
-        stored = read_model_config(best_dir if best is not None else state.run_dir)  # as prediction reads it
+        stored = read_model_config(
+            best_dir if best is not None else state.run_dir
+        )  # as prediction reads it
         card.write(state.run_dir, *card_files(state, best, state.run_dir, stored))
         if best is not None:
             card.write(best_dir, *card_files(state, best, best_dir, stored))
@@ -176,7 +180,9 @@ def lacks_scores(state, directory: str) -> bool:
     return bool(mdist.broadcast_object(missing, world))  # all ranks
 
 
-def write_scores(state, gathered: Optional[dict], directory: str, which: Optional[str]) -> Optional[dict]:
+def write_scores(
+    state, gathered: Optional[dict], directory: str, which: Optional[str]
+) -> Optional[dict]:
     """The end-of-run step (mixer.coding.scores.CodingStep) on gathered rows: the model
     directory's files, written into it unless it is RUN/best/ (the keeper writes that
     whole), and returned (rank 0; None on the others)."""
@@ -195,14 +201,28 @@ def card_files(state, best: Optional[dict], where: str, stored: dict) -> tuple:
     """The model card (mixer.reporting.card.model_card) of the run as it stands, and what
     it was made from (card.json: the OccCANINE export makes its own card from it)."""
     facts = state.card_facts
-    progress = {"step": state.step, "total_steps": state.total_steps, "planned_epochs": state.planned_epochs,
-                "epochs": state.epochs, "stop_reason": state.stop_reason,
-                "elapsed": state.elapsed, "ended": state.completed, "jobs": state.jobs}
-    last = {"step": state.step, "place": [state.epoch, state.rows_in_epoch], "metrics": state.last_metrics,
-            "table": state.last_table}
-    data = {"facts": facts, "progress": progress,
-            "best": None if best is None else {k: v for k, v in best.items() if k != "table"},
-            "last": {k: v for k, v in last.items() if k != "table"}}
+    progress = {
+        "step": state.step,
+        "total_steps": state.total_steps,
+        "planned_epochs": state.planned_epochs,
+        "epochs": state.epochs,
+        "stop_reason": state.stop_reason,
+        "elapsed": state.elapsed,
+        "ended": state.completed,
+        "jobs": state.jobs,
+    }
+    last = {
+        "step": state.step,
+        "place": [state.epoch, state.rows_in_epoch],
+        "metrics": state.last_metrics,
+        "table": state.last_table,
+    }
+    data = {
+        "facts": facts,
+        "progress": progress,
+        "best": None if best is None else {k: v for k, v in best.items() if k != "table"},
+        "last": {k: v for k, v in last.items() if k != "table"},
+    }
     run_dir = state.run_dir
     coding = coding_summary(run_dir if best is None else os.path.join(run_dir, BEST_DIR), where)
     return card.model_card(facts, where, stored, progress, best, last, coding=coding), data

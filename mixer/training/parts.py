@@ -30,7 +30,9 @@ class Progress:
     base_global_batch: Optional[int] = None
     schedule_segment: Optional[list] = None
     stop_reason: Optional[str] = None  # why the run ended before its planned end (early stopping)
-    jobs: list = field(default_factory=list)  # each job's command and settings from its first step (the card's)
+    jobs: list = field(
+        default_factory=list
+    )  # each job's command and settings from its first step (the card's)
     elapsed: float = 0.0  # seconds of training, evaluations included, over every job of the run
 
 
@@ -41,7 +43,9 @@ class TrainParts:
     model: torch.nn.Module  # possibly DDP-wrapped
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    train_loader: torch.utils.data.DataLoader  # yields each micro-batch as a list of Batches (Collator.grouped)
+    train_loader: (
+        torch.utils.data.DataLoader
+    )  # yields each micro-batch as a list of Batches (Collator.grouped)
     sampler: object  # mixer.data.inputs.dataset.StepSampler
     val_loader: torch.utils.data.DataLoader  # the validation sample (--val-max-rows)
     key_blocks: torch.Tensor
@@ -56,12 +60,22 @@ class TrainParts:
     noisy_val_loader: Optional[torch.utils.data.DataLoader] = None  # --eval-noise: noised copy
     noisy_full_val_loader: Optional[torch.utils.data.DataLoader] = None  # of every row (final)
     model_extra: dict = field(default_factory=dict)  # written to config.json
-    card_facts: dict = field(default_factory=dict)  # what the model card says of the run (mixer.reporting.card)
-    eval_conditions: dict = field(default_factory=dict)  # what the metrics are measured with (best.conditions)
-    grad_sync: Callable[[], None] = no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
-    cal_loader: Optional[torch.utils.data.DataLoader] = None  # --share-calibration's rows, scored at the end
+    card_facts: dict = field(
+        default_factory=dict
+    )  # what the model card says of the run (mixer.reporting.card)
+    eval_conditions: dict = field(
+        default_factory=dict
+    )  # what the metrics are measured with (best.conditions)
+    grad_sync: Callable[[], None] = (
+        no_grad_sync  # gradients DDP does not own (mixer.distributed.gradsync)
+    )
+    cal_loader: Optional[torch.utils.data.DataLoader] = (
+        None  # --share-calibration's rows, scored at the end
+    )
     cal_langs: Optional[np.ndarray] = None  # their languages
-    coding: Optional[object] = None  # the end-of-run step on the scored rows (mixer.coding.scores.CodingStep)
+    coding: Optional[object] = (
+        None  # the end-of-run step on the scored rows (mixer.coding.scores.CodingStep)
+    )
 
 
 class TrainWindow:

@@ -24,14 +24,21 @@ def state_dict(trainer) -> dict:
         "optimizer": trainer.parts.optimizer.state_dict(),
         "scheduler": trainer.parts.scheduler.state_dict(),
         "scaler": trainer.scaler.state_dict(),
-        "progress": {"step": p.step, "epoch": p.epoch, "rows_in_epoch": p.rows_in_epoch,
-                     "nonfinite_steps": p.nonfinite_steps, "last_eval_step": p.last_eval_step,
-                     "last_eval_full": p.last_eval_full, "eval_pending": p.eval_pending,
-                     "layout": schedule.layout.to_dict(),
-                     "base_global_batch": schedule.plan.base_global_batch,
-                     "schedule_segment": schedule.segment.to_list(), "stop_reason": p.stop_reason,
-                     "jobs": p.jobs,
-                     "elapsed": trainer.eta.elapsed()},
+        "progress": {
+            "step": p.step,
+            "epoch": p.epoch,
+            "rows_in_epoch": p.rows_in_epoch,
+            "nonfinite_steps": p.nonfinite_steps,
+            "last_eval_step": p.last_eval_step,
+            "last_eval_full": p.last_eval_full,
+            "eval_pending": p.eval_pending,
+            "layout": schedule.layout.to_dict(),
+            "base_global_batch": schedule.plan.base_global_batch,
+            "schedule_segment": schedule.segment.to_list(),
+            "stop_reason": p.stop_reason,
+            "jobs": p.jobs,
+            "elapsed": trainer.eta.elapsed(),
+        },
         "rng": [rng_state()],
         "key": trainer.key_codes,
         "hooks": {hook.name: saved for hook in trainer.hooks if (saved := hook.state_dict())},
@@ -47,20 +54,30 @@ def hook_states(state: dict) -> dict:
     from mixer.training.best.hook import KeepBest
 
     progress = state.get("progress", {})
-    return {KeepBest.name: {"best": progress.get("best"), "evals_since_best": progress.get("evals_since_best", 0)}}
+    return {
+        KeepBest.name: {
+            "best": progress.get("best"),
+            "evals_since_best": progress.get("evals_since_best", 0),
+        }
+    }
+
 
 def load_state_dict(trainer, state: dict) -> None:
     if state.get("key") and trainer.key_codes and list(state["key"]) != trainer.key_codes:
-        raise UserError(f"{trainer.run_dir}/last.pt was trained with a different label key; "
-                        "use a new --save-path")
+        raise UserError(
+            f"{trainer.run_dir}/last.pt was trained with a different label key; "
+            "use a new --save-path"
+        )
     peaks = [group["initial_lr"] for group in trainer.parts.optimizer.param_groups]  # these flags'
     try:
         unwrap_model(trainer.parts.model).load_state_dict(state["model"])
         trainer.parts.optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, ValueError, KeyError) as exc:
-        raise UserError(f"{trainer.run_dir}/last.pt does not fit the model these flags build "
-                        f"({first_line(exc)}); resume with the run's own flags (--config "
-                        f"{trainer.run_dir}/args.yaml) or use a new --save-path")
+        raise UserError(
+            f"{trainer.run_dir}/last.pt does not fit the model these flags build "
+            f"({first_line(exc)}); resume with the run's own flags (--config "
+            f"{trainer.run_dir}/args.yaml) or use a new --save-path"
+        )
     trainer.parts.scheduler.load_state_dict(state["scheduler"])
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
@@ -79,6 +96,7 @@ def load_state_dict(trainer, state: dict) -> None:
     else:  # the same layout: each rank continues its own stream exactly
         set_rng_state(states[trainer.world.rank])
 
+
 def restore_flag_learning_rates(trainer, peaks: list) -> None:
     """The peak learning rates are this run's (--learning-rate, --head-lr-scale, and
     --scale-lr for the global batch it runs with now), not the saved ones; the schedule's
@@ -92,6 +110,7 @@ def restore_flag_learning_rates(trainer, peaks: list) -> None:
     scheduler.base_lrs = list(peaks)
     scheduler._last_lr = [group["lr"] for group in groups]
 
+
 def resume_schedule(trainer) -> None:
     """Count the steps left from the saved position (any layout)."""
     p, schedule = trainer.progress, trainer.parts.schedule
@@ -101,27 +120,39 @@ def resume_schedule(trainer) -> None:
     schedule.resume(p.step, (p.epoch, p.rows_in_epoch), segment, base)
     trainer.resumed_layout = saved
 
+
 def resume_report(trainer, path: str) -> str:
     """One line: where the run continues, and what changed when the global batch did."""
     p, schedule = trainer.progress, trainer.parts.schedule
-    line = (f"resuming from {path} at step {p.step} (epoch {epoch_number(p.epoch, p.rows_in_epoch)}, "
-            f"row {p.rows_in_epoch} of {schedule.plan.rows})")
+    line = (
+        f"resuming from {path} at step {p.step} (epoch {epoch_number(p.epoch, p.rows_in_epoch)}, "
+        f"row {p.rows_in_epoch} of {schedule.plan.rows})"
+    )
     saved, layout = trainer.resumed_layout, schedule.layout
     if saved.global_batch != layout.global_batch:
         end_epoch, end_row = schedule.plan.end
-        line += (f"; global batch changed from {saved.describe()} to {layout.describe()}: "
-                 f"the run continues from this row of the same epoch order with the "
-                 f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
-                 f"and ends after {schedule.total_steps - p.step} more step(s), "
-                 + (f"at epoch {end_epoch + 1} row {end_row}" if end_row
-                    else f"at the end of epoch {epoch_number(end_epoch, 0)}"))
+        line += (
+            f"; global batch changed from {saved.describe()} to {layout.describe()}: "
+            f"the run continues from this row of the same epoch order with the "
+            f"learning-rate schedule {100 * schedule.fraction_done(p.step):.1f}% done, "
+            f"and ends after {schedule.total_steps - p.step} more step(s), "
+            + (
+                f"at epoch {end_epoch + 1} row {end_row}"
+                if end_row
+                else f"at the end of epoch {epoch_number(end_epoch, 0)}"
+            )
+        )
     if getattr(trainer, "reseeded", False):
-        line += (f"; {trainer.world.world_size} process(es) where {saved.world_size} saved their "
-                 f"random state: each rank's stream starts from (seed, rank, step)")
+        line += (
+            f"; {trainer.world.world_size} process(es) where {saved.world_size} saved their "
+            f"random state: each rank's stream starts from (seed, rank, step)"
+        )
     peak = trainer.parts.scheduler.base_lrs[0]
     if not math.isclose(peak, trainer.saved_peak_lr, rel_tol=1e-12):
-        line += (f"; peak learning rate now {peak:g} (was {trainer.saved_peak_lr:g}), from this "
-                 f"run's flags")
+        line += (
+            f"; peak learning rate now {peak:g} (was {trainer.saved_peak_lr:g}), from this "
+            f"run's flags"
+        )
     return line
 
 
@@ -129,7 +160,7 @@ def seed_everything(seed: int) -> None:
     import random
 
     random.seed(seed)
-    np.random.seed(seed % (2 ** 32))
+    np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
 
 
@@ -142,7 +173,5 @@ def seed_streams(seed: int, rank: int, step: int) -> None:
 
     words = np.random.SeedSequence([seed, rank, step]).generate_state(2, dtype=np.uint64)
     random.seed(int(words[0]))
-    np.random.seed(int(words[0]) % (2 ** 32))
-    torch.manual_seed(int(words[1]) % (2 ** 63))  # torch.manual_seed seeds every GPU too
-
-
+    np.random.seed(int(words[0]) % (2**32))
+    torch.manual_seed(int(words[1]) % (2**63))  # torch.manual_seed seeds every GPU too

@@ -36,12 +36,17 @@ class Layout:
         return self.world_size * self.batch_size * self.grad_accum_steps
 
     def describe(self) -> str:
-        return (f"{self.global_batch} ({self.world_size} process(es) x {self.batch_size} rows x "
-                f"{self.grad_accum_steps} accumulation step(s))")
+        return (
+            f"{self.global_batch} ({self.world_size} process(es) x {self.batch_size} rows x "
+            f"{self.grad_accum_steps} accumulation step(s))"
+        )
 
     def to_dict(self) -> dict:
-        return {"world_size": self.world_size, "batch_size": self.batch_size,
-                "grad_accum_steps": self.grad_accum_steps}
+        return {
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "grad_accum_steps": self.grad_accum_steps,
+        }
 
 
 def steps_per_epoch(rows: int, global_batch: int) -> int:
@@ -57,9 +62,11 @@ def steps_between(start: tuple, end: tuple, rows: int, global_batch: int) -> int
         return 0
     if epoch == end_epoch:
         return math.ceil((end_row - row) / global_batch)
-    return (math.ceil((rows - row) / global_batch)
-            + (end_epoch - epoch - 1) * steps_per_epoch(rows, global_batch)
-            + math.ceil(end_row / global_batch))
+    return (
+        math.ceil((rows - row) / global_batch)
+        + (end_epoch - epoch - 1) * steps_per_epoch(rows, global_batch)
+        + math.ceil(end_row / global_batch)
+    )
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,15 @@ class Plan:
     end: tuple  # the position where training ends
 
     @classmethod
-    def make(cls, rows: int, base_global_batch: int, num_epochs: int, max_steps: Optional[int],
-             warmup_steps: Optional[int], warmup_pct: float) -> "Plan":
+    def make(
+        cls,
+        rows: int,
+        base_global_batch: int,
+        num_epochs: int,
+        max_steps: Optional[int],
+        warmup_steps: Optional[int],
+        warmup_pct: float,
+    ) -> "Plan":
         per_epoch = steps_per_epoch(rows, base_global_batch)
         if max_steps:
             total = max_steps
@@ -84,8 +98,9 @@ class Plan:
             total = num_epochs * per_epoch
             end = (num_epochs, 0)
         warmup = warmup_steps if warmup_steps is not None else int(math.ceil(warmup_pct * total))
-        return cls(rows=rows, base_global_batch=base_global_batch, total=total, warmup=warmup,
-                   end=end)
+        return cls(
+            rows=rows, base_global_batch=base_global_batch, total=total, warmup=warmup, end=end
+        )
 
     def factor(self, position: float) -> float:
         """Linear warm-up to the peak, then linear decay to 0 at the end."""
@@ -120,11 +135,22 @@ class Schedule:
     `factor(step)` is what the LambdaLR calls; `total_steps` is the step at
     which training ends under the current layout."""
 
-    def __init__(self, rows: int, layout: Layout, num_epochs: int, max_steps: Optional[int],
-                 warmup_steps: Optional[int], warmup_pct: float):
+    def __init__(
+        self,
+        rows: int,
+        layout: Layout,
+        num_epochs: int,
+        max_steps: Optional[int],
+        warmup_steps: Optional[int],
+        warmup_pct: float,
+    ):
         self.layout = layout
-        self._length = dict(num_epochs=num_epochs, max_steps=max_steps, warmup_steps=warmup_steps,
-                            warmup_pct=warmup_pct)
+        self._length = dict(
+            num_epochs=num_epochs,
+            max_steps=max_steps,
+            warmup_steps=warmup_steps,
+            warmup_pct=warmup_pct,
+        )
         self.plan = Plan.make(rows, layout.global_batch, **self._length)
         self.segment = Segment()
         self.total_steps = self.plan.total
@@ -149,7 +175,9 @@ class Schedule:
         remaining = steps_between(position, self.plan.end, self.plan.rows, self.layout.global_batch)
         self.total_steps = step + remaining
         if self.layout.global_batch == base_global_batch and segment.is_identity:
-            self.segment = segment  # never re-laid out: position = step (the schedule as it always was)
+            self.segment = (
+                segment  # never re-laid out: position = step (the schedule as it always was)
+            )
             return
         here = segment.position(step)
         rate = (self.plan.total - here) / remaining if remaining else 1.0

@@ -37,12 +37,24 @@ def optimizer_step(trainer, micro_batches: list) -> float:
     for i, batch in enumerate(micro_batches):
         batch = batch.to(trainer.device, non_blocking=True)
         last = i == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        sync = (
+            contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        )
         with sync:
             with trainer.autocast(), dropout_keys(trainer, batch, model):
-                flat_logits, seq_logits = model(batch.input_ids, batch.attention_mask, batch.decoder_input)
-            total, _, _ = row_losses(flat_logits, seq_logits, batch.labels, batch.targets, parts.num_blocks,
-                                     parts.block_size, cfg.seq2seq_weight, parts.formatter.pad_id)
+                flat_logits, seq_logits = model(
+                    batch.input_ids, batch.attention_mask, batch.decoder_input
+                )
+            total, _, _ = row_losses(
+                flat_logits,
+                seq_logits,
+                batch.labels,
+                batch.targets,
+                parts.num_blocks,
+                parts.block_size,
+                cfg.seq2seq_weight,
+                parts.formatter.pad_id,
+            )
             loss = step_loss(total, batch.weights, batch.global_rows, trainer.world.world_size)
             scaler.scale(loss).backward()  # all ranks (DDP all-reduce on the last micro-step)
         local_loss += (total.detach() * batch.weights).sum()
@@ -76,9 +88,13 @@ def skip_nonfinite_step(trainer) -> None:
     if trainer.scaler.is_enabled():
         logger.info(f"step {step}: non-finite gradients, step skipped (fp16 loss scale lowered)")
         return
-    logger.warning(f"warning: step {step}: non-finite loss or gradients; step skipped "
-                   f"({progress.nonfinite_steps} in a row)")
+    logger.warning(
+        f"warning: step {step}: non-finite loss or gradients; step skipped "
+        f"({progress.nonfinite_steps} in a row)"
+    )
     if progress.nonfinite_steps >= MAX_NONFINITE_IN_A_ROW:
-        raise UserError(f"training diverged: {progress.nonfinite_steps} steps in a row up "
-                        f"to step {step} had non-finite loss; lower --learning-rate or use "
-                        "--precision fp32. The last good checkpoint is kept.")
+        raise UserError(
+            f"training diverged: {progress.nonfinite_steps} steps in a row up "
+            f"to step {step} had non-finite loss; lower --learning-rate or use "
+            "--precision fp32. The last good checkpoint is kept."
+        )

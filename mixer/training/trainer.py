@@ -35,10 +35,19 @@ from mixer.training.parts import Progress, TrainParts, TrainWindow
 from mixer.training.step import optimizer_step, steps_of_epoch
 from mixer.training.validation import Validator
 
+
 class Trainer:
-    def __init__(self, cfg: TrainConfig, world: World, parts: TrainParts, run_dir: str,
-                 tracker=None, checkpointer: Optional[Checkpointer] = None, key_codes=(),
-                 hooks: tuple[Hook, ...] = ()):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        world: World,
+        parts: TrainParts,
+        run_dir: str,
+        tracker=None,
+        checkpointer: Optional[Checkpointer] = None,
+        key_codes=(),
+        hooks: tuple[Hook, ...] = (),
+    ):
         self.cfg = cfg
         self.world = world
         self.parts = parts
@@ -50,9 +59,14 @@ class Trainer:
         self.device = world.device
         self.device_type = "cuda" if world.device.startswith("cuda") else "cpu"
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
-        self.autocast = (lambda: torch.autocast(self.device_type, dtype=amp_dtype)) if amp_dtype \
+        self.autocast = (
+            (lambda: torch.autocast(self.device_type, dtype=amp_dtype))
+            if amp_dtype
             else contextlib.nullcontext
-        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.precision == "fp16" and self.device_type == "cuda")
+        )
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=cfg.precision == "fp16" and self.device_type == "cuda"
+        )
         self.stop_requested = False
         self.last_metrics: dict = {}
         self.completed = False  # the run reached its end and wrote its final files
@@ -63,18 +77,31 @@ class Trainer:
         self.evaluation: Optional[Evaluation] = None  # the evaluation the hooks are called for
         self._saved_step = -1
         self.window = TrainWindow()
-        self.validator = Validator(cfg, world, parts, run_dir, self.autocast, self.key_codes,
-                                   stopping=lambda: self.stop_requested)
+        self.validator = Validator(
+            cfg,
+            world,
+            parts,
+            run_dir,
+            self.autocast,
+            self.key_codes,
+            stopping=lambda: self.stop_requested,
+        )
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
-        self.hooks: list = list(hooks)  # what the run does at evaluations and at its end (mixer.training.hooks)
+        self.hooks: list = list(
+            hooks
+        )  # what the run does at evaluations and at its end (mixer.training.hooks)
         self.state, self.control = RunState(self), Control(self)  # what every hook point receives
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
         resume.stop_on_signals(self.request_stop)  # Slurm pre-emption: finish the step, agree, save
-        self.eta = Eta(self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience))
+        self.eta = Eta(
+            self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience)
+        )
         if self.parts.card_facts.get("job"):
-            self.progress.jobs.append(dict(self.parts.card_facts["job"], from_step=self.progress.step))
+            self.progress.jobs.append(
+                dict(self.parts.card_facts["job"], from_step=self.progress.step)
+            )
         self.call("on_start")  # all ranks
         self.tracker.start_progress(self.total_steps, self.progress.step)
         if self.progress.eval_pending and not self.finished():  # interrupted before the restart
@@ -92,15 +119,19 @@ class Trainer:
                 if self.should_stop():
                     break
             if self.progress.step == steps_before:  # never loop without training
-                raise RuntimeError(f"epoch {self.progress.epoch} yielded no step at row "
-                                   f"{self.progress.rows_in_epoch}; please report this")
+                raise RuntimeError(
+                    f"epoch {self.progress.epoch} yielded no step at row "
+                    f"{self.progress.rows_in_epoch}; please report this"
+                )
         self.completed = self.finished() and self.finish()
         if self.completed:
             self.call("on_end")  # all ranks
         else:
             self.save_checkpoint()
-            logger.info(f"stopped at step {self.progress.step}; run again with the same "
-                        f"--save-path to continue")
+            logger.info(
+                f"stopped at step {self.progress.step}; run again with the same "
+                f"--save-path to continue"
+            )
         self.tracker.close()
         return self.last_metrics
 
@@ -118,8 +149,13 @@ class Trainer:
         if not (self.progress.step % self.cfg.log_interval == 0 or self.finished()):
             return
         values = self.window_values()  # all ranks
-        reading = self.eta.reading(self.progress.step, self.total_steps, self.epoch_fraction(),
-                                   self.parts.schedule.epochs, self.evaluations_left())
+        reading = self.eta.reading(
+            self.progress.step,
+            self.total_steps,
+            self.epoch_fraction(),
+            self.parts.schedule.epochs,
+            self.evaluations_left(),
+        )
         self.tracker.log_train(self.progress.step, dict(values, **reading.scalars()))
         self.tracker.progress(self.progress.step, values, reading)
 
@@ -129,8 +165,11 @@ class Trainer:
         sums = torch.tensor([loss, rows], dtype=torch.float64, device=self.device)
         mdist.all_reduce_sum(sums, self.world)  # all ranks (rows are global already)
         loss_sum, _ = sums.tolist()
-        values = {"loss": loss_sum / max(rows, 1), "lr": self.parts.scheduler.get_last_lr()[0],
-                  "samples_per_sec": rows / max(seconds, 1e-9)}
+        values = {
+            "loss": loss_sum / max(rows, 1),
+            "lr": self.parts.scheduler.get_last_lr()[0],
+            "samples_per_sec": rows / max(seconds, 1e-9),
+        }
         self._last_train = values
         return values
 
@@ -161,24 +200,33 @@ class Trainer:
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
         # on the rows and thresholds every evaluation used (the best is chosen on these)
         on_sample = loader is None and self.validator.tuned is None
-        metrics = self.measure(loader, collect=final or (on_sample and self.control.keeps_rows))  # all ranks
+        metrics = self.measure(
+            loader, collect=final or (on_sample and self.control.keeps_rows)
+        )  # all ranks
         self._saved_step = -1  # the evaluation state changed: the next save writes it
         if metrics is None:  # a stop signal arrived: save now, evaluate when the job continues
             self.progress.eval_pending = True
-            logger.warning(f"evaluation at step {self.progress.step} interrupted by the stop "
-                           "signal; it runs first when the job continues")
+            logger.warning(
+                f"evaluation at step {self.progress.step} interrupted by the stop "
+                "signal; it runs first when the job continues"
+            )
             return {}
         train = getattr(self, "_last_train", {})
-        row = {"step": self.progress.step, "epoch": self.progress.epoch,
-               "train_loss": train.get("loss", float("nan")),
-               "lr": self.parts.scheduler.get_last_lr()[0],
-               "samples_per_sec": train.get("samples_per_sec", float("nan"))}
+        row = {
+            "step": self.progress.step,
+            "epoch": self.progress.epoch,
+            "train_loss": train.get("loss", float("nan")),
+            "lr": self.parts.scheduler.get_last_lr()[0],
+            "samples_per_sec": train.get("samples_per_sec", float("nan")),
+        }
         row.update({f"val_{k}": v for k, v in metrics.items()})
         self.evaluation = Evaluation(row, on_sample, final)
         self.control.begin_evaluation()
         self.call("on_evaluate")  # all ranks
         control = self.control
-        self.tracker.log_eval(row, control.text, epoch_number(self.progress.epoch, self.progress.rows_in_epoch))
+        self.tracker.log_eval(
+            row, control.text, epoch_number(self.progress.epoch, self.progress.rows_in_epoch)
+        )
         self.progress.last_eval_step = self.progress.step
         self.progress.last_eval_full = loader is not None or self.parts.full_val_loader is None
         self.progress.eval_pending = False
@@ -194,17 +242,32 @@ class Trainer:
         --eval-noise of their noised copy as noisy_*; None when a stop signal interrupted
         them (all ranks)."""
         metrics = self.evaluate(loader, collect=collect)  # all ranks
-        noisy_loader = (self.parts.noisy_full_val_loader if loader is not None
-                        else self.parts.noisy_val_loader)  # the same rows as the clean figures
+        noisy_loader = (
+            self.parts.noisy_full_val_loader if loader is not None else self.parts.noisy_val_loader
+        )  # the same rows as the clean figures
         if metrics is not None and noisy_loader is not None:
             noisy = self.evaluate(noisy_loader, collect=collect, noised=True)  # all ranks
-            metrics = None if noisy is None else dict(metrics, **{
-                f"noisy_{k}": noisy[k] for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy",
-                                                 "seq2seq_f1")})
+            metrics = (
+                None
+                if noisy is None
+                else dict(
+                    metrics,
+                    **{
+                        f"noisy_{k}": noisy[k]
+                        for k in ("flat_accuracy", "flat_f1", "seq2seq_accuracy", "seq2seq_f1")
+                    },
+                )
+            )
         return metrics
 
-    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
-                 noised: bool = False, split: str = "val") -> Optional[dict]:
+    def evaluate(
+        self,
+        loader=None,
+        tune_threshold: bool = False,
+        collect: bool = False,
+        noised: bool = False,
+        split: str = "val",
+    ) -> Optional[dict]:
         """Metrics on the validation rows (all ranks): see Validator.evaluate."""
         return self.validator.evaluate(loader, tune_threshold, collect, noised, split)
 
@@ -215,8 +278,12 @@ class Trainer:
         if not self.cfg.eval_interval and not self.finished():
             self.evaluate_and_log()
         if self.cfg.save_each_epoch and self.world.is_main:
-            save_model(self.parts.model, self.run_dir, self.parts.model_extra,
-                       filename=f"epoch_{self.progress.epoch}.safetensors")
+            save_model(
+                self.parts.model,
+                self.run_dir,
+                self.parts.model_extra,
+                filename=f"epoch_{self.progress.epoch}.safetensors",
+            )
 
     def maybe_save(self) -> None:
         if self.cfg.save_interval and self.progress.step % self.cfg.save_interval == 0:
@@ -258,13 +325,18 @@ class Trainer:
         return self.progress.step >= self.total_steps or self.progress.stop_reason is not None
 
     def epoch_fraction(self) -> float:
-        return self.progress.epoch + self.progress.rows_in_epoch / max(1, self.parts.sampler.rows_per_epoch)
+        return self.progress.epoch + self.progress.rows_in_epoch / max(
+            1, self.parts.sampler.rows_per_epoch
+        )
 
     def evaluations_left(self) -> int:
         """The evaluations still to come, the final one included (for the ETA)."""
         p, interval = self.progress, self.cfg.eval_interval
-        periodic = ((self.total_steps - 1) // interval - p.step // interval if interval
-                    else self.parts.schedule.epochs - p.epoch - 1)
+        periodic = (
+            (self.total_steps - 1) // interval - p.step // interval
+            if interval
+            else self.parts.schedule.epochs - p.epoch - 1
+        )
         return max(0, periodic) + 1
 
     def should_stop(self) -> bool:
@@ -281,10 +353,14 @@ class Trainer:
         control.begin_final()
         for hook in self.hooks:  # they may evaluate, tune, ask for the final evaluation (all ranks)
             hook.before_final(self.state, control)
-            if control.interrupted:  # a stop signal: nothing final logged yet, the job continues here
+            if (
+                control.interrupted
+            ):  # a stop signal: nothing final logged yet, the job continues here
                 p.eval_pending = True
                 return False
-        final = p.last_eval_step != p.step or (full and not p.last_eval_full) or control.final_requested
+        final = (
+            p.last_eval_step != p.step or (full and not p.last_eval_full) or control.final_requested
+        )
         if control.calibration_requested and (final or self.validator.collected is not None):
             if not control.score_calibration_rows():  # all ranks
                 p.eval_pending = True
@@ -301,9 +377,19 @@ class Trainer:
             self.call("on_final_rows")
         self.save_checkpoint()  # all ranks: the final state, whatever --save-interval says
         if self.world.is_main:
-            save_model(self.parts.model, self.run_dir, dict(self.parts.model_extra, weights={
-                "kind": "last", "step": self.progress.step, "epoch": self.progress.epoch,
-                "place": [self.progress.epoch, self.progress.rows_in_epoch]}))
+            save_model(
+                self.parts.model,
+                self.run_dir,
+                dict(
+                    self.parts.model_extra,
+                    weights={
+                        "kind": "last",
+                        "step": self.progress.step,
+                        "epoch": self.progress.epoch,
+                        "place": [self.progress.epoch, self.progress.rows_in_epoch],
+                    },
+                ),
+            )
         return True
 
     def request_stop(self, signum, _frame) -> None:

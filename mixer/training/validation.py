@@ -20,8 +20,15 @@ from mixer.distributed import world as mdist
 from mixer.distributed.world import World
 from mixer.models.losses import row_losses
 from mixer.models.model import unwrap_model
-from mixer.reporting.metrics import (MIN_TUNE_ROWS, MetricSums, PredictionRules, Thresholds, decoded_codes,
-                                     decoded_confidence, flat_prediction)
+from mixer.reporting.metrics import (
+    MIN_TUNE_ROWS,
+    MetricSums,
+    PredictionRules,
+    Thresholds,
+    decoded_codes,
+    decoded_confidence,
+    flat_prediction,
+)
 from mixer.reporting.tracking import logger
 
 
@@ -33,8 +40,16 @@ class Validator:
     loader, `collected_cal` for the calibration rows); after one with `tune_threshold`,
     `tuned` is (thresholds, report)."""
 
-    def __init__(self, cfg: TrainConfig, world: World, parts, run_dir: str, autocast: Callable,
-                 key_codes: list, stopping: Callable[[], bool]):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        world: World,
+        parts,
+        run_dir: str,
+        autocast: Callable,
+        key_codes: list,
+        stopping: Callable[[], bool],
+    ):
         self.cfg = cfg
         self.world = world
         self.parts = parts  # the Trainer's TrainParts: thresholds change when they are tuned
@@ -51,8 +66,14 @@ class Validator:
         self.table_rows = 0  # rows of the last evaluation table
 
     @torch.no_grad()
-    def evaluate(self, loader=None, tune_threshold: bool = False, collect: bool = False,
-                 noised: bool = False, split: str = "val") -> Optional[dict]:
+    def evaluate(
+        self,
+        loader=None,
+        tune_threshold: bool = False,
+        collect: bool = False,
+        noised: bool = False,
+        split: str = "val",
+    ) -> Optional[dict]:
         """Every rank evaluates its shard with the unwrapped model (no DDP
         collectives inside, so shards may differ in size); sums are all-reduced.
         Each row's flat threshold is the one prediction will use (by its language).
@@ -80,29 +101,67 @@ class Validator:
                 flat_logits = model.flat_head(pooled)
                 seq_logits = model.decoder(batch.decoder_input, states, batch.attention_mask == 0)
                 tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
-            total, seq, flat = row_losses(flat_logits, seq_logits, batch.labels, batch.targets,
-                                          self.parts.num_blocks, self.parts.block_size,
-                                          self.cfg.seq2seq_weight, self.parts.formatter.pad_id)
+            total, seq, flat = row_losses(
+                flat_logits,
+                seq_logits,
+                batch.labels,
+                batch.targets,
+                self.parts.num_blocks,
+                self.parts.block_size,
+                self.cfg.seq2seq_weight,
+                self.parts.formatter.pad_id,
+            )
             seq_codes = decoded_codes(tokens.cpu(), self.parts.formatter)
             flat_probs = flat_logits.float().sigmoid()
-            threshold = torch.from_numpy(row_thresholds[batch.rows]).to(flat_probs.device).unsqueeze(1)
-            sums.add_batch(row_total=total, row_seq=seq, row_flat=flat, seq_logits=seq_logits,
-                           targets=batch.targets, flat_probs=flat_probs, labels=batch.labels,
-                           seq_codes=seq_codes, code_index=code_index, threshold=threshold,
-                           num_labels=flat_logits.size(-1), top_k=self.parts.num_blocks, rules=rules,
-                           groups=torch.from_numpy(lang_ids[batch.rows]).long())
+            threshold = (
+                torch.from_numpy(row_thresholds[batch.rows]).to(flat_probs.device).unsqueeze(1)
+            )
+            sums.add_batch(
+                row_total=total,
+                row_seq=seq,
+                row_flat=flat,
+                seq_logits=seq_logits,
+                targets=batch.targets,
+                flat_probs=flat_probs,
+                labels=batch.labels,
+                seq_codes=seq_codes,
+                code_index=code_index,
+                threshold=threshold,
+                num_labels=flat_logits.size(-1),
+                top_k=self.parts.num_blocks,
+                rules=rules,
+                groups=torch.from_numpy(lang_ids[batch.rows]).long(),
+            )
             if collected is not None:
-                confidence = self.row_confidence(model, rules, flat_logits, flat_probs, threshold, seq_codes,
-                                                 token_probs, states, batch.attention_mask)
-                self.collect_rows(collected, batch, flat_probs, threshold, seq_codes, rules, confidence)
+                confidence = self.row_confidence(
+                    model,
+                    rules,
+                    flat_logits,
+                    flat_probs,
+                    threshold,
+                    seq_codes,
+                    token_probs,
+                    states,
+                    batch.attention_mask,
+                )
+                self.collect_rows(
+                    collected, batch, flat_probs, threshold, seq_codes, rules, confidence
+                )
         model.train(was_training)
         if mdist.any_rank(interrupted, self.world):  # all ranks
             return None
         mdist.all_reduce_sum(sums.values, self.world)  # all ranks
         result = sums.result()
         if collect:
-            setattr(self, "collected_noised" if noised else "collected_cal" if split == "cal" else "collected",
-                    collected)
+            setattr(
+                self,
+                "collected_noised"
+                if noised
+                else "collected_cal"
+                if split == "cal"
+                else "collected",
+                collected,
+            )
         if tune_threshold:
             mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
             self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
@@ -112,16 +171,20 @@ class Validator:
         """(language index of each row of the split, the languages): a language known to
         the thresholds table keeps its threshold; the rest share the default."""
         if split not in self._languages:
-            langs, rows = ((self.parts.val_langs, self.parts.val_rows[1]) if split == "val"
-                           else (self.parts.cal_langs, len(self.parts.cal_langs)))
+            langs, rows = (
+                (self.parts.val_langs, self.parts.val_rows[1])
+                if split == "val"
+                else (self.parts.cal_langs, len(self.parts.cal_langs))
+            )
             if langs is None:
                 langs = np.full(rows, "unk", dtype=object)
             names, ids = np.unique(np.asarray(langs, dtype=str), return_inverse=True)
             self._languages[split] = (ids.astype(np.int64), names.astype(object))
         return self._languages[split]
 
-    def row_confidence(self, model, rules, flat_logits, flat_probs, threshold, seq_codes, token_probs,
-                       states, mask) -> tuple:
+    def row_confidence(
+        self, model, rules, flat_logits, flat_probs, threshold, seq_codes, token_probs, states, mask
+    ) -> tuple:
         """Each row's confidence in its predicted code set, per head, as prediction gives it
         (mixer.coding.confidence; OccCANINE's seq2seq rule for its family): (flat, seq2seq)."""
         from mixer.coding.confidence import flat_confidence, sequence_confidence
@@ -130,12 +193,16 @@ class Validator:
         in_set = torch.zeros_like(flat_probs, dtype=torch.bool).scatter_(1, index, chosen)
         flat = flat_confidence(flat_logits.double().cpu().numpy(), in_set.cpu().numpy())
         if rules.seq2seq_order == "decoded":
-            seq = decoded_confidence(model, states, mask, seq_codes, token_probs, self.parts.formatter)
+            seq = decoded_confidence(
+                model, states, mask, seq_codes, token_probs, self.parts.formatter
+            )
         else:
             seq = sequence_confidence(token_probs.double().cpu().numpy())
         return flat, seq
 
-    def collect_rows(self, collected, batch, flat_probs, threshold, seq_codes, rules, confidence) -> None:
+    def collect_rows(
+        self, collected, batch, flat_probs, threshold, seq_codes, rules, confidence
+    ) -> None:
         """Keep each row's true and predicted codes and confidences (evaluation.csv, scores.parquet)."""
         index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
         index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
@@ -144,17 +211,23 @@ class Validator:
         for i, row in enumerate(batch.rows):
             true = [self.key_codes[j] for j in labels[i] if j >= 0]
             flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
-            collected.append((int(row), true, flat, seq_codes[i], float(flat_conf[i]), float(seq_conf[i])))
+            collected.append(
+                (int(row), true, flat, seq_codes[i], float(flat_conf[i]), float(seq_conf[i]))
+            )
 
     def gather_rows(self) -> Optional[dict]:
         """The rows of the last collecting evaluations, gathered to rank 0: {"val": ...,
         "noised": ..., "cal": ...}, each sorted by row; None on the others (all ranks)."""
-        pieces = mdist.gather_to_main((self.collected or [], self.collected_noised or [],
-                                       self.collected_cal or []), self.world)  # all ranks
+        pieces = mdist.gather_to_main(
+            (self.collected or [], self.collected_noised or [], self.collected_cal or []),
+            self.world,
+        )  # all ranks
         if not self.world.is_main:
             return None
-        return {name: sorted(item for piece in pieces for item in piece[k])
-                for k, name in enumerate(("val", "noised", "cal"))}
+        return {
+            name: sorted(item for piece in pieces for item in piece[k])
+            for k, name in enumerate(("val", "noised", "cal"))
+        }
 
     def evaluation_table(self) -> Optional[str]:
         """The evaluation table of the last collecting evaluation's rows (table_of), on rank
@@ -171,12 +244,18 @@ class Validator:
 
         rows = gathered["val"]
         truth = [set(true) for _, true, *_ in rows]
-        predictions = {"flat": [set(flat) for _, _, flat, *_ in rows],
-                       "seq2seq": [set(seq) for _, _, _, seq, *_ in rows]}
+        predictions = {
+            "flat": [set(flat) for _, _, flat, *_ in rows],
+            "seq2seq": [set(seq) for _, _, _, seq, *_ in rows],
+        }
         noised = {row: (flat, seq) for row, _, flat, seq, *_ in gathered["noised"]}
         if noised:
-            predictions["flat noised"] = [set(noised[r][0]) if r in noised else set() for r, *_ in rows]
-            predictions["seq2seq noised"] = [set(noised[r][1]) if r in noised else set() for r, *_ in rows]
+            predictions["flat noised"] = [
+                set(noised[r][0]) if r in noised else set() for r, *_ in rows
+            ]
+            predictions["seq2seq noised"] = [
+                set(noised[r][1]) if r in noised else set() for r, *_ in rows
+            ]
         langs = self.parts.val_langs
         groups = np.asarray([langs[r] for r, *_ in rows]) if langs is not None else None
         if groups is not None and len(set(groups)) < 2:
@@ -197,29 +276,39 @@ class Validator:
         from mixer.core.io import write_text
 
         write_text(f"{self.run_dir}/evaluation.csv", table)
-        logger.info(f"evaluation table of {self.table_rows} validation rows ({which}): "
-                    f"{self.run_dir}/evaluation.csv")
+        logger.info(
+            f"evaluation table of {self.table_rows} validation rows ({which}): "
+            f"{self.run_dir}/evaluation.csv"
+        )
         return table
 
 
 def tuning_report(before: Thresholds, tuned: Thresholds, report: dict, run_dir: str) -> str:
     """The lines --tune-threshold prints: each tuned threshold, its F1 and the F1 the
     threshold before it gave, and the thresholds kept for want of rows."""
-    lines = [f"tuned flat thresholds (best F1 on the validation rows; stored in "
-             f"{run_dir}/config.json):"]
+    lines = [
+        f"tuned flat thresholds (best F1 on the validation rows; stored in {run_dir}/config.json):"
+    ]
     for name, (f1, f1_before, rows) in report.items():
         is_default = name in ("all", "others")
         value = tuned.default if is_default else tuned.table[name]
         was = before.default if is_default else before.table.get(name, before.default)
-        label = {"all": "default (all rows)", "others": "default (languages outside the table)"
-                 }.get(name, f"language {name}")
-        lines.append(f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave "
-                     f"{f1_before:.4f})")
+        label = {
+            "all": "default (all rows)",
+            "others": "default (languages outside the table)",
+        }.get(name, f"language {name}")
+        lines.append(
+            f"  {label}: {value:.2f}, F1 {f1:.4f} on {rows} rows ({was:.2f} gave {f1_before:.4f})"
+        )
     if not any(name in ("all", "others") for name in report):
-        lines.append(f"  default (languages outside the table): {tuned.default:.2f}, kept "
-                     f"(fewer than {MIN_TUNE_ROWS} validation rows outside the table)")
+        lines.append(
+            f"  default (languages outside the table): {tuned.default:.2f}, kept "
+            f"(fewer than {MIN_TUNE_ROWS} validation rows outside the table)"
+        )
     kept = sorted(set(before.table) - set(report))
     if kept:
-        lines.append(f"  kept from the start: {', '.join(kept)} (fewer than {MIN_TUNE_ROWS} "
-                     "validation rows each)")
+        lines.append(
+            f"  kept from the start: {', '.join(kept)} (fewer than {MIN_TUNE_ROWS} "
+            "validation rows each)"
+        )
     return "\n".join(lines)

@@ -35,16 +35,18 @@ def describe(parser: argparse.ArgumentParser) -> list:
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
-        rows.append({
-            "options": list(action.option_strings) or [action.dest],
-            "dest": action.dest,
-            "nargs": _plain(action.nargs),
-            "default": _plain(action.default),
-            "choices": _plain(list(action.choices) if action.choices is not None else None),
-            "required": bool(action.required),
-            "action": type(action).__name__,
-            "type": _plain(action.type),
-        })
+        rows.append(
+            {
+                "options": list(action.option_strings) or [action.dest],
+                "dest": action.dest,
+                "nargs": _plain(action.nargs),
+                "default": _plain(action.default),
+                "choices": _plain(list(action.choices) if action.choices is not None else None),
+                "required": bool(action.required),
+                "action": type(action).__name__,
+                "type": _plain(action.type),
+            }
+        )
     return rows
 
 
@@ -54,10 +56,12 @@ def parsers() -> dict:
     from mixer.cli import entrypoints
     from mixer.cli import export_occcanine
 
-    found = {"finetune.py": entrypoints.finetune_parser(),
-             "train_mixer.py": entrypoints.train_mixer_parser(),
-             "predict.py": entrypoints.predict_parser(),
-             "evaluate.py": entrypoints.evaluate_parser()}
+    found = {
+        "finetune.py": entrypoints.finetune_parser(),
+        "train_mixer.py": entrypoints.train_mixer_parser(),
+        "predict.py": entrypoints.predict_parser(),
+        "evaluate.py": entrypoints.evaluate_parser(),
+    }
     if hasattr(export_occcanine, "parser"):
         found["export_occcanine"] = export_occcanine.parser()
     return found
@@ -79,8 +83,11 @@ def differences(old: dict, new: dict) -> list:
             elif name not in before:
                 lines.append(f"{program}: added {name}")
             elif before[name] != after[name]:
-                changed = {k: (before[name].get(k), after[name].get(k)) for k in after[name]
-                           if before[name].get(k) != after[name].get(k)}
+                changed = {
+                    k: (before[name].get(k), after[name].get(k))
+                    for k in after[name]
+                    if before[name].get(k) != after[name].get(k)
+                }
                 lines.append(f"{program}: changed {name}: {changed}")
     return lines
 

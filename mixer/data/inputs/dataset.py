@@ -28,6 +28,7 @@ import torch
 from mixer.data.labels.formatter import EOS, PAD
 from mixer.data.inputs.padding import InputPadding
 
+
 # ------------------------------------------------------------------ loader workers
 def ignore_stop_signals(_worker_id: int) -> None:
     """DataLoader workers leave pre-emption to the training process: a scheduler that
@@ -57,7 +58,9 @@ class RowDataset(torch.utils.data.Dataset):
     calls with the whole batch): the cache's, or the noised rows tokenised at once
     (mixer.data.inputs.training_inputs)."""
 
-    def __init__(self, inputs, labels: np.ndarray):  # inputs: a mixer.data.inputs.training_inputs.RowInputs
+    def __init__(
+        self, inputs, labels: np.ndarray
+    ):  # inputs: a mixer.data.inputs.training_inputs.RowInputs
         self.inputs = inputs
         self.labels = labels
 
@@ -72,8 +75,10 @@ class RowDataset(torch.utils.data.Dataset):
         rows = np.fromiter((item[0] for item in items), dtype=np.int64, count=len(items))
         positions = np.fromiter((item[4] for item in items), dtype=np.int64, count=len(items))
         ids = self.inputs.ids(rows, items[0][3], positions)
-        return [(ids[k], self.labels[index], size, weight, index, (epoch, position))
-                for k, (index, size, weight, epoch, position) in enumerate(items)]
+        return [
+            (ids[k], self.labels[index], size, weight, index, (epoch, position))
+            for k, (index, size, weight, epoch, position) in enumerate(items)
+        ]
 
 
 @dataclass
@@ -92,15 +97,30 @@ class Batch:
 
     def to(self, device: str, non_blocking: bool = False) -> "Batch":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Batch(move(self.input_ids), move(self.attention_mask), move(self.labels),
-                     move(self.decoder_input), move(self.targets), self.global_rows,
-                     move(self.weights), self.rows, self.draws)
+        return Batch(
+            move(self.input_ids),
+            move(self.attention_mask),
+            move(self.labels),
+            move(self.decoder_input),
+            move(self.targets),
+            self.global_rows,
+            move(self.weights),
+            self.rows,
+            self.draws,
+        )
 
     def pin_memory(self) -> "Batch":
-        return Batch(self.input_ids.pin_memory(), self.attention_mask.pin_memory(),
-                     self.labels.pin_memory(), self.decoder_input.pin_memory(),
-                     self.targets.pin_memory(), self.global_rows, self.weights.pin_memory(),
-                     self.rows, self.draws)
+        return Batch(
+            self.input_ids.pin_memory(),
+            self.attention_mask.pin_memory(),
+            self.labels.pin_memory(),
+            self.decoder_input.pin_memory(),
+            self.targets.pin_memory(),
+            self.global_rows,
+            self.weights.pin_memory(),
+            self.rows,
+            self.draws,
+        )
 
 
 class Collator:
@@ -110,14 +130,23 @@ class Collator:
     groups: `grouped` cuts a training micro-batch into this many groups of rows of
     similar length (none where every batch is padded to one length anyway)."""
 
-    def __init__(self, pad_id: int, key_blocks: np.ndarray, bos: int = 1,
-                 padding: InputPadding = InputPadding(), code_pad: int = PAD,
-                 eos: int = EOS, groups: int = 1):
+    def __init__(
+        self,
+        pad_id: int,
+        key_blocks: np.ndarray,
+        bos: int = 1,
+        padding: InputPadding = InputPadding(),
+        code_pad: int = PAD,
+        eos: int = EOS,
+        groups: int = 1,
+    ):
         self.pad_id = pad_id  # of the encoder's input
         self.padding = padding
         self.groups = 1 if padding.fixed else groups
         # one extra block of the decoder's PAD for empty slots (index -1)
-        self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(np.int64)
+        self.blocks = np.vstack([key_blocks, np.full((1, key_blocks.shape[1]), code_pad)]).astype(
+            np.int64
+        )
         self.bos = bos
         self.eos = eos
 
@@ -146,14 +175,27 @@ class Collator:
             mask[row, : len(ids)] = 1
         labels = np.stack([item[1] for item in items])
         targets = self.targets(labels)
-        decoder_input = np.concatenate([np.full((len(items), 1), self.bos), targets[:, :-1]], axis=1)
+        decoder_input = np.concatenate(
+            [np.full((len(items), 1), self.bos), targets[:, :-1]], axis=1
+        )
         weights = torch.tensor([item[3] for item in items])
         rows = np.asarray([item[4] for item in items]) if len(items[0]) > 4 else None
-        draws = (np.asarray([item[5] for item in items], dtype=np.int64).reshape(len(items), 2)
-                 if len(items[0]) > 5 else None)
-        return Batch(torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(labels),
-                     torch.from_numpy(decoder_input), torch.from_numpy(targets), items[0][2],
-                     weights, rows, draws)
+        draws = (
+            np.asarray([item[5] for item in items], dtype=np.int64).reshape(len(items), 2)
+            if len(items[0]) > 5
+            else None
+        )
+        return Batch(
+            torch.from_numpy(input_ids),
+            torch.from_numpy(mask),
+            torch.from_numpy(labels),
+            torch.from_numpy(decoder_input),
+            torch.from_numpy(targets),
+            items[0][2],
+            weights,
+            rows,
+            draws,
+        )
 
 
 def fewest_padded(lengths: np.ndarray, groups: int) -> list:
@@ -201,8 +243,16 @@ class StepSampler:
     still runs the same forward/backward passes and collectives. Its loss is
     multiplied by 0 and changes nothing."""
 
-    def __init__(self, num_rows: int, batch_size: int, world_size: int, rank: int,
-                 grad_accum_steps: int, seed: int, epoch_rows=None):
+    def __init__(
+        self,
+        num_rows: int,
+        batch_size: int,
+        world_size: int,
+        rank: int,
+        grad_accum_steps: int,
+        seed: int,
+        epoch_rows=None,
+    ):
         # epoch_rows: epoch -> the epoch's row indices (mixer.data.inputs.resample; the same size every
         # epoch), permuted instead of every row once; rows_per_epoch is then its length
         self.epoch_rows = epoch_rows
@@ -222,8 +272,10 @@ class StepSampler:
 
     def step_sizes(self, start: int = 0) -> list:
         """Rows of each remaining global batch, from row `start` of the epoch."""
-        return [min(self.global_batch_size, self.num_rows - begin)
-                for begin in range(start, self.num_rows, self.global_batch_size)]
+        return [
+            min(self.global_batch_size, self.num_rows - begin)
+            for begin in range(start, self.num_rows, self.global_batch_size)
+        ]
 
     @property
     def rows_per_epoch(self) -> int:
@@ -263,4 +315,4 @@ def shard_indices(num_rows: int, world_size: int, rank: int) -> np.ndarray:
 
 
 def eval_batches(indices: np.ndarray, batch_size: int) -> list:
-    return [list(map(int, indices[i:i + batch_size])) for i in range(0, len(indices), batch_size)]
+    return [list(map(int, indices[i : i + batch_size])) for i in range(0, len(indices), batch_size)]

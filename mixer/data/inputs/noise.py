@@ -45,10 +45,32 @@ PAD_MAX = 20
 
 # neighbouring keys on a QWERTY keyboard
 KEYBOARD = {
-    "a": "qwsz", "b": "vghn", "c": "xdfv", "d": "serfcx", "e": "wsdr", "f": "rtgvcd",
-    "g": "tyhbvf", "h": "yujnbg", "i": "ujklo", "j": "uikmnh", "k": "ijolm", "l": "kop",
-    "m": "njkl", "n": "bhjm", "o": "iklp", "p": "ol", "q": "wa", "r": "edft", "s": "wedxz",
-    "t": "rfgy", "u": "yhji", "v": "cfgb", "w": "qase", "x": "zsdc", "y": "tghu", "z": "asx",
+    "a": "qwsz",
+    "b": "vghn",
+    "c": "xdfv",
+    "d": "serfcx",
+    "e": "wsdr",
+    "f": "rtgvcd",
+    "g": "tyhbvf",
+    "h": "yujnbg",
+    "i": "ujklo",
+    "j": "uikmnh",
+    "k": "ijolm",
+    "l": "kop",
+    "m": "njkl",
+    "n": "bhjm",
+    "o": "iklp",
+    "p": "ol",
+    "q": "wa",
+    "r": "edft",
+    "s": "wedxz",
+    "t": "rfgy",
+    "u": "yhji",
+    "v": "cfgb",
+    "w": "qase",
+    "x": "zsdc",
+    "y": "tghu",
+    "z": "asx",
 }
 
 # streams of draws: one hash per (seed, epoch, position, stream)
@@ -90,7 +112,9 @@ def hashes(seed: int, epoch: int, positions, stream: int) -> np.ndarray:
 
 def uniforms(seed: int, epoch: int, positions, stream: int) -> np.ndarray:
     """Uniform draws in [0, 1), 53 bits each."""
-    return (hashes(seed, epoch, positions, stream) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return (hashes(seed, epoch, positions, stream) >> np.uint64(11)).astype(np.float64) / float(
+        1 << 53
+    )
 
 
 # ------------------------------------------------------------------ the edits
@@ -98,7 +122,7 @@ def _delete(text: str, rng: random.Random, words) -> str:
     if not text:
         return text
     i = rng.randrange(len(text))
-    return text[:i] + text[i + 1:]
+    return text[:i] + text[i + 1 :]
 
 
 def _keyboard(text: str, rng: random.Random, words) -> str:
@@ -109,7 +133,7 @@ def _keyboard(text: str, rng: random.Random, words) -> str:
     if near is None:
         return text
     new = rng.choice(near)
-    return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1:]
+    return text[:i] + (new.upper() if text[i].isupper() else new) + text[i + 1 :]
 
 
 def _insert(text: str, rng: random.Random, words) -> str:
@@ -123,14 +147,14 @@ def _substitute(text: str, rng: random.Random, words) -> str:
     if not text:
         return text
     i = rng.randrange(len(text))
-    return text[:i] + rng.choice(LETTERS) + text[i + 1:]
+    return text[:i] + rng.choice(LETTERS) + text[i + 1 :]
 
 
 def _swap(text: str, rng: random.Random, words) -> str:
     if len(text) < 2:
         return text
     i = rng.randrange(len(text) - 1)
-    return text[:i] + text[i + 1] + text[i] + text[i + 2:]
+    return text[:i] + text[i + 1] + text[i] + text[i + 2 :]
 
 
 def _word_swap(text: str, rng: random.Random, words) -> str:
@@ -161,8 +185,16 @@ def _word(text: str, rng: random.Random, words) -> str:
     return " ".join(parts)
 
 
-EDITS = {"delete": _delete, "keyboard": _keyboard, "insert": _insert, "substitute": _substitute,
-         "swap": _swap, "word_swap": _word_swap, "pad": _pad, "word": _word}
+EDITS = {
+    "delete": _delete,
+    "keyboard": _keyboard,
+    "insert": _insert,
+    "substitute": _substitute,
+    "swap": _swap,
+    "word_swap": _word_swap,
+    "pad": _pad,
+    "word": _word,
+}
 
 
 def noised(text: str, edits: int, key: int, words: Sequence[str] = ()) -> str:
@@ -179,7 +211,11 @@ def word_list(texts) -> list:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    array = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(list(texts), pa.string())
+    array = (
+        texts
+        if isinstance(texts, (pa.Array, pa.ChunkedArray))
+        else pa.array(list(texts), pa.string())
+    )
     words = pc.unique(pc.list_flatten(pc.utf8_split_whitespace(array)))
     return sorted(w for w in words.to_pylist() if w)
 
@@ -194,8 +230,14 @@ class RowNoise:
     keys: np.ndarray  # uint64: the seed of each noised row's edits
 
 
-def draw(config: NoiseConfig, seed: int, epoch: int, positions, langs: Optional[np.ndarray] = None,
-         every_row: bool = False) -> RowNoise:
+def draw(
+    config: NoiseConfig,
+    seed: int,
+    epoch: int,
+    positions,
+    langs: Optional[np.ndarray] = None,
+    every_row: bool = False,
+) -> RowNoise:
     """The noise of rows at `positions` of epoch `epoch`. every_row: all rows get
     `config.edits` edits and keep their language (the validation rows' --eval-noise)."""
     positions = np.asarray(positions, dtype=np.int64)
@@ -203,15 +245,23 @@ def draw(config: NoiseConfig, seed: int, epoch: int, positions, langs: Optional[
         noised_rows = np.full(len(positions), config.edits > 0)
         unknown = np.zeros(len(positions), dtype=bool)
     else:
-        noised_rows = (uniforms(seed, epoch, positions, STREAM_APPLY) < config.prob) & (config.edits > 0)
+        noised_rows = (uniforms(seed, epoch, positions, STREAM_APPLY) < config.prob) & (
+            config.edits > 0
+        )
         unknown = uniforms(seed, epoch, positions, STREAM_UNKNOWN) < config.unknown_prob
         if langs is not None:
             unknown &= np.asarray(langs, dtype=object) != "unk"
     return RowNoise(noised_rows, unknown, hashes(seed, epoch, positions, STREAM_EDITS))
 
 
-def noised_texts(texts: Sequence[str], seed: int, edits: int, words: Sequence[str] = (),
-                 epoch: int = EVAL_EPOCH, positions=None) -> list:
+def noised_texts(
+    texts: Sequence[str],
+    seed: int,
+    edits: int,
+    words: Sequence[str] = (),
+    epoch: int = EVAL_EPOCH,
+    positions=None,
+) -> list:
     """Every text with `edits` edits, as the validation rows get them (--eval-noise):
     row i's noise is drawn for position `positions[i]` (default i) of `epoch`.
     benchmarks/baseline_tfidf_svm.py scores the baseline on these very texts."""

@@ -84,10 +84,14 @@ class InputPadding:
         if getattr(config, "model_type", "") != "canine":
             return cls(max_len=max_len, multiple=multiple)
         kernel = int(config.upsampling_kernel_size)
-        return cls(max_len=max_len, rate=int(config.downsampling_rate),
-                   right_context=(kernel - 1) - (kernel - 1) // 2,
-                   window=int(getattr(config, "local_transformer_stride", 0) or 0), reads=reads,
-                   multiple=multiple)
+        return cls(
+            max_len=max_len,
+            rate=int(config.downsampling_rate),
+            right_context=(kernel - 1) - (kernel - 1) // 2,
+            window=int(getattr(config, "local_transformer_stride", 0) or 0),
+            reads=reads,
+            multiple=multiple,
+        )
 
     @property
     def fixed(self) -> bool:
@@ -108,7 +112,9 @@ class InputPadding:
             if self.window:  # a window of padding alone that is read must be whole
                 last_read = r * ((n - 1 + self.right_context) // r + 1) - 1
                 w = self.window
-                need = np.where(last_read // w > (n - 1) // w, np.maximum(need, (last_read // w + 1) * w), need)
+                need = np.where(
+                    last_read // w > (n - 1) // w, np.maximum(need, (last_read // w + 1) * w), need
+                )
         else:
             need = np.full_like(n, self.max_len)
         need = np.maximum(need, r)  # one window at least: the molecules' max pool needs it
@@ -123,7 +129,11 @@ class InputPadding:
         if not self.rate:
             return "inputs padded to the longest row of each batch"
         if self.fixed:
-            return (f"inputs padded to {self.max_len} characters: OccCANINE's decoder reads every "
-                    "position of its input, padding included")
-        return (f"inputs padded to what the longest row of each batch needs ({self.reads} read; "
-                f"at most {self.max_len} characters; docs/occcanine.md)")
+            return (
+                f"inputs padded to {self.max_len} characters: OccCANINE's decoder reads every "
+                "position of its input, padding included"
+            )
+        return (
+            f"inputs padded to what the longest row of each batch needs ({self.reads} read; "
+            f"at most {self.max_len} characters; docs/occcanine.md)"
+        )

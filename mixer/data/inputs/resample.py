@@ -37,14 +37,21 @@ def group_sizes(first_codes: np.ndarray, upsample_below: int, downsample_top: Op
     return groups.reshape(-1), counts, target
 
 
-def epoch_size(first_codes: np.ndarray, upsample_below: int, downsample_top: Optional[float]) -> int:
+def epoch_size(
+    first_codes: np.ndarray, upsample_below: int, downsample_top: Optional[float]
+) -> int:
     if not is_active(upsample_below, downsample_top):
         return len(first_codes)
     return int(group_sizes(first_codes, upsample_below, downsample_top)[2].sum())
 
 
-def epoch_rows(first_codes: np.ndarray, seed: int, epoch: int, upsample_below: int = 0,
-               downsample_top: Optional[float] = None) -> np.ndarray:
+def epoch_rows(
+    first_codes: np.ndarray,
+    seed: int,
+    epoch: int,
+    upsample_below: int = 0,
+    downsample_top: Optional[float] = None,
+) -> np.ndarray:
     """The training rows of one epoch (indices into the rows, repeated where drawn up),
     sorted; drawn from (seed, epoch) alone."""
     first_codes = np.asarray(first_codes)
@@ -56,7 +63,7 @@ def epoch_rows(first_codes: np.ndarray, seed: int, epoch: int, upsample_below: i
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     keep = np.ones(len(first_codes), dtype=bool)
     for group in np.flatnonzero(target < counts):  # the few dominant codes
-        rows = by_group[starts[group]:starts[group] + counts[group]]
+        rows = by_group[starts[group] : starts[group] + counts[group]]
         dropped = rng.choice(len(rows), size=counts[group] - target[group], replace=False)
         keep[rows[dropped]] = False
     extra_per_group = np.where(target > counts, target - counts, 0)

@@ -35,13 +35,16 @@ MANIFEST = "manifest.json"
 class TokenCache:
     ids: np.ndarray  # memory-mapped int32
     offsets: np.ndarray  # int64, rows + 1
-    fit: tuple = (0, 0)  # rows whose context was cut; of them, rows whose description alone is longer
+    fit: tuple = (
+        0,
+        0,
+    )  # rows whose context was cut; of them, rows whose description alone is longer
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def row(self, index: int) -> np.ndarray:
-        return self.ids[self.offsets[index]:self.offsets[index + 1]]
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -59,7 +62,9 @@ def read_manifest(directory: str) -> Optional[dict]:
         return json.load(handle)
 
 
-def load(directory: str, rows: Optional[int] = None, data_id: Optional[str] = None) -> Optional[TokenCache]:
+def load(
+    directory: str, rows: Optional[int] = None, data_id: Optional[str] = None
+) -> Optional[TokenCache]:
     """The cache in `directory`, or None when it is absent, incomplete, or built from
     other prepared data (another row count or content, `data_id`)."""
     meta = read_manifest(directory)
@@ -71,8 +76,11 @@ def load(directory: str, rows: Optional[int] = None, data_id: Optional[str] = No
         return None
     offsets = np.load(os.path.join(directory, "offsets.npy"), mmap_mode="r")
     size = int(offsets[-1])
-    ids = (np.memmap(os.path.join(directory, "ids.bin"), dtype=np.int32, mode="r", shape=(size,))
-           if size else np.zeros(0, dtype=np.int32))
+    ids = (
+        np.memmap(os.path.join(directory, "ids.bin"), dtype=np.int32, mode="r", shape=(size,))
+        if size
+        else np.zeros(0, dtype=np.int32)
+    )
     return TokenCache(ids, offsets, (meta.get("context_cut", 0), meta.get("description_cut", 0)))
 
 
@@ -99,8 +107,15 @@ def my_groups(groups: list, world_size: int, rank: int) -> list:
     return mine
 
 
-def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_size: int,
-               text_col: str, lang_col: str) -> None:
+def build_part(
+    parquet_path: str,
+    directory: str,
+    token_ids,
+    rank: int,
+    world_size: int,
+    text_col: str,
+    lang_col: str,
+) -> None:
     """Tokenise this rank's row groups into part-<rank>.ids / .lengths, and count in
     part-<rank>.fit the rows whose context was cut. The prepared `desc_chars` column says
     where each description ends (a split without it, one text per row: no context, or data
@@ -119,7 +134,9 @@ def build_part(parquet_path: str, directory: str, token_ids, rank: int, world_si
     counts = np.zeros(2, dtype=np.int64)
     with open(ids_path + ".tmp", "wb") as ids_out, open(lengths_path + ".tmp", "wb") as len_out:
         for index in my_groups(groups, world_size, rank):
-            table = file.read_row_group(index, columns=[text_col, lang_col] + ([DESC_CHARS] if with_context else []))
+            table = file.read_row_group(
+                index, columns=[text_col, lang_col] + ([DESC_CHARS] if with_context else [])
+            )
             for start in range(0, table.num_rows, CHUNK_ROWS):
                 chunk = table.slice(start, CHUNK_ROWS)
                 texts = np.asarray(chunk.column(text_col).to_pylist(), dtype=object)
@@ -147,7 +164,9 @@ def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> No
         fit += np.fromfile(os.path.join(directory, f"part-{rank:05d}.fit"), dtype=np.int64)
     lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
     if len(lengths) != rows:
-        raise RuntimeError(f"token cache {directory}: {len(lengths)} rows tokenised, {rows} expected")
+        raise RuntimeError(
+            f"token cache {directory}: {len(lengths)} rows tokenised, {rows} expected"
+        )
     offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
 
@@ -162,9 +181,19 @@ def join_parts(directory: str, world_size: int, rows: int, describe: dict) -> No
     for rank in range(world_size):
         for suffix in (".ids", ".lengths", ".fit"):
             os.unlink(os.path.join(directory, f"part-{rank:05d}{suffix}"))
-    write_text(os.path.join(directory, MANIFEST),
-               json.dumps(dict(describe, rows=rows, tokens=int(offsets[-1]), context_cut=int(fit[0]),
-                               description_cut=int(fit[1])), indent=1))
+    write_text(
+        os.path.join(directory, MANIFEST),
+        json.dumps(
+            dict(
+                describe,
+                rows=rows,
+                tokens=int(offsets[-1]),
+                context_cut=int(fit[0]),
+                description_cut=int(fit[1]),
+            ),
+            indent=1,
+        ),
+    )
 
 
 def _save(path: str, array: np.ndarray) -> None:
@@ -172,9 +201,18 @@ def _save(path: str, array: np.ndarray) -> None:
         np.save(handle, array)
 
 
-def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
-                data_id: Optional[str] = None, text_col: str = "text", lang_col: str = "lang",
-                log: Callable[[str], None] = print) -> TokenCache:
+def token_cache(
+    run_dir: str,
+    split: str,
+    token_ids,
+    rows: int,
+    world=None,
+    *,
+    data_id: Optional[str] = None,
+    text_col: str = "text",
+    lang_col: str = "lang",
+    log: Callable[[str], None] = print,
+) -> TokenCache:
     """The cache of a split: loaded, or built first by all ranks together (all ranks).
     The cache is named by the tokeniser and its input recipe (max length, language
     handling) and records the prepared split it was built from (`data_id`, its
@@ -187,20 +225,28 @@ def token_cache(run_dir: str, split: str, token_ids, rows: int, world=None, *,
         return cache
     parquet = os.path.join(run_dir, f"data_{split}.parquet")
     world_size, rank = (world.world_size, world.rank) if world is not None else (1, 0)
-    describe = {"split": split, "tokeniser": token_ids.kind, "recipe": token_ids.recipe.to_dict(),
-                "data": data_id}
+    describe = {
+        "split": split,
+        "tokeniser": token_ids.kind,
+        "recipe": token_ids.recipe.to_dict(),
+        "data": data_id,
+    }
 
     def prepare_directory():
         stale = read_manifest(directory)
         if stale is not None:
-            log(f"the token cache in {directory} was built from other prepared data "
+            log(
+                f"the token cache in {directory} was built from other prepared data "
                 f"({stale.get('rows')} rows, content {stale.get('data')}; now {rows} rows, "
-                f"content {data_id}): rebuilding it")
+                f"content {data_id}): rebuilding it"
+            )
         if os.path.isdir(directory):  # incomplete (no manifest) or stale: start over
             shutil.rmtree(directory)
         os.makedirs(directory)
-        log(f"tokenising {rows:,} {split} rows ({token_ids.kind}) into {directory}"
-            + (f", split over {world_size} processes" if world_size > 1 else ""))
+        log(
+            f"tokenising {rows:,} {split} rows ({token_ids.kind}) into {directory}"
+            + (f", split over {world_size} processes" if world_size > 1 else "")
+        )
 
     def build():
         build_part(parquet, directory, token_ids, rank, world_size, text_col, lang_col)

@@ -146,8 +146,13 @@ def reading_keys(ids, texts, langs, own_threshold=()) -> np.ndarray:
     read = _reader(ids)
     second = itertools.repeat(None) if second is None else second
     own = set(own_threshold or ())
-    keys = np.asarray([f"{lang if lang in own else ''}\x00{read(a)}\x00" + ("\x02" if b is None else read(b))
-                       for lang, a, b in zip(distinct_langs, first, second)], dtype=object)
+    keys = np.asarray(
+        [
+            f"{lang if lang in own else ''}\x00{read(a)}\x00" + ("\x02" if b is None else read(b))
+            for lang, a, b in zip(distinct_langs, first, second)
+        ],
+        dtype=object,
+    )
     return keys[codes]
 
 
@@ -161,8 +166,10 @@ def read_languages(ids, langs) -> np.ndarray:
     if ids.recipe.language == "literal":
         langs = np.where(langs == "", UNKNOWN_LANGUAGE, langs)
         return np.asarray([read(f"{lang}[SEP]") for lang in langs], dtype=object)
-    return np.asarray([UNKNOWN_LANGUAGE if lang == UNKNOWN_LANGUAGE else "\x01" + read(lang) for lang in langs],
-                      dtype=object)
+    return np.asarray(
+        [UNKNOWN_LANGUAGE if lang == UNKNOWN_LANGUAGE else "\x01" + read(lang) for lang in langs],
+        dtype=object,
+    )
 
 
 def _reader(ids):
@@ -177,6 +184,7 @@ def _reader(ids):
         if pre_tokenizer is None:
             return text
         return PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(text))
+
     return read
 
 
@@ -210,27 +218,36 @@ def _joined(descriptions, contexts, langs, recipe: InputRecipe) -> np.ndarray:
         langs = np.broadcast_to(np.asarray(langs, dtype=object), (len(descriptions),))
         written = _lengths([lang if lang != "" else UNKNOWN_LANGUAGE for lang in langs])
         room = recipe.max_len - 2 - len("[SEP]") - written - _lengths(descriptions)
-        contexts = [c[:max(r, 0)] for c, r in zip(contexts, room)]
+        contexts = [c[: max(r, 0)] for c, r in zip(contexts, room)]
     return np.asarray([d + c for d, c in zip(descriptions, contexts)], dtype=object)
 
 
 def context_note(fit: np.ndarray, ids, training: bool) -> Optional[str]:
     """One line on the rows whose context was cut to fit the model's input (`fit` from
     `fitted`, or the counts (cut, over)), naming what makes room; None when none was."""
-    cut, over = ((int(np.count_nonzero(fit)), int(np.count_nonzero(fit == DESCRIPTION_CUT)))
-                 if isinstance(fit, np.ndarray) else fit)
+    cut, over = (
+        (int(np.count_nonzero(fit)), int(np.count_nonzero(fit == DESCRIPTION_CUT)))
+        if isinstance(fit, np.ndarray)
+        else fit
+    )
     if not cut:
         return None
     recipe = ids.recipe
     if recipe.language == "literal":
         limit, remedy = f"OccCANINE's {recipe.max_len} characters", ""
     elif training:
-        limit, remedy = f"--max-len {recipe.max_len} ({ids.unit})", "; pass a larger --max-len to make room"
+        limit, remedy = (
+            f"--max-len {recipe.max_len} ({ids.unit})",
+            "; pass a larger --max-len to make room",
+        )
     else:
         limit = f"the {recipe.max_len} {ids.unit} the model reads (its --max-len)"
         remedy = "; a model trained with a larger --max-len makes room"
-    alone = (f"; in {over} of them the description alone is longer and was cut, the context left out"
-             if over else "")
+    alone = (
+        f"; in {over} of them the description alone is longer and was cut, the context left out"
+        if over
+        else ""
+    )
     return f"the context of {cut} row(s) was cut from its end to fit {limit}{alone}{remedy}"
 
 
@@ -253,8 +270,10 @@ class CanineIds:
         """(ids, lengths, fit per row); desc_chars: per row, the characters of the text that
         are its description (the rest is context), None without context."""
         if desc_chars is None:
-            return (*_code_point_ids(self._strings(texts, langs), self.recipe.max_len),
-                    np.full(len(texts), FITS, dtype=np.int8))
+            return (
+                *_code_point_ids(self._strings(texts, langs), self.recipe.max_len),
+                np.full(len(texts), FITS, dtype=np.int8),
+            )
         descriptions, contexts = split_context(texts, desc_chars)
         heads = self._strings(descriptions, langs)
         tails = _spelled(contexts, self.recipe, strip=False)
@@ -265,7 +284,10 @@ class CanineIds:
         else:
             keep = np.clip(room - head_lengths, 0, tail_lengths)
             strings = [h + t[:k] for h, t, k in zip(heads, tails, keep)]
-        return (*_code_point_ids(strings, self.recipe.max_len), _fit_of(head_lengths, tail_lengths, room))
+        return (
+            *_code_point_ids(strings, self.recipe.max_len),
+            _fit_of(head_lengths, tail_lengths, room),
+        )
 
     def _strings(self, texts, langs) -> np.ndarray:
         first, second = model_strings(texts, langs, self.recipe)
@@ -328,12 +350,18 @@ class BackendIds:
         """(ids before the text, ids after it) for a text alone (first None) or after `first`."""
         if first not in self._templates:
             alone = self.backend.encode(self.SENTINEL, add_special_tokens=False).ids
-            whole = (self.backend.encode(self.SENTINEL, add_special_tokens=True) if first is None
-                     else self.backend.encode(first, self.SENTINEL, add_special_tokens=True)).ids
-            at = max(i for i in range(len(whole) - len(alone) + 1)
-                     if whole[i:i + len(alone)] == alone)  # the text is the last occurrence
-            self._templates[first] = (np.asarray(whole[:at], dtype=np.int32),
-                                      np.asarray(whole[at + len(alone):], dtype=np.int32))
+            whole = (
+                self.backend.encode(self.SENTINEL, add_special_tokens=True)
+                if first is None
+                else self.backend.encode(first, self.SENTINEL, add_special_tokens=True)
+            ).ids
+            at = max(
+                i for i in range(len(whole) - len(alone) + 1) if whole[i : i + len(alone)] == alone
+            )  # the text is the last occurrence
+            self._templates[first] = (
+                np.asarray(whole[:at], dtype=np.int32),
+                np.asarray(whole[at + len(alone) :], dtype=np.int32),
+            )
         return self._templates[first]
 
     def _token_lists(self, strings) -> list:
@@ -349,8 +377,10 @@ class BackendIds:
             has = np.array([s is not None for s in second], dtype=bool)
             row_texts = np.where(has, second, first)
             row_firsts = np.where(has, first, None)
-        kinds, kind_of_row = np.unique(np.asarray([f if f is not None else "\x00" for f in row_firsts],
-                                                  dtype=object), return_inverse=True)
+        kinds, kind_of_row = np.unique(
+            np.asarray([f if f is not None else "\x00" for f in row_firsts], dtype=object),
+            return_inverse=True,
+        )
         templates = [self._template(None if k == "\x00" else k) for k in kinds]
         return self._token_lists(row_texts), kind_of_row.reshape(-1), templates
 
@@ -360,21 +390,30 @@ class BackendIds:
     def fitted(self, texts, langs, desc_chars=None) -> tuple:
         """(ids, lengths, fit per row); desc_chars as CanineIds.fitted's."""
         if desc_chars is None:
-            return (*self._layout(*self._texts(texts, langs)), np.full(len(texts), FITS, dtype=np.int8))
+            return (
+                *self._layout(*self._texts(texts, langs)),
+                np.full(len(texts), FITS, dtype=np.int8),
+            )
         descriptions, contexts = split_context(texts, desc_chars)
         rows, kind_of_row, templates = self._texts(descriptions, langs)
         room = self.recipe.max_len - self._around(kind_of_row, templates)
         head_lengths = _lengths(rows)
         # factorised as objects: a fixed-width copy would cost every row the longest context
-        inverse, distinct = pd.factorize(pd.Series(_spelled(contexts, self.recipe, strip=False),
-                                                   dtype=object).astype(str))
+        inverse, distinct = pd.factorize(
+            pd.Series(_spelled(contexts, self.recipe, strip=False), dtype=object).astype(str)
+        )
         distinct = np.asarray(distinct, dtype=object)
         tail_of = self._token_lists(distinct)
         inverse = inverse.reshape(-1)
         tail_lengths = _lengths(tail_of)[inverse]
         fit = _fit_of(head_lengths, tail_lengths, room)
         if self.recipe.context_fit == JOINED:
-            return (*self._layout(*self._texts(_joined(descriptions, contexts, langs, self.recipe), langs)), fit)
+            return (
+                *self._layout(
+                    *self._texts(_joined(descriptions, contexts, langs, self.recipe), langs)
+                ),
+                fit,
+            )
         keep = np.clip(room - head_lengths, 0, tail_lengths)
         rows = [row + tail_of[t][:k] for row, t, k in zip(rows, inverse, keep)]
         return (*self._layout(rows, kind_of_row, templates), fit)
@@ -384,11 +423,14 @@ class BackendIds:
         """Per row, the template's ids before and after its text."""
         return np.asarray([len(t[0]) + len(t[1]) for t in templates], dtype=np.int64)[kind_of_row]
 
-    def _layout(self, rows: list, kind_of_row: np.ndarray, templates: list) -> tuple[np.ndarray, np.ndarray]:
+    def _layout(
+        self, rows: list, kind_of_row: np.ndarray, templates: list
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Each row's text tokens in its template, cut to max_len."""
         text_lengths = _lengths(rows)
-        text_ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32,
-                               count=int(text_lengths.sum()))
+        text_ids = np.fromiter(
+            itertools.chain.from_iterable(rows), dtype=np.int32, count=int(text_lengths.sum())
+        )
         before = np.asarray([len(t[0]) for t in templates], dtype=np.int64)[kind_of_row]
         after = np.asarray([len(t[1]) for t in templates], dtype=np.int64)[kind_of_row]
         keep = np.minimum(text_lengths, np.maximum(self.recipe.max_len - before - after, 0))
@@ -407,7 +449,9 @@ class BackendIds:
         keep_starts = np.zeros(len(keep), dtype=np.int64)
         np.cumsum(keep[:-1], out=keep_starts[1:])
         within = np.arange(int(keep.sum()), dtype=np.int64) - np.repeat(keep_starts, keep)
-        ids[np.repeat(starts + before, keep) + within] = text_ids[np.repeat(text_starts, keep) + within]
+        ids[np.repeat(starts + before, keep) + within] = text_ids[
+            np.repeat(text_starts, keep) + within
+        ]
         return ids, lengths.astype(np.int32)
 
 
@@ -446,15 +490,24 @@ class SlowIds:
         if desc_chars is not None:
             descriptions, contexts = split_context(texts, desc_chars)
             heads = [len(row) for row in self._rows(descriptions, langs, None)]
-            tails = [len(self.tokenizer(str(c), add_special_tokens=False)["input_ids"]) if c else 0
-                     for c in _spelled(contexts, self.recipe, strip=False)]
-            fit = _fit_of(np.asarray(heads, dtype=np.int64), np.asarray(tails, dtype=np.int64),
-                          self.recipe.max_len)
+            tails = [
+                len(self.tokenizer(str(c), add_special_tokens=False)["input_ids"]) if c else 0
+                for c in _spelled(contexts, self.recipe, strip=False)
+            ]
+            fit = _fit_of(
+                np.asarray(heads, dtype=np.int64),
+                np.asarray(tails, dtype=np.int64),
+                self.recipe.max_len,
+            )
             if self.recipe.context_fit == JOINED:
                 texts = _joined(descriptions, contexts, langs, self.recipe)
         rows = self._rows(texts, langs, self.recipe.max_len)
         lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-        return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths, fit
+        return (
+            np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())),
+            lengths,
+            fit,
+        )
 
     def _rows(self, texts, langs, max_len: Optional[int]) -> list:
         first, second = model_strings(texts, langs, self.recipe)
@@ -464,29 +517,45 @@ class SlowIds:
             if b is None:
                 rows.append(self.tokenizer(str(a), truncation=bool(max_len), **cut)["input_ids"])
             else:
-                rows.append(self.tokenizer(str(a), str(b), truncation="only_second" if max_len else False,
-                                           **cut)["input_ids"])
+                rows.append(
+                    self.tokenizer(
+                        str(a), str(b), truncation="only_second" if max_len else False, **cut
+                    )["input_ids"]
+                )
         return rows
 
 
-PROBE = (["farmer and fisher", "Bäcker und Müller", "農夫", "fisherman 🎣", "", "x" * 600,
-          "  spaced  out  "], ["en", "unk", "unk", "da", "en", "unk", "ge"])
+PROBE = (
+    [
+        "farmer and fisher",
+        "Bäcker und Müller",
+        "農夫",
+        "fisherman 🎣",
+        "",
+        "x" * 600,
+        "  spaced  out  ",
+    ],
+    ["en", "unk", "unk", "da", "en", "unk", "ge"],
+)
 
 
 def tag_of(ids) -> str:
     """Names a tokeniser's cache by what it does: its kind, recipe and the ids it gives
     a fixed set of awkward rows. A tokenizer read from tokenizer.json (no torch) and the
     same tokenizer loaded by transformers share one cache."""
-    probe_ids, probe_lengths = ids.encode(np.asarray(PROBE[0], dtype=object),
-                                          np.asarray(PROBE[1], dtype=object))
+    probe_ids, probe_lengths = ids.encode(
+        np.asarray(PROBE[0], dtype=object), np.asarray(PROBE[1], dtype=object)
+    )
     recipe = ids.recipe.to_dict()
     if recipe.get("context_fit") == DESCRIPTION_WHOLE:  # the rule of today's runs: the caches
         del recipe["context_fit"]  # built before it (same ids for rows that fit) stay valid
-    text = json.dumps([ids.kind, recipe, probe_ids.tolist(), probe_lengths.tolist()], sort_keys=True)
+    text = json.dumps(
+        [ids.kind, recipe, probe_ids.tolist(), probe_lengths.tolist()], sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def encode_in_chunks(ids, texts, langs, chunk_rows: int = CHUNK_ROWS):
     """Yield (ids, lengths) of consecutive chunks of rows."""
     for start in range(0, len(texts), chunk_rows):
-        yield ids.encode(texts[start:start + chunk_rows], langs[start:start + chunk_rows])
+        yield ids.encode(texts[start : start + chunk_rows], langs[start : start + chunk_rows])

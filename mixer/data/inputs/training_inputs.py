@@ -36,8 +36,9 @@ def prepared_data_id(run_dir: str, split: str) -> str:
     return content_hash(os.path.join(run_dir, f"data_{split}.parquet"))[:16]
 
 
-def split_caches(run_dir: str, token_ids, prepared, world=None,
-                 log: Callable[[str], None] = print) -> dict:
+def split_caches(
+    run_dir: str, token_ids, prepared, world=None, log: Callable[[str], None] = print
+) -> dict:
     """{split: its token cache} for "train", "val" and, with --share-calibration, "cal",
     each checked against the prepared split's content (all ranks; no torch needed); says
     how many rows' context was cut to fit the model's input."""
@@ -47,9 +48,18 @@ def split_caches(run_dir: str, token_ids, prepared, world=None,
     splits = [("train", prepared.train), ("val", prepared.val)]
     if prepared.cal is not None:
         splits.append(("cal", prepared.cal))
-    caches = {split: token_cache(run_dir, split, token_ids, len(frame), world,
-                                 data_id=prepared_data_id(run_dir, split), log=log)
-              for split, frame in splits}
+    caches = {
+        split: token_cache(
+            run_dir,
+            split,
+            token_ids,
+            len(frame),
+            world,
+            data_id=prepared_data_id(run_dir, split),
+            log=log,
+        )
+        for split, frame in splits
+    }
     train, val = caches["train"].fit, caches["val"].fit
     note = context_note((train[0] + val[0], train[1] + val[1]), token_ids, training=True)
     if note:
@@ -152,7 +162,9 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     cut_given = DESC_CHARS in source.schema_arrow.names
     with_context = cut_given or has_context
     columns = [TEXT] + ([DESC_CHARS] if cut_given else [])
-    schema = pa.schema([("text", pa.large_string())] + ([("context", pa.large_string())] if with_context else []))
+    schema = pa.schema(
+        [("text", pa.large_string())] + ([("context", pa.large_string())] if with_context else [])
+    )
     words: set = set()
 
     def write(tmp: str) -> None:
@@ -161,10 +173,16 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
                 group = source.read_row_group(index, columns=columns)
                 if with_context:  # description and context apart (a Python pass: context runs only)
                     texts = group.column(TEXT).to_pylist()
-                    descriptions, contexts = split_context(texts, description_chars(
-                        texts, group.column(DESC_CHARS).to_numpy() if cut_given else None))
-                    arrays = [pa.array(descriptions, pa.large_string()),
-                              pa.array(contexts, pa.large_string())]
+                    descriptions, contexts = split_context(
+                        texts,
+                        description_chars(
+                            texts, group.column(DESC_CHARS).to_numpy() if cut_given else None
+                        ),
+                    )
+                    arrays = [
+                        pa.array(descriptions, pa.large_string()),
+                        pa.array(contexts, pa.large_string()),
+                    ]
                 else:
                     arrays = [group.column(TEXT).combine_chunks().cast(pa.large_string())]
                 words.update(word_list(arrays[0]))
@@ -180,8 +198,14 @@ def build_text_store(run_dir: str, split: str, path: str, has_context: bool = Fa
     atomic_write(path + WORDS, write_words)  # last: the store is complete
 
 
-def text_store(run_dir: str, split: str, data_id: str, world=None,
-               log: Callable[[str], None] = print, has_context: bool = False) -> TextStore:
+def text_store(
+    run_dir: str,
+    split: str,
+    data_id: str,
+    world=None,
+    log: Callable[[str], None] = print,
+    has_context: bool = False,
+) -> TextStore:
     """The split's text store, built first by rank 0 when absent (all ranks)."""
     path = os.path.join(run_dir, "cache", f"texts_{split}_{data_id}.arrow")
 
@@ -207,10 +231,18 @@ class RowInputs:
     every_row: every row gets the noise's edits at the fixed evaluation "epoch",
     languages kept (the noised copy of the validation rows, --eval-noise)."""
 
-    def __init__(self, tokens, token_ids=None, texts: Optional[TextStore] = None,
-                 lang_codes: Optional[np.ndarray] = None, lang_names: Optional[np.ndarray] = None,
-                 noise: Optional[NoiseConfig] = None, seed: int = 0, every_row: bool = False,
-                 words: Optional[TextStore] = None):
+    def __init__(
+        self,
+        tokens,
+        token_ids=None,
+        texts: Optional[TextStore] = None,
+        lang_codes: Optional[np.ndarray] = None,
+        lang_names: Optional[np.ndarray] = None,
+        noise: Optional[NoiseConfig] = None,
+        seed: int = 0,
+        every_row: bool = False,
+        words: Optional[TextStore] = None,
+    ):
         self.tokens = tokens  # a mixer.data.inputs.token_cache.TokenCache
         self.token_ids = token_ids
         self.texts = texts
@@ -234,20 +266,28 @@ class RowInputs:
 
         rows = np.asarray(rows, dtype=np.int64)
         langs = self.lang_names[self.lang_codes[rows]]
-        noise = draw(self.noise, self.seed, EVAL_EPOCH if self.every_row else epoch, positions,
-                     langs, every_row=self.every_row)
+        noise = draw(
+            self.noise,
+            self.seed,
+            EVAL_EPOCH if self.every_row else epoch,
+            positions,
+            langs,
+            every_row=self.every_row,
+        )
         redo = np.flatnonzero(noise.noised | noise.unknown)
         if not len(redo):
             return out
         descriptions, contexts = self.texts.rows(rows[redo])
-        descriptions = [noised(d, self.noise.edits, noise.keys[k], self.words.words) if noise.noised[k] else d
-                        for k, d in zip(redo, descriptions)]
+        descriptions = [
+            noised(d, self.noise.edits, noise.keys[k], self.words.words) if noise.noised[k] else d
+            for k, d in zip(redo, descriptions)
+        ]
         texts, desc_chars = _joined(descriptions, contexts)
         new_langs = np.where(noise.unknown[redo], "unk", langs[redo]).astype(object)
         ids, lengths = self.token_ids.encode(texts, new_langs, desc_chars)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         for j, k in enumerate(redo):
-            out[k] = ids[starts[j]:starts[j + 1]]
+            out[k] = ids[starts[j] : starts[j + 1]]
         return out
 
 

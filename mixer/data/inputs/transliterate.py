@@ -20,11 +20,42 @@ import unicodedata
 from anyascii import anyascii
 
 OWN_TABLE = {
-    "ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "ø": "o", "Ø": "O", "œ": "oe", "Œ": "OE",
-    "đ": "d", "Đ": "D", "ð": "d", "Ð": "D", "þ": "th", "Þ": "Th", "ł": "l", "Ł": "L",
-    "ı": "i", "ħ": "h", "Ħ": "H", "ŧ": "t", "Ŧ": "T", "ŋ": "ng", "Ŋ": "NG", "ĸ": "q",
-    "‘": "'", "’": "'", "‚": ",", "“": '"', "”": '"', "„": ",,", "–": "-", "—": "--",
-    "…": "...", "«": "<<", "»": ">>", "\u00a0": " ",
+    "ß": "ss",
+    "ẞ": "SS",
+    "æ": "ae",
+    "Æ": "AE",
+    "ø": "o",
+    "Ø": "O",
+    "œ": "oe",
+    "Œ": "OE",
+    "đ": "d",
+    "Đ": "D",
+    "ð": "d",
+    "Ð": "D",
+    "þ": "th",
+    "Þ": "Th",
+    "ł": "l",
+    "Ł": "L",
+    "ı": "i",
+    "ħ": "h",
+    "Ħ": "H",
+    "ŧ": "t",
+    "Ŧ": "T",
+    "ŋ": "ng",
+    "Ŋ": "NG",
+    "ĸ": "q",
+    "‘": "'",
+    "’": "'",
+    "‚": ",",
+    "“": '"',
+    "”": '"',
+    "„": ",,",
+    "–": "-",
+    "—": "--",
+    "…": "...",
+    "«": "<<",
+    "»": ">>",
+    "\u00a0": " ",
 }
 
 _unidecode = None
@@ -53,9 +84,11 @@ def exactness_note(recipe) -> str | None:
         return None
     from mixer.core.extras import install_hint
 
-    return ("note: the Unidecode package is not installed, so predictions may differ from "
-            "OccCANINE's on non-ASCII text (mixer transliterates with its own rule and anyascii); "
-            f"to match them: {install_hint('occcanine')}")
+    return (
+        "note: the Unidecode package is not installed, so predictions may differ from "
+        "OccCANINE's on non-ASCII text (mixer transliterates with its own rule and anyascii); "
+        f"to match them: {install_hint('occcanine')}"
+    )
 
 
 def own_rule(text: str) -> str:

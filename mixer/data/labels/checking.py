@@ -40,7 +40,9 @@ def parse_to_check(values) -> tuple:
     try:
         number = int(count)
     except ValueError:
-        raise UserError(f"--to-check {count} {path}: N must be a whole number, e.g. --to-check 200 check.csv")
+        raise UserError(
+            f"--to-check {count} {path}: N must be a whole number, e.g. --to-check 200 check.csv"
+        )
     if number < 1:
         raise UserError(f"--to-check {count}: N must be 1 or more")
     output_kind(path, "--to-check")  # any table the tool writes: .csv, .parquet, .xlsx, .dta
@@ -60,11 +62,15 @@ class CheckList:
         from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
-        self.writer = OutputWriter(path, "--to-check", log=log)  # log: columns written under other names
+        self.writer = OutputWriter(
+            path, "--to-check", log=log
+        )  # log: columns written under other names
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
         self.rows = 0  # input rows seen, so that a row is named by its row in the input
-        self.described = 0  # input rows with a description (before the lookup's and the target's are taken)
+        self.described = (
+            0  # input rows with a description (before the lookup's and the target's are taken)
+        )
         self.empty = ""  # after commit: why the list has no row ('' when it has some)
 
     def add(self, chunk: pd.DataFrame, predicted: pd.DataFrame, inputs, keep=None) -> None:
@@ -72,11 +78,19 @@ class CheckList:
         the list may take (a lookup's rows and, at a target accuracy, the rows coded
         automatically are not to check)."""
         keys = pd.DataFrame({c: _text(chunk[c]) for c in self.key_columns}).reset_index(drop=True)
-        names = [f"{self.prefix}{kind}_{k + 1}" for kind in ("code", "prob", "desc") for k in range(self.slots)]
+        names = [
+            f"{self.prefix}{kind}_{k + 1}"
+            for kind in ("code", "prob", "desc")
+            for k in range(self.slots)
+        ]
         names += [f"{self.prefix}{ROW_CONFIDENCE}"]
-        table = pd.concat([keys, predicted[[n for n in names if n in predicted.columns]]
-                           .reset_index(drop=True)], axis=1)
-        table.columns = self.key_columns + [n[len(self.prefix):] for n in names if n in predicted.columns]
+        table = pd.concat(
+            [keys, predicted[[n for n in names if n in predicted.columns]].reset_index(drop=True)],
+            axis=1,
+        )
+        table.columns = self.key_columns + [
+            n[len(self.prefix) :] for n in names if n in predicted.columns
+        ]
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
         table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
         self.rows += len(table)
@@ -96,9 +110,14 @@ class CheckList:
             self.writer.abort()
             raise UserError(f"--to-check {self.path}: the input has no rows")
         if not sum(len(p) for p in self.parts):
-            self.empty = (f"--to-check {self.path}: nothing to check, written with its header alone: " + (
-                "the input has no rows with a description" if not self.described else
-                f"the lookup or the target accuracy took all {self.described:,} rows with a description"))
+            self.empty = (
+                f"--to-check {self.path}: nothing to check, written with its header alone: "
+                + (
+                    "the input has no rows with a description"
+                    if not self.described
+                    else f"the lookup or the target accuracy took all {self.described:,} rows with a description"
+                )
+            )
         table = pd.concat(self.parts)
         counts = table.groupby(level=0, sort=False)["n_rows"].sum()
         table = table[~table.index.duplicated()].copy()
@@ -110,15 +129,23 @@ class CheckList:
         table["confidence"] = confidence.to_numpy()
         table["score"] = table["n_rows"] * (1.0 - table["confidence"])
         table = table.reset_index(drop=True)
-        order = np.lexsort((table[self.key_columns[0]].to_numpy(dtype=str), -table["score"].to_numpy()))
+        order = np.lexsort(
+            (table[self.key_columns[0]].to_numpy(dtype=str), -table["score"].to_numpy())
+        )
         chosen = table.iloc[order[: self.count]].reset_index(drop=True)
-        codes = [f"{kind}_{k + 1}" for k in range(self.slots) for kind in ("code", "prob", "desc")
-                 if f"{kind}_{k + 1}" in chosen.columns]
+        codes = [
+            f"{kind}_{k + 1}"
+            for k in range(self.slots)
+            for kind in ("code", "prob", "desc")
+            if f"{kind}_{k + 1}" in chosen.columns
+        ]
         out = chosen[["n_rows", "confidence"] + codes]
         for k in range(self.slots):
             out[CHECKED.format(k + 1)] = ""
         try:  # a row the format cannot hold is named by its row in the input too
-            self.writer.write(out, inputs=chosen[self.key_columns], source_rows=chosen[SOURCE_ROW].to_numpy())
+            self.writer.write(
+                out, inputs=chosen[self.key_columns], source_rows=chosen[SOURCE_ROW].to_numpy()
+            )
             self.writer.commit()
         except BaseException:
             self.writer.abort()
@@ -150,17 +177,26 @@ def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> p
         labelled.setdefault(label, name)
     renamed = {}
     for column in wanted:
-        candidates = [labelled.get(column)] + [output_names(kind, names, tools)[names.index(column)]
-                                               for kind in ("stata", "excel")]
-        found = next((c for c in candidates if c is not None and c in frame.columns
-                      and c not in names and c not in renamed), None)
+        candidates = [labelled.get(column)] + [
+            output_names(kind, names, tools)[names.index(column)] for kind in ("stata", "excel")
+        ]
+        found = next(
+            (
+                c
+                for c in candidates
+                if c is not None and c in frame.columns and c not in names and c not in renamed
+            ),
+            None,
+        )
         if found is not None:
             renamed[found] = column
     if not renamed:
         return frame
     if log is not None:
-        log(f"--extra-train {path}: columns read under the run's names: " +
-            ", ".join(f"{old} -> {new!r}" for old, new in renamed.items()))
+        log(
+            f"--extra-train {path}: columns read under the run's names: "
+            + ", ".join(f"{old} -> {new!r}" for old, new in renamed.items())
+        )
     attrs = dict(frame.attrs)
     frame = frame.rename(columns=renamed)
     frame.attrs = attrs
@@ -169,11 +205,15 @@ def with_run_names(frame: pd.DataFrame, columns: list, path: str, log=None) -> p
 
 
 def checked_columns(frame: pd.DataFrame, path: str) -> list:
-    columns = sorted((c for c in frame.columns if CHECKED_COLUMN.match(str(c))),
-                     key=lambda c: int(CHECKED_COLUMN.match(c).group(1)))
+    columns = sorted(
+        (c for c in frame.columns if CHECKED_COLUMN.match(str(c))),
+        key=lambda c: int(CHECKED_COLUMN.match(c).group(1)),
+    )
     if not columns:
-        raise UserError(f"--extra-train {path}: no checked_1, checked_2, ... columns; pass a file "
-                        "that predict.py --to-check wrote, with the right codes filled in")
+        raise UserError(
+            f"--extra-train {path}: no checked_1, checked_2, ... columns; pass a file "
+            "that predict.py --to-check wrote, with the right codes filled in"
+        )
     return columns
 
 
@@ -190,6 +230,8 @@ def _text(series: pd.Series) -> pd.Series:
 
 
 def describe(path: str, rows: int, count: int) -> str:
-    return (f"wrote the {rows} distinct descriptions most worth checking (of {count} asked) to "
-            f"{path}: fill checked_1.. with the right codes, then train with --extra-train "
-            f"{os.path.basename(path)}")
+    return (
+        f"wrote the {rows} distinct descriptions most worth checking (of {count} asked) to "
+        f"{path}: fill checked_1.. with the right codes, then train with --extra-train "
+        f"{os.path.basename(path)}"
+    )

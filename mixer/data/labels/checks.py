@@ -28,9 +28,17 @@ class Checked:
     codes: set  # the distinct codes of the kept rows
 
 
-def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, path: str,
-               known: Optional[set] = None, allowed: Optional[set] = None, log=None,
-               why: str = "", numbers: Optional[np.ndarray] = None) -> Checked:
+def check_rows(
+    frame: pd.DataFrame,
+    cfg: DataConfig,
+    formatter: CodeFormatter,
+    path: str,
+    known: Optional[set] = None,
+    allowed: Optional[set] = None,
+    log=None,
+    why: str = "",
+    numbers: Optional[np.ndarray] = None,
+) -> Checked:
     """Validate text and codes of every row, vectorised; bad rows are an error
     naming them, or dropped with --drop-bad-labels. Codes are first spelled as the code
     system spells them (mixer.data.labels.normalise; `why` says why its digit codes have a fixed
@@ -62,7 +70,7 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     if cfg.empty_code_label is not None and n_cols:
         no_code = np.ones(n_rows, dtype=bool)
         for column in range(n_cols):
-            no_code &= cells.iloc[column * n_rows:(column + 1) * n_rows].eq("").to_numpy()
+            no_code &= cells.iloc[column * n_rows : (column + 1) * n_rows].eq("").to_numpy()
         if no_code.any():
             cells = cells.copy()
             cells.iloc[np.flatnonzero(no_code)] = cfg.empty_code_label  # the first code column
@@ -85,7 +93,9 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     codes = code_names[cell_code]
     cell_reason = reasons[ids]
     if not_whole.any():  # fractional values in a column of numbers are not codes
-        cell_reason = np.where(not_whole, "not a whole number (the column holds numbers)", cell_reason)
+        cell_reason = np.where(
+            not_whole, "not a whole number (the column holds numbers)", cell_reason
+        )
     raw = np.asarray(uniques, dtype=object)[ids]  # as normalised: as written, or zeros restored
 
     problems = []  # (mask, description)
@@ -98,12 +108,16 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     for mask, _ in problems:
         bad |= mask
     if bad.any() and not cfg.drop_bad_labels:
-        shown = row_names(frame, np.arange(n_rows), numbers)  # a workbook's: also as Excel numbers them
+        shown = row_names(
+            frame, np.arange(n_rows), numbers
+        )  # a workbook's: also as Excel numbers them
         raise UserError(_describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, shown))
 
-    lang = (frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
-            if cfg.language_col else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8),
-                                                               [cfg.language or "unk"]))
+    lang = (
+        frame[cfg.language_col].astype("str").str.strip().reset_index(drop=True)
+        if cfg.language_col
+        else pd.Categorical.from_codes(np.zeros(n_rows, dtype=np.int8), [cfg.language or "unk"])
+    )
     # Codes are packed to the left: empty slots last, so block k is the k-th code.
     order = np.argsort(codes == "", axis=1, kind="stable")
     cell_code = np.take_along_axis(cell_code, order, axis=1)
@@ -113,7 +127,9 @@ def check_rows(frame: pd.DataFrame, cfg: DataConfig, formatter: CodeFormatter, p
     if cfg.context_cols:  # training noise edits the description, never the context
         out[DESC_CHARS] = desc_chars
     for column in cfg.report_cols:  # breakdowns of the run's final evaluation, as text
-        out[REPORT_PREFIX + column] = as_text(frame[column]).reset_index(drop=True).astype("category")
+        out[REPORT_PREFIX + column] = (
+            as_text(frame[column]).reset_index(drop=True).astype("category")
+        )
     for i, name in enumerate(code_columns(n_cols)):
         out[name] = pd.Categorical.from_codes(cell_code[:, i], categories)
     out["row"] = np.arange(1, n_rows + 1) if numbers is None else np.asarray(numbers)
@@ -134,14 +150,21 @@ def _describe_bad_rows(path, problems, bad_cells, cell_reason, raw, cfg, numbers
             examples = []
             for row in rows[:3]:
                 col = int(np.flatnonzero(bad_cells[row])[0])
-                examples.append(f"row {numbers[row]} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
-                                f"{cell_reason[row, col]}")
+                examples.append(
+                    f"row {numbers[row]} {cfg.target_cols[col]}={str(raw[row, col])!r}: "
+                    f"{cell_reason[row, col]}"
+                )
             parts.append(f"{len(rows)} row(s) with bad codes ({'; '.join(examples)})")
         else:
             shown = ", ".join(str(numbers[r]) for r in rows[:5])
-            parts.append(f"{len(rows)} row(s) with {what} (rows {shown}{', ...' if len(rows) > 5 else ''})")
-    return (f"{path}: " + "; ".join(parts) +
-            ". Fix these rows or pass --drop-bad-labels to skip them (rows count from 1 after the header)")
+            parts.append(
+                f"{len(rows)} row(s) with {what} (rows {shown}{', ...' if len(rows) > 5 else ''})"
+            )
+    return (
+        f"{path}: "
+        + "; ".join(parts)
+        + ". Fix these rows or pass --drop-bad-labels to skip them (rows count from 1 after the header)"
+    )
 
 
 def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, allowed) -> None:
@@ -150,8 +173,11 @@ def check_empty_code_label(cfg: DataConfig, formatter: CodeFormatter, known, all
         raise UserError(f"--empty-code-label {label!r}: give a code without spaces, e.g. -1")
     code, reason = formatter.check(label, known)
     if reason or code != label:
-        raise UserError(f"--empty-code-label {label!r}: {reason or f'is written {code!r} in this code system'}; "
-                        "give a code the code system accepts")
+        raise UserError(
+            f"--empty-code-label {label!r}: {reason or f'is written {code!r} in this code system'}; "
+            "give a code the code system accepts"
+        )
     if allowed is not None and label not in allowed:
-        raise UserError(f"--empty-code-label {label!r} is not in --key {cfg.key_file}; add it there")
-
+        raise UserError(
+            f"--empty-code-label {label!r} is not in --key {cfg.key_file}; add it there"
+        )

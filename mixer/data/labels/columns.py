@@ -8,7 +8,9 @@ from __future__ import annotations
 
 TEXT, LANG = "text", "lang"  # column names of prepared data
 DESC_CHARS = "desc_chars"  # prepared column: characters of `text` that are the description
-REPORT_PREFIX = "report:"  # prepared columns of --report-cols: "report:source" holds the column source
+REPORT_PREFIX = (
+    "report:"  # prepared columns of --report-cols: "report:source" holds the column source
+)
 
 
 def code_columns(max_num_codes: int) -> list[str]:

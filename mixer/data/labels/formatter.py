@@ -28,7 +28,9 @@ OCCCANINE_SPECIAL_TOKENS = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "[SEP]"]
 OCCCANINE_HISCO_SYMBOLS = ["-3", "-2", "-1"] + [str(d) for d in range(10)]
 PART_SEP = ","
 
-RESOURCES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "resources")  # mixer/resources
+RESOURCES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "resources"
+)  # mixer/resources
 HISCO_KEY_PATH = os.path.join(RESOURCES, "hisco_key.csv")
 HISCO_SPECIAL = ("-1", "-2", "-3")
 FORMATTERS = ("general", "hisco", "occ1950")
@@ -39,11 +41,15 @@ class TokenSet:
     """How a decoder numbers its tokens (CodeFormatter.tokens names one)."""
 
     specials: list  # the special tokens, numbered first
-    unused_entries: int  # entries of the vocabulary no token uses (as OccCANINE's decoders are built)
+    unused_entries: (
+        int  # entries of the vocabulary no token uses (as OccCANINE's decoders are built)
+    )
     short_fill: str  # what ends a code shorter than a block
     hisco_specials: bool  # HISCO's -1/-2/-3: one symbol repeated over the block
     hisco_symbols: list  # HISCO's alphabet
-    own_symbols: bool  # the model's symbols are given (chars.json, the model's own layout), not fitted
+    own_symbols: (
+        bool  # the model's symbols are given (chars.json, the model's own layout), not fitted
+    )
     decode: object  # (formatter, tokens) -> the code a block spells, or None
 
 
@@ -94,8 +100,9 @@ def _decode_occcanine(f: "CodeFormatter", tokens: list) -> Optional[str]:
 # vocabulary has one more (unused) entry, as its decoders are built.
 TOKEN_SETS = {
     "mixer": TokenSet(SPECIAL_TOKENS, 0, "[PAD]", False, list("-0123456789"), False, _decode_mixer),
-    "occcanine": TokenSet(OCCCANINE_SPECIAL_TOKENS, 1, "[EOS]", True, OCCCANINE_HISCO_SYMBOLS, True,
-                          _decode_occcanine),
+    "occcanine": TokenSet(
+        OCCCANINE_SPECIAL_TOKENS, 1, "[EOS]", True, OCCCANINE_HISCO_SYMBOLS, True, _decode_occcanine
+    ),
 }
 
 
@@ -174,7 +181,10 @@ class CodeFormatter:
     def check(self, code: str, known: Optional[set] = None) -> tuple[str, str]:
         """(normalised code, reason it is bad or '') for one distinct raw value."""
         if re.search(r"\S[\s;&|]+\S", code):
-            return code, "holds several codes? put one code per target column (--target-cols A B ...)"
+            return (
+                code,
+                "holds several codes? put one code per target column (--target-cols A B ...)",
+            )
         if self.kind in ("hisco", "occ1950"):
             width = 5 if self.kind == "hisco" else 3
             if code in HISCO_SPECIAL and self.kind == "hisco":
@@ -194,11 +204,15 @@ class CodeFormatter:
         if len(parts) > self.block_size:
             return code, f"longer than --block-size {self.block_size}"
         if len(parts) < self.block_size and not self.allow_short:
-            shorter = "pass --allow-codes-shorter-than-block-size if the code system has shorter codes"
+            shorter = (
+                "pass --allow-codes-shorter-than-block-size if the code system has shorter codes"
+            )
             if code.isdigit() and not self.use_within_block_sep:  # a number that lost its zeros?
-                return code, (f"shorter than --block-size {self.block_size} (leading zeros lost? pass "
-                              f"--zero-padded-codes to read it as {code.zfill(self.block_size)!r}; "
-                              f"{shorter})")
+                return code, (
+                    f"shorter than --block-size {self.block_size} (leading zeros lost? pass "
+                    f"--zero-padded-codes to read it as {code.zfill(self.block_size)!r}; "
+                    f"{shorter})"
+                )
             return code, f"shorter than --block-size {self.block_size} ({shorter})"
         return code, ""
 
@@ -233,8 +247,10 @@ class CodeFormatter:
             if unknown:
                 from mixer.core.errors import UserError
 
-                raise UserError(f"code {code!r}: the decoder has no token for {unknown[0]!r}; "
-                                "its characters must be the model's (chars.json)")
+                raise UserError(
+                    f"code {code!r}: the decoder has no token for {unknown[0]!r}; "
+                    "its characters must be the model's (chars.json)"
+                )
             blocks[row, : len(parts)] = [lookup[p] for p in parts]
         return blocks
 

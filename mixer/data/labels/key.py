@@ -15,18 +15,31 @@ from mixer.core.errors import UserError
 from mixer.data.labels.columns import code_columns
 from mixer.data.labels.formatter import CodeFormatter
 from mixer.data.labels.normalise import (
-    code_column, describe_restored, hisco_key, key_digit_width, restore_digits, width_reason,
+    code_column,
+    describe_restored,
+    hisco_key,
+    key_digit_width,
+    restore_digits,
+    width_reason,
 )
 from mixer.data.tables.reading import as_text, read_table
 
 
-def build_key(formatter: CodeFormatter, codes, descriptions: Optional["Descriptions"] = None,
-              order: Optional[list] = None) -> pd.DataFrame:
+def build_key(
+    formatter: CodeFormatter,
+    codes,
+    descriptions: Optional["Descriptions"] = None,
+    order: Optional[list] = None,
+) -> pd.DataFrame:
     """The label key: code, index, description ('' when unknown). `order`: the codes of
     --key, as listed; else built-in HISCO has its full list, other systems the sorted
     distinct codes seen."""
     if order is not None:
-        known = dict(zip(hisco_key()["code"], hisco_key()["description"])) if formatter.kind == "hisco" else {}
+        known = (
+            dict(zip(hisco_key()["code"], hisco_key()["description"]))
+            if formatter.kind == "hisco"
+            else {}
+        )
         key = pd.DataFrame({"code": order, "description": [known.get(c, "") for c in order]})
     elif formatter.kind == "hisco":
         key = hisco_key()
@@ -74,8 +87,13 @@ def _codes_of(table: pd.DataFrame, column: str, formatter: CodeFormatter, hisco_
     return code_column(table, column, CodeFormatter(kind="hisco") if hisco_layout else formatter)
 
 
-def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
-                  options: TableOptions = TableOptions(role="key"), log=None) -> pd.DataFrame:
+def read_key_file(
+    path: str,
+    formatter: CodeFormatter,
+    known: Optional[set],
+    options: TableOptions = TableOptions(role="key"),
+    log=None,
+) -> pd.DataFrame:
     """--key: code and description, in the file's order (a run's key.csv works, in its
     index order). Every code is normalised and checked as the data's codes are, once; a
     bad, empty or repeated code is an error naming it. In a general code system whose
@@ -84,8 +102,10 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
     table = read_table(path, options, log=log)
     code_col, text_col, hisco_layout = _code_layout(table)
     if code_col is None:
-        raise UserError(f"--key {path}: needs a column 'code' (and optionally 'description'); "
-                        f"it has: {', '.join(map(str, table.columns[:12]))}")
+        raise UserError(
+            f"--key {path}: needs a column 'code' (and optionally 'description'); "
+            f"it has: {', '.join(map(str, table.columns[:12]))}"
+        )
     if "index" in table.columns and not hisco_layout:
         order = pd.to_numeric(table["index"], errors="coerce")
         if order.isna().any():
@@ -93,11 +113,17 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
         table = table.iloc[np.argsort(order.to_numpy(), kind="stable")]
     spelled = _codes_of(table, code_col, formatter, hisco_layout)
     spelling = CodeFormatter(kind="hisco") if hisco_layout else formatter
-    if log is not None and (line := describe_restored(f"--key {path}", code_col, spelled, spelling,
-                                                      width_reason(spelling))):
+    if log is not None and (
+        line := describe_restored(
+            f"--key {path}", code_col, spelled, spelling, width_reason(spelling)
+        )
+    ):
         log(line)
-    descriptions = (as_text(table[text_col]).to_numpy(dtype=object) if text_col
-                    else np.full(len(table), "", dtype=object))
+    descriptions = (
+        as_text(table[text_col]).to_numpy(dtype=object)
+        if text_col
+        else np.full(len(table), "", dtype=object)
+    )
     out, seen = [], set()
     for row, (raw, text) in enumerate(zip(spelled.text, descriptions)):
         if raw == "":
@@ -114,7 +140,11 @@ def read_key_file(path: str, formatter: CodeFormatter, known: Optional[set],
     if not out:
         raise UserError(f"--key {path}: no codes; list one code per row in a column 'code'")
     key = pd.DataFrame(out, columns=["code", "description"])
-    if formatter.kind == "general" and formatter.zero_pad is None and not formatter.use_within_block_sep:
+    if (
+        formatter.kind == "general"
+        and formatter.zero_pad is None
+        and not formatter.use_within_block_sep
+    ):
         formatter.digit_width = key_digit_width(key["code"])
         key.attrs["width"] = formatter.digit_width
     return key
@@ -140,38 +170,53 @@ class Descriptions:
         return Descriptions({**other.texts, **self.texts}, self.width)
 
 
-def read_descriptions(path: str, formatter: CodeFormatter,
-                      options: TableOptions = TableOptions(role="code_descriptions")) -> Descriptions:
+def read_descriptions(
+    path: str,
+    formatter: CodeFormatter,
+    options: TableOptions = TableOptions(role="code_descriptions"),
+) -> Descriptions:
     """--code-descriptions: a table with columns code and description, or the HISCO key
     layout (data/hisco_key.csv), in any format the reader reads; codes spelled as the
     run spells them."""
     table = read_table(path, options)
     code_col, text_col, hisco_layout = _code_layout(table)
     if code_col is None or text_col is None:
-        raise UserError(f"--code-descriptions {path}: needs columns 'code' and 'description' (or the "
-                        f"HISCO key's 'hisco' and 'en_hisco_text'); it has: "
-                        f"{', '.join(map(str, table.columns[:12]))}")
+        raise UserError(
+            f"--code-descriptions {path}: needs columns 'code' and 'description' (or the "
+            f"HISCO key's 'hisco' and 'en_hisco_text'); it has: "
+            f"{', '.join(map(str, table.columns[:12]))}"
+        )
     spelled = _codes_of(table, code_col, formatter, hisco_layout)
     texts = as_text(table[text_col])
     listed = (spelled.text != "").to_numpy()
-    return Descriptions(dict(zip(spelled.text[listed], texts[listed])),
-                        5 if hisco_layout else formatter.zero_pad)
+    return Descriptions(
+        dict(zip(spelled.text[listed], texts[listed])), 5 if hisco_layout else formatter.zero_pad
+    )
 
 
-def extend_key(base, formatter: CodeFormatter, seen: set, descriptions: Optional[Descriptions]) -> pd.DataFrame:
+def extend_key(
+    base, formatter: CodeFormatter, seen: set, descriptions: Optional[Descriptions]
+) -> pd.DataFrame:
     """The starting model's codes (its flat head's order), then the data's new codes."""
     symbols = set(formatter.alphabet) | set(formatter.special_codes)
     strange = sorted(c for c in seen if not set(formatter.parts(c)) <= symbols)
     if strange:
-        raise UserError(f"code {strange[0]!r} ({len(strange)} code(s) in all) has characters the "
-                        "starting model's decoder cannot write; pass --only-encoder to start new "
-                        "heads for this code system")
+        raise UserError(
+            f"code {strange[0]!r} ({len(strange)} code(s) in all) has characters the "
+            "starting model's decoder cannot write; pass --only-encoder to start new "
+            "heads for this code system"
+        )
     known = set(base.codes)
     codes = list(base.codes) + sorted(c for c in seen if c not in known)
     given = descriptions.lookup(codes) if descriptions is not None else [None] * len(codes)
-    key = pd.DataFrame({"code": codes, "description": [text if text is not None else
-                                                       base.descriptions.get(c, "")
-                                                       for c, text in zip(codes, given)]})
+    key = pd.DataFrame(
+        {
+            "code": codes,
+            "description": [
+                text if text is not None else base.descriptions.get(c, "")
+                for c, text in zip(codes, given)
+            ],
+        }
+    )
     key.insert(1, "index", np.arange(len(key)))
     return key
-

@@ -97,7 +97,9 @@ def width_of(formatter: CodeFormatter, numbers: bool) -> Optional[int]:
         return None  # --block-size counts parts, not digits
     if formatter.zero_pad:
         return formatter.zero_pad
-    if numbers:  # a number holds no leading zero, whatever --allow-codes-shorter-than-block-size says
+    if (
+        numbers
+    ):  # a number holds no leading zero, whatever --allow-codes-shorter-than-block-size says
         return formatter.block_size
     return None
 
@@ -110,18 +112,23 @@ def code_column(frame: pd.DataFrame, column: str, formatter: CodeFormatter) -> C
     return CodeColumn(text=text, not_whole=not_whole, restored=restored & ~not_whole, width=width)
 
 
-def describe_restored(where: str, column: str, spelled: CodeColumn, formatter: CodeFormatter,
-                      why: str) -> Optional[str]:
+def describe_restored(
+    where: str, column: str, spelled: CodeColumn, formatter: CodeFormatter, why: str
+) -> Optional[str]:
     """One line for the log when zeros were restored in a column, else None."""
     count = int(spelled.restored.sum())
     if not count:
         return None
     example = spelled.text[spelled.restored].iloc[0]
     if not formatter.zero_pad:
-        why = "the file stores the column as numbers, which keep no leading zeros; store the codes " \
-              "as text to keep them as written"
-    return (f"{where}: {column}: {count} code(s) without their leading zeros read as "
-            f"{spelled.width}-digit codes (e.g. {example.lstrip('0') or '0'!r} -> {example!r}; {why})")
+        why = (
+            "the file stores the column as numbers, which keep no leading zeros; store the codes "
+            "as text to keep them as written"
+        )
+    return (
+        f"{where}: {column}: {count} code(s) without their leading zeros read as "
+        f"{spelled.width}-digit codes (e.g. {example.lstrip('0') or '0'!r} -> {example!r}; {why})"
+    )
 
 
 def width_reason(formatter: CodeFormatter, key: Optional[str] = None) -> str:
@@ -151,12 +158,16 @@ def check_one_spelling(sources) -> None:
             other, there = seen.setdefault(code.lstrip("0"), (code, where))
             if other == code:
                 continue
-            found = (f"{where}: codes {other!r} and {code!r}" if there == where else
-                     f"codes {other!r} ({there}) and {code!r} ({where})")
+            found = (
+                f"{where}: codes {other!r} and {code!r}"
+                if there == where
+                else f"codes {other!r} ({there}) and {code!r} ({where})"
+            )
             raise UserError(
                 f"{found} are one number written with and without leading zeros, which would be two "
                 f"classes; pass {ZERO_PADDED_FLAG} to read digit codes as --block-size digits (both are "
-                "then one code), or correct the data")
+                "then one code), or correct the data"
+            )
 
 
 # ------------------------------------------------------------------ text
@@ -196,7 +207,9 @@ def description_chars(texts, desc_chars=None) -> np.ndarray:
     before the prepared data recorded where descriptions end)."""
     if desc_chars is not None:
         return np.asarray(desc_chars)
-    return np.asarray([t.find(CONTEXT_SEP) if CONTEXT_SEP in t else len(t) for t in texts], dtype=np.int64)
+    return np.asarray(
+        [t.find(CONTEXT_SEP) if CONTEXT_SEP in t else len(t) for t in texts], dtype=np.int64
+    )
 
 
 # ------------------------------------------------------------------ the HISCO list
@@ -213,5 +226,6 @@ def _hisco_key() -> pd.DataFrame:
     table = read_table(HISCO_KEY_PATH, TableOptions(role="key"))
     codes = code_column(table, "hisco", CodeFormatter(kind="hisco")).text
     listed = (codes != "").to_numpy()
-    return pd.DataFrame({"code": codes[listed].to_numpy(),
-                         "description": table["en_hisco_text"][listed].to_numpy()})
+    return pd.DataFrame(
+        {"code": codes[listed].to_numpy(), "description": table["en_hisco_text"][listed].to_numpy()}
+    )

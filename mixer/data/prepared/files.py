@@ -15,7 +15,9 @@ from mixer.data.labels.columns import LANG, code_columns
 from mixer.data.labels.formatter import CodeFormatter
 
 PREPARED_FILES = ("data_train.parquet", "data_val.parquet", "key.csv", "prepared.json")
-CALIBRATION_FILE = "data_cal.parquet"  # --share-calibration: rows that choose nothing (docs/coding.md)
+CALIBRATION_FILE = (
+    "data_cal.parquet"  # --share-calibration: rows that choose nothing (docs/coding.md)
+)
 ROW_GROUP = 1_000_000
 
 
@@ -34,25 +36,33 @@ def write_prepared(prepared: Prepared, run_dir: str, stamp: dict) -> None:
 
     os.makedirs(run_dir, exist_ok=True)
     # row groups of a million rows: the token cache splits its work over ranks by them
-    atomic_write(os.path.join(run_dir, "data_train.parquet"),
-                 lambda p: prepared.train.to_parquet(p, index=False, row_group_size=ROW_GROUP))
-    atomic_write(os.path.join(run_dir, "data_val.parquet"),
-                 lambda p: prepared.val.to_parquet(p, index=False, row_group_size=ROW_GROUP))
+    atomic_write(
+        os.path.join(run_dir, "data_train.parquet"),
+        lambda p: prepared.train.to_parquet(p, index=False, row_group_size=ROW_GROUP),
+    )
+    atomic_write(
+        os.path.join(run_dir, "data_val.parquet"),
+        lambda p: prepared.val.to_parquet(p, index=False, row_group_size=ROW_GROUP),
+    )
     if prepared.cal is not None:
-        atomic_write(os.path.join(run_dir, CALIBRATION_FILE),
-                     lambda p: prepared.cal.to_parquet(p, index=False, row_group_size=ROW_GROUP))
+        atomic_write(
+            os.path.join(run_dir, CALIBRATION_FILE),
+            lambda p: prepared.cal.to_parquet(p, index=False, row_group_size=ROW_GROUP),
+        )
     atomic_write(os.path.join(run_dir, "key.csv"), lambda p: prepared.key.to_csv(p, index=False))
     rows = {"train": len(prepared.train), "val": len(prepared.val)}
     if prepared.cal is not None:
         rows["cal"] = len(prepared.cal)
     meta = dict(stamp, formatter=prepared.formatter.to_dict(), rows=rows)
-    atomic_write(os.path.join(run_dir, "prepared.json"),
-                 lambda p: _write_json(p, meta))
+    atomic_write(os.path.join(run_dir, "prepared.json"), lambda p: _write_json(p, meta))
 
 
 def read_key(run_dir: str) -> pd.DataFrame:
-    return pd.read_csv(os.path.join(run_dir, "key.csv"), dtype={"code": str, "description": str},
-                       keep_default_na=False)
+    return pd.read_csv(
+        os.path.join(run_dir, "key.csv"),
+        dtype={"code": str, "description": str},
+        keep_default_na=False,
+    )
 
 
 def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
@@ -63,8 +73,12 @@ def load_prepared(run_dir: str, with_text: bool = True) -> Prepared:
     import pyarrow.parquet as pq
 
     present = set(pq.read_schema(os.path.join(run_dir, "data_train.parquet")).names)
-    columns = None if with_text else [c for c in code_columns(meta["formatter"]["max_num_codes"])
-                                      if c in present] + [LANG, "row"]
+    columns = (
+        None
+        if with_text
+        else [c for c in code_columns(meta["formatter"]["max_num_codes"]) if c in present]
+        + [LANG, "row"]
+    )
     cal = os.path.join(run_dir, CALIBRATION_FILE)
     return Prepared(
         train=pd.read_parquet(os.path.join(run_dir, "data_train.parquet"), columns=columns),
@@ -89,7 +103,9 @@ def iter_split(run_dir: str, split: str, columns, batch_size: int = 1 << 18):
     parquet = pq.ParquetFile(os.path.join(run_dir, f"data_{split}.parquet"))
     names = list(parquet.schema_arrow.names)
     wanted = list(columns(names)) if callable(columns) else list(columns)
-    return names, (batch.to_pandas() for batch in parquet.iter_batches(columns=wanted, batch_size=batch_size))
+    return names, (
+        batch.to_pandas() for batch in parquet.iter_batches(columns=wanted, batch_size=batch_size)
+    )
 
 
 def prepared_stamp(run_dir: str) -> Optional[dict]:
@@ -98,7 +114,9 @@ def prepared_stamp(run_dir: str) -> Optional[dict]:
         return None
     with open(path) as handle:
         stamp = json.load(handle)
-    if "cal" in stamp.get("rows", {}) and not os.path.exists(os.path.join(run_dir, CALIBRATION_FILE)):
+    if "cal" in stamp.get("rows", {}) and not os.path.exists(
+        os.path.join(run_dir, CALIBRATION_FILE)
+    ):
         return None  # prepared again, like a run whose split files are missing
     return stamp
 

@@ -11,14 +11,32 @@ import os
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
 from mixer.data.tables.reading import canonical_options, check_input_path
 
-FINGERPRINT_SETTINGS = ("input_col", "context_cols", "target_cols", "language", "language_col", "formatter",
-                        "block_size", "use_within_block_sep", "drop_bad_labels",
-                        "allow_codes_shorter_than_block_size", "share_val")
+FINGERPRINT_SETTINGS = (
+    "input_col",
+    "context_cols",
+    "target_cols",
+    "language",
+    "language_col",
+    "formatter",
+    "block_size",
+    "use_within_block_sep",
+    "drop_bad_labels",
+    "allow_codes_shorter_than_block_size",
+    "share_val",
+)
 # settings that join the identity only when set (how the files are read, optional
 # labels and spellings), so runs prepared before they existed keep their fingerprint
-OPTIONAL_SETTINGS = {"encoding": "utf-8", "sep": None, "sheet": None, "header_row": None,
-                     "read_options": {}, "empty_code_label": None, "zero_padded_codes": False,
-                     "share_calibration": 0.0, "report_cols": []}
+OPTIONAL_SETTINGS = {
+    "encoding": "utf-8",
+    "sep": None,
+    "sheet": None,
+    "header_row": None,
+    "read_options": {},
+    "empty_code_label": None,
+    "zero_padded_codes": False,
+    "share_calibration": 0.0,
+    "report_cols": [],
+}
 HASH_BLOCK = 1 << 23
 
 
@@ -39,16 +57,27 @@ def file_identity(path: str, file_flag: str) -> dict:
     """What makes a file the same input: its bytes, not its path or time stamp, so a
     copy in a per-job directory is the same data and any edit is another."""
     check_input_path(path, file_flag)
-    return {"name": os.path.basename(path), "bytes": os.path.getsize(path),
-            "xxh3_128": content_hash(path)}
+    return {
+        "name": os.path.basename(path),
+        "bytes": os.path.getsize(path),
+        "xxh3_128": content_hash(path),
+    }
 
 
 def run_files(cfg: DataConfig) -> dict:
     """{role: [paths]}: every file the run reads, by role (mixer.core.config.TABLE_ROLES)."""
-    files = {"dataset": [cfg.dataset]} if cfg.dataset else {"train_data": list(cfg.train_data),
-                                                            "val_data": list(cfg.val_data)}
-    files.update({"code_descriptions": [cfg.code_descriptions] if cfg.code_descriptions else [],
-                  "key": [cfg.key_file] if cfg.key_file else [], "extra_train": list(cfg.extra_train)})
+    files = (
+        {"dataset": [cfg.dataset]}
+        if cfg.dataset
+        else {"train_data": list(cfg.train_data), "val_data": list(cfg.val_data)}
+    )
+    files.update(
+        {
+            "code_descriptions": [cfg.code_descriptions] if cfg.code_descriptions else [],
+            "key": [cfg.key_file] if cfg.key_file else [],
+            "extra_train": list(cfg.extra_train),
+        }
+    )
     return {role: paths for role, paths in files.items() if paths}
 
 
@@ -63,7 +92,9 @@ def reading_settings(cfg: DataConfig, files: dict, typed: bool = False) -> dict:
         for option in READ_OPTIONS:
             value, default = getattr(given, option), getattr(TableOptions(), option)
             if not typed and value != default:
-                canonical = canonical or [canonical_options(path, given) for path in paths]  # once a role
+                canonical = canonical or [
+                    canonical_options(path, given) for path in paths
+                ]  # once a role
                 if all(getattr(options, option) == default for options in canonical):
                     value = default
             if value != default:
@@ -77,29 +108,43 @@ def fingerprint(cfg: DataConfig, seed: int, typed: bool = False) -> dict:
     """The identity of a run's prepared data: each role's files by content (training and
     validation apart, in order), how they are read, and the data settings."""
     files = run_files(cfg)
-    inputs = {role: [file_identity(p, TableOptions(role=role).what) for p in paths]
-              for role, paths in files.items()}
+    inputs = {
+        role: [file_identity(p, TableOptions(role=role).what) for p in paths]
+        for role, paths in files.items()
+    }
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
-    settings.update({k: getattr(cfg, k) for k, default in OPTIONAL_SETTINGS.items()
-                     if k not in ("read_options",) + READ_OPTIONS and getattr(cfg, k) != default})
+    settings.update(
+        {
+            k: getattr(cfg, k)
+            for k, default in OPTIONAL_SETTINGS.items()
+            if k not in ("read_options",) + READ_OPTIONS and getattr(cfg, k) != default
+        }
+    )
     settings.update(reading_settings(cfg, files, typed))
     settings["seed"] = seed
-    contents = {role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()}
+    contents = {
+        role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()
+    }
     digest = hashlib.sha256(json.dumps([contents, settings], sort_keys=True).encode()).hexdigest()
     return {"identity": "content", "inputs": inputs, "settings": settings, "digest": digest[:16]}
 
 
-def run_stamp(cfg: DataConfig, seed: int, base=None, tokens: str = "mixer", typed: bool = False) -> dict:
+def run_stamp(
+    cfg: DataConfig, seed: int, base=None, tokens: str = "mixer", typed: bool = False
+) -> dict:
     """The fingerprint with what else fixes the prepared data: the decoder's token layout
     and the starting model (its layout and key)."""
     stamp = fingerprint(cfg, seed, typed)
     if tokens != "mixer":
         stamp["settings"]["tokens"] = tokens
-        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], tokens]).encode()).hexdigest()[:16]
+        stamp["digest"] = hashlib.sha256(
+            json.dumps([stamp["digest"], tokens]).encode()
+        ).hexdigest()[:16]
     if base is not None:
         stamp["settings"]["start"] = base.fingerprint()
-        stamp["digest"] = hashlib.sha256(json.dumps([stamp["digest"], stamp["settings"]["start"]],
-                                                    sort_keys=True).encode()).hexdigest()[:16]
+        stamp["digest"] = hashlib.sha256(
+            json.dumps([stamp["digest"], stamp["settings"]["start"]], sort_keys=True).encode()
+        ).hexdigest()[:16]
     return stamp
 
 
@@ -110,9 +155,19 @@ def same_as_legacy(old: dict, cfg: DataConfig, seed: int) -> bool:
         return False
     files = [cfg.dataset] if cfg.dataset else list(cfg.train_data) + list(cfg.val_data)
     stats = [[os.path.abspath(p), os.path.getsize(p), int(os.stat(p).st_mtime)] for p in files]
-    legacy = ("input_col", "target_cols", "language", "language_col", "formatter", "block_size",
-              "use_within_block_sep", "drop_bad_labels", "allow_codes_shorter_than_block_size",
-              "share_val", "code_descriptions")
+    legacy = (
+        "input_col",
+        "target_cols",
+        "language",
+        "language_col",
+        "formatter",
+        "block_size",
+        "use_within_block_sep",
+        "drop_bad_labels",
+        "allow_codes_shorter_than_block_size",
+        "share_val",
+        "code_descriptions",
+    )
     settings = {k: getattr(cfg, k) for k in legacy}
     settings["seed"] = seed
     digest = hashlib.sha256(json.dumps([stats, settings], sort_keys=True).encode()).hexdigest()
@@ -136,12 +191,19 @@ def describe_difference(old: dict, new: dict) -> str:
         return {**values, **settings.get("read_options", {})}
 
     before, after = flat(old.get("settings", {})), flat(new["settings"])
-    defaults = {**{option_dest(role, option): getattr(TableOptions(), option)
-                   for role in TABLE_ROLES for option in READ_OPTIONS}, **OPTIONAL_SETTINGS}
+    defaults = {
+        **{
+            option_dest(role, option): getattr(TableOptions(), option)
+            for role in TABLE_ROLES
+            for option in READ_OPTIONS
+        },
+        **OPTIONAL_SETTINGS,
+    }
     for name in list(after) + [k for k in before if k not in after]:
         default = defaults.get(name)
         if before.get(name, default) != after.get(name, default):
             flag = "--seed" if name == "seed" else "--" + name.replace("_", "-")
-            changed.append(f"{flag} was {before.get(name, default)!r}, now {after.get(name, default)!r}")
+            changed.append(
+                f"{flag} was {before.get(name, default)!r}, now {after.get(name, default)!r}"
+            )
     return "; ".join(changed) or "the settings differ"
-

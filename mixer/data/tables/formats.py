@@ -43,8 +43,10 @@ def openpyxl_module(file_flag: str, path: str):
     try:
         import openpyxl
     except ImportError:
-        raise UserError(f"{file_flag} {path}: Excel files need the package openpyxl; "
-                        f"install it with: {install_hint('excel')}")
+        raise UserError(
+            f"{file_flag} {path}: Excel files need the package openpyxl; "
+            f"install it with: {install_hint('excel')}"
+        )
     return openpyxl
 
 
@@ -59,8 +61,12 @@ def value_text(value) -> str:
     by their shortest repr at their own precision (a float32 1.1 is '1.1', not
     '1.100000023841858'). A date or a midnight time stamp as 1850-03-01, other time stamps
     as 1850-03-01 12:30:00. Text as it is."""
-    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, np.datetime64)
-                                                              and np.isnat(value)):
+    if (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, np.datetime64) and np.isnat(value))
+    ):
         return ""
     if isinstance(value, (bool, np.bool_)):
         return TRUE if value else FALSE
@@ -69,13 +75,17 @@ def value_text(value) -> str:
     if isinstance(value, (float, np.floating)):
         if not math.isfinite(value):
             return ""
-        if float(value).is_integer() and abs(value) < 2.0 ** 63:
+        if float(value).is_integer() and abs(value) < 2.0**63:
             return str(int(value))
         return np.format_float_positional(value, trim="-")
     if isinstance(value, np.datetime64):
         value = pd.Timestamp(value)
     if isinstance(value, dt.datetime):
-        if value.time() == dt.time() and value.tzinfo is None and not getattr(value, "nanosecond", 0):
+        if (
+            value.time() == dt.time()
+            and value.tzinfo is None
+            and not getattr(value, "nanosecond", 0)
+        ):
             return value.date().isoformat()
         return value.isoformat(sep=" ")
     if isinstance(value, (dt.date, dt.time)):
@@ -112,8 +122,10 @@ class ExcelSheet:
         try:
             self.book = openpyxl.load_workbook(path, read_only=True, data_only=True)
         except Exception as exc:  # zipfile.BadZipFile, KeyError, InvalidFileException, ...
-            raise UserError(f"{file_flag} {path}: cannot read it as an Excel workbook (.xlsx) "
-                            f"({first_line(exc)})")
+            raise UserError(
+                f"{file_flag} {path}: cannot read it as an Excel workbook (.xlsx) "
+                f"({first_line(exc)})"
+            )
         try:
             names = [ws.title for ws in self.book.worksheets]
             sheet = options.sheet
@@ -124,8 +136,10 @@ class ExcelSheet:
             elif sheet in names:
                 self.sheet = sheet
             else:
-                raise UserError(f"{file_flag} {path}: no sheet {sheet!r} ({options.flag('sheet')}); the "
-                                f"workbook has: {', '.join(map(repr, names))}")
+                raise UserError(
+                    f"{file_flag} {path}: no sheet {sheet!r} ({options.flag('sheet')}); the "
+                    f"workbook has: {', '.join(map(repr, names))}"
+                )
             self.sheets = names
             worksheet = self.book[self.sheet]
             # the size a workbook states can be wrong (some programs write A1): read what is there
@@ -143,37 +157,60 @@ class ExcelSheet:
 
     def _header(self) -> tuple:
         for number, cells in self.rows_iter:
-            names = [excel_cell_text(c.value)[0].strip() if c.value is not None else "" for c in cells]
+            names = [
+                excel_cell_text(c.value)[0].strip() if c.value is not None else "" for c in cells
+            ]
             while names and names[-1] == "":
                 names.pop()
             if not names:
                 if self.options.header_row:
-                    raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} "
-                                    f"({self.options.flag('header_row')}) is empty; name the row "
-                                    "that holds the column names")
+                    raise UserError(
+                        f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} "
+                        f"({self.options.flag('header_row')}) is empty; name the row "
+                        "that holds the column names"
+                    )
                 continue  # empty rows above the header
             if "" in names:
-                raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: the header row {number} "
-                                f"has an empty cell in column {column_letter(names.index('') + 1)}; name "
-                                f"every column, or pass {self.options.flag('header_row')} N if the "
-                                "column names are in another row")
+                raise UserError(
+                    f"{self.file_flag} {self.path}: sheet {self.sheet!r}: the header row {number} "
+                    f"has an empty cell in column {column_letter(names.index('') + 1)}; name "
+                    f"every column, or pass {self.options.flag('header_row')} N if the "
+                    "column names are in another row"
+                )
             return number, names
         if self.options.header_row:  # past the sheet's rows: say so, not that the sheet is empty
-            last = max((number for number, cells in enumerate(self.book[self.sheet].iter_rows(), start=1)
-                        if any(c.value is not None for c in cells)), default=0)
+            last = max(
+                (
+                    number
+                    for number, cells in enumerate(self.book[self.sheet].iter_rows(), start=1)
+                    if any(c.value is not None for c in cells)
+                ),
+                default=0,
+            )
             if last:
-                raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
-                                f"({self.options.flag('header_row')}) is past its last row ({last}); name the "
-                                "row that holds the column names")
+                raise UserError(
+                    f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {self.options.header_row} "
+                    f"({self.options.flag('header_row')}) is past its last row ({last}); name the "
+                    "row that holds the column names"
+                )
         others = [name for name in self.sheets if name != self.sheet]
-        hint = f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})" if others else ""
-        raise UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
-                        f"row and rows{hint}")
+        hint = (
+            f" ({self.options.flag('sheet')} chooses another: {', '.join(map(repr, others))})"
+            if others
+            else ""
+        )
+        raise UserError(
+            f"{self.file_flag} {self.path}: sheet {self.sheet!r} is empty; it needs a header "
+            f"row and rows{hint}"
+        )
 
     @property
     def numeric(self) -> list:
-        return [name for name, text, number in zip(self.header, self._has_text, self._has_number)
-                if number and not text]
+        return [
+            name
+            for name, text, number in zip(self.header, self._has_text, self._has_number)
+            if number and not text
+        ]
 
     def rows(self) -> Iterator[list]:
         width = len(self.header)
@@ -203,11 +240,15 @@ class ExcelSheet:
         """A value right of the header's last name: the header row taken is probably a
         title above the real one; the message says which row was taken and how to name
         another."""
-        shown = ", ".join(repr(n) for n in self.header[:4]) + (", ..." if len(self.header) > 4 else "")
-        return UserError(f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} has a value in "
-                         f"column {column_letter(column + 1)}, which has no name in the header row "
-                         f"(row {self.header_row}: {shown}); if the column names are in another row "
-                         f"(a title above them), pass {self.options.flag('header_row')} with its number")
+        shown = ", ".join(repr(n) for n in self.header[:4]) + (
+            ", ..." if len(self.header) > 4 else ""
+        )
+        return UserError(
+            f"{self.file_flag} {self.path}: sheet {self.sheet!r}: row {number} has a value in "
+            f"column {column_letter(column + 1)}, which has no name in the header row "
+            f"(row {self.header_row}: {shown}); if the column names are in another row "
+            f"(a title above them), pass {self.options.flag('header_row')} with its number"
+        )
 
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
         pending = []
@@ -221,8 +262,9 @@ class ExcelSheet:
 
     def _frame(self, rows: list) -> pd.DataFrame:
         columns = list(zip(*rows))
-        return pd.DataFrame({name: pd.Series(values, dtype=object)
-                             for name, values in zip(self.header, columns)})
+        return pd.DataFrame(
+            {name: pd.Series(values, dtype=object) for name, values in zip(self.header, columns)}
+        )
 
     def close(self) -> None:
         book = getattr(self, "book", None)
@@ -277,17 +319,24 @@ class ExcelWriter:
         n_rows = len(columns[0][2]) if columns else 0
         if self.rows == 0:
             if len(columns) > EXCEL_MAX_COLUMNS:
-                raise UserError(f"{self.file_flag} {self.path}: {len(columns)} columns, more than an "
-                                f"Excel sheet holds ({EXCEL_MAX_COLUMNS:,}); write .parquet or .dta")
-            self.sheet.append([self._text_cell(WriteOnlyCell, str(name), 0, name) for name, _, _ in columns])
+                raise UserError(
+                    f"{self.file_flag} {self.path}: {len(columns)} columns, more than an "
+                    f"Excel sheet holds ({EXCEL_MAX_COLUMNS:,}); write .parquet or .dta"
+                )
+            self.sheet.append(
+                [self._text_cell(WriteOnlyCell, str(name), 0, name) for name, _, _ in columns]
+            )
         if self.rows + n_rows + 1 > EXCEL_MAX_ROWS:
-            raise UserError(f"{self.file_flag} {self.path}: more than {EXCEL_MAX_ROWS - 1:,} rows, the "
-                            "most an Excel sheet holds; write .parquet or .dta instead")
+            raise UserError(
+                f"{self.file_flag} {self.path}: more than {EXCEL_MAX_ROWS - 1:,} rows, the "
+                "most an Excel sheet holds; write .parquet or .dta instead"
+            )
         values = []
         for name, kind, array in columns:
             if kind == "number":  # blank for NaN; an infinity, which a cell cannot hold, as text
-                values.append([None if v != v else v if math.isfinite(v) else str(v)
-                               for v in array.tolist()])
+                values.append(
+                    [None if v != v else v if math.isfinite(v) else str(v) for v in array.tolist()]
+                )
             else:
                 values.append(array.tolist())
         kinds = [kind for _, kind, _ in columns]
@@ -298,8 +347,15 @@ class ExcelWriter:
                 if kind == "number" or value == "":
                     cells.append(None if value == "" else value)
                 else:
-                    cells.append(self._text_cell(WriteOnlyCell, value, self.rows + offset + 1, name,
-                                                 None if source_rows is None else source_rows[offset]))
+                    cells.append(
+                        self._text_cell(
+                            WriteOnlyCell,
+                            value,
+                            self.rows + offset + 1,
+                            name,
+                            None if source_rows is None else source_rows[offset],
+                        )
+                    )
             self.sheet.append(cells)
         self.rows += n_rows
 
@@ -307,12 +363,16 @@ class ExcelWriter:
         if source is not None:
             row = f"{row} (input row {source})"
         if len(value) > EXCEL_MAX_CELL:
-            raise UserError(f"{self.file_flag} {self.path}: row {row} column {name!r} holds "
-                            f"{len(value):,} characters, more than an Excel cell holds "
-                            f"({EXCEL_MAX_CELL:,}); write .csv, .parquet or .dta")
+            raise UserError(
+                f"{self.file_flag} {self.path}: row {row} column {name!r} holds "
+                f"{len(value):,} characters, more than an Excel cell holds "
+                f"({EXCEL_MAX_CELL:,}); write .csv, .parquet or .dta"
+            )
         if ILLEGAL_IN_XML.search(value):
-            raise UserError(f"{self.file_flag} {self.path}: row {row} column {name!r} holds a control "
-                            "character an Excel file cannot store; write .csv, .parquet or .dta")
+            raise UserError(
+                f"{self.file_flag} {self.path}: row {row} column {name!r} holds a control "
+                "character an Excel file cannot store; write .csv, .parquet or .dta"
+            )
         if value.startswith("="):  # text, not a formula
             cell = cell_class(self.sheet, value=value)
             cell.data_type = "s"
@@ -324,7 +384,9 @@ class ExcelWriter:
             from openpyxl.writer.excel import ExcelWriter as BookWriter
 
             # as openpyxl's save, with the one time (which it takes as now)
-            when = dt.datetime.fromtimestamp(self.stamp, dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+            when = dt.datetime.fromtimestamp(self.stamp, dt.timezone.utc).replace(
+                tzinfo=None, microsecond=0
+            )
             self.book.properties.created = self.book.properties.modified = when
             archive = StampedZip(self.tmp, time.localtime(self.stamp)[:6])
             try:
@@ -353,10 +415,14 @@ class StampedZip(zipfile.ZipFile):
 
     def __init__(self, path: str, date_time: tuple):
         super().__init__(path, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
-        self.date_time = tuple(date_time) if date_time[0] >= 1980 else (1980, 1, 1, 0, 0, 0)  # zip's first
+        self.date_time = (
+            tuple(date_time) if date_time[0] >= 1980 else (1980, 1, 1, 0, 0, 0)
+        )  # zip's first
 
     def writestr(self, zinfo_or_arcname, data, compress_type=None, compresslevel=None):
-        if not isinstance(zinfo_or_arcname, zipfile.ZipInfo):  # as zipfile names an entry, at our time
+        if not isinstance(
+            zinfo_or_arcname, zipfile.ZipInfo
+        ):  # as zipfile names an entry, at our time
             info = zipfile.ZipInfo(zinfo_or_arcname, self.date_time)
             info.compress_type = self.compression
             info.external_attr = 0o600 << 16
@@ -374,10 +440,18 @@ class StampedZip(zipfile.ZipFile):
 # ------------------------------------------------------------------ Stata: reading
 def _stata_reader(path: str, file_flag: str, chunk_size: Optional[int] = None):
     try:
-        return pd.read_stata(path, iterator=True, chunksize=chunk_size, convert_categoricals=False,
-                             convert_missing=False, preserve_dtypes=True)
+        return pd.read_stata(
+            path,
+            iterator=True,
+            chunksize=chunk_size,
+            convert_categoricals=False,
+            convert_missing=False,
+            preserve_dtypes=True,
+        )
     except (ValueError, OSError, struct.error) as exc:
-        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(
+            f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
+        )
 
 
 def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.DataFrame]:
@@ -398,14 +472,22 @@ def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.Data
                     if kind is not None and pd.api.types.is_numeric_dtype(chunk[name].dtype):
                         fields.append(pa.field(name, kind))
                     else:
-                        fields.append(pa.field(name, pa.Table.from_pandas(chunk[[name]],
-                                                                          preserve_index=False).schema[0].type))
+                        fields.append(
+                            pa.field(
+                                name,
+                                pa.Table.from_pandas(chunk[[name]], preserve_index=False)
+                                .schema[0]
+                                .type,
+                            )
+                        )
                 table = pa.Table.from_pandas(chunk, schema=pa.schema(fields), preserve_index=False)
                 yield table.to_pandas(types_mapper=pd.ArrowDtype)
     except UserError:
         raise
     except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
-        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(
+            f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
+        )
 
 
 def _declared_types(reader) -> dict:
@@ -435,7 +517,9 @@ def stata_labels(path: str, file_flag: str) -> dict:
         with reader:
             return {name: label for name, label in reader.variable_labels().items() if label}
     except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
-        raise UserError(f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})")
+        raise UserError(
+            f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
+        )
 
 
 def stata_row_count(path: str, file_flag: str) -> int:
@@ -454,8 +538,28 @@ STATA_STRL, STATA_DOUBLE = 32768, 65526
 STATA_MISSING = struct.unpack("<d", struct.pack("<Q", 0x7FE0000000000000))[0]  # "."
 STATA_MAX_VARIABLES = 32_767
 STATA_DATA_LABEL = 80  # characters of a file's data label
-STATA_RESERVED = {"_all", "_b", "byte", "_coef", "_cons", "double", "float", "if", "in", "int",
-                  "long", "_n", "_N", "_pi", "_pred", "_rc", "_skip", "strL", "using", "with"}
+STATA_RESERVED = {
+    "_all",
+    "_b",
+    "byte",
+    "_coef",
+    "_cons",
+    "double",
+    "float",
+    "if",
+    "in",
+    "int",
+    "long",
+    "_n",
+    "_N",
+    "_pi",
+    "_pred",
+    "_rc",
+    "_skip",
+    "strL",
+    "using",
+    "with",
+}
 
 
 STATA_NAME_LENGTH = 32
@@ -468,7 +572,7 @@ def stata_name(name, suffix: str = "") -> str:
     new = re.sub(r"\W", "_", str(name)) or "_"
     if new[0].isdigit() or new in STATA_RESERVED or re.fullmatch(r"str\d+", new):
         new = "_" + new
-    return new[:STATA_NAME_LENGTH - len(suffix)] + suffix
+    return new[: STATA_NAME_LENGTH - len(suffix)] + suffix
 
 
 def excel_name(name, suffix: str = "") -> str:
@@ -483,8 +587,15 @@ class StataWriter:
     writes the file: text up to 2,045 bytes as str#, longer text as strL, numbers
     as doubles, blanks as Stata's missing value (.)."""
 
-    def __init__(self, tmp: str, path: str, file_flag: str, labels: Optional[list] = None, data_label: str = "",
-                 stamp: Optional[float] = None):
+    def __init__(
+        self,
+        tmp: str,
+        path: str,
+        file_flag: str,
+        labels: Optional[list] = None,
+        data_label: str = "",
+        stamp: Optional[float] = None,
+    ):
         """labels: a variable label per column ('' for none): the names the columns had
         before mixer.data.tables.writing made them valid Stata names. data_label: the file's own
         label (at most STATA_DATA_LABEL characters). stamp: the time the file states
@@ -507,8 +618,10 @@ class StataWriter:
 
         if self.parts is None:
             if len(columns) > STATA_MAX_VARIABLES:
-                raise UserError(f"{self.file_flag} {self.path}: {len(columns)} columns, more than a "
-                                f"Stata file holds ({STATA_MAX_VARIABLES:,}); write .parquet")
+                raise UserError(
+                    f"{self.file_flag} {self.path}: {len(columns)} columns, more than a "
+                    f"Stata file holds ({STATA_MAX_VARIABLES:,}); write .parquet"
+                )
             self.names = [str(name) for name, _, _ in columns]
             self.labels = self.labels or [""] * len(columns)
             self.kinds = [kind for _, kind, _ in columns]
@@ -600,8 +713,12 @@ class StataWriter:
                 continue
             observation = first_row + i + 1
             encoded = value.encode("utf-8")
-            out.write(b"GSO" + struct.pack("<IQBI", variable, observation, 130, len(encoded) + 1)
-                      + encoded + b"\x00")
+            out.write(
+                b"GSO"
+                + struct.pack("<IQBI", variable, observation, 130, len(encoded) + 1)
+                + encoded
+                + b"\x00"
+            )
             keys[i] = variable + (observation << 16)  # dta 118: v in 2 bytes, o in 6
         return keys
 
@@ -610,16 +727,24 @@ class StataWriter:
             return b"<" + name.encode() + b">" + content + b"</" + name.encode() + b">"
 
         def padded(text: str, size: int) -> bytes:
-            return text.encode("utf-8")[:size - 1].ljust(size, b"\x00")
+            return text.encode("utf-8")[: size - 1].ljust(size, b"\x00")
 
         now = dt.datetime.fromtimestamp(self.stamp)
         stamp = f"{now:%d} {MONTHS[now.month - 1]} {now:%Y %H:%M}".encode()
         n_vars = len(types)
         label = self.data_label.encode("utf-8")
         out.write(b"<stata_dta>")
-        out.write(tag("header", tag("release", b"118") + tag("byteorder", b"LSF")
-                      + tag("K", struct.pack("<H", n_vars)) + tag("N", struct.pack("<Q", self.rows))
-                      + tag("label", struct.pack("<H", len(label)) + label) + tag("timestamp", bytes([len(stamp)]) + stamp)))
+        out.write(
+            tag(
+                "header",
+                tag("release", b"118")
+                + tag("byteorder", b"LSF")
+                + tag("K", struct.pack("<H", n_vars))
+                + tag("N", struct.pack("<Q", self.rows))
+                + tag("label", struct.pack("<H", len(label)) + label)
+                + tag("timestamp", bytes([len(stamp)]) + stamp),
+            )
+        )
         offsets = {"stata_data": 0, "map": out.tell()}
         out.write(tag("map", b"\x00" * 8 * len(MAP_ORDER)))
         sections = [
@@ -644,7 +769,20 @@ class StataWriter:
             os.unlink(self.parts_path)
 
 
-MAP_ORDER = ("stata_data", "map", "variable_types", "varnames", "sortlist", "formats",
-             "value_label_names", "variable_labels", "characteristics", "data", "strls",
-             "value_labels", "stata_data_close", "end-of-file")
+MAP_ORDER = (
+    "stata_data",
+    "map",
+    "variable_types",
+    "varnames",
+    "sortlist",
+    "formats",
+    "value_label_names",
+    "variable_labels",
+    "characteristics",
+    "data",
+    "strls",
+    "value_labels",
+    "stata_data_close",
+    "end-of-file",
+)
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

@@ -21,8 +21,9 @@ class JobColumns(NamedTuple):
     context_cols: list
 
 
-def job_columns(config: dict, input_col: Optional[str] = None, language=None,
-                language_col: Optional[str] = None) -> JobColumns:
+def job_columns(
+    config: dict, input_col: Optional[str] = None, language=None, language_col: Optional[str] = None
+) -> JobColumns:
     """(input column, language column or None, one language for every row, context columns)
     for a model's `config` (Predictor.config) and what the job asked for. `language` may be a
     value per row (the API's); it is returned as given then, and no language column is read."""
@@ -31,13 +32,23 @@ def job_columns(config: dict, input_col: Optional[str] = None, language=None,
     language_col = language_col or (None if language is not None else config.get("language_col"))
     if language is None:
         language = config.get("language") or "unk"
-    return JobColumns(input_col or config["input_col"], language_col, language,
-                      list(config.get("context_cols") or []))
+    return JobColumns(
+        input_col or config["input_col"],
+        language_col,
+        language,
+        list(config.get("context_cols") or []),
+    )
 
 
 def text_column(chunk, column: str):
     """A column as strings (missing -> ''); the model's input recipe strips, or not."""
-    return chunk[column].astype(object).where(chunk[column].notna(), "").astype(str).reset_index(drop=True)
+    return (
+        chunk[column]
+        .astype(object)
+        .where(chunk[column].notna(), "")
+        .astype(str)
+        .reset_index(drop=True)
+    )
 
 
 def blank_descriptions(texts):

@@ -40,7 +40,12 @@ LABELS = "labels"  # frame.attrs: a .dta file's variable labels, {name: label}
 SHEET_ROWS = "sheet_rows"  # frame.attrs: a workbook's row number of each row (as Excel shows it)
 READ_BLOCK = 1 << 20  # 1 MiB blocks (pyarrow's default) for the CSV readers
 SEPARATORS = (",", ";", "\t", "|")  # what a header line is searched for
-FORMAT_NAMES = {"csv": "CSV", "parquet": "Parquet", "excel": "Excel (.xlsx)", "stata": "Stata (.dta)"}
+FORMAT_NAMES = {
+    "csv": "CSV",
+    "parquet": "Parquet",
+    "excel": "Excel (.xlsx)",
+    "stata": "Stata (.dta)",
+}
 
 
 def table_kind(path: str, file_flag: str = "--input") -> str:
@@ -53,8 +58,10 @@ def table_kind(path: str, file_flag: str = "--input") -> str:
     if lower.endswith(formats.STATA_SUFFIXES):
         return "stata"
     if lower.endswith(formats.OLD_EXCEL_SUFFIXES):
-        raise UserError(f"{file_flag} {path}: {os.path.splitext(path)[1]} is not read; save the sheet as "
-                        ".xlsx (Excel Workbook) or CSV")
+        raise UserError(
+            f"{file_flag} {path}: {os.path.splitext(path)[1]} is not read; save the sheet as "
+            ".xlsx (Excel Workbook) or CSV"
+        )
     return "csv"
 
 
@@ -62,7 +69,9 @@ def check_input_path(path: str, file_flag: str) -> None:
     if not os.path.exists(path):
         raise UserError(f"{file_flag} {path}: no such file; check the path")
     if os.path.isdir(path):
-        raise UserError(f"{file_flag} {path}: is a directory; pass a .csv, .parquet, .xlsx or .dta file")
+        raise UserError(
+            f"{file_flag} {path}: is a directory; pass a .csv, .parquet, .xlsx or .dta file"
+        )
 
 
 def check_input_table(path: str, file_flag: str) -> str:
@@ -105,8 +114,11 @@ def as_text(series: pd.Series) -> pd.Series:
     dtype = series.dtype
     if pd.api.types.is_bool_dtype(dtype):
         flags = series.astype(object)
-        out = np.where(flags.isna().to_numpy(), "", np.where(flags.fillna(False).astype(bool).to_numpy(),
-                                                            formats.TRUE, formats.FALSE))
+        out = np.where(
+            flags.isna().to_numpy(),
+            "",
+            np.where(flags.fillna(False).astype(bool).to_numpy(), formats.TRUE, formats.FALSE),
+        )
         return pd.Series(out, index=series.index, dtype=object)
     if pd.api.types.is_float_dtype(dtype):
         precision = getattr(dtype, "numpy_dtype", dtype)
@@ -115,27 +127,41 @@ def as_text(series: pd.Series) -> pd.Series:
         out = np.full(len(values), "", dtype=object)
         finite = np.isfinite(values)
         with np.errstate(invalid="ignore"):
-            whole = finite & (values == np.floor(values)) & (np.abs(values) < 2.0 ** 63)
+            whole = finite & (values == np.floor(values)) & (np.abs(values) < 2.0**63)
         out[whole] = values[whole].astype(np.int64).astype(str)
         fractional = finite & ~whole  # and whole numbers past int64, written out in full
         out[fractional] = [np.format_float_positional(v, trim="-") for v in values[fractional]]
         return pd.Series(out, index=series.index, dtype=object)
-    if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_string_dtype(dtype) and not _mixed(series):
+    if (
+        pd.api.types.is_integer_dtype(dtype)
+        or pd.api.types.is_string_dtype(dtype)
+        and not _mixed(series)
+    ):
         return series.astype(object).where(series.notna(), "").astype(str)
     if dtype == object:  # cell by cell: 1, 1.0 and True are equal to Python, but not one text
         return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
     try:
         codes, uniques = pd.factorize(series)  # dates, categories, ...: each distinct value once
-    except (TypeError, NotImplementedError):  # lists, structs: no distinct values to take (Arrow has no kernel)
-        return pd.Series([formats.value_text(v) for v in series.astype(object)], index=series.index, dtype=object)
-    texts = np.array([formats.value_text(v) for v in pd.Series(uniques).astype(object)] + [""], dtype=object)
+    except (
+        TypeError,
+        NotImplementedError,
+    ):  # lists, structs: no distinct values to take (Arrow has no kernel)
+        return pd.Series(
+            [formats.value_text(v) for v in series.astype(object)], index=series.index, dtype=object
+        )
+    texts = np.array(
+        [formats.value_text(v) for v in pd.Series(uniques).astype(object)] + [""], dtype=object
+    )
     return pd.Series(texts[codes], index=series.index, dtype=object)
 
 
 def _mixed(series: pd.Series) -> bool:
     """An object column that holds more than text (numbers, dates, booleans, as
     pd.read_excel or a notebook gives one)."""
-    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) not in ("string", "empty")
+    return series.dtype == object and pd.api.types.infer_dtype(series, skipna=True) not in (
+        "string",
+        "empty",
+    )
 
 
 # ------------------------------------------------------------------ CSV text
@@ -236,8 +262,10 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             lines = sum(1 for _ in handle)
             if not lines:
                 raise pd.errors.EmptyDataError("empty")
-            raise UserError(f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
-                            f"the file's last line ({lines}); name the row that holds the column names")
+            raise UserError(
+                f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is past "
+                f"the file's last line ({lines}); name the row that holds the column names"
+            )
         if "\ufffd" in header_line and first_undecodable(path, encoding) is not None:
             raise decoding_error(path, options)
         if options.sep is None and named and skip_rows:
@@ -247,9 +275,13 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             if not options.header_row:
                 _refuse_title_above(handle, header_line, skip_rows + 1, path, options)
             if sep is None:
-                found = " and ".join(repr(s) for s in SEPARATORS if _outside_quotes(header_line).count(s))
-                raise UserError(f"{file_flag} {path}: the header line holds {found} equally often; "
-                                f"name the separator with {options.flag('sep')}")
+                found = " and ".join(
+                    repr(s) for s in SEPARATORS if _outside_quotes(header_line).count(s)
+                )
+                raise UserError(
+                    f"{file_flag} {path}: the header line holds {found} equally often; "
+                    f"name the separator with {options.flag('sep')}"
+                )
         else:
             sep = options.sep
         handle.seek(start)
@@ -259,25 +291,37 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
             header = []
     if not any(name.strip() for name in header):
         if options.header_row:
-            raise UserError(f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is "
-                            "empty; name the row that holds the column names")
+            raise UserError(
+                f"{file_flag} {path}: row {options.header_row} ({options.flag('header_row')}) is "
+                "empty; name the row that holds the column names"
+            )
         raise pd.errors.EmptyDataError("empty")
     if len(header) == 1:
         others = [s for s in SEPARATORS if s != sep and s in _outside_quotes(header_line)]
         if others:
             shown = "tab" if others[0] == "\t" else repr(others[0])
             flag = options.flag("sep")
-            raise UserError(f"{file_flag} {path}: with {flag} {sep!r} the header is one column "
-                            f"{header[0][:80]!r}, which holds {shown}; pass {flag} {shown} "
-                            f"(or leave {flag} out to take the header's)")
-    return CsvLayout(header=header, sep=sep, detected=options.sep is None, encoding=encoding,
-                     skip_rows=skip_rows, named=bool(named and options.sep is None and skip_rows))
+            raise UserError(
+                f"{file_flag} {path}: with {flag} {sep!r} the header is one column "
+                f"{header[0][:80]!r}, which holds {shown}; pass {flag} {shown} "
+                f"(or leave {flag} out to take the header's)"
+            )
+    return CsvLayout(
+        header=header,
+        sep=sep,
+        detected=options.sep is None,
+        encoding=encoding,
+        skip_rows=skip_rows,
+        named=bool(named and options.sep is None and skip_rows),
+    )
 
 
 TITLE_CHECK_LINES = 5  # lines below a header without separators that must agree to call it a title
 
 
-def _refuse_title_above(handle, header_line: str, line: int, path: str, options: TableOptions) -> None:
+def _refuse_title_above(
+    handle, header_line: str, line: int, path: str, options: TableOptions
+) -> None:
     """Refuse a header line without any separator above lines that all use the same ';', tab or
     '|' as often: a title above the column names, which would otherwise read as the file's one
     column. (Below a title, rows that use ',' fail as rows with more cells than the header.)"""
@@ -294,13 +338,19 @@ def _refuse_title_above(handle, header_line: str, line: int, path: str, options:
     if not below:
         return
     sep = detect_separator(below[0][1])
-    if sep in (None, ",") or len({text.count(sep) for _, text in below}) > 1 or not below[0][1].count(sep):
+    if (
+        sep in (None, ",")
+        or len({text.count(sep) for _, text in below}) > 1
+        or not below[0][1].count(sep)
+    ):
         return
     header_row = below[0][0]
-    raise UserError(f"{options.what} {path}: line {line} ({header_line.strip()[:LINE_SHOWN]!r}) holds no "
-                    f"separator, but the lines below it use {_shown(sep)}: if the column names are in line "
-                    f"{header_row} (a title above them), pass {options.flag('header_row')} {header_row}; "
-                    f"if the file is one column, pass {options.flag('sep')} ','")
+    raise UserError(
+        f"{options.what} {path}: line {line} ({header_line.strip()[:LINE_SHOWN]!r}) holds no "
+        f"separator, but the lines below it use {_shown(sep)}: if the column names are in line "
+        f"{header_row} (a title above them), pass {options.flag('header_row')} {header_row}; "
+        f"if the file is one column, pass {options.flag('sep')} ','"
+    )
 
 
 LINE_SHOWN = 160  # bytes of a badly encoded line shown in the error
@@ -319,15 +369,17 @@ def utf8_lookalike(path: str, encoding: str, flag: str = "--encoding") -> Option
             if not block.isascii():
                 at = next(i for i, byte in enumerate(block) if byte >= 0x80)
                 handle.seek(position + block.rfind(b"\n", 0, at) + 1)
-                first_line_bytes = handle.readline().rstrip(b"\r\n")[:LINE_SHOWN * 2]
+                first_line_bytes = handle.readline().rstrip(b"\r\n")[: LINE_SHOWN * 2]
                 break
             position += len(block)
     if first_line_bytes is None or first_undecodable(path, "utf-8") is not None:
         return None
-    return (f"note: the file is also valid UTF-8; its first line past ASCII reads as {encoding} "
-            f"{first_line_bytes.decode(encoding, errors='replace')[:LINE_SHOWN]!r} and as UTF-8 "
-            f"{first_line_bytes.decode('utf-8', errors='replace')[:LINE_SHOWN]!r}: if the second is "
-            f"right, leave {flag} out")
+    return (
+        f"note: the file is also valid UTF-8; its first line past ASCII reads as {encoding} "
+        f"{first_line_bytes.decode(encoding, errors='replace')[:LINE_SHOWN]!r} and as UTF-8 "
+        f"{first_line_bytes.decode('utf-8', errors='replace')[:LINE_SHOWN]!r}: if the second is "
+        f"right, leave {flag} out"
+    )
 
 
 def first_undecodable(path: str, encoding: str) -> Optional[int]:
@@ -351,7 +403,11 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
     """One line naming the first row and byte that do not decode, and that row read
     as cp1252 and latin-1, so the user can name the encoding in one step, with the
     flag that sets it for this file."""
-    encoding, file_flag, flag = canonical_encoding(options.encoding), options.what, options.flag("encoding")
+    encoding, file_flag, flag = (
+        canonical_encoding(options.encoding),
+        options.what,
+        options.flag("encoding"),
+    )
     offset = first_undecodable(path, encoding)
     if offset is None:  # the reader failed for another reason
         return UserError(f"{file_flag} {path}: cannot read it as {encoding} text; pass {flag}")
@@ -401,7 +457,8 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
         f"{file_flag} {path}: not {name} text: {where}, byte {bad + 1} of that line "
         f"(0x{_byte_at(path, offset):02X} at offset {offset}). That line as cp1252: {shown('cp1252')}; "
         f"as latin-1: {shown('latin-1')}. Pass the encoding that reads it right "
-        f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}")
+        f"(e.g. {flag} cp1252) or save the file as UTF-8.{hint}"
+    )
 
 
 def _lines_above_header(lines: list, options: TableOptions) -> int:
@@ -432,19 +489,26 @@ def _csv_options(layout: CsvLayout, stream: bool = False):
         names = layout.names + [f"{UNNAMED}{i}" for i in range(len(layout.names), len(names))]
         own = dict(column_names=names, skip_rows_after_names=1)
     return dict(
-        read_options=pcsv.ReadOptions(block_size=READ_BLOCK, use_threads=not stream,
-                                      encoding=_arrow_encoding(layout.encoding),
-                                      skip_rows=layout.skip_rows, **own),
+        read_options=pcsv.ReadOptions(
+            block_size=READ_BLOCK,
+            use_threads=not stream,
+            encoding=_arrow_encoding(layout.encoding),
+            skip_rows=layout.skip_rows,
+            **own,
+        ),
         parse_options=pcsv.ParseOptions(delimiter=layout.sep, newlines_in_values=True),
-        convert_options=pcsv.ConvertOptions(column_types={name: pa.string() for name in names},
-                                            strings_can_be_null=False))
+        convert_options=pcsv.ConvertOptions(
+            column_types={name: pa.string() for name in names}, strings_can_be_null=False
+        ),
+    )
 
 
 UNNAMED = "\x00unnamed "  # a trailing column without a name, while it is read
 
 
-def _without_unnamed(frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str,
-                     rows_before: int = 0) -> pd.DataFrame:
+def _without_unnamed(
+    frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str, rows_before: int = 0
+) -> pd.DataFrame:
     """The frame without the trailing columns that have no name, which must hold nothing;
     a value in one is an error naming its row and column (a title row taken as the header,
     or a name missing)."""
@@ -452,12 +516,13 @@ def _without_unnamed(frame: pd.DataFrame, layout: CsvLayout, options: TableOptio
     for column in unnamed:
         filled = np.flatnonzero(frame[column].str.strip().ne("").to_numpy())
         if len(filled):
-            position = int(column[len(UNNAMED):]) + 1
+            position = int(column[len(UNNAMED) :]) + 1
             raise UserError(
                 f"{options.what} {path}: row {rows_before + filled[0] + 1} has a value in column {position} "
                 f"({frame[column].iloc[filled[0]][:40]!r}), which has no name in the header (line "
                 f"{layout.skip_rows + 1}: {layout.sep.join(layout.header)[:LINE_SHOWN]!r}); name the column, "
-                f"or pass {options.flag('header_row')} with the number of the row that holds the column names")
+                f"or pass {options.flag('header_row')} with the number of the row that holds the column names"
+            )
     return frame.drop(columns=unnamed) if unnamed else frame
 
 
@@ -470,11 +535,15 @@ def check_names(names, path: str, file_flag: str) -> None:
     names = [str(n) for n in names]
     if names.count("") > 1:
         positions = [str(i + 1) for i, n in enumerate(names) if n == ""]
-        raise UserError(f"{file_flag} {path}: columns {', '.join(positions)} have no name in the header; name "
-                        "them")
+        raise UserError(
+            f"{file_flag} {path}: columns {', '.join(positions)} have no name in the header; name "
+            "them"
+        )
     if _duplicates(names):  # pyarrow would keep both under one name
-        raise UserError(f"{file_flag} {path}: duplicate column name(s) "
-                        f"{', '.join(map(repr, _duplicates(names)))}; rename them")
+        raise UserError(
+            f"{file_flag} {path}: duplicate column name(s) "
+            f"{', '.join(map(repr, _duplicates(names)))}; rename them"
+        )
 
 
 def _decode_failure(exc: Exception) -> bool:
@@ -482,8 +551,9 @@ def _decode_failure(exc: Exception) -> bool:
 
 
 # ------------------------------------------------------------------ reading
-def read_table(path: str, options: TableOptions = TableOptions(), columns: Optional[list] = None,
-               log=None) -> pd.DataFrame:
+def read_table(
+    path: str, options: TableOptions = TableOptions(), columns: Optional[list] = None, log=None
+) -> pd.DataFrame:
     """A whole table, every column as text. Columns that held numbers are listed in
     frame.attrs['numeric_columns']. `log` hears how a CSV file was read (separator,
     encoding) and which sheet and header row of a workbook."""
@@ -503,7 +573,9 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             sheet = formats.ExcelSheet(path, options)
             try:
                 check_names(sheet.header, path, file_flag)
-                frame = pd.DataFrame([row for row in sheet.rows()], columns=sheet.header, dtype=object)
+                frame = pd.DataFrame(
+                    [row for row in sheet.rows()], columns=sheet.header, dtype=object
+                )
                 frame.attrs[NUMERIC_COLUMNS] = sheet.numeric
                 frame.attrs[SHEET_ROWS] = list(sheet.numbers)
             finally:
@@ -516,8 +588,9 @@ def read_table(path: str, options: TableOptions = TableOptions(), columns: Optio
             layout = csv_layout(path, options)
             check_names(layout.names, path, file_flag)
             _say_layout(layout, options, path, log)
-            frame = _without_unnamed(pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout,
-                                     options, path)
+            frame = _without_unnamed(
+                pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout, options, path
+            )
     except UserError:
         raise
     except pd.errors.EmptyDataError:
@@ -565,7 +638,9 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
         return decoding_error(path, options)
     if layout is not None and RAGGED.search(str(exc)):
         return ragged_row(str(exc), path, layout, options)
-    return UserError(f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})")
+    return UserError(
+        f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})"
+    )
 
 
 def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
@@ -588,12 +663,16 @@ def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions
     where = f"row {row}" if row else "a row"
     header = layout.sep.join(layout.header)
     shown = text.strip()[:LINE_SHOWN]
-    said = (f"{options.what} {path}: {where} has {got} cell(s), but the header (line {layout.skip_rows + 1}: "
-            f"{header[:LINE_SHOWN]!r}) names {named} column(s): {shown!r}")
-    quote = f"quote a cell that holds {_shown(layout.sep)} (\"smith, master\")"
+    said = (
+        f"{options.what} {path}: {where} has {got} cell(s), but the header (line {layout.skip_rows + 1}: "
+        f"{header[:LINE_SHOWN]!r}) names {named} column(s): {shown!r}"
+    )
+    quote = f'quote a cell that holds {_shown(layout.sep)} ("smith, master")'
     if int(named) < int(got) and (row == 1 or int(named) == 1):  # a title taken as the header?
-        hint = (f"if the column names are in another row (a title above them), pass "
-                f"{options.flag('header_row')} with its number; else {quote}")
+        hint = (
+            f"if the column names are in another row (a title above them), pass "
+            f"{options.flag('header_row')} with its number; else {quote}"
+        )
     elif int(named) < int(got):
         hint = quote
     else:
@@ -606,16 +685,26 @@ def _shown(sep: str) -> str:
 
 
 def _sheet_line(options: TableOptions, path: str, sheet) -> str:
-    others = (f" of {len(sheet.sheets)} ({options.flag('sheet')} chooses another)"
-              if len(sheet.sheets) > 1 else "")
-    header = (f", header row {sheet.header_row} ({options.flag('header_row')} chooses another)"
-              if sheet.header_row != 1 or options.header_row else "")
+    others = (
+        f" of {len(sheet.sheets)} ({options.flag('sheet')} chooses another)"
+        if len(sheet.sheets) > 1
+        else ""
+    )
+    header = (
+        f", header row {sheet.header_row} ({options.flag('header_row')} chooses another)"
+        if sheet.header_row != 1 or options.header_row
+        else ""
+    )
     return f"{options.what} {path}: Excel, sheet {sheet.sheet!r}{others}{header}"
 
 
 def _numbers_as_text(frame: pd.DataFrame, path: str, file_flag: str) -> pd.DataFrame:
-    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
-               and not pd.api.types.is_bool_dtype(frame[c].dtype)]
+    numeric = [
+        c
+        for c in frame.columns
+        if pd.api.types.is_numeric_dtype(frame[c].dtype)
+        and not pd.api.types.is_bool_dtype(frame[c].dtype)
+    ]
     check_names(frame.columns, path, file_flag)
     frame = pd.DataFrame({c: as_text(frame[c]) for c in frame.columns})
     frame.attrs[NUMERIC_COLUMNS] = numeric
@@ -627,9 +716,15 @@ def frame_as_text(frame: pd.DataFrame, file_flag: str) -> pd.DataFrame:
     columns of numbers listed in frame.attrs['numeric_columns']."""
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     check_names(frame.columns, "(a DataFrame)", file_flag)
-    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c].dtype)
-               and not pd.api.types.is_bool_dtype(frame[c].dtype)]
-    out = pd.DataFrame({c: as_text(text_cells(frame[c])) for c in frame.columns}).reset_index(drop=True)
+    numeric = [
+        c
+        for c in frame.columns
+        if pd.api.types.is_numeric_dtype(frame[c].dtype)
+        and not pd.api.types.is_bool_dtype(frame[c].dtype)
+    ]
+    out = pd.DataFrame({c: as_text(text_cells(frame[c])) for c in frame.columns}).reset_index(
+        drop=True
+    )
     out.attrs[NUMERIC_COLUMNS] = numeric
     return out
 
@@ -642,8 +737,9 @@ def text_cells(series: pd.Series) -> pd.Series:
     return pd.Series([formats.value_text(v) for v in series], index=series.index, dtype=object)
 
 
-def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"),
-                log=None) -> Iterator[pd.DataFrame]:
+def iter_chunks(
+    path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"), log=None
+) -> Iterator[pd.DataFrame]:
     """The file in chunks of chunk_size rows (the last may be smaller); CSV and Excel
     columns as text, Parquet and Stata columns with the file's types (Arrow-backed).
     At most about one chunk in memory. A CSV file's encoding is checked before the
@@ -687,12 +783,16 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
             rows += batch.num_rows
             while rows >= chunk_size:
                 table = pa.Table.from_batches(pending)
-                yield _without_unnamed(table.slice(0, chunk_size).to_pandas(), layout, options, path, done)
+                yield _without_unnamed(
+                    table.slice(0, chunk_size).to_pandas(), layout, options, path, done
+                )
                 done += chunk_size
                 rest = table.slice(chunk_size)
                 pending, rows = rest.to_batches(), rest.num_rows
         if rows:
-            yield _without_unnamed(pa.Table.from_batches(pending).to_pandas(), layout, options, path, done)
+            yield _without_unnamed(
+                pa.Table.from_batches(pending).to_pandas(), layout, options, path, done
+            )
     except UserError:
         raise
     except pd.errors.EmptyDataError:
@@ -701,8 +801,9 @@ def iter_chunks(path: str, chunk_size: int, options: TableOptions = TableOptions
         raise _read_failure(exc, path, kind, layout, options)
 
 
-def count_rows(path: str, options: TableOptions = TableOptions(role="input"),
-               at_least: Optional[int] = None) -> int:
+def count_rows(
+    path: str, options: TableOptions = TableOptions(role="input"), at_least: Optional[int] = None
+) -> int:
     """The table's rows under the header. With `at_least`, a CSV file is counted
     exactly only when its lines are more than that (counting lines is cheap)."""
     kind = table_kind(path, options.what)
@@ -733,18 +834,22 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
     if kind == "csv":
         if not reads_as_utf8(path, options.encoding):
             found = replace(found, encoding=options.encoding)
-        if options.sep is not None and options.sep != _own(lambda: csv_layout(
-                path, replace(options, sep=None)).sep):
+        if options.sep is not None and options.sep != _own(
+            lambda: csv_layout(path, replace(options, sep=None)).sep
+        ):
             found = replace(found, sep=options.sep)
-        if options.header_row is not None and options.header_row - 1 != _own(lambda: csv_layout(
-                path, replace(options, header_row=None)).skip_rows):
+        if options.header_row is not None and options.header_row - 1 != _own(
+            lambda: csv_layout(path, replace(options, header_row=None)).skip_rows
+        ):
             found = replace(found, header_row=options.header_row)
     elif kind == "excel":
-        if options.sheet is not None and options.sheet != _own(lambda: _sheet_of(path, replace(
-                options, sheet=None, header_row=None)).sheet):
+        if options.sheet is not None and options.sheet != _own(
+            lambda: _sheet_of(path, replace(options, sheet=None, header_row=None)).sheet
+        ):
             found = replace(found, sheet=options.sheet)
-        if options.header_row is not None and options.header_row != _own(lambda: _sheet_of(
-                path, replace(options, header_row=None)).header_row):
+        if options.header_row is not None and options.header_row != _own(
+            lambda: _sheet_of(path, replace(options, header_row=None)).header_row
+        ):
             found = replace(found, header_row=options.header_row)
     return found  # Parquet and Stata: nothing to choose
 
@@ -756,7 +861,7 @@ def reads_as_utf8(path: str, encoding: str) -> bool:
     name = canonical_encoding(encoding)
     if name in ("utf-8", "utf-8-sig"):
         return True
-    sample = "occ1,;|\t\r\n\"azAZ09 "
+    sample = 'occ1,;|\t\r\n"azAZ09 '
     try:
         if sample.encode(name) != sample.encode("ascii"):
             return False
@@ -797,8 +902,11 @@ def missing_column(column: str, have, path: str, flag: str) -> UserError:
     names = [str(c) for c in have]
     shown = ", ".join(repr(n) if n != n.strip() or not n else n for n in names[:12])
     near = [n for n in names if n.strip() == str(column).strip()]
-    hint = f"; the file's {near[0]!r} differs by spaces: pass {flag} {near[0]!r}" if near and flag.startswith("--") \
+    hint = (
+        f"; the file's {near[0]!r} differs by spaces: pass {flag} {near[0]!r}"
+        if near and flag.startswith("--")
         else ""
+    )
     return UserError(f"{path}: no column {column!r} ({flag}); the file has: {shown}{hint}")
 
 
@@ -825,7 +933,9 @@ def column_names(path: str) -> Optional[list]:
     return None
 
 
-FILE_LABEL_KEY = "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.tables.writing)
+FILE_LABEL_KEY = (
+    "mixer_provenance"  # a Parquet output's key-value metadata (mixer.data.tables.writing)
+)
 
 
 def file_label(path: str) -> Optional[str]:

@@ -131,15 +131,14 @@ def load_pieces(journal, name: str, saved: tuple) -> list:
     for n in range(saved[0]):
         with open(journal.path(f"{name}-{n}.pkl"), "rb") as handle:
             pieces.extend(pickle.load(handle))
-    return pieces[:saved[1]]
+    return pieces[: saved[1]]
 
 
 # ------------------------------------------------------------------ the output's shape
 def is_shaped(args) -> bool:
     """An output other than the code table beside the input's columns (OccCANINE's shapes,
     a matrix, alternatives): the sinks that read the code table refuse it."""
-    return (args.what != "codes" or args.columns != "mixer"
-            or bool(args.alternatives))
+    return args.what != "codes" or args.columns != "mixer" or bool(args.alternatives)
 
 
 def is_matrix(args) -> bool:
@@ -162,21 +161,33 @@ def job_files(args, own: str) -> dict:
     file being checked): an output that is one of them would replace it when renamed at the
     end (a filled check list passed back as --lookup and written again by --to-check; the
     labelled rows; the output's own provenance sidecar). A review found each replaced."""
-    files = {"--input": args.input, "--lookup": args.lookup, "--calibration-data": args.calibration_data,
-             "--code-descriptions": args.code_descriptions, "--output": args.output,
-             "--embeddings": args.embeddings, "--summary-plot": args.summary_plot,
-             "--to-check": args.to_check[-1] if args.to_check else None,
-             "--audit": args.audit[-1] if args.audit else None,
-             "--output's provenance": args.output + SIDECAR_SUFFIX if args.output else None}
+    files = {
+        "--input": args.input,
+        "--lookup": args.lookup,
+        "--calibration-data": args.calibration_data,
+        "--code-descriptions": args.code_descriptions,
+        "--output": args.output,
+        "--embeddings": args.embeddings,
+        "--summary-plot": args.summary_plot,
+        "--to-check": args.to_check[-1] if args.to_check else None,
+        "--audit": args.audit[-1] if args.audit else None,
+        "--output's provenance": args.output + SIDECAR_SUFFIX if args.output else None,
+    }
     files = {flag: path for flag, path in files.items() if flag != own and path}
     model_dir = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
-    if model_dir:  # the run's own files (its key, weights, scores, prepared rows): prediction reads them
+    if (
+        model_dir
+    ):  # the run's own files (its key, weights, scores, prepared rows): prediction reads them
         for folder in (model_dir, os.path.join(model_dir, "best")):
             if os.path.isdir(folder):
                 for name in sorted(os.listdir(folder)):
                     path = os.path.join(folder, name)
                     # not an earlier prediction written there (its sidecar beside it), nor a temp file
-                    if (os.path.isfile(path) and not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX)
-                            and not os.path.exists(path + SIDECAR_SUFFIX)):
+                    if (
+                        os.path.isfile(path)
+                        and not name.startswith(".")
+                        and not name.endswith(SIDECAR_SUFFIX)
+                        and not os.path.exists(path + SIDECAR_SUFFIX)
+                    ):
                         files[f"--checkpoint {model_dir}'s {name}"] = path
     return files

@@ -53,7 +53,9 @@ def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = N
         used.add(name)
         renamed.append(name)
     outputs = renamed
-    prefixed = not any((m := PREDICTION_COLUMN.match(n)) and m.group("head") is None for n in outputs)
+    prefixed = not any(
+        (m := PREDICTION_COLUMN.match(n)) and m.group("head") is None for n in outputs
+    )
 
     def read_as_tool(name: str) -> bool:
         if read_back is not None and read_back.match(name):
@@ -88,22 +90,34 @@ def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
     if os.path.islink(path):
         target = write_target(path)
         if os.path.splitext(target)[1].lower() != os.path.splitext(path)[1].lower():
-            raise UserError(f"{file_flag} {path}: a link to {target}, whose suffix differs; "
-                            "name the file itself")
+            raise UserError(
+                f"{file_flag} {path}: a link to {target}, whose suffix differs; "
+                "name the file itself"
+            )
         path = target
     if not os.path.basename(path) or os.path.isdir(path):
         raise UserError(f"{file_flag} {path}: names a directory; name a file")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise UserError(f"{file_flag} {path}: directory {directory} does not exist; create it first")
+        raise UserError(
+            f"{file_flag} {path}: directory {directory} does not exist; create it first"
+        )
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise UserError(f"{file_flag} {path}: directory {directory} is not writable; write elsewhere")
+        raise UserError(
+            f"{file_flag} {path}: directory {directory} is not writable; write elsewhere"
+        )
     for flag, other in inputs.items():
-        if other and (os.path.realpath(path) == os.path.realpath(other) or (
-                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))):
-            raise UserError(f"{file_flag} {path}: is the {flag} file and would replace it; "
-                            "write to another file")
-    guards.check_output(path, file_flag)  # what a feature keeps (a filled audit: mixer.data.tables.guards)
+        if other and (
+            os.path.realpath(path) == os.path.realpath(other)
+            or (os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other))
+        ):
+            raise UserError(
+                f"{file_flag} {path}: is the {flag} file and would replace it; "
+                "write to another file"
+            )
+    guards.check_output(
+        path, file_flag
+    )  # what a feature keeps (a filled audit: mixer.data.tables.guards)
     return path
 
 
@@ -118,7 +132,9 @@ def output_kind(path: str, file_flag: str = "--output") -> str:
     return kind
 
 
-def check_fits_excel(output: str, source: str, options: TableOptions, file_flag: str = "--output") -> None:
+def check_fits_excel(
+    output: str, source: str, options: TableOptions, file_flag: str = "--output"
+) -> None:
     """An .xlsx output of one row per input row: refused before any work when the
     input (read with `options`) has more rows than a sheet holds."""
     source_flag = options.what
@@ -127,11 +143,13 @@ def check_fits_excel(output: str, source: str, options: TableOptions, file_flag:
     limit = formats.EXCEL_MAX_ROWS - 1
     rows = count_rows(source, options, at_least=limit)
     if rows > limit:
-        raise UserError(f"{file_flag} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
-                        f"sheet holds ({limit:,} under the header); write .parquet or .dta instead")
+        raise UserError(
+            f"{file_flag} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
+            f"sheet holds ({limit:,} under the header); write .parquet or .dta instead"
+        )
 
 
-EXACT_WHOLE = 10 ** 15  # whole numbers below this are exact in Excel (15 digits) and Stata doubles
+EXACT_WHOLE = 10**15  # whole numbers below this are exact in Excel (15 digits) and Stata doubles
 
 
 def _too_long_for_numbers(series: pd.Series) -> bool:
@@ -150,19 +168,25 @@ def sheet_columns(frame: pd.DataFrame, kinds: Optional[list] = None) -> list:
     columns = []
     for i, name in enumerate(frame.columns):
         series = frame.iloc[:, i]
-        numeric = (pd.api.types.is_numeric_dtype(series.dtype)
-                   or pd.api.types.is_bool_dtype(series.dtype)) and not _too_long_for_numbers(series)
+        numeric = (
+            pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+        ) and not _too_long_for_numbers(series)
         kind = kinds[i] if kinds is not None else ("number" if numeric else "text")
         if kind == "number":
             if _too_long_for_numbers(series):
-                raise UserError(f"column {name!r} holds whole numbers of 16 digits or more, which "
-                                "the format's numbers do not hold exactly; write .csv or .parquet")
+                raise UserError(
+                    f"column {name!r} holds whole numbers of 16 digits or more, which "
+                    "the format's numbers do not hold exactly; write .csv or .parquet"
+                )
             try:
-                values = pd.to_numeric(series.astype(object).where(series.notna(), None),
-                                       errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+                values = pd.to_numeric(
+                    series.astype(object).where(series.notna(), None), errors="raise"
+                ).to_numpy(dtype=np.float64, na_value=np.nan)
             except (ValueError, TypeError):
-                raise UserError(f"column {name!r} holds numbers in the first rows and text later; "
-                                "write .csv or .parquet")
+                raise UserError(
+                    f"column {name!r} holds numbers in the first rows and text later; "
+                    "write .csv or .parquet"
+                )
         else:
             values = as_text(series).to_numpy(dtype=object)
         columns.append((name, kind, values))
@@ -185,13 +209,23 @@ class OutputWriter:
     the same way for a job run through and one resumed (resume()), so both give the same
     bytes; the rows themselves stream on to the format's writer, never held whole."""
 
-    def __init__(self, path: str, file_flag: str = "--output", log=None, label: Optional[str] = None,
-                 tmp: Optional[str] = None, parts: Optional[str] = None, stamp: Optional[float] = None):
+    def __init__(
+        self,
+        path: str,
+        file_flag: str = "--output",
+        log=None,
+        label: Optional[str] = None,
+        tmp: Optional[str] = None,
+        parts: Optional[str] = None,
+        stamp: Optional[float] = None,
+    ):
         self.kind = output_kind(path, file_flag)
         self.path = check_output_path(path, file_flag, {})
         self.file_flag = file_flag
-        self.tmp = tmp or os.path.join(os.path.dirname(os.path.abspath(self.path)),
-                                       f".tmp-{os.path.basename(path)}.{os.getpid()}")
+        self.tmp = tmp or os.path.join(
+            os.path.dirname(os.path.abspath(self.path)),
+            f".tmp-{os.path.basename(path)}.{os.getpid()}",
+        )
         self.parquet = self.kind == "parquet"
         self.writer = None
         self.sheet = None  # Excel or Stata: formats.ExcelWriter / StataWriter
@@ -221,28 +255,43 @@ class OutputWriter:
         for number in range(chunks):
             path = self._part(number)
             if not os.path.exists(path):
-                raise UserError(f"{self.file_flag} {self.path}: the unfinished run's parts ({self.parts}) lack "
-                                f"{os.path.basename(path)}; pass --restart to start over")
+                raise UserError(
+                    f"{self.file_flag} {self.path}: the unfinished run's parts ({self.parts}) lack "
+                    f"{os.path.basename(path)}; pass --restart to start over"
+                )
             self._add(_read_part(path))
             self.chunks += 1
 
-    def write(self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None) -> None:
+    def write(
+        self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None
+    ) -> None:
         """One chunk: `inputs` (the input's columns, row for row) beside `outputs`;
         `source_rows`: each row's row in the input, for messages, where the rows are not the
         input's own in order (a check list)."""
-        frame = outputs if inputs is None else pd.concat(
-            [inputs.reset_index(drop=True), outputs.reset_index(drop=True)], axis=1)
+        frame = (
+            outputs
+            if inputs is None
+            else pd.concat([inputs.reset_index(drop=True), outputs.reset_index(drop=True)], axis=1)
+        )
         if self.names is None:
             given = [str(c) for c in frame.columns]
-            self.names = output_names(self.kind, [] if inputs is None else inputs.columns, outputs.columns)
+            self.names = output_names(
+                self.kind, [] if inputs is None else inputs.columns, outputs.columns
+            )
             self.labels = [old if old != new else "" for old, new in zip(given, self.names)]
             self.renamed = [(old, new) for old, new in zip(self.labels, self.names) if old]
             if self.parts is not None:
-                _write_whole(os.path.join(self.parts, COLUMNS), lambda handle: handle.write(
-                    json.dumps({"names": self.names, "labels": self.labels}).encode("utf-8")))
+                _write_whole(
+                    os.path.join(self.parts, COLUMNS),
+                    lambda handle: handle.write(
+                        json.dumps({"names": self.names, "labels": self.labels}).encode("utf-8")
+                    ),
+                )
         frame = frame.set_axis(self.names, axis=1)
         if self.kind == "csv":
-            frame.to_csv(self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False)
+            frame.to_csv(
+                self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False
+            )
             self.rows += len(frame)
         else:
             table = self._table(frame)
@@ -262,15 +311,24 @@ class OutputWriter:
             try:
                 columns = sheet_columns(frame, self.kinds)
             except UserError as exc:
-                raise UserError(f"{self.file_flag} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}")
-            return pa.Table.from_arrays([pa.array(values, type=pa.float64() if kind == "number" else pa.string())
-                                         for _, kind, values in columns], names=[name for name, _, _ in columns])
+                raise UserError(
+                    f"{self.file_flag} {self.path}: rows {self.rows + 1}-{self.rows + len(frame)}: {exc}"
+                )
+            return pa.Table.from_arrays(
+                [
+                    pa.array(values, type=pa.float64() if kind == "number" else pa.string())
+                    for _, kind, values in columns
+                ],
+                names=[name for name, _, _ in columns],
+            )
         schema = self.writer.schema if self.writer is not None else None
         try:  # later chunks take the first one's schema (a column may be all blank in one)
             table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise UserError(f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
-                            f"fit the column types of the rows before them ({first_line(exc, 300)})")
+            raise UserError(
+                f"{self.path}: rows {self.rows + 1}-{self.rows + len(frame)} do not "
+                f"fit the column types of the rows before them ({first_line(exc, 300)})"
+            )
         if schema is None:
             # Arrow types only: pandas would record dtypes such as
             # 'list<element: int64>[pyarrow]' that it cannot read back itself
@@ -284,15 +342,29 @@ class OutputWriter:
         import pyarrow as pa
 
         if self.kind in ("excel", "stata"):
-            columns = [(name, "number" if table.schema.field(i).type == pa.float64() else "text",
-                        table.column(i).to_numpy(zero_copy_only=False)) for i, name in enumerate(table.column_names)]
+            columns = [
+                (
+                    name,
+                    "number" if table.schema.field(i).type == pa.float64() else "text",
+                    table.column(i).to_numpy(zero_copy_only=False),
+                )
+                for i, name in enumerate(table.column_names)
+            ]
             self.kinds = [kind for _, kind, _ in columns]
             if self.sheet is None:
                 if self.kind == "excel":
-                    self.sheet = formats.ExcelWriter(self.tmp, self.path, self.file_flag, file_time(self.stamp))
+                    self.sheet = formats.ExcelWriter(
+                        self.tmp, self.path, self.file_flag, file_time(self.stamp)
+                    )
                 else:
-                    self.sheet = formats.StataWriter(self.tmp, self.path, self.file_flag, self.labels,
-                                                     data_label=self.label or "", stamp=file_time(self.stamp))
+                    self.sheet = formats.StataWriter(
+                        self.tmp,
+                        self.path,
+                        self.file_flag,
+                        self.labels,
+                        data_label=self.label or "",
+                        stamp=file_time(self.stamp),
+                    )
             if self.kind == "excel" and source_rows is not None:  # its messages name rows
                 self.sheet.write(columns, source_rows)
             else:
@@ -323,8 +395,11 @@ class OutputWriter:
         commit_files(self.tmp, self.path, self.file_flag, beside)
         if self.renamed and self.log is not None:
             labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
-            self.log(f"{self.file_flag} {self.path}: columns written under other names: " + ", ".join(
-                f"{old!r} -> {new}" for old, new in self.renamed) + labels)
+            self.log(
+                f"{self.file_flag} {self.path}: columns written under other names: "
+                + ", ".join(f"{old!r} -> {new}" for old, new in self.renamed)
+                + labels
+            )
 
     def close(self) -> None:
         """Stop writing, the parts kept (a job that will be continued): a CSV's temp file;
@@ -359,8 +434,10 @@ def file_time(stamp: Optional[float] = None) -> float:
         try:
             return float(int(fixed))
         except ValueError:
-            raise UserError(f"SOURCE_DATE_EPOCH={fixed}: not a whole number of seconds since 1970; "
-                            "set it to one (e.g. $(date +%s)) or unset it")
+            raise UserError(
+                f"SOURCE_DATE_EPOCH={fixed}: not a whole number of seconds since 1970; "
+                "set it to one (e.g. $(date +%s)) or unset it"
+            )
     import time
 
     return time.time()
@@ -377,7 +454,9 @@ def _write_part(table, handle) -> None:
     import pyarrow as pa
 
     compression = "lz4" if pa.Codec.is_available("lz4") else None
-    with pa.ipc.new_file(handle, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as out:
+    with pa.ipc.new_file(
+        handle, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)
+    ) as out:
         out.write_table(table)
 
 
@@ -400,8 +479,10 @@ def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = N
     pairs, temps = [(tmp, path)], []
     try:
         for other, text in (beside or {}).items():
-            fd, other_tmp = tempfile.mkstemp(prefix=f".tmp-{os.path.basename(other)}.",
-                                             dir=os.path.dirname(os.path.abspath(other)))
+            fd, other_tmp = tempfile.mkstemp(
+                prefix=f".tmp-{os.path.basename(other)}.",
+                dir=os.path.dirname(os.path.abspath(other)),
+            )
             temps.append(other_tmp)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
@@ -420,9 +501,15 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
     from mixer.core.io import disk_full
 
     reason = disk_full(exc) or first_line(exc)
-    kept = f"{path} and {', '.join(os.path.basename(p) for p in beside)} are" if beside else f"{path} is"
-    return UserError(f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
-                     "to another file or directory")
+    kept = (
+        f"{path} and {', '.join(os.path.basename(p) for p in beside)} are"
+        if beside
+        else f"{path} is"
+    )
+    return UserError(
+        f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
+        "to another file or directory"
+    )
 
 
 def write_table(frame: pd.DataFrame, path: str, file_flag: str = "--output", log=None) -> None:

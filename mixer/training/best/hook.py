@@ -27,7 +27,9 @@ class KeepBest(Hook):
     def __init__(self):
         self.standing = Standing()  # its own state: the best's record and the patience count
         self.keeper: Optional[BestKeeper] = None
-        self.unwritten = False  # a new best that RUN/best/ does not hold yet (written after the save)
+        self.unwritten = (
+            False  # a new best that RUN/best/ does not hold yet (written after the save)
+        )
 
     @property
     def best(self) -> Optional[dict]:
@@ -43,28 +45,46 @@ class KeepBest(Hook):
 
     def on_start(self, state, control) -> None:
         cfg, standing = state.cfg, self.where(state)
-        self.starting_thresholds = (state.thresholds, {k: state.model_extra.get(k) for k in (
-            "threshold", "thresholds", "thresholds_from")})  # what --tune-threshold starts from
+        self.starting_thresholds = (
+            state.thresholds,
+            {k: state.model_extra.get(k) for k in ("threshold", "thresholds", "thresholds_from")},
+        )  # what --tune-threshold starts from
         if cfg.keep_best:
-            self.keeper = BestKeeper(cfg, state.world, state.run_dir, state.model_extra,
-                                     lambda record: self.best_files(state, record), logger.info,
-                                     state.eval_conditions)
+            self.keeper = BestKeeper(
+                cfg,
+                state.world,
+                state.run_dir,
+                state.model_extra,
+                lambda record: self.best_files(state, record),
+                logger.info,
+                state.eval_conditions,
+            )
             control.keep_rows()  # the table of a new best
             self.keeper.start(standing, state.model)  # all ranks
-        elif standing.best is not None:  # RUN/best/ moved away (keeper.check_resume refuses it otherwise)
-            drop_moved_best(standing, state.run_dir, "this run keeps no best model",
-                            logger.warning if state.is_main else (lambda _line: None))
+        elif (
+            standing.best is not None
+        ):  # RUN/best/ moved away (keeper.check_resume refuses it otherwise)
+            drop_moved_best(
+                standing,
+                state.run_dir,
+                "this run keeps no best model",
+                logger.warning if state.is_main else (lambda _line: None),
+            )
 
     def on_evaluate(self, state, control) -> None:
         evaluation = state.evaluation
         if self.keeper is None or not evaluation.on_sample:
             return
         standing = self.where(state)
-        verdict = self.keeper.judge(standing, evaluation.row, planned_end=state.step >= state.total_steps)  # all ranks
+        verdict = self.keeper.judge(
+            standing, evaluation.row, planned_end=state.step >= state.total_steps
+        )  # all ranks
         if verdict.stop:
             control.stop(standing.stop_reason)
         if verdict.new_best:
-            standing.best = self.keeper.record(standing, evaluation.row, control.evaluation_table())  # all ranks
+            standing.best = self.keeper.record(
+                standing, evaluation.row, control.evaluation_table()
+            )  # all ranks
             self.unwritten = True
             control.save()  # last.pt records it before RUN/best/ holds it
         control.note(self.keeper.note(standing, verdict))
@@ -77,8 +97,11 @@ class KeepBest(Hook):
     def before_final(self, state, control) -> None:
         """The last step competes on the rows the others did, before the final rows or
         thresholds change (all ranks)."""
-        if self.keeper is not None and state.last_eval_step != state.step and (
-                state.full_val or state.cfg.tune_threshold):
+        if (
+            self.keeper is not None
+            and state.last_eval_step != state.step
+            and (state.full_val or state.cfg.tune_threshold)
+        ):
             control.evaluate()  # all ranks
 
     def on_end(self, state, control) -> None:
@@ -92,9 +115,14 @@ class KeepBest(Hook):
         if best is None:
             return
         best_dir = os.path.join(state.run_dir, BEST_DIR)
-        remeasure, same = bool(state.cfg.tune_threshold or state.full_val), best["step"] == state.step
+        remeasure, same = (
+            bool(state.cfg.tune_threshold or state.full_val),
+            best["step"] == state.step,
+        )
         if not remeasure and same and state.scored_last:
-            gathered = control.final_rows()  # this job's final evaluation scored these very weights (rank 0)
+            gathered = (
+                control.final_rows()
+            )  # this job's final evaluation scored these very weights (rank 0)
         elif not remeasure and not lacks_scores(state, best_dir):  # all ranks
             return  # a job run again after the end: RUN/best/ holds its final files already
         else:
@@ -106,7 +134,9 @@ class KeepBest(Hook):
             files = write_scores(state, gathered, best_dir, which)
             self.keeper.write(state.model, best, files or {})
             if same and files:
-                logger.info(f"scores of the best model, the last step's weights: {best_dir} (as above)")
+                logger.info(
+                    f"scores of the best model, the last step's weights: {best_dir} (as above)"
+                )
 
     def evaluate_best(self, state, control, best: dict, best_dir: str, remeasure: bool):
         """The best's weights swapped in (its thresholds tuned again from the run's
@@ -114,13 +144,19 @@ class KeepBest(Hook):
         to rank 0, or INTERRUPTED (all ranks)."""
         if best["step"] != state.step:
             control.load_weights(best_dir)  # all ranks (the last step's are saved)
-            if state.cfg.tune_threshold:  # from the thresholds the run started with, as for the last step's
+            if (
+                state.cfg.tune_threshold
+            ):  # from the thresholds the run started with, as for the last step's
                 control.use_thresholds(*self.starting_thresholds)
                 if not tune_thresholds(state, control, state.full_val, best_dir):
                     return INTERRUPTED
-        measured = control.score_calibration_rows() and control.evaluate_rows(as_final=remeasure)  # all ranks
+        measured = control.score_calibration_rows() and control.evaluate_rows(
+            as_final=remeasure
+        )  # all ranks
         if not measured:
-            logger.warning(f"the best model's final evaluation was interrupted; {best_dir} keeps the files it had")
+            logger.warning(
+                f"the best model's final evaluation was interrupted; {best_dir} keeps the files it had"
+            )
             return INTERRUPTED
         metrics, gathered = measured
         if remeasure:
@@ -136,7 +172,9 @@ class KeepBest(Hook):
 
     def best_files(self, state, record: dict) -> dict:
         """What RUN/best/ carries besides the model: its evaluation table and model card."""
-        text, data = card_files(state, record, os.path.join(state.run_dir, BEST_DIR), dict(state.model_extra))
+        text, data = card_files(
+            state, record, os.path.join(state.run_dir, BEST_DIR), dict(state.model_extra)
+        )
         files = {card.CARD: text, card.CARD_DATA: card.data_text(data)}
         if record.get("table"):
             files["evaluation.csv"] = record["table"]

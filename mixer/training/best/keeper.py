@@ -37,7 +37,14 @@ from mixer.core.errors import UserError
 from mixer.distributed import world as mdist
 from mixer.models.sources import BEST_DIR, is_run_directory, run_config
 
-RECORD_KEYS = ("metric", "value", "step", "epoch", "place", "conditions")  # best/config.json's "weights", and "metrics"
+RECORD_KEYS = (
+    "metric",
+    "value",
+    "step",
+    "epoch",
+    "place",
+    "conditions",
+)  # best/config.json's "weights", and "metrics"
 
 
 @dataclass
@@ -69,8 +76,15 @@ def better(metric: str, value: float, than: float) -> bool:
     return value < than if BEST_METRICS[metric] == "min" else value > than
 
 
-def judge(best: Optional[dict], waited: int, metric: str, value: float, place: tuple,
-          patience: Optional[int], min_delta: float) -> Verdict:
+def judge(
+    best: Optional[dict],
+    waited: int,
+    metric: str,
+    value: float,
+    place: tuple,
+    patience: Optional[int],
+    min_delta: float,
+) -> Verdict:
     """The verdict on one evaluation (see the module's docstring)."""
     if best is None:
         new_best, improved, after_best = value == value, True, True
@@ -86,9 +100,11 @@ def judge(best: Optional[dict], waited: int, metric: str, value: float, place: t
 def check_metric(cfg: TrainConfig) -> None:
     """Before anything is written: a noised metric needs the noised validation copy."""
     if cfg.keep_best and "noisy" in cfg.keep_best and not cfg.eval_noise:
-        raise UserError(f"--keep-best {cfg.keep_best} is measured on the noised validation copy, which "
-                        "this run does not make; leave out --no-eval-noise (or pass --eval-noise 2), "
-                        "or keep the best by another metric")
+        raise UserError(
+            f"--keep-best {cfg.keep_best} is measured on the noised validation copy, which "
+            "this run does not make; leave out --no-eval-noise (or pass --eval-noise 2), "
+            "or keep the best by another metric"
+        )
 
 
 def conditions(cfg: TrainConfig, sample, thresholds) -> dict:
@@ -101,10 +117,15 @@ def conditions(cfg: TrainConfig, sample, thresholds) -> dict:
     import numpy as np
 
     rows = np.asarray(sample, dtype=np.int64)
-    return {"rows": int(len(rows)), "sample": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
-            "val_max_rows": cfg.val_max_rows, "seq2seq_weight": float(cfg.seq2seq_weight),
-            "threshold": float(thresholds.default), "thresholds": thresholds.table,
-            "eval_noise": cfg.eval_noise}
+    return {
+        "rows": int(len(rows)),
+        "sample": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
+        "val_max_rows": cfg.val_max_rows,
+        "seq2seq_weight": float(cfg.seq2seq_weight),
+        "threshold": float(thresholds.default),
+        "thresholds": thresholds.table,
+        "eval_noise": cfg.eval_noise,
+    }
 
 
 def changed_condition(metric: str, recorded: Optional[dict], current: dict) -> Optional[tuple]:
@@ -117,20 +138,32 @@ def changed_condition(metric: str, recorded: Optional[dict], current: dict) -> O
         return None
     if (recorded["rows"], recorded["sample"]) != (current["rows"], current["sample"]):
         was, now = recorded["rows"], current["rows"]
-        return (f"on {was:,} validation rows", f"on {now:,}" if was != now else "on another sample of them",
-                f"--val-max-rows {recorded['val_max_rows']}")
+        return (
+            f"on {was:,} validation rows",
+            f"on {now:,}" if was != now else "on another sample of them",
+            f"--val-max-rows {recorded['val_max_rows']}",
+        )
     if metric == "val_loss" and recorded["seq2seq_weight"] != current["seq2seq_weight"]:
-        return (f"with --seq2seq-weight {recorded['seq2seq_weight']:g}", f"with {current['seq2seq_weight']:g}",
-                f"--seq2seq-weight {recorded['seq2seq_weight']:g}")
+        return (
+            f"with --seq2seq-weight {recorded['seq2seq_weight']:g}",
+            f"with {current['seq2seq_weight']:g}",
+            f"--seq2seq-weight {recorded['seq2seq_weight']:g}",
+        )
     if "flat" in metric and not metric.endswith("_loss"):
         was = Thresholds.of(recorded["threshold"], recorded["thresholds"])
         now = Thresholds.of(current["threshold"], current["thresholds"])
         if was != now:
-            return (f"with flat thresholds {was.describe()}", f"with {now.describe()}",
-                    "the thresholds it had (--threshold, --inherit-thresholds)")
+            return (
+                f"with flat thresholds {was.describe()}",
+                f"with {now.describe()}",
+                "the thresholds it had (--threshold, --inherit-thresholds)",
+            )
     if "noisy" in metric and recorded["eval_noise"] != current["eval_noise"]:
-        return (f"with --eval-noise {recorded['eval_noise']}", f"with {current['eval_noise']}",
-                f"--eval-noise {recorded['eval_noise']}")
+        return (
+            f"with --eval-noise {recorded['eval_noise']}",
+            f"with {current['eval_noise']}",
+            f"--eval-noise {recorded['eval_noise']}",
+        )
     return None
 
 
@@ -160,14 +193,18 @@ def check_resume(run_dir: str, metric: Optional[str], current: dict, resuming: b
     if changed is not None:
         was, now, flags = changed
         best_dir = os.path.join(run_dir, BEST_DIR)
-        raise UserError(f"{run_dir} keeps its best model by {metric} as measured {was} ({best_dir}, step "
-                        f"{record['step']}); this run would measure it {now}, which does not compare "
-                        f"with it: resume with {flags}, or move {best_dir} away to keep the best afresh")
+        raise UserError(
+            f"{run_dir} keeps its best model by {metric} as measured {was} ({best_dir}, step "
+            f"{record['step']}); this run would measure it {now}, which does not compare "
+            f"with it: resume with {flags}, or move {best_dir} away to keep the best afresh"
+        )
 
 
 def metric_changed(run_dir: str, kept: str) -> UserError:
-    return UserError(f"{run_dir} keeps its best model by {kept} ({run_dir}/{BEST_DIR}); resume with "
-                     f"--keep-best {kept}, or move {run_dir}/{BEST_DIR} away to continue without it")
+    return UserError(
+        f"{run_dir} keeps its best model by {kept} ({run_dir}/{BEST_DIR}); resume with "
+        f"--keep-best {kept}, or move {run_dir}/{BEST_DIR} away to continue without it"
+    )
 
 
 def drop_moved_best(standing, run_dir: str, why: str, log: Callable[[str], None]) -> None:
@@ -175,8 +212,10 @@ def drop_moved_best(standing, run_dir: str, why: str, log: Callable[[str], None]
     the training state's record and patience count go (rank 0's decision, every rank
     drops it)."""
     best = standing.best
-    log(f"{os.path.join(run_dir, BEST_DIR)} was moved away: the best the training state records "
-        f"({best['metric']} {best['value']:.4f} at step {best['step']}) is dropped; {why}")
+    log(
+        f"{os.path.join(run_dir, BEST_DIR)} was moved away: the best the training state records "
+        f"({best['metric']} {best['value']:.4f} at step {best['step']}) is dropped; {why}"
+    )
     standing.best, standing.evals_since_best = None, 0
 
 
@@ -192,8 +231,10 @@ def discard_leftover(run_dir: str, log: Callable[[str], None]) -> None:
         import shutil
 
         shutil.rmtree(best_dir)
-        log(f"removed {best_dir}: a best model left without a training state to resume (the run "
-            "starts over)")
+        log(
+            f"removed {best_dir}: a best model left without a training state to resume (the run "
+            "starts over)"
+        )
 
 
 class BestKeeper:
@@ -202,9 +243,16 @@ class BestKeeper:
     write_files(record) -> {file name: text} gives the files RUN/best/ carries besides
     the model (its evaluation table, its model card); extra is config.json's content."""
 
-    def __init__(self, cfg: TrainConfig, world: mdist.World, run_dir: str, extra: dict,
-                 write_files: Callable[[dict], dict], log: Callable[[str], None],
-                 conditions: Optional[dict] = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        world: mdist.World,
+        run_dir: str,
+        extra: dict,
+        write_files: Callable[[dict], dict],
+        log: Callable[[str], None],
+        conditions: Optional[dict] = None,
+    ):
         self.metric = cfg.keep_best
         self.conditions = conditions or {}  # what its evaluations are measured with (`conditions`)
         self.patience = cfg.early_stopping_patience
@@ -220,8 +268,15 @@ class BestKeeper:
         patience count and, when it runs out before the planned end, the stop reason."""
         verdict = None
         if self.world.is_main:
-            verdict = judge(standing.best, standing.evals_since_best, self.metric, row[self.metric],
-                            place_of(standing), self.patience, self.min_delta)
+            verdict = judge(
+                standing.best,
+                standing.evals_since_best,
+                self.metric,
+                row[self.metric],
+                place_of(standing),
+                self.patience,
+                self.min_delta,
+            )
             if planned_end:  # the run ends here anyway: nothing for early stopping to end
                 verdict = Verdict(verdict.new_best, verdict.waited, False)
         verdict = mdist.broadcast_object(verdict, self.world)  # all ranks
@@ -231,14 +286,17 @@ class BestKeeper:
             by = f" by at least {self.min_delta:g}" if self.min_delta else ""
             standing.stop_reason = (
                 f"early stopping: {self.metric} did not improve on {best['value']:.4f} (step "
-                f"{best['step']}, epoch {epoch_number(*best['place'])}){by} in {self.patience} evaluation(s)")
+                f"{best['step']}, epoch {epoch_number(*best['place'])}){by} in {self.patience} evaluation(s)"
+            )
         return verdict
 
     def note(self, standing, verdict: Verdict) -> str:
         """What the evaluation line adds: a new best, or how patient the run still is."""
         best = standing.best
         if verdict.new_best:  # standing.best is already its record
-            return f"new best {self.metric} {best['value']:.4f}" if best else f"new best {self.metric}"
+            return (
+                f"new best {self.metric} {best['value']:.4f}" if best else f"new best {self.metric}"
+            )
         if best is None:  # every evaluation so far was NaN: NaN is never the best
             return f"no best {self.metric} yet: it was NaN, which is never the best"
         text = f"best {self.metric} {best['value']:.4f} at step {best['step']}"
@@ -248,29 +306,47 @@ class BestKeeper:
 
     def record(self, standing, row: dict, table: Optional[str]) -> dict:
         """The best's record as the training state keeps it."""
-        return {"metric": self.metric, "value": float(row[self.metric]), "step": standing.step,
-                "epoch": standing.epoch, "place": list(place_of(standing)), "conditions": self.conditions,
-                "metrics": {k: v for k, v in row.items() if k.startswith("val_")}, "table": table}
+        return {
+            "metric": self.metric,
+            "value": float(row[self.metric]),
+            "step": standing.step,
+            "epoch": standing.epoch,
+            "place": list(place_of(standing)),
+            "conditions": self.conditions,
+            "metrics": {k: v for k, v in row.items() if k.startswith("val_")},
+            "table": table,
+        }
 
     def write(self, model, record: dict, more: Optional[dict] = None) -> None:
         """RUN/best/ of `model` (rank 0), with `more` files (the end of a run's scores)."""
         from mixer.models.model_dir import write_model_dir
 
         weights = dict({k: record[k] for k in RECORD_KEYS}, kind="best", metrics=record["metrics"])
-        write_model_dir(self.run_dir, BEST_DIR, model, dict(self.extra, weights=weights),
-                        dict(self.write_files(record), **(more or {})))
+        write_model_dir(
+            self.run_dir,
+            BEST_DIR,
+            model,
+            dict(self.extra, weights=weights),
+            dict(self.write_files(record), **(more or {})),
+        )
 
     def start(self, standing, model) -> None:
         """Make a resumed state's best and RUN/best/ agree before training (rank 0
         decides, every rank receives the result; all ranks)."""
         best = mdist.main_only(lambda: self._reconcile(standing, model), self.world)  # all ranks
-        best, waited = mdist.broadcast_object((best, standing.evals_since_best), self.world)  # all ranks
+        best, waited = mdist.broadcast_object(
+            (best, standing.evals_since_best), self.world
+        )  # all ranks
         standing.best, standing.evals_since_best = best, waited
         if best is not None:
-            waited = f"{standing.evals_since_best}" + (f" of {self.patience}" if self.patience else "")
-            self.log(f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
-                     f"({os.path.join(self.run_dir, BEST_DIR)}); {waited} evaluation(s) after it "
-                     "without improvement")
+            waited = f"{standing.evals_since_best}" + (
+                f" of {self.patience}" if self.patience else ""
+            )
+            self.log(
+                f"best so far: {self.metric} {best['value']:.4f} at step {best['step']} "
+                f"({os.path.join(self.run_dir, BEST_DIR)}); {waited} evaluation(s) after it "
+                "without improvement"
+            )
 
     def _reconcile(self, standing, model) -> Optional[dict]:
         from mixer.models.model_dir import recover
@@ -281,28 +357,40 @@ class BestKeeper:
         if disk is not None and disk["metric"] != self.metric:  # check_resume refused it before
             raise metric_changed(self.run_dir, disk["metric"])
         if state is not None and disk is None and state["metric"] != self.metric:
-            drop_moved_best(standing, self.run_dir, f"this run keeps its best by {self.metric} afresh",
-                            self.log)
+            drop_moved_best(
+                standing, self.run_dir, f"this run keeps its best by {self.metric} afresh", self.log
+            )
             return None
         changed = state and changed_condition(self.metric, state.get("conditions"), self.conditions)
         if changed and disk is None:
-            drop_moved_best(standing, self.run_dir, f"this run measures {self.metric} {changed[1]}, not "
-                            f"{changed[0]}, and keeps its best afresh", self.log)
+            drop_moved_best(
+                standing,
+                self.run_dir,
+                f"this run measures {self.metric} {changed[1]}, not "
+                f"{changed[0]}, and keeps its best afresh",
+                self.log,
+            )
             return None
         if state is not None and (disk is None or tuple(state["place"]) > tuple(disk["place"])):
             if state["step"] == standing.step:  # killed between last.pt and RUN/best/: finish it
                 self.write(model, state)
-                self.log(f"wrote {best_dir}: the best model (step {state['step']}) the training state "
-                         "records, which the interrupted job had not written yet")
+                self.log(
+                    f"wrote {best_dir}: the best model (step {state['step']}) the training state "
+                    "records, which the interrupted job had not written yet"
+                )
                 return state
-            self.log(f"warning: {best_dir} lacks the best model the training state records (step "
-                     f"{state['step']}, {self.metric} {state['value']:.4f}); the run continues with "
-                     + ("the one it holds" if disk else "none"))
+            self.log(
+                f"warning: {best_dir} lacks the best model the training state records (step "
+                f"{state['step']}, {self.metric} {state['value']:.4f}); the run continues with "
+                + ("the one it holds" if disk else "none")
+            )
             if disk is None:  # moved away: the count of evaluations after it goes with it
                 standing.evals_since_best = 0
             return _from_disk(best_dir, disk)
         if disk is not None and (state is None or tuple(disk["place"]) > tuple(state["place"])):
-            return _from_disk(best_dir, disk)  # newer than the state: last.pt did not load, last.prev.pt did
+            return _from_disk(
+                best_dir, disk
+            )  # newer than the state: last.pt did not load, last.prev.pt did
         return state
 
 
