@@ -267,3 +267,128 @@ def test_two_processes_stop_together_on_a_signal_and_one_process_continues(
     again = run_program("predict.py", *predict_cmd(run, census, stopped), env=env())
     assert "continuing an unfinished run after its 2 chunk(s) (180 rows" in again.stdout
     assert stopped.read_bytes() == two_processes["parquet"]
+
+
+# ------------------------------------------------------------------ a hostile review's cases
+KILLED_IN_COMMIT = """
+import os, runpy, sys
+from mixer.prediction import sinks
+sinks.SummaryPlotSink.commit = lambda self, job: os._exit(9)  # a kill once the output is in place
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_kill_while_the_outputs_are_committed_costs_no_chunk(
+    run, census, tmp_path, monkeypatch, capsys
+):
+    """Killed after the output is renamed into place, before the other outputs and the journal's
+    removal: the parts stay whole (the output's own file is linked into place, not moved), so
+    the same command continues after every chunk and commits the same bytes again."""
+    import subprocess
+
+    from mixer.cli.entrypoints import predict_main
+
+    whole, cut = same_name(tmp_path, "out.csv", "whole", "cut")
+    extra = ["--embeddings", "e.npy", "--summary-plot", "plot.png"]
+    cmd = lambda out: predict_cmd(
+        run, census, out, *[str(out.parent / e) if "." in e else e for e in extra]
+    )  # noqa: E731
+    assert predict_main(cmd(whole)) == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_COMMIT, os.path.join(ROOT, "predict.py"), *cmd(cut)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env(),
+    )
+    assert killed.returncode == 9, killed.stderr
+    assert cut.exists()  # the output was in place when the kill came
+    capsys.readouterr()
+    assert predict_main(cmd(cut)) == 0
+    assert "continuing an unfinished run after its 7 chunk(s) (600 rows" in capsys.readouterr().out
+    for name in ("out.csv", "out.csv.provenance.json", "e.npy"):
+        if name.endswith(".json"):  # the sidecar names its own folder
+            assert (cut.parent / name).read_text().replace("/cut/", "/") == (
+                whole.parent / name
+            ).read_text().replace("/whole/", "/")
+        else:
+            assert (cut.parent / name).read_bytes() == (whole.parent / name).read_bytes()
+    assert sorted(p.name for p in cut.parent.iterdir()) == sorted(
+        p.name for p in whole.parent.iterdir()
+    )
+
+
+def test_a_second_job_on_the_same_output_is_refused_while_the_first_runs(run, census, tmp_path):
+    """Two jobs on one output at once (a requeue while the first still runs, a double launch)
+    would both write into its parts: the second is refused in one line while the first holds
+    the parts' lock, and runs once the lock is free (the kernel frees it when a job ends)."""
+    import fcntl
+
+    from mixer.prediction.resume import parts_dir
+
+    out = tmp_path / "out.csv"
+    with open(parts_dir(str(out)) + ".lock", "a") as lock:  # the first job, running
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        second = run_program("predict.py", *predict_cmd(run, census, out), check=False, env=env())
+        assert second.returncode == 2, second.stderr
+        assert f"--output {out}: another predict.py is writing it now" in second.stderr
+        assert "Traceback" not in second.stderr and not out.exists()
+    run_program("predict.py", *predict_cmd(run, census, out), env=env())
+    assert out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out.csv",
+        "out.csv.provenance.json",
+    ]
+
+
+def test_the_store_spills_beside_the_jobs_output_never_beside_its_input(tmp_path):
+    """An --audit or --to-check job without --output: the store's spill file goes beside that
+    output (where a killed job's leftovers are swept), not into the input's directory, which
+    on a cluster is often a shared, read-only data directory."""
+    from mixer.core.programs import PredictConfig
+    from mixer.distributed.world import World
+    from mixer.prediction.predict_job import DistinctStores
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    for config in (
+        PredictConfig(input=str(data / "in.csv"), audit=["30", str(out / "audit.csv")]),
+        PredictConfig(input=str(data / "in.csv"), to_check=["30", str(out / "check.csv")]),
+    ):
+        stores = DistinctStores(config, World())
+        assert stores.table.spill_dir == str(out)
+        stores.close()
+
+
+def test_a_resumed_embeddings_job_counts_no_rows_without_a_code(run, census, tmp_path):
+    """An --embeddings job writes no codes, so it says nothing of rows without a description,
+    killed and continued or not (the skipped chunks' blank rows were counted as if coded)."""
+    out = tmp_path / "e.npy"
+    cmd = ["--checkpoint", run, "--input", census, "--embeddings", str(out), "--chunk-size", "90"]
+    killed = run_program("predict.py", *cmd, check=False, env=env(**{FAULT: "3"}))
+    assert killed.returncode == 9, killed.stderr
+    again = run_program("predict.py", *cmd, env=env())
+    assert "continuing an unfinished run after its 3 chunk(s)" in again.stdout
+    assert "without a description" not in again.stderr
+
+
+def test_other_thresholds_in_the_models_config_are_refused_on_resume(run, census, tmp_path):
+    """The model's own flat thresholds (config.json: a run's tuning writes them) make the codes:
+    a run continued after they changed would mix two thresholds' rows in one file."""
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(run, model)
+    out = tmp_path / "out.csv"
+    cmd = predict_cmd(str(model), census, out)
+    killed = run_program("predict.py", *cmd, check=False, env=env(**{FAULT: "2"}))
+    assert killed.returncode == 9, killed.stderr
+    config = json.loads((model / "config.json").read_text())
+    config["threshold"] = 0.02
+    (model / "config.json").write_text(json.dumps(config))
+    refused = run_program("predict.py", *cmd, check=False, env=env())
+    assert (
+        refused.returncode == 2
+        and "other flat thresholds in the model's config.json" in refused.stderr
+    )

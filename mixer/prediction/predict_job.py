@@ -210,7 +210,8 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
         )
     blank = blank_descriptions(text_column(chunk, columns.input_col))
     if job.journal is not None and number < job.journal.chunks:
-        job.blank_rows += int(blank.sum())
+        if job.codes:  # counted as model_inputs counts them: rows that get no code
+            job.blank_rows += int(blank.sum())
         if columns.context_cols and job.world.is_main:  # every row once, over the ranks
             job.context_fit += np.bincount(
                 job.model._context_fit(*job.rows.read(chunk)), minlength=3
@@ -402,12 +403,11 @@ class DistinctStores:
         from mixer.prediction.store import DistinctStore
 
         budget = args.store_memory * MEGABYTE
+        from mixer.prediction.resume import anchor
+
         beside = (
-            args.output
-            or args.embeddings
-            or (args.to_check[1] if args.to_check else None)
-            or args.input
-        )
+            anchor(args)[1] or args.input
+        )  # beside the job's first output (not a data directory)
         spill_dir = os.path.dirname(os.path.abspath(beside))
         by_row = (
             args.output and is_shaped(args) and not is_matrix(args)
@@ -487,7 +487,8 @@ def open_journal(args, predictor, world, say, sinks=()):
     why = resume.why_not(
         args, world, bool(args.output) and is_shaped(args) and not is_matrix(args), sinks
     )
-    for flag, path in (("--output", args.output), ("--embeddings", args.embeddings)):
+    flag, path = resume.anchor(args)  # where the parts and the store's spill lie
+    for flag, path in {(flag, path), ("--output", args.output), ("--embeddings", args.embeddings)}:
         if path:
             resume.remove_stale(path, flag, why, say)
     if why is not None:

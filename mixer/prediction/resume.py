@@ -159,13 +159,22 @@ class Journal:
         options["calibration"] = {
             head: list(values) for head, values in sorted(predictor.calibration.items())
         }
+        import mixer
+
+        # the model's own flat thresholds (config.json, which a run's tuning writes) and the code
+        options["model_thresholds"] = [
+            predictor.config.get("threshold"),
+            predictor.config.get("thresholds"),
+        ]
         self.made_by = {
+            "mixer": mixer.__version__,
             "input": _file_identity(args.input),
             "model": model_fingerprint(predictor),
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
         }
         self.chunks, self.rows, self.size = 0, 0, 0
+        self.lock = None  # open(): held while the job runs
         fault = os.environ.get(FAULT, "-1").split(":")
         self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
         if self.fault_signal == "LOST":  # the last rank's (lose_rank)
@@ -173,6 +182,7 @@ class Journal:
 
     def open(self, restart: bool, log) -> None:
         """Start, or continue the parts an earlier run of the same command left."""
+        self._lock()
         journal = os.path.join(self.dir, JOURNAL)
         if os.path.isdir(self.dir) and (restart or not os.path.exists(journal)):
             shutil.rmtree(self.dir)
@@ -282,6 +292,31 @@ class Journal:
     def remove(self) -> None:
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)
+        if self.lock is not None:  # the job is over: the lock goes with its parts
+            os.unlink(self.lock.name)
+            self.lock.close()
+            self.lock = None
+
+    def _lock(self) -> None:
+        """One job at a time on these parts: a second job on the same output (a requeue while
+        the first still runs, a double launch) would continue the parts under it and both
+        would write into them. The lock (flock on `<parts>.lock`) is the kernel's: it goes
+        with the process however the process ends, so a killed job never leaves it held."""
+        import errno
+        import fcntl
+
+        self.lock = open(self.dir + ".lock", "a")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return  # a file system without locks: as before, one job at a time is the user's
+            self.lock.close()
+            self.lock = None
+            raise UserError(
+                f"{self.flag} {self.output}: another predict.py is writing it now (it holds "
+                f"{self.dir}.lock); wait for it to end, or write to another file"
+            ) from None
 
 
 def _state(chunk: int) -> str:
@@ -371,6 +406,8 @@ def _file_identity(path: str) -> dict:
 
 
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
+    if saved.get("mixer") != now["mixer"]:
+        return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
     if saved["input"] != now["input"]:
         return f"another --input ({saved['input']['path']}, {saved['input']['bytes']:,} bytes, as it was then)"
     if saved["model"] != now["model"]:
@@ -379,6 +416,8 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         before = saved["options"].get(name)
         if json.loads(json.dumps(value)) == before:
             continue
+        if name == "model_thresholds":
+            return "other flat thresholds in the model's config.json (a run's tuning writes them)"
         if name == "calibration":
             return "another calibration of the model (its calibration.json changed since, e.g. by predict.py --calibrate)"
         if name == "tables":  # the reading options of every file, by their flags' names

@@ -413,7 +413,8 @@ class EmbeddingWriter:
                     {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.width or 0)},
                 )
                 shutil.copyfileobj(raw, out, 1 << 24)
-            os.unlink(self.raw_path)
+            if not self.resumes:  # beside a journal it stays with the parts until they go (a
+                os.unlink(self.raw_path)  # kill while the outputs are committed costs no chunk)
         elif (
             self.resumes
         ):  # the Parquet file from the raw vectors, a row group per chunk as written
@@ -428,8 +429,7 @@ class EmbeddingWriter:
                 for length in self.lengths:
                     self._write_parquet(np.asarray(vectors[start : start + length]))
                     start += length
-                del vectors
-            os.unlink(self.raw_path)
+                del vectors  # the raw file stays with the parts, removed with them
             if self.writer is not None:
                 self.writer.close()
         elif self.writer is not None:

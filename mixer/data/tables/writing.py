@@ -392,7 +392,7 @@ class OutputWriter:
             raise write_failed(self.file_flag, self.path, beside, exc) from exc
         if not os.path.exists(self.tmp):
             raise UserError(f"{self.path}: the input has no rows; nothing to predict")
-        commit_files(self.tmp, self.path, self.file_flag, beside)
+        commit_files(self._kept(self.tmp), self.path, self.file_flag, beside)
         if self.renamed and self.log is not None:
             labels = " (the old names are the variable labels)" if self.kind == "stata" else ""
             self.log(
@@ -400,6 +400,22 @@ class OutputWriter:
                 + ", ".join(f"{old!r} -> {new}" for old, new in self.renamed)
                 + labels
             )
+
+    def _kept(self, tmp: str) -> str:
+        """The file to rename into place. A resumable job's CSV is its parts' own file: a link
+        to it is renamed instead, so that the parts stay whole until the job's journal is
+        removed after every output is in place, and a kill while the outputs are committed
+        costs no chunk (the same command commits them again)."""
+        if self.parts is None or self.kind != "csv":
+            return tmp
+        final = tmp + ".final"
+        if os.path.exists(final):  # a killed commit's
+            os.unlink(final)
+        try:
+            os.link(tmp, final)
+        except OSError:  # a file system without hard links: the parts' file moves, as before
+            return tmp
+        return final
 
     def close(self) -> None:
         """Stop writing, the parts kept (a job that will be continued): a CSV's temp file;
