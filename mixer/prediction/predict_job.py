@@ -56,15 +56,12 @@ def predict_file(args: PredictConfig) -> None:
             if world.is_main:
                 for sink in job.sinks:
                     sink.add(job, part)
-                if (
-                    job.journal is not None
-                ):  # the chunk done: its store part, every state, the journal
+                if job.journal is not None:  # the chunk done: its store part, states, journal
                     keep_chunk(job, part)
             if job.bar is not None:
                 job.bar.update(len(chunk))
-            if job.stop.agreed(
-                world, number
-            ):  # a scheduler's SIGTERM / SIGUSR1: this chunk is kept, the rest waits
+            # a scheduler's SIGTERM / SIGUSR1 to any rank: this chunk is kept, the rest waits
+            if job.stop.agreed(world, number):
                 stop(job)
                 return
         finish(job)
