@@ -330,7 +330,7 @@ def test_the_columns_a_job_reads_are_decided_in_one_place():
                     text,
                 ):
                     found.append(name)
-    assert found == ["columns.py"]
+    assert found == ["job_columns.py"]
 
 
 def test_predict_py_names_itself_and_its_input(run_dir, common_csv, tmp_path, monkeypatch):
