@@ -125,7 +125,7 @@ class Counting(sinks.Sink):
         return True
 
     def __init__(self, job):
-        self.counts, self.path = {}, job.args.output + ".counts.json"
+        self.counts, self.path = {}, job.config.output + ".counts.json"
 
     def add(self, job, part):
         if part.number == int(os.environ.get("DIE_AT", "-1")):  # a kill -9 with no journal to keep

@@ -573,35 +573,35 @@ class AuditSink(Sink):
     early = True
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         from mixer.data.tables.sinks import refuse_shaped
 
-        if not args.audit:
+        if not config.audit:
             return
-        request = cls.request(args)
-        refuse_shaped(args, "--audit", "draws from the code table")
+        request = cls.request(config)
+        refuse_shaped(config, "--audit", "draws from the code table")
         from mixer.data.tables.sinks import job_files
 
-        request.check_path(job_files(args, "--audit"))
+        request.check_path(job_files(config, "--audit"))
 
     @classmethod
-    def wanted(cls, args) -> bool:
-        return bool(args.audit)
+    def wanted(cls, config) -> bool:
+        return bool(config.audit)
 
     @staticmethod
-    def request(args) -> AuditRequest:
+    def request(config) -> AuditRequest:
         return parse_audit_args(
-            args.audit, args.audit_margin, args.audit_by, args.audit_unit, args.audit_seed
+            config.audit, config.audit_margin, config.audit_by, config.audit_unit, config.audit_seed
         )
 
     DIGEST = "audit-digest.bin"  # beside a resume journal: the bytes the predictions' digest hashed
 
     def __init__(self, job):
-        self.audit, self.draw = self.request(job.args), None
+        self.audit, self.draw = self.request(job.config), None
         self.journal, self.formatter = job.journal, job.predictor.formatter
 
     def add(self, job, part) -> None:
-        args = job.args
+        config = job.config
         if self.draw is None:
             self.draw = AuditDraw.for_output(
                 self.audit,
@@ -609,14 +609,14 @@ class AuditSink(Sink):
                 part.chunk.columns,
                 part.predicted.columns,
                 [job.columns.input_col, job.columns.language_col, *job.columns.context_cols],
-                args.head[0],
-                len(args.head) > 1,
+                config.head[0],
+                len(config.head) > 1,
                 job.predictor,
             )
             if self.journal is not None:
                 self.draw.digest.keep(self.journal.path(self.DIGEST))
         self.draw.add_output(
-            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, args.head)
+            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.head)
         )
 
     def state(self) -> Optional[dict]:
@@ -646,9 +646,9 @@ class AuditSink(Sink):
             self.draw,
             self.audit,
             job.predictor,
-            job.args.checkpoint,
-            job.args.head[0],
-            job.args.threshold,
+            job.config.checkpoint,
+            job.config.head[0],
+            job.config.threshold,
         )
 
     def abort(self) -> None:

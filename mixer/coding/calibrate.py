@@ -22,17 +22,17 @@ from mixer.core.programs import PredictConfig
 CALIBRATED_HEADS = ("flat", "seq2seq")
 
 
-def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
+def calibrate_main(config: PredictConfig, predictor_class, model_class) -> int:
     """predictor_class and model_class: mixer.prediction's Predictor and Model, given by the
     program (mixer.cli.entrypoints), which loads through them once the options are checked:
     the coding sits below prediction and asks of the model only what it does."""
     for flag, value in (
-        ("--input", args.input),
-        ("--output", args.output),
-        ("--target-accuracy", args.target_accuracy),
-        ("--lookup", args.lookup),
-        ("--to-check", args.to_check),
-        ("--audit", args.audit),
+        ("--input", config.input),
+        ("--output", config.output),
+        ("--target-accuracy", config.target_accuracy),
+        ("--lookup", config.lookup),
+        ("--to-check", config.to_check),
+        ("--audit", config.audit),
     ):
         if value:
             raise UserError(
@@ -40,9 +40,9 @@ def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
                 f"alone; leave out {flag}"
             )
     for flag, value in (
-        ("--head", args.head),
-        ("--threshold", args.threshold),
-        ("--top-k", args.top_k),
+        ("--head", config.head),
+        ("--threshold", config.threshold),
+        ("--top-k", config.top_k),
     ):
         if value is not None:  # argparse's defaults are None: only what the user gave is refused
             raise UserError(
@@ -52,7 +52,7 @@ def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
     heads = list(
         CALIBRATED_HEADS
     )  # both, always: the full head has no row confidence (not covered)
-    if args.quantize or args.precision != "fp32":
+    if config.quantize or config.precision != "fp32":
         raise UserError(
             "--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
             "--precision (calibration does not move a threshold, which --target-accuracy chooses "
@@ -60,24 +60,24 @@ def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
         )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     predictor = predictor_class.load(
-        args.checkpoint,
+        config.checkpoint,
         None,
-        args.precision,
-        args.force_precision,
+        config.precision,
+        config.force_precision,
         log=log,
-        tf32=args.tf32,
+        tf32=config.tf32,
         announce=print,
     )
-    model = model_class(predictor, args.checkpoint)
+    model = model_class(predictor, config.checkpoint)
     model_dir = predictor.config.get("model_dir")
     if not model_dir:
         raise UserError(
             f"--calibrate writes calibration.json into the model's directory; --checkpoint "
-            f"{args.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
+            f"{config.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
             "saved in a directory of its own)"
         )
-    check_writable(model_dir, args.checkpoint)  # before any prediction
-    rows = labelled_rows(args, model, predictor)
+    check_writable(model_dir, config.checkpoint)  # before any prediction
+    rows = labelled_rows(config, model, predictor)
     from mixer.coding.calibration import MIN_ROWS
 
     if len(rows) < MIN_ROWS:  # before any prediction
@@ -92,12 +92,14 @@ def calibrate_main(args: PredictConfig, predictor_class, model_class) -> int:
             "note: the seq2seq calibration applies to OccCANINE's own greedy confidence",
             file=sys.stderr,
         )
-    entries, diagrams, lines = fit(predictor, heads, rows, args.batch_size)
+    entries, diagrams, lines = fit(predictor, heads, rows, config.batch_size)
     fit_on = {
         "rows": rows.rows,
         "count": len(rows),
-        "data": os.path.basename(args.calibration_data) if args.calibration_data else None,
-        "truth_cols": list(args.calibration_truth_cols or []) if args.calibration_data else None,
+        "data": os.path.basename(config.calibration_data) if config.calibration_data else None,
+        "truth_cols": list(config.calibration_truth_cols or [])
+        if config.calibration_data
+        else None,
         "thresholds": "the model's own",
         "top_k": "the model's own",
     }
@@ -178,20 +180,20 @@ def write(model_dir: str, entries: dict, rows: str, diagrams: dict, fit_on: dict
     return path
 
 
-def labelled_rows(args, model, predictor):
+def labelled_rows(config, model, predictor):
     from mixer.coding import target as targets
     from mixer.data.tables.job_columns import job_columns
 
-    config = predictor.config
-    if not args.calibration_data:
-        return targets.run_rows(config.get("model_dir"), args.checkpoint, "--calibrate")
+    model_config = predictor.config
+    if not config.calibration_data:
+        return targets.run_rows(model_config.get("model_dir"), config.checkpoint, "--calibrate")
     input_col, language_col, language, context_cols = job_columns(
-        config, args.input_col, args.language, args.language_col
+        model_config, config.input_col, config.language, config.language_col
     )
     return targets.file_rows(
-        args.calibration_data,
-        args.table_options("calibration_data"),
-        args.calibration_truth_cols,
+        config.calibration_data,
+        config.table_options("calibration_data"),
+        config.calibration_truth_cols,
         model,
         input_col,
         language_col,

@@ -239,7 +239,7 @@ AUDIT_CHECK_REASON = "needing a check (--target-accuracy)"  # an audit's left_ou
 
 
 def prepare(
-    args,
+    config,
     model,
     predictor,
     input_col: str,
@@ -254,59 +254,59 @@ def prepare(
     from mixer.distributed import world as mdist
 
     lookup = None
-    if args.lookup:
+    if config.lookup:
         from mixer.coding.lookup import read_for
 
         # the run's input column is the description's by default; rank 0 alone says how it was read
         lookup = read_for(
             model,
-            args.lookup,
-            args.lookup_input_col,
-            args.lookup_code_cols,
+            config.lookup,
+            config.lookup_input_col,
+            config.lookup_code_cols,
             language_col,
-            args.table_options("lookup"),
+            config.table_options("lookup"),
             log=say,
             default_input_col=input_col,
             note=lambda m: print(m, file=sys.stderr) if world.is_main else None,
         )
         # before predicting: an entry wider than the output, or two the model reads alike
         lookup.check(
-            model, args.top_k or predictor.default_top_k(), None if language_col else [language]
+            model, config.top_k or predictor.default_top_k(), None if language_col else [language]
         )
         say(
-            f"lookup: {len(lookup.codes):,} entries of {args.lookup} ({lookup.layout}"
+            f"lookup: {len(lookup.codes):,} entries of {config.lookup} ({lookup.layout}"
             + (f": {lookup.columns})" if lookup.columns else ")")
         )
     targets = {}
-    if args.target_accuracy is not None:
+    if config.target_accuracy is not None:
 
         def choose():
             rows_to_code, rows = _rows_to_code(
-                args, model, lookup, input_col, language_col, language, context_cols
+                config, model, lookup, input_col, language_col, language, context_cols
             )
             if not rows:  # before any threshold is chosen for no rows
                 from mixer.data.tables.job_columns import no_rows
 
-                raise UserError(no_rows(args.input))
+                raise UserError(no_rows(config.input))
             chosen = {}
-            for head in args.head:
+            for head in config.head:
                 target = model.target(
-                    args.target_accuracy,
-                    args.target_confidence,
+                    config.target_accuracy,
+                    config.target_confidence,
                     head,
-                    args.calibration_data,
-                    args.calibration_truth_cols,
+                    config.calibration_data,
+                    config.calibration_truth_cols,
                     lookup,
-                    args.shorter_codes,
+                    config.shorter_codes,
                     rows_to_code,
-                    args.top_k,
-                    None if head == "seq2seq" else args.threshold,
+                    config.top_k,
+                    None if head == "seq2seq" else config.threshold,
                     input_col,
                     language if not language_col else None,
                     language_col,
-                    args.batch_size,
-                    args.table_options("calibration_data"),
-                    levels=args.code_levels,
+                    config.batch_size,
+                    config.table_options("calibration_data"),
+                    levels=config.code_levels,
                 )
                 target.check_reached()
                 chosen[head] = target
@@ -317,18 +317,18 @@ def prepare(
         chosen = mdist.main_only(choose, world)  # all ranks
         chosen = mdist.broadcast_object(chosen, world)
         targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
-    elif args.shorter_codes:
+    elif config.shorter_codes:
         raise UserError(
             "--shorter-codes gives a shorter code where the full one misses a threshold; pass "
             "--target-accuracy A"
         )
-    elif args.calibration_data:
+    elif config.calibration_data:
         raise UserError(
             "--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one"
         )
     coding = Coding(lookup, targets)
-    if args.output and world.is_main:
-        coding.provenance = _provenance(args, predictor, lookup, targets)
+    if config.output and world.is_main:
+        coding.provenance = _provenance(config, predictor, lookup, targets)
     return coding
 
 
@@ -351,7 +351,7 @@ def describe_target(target, rows_to_code) -> list:
     return lines
 
 
-def _rows_to_code(args, model, lookup, input_col, language_col, language, context_cols) -> tuple:
+def _rows_to_code(config, model, lookup, input_col, language_col, language, context_cols) -> tuple:
     """(the input's rows the model codes: those with a description, less those a lookup
     covers; the input's rows). A row without a description gets no code, so it is not one of
     the rows whose own accuracy the guarantee counts."""
@@ -359,7 +359,9 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     from mixer.data.tables.reading import iter_chunks
 
     rows = total = 0
-    for chunk in iter_chunks(args.input, args.chunk_size, options=args.table_options("input")):
+    for chunk in iter_chunks(
+        config.input, config.chunk_size, options=config.table_options("input")
+    ):
         total += len(chunk)
         texts = text_column(chunk, input_col)
         described = ~blank_descriptions(texts)
@@ -376,7 +378,7 @@ def _rows_to_code(args, model, lookup, input_col, language_col, language, contex
     return rows, total
 
 
-def _provenance(args, predictor, lookup, targets: dict) -> dict:
+def _provenance(config, predictor, lookup, targets: dict) -> dict:
     from mixer import __version__
     from mixer.coding import provenance
     from mixer.audit.draw import threshold_used
@@ -384,23 +386,23 @@ def _provenance(args, predictor, lookup, targets: dict) -> dict:
     return provenance.make(
         {
             "mixer": __version__,
-            "model": provenance.model_part(predictor, args.checkpoint),
-            "heads": list(args.head),
-            "top_k": args.top_k or predictor.default_top_k(),
+            "model": provenance.model_part(predictor, config.checkpoint),
+            "heads": list(config.head),
+            "top_k": config.top_k or predictor.default_top_k(),
             "thresholds": {
-                head: threshold_used(predictor, head, args.threshold) for head in args.head
+                head: threshold_used(predictor, head, config.threshold) for head in config.head
             },
             "calibration": {
                 head: dict(
                     zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0)))
                 )
-                for head in args.head
+                for head in config.head
             },
             "target": {head: target.record() for head, target in targets.items()} or None,
             "lookup": lookup.record() if lookup is not None else None,
-            "input": provenance.input_part(args.input),
-            "output": os.path.basename(args.output),
-            "options": provenance.options_part(args),
-            "columns": provenance.columns_part(args, predictor),
+            "input": provenance.input_part(config.input),
+            "output": os.path.basename(config.output),
+            "options": provenance.options_part(config),
+            "columns": provenance.columns_part(config, predictor),
         }
     )

@@ -61,14 +61,14 @@ FILES = {
 }  # recorded by their name, size and hash
 
 
-def options_part(args) -> dict:
-    """Every option of `args` (a PredictConfig) that changes the file, as given (None:
+def options_part(config) -> dict:
+    """Every option of `config` (a PredictConfig) that changes the file, as given (None:
     unset, the model's or the program's default); files by their identity; every file's
     reading options that were set."""
     from mixer.data.prepared.fingerprint import file_identity
 
-    recorded, given = {}, vars(args)
-    for f in dataclasses.fields(args):
+    recorded, given = {}, vars(config)
+    for f in dataclasses.fields(config):
         if f.name in UNRECORDED:
             continue
         value = given[f.name]
@@ -80,11 +80,13 @@ def options_part(args) -> dict:
     return recorded
 
 
-def columns_part(args, predictor) -> dict:
+def columns_part(config, predictor) -> dict:
     """The columns the job read (mixer.data.tables.job_columns): the run's where unset."""
     from mixer.data.tables.job_columns import job_columns
 
-    return job_columns(predictor.config, args.input_col, args.language, args.language_col)._asdict()
+    return job_columns(
+        predictor.config, config.input_col, config.language, config.language_col
+    )._asdict()
 
 
 def sidecar_path(output: str) -> str:

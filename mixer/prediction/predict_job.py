@@ -34,18 +34,18 @@ from mixer.prediction.predict import Predictor
 MEGABYTE = 2**20  # --store-memory's unit
 
 
-def predict_file(args: PredictConfig) -> None:
+def predict_file(config: PredictConfig) -> None:
     """The job as its stages: each chunk read, its model inputs built, the distinct-input
     store asked, the model asked for the inputs the store lacks (and the row steps: the
     lookup, calibration, target marks, shorter codes), the rows handed to each sink."""
-    sinks = check_job(args)  # before the model loads: a wrong path or option fails at once
-    world = mdist.setup(DistConfig(distributed=args.distributed), program="predict.py")
-    job = Job(args, world, sinks)
+    sinks = check_job(config)  # before the model loads: a wrong path or option fails at once
+    world = mdist.setup(DistConfig(distributed=config.distributed), program="predict.py")
+    job = Job(config, world, sinks)
     try:
         load_model(job)
         open_sinks(job)
         for number, chunk in enumerate(
-            iter_chunks(args.input, args.chunk_size, options=job.options, log=job.say)
+            iter_chunks(config.input, config.chunk_size, options=job.options, log=job.say)
         ):
             part = read_chunk(job, number, chunk)
             if part is None:  # written by the run this one continues
@@ -78,9 +78,9 @@ class Job:
     the model and the columns it reads, the coding (mixer.coding.job), the resume
     journal, the stores, rank 0's open sinks and the counts over the whole file."""
 
-    def __init__(self, args: PredictConfig, world, sink_classes: list):
-        self.args, self.world, self.sink_classes = args, world, sink_classes
-        self.options = args.table_options("input")
+    def __init__(self, config: PredictConfig, world, sink_classes: list):
+        self.config, self.world, self.sink_classes = config, world, sink_classes
+        self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
         self.journal = self.stores = self.stop = self.bar = self.output_kind = None
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
@@ -89,7 +89,9 @@ class Job:
             np.zeros(3, dtype=np.int64),
         )  # rows that fit, context cut, too long
         self.blank_rows = self.rows_read = 0
-        self.codes = bool(args.output or args.to_check or args.audit)  # the code table is predicted
+        self.codes = bool(
+            config.output or config.to_check or config.audit
+        )  # the code table is predicted
 
     def say(
         self, message: str
@@ -109,58 +111,58 @@ class Part:
         self.new_vectors = None  # the same for the embeddings' store
 
 
-def check_job(args: PredictConfig) -> list:
+def check_job(config: PredictConfig) -> list:
     """Every refusal before the model loads; the sinks this job writes."""
     from mixer.data.tables import sinks
 
-    check_input_table(args.input, "--input")
+    check_input_table(config.input, "--input")
     registered = sinks.registered()
     for sink in registered:
-        sink.check(args)
-    if args.code_descriptions:
-        check_input_path(args.code_descriptions, "--code-descriptions")
-    check_coding_args(args)
-    return [sink for sink in registered if sink.wanted(args)]
+        sink.check(config)
+    if config.code_descriptions:
+        check_input_path(config.code_descriptions, "--code-descriptions")
+    check_coding_args(config)
+    return [sink for sink in registered if sink.wanted(config)]
 
 
 def load_model(job: Job) -> None:
     """All ranks: the model, the columns it reads, what the coding needs (mixer.coding.job.prepare)."""
-    args, world = job.args, job.world
+    config, world = job.config, job.world
     job.predictor = Predictor.load(
-        args.checkpoint,
+        config.checkpoint,
         world.device,
-        args.precision,
-        args.force_precision,
+        config.precision,
+        config.force_precision,
         log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-        tf32=args.tf32,
-        quantize=args.quantize,
+        tf32=config.tf32,
+        quantize=config.quantize,
         announce=job.say,
     )  # which weights: stdout, as how it reads
-    if args.code_descriptions:
+    if config.code_descriptions:
         from mixer.prediction.outputs import set_descriptions
 
         set_descriptions(
-            job.predictor, args.code_descriptions, args.table_options("code_descriptions")
+            job.predictor, config.code_descriptions, config.table_options("code_descriptions")
         )
     job.model = model = Model(
-        job.predictor, args.checkpoint, note_blank=False
+        job.predictor, config.checkpoint, note_blank=False
     )  # blank rows counted over the file
     model._says_context_fit = False  # counted over the chunks and every rank, said once below
     model._says_languages = False  # counted over the chunks on rank 0, said once below
     job.columns = job_columns(
-        job.predictor.config, args.input_col, args.language, args.language_col
+        job.predictor.config, config.input_col, config.language, config.language_col
     )
     job.rows = RowReader(*job.columns)
     from mixer.coding.job import prepare
 
-    job.coding = prepare(args, model, job.predictor, *job.columns, world, job.say)
+    job.coding = prepare(config, model, job.predictor, *job.columns, world, job.say)
 
 
 def open_sinks(job: Job) -> None:
     """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
-    args, world = job.args, job.world
+    config, world = job.config, job.world
     job.journal = mdist.main_only(
-        lambda: open_journal(args, job.predictor, world, job.say, job.sink_classes), world
+        lambda: open_journal(config, job.predictor, world, job.say, job.sink_classes), world
     )
     from mixer.prediction.resume import shared
 
@@ -179,7 +181,7 @@ def open_sinks(job: Job) -> None:
         from tqdm import tqdm
 
         job.bar = tqdm(unit="row", desc="predict")
-    job.stores = DistinctStores(args, world)
+    job.stores = DistinctStores(config, world)
     job.stop = StopRequest(job.journal)
     if job.journal is not None:  # the stores as they grew over the completed chunks
         for store, name in ((job.stores.table, "store"), (job.stores.embeddings, "vectors")):
@@ -197,7 +199,7 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     needed += [(c, "a context column the model was trained with") for c in columns.context_cols]
     for column, flag in needed:
         if column and column not in chunk.columns:
-            raise missing_column(column, chunk.columns, f"--input {job.args.input}", flag)
+            raise missing_column(column, chunk.columns, f"--input {job.config.input}", flag)
     if job.world.is_main:  # the languages of the whole chunk, as the rows are read
         count_languages(
             job.languages,
@@ -231,21 +233,21 @@ def model_inputs(job: Job, part: Part) -> None:
 def code_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's code table (rank 0), the model asked only for the keys the store
     lacks, shared out over the ranks; OccCANINE's table and alternatives by row."""
-    args, world, chunk = job.args, job.world, part.chunk
+    config, world, chunk = job.config, job.world, part.chunk
     if not job.codes:
         return
-    if is_shaped(args):  # OccCANINE's output shapes (mixer.prediction.outputs)
+    if is_shaped(config):  # OccCANINE's output shapes (mixer.prediction.outputs)
         if job.stores.table is not None:  # a matrix: a row per key
             part.predicted = part.distinct.through(
                 job.stores.table,
                 chunk,
                 world,
                 job.predictor,
-                lambda rows: predict_shaped(job.model, args, *job.rows.read(rows)),
+                lambda rows: predict_shaped(job.model, config, *job.rows.read(rows)),
             )
         else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
             with job.predictor.shared(world):
-                predicted = predict_shaped(job.model, args, *job.rows.read(chunk))
+                predicted = predict_shaped(job.model, config, *job.rows.read(chunk))
             part.predicted = predicted if world.is_main else None
     else:
         part.predicted = part.distinct.through(
@@ -254,7 +256,7 @@ def code_rows(job: Job, part: Part) -> None:
         if world.is_main:
             part.predicted.index = chunk.index
             job.coding.tally(
-                part.predicted, part.inputs if job.coding.active else None, args.head, part.blank
+                part.predicted, part.inputs if job.coding.active else None, config.head, part.blank
             )
     part.new = part.distinct.new
 
@@ -262,34 +264,34 @@ def code_rows(job: Job, part: Part) -> None:
 def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
     """The model and the row steps (the lookup, calibration, target marks, shorter codes:
     Model.predict) for rows of a chunk, each head's columns side by side."""
-    args, coding = job.args, job.coding
+    config, coding = job.config, job.coding
     texts, langs, context = job.rows.read(rows)
     results = []
-    for head in args.head:
+    for head in config.head:
         result = job.model.predict(
             texts,
             langs,
-            args.top_k,
+            config.top_k,
             head,
-            head_threshold(args, head),
+            head_threshold(config, head),
             context,
-            args.batch_size,
+            config.batch_size,
             lookup=coding.lookup,
             target=coding.targets.get(head),
         )
-        results.append(result.add_prefix(f"{head}_") if len(args.head) > 1 else result)
+        results.append(result.add_prefix(f"{head}_") if len(config.head) > 1 else result)
     return coding.split_source(results)
 
 
 def embed_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
-    if job.args.embeddings:
+    if job.config.embeddings:
         part.vectors = part.distinct.through(
             job.stores.embeddings,
             part.chunk,
             job.world,
             job.predictor,
-            lambda rows: job.model.embeddings(*job.rows.read(rows), job.args.batch_size),
+            lambda rows: job.model.embeddings(*job.rows.read(rows), job.config.batch_size),
         )
         part.new_vectors = part.distinct.new
 
@@ -309,9 +311,9 @@ def stop(job: Job) -> None:
 
 def finish(job: Job) -> None:
     """The end: the counts over the file said, each sink committed (rank 0)."""
-    args, world = job.args, job.world
+    config, world = job.config, job.world
     if not job.rows_read:  # all ranks: each reads every chunk
-        raise UserError(no_rows(args.input))
+        raise UserError(no_rows(config.input))
     if job.columns.context_cols:  # all ranks
         say_context_fit(mdist.gather_to_main(job.context_fit, world), job.predictor)
     if any(
@@ -322,13 +324,13 @@ def finish(job: Job) -> None:
         from mixer.coding.target import language_note
 
         note = language_note(
-            job.model, job.languages, f"--input {args.input}"
+            job.model, job.languages, f"--input {config.input}"
         )  # one never trained with
         if note:
             print(note, file=sys.stderr)
         if job.blank_rows:
             print(
-                f"--input {args.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
+                f"--input {config.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
                 "no code, prob empty",
                 file=sys.stderr,
             )
@@ -396,30 +398,30 @@ class DistinctStores:
     """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
     matrix, one for embeddings; None where the output is written by row."""
 
-    def __init__(self, args: PredictConfig, world):
+    def __init__(self, config: PredictConfig, world):
         from mixer.prediction.store import DistinctStore
 
-        budget = args.store_memory * MEGABYTE
+        budget = config.store_memory * MEGABYTE
         from mixer.prediction.resume import anchor
 
         beside = (
-            anchor(args)[1] or args.input
+            anchor(config)[1] or config.input
         )  # beside the job's first output (not a data directory)
         spill_dir = os.path.dirname(os.path.abspath(beside))
         by_row = (
-            args.output and is_shaped(args) and not is_matrix(args)
+            config.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
-        has_table = bool(args.output or args.to_check or args.audit) and not by_row
+        has_table = bool(config.output or config.to_check or config.audit) and not by_row
         self.table = (
             DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
         )
         self.embeddings = (
             DistinctStore(
                 budget,
-                os.path.dirname(os.path.abspath(args.embeddings)),
-                os.path.basename(args.embeddings),
+                os.path.dirname(os.path.abspath(config.embeddings)),
+                os.path.basename(config.embeddings),
             )
-            if args.embeddings
+            if config.embeddings
             else None
         )
 
@@ -476,26 +478,30 @@ def say_context_fit(counts: list | None, predictor) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def open_journal(args, predictor, world, say, sinks=()):
+def open_journal(config, predictor, world, say, sinks=()):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
 
     why = resume.why_not(
-        args, world, bool(args.output) and is_shaped(args) and not is_matrix(args), sinks
+        config, world, bool(config.output) and is_shaped(config) and not is_matrix(config), sinks
     )
-    flag, path = resume.anchor(args)  # where the parts and the store's spill lie
-    for flag, path in {(flag, path), ("--output", args.output), ("--embeddings", args.embeddings)}:
+    flag, path = resume.anchor(config)  # where the parts and the store's spill lie
+    for flag, path in {
+        (flag, path),
+        ("--output", config.output),
+        ("--embeddings", config.embeddings),
+    }:
         if path:
             resume.remove_stale(path, flag, why, say)
     if why is not None:
-        flag, path = resume.anchor(args)
+        flag, path = resume.anchor(config)
         if path and os.path.isdir(resume.parts_dir(path)):
             say(f"{flag} {path}: starts over ({why}, so it does not resume)")
             shutil.rmtree(resume.parts_dir(path))
         return None
-    journal = resume.Journal(args, predictor, sinks)
-    journal.open(args.restart, say)
+    journal = resume.Journal(config, predictor, sinks)
+    journal.open(config.restart, say)
     return journal
 
 
@@ -550,59 +556,68 @@ class StopRequest:
         return self.armed and mdist.any_rank(self.requested, world)
 
 
-def check_coding_args(args) -> None:
+def check_coding_args(config) -> None:
     """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
     coding = [
         flag
-        for flag, value in (("--target-accuracy", args.target_accuracy), ("--lookup", args.lookup))
+        for flag, value in (
+            ("--target-accuracy", config.target_accuracy),
+            ("--lookup", config.lookup),
+        )
         if value is not None
     ]
-    if coding and is_shaped(args):
+    if coding and is_shaped(config):
         raise UserError(
             f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
             "--columns occcanine"
         )
-    if coding and not (args.output or args.to_check or args.audit):  # e.g. --embeddings alone
+    if coding and not (config.output or config.to_check or config.audit):  # e.g. --embeddings alone
         raise UserError(
             f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
             "writes; pass --output FILE"
         )
-    if args.threshold is not None and set(args.head) <= {"seq2seq"}:
+    if config.threshold is not None and set(config.head) <= {"seq2seq"}:
         raise UserError(
-            f"--threshold {args.threshold:g} is the flat and full heads' (the probability a code "
+            f"--threshold {config.threshold:g} is the flat and full heads' (the probability a code "
             "must reach); the seq2seq head decodes its codes and takes none: leave it out, or "
             "--target-accuracy for a threshold on the row confidence"
         )
-    if args.lookup:
-        check_input_path(args.lookup, "--lookup")
-    if args.calibration_data:
-        check_input_path(args.calibration_data, "--calibration-data")
-    if args.target_accuracy is not None and "full" in args.head:
+    if config.lookup:
+        check_input_path(config.lookup, "--lookup")
+    if config.calibration_data:
+        check_input_path(config.calibration_data, "--calibration-data")
+    if config.target_accuracy is not None and "full" in config.head:
         raise UserError(
             "--target-accuracy: the full head has no row confidence (not covered); use --head flat "
             "or seq2seq"
         )
 
 
-def head_threshold(args, head: str) -> Optional[float]:
+def head_threshold(config, head: str) -> Optional[float]:
     """--threshold for a head that takes one (flat, full); the seq2seq head takes none."""
-    return None if head == "seq2seq" else args.threshold
+    return None if head == "seq2seq" else config.threshold
 
 
-def predict_shaped(model: Model, args, texts, langs, context) -> pd.DataFrame:
-    if args.alternatives:
+def predict_shaped(model: Model, config, texts, langs, context) -> pd.DataFrame:
+    if config.alternatives:
         return model.alternatives(
-            texts, langs, args.alternatives, context, args.batch_size, args.columns, args.system
+            texts,
+            langs,
+            config.alternatives,
+            context,
+            config.batch_size,
+            config.columns,
+            config.system,
         )
     return model.predict(
         texts,
         langs,
-        args.top_k,
-        args.head[0],
-        args.threshold,
+        config.top_k,
+        config.head[0],
+        config.threshold,
         context,
-        args.batch_size,
-        what=args.what,
-        columns=args.columns,
-        system=args.system,
+        config.batch_size,
+        what=config.what,
+        columns=config.columns,
+        system=config.system,
     )

@@ -64,26 +64,26 @@ def parts_dir(output: str) -> str:
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
-def anchor(args) -> tuple:
+def anchor(config) -> tuple:
     """(flag, path) of the file a job's parts lie beside: --output, else its first other output."""
     for flag, path in (
-        ("--output", args.output),
-        ("--embeddings", args.embeddings),
-        ("--to-check", args.to_check[-1] if args.to_check else None),
-        ("--audit", args.audit[-1] if args.audit else None),
+        ("--output", config.output),
+        ("--embeddings", config.embeddings),
+        ("--to-check", config.to_check[-1] if config.to_check else None),
+        ("--audit", config.audit[-1] if config.audit else None),
     ):
         if path:
             return flag, path
     return None, None
 
 
-def why_not(args, world, stores_by_row: bool, sinks=()) -> Optional[str]:
+def why_not(config, world, stores_by_row: bool, sinks=()) -> Optional[str]:
     """Why this job cannot resume after a kill, or None. Every output kind resumes, in one
     process or under torchrun (`world`: the same answer on every rank). sinks: the job's
     Sink classes."""
     from mixer.data.tables.sinks import resumes, sink_name
 
-    if anchor(args)[1] is None:
+    if anchor(config)[1] is None:
         return "it writes no file"
     for (
         sink
@@ -127,19 +127,19 @@ def _alive(pid: int) -> bool:
 class Journal:
     """The parts of one output: `chunks` completed so far, and what made them."""
 
-    def __init__(self, args, predictor, sinks=()):
+    def __init__(self, config, predictor, sinks=()):
         from mixer.audit.draw import model_fingerprint
         from mixer.data.tables.sinks import sink_name
 
         from mixer.data.tables.writing import file_time, output_kind
 
         self.flag, self.output = anchor(
-            args
+            config
         )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
         kind = None
-        if args.output:
-            kind = "npy" if args.output.lower().endswith(".npy") else output_kind(args.output)
+        if config.output:
+            kind = "npy" if config.output.lower().endswith(".npy") else output_kind(config.output)
         # the output, written, renamed at the end
         self.tmp = os.path.join(self.dir, "output." + SUFFIXES[kind]) if kind else None
         # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
@@ -149,7 +149,7 @@ class Journal:
         self.started = file_time() if kind in ("excel", "stata") else None
         options = json.loads(
             json.dumps(
-                {k: v for k, v in dataclasses.asdict(args).items() if k not in FREE}, default=str
+                {k: v for k, v in dataclasses.asdict(config).items() if k not in FREE}, default=str
             )
         )
         for name in FILES:  # the file as it is now, not only its name
@@ -159,7 +159,7 @@ class Journal:
         options["calibration"] = {
             head: list(values) for head, values in sorted(predictor.calibration.items())
         }
-        import mixer
+        from mixer import __version__
 
         # the model's own flat thresholds (config.json, which a run's tuning writes) and the code
         options["model_thresholds"] = [
@@ -167,8 +167,8 @@ class Journal:
             predictor.config.get("thresholds"),
         ]
         self.made_by = {
-            "mixer": mixer.__version__,
-            "input": _file_identity(args.input),
+            "mixer": __version__,
+            "input": _file_identity(config.input),
             "model": model_fingerprint(predictor),
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],

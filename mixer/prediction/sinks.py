@@ -22,17 +22,17 @@ class OutputSink(Sink):
     to a temp file (or the resume journal's parts) and renamed at the end with its provenance."""
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         from mixer.data.tables.writing import check_fits_excel, check_output_path
 
-        if args.output:  # before the model loads: a wrong path fails at once
-            check_output_path(args.output, "--output", job_files(args, "--output"))
-            check_fits_excel(args.output, args.input, args.table_options("input"))
-        check_shape_args(args)  # the output's shape, before the sinks that read the code table
+        if config.output:  # before the model loads: a wrong path fails at once
+            check_output_path(config.output, "--output", job_files(config, "--output"))
+            check_fits_excel(config.output, config.input, config.table_options("input"))
+        check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
     @classmethod
-    def wanted(cls, args) -> bool:
-        return bool(args.output)
+    def wanted(cls, config) -> bool:
+        return bool(config.output)
 
     def __init__(self, job):
         label = None
@@ -40,13 +40,13 @@ class OutputSink(Sink):
             from mixer.coding.provenance import label as provenance_label
 
             label = provenance_label(job.coding.provenance)
-        self.journal, self.args = job.journal, job.args
-        self.writer = output_writer(job.args, job.say, label, job.journal)
+        self.journal, self.config = job.journal, job.config
+        self.writer = output_writer(job.config, job.say, label, job.journal)
         job.output_kind = getattr(self.writer, "kind", None)
 
     def add(self, job, part) -> None:
-        if is_shaped(self.args):
-            outputs, shaped_inputs = shaped_output(part.chunk, part.predicted, self.args)
+        if is_shaped(self.config):
+            outputs, shaped_inputs = shaped_output(part.chunk, part.predicted, self.config)
             self.writer.write(outputs) if shaped_inputs is None else self.writer.write(
                 outputs, inputs=shaped_inputs
             )
@@ -67,7 +67,7 @@ class OutputSink(Sink):
             )
         self.writer.commit(beside=beside)
         print(
-            f"wrote {self.writer.rows} rows to {self.args.output}"
+            f"wrote {self.writer.rows} rows to {self.config.output}"
             + (f" (what made it: {sidecar})" if coding.provenance is not None else ""),
             file=sys.stderr,
         )
@@ -79,21 +79,26 @@ class OutputSink(Sink):
         self.writer.close()
 
 
-def output_writer(args, log=None, label=None, journal=None):
+def output_writer(config, log=None, label=None, journal=None):
     from mixer.data.tables.writing import OutputWriter
 
-    if is_matrix(args) and args.output.lower().endswith(
+    if is_matrix(config) and config.output.lower().endswith(
         ".npy"
     ):  # its rows: in the parts, cut back to the journal's
         if journal is None:
-            return EmbeddingWriter(args.output, flag="--output")
+            return EmbeddingWriter(config.output, flag="--output")
         return EmbeddingWriter(
-            args.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
+            config.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
         )
     if journal is None:
-        return OutputWriter(args.output, log=log, label=label)
+        return OutputWriter(config.output, log=log, label=label)
     writer = OutputWriter(
-        args.output, log=log, label=label, tmp=journal.tmp, parts=journal.dir, stamp=journal.started
+        config.output,
+        log=log,
+        label=label,
+        tmp=journal.tmp,
+        parts=journal.dir,
+        stamp=journal.started,
     )
     writer.resume(
         journal.chunks, journal.rows
@@ -101,53 +106,53 @@ def output_writer(args, log=None, label=None, journal=None):
     return writer
 
 
-def check_shape_args(args) -> None:
+def check_shape_args(config) -> None:
     """Combinations that have no one meaning, refused before the model loads."""
-    if args.output and args.output.lower().endswith(".npy") and not is_matrix(args):
+    if config.output and config.output.lower().endswith(".npy") and not is_matrix(config):
         raise UserError(
-            f"--output {args.output}: .npy holds a matrix (--what probs, bin or logits); "
+            f"--output {config.output}: .npy holds a matrix (--what probs, bin or logits); "
             "name it .csv or .parquet"
         )
-    if not is_shaped(args):
+    if not is_shaped(config):
         return
     flag = (
         "--alternatives"
-        if args.alternatives
-        else ("--what " + args.what if is_matrix(args) else "--columns occcanine")
+        if config.alternatives
+        else ("--what " + config.what if is_matrix(config) else "--columns occcanine")
     )
-    if not args.output:
+    if not config.output:
         raise UserError(f"{flag} writes --output FILE; pass one")
-    if args.alternatives and is_matrix(args):
+    if config.alternatives and is_matrix(config):
         raise UserError("--alternatives writes code sets, --what a matrix: pass one of them")
-    if len(args.head) > 1:
-        raise UserError(f"{flag} takes one --head, got {' '.join(args.head)}")
-    if args.alternatives and args.head != ["seq2seq"] and args.head != ["flat"]:
+    if len(config.head) > 1:
+        raise UserError(f"{flag} takes one --head, got {' '.join(config.head)}")
+    if config.alternatives and config.head != ["seq2seq"] and config.head != ["flat"]:
         raise UserError(
             "--alternatives are written by the decoder: leave out --head or pass seq2seq"
         )
-    if args.summary_plot:
+    if config.summary_plot:
         raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
-    if is_matrix(args):
+    if is_matrix(config):
         from mixer.prediction.outputs import check_what
 
-        check_what(args.what, args.head[0])
+        check_what(config.what, config.head[0])
 
 
-def shaped_output(chunk, predicted, args) -> tuple:
+def shaped_output(chunk, predicted, config) -> tuple:
     """What is written for a chunk, as (outputs, the input's columns beside them or None):
     a matrix (an array for .npy) or OccCANINE's table alone, in input order; mixer's
     alternatives beside each input row, repeated k times."""
     import numpy as np
 
-    if is_matrix(args):
+    if is_matrix(config):
         return (
             predicted.to_numpy()
-            if args.output.lower().endswith(".npy")
+            if config.output.lower().endswith(".npy")
             else predicted.reset_index(drop=True)
         ), None
-    if args.columns == "occcanine":
+    if config.columns == "occcanine":
         return predicted.reset_index(drop=True), None
-    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), args.alternatives)]
+    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), config.alternatives)]
     return predicted.reset_index(drop=True), repeated.reset_index(drop=True)
 
 
@@ -155,26 +160,26 @@ class CheckListSink(Sink):
     """--to-check N FILE: the rows a person should check (mixer.data.labels.checking.CheckList)."""
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         from mixer.data.labels.checking import parse_to_check
         from mixer.data.tables.sinks import refuse_shaped
         from mixer.data.tables.writing import check_output_path
 
-        if not args.to_check:
+        if not config.to_check:
             return
-        path = parse_to_check(args.to_check)[1]
-        refuse_shaped(args, "--to-check", "lists codes of the code table")
-        check_output_path(path, "--to-check", job_files(args, "--to-check"))
+        path = parse_to_check(config.to_check)[1]
+        refuse_shaped(config, "--to-check", "lists codes of the code table")
+        check_output_path(path, "--to-check", job_files(config, "--to-check"))
 
     @classmethod
-    def wanted(cls, args) -> bool:
-        return bool(args.to_check)
+    def wanted(cls, config) -> bool:
+        return bool(config.to_check)
 
     def __init__(self, job):
         from mixer.data.labels.checking import CheckList, parse_to_check
 
-        args, columns = job.args, job.columns
-        self.count, self.path = parse_to_check(args.to_check)
+        config, columns = job.config, job.columns
+        self.count, self.path = parse_to_check(config.to_check)
         keys = (
             [columns.input_col]
             + ([columns.language_col] if columns.language_col else [])
@@ -184,14 +189,14 @@ class CheckListSink(Sink):
             self.count,
             self.path,
             keys,
-            "" if len(args.head) == 1 else f"{args.head[0]}_",
-            args.top_k or job.predictor.default_top_k(),
+            "" if len(config.head) == 1 else f"{config.head[0]}_",
+            config.top_k or job.predictor.default_top_k(),
             log=job.say,
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
     def add(self, job, part) -> None:
-        keep = job.coding.check_rows(part.predicted, job.args.head)
+        keep = job.coding.check_rows(part.predicted, job.config.head)
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
 
     def state(self) -> dict:
@@ -225,20 +230,20 @@ class EmbeddingSink(Sink):
     """--embeddings FILE: each row's vector, in input order (EmbeddingWriter)."""
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
 
-        if args.embeddings:
-            check_output_path(args.embeddings, "--embeddings", job_files(args, "--embeddings"))
+        if config.embeddings:
+            check_output_path(config.embeddings, "--embeddings", job_files(config, "--embeddings"))
 
     @classmethod
-    def wanted(cls, args) -> bool:
-        return bool(args.embeddings)
+    def wanted(cls, config) -> bool:
+        return bool(config.embeddings)
 
     def __init__(self, job):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
         raw = job.journal.path("embeddings.raw") if job.journal is not None else None
-        self.writer = EmbeddingWriter(job.args.embeddings, raw=raw)
+        self.writer = EmbeddingWriter(job.config.embeddings, raw=raw)
 
     def add(self, job, part) -> None:
         self.writer.write(part.vectors)
@@ -254,7 +259,7 @@ class EmbeddingSink(Sink):
 
     def commit(self, job) -> None:
         self.writer.commit()
-        print(f"wrote {self.writer.rows} embeddings to {job.args.embeddings}", file=sys.stderr)
+        print(f"wrote {self.writer.rows} embeddings to {job.config.embeddings}", file=sys.stderr)
 
     def abort(self) -> None:
         self.writer.abort()
@@ -264,24 +269,28 @@ class SummaryPlotSink(Sink):
     """--summary-plot FILE: the first code's probabilities drawn over the whole file."""
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
 
-        if not args.summary_plot:
+        if not config.summary_plot:
             return
-        check_output_path(args.summary_plot, "--summary-plot", job_files(args, "--summary-plot"))
-        if not args.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
-            raise UserError(f"--summary-plot {args.summary_plot}: name it .png, .pdf, .svg or .jpg")
+        check_output_path(
+            config.summary_plot, "--summary-plot", job_files(config, "--summary-plot")
+        )
+        if not config.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
+            raise UserError(
+                f"--summary-plot {config.summary_plot}: name it .png, .pdf, .svg or .jpg"
+            )
 
     @classmethod
-    def wanted(cls, args) -> bool:
-        return bool(args.summary_plot)
+    def wanted(cls, config) -> bool:
+        return bool(config.summary_plot)
 
     def __init__(self, job):
         self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
 
     def add(self, job, part) -> None:
-        first = "" if len(job.args.head) == 1 else f"{job.args.head[0]}_"
+        first = "" if len(job.config.head) == 1 else f"{job.config.head[0]}_"
         self.pieces.append(
             part.predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                 ["code_1", "prob_1"], axis=1
@@ -307,7 +316,7 @@ class SummaryPlotSink(Sink):
             from mixer.reporting.plot import plot_prediction_summary
 
             plot_prediction_summary(
-                pd.concat(self.pieces, ignore_index=True), job.args.summary_plot
+                pd.concat(self.pieces, ignore_index=True), job.config.summary_plot
             )
 
 

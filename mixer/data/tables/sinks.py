@@ -18,9 +18,9 @@ from typing import Callable
 class Sink:
     """One output of a prediction job. The job calls, in order:
 
-    - `check(args)` (a class method, for every registered sink, before the model loads):
+    - `check(config)` (a class method, for every registered sink, before the model loads):
       refuse a wrong path or option in one line (UserError); nothing is written yet;
-    - `wanted(args)` (a class method): whether this job writes the output;
+    - `wanted(config)` (a class method): whether this job writes the output;
     - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file);
     - `add(job, part)` on rank 0 for each chunk, in input order: `part` holds the chunk, its
       model inputs, its rows without a description, the code table (`predicted`, or None) and
@@ -46,11 +46,11 @@ class Sink:
     early = False
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, config) -> None:
         pass
 
     @classmethod
-    def wanted(cls, args) -> bool:
+    def wanted(cls, config) -> bool:
         return False
 
     def add(self, job, part) -> None:
@@ -135,19 +135,19 @@ def load_pieces(journal, name: str, saved: tuple) -> list:
 
 
 # ------------------------------------------------------------------ the output's shape
-def is_shaped(args) -> bool:
+def is_shaped(config) -> bool:
     """An output other than the code table beside the input's columns (OccCANINE's shapes,
     a matrix, alternatives): the sinks that read the code table refuse it."""
-    return args.what != "codes" or args.columns != "mixer" or bool(args.alternatives)
+    return config.what != "codes" or config.columns != "mixer" or bool(config.alternatives)
 
 
-def is_matrix(args) -> bool:
-    return args.what != "codes"
+def is_matrix(config) -> bool:
+    return config.what != "codes"
 
 
-def refuse_shaped(args, flag: str, reads: str) -> None:
+def refuse_shaped(config, flag: str, reads: str) -> None:
     """A sink that reads the code table, refused with another output shape, in one line."""
-    if is_shaped(args):
+    if is_shaped(config):
         from mixer.core.errors import UserError
 
         raise UserError(f"{flag} {reads}; leave out --what, --alternatives and --columns occcanine")
@@ -156,25 +156,27 @@ def refuse_shaped(args, flag: str, reads: str) -> None:
 SIDECAR_SUFFIX = ".provenance.json"  # the output's provenance, beside it (mixer.coding.provenance)
 
 
-def job_files(args, own: str) -> dict:
+def job_files(config, own: str) -> dict:
     """{flag: path} of every file a prediction job reads or writes but `own` (the flag of the
     file being checked): an output that is one of them would replace it when renamed at the
     end (a filled check list passed back as --lookup and written again by --to-check; the
     labelled rows; the output's own provenance sidecar). A review found each replaced."""
     files = {
-        "--input": args.input,
-        "--lookup": args.lookup,
-        "--calibration-data": args.calibration_data,
-        "--code-descriptions": args.code_descriptions,
-        "--output": args.output,
-        "--embeddings": args.embeddings,
-        "--summary-plot": args.summary_plot,
-        "--to-check": args.to_check[-1] if args.to_check else None,
-        "--audit": args.audit[-1] if args.audit else None,
-        "--output's provenance": args.output + SIDECAR_SUFFIX if args.output else None,
+        "--input": config.input,
+        "--lookup": config.lookup,
+        "--calibration-data": config.calibration_data,
+        "--code-descriptions": config.code_descriptions,
+        "--output": config.output,
+        "--embeddings": config.embeddings,
+        "--summary-plot": config.summary_plot,
+        "--to-check": config.to_check[-1] if config.to_check else None,
+        "--audit": config.audit[-1] if config.audit else None,
+        "--output's provenance": config.output + SIDECAR_SUFFIX if config.output else None,
     }
     files = {flag: path for flag, path in files.items() if flag != own and path}
-    model_dir = args.checkpoint if args.checkpoint and os.path.isdir(args.checkpoint) else None
+    model_dir = (
+        config.checkpoint if config.checkpoint and os.path.isdir(config.checkpoint) else None
+    )
     if (
         model_dir
     ):  # the run's own files (its key, weights, scores, prepared rows): prediction reads them
