@@ -392,3 +392,75 @@ def test_other_thresholds_in_the_models_config_are_refused_on_resume(run, census
         refused.returncode == 2
         and "other flat thresholds in the model's config.json" in refused.stderr
     )
+
+
+def test_a_job_that_does_not_resume_never_removes_a_running_jobs_parts(run, census, tmp_path):
+    """A second command on an output a job is writing (here --alternatives, which does not
+    resume and so would remove the parts it finds) is refused while the first job holds the
+    lock; the parts stay."""
+    import fcntl
+
+    from mixer.prediction.resume import parts_dir
+
+    out = tmp_path / "out.csv"
+    killed = run_program(
+        "predict.py", *predict_cmd(run, census, out), check=False, env=env(**{FAULT: "1"})
+    )
+    assert killed.returncode == 9, killed.stderr
+    parts = sorted(os.listdir(parts_dir(str(out))))
+    with open(parts_dir(str(out)) + ".lock", "a") as lock:  # the first job, running again
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other = run_program(
+            "predict.py",
+            *predict_cmd(run, census, out, "--alternatives", 2),
+            check=False,
+            env=env(),
+        )
+        assert other.returncode == 2 and "another predict.py is writing it now" in other.stderr
+        assert sorted(os.listdir(parts_dir(str(out)))) == parts
+
+
+DISK_FULL = """
+import errno, os, runpy, sys
+from mixer.prediction import resume
+dump, calls = resume._dump, [0]
+def full(*args):
+    calls[0] += 1
+    if calls[0] == 10:
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+    return dump(*args)
+resume._dump = full
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_full_disk_keeps_the_chunks_done_and_the_same_command_continues(run, census, tmp_path):
+    """A quota or a full disk mid-job (routine on a shared cluster) is one line, exit 2, and the
+    chunks done stay: the same command continues to the bytes of an uninterrupted run."""
+    import subprocess
+
+    whole, cut = same_name(tmp_path, "out.parquet", "whole", "cut")
+    run_program("predict.py", *predict_cmd(run, census, whole), env=env(SOURCE_DATE_EPOCH=STAMP))
+    full = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            DISK_FULL,
+            os.path.join(ROOT, "predict.py"),
+            *predict_cmd(run, census, cut),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env(SOURCE_DATE_EPOCH=STAMP),
+    )
+    assert full.returncode == 2, full.stderr
+    assert "they are kept: free space and run the same command to continue" in full.stderr
+    assert "Traceback" not in full.stderr and not cut.exists()
+    again = run_program(
+        "predict.py", *predict_cmd(run, census, cut), env=env(SOURCE_DATE_EPOCH=STAMP)
+    )
+    assert "continuing an unfinished run after its" in again.stdout
+    assert cut.read_bytes() == whole.read_bytes()

@@ -67,6 +67,19 @@ def predict_file(config: PredictConfig) -> None:
         finish(job)
     except BaseException as exc:
         fail(job, exc)
+        if (
+            isinstance(exc, OSError)
+            and world.is_main
+            and job.journal is not None
+            and job.journal.chunks
+        ):
+            from mixer.core.io import disk_full
+
+            raise UserError(
+                f"{job.journal.flag} {job.journal.output}: writing failed after "
+                f"{job.journal.chunks:,} chunk(s) ({disk_full(exc) or exc}); they are kept: "
+                "free space and run the same command to continue"
+            ) from exc
         raise
     finally:
         mdist.teardown(world)
@@ -354,8 +367,8 @@ def fail(job: Job, exc: BaseException) -> None:
     if job.stores is not None:
         job.stores.close()
     if job.journal is not None and (
-        isinstance(exc, KeyboardInterrupt) or lost_peer(exc, job.stop, job.world)
-    ):
+        isinstance(exc, (KeyboardInterrupt, OSError)) or lost_peer(exc, job.stop, job.world)
+    ):  # Ctrl-C, a disk full or a quota reached, a peer lost: the chunks done stay
         for sink in job.sinks:
             sink.suspend()
         return
@@ -487,6 +500,15 @@ def open_journal(config, predictor, world, say, sinks=()):
         config, world, bool(config.output) and is_shaped(config) and not is_matrix(config), sinks
     )
     flag, path = resume.anchor(config)  # where the parts and the store's spill lie
+    journal = None
+    if why is None:
+        journal = resume.Journal(config, predictor, sinks)
+        journal.open(config.restart, say)  # the lock first: nothing of a running job is touched
+    elif path:  # a job that does not resume holds the lock too, for as long as it runs
+        _HELD.append(resume.take_lock(resume.parts_dir(path), flag, path))
+        if os.path.isdir(resume.parts_dir(path)):
+            say(f"{flag} {path}: starts over ({why}, so it does not resume)")
+            shutil.rmtree(resume.parts_dir(path))
     for flag, path in {
         (flag, path),
         ("--output", config.output),
@@ -494,15 +516,10 @@ def open_journal(config, predictor, world, say, sinks=()):
     }:
         if path:
             resume.remove_stale(path, flag, why, say)
-    if why is not None:
-        flag, path = resume.anchor(config)
-        if path and os.path.isdir(resume.parts_dir(path)):
-            say(f"{flag} {path}: starts over ({why}, so it does not resume)")
-            shutil.rmtree(resume.parts_dir(path))
-        return None
-    journal = resume.Journal(config, predictor, sinks)
-    journal.open(config.restart, say)
     return journal
+
+
+_HELD = []  # the lock of a job that does not resume, held until the process ends
 
 
 def keep_chunk(job: Job, part: Part) -> None:

@@ -292,31 +292,47 @@ class Journal:
     def remove(self) -> None:
         if os.path.isdir(self.dir):
             shutil.rmtree(self.dir)
-        if self.lock is not None:  # the job is over: the lock goes with its parts
-            os.unlink(self.lock.name)
-            self.lock.close()
-            self.lock = None
+        release_lock(self.lock)  # the job is over: the lock goes with its parts
+        self.lock = None
 
     def _lock(self) -> None:
-        """One job at a time on these parts: a second job on the same output (a requeue while
-        the first still runs, a double launch) would continue the parts under it and both
-        would write into them. The lock (flock on `<parts>.lock`) is the kernel's: it goes
-        with the process however the process ends, so a killed job never leaves it held."""
-        import errno
-        import fcntl
+        self.lock = take_lock(self.dir, self.flag, self.output)
 
-        self.lock = open(self.dir + ".lock", "a")
+
+def take_lock(parts: str, flag: str, output: str):
+    """One job at a time on an output's parts: a second job on the same output (a requeue
+    while the first still runs, a double launch, another command on that file) would continue
+    or remove the parts under it. The lock (flock on `<parts>.lock`) is the kernel's: it goes
+    with the process however the process ends, so a killed job never leaves it held. The open
+    file, held while the job runs (None on a file system without locks)."""
+    import errno
+    import fcntl
+
+    while True:
+        handle = open(parts + ".lock", "a")
         try:
-            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            handle.close()
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                return  # a file system without locks: as before, one job at a time is the user's
-            self.lock.close()
-            self.lock = None
+                return None  # a file system without locks: one job at a time is the user's
             raise UserError(
-                f"{self.flag} {self.output}: another predict.py is writing it now (it holds "
-                f"{self.dir}.lock); wait for it to end, or write to another file"
+                f"{flag} {output}: another predict.py is writing it now (it holds "
+                f"{parts}.lock); wait for it to end, or write to another file"
             ) from None
+        try:  # the file locked is still the one at that path (a job ending unlinks it)
+            if os.stat(handle.name).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
+
+
+def release_lock(handle) -> None:
+    """The job is over: its lock file goes, then the lock (take_lock checks which file it holds)."""
+    if handle is not None:
+        os.unlink(handle.name)
+        handle.close()
 
 
 def _state(chunk: int) -> str:
