@@ -468,9 +468,11 @@ def test_every_output_and_the_codings_counts_resume_to_the_same_bytes(
         check=False,
     )
     assert killed.returncode == (0 if ":" in fault else 9), killed.stderr
+    # no output yet, the parts kept (and the lock file, which no job holds now)
     assert sorted(p.name for p in cut.iterdir()) == [
-        ".tmp-out.csv.parts"
-    ]  # no output yet, the parts kept
+        ".tmp-out.csv.parts",
+        ".tmp-out.csv.parts.lock",
+    ]
     again = run_program(
         "predict.py",
         *predict_cmd(run, census, cut / "out.csv", *every_output(cut, embeddings, *coding)),
@@ -517,7 +519,7 @@ def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_pat
     env = env_for_subprocess()
     env[FAULT] = "3"
     assert run_program("predict.py", *cmd(cut), env=env, check=False).returncode == 9
-    assert sorted(p.name for p in cut.iterdir()) == [".tmp-e.npy.parts"]
+    assert sorted(p.name for p in cut.iterdir()) == [".tmp-e.npy.parts", ".tmp-e.npy.parts.lock"]
     again = run_program("predict.py", *cmd(cut))
     assert (
         f"--embeddings {cut / 'e.npy'}: continuing an unfinished run after its 3 chunk(s) (270 rows"
