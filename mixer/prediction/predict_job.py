@@ -82,6 +82,9 @@ def predict_file(config: PredictConfig) -> None:
             ) from exc
         raise
     finally:
+        from mixer.prediction.resume import release_held
+
+        release_held()  # a job that does not resume: its lock, held while it ran
         mdist.teardown(world)
 
 
@@ -505,7 +508,7 @@ def open_journal(config, predictor, world, say, sinks=()):
         journal = resume.Journal(config, predictor, sinks)
         journal.open(config.restart, say)  # the lock first: nothing of a running job is touched
     elif path:  # a job that does not resume holds the lock too, for as long as it runs
-        _HELD.append(resume.take_lock(resume.parts_dir(path), flag, path))
+        resume.HELD.append(resume.take_lock(resume.parts_dir(path), flag, path))
         if os.path.isdir(resume.parts_dir(path)):
             say(f"{flag} {path}: starts over ({why}, so it does not resume)")
             shutil.rmtree(resume.parts_dir(path))
@@ -517,9 +520,6 @@ def open_journal(config, predictor, world, say, sinks=()):
         if path:
             resume.remove_stale(path, flag, why, say)
     return journal
-
-
-_HELD = []  # the lock of a job that does not resume, held until the process ends
 
 
 def keep_chunk(job: Job, part: Part) -> None:

@@ -328,6 +328,14 @@ def take_lock(parts: str, flag: str, output: str):
         handle.close()
 
 
+HELD = []  # the locks of a job that does not resume (open_journal), held while it runs
+
+
+def release_held() -> None:
+    while HELD:
+        release_lock(HELD.pop())
+
+
 def release_lock(handle) -> None:
     """The job is over: its lock file goes, then the lock (take_lock checks which file it holds)."""
     if handle is not None:
