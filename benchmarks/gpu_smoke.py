@@ -5,7 +5,11 @@
 On a CUDA machine: the quickstart on cuda:0 in fp32 with TF32, with
 --precision bf16 and with --precision fp16 (loss scaler), --compile, a
 torchrun job with NCCL, prediction speed with the quickstart model and with
-the full-size CANINE-s architecture; then one table. Without CUDA it says so,
+the full-size CANINE-s architecture, predict.py on a census-like file of
+2,000,000 rows (each distinct input once; benchmarks/full_count.py) alone
+and under torchrun with NCCL (the two files compared byte for byte), keyed
+dropout on CUDA (its masks against the CPU's, a training step's cost);
+then one table. Without CUDA it says so,
 runs the CPU-runnable part (a tiny training and prediction) and exits 0.
 Every check runs the project's own programs as a user would; a check that
 fails is reported in the table and the others still run.
@@ -135,6 +139,32 @@ def final_metrics(text: str) -> dict:
     }
 
 
+def full_count_figures(text: str) -> dict:
+    """benchmarks/full_count.py's line: rows/s, the inputs computed, the file's distinct inputs."""
+    found = re.search(
+        r"([\d,]+) rows/s, model inputs computed ([\d,]+) \([\d.]+ x the file's ([\d,]+) "
+        r"distinct inputs\), peak RSS ([\d,]+) MB",
+        text,
+    )
+    if not found:
+        return {}
+    rate, computed, distinct, peak = (int(v.replace(",", "")) for v in found.groups())
+    return {"rows_per_sec": rate, "computed": computed, "distinct": distinct, "peak_rss_mb": peak}
+
+
+def keyed_dropout_figures(text: str) -> dict:
+    equal = re.search(r"equal the CPU's: (\w+)", text)
+    step = re.search(r"framework dropout ([\d.]+) ms .*keyed ([\d.]+) ms .*: ([+-][\d.]+%)", text)
+    out = {"masks_equal_cpu": equal.group(1) if equal else None}
+    if step:
+        out.update(framework_ms=step.group(1), keyed_ms=step.group(2), keyed_cost=step.group(3))
+    return out
+
+
+def same_bytes(text: str) -> dict:
+    return {"bytes": "identical" if "BYTES IDENTICAL" in text else "DIFFER"}
+
+
 def records_per_second(text: str) -> dict:
     return {k: float(v) for k, v in re.findall(r"^RATE (\S+) ([\d.]+)$", text, re.M)}
 
@@ -242,6 +272,41 @@ def main() -> int:
             ],
             parse=records_per_second,
         )
+    census = os.path.join(args.out, "census")
+    if os.path.exists(os.path.join(fp32, "model.safetensors")):
+        census_run = checks.run(
+            "predict.py: census-like file, 2,000,000 rows, quickstart model",
+            [py, "benchmarks/full_count.py", "--checkpoint", fp32, "--rows", "2000000"]
+            + ["--keep", census],
+            parse=full_count_figures,
+        )
+        if census_run.get("status") == "ok":
+            again = os.path.join(census, "torchrun.csv")
+            checks.run(
+                "predict.py under torchrun + NCCL (1 GPU), the same file, bytes against alone",
+                [
+                    "bash",
+                    "-c",
+                    f"{py} -m torch.distributed.run --standalone --nproc_per_node=1 predict.py "
+                    f"--distributed --checkpoint {fp32} --input {census}/census.csv "
+                    f"--output {again} --chunk-size 100000 && "
+                    f"cmp {census}/predicted.csv {again} && echo BYTES IDENTICAL",
+                ],
+                parse=same_bytes,
+            )
+    for batch, length in ((32, 48), (64, 128)):
+        checks.run(
+            f"keyed dropout on CUDA (canine-small, batch {batch} x {length})",
+            [py, "benchmarks/keyed_dropout.py", "--device", "cuda"]
+            + ["--batch", str(batch), "--length", str(length)],
+            parse=keyed_dropout_figures,
+        )
+    checks.run(
+        "--compile (1 epoch)",
+        quick + ["--compile", "--num-epochs", "1", "--save-path", os.path.join(runs, "compile")],
+        timeout=300,
+        parse=final_metrics,
+    )
     occ = os.path.join(args.out, "occcanine-s")
     checks.run(
         "OccCANINE architecture (CANINE-s): write",
@@ -258,6 +323,11 @@ def main() -> int:
                 ),
             ],
             parse=records_per_second,
+        )
+        checks.run(
+            "predict.py: census-like file, 2,000,000 rows, OccCANINE architecture",
+            [py, "benchmarks/full_count.py", "--checkpoint", occ, "--rows", "2000000"],
+            parse=full_count_figures,
         )
     checks.run(
         "quickstart --precision bf16",
@@ -289,12 +359,6 @@ def main() -> int:
             "--save-path",
             os.path.join(runs, "nccl"),
         ],
-        parse=final_metrics,
-    )
-    checks.run(
-        "--compile (1 epoch)",
-        quick + ["--compile", "--num-epochs", "1", "--save-path", os.path.join(runs, "compile")],
-        timeout=300,
         parse=final_metrics,
     )
     report(info, checks.rows, args.out)
