@@ -487,11 +487,25 @@ def test_rows_share_a_key_only_where_the_model_reads_them_alike(request, tmp_pat
 # ------------------------------------------------------------------ 3. a killed job resumes, 2. one process and two
 RESUMES = [
     # family, options, outputs: a matrix of OccCANINE's with a language column; a word-piece run
-    # with a language and a context column, two heads, every file of the store
+    # with a language and a context column, two heads, every output that reads the code table
     ("occcanine", ["--what", "probs"], ["out.npy", "e.npy"]),
     (
         "bert",
-        ["--head", "flat", "seq2seq", "--to-check", "5", "CHECK"],
+        [
+            "--head",
+            "flat",
+            "seq2seq",
+            "--to-check",
+            "5",
+            "CHECK",
+            "--audit",
+            "20",
+            "AUDIT",
+            "--audit-by",
+            "lang",
+            "--summary-plot",
+            "PLOT",
+        ],
         ["out.parquet", "e.parquet"],
     ),
 ]
@@ -507,7 +521,8 @@ def test_a_job_killed_at_a_chunk_boundary_resumes_to_the_bytes_of_one_never_kill
 
     def cmd(folder) -> list:
         folder.mkdir(exist_ok=True)
-        given = [str(folder / "check.csv") if o == "CHECK" else o for o in options]
+        files = {"CHECK": "check.csv", "AUDIT": "audit.csv", "PLOT": "plot.png"}
+        given = [str(folder / files[o]) if o in files else o for o in options]
         return [
             "--checkpoint",
             source,
@@ -716,3 +731,62 @@ def test_a_rows_prediction_does_not_depend_on_where_its_input_first_came(bert_ru
     a = read_text(tmp_path / "a.csv").set_index("id")
     b = read_text(tmp_path / "b.csv").set_index("id").loc[a.index]
     assert_same_predictions(b, a)
+
+
+@pytest.mark.parametrize("case", ["shorter codes", "occcanine bin"])
+def test_a_store_past_its_memory_writes_the_same_bytes(
+    request, tiny_two_code_run, labelled, tmp_path, monkeypatch, case
+):
+    """Rows read back from the spill file (their types as kept: a shorter code's nullable
+    level beside blank rows, a 0/1 matrix) write what rows kept in memory write."""
+    from mixer.prediction import predict_job
+
+    if case == "shorter codes":
+        data, name = file_of("mixer", tmp_path), "out.parquet"
+        options = [
+            "--checkpoint",
+            tiny_two_code_run,
+            "--head",
+            "flat",
+            "--target-accuracy",
+            "0.5",
+            "--calibration-data",
+            labelled,
+            "--calibration-truth-cols",
+            "hisco_1",
+            "hisco_2",
+            "--shorter-codes",
+            "--code-levels",
+            1,
+            2,
+            3,
+        ]
+    else:
+        data, name = file_of("occcanine", tmp_path), "out.csv"
+        options = [
+            "--checkpoint",
+            source_of(request, "occcanine"),
+            "--language-col",
+            "lang",
+            "--what",
+            "bin",
+            "--columns",
+            "occcanine",
+        ]
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "spilled").mkdir()
+    kept = tmp_path / "kept" / name  # one name: the provenance names the output
+    predict(*options, "--input", data, "--output", kept, "--chunk-size", 7)
+    from mixer.prediction import store
+
+    spilled_rows, spill = [], store.DistinctStore._spill
+    monkeypatch.setattr(
+        store.DistinctStore,
+        "_spill",
+        lambda self, first, rows: [spilled_rows.append(len(rows)), spill(self, first, rows)],
+    )
+    monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 1: 1 byte, every row spills
+    spilled = tmp_path / "spilled" / name
+    predict(*options, "--input", data, "--output", spilled, "--chunk-size", 7, "--store-memory", 1)
+    assert sum(spilled_rows) > 0
+    assert spilled.read_bytes() == kept.read_bytes()
