@@ -327,7 +327,7 @@ def test_the_code_table_is_chunk_by_chunk_prediction_and_each_input_is_computed_
 SHAPES = [
     # family, chunk size, options, output (a matrix of the store; OccCANINE's table and
     # alternatives by row, as chunk-by-chunk prediction has them)
-    ("mixer", 7, ["--what", "probs", "--language-col", "lang"], "out.npy"),
+    ("mixer", 7, ["--what", "logits", "--language-col", "lang"], "out.npy"),
     ("bert", 7, ["--what", "probs"], "out.npy"),
     ("occcanine", 7, ["--what", "bin", "--columns", "occcanine"], "out.csv"),
     ("occcanine", 1000, ["--what", "probs", "--head", "full"], "out.npy"),
