@@ -180,9 +180,10 @@ def _reader(ids):
     A fast tokenizer finds its added tokens ([SEP], [UNK], [MASK], ...) in the text before it
     normalises it: 'farmer [SEP]' holds the one token [SEP], 'farmer [sep]' the pieces '[',
     'sep', ']' of a lower-casing tokenizer, which its normalizer and pre-tokenizer alone read
-    alike. Where a text holds an added token's text in any case, its key also holds each such
-    place as written, in order: finer than the tokenizer (two spellings it reads alike may be
-    two keys), never coarser (two readings never share a key)."""
+    alike. Where a text holds an added token's text in any case (as given, or once
+    normalised), its key also holds each such place as written, in order: finer than the
+    tokenizer (two spellings it reads alike may be two keys), never coarser (two readings
+    never share a key)."""
     backend = getattr(ids, "backend", None)
     if backend is None:
         return str
@@ -191,11 +192,17 @@ def _reader(ids):
 
     def read(text: str) -> str:
         raw = str(text)
-        text = normalizer.normalize_str(raw) if normalizer is not None else raw
+        normal = normalizer.normalize_str(raw) if normalizer is not None else raw
+        text = normal
         if pre_tokenizer is not None:
-            text = PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(text))
-        found = added.findall(raw) if added is not None else ()
-        return text + ADDED_SEP + PIECE_SEP.join(found) if found else text
+            text = PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(normal))
+        if added is None:
+            return text
+        # found in the text as given and as normalised (a token matched after normalising)
+        found = [added.findall(raw), added.findall(normal)]
+        if not found[0] and not found[1]:
+            return text
+        return text + "".join(ADDED_SEP + PIECE_SEP.join(places) for places in found)
 
     return read
 
