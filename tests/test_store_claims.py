@@ -790,3 +790,53 @@ def test_a_store_past_its_memory_writes_the_same_bytes(
     predict(*options, "--input", data, "--output", spilled, "--chunk-size", 7, "--store-memory", 1)
     assert sum(spilled_rows) > 0
     assert spilled.read_bytes() == kept.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def tuned_run(tmp_path_factory, bert_run) -> str:
+    """The word-piece run with a flat threshold of its own for 'en' (a tuned run's, as
+    config.json holds it): its tokenizer reads 'EN' and 'en' alike, its threshold does not."""
+    import json
+    import shutil
+
+    run_dir = tmp_path_factory.mktemp("tuned") / "run"
+    shutil.copytree(bert_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config["thresholds"] = {"en": 0.02, "da": 0.9}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    return str(run_dir)
+
+
+@pytest.mark.floats
+@pytest.mark.parametrize("what", ["codes", "bin"])
+def test_a_language_with_a_threshold_of_its_own_is_an_input_of_its_own(tuned_run, tmp_path, what):
+    """'en' rows take up to 3 codes at 0.02, 'EN' rows at the default 0.5: the store keys
+    them apart, though the model reads them alike."""
+    data = file_of("bert", tmp_path)
+    frame = read_text(data)
+    out = tmp_path / "out.csv"
+    predict(
+        "--checkpoint",
+        tuned_run,
+        "--input",
+        data,
+        "--output",
+        out,
+        "--chunk-size",
+        7,
+        "--batch-size",
+        16,
+        "--what",
+        what,
+        "--top-k",
+        3,
+    )
+    expected = chunk_by_chunk(tuned_run, frame, 7, what=what, top_k=3)
+    written = read_text(out)
+    if what == "bin":
+        assert (written.to_numpy(dtype=np.int64) == expected.to_numpy(dtype=np.int64)).all()
+        assert (
+            len({tuple(row) for row in expected.to_numpy()}) > 1
+        )  # the thresholds tell rows apart
+    else:
+        assert_same_predictions(written.drop(columns=list(frame.columns)), as_written(expected))
