@@ -776,7 +776,7 @@ def test_a_store_past_its_memory_writes_the_same_bytes(
     (tmp_path / "kept").mkdir()
     (tmp_path / "spilled").mkdir()
     kept = tmp_path / "kept" / name  # one name: the provenance names the output
-    predict(*options, "--input", data, "--output", kept, "--chunk-size", 7)
+    predict(*options, "--input", data, "--output", kept, "--chunk-size", 21)
     from mixer.prediction import store
 
     spilled_rows, spill = [], store.DistinctStore._spill
@@ -787,7 +787,7 @@ def test_a_store_past_its_memory_writes_the_same_bytes(
     )
     monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 1: 1 byte, every row spills
     spilled = tmp_path / "spilled" / name
-    predict(*options, "--input", data, "--output", spilled, "--chunk-size", 7, "--store-memory", 1)
+    predict(*options, "--input", data, "--output", spilled, "--chunk-size", 21, "--store-memory", 1)
     assert sum(spilled_rows) > 0
     assert spilled.read_bytes() == kept.read_bytes()
 
