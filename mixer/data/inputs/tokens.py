@@ -172,20 +172,53 @@ def read_languages(ids, langs) -> np.ndarray:
     )
 
 
+ADDED_SEP = "\x03"  # before a key's added tokens (_reader)
+
+
 def _reader(ids):
-    """A string as the tokenizer reads it before its vocabulary: its pieces (see reading_keys)."""
+    """A string as the tokenizer reads it before its vocabulary: its pieces (see reading_keys).
+    A fast tokenizer finds its added tokens ([SEP], [UNK], [MASK], ...) in the text before it
+    normalises it: 'farmer [SEP]' holds the one token [SEP], 'farmer [sep]' the pieces '[',
+    'sep', ']' of a lower-casing tokenizer, which its normalizer and pre-tokenizer alone read
+    alike. Where a text holds an added token's text in any case (as given, or once
+    normalised), its key also holds each such place as written, in order: finer than the
+    tokenizer (two spellings it reads alike may be two keys), never coarser (two readings
+    never share a key)."""
     backend = getattr(ids, "backend", None)
     if backend is None:
         return str
     normalizer, pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+    added = _added_tokens(backend)
 
     def read(text: str) -> str:
-        text = normalizer.normalize_str(str(text)) if normalizer is not None else str(text)
-        if pre_tokenizer is None:
+        raw = str(text)
+        normal = normalizer.normalize_str(raw) if normalizer is not None else raw
+        text = normal
+        if pre_tokenizer is not None:
+            text = PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(normal))
+        if added is None:
             return text
-        return PIECE_SEP.join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(text))
+        # found in the text as given and as normalised (a token matched after normalising)
+        found = [added.findall(raw), added.findall(normal)]
+        if not found[0] and not found[1]:
+            return text
+        return text + "".join(ADDED_SEP + PIECE_SEP.join(places) for places in found)
 
     return read
+
+
+def _added_tokens(backend):
+    """A pattern that finds a tokenizer's added tokens in a text, in any case; None without any."""
+    import re
+
+    contents = sorted(
+        {token.content for token in backend.get_added_tokens_decoder().values() if token.content},
+        key=len,
+        reverse=True,
+    )
+    if not contents:
+        return None
+    return re.compile("|".join(map(re.escape, contents)), re.IGNORECASE)
 
 
 # ------------------------------------------------------------------ context
