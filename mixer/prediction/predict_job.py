@@ -418,12 +418,12 @@ class DistinctStores:
         from mixer.prediction.store import DistinctStore
 
         budget = config.store_memory * MEGABYTE
-        from mixer.prediction.resume import anchor
+        from mixer.prediction.resume import anchor, written
 
-        beside = (
+        beside = written(
             anchor(config)[1] or config.input
-        )  # beside the job's first output (not a data directory)
-        spill_dir = os.path.dirname(os.path.abspath(beside))
+        )  # beside the job's first output (not a data directory; a link's target)
+        spill_dir = os.path.dirname(beside)
         by_row = (
             config.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
@@ -434,8 +434,8 @@ class DistinctStores:
         self.embeddings = (
             DistinctStore(
                 budget,
-                os.path.dirname(os.path.abspath(config.embeddings)),
-                os.path.basename(config.embeddings),
+                os.path.dirname(written(config.embeddings)),
+                os.path.basename(written(config.embeddings)),
             )
             if config.embeddings
             else None

@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 from typing import Optional
@@ -59,8 +60,18 @@ FILES = ("code_descriptions", "lookup", "calibration_data")
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
+def written(output: str) -> str:
+    """The file an output's path writes: a symbolic link's target (mixer.core.io.write_target,
+    as check_output_path takes it), whose directory takes the parts and the temp files, so
+    that the output is renamed within its own file system (a link into project space from a
+    directory elsewhere, perhaps read-only, is written through)."""
+    from mixer.core.io import write_target
+
+    return os.path.abspath(write_target(output))
+
+
 def parts_dir(output: str) -> str:
-    path = os.path.abspath(output)
+    path = written(output)
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
@@ -99,12 +110,17 @@ def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
     """The hidden temp files of an earlier job on this output killed before it could remove
     them (`.tmp-<output>.<pid>...` of a process that is gone), said in one line with why this
     job starts over (`why`) where it does not resume."""
-    path = os.path.abspath(output)
+    path = written(output)
     prefix = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.")
     removed = 0
     for leftover in glob.glob(glob.escape(prefix) + "*"):
-        pid = leftover[len(prefix) :].split(".")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        # a temp file of this output's, .tmp-<output>.<pid>[.raw, ...], not another output's
+        # whose name goes on with a number (out.csv.1's .tmp-out.csv.1.<pid>, .tmp-out.csv.1.parts)
+        rest = leftover[len(prefix) :]
+        pid = TEMP_OF_PID.fullmatch(rest)
+        if rest.endswith(".parts") and os.path.isdir(leftover):  # another output's resume parts
+            continue
+        if pid and not _alive(int(pid.group(1))):
             os.unlink(leftover) if not os.path.isdir(leftover) else shutil.rmtree(leftover)
             removed += 1
     if removed:
@@ -112,6 +128,12 @@ def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
             f"{flag} {output}: removed {removed} temporary file(s) a killed run left"
             + (f"; this job starts over ({why}, so it does not resume)" if why else "")
         )
+
+
+# what follows `.tmp-<output>.` in a job's own temp files: its process id, then nothing or one of
+# the suffixes its writers add (EmbeddingWriter's .raw, the store's spill, Stata's pieces, a
+# backup of replace_together's)
+TEMP_OF_PID = re.compile(r"(\d+)(?:\.(?:raw|store\.sqlite|parts|strls|final|old))?")
 
 
 def _alive(pid: int) -> bool:

@@ -222,9 +222,9 @@ class OutputWriter:
         self.kind = output_kind(path, file_flag)
         self.path = check_output_path(path, file_flag, {})
         self.file_flag = file_flag
-        self.tmp = tmp or os.path.join(
+        self.tmp = tmp or os.path.join(  # named after the file written (a link's target)
             os.path.dirname(os.path.abspath(self.path)),
-            f".tmp-{os.path.basename(path)}.{os.getpid()}",
+            f".tmp-{os.path.basename(self.path)}.{os.getpid()}",
         )
         self.parquet = self.kind == "parquet"
         self.writer = None

@@ -1,0 +1,117 @@
+"""predict.py as a shared cluster runs it (issue 43; docs/predicting.md, "A killed
+prediction"): a full disk at the very end, an output reached through a link, the input by
+another path or copied to a node's scratch disk, a job continued on another device, a
+compressed file, two outputs of one directory. A third review's cases: each was lost,
+mixed or misread before."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import env_for_subprocess, run_program
+
+FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
+STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time a Stata file states, fixed across runs
+
+
+@pytest.fixture(scope="module")
+def run(tiny_two_code_run):
+    return tiny_two_code_run
+
+
+@pytest.fixture(scope="module")
+def census(tmp_path_factory, small_csv) -> str:
+    """360 rows drawn from 121 descriptions (a few drawn often), some without one: 4 chunks of 90."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    rng = np.random.default_rng(5)
+    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
+    rows = frame.iloc[rng.choice(len(frame), 360, p=weights / weights.sum())].reset_index(drop=True)
+    rows.loc[::41, "occ1"] = ""
+    path = tmp_path_factory.mktemp("census") / "census.csv"
+    rows.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def whole(run, census, tmp_path_factory) -> dict:
+    """The files of uninterrupted runs, by suffix."""
+    from mixer.cli.entrypoints import predict_main
+
+    folder, out = tmp_path_factory.mktemp("whole"), {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SOURCE_DATE_EPOCH", STAMP)
+        for suffix in ("csv", "dta"):
+            assert predict_main(cmd(run, census, folder / f"out.{suffix}")) == 0
+            out[suffix] = (folder / f"out.{suffix}").read_bytes()
+    return out
+
+
+def cmd(run, census, out) -> list:
+    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90"]
+
+
+def env(**values) -> dict:
+    environment = env_for_subprocess()
+    environment["SOURCE_DATE_EPOCH"] = STAMP
+    environment.update(values)
+    return environment
+
+
+def killed_after(chunk: int, *args) -> None:
+    proc = run_program("predict.py", *args, check=False, env=env(**{FAULT: str(chunk)}))
+    assert proc.returncode == 9, proc.stderr
+
+
+def continued(*args, chunks: int) -> None:
+    proc = run_program("predict.py", *args, env=env())
+    assert f"continuing an unfinished run after its {chunks} chunk(s)" in proc.stdout, proc.stdout
+
+
+def refused(*args) -> str:
+    proc = run_program("predict.py", *args, check=False, env=env())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_an_output_through_a_link_keeps_its_parts_beside_the_file_it_writes(
+    run, census, whole, tmp_path
+):
+    """`--output results/latest.csv`, a link into project space (mixer.core.io.write_target:
+    the link stays, its target is written). The parts lay beside the link, so the output was
+    renamed from the link's directory into the target's: across file systems that fails at
+    the very end, and a read-only directory of links failed at the start. They lie beside
+    the file written now, and a killed job continues through the link to the same bytes."""
+    links, space = tmp_path / "results", tmp_path / "project"
+    links.mkdir()
+    space.mkdir()
+    (links / "latest.csv").symlink_to(space / "run5.csv")
+    args = cmd(run, census, links / "latest.csv")
+    killed_after(1, *args)
+    assert (space / ".tmp-run5.csv.parts" / "journal.json").exists()
+    assert sorted(os.listdir(links)) == ["latest.csv"]  # the link alone
+    continued(*args, chunks=1)
+    assert (links / "latest.csv").is_symlink()
+    assert (space / "run5.csv").read_bytes() == whole["csv"]
+    assert sorted(os.listdir(space)) == ["run5.csv", "run5.csv.provenance.json"]
+
+
+def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census, tmp_path):
+    """The sweep of a killed job's `.tmp-<output>.<pid>` files took any name that went on
+    with a number: out.csv's job removed the resume parts and temp files of out.csv.999999998
+    (any suffix is a CSV output) when no process had that number."""
+    from mixer.cli.entrypoints import predict_main
+
+    other = tmp_path / ".tmp-out.csv.999999998.parts"  # out.csv.999999998's parts
+    other.mkdir()
+    (other / "journal.json").write_text("{}")
+    others_temp = tmp_path / ".tmp-out.csv.999999998.4242"  # its temp file
+    others_temp.write_text("rows")
+    stale = tmp_path / ".tmp-out.csv.999999999"  # out.csv's own, of a process gone
+    stale.write_text("rows")
+    assert predict_main(cmd(run, census, tmp_path / "out.csv")) == 0
+    assert not stale.exists()
+    assert (other / "journal.json").exists() and others_temp.exists()
