@@ -7,12 +7,13 @@ mixed or misread before."""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import env_for_subprocess, run_program
+from conftest import ROOT, env_for_subprocess, run_program
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time a Stata file states, fixed across runs
@@ -75,6 +76,43 @@ def refused(*args) -> str:
     proc = run_program("predict.py", *args, check=False, env=env())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     return proc.stderr.strip().splitlines()[-1]
+
+
+FULL_AT_THE_END = """
+import errno, runpy, sys
+from mixer.data.tables import formats
+def full(self):
+    raise OSError(errno.ENOSPC, "No space left on device")
+formats.StataWriter.close = full  # a .dta file is written whole at the end
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_full_disk_at_the_end_keeps_every_chunk_and_the_same_command_writes_it(
+    run, census, whole, tmp_path
+):
+    """A Stata or Excel file is written whole once every chunk is predicted: the moment a
+    disk fills is most likely then. The failure was a one-line error, but it removed the
+    parts, so the whole job was lost. Now every chunk stays, the line says so, and the same
+    command writes the file (the bytes of an uninterrupted run) without predicting again."""
+    import subprocess
+
+    out = tmp_path / "out.dta"
+    full = subprocess.run(
+        [sys.executable, "-c", FULL_AT_THE_END, os.path.join(ROOT, "predict.py")]
+        + cmd(run, census, out),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env(),
+    )
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+    assert "no space left on the device" in full.stderr
+    assert "the 4 chunk(s) predicted are kept" in full.stderr and not out.exists()
+    continued(*cmd(run, census, out), chunks=4)
+    assert out.read_bytes() == whole["dta"]
 
 
 def test_an_output_through_a_link_keeps_its_parts_beside_the_file_it_writes(

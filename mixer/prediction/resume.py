@@ -320,6 +320,13 @@ class Journal:
     def _lock(self) -> None:
         self.lock = take_lock(self.dir, self.flag, self.output)
 
+    def unlock(self) -> None:
+        """The job ends with its parts kept (a signal, Ctrl-C, a full disk): its lock is freed,
+        as the kernel frees a killed job's, and its file stays for the next job to take."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
 
 def take_lock(parts: str, flag: str, output: str):
     """One job at a time on an output's parts: a second job on the same output (a requeue
@@ -382,6 +389,9 @@ class Followed:
             yield keys, None
 
     def remove(self) -> None:
+        pass
+
+    def unlock(self) -> None:
         pass
 
 

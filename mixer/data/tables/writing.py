@@ -513,6 +513,16 @@ def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = N
                 os.unlink(other_tmp)
 
 
+class WriteFailed(UserError):
+    """A file the tool writes could not be written (a full disk, a quota reached, a file
+    system that refuses the rename): what was computed for it may be kept to write again.
+    `file_flag`, `path` and `reason` name it, `kept` the files left as they were."""
+
+    def __init__(self, message: str, file_flag="", path="", reason="", kept=""):
+        super().__init__(message)
+        self.file_flag, self.path, self.reason, self.kept = file_flag, path, reason, kept
+
+
 def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
     from mixer.core.io import disk_full
 
@@ -522,9 +532,13 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
         if beside
         else f"{path} is"
     )
-    return UserError(
+    return WriteFailed(
         f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
-        "to another file or directory"
+        "to another file or directory",
+        file_flag,
+        path,
+        reason,
+        kept,
     )
 
 
