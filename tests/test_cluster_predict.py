@@ -6,7 +6,9 @@ mixed or misread before."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -135,6 +137,66 @@ def test_an_output_through_a_link_keeps_its_parts_beside_the_file_it_writes(
     assert (links / "latest.csv").is_symlink()
     assert (space / "run5.csv").read_bytes() == whole["csv"]
     assert sorted(os.listdir(space)) == ["run5.csv", "run5.csv.provenance.json"]
+
+
+def test_the_input_by_another_path_continues_and_a_copy_with_a_new_time_is_refused(
+    run, census, whole, tmp_path
+):
+    """The input is known by what it is (its size, modification time and a hash of its
+    ends), not the path naming it: a link to it continues, and so does a copy that keeps its
+    time, as a job that stages its input on a node's scratch disk (cp -p, rsync -a) makes.
+    A copy with a new time cannot be told from a changed file: refused in one line naming
+    both files and their times. Before, a link was refused as another input."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy2(census, data / "census.csv")
+    (tmp_path / "link.csv").symlink_to(data / "census.csv")
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, data / "census.csv", out))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copyfile(data / "census.csv", scratch / "census.csv")  # a new time
+    stat = os.stat(data / "census.csv")
+    os.utime(scratch / "census.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    line = refused(*cmd(run, scratch / "census.csv", out))
+    assert f"were made with another --input ({data / 'census.csv'}, " in line
+    assert f"now {scratch / 'census.csv'}, " in line and "cp -p" in line
+    assert line.endswith("run that command again to continue, or pass --restart to start over")
+    continued(*cmd(run, tmp_path / "link.csv", out), chunks=1)
+    assert out.read_bytes() == whole["csv"]
+    # a copy that keeps the time (cp -p): the same file
+    out.unlink()
+    killed_after(2, *cmd(run, data / "census.csv", out))
+    shutil.copy2(data / "census.csv", scratch / "kept.csv")
+    continued(*cmd(run, scratch / "kept.csv", out), chunks=2)
+    assert out.read_bytes() == whole["csv"]
+    # the same path, its content changed
+    out.unlink()
+    killed_after(1, *cmd(run, data / "census.csv", out))
+    with open(data / "census.csv", "a", encoding="utf-8") as handle:
+        handle.write("farmer,61110,\n")
+    line = refused(*cmd(run, data / "census.csv", out))
+    assert f"were made with --input {data / 'census.csv'} as it was then (" in line
+    assert "the file changed since" in line
+
+
+def test_a_job_continued_on_another_device_is_refused_naming_both(run, census, tmp_path):
+    """A job killed on a GPU node and requeued on a CPU node (or on another GPU model, or
+    with bf16 that a CPU runs as fp32) would write rows of two numerics into one file, the
+    byte-identical promise broken silently: the journal keeps the device, and a rerun on
+    another is refused in one line."""
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, census, out))
+    journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
+    saved = json.loads(journal.read_text())
+    assert saved["made_by"]["device"].startswith("cpu (") and saved["made_by"]["device"].endswith(
+        ", fp32"
+    )
+    saved["made_by"]["device"] = "cuda (NVIDIA H100 80GB HBM3), bf16"  # where it ran first
+    journal.write_text(json.dumps(saved))
+    line = refused(*cmd(run, census, out))
+    assert "were made with another device (cuda (NVIDIA H100 80GB HBM3), bf16; now cpu (" in line
+    assert not out.exists()
 
 
 def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census, tmp_path):

@@ -192,6 +192,7 @@ class Journal:
             "mixer": __version__,
             "input": _file_identity(config.input),
             "model": model_fingerprint(predictor),
+            "device": device_numerics(predictor),
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
         }
@@ -372,6 +373,22 @@ def release_lock(handle) -> None:
         handle.close()
 
 
+def device_numerics(predictor) -> str:
+    """The device a job computes on as far as it moves the bits of the rows: a GPU's model, a
+    CPU's vector instructions (the kernels PyTorch picks), and the precision used there (bf16
+    given on a CPU runs fp32: mixer.core.precision). A job killed on one and continued on
+    another would write rows of two numerics into one file."""
+    import torch
+
+    kind = str(predictor.device).split(":")[0]
+    if kind == "cuda":
+        name = torch.cuda.get_device_name(predictor.device)
+    else:
+        capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
+        name = capability or "cpu"
+    return f"{kind} ({name}), {predictor.precision}"
+
+
 def _state(chunk: int) -> str:
     return f"state-{chunk}.pkl"
 
@@ -456,18 +473,65 @@ def lost_peer(exc: BaseException, stop, world) -> bool:
 SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
 
 
+SAMPLE = 1 << 16  # bytes hashed at each end of a file (its identity: _file_identity)
+
+
 def _file_identity(path: str) -> dict:
+    """A file as a resume knows it: its size, its modification time and a hash of its first
+    and last 64 KiB (not its path: a link to it, or a copy that keeps its time, as cp -p and
+    rsync -a make on a node's scratch disk, is the same file). The path is kept to be shown."""
+    import xxhash
+
     stat = os.stat(path)
-    return {"path": os.path.abspath(path), "bytes": stat.st_size, "modified_ns": stat.st_mtime_ns}
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        digest.update(handle.read(SAMPLE))
+        if stat.st_size > SAMPLE:
+            handle.seek(max(SAMPLE, stat.st_size - SAMPLE))
+            digest.update(handle.read(SAMPLE))
+    return {
+        "path": os.path.abspath(path),
+        "bytes": stat.st_size,
+        "modified_ns": stat.st_mtime_ns,
+        "sample": digest.hexdigest(),
+    }
+
+
+def _same_file(before: dict, now: dict) -> bool:
+    if "sample" not in before:  # a journal from before the sample: by its path too
+        return all(before.get(k) == now.get(k) for k in ("path", "bytes", "modified_ns"))
+    return all(before.get(k) == now.get(k) for k in ("bytes", "modified_ns", "sample"))
+
+
+def _file_changed(flag: str, before: dict, now: dict) -> str:
+    """What differs between the file a journal names and the one given now, for a refusal."""
+    import time
+
+    def shown(file: dict) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(file["modified_ns"] // 10**9))
+        return f"{file['bytes']:,} bytes, modified {when}"
+
+    if before["path"] == now["path"]:
+        return f"{flag} {now['path']} as it was then ({shown(before)}; now {shown(now)}: the file changed since)"
+    return (
+        f"another {flag} ({before['path']}, {shown(before)}; now {now['path']}, {shown(now)}: "
+        "a copy is the same file only where it keeps the time, as cp -p and rsync -a do)"
+    )
 
 
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
     if saved.get("mixer") != now["mixer"]:
         return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
-    if saved["input"] != now["input"]:
-        return f"another --input ({saved['input']['path']}, {saved['input']['bytes']:,} bytes, as it was then)"
+    if not _same_file(saved["input"], now["input"]):
+        return _file_changed("--input", saved["input"], now["input"])
     if saved["model"] != now["model"]:
         return f"another model (weights {saved['model']}, now {now['model']})"
+    if saved.get("device", now["device"]) != now["device"]:
+        return (
+            f"another device ({saved['device']}; now {now['device']}: its kernels round "
+            "otherwise, so the rows would not be an uninterrupted run's; run it where the first "
+            "run ran, e.g. a Slurm --constraint or --gres naming that device)"
+        )
     for name, value in now["options"].items():
         before = saved["options"].get(name)
         if json.loads(json.dumps(value)) == before:
@@ -480,16 +544,10 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             before = before or {}
             key = next(k for k in sorted(set(value) | set(before)) if value.get(k) != before.get(k))
             return f"--{key.replace('_', '-')} {_shown(before.get(key))} (now {_shown(value.get(key))})"
-        if (
-            name in FILES
-            and isinstance(value, dict)
-            and isinstance(before, dict)
-            and value.get("path") == before.get("path")
-        ):
-            return (
-                f"--{name.replace('_', '-')} {value['path']} as it was then ({before['bytes']:,} bytes; the file "
-                "changed since)"
-            )
+        if name in FILES and isinstance(value, dict) and isinstance(before, dict):
+            if _same_file(before, value):  # the same file, by another path
+                continue
+            return _file_changed(f"--{name.replace('_', '-')}", before, value)
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
     if saved.get("sinks") != now.get(
