@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, run_program
+from conftest import ROOT, env_for_subprocess, fails, run_program
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time a Stata file states, fixed across runs
@@ -197,6 +197,29 @@ def test_a_job_continued_on_another_device_is_refused_naming_both(run, census, t
     line = refused(*cmd(run, census, out))
     assert "were made with another device (cuda (NVIDIA H100 80GB HBM3), bf16; now cpu (" in line
     assert not out.exists()
+
+
+def test_compressed_files_are_refused_in_one_line(run, census, tmp_path, capsys):
+    """A census often comes gzip'd (census.csv.gz). It was read as CSV text and refused as a
+    file in another encoding (pass --encoding cp1252), which reads it as garbage; an output
+    named .csv.gz got plain CSV under a gzip name. Each is refused, naming the compression."""
+    import gzip
+
+    packed = tmp_path / "census.csv.gz"
+    with open(census, "rb") as source, gzip.open(packed, "wb") as target:
+        target.write(source.read())
+    out = tmp_path / "out.csv"
+    fails(capsys, "predict", cmd(run, packed, out), f"--input {packed}: a .gz file is compressed")
+    misnamed = tmp_path / "census_gz.csv"  # gzip'd, named .csv
+    shutil.copyfile(packed, misnamed)
+    fails(capsys, "predict", cmd(run, misnamed, out), "the file is compressed (.gz by its first")
+    fails(
+        capsys,
+        "predict",
+        cmd(run, census, tmp_path / "out.csv.gz"),
+        f"--output {tmp_path / 'out.csv.gz'}: a .gz file is compressed",
+        watch=str(tmp_path),
+    )
 
 
 def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census, tmp_path):
