@@ -238,3 +238,51 @@ def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census,
     assert predict_main(cmd(run, census, tmp_path / "out.csv")) == 0
     assert not stale.exists()
     assert (other / "journal.json").exists() and others_temp.exists()
+
+
+def test_every_part_is_on_the_disk_before_the_journal_names_it(run, census, tmp_path, monkeypatch):
+    """A node lost (not only its process) keeps what reached the disk: a part, a state or the
+    output so far written but still in the node's cache came back short or zeros, under a
+    journal that named it whole. Each is synced before the journal's entry is renamed in."""
+    from mixer.cli.entrypoints import predict_main
+
+    events, fsync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(
+        os,
+        "fsync",
+        lambda fd: (events.append(("sync", os.readlink(f"/proc/self/fd/{fd}"))), fsync(fd))[1],
+    )
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (events.append(("rename", str(dst))), replace(src, dst))[1]
+    )
+    out = tmp_path / "out.csv"
+    argv = cmd(run, census, out) + ["--embeddings", str(tmp_path / "e.npy")]
+    assert predict_main(argv) == 0
+    entries = [
+        i
+        for i, (kind, path) in enumerate(events)
+        if kind == "rename" and path.endswith("journal.json")
+    ]
+    assert len(entries) == 5  # the journal opened, then an entry per chunk
+    for chunk, (before, at) in enumerate(zip(entries, entries[1:])):
+        synced = {os.path.basename(path) for kind, path in events[before:at] if kind == "sync"}
+        assert {
+            "output.csv",
+            "embeddings.raw",
+            f"store-{chunk}.pkl.new",
+            f"state-{chunk}.pkl.new",
+            "journal.json.new",
+        } <= synced, (chunk, synced)
+
+
+def test_a_journal_a_lost_node_left_unreadable_starts_over_in_one_line(
+    run, census, whole, tmp_path
+):
+    """A journal renamed in but not on the disk when its node was lost reads back empty: the
+    same command failed with a traceback (JSONDecodeError). It starts over, saying why."""
+    out = tmp_path / "out.csv"
+    killed_after(2, *cmd(run, census, out))
+    (tmp_path / ".tmp-out.csv.parts" / "journal.json").write_bytes(b"")
+    again = run_program("predict.py", *cmd(run, census, out), env=env())
+    assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
+    assert out.read_bytes() == whole["csv"]

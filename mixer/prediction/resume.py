@@ -213,8 +213,20 @@ class Journal:
             os.makedirs(self.dir)
             self._save()
             return
-        with open(journal, encoding="utf-8") as handle:
-            saved = json.load(handle)
+        try:
+            with open(journal, encoding="utf-8") as handle:
+                saved = json.load(handle)
+            if not isinstance(saved, dict) or not {"made_by", "chunks", "size"} <= set(saved):
+                raise ValueError("not a journal")
+        except ValueError:  # a node lost before it reached the disk
+            log(
+                f"{self.flag} {self.output}: starts over (an unfinished run's {journal} cannot be "
+                "read: its node was lost before the file reached the disk)"
+            )
+            shutil.rmtree(self.dir)
+            os.makedirs(self.dir)
+            self._save()
+            return
         changed = _what_changed(saved["made_by"], self.made_by)
         if changed:
             raise UserError(
@@ -286,7 +298,11 @@ class Journal:
             sys.stderr.flush()
             os._exit(9)
         self.chunks, self.rows = chunk + 1, self.rows + rows
-        self.size = os.path.getsize(self.growing) if self.growing is not None else 0
+        self.size = 0
+        if self.growing is not None:  # the output so far on the disk before the journal says so
+            with open(self.growing, "ab") as handle:
+                os.fsync(handle.fileno())
+                self.size = os.fstat(handle.fileno()).st_size
         self._save()
         if os.path.exists(
             os.path.join(self.dir, _state(chunk - 1))
@@ -310,6 +326,8 @@ class Journal:
                 },
                 handle,
             )
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(journal + ".new", journal)
 
     def remove(self) -> None:

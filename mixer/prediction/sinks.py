@@ -388,8 +388,9 @@ class EmbeddingWriter:
         self.writer.write_table(table)
 
     def state(self) -> dict:
-        """The rows written so far (a job that resumes: `raw`)."""
+        """The rows written so far (a job that resumes: `raw`), on the disk."""
         self.raw.flush()
+        os.fsync(self.raw.fileno())
         return {
             "rows": self.rows,
             "width": self.width,

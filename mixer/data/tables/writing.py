@@ -463,6 +463,8 @@ def _write_whole(path: str, write) -> None:
     """A file that is there whole or not at all: written under another name, then renamed."""
     with open(path + ".new", "wb") as handle:
         write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())  # on the disk before a resume journal names it
     os.replace(path + ".new", path)
 
 
