@@ -286,3 +286,24 @@ def test_a_journal_a_lost_node_left_unreadable_starts_over_in_one_line(
     again = run_program("predict.py", *cmd(run, census, out), env=env())
     assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
     assert out.read_bytes() == whole["csv"]
+
+
+def test_two_columns_of_one_name_are_refused_before_the_model_loads(
+    run, tmp_path, capsys, monkeypatch
+):
+    """A header with two columns of one name was refused at the first chunk, once the model
+    had loaded: on a cluster, after the queue, the node and a big model's minutes."""
+    from mixer.prediction.predict import Predictor
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model loaded before the header was checked")
+
+    monkeypatch.setattr(Predictor, "load", loaded)
+    doubled = tmp_path / "doubled.csv"
+    doubled.write_text("occ1,year,year\nfarmer,1850,1851\n", encoding="utf-8")
+    fails(
+        capsys,
+        "predict",
+        cmd(run, doubled, tmp_path / "out.csv"),
+        f"--input {doubled}: duplicate column name(s) 'year'; rename them",
+    )

@@ -21,6 +21,7 @@ from mixer.core.errors import UserError
 from mixer.data.inputs.dataset import shard_indices
 from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
 from mixer.data.tables.reading import (
+    check_header,
     check_input_path,
     check_input_table,
     iter_chunks,
@@ -135,6 +136,7 @@ def check_job(config: PredictConfig) -> list:
     from mixer.data.tables import sinks
 
     check_input_table(config.input, "--input")
+    check_header(config.input, config.table_options("input"))  # two columns of one name
     registered = sinks.registered()
     for sink in registered:
         sink.check(config)

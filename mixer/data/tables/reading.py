@@ -589,6 +589,24 @@ def check_names(names, path: str, file_flag: str) -> None:
         )
 
 
+def check_header(path: str, options: TableOptions) -> None:
+    """A CSV or Parquet file's column names checked from its header alone (check_names), as
+    iter_chunks checks them at its first chunk: before a job's slow start (a model loading on
+    a node the scheduler gave it), not after. What the header cannot tell is left to the reader."""
+    kind = table_kind(path, options.what)
+    if kind == "csv":
+        try:
+            names = csv_layout(path, options).names
+        except (pd.errors.EmptyDataError, ValueError, OSError):
+            return
+    elif kind == "parquet":
+        names = column_names(path)
+    else:  # a sheet's header and a .dta file's names are read with their rows
+        return
+    if names is not None:
+        check_names(names, path, options.what)
+
+
 def _decode_failure(exc: Exception) -> bool:
     return isinstance(exc, UnicodeDecodeError) or "utf8" in str(exc).lower().replace("-", "")
 
