@@ -925,23 +925,17 @@ def test_a_failed_commit_leaves_the_old_file_and_its_own_sidecar(
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", busy)
+    argv = ["--checkpoint", run_dir, "--input", common_csv, "--output", out, "--top-k", "1"]
+    argv += ["--target-accuracy", "0.3"]
     with pytest.raises(UserError, match="writing it failed .*as before") as raised:
-        predict_main(
-            [
-                "--checkpoint",
-                run_dir,
-                "--input",
-                common_csv,
-                "--output",
-                out,
-                "--top-k",
-                "1",
-                "--target-accuracy",
-                "0.3",
-            ]
-        )
+        predict_main(argv)
     assert "\n" not in str(raised.value)
     assert {path: open(path, "rb").read() for path in before} == before
+    # what was predicted stays in the job's parts: the same command writes it, predicting nothing
+    assert "the 1 chunk(s) predicted are kept" in str(raised.value)
+    assert [f for f in os.listdir(tmp_path) if f.startswith(".tmp-") and "parts" not in f] == []
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert predict_main(argv) == 0
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
 
 

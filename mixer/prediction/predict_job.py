@@ -21,12 +21,14 @@ from mixer.core.errors import UserError
 from mixer.data.inputs.dataset import shard_indices
 from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
 from mixer.data.tables.reading import (
+    check_header,
     check_input_path,
     check_input_table,
     iter_chunks,
     missing_column,
 )
 from mixer.data.tables.sinks import is_matrix, is_shaped
+from mixer.data.tables.writing import WriteFailed
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
@@ -67,19 +69,21 @@ def predict_file(config: PredictConfig) -> None:
         finish(job)
     except BaseException as exc:
         fail(job, exc)
-        if (
-            isinstance(exc, OSError)
-            and world.is_main
-            and job.journal is not None
-            and job.journal.chunks
-        ):
+        if world.is_main and job.journal is not None and job.journal.chunks:
             from mixer.core.io import disk_full
 
-            raise UserError(
-                f"{job.journal.flag} {job.journal.output}: writing failed after "
-                f"{job.journal.chunks:,} chunk(s) ({disk_full(exc) or exc}); they are kept: "
-                "free space and run the same command to continue"
-            ) from exc
+            if isinstance(exc, OSError):
+                raise UserError(
+                    f"{job.journal.flag} {job.journal.output}: writing failed after "
+                    f"{job.journal.chunks:,} chunk(s) ({disk_full(exc) or exc}); they are kept: "
+                    "free space and run the same command to continue"
+                ) from exc
+            if isinstance(exc, WriteFailed):  # an output at the end: every chunk is kept
+                raise UserError(
+                    f"{exc.file_flag} {exc.path}: writing it failed ({exc.reason}); {exc.kept} as "
+                    f"before, and the {job.journal.chunks:,} chunk(s) predicted are kept: free "
+                    "space and run the same command to write it without predicting again"
+                ) from exc
         raise
     finally:
         from mixer.prediction.resume import release_held
@@ -132,6 +136,7 @@ def check_job(config: PredictConfig) -> list:
     from mixer.data.tables import sinks
 
     check_input_table(config.input, "--input")
+    check_header(config.input, config.table_options("input"))  # two columns of one name
     registered = sinks.registered()
     for sink in registered:
         sink.check(config)
@@ -322,6 +327,7 @@ def stop(job: Job) -> None:
         )
     for sink in job.sinks:
         sink.suspend()
+    job.journal.unlock()
     job.stores.close()
 
 
@@ -370,10 +376,13 @@ def fail(job: Job, exc: BaseException) -> None:
     if job.stores is not None:
         job.stores.close()
     if job.journal is not None and (
-        isinstance(exc, (KeyboardInterrupt, OSError)) or lost_peer(exc, job.stop, job.world)
-    ):  # Ctrl-C, a disk full or a quota reached, a peer lost: the chunks done stay
+        isinstance(exc, (KeyboardInterrupt, OSError, WriteFailed))
+        or lost_peer(exc, job.stop, job.world)
+    ):  # Ctrl-C, a disk full or a quota reached (mid-job or at the end), a peer lost: the
+        # chunks done stay
         for sink in job.sinks:
             sink.suspend()
+        job.journal.unlock()  # as a killed job's: the same command, in this process too, goes on
         return
     for sink in job.sinks:
         sink.abort()
@@ -418,12 +427,12 @@ class DistinctStores:
         from mixer.prediction.store import DistinctStore
 
         budget = config.store_memory * MEGABYTE
-        from mixer.prediction.resume import anchor
+        from mixer.prediction.resume import anchor, written
 
-        beside = (
+        beside = written(
             anchor(config)[1] or config.input
-        )  # beside the job's first output (not a data directory)
-        spill_dir = os.path.dirname(os.path.abspath(beside))
+        )  # beside the job's first output (not a data directory; a link's target)
+        spill_dir = os.path.dirname(beside)
         by_row = (
             config.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
@@ -434,8 +443,8 @@ class DistinctStores:
         self.embeddings = (
             DistinctStore(
                 budget,
-                os.path.dirname(os.path.abspath(config.embeddings)),
-                os.path.basename(config.embeddings),
+                os.path.dirname(written(config.embeddings)),
+                os.path.basename(written(config.embeddings)),
             )
             if config.embeddings
             else None

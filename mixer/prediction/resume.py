@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 from typing import Optional
@@ -59,8 +60,18 @@ FILES = ("code_descriptions", "lookup", "calibration_data")
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
+def written(output: str) -> str:
+    """The file an output's path writes: a symbolic link's target (mixer.core.io.write_target,
+    as check_output_path takes it), whose directory takes the parts and the temp files, so
+    that the output is renamed within its own file system (a link into project space from a
+    directory elsewhere, perhaps read-only, is written through)."""
+    from mixer.core.io import write_target
+
+    return os.path.abspath(write_target(output))
+
+
 def parts_dir(output: str) -> str:
-    path = os.path.abspath(output)
+    path = written(output)
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
@@ -99,12 +110,17 @@ def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
     """The hidden temp files of an earlier job on this output killed before it could remove
     them (`.tmp-<output>.<pid>...` of a process that is gone), said in one line with why this
     job starts over (`why`) where it does not resume."""
-    path = os.path.abspath(output)
+    path = written(output)
     prefix = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.")
     removed = 0
     for leftover in glob.glob(glob.escape(prefix) + "*"):
-        pid = leftover[len(prefix) :].split(".")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        # a temp file of this output's, .tmp-<output>.<pid>[.raw, ...], not another output's
+        # whose name goes on with a number (out.csv.1's .tmp-out.csv.1.<pid>, .tmp-out.csv.1.parts)
+        rest = leftover[len(prefix) :]
+        pid = TEMP_OF_PID.fullmatch(rest)
+        if rest.endswith(".parts") and os.path.isdir(leftover):  # another output's resume parts
+            continue
+        if pid and not _alive(int(pid.group(1))):
             os.unlink(leftover) if not os.path.isdir(leftover) else shutil.rmtree(leftover)
             removed += 1
     if removed:
@@ -112,6 +128,12 @@ def remove_stale(output: str, flag: str, why: Optional[str], log) -> None:
             f"{flag} {output}: removed {removed} temporary file(s) a killed run left"
             + (f"; this job starts over ({why}, so it does not resume)" if why else "")
         )
+
+
+# what follows `.tmp-<output>.` in a job's own temp files: its process id, then nothing or one of
+# the suffixes its writers add (EmbeddingWriter's .raw, the store's spill, Stata's pieces, a
+# backup of replace_together's)
+TEMP_OF_PID = re.compile(r"(\d+)(?:\.(?:raw|store\.sqlite|parts|strls|final|old))?")
 
 
 def _alive(pid: int) -> bool:
@@ -170,6 +192,7 @@ class Journal:
             "mixer": __version__,
             "input": _file_identity(config.input),
             "model": model_fingerprint(predictor),
+            "device": device_numerics(predictor),
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
         }
@@ -190,8 +213,20 @@ class Journal:
             os.makedirs(self.dir)
             self._save()
             return
-        with open(journal, encoding="utf-8") as handle:
-            saved = json.load(handle)
+        try:
+            with open(journal, encoding="utf-8") as handle:
+                saved = json.load(handle)
+            if not isinstance(saved, dict) or not {"made_by", "chunks", "size"} <= set(saved):
+                raise ValueError("not a journal")
+        except ValueError:  # a node lost before it reached the disk
+            log(
+                f"{self.flag} {self.output}: starts over (an unfinished run's {journal} cannot be "
+                "read: its node was lost before the file reached the disk)"
+            )
+            shutil.rmtree(self.dir)
+            os.makedirs(self.dir)
+            self._save()
+            return
         changed = _what_changed(saved["made_by"], self.made_by)
         if changed:
             raise UserError(
@@ -263,7 +298,11 @@ class Journal:
             sys.stderr.flush()
             os._exit(9)
         self.chunks, self.rows = chunk + 1, self.rows + rows
-        self.size = os.path.getsize(self.growing) if self.growing is not None else 0
+        self.size = 0
+        if self.growing is not None:  # the output so far on the disk before the journal says so
+            with open(self.growing, "ab") as handle:
+                os.fsync(handle.fileno())
+                self.size = os.fstat(handle.fileno()).st_size
         self._save()
         if os.path.exists(
             os.path.join(self.dir, _state(chunk - 1))
@@ -287,6 +326,8 @@ class Journal:
                 },
                 handle,
             )
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(journal + ".new", journal)
 
     def remove(self) -> None:
@@ -297,6 +338,13 @@ class Journal:
 
     def _lock(self) -> None:
         self.lock = take_lock(self.dir, self.flag, self.output)
+
+    def unlock(self) -> None:
+        """The job ends with its parts kept (a signal, Ctrl-C, a full disk): its lock is freed,
+        as the kernel frees a killed job's, and its file stays for the next job to take."""
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
 
 def take_lock(parts: str, flag: str, output: str):
@@ -343,6 +391,22 @@ def release_lock(handle) -> None:
         handle.close()
 
 
+def device_numerics(predictor) -> str:
+    """The device a job computes on as far as it moves the bits of the rows: a GPU's model, a
+    CPU's vector instructions (the kernels PyTorch picks), and the precision used there (bf16
+    given on a CPU runs fp32: mixer.core.precision). A job killed on one and continued on
+    another would write rows of two numerics into one file."""
+    import torch
+
+    kind = str(predictor.device).split(":")[0]
+    if kind == "cuda":
+        name = torch.cuda.get_device_name(predictor.device)
+    else:
+        capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
+        name = capability or "cpu"
+    return f"{kind} ({name}), {predictor.precision}"
+
+
 def _state(chunk: int) -> str:
     return f"state-{chunk}.pkl"
 
@@ -360,6 +424,9 @@ class Followed:
             yield keys, None
 
     def remove(self) -> None:
+        pass
+
+    def unlock(self) -> None:
         pass
 
 
@@ -424,18 +491,65 @@ def lost_peer(exc: BaseException, stop, world) -> bool:
 SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
 
 
+SAMPLE = 1 << 16  # bytes hashed at each end of a file (its identity: _file_identity)
+
+
 def _file_identity(path: str) -> dict:
+    """A file as a resume knows it: its size, its modification time and a hash of its first
+    and last 64 KiB (not its path: a link to it, or a copy that keeps its time, as cp -p and
+    rsync -a make on a node's scratch disk, is the same file). The path is kept to be shown."""
+    import xxhash
+
     stat = os.stat(path)
-    return {"path": os.path.abspath(path), "bytes": stat.st_size, "modified_ns": stat.st_mtime_ns}
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        digest.update(handle.read(SAMPLE))
+        if stat.st_size > SAMPLE:
+            handle.seek(max(SAMPLE, stat.st_size - SAMPLE))
+            digest.update(handle.read(SAMPLE))
+    return {
+        "path": os.path.abspath(path),
+        "bytes": stat.st_size,
+        "modified_ns": stat.st_mtime_ns,
+        "sample": digest.hexdigest(),
+    }
+
+
+def _same_file(before: dict, now: dict) -> bool:
+    if "sample" not in before:  # a journal from before the sample: by its path too
+        return all(before.get(k) == now.get(k) for k in ("path", "bytes", "modified_ns"))
+    return all(before.get(k) == now.get(k) for k in ("bytes", "modified_ns", "sample"))
+
+
+def _file_changed(flag: str, before: dict, now: dict) -> str:
+    """What differs between the file a journal names and the one given now, for a refusal."""
+    import time
+
+    def shown(file: dict) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(file["modified_ns"] // 10**9))
+        return f"{file['bytes']:,} bytes, modified {when}"
+
+    if before["path"] == now["path"]:
+        return f"{flag} {now['path']} as it was then ({shown(before)}; now {shown(now)}: the file changed since)"
+    return (
+        f"another {flag} ({before['path']}, {shown(before)}; now {now['path']}, {shown(now)}: "
+        "a copy is the same file only where it keeps the time, as cp -p and rsync -a do)"
+    )
 
 
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
     if saved.get("mixer") != now["mixer"]:
         return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
-    if saved["input"] != now["input"]:
-        return f"another --input ({saved['input']['path']}, {saved['input']['bytes']:,} bytes, as it was then)"
+    if not _same_file(saved["input"], now["input"]):
+        return _file_changed("--input", saved["input"], now["input"])
     if saved["model"] != now["model"]:
         return f"another model (weights {saved['model']}, now {now['model']})"
+    if saved.get("device", now["device"]) != now["device"]:
+        return (
+            f"another device ({saved['device']}; now {now['device']}: its kernels round "
+            "otherwise, so the rows would not be an uninterrupted run's; run it where the first "
+            "run ran, e.g. a Slurm --constraint or --gres naming that device)"
+        )
     for name, value in now["options"].items():
         before = saved["options"].get(name)
         if json.loads(json.dumps(value)) == before:
@@ -448,16 +562,10 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             before = before or {}
             key = next(k for k in sorted(set(value) | set(before)) if value.get(k) != before.get(k))
             return f"--{key.replace('_', '-')} {_shown(before.get(key))} (now {_shown(value.get(key))})"
-        if (
-            name in FILES
-            and isinstance(value, dict)
-            and isinstance(before, dict)
-            and value.get("path") == before.get("path")
-        ):
-            return (
-                f"--{name.replace('_', '-')} {value['path']} as it was then ({before['bytes']:,} bytes; the file "
-                "changed since)"
-            )
+        if name in FILES and isinstance(value, dict) and isinstance(before, dict):
+            if _same_file(before, value):  # the same file, by another path
+                continue
+            return _file_changed(f"--{name.replace('_', '-')}", before, value)
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
     if saved.get("sinks") != now.get(

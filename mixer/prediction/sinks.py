@@ -344,9 +344,9 @@ class EmbeddingWriter:
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
-        self.tmp = tmp or os.path.join(
+        self.tmp = tmp or os.path.join(  # named after the file written (a link's target)
             os.path.dirname(os.path.abspath(self.path)),
-            f".tmp-{os.path.basename(path)}.{os.getpid()}",
+            f".tmp-{os.path.basename(self.path)}.{os.getpid()}",
         )
         self.npy = path.lower().endswith(".npy")
         self.rows, self.width, self.writer = 0, None, None
@@ -388,8 +388,9 @@ class EmbeddingWriter:
         self.writer.write_table(table)
 
     def state(self) -> dict:
-        """The rows written so far (a job that resumes: `raw`)."""
+        """The rows written so far (a job that resumes: `raw`), on the disk."""
         self.raw.flush()
+        os.fsync(self.raw.fileno())
         return {
             "rows": self.rows,
             "width": self.width,

@@ -48,9 +48,46 @@ FORMAT_NAMES = {
 }
 
 
-def table_kind(path: str, file_flag: str = "--input") -> str:
-    """csv, parquet, excel or stata, by the file's extension (anything else is CSV)."""
+# a compressed file's suffixes and its first bytes: neither read nor written (compressed())
+COMPRESSED = {
+    ".gz": b"\x1f\x8b",
+    ".bz2": b"BZh",
+    ".xz": b"\xfd7zXZ\x00",
+    ".zst": b"\x28\xb5\x2f\xfd",
+    ".zip": b"PK\x03\x04",
+}
+
+
+def compressed(path: str, by_content: bool = False) -> Optional[str]:
+    """The suffix of a compressed file (.gz, .bz2, .xz, .zst, .zip), by its name, or with
+    `by_content` by its first bytes too (a census.csv that is gzip'd); None for any other.
+    Read as CSV, such a file is bytes that decode as no text (an error about its encoding)."""
     lower = path.lower()
+    for suffix in COMPRESSED:
+        if lower.endswith(suffix):
+            return suffix
+    if by_content and os.path.isfile(path):
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+        for suffix, magic in COMPRESSED.items():
+            if suffix == ".zip" or not head.startswith(magic):  # a workbook is a zip file too
+                continue
+            if suffix != ".bz2" or head[3:4].isdigit():  # bzip2's BZh1..BZh9, not a header "BZh..."
+                return suffix
+    return None
+
+
+def table_kind(path: str, file_flag: str = "--input") -> str:
+    """csv, parquet, excel or stata, by the file's extension (anything else is CSV but a
+    compressed file, refused in one line)."""
+    lower = path.lower()
+    suffix = compressed(path)
+    if suffix is not None:
+        raise UserError(
+            f"{file_flag} {path}: a {suffix} file is compressed, and tables are read and written "
+            "uncompressed (CSV, Excel, Stata) or as Parquet, which compresses itself: decompress "
+            f"it first (for .gz: gunzip -k {path}), or name an output .csv or .parquet"
+        )
     if lower.endswith(PARQUET_SUFFIXES):
         return "parquet"
     if lower.endswith(formats.EXCEL_SUFFIXES):
@@ -79,6 +116,12 @@ def check_input_table(path: str, file_flag: str) -> str:
     Excel file without openpyxl; returns its kind."""
     check_input_path(path, file_flag)
     kind = table_kind(path, file_flag)
+    suffix = compressed(path, by_content=True) if kind == "csv" else None
+    if suffix is not None:  # named .csv, yet compressed
+        raise UserError(
+            f"{file_flag} {path}: the file is compressed ({suffix} by its first bytes), and "
+            f"CSV is read uncompressed: decompress it first, or convert it to Parquet"
+        )
     if kind == "excel":
         formats.openpyxl_module(file_flag, path)
     return kind
@@ -544,6 +587,24 @@ def check_names(names, path: str, file_flag: str) -> None:
             f"{file_flag} {path}: duplicate column name(s) "
             f"{', '.join(map(repr, _duplicates(names)))}; rename them"
         )
+
+
+def check_header(path: str, options: TableOptions) -> None:
+    """A CSV or Parquet file's column names checked from its header alone (check_names), as
+    iter_chunks checks them at its first chunk: before a job's slow start (a model loading on
+    a node the scheduler gave it), not after. What the header cannot tell is left to the reader."""
+    kind = table_kind(path, options.what)
+    if kind == "csv":
+        try:
+            names = csv_layout(path, options).names
+        except (pd.errors.EmptyDataError, ValueError, OSError):
+            return
+    elif kind == "parquet":
+        names = column_names(path)
+    else:  # a sheet's header and a .dta file's names are read with their rows
+        return
+    if names is not None:
+        check_names(names, path, options.what)
 
 
 def _decode_failure(exc: Exception) -> bool:

@@ -103,11 +103,14 @@ def registered() -> list:
 
 # ------------------------------------------------------------------ a sink's state on disk
 def dump_atomically(path: str, value) -> None:
-    """`value` pickled to `path`, whole or not at all."""
+    """`value` pickled to `path`, whole or not at all, on the disk before it is renamed (a
+    journal that names it then finds it whole after a node is lost, not only a process)."""
     import pickle
 
     with open(path + ".new", "wb") as handle:
         pickle.dump(value, handle, protocol=5)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(path + ".new", path)
 
 

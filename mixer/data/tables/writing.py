@@ -222,9 +222,9 @@ class OutputWriter:
         self.kind = output_kind(path, file_flag)
         self.path = check_output_path(path, file_flag, {})
         self.file_flag = file_flag
-        self.tmp = tmp or os.path.join(
+        self.tmp = tmp or os.path.join(  # named after the file written (a link's target)
             os.path.dirname(os.path.abspath(self.path)),
-            f".tmp-{os.path.basename(path)}.{os.getpid()}",
+            f".tmp-{os.path.basename(self.path)}.{os.getpid()}",
         )
         self.parquet = self.kind == "parquet"
         self.writer = None
@@ -463,6 +463,8 @@ def _write_whole(path: str, write) -> None:
     """A file that is there whole or not at all: written under another name, then renamed."""
     with open(path + ".new", "wb") as handle:
         write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())  # on the disk before a resume journal names it
     os.replace(path + ".new", path)
 
 
@@ -513,6 +515,16 @@ def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = N
                 os.unlink(other_tmp)
 
 
+class WriteFailed(UserError):
+    """A file the tool writes could not be written (a full disk, a quota reached, a file
+    system that refuses the rename): what was computed for it may be kept to write again.
+    `file_flag`, `path` and `reason` name it, `kept` the files left as they were."""
+
+    def __init__(self, message: str, file_flag="", path="", reason="", kept=""):
+        super().__init__(message)
+        self.file_flag, self.path, self.reason, self.kept = file_flag, path, reason, kept
+
+
 def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
     from mixer.core.io import disk_full
 
@@ -522,9 +534,13 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
         if beside
         else f"{path} is"
     )
-    return UserError(
+    return WriteFailed(
         f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
-        "to another file or directory"
+        "to another file or directory",
+        file_flag,
+        path,
+        reason,
+        kept,
     )
 
 

@@ -1,0 +1,309 @@
+"""predict.py as a shared cluster runs it (issue 43; docs/predicting.md, "A killed
+prediction"): a full disk at the very end, an output reached through a link, the input by
+another path or copied to a node's scratch disk, a job continued on another device, a
+compressed file, two outputs of one directory. A third review's cases: each was lost,
+mixed or misread before."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, env_for_subprocess, fails, run_program
+
+FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
+STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time a Stata file states, fixed across runs
+
+
+@pytest.fixture(scope="module")
+def run(tiny_two_code_run):
+    return tiny_two_code_run
+
+
+@pytest.fixture(scope="module")
+def census(tmp_path_factory, small_csv) -> str:
+    """360 rows drawn from 121 descriptions (a few drawn often), some without one: 4 chunks of 90."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    rng = np.random.default_rng(5)
+    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
+    rows = frame.iloc[rng.choice(len(frame), 360, p=weights / weights.sum())].reset_index(drop=True)
+    rows.loc[::41, "occ1"] = ""
+    path = tmp_path_factory.mktemp("census") / "census.csv"
+    rows.to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def whole(run, census, tmp_path_factory) -> dict:
+    """The files of uninterrupted runs, by suffix."""
+    from mixer.cli.entrypoints import predict_main
+
+    folder, out = tmp_path_factory.mktemp("whole"), {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SOURCE_DATE_EPOCH", STAMP)
+        for suffix in ("csv", "dta"):
+            assert predict_main(cmd(run, census, folder / f"out.{suffix}")) == 0
+            out[suffix] = (folder / f"out.{suffix}").read_bytes()
+    return out
+
+
+def cmd(run, census, out) -> list:
+    return ["--checkpoint", run, "--input", census, "--output", str(out), "--chunk-size", "90"]
+
+
+def env(**values) -> dict:
+    environment = env_for_subprocess()
+    environment["SOURCE_DATE_EPOCH"] = STAMP
+    environment.update(values)
+    return environment
+
+
+def killed_after(chunk: int, *args) -> None:
+    proc = run_program("predict.py", *args, check=False, env=env(**{FAULT: str(chunk)}))
+    assert proc.returncode == 9, proc.stderr
+
+
+def continued(*args, chunks: int) -> None:
+    proc = run_program("predict.py", *args, env=env())
+    assert f"continuing an unfinished run after its {chunks} chunk(s)" in proc.stdout, proc.stdout
+
+
+def refused(*args) -> str:
+    proc = run_program("predict.py", *args, check=False, env=env())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+FULL_AT_THE_END = """
+import errno, runpy, sys
+from mixer.data.tables import formats
+def full(self):
+    raise OSError(errno.ENOSPC, "No space left on device")
+formats.StataWriter.close = full  # a .dta file is written whole at the end
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_full_disk_at_the_end_keeps_every_chunk_and_the_same_command_writes_it(
+    run, census, whole, tmp_path
+):
+    """A Stata or Excel file is written whole once every chunk is predicted: the moment a
+    disk fills is most likely then. The failure was a one-line error, but it removed the
+    parts, so the whole job was lost. Now every chunk stays, the line says so, and the same
+    command writes the file (the bytes of an uninterrupted run) without predicting again."""
+    import subprocess
+
+    out = tmp_path / "out.dta"
+    full = subprocess.run(
+        [sys.executable, "-c", FULL_AT_THE_END, os.path.join(ROOT, "predict.py")]
+        + cmd(run, census, out),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env(),
+    )
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+    assert "no space left on the device" in full.stderr
+    assert "the 4 chunk(s) predicted are kept" in full.stderr and not out.exists()
+    continued(*cmd(run, census, out), chunks=4)
+    assert out.read_bytes() == whole["dta"]
+
+
+def test_an_output_through_a_link_keeps_its_parts_beside_the_file_it_writes(
+    run, census, whole, tmp_path
+):
+    """`--output results/latest.csv`, a link into project space (mixer.core.io.write_target:
+    the link stays, its target is written). The parts lay beside the link, so the output was
+    renamed from the link's directory into the target's: across file systems that fails at
+    the very end, and a read-only directory of links failed at the start. They lie beside
+    the file written now, and a killed job continues through the link to the same bytes."""
+    links, space = tmp_path / "results", tmp_path / "project"
+    links.mkdir()
+    space.mkdir()
+    (links / "latest.csv").symlink_to(space / "run5.csv")
+    args = cmd(run, census, links / "latest.csv")
+    killed_after(1, *args)
+    assert (space / ".tmp-run5.csv.parts" / "journal.json").exists()
+    assert sorted(os.listdir(links)) == ["latest.csv"]  # the link alone
+    continued(*args, chunks=1)
+    assert (links / "latest.csv").is_symlink()
+    assert (space / "run5.csv").read_bytes() == whole["csv"]
+    assert sorted(os.listdir(space)) == ["run5.csv", "run5.csv.provenance.json"]
+
+
+def test_the_input_by_another_path_continues_and_a_copy_with_a_new_time_is_refused(
+    run, census, whole, tmp_path
+):
+    """The input is known by what it is (its size, modification time and a hash of its
+    ends), not the path naming it: a link to it continues, and so does a copy that keeps its
+    time, as a job that stages its input on a node's scratch disk (cp -p, rsync -a) makes.
+    A copy with a new time cannot be told from a changed file: refused in one line naming
+    both files and their times. Before, a link was refused as another input."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy2(census, data / "census.csv")
+    (tmp_path / "link.csv").symlink_to(data / "census.csv")
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, data / "census.csv", out))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copyfile(data / "census.csv", scratch / "census.csv")  # a new time
+    stat = os.stat(data / "census.csv")
+    os.utime(scratch / "census.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    line = refused(*cmd(run, scratch / "census.csv", out))
+    assert f"were made with another --input ({data / 'census.csv'}, " in line
+    assert f"now {scratch / 'census.csv'}, " in line and "cp -p" in line
+    assert line.endswith("run that command again to continue, or pass --restart to start over")
+    continued(*cmd(run, tmp_path / "link.csv", out), chunks=1)
+    assert out.read_bytes() == whole["csv"]
+    # a copy that keeps the time (cp -p): the same file
+    out.unlink()
+    killed_after(2, *cmd(run, data / "census.csv", out))
+    shutil.copy2(data / "census.csv", scratch / "kept.csv")
+    continued(*cmd(run, scratch / "kept.csv", out), chunks=2)
+    assert out.read_bytes() == whole["csv"]
+    # the same path, its content changed
+    out.unlink()
+    killed_after(1, *cmd(run, data / "census.csv", out))
+    with open(data / "census.csv", "a", encoding="utf-8") as handle:
+        handle.write("farmer,61110,\n")
+    line = refused(*cmd(run, data / "census.csv", out))
+    assert f"were made with --input {data / 'census.csv'} as it was then (" in line
+    assert "the file changed since" in line
+
+
+def test_a_job_continued_on_another_device_is_refused_naming_both(run, census, tmp_path):
+    """A job killed on a GPU node and requeued on a CPU node (or on another GPU model, or
+    with bf16 that a CPU runs as fp32) would write rows of two numerics into one file, the
+    byte-identical promise broken silently: the journal keeps the device, and a rerun on
+    another is refused in one line."""
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, census, out))
+    journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
+    saved = json.loads(journal.read_text())
+    assert saved["made_by"]["device"].startswith("cpu (") and saved["made_by"]["device"].endswith(
+        ", fp32"
+    )
+    saved["made_by"]["device"] = "cuda (NVIDIA H100 80GB HBM3), bf16"  # where it ran first
+    journal.write_text(json.dumps(saved))
+    line = refused(*cmd(run, census, out))
+    assert "were made with another device (cuda (NVIDIA H100 80GB HBM3), bf16; now cpu (" in line
+    assert not out.exists()
+
+
+def test_compressed_files_are_refused_in_one_line(run, census, tmp_path, capsys):
+    """A census often comes gzip'd (census.csv.gz). It was read as CSV text and refused as a
+    file in another encoding (pass --encoding cp1252), which reads it as garbage; an output
+    named .csv.gz got plain CSV under a gzip name. Each is refused, naming the compression."""
+    import gzip
+
+    packed = tmp_path / "census.csv.gz"
+    with open(census, "rb") as source, gzip.open(packed, "wb") as target:
+        target.write(source.read())
+    out = tmp_path / "out.csv"
+    fails(capsys, "predict", cmd(run, packed, out), f"--input {packed}: a .gz file is compressed")
+    misnamed = tmp_path / "census_gz.csv"  # gzip'd, named .csv
+    shutil.copyfile(packed, misnamed)
+    fails(capsys, "predict", cmd(run, misnamed, out), "the file is compressed (.gz by its first")
+    fails(
+        capsys,
+        "predict",
+        cmd(run, census, tmp_path / "out.csv.gz"),
+        f"--output {tmp_path / 'out.csv.gz'}: a .gz file is compressed",
+        watch=str(tmp_path),
+    )
+
+
+def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census, tmp_path):
+    """The sweep of a killed job's `.tmp-<output>.<pid>` files took any name that went on
+    with a number: out.csv's job removed the resume parts and temp files of out.csv.999999998
+    (any suffix is a CSV output) when no process had that number."""
+    from mixer.cli.entrypoints import predict_main
+
+    other = tmp_path / ".tmp-out.csv.999999998.parts"  # out.csv.999999998's parts
+    other.mkdir()
+    (other / "journal.json").write_text("{}")
+    others_temp = tmp_path / ".tmp-out.csv.999999998.4242"  # its temp file
+    others_temp.write_text("rows")
+    stale = tmp_path / ".tmp-out.csv.999999999"  # out.csv's own, of a process gone
+    stale.write_text("rows")
+    assert predict_main(cmd(run, census, tmp_path / "out.csv")) == 0
+    assert not stale.exists()
+    assert (other / "journal.json").exists() and others_temp.exists()
+
+
+def test_every_part_is_on_the_disk_before_the_journal_names_it(run, census, tmp_path, monkeypatch):
+    """A node lost (not only its process) keeps what reached the disk: a part, a state or the
+    output so far written but still in the node's cache came back short or zeros, under a
+    journal that named it whole. Each is synced before the journal's entry is renamed in."""
+    from mixer.cli.entrypoints import predict_main
+
+    events, fsync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(
+        os,
+        "fsync",
+        lambda fd: (events.append(("sync", os.readlink(f"/proc/self/fd/{fd}"))), fsync(fd))[1],
+    )
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (events.append(("rename", str(dst))), replace(src, dst))[1]
+    )
+    out = tmp_path / "out.csv"
+    argv = cmd(run, census, out) + ["--embeddings", str(tmp_path / "e.npy")]
+    assert predict_main(argv) == 0
+    entries = [
+        i
+        for i, (kind, path) in enumerate(events)
+        if kind == "rename" and path.endswith("journal.json")
+    ]
+    assert len(entries) == 5  # the journal opened, then an entry per chunk
+    for chunk, (before, at) in enumerate(zip(entries, entries[1:])):
+        synced = {os.path.basename(path) for kind, path in events[before:at] if kind == "sync"}
+        assert {
+            "output.csv",
+            "embeddings.raw",
+            f"store-{chunk}.pkl.new",
+            f"state-{chunk}.pkl.new",
+            "journal.json.new",
+        } <= synced, (chunk, synced)
+
+
+def test_a_journal_a_lost_node_left_unreadable_starts_over_in_one_line(
+    run, census, whole, tmp_path
+):
+    """A journal renamed in but not on the disk when its node was lost reads back empty: the
+    same command failed with a traceback (JSONDecodeError). It starts over, saying why."""
+    out = tmp_path / "out.csv"
+    killed_after(2, *cmd(run, census, out))
+    (tmp_path / ".tmp-out.csv.parts" / "journal.json").write_bytes(b"")
+    again = run_program("predict.py", *cmd(run, census, out), env=env())
+    assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
+    assert out.read_bytes() == whole["csv"]
+
+
+def test_two_columns_of_one_name_are_refused_before_the_model_loads(
+    run, tmp_path, capsys, monkeypatch
+):
+    """A header with two columns of one name was refused at the first chunk, once the model
+    had loaded: on a cluster, after the queue, the node and a big model's minutes."""
+    from mixer.prediction.predict import Predictor
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model loaded before the header was checked")
+
+    monkeypatch.setattr(Predictor, "load", loaded)
+    doubled = tmp_path / "doubled.csv"
+    doubled.write_text("occ1,year,year\nfarmer,1850,1851\n", encoding="utf-8")
+    fails(
+        capsys,
+        "predict",
+        cmd(run, doubled, tmp_path / "out.csv"),
+        f"--input {doubled}: duplicate column name(s) 'year'; rename them",
+    )
