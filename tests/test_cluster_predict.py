@@ -180,23 +180,39 @@ def test_the_input_by_another_path_continues_and_a_copy_with_a_new_time_is_refus
     assert "the file changed since" in line
 
 
-def test_a_job_continued_on_another_device_is_refused_naming_both(run, census, tmp_path):
-    """A job killed on a GPU node and requeued on a CPU node (or on another GPU model, or
-    with bf16 that a CPU runs as fp32) would write rows of two numerics into one file, the
-    byte-identical promise broken silently: the journal keeps the device, and a rerun on
-    another is refused in one line."""
+def test_another_kind_of_device_is_refused_and_another_cpu_continues_saying_so(
+    run, census, whole, tmp_path
+):
+    """The journal keeps the device a job computes on. A job killed on a GPU node and
+    requeued on a CPU node (or run in bf16 there and fp32 here) would write rows of two
+    numerics into one file: refused in one line naming both. A node of another CPU
+    generation or GPU model (same kind, same precision: kernels that round otherwise in the
+    last bits) continues, as a requeue onto any node of a partition does, and says so in one
+    line. Before, the device was not recorded and any change went on in silence."""
     out = tmp_path / "out.csv"
     killed_after(1, *cmd(run, census, out))
     journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
     saved = json.loads(journal.read_text())
-    assert saved["made_by"]["device"].startswith("cpu (") and saved["made_by"]["device"].endswith(
-        ", fp32"
-    )
-    saved["made_by"]["device"] = "cuda (NVIDIA H100 80GB HBM3), bf16"  # where it ran first
+    here = saved["made_by"]["device"]
+    assert here["kind"] == "cpu" and here["precision"] == "fp32" and here["name"]
+    saved["made_by"]["device"] = {
+        "kind": "cuda",
+        "name": "NVIDIA H100 80GB HBM3",
+        "precision": "bf16",
+    }
     journal.write_text(json.dumps(saved))
     line = refused(*cmd(run, census, out))
     assert "were made with another device (cuda (NVIDIA H100 80GB HBM3), bf16; now cpu (" in line
     assert not out.exists()
+    saved["made_by"]["device"] = dict(here, name="another CPU")  # another CPU's kernels
+    journal.write_text(json.dumps(saved))
+    proc = run_program("predict.py", *cmd(run, census, out), env=env())
+    assert "continuing an unfinished run after its 1 chunk(s)" in proc.stdout
+    assert (
+        f"the unfinished run began on cpu (another CPU), fp32 and continues on cpu ({here['name']}), "
+        "fp32: the inputs first met from here on are computed by this device's kernels"
+    ) in proc.stdout
+    assert out.read_bytes() == whole["csv"]  # (this test's two "CPUs" are one)
 
 
 def test_compressed_files_are_refused_in_one_line(run, census, tmp_path, capsys):

@@ -261,6 +261,9 @@ class Journal:
             f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
             f"({self.rows:,} rows; --restart starts over)"
         )
+        kernels = other_kernels(saved["made_by"], self.made_by)
+        if kernels:
+            log(f"{self.flag} {self.output}: the unfinished run {kernels}")
 
     def stored(self, name: str = "store"):
         """(keys, rows) of each completed chunk's new inputs, in order: the code table's store
@@ -391,20 +394,37 @@ def release_lock(handle) -> None:
         handle.close()
 
 
-def device_numerics(predictor) -> str:
-    """The device a job computes on as far as it moves the bits of the rows: a GPU's model, a
-    CPU's vector instructions (the kernels PyTorch picks), and the precision used there (bf16
-    given on a CPU runs fp32: mixer.core.precision). A job killed on one and continued on
-    another would write rows of two numerics into one file."""
+def device_numerics(predictor) -> dict:
+    """The device a job computes on as far as it moves the bits of the rows: its kind (cpu,
+    cuda), its name (a GPU's model, a CPU's vector instructions: the kernels PyTorch picks)
+    and the precision run there (bf16 given on a CPU runs fp32: mixer.core.precision)."""
     import torch
 
     kind = str(predictor.device).split(":")[0]
     if kind == "cuda":
         name = torch.cuda.get_device_name(predictor.device)
     else:
-        capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")()
-        name = capability or "cpu"
-    return f"{kind} ({name}), {predictor.precision}"
+        name = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")() or "cpu"
+    return {"kind": kind, "name": name, "precision": predictor.precision}
+
+
+def _device(device: dict) -> str:
+    return f"{device['kind']} ({device['name']}), {device['precision']}"
+
+
+def other_kernels(saved: dict, now: dict) -> Optional[str]:
+    """A line for a job continued on a device of the same kind and precision but another
+    name (a node of another CPU generation or GPU model: its kernels round otherwise in the
+    last bits), else None. Another kind or precision is refused (_what_changed)."""
+    before = saved.get("device")
+    if not isinstance(before, dict) or before == now["device"]:
+        return None
+    return (
+        f"began on {_device(before)} and continues on {_device(now['device'])}: the inputs first "
+        "met from here on are computed by this device's kernels, which round otherwise in the "
+        "last bits (an input met before keeps its values; a near tie may take the other code); "
+        "--restart computes every row here"
+    )
 
 
 def _state(chunk: int) -> str:
@@ -544,11 +564,15 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         return _file_changed("--input", saved["input"], now["input"])
     if saved["model"] != now["model"]:
         return f"another model (weights {saved['model']}, now {now['model']})"
-    if saved.get("device", now["device"]) != now["device"]:
+    before = saved.get("device", now["device"])
+    if not isinstance(before, dict) or any(
+        before.get(k) != now["device"][k] for k in ("kind", "precision")
+    ):
+        shown = _device(before) if isinstance(before, dict) else before
         return (
-            f"another device ({saved['device']}; now {now['device']}: its kernels round "
-            "otherwise, so the rows would not be an uninterrupted run's; run it where the first "
-            "run ran, e.g. a Slurm --constraint or --gres naming that device)"
+            f"another device ({shown}; now {_device(now['device'])}: another kind of device or "
+            "precision, whose rows would differ from the first run's beyond rounding; run it on "
+            "the kind the first run ran on, e.g. a Slurm --partition or --gres naming it)"
         )
     for name, value in now["options"].items():
         before = saved["options"].get(name)
