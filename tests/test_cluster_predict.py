@@ -323,3 +323,30 @@ def test_two_columns_of_one_name_are_refused_before_the_model_loads(
         cmd(run, doubled, tmp_path / "out.csv"),
         f"--input {doubled}: duplicate column name(s) 'year'; rename them",
     )
+
+
+def test_a_csv_whose_header_begins_like_bzip2_is_read_and_a_bzip2_file_refused(
+    run, census, tmp_path, capsys
+):
+    """A CSV was taken for bzip2 by its first four bytes ("BZh" and a digit), so a file whose
+    first column is named, say, BZh9 was refused as compressed. bzip2's header goes on with a
+    block's magic number: that is checked too, and a real bzip2 file is still refused."""
+    import bz2
+
+    from mixer.cli.entrypoints import predict_main
+
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    frame.insert(0, "BZh91", "x")
+    text = tmp_path / "bzh.csv"
+    frame.to_csv(text, index=False)
+    assert predict_main(cmd(run, str(text), tmp_path / "out.csv")) == 0
+    assert len(pd.read_csv(tmp_path / "out.csv")) == len(frame)
+    capsys.readouterr()
+    packed = tmp_path / "packed.csv"
+    packed.write_bytes(bz2.compress(text.read_bytes()))
+    fails(
+        capsys,
+        "predict",
+        cmd(run, str(packed), tmp_path / "out2.csv"),
+        "the file is compressed (.bz2 by its first bytes)",
+    )

@@ -58,6 +58,10 @@ COMPRESSED = {
 }
 
 
+# what follows bzip2's "BZh1".."BZh9": a block (pi's digits) or an empty stream's end
+BZIP2_BLOCKS = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
+
+
 def compressed(path: str, by_content: bool = False) -> Optional[str]:
     """The suffix of a compressed file (.gz, .bz2, .xz, .zst, .zip), by its name, or with
     `by_content` by its first bytes too (a census.csv that is gzip'd); None for any other.
@@ -68,11 +72,13 @@ def compressed(path: str, by_content: bool = False) -> Optional[str]:
             return suffix
     if by_content and os.path.isfile(path):
         with open(path, "rb") as handle:
-            head = handle.read(8)
+            head = handle.read(10)
         for suffix, magic in COMPRESSED.items():
             if suffix == ".zip" or not head.startswith(magic):  # a workbook is a zip file too
                 continue
-            if suffix != ".bz2" or head[3:4].isdigit():  # bzip2's BZh1..BZh9, not a header "BZh..."
+            # bzip2: BZh1..BZh9, then a block's magic (the digits of pi) or the end of an empty
+            # stream's (sqrt(pi)), not a text whose header begins "BZh9" (a column of that name)
+            if suffix != ".bz2" or head[3:4].isdigit() and head[4:10] in BZIP2_BLOCKS:
                 return suffix
     return None
 
