@@ -302,6 +302,14 @@ def test_a_journal_a_lost_node_left_unreadable_starts_over_in_one_line(
     again = run_program("predict.py", *cmd(run, census, out), env=env())
     assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
     assert out.read_bytes() == whole["csv"]
+    # JSON, yet not a journal's shape (made_by a list): was a traceback (AttributeError)
+    out.unlink()
+    killed_after(1, *cmd(run, census, out))
+    journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
+    journal.write_text(json.dumps(dict(json.loads(journal.read_text()), made_by=[])))
+    again = run_program("predict.py", *cmd(run, census, out), env=env())
+    assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
+    assert out.read_bytes() == whole["csv"]
 
 
 def test_two_columns_of_one_name_are_refused_before_the_model_loads(

@@ -216,12 +216,18 @@ class Journal:
         try:
             with open(journal, encoding="utf-8") as handle:
                 saved = json.load(handle)
-            if not isinstance(saved, dict) or not {"made_by", "chunks", "size"} <= set(saved):
+            if (
+                not isinstance(saved, dict)
+                or not {"made_by", "chunks", "rows", "size"} <= set(saved)
+                or not isinstance(saved["made_by"], dict)
+                or not {"input", "model", "options"} <= set(saved["made_by"])
+            ):  # valid JSON, yet not a journal's shape (a file written over, edited by hand)
                 raise ValueError("not a journal")
-        except ValueError:  # a node lost before it reached the disk
+        except ValueError:  # a node lost before it reached the disk, a file written over
             log(
                 f"{self.flag} {self.output}: starts over (an unfinished run's {journal} cannot be "
-                "read: its node was lost before the file reached the disk)"
+                "read as one: its node lost before the file reached the disk, or the file "
+                "written over)"
             )
             shutil.rmtree(self.dir)
             os.makedirs(self.dir)
