@@ -180,6 +180,26 @@ def test_the_input_by_another_path_continues_and_a_copy_with_a_new_time_is_refus
     assert "the file changed since" in line
 
 
+def test_a_refused_input_says_what_of_it_changed(run, census, tmp_path):
+    """An input whose size is the same was refused as "the file changed since" beside two
+    equal sizes and, within a second, two equal times: a line that contradicts itself. A
+    file only touched says its time changed and its content as far as known did not; an edit
+    whose time was put back says its ends changed."""
+    data = tmp_path / "census.csv"
+    shutil.copy2(census, data)
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, data, out))
+    stat = os.stat(data)
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # touched: the same second
+    line = refused(*cmd(run, data, out))
+    assert "its time changed since, its size and its first and last 64 KiB did not" in line
+    text = data.read_bytes()
+    data.write_bytes(text[:-2] + (b"x" if text[-2:-1] != b"x" else b"y") + text[-1:])
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # its time put back
+    line = refused(*cmd(run, data, out))
+    assert "its first or last 64 KiB changed since, its size and time did not" in line
+
+
 def test_another_kind_of_device_is_refused_and_another_cpu_continues_saying_so(
     run, census, whole, tmp_path
 ):

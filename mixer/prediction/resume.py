@@ -556,7 +556,15 @@ def _file_changed(flag: str, before: dict, now: dict) -> str:
         return f"{file['bytes']:,} bytes, modified {when}"
 
     if before["path"] == now["path"]:
-        return f"{flag} {now['path']} as it was then ({shown(before)}; now {shown(now)}: the file changed since)"
+        same = {
+            k for k in ("bytes", "modified_ns", "sample") if k in before and before[k] == now[k]
+        }
+        what = "the file changed since"
+        if same == {"bytes", "sample"}:  # `touch`, or a copy over it that kept no time
+            what = "its time changed since, its size and its first and last 64 KiB did not"
+        elif same == {"bytes", "modified_ns"}:  # an edit whose time was put back
+            what = "its first or last 64 KiB changed since, its size and time did not"
+        return f"{flag} {now['path']} as it was then ({shown(before)}; now {shown(now)}: {what})"
     return (
         f"another {flag} ({before['path']}, {shown(before)}; now {now['path']}, {shown(now)}: "
         "a copy is the same file only where it keeps the time, as cp -p and rsync -a do)"
