@@ -378,3 +378,52 @@ def test_a_csv_whose_header_begins_like_bzip2_is_read_and_a_bzip2_file_refused(
         cmd(run, str(packed), tmp_path / "out2.csv"),
         "the file is compressed (.bz2 by its first bytes)",
     )
+
+
+OTHER_CPU_PER_RANK = """
+import os, runpy, sys
+import torch
+torch.backends.cpu.get_cpu_capability = lambda: "CPU" + os.environ["RANK"]  # a node per rank
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_each_ranks_device_is_in_the_journal_not_rank_0s_alone(run, census, whole, tmp_path):
+    """torchrun over nodes of two CPU generations or GPU models: the journal kept rank 0's
+    device alone, so a requeue whose other ranks landed on another model than before went
+    on without the line that says its rows are computed by other kernels. Each rank's device
+    is kept where they differ, and a continuation on other devices says so."""
+    import subprocess
+
+    out = tmp_path / "out.csv"
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--standalone",
+        "--no-python",
+        sys.executable,
+        "-c",
+        OTHER_CPU_PER_RANK,
+        os.path.join(ROOT, "predict.py"),
+        "--distributed",
+        *map(str, cmd(run, census, out)),
+    ]
+    killed = subprocess.run(
+        torchrun, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env(**{FAULT: "1"})
+    )
+    assert killed.returncode != 0 and not out.exists(), killed.stderr
+    saved = json.loads((tmp_path / ".tmp-out.csv.parts" / "journal.json").read_text())
+    assert saved["made_by"]["device"] == {
+        "kind": "cpu",
+        "name": "rank 0 CPU0; rank 1 CPU1",
+        "precision": "fp32",
+    }
+    proc = run_program("predict.py", *cmd(run, census, out), env=env())
+    assert "continuing an unfinished run after its 1 chunk(s)" in proc.stdout
+    assert "the unfinished run began on cpu (rank 0 CPU0; rank 1 CPU1), fp32 and continues" in (
+        proc.stdout
+    )
+    assert out.exists()

@@ -182,8 +182,13 @@ def load_model(job: Job) -> None:
 def open_sinks(job: Job) -> None:
     """The resume journal and the sinks (rank 0), the stores (all ranks), the signals."""
     config, world = job.config, job.world
+    from mixer.prediction.resume import device_numerics
+
+    # each rank's device, on rank 0 (a job over nodes of two GPU models is said as such)
+    devices = mdist.gather_to_main(device_numerics(job.predictor), world)
     job.journal = mdist.main_only(
-        lambda: open_journal(config, job.predictor, world, job.say, job.sink_classes), world
+        lambda: open_journal(config, job.predictor, world, job.say, job.sink_classes, devices),
+        world,
     )
     from mixer.prediction.resume import shared
 
@@ -503,7 +508,7 @@ def say_context_fit(counts: list | None, predictor) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def open_journal(config, predictor, world, say, sinks=()):
+def open_journal(config, predictor, world, say, sinks=(), devices=None):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
@@ -514,7 +519,7 @@ def open_journal(config, predictor, world, say, sinks=()):
     flag, path = resume.anchor(config)  # where the parts and the store's spill lie
     journal = None
     if why is None:
-        journal = resume.Journal(config, predictor, sinks)
+        journal = resume.Journal(config, predictor, sinks, devices)
         journal.open(config.restart, say)  # the lock first: nothing of a running job is touched
     elif path:  # a job that does not resume holds the lock too, for as long as it runs
         resume.HELD.append(resume.take_lock(resume.parts_dir(path), flag, path))

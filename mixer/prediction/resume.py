@@ -149,7 +149,7 @@ def _alive(pid: int) -> bool:
 class Journal:
     """The parts of one output: `chunks` completed so far, and what made them."""
 
-    def __init__(self, config, predictor, sinks=()):
+    def __init__(self, config, predictor, sinks=(), devices=None):
         from mixer.audit.draw import model_fingerprint
         from mixer.data.tables.sinks import sink_name
 
@@ -192,7 +192,7 @@ class Journal:
             "mixer": __version__,
             "input": _file_identity(config.input),
             "model": model_fingerprint(predictor),
-            "device": device_numerics(predictor),
+            "device": ranks_device(devices or [device_numerics(predictor)]),
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
         }
@@ -412,6 +412,18 @@ def device_numerics(predictor) -> dict:
     else:
         name = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "")() or "cpu"
     return {"kind": kind, "name": name, "precision": predictor.precision}
+
+
+def ranks_device(devices: list) -> dict:
+    """The device of a job's ranks (device_numerics of each, rank 0 first): each of kind,
+    name and precision as one value where every rank has it, else each rank's, so that a
+    rank on another GPU model or CPU than rank 0's is part of what the journal compares."""
+    return {
+        key: devices[0][key]
+        if all(device[key] == devices[0][key] for device in devices)
+        else "; ".join(f"rank {rank} {device[key]}" for rank, device in enumerate(devices))
+        for key in ("kind", "name", "precision")
+    }
 
 
 def _device(device: dict) -> str:
