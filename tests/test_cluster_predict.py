@@ -224,6 +224,11 @@ def test_another_kind_of_device_is_refused_and_another_cpu_continues_saying_so(
     line = refused(*cmd(run, census, out))
     assert "were made with another device (cuda (NVIDIA H100 80GB HBM3), bf16; now cpu (" in line
     assert not out.exists()
+    saved["made_by"]["device"] = {"kind": "cpu"}  # a key lacking: was a traceback (KeyError)
+    journal.write_text(json.dumps(saved))
+    assert "were made with another device (cpu (None), None; now cpu (" in refused(
+        *cmd(run, census, out)
+    )
     saved["made_by"]["device"] = dict(here, name="another CPU")  # another CPU's kernels
     journal.write_text(json.dumps(saved))
     proc = run_program("predict.py", *cmd(run, census, out), env=env())

@@ -426,8 +426,8 @@ def ranks_device(devices: list) -> dict:
     }
 
 
-def _device(device: dict) -> str:
-    return f"{device['kind']} ({device['name']}), {device['precision']}"
+def _device(device: dict) -> str:  # a journal's may lack a key (written by hand)
+    return f"{device.get('kind')} ({device.get('name')}), {device.get('precision')}"
 
 
 def other_kernels(saved: dict, now: dict) -> Optional[str]:
