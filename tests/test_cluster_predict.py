@@ -279,6 +279,15 @@ def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census,
     assert predict_main(cmd(run, census, tmp_path / "out.csv")) == 0
     assert not stale.exists()
     assert (other / "journal.json").exists() and others_temp.exists()
+    # the temp files of --to-check and --audit too (written at the end: a kill then left them)
+    stale = [tmp_path / ".tmp-check.csv.999999999", tmp_path / ".tmp-audit.csv.999999999"]
+    for path in stale:
+        path.write_text("rows")
+    argv = cmd(run, census, tmp_path / "out.csv")
+    argv += ["--to-check", "5", str(tmp_path / "check.csv")]
+    argv += ["--audit", "5", str(tmp_path / "audit.csv")]
+    assert predict_main(argv) == 0
+    assert not any(path.exists() for path in stale)
 
 
 def test_every_part_is_on_the_disk_before_the_journal_names_it(run, census, tmp_path, monkeypatch):

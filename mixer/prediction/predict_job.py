@@ -530,6 +530,8 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
         (flag, path),
         ("--output", config.output),
         ("--embeddings", config.embeddings),
+        ("--to-check", config.to_check[-1] if config.to_check else None),
+        ("--audit", config.audit[-1] if config.audit else None),
     }:
         if path:
             resume.remove_stale(path, flag, why, say)
