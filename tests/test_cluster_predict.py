@@ -441,3 +441,33 @@ def test_each_ranks_device_is_in_the_journal_not_rank_0s_alone(run, census, whol
         proc.stdout
     )
     assert out.exists()
+
+
+def test_ctrl_c_in_a_python_session_and_the_same_call_again_continues(
+    run, census, whole, tmp_path, monkeypatch, capsys
+):
+    """predict_main called twice in one Python session (a notebook): Ctrl-C after chunk 1
+    keeps the parts, and the second call, in the same process, continues them to the bytes
+    of a run never stopped: the first call's lock on the parts is freed as a killed
+    process's is (flock is per open file: the same process is refused otherwise)."""
+    from mixer.cli.entrypoints import predict_main
+    from mixer.prediction import resume
+
+    done = resume.Journal.done
+
+    def interrupted(self, chunk, *args, **kwargs):
+        done(self, chunk, *args, **kwargs)
+        if chunk == 1:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "out.csv"
+    monkeypatch.setattr(resume.Journal, "done", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        predict_main(cmd(run, census, out))
+    monkeypatch.setattr(resume.Journal, "done", done)
+    assert (tmp_path / ".tmp-out.csv.parts" / "journal.json").exists() and not out.exists()
+    capsys.readouterr()
+    assert predict_main(cmd(run, census, out)) == 0
+    said = capsys.readouterr()
+    assert "continuing an unfinished run after its 2 chunk(s)" in said.out + said.err
+    assert out.read_bytes() == whole["csv"]
