@@ -340,7 +340,10 @@ def test_a_journal_a_lost_node_left_unreadable_starts_over_in_one_line(
     out.unlink()
     killed_after(1, *cmd(run, census, out))
     journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
-    journal.write_text(json.dumps(dict(json.loads(journal.read_text()), made_by=[])))
+    saved = json.loads(journal.read_text())
+    journal.write_text(json.dumps(dict(saved, made_by={"mixer": "0.1.0"})))  # another version's
+    assert "were made with mixer 0.1.0 (now " in refused(*cmd(run, census, out))
+    journal.write_text(json.dumps(dict(saved, made_by=[])))
     again = run_program("predict.py", *cmd(run, census, out), env=env())
     assert "starts over (an unfinished run's" in again.stdout and "cannot be read" in again.stdout
     assert out.read_bytes() == whole["csv"]

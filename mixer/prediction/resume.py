@@ -220,7 +220,8 @@ class Journal:
                 not isinstance(saved, dict)
                 or not {"made_by", "chunks", "rows", "size"} <= set(saved)
                 or not isinstance(saved["made_by"], dict)
-                or not {"input", "model", "options"} <= set(saved["made_by"])
+                or saved["made_by"].get("mixer") == self.made_by["mixer"]  # another's: refused
+                and not {"input", "model", "options"} <= set(saved["made_by"])
             ):  # valid JSON, yet not a journal's shape (a file written over, edited by hand)
                 raise ValueError("not a journal")
         except ValueError:  # a node lost before it reached the disk, a file written over
