@@ -240,6 +240,25 @@ def test_another_kind_of_device_is_refused_and_another_cpu_continues_saying_so(
     assert out.read_bytes() == whole["csv"]  # (this test's two "CPUs" are one)
 
 
+def test_a_journal_whose_input_keys_are_an_earlier_mixers_is_refused(run, census, tmp_path):
+    """The stores of a killed job hold input keys. A journal from a mixer whose keys told
+    inputs apart otherwise (before the places of a tokenizer's added tokens joined the key:
+    its journal states no key version) would join its keys with this version's, and an input
+    met before the kill would be computed again under another key: refused in one line,
+    naming it. Before, such a journal was continued."""
+    out = tmp_path / "out.csv"
+    killed_after(1, *cmd(run, census, out))
+    journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
+    saved = json.loads(journal.read_text())
+    assert saved["made_by"]["keys"] == 2
+    del saved["made_by"]["keys"]
+    journal.write_text(json.dumps(saved))
+    line = refused(*cmd(run, census, out))
+    assert "were made with input keys of version 1 (now 2: an earlier mixer's" in line
+    assert line.endswith("or pass --restart to start over")
+    assert not out.exists()
+
+
 def test_compressed_files_are_refused_in_one_line(run, census, tmp_path, capsys):
     """A census often comes gzip'd (census.csv.gz). It was read as CSV text and refused as a
     file in another encoding (pass --encoding cp1252), which reads it as garbage; an output

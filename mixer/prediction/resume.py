@@ -46,6 +46,7 @@ import sys
 from typing import Optional
 
 from mixer.core.errors import UserError
+from mixer.data.inputs.tokens import KEY_VERSION
 from mixer.data.tables.sinks import dump_atomically as _dump
 
 JOURNAL = "journal.json"
@@ -193,6 +194,7 @@ class Journal:
             "input": _file_identity(config.input),
             "model": model_fingerprint(predictor),
             "device": ranks_device(devices or [device_numerics(predictor)]),
+            "keys": KEY_VERSION,
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
         }
@@ -587,6 +589,11 @@ def _file_changed(flag: str, before: dict, now: dict) -> str:
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
     if saved.get("mixer") != now["mixer"]:
         return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
+    if saved.get("keys", 1) != now["keys"]:  # stores of keys another version made
+        return (
+            f"input keys of version {saved.get('keys', 1)} (now {now['keys']}: an earlier mixer's, "
+            "which tell model inputs apart otherwise)"
+        )
     if not _same_file(saved["input"], now["input"]):
         return _file_changed("--input", saved["input"], now["input"])
     if saved["model"] != now["model"]:
