@@ -92,7 +92,11 @@ def test_kill_9_at_random_moments_then_resume_gives_the_same_weights(
                 small_csv, run, "--max-steps", 40, "--save-interval", 1, "--log-interval", 1
             )
         )
-        wait_for_line(proc, "step ")  # training has started; now kill at a random moment
+        if not any(line.startswith("step ") for line in proc.stdout):
+            # a kill after the last step's checkpoint but before the model was written: this
+            # start resumed at the last step and finished without a step to log
+            assert proc.wait() == 0 and os.path.exists(run / "model.safetensors")
+            break
         time.sleep(rng.uniform(0.0, 0.6))  # fault injection timing, not synchronisation
         proc.kill()
         proc.communicate()
