@@ -484,6 +484,23 @@ def write_scores(run, chose: int) -> pd.DataFrame:
     return scores
 
 
+@pytest.fixture
+def model_rows(monkeypatch) -> list:
+    """How many inputs the model computed, over every call of its encoder (a list of each
+    call's count; sum it)."""
+    from mixer.prediction.predict import Predictor
+
+    counted = []
+    encoded = Predictor._encoded
+
+    def counting(self, texts, *args, **kwargs):
+        counted.append(len(texts))
+        return encoded(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "_encoded", counting)
+    return counted
+
+
 # ------------------------------------------------------------------ OccCANINE's architecture at toy size
 @pytest.fixture(scope="module")
 def hisco_model(tmp_path_factory):

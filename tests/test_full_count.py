@@ -32,22 +32,6 @@ def census(tmp_path_factory, small_csv) -> str:
     return str(path)
 
 
-@pytest.fixture
-def model_rows(monkeypatch):
-    """How many inputs the model computed, over every call of its encoder."""
-    from mixer.prediction.predict import Predictor
-
-    counted = []
-    encoded = Predictor._encoded
-
-    def counting(self, texts, *args, **kwargs):
-        counted.append(len(texts))
-        return encoded(self, texts, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "_encoded", counting)
-    return counted
-
-
 def distinct_inputs(run, frame) -> int:
     import mixer
 

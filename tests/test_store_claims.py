@@ -171,22 +171,6 @@ def read_text(path) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-@pytest.fixture
-def model_rows(monkeypatch) -> list:
-    """How many inputs the model computed, over every call of its encoder."""
-    from mixer.prediction.predict import Predictor
-
-    counted = []
-    encoded = Predictor._encoded
-
-    def counting(self, texts, *args, **kwargs):
-        counted.append(len(texts))
-        return encoded(self, texts, *args, **kwargs)
-
-    monkeypatch.setattr(Predictor, "_encoded", counting)
-    return counted
-
-
 def options_language(options) -> tuple:
     """(--language, --language-col) among predict.py's options."""
 
