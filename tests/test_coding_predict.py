@@ -1109,6 +1109,94 @@ def test_labelled_rows_the_model_trained_on_are_refused_or_left_out(varied_run, 
     assert f"{left.sum()} of its {len(mixed)} labelled rows" in capsys.readouterr().err
 
 
+# every language value a file may state beside a training row's text: as given, in another
+# case, another language, blank, unknown and one the run never saw
+EVERY_LANGUAGE = ["en", "EN", "da", "", "unk", "xx"]
+
+
+@pytest.mark.parametrize("language", EVERY_LANGUAGE)
+def test_training_rows_are_known_whatever_language_the_file_states(varied_run, tmp_path, language):
+    """Issue 50, item 1: the run read no language column (its rows are 'unk'); its training
+    rows passed with any --language are still its training rows, as the model scores them:
+    refused for --target-accuracy, --calibrate and Model.target alike."""
+    import mixer
+
+    split_as_labelled(varied_run, "train", tmp_path / "train.csv", rows=150)
+    labelled = ["--calibration-data", str(tmp_path / "train.csv")]
+    labelled += ["--calibration-truth-cols", "hisco_1", "--language", language]
+    with pytest.raises(UserError, match=r"150 of its 150 labelled rows \(100%\) are rows run"):
+        mixer.load(varied_run).target(
+            0.05,
+            0.5,
+            calibration_data=str(tmp_path / "train.csv"),
+            calibration_truth_cols=["hisco_1"],
+            language=language,
+        )
+    out = tmp_path / "out.csv"
+    with pytest.raises(UserError, match="are rows run trained on"):
+        predict_main(
+            ["--checkpoint", varied_run, "--input", str(tmp_path / "train.csv")]
+            + ["--output", str(out), "--target-accuracy", "0.05", *labelled]
+        )
+    assert not os.path.exists(out)
+    with pytest.raises(UserError, match="are rows run trained on"):
+        predict_main(["--checkpoint", varied_run, "--calibrate", *labelled])
+
+
+def test_training_rows_are_known_whatever_language_each_row_states(varied_run, tmp_path):
+    """Issue 50, item 1: a language column with every value, row by row."""
+    import mixer
+
+    table = split_as_labelled(varied_run, "train", tmp_path / "train.csv", rows=150)
+    table["lang"] = [EVERY_LANGUAGE[i % len(EVERY_LANGUAGE)] for i in range(len(table))]
+    table.to_csv(tmp_path / "train.csv", index=False)
+    with pytest.raises(UserError, match=r"150 of its 150 labelled rows \(100%\) are rows run"):
+        mixer.load(varied_run).target(
+            0.05,
+            0.5,
+            calibration_data=str(tmp_path / "train.csv"),
+            calibration_truth_cols=["hisco_1"],
+            language_col="lang",
+        )
+
+
+@pytest.mark.parametrize("literal", [False, True], ids=["pair", "occcanine"])
+def test_a_training_row_is_keyed_by_its_text_as_read_in_any_language(literal):
+    """Issue 50, item 1: the key of a training row (mixer.coding.target._row_keys) is the same
+    for every language beside its text, for a model that reads the language as a tokenizer
+    pair and for OccCANINE's, which reads the literal 'lang[SEP]text'; its text as the model
+    reads it (lower-cased, in ASCII, stripped where the recipe says so) and its codes still
+    tell rows apart."""
+    from types import SimpleNamespace
+
+    from mixer.coding.target import _row_keys
+    from mixer.data.inputs.tokens import CanineIds, InputRecipe, reading_keys
+
+    recipe = InputRecipe(
+        max_len=128,
+        language="literal" if literal else "pair",
+        lowercase=literal,
+        ascii=literal,
+        strip=not literal,
+    )
+    ids = CanineIds(recipe)
+    model = SimpleNamespace(_strings=lambda texts, langs: reading_keys(ids, texts, langs))
+    langs = np.asarray(EVERY_LANGUAGE + ["da"], dtype=object)
+    texts = np.full(len(langs), "farmer", dtype=object)
+    truth = [("61110",)] * len(langs)
+    keys = _row_keys(model, texts, langs, truth)
+    assert len(set(keys.tolist())) == 1
+    spelled = "FÁRMER" if literal else " farmer "  # the same text as this model reads it
+    other = _row_keys(
+        model,
+        np.asarray([spelled, "fisher", "farmer"], dtype=object),
+        np.asarray(["unk", "unk", "unk"], dtype=object),
+        [("61110",), ("61110",), ("64100",)],
+    )
+    assert other[0] == keys[0]
+    assert keys[0] not in other[1:]
+
+
 def test_calibrate_refuses_too_few_rows_and_a_degenerate_fit_keeping_the_old(
     trained, copy_of, common_csv, tmp_path
 ):

@@ -475,13 +475,14 @@ def training_rows(run, path, lang=None) -> str:
 def test_training_rows_given_as_unknown_language_or_in_capitals_are_still_training_rows(
     lang_runs, tmp_path
 ):
-    """The run showed every training row as 'unk' in a share of draws (--unk-lang-prob), and
-    its tokenizer reads 'EN' as 'en': a labelled file of its training rows in either form is
-    its training data, refused."""
+    """The run trained with 'en' (and 'unk' in a share of draws, --unk-lang-prob): a labelled
+    file of its training rows is its training data, refused, whatever language it states: as
+    given, in capitals, another one, blank, unknown or one the run never saw (issue 50, item 1:
+    the model remembers a text it trained on whatever language stands beside it)."""
     import mixer
 
     model = mixer.load(lang_runs["first"])
-    for lang in ("unk", "EN"):
+    for lang in ("en", "EN", "da", "", "unk", "xx"):
         path = training_rows(lang_runs["first"], tmp_path / f"train_{lang}.csv", lang)
         with pytest.raises(UserError, match="are rows first trained on"):
             model.target(0.05, 0.5, labelled=path, truth_cols=["hisco_1"])

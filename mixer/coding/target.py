@@ -228,8 +228,8 @@ TRAINED_LEVEL = 0.001
 @dataclass
 class TrainedOn:
     """What a run knows of the rows it trained on (its data_train.parquet): the keys of its
-    rows as the model read them (the model input, Model.model_inputs' key, with the row's
-    code set), and the share of its own held-out rows (data_val.parquet, never trained on)
+    rows as the model remembers them (the text as the model reads it, whatever its language,
+    with the row's code set: _row_keys), and the share of its own held-out rows (data_val.parquet, never trained on)
     whose key is among them: what new rows like them show."""
 
     keys: np.ndarray  # sorted unique uint64 hashes
@@ -239,9 +239,18 @@ class TrainedOn:
 
 
 def _row_keys(model, texts, langs, truth) -> np.ndarray:
-    """Per row, a hash of the input as the model reads it and the row's code set."""
+    """Per row, a hash of its text as the model reads it (and its context) and the row's code
+    set, whatever language stands beside the text: a model remembers a training row by what it
+    read of its text, and scores that text with any language, another or none, as the row it
+    trained on (a run without a language column read 'unk'; a file of its rows says 'en').
+    `langs` is not read: every row is keyed as of one language, so that the key holds the
+    text as the recipe spells it and the tokenizer normalises it, with the literal
+    'unk[SEP]' before it for OccCANINE's models (the same for every row)."""
+    from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
+
+    texts = np.asarray(texts, dtype=object)
     inputs = np.asarray(
-        model._strings(np.asarray(texts, dtype=object), np.asarray(langs, dtype=object)),
+        model._strings(texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object)),
         dtype=object,
     )
     codes = np.asarray([SEP.join(t) for t in truth], dtype=object)
@@ -256,12 +265,9 @@ def _code_columns(names) -> list:
     )
 
 
-def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> np.ndarray:
-    """Per row of a prepared split, its key (_row_keys), read in batches; also_unknown: each
-    row keyed a second time as of the unknown language (training showed every row so in a
-    share of its draws, --unk-lang-prob above 0)."""
+def _split_keys(model, run_dir: str, split: str) -> np.ndarray:
+    """Per row of a prepared split, its key (_row_keys), read in batches."""
     from mixer.data.prepared.files import iter_split
-    from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
     names, batches = iter_split(
         run_dir, split, lambda names: ["text", "lang", *_code_columns(names)]
@@ -275,10 +281,6 @@ def _split_keys(model, run_dir: str, split: str, also_unknown: bool = False) -> 
         keys.append(
             _row_keys(model, texts, frame["lang"].astype(str).to_numpy(dtype=object), truth)
         )
-        if also_unknown:
-            keys.append(
-                _row_keys(model, texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object), truth)
-            )
     return np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint64)
 
 
@@ -359,9 +361,7 @@ def trained_on(model) -> Optional[TrainedOn]:
         if run_dir is not None:
             earlier, partial = _earlier_runs(run_dir)
             keys = np.unique(
-                np.concatenate(
-                    [_split_keys(model, d, "train", _unknown_kept(d)) for d in [run_dir, *earlier]]
-                )
+                np.concatenate([_split_keys(model, d, "train") for d in [run_dir, *earlier]])
             )
             val = os.path.join(run_dir, "data_val.parquet")
             val_keys = (
@@ -453,10 +453,10 @@ def unknown_languages_line(counts: dict, known: set, where: str, read=None) -> s
 
 def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labelled:
     """Labelled rows of a file without the rows the model trained on, as their content tells
-    (the input as the model reads it and the code set, TrainedOn): counted and said in one
-    line. A file of mostly such rows, more than new rows like the run's own held-out rows
-    would hold, is refused: it is the training data, on which the model is right more often
-    than on new rows."""
+    (the text as the model reads it and the code set, whatever the language: TrainedOn):
+    counted and said in one line. A file of mostly such rows, more than new rows like the
+    run's own held-out rows would hold, is refused: it is the training data, on which the
+    model is right more often than on new rows."""
     from mixer.coding.guarantee import binomial_upper_tail
 
     trained = trained_on(model)
@@ -478,7 +478,7 @@ def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labell
     )
     if k / n > MOSTLY_TRAINED and above:
         raise UserError(
-            f"{where}: {share} are rows {trained.where} trained on (the same input and codes), "
+            f"{where}: {share} are rows {trained.where} trained on (the same text as the model reads it and codes, in any language), "
             f"where {like}: the model is right more often on rows it trained on, so no threshold "
             "chosen on them holds on new rows; pass labelled rows it never trained on (a random "
             "sample of the file to code, checked by hand)"
@@ -486,13 +486,13 @@ def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labell
     if not above:
         if log is not None:
             log(
-                f"{where}: {share} have the input and codes of rows {trained.where} trained on, as {like}: "
+                f"{where}: {share} have the text and codes of rows {trained.where} trained on, as {like}: "
                 "kept (rows like these are new draws of common inputs)"
             )
         return labelled
     if log is not None:
         log(
-            f"{where}: {share} are rows {trained.where} trained on (the same input and codes), more than {like}: "
+            f"{where}: {share} are rows {trained.where} trained on (the same text as the model reads it and codes, in any language), more than {like}: "
             "left out (the model is right more often on rows it trained on)"
         )
     out = labelled.without(~seen)
