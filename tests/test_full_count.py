@@ -320,6 +320,67 @@ def test_a_changed_reading_option_file_or_calibration_is_refused_on_resume(run, 
     assert "were made with another calibration of the model" in refused()
 
 
+def test_an_edit_to_the_model_directory_s_own_files_is_refused_on_resume(
+    run, census, tmp_path, capsys
+):
+    """Issue 50, item 2: the model directory's own files that make the output (key.csv, its
+    codes' descriptions; config.json; calibration.json) are in the journal, as a file an
+    option names is: each edited (or added) between a kill and the rerun is refused in one
+    line, the parts kept as they were; put back as it was, the job continues to an
+    uninterrupted run's bytes."""
+    import os
+    import shutil
+
+    from conftest import env_for_subprocess, fails, run_program
+
+    model = tmp_path / "model"
+    shutil.copytree(run, model)
+    work = tmp_path / "work"
+    work.mkdir()
+    whole, out = tmp_path / "whole.csv", work / "out.csv"
+    assert predict_main(predict_cmd(str(model), census, whole)) == 0
+    cmd = predict_cmd(str(model), census, out)
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
+    capsys.readouterr()
+
+    def edit(path, content, *needles) -> None:
+        before = path.read_bytes() if path.exists() else None
+        times = os.stat(path) if before is not None else None
+        path.write_bytes(content)
+        fails(capsys, "predict", cmd, *needles, watch=work)
+        assert not out.exists()
+        if before is None:
+            path.unlink()
+            return
+        path.write_bytes(before)  # put back, its time too: the same file
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+    key = pd.read_csv(model / "key.csv", dtype=str, keep_default_na=False)
+    edit(
+        model / "key.csv",
+        key.assign(description="EDITED DESCRIPTION").to_csv(index=False).encode(),
+        f"were made with the model's key.csv {model / 'key.csv'} as it was then",
+    )
+    config = (model / "config.json").read_bytes()
+    edit(
+        model / "config.json",
+        config.replace(b"\n", b"\n ", 1),
+        f"were made with the model's config.json {model / 'config.json'} as it was then",
+    )
+    if not (model / "calibration.json").exists():  # no scaling: only the file is new
+        edit(
+            model / "calibration.json",
+            b'{"version": 1, "heads": {}}',
+            f"no calibration.json in the model's directory ({model / 'calibration.json'} added",
+        )
+    assert predict_main(cmd) == 0
+    said = capsys.readouterr()
+    assert "continuing an unfinished run after its 1 chunk(s)" in said.out + said.err
+    assert out.read_bytes() == whole.read_bytes()
+
+
 def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census, tmp_path):
     from conftest import env_for_subprocess, run_program
 

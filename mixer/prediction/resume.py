@@ -55,6 +55,11 @@ JOURNAL = "journal.json"
 FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint", "distributed"}
 # options that name a file whose content makes the output: compared by what the file is too
 FILES = ("code_descriptions", "lookup", "calibration_data")
+# the model directory's own files that make the output beside its weights (which the model's
+# fingerprint covers by content): its codes' descriptions (key.csv), its configuration (input
+# recipe, code system, thresholds: config.json) and its calibration (calibration.json); compared
+# as a file an option names is, so that an edit between a kill and the rerun is refused
+OWN_FILES = ("key.csv", "config.json", "calibration.json")
 # tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
 # -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
 # torchrun "k:LOST" ends the last rank (os._exit) once chunk k is done (a node lost)
@@ -197,6 +202,7 @@ class Journal:
             "keys": KEY_VERSION,
             "options": options,
             "sinks": [sink_name(sink) for sink in sinks],
+            "own_files": own_files(config, predictor),
         }
         self.chunks, self.rows, self.size = 0, 0, 0
         self.lock = None  # open(): held while the job runs
@@ -556,6 +562,40 @@ def _file_identity(path: str) -> dict:
     }
 
 
+def own_files(config, predictor) -> dict:
+    """{name: the file as a resume knows it (_file_identity), or None where it is absent} of
+    the model directory's OWN_FILES: a run's directory, RUN/best, an OccCANINE model's own
+    directory, or for an epoch's weights the run directory beside them, whose key.csv and
+    config.json they are read with. {} for a model without a directory (a hub id)."""
+    folder = predictor.config.get("model_dir")
+    if not folder and str(config.checkpoint or "").endswith(".safetensors"):
+        folder = os.path.dirname(os.path.abspath(config.checkpoint))
+    if not folder or not os.path.isdir(folder):
+        return {}
+    paths = {name: os.path.join(folder, name) for name in OWN_FILES}
+    return {
+        name: _file_identity(path) if os.path.isfile(path) else None for name, path in paths.items()
+    }
+
+
+def _own_file_changed(saved: dict, now: dict) -> Optional[str]:
+    """What differs in the model directory's own files (a journal from before they were
+    recorded: nothing), for a refusal."""
+    if "own_files" not in saved:
+        return None
+    for name in sorted(set(saved["own_files"]) | set(now["own_files"])):
+        before, value = saved["own_files"].get(name), now["own_files"].get(name)
+        if before is None and value is None:
+            continue
+        if before is None or value is None:
+            if before is None:
+                return f"no {name} in the model's directory ({value['path']} added since)"
+            return f"the model's {name} {before['path']} (removed since)"
+        if not _same_file(before, value):
+            return _file_changed(f"the model's {name}", before, value)
+    return None
+
+
 def _same_file(before: dict, now: dict) -> bool:
     if "sample" not in before:  # a journal from before the sample: by its path too
         return all(before.get(k) == now.get(k) for k in ("path", "bytes", "modified_ns"))
@@ -580,8 +620,9 @@ def _file_changed(flag: str, before: dict, now: dict) -> str:
         elif same == {"bytes", "modified_ns"}:  # an edit whose time was put back
             what = "its first or last 64 KiB changed since, its size and time did not"
         return f"{flag} {now['path']} as it was then ({shown(before)}; now {shown(now)}: {what})"
+    other = f"another {flag}" if flag.startswith("--") else f"{flag} at another path"
     return (
-        f"another {flag} ({before['path']}, {shown(before)}; now {now['path']}, {shown(now)}: "
+        f"{other} ({before['path']}, {shown(before)}; now {now['path']}, {shown(now)}: "
         "a copy is the same file only where it keeps the time, as cp -p and rsync -a do)"
     )
 
@@ -630,7 +671,7 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         "sinks"
     ):  # outputs registered from outside (mixer.data.tables.sinks)
         return f"other outputs ({_shown(saved.get('sinks'))}; now {_shown(now.get('sinks'))})"
-    return None
+    return _own_file_changed(saved, now)
 
 
 def _shown(value) -> str:
