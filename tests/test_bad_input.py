@@ -59,6 +59,12 @@ GOOD = (
             ],
         ),
         ("emptytext.csv", GOOD + ",61110\n", ["empty text", "rows 11"]),
+        # characters that show nothing are no text to learn from (issue 50): blank, as "" is
+        (
+            "invisible.csv",
+            GOOD + "\u200b,61110\n\ufeff\u2060,61110\n\u00a0\u3000,99910\n",
+            ["empty text", "rows 11, 12, 13"],
+        ),
         (
             "long.csv",
             GOOD + "weaver,751100\n",

@@ -394,6 +394,60 @@ def test_a_row_without_a_description_gets_no_code_in_every_output(shapes_run, tm
     ) == [False, True, False, True, False]
 
 
+# descriptions a person sees nothing in: a zero-width space, a byte-order mark, a word joiner,
+# a no-break space, an ideographic space, a soft hyphen, and such characters mixed with spaces
+SHOWS_NOTHING = ["\u200b", "\ufeff", "\u2060", "\xa0", "\u3000", "\xad", " \u200b\t\u200d "]
+
+
+def test_a_description_of_characters_that_show_nothing_is_blank_everywhere(
+    shapes_run, tmp_path, capsys
+):
+    """Issue 50, "also seen": a description of a zero-width space alone was coded where "" and
+    " " get no code. Blank means blank whatever Unicode calls the character: no code and no
+    probability from the API and predict.py, counted with the rows without a description, and
+    a lookup entry of such a text is no entry (it codes nothing)."""
+    import mixer
+    from mixer.cli.entrypoints import predict_main
+
+    model = mixer.load(shapes_run)
+    texts = pd.Series(["farmer", *SHOWS_NOTHING, "smith"])
+    blank = np.asarray([False] + [True] * len(SHOWS_NOTHING) + [False])
+    table = model.predict(texts, threshold=0.0)  # a threshold of 0: every described row has codes
+    assert (table.loc[blank, "code_1"] == "").all() and table.loc[blank, "prob_1"].isna().all()
+    assert (table.loc[~blank, "code_1"] != "").all()
+    assert f"note: {len(SHOWS_NOTHING)} row(s) without a description" in capsys.readouterr().err
+    pd.DataFrame({"occ1": ["\u200b", "\ufeff"], "hisco_1": ["99910", "99910"]}).to_csv(
+        tmp_path / "lookup.csv", index=False
+    )
+    pd.DataFrame({"occ1": texts}).to_csv(tmp_path / "in.csv", index=False)
+    argv = ["--checkpoint", shapes_run, "--input", str(tmp_path / "in.csv")]
+    argv += ["--output", str(tmp_path / "out.csv"), "--threshold", "0", "--chunk-size", "3"]
+    assert predict_main(argv + ["--lookup", str(tmp_path / "lookup.csv")]) == 0
+    said = capsys.readouterr().err
+    assert f"{len(SHOWS_NOTHING)} row(s) without a description" in said
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(out["code_1"] == "") == list(blank) and list(out["prob_1"] == "") == list(blank)
+
+
+def test_blank_is_unicode_s_white_space_and_default_ignorable_characters():
+    """The one rule (mixer.data.tables.job_columns.is_blank, blank_descriptions): a text of
+    Unicode's White_Space and Default_Ignorable_Code_Point characters alone, checked for every
+    code point against the `regex` package's Unicode tables; one visible character is enough
+    to be a description."""
+    import regex
+
+    from mixer.data.tables.job_columns import blank_descriptions, is_blank
+
+    shows_nothing = regex.compile(r"[\p{White_Space}\p{Default_Ignorable_Code_Point}]")
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    expected = np.asarray([bool(shows_nothing.match(p)) or p.isspace() for p in points])
+    assert (blank_descriptions(pd.Series(points, dtype=object)) == expected).all()
+    assert [is_blank(p) for p in ("\u200b", "\ufeff", "\u2060", "x")] == [True, True, True, False]
+    values = pd.Series(["", None, np.nan, *SHOWS_NOTHING, "\u200bsmith", "smith\ufeff", "-"])
+    assert list(blank_descriptions(values)) == [True] * (3 + len(SHOWS_NOTHING)) + [False] * 3
+    assert is_blank(None) and is_blank(float("nan")) and not is_blank("\u200bsmith")
+
+
 def torch_equal(a, b):
     import torch
 

@@ -21,6 +21,7 @@ import pandas as pd
 from mixer.core.errors import UserError
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
+from mixer.data.tables.job_columns import blank_descriptions
 from mixer.data.tables.sinks import Sink
 
 # the draw's own columns, never a file's
@@ -219,7 +220,7 @@ class AuditDraw:
             )
         self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
         texts = frame[self.text_col]
-        eligible = audit_file.descriptions(texts).ne("").to_numpy().copy()
+        eligible = ~blank_descriptions(texts)
         self.left_out["no description"] += int((~eligible).sum())
         if self.excluded:
             seen = np.isin(audit_file.description_keys(texts), list(self.excluded)) & eligible

@@ -41,6 +41,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
+from mixer.data.tables.job_columns import is_blank
 
 SEP = " & "  # a code set as one string, codes sorted (scores.parquet's true_codes)
 LAYOUTS = ("to-check", "audit", "dictionary")
@@ -124,7 +125,7 @@ class Lookup:
         inputs = model.model_inputs(self.texts, langs, self.context)
         found: dict = {}
         for entry, key in enumerate(inputs):
-            if not self.texts.iloc[entry].strip():
+            if is_blank(self.texts.iloc[entry]):
                 continue
             first = found.setdefault(key, entry)
             if first != entry and self.codes[first] != self.codes[entry]:

@@ -673,6 +673,7 @@ def file_rows(
     from mixer.audit.file import is_audit
     from mixer.audit.verdicts import parse_audit
     from mixer.data.labels.normalise import code_column
+    from mixer.data.tables.job_columns import blank_descriptions
     from mixer.data.tables.reading import read_table
 
     frame = read_table(path, options, log=log)
@@ -763,7 +764,7 @@ def file_rows(
         )
     else:
         langs = pd.Series([language] * len(frame), dtype=object)
-    described = texts.str.strip().ne("").to_numpy()
+    described = ~blank_descriptions(texts)
     if rows is None:  # a table with truth columns
         unlabelled, undescribed = int((~keep).sum()), int((keep & ~described).sum())
         left_out = (

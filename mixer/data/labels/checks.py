@@ -16,6 +16,7 @@ from mixer.core.errors import UserError
 from mixer.data.labels.columns import DESC_CHARS, LANG, REPORT_PREFIX, TEXT, code_columns
 from mixer.data.labels.formatter import CodeFormatter
 from mixer.data.labels.normalise import code_column, describe_restored, model_input
+from mixer.data.tables.job_columns import blank_descriptions
 from mixer.data.tables.reading import as_text, require_columns, row_names
 
 
@@ -55,7 +56,7 @@ def check_rows(
     require_columns(frame, list(flags), path, flags)
 
     text = frame[cfg.input_col].astype("str").str.strip()
-    empty_text = text.eq("").to_numpy()
+    empty_text = blank_descriptions(text)  # spaces, a zero-width space, ...: nothing to learn
     desc_chars = text.str.len().to_numpy(dtype=np.int32)
     n_rows, n_cols = len(frame), len(cfg.target_cols)
     # the whole context: the tokeniser fits it to the model's input (mixer.data.inputs.tokens)
