@@ -566,13 +566,15 @@ def own_files(config, predictor) -> dict:
     """{name: the file as a resume knows it (_file_identity), or None where it is absent} of
     the model directory's OWN_FILES: a run's directory, RUN/best, an OccCANINE model's own
     directory, or for an epoch's weights the run directory beside them, whose key.csv and
-    config.json they are read with. {} for a model without a directory (a hub id)."""
-    folder = predictor.config.get("model_dir")
+    config.json they are read with (not its calibration.json, which is of the run's own
+    weights). {} for a model without a directory (a hub id)."""
+    folder, names = predictor.config.get("model_dir"), OWN_FILES
     if not folder and str(config.checkpoint or "").endswith(".safetensors"):
         folder = os.path.dirname(os.path.abspath(config.checkpoint))
+        names = tuple(name for name in OWN_FILES if name != "calibration.json")
     if not folder or not os.path.isdir(folder):
         return {}
-    paths = {name: os.path.join(folder, name) for name in OWN_FILES}
+    paths = {name: os.path.join(folder, name) for name in names}
     return {
         name: _file_identity(path) if os.path.isfile(path) else None for name, path in paths.items()
     }
