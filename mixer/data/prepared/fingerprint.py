@@ -31,6 +31,7 @@ OPTIONAL_SETTINGS = {
     "sep": None,
     "sheet": None,
     "header_row": None,
+    "ddi": None,
     "read_options": {},
     "empty_code_label": None,
     "zero_padded_codes": False,

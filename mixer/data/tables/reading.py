@@ -32,7 +32,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
-from mixer.data.tables import formats
+from mixer.data.tables import formats, ipums
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
@@ -45,6 +45,7 @@ FORMAT_NAMES = {
     "parquet": "Parquet",
     "excel": "Excel (.xlsx)",
     "stata": "Stata (.dta)",
+    "ipums": ipums.NAME,
 }
 
 
@@ -84,9 +85,11 @@ def compressed(path: str, by_content: bool = False) -> Optional[str]:
 
 
 def table_kind(path: str, file_flag: str = "--input") -> str:
-    """csv, parquet, excel or stata, by the file's extension (anything else is CSV but a
-    compressed file, refused in one line)."""
+    """csv, parquet, excel, stata or ipums (a fixed-width extract, .dat or .dat.gz), by the
+    file's extension (anything else is CSV but a compressed file, refused in one line)."""
     lower = path.lower()
+    if ipums.is_extract(path):
+        return "ipums"
     suffix = compressed(path)
     if suffix is not None:
         raise UserError(
@@ -130,7 +133,16 @@ def check_input_table(path: str, file_flag: str) -> str:
         )
     if kind == "excel":
         formats.openpyxl_module(file_flag, path)
+    if kind == "ipums":
+        ipums.require_ipumspy(path, TableOptions(role=_role_of(file_flag)))
     return kind
+
+
+def _role_of(file_flag: str) -> str:
+    """The role whose file a flag names (--input -> input), for a message naming its options."""
+    from mixer.core.config import TABLE_ROLES
+
+    return next((role for role, (flag, _) in TABLE_ROLES.items() if flag == file_flag), "input")
 
 
 def canonical_encoding(name: str) -> str:
@@ -607,6 +619,8 @@ def check_header(path: str, options: TableOptions) -> None:
             return
     elif kind == "parquet":
         names = column_names(path)
+    elif kind == "ipums":  # its codebook found and read, the extract rectangular
+        names = ipums.names(path, options)
     else:  # a sheet's header and a .dta file's names are read with their rows
         return
     if names is not None:
@@ -636,6 +650,12 @@ def read_table(
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
             frame = _numbers_as_text(frame[columns] if columns else frame, path, file_flag)
             frame.attrs[LABELS] = formats.stata_labels(path, file_flag)
+        elif kind == "ipums":
+            if log is not None:
+                log(_extract_line(options, path))
+            chunks = list(ipums.chunks(path, 1_000_000, options))
+            frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
+            frame = _numbers_as_text(frame[columns] if columns else frame, path, file_flag)
         elif kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
@@ -765,6 +785,13 @@ def _sheet_line(options: TableOptions, path: str, sheet) -> str:
     return f"{options.what} {path}: Excel, sheet {sheet.sheet!r}{others}{header}"
 
 
+def _extract_line(options: TableOptions, path: str) -> str:
+    return (
+        f"{options.what} {path}: IPUMS fixed-width extract, codebook "
+        f"{ipums.ddi_path(path, options)} ({options.flag('ddi')} names another)"
+    )
+
+
 def _numbers_as_text(frame: pd.DataFrame, path: str, file_flag: str) -> pd.DataFrame:
     numeric = [
         c
@@ -825,6 +852,11 @@ def iter_chunks(
         if kind == "stata":
             yield from formats.stata_chunks(path, chunk_size, file_flag)
             return
+        if kind == "ipums":
+            if log is not None:
+                log(_extract_line(options, path))
+            yield from ipums.chunks(path, chunk_size, options)
+            return
         if kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
@@ -880,6 +912,8 @@ def count_rows(
         return pq.ParquetFile(path).metadata.num_rows
     if kind == "stata":
         return formats.stata_row_count(path, options.what)
+    if kind == "ipums":
+        return ipums.row_count(path, options)
     if kind == "excel":
         return formats.excel_row_count(path, options)
     lines = 0
@@ -918,6 +952,8 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
             lambda: _sheet_of(path, replace(options, header_row=None)).header_row
         ):
             found = replace(found, header_row=options.header_row)
+    elif kind == "ipums":
+        found = replace(found, ddi=ipums.canonical(path, options))
     return found  # Parquet and Stata: nothing to choose
 
 
@@ -978,7 +1014,7 @@ def missing_column(column: str, have, path: str, flag: str) -> UserError:
 
 
 def column_names(path: str) -> Optional[list]:
-    """The column names of a Parquet, Excel or Stata file, read without its rows; None where
+    """The column names of a Parquet, Excel, Stata or IPUMS file, read without its rows; None where
     they cannot be read that way (a caller then reads the whole file)."""
     try:
         kind = table_kind(path)
@@ -995,6 +1031,8 @@ def column_names(path: str) -> Optional[list]:
         if kind == "stata":
             with pd.read_stata(path, iterator=True) as reader:
                 return list(reader.variable_labels())
+        if kind == "ipums":
+            return ipums.names(path, TableOptions())
     except Exception:  # unreadable as such: a whole read decides
         return None
     return None

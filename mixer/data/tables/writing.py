@@ -129,6 +129,11 @@ def output_kind(path: str, file_flag: str = "--output") -> str:
     kind = table_kind(path, file_flag)
     if kind == "excel":
         formats.openpyxl_module(file_flag, path)
+    if kind == "ipums":
+        raise UserError(
+            f"{file_flag} {path}: IPUMS fixed-width extracts are read, not written; name an "
+            "output .csv, .parquet, .xlsx or .dta"
+        )
     return kind
 
 
