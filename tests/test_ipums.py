@@ -304,3 +304,24 @@ def test_without_ipumspy_an_extract_is_refused_naming_the_extra(run, census, tmp
     assert len(lines) == 1, proc.stderr
     assert "needs the ipumspy package" in lines[0] and "[ipums]'" in lines[0]
     assert os.listdir(tmp_path) == []
+
+
+def test_an_extract_is_read_as_its_name_says_plain_or_gzip_d(run, census, tmp_path, capsys):
+    import bz2
+    import gzip
+
+    plain = open(census["dat"], "rb").read()
+    for name, body, needle in (
+        ("usa_00005.dat", gzip.compress(plain), "gzip'd by its first bytes"),
+        ("usa_00006.dat.gz", plain, "not gzip'd"),
+        ("usa_00007.dat.bz2", bz2.compress(plain), "read plain or gzip'd"),
+    ):
+        (tmp_path / name).write_bytes(body)
+        fails(
+            capsys,
+            "predict",
+            predict_cmd(run, tmp_path / name, tmp_path / "out.csv"),
+            f"--input {tmp_path / name}",
+            needle,
+            watch=tmp_path,
+        )

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError, first_line
+from mixer.data.tables import compression
 
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 OLD_EXCEL_SUFFIXES = (".xls", ".xlsb", ".ods")
@@ -442,6 +443,7 @@ def _stata_reader(path: str, file_flag: str, chunk_size: Optional[int] = None):
     try:
         return pd.read_stata(
             path,
+            compression=compression.PANDAS.get(compression.by_content(path)),  # by its bytes
             iterator=True,
             chunksize=chunk_size,
             convert_categoricals=False,

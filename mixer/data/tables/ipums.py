@@ -25,13 +25,10 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
+from mixer.data.tables import compression
 
-SUFFIXES = (".dat", ".dat.gz")  # what IPUMS names a fixed-width extract
+SUFFIX = ".dat"  # what IPUMS names a fixed-width extract: usa_00001.dat, gzip'd .dat.gz
 NAME = "IPUMS fixed-width (.dat with its DDI codebook)"
-
-
-def is_extract(path: str) -> bool:
-    return path.lower().endswith(SUFFIXES)
 
 
 def require_ipumspy(path: str, options: TableOptions) -> None:
@@ -183,9 +180,8 @@ def _typed(chunk: pd.DataFrame, schema, shifts: dict) -> pd.DataFrame:
 def row_count(path: str, options: TableOptions) -> int:
     """The extract's records: its lines, decompressed where it is gzip'd."""
     codebook(path, options)  # an extract without its codebook is refused here too
-    opener = gzip.open if path.lower().endswith(".gz") else open
     lines, last = 0, b"\n"
-    with opener(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         while block := handle.read(1 << 24):
             lines += block.count(b"\n")
             last = block[-1:]

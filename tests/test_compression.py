@@ -1,0 +1,180 @@
+"""Compressed tables as they arrive (IPUMS delivers every extract gzip'd): gzip, bzip2 and xz
+read by the one reader with every option of the file's role, row for row as the plain file;
+zstd and zip refused in one line about inputs; an output named .csv.gz written gzip'd."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import zipfile
+
+import pandas as pd
+import pytest
+
+from conftest import TOY
+from mixer.core.config import DataConfig, TableOptions
+from mixer.core.errors import UserError
+from mixer.data.prepared.prepare import prepare_run_data
+from mixer.data.tables import compression
+from mixer.data.tables.reading import count_rows, iter_chunks, read_table
+from mixer.data.tables.writing import OutputWriter, write_table
+
+
+@pytest.fixture(scope="module")
+def toy() -> pd.DataFrame:
+    return pd.read_csv(TOY, dtype=str, keep_default_na=False)
+
+
+def variants(folder, toy: pd.DataFrame) -> list:
+    """(plain file, options) of the shapes a CSV arrives in: as written, tab-separated,
+    cp1252 with ';', a 'sep=' line above the header, title rows above it."""
+    out = []
+    plain = folder / "plain.csv"
+    toy.to_csv(plain, index=False)
+    out.append((plain, TableOptions(role="input")))
+    tsv = folder / "tabs.tsv"
+    toy.to_csv(tsv, sep="\t", index=False)
+    out.append((tsv, TableOptions(role="input")))
+    windows = toy.copy()
+    windows.loc[::3, "occ1"] = windows.loc[::3, "occ1"] + " à l'église"  # bytes past ASCII
+    cp1252 = folder / "windows.txt"
+    windows.to_csv(cp1252, sep=";", index=False, encoding="cp1252")
+    out.append((cp1252, TableOptions(role="input", encoding="cp1252")))
+    named = folder / "named.csv"
+    named.write_text("sep=|\n" + toy.to_csv(sep="|", index=False))
+    out.append((named, TableOptions(role="input")))
+    titled = folder / "titled.csv"
+    titled.write_text("Occupations, parish of X\n\n" + toy.to_csv(index=False))
+    out.append((titled, TableOptions(role="dataset", header_row=3)))
+    return out
+
+
+def packed(path, suffix: str, name: str = None):
+    """`path` compressed by `suffix`'s compression, named `name` (by default path + suffix)."""
+    data = path.read_bytes()
+    target = path.parent / (name or path.name + suffix)
+    compress = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}[suffix]
+    target.write_bytes(compress(data))
+    return target
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp_path, toy, suffix):
+    """Each shape of CSV, compressed and named so (.csv.gz, .tsv.gz, .txt.gz) or named as the
+    plain file (a census.csv that is gzip'd), reads the same rows as the plain file, whole and
+    in chunks, with the same separator, encoding, 'sep=' line and header row."""
+    for plain, options in variants(tmp_path, toy):
+        expected = read_table(str(plain), options)
+        assert len(expected) == len(toy)
+        misnamed = packed(plain, suffix, "misnamed-" + plain.name)
+        for path in (packed(plain, suffix), misnamed):
+            said = []
+            whole = read_table(str(path), options, log=said.append)
+            pd.testing.assert_frame_equal(whole, expected)
+            assert f"CSV ({compression.NAMES[suffix]})" in said[0], said
+            chunks = list(iter_chunks(str(path), 3000, options))
+            assert [len(c) for c in chunks] == [3000, 3000, len(toy) - 6000]
+            pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
+            assert count_rows(str(path), options) == len(toy)
+
+
+def test_a_gzipped_file_that_does_not_decode_names_its_row_and_one_cut_short_is_one_line(
+    tmp_path, toy
+):
+    windows = toy.head(50).copy()
+    windows.loc[30, "occ1"] = "église"
+    path = tmp_path / "windows.csv"
+    windows.to_csv(path, index=False, encoding="cp1252")
+    gz = packed(path, ".gz")
+    with pytest.raises(UserError, match=r"not UTF-8 text: row 31 \(line 32\).*--encoding cp1252"):
+        list(iter_chunks(str(gz), 10))
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(toy.to_csv(index=False).encode())[:-100])
+    for read in (lambda: read_table(str(cut)), lambda: list(iter_chunks(str(cut), 1000))):
+        with pytest.raises(UserError, match=r"^--\w+ .*cut.csv.gz: cannot read it as CSV"):
+            read()
+
+
+def test_zstd_and_zip_inputs_are_refused_in_one_line_about_inputs(tmp_path, toy):
+    """Item 8 of the full-count review: the refusal of a compressed input ended "...or name
+    an output .csv or .parquet", advice for outputs about an input."""
+    plain = tmp_path / "t.csv"
+    toy.head(20).to_csv(plain, index=False)
+    zst = tmp_path / "t.csv.zst"
+    zst.write_bytes(compression.MAGIC[".zst"] + b"\x00" * 20)
+    misnamed = tmp_path / "zst.csv"
+    misnamed.write_bytes(zst.read_bytes())
+    archive = tmp_path / "t.csv.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.write(plain, "t.csv")
+    parquet = packed(tmp_path / "t.csv", ".gz", "t.parquet.gz")
+    for path, said in (
+        (zst, "is a .zst file"),
+        (misnamed, "is compressed (.zst by its first bytes)"),
+        (archive, "is a .zip file"),
+    ):
+        with pytest.raises(UserError) as error:
+            read_table(str(path), TableOptions(role="input"))
+        line = str(error.value)
+        assert line.startswith(f"--input {path}: the file {said}"), line
+        assert "inputs are read plain or compressed by gzip, bzip2 or xz" in line
+        assert "output" not in line and "\n" not in line
+    with pytest.raises(UserError, match="Parquet compresses itself"):
+        read_table(str(parquet))
+
+
+def test_a_gzipped_stata_file_reads_as_the_plain_one_in_chunks(tmp_path, toy):
+    frame = toy.head(2500).copy()
+    frame["year"] = range(len(frame))
+    plain = tmp_path / "extract.dta"
+    frame.to_stata(plain, write_index=False, version=118)
+    expected = pd.concat(list(iter_chunks(str(plain), 1000)), ignore_index=True)
+    for path in (packed(plain, ".gz"), packed(plain, ".gz", "misnamed.dta")):
+        chunks = list(iter_chunks(str(path), 1000))
+        assert [len(c) for c in chunks] == [1000, 1000, 500]
+        pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
+        pd.testing.assert_frame_equal(read_table(str(path)), read_table(str(plain)))
+        assert count_rows(str(path)) == len(frame)
+
+
+def test_a_gzipped_dataset_prepares_the_same_training_rows(tmp_path, toy):
+    frame = toy.head(400)
+    plain = tmp_path / "train.csv"
+    frame.to_csv(plain, index=False, sep=";")
+    gz = packed(plain, ".gz")
+    runs = []
+    for path in (plain, gz):
+        run = tmp_path / f"run-{path.name}"
+        prepare_run_data(
+            DataConfig(
+                dataset=str(path),
+                target_cols=["hisco_1"],
+                share_val=0.2,
+                zero_padded_codes=True,
+                allow_codes_shorter_than_block_size=True,
+            ),
+            0,
+            str(run),
+            log=lambda _: None,
+        )
+        runs.append(run)
+    for name in ("data_train.parquet", "data_val.parquet"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(runs[0] / name), pd.read_parquet(runs[1] / name)
+        )
+
+
+def test_an_output_named_csv_gz_is_gzip_of_the_plain_csv(tmp_path, toy):
+    frame = toy.head(300)
+    write_table(frame, str(tmp_path / "plain.csv"))
+    writer = OutputWriter(str(tmp_path / "out.csv.gz"))
+    for start in range(0, 300, 100):  # one gzip member a chunk: one gzip file
+        writer.write(frame.iloc[start : start + 100])
+    writer.commit()
+    data = (tmp_path / "out.csv.gz").read_bytes()
+    assert data[:2] == compression.MAGIC[".gz"]
+    assert gzip.decompress(data) == (tmp_path / "plain.csv").read_bytes()
+    for name in ("out.csv.bz2", "out.parquet.gz", "out.dta.gz", "out.csv.zst"):
+        with pytest.raises(UserError, match=r"written as gzip'd CSV only \(\.csv\.gz\)"):
+            OutputWriter(str(tmp_path / name))
