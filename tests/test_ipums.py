@@ -325,3 +325,31 @@ def test_an_extract_is_read_as_its_name_says_plain_or_gzip_d(run, census, tmp_pa
             needle,
             watch=tmp_path,
         )
+
+
+def test_another_codebook_is_another_input_for_a_prepared_run_and_a_resume(
+    run, census, tmp_path, capsys
+):
+    """The codebook makes the rows: a run directory prepared from an extract is not reused
+    with another codebook (same data bytes), nor is a killed prediction continued with one."""
+    from mixer.cli.entrypoints import finetune_main
+
+    data = tmp_path / "usa_00009.dat.gz"
+    data.write_bytes(open(census["gz"], "rb").read())
+    xml = tmp_path / "usa_00009.xml"
+    xml.write_bytes((census["folder"] / "usa_00001.xml").read_bytes())
+    prepared = prepare_cmd(str(data), tmp_path / "run") + ["--prepare-only", "--no-token-cache"]
+    assert finetune_main(prepared) == 0
+    assert finetune_main(prepared) == 0  # the same: reused
+    assert "reusing prepared data" in capsys.readouterr().out
+    relabelled = xml.read_text(encoding="utf-8").replace("General farmer", "Farmer, general")
+    xml.write_text(relabelled, encoding="utf-8")
+    fails(capsys, "finetune", prepared, "holds data prepared from other input", "--dataset differs")
+
+    out = tmp_path / "out.csv"
+    environment = env_for_subprocess()
+    environment[FAULT] = "1"
+    killed = run_program("predict.py", *predict_cmd(run, data, out), check=False, env=environment)
+    assert killed.returncode == 9, killed.stderr
+    xml.write_text(relabelled.replace("Clerk", "Clerk, general"), encoding="utf-8")
+    fails(capsys, "predict", predict_cmd(run, data, out), "were made with --ddi", str(xml))
