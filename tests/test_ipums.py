@@ -115,6 +115,12 @@ def test_a_codebook_elsewhere_is_named_by_the_role_s_ddi_option(census, tmp_path
     with pytest.raises(Exception, match=r"extract\.xml is not beside it.*--key-ddi"):
         read_table(str(data), TableOptions(role="key"))
     frame = read_table(str(data), TableOptions(role="input", ddi=str(xml)))
+    # as a reading's identity: --ddi counts where it names a codebook other than the one beside
+    from mixer.data.tables.reading import canonical_options
+
+    assert canonical_options(str(data), TableOptions(role="input", ddi=str(xml))).ddi == str(xml)
+    beside = census["folder"] / "usa_00001.xml"
+    assert canonical_options(census["gz"], TableOptions(role="input", ddi=str(beside))).ddi is None
     pd.testing.assert_frame_equal(frame, read_table(census["csv"], OPTIONS), check_dtype=False)
 
 
