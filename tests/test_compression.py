@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import sys
 import zipfile
 
 import pandas as pd
@@ -124,15 +125,29 @@ def test_zstd_and_zip_inputs_are_refused_in_one_line_about_inputs(tmp_path, toy)
         read_table(str(parquet))
 
 
-def test_a_gzipped_stata_file_reads_as_the_plain_one_in_chunks(tmp_path, toy):
+def test_a_gzipped_stata_file_reads_as_the_plain_one_in_chunks(tmp_path, toy, monkeypatch):
+    """In chunks, strLs included: pandas read a file's strLs (at its end) again before each
+    chunk, which a gzip'd file pays by decompressing from its start every time."""
     frame = toy.head(2500).copy()
     frame["year"] = range(len(frame))
+    frame["note"] = [f"{i} " + "long text " * 300 for i in range(len(frame))]  # strL: > 2,045
     plain = tmp_path / "extract.dta"
-    frame.to_stata(plain, write_index=False, version=118)
+    frame.to_stata(plain, write_index=False, version=118, convert_strl=["note"])
     expected = pd.concat(list(iter_chunks(str(plain), 1000)), ignore_index=True)
+    assert (expected["note"].astype(str) == frame["note"]).all()
+    rewinds, seek = [], gzip.GzipFile.seek
+
+    def counted(self, offset, whence=0):
+        if whence == 0 and offset < self.tell():  # back: decompressed again from the start
+            rewinds.append(offset)
+        return seek(self, offset, whence)
+
+    monkeypatch.setattr(gzip.GzipFile, "seek", counted)
     for path in (packed(plain, ".gz"), packed(plain, ".gz", "misnamed.dta")):
+        rewinds.clear()
         chunks = list(iter_chunks(str(path), 1000))
         assert [len(c) for c in chunks] == [1000, 1000, 500]
+        assert len(rewinds) <= 2, rewinds  # the header's map, the strLs: not once a chunk
         pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
         pd.testing.assert_frame_equal(read_table(str(path)), read_table(str(plain)))
         assert count_rows(str(path)) == len(frame)
@@ -178,3 +193,22 @@ def test_an_output_named_csv_gz_is_gzip_of_the_plain_csv(tmp_path, toy):
     for name in ("out.csv.bz2", "out.parquet.gz", "out.dta.gz", "out.csv.zst"):
         with pytest.raises(UserError, match=r"written as gzip'd CSV only \(\.csv\.gz\)"):
             OutputWriter(str(tmp_path / name))
+
+
+def test_without_isal_gzip_is_read_and_written_by_the_standard_library(tmp_path, toy, monkeypatch):
+    """isal is a dependency for its speed only: where it cannot be imported, the standard
+    library's gzip reads and writes the same rows."""
+    plain = tmp_path / "plain.csv"
+    toy.head(500).to_csv(plain, index=False)
+    gz = packed(plain, ".gz")
+    with_isal = read_table(str(gz))
+    monkeypatch.setitem(sys.modules, "isal", None)
+    monkeypatch.setitem(sys.modules, "isal.igzip", None)
+    assert compression.gzip_module() is gzip
+    pd.testing.assert_frame_equal(read_table(str(gz)), with_isal)
+    write_table(with_isal, str(tmp_path / "out.csv.gz"))
+    write_table(with_isal, str(tmp_path / "out.csv"))
+    assert (
+        gzip.decompress((tmp_path / "out.csv.gz").read_bytes())
+        == (tmp_path / "out.csv").read_bytes()
+    )

@@ -467,7 +467,13 @@ def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.Data
     try:
         with reader:
             declared = _declared_types(reader)
-            for chunk in reader:
+            for number, chunk in enumerate(reader):
+                if number == 0 and hasattr(reader, "_value_labels_read"):
+                    # pandas reads a file's strLs (at its end) again before every chunk while
+                    # the value labels are unread, as they stay with convert_categoricals off: a
+                    # seek to the end and back each chunk, which a compressed file pays by
+                    # decompressing from its start. The strLs are read; the labels not needed
+                    reader._value_labels_read = True
                 fields = []
                 for name in chunk.columns:
                     kind = declared.get(name)

@@ -49,16 +49,6 @@ FORMAT_NAMES = {
 }
 
 
-def compressed(path: str, by_content: bool = False) -> Optional[str]:
-    """The suffix of a compressed file (.gz, .bz2, .xz, .zst, .zip), by its name, or with
-    `by_content` by its first bytes where its name says nothing (a census.csv that is gzip'd);
-    None for any other (mixer.data.tables.compression)."""
-    suffix = compression.by_name(path)
-    if suffix is None and by_content:
-        suffix = compression.by_content(path)
-    return suffix
-
-
 def table_kind(path: str, file_flag: str = "--input") -> str:
     """csv, parquet, excel or stata, by the file's extension; a compressed file's by its name
     without the compression's (census.csv.gz is CSV, usa.dta.gz Stata). Anything else is CSV;
