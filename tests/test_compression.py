@@ -80,7 +80,7 @@ def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp
             assert count_rows(str(path), options) == len(toy)
 
 
-def test_a_gzipped_file_that_does_not_decode_names_its_row_and_one_cut_short_is_one_line(
+def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_one_line(
     tmp_path, toy
 ):
     windows = toy.head(50).copy()
@@ -90,11 +90,37 @@ def test_a_gzipped_file_that_does_not_decode_names_its_row_and_one_cut_short_is_
     gz = packed(path, ".gz")
     with pytest.raises(UserError, match=r"not UTF-8 text: row 31 \(line 32\).*--encoding cp1252"):
         list(iter_chunks(str(gz), 10))
-    cut = tmp_path / "cut.csv.gz"
-    cut.write_bytes(gzip.compress(toy.to_csv(index=False).encode())[:-100])
-    for read in (lambda: read_table(str(cut)), lambda: list(iter_chunks(str(cut), 1000))):
-        with pytest.raises(UserError, match=r"^--\w+ .*cut.csv.gz: cannot read it as CSV"):
-            read()
+    data = toy.to_csv(index=False).encode()
+    plain = tmp_path / "extract.dta"
+    toy.to_stata(plain, write_index=False, version=118)
+    for suffix, compress, name in (
+        (".gz", gzip.compress, "gzip"),
+        (".bz2", bz2.compress, "bzip2"),
+        (".xz", lzma.compress, "xz"),
+    ):
+        cut = tmp_path / f"cut.csv{suffix}"
+        cut.write_bytes(compress(data)[:-100])  # a copy that stopped
+        damaged = bytearray(compress(data))
+        damaged[len(damaged) // 2] ^= 0xFF
+        bad = tmp_path / f"bad.csv{suffix}"
+        bad.write_bytes(bytes(damaged))
+        stata = tmp_path / f"cut.dta{suffix}"
+        stata.write_bytes(compress(plain.read_bytes())[:-100])
+        dataset = DataConfig(dataset=str(bad), target_cols=["hisco_1"], zero_padded_codes=True)
+        for path, read in (
+            (cut, lambda: read_table(str(cut))),
+            (cut, lambda: list(iter_chunks(str(cut), 1000))),
+            (cut, lambda: count_rows(str(cut))),
+            (bad, lambda: list(iter_chunks(str(bad), 1000))),
+            (bad, lambda: prepare_run_data(dataset, 0, str(tmp_path / "run"), log=lambda _: 0)),
+            (stata, lambda: list(iter_chunks(str(stata), 1000))),
+        ):
+            with pytest.raises(UserError) as error:
+                read()
+            line = str(error.value)
+            assert line.startswith("--") and f" {path}: cannot read it as " in line, line
+            assert line.endswith("copy it again") or "Stata" in line, line
+            assert "\n" not in line
 
 
 def test_zstd_and_zip_inputs_are_refused_in_one_line_about_inputs(tmp_path, toy):

@@ -450,7 +450,7 @@ def _stata_reader(path: str, file_flag: str, chunk_size: Optional[int] = None):
             convert_missing=False,
             preserve_dtypes=True,
         )
-    except (ValueError, OSError, struct.error) as exc:
+    except (ValueError, struct.error) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )
@@ -492,7 +492,7 @@ def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.Data
                 yield table.to_pandas(types_mapper=pd.ArrowDtype)
     except UserError:
         raise
-    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )
@@ -524,7 +524,7 @@ def stata_labels(path: str, file_flag: str) -> dict:
     try:
         with reader:
             return {name: label for name, label in reader.variable_labels().items() if label}
-    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )
