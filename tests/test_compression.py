@@ -238,3 +238,20 @@ def test_without_isal_gzip_is_read_and_written_by_the_standard_library(tmp_path,
         gzip.decompress((tmp_path / "out.csv.gz").read_bytes())
         == (tmp_path / "out.csv").read_bytes()
     )
+
+
+def test_evaluate_py_scores_a_gzipped_predictions_file_as_the_plain_one(tmp_path, toy, capsys):
+    from mixer.cli.entrypoints import evaluate_main
+
+    frame = toy.head(200).copy()
+    frame["code_1"] = frame["hisco_1"].where(frame.index % 3 > 0, "99999")
+    plain = tmp_path / "preds.csv"
+    frame.to_csv(plain, sep=";", index=False)
+    said = []
+    for path in (plain, packed(plain, ".gz")):
+        argv = ["--predictions", str(path), "--truth-cols", "hisco_1"]
+        assert evaluate_main(argv) == 0
+        said.append(capsys.readouterr().out.replace(str(path), "FILE"))
+    assert said[1] == said[0].replace("CSV, separator", "CSV (gzip), separator")
+    assert "accuracy" in said[0] and said[0] != said[1]
+    assert f"wrote {tmp_path / 'preds_evaluation.csv'} and" in said[1]  # not preds.csv_...
