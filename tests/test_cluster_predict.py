@@ -280,8 +280,15 @@ def test_a_gzipped_census_is_predicted_as_the_plain_one_and_a_gzip_output_writte
         assert out.read_bytes() == whole["csv"]
     assert "CSV (gzip), separator ','" in capsys.readouterr().out
     out = tmp_path / "out.csv.gz"
-    assert predict_main(cmd(run, str(packed), out)) == 0
+    sides = ["--to-check", "5", "{}check.csv{}", "--audit", "5", "{}audit.csv{}"]
+    plain_sides = [str(tmp_path / a.format("plain-", "")) if "{" in a else a for a in sides]
+    assert predict_main(cmd(run, census, tmp_path / "plain.csv") + plain_sides) == 0
+    gz_sides = [str(tmp_path / a.format("", ".gz")) if "{" in a else a for a in sides]
+    assert predict_main(cmd(run, str(packed), out) + gz_sides) == 0
     assert gzip.decompress(out.read_bytes()) == whole["csv"]
+    for name in ("check.csv", "audit.csv"):  # the side outputs too, by the same writer
+        packed_side = (tmp_path / f"{name}.gz").read_bytes()
+        assert gzip.decompress(packed_side) == (tmp_path / f"plain-{name}").read_bytes()
     capsys.readouterr()
     fails(
         capsys,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import sys
 import zipfile
 
 import pandas as pd
@@ -79,7 +80,7 @@ def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp
             assert count_rows(str(path), options) == len(toy)
 
 
-def test_a_gzipped_file_that_does_not_decode_names_its_row_and_one_cut_short_is_one_line(
+def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_one_line(
     tmp_path, toy
 ):
     windows = toy.head(50).copy()
@@ -89,11 +90,37 @@ def test_a_gzipped_file_that_does_not_decode_names_its_row_and_one_cut_short_is_
     gz = packed(path, ".gz")
     with pytest.raises(UserError, match=r"not UTF-8 text: row 31 \(line 32\).*--encoding cp1252"):
         list(iter_chunks(str(gz), 10))
-    cut = tmp_path / "cut.csv.gz"
-    cut.write_bytes(gzip.compress(toy.to_csv(index=False).encode())[:-100])
-    for read in (lambda: read_table(str(cut)), lambda: list(iter_chunks(str(cut), 1000))):
-        with pytest.raises(UserError, match=r"^--\w+ .*cut.csv.gz: cannot read it as CSV"):
-            read()
+    data = toy.to_csv(index=False).encode()
+    plain = tmp_path / "extract.dta"
+    toy.to_stata(plain, write_index=False, version=118)
+    for suffix, compress, name in (
+        (".gz", gzip.compress, "gzip"),
+        (".bz2", bz2.compress, "bzip2"),
+        (".xz", lzma.compress, "xz"),
+    ):
+        cut = tmp_path / f"cut.csv{suffix}"
+        cut.write_bytes(compress(data)[:-100])  # a copy that stopped
+        damaged = bytearray(compress(data))
+        damaged[len(damaged) // 2] ^= 0xFF
+        bad = tmp_path / f"bad.csv{suffix}"
+        bad.write_bytes(bytes(damaged))
+        stata = tmp_path / f"cut.dta{suffix}"
+        stata.write_bytes(compress(plain.read_bytes())[:-100])
+        dataset = DataConfig(dataset=str(bad), target_cols=["hisco_1"], zero_padded_codes=True)
+        for path, read in (
+            (cut, lambda: read_table(str(cut))),
+            (cut, lambda: list(iter_chunks(str(cut), 1000))),
+            (cut, lambda: count_rows(str(cut))),
+            (bad, lambda: list(iter_chunks(str(bad), 1000))),
+            (bad, lambda: prepare_run_data(dataset, 0, str(tmp_path / "run"), log=lambda _: 0)),
+            (stata, lambda: list(iter_chunks(str(stata), 1000))),
+        ):
+            with pytest.raises(UserError) as error:
+                read()
+            line = str(error.value)
+            assert line.startswith("--") and f" {path}: cannot read it as " in line, line
+            assert line.endswith("copy it again") or "Stata" in line, line
+            assert "\n" not in line
 
 
 def test_zstd_and_zip_inputs_are_refused_in_one_line_about_inputs(tmp_path, toy):
@@ -124,15 +151,29 @@ def test_zstd_and_zip_inputs_are_refused_in_one_line_about_inputs(tmp_path, toy)
         read_table(str(parquet))
 
 
-def test_a_gzipped_stata_file_reads_as_the_plain_one_in_chunks(tmp_path, toy):
+def test_a_gzipped_stata_file_reads_as_the_plain_one_in_chunks(tmp_path, toy, monkeypatch):
+    """In chunks, strLs included: pandas read a file's strLs (at its end) again before each
+    chunk, which a gzip'd file pays by decompressing from its start every time."""
     frame = toy.head(2500).copy()
     frame["year"] = range(len(frame))
+    frame["note"] = [f"{i} " + "long text " * 300 for i in range(len(frame))]  # strL: > 2,045
     plain = tmp_path / "extract.dta"
-    frame.to_stata(plain, write_index=False, version=118)
+    frame.to_stata(plain, write_index=False, version=118, convert_strl=["note"])
     expected = pd.concat(list(iter_chunks(str(plain), 1000)), ignore_index=True)
+    assert (expected["note"].astype(str) == frame["note"]).all()
+    rewinds, seek = [], gzip.GzipFile.seek
+
+    def counted(self, offset, whence=0):
+        if whence == 0 and offset < self.tell():  # back: decompressed again from the start
+            rewinds.append(offset)
+        return seek(self, offset, whence)
+
+    monkeypatch.setattr(gzip.GzipFile, "seek", counted)
     for path in (packed(plain, ".gz"), packed(plain, ".gz", "misnamed.dta")):
+        rewinds.clear()
         chunks = list(iter_chunks(str(path), 1000))
         assert [len(c) for c in chunks] == [1000, 1000, 500]
+        assert len(rewinds) <= 2, rewinds  # the header's map, the strLs: not once a chunk
         pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
         pd.testing.assert_frame_equal(read_table(str(path)), read_table(str(plain)))
         assert count_rows(str(path)) == len(frame)
@@ -178,3 +219,39 @@ def test_an_output_named_csv_gz_is_gzip_of_the_plain_csv(tmp_path, toy):
     for name in ("out.csv.bz2", "out.parquet.gz", "out.dta.gz", "out.csv.zst"):
         with pytest.raises(UserError, match=r"written as gzip'd CSV only \(\.csv\.gz\)"):
             OutputWriter(str(tmp_path / name))
+
+
+def test_without_isal_gzip_is_read_and_written_by_the_standard_library(tmp_path, toy, monkeypatch):
+    """isal is a dependency for its speed only: where it cannot be imported, the standard
+    library's gzip reads and writes the same rows."""
+    plain = tmp_path / "plain.csv"
+    toy.head(500).to_csv(plain, index=False)
+    gz = packed(plain, ".gz")
+    with_isal = read_table(str(gz))
+    monkeypatch.setitem(sys.modules, "isal", None)
+    monkeypatch.setitem(sys.modules, "isal.igzip", None)
+    assert compression.gzip_module() is gzip
+    pd.testing.assert_frame_equal(read_table(str(gz)), with_isal)
+    write_table(with_isal, str(tmp_path / "out.csv.gz"))
+    write_table(with_isal, str(tmp_path / "out.csv"))
+    assert (
+        gzip.decompress((tmp_path / "out.csv.gz").read_bytes())
+        == (tmp_path / "out.csv").read_bytes()
+    )
+
+
+def test_evaluate_py_scores_a_gzipped_predictions_file_as_the_plain_one(tmp_path, toy, capsys):
+    from mixer.cli.entrypoints import evaluate_main
+
+    frame = toy.head(200).copy()
+    frame["code_1"] = frame["hisco_1"].where(frame.index % 3 > 0, "99999")
+    plain = tmp_path / "preds.csv"
+    frame.to_csv(plain, sep=";", index=False)
+    said = []
+    for path in (plain, packed(plain, ".gz")):
+        argv = ["--predictions", str(path), "--truth-cols", "hisco_1"]
+        assert evaluate_main(argv) == 0
+        said.append(capsys.readouterr().out.replace(str(path), "FILE"))
+    assert said[1] == said[0].replace("CSV, separator", "CSV (gzip), separator")
+    assert "accuracy" in said[0] and said[0] != said[1]
+    assert f"wrote {tmp_path / 'preds_evaluation.csv'} and" in said[1]  # not preds.csv_...

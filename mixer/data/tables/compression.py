@@ -14,7 +14,9 @@ cut back to its chunks completed and goes on, as a plain CSV's. No torch here.
 
 from __future__ import annotations
 
+import lzma
 import os
+import zlib
 from typing import BinaryIO, Optional
 
 # a compressed file's suffixes and its first bytes
@@ -32,6 +34,14 @@ WRITTEN = (".gz",)  # an output named .csv.gz is written gzip'd
 
 # what follows bzip2's "BZh1".."BZh9": a block (pi's digits) or an empty stream's end
 BZIP2_BLOCKS = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
+# what reading a damaged or cut-short compressed file raises (a plain file's read: OSError)
+ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
+try:
+    from isal.isal_zlib import error as _isal_error
+
+    ERRORS += (_isal_error,)
+except ImportError:  # gzip's own, then
+    pass
 GZIP_LEVEL = 1  # an output's: isal's level 1 and zlib's level 1 are the fast ones
 
 

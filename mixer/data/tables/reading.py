@@ -1,7 +1,9 @@
 """Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
 --train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
 evaluate.py's --predictions and --audit). CSV, Parquet, Excel (.xlsx) and Stata (.dta) are
-read, chosen by extension (mixer.data.tables.formats knows the last two). Each file has its own options
+read, chosen by extension (mixer.data.tables.formats knows the last two); CSV and Stata also
+compressed by gzip, bzip2 or xz, decompressed as they are read (mixer.data.tables.compression
+opens every file the CSV path reads). Each file has its own options
 (mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
 message names the flags of that file's role (--key-encoding for --key).
 
@@ -48,16 +50,6 @@ FORMAT_NAMES = {
     "stata": "Stata (.dta)",
     "ipums": ipums.NAME,
 }
-
-
-def compressed(path: str, by_content: bool = False) -> Optional[str]:
-    """The suffix of a compressed file (.gz, .bz2, .xz, .zst, .zip), by its name, or with
-    `by_content` by its first bytes where its name says nothing (a census.csv that is gzip'd);
-    None for any other (mixer.data.tables.compression)."""
-    suffix = compression.by_name(path)
-    if suffix is None and by_content:
-        suffix = compression.by_content(path)
-    return suffix
 
 
 def table_kind(path: str, file_flag: str = "--input") -> str:
@@ -630,7 +622,7 @@ def check_header(path: str, options: TableOptions) -> None:
     if kind == "csv":
         try:
             names = csv_layout(path, options).names
-        except (pd.errors.EmptyDataError, ValueError, OSError):
+        except (pd.errors.EmptyDataError, ValueError) + compression.ERRORS:
             return
     elif kind == "parquet":
         names = column_names(path)
@@ -697,7 +689,7 @@ def read_table(
         raise
     except pd.errors.EmptyDataError:
         raise UserError(f"{file_flag} {path}: the file is empty; it needs a header and rows")
-    except (ValueError, OSError, EOFError) as exc:  # pyarrow's: ValueError / OSError
+    except (ValueError,) + compression.ERRORS as exc:  # pyarrow's: ValueError / OSError
         raise _read_failure(exc, path, kind, layout, options)
     if len(frame) == 0:
         raise UserError(f"{file_flag} {path}: has a header but no rows")
@@ -756,8 +748,17 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
         return decoding_error(path, options)
     if layout is not None and RAGGED.search(str(exc)):
         return ragged_row(str(exc), path, layout, options)
+    packed = compression.by_content(path)
+    hint = (  # a compressed file cut short (a copy stopped) or damaged
+        f"; if the {compression.NAMES[packed]} file is cut short or damaged (test it: "
+        f"{compression.NAMES[packed]} -t {path}), copy it again"
+        if packed
+        and isinstance(exc, compression.ERRORS)
+        and not type(exc).__module__.startswith("pyarrow")
+        else ""
+    )
     return UserError(
-        f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})"
+        f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)}){hint}"
     )
 
 
@@ -930,7 +931,7 @@ def iter_chunks(
         raise
     except pd.errors.EmptyDataError:
         raise UserError(f"{file_flag} {path}: the file is empty")
-    except (ValueError, OSError, EOFError) as exc:  # EOFError: a compressed file cut short
+    except (ValueError,) + compression.ERRORS as exc:  # and a compressed file cut short
         raise _read_failure(exc, path, kind, layout, options)
     finally:
         stack.close()
@@ -953,9 +954,12 @@ def count_rows(
     if kind == "excel":
         return formats.excel_row_count(path, options)
     lines = 0
-    with compression.open_bytes(path) as handle:
-        while block := handle.read(1 << 24):
-            lines += block.count(b"\n")
+    try:
+        with compression.open_bytes(path) as handle:
+            while block := handle.read(1 << 24):
+                lines += block.count(b"\n")
+    except compression.ERRORS as exc:
+        raise _read_failure(exc, path, kind, None, options)
     if at_least is not None and lines <= at_least:
         return lines  # an upper bound of the rows, enough to know they fit
     return sum(len(chunk) for chunk in iter_chunks(path, 1_000_000, options))
@@ -969,7 +973,11 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":
-        if not reads_as_utf8(path, options.encoding):
+        try:
+            utf8 = reads_as_utf8(path, options.encoding)
+        except compression.ERRORS as exc:
+            raise _read_failure(exc, path, kind, None, options)
+        if not utf8:
             found = replace(found, encoding=options.encoding)
         if options.sep is not None and options.sep != _own(
             lambda: csv_layout(path, replace(options, sep=None)).sep
