@@ -321,6 +321,7 @@ def test_an_extract_is_read_as_its_name_says_plain_or_gzip_d(run, census, tmp_pa
         ("usa_00005.dat", gzip.compress(plain), "gzip'd by its first bytes"),
         ("usa_00006.dat.gz", plain, "not gzip'd"),
         ("usa_00007.dat.bz2", bz2.compress(plain), "read plain or gzip'd"),
+        ("USA_00008.DAT", plain, "in lower case"),
     ):
         (tmp_path / name).write_bytes(body)
         fails(

@@ -63,6 +63,11 @@ def ddi_path(path: str, options: TableOptions) -> str:
 def codebook(path: str, options: TableOptions):
     """The extract's codebook (ipumspy.ddi.Codebook), checked: readable as a DDI, rectangular."""
     require_ipumspy(path, options)
+    if not path.endswith((SUFFIX, SUFFIX + ".gz")):  # ipumspy goes by the name, lower case
+        raise UserError(
+            f"{options.what} {path}: an IPUMS extract is read by its name, .dat or .dat.gz in "
+            "lower case: rename it so"
+        )
     where = ddi_path(path, options)
     stat = os.stat(where)
     book = _read_ddi(os.path.abspath(where), stat.st_size, stat.st_mtime_ns)
