@@ -10,7 +10,8 @@ numbers, and mixer.data.labels.normalise restores them where the code system's w
 known), a variable with implied decimals is floats, a character variable text without the
 spaces that pad it. Value labels are not applied: a variable gives its stored values (the
 code, not its label), as a Stata file's do. A hierarchical extract is refused in one line.
-Only mixer.data.tables.reading calls this module.
+mixer.data.tables.reading reads extracts through this module; a prepared run's fingerprint
+and predict.py's resume journal ask it for the codebook's path (ddi_path), which they hash.
 """
 
 from __future__ import annotations
