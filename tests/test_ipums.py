@@ -219,27 +219,39 @@ def test_predictions_of_an_extract_are_those_of_the_same_csv(run, census, tmp_pa
             assert left.fillna("").tolist() == right.fillna("").tolist(), column
 
 
-def test_a_killed_prediction_of_an_extract_resumes_to_the_same_bytes(run, census, tmp_path, capsys):
-    """kill -9 after chunk 3 of 7 of a gzip'd extract: the run again continues after it (at most
-    the chunk in flight redone) and writes the bytes of an uninterrupted run."""
+@pytest.fixture(scope="module")
+def uninterrupted(run, census, tmp_path_factory) -> dict:
+    """predict.py's output of each extract, run through."""
     from mixer.cli.entrypoints import predict_main
 
-    for folder in ("whole", "cut"):
-        (tmp_path / folder).mkdir()
-    whole, cut = tmp_path / "whole" / "out.csv", tmp_path / "cut" / "out.csv"
-    assert predict_main(predict_cmd(run, census["gz"], whole)) == 0
+    outs = {}
+    for kind in ("gz", "dat"):
+        outs[kind] = tmp_path_factory.mktemp("whole") / "out.csv"
+        assert predict_main(predict_cmd(run, census[kind], outs[kind])) == 0
+    return outs
+
+
+@pytest.mark.parametrize("kind, fault", [("gz", 1), ("gz", 5), ("dat", 3)])
+def test_a_killed_prediction_of_an_extract_resumes_to_the_same_bytes(
+    run, census, uninterrupted, tmp_path, capsys, kind, fault
+):
+    """kill -9 after chunk k of 7 (before its journal entry): the run again continues after
+    the k chunks done, chunk k redone, and writes the bytes of an uninterrupted run."""
+    from mixer.cli.entrypoints import predict_main
+
+    cut = tmp_path / "out.csv"
     environment = env_for_subprocess()
-    environment[FAULT] = "3"
+    environment[FAULT] = str(fault)
     killed = run_program(
-        "predict.py", *predict_cmd(run, census["gz"], cut), check=False, env=environment
+        "predict.py", *predict_cmd(run, census[kind], cut), check=False, env=environment
     )
     assert killed.returncode == 9, killed.stderr
     assert not cut.exists()
     capsys.readouterr()
-    assert predict_main(predict_cmd(run, census["gz"], cut)) == 0
+    assert predict_main(predict_cmd(run, census[kind], cut)) == 0
     said = capsys.readouterr().out
-    assert "continuing an unfinished run after its 3 chunk(s) (135 rows" in said
-    assert cut.read_bytes() == whole.read_bytes()
+    assert f"continuing an unfinished run after its {fault} chunk(s) ({45 * fault} rows" in said
+    assert cut.read_bytes() == uninterrupted[kind].read_bytes()
 
 
 # ------------------------------------------------------------------ refusals
