@@ -509,3 +509,85 @@ def hisco_model(tmp_path_factory):
     from occcanine_reference import save_hisco_model
 
     return save_hisco_model(tmp_path_factory.mktemp("occcanine"))
+
+
+# ------------------------------------------------------------------ IPUMS fixed-width extracts
+def write_ipums_extract(
+    data_path,
+    variables: list,
+    rows: list,
+    structure: str = "rectangular",
+    charset: str = "ISO-8859-1",
+    xml_path=None,
+) -> str:
+    """An IPUMS fixed-width extract as IPUMS delivers one: `data_path` (.dat, or .dat.gz
+    compressed) and its DDI codebook (DDI-Codebook 2.5, as ipumspy reads it) at `xml_path`, by
+    default the .xml of its name beside it. `variables`: (name, width, kind, decimals, value
+    labels) with kind "numeric" or "character"; `rows`: one tuple of values per record (None:
+    blank). Numbers are written zero-padded to their width, with their implied decimals
+    (12.5 with 2 decimals is 01250), text left-aligned padded with spaces. Returns the .xml's path."""
+    import gzip
+    from xml.sax.saxutils import escape, quoteattr
+
+    data_path = str(data_path)
+    lines = []
+    for row in rows:
+        cells = []
+        for (name, width, kind, decimals, _), value in zip(variables, row):
+            if value is None:
+                cell = " " * width
+            elif kind == "numeric":
+                cell = str(int(round(value * 10**decimals))).zfill(width)
+            else:
+                cell = str(value).ljust(width)
+            assert len(cell) == width, (name, value)
+            cells.append(cell)
+        lines.append("".join(cells) + "\n")
+    body = "".join(lines).encode(charset)
+    if data_path.endswith(".gz"):
+        with gzip.open(data_path, "wb") as handle:
+            handle.write(body)
+    else:
+        with open(data_path, "wb") as handle:
+            handle.write(body)
+    name = os.path.basename(data_path[: -len(".gz")] if data_path.endswith(".gz") else data_path)
+    groups = (
+        '<recGrp rectype="H" recidvar="RECTYPE" keyvar="SERIAL"><labl>Household</labl></recGrp>'
+        '<recGrp rectype="P" recidvar="RECTYPE" keyvar="SERIAL"><labl>Person</labl></recGrp>'
+        if structure == "hierarchical"
+        else ""
+    )
+    described, start = [], 1
+    for name_, width, kind, decimals, labels in variables:
+        categories = "".join(
+            f"<catgry><catValu>{escape(str(value))}</catValu><labl>{escape(label)}</labl></catgry>"
+            for value, label in (labels or {}).items()
+        )
+        dcml = f' dcml="{decimals}"' if kind == "numeric" else ""
+        described.append(
+            f'<var ID={quoteattr(name_)} files="F1" name={quoteattr(name_)} intrvl="discrete"{dcml}>'
+            f'<location StartPos="{start}" EndPos="{start + width - 1}" width="{width}" '
+            f'fileid="F1"/><labl>{escape(name_.title())}</labl><txt>{escape(name_)}</txt>'
+            f"{categories}<concept>Test</concept>"
+            f'<varFormat type="{kind}" schema="other"/></var>'
+        )
+        start += width
+    xml = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<codeBook xmlns="ddi:codebook:2_5" version="2.5" ID="test_extract">'
+        '<stdyDscr><citation><serStmt><serName abbr="USA">IPUMS USA</serName>'
+        "<serInfo>https://doi.org/10.18128/D010.V0</serInfo></serStmt></citation>"
+        "<stdyInfo><notes>us1900a: 1900 1%</notes></stdyInfo>"
+        "<dataAccs><useStmt><citReq>A test codebook.</citReq>"
+        "<conditions>None: made by a test.</conditions></useStmt></dataAccs></stdyDscr>"
+        f'<fileDscr ID="F1" URI="{escape(name)}"><fileTxt><fileName>{escape(name)}</fileName>'
+        f'<fileCont>A test extract</fileCont><fileStrc type="{structure}">{groups}</fileStrc>'
+        f'<fileType charset="{charset}">ascii</fileType><format>fixed length fields</format>'
+        "<filePlac>Minneapolis, MN: IPUMS</filePlac></fileTxt></fileDscr>"
+        f"<dataDscr>{''.join(described)}</dataDscr></codeBook>\n"
+    )
+    if xml_path is None:
+        xml_path = os.path.join(os.path.dirname(data_path), name[: -len(".dat")] + ".xml")
+    with open(xml_path, "w", encoding="utf-8") as handle:
+        handle.write(xml)
+    return str(xml_path)

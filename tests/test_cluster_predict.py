@@ -259,27 +259,65 @@ def test_a_journal_whose_input_keys_are_an_earlier_mixers_is_refused(run, census
     assert not out.exists()
 
 
-def test_compressed_files_are_refused_in_one_line(run, census, tmp_path, capsys):
-    """A census often comes gzip'd (census.csv.gz). It was read as CSV text and refused as a
-    file in another encoding (pass --encoding cp1252), which reads it as garbage; an output
-    named .csv.gz got plain CSV under a gzip name. Each is refused, naming the compression."""
+def test_a_gzipped_census_is_predicted_as_the_plain_one_and_a_gzip_output_written(
+    run, census, whole, tmp_path, capsys
+):
+    """A census often comes gzip'd (census.csv.gz): it was refused ("decompress it first"), and
+    an output named .csv.gz too. It is read as it arrives, named so or named .csv, giving the
+    plain file's output byte for byte; --output out.csv.gz writes that output gzip'd."""
     import gzip
+
+    from mixer.cli.entrypoints import predict_main
 
     packed = tmp_path / "census.csv.gz"
     with open(census, "rb") as source, gzip.open(packed, "wb") as target:
         target.write(source.read())
-    out = tmp_path / "out.csv"
-    fails(capsys, "predict", cmd(run, packed, out), f"--input {packed}: a .gz file is compressed")
     misnamed = tmp_path / "census_gz.csv"  # gzip'd, named .csv
     shutil.copyfile(packed, misnamed)
-    fails(capsys, "predict", cmd(run, misnamed, out), "the file is compressed (.gz by its first")
+    for source in (packed, misnamed):
+        out = tmp_path / f"out-{source.name}.csv"
+        assert predict_main(cmd(run, str(source), out)) == 0
+        assert out.read_bytes() == whole["csv"]
+    assert "CSV (gzip), separator ','" in capsys.readouterr().out
+    out = tmp_path / "out.csv.gz"
+    sides = ["--to-check", "5", "{}check.csv{}", "--audit", "5", "{}audit.csv{}"]
+    plain_sides = [str(tmp_path / a.format("plain-", "")) if "{" in a else a for a in sides]
+    assert predict_main(cmd(run, census, tmp_path / "plain.csv") + plain_sides) == 0
+    gz_sides = [str(tmp_path / a.format("", ".gz")) if "{" in a else a for a in sides]
+    assert predict_main(cmd(run, str(packed), out) + gz_sides) == 0
+    assert gzip.decompress(out.read_bytes()) == whole["csv"]
+    for name in ("check.csv", "audit.csv"):  # the side outputs too, by the same writer
+        packed_side = (tmp_path / f"{name}.gz").read_bytes()
+        assert gzip.decompress(packed_side) == (tmp_path / f"plain-{name}").read_bytes()
+    capsys.readouterr()
     fails(
         capsys,
         "predict",
-        cmd(run, census, tmp_path / "out.csv.gz"),
-        f"--output {tmp_path / 'out.csv.gz'}: a .gz file is compressed",
+        cmd(run, census, tmp_path / "out.csv.bz2"),
+        f"--output {tmp_path / 'out.csv.bz2'}: a compressed output is written as gzip'd CSV only",
         watch=str(tmp_path),
     )
+
+
+def test_a_killed_job_on_a_gzipped_input_resumes_byte_identical(run, census, whole, tmp_path):
+    """A kill -9 after a chunk of a job reading census.csv.gz and writing out.csv.gz: the same
+    command continues after the chunks done (the input read again from its start, the chunks
+    done not predicted again) and the output is the uninterrupted run's bytes."""
+    import gzip
+
+    from mixer.cli.entrypoints import predict_main
+
+    packed = tmp_path / "census.csv.gz"
+    with open(census, "rb") as source, gzip.open(packed, "wb") as target:
+        target.write(source.read())
+    plain = tmp_path / "whole.csv.gz"
+    assert predict_main(cmd(run, str(packed), plain)) == 0
+    out = tmp_path / "out.csv.gz"
+    killed_after(2, *cmd(run, str(packed), out))
+    assert not out.exists()
+    continued(*cmd(run, str(packed), out), chunks=2)
+    assert out.read_bytes() == plain.read_bytes()
+    assert gzip.decompress(out.read_bytes()) == whole["csv"]
 
 
 def test_a_job_sweeps_its_own_killed_temp_files_not_another_outputs(run, census, tmp_path):
@@ -389,12 +427,12 @@ def test_two_columns_of_one_name_are_refused_before_the_model_loads(
     )
 
 
-def test_a_csv_whose_header_begins_like_bzip2_is_read_and_a_bzip2_file_refused(
+def test_a_csv_whose_header_begins_like_bzip2_is_read_as_text_and_a_bzip2_file_decompressed(
     run, census, tmp_path, capsys
 ):
     """A CSV was taken for bzip2 by its first four bytes ("BZh" and a digit), so a file whose
     first column is named, say, BZh9 was refused as compressed. bzip2's header goes on with a
-    block's magic number: that is checked too, and a real bzip2 file is still refused."""
+    block's magic number: that is checked too, and a real bzip2 file is read decompressed."""
     import bz2
 
     from mixer.cli.entrypoints import predict_main
@@ -408,12 +446,9 @@ def test_a_csv_whose_header_begins_like_bzip2_is_read_and_a_bzip2_file_refused(
     capsys.readouterr()
     packed = tmp_path / "packed.csv"
     packed.write_bytes(bz2.compress(text.read_bytes()))
-    fails(
-        capsys,
-        "predict",
-        cmd(run, str(packed), tmp_path / "out2.csv"),
-        "the file is compressed (.bz2 by its first bytes)",
-    )
+    assert predict_main(cmd(run, str(packed), tmp_path / "out2.csv")) == 0
+    assert (tmp_path / "out2.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+    assert "CSV (bzip2)" in capsys.readouterr().out
 
 
 OTHER_CPU_PER_RANK = """

@@ -318,7 +318,9 @@ def evaluate_audit(
     from mixer.data.tables.reading import read_table
     from mixer.data.tables.writing import check_output_path
 
-    stem = os.path.splitext(path)[0]
+    from mixer.data.tables.compression import inner_name
+
+    stem = os.path.splitext(inner_name(path))[0]  # audit.csv.gz: audit
     output = output or f"{stem}_scores.csv"
     plot = plot or f"{os.path.splitext(output)[0]}.png"
     inputs = {"--audit": path, "--predictions": predictions}

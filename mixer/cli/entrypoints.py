@@ -247,7 +247,9 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.predictions or not args.truth_cols:
         raise cli.UserError("pass --predictions FILE and --truth-cols COL..., or --audit AUDIT")
     args.digits = args.digits or [1, 2, 3, 4, 5]
-    stem = os.path.splitext(args.predictions)[0]
+    from mixer.data.tables.compression import inner_name
+
+    stem = os.path.splitext(inner_name(args.predictions))[0]  # preds.csv.gz: preds
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     output = check_output_path(

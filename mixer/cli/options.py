@@ -272,7 +272,7 @@ def add_flags(
 
 def table_specs(role: str) -> list:
     """The reading options of a role's files (mixer.core.config.TABLE_ROLES): the main
-    data's --encoding, --sep, --sheet and --header-row, or a role's own (--key-encoding,
+    data's --encoding, --sep, --sheet, --header-row and --ddi, or a role's own (--key-encoding,
     ...). Each file is read with its own role's options only (docs/formats.md)."""
     what, prefix = TABLE_ROLES[role]
     files = "input" if role in ("dataset", "input", "predictions") else f"the {what} file(s)"
@@ -306,6 +306,13 @@ def table_specs(role: str) -> list:
             type="positive_int",
             metavar="N",
             help=f"CSV and Excel {files}: the row of the column names, from 1 (unset: the first not empty)",
+        ),
+        Spec(
+            dest + "ddi",
+            (f"--{prefix}ddi",),
+            None,
+            metavar="XML",
+            help=f"IPUMS fixed-width {files} (.dat, .dat.gz): the DDI codebook (unset: the .xml beside it)",
         ),
     ]
 

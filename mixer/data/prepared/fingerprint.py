@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Optional
 
 from mixer.core.config import READ_OPTIONS, TABLE_ROLES, DataConfig, TableOptions, option_dest
-from mixer.data.tables.reading import canonical_options, check_input_path
+from mixer.data.tables import ipums
+from mixer.data.tables.reading import canonical_options, check_input_path, table_kind
 
 FINGERPRINT_SETTINGS = (
     "input_col",
@@ -31,6 +33,7 @@ OPTIONAL_SETTINGS = {
     "sep": None,
     "sheet": None,
     "header_row": None,
+    "ddi": None,
     "read_options": {},
     "empty_code_label": None,
     "zero_padded_codes": False,
@@ -53,15 +56,32 @@ def content_hash(path: str) -> str:
             digest.update(block)
 
 
-def file_identity(path: str, file_flag: str) -> dict:
+def file_identity(path: str, file_flag: str, options: Optional[TableOptions] = None) -> dict:
     """What makes a file the same input: its bytes, not its path or time stamp, so a
-    copy in a per-job directory is the same data and any edit is another."""
+    copy in a per-job directory is the same data and any edit is another. With the file's
+    reading `options`, an IPUMS fixed-width extract's codebook too, which makes its rows."""
     check_input_path(path, file_flag)
-    return {
+    identity = {
         "name": os.path.basename(path),
         "bytes": os.path.getsize(path),
         "xxh3_128": content_hash(path),
     }
+    if options is not None and table_kind(path, file_flag) == "ipums":
+        codebook = ipums.ddi_path(path, options)
+        identity["codebook"] = {
+            "name": os.path.basename(codebook),
+            "bytes": os.path.getsize(codebook),
+            "xxh3_128": content_hash(codebook),
+        }
+    return identity
+
+
+def _content(file: dict) -> list:
+    """A file's identity as the digest takes it: its bytes and hash (and its codebook's)."""
+    codebook = file.get("codebook")
+    return [file["bytes"], file["xxh3_128"]] + (
+        [codebook["bytes"], codebook["xxh3_128"]] if codebook else []
+    )
 
 
 def run_files(cfg: DataConfig) -> dict:
@@ -109,7 +129,9 @@ def fingerprint(cfg: DataConfig, seed: int, typed: bool = False) -> dict:
     validation apart, in order), how they are read, and the data settings."""
     files = run_files(cfg)
     inputs = {
-        role: [file_identity(p, TableOptions(role=role).what) for p in paths]
+        role: [
+            file_identity(p, TableOptions(role=role).what, cfg.table_options(role)) for p in paths
+        ]
         for role, paths in files.items()
     }
     settings = {k: getattr(cfg, k) for k in FINGERPRINT_SETTINGS}
@@ -122,9 +144,7 @@ def fingerprint(cfg: DataConfig, seed: int, typed: bool = False) -> dict:
     )
     settings.update(reading_settings(cfg, files, typed))
     settings["seed"] = seed
-    contents = {
-        role: [[f["bytes"], f["xxh3_128"]] for f in files] for role, files in inputs.items()
-    }
+    contents = {role: [_content(f) for f in files] for role, files in inputs.items()}
     digest = hashlib.sha256(json.dumps([contents, settings], sort_keys=True).encode()).hexdigest()
     return {"identity": "content", "inputs": inputs, "settings": settings, "digest": digest[:16]}
 
@@ -180,8 +200,8 @@ def describe_difference(old: dict, new: dict) -> str:
         return "it was prepared by mixer 0.1, which identified files by path and time"
     changed = []
     for role in sorted(set(old.get("inputs", {})) | set(new["inputs"])):
-        before = [[f["bytes"], f["xxh3_128"]] for f in old.get("inputs", {}).get(role, [])]
-        after = [[f["bytes"], f["xxh3_128"]] for f in new["inputs"].get(role, [])]
+        before = [_content(f) for f in old.get("inputs", {}).get(role, [])]
+        after = [_content(f) for f in new["inputs"].get(role, [])]
         if before != after:
             names = ", ".join(f["name"] for f in old.get("inputs", {}).get(role, [])) or "none"
             changed.append(f"--{role.replace('_', '-')} differs (it was: {names})")

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError, first_line
+from mixer.data.tables import compression
 
 EXCEL_SUFFIXES = (".xlsx", ".xlsm")
 OLD_EXCEL_SUFFIXES = (".xls", ".xlsb", ".ods")
@@ -442,13 +443,14 @@ def _stata_reader(path: str, file_flag: str, chunk_size: Optional[int] = None):
     try:
         return pd.read_stata(
             path,
+            compression=compression.PANDAS.get(compression.by_content(path)),  # by its bytes
             iterator=True,
             chunksize=chunk_size,
             convert_categoricals=False,
             convert_missing=False,
             preserve_dtypes=True,
         )
-    except (ValueError, OSError, struct.error) as exc:
+    except (ValueError, struct.error) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )
@@ -465,7 +467,13 @@ def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.Data
     try:
         with reader:
             declared = _declared_types(reader)
-            for chunk in reader:
+            for number, chunk in enumerate(reader):
+                if number == 0 and hasattr(reader, "_value_labels_read"):
+                    # pandas reads a file's strLs (at its end) again before every chunk while
+                    # the value labels are unread, as they stay with convert_categoricals off: a
+                    # seek to the end and back each chunk, which a compressed file pays by
+                    # decompressing from its start. The strLs are read; the labels not needed
+                    reader._value_labels_read = True
                 fields = []
                 for name in chunk.columns:
                     kind = declared.get(name)
@@ -484,7 +492,7 @@ def stata_chunks(path: str, chunk_size: int, file_flag: str) -> Iterator[pd.Data
                 yield table.to_pandas(types_mapper=pd.ArrowDtype)
     except UserError:
         raise
-    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )
@@ -516,7 +524,7 @@ def stata_labels(path: str, file_flag: str) -> dict:
     try:
         with reader:
             return {name: label for name, label in reader.variable_labels().items() if label}
-    except (ValueError, OSError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError) + compression.ERRORS as exc:
         raise UserError(
             f"{file_flag} {path}: cannot read it as a Stata file (.dta) ({first_line(exc)})"
         )

@@ -1,7 +1,9 @@
 """Reading: a file into a frame, the one way every table a run reads comes in (--dataset,
 --train-data, --val-data, --extra-train, --key, --code-descriptions, predict.py's --input,
 evaluate.py's --predictions and --audit). CSV, Parquet, Excel (.xlsx) and Stata (.dta) are
-read, chosen by extension (mixer.data.tables.formats knows the last two). Each file has its own options
+read, chosen by extension (mixer.data.tables.formats knows the last two); CSV and Stata also
+compressed by gzip, bzip2 or xz, decompressed as they are read (mixer.data.tables.compression
+opens every file the CSV path reads). Each file has its own options
 (mixer.core.config.TableOptions: encoding, separator, sheet, header row), and every
 message names the flags of that file's role (--key-encoding for --key).
 
@@ -20,6 +22,7 @@ keep). Next in line: mixer.data.labels.normalise, then mixer.data.prepared.prepa
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import io
 import os
@@ -32,7 +35,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
-from mixer.data.tables import formats
+from mixer.data.tables import compression, formats, ipums
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 NUMERIC_COLUMNS = "numeric_columns"  # frame.attrs: columns that held numbers in the file
@@ -45,67 +48,63 @@ FORMAT_NAMES = {
     "parquet": "Parquet",
     "excel": "Excel (.xlsx)",
     "stata": "Stata (.dta)",
+    "ipums": ipums.NAME,
 }
-
-
-# a compressed file's suffixes and its first bytes: neither read nor written (compressed())
-COMPRESSED = {
-    ".gz": b"\x1f\x8b",
-    ".bz2": b"BZh",
-    ".xz": b"\xfd7zXZ\x00",
-    ".zst": b"\x28\xb5\x2f\xfd",
-    ".zip": b"PK\x03\x04",
-}
-
-
-# what follows bzip2's "BZh1".."BZh9": a block (pi's digits) or an empty stream's end
-BZIP2_BLOCKS = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
-
-
-def compressed(path: str, by_content: bool = False) -> Optional[str]:
-    """The suffix of a compressed file (.gz, .bz2, .xz, .zst, .zip), by its name, or with
-    `by_content` by its first bytes too (a census.csv that is gzip'd); None for any other.
-    Read as CSV, such a file is bytes that decode as no text (an error about its encoding)."""
-    lower = path.lower()
-    for suffix in COMPRESSED:
-        if lower.endswith(suffix):
-            return suffix
-    if by_content and os.path.isfile(path):
-        with open(path, "rb") as handle:
-            head = handle.read(10)
-        for suffix, magic in COMPRESSED.items():
-            if suffix == ".zip" or not head.startswith(magic):  # a workbook is a zip file too
-                continue
-            # bzip2: BZh1..BZh9, then a block's magic (the digits of pi) or the end of an empty
-            # stream's (sqrt(pi)), not a text whose header begins "BZh9" (a column of that name)
-            if suffix != ".bz2" or head[3:4].isdigit() and head[4:10] in BZIP2_BLOCKS:
-                return suffix
-    return None
 
 
 def table_kind(path: str, file_flag: str = "--input") -> str:
-    """csv, parquet, excel or stata, by the file's extension (anything else is CSV but a
-    compressed file, refused in one line)."""
-    lower = path.lower()
-    suffix = compressed(path)
-    if suffix is not None:
-        raise UserError(
-            f"{file_flag} {path}: a {suffix} file is compressed, and tables are read and written "
-            "uncompressed (CSV, Excel, Stata) or as Parquet, which compresses itself: decompress "
-            f"it first (for .gz: gunzip -k {path}), or name an output .csv or .parquet"
-        )
+    """csv, parquet, excel, stata or ipums (a fixed-width extract: .dat, .dat.gz), by the file's
+    extension; a compressed file's by its name without the compression's (census.csv.gz is
+    CSV, usa.dta.gz Stata). Anything else is CSV;
+    a compression that is not read (zstd, zip), or a compressed Parquet or Excel file, is
+    refused in one line."""
+    suffix = compression.by_name(path)
+    lower = compression.inner_name(path).lower()
+    if suffix is not None and suffix not in compression.READ:
+        raise unread_compression(path, suffix, file_flag)
+    if lower.endswith(ipums.SUFFIX):
+        if suffix not in (None, ".gz"):  # ipumspy decompresses gzip alone
+            raise UserError(
+                f"{file_flag} {path}: an IPUMS fixed-width extract is read plain or gzip'd (as "
+                "IPUMS delivers it): decompress it first, or compress it with gzip"
+            )
+        return "ipums"
     if lower.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    if lower.endswith(formats.EXCEL_SUFFIXES):
-        return "excel"
-    if lower.endswith(formats.STATA_SUFFIXES):
-        return "stata"
-    if lower.endswith(formats.OLD_EXCEL_SUFFIXES):
+        kind = "parquet"
+    elif lower.endswith(formats.EXCEL_SUFFIXES):
+        kind = "excel"
+    elif lower.endswith(formats.STATA_SUFFIXES):
+        kind = "stata"
+    elif lower.endswith(formats.OLD_EXCEL_SUFFIXES):
         raise UserError(
-            f"{file_flag} {path}: {os.path.splitext(path)[1]} is not read; save the sheet as "
+            f"{file_flag} {path}: {os.path.splitext(lower)[1]} is not read; save the sheet as "
             ".xlsx (Excel Workbook) or CSV"
         )
-    return "csv"
+    else:
+        kind = "csv"
+    if suffix is not None and kind in ("parquet", "excel"):
+        raise packed_container(path, suffix, kind, file_flag)
+    return kind
+
+
+def unread_compression(path: str, suffix: str, file_flag: str, content: bool = False) -> UserError:
+    """One line for an input compressed in a way that is not read (zstd, zip)."""
+    how = {".zst": f"zstd -d {path}", ".zip": f"unzip {path}"}.get(suffix, "")
+    said = f"is compressed ({suffix} by its first bytes)" if content else f"is a {suffix} file"
+    return UserError(
+        f"{file_flag} {path}: the file {said}, and inputs are read plain or compressed by "
+        f"gzip, bzip2 or xz: decompress it first{f' ({how})' if how else ''}, or compress it "
+        "with gzip"
+    )
+
+
+def packed_container(path: str, suffix: str, kind: str, file_flag: str) -> UserError:
+    """One line for a compressed Parquet or Excel file: both compress themselves."""
+    return UserError(
+        f"{file_flag} {path}: a {FORMAT_NAMES[kind]} file compressed by "
+        f"{compression.NAMES[suffix]} is not read ({FORMAT_NAMES[kind]} compresses itself): "
+        "decompress it first"
+    )
 
 
 def check_input_path(path: str, file_flag: str) -> None:
@@ -120,17 +119,19 @@ def check_input_path(path: str, file_flag: str) -> None:
 def check_input_table(path: str, file_flag: str) -> str:
     """Refuse, before any work, an input that is missing, of a kind not read, or an
     Excel file without openpyxl; returns its kind."""
-    check_input_path(path, file_flag)
-    kind = table_kind(path, file_flag)
-    suffix = compressed(path, by_content=True) if kind == "csv" else None
-    if suffix is not None:  # named .csv, yet compressed
-        raise UserError(
-            f"{file_flag} {path}: the file is compressed ({suffix} by its first bytes), and "
-            f"CSV is read uncompressed: decompress it first, or convert it to Parquet"
-        )
+    kind = _kind_of(path, TableOptions(role="input"), file_flag)
     if kind == "excel":
         formats.openpyxl_module(file_flag, path)
+    if kind == "ipums":
+        ipums.require_ipumspy(path, TableOptions(role=_role_of(file_flag)))
     return kind
+
+
+def _role_of(file_flag: str) -> str:
+    """The role whose file a flag names (--input -> input), for a message naming its options."""
+    from mixer.core.config import TABLE_ROLES
+
+    return next((role for role, (flag, _) in TABLE_ROLES.items() if flag == file_flag), "input")
 
 
 def canonical_encoding(name: str) -> str:
@@ -240,7 +241,9 @@ class CsvLayout:
             how = f"{found}; {options.flag('sep')} sets it"
         shown = "tab" if self.sep == "\t" else repr(self.sep)
         header = f", header row {self.skip_rows + 1}" if options.header_row else ""
-        return f"{options.what} {path}: CSV, separator {shown} ({how}), encoding {self.encoding}{header}"
+        packed = compression.by_content(path)
+        kind = f"CSV ({compression.NAMES[packed]})" if packed else "CSV"
+        return f"{options.what} {path}: {kind}, separator {shown} ({how}), encoding {self.encoding}{header}"
 
 
 SEP_LINE = re.compile(r"sep=(.)")  # Excel reads (and some programs write) 'sep=;' above the header
@@ -285,7 +288,12 @@ def csv_layout(path: str, options: TableOptions = TableOptions()) -> CsvLayout:
     encoding, file_flag = canonical_encoding(options.encoding), options.what
     # rows below the header are checked by the readers, so a bad byte there does not hide
     # a wrong separator; one in the header is reported here
-    with open(path, encoding=_python_encoding(encoding), errors="replace", newline="") as handle:
+    with io.TextIOWrapper(
+        compression.open_bytes(path),
+        encoding=_python_encoding(encoding),
+        errors="replace",
+        newline="",
+    ) as handle:
         first = handle.readline()
         named = SEP_LINE.fullmatch(first.rstrip("\r\n"))
         handle.seek(0)
@@ -413,7 +421,7 @@ def utf8_lookalike(path: str, encoding: str, flag: str = "--encoding") -> Option
     if canonical_encoding(encoding).startswith(("utf-", "utf_")):
         return None
     first_line_bytes, position = None, 0
-    with open(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         while block := handle.read(1 << 22):
             if not block.isascii():
                 at = next(i for i, byte in enumerate(block) if byte >= 0x80)
@@ -435,7 +443,7 @@ def first_undecodable(path: str, encoding: str) -> Optional[int]:
     """The offset of the first byte that does not decode in `encoding`, or None."""
     decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     fed = 0
-    with open(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         while True:
             block = handle.read(1 << 22)
             pending = len(decoder.getstate()[0]) if hasattr(decoder, "getstate") else 0
@@ -460,7 +468,7 @@ def decoding_error(path: str, options: TableOptions) -> UserError:
     offset = first_undecodable(path, encoding)
     if offset is None:  # the reader failed for another reason
         return UserError(f"{file_flag} {path}: cannot read it as {encoding} text; pass {flag}")
-    with open(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         head = handle.read(4)
         line_start, newlines, position = 0, 0, 0
         handle.seek(0)
@@ -522,9 +530,20 @@ def _lines_above_header(lines: list, options: TableOptions) -> int:
 
 
 def _byte_at(path: str, offset: int) -> int:
-    with open(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         handle.seek(offset)
         return handle.read(1)[0]
+
+
+@contextlib.contextmanager
+def csv_source(path: str):
+    """What pyarrow's CSV readers read: the path of a plain file (read natively), or a
+    compressed file's decompressed stream (compression.open_bytes), closed after."""
+    if compression.by_content(path) is None and compression.by_name(path) is None:
+        yield path  # (pyarrow would take a plain file named .gz for gzip by its name)
+        return
+    with compression.open_bytes(path) as stream:
+        yield stream
 
 
 def _csv_options(layout: CsvLayout, stream: bool = False):
@@ -603,10 +622,12 @@ def check_header(path: str, options: TableOptions) -> None:
     if kind == "csv":
         try:
             names = csv_layout(path, options).names
-        except (pd.errors.EmptyDataError, ValueError, OSError):
+        except (pd.errors.EmptyDataError, ValueError) + compression.ERRORS:
             return
     elif kind == "parquet":
         names = column_names(path)
+    elif kind == "ipums":  # its codebook found and read, the extract rectangular
+        names = ipums.names(path, options)
     else:  # a sheet's header and a .dta file's names are read with their rows
         return
     if names is not None:
@@ -636,6 +657,12 @@ def read_table(
             frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
             frame = _numbers_as_text(frame[columns] if columns else frame, path, file_flag)
             frame.attrs[LABELS] = formats.stata_labels(path, file_flag)
+        elif kind == "ipums":
+            if log is not None:
+                log(_extract_line(options, path))
+            chunks = list(ipums.chunks(path, 1_000_000, options))
+            frame = pd.concat(chunks, ignore_index=True) if chunks else pd.DataFrame()
+            frame = _numbers_as_text(frame[columns] if columns else frame, path, file_flag)
         elif kind == "excel":
             sheet = formats.ExcelSheet(path, options)
             try:
@@ -655,14 +682,14 @@ def read_table(
             layout = csv_layout(path, options)
             check_names(layout.names, path, file_flag)
             _say_layout(layout, options, path, log)
-            frame = _without_unnamed(
-                pcsv.read_csv(path, **_csv_options(layout)).to_pandas(), layout, options, path
-            )
+            with csv_source(path) as source:
+                table = pcsv.read_csv(source, **_csv_options(layout))
+            frame = _without_unnamed(table.to_pandas(), layout, options, path)
     except UserError:
         raise
     except pd.errors.EmptyDataError:
         raise UserError(f"{file_flag} {path}: the file is empty; it needs a header and rows")
-    except (ValueError, OSError) as exc:  # pyarrow's errors are ValueError / OSError
+    except (ValueError,) + compression.ERRORS as exc:  # pyarrow's: ValueError / OSError
         raise _read_failure(exc, path, kind, layout, options)
     if len(frame) == 0:
         raise UserError(f"{file_flag} {path}: has a header but no rows")
@@ -684,10 +711,26 @@ def _parquet_frame(table) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def _kind_of(path: str, options: TableOptions) -> str:
-    """The kind of an input file that exists (csv, parquet, excel, stata)."""
-    check_input_path(path, options.what)
-    return table_kind(path, options.what)
+def _kind_of(path: str, options: TableOptions, file_flag: Optional[str] = None) -> str:
+    """The kind of an input file that exists (csv, parquet, excel, stata, ipums), its compression
+    checked by its first bytes: gzip, bzip2 and xz are read (compression.open_bytes), others
+    refused in one line, as a compressed Parquet or Excel file is."""
+    file_flag = file_flag or options.what
+    check_input_path(path, file_flag)
+    kind = table_kind(path, file_flag)
+    suffix = compression.by_content(path)
+    if suffix is not None and suffix not in compression.READ:
+        raise unread_compression(path, suffix, file_flag, content=True)
+    if suffix is not None and kind in ("parquet", "excel"):
+        raise packed_container(path, suffix, kind, file_flag)
+    if kind == "ipums" and suffix != compression.by_name(path):  # ipumspy goes by the name
+        said = f"{compression.NAMES[suffix]}'d by its first bytes" if suffix else "not gzip'd"
+        name = compression.inner_name(path) + (suffix or "")
+        raise UserError(
+            f"{file_flag} {path}: an IPUMS extract {said}, and it is read as its name says: "
+            f"name it {os.path.basename(name)}"
+        )
+    return kind
 
 
 def _say_layout(layout: CsvLayout, options: TableOptions, path: str, log) -> None:
@@ -705,8 +748,17 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
         return decoding_error(path, options)
     if layout is not None and RAGGED.search(str(exc)):
         return ragged_row(str(exc), path, layout, options)
+    packed = compression.by_content(path)
+    hint = (  # a compressed file cut short (a copy stopped) or damaged
+        f"; if the {compression.NAMES[packed]} file is cut short or damaged (test it: "
+        f"{compression.NAMES[packed]} -t {path}), copy it again"
+        if packed
+        and isinstance(exc, compression.ERRORS)
+        and not type(exc).__module__.startswith("pyarrow")
+        else ""
+    )
     return UserError(
-        f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)})"
+        f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)}){hint}"
     )
 
 
@@ -720,8 +772,9 @@ def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions
     match = RAGGED.search(message)
     if match.group(1) is None:
         try:
-            for _ in pcsv.open_csv(path, **_csv_options(layout, stream=True)):
-                pass
+            with csv_source(path) as source:
+                for _ in pcsv.open_csv(source, **_csv_options(layout, stream=True)):
+                    pass
         except (ValueError, OSError) as exc:
             match = RAGGED.search(str(exc)) or match
     record, named, got, text = match.groups()
@@ -763,6 +816,13 @@ def _sheet_line(options: TableOptions, path: str, sheet) -> str:
         else ""
     )
     return f"{options.what} {path}: Excel, sheet {sheet.sheet!r}{others}{header}"
+
+
+def _extract_line(options: TableOptions, path: str) -> str:
+    return (
+        f"{options.what} {path}: IPUMS fixed-width extract, codebook "
+        f"{ipums.ddi_path(path, options)} ({options.flag('ddi')} names another)"
+    )
 
 
 def _numbers_as_text(frame: pd.DataFrame, path: str, file_flag: str) -> pd.DataFrame:
@@ -812,6 +872,7 @@ def iter_chunks(
     At most about one chunk in memory. A CSV file's encoding is checked before the
     first chunk, so a bad byte near the end stops the job before any work."""
     file_flag, kind, layout = options.what, _kind_of(path, options), None
+    stack = contextlib.ExitStack()  # a compressed CSV's stream, closed when the chunks end
     try:
         if kind == "parquet":
             import pyarrow.parquet as pq
@@ -824,6 +885,11 @@ def iter_chunks(
             return
         if kind == "stata":
             yield from formats.stata_chunks(path, chunk_size, file_flag)
+            return
+        if kind == "ipums":
+            if log is not None:
+                log(_extract_line(options, path))
+            yield from ipums.chunks(path, chunk_size, options)
             return
         if kind == "excel":
             sheet = formats.ExcelSheet(path, options)
@@ -843,7 +909,8 @@ def iter_chunks(
         if first_undecodable(path, layout.encoding) is not None:
             raise decoding_error(path, options)
         _say_layout(layout, options, path, log)
-        reader = pcsv.open_csv(path, **_csv_options(layout, stream=True))
+        source = stack.enter_context(csv_source(path))
+        reader = pcsv.open_csv(source, **_csv_options(layout, stream=True))
         pending, rows, done = [], 0, 0
         for batch in reader:
             pending.append(batch)
@@ -864,8 +931,10 @@ def iter_chunks(
         raise
     except pd.errors.EmptyDataError:
         raise UserError(f"{file_flag} {path}: the file is empty")
-    except (ValueError, OSError) as exc:
+    except (ValueError,) + compression.ERRORS as exc:  # and a compressed file cut short
         raise _read_failure(exc, path, kind, layout, options)
+    finally:
+        stack.close()
 
 
 def count_rows(
@@ -880,12 +949,17 @@ def count_rows(
         return pq.ParquetFile(path).metadata.num_rows
     if kind == "stata":
         return formats.stata_row_count(path, options.what)
+    if kind == "ipums":
+        return ipums.row_count(path, options)
     if kind == "excel":
         return formats.excel_row_count(path, options)
     lines = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 24):
-            lines += block.count(b"\n")
+    try:
+        with compression.open_bytes(path) as handle:
+            while block := handle.read(1 << 24):
+                lines += block.count(b"\n")
+    except compression.ERRORS as exc:
+        raise _read_failure(exc, path, kind, None, options)
     if at_least is not None and lines <= at_least:
         return lines  # an upper bound of the rows, enough to know they fit
     return sum(len(chunk) for chunk in iter_chunks(path, 1_000_000, options))
@@ -899,7 +973,11 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
     kind = table_kind(path, options.what)
     found = TableOptions(role=options.role)
     if kind == "csv":
-        if not reads_as_utf8(path, options.encoding):
+        try:
+            utf8 = reads_as_utf8(path, options.encoding)
+        except compression.ERRORS as exc:
+            raise _read_failure(exc, path, kind, None, options)
+        if not utf8:
             found = replace(found, encoding=options.encoding)
         if options.sep is not None and options.sep != _own(
             lambda: csv_layout(path, replace(options, sep=None)).sep
@@ -918,6 +996,8 @@ def canonical_options(path: str, options: TableOptions) -> TableOptions:
             lambda: _sheet_of(path, replace(options, header_row=None)).header_row
         ):
             found = replace(found, header_row=options.header_row)
+    elif kind == "ipums":
+        found = replace(found, ddi=ipums.canonical(path, options))
     return found  # Parquet and Stata: nothing to choose
 
 
@@ -934,7 +1014,7 @@ def reads_as_utf8(path: str, encoding: str) -> bool:
             return False
     except (UnicodeError, LookupError):
         return False
-    with open(path, "rb") as handle:
+    with compression.open_bytes(path) as handle:
         while block := handle.read(1 << 24):
             if not block.isascii():
                 return False
@@ -978,7 +1058,7 @@ def missing_column(column: str, have, path: str, flag: str) -> UserError:
 
 
 def column_names(path: str) -> Optional[list]:
-    """The column names of a Parquet, Excel or Stata file, read without its rows; None where
+    """The column names of a Parquet, Excel, Stata or IPUMS file, read without its rows; None where
     they cannot be read that way (a caller then reads the whole file)."""
     try:
         kind = table_kind(path)
@@ -995,6 +1075,8 @@ def column_names(path: str) -> Optional[list]:
         if kind == "stata":
             with pd.read_stata(path, iterator=True) as reader:
                 return list(reader.variable_labels())
+        if kind == "ipums":
+            return ipums.names(path, TableOptions())
     except Exception:  # unreadable as such: a whole read decides
         return None
     return None

@@ -20,8 +20,14 @@ import pandas as pd
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
 from mixer.core.io import write_target
-from mixer.data.tables import formats, guards
-from mixer.data.tables.reading import FILE_LABEL_KEY, as_text, count_rows, table_kind
+from mixer.data.tables import compression, formats, guards
+from mixer.data.tables.reading import (
+    FILE_LABEL_KEY,
+    PARQUET_SUFFIXES,
+    as_text,
+    count_rows,
+    table_kind,
+)
 
 # what evaluate.py reads as a prediction: code_k, or <head>_code_k with several heads
 PREDICTION_COLUMN = re.compile(r"^(?:(?P<head>[A-Za-z0-9]+)_)?code_(?P<k>\d+)$")
@@ -126,9 +132,25 @@ def output_kind(path: str, file_flag: str = "--output") -> str:
     kind that is read but not written, and an Excel output without openpyxl."""
     if path.lower().endswith((".xlsm",) + formats.OLD_EXCEL_SUFFIXES):
         raise UserError(f"{file_flag} {path}: Excel output is written as .xlsx; name it so")
+    suffix = compression.by_name(path)
+    if suffix is not None:  # named by its name alone: the file may not exist yet
+        inner = compression.inner_name(path).lower()
+        if suffix not in compression.WRITTEN or inner.endswith(
+            PARQUET_SUFFIXES + formats.EXCEL_SUFFIXES + formats.STATA_SUFFIXES
+        ):
+            raise UserError(
+                f"{file_flag} {path}: a compressed output is written as gzip'd CSV only "
+                f"(.csv.gz); name it so, or write .parquet, which compresses itself"
+            )
+        return "csv"
     kind = table_kind(path, file_flag)
     if kind == "excel":
         formats.openpyxl_module(file_flag, path)
+    if kind == "ipums":
+        raise UserError(
+            f"{file_flag} {path}: IPUMS fixed-width extracts are read, not written; name an "
+            "output .csv, .parquet, .xlsx or .dta"
+        )
     return kind
 
 
@@ -227,6 +249,7 @@ class OutputWriter:
             f".tmp-{os.path.basename(self.path)}.{os.getpid()}",
         )
         self.parquet = self.kind == "parquet"
+        self.gzip = compression.by_name(path) is not None  # a .csv.gz (output_kind)
         self.writer = None
         self.sheet = None  # Excel or Stata: formats.ExcelWriter / StataWriter
         self.kinds = None
@@ -288,7 +311,14 @@ class OutputWriter:
                     ),
                 )
         frame = frame.set_axis(self.names, axis=1)
-        if self.kind == "csv":
+        if self.kind == "csv" and self.gzip:  # one gzip member a chunk: cut back as a CSV is
+            member = compression.gzip_member(
+                frame.to_csv(None, header=not self.rows, index=False).encode("utf-8")
+            )
+            with open(self.tmp, "ab" if self.rows else "wb") as handle:
+                handle.write(member)
+            self.rows += len(frame)
+        elif self.kind == "csv":
             frame.to_csv(
                 self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False
             )
