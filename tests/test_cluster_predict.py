@@ -493,3 +493,94 @@ def test_ctrl_c_in_a_python_session_and_the_same_call_again_continues(
     said = capsys.readouterr()
     assert "continuing an unfinished run after its 2 chunk(s)" in said.out + said.err
     assert out.read_bytes() == whole["csv"]
+
+
+# ------------------------------------------------------------------ every writer of the job
+def test_a_full_disk_while_the_store_spills_keeps_the_chunks_done(
+    run, census, whole, tmp_path, capsys, monkeypatch
+):
+    """Past --store-memory the distinct-input store spills to SQLite. A disk that fills then
+    gave SQLite's "database or disk is full" as a traceback, exit 1, and the parts removed:
+    every finished chunk lost. It is now the line any writer of the job gives
+    (mixer.core.io.writing), naming the spill file and the full disk; the chunks done stay,
+    and the same command continues to the bytes of an uninterrupted run."""
+    import sqlite3
+
+    from mixer.cli.entrypoints import predict_main
+    from mixer.prediction import predict_job
+
+    monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 1: 1 byte, each chunk spills
+    spills = [0]
+
+    class Full(sqlite3.Connection):  # SQLite's own SQLITE_FULL at the third spill
+        def executemany(self, *args):
+            spills[0] += 1
+            if spills[0] == 3:
+                self.execute("PRAGMA max_page_count = 1")  # no page more than it has
+            return super().executemany(*args)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Full, **k))
+    out = tmp_path / "out.csv"
+    args = cmd(run, census, out) + ["--store-memory", "1"]
+    line = fails(
+        capsys,
+        "predict",
+        args,
+        f"--store-memory's spill file {tmp_path}{os.sep}.tmp-out.csv.",
+        ".store.sqlite: writing failed after 3 chunk(s) (no space left on the device); they "
+        "are kept: free space and run the same command to continue",
+    )
+    assert line.startswith("error: ")
+    assert (tmp_path / ".tmp-out.csv.parts" / "journal.json").exists() and not out.exists()
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".store.sqlite")]
+    spills[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 3 chunk(s)" in capsys.readouterr().out
+    assert out.read_bytes() == whole["csv"]
+
+
+def test_a_full_disk_while_writing_embeddings_names_that_file_and_the_cause(
+    run, census, tmp_path, capsys, monkeypatch
+):
+    """--embeddings e.npy on a disk that fills after 2 chunks (/dev/full: the kernel's own
+    ENOSPC) said "--output o.csv: writing failed after 2 chunk(s) (192000 requested and 0
+    written)": the wrong file, and numpy's count in place of the cause. It names the file
+    that failed and that the disk is full; the chunks stay, and the same command continues
+    to the bytes of an uninterrupted run."""
+    from mixer.cli.entrypoints import predict_main
+    from mixer.prediction.sinks import EmbeddingWriter
+
+    (tmp_path / "whole").mkdir()
+    whole = tmp_path / "whole" / "e.npy"
+    assert (
+        predict_main(cmd(run, census, tmp_path / "whole" / "o.csv") + ["--embeddings", str(whole)])
+        == 0
+    )
+    write, calls = EmbeddingWriter.write, [0]
+
+    def full_from_the_third_chunk(self, vectors):
+        calls[0] += 1
+        if calls[0] == 3 and self.raw is not None:
+            self.raw.close()
+            self.raw = open("/dev/full", "ab")  # every write: no space left on the device
+        return write(self, vectors)
+
+    monkeypatch.setattr(EmbeddingWriter, "write", full_from_the_third_chunk)
+    out, npy = tmp_path / "o.csv", tmp_path / "e.npy"
+    args = cmd(run, census, out) + ["--embeddings", str(npy)]
+    capsys.readouterr()
+    line = fails(
+        capsys,
+        "predict",
+        args,
+        f"--embeddings {npy}: writing failed after 2 chunk(s) (no space left on the device); "
+        "they are kept: free space and run the same command to continue",
+    )
+    assert "--output" not in line and "requested" not in line
+    assert not npy.exists() and not out.exists()
+    calls[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert npy.read_bytes() == whole.read_bytes()
+    assert out.read_bytes() == (tmp_path / "whole" / "o.csv").read_bytes()

@@ -600,6 +600,9 @@ class AuditSink(Sink):
         self.audit, self.draw = self.request(job.config), None
         self.journal, self.formatter = job.journal, job.predictor.formatter
 
+    def file(self) -> tuple:
+        return "--audit", self.audit.path
+
     def add(self, job, part) -> None:
         config = job.config
         if self.draw is None:

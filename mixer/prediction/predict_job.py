@@ -17,7 +17,8 @@ import pandas as pd
 
 from mixer.core.config import DistConfig
 from mixer.core.programs import PredictConfig
-from mixer.core.errors import UserError
+from mixer.core.errors import UserError, WriteFailed
+from mixer.core.io import writing
 from mixer.data.inputs.dataset import shard_indices
 from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
 from mixer.data.tables.reading import (
@@ -28,7 +29,6 @@ from mixer.data.tables.reading import (
     missing_column,
 )
 from mixer.data.tables.sinks import is_matrix, is_shaped
-from mixer.data.tables.writing import WriteFailed
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
@@ -57,7 +57,8 @@ def predict_file(config: PredictConfig) -> None:
             embed_rows(job, part)
             if world.is_main:
                 for sink in job.sinks:
-                    sink.add(job, part)
+                    with writing(*sink.file()):  # a full disk: the file named, the chunks kept
+                        sink.add(job, part)
                 if job.journal is not None:  # the chunk done: its store part, states, journal
                     keep_chunk(job, part)
             if job.bar is not None:
@@ -70,20 +71,9 @@ def predict_file(config: PredictConfig) -> None:
     except BaseException as exc:
         fail(job, exc)
         if world.is_main and job.journal is not None and job.journal.chunks:
-            from mixer.core.io import disk_full
-
-            if isinstance(exc, OSError):
-                raise UserError(
-                    f"{job.journal.flag} {job.journal.output}: writing failed after "
-                    f"{job.journal.chunks:,} chunk(s) ({disk_full(exc) or exc}); they are kept: "
-                    "free space and run the same command to continue"
-                ) from exc
-            if isinstance(exc, WriteFailed):  # an output at the end: every chunk is kept
-                raise UserError(
-                    f"{exc.file_flag} {exc.path}: writing it failed ({exc.reason}); {exc.kept} as "
-                    f"before, and the {job.journal.chunks:,} chunk(s) predicted are kept: free "
-                    "space and run the same command to write it without predicting again"
-                ) from exc
+            line = kept_line(job, exc)
+            if line is not None:
+                raise UserError(line) from exc
         raise
     finally:
         from mixer.prediction.resume import release_held
@@ -346,7 +336,7 @@ def finish(job: Job) -> None:
     if any(
         sink.early for sink in job.sink_classes
     ):  # all ranks: rank 0 commits, a failure ends every rank
-        mdist.main_only(lambda: [sink.commit(job) for sink in job.sinks if sink.early], world)
+        mdist.main_only(lambda: [commit(job, sink) for sink in job.sinks if sink.early], world)
     if world.is_main:
         from mixer.coding.target import language_note
 
@@ -365,12 +355,47 @@ def finish(job: Job) -> None:
             print(line, file=sys.stderr)
         for sink in job.sinks:
             if not sink.early:
-                sink.commit(job)
+                commit(job, sink)
         if job.journal is not None:  # every sink committed: its parts are no longer needed
             job.journal.remove()
         if job.bar is not None:
             job.bar.close()
     job.stores.close()
+
+
+def commit(job: Job, sink) -> None:
+    """Rank 0, the end: a sink's file renamed into place. A failure to write it (a full disk)
+    leaves it as it was (mixer.core.io.writing) and the chunks kept (kept_line)."""
+    flag, path = sink.file()
+    with writing(flag, path, kept=f"{path} is"):
+        sink.commit(job)
+
+
+def kept_line(job: Job, exc: BaseException) -> Optional[str]:
+    """Rank 0, a job that resumes: the one line for a file that could not be written once
+    chunks were completed (WriteFailed from any writer of the job, mixer.core.io.writing; an
+    OSError of no writer's is said of the parts, beside the job's first output), or None for
+    another failure. The chunks stay (fail) for the same command to continue."""
+    failed = exc if isinstance(exc, WriteFailed) else None
+    if failed is None and isinstance(exc, OSError):
+        from mixer.core.errors import first_line
+        from mixer.core.io import disk_full
+
+        reason = disk_full(exc) or first_line(exc)
+        failed = WriteFailed(job.journal.flag, job.journal.output, reason)
+    if failed is None:
+        return None
+    chunks = f"{job.journal.chunks:,} chunk(s)"
+    if failed.kept:  # a file written whole at the end: every chunk is done
+        return (
+            f"{failed.file_flag} {failed.path}: writing it failed ({failed.reason}); "
+            f"{failed.kept} as before, and the {chunks} predicted are kept: free space and run "
+            "the same command to write it without predicting again"
+        )
+    return (
+        f"{failed.file_flag} {failed.path}: writing failed after {chunks} ({failed.reason}); "
+        "they are kept: free space and run the same command to continue"
+    )
 
 
 def fail(job: Job, exc: BaseException) -> None:
@@ -543,13 +568,15 @@ def keep_chunk(job: Job, part: Part) -> None:
     (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
     from mixer.data.tables.sinks import sink_name
 
-    states = {
-        "sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
-        "coding": job.coding.state(job.journal),
-    }
-    job.journal.done(
-        part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
-    )
+    sinks = []
+    for sink in job.sinks:
+        with writing(*sink.file()):  # a sink's pieces beside the journal
+            sinks.append((sink_name(type(sink)), sink.state()))
+    with writing(job.journal.flag, job.journal.output):  # the parts beside the job's first file
+        states = {"sinks": sinks, "coding": job.coding.state(job.journal)}
+        job.journal.done(
+            part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
+        )
 
 
 def restore_states(job: Job) -> None:

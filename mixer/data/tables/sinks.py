@@ -28,6 +28,9 @@ class Sink:
     - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
+    - `file()`: (flag, path) of the file the sink writes; the job calls `add`, `state` and
+      `commit` inside mixer.core.io.writing with it, so that a full disk is said of that file,
+      the chunks done kept;
     - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
       resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
     - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
@@ -52,6 +55,10 @@ class Sink:
     @classmethod
     def wanted(cls, config) -> bool:
         return False
+
+    def file(self) -> tuple:
+        """(flag, path) of the file this sink writes, for the line a failure to write it says."""
+        return sink_name(type(self)), "(an output registered from outside)"
 
     def add(self, job, part) -> None:
         pass
