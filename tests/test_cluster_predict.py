@@ -584,3 +584,44 @@ def test_a_full_disk_while_writing_embeddings_names_that_file_and_the_cause(
     assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
     assert npy.read_bytes() == whole.read_bytes()
     assert out.read_bytes() == (tmp_path / "whole" / "o.csv").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def whole_audit(run, census, tmp_path_factory) -> tuple:
+    """The output and the audit of an uninterrupted run with --audit 20."""
+    from mixer.cli.entrypoints import predict_main
+
+    folder = tmp_path_factory.mktemp("whole_audit")
+    out, audit = folder / "out.csv", folder / "audit.csv"
+    assert predict_main(cmd(run, census, out) + ["--audit", "20", str(audit)]) == 0
+    return out.read_bytes(), audit.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["cut short", "zeros at its tail", "garbled"])
+def test_an_audit_digest_a_lost_node_damaged_is_hashed_again(
+    run, census, whole_audit, tmp_path, capsys, damage
+):
+    """The audit's digest (the bytes of the predictions it hashes, kept beside the journal) was
+    not fsynced, and known on a resume by its length alone. After a lost node (the file cut
+    short; zeros where its tail was; garbled) the rerun refused, or went on with exit 0 and
+    wrote an audit of another fingerprint, which evaluate.py --audit then refuses after the
+    rows are checked by hand. It is known by its checksum now: a damaged one is hashed again
+    from the chunks done (their codes read back from the store), and the audit is the
+    uninterrupted run's, byte for byte."""
+    from mixer.cli.entrypoints import predict_main
+
+    out, audit = tmp_path / "out.csv", tmp_path / "audit.csv"
+    args = cmd(run, census, out) + ["--audit", "20", str(audit)]
+    killed_after(2, *args)
+    digest = tmp_path / ".tmp-out.csv.parts" / "audit-digest.bin"
+    data = digest.read_bytes()
+    half = len(data) // 2
+    if damage == "cut short":
+        digest.write_bytes(data[:half])
+    elif damage == "zeros at its tail":
+        digest.write_bytes(data[:half] + bytes(len(data) - half))
+    else:  # the same length, one letter otherwise
+        digest.write_bytes(data[:half] + bytes([data[half] ^ 0x01]) + data[half + 1 :])
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert (out.read_bytes(), audit.read_bytes()) == whole_audit

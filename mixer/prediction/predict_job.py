@@ -51,6 +51,7 @@ def predict_file(config: PredictConfig) -> None:
         ):
             part = read_chunk(job, number, chunk)
             if part is None:  # written by the run this one continues
+                replay(job, number, chunk)
                 continue
             model_inputs(job, part)
             code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
@@ -233,6 +234,25 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
             )
         return None
     return Part(number, chunk, blank)
+
+
+def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
+    """Rank 0: a chunk the run this one continues completed, given again to the sinks whose
+    `restore` found their own files damaged (Sink.replaying: the audit's digest, which a node
+    lost before it reached the disk), its code table read back from the store, not predicted."""
+    replaying = [sink for sink in job.sinks if sink.replaying]
+    if not replaying or not len(chunk):
+        return
+    part = Part(number, chunk, blank_descriptions(text_column(chunk, job.columns.input_col)))
+    part.inputs = job.model.model_inputs(*job.rows.read(chunk))
+    part.distinct = Distinct(part.inputs, part.blank)
+    if job.stores.table is not None:  # every key of a chunk completed is in it
+        table = job.stores.table.take(part.distinct.keys)
+        part.predicted = table.iloc[part.distinct.row_key].reset_index(drop=True)
+        part.predicted.index = chunk.index
+    for sink in replaying:
+        with writing(*sink.file()):
+            sink.replay(job, part)
 
 
 def model_inputs(job: Job, part: Part) -> None:

@@ -38,7 +38,11 @@ class Sink:
       (None where it keeps nothing). The journal saves every sink's state with the chunk, before
       the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
       a killed one, gives the sink back the state saved with the last chunk completed, and the
-      chunks after it come to `add` as in a run never killed. A state that grows with the file
+      chunks after it come to `add` as in a run never killed. A sink whose own files there
+      are found damaged (a node lost before they reached the disk) sets `replaying` in
+      `restore`: the job then hands it each chunk completed before, in order, to
+      `replay(job, part)`, its code table read back from the distinct-input store (no model),
+      to gather that chunk's part again. A state that grows with the file
       (rows gathered for the end) belongs in the sink's own files in the journal's folder
       (`job.journal.path(name)`; save_pieces below), the state naming how far
       they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
@@ -47,6 +51,7 @@ class Sink:
     """
 
     early = False
+    replaying = False  # set by `restore`: the chunks completed before come to `replay`
 
     @classmethod
     def check(cls, config) -> None:
@@ -79,6 +84,9 @@ class Sink:
 
     def restore(self, state) -> None:
         """The state `state()` gave after the last chunk a killed run completed."""
+
+    def replay(self, job, part) -> None:
+        """A chunk the killed run completed, to a sink `restore` set `replaying` on."""
 
 
 def resumes(sink_class) -> bool:
