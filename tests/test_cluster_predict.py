@@ -6,6 +6,7 @@ mixed or misread before."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -625,3 +626,38 @@ def test_an_audit_digest_a_lost_node_damaged_is_hashed_again(
     assert predict_main(args) == 0
     assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
     assert (out.read_bytes(), audit.read_bytes()) == whole_audit
+
+
+def test_a_full_disk_while_a_side_output_keeps_its_pieces_names_that_output(
+    run, census, whole, tmp_path, capsys, monkeypatch
+):
+    """A check list and a summary plot keep their pieces beside the journal with each chunk.
+    A full disk there was said of --output, a file that had not failed; it is said of the
+    output whose pieces could not be written (one mechanism for every writer), and the same
+    command continues to the bytes of an uninterrupted run."""
+    from mixer.cli.entrypoints import predict_main
+    from mixer.data.tables import sinks
+
+    dump, calls = sinks.dump_atomically, [0]
+
+    def full_at_the_fourth(*args):  # a chunk's pieces: the check list's, then the plot's
+        calls[0] += 1
+        if calls[0] == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return dump(*args)
+
+    monkeypatch.setattr(sinks, "dump_atomically", full_at_the_fourth)
+    out, plot = tmp_path / "out.csv", tmp_path / "summary.png"
+    args = cmd(run, census, out) + ["--to-check", "5", str(tmp_path / "chk.csv")]
+    args += ["--summary-plot", str(plot)]
+    fails(
+        capsys,
+        "predict",
+        args,
+        f"--summary-plot {plot}: writing failed after 1 chunk(s) (no space left on the device); "
+        "they are kept: free space and run the same command to continue",
+    )
+    calls[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 1 chunk(s)" in capsys.readouterr().out
+    assert out.read_bytes() == whole["csv"] and plot.exists()
