@@ -1239,3 +1239,33 @@ def test_an_int8_audit_is_drawn_said_to_be_approximate_and_scored_against_its_ow
 
     table = mixer.load(model_dir(example), device="cpu", quantize="int8").audit(read(held), 20)
     assert json.loads(table["audit"].iloc[0])["model"] == int8_design["model"]
+
+
+def test_the_predictions_digest_is_on_the_disk_before_a_journal_names_it(tmp_path, monkeypatch):
+    """A resumed job takes the audit's digest up again from the bytes it kept (mixer.audit.draw
+    .AuditSink): state() syncs them to the disk, as every other part is before the journal
+    names it, and gives their checksum, by which keep() knows them (a lost node's file of the
+    same length but other bytes is hashed again, not taken)."""
+    from mixer.data.labels.formatter import CodeFormatter
+
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), fsync(fd))[1])
+    path = str(tmp_path / "digest.bin")
+    digest = audit_file.PredictionsDigest(CodeFormatter(kind="hisco"))
+    digest.keep(path)
+    texts, codes = pd.Series(["farmer", "smith"]), pd.DataFrame({"code_1": ["61110", "83110"]})
+    digest.update(texts, codes, ["code_1"])
+    state = digest.state()
+    assert digest.tee.fileno() in synced
+    digest.tee.close()
+    again = audit_file.PredictionsDigest(CodeFormatter(kind="hisco"))
+    assert again.keep(path, state) and again.rows == 2
+    again.update(texts, codes, ["code_1"])
+    again.tee.close()
+    data = open(path, "rb").read()
+    with open(path, "wb") as handle:  # the first rows' bytes, one letter otherwise
+        handle.write(data[:3] + b"X" + data[4:])
+    damaged = audit_file.PredictionsDigest(CodeFormatter(kind="hisco"))
+    assert not damaged.keep(path, state) and damaged.rows == 0
+    damaged.tee.close()
+    assert os.path.getsize(path) == 0

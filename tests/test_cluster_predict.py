@@ -6,6 +6,7 @@ mixed or misread before."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -528,3 +529,170 @@ def test_ctrl_c_in_a_python_session_and_the_same_call_again_continues(
     said = capsys.readouterr()
     assert "continuing an unfinished run after its 2 chunk(s)" in said.out + said.err
     assert out.read_bytes() == whole["csv"]
+
+
+# ------------------------------------------------------------------ every writer of the job
+def test_a_full_disk_while_the_store_spills_keeps_the_chunks_done(
+    run, census, whole, tmp_path, capsys, monkeypatch
+):
+    """Past --store-memory the distinct-input store spills to SQLite. A disk that fills then
+    gave SQLite's "database or disk is full" as a traceback, exit 1, and the parts removed:
+    every finished chunk lost. It is now the line any writer of the job gives
+    (mixer.core.io.writing), naming the spill file and the full disk; the chunks done stay,
+    and the same command continues to the bytes of an uninterrupted run."""
+    import sqlite3
+
+    from mixer.cli.entrypoints import predict_main
+    from mixer.prediction import predict_job
+
+    monkeypatch.setattr(predict_job, "MEGABYTE", 1)  # --store-memory 1: 1 byte, each chunk spills
+    spills = [0]
+
+    class Full(sqlite3.Connection):  # SQLite's own SQLITE_FULL at the third spill
+        def executemany(self, *args):
+            spills[0] += 1
+            if spills[0] == 3:
+                self.execute("PRAGMA max_page_count = 1")  # no page more than it has
+            return super().executemany(*args)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Full, **k))
+    out = tmp_path / "out.csv"
+    args = cmd(run, census, out) + ["--store-memory", "1"]
+    line = fails(
+        capsys,
+        "predict",
+        args,
+        f"--store-memory's spill file {tmp_path}{os.sep}.tmp-out.csv.",
+        ".store.sqlite: writing failed after 3 chunk(s) (no space left on the device); they "
+        "are kept: free space and run the same command to continue",
+    )
+    assert line.startswith("error: ")
+    assert (tmp_path / ".tmp-out.csv.parts" / "journal.json").exists() and not out.exists()
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".store.sqlite")]
+    spills[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 3 chunk(s)" in capsys.readouterr().out
+    assert out.read_bytes() == whole["csv"]
+
+
+def test_a_full_disk_while_writing_embeddings_names_that_file_and_the_cause(
+    run, census, tmp_path, capsys, monkeypatch
+):
+    """--embeddings e.npy on a disk that fills after 2 chunks (/dev/full: the kernel's own
+    ENOSPC) said "--output o.csv: writing failed after 2 chunk(s) (192000 requested and 0
+    written)": the wrong file, and numpy's count in place of the cause. It names the file
+    that failed and that the disk is full; the chunks stay, and the same command continues
+    to the bytes of an uninterrupted run."""
+    from mixer.cli.entrypoints import predict_main
+    from mixer.prediction.sinks import EmbeddingWriter
+
+    (tmp_path / "whole").mkdir()
+    whole = tmp_path / "whole" / "e.npy"
+    assert (
+        predict_main(cmd(run, census, tmp_path / "whole" / "o.csv") + ["--embeddings", str(whole)])
+        == 0
+    )
+    write, calls = EmbeddingWriter.write, [0]
+
+    def full_from_the_third_chunk(self, vectors):
+        calls[0] += 1
+        if calls[0] == 3 and self.raw is not None:
+            self.raw.close()
+            self.raw = open("/dev/full", "ab")  # every write: no space left on the device
+        return write(self, vectors)
+
+    monkeypatch.setattr(EmbeddingWriter, "write", full_from_the_third_chunk)
+    out, npy = tmp_path / "o.csv", tmp_path / "e.npy"
+    args = cmd(run, census, out) + ["--embeddings", str(npy)]
+    capsys.readouterr()
+    line = fails(
+        capsys,
+        "predict",
+        args,
+        f"--embeddings {npy}: writing failed after 2 chunk(s) (no space left on the device); "
+        "they are kept: free space and run the same command to continue",
+    )
+    assert "--output" not in line and "requested" not in line
+    assert not npy.exists() and not out.exists()
+    calls[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert npy.read_bytes() == whole.read_bytes()
+    assert out.read_bytes() == (tmp_path / "whole" / "o.csv").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def whole_audit(run, census, tmp_path_factory) -> tuple:
+    """The output and the audit of an uninterrupted run with --audit 20."""
+    from mixer.cli.entrypoints import predict_main
+
+    folder = tmp_path_factory.mktemp("whole_audit")
+    out, audit = folder / "out.csv", folder / "audit.csv"
+    assert predict_main(cmd(run, census, out) + ["--audit", "20", str(audit)]) == 0
+    return out.read_bytes(), audit.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["cut short", "zeros at its tail", "garbled"])
+def test_an_audit_digest_a_lost_node_damaged_is_hashed_again(
+    run, census, whole_audit, tmp_path, capsys, damage
+):
+    """The audit's digest (the bytes of the predictions it hashes, kept beside the journal) was
+    not fsynced, and known on a resume by its length alone. After a lost node (the file cut
+    short; zeros where its tail was; garbled) the rerun refused, or went on with exit 0 and
+    wrote an audit of another fingerprint, which evaluate.py --audit then refuses after the
+    rows are checked by hand. It is known by its checksum now: a damaged one is hashed again
+    from the chunks done (their codes read back from the store), and the audit is the
+    uninterrupted run's, byte for byte."""
+    from mixer.cli.entrypoints import predict_main
+
+    out, audit = tmp_path / "out.csv", tmp_path / "audit.csv"
+    args = cmd(run, census, out) + ["--audit", "20", str(audit)]
+    killed_after(2, *args)
+    digest = tmp_path / ".tmp-out.csv.parts" / "audit-digest.bin"
+    data = digest.read_bytes()
+    half = len(data) // 2
+    if damage == "cut short":
+        digest.write_bytes(data[:half])
+    elif damage == "zeros at its tail":
+        digest.write_bytes(data[:half] + bytes(len(data) - half))
+    else:  # the same length, one letter otherwise
+        digest.write_bytes(data[:half] + bytes([data[half] ^ 0x01]) + data[half + 1 :])
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert (out.read_bytes(), audit.read_bytes()) == whole_audit
+
+
+def test_a_full_disk_while_a_side_output_keeps_its_pieces_names_that_output(
+    run, census, whole, tmp_path, capsys, monkeypatch
+):
+    """A check list and a summary plot keep their pieces beside the journal with each chunk.
+    A full disk there was said of --output, a file that had not failed; it is said of the
+    output whose pieces could not be written (one mechanism for every writer), and the same
+    command continues to the bytes of an uninterrupted run."""
+    from mixer.cli.entrypoints import predict_main
+    from mixer.data.tables import sinks
+
+    dump, calls = sinks.dump_atomically, [0]
+
+    def full_at_the_fourth(*args):  # a chunk's pieces: the check list's, then the plot's
+        calls[0] += 1
+        if calls[0] == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return dump(*args)
+
+    monkeypatch.setattr(sinks, "dump_atomically", full_at_the_fourth)
+    out, plot = tmp_path / "out.csv", tmp_path / "summary.png"
+    args = cmd(run, census, out) + ["--to-check", "5", str(tmp_path / "chk.csv")]
+    args += ["--summary-plot", str(plot)]
+    fails(
+        capsys,
+        "predict",
+        args,
+        f"--summary-plot {plot}: writing failed after 1 chunk(s) (no space left on the device); "
+        "they are kept: free space and run the same command to continue",
+    )
+    calls[0] = -(10**9)  # space freed
+    assert predict_main(args) == 0
+    assert "continuing an unfinished run after its 1 chunk(s)" in capsys.readouterr().out
+    assert out.read_bytes() == whole["csv"] and plot.exists()

@@ -167,15 +167,24 @@ class AuditDraw:
         """predict.py's rows: the input's columns as the predictions file names them, and the
         head's columns of a table that may hold several heads. skips: {reason: rows not to
         draw from} (a lookup's rows; the rows that need a check at a target accuracy)."""
+        self.add(*self._as_output(chunk, predicted), skips)
+
+    def rehash(self, chunk: pd.DataFrame, predicted: pd.DataFrame) -> None:
+        """predict.py's rows of a chunk drawn from already, hashed again into the predictions'
+        digest alone (a resumed job whose digest was damaged: AuditSink.replay)."""
+        frame, predicted = self._as_output(chunk, predicted)
+        frame, predicted = frame.reset_index(drop=True), predicted.reset_index(drop=True)
+        self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
+
+    def _as_output(self, chunk: pd.DataFrame, predicted: pd.DataFrame) -> tuple:
         own = [
             c
             for c in predicted.columns
             if str(c).startswith(self.prefix) and PREDICTED.match(str(c)[len(self.prefix) :])
         ]
-        self.add(
+        return (
             chunk.set_axis(self.shown, axis=1),
             predicted[own].rename(columns=lambda c: c[len(self.prefix) :]),
-            skips,
         )
 
     def __init__(
@@ -601,8 +610,12 @@ class AuditSink(Sink):
         self.audit, self.draw = self.request(job.config), None
         self.journal, self.formatter = job.journal, job.predictor.formatter
 
+    def file(self) -> tuple:
+        return "--audit", self.audit.path
+
     def add(self, job, part) -> None:
         config = job.config
+        self.replaying = False  # the chunks a killed run completed are behind
         if self.draw is None:
             self.draw = AuditDraw.for_output(
                 self.audit,
@@ -636,7 +649,13 @@ class AuditSink(Sink):
         self.draw = AuditDraw.__new__(AuditDraw)
         vars(self.draw).update(state["draw"], formatter=self.formatter)
         self.draw.digest = audit_file.PredictionsDigest(self.formatter)
-        self.draw.digest.keep(self.journal.path(self.DIGEST), state["digest"])
+        # a digest a lost node left damaged: its rows hashed again as the job passes them (replay)
+        self.replaying = not self.draw.digest.keep(self.journal.path(self.DIGEST), state["digest"])
+
+    def replay(self, job, part) -> None:
+        """A chunk the killed run completed, its code table read back from the store: hashed
+        again into the digest, which then ends as an uninterrupted run's."""
+        self.draw.rehash(part.chunk, part.predicted)
 
     def suspend(self) -> None:
         self._close()

@@ -40,6 +40,7 @@ No torch here.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -141,27 +142,38 @@ class PredictionsDigest:
             self.tee.write(data)
         self.rows += len(lines)
 
-    def keep(self, path: str, state: Optional[tuple] = None) -> None:
+    def keep(self, path: str, state: Optional[tuple] = None) -> bool:
         """Keep the bytes hashed in `path` (the hash itself cannot be saved); with `state` (what
-        state() gave), the hash and rows of a killed job's digest taken up again from it."""
-        self.tee = open(path, "r+b" if state else "wb")
-        if state:
-            rows, size = state
-            self.tee.truncate(size)
-            while self.tee.tell() < size:
-                block = self.tee.read(min(1 << 24, size - self.tee.tell()))
-                if not block:
-                    raise UserError(
-                        f"{path}: shorter than the audit's digest kept with it; pass --restart "
-                        "to start over"
-                    )
-                self._hash.update(block)
+        state() gave), the hash and rows of a killed job's digest taken up again from it.
+        Whether they were: the bytes kept are known by their checksum in `state`, not by their
+        length, so that a file a lost node left cut short, with zeros where its tail was, or
+        garbled is not taken for the rows hashed. Such a digest (False) starts again from no
+        row, its file emptied, for the caller to hash the rows again (AuditSink.replay)."""
+        if not state:
+            self.tee = open(path, "wb")
+            return True
+        rows, size, checksum = (tuple(state) + (None,))[:3]  # a state without one: hashed again
+        self.tee = open(path, "r+b" if os.path.exists(path) else "w+b")
+        self.tee.truncate(size)  # what a chunk after the last journal entry wrote goes
+        while True:
+            block = self.tee.read(1 << 24)
+            if not block:
+                break
+            self._hash.update(block)
+        if self.tee.tell() == size and self._hash.hexdigest() == checksum:
             self.rows = rows
+            return True
+        self._hash.reset()
+        self.tee.seek(0)
+        self.tee.truncate(0)
+        return False
 
     def state(self) -> tuple:
-        """(rows, bytes kept) so far, with keep()."""
+        """(rows, bytes kept, their checksum) so far, with keep(): the bytes on the disk before
+        the journal that names them (mixer.prediction.resume)."""
         self.tee.flush()
-        return self.rows, self.tee.tell()
+        os.fsync(self.tee.fileno())
+        return self.rows, self.tee.tell(), self._hash.hexdigest()
 
     def hexdigest(self) -> str:
         return "p-" + self._hash.hexdigest()[:20]

@@ -16,6 +16,23 @@ class UserError(Exception):
     exit_code = 2
 
 
+class WriteFailed(UserError):
+    """A file the tool writes could not be written (a full disk, a quota reached, a file
+    system that refuses a write or the rename): one line naming the file (`file_flag`, the
+    flag or what names it, and `path`) and why (`reason`). `kept`: the files left as they
+    were, for a file written whole at the end ('' for one written as the job goes). Raised
+    through mixer.core.io.writing, the one way every writer of a job fails; predict.py's job
+    adds which chunks are kept (mixer.prediction.predict_job.kept_line)."""
+
+    def __init__(self, file_flag: str, path: str, reason: str, kept: str = ""):
+        as_before = f"{kept} as before: " if kept else ""
+        super().__init__(
+            f"{file_flag} {path}: writing it failed ({reason}); {as_before}free space, or write "
+            "to another file or directory"
+        )
+        self.file_flag, self.path, self.reason, self.kept = file_flag, path, reason, kept
+
+
 class PeerFailed(UserError):
     """Another rank failed and reported it; this rank stops without repeating the cause."""
 

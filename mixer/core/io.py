@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from contextlib import contextmanager
 from typing import Callable, Optional
 
 
@@ -132,6 +133,7 @@ FULL_TEXT = {
     "os error 28": FULL[errno.ENOSPC],
     "disk quota exceeded": FULL[errno.EDQUOT],
     "os error 122": FULL[errno.EDQUOT],
+    "database or disk is full": FULL[errno.ENOSPC],  # SQLite's SQLITE_FULL
 }
 
 
@@ -150,3 +152,24 @@ def disk_full(exc: BaseException) -> Optional[str]:
                 return reason
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+@contextmanager
+def writing(file_flag: str, path: str, kept: str = "", errors: tuple = ()):
+    """The one way a file the tool writes fails: an OSError raised inside (a full disk, a
+    quota, a file system that refuses), an error `disk_full` reads as one (SQLite's "database
+    or disk is full", safetensors' text) or one of `errors` (a writer's own, e.g.
+    sqlite3.Error) becomes WriteFailed naming the file (`file_flag` and `path`) and why, in
+    one line; `kept`: the files left as they were ("out.csv is"), for a file written whole.
+    A UserError raised inside (a WriteFailed of a writer nested in another) passes as it is."""
+    from mixer.core.errors import UserError, WriteFailed, first_line
+
+    try:
+        yield
+    except UserError:  # said already: a WriteFailed of a writer inside, or bad input
+        raise
+    except Exception as exc:
+        reason = disk_full(exc)
+        if reason is None and not isinstance(exc, (OSError,) + tuple(errors)):
+            raise
+        raise WriteFailed(file_flag, path, reason or first_line(exc), kept) from exc

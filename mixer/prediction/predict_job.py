@@ -17,7 +17,8 @@ import pandas as pd
 
 from mixer.core.config import DistConfig
 from mixer.core.programs import PredictConfig
-from mixer.core.errors import UserError
+from mixer.core.errors import UserError, WriteFailed
+from mixer.core.io import writing
 from mixer.data.inputs.dataset import shard_indices
 from mixer.data.tables.job_columns import blank_descriptions, job_columns, no_rows, text_column
 from mixer.data.tables.reading import (
@@ -28,7 +29,6 @@ from mixer.data.tables.reading import (
     missing_column,
 )
 from mixer.data.tables.sinks import is_matrix, is_shaped
-from mixer.data.tables.writing import WriteFailed
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
@@ -51,13 +51,15 @@ def predict_file(config: PredictConfig) -> None:
         ):
             part = read_chunk(job, number, chunk)
             if part is None:  # written by the run this one continues
+                replay(job, number, chunk)
                 continue
             model_inputs(job, part)
             code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
             embed_rows(job, part)
             if world.is_main:
                 for sink in job.sinks:
-                    sink.add(job, part)
+                    with writing(*sink.file()):  # a full disk: the file named, the chunks kept
+                        sink.add(job, part)
                 if job.journal is not None:  # the chunk done: its store part, states, journal
                     keep_chunk(job, part)
             if job.bar is not None:
@@ -70,20 +72,9 @@ def predict_file(config: PredictConfig) -> None:
     except BaseException as exc:
         fail(job, exc)
         if world.is_main and job.journal is not None and job.journal.chunks:
-            from mixer.core.io import disk_full
-
-            if isinstance(exc, OSError):
-                raise UserError(
-                    f"{job.journal.flag} {job.journal.output}: writing failed after "
-                    f"{job.journal.chunks:,} chunk(s) ({disk_full(exc) or exc}); they are kept: "
-                    "free space and run the same command to continue"
-                ) from exc
-            if isinstance(exc, WriteFailed):  # an output at the end: every chunk is kept
-                raise UserError(
-                    f"{exc.file_flag} {exc.path}: writing it failed ({exc.reason}); {exc.kept} as "
-                    f"before, and the {job.journal.chunks:,} chunk(s) predicted are kept: free "
-                    "space and run the same command to write it without predicting again"
-                ) from exc
+            line = kept_line(job, exc)
+            if line is not None:
+                raise UserError(line) from exc
         raise
     finally:
         from mixer.prediction.resume import release_held
@@ -245,6 +236,25 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     return Part(number, chunk, blank)
 
 
+def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
+    """Rank 0: a chunk the run this one continues completed, given again to the sinks whose
+    `restore` found their own files damaged (Sink.replaying: the audit's digest, which a node
+    lost before it reached the disk), its code table read back from the store, not predicted."""
+    replaying = [sink for sink in job.sinks if sink.replaying]
+    if not replaying or not len(chunk):
+        return
+    part = Part(number, chunk, blank_descriptions(text_column(chunk, job.columns.input_col)))
+    part.inputs = job.model.model_inputs(*job.rows.read(chunk))
+    part.distinct = Distinct(part.inputs, part.blank)
+    if job.stores.table is not None:  # every key of a chunk completed is in it
+        table = job.stores.table.take(part.distinct.keys)
+        part.predicted = table.iloc[part.distinct.row_key].reset_index(drop=True)
+        part.predicted.index = chunk.index
+    for sink in replaying:
+        with writing(*sink.file()):
+            sink.replay(job, part)
+
+
 def model_inputs(job: Job, part: Part) -> None:
     """All ranks: each row's model input (the key a row is read by) and the chunk's distinct keys."""
     part.inputs = job.model.model_inputs(*job.rows.read(part.chunk))
@@ -346,7 +356,7 @@ def finish(job: Job) -> None:
     if any(
         sink.early for sink in job.sink_classes
     ):  # all ranks: rank 0 commits, a failure ends every rank
-        mdist.main_only(lambda: [sink.commit(job) for sink in job.sinks if sink.early], world)
+        mdist.main_only(lambda: [commit(job, sink) for sink in job.sinks if sink.early], world)
     if world.is_main:
         from mixer.coding.target import language_note
 
@@ -365,12 +375,47 @@ def finish(job: Job) -> None:
             print(line, file=sys.stderr)
         for sink in job.sinks:
             if not sink.early:
-                sink.commit(job)
+                commit(job, sink)
         if job.journal is not None:  # every sink committed: its parts are no longer needed
             job.journal.remove()
         if job.bar is not None:
             job.bar.close()
     job.stores.close()
+
+
+def commit(job: Job, sink) -> None:
+    """Rank 0, the end: a sink's file renamed into place. A failure to write it (a full disk)
+    leaves it as it was (mixer.core.io.writing) and the chunks kept (kept_line)."""
+    flag, path = sink.file()
+    with writing(flag, path, kept=f"{path} is"):
+        sink.commit(job)
+
+
+def kept_line(job: Job, exc: BaseException) -> Optional[str]:
+    """Rank 0, a job that resumes: the one line for a file that could not be written once
+    chunks were completed (WriteFailed from any writer of the job, mixer.core.io.writing; an
+    OSError of no writer's is said of the parts, beside the job's first output), or None for
+    another failure. The chunks stay (fail) for the same command to continue."""
+    failed = exc if isinstance(exc, WriteFailed) else None
+    if failed is None and isinstance(exc, OSError):
+        from mixer.core.errors import first_line
+        from mixer.core.io import disk_full
+
+        reason = disk_full(exc) or first_line(exc)
+        failed = WriteFailed(job.journal.flag, job.journal.output, reason)
+    if failed is None:
+        return None
+    chunks = f"{job.journal.chunks:,} chunk(s)"
+    if failed.kept:  # a file written whole at the end: every chunk is done
+        return (
+            f"{failed.file_flag} {failed.path}: writing it failed ({failed.reason}); "
+            f"{failed.kept} as before, and the {chunks} predicted are kept: free space and run "
+            "the same command to write it without predicting again"
+        )
+    return (
+        f"{failed.file_flag} {failed.path}: writing failed after {chunks} ({failed.reason}); "
+        "they are kept: free space and run the same command to continue"
+    )
 
 
 def fail(job: Job, exc: BaseException) -> None:
@@ -543,13 +588,15 @@ def keep_chunk(job: Job, part: Part) -> None:
     (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
     from mixer.data.tables.sinks import sink_name
 
-    states = {
-        "sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
-        "coding": job.coding.state(job.journal),
-    }
-    job.journal.done(
-        part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
-    )
+    sinks = []
+    for sink in job.sinks:
+        with writing(*sink.file()):  # a sink's pieces beside the journal
+            sinks.append((sink_name(type(sink)), sink.state()))
+    with writing(job.journal.flag, job.journal.output):  # the parts beside the job's first file
+        states = {"sinks": sinks, "coding": job.coding.state(job.journal)}
+        job.journal.done(
+            part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
+        )
 
 
 def restore_states(job: Job) -> None:

@@ -44,6 +44,9 @@ class OutputSink(Sink):
         self.writer = output_writer(job.config, job.say, label, job.journal)
         job.output_kind = getattr(self.writer, "kind", None)
 
+    def file(self) -> tuple:
+        return "--output", self.config.output
+
     def add(self, job, part) -> None:
         if is_shaped(self.config):
             outputs, shaped_inputs = shaped_output(part.chunk, part.predicted, self.config)
@@ -195,6 +198,9 @@ class CheckListSink(Sink):
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
+    def file(self) -> tuple:
+        return "--to-check", self.path
+
     def add(self, job, part) -> None:
         keep = job.coding.check_rows(part.predicted, job.config.head)
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
@@ -244,6 +250,10 @@ class EmbeddingSink(Sink):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
         raw = job.journal.path("embeddings.raw") if job.journal is not None else None
         self.writer = EmbeddingWriter(job.config.embeddings, raw=raw)
+        self.path = job.config.embeddings
+
+    def file(self) -> tuple:
+        return "--embeddings", self.path
 
     def add(self, job, part) -> None:
         self.writer.write(part.vectors)
@@ -288,6 +298,10 @@ class SummaryPlotSink(Sink):
 
     def __init__(self, job):
         self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
+        self.path = job.config.summary_plot
+
+    def file(self) -> tuple:
+        return "--summary-plot", self.path
 
     def add(self, job, part) -> None:
         first = "" if len(job.config.head) == 1 else f"{job.config.head[0]}_"
@@ -315,8 +329,14 @@ class SummaryPlotSink(Sink):
 
             from mixer.reporting.plot import plot_prediction_summary
 
-            plot_prediction_summary(
-                pd.concat(self.pieces, ignore_index=True), job.config.summary_plot
+            from mixer.core.io import atomic_write, write_target
+
+            frame = pd.concat(self.pieces, ignore_index=True)
+            kind = os.path.splitext(self.path)[1].lower().lstrip(".")
+            # whole or not at all: a full disk leaves the file as it was (a temp file's name
+            # has no suffix to tell the format by)
+            atomic_write(
+                write_target(self.path), lambda tmp: plot_prediction_summary(frame, tmp, fmt=kind)
             )
 
 
@@ -366,8 +386,8 @@ class EmbeddingWriter:
         import numpy as np
 
         self.width = vectors.shape[1]
-        if self.npy or self.resumes:
-            vectors.astype(np.float32).tofile(self.raw)
+        if self.npy or self.resumes:  # a write that says why it failed (ndarray.tofile does not)
+            self.raw.write(memoryview(np.ascontiguousarray(vectors, dtype=np.float32)).cast("B"))
             self.lengths.append(len(vectors))
             self.raw.flush()  # on disk before the chunk counts as done (a resumed job's journal)
         else:

@@ -101,8 +101,21 @@ class DistinctStore:
 
     # ------------------------------------------------------------ the spill file
     def _spill(self, first: int, rows) -> None:
+        """Rows past the budget to the spill file. A failure to write it (a full disk: SQLite's
+        "database or disk is full") is one line naming the file (mixer.core.io.writing), and
+        predict.py's job keeps the chunks done."""
+        from mixer.core.io import writing
+
+        path = self.path or os.path.join(
+            self.spill_dir, f".tmp-{self.name}.{os.getpid()}.store.sqlite"
+        )
+        with writing("--store-memory's spill file", path, errors=(sqlite3.Error,)):
+            self._write(path, first, rows)
+        self.spilled += len(rows)
+
+    def _write(self, path: str, first: int, rows) -> None:
         if self.db is None:
-            self.path = os.path.join(self.spill_dir, f".tmp-{self.name}.{os.getpid()}.store.sqlite")
+            self.path = path
             if os.path.exists(self.path):
                 os.unlink(self.path)
             self.db = sqlite3.connect(self.path)
@@ -119,7 +132,6 @@ class DistinctStore:
             "INSERT INTO rows VALUES (?, ?)", zip(range(first, first + len(rows)), values)
         )
         self.db.commit()
-        self.spilled += len(rows)
 
     def _read(self, ids: np.ndarray, block: "Spilled"):
         found = {}

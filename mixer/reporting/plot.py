@@ -6,6 +6,7 @@ python -m mixer.plot RUN_DIR          # writes RUN_DIR/training_curves.png
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import pandas as pd
 
@@ -65,8 +66,11 @@ def plot_training_curves(run_dir: str, output: str = None) -> str:
     return output
 
 
-def plot_prediction_summary(predictions: pd.DataFrame, output: str, top: int = 20) -> str:
-    """Most frequent predicted codes, and the spread of the top code's probability."""
+def plot_prediction_summary(
+    predictions: pd.DataFrame, output: str, top: int = 20, fmt: Optional[str] = None
+) -> str:
+    """Most frequent predicted codes, and the spread of the top code's probability. `fmt`:
+    the image format where `output`'s suffix does not say it (a temp file's)."""
     codes = predictions["code_1"].astype(str)
     counts = codes[codes != ""].value_counts().head(top)
     plt = _pyplot()
@@ -80,6 +84,6 @@ def plot_prediction_summary(predictions: pd.DataFrame, output: str, top: int = 2
     right.set_title("confidence of the top code (prob_1)")
     right.set_xlabel("probability")
     right.set_ylabel("rows")
-    figure.savefig(output, dpi=110)
+    figure.savefig(output, dpi=110, format=fmt)
     plt.close(figure)
     return output

@@ -28,6 +28,9 @@ class Sink:
     - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
+    - `file()`: (flag, path) of the file the sink writes; the job calls `add`, `state` and
+      `commit` inside mixer.core.io.writing with it, so that a full disk is said of that file,
+      the chunks done kept;
     - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
       resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
     - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
@@ -35,7 +38,11 @@ class Sink:
       (None where it keeps nothing). The journal saves every sink's state with the chunk, before
       the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
       a killed one, gives the sink back the state saved with the last chunk completed, and the
-      chunks after it come to `add` as in a run never killed. A state that grows with the file
+      chunks after it come to `add` as in a run never killed. A sink whose own files there
+      are found damaged (a node lost before they reached the disk) sets `replaying` in
+      `restore`: the job then hands it each chunk completed before, in order, to
+      `replay(job, part)`, its code table read back from the distinct-input store (no model),
+      to gather that chunk's part again. A state that grows with the file
       (rows gathered for the end) belongs in the sink's own files in the journal's folder
       (`job.journal.path(name)`; save_pieces below), the state naming how far
       they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
@@ -44,6 +51,7 @@ class Sink:
     """
 
     early = False
+    replaying = False  # set by `restore`: the chunks completed before come to `replay`
 
     @classmethod
     def check(cls, config) -> None:
@@ -52,6 +60,10 @@ class Sink:
     @classmethod
     def wanted(cls, config) -> bool:
         return False
+
+    def file(self) -> tuple:
+        """(flag, path) of the file this sink writes, for the line a failure to write it says."""
+        return sink_name(type(self)), "(an output registered from outside)"
 
     def add(self, job, part) -> None:
         pass
@@ -72,6 +84,9 @@ class Sink:
 
     def restore(self, state) -> None:
         """The state `state()` gave after the last chunk a killed run completed."""
+
+    def replay(self, job, part) -> None:
+        """A chunk the killed run completed, to a sink `restore` set `replaying` on."""
 
 
 def resumes(sink_class) -> bool:

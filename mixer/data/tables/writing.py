@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.config import TableOptions
-from mixer.core.errors import UserError, first_line
+from mixer.core.errors import UserError, WriteFailed, first_line
 from mixer.core.io import write_target
 from mixer.data.tables import compression, formats, guards
 from mixer.data.tables.reading import (
@@ -545,17 +545,9 @@ def commit_files(tmp: str, path: str, file_flag: str, beside: Optional[dict] = N
                 os.unlink(other_tmp)
 
 
-class WriteFailed(UserError):
-    """A file the tool writes could not be written (a full disk, a quota reached, a file
-    system that refuses the rename): what was computed for it may be kept to write again.
-    `file_flag`, `path` and `reason` name it, `kept` the files left as they were."""
-
-    def __init__(self, message: str, file_flag="", path="", reason="", kept=""):
-        super().__init__(message)
-        self.file_flag, self.path, self.reason, self.kept = file_flag, path, reason, kept
-
-
 def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError) -> UserError:
+    """A file written whole at the end that could not be written or renamed into place
+    (WriteFailed, as mixer.core.io.writing raises it): it and the files beside it are as before."""
     from mixer.core.io import disk_full
 
     reason = disk_full(exc) or first_line(exc)
@@ -564,14 +556,7 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
         if beside
         else f"{path} is"
     )
-    return WriteFailed(
-        f"{file_flag} {path}: writing it failed ({reason}); {kept} as before: free space, or write "
-        "to another file or directory",
-        file_flag,
-        path,
-        reason,
-        kept,
-    )
+    return WriteFailed(file_flag, path, reason, kept)
 
 
 def write_table(frame: pd.DataFrame, path: str, file_flag: str = "--output", log=None) -> None:
