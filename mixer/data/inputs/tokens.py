@@ -175,8 +175,10 @@ def read_languages(ids, langs) -> np.ndarray:
 ADDED_SEP = "\x03"  # before a key's added tokens (_reader)
 # the version of what a reading key tells apart: a resumed prediction's stores hold keys, so
 # a journal whose keys are of another version is refused (mixer.prediction.resume). 2: the
-# places of a tokenizer's added tokens ([SEP], [UNK], ...) are part of the key.
-KEY_VERSION = 2
+# places of a tokenizer's added tokens ([SEP], [UNK], ...) are part of the key. 3: a
+# description of characters that show nothing (a zero-width space, ...) is blank, as "" is
+# (mixer.data.tables.job_columns.is_blank): no input, where version 2 keyed and coded it.
+KEY_VERSION = 3
 
 
 def _reader(ids):
