@@ -464,3 +464,30 @@ def test_a_full_disk_keeps_the_chunks_done_and_the_same_command_continues(run, c
     )
     assert "continuing an unfinished run after its" in again.stdout
     assert cut.read_bytes() == whole.read_bytes()
+
+
+# ------------------------------------------------------------------ one time for every file
+def test_a_resumed_jobs_check_list_and_audit_state_its_first_start(run, census, tmp_path):
+    """A check list (.xlsx) and an audit (.dta) state the time the job first started, kept in
+    the journal, as the output does: killed, then run again at another time, each is the
+    uninterrupted run's bytes."""
+    folders = {}
+    for folder in ("whole", "cut"):
+        (tmp_path / folder).mkdir()
+        folders[folder] = [tmp_path / folder / name for name in ("out.csv", "chk.xlsx", "aud.dta")]
+
+    def cmd(out, checks, audit) -> list:
+        return predict_cmd(run, census, out, "--to-check", 15, checks, "--audit", 20, audit)
+
+    run_program("predict.py", *cmd(*folders["whole"]), env=env(SOURCE_DATE_EPOCH=STAMP))
+    killed = run_program(
+        "predict.py",
+        *cmd(*folders["cut"]),
+        check=False,
+        env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: "3"}),
+    )
+    assert killed.returncode == 9, killed.stderr
+    again = run_program("predict.py", *cmd(*folders["cut"]), env=env())  # the clock's time now
+    assert "continuing an unfinished run after its 3 chunk(s)" in again.stdout
+    for whole, cut in zip(folders["whole"], folders["cut"]):
+        assert cut.read_bytes() == whole.read_bytes(), cut.name

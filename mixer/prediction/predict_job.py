@@ -103,6 +103,7 @@ class Job:
         self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
         self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
         self.languages, self.context_fit = (
             {},
@@ -195,6 +196,10 @@ def open_sinks(job: Job) -> None:
     job.journal = shared(job.journal, world)  # all ranks: the chunks to skip, the stores' keys
 
     def open_all():
+        from mixer.data.tables.writing import file_time
+
+        # one time for every file: the job's first start (a resumed job's, from its journal)
+        job.started = job.journal.started if job.journal is not None else file_time()
         for sink in job.sink_classes:
             job.sinks.append(sink(job))
 

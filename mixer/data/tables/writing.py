@@ -544,11 +544,17 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
     )
 
 
-def write_table(frame: pd.DataFrame, path: str, file_flag: str = "--output", log=None) -> None:
+def write_table(
+    frame: pd.DataFrame,
+    path: str,
+    file_flag: str = "--output",
+    log=None,
+    stamp: Optional[float] = None,
+) -> None:
     """A whole frame written at once, its columns named already (output_names gives each
     the format's spelling only): the file, or on any failure nothing (an audit, a
-    simulated hand check)."""
-    writer = OutputWriter(path, file_flag, log)
+    simulated hand check). `stamp`: the time an Excel or Stata file states (file_time)."""
+    writer = OutputWriter(path, file_flag, log, stamp=stamp)
     try:
         writer.write(frame)
         writer.commit()
