@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, run_program
+from conftest import ROOT, env_for_subprocess, fails, run_program, write_xlsx
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time an Excel or Stata file states, fixed across runs
@@ -491,3 +491,118 @@ def test_a_resumed_jobs_check_list_and_audit_state_its_first_start(run, census, 
     assert "continuing an unfinished run after its 3 chunk(s)" in again.stdout
     for whole, cut in zip(folders["whole"], folders["cut"]):
         assert cut.read_bytes() == whole.read_bytes(), cut.name
+
+
+# ------------------------------------------------------------------ problems in the rows
+def census_with(census, tmp_path, name: str, change) -> str:
+    """The census with `change` made to its rows (a DataFrame of text), as CSV."""
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    change(frame)
+    path = tmp_path / name
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def ragged(census, tmp_path) -> str:
+    """Row 500 with two cells more than the header names."""
+    lines = open(census, encoding="utf-8").read().splitlines()
+    lines[500] += ",x,y"
+    path = tmp_path / "ragged.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def control_character(frame):
+    frame.loc[499, "occ1"] = "farm\x01er"
+
+
+def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
+    frame["parish"] = ["north"] * 450 + [f"p{i}" for i in range(150)]
+
+
+@pytest.mark.parametrize(
+    "make, extra, said",
+    [
+        (
+            lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
+            ["--output", "out.xlsx"],
+            "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (
+            lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
+            ["--output", "out.csv", "--audit", "20", "aud.xlsx"],
+            "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (ragged, ["--output", "out.csv"], "row 500 has 6 cell(s), but the header"),
+        (
+            lambda census, tmp: census_with(census, tmp, "parish.csv", parishes),
+            ["--output", "out.csv", "--audit", "100", "aud.csv", "--audit-by", "parish"],
+            "--audit-by parish: more than 100 values",
+        ),
+    ],
+)
+def test_a_problem_in_a_late_row_is_found_before_any_chunk_is_predicted(
+    run, census, tmp_path, monkeypatch, capsys, make, extra, said
+):
+    """A row that would stop the job mid-way (a control character bound for an Excel file, a row
+    with more cells than the header, too many strata for --audit-by) is found by one pass over
+    the input before any chunk is predicted: one line, exit 2, nothing written, no chunk lost."""
+    from mixer.prediction import predict_job
+
+    def predicted(*args):
+        raise AssertionError("a chunk was predicted before the problem was found")
+
+    monkeypatch.setattr(predict_job, "code_rows", predicted)
+    monkeypatch.chdir(tmp_path)
+    source = make(census, tmp_path)
+    argv = ["--checkpoint", run, "--input", source, "--chunk-size", "90", *extra]
+    line = fails(capsys, "predict", argv, said, watch=tmp_path)
+    assert "continue" not in line
+
+
+def test_alternatives_to_excel_are_counted_k_rows_an_input_before_the_model_loads(run, tmp_path):
+    """--alternatives K writes K rows an input row: an .xlsx output is refused before the model
+    loads when they are more than a sheet holds, though the input's rows alone fit."""
+    rows = 400_000  # 1,200,000 rows with K = 3
+    source = tmp_path / "many.csv"
+    source.write_text("occ1\n" + "farmer\n" * rows)
+    proc = run_program(
+        "predict.py",
+        *["--checkpoint", run, "--input", source, "--output", tmp_path / "alt.xlsx"],
+        *["--alternatives", "3"],
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        f"has {rows:,} rows, {3 * rows:,} rows with --alternatives 3, more than an Excel sheet "
+        "holds" in proc.stderr
+    )
+    assert "loaded" not in proc.stdout.lower() and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.csv"]
+
+
+def test_a_problem_met_mid_job_keeps_the_chunks_done_for_the_same_command(
+    run, census, tmp_path, capsys
+):
+    """What the pass cannot find (an Excel input is not read twice: its strata are counted as
+    its rows are predicted) ends the job in one line, exit 2, keeping the chunks done as a full
+    disk does: the same command continues after them, predicting none of them again."""
+    from mixer.prediction import resume
+
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    parishes(frame)
+    source = write_xlsx(tmp_path / "parish.xlsx", [list(frame.columns)] + frame.values.tolist())
+    out = tmp_path / "out.csv"
+    argv = ["--checkpoint", run, "--input", source, "--output", out, "--chunk-size", "90"]
+    argv += ["--audit", "100", tmp_path / "aud.csv", "--audit-by", "parish"]
+    line = fails(capsys, "predict", argv, "--audit-by parish: more than 100 values")
+    assert "the 6 chunk(s) predicted are kept: the same command continues them" in line
+    parts = resume.parts_dir(str(out))
+    assert os.path.isdir(parts) and not out.exists()
+    from mixer.cli.parsing import run_main
+    from mixer.cli.entrypoints import predict_main
+
+    with pytest.raises(SystemExit):
+        run_main(predict_main, [str(a) for a in argv])
+    assert "continuing an unfinished run after its 6 chunk(s)" in capsys.readouterr().out
+    assert os.path.isdir(parts)

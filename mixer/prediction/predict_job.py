@@ -45,6 +45,7 @@ def predict_file(config: PredictConfig) -> None:
     job = Job(config, world, sinks)
     try:
         load_model(job)
+        mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
         open_sinks(job)
         for number, chunk in enumerate(
             iter_chunks(config.input, config.chunk_size, options=job.options, log=job.say)
@@ -83,6 +84,12 @@ def predict_file(config: PredictConfig) -> None:
                     f"{exc.file_flag} {exc.path}: writing it failed ({exc.reason}); {exc.kept} as "
                     f"before, and the {job.journal.chunks:,} chunk(s) predicted are kept: free "
                     "space and run the same command to write it without predicting again"
+                ) from exc
+            if kept_on_refusal(exc):  # a row found mid-job that cannot be written
+                raise UserError(
+                    f"{exc}; the {job.journal.chunks:,} chunk(s) predicted are kept: the same "
+                    "command continues them once that is mended (a fix that changes the input or "
+                    "an option is refused as any change is; --restart starts over)"
                 ) from exc
         raise
     finally:
@@ -145,6 +152,90 @@ def check_job(config: PredictConfig) -> list:
         check_input_path(config.code_descriptions, "--code-descriptions")
     check_coding_args(config)
     return [sink for sink in registered if sink.wanted(config)]
+
+
+ROWS_SCANNED = 100_000  # rows a chunk of check_rows' pass over the input
+
+
+def check_rows(job: Job) -> None:
+    """Rank 0, before any chunk: what a cheap pass over the input finds, which would otherwise
+    stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
+    cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
+    character or more characters than a cell holds; the strata of --audit-by, no more than the
+    audit has rows (counted over the rows with a description). One pass, where any is asked.
+    An Excel input is not read twice (openpyxl reads some 5,000 rows a second): what its rows
+    hold is found as they are predicted, and the chunks done are kept (kept_on_refusal)."""
+    from mixer.data.tables.reading import check_csv_rows, table_kind
+    from mixer.data.tables.writing import output_kind
+
+    config, columns = job.config, job.columns
+    if table_kind(config.input, "--input") == "excel":
+        return
+    excel = {}  # {(flag, path): the input columns the file holds, None for all}
+    for flag, path, held in (
+        ("--output", config.output, None),
+        ("--audit", config.audit[-1] if config.audit else None, None),
+        (
+            "--to-check",
+            config.to_check[-1] if config.to_check else None,
+            [columns.input_col, columns.language_col, *columns.context_cols],
+        ),
+    ):
+        if path and not path.lower().endswith(".npy") and output_kind(path, flag) == "excel":
+            excel[(flag, path)] = held
+    by = config.audit_by if config.audit else None
+    if not excel and not by:
+        check_csv_rows(config.input, job.options)  # the row structure alone
+        return
+    from mixer.data.tables.formats import EXCEL_MAX_CELL, ILLEGAL_IN_XML
+
+    most = _audit_most(config) if by else 0
+    strata, done = set(), 0
+    for chunk in iter_chunks(config.input, ROWS_SCANNED, options=job.options):
+        if columns.input_col not in chunk.columns:  # said by the job's own reading (read_chunk)
+            return
+        for (flag, path), held in excel.items():
+            for name in chunk.columns if held is None else [c for c in held if c]:
+                if name not in chunk.columns or not _holds_text(chunk[name]):
+                    continue
+                cells = text_column(chunk, name).tolist()
+                what, bad = "a control character an Excel file cannot store", None
+                if ILLEGAL_IN_XML.search("\n".join(cells)):  # one search a column; the row after
+                    bad = [bool(ILLEGAL_IN_XML.search(cell)) for cell in cells]
+                elif max(map(len, cells), default=0) > EXCEL_MAX_CELL:
+                    bad = [len(cell) > EXCEL_MAX_CELL for cell in cells]
+                    what = f"more than {EXCEL_MAX_CELL:,} characters, more than an Excel cell holds"
+                if bad is not None:
+                    row = done + bad.index(True) + 1
+                    raise UserError(
+                        f"{flag} {path}: --input {config.input} row {row:,} column {name!r} "
+                        f"holds {what}; remove it there, or write .csv, .parquet or .dta "
+                        "(rows count from 1 under the header)"
+                    )
+        if by and by in chunk.columns:
+            from mixer.reporting.evaluation import group_label
+
+            described = ~blank_descriptions(text_column(chunk, columns.input_col))
+            values = chunk[by].reset_index(drop=True)[described].unique()
+            strata.update(group_label(v) for v in values)
+            if len(strata) > most:
+                raise UserError(
+                    f"--audit-by {by}: more than {most} values, more strata than the audit has "
+                    "rows; stratify by a coarser column"
+                )
+        done += len(chunk)
+
+
+def _audit_most(config) -> int:
+    from mixer.audit.draw import AuditSink
+
+    return AuditSink.request(config).most
+
+
+def _holds_text(series: pd.Series) -> bool:
+    return not (
+        pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+    )
 
 
 def load_model(job: Job) -> None:
@@ -388,6 +479,8 @@ def fail(job: Job, exc: BaseException) -> None:
     if job.journal is not None and (
         isinstance(exc, (KeyboardInterrupt, OSError, WriteFailed))
         or lost_peer(exc, job.stop, job.world)
+        or kept_on_refusal(exc)
+        and job.journal.chunks
     ):  # Ctrl-C, a disk full or a quota reached (mid-job or at the end), a peer lost: the
         # chunks done stay
         for sink in job.sinks:
@@ -398,6 +491,14 @@ def fail(job: Job, exc: BaseException) -> None:
         sink.abort()
     if job.journal is not None:
         job.journal.remove()
+
+
+def kept_on_refusal(exc: BaseException) -> bool:
+    """A refusal met mid-job (a row the output cannot hold, found where check_rows' pass could
+    not): the chunks done are kept, as on a full disk. Another rank's failure is that rank's."""
+    from mixer.core.errors import PeerFailed
+
+    return isinstance(exc, UserError) and not isinstance(exc, PeerFailed)
 
 
 def count_languages(counts: dict, column, language: str, rows: int) -> None:

@@ -27,7 +27,13 @@ class OutputSink(Sink):
 
         if config.output:  # before the model loads: a wrong path fails at once
             check_output_path(config.output, "--output", job_files(config, "--output"))
-            check_fits_excel(config.output, config.input, config.table_options("input"))
+            check_fits_excel(
+                config.output,
+                config.input,
+                config.table_options("input"),
+                per_row=config.alternatives or 1,
+                why=f"rows with --alternatives {config.alternatives}",
+            )
         check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
     @classmethod
