@@ -560,6 +560,18 @@ def test_a_problem_in_a_late_row_is_found_before_any_chunk_is_predicted(
     assert "continue" not in line
 
 
+def test_a_matrix_to_excel_holds_no_input_column_to_refuse(run, census, tmp_path):
+    """--what probs to .xlsx writes the matrix alone: a control character in the input's
+    description is no reason to refuse it."""
+    from mixer.cli.entrypoints import predict_main
+
+    source = census_with(census, tmp_path, "ctl.csv", control_character)
+    out = tmp_path / "probs.xlsx"
+    argv = ["--checkpoint", run, "--input", source, "--output", out, "--chunk-size", "90"]
+    assert predict_main([*map(str, argv), "--what", "probs", "--head", "flat"]) == 0
+    assert out.exists()
+
+
 def test_alternatives_to_excel_are_counted_k_rows_an_input_before_the_model_loads(run, tmp_path):
     """--alternatives K writes K rows an input row: an .xlsx output is refused before the model
     loads when they are more than a sheet holds, though the input's rows alone fit."""

@@ -172,8 +172,13 @@ def check_rows(job: Job) -> None:
     if table_kind(config.input, "--input") == "excel":
         return
     excel = {}  # {(flag, path): the input columns the file holds, None for all}
+    beside = None  # the code table, alternatives: the input's columns beside the codes
+    if is_matrix(config):
+        beside = []  # the matrix alone
+    elif config.columns == "occcanine":
+        beside = [columns.input_col]  # OccCANINE's table: each row's text
     for flag, path, held in (
-        ("--output", config.output, None),
+        ("--output", config.output, beside),
         ("--audit", config.audit[-1] if config.audit else None, None),
         (
             "--to-check",
@@ -181,7 +186,7 @@ def check_rows(job: Job) -> None:
             [columns.input_col, columns.language_col, *columns.context_cols],
         ),
     ):
-        if path and not path.lower().endswith(".npy") and output_kind(path, flag) == "excel":
+        if path and held != [] and output_kind(path, flag) == "excel":
             excel[(flag, path)] = held
     by = config.audit_by if config.audit else None
     if not excel and not by:
