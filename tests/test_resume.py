@@ -504,9 +504,11 @@ def census_with(census, tmp_path, name: str, change) -> str:
 
 
 def ragged(census, tmp_path) -> str:
-    """Row 500 with two cells more than the header names."""
+    """The census 70 times over (more than the 1 MiB a CSV reader parses at a time), row 40,000
+    with two cells more than the header names."""
     lines = open(census, encoding="utf-8").read().splitlines()
-    lines[500] += ",x,y"
+    lines = lines[:1] + lines[1:] * 70
+    lines[40_000] += ",x,y"
     path = tmp_path / "ragged.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)
@@ -533,7 +535,7 @@ def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
             ["--output", "out.csv", "--audit", "20", "aud.xlsx"],
             "row 500 column 'occ1' holds a control character an Excel file cannot store",
         ),
-        (ragged, ["--output", "out.csv"], "row 500 has 6 cell(s), but the header"),
+        (ragged, ["--output", "out.csv"], "row 40000 has 6 cell(s), but the header"),
         (
             lambda census, tmp: census_with(census, tmp, "parish.csv", parishes),
             ["--output", "out.csv", "--audit", "100", "aud.csv", "--audit-by", "parish"],
