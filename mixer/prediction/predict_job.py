@@ -45,8 +45,8 @@ def predict_file(config: PredictConfig) -> None:
     job = Job(config, world, sinks)
     try:
         load_model(job)
+        open_sinks(job)  # a changed input or option refused first, by the journal
         mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
-        open_sinks(job)
         for number, chunk in enumerate(
             iter_chunks(config.input, config.chunk_size, options=job.options, log=job.say)
         ):
@@ -158,7 +158,8 @@ ROWS_SCANNED = 100_000  # rows a chunk of check_rows' pass over the input
 
 
 def check_rows(job: Job) -> None:
-    """Rank 0, before any chunk: what a cheap pass over the input finds, which would otherwise
+    """Rank 0, before the first chunk (after the journal, which refuses a changed input or
+    option in a line of its own): what a cheap pass over the input finds, which would otherwise
     stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
     cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
     character or more characters than a cell holds; the strata of --audit-by, no more than the
