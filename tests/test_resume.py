@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, run_program
+from conftest import ROOT, env_for_subprocess, fails, run_program, write_xlsx
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time an Excel or Stata file states, fixed across runs
@@ -464,3 +464,159 @@ def test_a_full_disk_keeps_the_chunks_done_and_the_same_command_continues(run, c
     )
     assert "continuing an unfinished run after its" in again.stdout
     assert cut.read_bytes() == whole.read_bytes()
+
+
+# ------------------------------------------------------------------ one time for every file
+def test_a_resumed_jobs_check_list_and_audit_state_its_first_start(run, census, tmp_path):
+    """A check list (.xlsx) and an audit (.dta) state the time the job first started, kept in
+    the journal, as the output does: killed, then run again at another time, each is the
+    uninterrupted run's bytes."""
+    folders = {}
+    for folder in ("whole", "cut"):
+        (tmp_path / folder).mkdir()
+        folders[folder] = [tmp_path / folder / name for name in ("out.csv", "chk.xlsx", "aud.dta")]
+
+    def cmd(out, checks, audit) -> list:
+        return predict_cmd(run, census, out, "--to-check", 15, checks, "--audit", 20, audit)
+
+    run_program("predict.py", *cmd(*folders["whole"]), env=env(SOURCE_DATE_EPOCH=STAMP))
+    killed = run_program(
+        "predict.py",
+        *cmd(*folders["cut"]),
+        check=False,
+        env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: "3"}),
+    )
+    assert killed.returncode == 9, killed.stderr
+    again = run_program("predict.py", *cmd(*folders["cut"]), env=env())  # the clock's time now
+    assert "continuing an unfinished run after its 3 chunk(s)" in again.stdout
+    for whole, cut in zip(folders["whole"], folders["cut"]):
+        assert cut.read_bytes() == whole.read_bytes(), cut.name
+
+
+# ------------------------------------------------------------------ problems in the rows
+def census_with(census, tmp_path, name: str, change) -> str:
+    """The census with `change` made to its rows (a DataFrame of text), as CSV."""
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    change(frame)
+    path = tmp_path / name
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def ragged(census, tmp_path) -> str:
+    """The census 70 times over (more than the 1 MiB a CSV reader parses at a time), row 40,000
+    with two cells more than the header names."""
+    lines = open(census, encoding="utf-8").read().splitlines()
+    lines = lines[:1] + lines[1:] * 70
+    lines[40_000] += ",x,y"
+    path = tmp_path / "ragged.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def control_character(frame):
+    frame.loc[499, "occ1"] = "farm\x01er"
+
+
+def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
+    frame["parish"] = ["north"] * 450 + [f"p{i}" for i in range(150)]
+
+
+@pytest.mark.parametrize(
+    "make, extra, said",
+    [
+        (
+            lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
+            ["--output", "out.xlsx"],
+            "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (
+            lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
+            ["--output", "out.csv", "--audit", "20", "aud.xlsx"],
+            "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (ragged, ["--output", "out.csv"], "row 40000 has 6 cell(s), but the header"),
+        (
+            lambda census, tmp: census_with(census, tmp, "parish.csv", parishes),
+            ["--output", "out.csv", "--audit", "100", "aud.csv", "--audit-by", "parish"],
+            "--audit-by parish: more than 100 values",
+        ),
+    ],
+)
+def test_a_problem_in_a_late_row_is_found_before_any_chunk_is_predicted(
+    run, census, tmp_path, monkeypatch, capsys, make, extra, said
+):
+    """A row that would stop the job mid-way (a control character bound for an Excel file, a row
+    with more cells than the header, too many strata for --audit-by) is found by one pass over
+    the input before any chunk is predicted: one line, exit 2, nothing written, no chunk lost."""
+    from mixer.prediction import predict_job
+
+    def predicted(*args):
+        raise AssertionError("a chunk was predicted before the problem was found")
+
+    monkeypatch.setattr(predict_job, "code_rows", predicted)
+    monkeypatch.chdir(tmp_path)
+    source = make(census, tmp_path)
+    argv = ["--checkpoint", run, "--input", source, "--chunk-size", "90", *extra]
+    line = fails(capsys, "predict", argv, said, watch=tmp_path)
+    assert "continue" not in line
+
+
+def test_a_matrix_to_excel_holds_no_input_column_to_refuse(run, census, tmp_path):
+    """--what probs to .xlsx writes the matrix alone: a control character in the input's
+    description is no reason to refuse it."""
+    from mixer.cli.entrypoints import predict_main
+
+    source = census_with(census, tmp_path, "ctl.csv", control_character)
+    out = tmp_path / "probs.xlsx"
+    argv = ["--checkpoint", run, "--input", source, "--output", out, "--chunk-size", "90"]
+    assert predict_main([*map(str, argv), "--what", "probs", "--head", "flat"]) == 0
+    assert out.exists()
+
+
+def test_alternatives_to_excel_are_counted_k_rows_an_input_before_the_model_loads(run, tmp_path):
+    """--alternatives K writes K rows an input row: an .xlsx output is refused before the model
+    loads when they are more than a sheet holds, though the input's rows alone fit."""
+    rows = 400_000  # 1,200,000 rows with K = 3
+    source = tmp_path / "many.csv"
+    source.write_text("occ1\n" + "farmer\n" * rows)
+    proc = run_program(
+        "predict.py",
+        *["--checkpoint", run, "--input", source, "--output", tmp_path / "alt.xlsx"],
+        *["--alternatives", "3"],
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        f"has {rows:,} rows, {3 * rows:,} rows with --alternatives 3, more than an Excel sheet "
+        "holds" in proc.stderr
+    )
+    assert "loaded" not in proc.stdout.lower() and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.csv"]
+
+
+def test_a_problem_met_mid_job_keeps_the_chunks_done_for_the_same_command(
+    run, census, tmp_path, capsys
+):
+    """What the pass cannot find (an Excel input is not read twice: its strata are counted as
+    its rows are predicted) ends the job in one line, exit 2, keeping the chunks done as a full
+    disk does: the same command continues after them, predicting none of them again."""
+    from mixer.prediction import resume
+
+    frame = pd.read_csv(census, dtype=str, keep_default_na=False)
+    parishes(frame)
+    source = write_xlsx(tmp_path / "parish.xlsx", [list(frame.columns)] + frame.values.tolist())
+    out = tmp_path / "out.csv"
+    argv = ["--checkpoint", run, "--input", source, "--output", out, "--chunk-size", "90"]
+    argv += ["--audit", "100", tmp_path / "aud.csv", "--audit-by", "parish"]
+    line = fails(capsys, "predict", argv, "--audit-by parish: more than 100 values")
+    assert "the 6 chunk(s) predicted are kept: the same command continues them" in line
+    parts = resume.parts_dir(str(out))
+    assert os.path.isdir(parts) and not out.exists()
+    from mixer.cli.parsing import run_main
+    from mixer.cli.entrypoints import predict_main
+
+    with pytest.raises(SystemExit):
+        run_main(predict_main, [str(a) for a in argv])
+    assert "continuing an unfinished run after its 6 chunk(s)" in capsys.readouterr().out
+    assert os.path.isdir(parts)

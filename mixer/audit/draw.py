@@ -538,8 +538,10 @@ def finish_audit(
     source: str,
     head: str,
     threshold: Optional[float],
+    stamp: Optional[float] = None,
 ) -> None:
-    """predict.py's end (rank 0): the audit drawn, described and written."""
+    """predict.py's end (rank 0): the audit drawn, described and written, stating the time
+    `stamp` (the job's first start) where its format states one."""
     if draw is None:
         raise UserError(f"--audit {request.path}: the input has no rows to draw from")
     table, lines = draw.finish(
@@ -548,15 +550,17 @@ def finish_audit(
         head,
         threshold_used(predictor, head, threshold),
     )
-    write_audit(table, request.path, lines)
+    write_audit(table, request.path, lines, stamp=stamp)
 
 
-def write_audit(table: pd.DataFrame, path: str, lines: list, log=None) -> None:
+def write_audit(
+    table: pd.DataFrame, path: str, lines: list, log=None, stamp: Optional[float] = None
+) -> None:
     """The audit, through mixer.data.tables.writing (its columns are already named by output_names,
     mixer.audit.file.input_names)."""
     from mixer.data.tables.writing import write_table
 
-    write_table(table, path, "--audit")
+    write_table(table, path, "--audit", stamp=stamp)
     design = table.attrs["audit"]
     if design.unit == "rows":
         unit, early = "rows", "if you stop early, the rows checked are still a random sample"
@@ -669,6 +673,7 @@ class AuditSink(Sink):
             job.config.checkpoint,
             job.config.head[0],
             job.config.threshold,
+            job.started,
         )
 
     def abort(self) -> None:

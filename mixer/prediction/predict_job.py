@@ -45,7 +45,8 @@ def predict_file(config: PredictConfig) -> None:
     job = Job(config, world, sinks)
     try:
         load_model(job)
-        open_sinks(job)
+        open_sinks(job)  # a changed input or option refused first, by the journal
+        mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
         for number, chunk in enumerate(
             iter_chunks(config.input, config.chunk_size, options=job.options, log=job.say)
         ):
@@ -94,6 +95,7 @@ class Job:
         self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
         self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
         self.languages, self.context_fit = (
             {},
@@ -135,6 +137,96 @@ def check_job(config: PredictConfig) -> list:
         check_input_path(config.code_descriptions, "--code-descriptions")
     check_coding_args(config)
     return [sink for sink in registered if sink.wanted(config)]
+
+
+ROWS_SCANNED = 100_000  # rows a chunk of check_rows' pass over the input
+
+
+def check_rows(job: Job) -> None:
+    """Rank 0, before the first chunk (after the journal, which refuses a changed input or
+    option in a line of its own): what a cheap pass over the input finds, which would otherwise
+    stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
+    cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
+    character or more characters than a cell holds; the strata of --audit-by, no more than the
+    audit has rows (counted over the rows with a description). One pass, where any is asked.
+    An Excel input is not read twice (openpyxl reads some 5,000 rows a second): what its rows
+    hold is found as they are predicted, and the chunks done are kept (kept_on_refusal)."""
+    from mixer.data.tables.reading import check_csv_rows, table_kind
+    from mixer.data.tables.writing import output_kind
+
+    config, columns = job.config, job.columns
+    if table_kind(config.input, "--input") == "excel":
+        return
+    excel = {}  # {(flag, path): the input columns the file holds, None for all}
+    beside = None  # the code table, alternatives: the input's columns beside the codes
+    if is_matrix(config):
+        beside = []  # the matrix alone
+    elif config.columns == "occcanine":
+        beside = [columns.input_col]  # OccCANINE's table: each row's text
+    for flag, path, held in (
+        ("--output", config.output, beside),
+        ("--audit", config.audit[-1] if config.audit else None, None),
+        (
+            "--to-check",
+            config.to_check[-1] if config.to_check else None,
+            [columns.input_col, columns.language_col, *columns.context_cols],
+        ),
+    ):
+        if path and held != [] and output_kind(path, flag) == "excel":
+            excel[(flag, path)] = held
+    by = config.audit_by if config.audit else None
+    if not excel and not by:
+        check_csv_rows(config.input, job.options)  # the row structure alone
+        return
+    from mixer.data.tables.formats import EXCEL_MAX_CELL, ILLEGAL_IN_XML
+
+    most = _audit_most(config) if by else 0
+    strata, done = set(), 0
+    for chunk in iter_chunks(config.input, ROWS_SCANNED, options=job.options):
+        if columns.input_col not in chunk.columns:  # said by the job's own reading (read_chunk)
+            return
+        for (flag, path), held in excel.items():
+            for name in chunk.columns if held is None else [c for c in held if c]:
+                if name not in chunk.columns or not _holds_text(chunk[name]):
+                    continue
+                cells = text_column(chunk, name).tolist()
+                what, bad = "a control character an Excel file cannot store", None
+                if ILLEGAL_IN_XML.search("\n".join(cells)):  # one search a column; the row after
+                    bad = [bool(ILLEGAL_IN_XML.search(cell)) for cell in cells]
+                elif max(map(len, cells), default=0) > EXCEL_MAX_CELL:
+                    bad = [len(cell) > EXCEL_MAX_CELL for cell in cells]
+                    what = f"more than {EXCEL_MAX_CELL:,} characters, more than an Excel cell holds"
+                if bad is not None:
+                    row = done + bad.index(True) + 1
+                    raise UserError(
+                        f"{flag} {path}: --input {config.input} row {row:,} column {name!r} "
+                        f"holds {what}; remove it there, or write .csv, .parquet or .dta "
+                        "(rows count from 1 under the header)"
+                    )
+        if by and by in chunk.columns:
+            from mixer.reporting.evaluation import group_label
+
+            described = ~blank_descriptions(text_column(chunk, columns.input_col))
+            values = chunk[by].reset_index(drop=True)[described].unique()
+            strata.update(group_label(v) for v in values)
+            if len(strata) > most:
+                raise UserError(
+                    f"--audit-by {by}: more than {most} values, more strata than the audit has "
+                    "rows; stratify by a coarser column"
+                )
+        done += len(chunk)
+
+
+def _audit_most(config) -> int:
+    from mixer.audit.draw import AuditSink
+
+    return AuditSink.request(config).most
+
+
+def _holds_text(series: pd.Series) -> bool:
+    return not (
+        pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)
+    )
 
 
 def load_model(job: Job) -> None:
@@ -186,6 +278,10 @@ def open_sinks(job: Job) -> None:
     job.journal = shared(job.journal, world)  # all ranks: the chunks to skip, the stores' keys
 
     def open_all():
+        from mixer.data.tables.writing import file_time
+
+        # one time for every file: the job's first start (a resumed job's, from its journal)
+        job.started = job.journal.started if job.journal is not None else file_time()
         for sink in job.sink_classes:
             job.sinks.append(sink(job))
 
@@ -394,8 +490,8 @@ def commit(job: Job, sink) -> None:
 def kept_line(job: Job, exc: BaseException) -> Optional[str]:
     """Rank 0, a job that resumes: the one line for a file that could not be written once
     chunks were completed (WriteFailed from any writer of the job, mixer.core.io.writing; an
-    OSError of no writer's is said of the parts, beside the job's first output), or None for
-    another failure. The chunks stay (fail) for the same command to continue."""
+    OSError of no writer's is said of the parts, beside the job's first output) or for a row
+    refused mid-job (kept_on_refusal), or None for another failure. The chunks stay (fail) for the same command to continue."""
     failed = exc if isinstance(exc, WriteFailed) else None
     if failed is None and isinstance(exc, OSError):
         from mixer.core.errors import first_line
@@ -403,9 +499,15 @@ def kept_line(job: Job, exc: BaseException) -> Optional[str]:
 
         reason = disk_full(exc) or first_line(exc)
         failed = WriteFailed(job.journal.flag, job.journal.output, reason)
-    if failed is None:
-        return None
     chunks = f"{job.journal.chunks:,} chunk(s)"
+    if failed is None:
+        if kept_on_refusal(exc):  # a row found mid-job that cannot be written
+            return (
+                f"{exc}; the {chunks} predicted are kept: the same command continues them once "
+                "that is mended (a fix that changes the input or an option is refused as any "
+                "change is; --restart starts over)"
+            )
+        return None
     if failed.kept:  # a file written whole at the end: every chunk is done
         return (
             f"{failed.file_flag} {failed.path}: writing it failed ({failed.reason}); "
@@ -428,6 +530,8 @@ def fail(job: Job, exc: BaseException) -> None:
     if job.journal is not None and (
         isinstance(exc, (KeyboardInterrupt, OSError, WriteFailed))
         or lost_peer(exc, job.stop, job.world)
+        or kept_on_refusal(exc)
+        and job.journal.chunks
     ):  # Ctrl-C, a disk full or a quota reached (mid-job or at the end), a peer lost: the
         # chunks done stay
         for sink in job.sinks:
@@ -438,6 +542,14 @@ def fail(job: Job, exc: BaseException) -> None:
         sink.abort()
     if job.journal is not None:
         job.journal.remove()
+
+
+def kept_on_refusal(exc: BaseException) -> bool:
+    """A refusal met mid-job (a row the output cannot hold, found where check_rows' pass could
+    not): the chunks done are kept, as on a full disk. Another rank's failure is that rank's."""
+    from mixer.core.errors import PeerFailed
+
+    return isinstance(exc, UserError) and not isinstance(exc, PeerFailed)
 
 
 def count_languages(counts: dict, column, language: str, rows: int) -> None:

@@ -173,8 +173,9 @@ class Journal:
         # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
         # a .npy's rows); the other kinds keep each chunk's rows in a part file (OutputWriter)
         self.growing = {"csv": self.tmp, "npy": (self.tmp or "") + ".raw"}.get(kind)
-        # the time an Excel or Stata file states: the first run's, kept
-        self.started = file_time() if kind in ("excel", "stata") else None
+        # the time every Excel or Stata file of the job states (the output, a check list, an
+        # audit): the first run's, kept
+        self.started = file_time()
         options = json.loads(
             json.dumps(
                 {k: v for k, v in dataclasses.asdict(config).items() if k not in FREE}, default=str
@@ -267,7 +268,7 @@ class Journal:
             self._save()
             return
         self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
-        self.started = saved.get("started", self.started)
+        self.started = saved.get("started") or self.started
         if self.growing is not None:
             with open(
                 self.growing, "ab"

@@ -27,7 +27,13 @@ class OutputSink(Sink):
 
         if config.output:  # before the model loads: a wrong path fails at once
             check_output_path(config.output, "--output", job_files(config, "--output"))
-            check_fits_excel(config.output, config.input, config.table_options("input"))
+            check_fits_excel(
+                config.output,
+                config.input,
+                config.table_options("input"),
+                per_row=config.alternatives or 1,
+                why=f"rows with --alternatives {config.alternatives}",
+            )
         check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
     @classmethod
@@ -41,7 +47,7 @@ class OutputSink(Sink):
 
             label = provenance_label(job.coding.provenance)
         self.journal, self.config = job.journal, job.config
-        self.writer = output_writer(job.config, job.say, label, job.journal)
+        self.writer = output_writer(job.config, job.say, label, job.journal, job.started)
         job.output_kind = getattr(self.writer, "kind", None)
 
     def file(self) -> tuple:
@@ -82,7 +88,7 @@ class OutputSink(Sink):
         self.writer.close()
 
 
-def output_writer(config, log=None, label=None, journal=None):
+def output_writer(config, log=None, label=None, journal=None, stamp=None):
     from mixer.data.tables.writing import OutputWriter
 
     if is_matrix(config) and config.output.lower().endswith(
@@ -94,7 +100,7 @@ def output_writer(config, log=None, label=None, journal=None):
             config.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
         )
     if journal is None:
-        return OutputWriter(config.output, log=log, label=label)
+        return OutputWriter(config.output, log=log, label=label, stamp=stamp)
     writer = OutputWriter(
         config.output,
         log=log,
@@ -195,6 +201,7 @@ class CheckListSink(Sink):
             "" if len(config.head) == 1 else f"{config.head[0]}_",
             config.top_k or job.predictor.default_top_k(),
             log=job.say,
+            stamp=job.started,
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -58,13 +59,21 @@ class CheckList:
     and n_rows counts the rows of a key. The description's columns are written as the
     first such row has them."""
 
-    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
+    def __init__(
+        self,
+        count: int,
+        path: str,
+        key_columns: list,
+        prefix: str,
+        slots: int,
+        log=None,
+        stamp: Optional[float] = None,
+    ):
         from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
-        self.writer = OutputWriter(
-            path, "--to-check", log=log
-        )  # log: columns written under other names
+        # log: columns written under other names; stamp: the time an Excel or Stata file states
+        self.writer = OutputWriter(path, "--to-check", log=log, stamp=stamp)
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.parts = []
         self.rows = 0  # input rows seen, so that a row is named by its row in the input

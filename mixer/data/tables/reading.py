@@ -937,6 +937,29 @@ def iter_chunks(
         stack.close()
 
 
+def check_csv_rows(path: str, options: TableOptions = TableOptions(role="input")) -> None:
+    """A CSV file's rows parsed once for their cells alone (each as many as the header names),
+    before a job reads them in chunks, so that a ragged row near the end stops the job before
+    any work, as a bad byte does (iter_chunks). One column is converted, so the pass costs the
+    parse. Other kinds hold their columns by themselves: nothing to check."""
+    if _kind_of(path, options) != "csv":
+        return
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    layout = csv_layout(path, options)
+    settings = _csv_options(layout, stream=True)
+    first = next(iter(settings["convert_options"].column_types))
+    settings["convert_options"] = pcsv.ConvertOptions(
+        include_columns=[first], column_types={first: pa.string()}, strings_can_be_null=False
+    )
+    try:
+        for _ in pcsv.open_csv(path, **settings):
+            pass
+    except (ValueError, OSError) as exc:
+        raise _read_failure(exc, path, "csv", layout, options)
+
+
 def count_rows(
     path: str, options: TableOptions = TableOptions(role="input"), at_least: Optional[int] = None
 ) -> int:

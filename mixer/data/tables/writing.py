@@ -155,18 +155,27 @@ def output_kind(path: str, file_flag: str = "--output") -> str:
 
 
 def check_fits_excel(
-    output: str, source: str, options: TableOptions, file_flag: str = "--output"
+    output: str,
+    source: str,
+    options: TableOptions,
+    file_flag: str = "--output",
+    per_row: int = 1,
+    why: str = "",
 ) -> None:
-    """An .xlsx output of one row per input row: refused before any work when the
-    input (read with `options`) has more rows than a sheet holds."""
+    """An .xlsx output of `per_row` rows per input row (--alternatives K: K, `why` naming it):
+    refused before any work when the input (read with `options`) gives more rows than a
+    sheet holds."""
     source_flag = options.what
-    if output_kind(output, file_flag) != "excel" or table_kind(source, source_flag) == "excel":
+    if output_kind(output, file_flag) != "excel":
+        return
+    if per_row <= 1 and table_kind(source, source_flag) == "excel":
         return  # a sheet's rows fit a sheet: not counted (openpyxl reads some 5,000 rows/s)
     limit = formats.EXCEL_MAX_ROWS - 1
-    rows = count_rows(source, options, at_least=limit)
-    if rows > limit:
+    rows = count_rows(source, options, at_least=limit // per_row)
+    if rows * per_row > limit:
+        has = f"{rows:,} rows" + (f", {rows * per_row:,} {why}" if per_row > 1 else "")
         raise UserError(
-            f"{file_flag} {output}: {source_flag} {source} has {rows:,} rows, more than an Excel "
+            f"{file_flag} {output}: {source_flag} {source} has {has}, more than an Excel "
             f"sheet holds ({limit:,} under the header); write .parquet or .dta instead"
         )
 
@@ -559,11 +568,17 @@ def write_failed(file_flag: str, path: str, beside: Optional[dict], exc: OSError
     return WriteFailed(file_flag, path, reason, kept)
 
 
-def write_table(frame: pd.DataFrame, path: str, file_flag: str = "--output", log=None) -> None:
+def write_table(
+    frame: pd.DataFrame,
+    path: str,
+    file_flag: str = "--output",
+    log=None,
+    stamp: Optional[float] = None,
+) -> None:
     """A whole frame written at once, its columns named already (output_names gives each
     the format's spelling only): the file, or on any failure nothing (an audit, a
-    simulated hand check)."""
-    writer = OutputWriter(path, file_flag, log)
+    simulated hand check). `stamp`: the time an Excel or Stata file states (file_time)."""
+    writer = OutputWriter(path, file_flag, log, stamp=stamp)
     try:
         writer.write(frame)
         writer.commit()
