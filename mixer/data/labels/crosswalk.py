@@ -20,6 +20,12 @@ The interface every layer above uses (stable):
     Crosswalk.label(classes) -> pd.Series[str]   each class's label ('' for a score or none)
     Crosswalk.first(per_code) -> pd.Series[str]  the row-level class of rows with several
         codes: the first code's that has one (per_code: one Series per code column, in order)
+    Crosswalk.width                 digit codes shorter than this are read with their zeros
+                                    restored (HISCO's tables: 5; a user's table: None)
+    class_columns(walk, slots, prefix='') -> list   the columns with_classes writes
+    with_classes(table, walks, {prefix: code columns}, status, relation, product)
+        -> (table with the class columns, {name: codes without a class})
+    check_names(walks)              two crosswalks of one name, or a reserved one, refused
 
 The HISCO tables (mixer/resources/hisco-ses/hisco_ses.csv, from the R package hisco;
 attribution in data/README.md) hold each HISCO code's own row and rows for a HISCO status,
