@@ -270,3 +270,34 @@ def test_evaluate_scores_the_classes_beside_the_codes(tmp_path, capsys):
     classes = scores[scores["digits"] == "hisclass"]["accuracy"].iloc[0]
     assert whole == pytest.approx(1 / 3) and classes == pytest.approx(2 / 3)
     assert "hisclass" in capsys.readouterr().out
+
+
+def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
+    tiny_two_code_run, records, tmp_path, capsys
+):
+    out = tmp_path / "out.csv"
+    groups = tmp_path / "groups.csv"
+    pd.DataFrame({"code": ["02290"], "class": ["A"]}).to_csv(groups, index=False)
+    cases = [
+        (["--crosswalk", "hisclass", "--status-col", "state"], "no column 'state' (--status-col)"),
+        (["--status-col", "status"], "--status-col works with --crosswalk"),
+        (["--crosswalk", "hisclas"], "neither a crosswalk mixer ships"),
+        (["--crosswalk", "hisclass", "hisclass"], "hisclass named twice"),
+    ]
+    for extra, needle in cases:
+        fails(capsys, "predict", predict(tiny_two_code_run, records, out, *extra), needle)
+        assert sorted(os.listdir(tmp_path)) == ["groups.csv"]
+    fails(
+        capsys,
+        "predict",
+        predict(tiny_two_code_run, records, groups, "--crosswalk", groups),
+        f"--output {groups}: is the --crosswalk {groups} file and would replace it",
+    )
+    assert pd.read_csv(groups).shape == (1, 2)
+    fails(
+        capsys,
+        "predict",
+        ["--checkpoint", tiny_two_code_run, "--input", records, "--embeddings", tmp_path / "e.npy"]
+        + ["--crosswalk", "hisclass"],
+        "--crosswalk adds classes beside the codes of --output, --to-check or --audit",
+    )
