@@ -65,11 +65,11 @@ def classes_of(table: pd.DataFrame, name: str, codes: list, status=None) -> dict
         found = walk.classify(table[column], status=status).tolist()
         expected[f"{name}_{k}"] = found
         per_code.append(pd.Series(found))
-        if not walk.numeric:
+        if walk.labelled:
             expected[f"{name}_label_{k}"] = walk.label(pd.Series(found)).tolist()
     row = walk.first(per_code)
     expected[name] = row.tolist()
-    if not walk.numeric:
+    if walk.labelled:
         expected[f"{name}_label"] = walk.label(row).tolist()
     return expected
 
