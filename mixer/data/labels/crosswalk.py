@@ -272,10 +272,11 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
     class: {crosswalk name: the codes, as a Series}). codes: {prefix: the code columns of
     one head, in order} (mixer's code_1, code_2, ...; OccCANINE's hisco_1, ...). status,
     relation, product: each row's values, or None. The row's class: the first code's that
-    has one (Crosswalk.first)."""
+    has one (Crosswalk.first). A score's columns (HISCAM) are numbers, NaN where blank."""
     added, unclassed = {}, {}
     for walk in walks:
         missing = []
+        written = _score if walk.numeric else (lambda classes: classes)
         for prefix, columns in codes.items():
             names = iter(class_columns(walk, len(columns), prefix))
             per_code = []
@@ -283,16 +284,21 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
                 code = as_text(table[column]).str.strip()
                 classes = walk.classify(code, status, relation, product).set_axis(table.index)
                 per_code.append(classes)
-                added[next(names)] = classes
+                added[next(names)] = written(classes)
                 if walk.labelled:
                     added[next(names)] = walk.label(classes)
                 missing.append(code[(code != "") & (classes == "")])
             row = walk.first(per_code) if per_code else pd.Series("", index=table.index)
-            added[next(names)] = row
+            added[next(names)] = written(row)
             if walk.labelled:
                 added[next(names)] = walk.label(row)
         unclassed[walk.name] = pd.concat(missing) if missing else pd.Series([], dtype=object)
     return table.assign(**added), unclassed
+
+
+def _score(values: pd.Series) -> pd.Series:
+    """A score's text as numbers (float64), NaN where the table gives none."""
+    return pd.to_numeric(values.where(values != "", None), errors="coerce").astype("float64")
 
 
 def check_names(walks) -> None:
