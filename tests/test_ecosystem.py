@@ -291,6 +291,8 @@ def test_installable_commands_are_the_same_programs(tmp_path):
             next(n for n in names if n.endswith("entry_points.txt"))
         ).decode()
     assert "mixer/resources/hisco_key.csv" in names
+    for name in ("hisco_ses.csv", "hisclass.csv", "hisclass_5.csv", "socpo.csv", "LICENSE"):
+        assert f"mixer/resources/hisco-ses/{name}" in names  # the crosswalks and their licence
     licence = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     assert (
         len(licence) == 1

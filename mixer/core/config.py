@@ -47,6 +47,7 @@ TABLE_ROLES = {
         "--calibration-data",
         "calibration-data-",
     ),  # predict.py: labelled rows of a user's
+    "crosswalk": ("--crosswalk", "crosswalk-"),  # predict.py, evaluate.py: a user's code -> class
 }
 READ_OPTIONS = ("encoding", "sep", "sheet", "header_row")
 

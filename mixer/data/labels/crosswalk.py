@@ -1,0 +1,229 @@
+"""Crosswalks: codes mapped to classes (many codes to one class), for classes beside the codes.
+
+The interface every layer above uses (stable):
+
+    CROSSWALKS                      the names mixer ships: hisclass, hisclass_5, socpo, hiscam
+    load_crosswalk(name_or_path, formatter=None, options=None) -> Crosswalk
+        a shipped name, or a user's table (CSV, Parquet, Excel, Stata; read by the one reader,
+        mixer.data.tables.reading) with the columns code and class, and label if it likes;
+        `formatter` (the model's CodeFormatter) spells the table's codes as the model writes
+        them (zeros restored); `options` (TableOptions) how the file is read
+    Crosswalk.name                  the name the output columns take (a file's: its stem)
+    Crosswalk.numeric               True for a score (HISCAM), not a class
+    Crosswalk.classes               the classes the table gives, in their order (1, 2, ... 13)
+    Crosswalk.classify(codes, status=None, relation=None, product=None) -> pd.Series[str]
+        each code's class, '' where the table gives none (an unknown code, a blank code, a
+        row of the table without a class); the HISCO tables compare codes as the model writes
+        them (5 digits, zeros restored: the table writes 2290 for 02290). status, relation,
+        product: the file's own HISCO status, relation and product codes (text, one per code),
+        which pick the table's row for them (below)
+    Crosswalk.label(classes) -> pd.Series[str]   each class's label ('' for a score or none)
+    Crosswalk.first(per_code) -> pd.Series[str]  the row-level class of rows with several
+        codes: the first code's that has one (per_code: one Series per code column, in order)
+
+The HISCO tables (mixer/resources/hisco-ses/hisco_ses.csv, from the R package hisco;
+attribution in data/README.md) hold each HISCO code's own row and rows for a HISCO status,
+relation or product code with it. A row's class is that of the most specific row the table
+has for the values given: status, relation and product all as given, then leaving out
+product, then relation, then both, ..., down to the code's own row ('' stands for a value not
+given). A blank class in the row found is the scheme's answer (no class); it does not fall
+back. A user's table has one row per code (a code listed twice with two classes is refused).
+
+Numpy and pandas only, no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Optional
+
+import pandas as pd
+
+from mixer.core.config import TableOptions
+from mixer.core.errors import UserError
+from mixer.data.labels.formatter import RESOURCES
+from mixer.data.tables.reading import as_text, read_table, require_columns
+
+CROSSWALKS = ("hisclass", "hisclass_5", "socpo", "hiscam")
+SES_DIR = os.path.join(RESOURCES, "hisco-ses")
+SES_TABLE = os.path.join(SES_DIR, "hisco_ses.csv")
+# a shipped crosswalk: its column of hisco_ses.csv, and its labels' file and columns (or None)
+SHIPPED = {
+    "hisclass": ("HISCLASS", ("hisclass.csv", "hisclass", "hisclass_label")),
+    "hisclass_5": ("HISCLASS_5", ("hisclass_5.csv", "hisclass_5", "hisclass_5_label")),
+    "socpo": ("SOCPO", ("socpo.csv", "socpo", "socpo_label")),
+    "hiscam": ("HISCAM_U1", None),
+}
+CONTEXT = ("STATUS", "RELATION", "PRODUCT")  # the HISCO table's columns that pick a row
+HISCO_WIDTH = 5
+USER_COLUMNS = ("code", "class")  # a user's crosswalk: these, and "label" if it has one
+
+
+@dataclass(frozen=True)
+class Crosswalk:
+    """One crosswalk: codes to classes (read with load_crosswalk)."""
+
+    name: str
+    source: str  # the table's path
+    numeric: bool  # a score (HISCAM), not a class
+    rows: dict = field(repr=False)  # (code, status, relation, product) -> class
+    labels: dict = field(repr=False)  # class -> its label
+    classes: tuple = field(repr=False)  # the classes the table gives, in order
+
+    def classify(self, codes, status=None, relation=None, product=None) -> pd.Series:
+        """Each code's class ('' where the table gives none), on the codes' index."""
+        codes = as_text(pd.Series(codes)).str.strip()
+        given = [None if v is None else _context_text(v) for v in (status, relation, product)]
+        if all(v is None for v in given):
+            return _mapped(codes, self._own)
+        keys = pd.DataFrame(
+            {
+                "code": codes.to_numpy(dtype=object),
+                **{
+                    name: ("" if v is None else v.to_numpy(dtype=object))
+                    for name, v in zip(CONTEXT, given)
+                },
+            }
+        )
+        distinct = keys.drop_duplicates().copy()
+        distinct["class"] = [self._pick(*values) for values in distinct.itertuples(index=False)]
+        found = keys.merge(distinct, how="left", on=["code", *CONTEXT])["class"]
+        return pd.Series(found.to_numpy(dtype=object), index=codes.index)
+
+    @cached_property
+    def _own(self) -> dict:
+        """Each code's own row's class (no status, relation or product)."""
+        return {key[0]: value for key, value in self.rows.items() if not any(key[1:])}
+
+    def _pick(self, code, *values) -> str:
+        """The class of the most specific row the table has for a code and its values."""
+        choices = [(v, "") if v else ("",) for v in values]
+        for wanted in itertools.product(*choices):
+            found = self.rows.get((code, *wanted))
+            if found is not None:
+                return found
+        return ""
+
+    def label(self, classes) -> pd.Series:
+        """Each class's label ('' for a class without one, a score, or no class)."""
+        classes = pd.Series(classes)
+        return _mapped(classes, self.labels)
+
+    def first(self, per_code) -> pd.Series:
+        """The row-level class: the first code's (in the order the codes are written) that
+        has one, '' where none has. per_code: each code column's classes, in order."""
+        per_code = list(per_code)
+        result = per_code[0].copy()
+        for later in per_code[1:]:
+            result = result.where(result != "", later.to_numpy())
+        return result
+
+
+def _mapped(values: pd.Series, mapping: dict) -> pd.Series:
+    """values looked up in mapping, '' where it has none, on values' index."""
+    return values.astype(object).map(mapping).astype(object).fillna("")
+
+
+def _context_text(values) -> pd.Series:
+    """A file's status, relation or product codes as the table writes them: whole numbers
+    without leading zeros ('031', '31.0' and 31 are '31'); blank stays blank."""
+    text = as_text(pd.Series(values)).str.strip().str.replace(r"\.0+$", "", regex=True)
+    digits = text.str.fullmatch(r"\d+")
+    return text.where(~digits, text.str.lstrip("0").replace("", "0"))
+
+
+def _class_order(classes) -> tuple:
+    """Classes in their order: numbers by value (1, 2, ... 13), then the rest as text."""
+
+    def key(c):
+        try:
+            return (0, float(c), c)
+        except ValueError:
+            return (1, 0.0, c)
+
+    return tuple(sorted(set(classes) - {""}, key=key))
+
+
+def load_crosswalk(
+    name_or_path: str, formatter=None, options: Optional[TableOptions] = None
+) -> Crosswalk:
+    """A crosswalk by its name (CROSSWALKS) or a user's table's path."""
+    name = str(name_or_path).strip()
+    if name.lower() in CROSSWALKS:
+        return _shipped(name.lower())
+    if not os.path.isfile(name):
+        raise UserError(
+            f"--crosswalk {name}: neither a crosswalk mixer ships ({', '.join(CROSSWALKS)}) nor "
+            "a file; name one of those, or a table with the columns code and class (and label)"
+        )
+    return _user_table(name, formatter, options or TableOptions(role="crosswalk"))
+
+
+@lru_cache(maxsize=None)
+def _shipped(name: str) -> Crosswalk:
+    column, label_file = SHIPPED[name]
+    table = _ses_table()
+    codes = table["HISCO"].str.strip()
+    codes = codes.where(~codes.str.fullmatch(r"\d+"), codes.str.zfill(HISCO_WIDTH))
+    context = [_context_text(table[c]).to_numpy() for c in CONTEXT]
+    values = table[column].str.strip().to_numpy()
+    rows = {key[:4]: key[4] for key in zip(codes.to_numpy(), *context, values)}
+    labels = {}
+    if label_file is not None:
+        file, class_column, label_column = label_file
+        labelled = read_table(os.path.join(SES_DIR, file), TableOptions(role="crosswalk"))
+        labels = dict(zip(labelled[class_column].str.strip(), labelled[label_column].str.strip()))
+    return Crosswalk(
+        name=name,
+        source=SES_TABLE,
+        numeric=label_file is None,
+        rows=rows,
+        labels=labels,
+        classes=_class_order(values),
+    )
+
+
+@lru_cache(maxsize=1)
+def _ses_table() -> pd.DataFrame:
+    return read_table(SES_TABLE, TableOptions(role="crosswalk"))
+
+
+def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
+    table = read_table(path, options)
+    table.columns = [str(c) for c in table.columns]
+    require_columns(table, list(USER_COLUMNS), path, {c: "--crosswalk" for c in USER_COLUMNS})
+    if formatter is not None:
+        from mixer.data.labels.normalise import code_column
+
+        codes = code_column(table, "code", formatter).text
+    else:
+        codes = as_text(table["code"]).str.strip()
+    classes = as_text(table["class"]).str.strip()
+    listed = codes != ""
+    pairs = pd.DataFrame({"code": codes[listed], "class": classes[listed]}).drop_duplicates()
+    twice = pairs["code"].duplicated(keep=False)
+    if twice.any():
+        code = pairs["code"][twice].iloc[0]
+        both = ", ".join(repr(c) for c in pairs["class"][pairs["code"] == code])
+        raise UserError(
+            f"--crosswalk {path}: code {code!r} has two classes ({both}); a crosswalk gives "
+            "each code one class: keep one row per code"
+        )
+    labels = {}
+    if "label" in table.columns:
+        labelled = pd.DataFrame({"class": classes, "label": as_text(table["label"]).str.strip()})
+        labelled = labelled[(labelled["class"] != "") & (labelled["label"] != "")]
+        labels = dict(zip(labelled["class"], labelled["label"]))
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return Crosswalk(
+        name=re.sub(r"\W+", "_", stem).strip("_") or "crosswalk",
+        source=path,
+        numeric=False,
+        rows={(c, "", "", ""): k for c, k in zip(pairs["code"], pairs["class"])},
+        labels=labels,
+        classes=_class_order(pairs["class"]),
+    )
