@@ -231,6 +231,21 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             raise cli.UserError(
                 f"--audit is scored with its own columns and strata; leave out {' '.join(other)}"
             )
+        if args.shares:
+            from mixer.audit.shares import evaluate_shares
+
+            evaluate_shares(
+                args.audit,
+                args.predictions,
+                args.table_options("audit"),
+                args.table_options("predictions"),
+                args.shares,
+                args.simultaneous,
+                args.code_length,
+                args.output,
+                args.plot,
+            )
+            return 0
         from mixer.audit.scores import evaluate_audit
 
         evaluate_audit(

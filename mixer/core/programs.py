@@ -246,6 +246,18 @@ class EvaluateConfig:
         table="audit",
         help="score a filled audit of predict.py --audit (docs/evaluation.md#audits)",
     )
+    shares: Optional[str] = option(
+        None,
+        metavar="LEVEL",
+        works_with=("audit",),
+        help="class shares corrected by --audit: code, prefix:N or a crosswalk (docs/evaluation.md)",
+    )
+    simultaneous: bool = option(
+        False,
+        switch="on",
+        works_with=("shares",),
+        help="--shares' intervals hold for all classes at once",
+    )
     truth_cols: Optional[list] = option(
         None, nargs="+", metavar="COL", help="columns of true codes (an audit has its own)"
     )
