@@ -76,7 +76,7 @@ def test_a_stratified_audit_weights_each_stratum_by_its_rows_in_the_file():
     assert "effective n" in table.loc["0", "interval"]
 
 
-def drawn_audit(tmp_path, true, predicted, **request):
+def drawn_audit(tmp_path, true, predicted, texts=None, **request):
     """A predictions file of the given codes and an audit drawn from it (the draw of
     predict.py --audit, without a model), its true codes filled in."""
     from mixer.audit.draw import AuditDraw, AuditRequest, write_audit
@@ -85,12 +85,12 @@ def drawn_audit(tmp_path, true, predicted, **request):
     rows = len(true)
     frame = pd.DataFrame(
         {
-            "occ1": [f"occupation {i}" for i in range(rows)],
+            "occ1": texts if texts is not None else [f"occupation {i}" for i in range(rows)],
             "parish": np.where(np.arange(rows) % 4 == 0, "A", "B"),
         }
     )
     coded = pd.DataFrame({"code_1": predicted, "prob_1": [0.9] * rows})
-    path = tmp_path / "audit.csv"
+    path = tmp_path / f"audit_{request.get('unit', 'rows')}.csv"
     draw = AuditDraw(
         AuditRequest(str(path), **request).check(), "occ1", [], CodeFormatter(kind="hisco")
     )
@@ -99,7 +99,7 @@ def drawn_audit(tmp_path, true, predicted, **request):
     write_audit(table, str(path), lines, log=lambda line: None)
     pd.concat([frame, coded], axis=1).to_csv(tmp_path / "predicted.csv", index=False)
     audit = pd.read_csv(path, dtype=str, keep_default_na=False)
-    truth = dict(zip(frame["occ1"], true))
+    truth = dict(zip(frame["occ1"], true))  # a description has one true code
     audit["true_code_1"] = audit["occ1"].map(truth)
     audit.to_csv(path, index=False)
     return path, tmp_path / "predicted.csv"
@@ -118,7 +118,7 @@ def test_the_program_prints_and_writes_the_shares_with_their_picture(tmp_path, c
     audit, predictions = drawn_audit(tmp_path, codes_of(true), codes_of(predicted), size=120)
     argv = ["--shares", "code", "--audit", audit, "--predictions", predictions]
     assert evaluate_main([str(a) for a in argv]) == 0
-    table = pd.read_csv(tmp_path / "audit_shares.csv", dtype={"class": str})
+    table = pd.read_csv(tmp_path / "audit_rows_shares.csv", dtype={"class": str})
     assert table.columns[0] == "class"
     assert {"counted", "corrected", "low", "high", "audit_only", "audit_low", "audit_high"} <= set(
         table.columns
@@ -129,11 +129,11 @@ def test_the_program_prints_and_writes_the_shares_with_their_picture(tmp_path, c
     assert table["counted"].sum() == pytest.approx(1.0)
     assert table["corrected"].sum() == pytest.approx(1.0)
     assert ((table["low"] <= table["corrected"]) & (table["corrected"] <= table["high"])).all()
-    with open(tmp_path / "audit_shares.png", "rb") as picture:
+    with open(tmp_path / "audit_rows_shares.png", "rb") as picture:
         assert picture.read(4) == b"\x89PNG"
     out = capsys.readouterr().out
     assert "120 rows checked of 400 of 400 predicted rows" in out
-    assert "wrote" in out and "audit_shares.csv" in out
+    assert "wrote" in out and "audit_rows_shares.csv" in out
 
     argv = ["--shares", "prefix:1", "--audit", audit, "--predictions", predictions]
     assert evaluate_main([str(a) for a in argv + ["--output", tmp_path / "major.csv"]]) == 0
@@ -157,7 +157,7 @@ def test_a_crosswalk_shares_the_rows_by_class_and_codes_without_one_are_none(tmp
     audit, predictions = drawn_audit(tmp_path, codes_of(true), codes_of(predicted), size=100)
     argv = ["--shares", "hisclass", "--audit", audit, "--predictions", predictions]
     assert evaluate_main([str(a) for a in argv]) == 0
-    table = pd.read_csv(tmp_path / "audit_shares.csv", dtype={"class": str}).set_index("class")
+    table = pd.read_csv(tmp_path / "audit_rows_shares.csv", dtype={"class": str}).set_index("class")
     hisclass = load_crosswalk("hisclass").classify(pd.Series(codes_of(predicted)))
     expected = hisclass.replace("", shares.NONE).value_counts(normalize=True)
     assert table["counted"].to_dict() == pytest.approx(expected.to_dict())
@@ -177,7 +177,7 @@ def test_a_stratified_audit_is_counted_by_its_strata_in_the_file(tmp_path):
     )
     argv = ["--shares", "code", "--audit", audit, "--predictions", predictions]
     assert evaluate_main([str(a) for a in argv]) == 0
-    table = pd.read_csv(tmp_path / "audit_shares.csv", dtype={"class": str})
+    table = pd.read_csv(tmp_path / "audit_rows_shares.csv", dtype={"class": str})
     assert table["interval"].str.contains("effective n").all()
     assert table["checked"].iloc[0] == 80
 
@@ -206,5 +206,64 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         ["--shares", "code", "--audit", audit, "--predictions", tmp_path / "other.csv"],
         "drawn from other predictions",
     )
-    assert not os.path.exists(tmp_path / "audit_shares.csv")
-    assert not os.path.exists(tmp_path / "audit_shares.png")
+    assert not os.path.exists(tmp_path / "audit_rows_shares.csv")
+    assert not os.path.exists(tmp_path / "audit_rows_shares.png")
+
+
+def test_an_audit_of_descriptions_counts_each_line_for_the_rows_drawn_it_stands_for(tmp_path):
+    """The same draw listed by description (a line per description, standing for its rows
+    drawn) gives the shares of the audit of rows, every line checked."""
+    rng = np.random.default_rng(3)
+    texts = rng.choice([f"title {i}" for i in range(30)], size=300)
+    true_of = {f"title {i}": i % 4 for i in range(30)}
+    true = np.asarray([true_of[t] for t in texts])
+    predicted = np.where(rng.random(30) < 0.2, 0, np.arange(30) % 4)[
+        [int(t.split()[1]) for t in texts]
+    ]
+    tables = []
+    for unit in ("rows", "descriptions"):
+        audit, predictions = drawn_audit(
+            tmp_path, codes_of(true), codes_of(predicted), texts, size=90, unit=unit
+        )
+        argv = ["--shares", "code", "--audit", audit, "--predictions", predictions]
+        assert evaluate_main([str(a) for a in argv]) == 0
+        tables.append(pd.read_csv(tmp_path / f"audit_{unit}_shares.csv", dtype={"class": str}))
+    lines = pd.read_csv(tmp_path / "audit_descriptions.csv")
+    assert len(lines) < 90 and tables[1]["checked"].iloc[0] == 90
+    columns = ["class", "counted", "corrected", "low", "high", "audit_only"]
+    pd.testing.assert_frame_equal(tables[0][columns], tables[1][columns])
+
+
+def test_the_predictions_are_read_by_column_and_a_picture_of_many_classes_stays_small(tmp_path):
+    """The predictions are streamed with only the columns the shares need (CSV and Parquet
+    parse no other); a picture of 300 classes shows the 30 largest."""
+    from mixer.core.config import TableOptions
+    from mixer.data.tables.reading import iter_chunks
+
+    frame = pd.DataFrame({"occ1": ["a", "b", "c"], "code_1": ["1", "2", "3"], "wide": ["x"] * 3})
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    frame.to_parquet(tmp_path / "p.parquet")
+    for name in ("p.csv", "p.parquet"):
+        chunks = list(
+            iter_chunks(
+                str(tmp_path / name), 2, TableOptions(role="predictions"), columns=["code_1"]
+            )
+        )
+        assert [list(c.columns) for c in chunks] == [["code_1"], ["code_1"]]
+        assert pd.concat(chunks)["code_1"].astype(str).tolist() == ["1", "2", "3"]
+    rng = np.random.default_rng(0)
+    classes = 300
+    true = rng.integers(0, classes, 2000)
+    table = shares.share_table(
+        [str(k) for k in range(classes)],
+        np.bincount(true, minlength=classes)[None, :],
+        [2000],
+        true[:100],
+        true[:100],
+        np.zeros(100, int),
+        np.ones(100),
+        False,
+    ).assign(shares="code", audit="a-test")
+    picture = shares.render_shares(table)
+    width = int.from_bytes(picture[16:20], "big")  # the PNG header's width
+    assert picture[:4] == b"\x89PNG" and width < 3000

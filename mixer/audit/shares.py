@@ -50,6 +50,7 @@ STRATIFIED = ", at the effective n (Korn-Graubard)"
 LOOKUP_REASON = "coded by the lookup"
 CHECK_REASON = "needing a check (--target-accuracy)"  # mixer.coding.job.AUDIT_CHECK_REASON
 CHUNK_ROWS = 1_000_000
+PLOTTED_CLASSES = 30  # the most classes the picture shows (the largest; the table has every one)
 
 
 # ------------------------------------------------------------------ levels
@@ -403,12 +404,21 @@ def format_table(table: pd.DataFrame) -> str:
 
 def render_shares(table: pd.DataFrame) -> bytes:
     """Bars of the corrected shares with their intervals, the counted share and the audit's
-    own estimate with its interval beside each, as a PNG."""
+    own estimate with its interval beside each, as a PNG; with more than PLOTTED_CLASSES
+    classes, the largest of them by counted share (the table has them all)."""
     import io
 
     from mixer.reporting.plot import _pyplot
 
     plt = _pyplot()
+    title = (
+        f"{table['shares'].iloc[0]} shares, audit {table['audit'].iloc[0]} "
+        f"({int(table['checked'].iloc[0])} checked)"
+    )
+    if len(table) > PLOTTED_CLASSES:
+        title += f": the {PLOTTED_CLASSES} largest of {len(table):,} classes"
+        largest = table["counted"].sort_values(ascending=False, kind="stable").index
+        table = table.loc[sorted(largest[:PLOTTED_CLASSES])]
     names = table[CLASS].astype(str).tolist()
     x = np.arange(len(names))
     fig, axis = plt.subplots(figsize=(max(4.5, 0.55 * len(names) + 2.5), 3.8))
@@ -443,8 +453,7 @@ def render_shares(table: pd.DataFrame) -> bytes:
     simultaneous = " (simultaneous)" if bool(table["simultaneous"].iloc[0]) else ""
     axis.set(
         ylabel=f"share of rows ({LEVEL:.0%} interval{simultaneous})",
-        title=f"{table['shares'].iloc[0]} shares, audit {table['audit'].iloc[0]} "
-        f"({int(table['checked'].iloc[0])} checked)",
+        title=title,
     )
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
