@@ -76,7 +76,7 @@ def test_a_stratified_audit_weights_each_stratum_by_its_rows_in_the_file():
     assert "effective n" in table.loc["0", "interval"]
 
 
-def drawn_audit(tmp_path, true, predicted, texts=None, **request):
+def drawn_audit(tmp_path, true, predicted, texts=None, source=None, checks=None, **request):
     """A predictions file of the given codes and an audit drawn from it (the draw of
     predict.py --audit, without a model), its true codes filled in."""
     from mixer.audit.draw import AuditDraw, AuditRequest, write_audit
@@ -90,11 +90,18 @@ def drawn_audit(tmp_path, true, predicted, texts=None, **request):
         }
     )
     coded = pd.DataFrame({"code_1": predicted, "prob_1": [0.9] * rows})
+    skips = None
+    if source is not None:  # predict.py --lookup: its rows are not drawn from
+        coded["source"] = source
+        skips = {"coded by the lookup": np.asarray(source) == "lookup"}
+    if checks is not None:  # --target-accuracy: the rows that need a check are not drawn from
+        coded["coded"] = checks
+        skips = {**(skips or {}), shares.CHECK_REASON: np.asarray(checks) == "check"}
     path = tmp_path / f"audit_{request.get('unit', 'rows')}.csv"
     draw = AuditDraw(
         AuditRequest(str(path), **request).check(), "occ1", [], CodeFormatter(kind="hisco")
     )
-    draw.add(frame, coded)
+    draw.add(frame, coded, skips)
     table, lines = draw.finish("m-test", "test", "flat", "0.5")
     write_audit(table, str(path), lines, log=lambda line: None)
     pd.concat([frame, coded], axis=1).to_csv(tmp_path / "predicted.csv", index=False)
@@ -267,3 +274,30 @@ def test_the_predictions_are_read_by_column_and_a_picture_of_many_classes_stays_
     picture = shares.render_shares(table)
     width = int.from_bytes(picture[16:20], "big")  # the PNG header's width
     assert picture[:4] == b"\x89PNG" and width < 3000
+
+
+def test_the_rows_an_audit_was_not_drawn_from_are_not_counted(tmp_path, capsys):
+    """Rows coded by a lookup are not drawn from (predict.py --lookup): the shares are of the
+    rows the audit was drawn from, those the predictions' `source` column does not mark."""
+    true, predicted = population(rows=400)
+    source = np.where(np.arange(400) < 100, "lookup", "model")
+    audit, predictions = drawn_audit(
+        tmp_path, codes_of(true), codes_of(predicted), source=source, size=60
+    )
+    argv = ["--shares", "code", "--audit", audit, "--predictions", predictions]
+    assert evaluate_main([str(a) for a in argv]) == 0
+    table = pd.read_csv(tmp_path / "audit_rows_shares.csv", dtype={"class": str})
+    drawn_from = pd.Series(codes_of(predicted)[100:]).value_counts(normalize=True)
+    assert table.set_index("class")["counted"].to_dict() == pytest.approx(drawn_from.to_dict())
+    assert table["rows_predicted"].sum() == 300
+    assert "of 300 of 400 predicted rows" in capsys.readouterr().out
+    checks = np.where(np.arange(400) % 5 == 0, "check", "auto")
+    os.remove(audit)  # filled: never replaced
+    audit, predictions = drawn_audit(
+        tmp_path, codes_of(true), codes_of(predicted), source=source, checks=checks, size=60
+    )
+    assert evaluate_main([str(a) for a in argv]) == 0
+    table = pd.read_csv(tmp_path / "audit_rows_shares.csv", dtype={"class": str})
+    auto = (np.arange(400) >= 100) & (checks == "auto")
+    drawn_from = pd.Series(codes_of(predicted)[auto]).value_counts(normalize=True)
+    assert table.set_index("class")["counted"].to_dict() == pytest.approx(drawn_from.to_dict())

@@ -284,7 +284,8 @@ def counted_classes(path: str, options, audit, classify, log=None) -> tuple:
 
     design = audit.design
     reasons = set(design.left_out) - {"no description"}
-    check_col = "coded" if design.head in ("flat", "") else f"{design.head}_coded"
+    # a file of several heads names each head's columns with its prefix (flat_code_1, flat_coded)
+    check_col = design.code_columns[0][: -len("code_1")] + "coded"
     needs = {LOOKUP_REASON: "source", CHECK_REASON: check_col}
     other = sorted(reasons - set(needs))
     if other:
@@ -309,7 +310,7 @@ def counted_classes(path: str, options, audit, classify, log=None) -> tuple:
             if column not in chunk.columns:
                 raise missing_column(column, chunk.columns, path, "--predictions")
         digest.update(chunk[design.text_col], chunk, list(design.code_columns))
-        eligible = audit_file.descriptions(chunk[design.text_col]).ne("").to_numpy()
+        eligible = audit_file.descriptions(chunk[design.text_col]).ne("").to_numpy().copy()
         if LOOKUP_REASON in reasons:
             eligible &= as_text(chunk["source"]).to_numpy() != "lookup"
         if CHECK_REASON in reasons:
