@@ -10,11 +10,13 @@ plus the share of rows whose true class is k that were predicted otherwise (a_k,
 minus the share of rows predicted k whose true class is not (b_k, false). The audit, a
 random sample, estimates a_k and b_k. Its published interval is a normal approximation,
 which misses often in small audits, where a_k and b_k are counts of a few rows. Here each
-of a_k and b_k gets Clopper & Pearson's exact interval at level 1 - alpha/2 (stratified:
+of a_k and b_k gets Clopper & Pearson's exact interval at level 1 - alpha/4 (stratified:
 at the design's effective n, Korn & Graubard, as mixer.audit.statistics scores an audit),
-and the interval of c_k + a_k - b_k is c_k + [a_low - b_high, a_high - b_low]: it misses
-only where one of the four ends does, each at most alpha/4 (Bonferroni), whatever n.
-`simultaneous` divides alpha by the number of classes, so that all intervals hold at once.
+so that c_k + [a_low - b_high, a_high - b_low] misses only where one of the four ends does,
+each at most alpha/8; intersected with the audit's own Clopper-Pearson interval of the share
+at level 1 - alpha/2, it misses at most alpha (Bonferroni), whatever n. `simultaneous`
+divides alpha by the number of classes, so that all intervals hold at once. Other intervals
+were compared in benchmarks/class_shares.py (docs/evaluation.md).
 
 A row's class is its first code's that has one (mixer.data.labels.crosswalk's row-level
 rule: the first code written is the main occupation); rows whose codes have no class at
