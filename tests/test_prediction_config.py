@@ -47,6 +47,10 @@ RECORDED = {
     "quantize",
     "tf32",
     "tables",
+    "crosswalk",
+    "status",
+    "relation",
+    "product",
 }
 
 

@@ -170,7 +170,7 @@ class AuditDraw:
             c
             for c in predicted.columns
             if str(c).startswith(self.prefix) and PREDICTED.match(str(c)[len(self.prefix) :])
-        ]
+        ] + [c for c in self.extra if c in predicted.columns]
         self.add(
             chunk.set_axis(self.shown, axis=1),
             predicted[own].rename(columns=lambda c: c[len(self.prefix) :]),
@@ -195,6 +195,7 @@ class AuditDraw:
         self.kept = None
         self.names = None  # {input column: its name in the audit}
         self.predicted = []  # the head's columns, as predict.py orders them
+        self.extra = []  # the prediction's columns drawn beside them (classes of --crosswalk)
         self.sizes: dict = {}
         self.probability: dict = {}  # per stratum, prob_1 of the rows drawn from, in PROBABILITY_UNITS
         self.left_out = {"no description": 0, "in audits the model trained on": 0}
@@ -613,6 +614,15 @@ class AuditSink(Sink):
                 len(config.head) > 1,
                 job.predictor,
             )
+            if job.classes is not None:  # each code's class beside it (--crosswalk)
+                from mixer.data.labels.crosswalk import class_columns
+
+                slots = config.top_k or job.predictor.default_top_k()
+                self.draw.extra = [
+                    name
+                    for walk in job.classes.walks
+                    for name in class_columns(walk, slots, self.draw.prefix)
+                ]
             if self.journal is not None:
                 self.draw.digest.keep(self.journal.path(self.DIGEST))
         self.draw.add_output(

@@ -308,6 +308,8 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
         args.digits,
         group_name=args.by or "group",
     )
+    if args.crosswalk:  # the same rows at each crosswalk's level (docs/classes.md)
+        table = class_level(args, frame, heads, table)
     curve = production_plan(args, frame, predicted, output)  # refusals before anything is written
     write_text(output, table.to_csv(index=False))
     evaluation.plot_table(table, plot, group_name=args.by or "group")
@@ -316,6 +318,31 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     if curve:
         write_production(args, frame, truth, predicted, *curve)
     return 0
+
+
+def class_level(args, frame, heads: dict, table):
+    """evaluate.py --crosswalk: the evaluation table with its rows at each crosswalk's level
+    after the code level's, the true and the predicted codes mapped to their classes."""
+    import pandas as pd
+
+    from mixer.prediction.classes import context_values, load
+    from mixer.reporting import evaluation
+
+    context = context_values(frame, args, f"--predictions {args.predictions}")
+    groups = frame[args.by].to_numpy() if args.by else None
+    parts = [table]
+    for walk in load(args.crosswalk, None, args.table_options("crosswalk")):
+
+        def sets(columns):
+            return evaluation.class_sets(frame, columns, walk, args.code_length, context)
+
+        predicted = {head: sets(columns) for head, columns in heads.items()}
+        parts.append(
+            evaluation.class_table(
+                sets(args.truth_cols), predicted, walk, groups, args.by or "group"
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
 
 
 def production_plan(args, frame, predicted: dict, output: str):

@@ -76,6 +76,13 @@ def options_part(config) -> dict:
             value = {k: v for k, v in sorted(value.items()) if v is not None}
         elif f.name in FILES and value:
             value = file_identity(value, FILES[f.name])
+        elif f.name == "crosswalk" and value:  # a user's table by its identity, as FILES
+            from mixer.data.labels.crosswalk import CROSSWALKS
+
+            value = [
+                name if name.lower() in CROSSWALKS else file_identity(name, "--crosswalk")
+                for name in value
+            ]
         recorded[f.name] = value
     return recorded
 

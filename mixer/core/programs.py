@@ -13,6 +13,7 @@ from mixer.core.options import option
 
 AUDIT = "audit (a random sample to check by hand: docs/evaluation.md)"
 TARGET = "coding at a target accuracy (docs/coding.md)"
+CLASSES = "classes beside the codes (docs/classes.md)"
 
 
 @dataclass
@@ -81,6 +82,38 @@ class PredictConfig:
         metavar="FILE",
         table="code_descriptions",
         help="descriptions of the model's codes: desc_k columns (docs/data.md)",
+    )
+    crosswalk: Optional[list] = option(
+        None,
+        nargs="+",
+        metavar="NAME",
+        group=CLASSES,
+        table="crosswalk",
+        help="each code's class: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
+    )
+    status: Optional[str] = option(
+        None,
+        flags=("--status-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO status codes, which pick the crosswalk's row for them",
+    )
+    relation: Optional[str] = option(
+        None,
+        flags=("--relation-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO relation codes, as --status-col",
+    )
+    product: Optional[str] = option(
+        None,
+        flags=("--product-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO product codes, as --status-col",
     )
     to_check: Optional[list] = option(
         None,
@@ -281,6 +314,39 @@ class EvaluateConfig:
     confidence_col: Optional[str] = option(
         None, metavar="COL", help="row confidence for the production curve (docs/coding.md)"
     )
+    crosswalk: Optional[list] = option(
+        None,
+        nargs="+",
+        metavar="NAME",
+        group=CLASSES,
+        table="crosswalk",
+        help="also score classes: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
+    )
+    status: Optional[str] = option(
+        None,
+        flags=("--status-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO status codes, which pick the crosswalk's row for them",
+    )
+    relation: Optional[str] = option(
+        None,
+        flags=("--relation-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO relation codes, as --status-col",
+    )
+    product: Optional[str] = option(
+        None,
+        flags=("--product-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help="the rows' HISCO product codes, as --status-col",
+    )
+
     target_accuracy: float = option(
         0.95, type="open_unit_interval", help="the accuracy of the production curve's headline"
     )

@@ -224,6 +224,10 @@ class Model:
         calibration_truth_cols=None,
         shorter_codes: Optional[bool] = None,
         code_levels=None,
+        crosswalk=None,
+        status=None,
+        relation=None,
+        product=None,
         **renamed,
     ) -> pd.DataFrame:
         """Codes for texts: code_k, prob_k and (when the key has them) desc_k, k = 1 .. top_k.
@@ -260,7 +264,114 @@ class Model:
         given a `level`). target_accuracy (with target_confidence, calibration_data,
         calibration_truth_cols, shorter_codes, code_levels): the threshold chosen here as
         predict.py --target-accuracy chooses it for a file of these rows (the rows to code
-        counted, less those the lookup covers), then applied: the same marks as predict.py's."""
+        counted, less those the lookup covers), then applied: the same marks as predict.py's.
+
+        crosswalk: a name (hisclass, hisclass_5, socpo, hiscam) or a table's path, or a list of
+        them: each code's class beside it and the row's, as predict.py --crosswalk writes them
+        (docs/classes.md); status, relation, product: the rows' HISCO status, relation and
+        product codes (one value for all rows, or one per row, paired with texts as language
+        is), which pick the crosswalk's row for them (predict.py's --status-col, ...)."""
+        walks = self._crosswalks(crosswalk, what, status, relation, product)
+        table = self._predict(
+            texts,
+            language,
+            top_k,
+            head,
+            threshold,
+            context,
+            batch_size,
+            what,
+            columns,
+            system,
+            lookup,
+            target,
+            target_accuracy=target_accuracy,
+            target_confidence=target_confidence,
+            calibration_data=calibration_data,
+            calibration_truth_cols=calibration_truth_cols,
+            shorter_codes=shorter_codes,
+            code_levels=code_levels,
+            **renamed,
+        )
+        if not walks:
+            return table
+        from mixer.prediction.classes import Classes, code_columns
+
+        index = texts.index if isinstance(texts, pd.Series) else table.index
+        values = {
+            name: self._per_row(name, value, index)
+            for name, value in (("status", status), ("relation", relation), ("product", product))
+            if value is not None
+        }
+        occcanine = settings("predict", {"columns": columns})["columns"] == "occcanine"
+        stem = self._system(system) if occcanine else "code"
+        classes = Classes(walks, flag="crosswalk=")
+        table = classes.add(table, code_columns(table, stem), values)
+        if line := classes.line():
+            print(line, file=sys.stderr)
+        return table
+
+    def _crosswalks(self, crosswalk, what, *context) -> list:
+        """The crosswalks crosswalk= names, read with the model's code system; refused
+        beside a matrix, and status=, relation=, product= without one."""
+        if crosswalk is None:
+            if any(value is not None for value in context):
+                raise UserError(
+                    "status=, relation= and product= pick a crosswalk's rows: pass crosswalk="
+                )
+            return []
+        what = settings("predict", {"what": what})["what"]
+        if what != "codes":
+            raise UserError(
+                f"crosswalk= adds classes beside codes, and what={what!r} is a matrix with a "
+                "column per code: leave out one of them"
+            )
+        from mixer.prediction.classes import load
+
+        return load(crosswalk, self._predictor.formatter)
+
+    def _system(self, system) -> str:
+        from mixer.prediction import outputs
+
+        return outputs.system_name(
+            self._predictor, settings("predict", {"system": system})["system"]
+        )
+
+    @staticmethod
+    def _per_row(name: str, value, index: pd.Index) -> pd.Series:
+        """One value for every row, or one per row (a Series paired by index, a list by
+        position), as a Series in the rows' order."""
+        if isinstance(value, str) or not _is_list_like(value):
+            return pd.Series([value] * len(index), dtype=object)
+        values = pd.Series(list(_aligned(name, value, index)), dtype=object)
+        if len(values) != len(index):
+            raise UserError(f"{name}= has {len(values)} values for {len(index)} texts")
+        return values
+
+    def _predict(
+        self,
+        texts: Texts,
+        language: Languages = None,
+        top_k: Optional[int] = None,
+        head: Optional[str] = None,
+        threshold: Optional[float] = None,
+        context: Context = None,
+        batch_size: Optional[int] = None,
+        what: Optional[str] = None,
+        columns: Optional[str] = None,
+        system: Optional[str] = None,
+        lookup=None,
+        target=None,
+        *,
+        target_accuracy: Optional[float] = None,
+        target_confidence: Optional[float] = None,
+        calibration_data=None,
+        calibration_truth_cols=None,
+        shorter_codes: Optional[bool] = None,
+        code_levels=None,
+        **renamed,
+    ) -> pd.DataFrame:
+        """predict() without the crosswalks' classes."""
         given = settings(
             "predict",
             dict(

@@ -103,6 +103,7 @@ class Job:
         self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
         self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.classes = None  # the crosswalks' class columns (mixer.prediction.classes)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
         self.languages, self.context_fit = (
             {},
@@ -143,6 +144,10 @@ def check_job(config: PredictConfig) -> list:
     if config.code_descriptions:
         check_input_path(config.code_descriptions, "--code-descriptions")
     check_coding_args(config)
+    from mixer.prediction.classes import load, refuse_without_codes
+
+    refuse_without_codes(config)
+    load(config.crosswalk, None, config.table_options("crosswalk"))  # names and tables checked
     return [sink for sink in registered if sink.wanted(config)]
 
 
@@ -177,6 +182,11 @@ def load_model(job: Job) -> None:
     from mixer.coding.job import prepare
 
     job.coding = prepare(config, model, job.predictor, *job.columns, world, job.say)
+    if config.crosswalk:  # a user's table's codes spelled as the model writes its own
+        from mixer.prediction.classes import Classes, load
+
+        options = config.table_options("crosswalk")
+        job.classes = Classes(load(config.crosswalk, job.predictor.formatter, options))
 
 
 def open_sinks(job: Job) -> None:
@@ -223,6 +233,10 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     job.rows_read += len(chunk)
     needed = [(columns.input_col, "--input-col"), (columns.language_col, "--language-col")]
     needed += [(c, "a context column the model was trained with") for c in columns.context_cols]
+    if job.classes is not None:  # the columns that pick a crosswalk's rows (--status-col, ...)
+        from mixer.prediction.classes import CONTEXT, CONTEXT_FLAGS
+
+        needed += [(getattr(job.config, name), CONTEXT_FLAGS[name]) for name in CONTEXT]
     for column, flag in needed:
         if column and column not in chunk.columns:
             raise missing_column(column, chunk.columns, f"--input {job.config.input}", flag)
@@ -275,6 +289,8 @@ def code_rows(job: Job, part: Part) -> None:
             with job.predictor.shared(world):
                 predicted = predict_shaped(job.model, config, *job.rows.read(chunk))
             part.predicted = predicted if world.is_main else None
+            if world.is_main:
+                add_classes(job, part)
     else:
         part.predicted = part.distinct.through(
             job.stores.table, chunk, world, job.predictor, lambda rows: code_table(job, rows)
@@ -284,7 +300,33 @@ def code_rows(job: Job, part: Part) -> None:
             job.coding.tally(
                 part.predicted, part.inputs if job.coding.active else None, config.head, part.blank
             )
+            add_classes(job, part)
     part.new = part.distinct.new
+
+
+def add_classes(job: Job, part: Part) -> None:
+    """Rank 0: the crosswalks' class columns beside the codes of the table every sink is
+    handed (mixer.prediction.classes), the input's status, relation and product picking
+    the rows; the codes without a class counted."""
+    if job.classes is None:
+        return
+    from mixer.prediction.classes import code_columns, context_values
+    from mixer.prediction.outputs import system_name
+
+    config = job.config
+    if is_shaped(config):  # OccCANINE's table or the alternatives: one head
+        stem = (
+            system_name(job.predictor, config.system) if config.columns == "occcanine" else "code"
+        )
+        prefixes = [""]
+    else:
+        stem, prefixes = "code", [""] if len(config.head) == 1 else [f"{h}_" for h in config.head]
+    context = context_values(
+        part.chunk, config, f"--input {config.input}", config.alternatives or 1
+    )
+    part.predicted = job.classes.add(
+        part.predicted, code_columns(part.predicted, stem, prefixes), context
+    )
 
 
 def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
@@ -362,6 +404,8 @@ def finish(job: Job) -> None:
                 file=sys.stderr,
             )
         for line in job.coding.report():
+            print(line, file=sys.stderr)
+        if job.classes is not None and (line := job.classes.line()):
             print(line, file=sys.stderr)
         for sink in job.sinks:
             if not sink.early:
@@ -546,6 +590,7 @@ def keep_chunk(job: Job, part: Part) -> None:
     states = {
         "sinks": [(sink_name(type(sink)), sink.state()) for sink in job.sinks],
         "coding": job.coding.state(job.journal),
+        "classes": job.classes.state() if job.classes is not None else None,
     }
     job.journal.done(
         part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
@@ -560,6 +605,8 @@ def restore_states(job: Job) -> None:
     ):  # the same sinks (the journal's made_by)
         sink.restore(state)
     job.coding.restore(saved["coding"], job.journal)
+    if job.classes is not None:
+        job.classes.restore(saved.get("classes"))
 
 
 class StopRequest:

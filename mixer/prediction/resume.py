@@ -178,6 +178,13 @@ class Journal:
         for name in FILES:  # the file as it is now, not only its name
             if options.get(name):
                 options[name] = {"path": options[name], **_file_identity(options[name])}
+        if options.get("crosswalk"):  # a user's crosswalk table as it is now too
+            from mixer.data.labels.crosswalk import CROSSWALKS
+
+            options["crosswalk"] = [
+                name if name.lower() in CROSSWALKS else {"path": name, **_file_identity(name)}
+                for name in options["crosswalk"]
+            ]
         # the calibration the confidences are read with (calibration.json, which --calibrate rewrites)
         options["calibration"] = {
             head: list(values) for head, values in sorted(predictor.calibration.items())

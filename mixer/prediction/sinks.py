@@ -185,13 +185,12 @@ class CheckListSink(Sink):
             + ([columns.language_col] if columns.language_col else [])
             + columns.context_cols
         )
-        self.checklist = CheckList(
-            self.count,
-            self.path,
-            keys,
+        prefix, slots = (
             "" if len(config.head) == 1 else f"{config.head[0]}_",
             config.top_k or job.predictor.default_top_k(),
-            log=job.say,
+        )
+        self.checklist = CheckList(
+            self.count, self.path, keys, prefix, slots, log=job.say, extra=class_names(job, prefix)
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
@@ -224,6 +223,17 @@ class CheckListSink(Sink):
 
     def abort(self) -> None:
         self.checklist.abort()
+
+
+def class_names(job, prefix: str) -> list:
+    """The class columns of the job's crosswalks (mixer.prediction.classes) for one head's
+    codes, as the code table names them."""
+    if job.classes is None:
+        return []
+    from mixer.data.labels.crosswalk import class_columns
+
+    slots = job.config.top_k or job.predictor.default_top_k()
+    return [name for walk in job.classes.walks for name in class_columns(walk, slots, prefix)]
 
 
 class EmbeddingSink(Sink):

@@ -58,6 +58,32 @@ def codes_in_columns(frame: pd.DataFrame, columns: list, code_length: Optional[i
     )
 
 
+def class_sets(
+    frame: pd.DataFrame, columns: list, walk, code_length: Optional[int] = None, context=None
+) -> list:
+    """Per row, the set of the classes a crosswalk (mixer.data.labels.crosswalk) gives the
+    codes in `columns` (codes without a class left out); context: {status, relation,
+    product: each row's values} that pick the crosswalk's rows."""
+    context = context or {}
+    cells = []
+    for column in columns:
+        text, _, _ = code_text(frame, column)
+        text, _ = restore_digits(text.replace({"nan": "", "NaN": "", "None": ""}), code_length)
+        found = walk.classify(text, *(context.get(k) for k in ("status", "relation", "product")))
+        cells.append(found.to_numpy(dtype=object))
+    if not cells:
+        return [set() for _ in range(len(frame))]
+    return [{c for c in row if c} for row in zip(*cells)]
+
+
+def class_table(truth: list, predictions: dict, walk, groups=None, group_name="group"):
+    """evaluation_table's rows at a crosswalk's level: `truth` and `predictions` are class
+    sets (class_sets), the rows whose true codes have a class scored; `digits` names the
+    crosswalk."""
+    table = evaluation_table(truth, predictions, groups, [None], group_name)
+    return table.assign(digits=walk.name)
+
+
 def lost_zeros_note(truth: list, predicted: dict) -> Optional[str]:
     """Without --code-length: a note when true codes are digits shorter than the predictions'
     digit codes, all of one width (the model writes '01110', the truth says '1110'). Scored
@@ -198,6 +224,7 @@ def plot_table(table: pd.DataFrame, path: str, group_name: str = "group") -> str
     from mixer.reporting.plot import _pyplot
 
     plt = _pyplot()
+    table = table[table["digits"].map(lambda d: isinstance(d, (int, np.integer)))]  # not classes
     heads = list(dict.fromkeys(table["head"]))
     overall = table[group_name].iloc[0]  # evaluation_table puts the overall rows first
     fig, axes = plt.subplots(1, len(STATISTICS), figsize=(4 * len(STATISTICS), 3.6), sharey=True)

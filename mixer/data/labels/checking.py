@@ -58,7 +58,16 @@ class CheckList:
     and n_rows counts the rows of a key. The description's columns are written as the
     first such row has them."""
 
-    def __init__(self, count: int, path: str, key_columns: list, prefix: str, slots: int, log=None):
+    def __init__(
+        self,
+        count: int,
+        path: str,
+        key_columns: list,
+        prefix: str,
+        slots: int,
+        log=None,
+        extra: tuple = (),
+    ):
         from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
@@ -66,6 +75,7 @@ class CheckList:
             path, "--to-check", log=log
         )  # log: columns written under other names
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
+        self.extra = list(extra)  # the prediction's columns listed after the codes (classes)
         self.parts = []
         self.rows = 0  # input rows seen, so that a row is named by its row in the input
         self.described = (
@@ -83,7 +93,7 @@ class CheckList:
             for kind in ("code", "prob", "desc")
             for k in range(self.slots)
         ]
-        names += [f"{self.prefix}{ROW_CONFIDENCE}"]
+        names += [f"{self.prefix}{ROW_CONFIDENCE}"] + self.extra
         table = pd.concat(
             [keys, predicted[[n for n in names if n in predicted.columns]].reset_index(drop=True)],
             axis=1,
@@ -139,7 +149,8 @@ class CheckList:
             for kind in ("code", "prob", "desc")
             if f"{kind}_{k + 1}" in chosen.columns
         ]
-        out = chosen[["n_rows", "confidence"] + codes]
+        extra = [n[len(self.prefix) :] for n in self.extra]
+        out = chosen[["n_rows", "confidence"] + codes + [n for n in extra if n in chosen.columns]]
         for k in range(self.slots):
             out[CHECKED.format(k + 1)] = ""
         try:  # a row the format cannot hold is named by its row in the input too

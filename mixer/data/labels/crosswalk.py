@@ -20,6 +20,12 @@ The interface every layer above uses (stable):
     Crosswalk.label(classes) -> pd.Series[str]   each class's label ('' for a score or none)
     Crosswalk.first(per_code) -> pd.Series[str]  the row-level class of rows with several
         codes: the first code's that has one (per_code: one Series per code column, in order)
+    Crosswalk.width                 digit codes shorter than this are read with their zeros
+                                    restored (HISCO's tables: 5; a user's table: None)
+    class_columns(walk, slots, prefix='') -> list   the columns with_classes writes
+    with_classes(table, walks, {prefix: code columns}, status, relation, product)
+        -> (table with the class columns, {name: codes without a class})
+    check_names(walks)              two crosswalks of one name, or a reserved one, refused
 
 The HISCO tables (mixer/resources/hisco-ses/hisco_ses.csv, from the R package hisco;
 attribution in data/README.md) hold each HISCO code's own row and rows for a HISCO status,
@@ -73,10 +79,16 @@ class Crosswalk:
     rows: dict = field(repr=False)  # (code, status, relation, product) -> class
     labels: dict = field(repr=False)  # class -> its label
     classes: tuple = field(repr=False)  # the classes the table gives, in order
+    width: Optional[int] = None  # digit codes shorter than this get their zeros back (HISCO: 5)
 
     def classify(self, codes, status=None, relation=None, product=None) -> pd.Series:
         """Each code's class ('' where the table gives none), on the codes' index."""
         codes = as_text(pd.Series(codes)).str.strip()
+        if self.width:  # '2290' from a file that lost the zero is 02290, as the model writes it
+            codes = codes.where(
+                ~(codes.str.fullmatch(r"\d+") & (codes.str.len() < self.width)),
+                codes.str.zfill(self.width),
+            )
         given = [None if v is None else _context_text(v) for v in (status, relation, product)]
         if all(v is None for v in given):
             return _mapped(codes, self._own)
@@ -184,6 +196,7 @@ def _shipped(name: str) -> Crosswalk:
         rows=rows,
         labels=labels,
         classes=_class_order(values),
+        width=HISCO_WIDTH,
     )
 
 
@@ -227,3 +240,66 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
         labels=labels,
         classes=_class_order(pairs["class"]),
     )
+
+
+# ------------------------------------------------------------------ classes beside codes
+# the names a crosswalk's columns may not take: the code table's and the check list's own
+RESERVED = ("code", "prob", "desc", "confidence", "source", "coded", "level", "alternative")
+RESERVED += ("checked", "true_code", "n_rows", "occ1", "conf")
+
+
+def class_columns(walk: Crosswalk, slots: list, prefix: str = "") -> list:
+    """The columns `with_classes` adds for one crosswalk and one head's code columns
+    (`slots` of them): per code k its class <name>_k (and <name>_label_k), then the row's
+    class <name> (and <name>_label); a score (HISCAM) has no labels. `prefix`: the head's,
+    as the code table writes it ('flat_' beside 'seq2seq_')."""
+    label = not walk.numeric
+    names = []
+    for k in range(1, slots + 1):
+        names += [f"{prefix}{walk.name}_{k}"] + ([f"{prefix}{walk.name}_label_{k}"] * label)
+    return names + [f"{prefix}{walk.name}"] + ([f"{prefix}{walk.name}_label"] * label)
+
+
+def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=None, product=None):
+    """(the table with each crosswalk's class columns after its own, the codes without a
+    class: {crosswalk name: the codes, as a Series}). codes: {prefix: the code columns of
+    one head, in order} (mixer's code_1, code_2, ...; OccCANINE's hisco_1, ...). status,
+    relation, product: each row's values, or None. The row's class: the first code's that
+    has one (Crosswalk.first)."""
+    added, unclassed = {}, {}
+    for walk in walks:
+        missing = []
+        for prefix, columns in codes.items():
+            names = iter(class_columns(walk, len(columns), prefix))
+            per_code = []
+            for column in columns:
+                code = as_text(table[column]).str.strip()
+                classes = walk.classify(code, status, relation, product).set_axis(table.index)
+                per_code.append(classes)
+                added[next(names)] = classes
+                if not walk.numeric:
+                    added[next(names)] = walk.label(classes)
+                missing.append(code[(code != "") & (classes == "")])
+            row = walk.first(per_code) if per_code else pd.Series("", index=table.index)
+            added[next(names)] = row
+            if not walk.numeric:
+                added[next(names)] = walk.label(row)
+        unclassed[walk.name] = pd.concat(missing) if missing else pd.Series([], dtype=object)
+    return table.assign(**added), unclassed
+
+
+def check_names(walks) -> None:
+    """Refuse two crosswalks of one name, or a table named as a column of the code table."""
+    seen = set()
+    for walk in walks:
+        if walk.name in seen:
+            raise UserError(
+                f"--crosswalk: {walk.name} named twice; name each crosswalk once (a file by "
+                "another name when two files share one)"
+            )
+        if walk.name in RESERVED:
+            raise UserError(
+                f"--crosswalk {walk.source}: its columns would be named {walk.name}_1, ..., as "
+                f"the code table's own; rename the file (e.g. {walk.name}_groups.csv)"
+            )
+        seen.add(walk.name)

@@ -176,6 +176,9 @@ def job_files(config, own: str) -> dict:
         "--audit": config.audit[-1] if config.audit else None,
         "--output's provenance": config.output + SIDECAR_SUFFIX if config.output else None,
     }
+    for path in getattr(config, "crosswalk", None) or ():  # a user's table (not a name shipped)
+        if os.path.isfile(path):
+            files[f"--crosswalk {path}"] = path
     files = {flag: path for flag, path in files.items() if flag != own and path}
     model_dir = (
         config.checkpoint if config.checkpoint and os.path.isdir(config.checkpoint) else None
