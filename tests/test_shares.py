@@ -1,7 +1,7 @@
 """Class shares corrected by an audit (mixer.audit.shares, `evaluate.py --shares`): the
 interval holds in small audits where the normal one does not, strata are weighted by their
 rows, the program writes the table and its picture, and bad input is refused in one line.
-The coverage at every audit size: benchmarks/class_shares.py (docs/evaluation.md)."""
+The coverage at every audit size: benchmarks/class_shares.py (docs/classes.md)."""
 
 import os
 

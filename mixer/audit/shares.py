@@ -1,7 +1,7 @@
 """Class shares corrected by an audit (`evaluate.py --shares LEVEL --audit AUDIT
 --predictions PREDICTED`): per class, the share counted from the predictions of the whole
 file, that share corrected by the rows a person checked, and a 95% interval for the true
-share that holds at any audit size; the audit's own estimate beside it. docs/evaluation.md,
+share that holds at any audit size; the audit's own estimate beside it. docs/classes.md,
 "Class shares corrected by an audit".
 
 The estimator is prediction-powered inference's (Angelopoulos et al., Science 2023): the
@@ -16,7 +16,7 @@ so that c_k + [a_low - b_high, a_high - b_low] misses only where one of the four
 each at most alpha/8; intersected with the audit's own Clopper-Pearson interval of the share
 at level 1 - alpha/2, it misses at most alpha (Bonferroni), whatever n. `simultaneous`
 divides alpha by the number of classes, so that all intervals hold at once. Other intervals
-were compared in benchmarks/class_shares.py (docs/evaluation.md).
+were compared in benchmarks/class_shares.py (docs/classes.md).
 
 A row's class is its first code's that has one (mixer.data.labels.crosswalk's row-level
 rule: the first code written is the main occupation); rows whose codes have no class at

@@ -283,7 +283,7 @@ class EvaluateConfig:
         None,
         metavar="LEVEL",
         works_with=("audit",),
-        help="class shares corrected by --audit: code, prefix:N or a crosswalk (docs/evaluation.md)",
+        help="class shares corrected by --audit: code, prefix:N or a crosswalk (docs/classes.md)",
     )
     simultaneous: bool = option(
         False,
