@@ -195,6 +195,14 @@ class PredictConfig:
         works_with=("shorter_codes",),
         help="prefix lengths for --shorter-codes (unset: HISCO's and ISCO's 1 2 3)",
     )
+    target_level: Optional[list] = option(
+        None,
+        nargs="+",
+        metavar="LEVEL",
+        group=TARGET,
+        works_with=("target_accuracy",),
+        help="levels --target-accuracy counts at: code, or a crosswalk (a mark each)",
+    )
     lookup: Optional[str] = option(
         None,
         metavar="FILE",

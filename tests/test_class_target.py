@@ -1,0 +1,102 @@
+"""The guarantee at a crosswalk's class level (docs/coding.md, "At the class level"):
+--target-level hisclass chooses its threshold on labelled rows scored by their classes,
+with the class confidence (mixer.coding.levels, the prefix levels' own mechanism), and a
+row carries a mark per level asked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mixer.cli.entrypoints import predict_main
+from mixer.core.errors import UserError
+
+
+def held_out(run):
+    scores = pd.read_parquet(os.path.join(run, "scores.parquet"))
+    return scores[~scores["chose"]].reset_index(drop=True)
+
+
+def test_the_class_level_threshold_is_the_guarantee_on_rows_scored_by_class(run_dir):
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+    from mixer.coding.levels import level_correct
+    from mixer.coding.target import predicted_code_sets
+    from mixer.data.labels.crosswalk import load_crosswalk
+
+    model = mixer.load(run_dir)
+    both = model.target(0.5, 0.9, target_level=["code", "hisclass"], rows_to_code=240)
+    (classes,) = both.also
+    assert both.mark_column == "coded" and classes.mark_column == "coded_hisclass"
+    rows = held_out(run_dir)
+    walk = load_crosswalk("hisclass")
+    table = model._predictor.predict(rows["text"], rows["lang"], "flat", levels=(walk,))
+    truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
+    right = level_correct(truth, predicted_code_sets(table), walk)
+    at = table["level_confidence_hisclass"].to_numpy()
+    expected = choose_threshold(at, right, 0.5, 0.1, 240)
+    assert expected.threshold is not None
+    assert classes.threshold == expected.threshold and classes.bound == expected.bound
+    # the codes' own promise is unchanged by asking for the class level beside it
+    assert both.threshold == model.target(0.5, 0.9, rows_to_code=240).threshold
+    # a row's classes are never less sure than its codes (flat head)
+    assert (at >= table["confidence"].to_numpy() - 1e-12).all()
+    alone = model.target(0.5, 0.9, target_level="hisclass", rows_to_code=240)
+    assert alone.threshold == classes.threshold and alone.also == ()
+
+
+def test_predict_py_writes_a_mark_per_level_and_says_each(run_dir, common_csv, tmp_path, capsys):
+    import mixer
+
+    model = mixer.load(run_dir)
+    both = model.target(0.5, 0.9, target_level=["code", "hisclass"], rows_to_code=240)
+    out = tmp_path / "coded.csv"
+    argv = ["--checkpoint", run_dir, "--input", common_csv, "--output", str(out)]
+    target = ["--target-accuracy", "0.5", "--target-confidence", "0.9"]
+    assert predict_main([*argv, *target, "--target-level", "code", "hisclass"]) == 0
+    written = pd.read_csv(out, dtype={"coded": str, "coded_hisclass": str})
+    code_auto = written["confidence"] >= both.threshold
+    class_auto = written["level_confidence_hisclass"] >= both.also[0].threshold
+    assert (written["coded"] == np.where(code_auto, "auto", "check")).all()
+    assert (written["coded_hisclass"] == np.where(class_auto, "auto", "check")).all()
+    assert class_auto.any()
+    said = capsys.readouterr()
+    err = said.out + said.err
+    assert "target: flat head at the level hisclass (coded_hisclass)" in err
+    assert "coded hisclass (coded_hisclass) automatically at accuracy >= 0.5" in err
+    assert f": {class_auto.sum():,} rows" in err
+    sidecar = json.load(open(f"{out}.provenance.json"))
+    assert sidecar["target"]["flat"]["level"] == "code"
+    assert sidecar["target"]["flat"]["also"][0]["level"] == "hisclass"
+    assert sidecar["result"]["coded"]["flat"]["coded_hisclass"]["auto"] == class_auto.sum()
+    # the class level alone: its mark only, and the check list takes its checks
+    alone, check = tmp_path / "alone.csv", tmp_path / "check.csv"
+    assert (
+        predict_main(
+            [*argv[:-1], str(alone), *target, "--target-level", "hisclass"]
+            + ["--to-check", "500", str(check)]
+        )
+        == 0
+    )
+    written = pd.read_csv(alone, dtype={"coded_hisclass": str})
+    assert "coded" not in written.columns
+    assert (written["coded_hisclass"] == np.where(class_auto, "auto", "check")).all()
+    assert pd.read_csv(check)["n_rows"].sum() == (~class_auto).sum()
+
+
+def test_what_a_class_level_cannot_be_asked_with_is_refused(run_dir):
+    import mixer
+
+    model = mixer.load(run_dir)
+    with pytest.raises(UserError, match="hiscam.: a score, not classes"):
+        model.target(0.5, target_level="hiscam")
+    with pytest.raises(UserError, match="name code in target_level= too"):
+        model.target(0.5, target_level="hisclass", shorter_codes=True, code_levels=[1, 2])
+    with pytest.raises(UserError, match="names a level twice"):
+        model.target(0.5, target_level=["hisclass", "hisclass"])
+    with pytest.raises(UserError, match="target_level= works with target_accuracy="):
+        model.predict(["farmer"], target_level="hisclass")
