@@ -100,3 +100,37 @@ def test_what_a_class_level_cannot_be_asked_with_is_refused(run_dir):
         model.target(0.5, target_level=["hisclass", "hisclass"])
     with pytest.raises(UserError, match="target_level= works with target_accuracy="):
         model.predict(["farmer"], target_level="hisclass")
+
+
+def test_an_audit_is_scored_at_the_code_and_the_class_level_with_intervals(tmp_path, capsys):
+    from mixer.audit import statistics as stats
+    from mixer.audit.draw import AuditDraw, AuditRequest, write_audit
+    from mixer.cli.entrypoints import evaluate_main
+    from mixer.data.labels.formatter import CodeFormatter
+
+    # HISCLASS: 06510 and 14120 are 2, 99910 and 97120 are 11, 61110 is 8; -1 has no class
+    predicted = ["06510", "06510", "99910", "99910", "61110", "-1"]
+    truth = ["14120", "06510", "97120", "61110", "61110", "-1"]
+    path = tmp_path / "audit.csv"
+    frame = pd.DataFrame({"occ1": [f"occupation {i}" for i in range(len(predicted))]})
+    draw = AuditDraw(
+        AuditRequest(str(path), size=len(predicted)).check(), "occ1", [], CodeFormatter("hisco")
+    )
+    draw.add(frame, pd.DataFrame({"code_1": predicted, "prob_1": [0.9] * len(predicted)}))
+    table, lines = draw.finish("m-test", "test", "flat", "0.5")
+    write_audit(table, str(path), lines, log=lambda line: None)
+    filled = pd.read_csv(path, dtype=str, keep_default_na=False)
+    by_row = dict(zip(frame["occ1"], truth))  # each row's own truth, by its description
+    filled["true_code_1"] = filled["occ1"].map(by_row)
+    filled.to_csv(path, index=False)
+    assert evaluate_main(["--audit", str(path), "--crosswalk", "hisclass"]) == 0
+    scores = pd.read_csv(tmp_path / "audit_scores.csv", dtype={"digits": str})
+    code, classes = (scores[scores["digits"] == d].iloc[0] for d in ("all", "hisclass"))
+    assert (code["checked"], code["correct"]) == (6, 3)
+    assert (classes["checked"], classes["correct"]) == (6, 5)
+    for row, right in ((code, 3), (classes, 5)):
+        expected = stats.simple(right, 6)
+        assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    assert "hisclass" in capsys.readouterr().out
+    with pytest.raises(UserError, match="each code's own row"):
+        evaluate_main(["--audit", str(path), "--crosswalk", "hisclass", "--status-col", "s"])

@@ -247,7 +247,13 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             )
             return 0
         from mixer.audit.scores import evaluate_audit
+        from mixer.prediction.classes import load
 
+        if args.crosswalk and (args.status or args.relation or args.product):
+            raise cli.UserError(
+                "--audit scores the class of each code's own row of the crosswalk, as the class "
+                "level's guarantee counts it; leave out --status-col, --relation-col, --product-col"
+            )
         evaluate_audit(
             args.audit,
             args.predictions,
@@ -257,6 +263,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             args.code_length,
             args.output,
             args.plot,
+            load(args.crosswalk, None, args.table_options("crosswalk")),
         )
         return 0
     if not args.predictions or not args.truth_cols:

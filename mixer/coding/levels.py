@@ -91,12 +91,11 @@ def level_name(level) -> str:
 def group_keys(codes, level) -> list:
     """Per code, its group at a level: the code cut to the prefix length (as the row
     confidence has always cut it, HISCO's -1..-3 included), or its class; a code the
-    crosswalk gives no class is a group of its own (its code, marked apart from classes)."""
+    crosswalk gives no class is a group of its own (Crosswalk.groups)."""
     codes = [str(c) for c in codes]
     if is_prefix(level):
         return [c[: int(level)] for c in codes]
-    classes = level.classify(codes).to_numpy(dtype=object)
-    return [k if k else f"\x00{c}" for c, k in zip(codes, classes)]
+    return level.groups(codes)
 
 
 def group_set(codes, level) -> frozenset:
@@ -104,8 +103,7 @@ def group_set(codes, level) -> frozenset:
     crosswalk, the classes, a code without one kept whole (it is right only as itself)."""
     if is_prefix(level):
         return prefix_set(codes, int(level))
-    codes = [str(c) for c in codes if str(c)]
-    return frozenset(group_keys(codes, level)) if codes else frozenset()
+    return level.group_set(codes)
 
 
 def level_correct(true_sets, predicted_sets, level) -> np.ndarray:
