@@ -134,3 +134,33 @@ def test_an_audit_is_scored_at_the_code_and_the_class_level_with_intervals(tmp_p
     assert "hisclass" in capsys.readouterr().out
     with pytest.raises(UserError, match="each code's own row"):
         evaluate_main(["--audit", str(path), "--crosswalk", "hisclass", "--status-col", "s"])
+
+
+def test_the_production_curve_has_the_class_level_beside_the_codes(
+    run_dir, common_csv, tmp_path, capsys
+):
+    from mixer.cli.entrypoints import evaluate_main
+    from mixer.data.labels.crosswalk import load_crosswalk
+
+    out = tmp_path / "coded.csv"
+    argv = ["--checkpoint", run_dir, "--input", common_csv, "--output", str(out)]
+    target = ["--target-accuracy", "0.5", "--target-confidence", "0.9"]
+    assert predict_main([*argv, *target, "--target-level", "code", "hisclass"]) == 0
+    table = tmp_path / "coded_evaluation.csv"
+    evaluate = ["--predictions", str(out), "--truth-cols", "hisco_1", "hisco_2"]
+    assert evaluate_main([*evaluate, "--output", str(table), "--crosswalk", "hisclass"]) == 0
+    curve = pd.read_csv(tmp_path / "coded_production.csv", keep_default_na=False)
+    assert set(curve["head"]) == {"prediction", "prediction:hisclass"}
+    # every row coded (the curve's last point): the accuracy of the classes, ordered by their
+    # own confidence column
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    walk = load_crosswalk("hisclass")
+
+    def classes(columns):
+        return [walk.group_set([c for c in row if c]) for row in written[columns].to_numpy()]
+
+    truth, predicted = classes(["hisco_1", "hisco_2"]), classes(["code_1", "code_2"])
+    right = np.mean([t == p for t, p in zip(truth, predicted)])
+    last = curve[(curve["head"] == "prediction:hisclass") & (curve["group"] == "all")].iloc[-1]
+    assert last["coded_share"] == 1.0 and last["accuracy"] == pytest.approx(right)
+    assert "level_confidence_hisclass: on new rows like these" in capsys.readouterr().out

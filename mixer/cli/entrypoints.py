@@ -392,6 +392,7 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
 
     csv_path, png_path = paths
     groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None
+    distinct = frame[args.text_col].to_numpy() if args.text_col else None
     table, missing, scored = production.production_table(
         frame,
         truth,
@@ -399,8 +400,21 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
         columns,
         groups,
         args.by or "group",
-        frame[args.text_col].to_numpy() if args.text_col else None,
+        distinct,
     )
+    if args.crosswalk:  # each crosswalk's class level beside the codes' (docs/classes.md)
+        import pandas as pd
+
+        from mixer.prediction.classes import load
+
+        for walk in load(args.crosswalk, None, args.table_options("crosswalk")):
+            level, left, right, named = production.class_level(
+                frame, truth, predicted, columns, walk, groups, args.by or "group", distinct
+            )
+            table = pd.concat([table, level], ignore_index=True)
+            missing.update(left)
+            scored.update(right)
+            columns = {**columns, **named}
     for head, rows in missing.items():
         if rows:
             print(
