@@ -89,3 +89,18 @@ def test_a_users_table_without_its_columns_or_with_two_classes_for_a_code(tmp_pa
         load_crosswalk(str(bad))
     with pytest.raises(UserError, match="neither a crosswalk mixer ships"):
         load_crosswalk("hisclas")
+
+
+def test_class_columns_have_labels_only_where_the_table_has_them(tmp_path):
+    from mixer.data.labels.crosswalk import class_columns
+
+    plain = tmp_path / "groups.csv"
+    plain.write_text("code,class\n02290,A\n")
+    assert class_columns(load_crosswalk(str(plain)), 2) == ["groups_1", "groups_2", "groups"]
+    assert class_columns(load_crosswalk("hiscam"), 1, "flat_") == ["flat_hiscam_1", "flat_hiscam"]
+    assert class_columns(load_crosswalk("socpo"), 1) == [
+        "socpo_1",
+        "socpo_label_1",
+        "socpo",
+        "socpo_label",
+    ]

@@ -170,7 +170,8 @@ class AuditDraw:
             c
             for c in predicted.columns
             if str(c).startswith(self.prefix) and PREDICTED.match(str(c)[len(self.prefix) :])
-        ] + [c for c in self.extra if c in predicted.columns]
+        ] + [c for c in getattr(self, "extra", ()) if c in predicted.columns]  # a draw resumed
+        # from a journal written before the class columns has none
         self.add(
             chunk.set_axis(self.shown, axis=1),
             predicted[own].rename(columns=lambda c: c[len(self.prefix) :]),

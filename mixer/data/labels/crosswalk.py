@@ -10,6 +10,7 @@ The interface every layer above uses (stable):
         them (zeros restored); `options` (TableOptions) how the file is read
     Crosswalk.name                  the name the output columns take (a file's: its stem)
     Crosswalk.numeric               True for a score (HISCAM), not a class
+    Crosswalk.labelled              whether its classes have labels (label columns written)
     Crosswalk.classes               the classes the table gives, in their order (1, 2, ... 13)
     Crosswalk.classify(codes, status=None, relation=None, product=None) -> pd.Series[str]
         each code's class, '' where the table gives none (an unknown code, a blank code, a
@@ -113,6 +114,11 @@ class Crosswalk:
     def _own(self) -> dict:
         """Each code's own row's class (no status, relation or product)."""
         return {key[0]: value for key, value in self.rows.items() if not any(key[1:])}
+
+    @property
+    def labelled(self) -> bool:
+        """Whether its classes have labels (the class columns then have label columns)."""
+        return not self.numeric and bool(self.labels)
 
     def _pick(self, code, *values) -> str:
         """The class of the most specific row the table has for a code and its values."""
@@ -267,9 +273,10 @@ RESERVED += ("checked", "true_code", "n_rows", "occ1", "conf")
 def class_columns(walk: Crosswalk, slots: list, prefix: str = "") -> list:
     """The columns `with_classes` adds for one crosswalk and one head's code columns
     (`slots` of them): per code k its class <name>_k (and <name>_label_k), then the row's
-    class <name> (and <name>_label); a score (HISCAM) has no labels. `prefix`: the head's,
-    as the code table writes it ('flat_' beside 'seq2seq_')."""
-    label = not walk.numeric
+    class <name> (and <name>_label); a score (HISCAM) and a table without labels have no
+    label columns. `prefix`: the head's, as the code table writes it ('flat_' beside
+    'seq2seq_')."""
+    label = walk.labelled
     names = []
     for k in range(1, slots + 1):
         names += [f"{prefix}{walk.name}_{k}"] + ([f"{prefix}{walk.name}_label_{k}"] * label)
@@ -281,10 +288,11 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
     class: {crosswalk name: the codes, as a Series}). codes: {prefix: the code columns of
     one head, in order} (mixer's code_1, code_2, ...; OccCANINE's hisco_1, ...). status,
     relation, product: each row's values, or None. The row's class: the first code's that
-    has one (Crosswalk.first)."""
+    has one (Crosswalk.first). A score's columns (HISCAM) are numbers, NaN where blank."""
     added, unclassed = {}, {}
     for walk in walks:
         missing = []
+        written = _score if walk.numeric else (lambda classes: classes)
         for prefix, columns in codes.items():
             names = iter(class_columns(walk, len(columns), prefix))
             per_code = []
@@ -292,16 +300,21 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
                 code = as_text(table[column]).str.strip()
                 classes = walk.classify(code, status, relation, product).set_axis(table.index)
                 per_code.append(classes)
-                added[next(names)] = classes
-                if not walk.numeric:
+                added[next(names)] = written(classes)
+                if walk.labelled:
                     added[next(names)] = walk.label(classes)
                 missing.append(code[(code != "") & (classes == "")])
             row = walk.first(per_code) if per_code else pd.Series("", index=table.index)
-            added[next(names)] = row
-            if not walk.numeric:
+            added[next(names)] = written(row)
+            if walk.labelled:
                 added[next(names)] = walk.label(row)
         unclassed[walk.name] = pd.concat(missing) if missing else pd.Series([], dtype=object)
     return table.assign(**added), unclassed
+
+
+def _score(values: pd.Series) -> pd.Series:
+    """A score's text as numbers (float64), NaN where the table gives none."""
+    return pd.to_numeric(values.where(values != "", None), errors="coerce").astype("float64")
 
 
 def check_names(walks) -> None:
