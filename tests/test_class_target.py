@@ -164,3 +164,40 @@ def test_the_production_curve_has_the_class_level_beside_the_codes(
     last = curve[(curve["head"] == "prediction:hisclass") & (curve["group"] == "all")].iloc[-1]
     assert last["coded_share"] == 1.0 and last["accuracy"] == pytest.approx(right)
     assert "level_confidence_hisclass: on new rows like these" in capsys.readouterr().out
+
+
+def test_the_seq2seq_head_chooses_on_its_codes_confidence_at_the_class_level(run_dir):
+    import mixer
+    from mixer.coding.guarantee import choose_threshold
+    from mixer.coding.levels import level_correct
+    from mixer.coding.target import predicted_code_sets
+    from mixer.data.labels.crosswalk import load_crosswalk
+
+    model = mixer.load(run_dir)
+    chosen = model.target(0.2, 0.9, head="seq2seq", target_level="hisclass", rows_to_code=240)
+    rows = held_out(run_dir)
+    walk = load_crosswalk("hisclass")
+    table = model._predictor.predict(rows["text"], rows["lang"], "seq2seq", levels=(walk,))
+    np.testing.assert_array_equal(table["level_confidence_hisclass"], table["confidence"])
+    truth = [tuple(sorted(set(t.split(" & ")) - {""})) for t in rows["true_codes"]]
+    right = level_correct(truth, predicted_code_sets(table), walk)
+    expected = choose_threshold(table["confidence"].to_numpy(), right, 0.2, 0.1, 240)
+    assert chosen.threshold == expected.threshold
+
+
+def test_two_processes_mark_both_levels_as_one(run_dir, common_csv, tmp_path):
+    from conftest import rank0_gathers_cmd, run
+
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    flags = ["--checkpoint", run_dir, "--input", common_csv, "--target-accuracy", "0.5"]
+    flags += ["--target-confidence", "0.9", "--target-level", "code", "hisclass"]
+    assert predict_main([*flags, "--output", str(one)]) == 0
+    run(
+        rank0_gathers_cmd(2, "predict.py")
+        + ["--distributed", *flags, "--output", str(two), "--chunk-size", "50"]
+    )
+    a, b = (pd.read_csv(path, dtype=str, keep_default_na=False) for path in (one, two))
+    assert a["coded_hisclass"].tolist() == b["coded_hisclass"].tolist()
+    assert a["coded"].tolist() == b["coded"].tolist() and (a["coded_hisclass"] == "auto").any()
+    made = [json.load(open(f"{path}.provenance.json")) for path in (one, two)]
+    assert made[0]["target"] == made[1]["target"] and made[0]["result"] == made[1]["result"]
