@@ -351,10 +351,15 @@ def snapshot(directory) -> dict:
 def fails(capsys, program, argv, *needles, watch=None):
     """Run a program in-process on bad input: exit status 2, one line on stderr holding each
     needle, no traceback, and `watch` (a directory) exactly as it was. Returns the line."""
-    from mixer.cli.entrypoints import finetune_main, predict_main, train_mixer_main
+    from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
     from mixer.cli.parsing import run_main
 
-    main = {"finetune": finetune_main, "train": train_mixer_main, "predict": predict_main}[program]
+    main = {
+        "finetune": finetune_main,
+        "train": train_mixer_main,
+        "predict": predict_main,
+        "evaluate": evaluate_main,
+    }[program]
     before = snapshot(watch) if watch else None
     with pytest.raises(SystemExit) as exit_info:
         run_main(main, [str(a) for a in argv])

@@ -89,6 +89,58 @@ def test_level_confidence_of_the_flat_head_is_a_noisy_or_over_each_prefix():
     assert got[0] >= full[0]
 
 
+def _user_crosswalk(tmp_path, rows):
+    from mixer.data.labels.crosswalk import load_crosswalk
+
+    path = tmp_path / "groups.csv"
+    pd.DataFrame(rows, columns=["code", "class"]).to_csv(path, index=False)
+    return load_crosswalk(str(path))
+
+
+def test_class_confidence_is_the_probability_of_exactly_the_chosen_classes(tmp_path):
+    # codes 111 and 212 share class A, 112 is B, 211 has no class (a group of its own): the
+    # same noisy-OR as a prefix level, over the crosswalk's groups; checked against every
+    # one of the 2^4 code sets the independent sigmoids can draw
+    import itertools
+
+    walk = _user_crosswalk(tmp_path, [["111", "A"], ["212", "A"], ["112", "B"]])
+    codes = ["111", "112", "211", "212"]
+    logits = np.array([[1.0, -0.5, -2.0, 0.3], [-1.0, 0.2, 0.4, -3.0]])
+    chosen = np.array([[True, False, False, False], [False, True, True, False]])
+    got = confidence.flat_level_confidence(logits, chosen, codes, walk)
+    p = sigmoid(logits)
+    for row in range(2):
+        wanted = levels.group_set([c for c, on in zip(codes, chosen[row]) if on], walk)
+        exact = 0.0
+        for draw in itertools.product([False, True], repeat=4):
+            drawn = [c for c, on in zip(codes, draw) if on]
+            if levels.group_set(drawn, walk) == wanted:
+                exact += np.prod([p[row, j] if on else 1 - p[row, j] for j, on in enumerate(draw)])
+        assert got[row] == pytest.approx(exact, rel=1e-12)
+    # a class is never less sure than the codes in it
+    assert (got >= confidence.flat_confidence(logits, chosen)).all()
+    # a prefix length is one instance of the same mapping
+    prefix = confidence.grouped_confidence(logits, chosen, levels.group_keys(codes, 1))
+    assert prefix == pytest.approx(confidence.flat_level_confidence(logits, chosen, codes, 1))
+
+
+def test_class_level_rows_are_right_when_their_classes_are(tmp_path):
+    walk = _user_crosswalk(tmp_path, [["111", "A"], ["212", "A"], ["112", "B"]])
+    truth = [["111"], ["111", "112"], ["211"], ["211"], []]
+    predicted = [["212"], ["212", "112"], ["211"], ["999"], []]
+    assert levels.level_correct(truth, predicted, walk).tolist() == [True, True, True, False, True]
+    assert levels.level_name(walk) == "groups" and levels.level_name(2) == "2"
+
+
+def test_the_seq2seq_heads_class_confidence_is_that_of_its_codes(tmp_path):
+    # the decoder gives the probability of the codes it writes, not the sum over a class's
+    # codes: the codes' own confidence, a lower bound of the class's
+    walk = _user_crosswalk(tmp_path, [["111", "A"]])
+    steps = np.array([[0.9, 0.5, 0.5, 0.8, 0.5, 0.5, 0.7]])
+    got = confidence.sequence_level_confidence(steps, 3, 2, walk)
+    assert got == pytest.approx(confidence.sequence_confidence(steps))
+
+
 # ---------------------------------------------------------------------- calibration
 def overconfident(rows: int, temperature: float, seed: int):
     """Rows whose raw confidence is sigmoid(z) while the truth is sigmoid(z / temperature)."""

@@ -39,6 +39,7 @@ RECORDED = {
     "calibration_truth_cols",
     "shorter_codes",
     "code_levels",
+    "target_level",
     "lookup",
     "lookup_input_col",
     "lookup_code_cols",

@@ -1,6 +1,7 @@
 """Scoring an audit a person filled (`evaluate.py --audit AUDIT.csv`): the accuracy of
 the predictions it was drawn from, with 95% intervals (mixer.audit.statistics), overall
-and by stratum, for the whole code and at the digit levels asked for.
+and by stratum, for the whole code and at the digit levels asked for, and at the class level of
+each crosswalk named (evaluate.py --audit --crosswalk hisclass).
 
 A row is checked when its `correct` cell says yes or no, or a true code is written.
 Where true codes are written, they decide (the predicted code set equals the true one;
@@ -35,9 +36,12 @@ WHOLE = "all"  # the level of the whole code set
 PLOTTED_STRATA = 30  # the most strata the picture shows (the largest; the table has every one)
 
 
-def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
+def outcomes(audit: Audit, digits: list, code_length=None, walks=()) -> tuple:
     """({level: each row's 1.0 (right), 0.0 (wrong) or nan (not checked)}, notes). A digit
-    level needs the true codes of every row marked wrong: without them it is left out."""
+    level needs the true codes of every row marked wrong: without them it is left out. walks:
+    crosswalks (mixer.data.labels.crosswalk), each a level named by the crosswalk: a row
+    right when its predicted codes' classes are its true codes' (Crosswalk.group_set: a
+    code without a class right only as itself), as the guarantee at that level counts it."""
     frame, design = audit.frame, audit.design
     predicted = codes_in_columns(frame, list(design.audit_code_columns), code_length)
     truth = (
@@ -48,10 +52,15 @@ def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
     verdict = np.asarray([np.nan if c is None else float(c) for c in audit.correct])
     notes = []
     levels = {}
-    for level in [None] + list(digits):
-        by_codes = np.asarray(
-            [float(cut(t, level) == cut(p, level)) for t, p in zip(truth, predicted)]
-        )
+    for level in [None] + list(digits) + list(walks):
+        if isinstance(level, (int, np.integer)) or level is None:
+            by_codes = np.asarray(
+                [float(cut(t, level) == cut(p, level)) for t, p in zip(truth, predicted)]
+            )
+        else:  # a crosswalk's classes
+            by_codes = np.asarray(
+                [float(level.group_set(t) == level.group_set(p)) for t, p in zip(truth, predicted)]
+            )
         if level is None:
             disagree = audit.has_codes & np.isfinite(verdict) & (by_codes != verdict)
             if disagree.any():
@@ -60,13 +69,16 @@ def outcomes(audit: Audit, digits: list, code_length=None) -> tuple:
                     "otherwise than the true codes beside it; fix one of them"
                 )
         unknown = ~audit.has_codes & (verdict == 0)
+        named = level if level is None or isinstance(level, (int, np.integer)) else level.name
         if level is not None and unknown.any():
+            what = "digits" if named == level else "classes"
             notes.append(
-                f"{level} digit(s): left out: {int(unknown.sum())} row(s) marked wrong have no "
-                "true codes, so how many of their digits are right is not known"
+                f"{named}{' digit(s)' if named == level else ''}: left out: {int(unknown.sum())} "
+                f"row(s) marked wrong have no true codes, so whether their {what} are right is "
+                "not known"
             )
             continue
-        levels[WHOLE if level is None else level] = np.where(audit.has_codes, by_codes, verdict)
+        levels[WHOLE if level is None else named] = np.where(audit.has_codes, by_codes, verdict)
     shorter = _shorter_codes(truth, predicted, code_length)
     if shorter:
         notes.append(
@@ -281,7 +293,11 @@ def render_scores(table: pd.DataFrame) -> bytes:
             [value - part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float) - value]
         )
         errors = np.nan_to_num(np.clip(errors, 0.0, None), nan=0.0)
-        label = "whole code" if level == WHOLE else f"{level} digit(s)"
+        label = (
+            "whole code"
+            if level == WHOLE
+            else (f"{level} digit(s)" if isinstance(level, (int, np.integer)) else str(level))
+        )
         axis.errorbar(x, value, yerr=errors, fmt="o", capsize=3, label=label)
     axis.set_xticks(
         np.arange(len(names)),
@@ -305,7 +321,15 @@ def render_scores(table: pd.DataFrame) -> bytes:
 
 
 def evaluate_audit(
-    path: str, predictions, options, predictions_options, digits: list, code_length, output, plot
+    path: str,
+    predictions,
+    options,
+    predictions_options,
+    digits: list,
+    code_length,
+    output,
+    plot,
+    walks=(),
 ) -> None:
     """evaluate.py --audit: read and check the audit (with its role's options,
     --audit-encoding ...) and the predictions it must come from (with --encoding ...),
@@ -331,7 +355,7 @@ def evaluate_audit(
         check_drawn_from(
             audit, read_table(predictions, predictions_options, log=print), predictions
         )
-    levels, notes = outcomes(audit, digits, code_length)
+    levels, notes = outcomes(audit, digits, code_length, walks)
     table = score_table(audit, levels)
     if not table["checked"].iloc[0]:
         raise UserError(

@@ -231,8 +231,29 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             raise cli.UserError(
                 f"--audit is scored with its own columns and strata; leave out {' '.join(other)}"
             )
-        from mixer.audit.scores import evaluate_audit
+        if args.shares:
+            from mixer.audit.shares import evaluate_shares
 
+            evaluate_shares(
+                args.audit,
+                args.predictions,
+                args.table_options("audit"),
+                args.table_options("predictions"),
+                args.shares,
+                args.simultaneous,
+                args.code_length,
+                args.output,
+                args.plot,
+            )
+            return 0
+        from mixer.audit.scores import evaluate_audit
+        from mixer.prediction.classes import load
+
+        if args.crosswalk and (args.status or args.relation or args.product):
+            raise cli.UserError(
+                "--audit scores the class of each code's own row of the crosswalk, as the class "
+                "level's guarantee counts it; leave out --status-col, --relation-col, --product-col"
+            )
         evaluate_audit(
             args.audit,
             args.predictions,
@@ -242,6 +263,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
             args.code_length,
             args.output,
             args.plot,
+            load(args.crosswalk, None, args.table_options("crosswalk")),
         )
         return 0
     if not args.predictions or not args.truth_cols:
@@ -372,6 +394,7 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
 
     csv_path, png_path = paths
     groups = evaluation.group_labels(frame[args.by].to_numpy())[0] if args.by else None
+    distinct = frame[args.text_col].to_numpy() if args.text_col else None
     table, missing, scored = production.production_table(
         frame,
         truth,
@@ -379,8 +402,21 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
         columns,
         groups,
         args.by or "group",
-        frame[args.text_col].to_numpy() if args.text_col else None,
+        distinct,
     )
+    if args.crosswalk:  # each crosswalk's class level beside the codes' (docs/classes.md)
+        import pandas as pd
+
+        from mixer.prediction.classes import load
+
+        for walk in load(args.crosswalk, None, args.table_options("crosswalk")):
+            level, left, right, named = production.class_level(
+                frame, truth, predicted, columns, walk, groups, args.by or "group", distinct
+            )
+            table = pd.concat([table, level], ignore_index=True)
+            missing.update(left)
+            scored.update(right)
+            columns = {**columns, **named}
     for head, rows in missing.items():
         if rows:
             print(

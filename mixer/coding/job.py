@@ -32,6 +32,11 @@ class Coding:
         self.by_source = {"lookup": 0, "model": 0}
         self.blank = 0  # rows without a description: coded by neither, not an input
         self.by_coded = {head: {"auto": 0, "check": 0} for head in self.targets}
+        # the other levels' marks (--target-level code hisclass): {head: {mark column: counts}}
+        self.by_also = {
+            head: {t.mark_column: {"auto": 0, "check": 0} for t in target.also}
+            for head, target in self.targets.items()
+        }
         self.by_level = {head: {} for head in self.targets}
         self.no_description = {head: 0 for head in self.targets}  # coded "": nothing to code
         self.inputs = {
@@ -89,9 +94,13 @@ class Coding:
         else:
             lookup = np.zeros(len(predicted), dtype=bool)
         self.by_source["model"] += int((~lookup & ~blank).sum())
-        for head in self.targets:
+        for head, target in self.targets.items():
             prefix = "" if len(heads) == 1 else f"{head}_"
-            coded = as_text(predicted[f"{prefix}coded"]).to_numpy()
+            for column, counts in self.by_also[head].items():
+                also = as_text(predicted[f"{prefix}{column}"]).to_numpy()
+                for kind in ("auto", "check"):
+                    counts[kind] += int(((also == kind) & ~lookup).sum())
+            coded = as_text(predicted[f"{prefix}{target.mark_column}"]).to_numpy()
             for kind in (
                 "auto",
                 "check",
@@ -115,7 +124,7 @@ class Coding:
         head = heads[0]
         if head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
-            rows &= predicted[f"{prefix}coded"].to_numpy() == "check"
+            rows &= predicted[f"{prefix}{self.targets[head].mark_column}"].to_numpy() == "check"
         return rows
 
     def audit_skips(self, predicted: pd.DataFrame, heads: list) -> dict:
@@ -128,7 +137,7 @@ class Coding:
         if head in self.targets:
             prefix = "" if len(heads) == 1 else f"{head}_"
             skips[AUDIT_CHECK_REASON] = (
-                predicted[f"{prefix}coded"].to_numpy() == "check"
+                predicted[f"{prefix}{self.targets[head].mark_column}"].to_numpy() == "check"
             ) & ~skips.get("coded by the lookup", np.zeros(len(predicted), dtype=bool))
         return skips
 
@@ -150,6 +159,7 @@ class Coding:
             "blank": self.blank,
             "by_coded": {h: dict(c) for h, c in self.by_coded.items()},
             "by_level": {h: dict(c) for h, c in self.by_level.items()},
+            "by_also": {h: {c: dict(n) for c, n in m.items()} for h, m in self.by_also.items()},
             "no_description": dict(self.no_description),
             "inputs": dict(self._saved),
         }
@@ -160,6 +170,7 @@ class Coding:
 
         self.rows, self.by_source, self.blank = state["rows"], state["by_source"], state["blank"]
         self.by_coded, self.by_level = state["by_coded"], state["by_level"]
+        self.by_also = state.get("by_also", self.by_also)
         self.no_description = state["no_description"]
         self._saved = state["inputs"]
         self.inputs = {
@@ -193,6 +204,7 @@ class Coding:
                 "auto_by_level": {
                     str(k): v for k, v in sorted(self.by_level[head].items(), reverse=True)
                 },
+                **{column: dict(n) for column, n in self.by_also[head].items()},
             }
         return out
 
@@ -220,8 +232,9 @@ class Coding:
                     )
                     + ")"
                 )
+            at = "" if target.level is None else f" {target.level_name} ({target.mark_column})"
             lines.append(
-                f"{head}: the model coded automatically at accuracy >= {target.accuracy:g} (confidence "
+                f"{head}: the model coded{at} automatically at accuracy >= {target.accuracy:g} (confidence "
                 f"{target.confidence:g}): {auto:,} rows ({auto / rows:.1%}; "
                 f"{self._distinct(head + ':auto') / distinct:.1%} of distinct inputs){levels}; "
                 f"needs a check: {check:,} rows ({check / rows:.1%}; "
@@ -232,6 +245,14 @@ class Coding:
                     else ""
                 )
             )
+            for other in target.also:
+                counts = self.by_also[head][other.mark_column]
+                lines.append(
+                    f"{head}: the model coded {other.level_name} ({other.mark_column}) automatically "
+                    f"at accuracy >= {other.accuracy:g} (confidence {other.confidence:g}): "
+                    f"{counts['auto']:,} rows ({counts['auto'] / rows:.1%}); needs a check: "
+                    f"{counts['check']:,} rows ({counts['check'] / rows:.1%})"
+                )
         return lines
 
 
@@ -307,6 +328,7 @@ def prepare(
                     config.batch_size,
                     config.table_options("calibration_data"),
                     levels=config.code_levels,
+                    target_level=config.target_level,
                 )
                 target.check_reached()
                 chosen[head] = target
@@ -334,20 +356,31 @@ def prepare(
 
 def describe_target(target, rows_to_code) -> list:
     share = f"{target.coded_share:.1%}"
+    at = "" if target.level is None else f" at the level {target.level_name} ({target.mark_column})"
+    scored = "raw confidence" if target.level is None else f"raw {target.level_name} confidence"
     lines = [
-        f"target: {target.head} head, threshold {target.threshold:.6g} on the raw confidence, chosen on "
-        f"{target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
+        f"target: {target.head} head{at}, threshold {target.threshold:.6g} on the {scored}, chosen "
+        f"on {target.rows_used:,} labelled rows ({target.rows}); {share} of them pass it, the lower "
         f"confidence bound of their accuracy {target.bound:.4f}"
         + (f", the {rows_to_code:,} rows to code counted" if rows_to_code else "")
     ]
     for level, (coded, right) in target.by_level.items():
+        where = f"{level} characters" if target.level is None else target.level_name
         lines.append(
-            f"  labelled rows coded at {level} characters: {coded:,}, right {right / max(coded, 1):.1%}"
+            f"  labelled rows coded at {where}: {coded:,}, right {right / max(coded, 1):.1%}"
         )
     lines.append(
         f"  procedure: {target.procedure}; it assumes the rows to code are like the labelled rows "
         "(an audit of the auto rows checks that: docs/coding.md)"
     )
+    if target.also:
+        lines.append(
+            f"  each level's promise holds with probability {target.confidence:g} on its own; all "
+            f"{1 + len(target.also)} together with at least "
+            f"{max(0.0, 1 - (1 + len(target.also)) * (1 - target.confidence)):g}"
+        )
+    for other in target.also:
+        lines += describe_target(other, rows_to_code)
     return lines
 
 

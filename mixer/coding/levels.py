@@ -1,5 +1,6 @@
 """Coarser classes of a code system as prefixes of its codes (HISCO's major, minor and unit
-groups): which prefix lengths a system has, and whether a row is right at a level."""
+groups): which prefix lengths a system has, and whether a row is right at a level; and any
+many-to-one mapping of codes (a crosswalk's classes) read as a level the same way."""
 
 from __future__ import annotations
 
@@ -68,5 +69,52 @@ def prefix_correct(true_sets, predicted_sets, length: int) -> np.ndarray:
         raise ValueError(f"{len(true_sets)} true rows but {len(predicted_sets)} predicted rows")
     return np.array(
         [prefix_set(t, length) == prefix_set(p, length) for t, p in zip(true_sets, predicted_sets)],
+        dtype=bool,
+    )
+
+
+# ------------------------------------------------------------------ any many-to-one mapping
+# A level is a prefix length (an int) or a crosswalk (mixer.data.labels.crosswalk.Crosswalk):
+# both map codes many-to-one, and the row confidence, the guarantee and the marks read a level
+# through these functions alone.
+def is_prefix(level) -> bool:
+    """A prefix length, not a crosswalk."""
+    return isinstance(level, (int, np.integer))
+
+
+def level_name(level) -> str:
+    """How a level is named in columns and messages: its length ('3'), or the crosswalk's
+    name ('hisclass')."""
+    return str(int(level)) if is_prefix(level) else str(level.name)
+
+
+def group_keys(codes, level) -> list:
+    """Per code, its group at a level: the code cut to the prefix length (as the row
+    confidence has always cut it, HISCO's -1..-3 included), or its class; a code the
+    crosswalk gives no class is a group of its own (Crosswalk.groups)."""
+    codes = [str(c) for c in codes]
+    if is_prefix(level):
+        return [c[: int(level)] for c in codes]
+    return level.groups(codes)
+
+
+def group_set(codes, level) -> frozenset:
+    """The set of groups at a level of one row's codes: prefix_set at a prefix length; at a
+    crosswalk, the classes, a code without one kept whole (it is right only as itself)."""
+    if is_prefix(level):
+        return prefix_set(codes, int(level))
+    return level.group_set(codes)
+
+
+def level_correct(true_sets, predicted_sets, level) -> np.ndarray:
+    """Per row: the predicted codes' groups at a level are exactly the true codes' groups
+    (prefix_correct at a prefix length)."""
+    if is_prefix(level):
+        return prefix_correct(true_sets, predicted_sets, int(level))
+    true_sets, predicted_sets = _as_sets(true_sets), _as_sets(predicted_sets)
+    if len(true_sets) != len(predicted_sets):
+        raise ValueError(f"{len(true_sets)} true rows but {len(predicted_sets)} predicted rows")
+    return np.array(
+        [group_set(t, level) == group_set(p, level) for t, p in zip(true_sets, predicted_sets)],
         dtype=bool,
     )

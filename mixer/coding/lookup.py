@@ -441,11 +441,14 @@ def apply_lookup(
                 out.loc[out.index[rows], f"desc_{k + 1}"] = [
                     description_of.get(c, "") for c in values
                 ]
-        for column in ("confidence", "confidence_raw", "level_confidence_raw"):
-            if column in out.columns:
+        for column in out.columns:  # level_confidence_<crosswalk>: a class-level target's
+            if column in ("confidence", "confidence_raw") or str(column).startswith(
+                "level_confidence_"
+            ):
                 out.loc[out.index[rows], column] = np.nan
-        if "coded" in out.columns:
-            out.loc[out.index[rows], "coded"] = "auto"
+        for column in out.columns:  # coded, and coded_<crosswalk> at a class level
+            if column == "coded" or str(column).startswith("coded_"):
+                out.loc[out.index[rows], column] = "auto"
         if "level" in out.columns:
             out.loc[out.index[rows], "level"] = full_length
     out[SOURCE] = np.where(entries >= 0, FROM_LOOKUP, FROM_MODEL)

@@ -1,6 +1,7 @@
 """The production curve of a scored predictions file (evaluate.py): per head, the accuracy
 of the rows coded against the share coded as the confidence threshold falls, overall and
-per --by group (mixer.coding.curve; docs/coding.md#the-production-curve)."""
+per --by group (mixer.coding.curve; docs/coding.md#the-production-curve); with a
+crosswalk, the same at its class level (class_level)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,38 @@ def confidence_column(head: str, columns, given: Optional[str] = None) -> Option
         return given
     name = CONFIDENCE if head == "prediction" else f"{head}_{CONFIDENCE}"
     return name if name in columns else None
+
+
+def class_column(head: str, columns, name: str) -> Optional[str]:
+    """The column of a head's class confidence at crosswalk `name` (predict.py writes
+    level_confidence_<name> with --target-level <name>), when the file has it."""
+    from mixer.coding.confidence import LEVEL_CONFIDENCE
+
+    column = LEVEL_CONFIDENCE.format(name)
+    column = column if head == "prediction" else f"{head}_{column}"
+    return column if column in columns else None
+
+
+def class_level(frame, truth, predicted, columns: dict, walk, groups, group_name, distinct):
+    """production_table at a crosswalk's class level for every head with a confidence column
+    (`columns`: {head: column}): the curve's head is '<head>:<crosswalk>', the rows ordered by
+    the class confidence where the file has it, else by the codes' (a lower bound of it), a row
+    right when its classes are its true codes' (Crosswalk.group_set). Returns production_table's
+    three parts and {curve head: confidence column}."""
+    named = {
+        f"{head}:{walk.name}": class_column(head, frame.columns, walk.name) or column
+        for head, column in columns.items()
+    }
+    table, missing, scored = production_table(
+        frame,
+        [walk.group_set(t) if t else frozenset() for t in truth],
+        {f"{head}:{walk.name}": [walk.group_set(p) for p in predicted[head]] for head in columns},
+        named,
+        groups,
+        group_name,
+        distinct,
+    )
+    return table, missing, scored, named
 
 
 def production_table(

@@ -22,6 +22,7 @@ included), each grid point's coded rows counted by that rule.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -102,6 +103,32 @@ class Target:
     rows_to_code: Optional[int] = (
         None  # the rows it was chosen to code (None: rows like the labelled ones)
     )
+    # the level the accuracy is counted at: None for the codes, or a crosswalk (its classes:
+    # mixer.coding.levels); its rows are marked in coded_<name> (mark_column)
+    level: object = None
+    also: tuple = ()  # Targets at other levels, chosen on the same rows: their marks written too
+
+    @property
+    def level_name(self) -> str:
+        """'code', or the crosswalk's name."""
+        from mixer.coding.levels import level_name
+
+        return "code" if self.level is None else level_name(self.level)
+
+    @property
+    def mark_column(self) -> str:
+        """The column of the rows' marks: coded for the codes, coded_<name> for a crosswalk."""
+        return CODED if self.level is None else f"{CODED}_{self.level_name}"
+
+    @property
+    def scored_levels(self) -> tuple:
+        """The levels the predictor scores for this target and those it carries (also)."""
+        out = []
+        for target in (self, *self.also):
+            for level in (*target.levels, *(() if target.level is None else (target.level,))):
+                if all(level is not seen for seen in out):
+                    out.append(level)
+        return tuple(out)
 
     def record(self) -> dict:
         """What a predictions file's provenance says of the target."""
@@ -117,12 +144,16 @@ class Target:
             "rows": self.rows,
             "shorter_codes": list(self.levels),
             "rows_to_code": self.rows_to_code,
+            "level": self.level_name,
+            **({"also": [t.record() for t in self.also]} if self.also else {}),
         }
 
     describe = record  # the name docs/python-api.md gave before
 
     def check_reached(self) -> None:
         """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
+        for other in self.also:
+            other.check_reached()
         if self.threshold is not None:
             return
         advice = ("code more rows at once, " if self.cause == "file" else "") + (
@@ -133,9 +164,10 @@ class Target:
             f"{self.rows_used:,} labelled rows cannot show accuracy {self.accuracy:g} at "
             f"{self.confidence:g} confidence"
         )
+        at = "" if self.level is None else f", at the level {self.level_name}"
         raise UserError(
-            f"--target-accuracy {self.accuracy:g} ({self.head} head; labelled rows: {self.rows}): "
-            f"{note}; {advice}"
+            f"--target-accuracy {self.accuracy:g} ({self.head} head{at}; labelled rows: "
+            f"{self.rows}): {note}; {advice}"
         )
 
     def levels_given(self, table: pd.DataFrame, shortenable: Optional[np.ndarray] = None) -> tuple:
@@ -144,7 +176,8 @@ class Target:
         from mixer.coding.confidence import CONFIDENCE, LEVEL_CONFIDENCE as AT
 
         limit = np.inf if self.threshold is None else self.threshold
-        confidence = table[CONFIDENCE].to_numpy(dtype=np.float64)
+        scored = CONFIDENCE if self.level is None else AT.format(self.level_name)
+        confidence = table[scored].to_numpy(dtype=np.float64)
         level = np.where(confidence >= limit, self.full_length, 0)
         given = confidence.copy()
         if self.levels and shortenable is None:
@@ -192,8 +225,13 @@ def mark(table: pd.DataFrame, target: Target, description_of: dict) -> pd.DataFr
     from mixer.coding.levels import prefix_set
     from mixer.coding.confidence import LEVEL_CONFIDENCE as AT
 
+    out = table
+    for other in target.also:  # each level's own mark (coded_<name>)
+        out = mark(out, other, description_of)
     level, given = target.levels_given(table)
-    out = table.drop(columns=[AT.format(length) for length in target.levels])
+    if target.level is not None:  # the class level: the codes stay; the classes' confidence too
+        return out.assign(**{target.mark_column: np.where(level > 0, AUTO, CHECK)})
+    out = out.drop(columns=[AT.format(length) for length in target.levels])
     if target.levels:
         shorter = np.flatnonzero((level > 0) & (level < target.full_length))
         columns = code_columns(out)
@@ -820,11 +858,18 @@ def choose(
     threshold=None,
     batch_size: int = 256,
     rows_to_code=None,
+    at=(None,),
 ) -> Target:
     """The threshold for `head` (mixer.coding.guarantee's procedure), chosen on `labelled`
-    predicted here, as the new rows will be."""
+    predicted here, as the new rows will be. at: the levels the accuracy is counted at, each
+    with its own threshold: None for the codes, a crosswalk for its classes; the first's
+    Target carries the others' (Target.also), all chosen on the one prediction of the rows.
+    Shorter codes (levels) serve the codes' level alone."""
     if not len(labelled):
         raise UserError("--target-accuracy: no labelled rows to choose a threshold on")
+    at = tuple(at) or (None,)
+    walks = tuple(level for level in at if level is not None)
+    levels = tuple(sorted(levels, reverse=True))
     table = predictor.predict(
         labelled.texts,
         labelled.langs,
@@ -832,28 +877,33 @@ def choose(
         top_k,
         threshold,
         batch_size,
-        levels,
+        (*levels, *walks),
         desc_chars=labelled.desc_chars,
     )
     full = predictor.formatter.block_size
-    levels = tuple(sorted(levels, reverse=True))
-    probe = Target(
-        head,
-        accuracy,
-        confidence,
-        None,
-        levels,
-        full,
-        "",
-        None,
-        0.0,
-        len(labelled),
-        labelled.rows,
-        top_k=top_k,
-        flat_threshold=threshold,
-        owner=id(predictor),
-    )
-    return _sequence(probe, table, labelled.truth, rows_to_code)
+    chosen = [
+        Target(
+            head,
+            accuracy,
+            confidence,
+            None,
+            levels if level is None else (),  # shorter codes serve the codes' level alone
+            full,
+            "",
+            None,
+            0.0,
+            len(labelled),
+            labelled.rows,
+            top_k=top_k,
+            flat_threshold=threshold,
+            owner=id(predictor),
+            rows_to_code=rows_to_code,
+            level=level,
+        )
+        for level in at
+    ]
+    chosen = [_sequence(t, table, labelled.truth, rows_to_code) for t in chosen]
+    return dataclasses.replace(chosen[0], also=tuple(chosen[1:]))
 
 
 def right_by_level(truth: list, predicted: list, levels, full: int) -> dict:
@@ -879,9 +929,8 @@ def _right_given(right: dict, level: np.ndarray) -> np.ndarray:
 def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> Target:
     """mixer.coding.guarantee's procedure, written there once: choose_threshold on the rows'
     confidence, or with shorter codes choose_with_levels, each grid point's rows counted
-    at the level the rule gives them (levels_given) and right at it."""
-    import dataclasses
-
+    at the level the rule gives them (levels_given) and right at it. At a crosswalk's level,
+    choose_threshold on the rows' class confidence, a row right when its classes are."""
     from mixer.coding import guarantee
 
     predicted = predicted_code_sets(table)
@@ -912,9 +961,14 @@ def _sequence(probe: Target, table: pd.DataFrame, truth: list, rows_to_code) -> 
     )
     if target.threshold is not None:
         level, _ = target.levels_given(table)
-        right = _right_given(
-            right_by_level(truth, predicted, target.levels, target.full_length), level
-        )
+        if target.level is not None:
+            from mixer.coding.levels import level_correct
+
+            right = (level > 0) & level_correct(truth, predicted, target.level)
+        else:
+            right = _right_given(
+                right_by_level(truth, predicted, target.levels, target.full_length), level
+            )
         target = dataclasses.replace(
             target,
             by_level={
@@ -932,6 +986,11 @@ def _by_level(probe: Target, table: pd.DataFrame, truth: list, predicted: list) 
     (HISCO's -1..-3) never passes a prefix level, as Target.levels_given has it."""
     from mixer.coding.confidence import LEVEL_CONFIDENCE as AT
 
+    if probe.level is not None:  # a crosswalk's classes: their confidence, right when they are
+        from mixer.coding.levels import level_correct
+
+        at = table[AT.format(probe.level_name)].to_numpy(dtype=np.float64)
+        return [at], [level_correct(truth, predicted, probe.level)]
     right = right_by_level(truth, predicted, probe.levels, probe.full_length)
     confidences = [table["confidence"].to_numpy(dtype=np.float64)]
     corrects = [right[probe.full_length]]

@@ -195,6 +195,14 @@ class PredictConfig:
         works_with=("shorter_codes",),
         help="prefix lengths for --shorter-codes (unset: HISCO's and ISCO's 1 2 3)",
     )
+    target_level: Optional[list] = option(
+        None,
+        nargs="+",
+        metavar="LEVEL",
+        group=TARGET,
+        works_with=("target_accuracy",),
+        help="levels --target-accuracy counts at: code, or a crosswalk (a mark each)",
+    )
     lookup: Optional[str] = option(
         None,
         metavar="FILE",
@@ -278,6 +286,18 @@ class EvaluateConfig:
         metavar="AUDIT",
         table="audit",
         help="score a filled audit of predict.py --audit (docs/evaluation.md#audits)",
+    )
+    shares: Optional[str] = option(
+        None,
+        metavar="LEVEL",
+        works_with=("audit",),
+        help="class shares corrected by --audit: code, prefix:N or a crosswalk (docs/classes.md)",
+    )
+    simultaneous: bool = option(
+        False,
+        switch="on",
+        works_with=("shares",),
+        help="--shares' intervals hold for all classes at once",
     )
     truth_cols: Optional[list] = option(
         None, nargs="+", metavar="COL", help="columns of true codes (an audit has its own)"

@@ -224,6 +224,7 @@ class Model:
         calibration_truth_cols=None,
         shorter_codes: Optional[bool] = None,
         code_levels=None,
+        target_level=None,
         crosswalk=None,
         status=None,
         relation=None,
@@ -265,6 +266,9 @@ class Model:
         calibration_truth_cols, shorter_codes, code_levels): the threshold chosen here as
         predict.py --target-accuracy chooses it for a file of these rows (the rows to code
         counted, less those the lookup covers), then applied: the same marks as predict.py's.
+        target_level: 'code' (the default) or a crosswalk (a name or a table's path), or a
+        list of them: the accuracy counted at each, each with its own threshold and mark
+        (`coded` for the codes, `coded_<name>` for a crosswalk's classes; docs/coding.md).
 
         crosswalk: a name (hisclass, hisclass_5, socpo, hiscam) or a table's path, or a list of
         them: each code's class beside it and the row's, as predict.py --crosswalk writes them
@@ -291,6 +295,7 @@ class Model:
             calibration_truth_cols=calibration_truth_cols,
             shorter_codes=shorter_codes,
             code_levels=code_levels,
+            target_level=target_level,
             **renamed,
         )
         if not walks:
@@ -369,6 +374,7 @@ class Model:
         calibration_truth_cols=None,
         shorter_codes: Optional[bool] = None,
         code_levels=None,
+        target_level=None,
         **renamed,
     ) -> pd.DataFrame:
         """predict() without the crosswalks' classes."""
@@ -389,6 +395,7 @@ class Model:
                 calibration_truth_cols=calibration_truth_cols,
                 shorter_codes=shorter_codes,
                 code_levels=code_levels,
+                target_level=target_level,
             ),
             renamed,
         )
@@ -441,10 +448,16 @@ class Model:
                 language=lang if isinstance(lang, str) else None,
                 batch_size=batch_size,
                 code_levels=given["code_levels"],
+                target_level=given["target_level"],
             )
             target.check_reached()
         else:
-            for companion in ("calibration_data", "calibration_truth_cols", "code_levels"):
+            for companion in (
+                "calibration_data",
+                "calibration_truth_cols",
+                "code_levels",
+                "target_level",
+            ):
                 if given[companion] is not None:
                     raise UserError(
                         f"{companion}= works with target_accuracy=; pass it, or leave out {companion}="
@@ -570,6 +583,7 @@ class Model:
         batch_size: Optional[int] = None,
         options=None,
         code_levels=None,
+        target_level=None,
         **renamed,
     ):
         """A threshold for `head` at which the coded rows reach `target_accuracy` with
@@ -587,7 +601,10 @@ class Model:
         it too. A labelled file's rows the model trained on are left out, or the file refused
         (docs/coding.md, "Rows the model trained on"). Pass the result to predict(target=...), or pass
         target_accuracy= to predict(), which counts the rows as predict.py does. Earlier names:
-        accuracy, confidence, labelled, truth_cols, lang, levels."""
+        target_level: 'code' (the default), a crosswalk's name or table, or a list of them: the
+        accuracy counted at each level, each with its own threshold (the result's also holds
+        the others; docs/coding.md). Earlier names: accuracy, confidence, labelled, truth_cols,
+        lang, levels."""
         given = settings(
             "target",
             dict(
@@ -604,6 +621,7 @@ class Model:
                 language_col=language_col,
                 batch_size=batch_size,
                 code_levels=code_levels,
+                target_level=target_level,
             ),
             renamed,
         )
@@ -626,6 +644,7 @@ class Model:
         from mixer.coding import target as targets
 
         check_target_args(accuracy, confidence, head, self._predictor, shorter_codes)
+        at = self._target_levels(given["target_level"], head, shorter_codes)
         config = self._predictor.config
         if (
             labelled is None
@@ -684,21 +703,50 @@ class Model:
                 f"--code-levels {too_long[0]}: a prefix shorter than the codes' "
                 f"{self._predictor.formatter.block_size} characters"
             )
-        return dataclasses.replace(
-            targets.choose(
-                self._predictor,
-                head,
-                float(accuracy),
-                float(confidence),
-                rows,
-                levels,
-                top_k,
-                threshold,
-                batch_size,
-                rows_to_code,
-            ),
-            rows_to_code=rows_to_code,
+        return targets.choose(
+            self._predictor,
+            head,
+            float(accuracy),
+            float(confidence),
+            rows,
+            levels,
+            top_k,
+            threshold,
+            batch_size,
+            rows_to_code,
+            at,
         )
+
+    def _target_levels(self, names, head: str, shorter_codes) -> tuple:
+        """--target-level's values as levels: None for 'code', a Crosswalk for each other
+        (read with the model's code system); refused where no class confidence exists."""
+        names = ["code"] if not names else ([names] if isinstance(names, str) else list(names))
+        if len(set(names)) < len(names):
+            raise UserError(
+                f"--target-level: {', '.join(names)} names a level twice; name each once"
+            )
+        from mixer.prediction.classes import load
+
+        walks = load(
+            [n for n in names if str(n).strip().lower() != "code"], self._predictor.formatter
+        )
+        if walks and head == "seq2seq" and self._predictor.rules.seq2seq_order == "decoded":
+            raise UserError(
+                f"--target-level {walks[0].name}: OccCANINE's greedy decoder gives one confidence "
+                "per row, none per class; use --head flat, or the codes' level"
+            )
+        if walks and any(w.numeric for w in walks):
+            raise UserError(
+                f"--target-level {next(w.name for w in walks if w.numeric)}: a score, not classes; "
+                "name a crosswalk of classes (hisclass, hisclass_5, socpo or a table)"
+            )
+        if shorter_codes and "code" not in [str(n).strip().lower() for n in names]:
+            raise UserError(
+                "--shorter-codes shortens codes at the codes' level; name code in --target-level "
+                "too, or leave out --shorter-codes"
+            )
+        found = iter(walks)
+        return tuple(None if str(n).strip().lower() == "code" else next(found) for n in names)
 
     def levels(self) -> list:
         """The prefix lengths of the model's code system's coarser classes (mixer.coding.levels)."""
@@ -757,7 +805,7 @@ class Model:
             top_k,
             threshold,
             batch_size,
-            target.levels if target is not None else (),
+            target.scored_levels if target is not None else (),
             desc_chars=desc_chars,
         )
         if target is not None:

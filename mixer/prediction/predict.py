@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from mixer.coding.confidence import CONFIDENCE, LEVEL_CONFIDENCE  # the code table's columns
+from mixer.coding.levels import level_name
 from mixer.core.config import HEADS
 from mixer.core.errors import UserError
 from mixer.core.precision import fp32_matmuls, pad_multiple
@@ -158,7 +159,8 @@ class Predictor:
     ) -> pd.DataFrame:
         """code_k, prob_k (and desc_k) for each row, k = 1 .. top_k, and the row's raw
         confidence (flat and seq2seq heads; docs/coding.md); with `levels` (prefix
-        lengths), the raw confidence at each, in columns level_confidence_<length>.
+        lengths or crosswalks: mixer.coding.levels), the raw confidence at each, in columns
+        level_confidence_<length> or level_confidence_<crosswalk name>.
         desc_chars: per row, the characters of its text that are the description (the rest
         is context), or None."""
         if head not in HEADS:
@@ -188,8 +190,8 @@ class Predictor:
                 out[f"desc_{k + 1}"] = [self.description_of.get(c, "") for c in codes[:, k]]
         if head in CONFIDENCE_HEADS:
             out[CONFIDENCE] = confidence
-        for j, length in enumerate(levels):
-            out[LEVEL_CONFIDENCE.format(length)] = by_level[:, j]
+        for j, level in enumerate(levels):
+            out[LEVEL_CONFIDENCE.format(level_name(level))] = by_level[:, j]
         return pd.DataFrame(out)
 
     @torch.no_grad()

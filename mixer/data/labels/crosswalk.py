@@ -19,6 +19,9 @@ The interface every layer above uses (stable):
         product: the file's own HISCO status, relation and product codes (text, one per code),
         which pick the table's row for them (below)
     Crosswalk.label(classes) -> pd.Series[str]   each class's label ('' for a score or none)
+    Crosswalk.groups(codes) -> list, Crosswalk.group_set(codes) -> frozenset
+        the crosswalk as a level of the codes (the class confidence, the guarantee and an
+        audit at the class level): each code's class, a code without one kept whole
     Crosswalk.first(per_code) -> pd.Series[str]  the row-level class of rows with several
         codes: the first code's that has one (per_code: one Series per code column, in order)
     Crosswalk.width                 digit codes shorter than this are read with their zeros
@@ -125,6 +128,19 @@ class Crosswalk:
             if found is not None:
                 return found
         return ""
+
+    def groups(self, codes) -> list:
+        """Per code, its group as a level of the codes (mixer.coding.levels; an audit's class
+        level): its class (the code's own row), or for a code the table gives no class the
+        code itself, marked apart from the classes (it is right only as itself)."""
+        codes = [str(c) for c in codes]
+        classes = self.classify(codes).to_numpy(dtype=object) if codes else []
+        return [k if k else f"\x00{c}" for c, k in zip(codes, classes)]
+
+    def group_set(self, codes) -> frozenset:
+        """One row's codes as the set of their groups (groups)."""
+        codes = [str(c) for c in codes if c is not None and str(c)]
+        return frozenset(self.groups(codes))
 
     def label(self, classes) -> pd.Series:
         """Each class's label ('' for a class without one, a score, or no class)."""

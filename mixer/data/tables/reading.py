@@ -865,12 +865,18 @@ def text_cells(series: pd.Series) -> pd.Series:
 
 
 def iter_chunks(
-    path: str, chunk_size: int, options: TableOptions = TableOptions(role="input"), log=None
+    path: str,
+    chunk_size: int,
+    options: TableOptions = TableOptions(role="input"),
+    log=None,
+    columns: Optional[list] = None,
 ) -> Iterator[pd.DataFrame]:
     """The file in chunks of chunk_size rows (the last may be smaller); CSV and Excel
     columns as text, Parquet and Stata columns with the file's types (Arrow-backed).
     At most about one chunk in memory. A CSV file's encoding is checked before the
-    first chunk, so a bad byte near the end stops the job before any work."""
+    first chunk, so a bad byte near the end stops the job before any work. `columns`:
+    only these (the caller checked that the file has them); CSV and Parquet files parse
+    no other column."""
     file_flag, kind, layout = options.what, _kind_of(path, options), None
     stack = contextlib.ExitStack()  # a compressed CSV's stream, closed when the chunks end
     try:
@@ -880,16 +886,18 @@ def iter_chunks(
             # Arrow-backed columns: a chunk's pandas types do not depend on its values
             # (numpy would make an integer column with blanks float, an all-blank one
             # object), so every chunk has the file's schema and the output keeps it
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size, columns=columns):
                 yield _parquet_frame(batch)
             return
         if kind == "stata":
-            yield from formats.stata_chunks(path, chunk_size, file_flag)
+            for chunk in formats.stata_chunks(path, chunk_size, file_flag):
+                yield chunk[columns] if columns else chunk
             return
         if kind == "ipums":
             if log is not None:
                 log(_extract_line(options, path))
-            yield from ipums.chunks(path, chunk_size, options)
+            for chunk in ipums.chunks(path, chunk_size, options):
+                yield chunk[columns] if columns else chunk
             return
         if kind == "excel":
             sheet = formats.ExcelSheet(path, options)
@@ -897,7 +905,8 @@ def iter_chunks(
                 check_names(sheet.header, path, file_flag)
                 if log is not None:
                     log(_sheet_line(options, path, sheet))
-                yield from sheet.chunks(chunk_size)
+                for chunk in sheet.chunks(chunk_size):
+                    yield chunk[columns] if columns else chunk
             finally:
                 sheet.close()
             return
@@ -910,7 +919,10 @@ def iter_chunks(
             raise decoding_error(path, options)
         _say_layout(layout, options, path, log)
         source = stack.enter_context(csv_source(path))
-        reader = pcsv.open_csv(source, **_csv_options(layout, stream=True))
+        csv_options = _csv_options(layout, stream=True)
+        if columns:
+            csv_options["convert_options"].include_columns = list(columns)
+        reader = pcsv.open_csv(source, **csv_options)
         pending, rows, done = [], 0, 0
         for batch in reader:
             pending.append(batch)
