@@ -19,7 +19,8 @@ quantiles taken from the beta of the same mean and variance (one part alone: Clo
 Pearson's interval exactly); a part with no row checked is unknown, anywhere in [0, 1].
 Stratified, the parts are each stratum's, weighted by their rows in the file. That is not a
 theorem's interval: its coverage at every audit size is benchmarks/class_shares.py's, where
-it held and was the narrowest of the exact intervals compared (METHODS; docs/classes.md).
+it held and was the narrowest of the intervals compared that held (METHODS;
+docs/classes.md).
 `simultaneous` divides alpha by the number of classes, so that all intervals hold at once.
 
 A row's class is its first code's that has one (mixer.data.labels.crosswalk's row-level
