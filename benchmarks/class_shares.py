@@ -8,7 +8,9 @@ evaluate.py --shares takes it: prefix:1 for HISCO's major groups).
 For each audit size, `--audits` random audits (simple random samples of rows, as
 predict.py --audit draws them): the share of audits whose interval holds the file's true
 share, for each class (the worst class shown) and for all classes at once
-(--simultaneous); the median width of the corrected interval, of the audit's own
+(--simultaneous); the median width of the corrected interval (mixer's, precision+leak,
+beside the same intersected with the audit alone and the errors+audit interval mixer used
+before it: METHODS in mixer.audit.shares), of the audit's own
 (Clopper-Pearson on the audit alone) and of the large-sample PPI interval (the counted share
 plus the audit's mean error, +-1.96 standard errors: Angelopoulos et al. 2023's normal
 interval, written here). Then a shifted source: the same file with 10 typos in each
@@ -35,7 +37,8 @@ sys.path.insert(0, ROOT)
 from mixer.audit import shares  # noqa: E402
 
 SIZES = (50, 100, 200, 500, 1000)
-METHODS = ("errors+audit", "errors")
+METHODS = ("post-stratified", "precision+leak", "precision+leak+audit", "errors+audit")
+OLD = "errors+audit"  # the interval mixer used before precision+leak, for comparison
 
 
 def predictions(typos: int, level: str, seed: int = 0) -> tuple:
@@ -101,6 +104,7 @@ def simulate(truth, guess, audits: int, rng, label: str) -> list:
             normal_width.append(2 * half)
         audit_median = float(np.median(np.asarray(audit_width), axis=0).mean())
         normal_median = float(np.median(np.asarray(normal_width), axis=0).mean())
+        old_median = float(np.median(np.asarray(widths[OLD]), axis=0).mean())
         for method in METHODS:
             median = float(np.median(np.asarray(widths[method]), axis=0).mean())
             out.append(
@@ -112,6 +116,7 @@ def simulate(truth, guess, audits: int, rng, label: str) -> list:
                     "all at once": together[method] / audits,
                     "median width": median,
                     "/ audit alone": median / audit_median,
+                    f"/ {OLD}": median / old_median,
                     "/ normal PPI": median / normal_median,
                 }
             )

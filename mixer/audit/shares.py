@@ -1,22 +1,27 @@
 """Class shares corrected by an audit (`evaluate.py --shares LEVEL --audit AUDIT
 --predictions PREDICTED`): per class, the share counted from the predictions of the whole
 file, that share corrected by the rows a person checked, and a 95% interval for the true
-share that holds at any audit size; the audit's own estimate beside it. docs/classes.md,
+share that held at every audit size benchmarked; the audit's own estimate beside it. docs/classes.md,
 "Class shares corrected by an audit".
 
-The estimator is prediction-powered inference's (Angelopoulos et al., Science 2023): the
-true share of class k is the counted share c_k (known: every row of the file is counted)
-plus the share of rows whose true class is k that were predicted otherwise (a_k, missed)
-minus the share of rows predicted k whose true class is not (b_k, false). The audit, a
-random sample, estimates a_k and b_k. Its published interval is a normal approximation,
-which misses often in small audits, where a_k and b_k are counts of a few rows. Here each
-of a_k and b_k gets Clopper & Pearson's exact interval at level 1 - alpha/4 (stratified:
-at the design's effective n, Korn & Graubard, as mixer.audit.statistics scores an audit),
-so that c_k + [a_low - b_high, a_high - b_low] misses only where one of the four ends does,
-each at most alpha/8; intersected with the audit's own Clopper-Pearson interval of the share
-at level 1 - alpha/2, it misses at most alpha (Bonferroni), whatever n. `simultaneous`
-divides alpha by the number of classes, so that all intervals hold at once. Other intervals
-were compared in benchmarks/class_shares.py (docs/classes.md).
+The corrected share is prediction-powered inference's (Angelopoulos et al., Science 2023):
+the counted share c_k (known: every row of the file is counted) plus the share of rows whose
+true class is k that were predicted otherwise (a_k, missed) minus the share of rows
+predicted k whose true class is not (b_k, false), a_k and b_k estimated by the audit, a
+random sample. Its published interval is a normal approximation, which misses often in
+small audits, where a_k and b_k are counts of a few rows. The interval here post-stratifies
+by the prediction: the true share is c_k pi_k + (1 - c_k) lambda_k, pi_k the share of the
+rows predicted k whose class is k (precision) and lambda_k that of the other rows (leak);
+the audit's rows predicted k are a random sample of the file's, whatever their number, and
+so are its other rows. Each share's Clopper & Pearson beta (Beta(x, n - x + 1) for the low
+end, Beta(x + 1, n - x) for the high) weighted by its part of the file, summed, and the sum's
+quantiles taken from the beta of the same mean and variance (one part alone: Clopper &
+Pearson's interval exactly); a part with no row checked is unknown, anywhere in [0, 1].
+Stratified, the parts are each stratum's, weighted by their rows in the file. That is not a
+theorem's interval: its coverage at every audit size is benchmarks/class_shares.py's, where
+it held and was the narrowest of the intervals compared that held (METHODS;
+docs/classes.md).
+`simultaneous` divides alpha by the number of classes, so that all intervals hold at once.
 
 A row's class is its first code's that has one (mixer.data.labels.crosswalk's row-level
 rule: the first code written is the main occupation); rows whose codes have no class at
@@ -43,11 +48,17 @@ PREFIX = "prefix:"
 NONE = "(none)"  # the class of a row without a code, or of a code without a class at the level
 CLASS = "class"
 METHODS = {  # the intervals share_estimates computes, compared in benchmarks/class_shares.py
+    "post-stratified": "counted x precision + rest x leak (the sum of their Clopper-Pearson betas)",
+    "precision+leak": "counted x precision + rest x leak (Clopper-Pearson, Bonferroni)",
+    "precision+leak+audit": "counted x precision + rest x leak (Clopper-Pearson, Bonferroni), "
+    "with the audit alone, intersected",
     "errors+audit": "counted + audit's errors (Clopper-Pearson, Bonferroni), with the audit "
     "alone, intersected",
     "errors": "counted + audit's errors (Clopper-Pearson, Bonferroni)",
 }
+METHOD = "post-stratified"  # the one evaluate.py --shares prints
 STRATIFIED = ", at the effective n (Korn-Graubard)"
+BY_STRATUM = ", by stratum (weights N_h / N)"  # post-stratified: a cell per stratum and part
 # the reasons an audit leaves rows out that the predictions file tells (a column of it)
 LOOKUP_REASON = "coded by the lookup"
 CHECK_REASON = "needing a check (--target-accuracy)"  # mixer.coding.job.AUDIT_CHECK_REASON
@@ -160,6 +171,82 @@ def _shares(x: np.ndarray, n: np.ndarray, sizes: np.ndarray, stratified: bool, l
     return p, low, high
 
 
+def _weighted(rows, x, n, stratified: bool, level: float) -> tuple:
+    """(low, high), one per class, of sum_h rows[h, k] p[h, k], p[h, k] the share x[h, k]
+    of n[h, k] rows checked: Clopper & Pearson's interval of p at `level` (stratified, of the
+    cells' mean weighted by their rows, at its effective n, as _shares), times the rows. A
+    cell of rows with no row checked is unknown: anywhere from none of its rows to all."""
+    unknown = np.where((rows > 0) & ~(n > 0), rows, 0.0).sum(axis=0)
+    known = np.where((rows > 0) & (n > 0), rows, 0.0)
+    if not stratified:
+        low, high = clopper_pearson(x.sum(axis=0), n.sum(axis=0), level)
+    else:
+        low, high = np.zeros(x.shape[1]), np.zeros(x.shape[1])
+        for k in range(x.shape[1]):
+            cells = known[:, k] > 0
+            if cells.any():
+                p, n_eff = stats._effective(known[cells, k], x[cells, k] / n[cells, k], n[cells, k])
+                low[k], high[k] = clopper_pearson(p * n_eff, n_eff, level)
+    total = known.sum(axis=0)
+    low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
+    return total * low, total * high + unknown
+
+
+def _precision_leak(counted, sizes, right, predicted, missed, checked, stratified, level):
+    """(low, high) of each class's true share as counted x precision + rest x leak: the
+    file's rows predicted k (counted, known) times the share of them whose class is k, plus
+    its other rows times the share of those whose class is k; the audit, a random sample of
+    the file, checks a random sample of either part, whatever their numbers (right[h, k]
+    and missed[h, k] of predicted[h, k] and checked[h] - predicted[h, k] rows). Each share's
+    interval at `level`."""
+    rest = sizes[:, None] - counted
+    p_low, p_high = _weighted(counted, right, predicted, stratified, level)
+    l_low, l_high = _weighted(rest, missed, checked[:, None] - predicted, stratified, level)
+    return (p_low + l_low) / sizes.sum(), (p_high + l_high) / sizes.sum()
+
+
+def _beta_sum(weights, a, b, point, tail) -> np.ndarray:
+    """The `tail` quantile of sum_i weights[i] B_i, B_i ~ Beta(a[i], b[i]) (or the point
+    `point[i]` where it is finite), by the beta of the same mean and variance (one term
+    alone: its own beta exactly)."""
+    from scipy import special
+
+    fixed = np.isfinite(point)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(fixed, point, a / (a + b))
+        var = np.where(fixed, 0.0, a * b / ((a + b) ** 2 * (a + b + 1)))
+    mean, var = np.nan_to_num(mean), np.nan_to_num(var)
+    mu = (weights * mean).sum(axis=0)
+    v = (weights**2 * var).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.maximum(mu * (1 - mu) / v - 1, 1e-12)
+        q = special.betaincinv(
+            np.maximum(mu * scale, 1e-300), np.maximum((1 - mu) * scale, 1e-300), tail
+        )
+    return np.clip(np.where((v > 0) & (mu > 0) & (mu < 1), q, mu), 0.0, 1.0)
+
+
+def _post_stratified(counted, sizes, right, predicted, missed, checked, level):
+    """(low, high) of each class's true share as a sum over the cells of the file's rows by
+    stratum and by whether they were predicted k (their rows known, weights rows / N), each
+    cell's share of class k measured by its rows checked: the quantiles of the sum of the
+    cells' Clopper-Pearson betas (Beta(x, n - x + 1) for the low end, Beta(x + 1, n - x) for
+    the high), matched by a beta. A cell with no row checked is unknown: anywhere from none
+    of its rows to all."""
+    rows = np.vstack([counted, sizes[:, None] - counted])
+    x = np.vstack([right, missed])
+    n = np.vstack([predicted, checked[:, None] - predicted])
+    weights = np.where(rows > 0, rows, 0.0) / sizes.sum()
+    known = n > 0
+    x = np.clip(x, 0.0, np.maximum(n, 0.0))
+    tail = (1 - level) / 2
+    low_point = np.where(~known | (x <= 0), 0.0, np.nan)
+    high_point = np.where(~known | (x >= n), 1.0, np.nan)
+    low = _beta_sum(weights, x, n - x + 1, low_point, tail)
+    high = _beta_sum(weights, x + 1, n - x, high_point, 1 - tail)
+    return low, high
+
+
 def share_estimates(
     classes: list,
     counted: np.ndarray,
@@ -171,7 +258,7 @@ def share_estimates(
     stratified: bool,
     simultaneous: bool = False,
     level: float = LEVEL,
-    method: str = "errors+audit",
+    method: str = METHOD,
 ) -> dict:
     """Per class (arrays in class order): its share counted over the file, corrected by the audit, and the
     interval of the true share (`low`, `high`); the audit's own estimate and interval.
@@ -179,9 +266,11 @@ def share_estimates(
     counted[h, k]: the file's rows of stratum h predicted class k (sizes[h] = their sum);
     predicted, true, stratum, weight: per audit line checked, the class indices of its
     prediction and of its truth, its stratum and the rows drawn it counts for (1 for an
-    audit of rows). method "errors": the miss chance split over the two error terms;
-    "errors+audit": half of it over them, half over the audit's own interval, the two
-    intersected (compared in benchmarks/class_shares.py)."""
+    audit of rows). method (METHODS; compared in benchmarks/class_shares.py):
+    "post-stratified" (_post_stratified); "precision+leak": Clopper & Pearson's interval of
+    precision and of leak, each at 1 - alpha/2, their ends weighted and added; "errors": that
+    of a_k and of b_k, each at 1 - alpha/2, added; "+audit": half of alpha over these, half
+    over the audit's own interval, the two intersected."""
     sizes = np.asarray(sizes, dtype=float)
     counted = np.asarray(counted, dtype=float)
     strata, k = len(sizes), len(classes)
@@ -200,13 +289,23 @@ def share_estimates(
     truth = tally(true, np.ones(len(true), dtype=bool))
     count = (counted / np.maximum(sizes, 1)[:, None] * (sizes / sizes.sum())[:, None]).sum(axis=0)
     per_class = level if not simultaneous else 1 - (1 - level) / max(k, 1)
-    spent = (1 - per_class) / (2 if method == "errors+audit" else 1)
-    half = 1 - spent / 2  # each of the two error terms
+    spent = (1 - per_class) / (2 if method.endswith("+audit") else 1)
+    half = 1 - spent / 2  # each of the two terms
     a, a_low, a_high = _shares(missed, checked, sizes, stratified, half)
     b, b_low, b_high = _shares(false, checked, sizes, stratified, half)
     t, t_low, t_high = _shares(truth, checked, sizes, stratified, per_class)
     low, high = count + a_low - b_high, count + a_high - b_low
-    if method == "errors+audit":
+    if method == "post-stratified":
+        right = tally(true, ~differ)
+        low, high = _post_stratified(
+            counted, sizes, right, right + false, missed, checked, per_class
+        )
+    if method.startswith("precision+leak"):
+        right = tally(true, ~differ)
+        low, high = _precision_leak(
+            counted, sizes, right, right + false, missed, checked, stratified, half
+        )
+    if method.endswith("+audit"):
         _, u_low, u_high = _shares(truth, checked, sizes, stratified, 1 - spent)
         low, high = np.maximum(low, u_low), np.minimum(high, u_high)
         middle = (low + high) / 2  # disjoint: one of them missed; the point between them
@@ -227,7 +326,8 @@ def share_estimates(
         "checked": int(round(checked.sum())),
         "level": per_class,
         "simultaneous": bool(simultaneous),
-        "interval": METHODS[method] + (STRATIFIED if stratified else ""),
+        "interval": METHODS[method]
+        + ((BY_STRATUM if method == "post-stratified" else STRATIFIED) if stratified else ""),
     }
 
 
