@@ -4,6 +4,7 @@ the audit's own, strata are weighted by their rows, the program writes the table
 picture, and bad input is refused in one line.
 The coverage at every audit size: benchmarks/class_shares.py (docs/classes.md)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -223,6 +224,30 @@ def test_the_program_prints_and_writes_the_shares_with_their_picture(tmp_path, c
     wider = pd.read_csv(tmp_path / "together.csv", dtype={"class": str}).set_index("class")
     assert ((wider["high"] - wider["low"]) >= (major["high"] - major["low"]) - 1e-12).all()
     assert (wider["level"] == 1 - 0.05 / 4).all()
+
+
+def test_the_interval_can_be_one_proven_exact_and_each_is_named_in_the_table(tmp_path):
+    """--shares-interval: the flag's choices are the intervals the module computes; the
+    default is the post-stratified one, and errors+audit (Clopper-Pearson, Bonferroni) gives
+    its own interval, named in the table's `interval` column."""
+    from mixer.core.programs import EvaluateConfig
+
+    field = {f.name: f for f in dataclasses.fields(EvaluateConfig)}["shares_interval"]
+    assert set(field.metadata["choices"]) == set(shares.METHODS)
+    assert field.default == shares.METHOD
+    true, predicted = population(rows=400)
+    audit, predictions = drawn_audit(tmp_path, codes_of(true), codes_of(predicted), size=120)
+    argv = ["--shares", "code", "--audit", audit, "--predictions", predictions]
+    tables = {}
+    for method in ("post-stratified", "errors+audit"):
+        out = tmp_path / f"{method}.csv"
+        flags = ["--shares-interval", method, "--output", out]
+        assert evaluate_main([str(a) for a in argv + flags]) == 0
+        tables[method] = pd.read_csv(out, dtype={"class": str}).set_index("class")
+        assert (tables[method]["interval"] == shares.METHODS[method]).all()
+    exact, default = tables["errors+audit"], tables["post-stratified"]
+    assert (exact["corrected"] == default["corrected"]).all()  # one estimate, two intervals
+    assert not np.allclose(exact["low"], default["low"])
 
 
 def test_a_crosswalk_shares_the_rows_by_class_and_codes_without_one_are_none(tmp_path):

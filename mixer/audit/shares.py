@@ -450,6 +450,7 @@ def shares(
     simultaneous: bool = False,
     code_length=None,
     log=None,
+    method: str = METHOD,
 ) -> pd.DataFrame:
     """The table of `evaluate.py --shares` for an audit read back (mixer.audit.verdicts)."""
     classify = classifier(level, audit.design.formatter)
@@ -489,6 +490,7 @@ def shares(
         weight[used],
         design.stratified,
         simultaneous,
+        method=method,
     )
     table.insert(1, "shares", level)
     table["audit"] = design.id
@@ -576,6 +578,7 @@ def evaluate_shares(
     predictions_options,
     level: str,
     simultaneous: bool,
+    method: str,
     code_length,
     output,
     plot,
@@ -601,7 +604,9 @@ def evaluate_shares(
     output = check_output_path(output, "--output", inputs)
     check_output_path(plot, "--plot", {**inputs, "--output": output})
     audit = read_audit(path, options, log=print)
-    table = shares(audit, predictions, predictions_options, level, simultaneous, code_length, print)
+    table = shares(
+        audit, predictions, predictions_options, level, simultaneous, code_length, print, method
+    )
     picture = render_shares(table)  # drawn before anything is written
 
     def write_picture(tmp):

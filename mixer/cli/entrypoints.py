@@ -241,6 +241,7 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
                 args.table_options("predictions"),
                 args.shares,
                 args.simultaneous,
+                args.shares_interval,
                 args.code_length,
                 args.output,
                 args.plot,

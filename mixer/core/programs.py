@@ -299,6 +299,18 @@ class EvaluateConfig:
         works_with=("shares",),
         help="--shares' intervals hold for all classes at once",
     )
+    shares_interval: str = option(
+        "post-stratified",
+        choices=(
+            "post-stratified",
+            "precision+leak",
+            "precision+leak+audit",
+            "errors+audit",
+            "errors",
+        ),
+        works_with=("shares",),
+        help="--shares' interval: the narrowest that held in the benchmark, or one proven exact",
+    )
     truth_cols: Optional[list] = option(
         None, nargs="+", metavar="COL", help="columns of true codes (an audit has its own)"
     )
