@@ -187,3 +187,30 @@ def test_a_resumed_run_reports_the_crosswalks_its_own_command_names(tmp_path, sm
     with open(os.path.join(out, "args.yaml")) as handle:
         text = handle.read()
     assert "- socpo" in text and "hisclass" not in text
+
+
+def test_two_processes_store_the_class_levels_of_one(classed, tmp_path, small_csv):
+    """torchrun, 2 processes of batch 4, rank 0 gathering: the class columns of one process."""
+    from conftest import rank0_gathers_cmd, run
+
+    one, _ = classed
+    two = str(tmp_path / "run")
+    run(
+        rank0_gathers_cmd(2, "finetune.py")
+        + ["--distributed", "--dataset", small_csv, "--save-path", two, "--batch-size", "4"]
+        + [str(a) for a in RUN]
+        + ["--crosswalk", "hisclass", "socpo"]
+    )
+    left, right = (
+        pd.read_parquet(os.path.join(d, "scores.parquet")).sort_values(
+            ["split", "row"], ignore_index=True
+        )
+        for d in (one, two)
+    )
+    assert list(left.columns) == list(right.columns)
+    floats = [c for c in left.columns if "_confidence" in c]
+    assert "flat_confidence_hisclass" in floats
+    pd.testing.assert_frame_equal(left.drop(columns=floats), right.drop(columns=floats))
+    np.testing.assert_allclose(
+        left[floats].to_numpy(), right[floats].to_numpy(), rtol=1e-6, atol=1e-7
+    )  # floats of one and of two processes round differently (tests/conftest.py)
