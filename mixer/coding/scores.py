@@ -53,14 +53,16 @@ def chose_mask(rows: int, sample, keep_best: bool, tuned_on: Optional[str]) -> n
 
 
 def score_frame(
-    gathered: dict, splits: dict, chose: np.ndarray, levels: list, report_cols: list
+    gathered: dict, splits: dict, chose: np.ndarray, levels: list, report_cols: list, walks=()
 ) -> pd.DataFrame:
     """scores.parquet's rows: the validation rows of the final evaluation, then the
     calibration rows, each by its index into data_<split>.parquet. `splits`: {split: its
     prepared rows (text, lang, report:<col>)}; `chose`: per validation row, whether it
     chose something (calibration rows never did); `levels`: the code system's prefix
-    lengths (mixer.coding.levels)."""
-    from mixer.coding.levels import prefix_correct
+    lengths (mixer.coding.levels); `walks`: the crosswalks (--crosswalk) whose class
+    confidence each row carries (its 7th item: {name: (flat, seq2seq)}), each a
+    <head>_confidence_<name> and a <head>_correct_<name> column."""
+    from mixer.coding.levels import level_correct, prefix_correct
 
     parts = []
     for split, rows in (("val", gathered["val"]), ("cal", gathered["cal"])):
@@ -86,6 +88,11 @@ def score_frame(
             )
             for length in levels:
                 part[f"{head}_correct_{length}"] = prefix_correct(truth, predicted, length)
+            for walk in walks:
+                part[f"{head}_confidence_{walk.name}"] = np.array(
+                    [r[6][walk.name][h] for r in rows], dtype=np.float64
+                )
+                part[f"{head}_correct_{walk.name}"] = level_correct(truth, predicted, walk)
         for column in report_cols:
             part[column] = prepared[REPORT_PREFIX + column].astype(str).to_numpy()
         parts.append(pd.DataFrame(part))
@@ -111,6 +118,7 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
     """({file name: bytes or text} of a model directory, its summary (`summarise`)):
     scores.parquet, calibration.json, the production curve (CSV, a PNG per head and
     breakdown), the reliability diagram per head."""
+    from mixer.coding.curve import plot_curve
     from mixer.coding.calibration import (
         FILE,
         VERSION,
@@ -146,6 +154,16 @@ def coding_files(frame: pd.DataFrame, report_cols: list, title: str) -> tuple:
             heads[head] = entry
             curves.append(head_curves(frame, head, report_cols, entry))
             files.update(_plots(scratch, frame, head, curves[-1], entry, fit, title, report_cols))
+            for level in class_levels(frame):  # the class level's curve, by language
+                curves.append(head_curves(frame, head, [], None, level))
+                name = f"production_curve_{head}_class_{_safe(level)}.png"
+                plot_curve(
+                    curves[-1],
+                    os.path.join(scratch, name),
+                    TARGET,
+                    f"{title}: {head} head at the {level} level, by language",
+                )
+                files[name] = _read(os.path.join(scratch, name))
     counts = frame["split"].value_counts()
     splits = {s: int(counts[s]) for s in SPLITS if s in counts.index}
     calibration = {"version": VERSION, "heads": heads, "rows": fit_words, "splits": splits}
@@ -159,14 +177,16 @@ def summarise(calibration: dict, curve: pd.DataFrame, splits: dict, frame: pd.Da
     """What the logs and the model card say of a model directory's scores: the rows by
     split, which rows the temperatures were fit on, and per head its temperature, ECE
     before and after, the share the guarantee codes at TARGET (`frame`: the scored rows)
-    and the headline read off the curve."""
+    and the headline read off the curve; the same two at each crosswalk's class level
+    (`levels`: {name: ...}, when the rows carry one)."""
     heads = {}
     for head, entry in calibration["heads"].items():
-        heads[head] = dict(
-            entry,
-            **head_headline(curve[curve["head"] == head], _rows_word(splits)),
-            **head_guarantee(frame, head),
-        )
+        heads[head] = dict(entry, **level_summary(curve, splits, frame, head))
+        levels = {
+            level: level_summary(curve, splits, frame, head, level) for level in class_levels(frame)
+        }
+        if levels:
+            heads[head]["levels"] = levels
     return {
         "target": TARGET,
         "splits": {SPLITS.get(s, s): int(n) for s, n in splits.items()},
@@ -203,19 +223,50 @@ def read_summary(directory: str) -> Optional[dict]:
     return summarise(calibration, curve, splits, frame)
 
 
+def class_levels(frame: pd.DataFrame) -> list:
+    """The crosswalks whose class level the scored rows carry (score_frame's
+    flat_confidence_<name> columns), in their order."""
+    start = "flat_confidence_"
+    return [c[len(start) :] for c in frame.columns if c.startswith(start)]
+
+
+def _suffix(level: Optional[str]) -> str:
+    return f"_{level}" if level else ""
+
+
+def level_summary(
+    curve: pd.DataFrame, splits: dict, frame: pd.DataFrame, head: str, level: Optional[str] = None
+) -> dict:
+    """A head's headline read off its curve and its guarantee, at the code level (`level`
+    None) or at a crosswalk's class level (its curve's head is '<head> <level>')."""
+    name = f"{head} {level}" if level else head
+    return dict(
+        **head_headline(curve[curve["head"] == name], _rows_word(splits)),
+        **head_guarantee(frame, head, level),
+    )
+
+
 def _rows_word(splits: dict) -> str:
     return " and ".join(SPLITS[s] for s in SPLITS if splits.get(s)) + " rows"
 
 
-def head_curves(frame: pd.DataFrame, head: str, report_cols: list, entry: dict) -> pd.DataFrame:
+def head_curves(
+    frame: pd.DataFrame,
+    head: str,
+    report_cols: list,
+    entry: Optional[dict],
+    level: Optional[str] = None,
+) -> pd.DataFrame:
     """The production curve of a head over every scored row: overall (by "all"), by
     language (by "lang") and by each --report-cols column, with each threshold also on
-    the calibrated scale."""
+    the calibrated scale. At a crosswalk's class level (`level`; the head named
+    '<head> <level>'), its class confidence and correctness; no temperature is fit there
+    (`entry` None): calibrated_threshold empty."""
     from mixer.coding.calibration import calibrate_entry
     from mixer.coding.curve import ALL, production_curve
 
-    confidence = frame[f"{head}_confidence"].to_numpy(np.float64)
-    correct = frame[f"{head}_correct"].to_numpy(bool)
+    confidence = frame[f"{head}_confidence{_suffix(level)}"].to_numpy(np.float64)
+    correct = frame[f"{head}_correct{_suffix(level)}"].to_numpy(bool)
     parts = []
     for by in ["lang"] + list(report_cols):
         curve = production_curve(
@@ -229,12 +280,12 @@ def head_curves(frame: pd.DataFrame, head: str, report_cols: list, entry: dict) 
             curve[~overall].assign(by=by) if parts else curve.assign(by=np.where(overall, ALL, by))
         )
     curve = pd.concat(parts, ignore_index=True)
-    curve.insert(0, "head", head)
+    curve.insert(0, "head", f"{head} {level}" if level else head)
     curve.insert(1, "by", curve.pop("by"))
     curve.insert(
         curve.columns.get_loc("threshold") + 1,
         "calibrated_threshold",
-        calibrate_entry(curve["threshold"].to_numpy(), entry),
+        np.nan if entry is None else calibrate_entry(curve["threshold"].to_numpy(), entry),
     )
     return curve
 
@@ -258,42 +309,57 @@ def _guarantee_confidence() -> float:
     return PredictConfig.__dataclass_fields__["target_confidence"].default
 
 
-def head_guarantee(frame: pd.DataFrame, head: str) -> dict:
+def head_guarantee(frame: pd.DataFrame, head: str, level: Optional[str] = None) -> dict:
     """The share of new rows predict.py --target-accuracy TARGET codes with this head, at its
     default confidence, on a file of GUARANTEE_ROWS rows like the scored ones: its threshold
     chosen (mixer.coding.guarantee) on the scored rows that chose nothing, as predict.py chooses
-    it. guaranteed_share None: no such rows."""
+    it; at a crosswalk's class level (`level`, --target-level <level>) on the rows' class
+    confidence and correctness. guaranteed_share None: no such rows. realised_accuracy: the
+    accuracy of those rows at or above the threshold (None: none coded)."""
     from mixer.coding.guarantee import choose_threshold
 
     held = ~frame["chose"].to_numpy(bool)
     if not held.any():
-        return {"guaranteed_share": None, "guarantee_rows": 0}
+        return {"guaranteed_share": None, "guarantee_rows": 0, "realised_accuracy": None}
+    confidence = frame[f"{head}_confidence{_suffix(level)}"].to_numpy(np.float64)[held]
+    correct = frame[f"{head}_correct{_suffix(level)}"].to_numpy(bool)[held]
     choice = choose_threshold(
-        frame[f"{head}_confidence"].to_numpy(np.float64)[held],
-        frame[f"{head}_correct"].to_numpy(bool)[held],
-        TARGET,
-        1.0 - _guarantee_confidence(),
-        GUARANTEE_ROWS,
+        confidence, correct, TARGET, 1.0 - _guarantee_confidence(), GUARANTEE_ROWS
+    )
+    coded = (
+        confidence >= choice.threshold
+        if choice.threshold is not None
+        else np.zeros(len(confidence), dtype=bool)
     )
     return {
         "guaranteed_share": choice.coded_share if choice.threshold is not None else 0.0,
         "guarantee_rows": int(held.sum()),
+        "realised_accuracy": float(correct[coded].mean()) if coded.any() else None,
     }
 
 
-def guarantee_words(entry: dict, confidence: float) -> str:
+def guarantee_words(entry: dict, confidence: float, level: Optional[str] = None) -> str:
     """'on new rows, predict.py --target-accuracy 0.95 codes 68% automatically (...)': what the
-    guarantee codes, named for what it is."""
+    guarantee codes, named for what it is, at the code level or at a crosswalk's class level
+    (`level`: --target-level <level>); then its coverage and realised accuracy on the rows
+    its threshold was chosen on."""
+    flag = f"--target-accuracy {TARGET:g}" + (f" --target-level {level}" if level else "")
     if entry.get("guaranteed_share") is None:
         return (
-            f"on new rows, predict.py --target-accuracy {TARGET:g} has no held-out scored rows to choose "
+            f"on new rows, predict.py {flag} has no held-out scored rows to choose "
             "its threshold on (every scored row chose something: see --share-calibration)"
         )
+    realised = entry.get("realised_accuracy")
     return (
-        f"on new rows, predict.py --target-accuracy {TARGET:g} codes {entry['guaranteed_share']:.0%} "
+        f"on new rows, predict.py {flag} codes {entry['guaranteed_share']:.0%} "
         f"automatically (its guarantee, at confidence {confidence:g}, its threshold chosen on the "
         f"{entry['guarantee_rows']:,} scored rows that chose nothing, for a file of {GUARANTEE_ROWS:,} "
-        "rows like them)"
+        "rows like them); on those rows it codes "
+        + (
+            "none"
+            if realised is None
+            else f"{entry['guaranteed_share']:.1%} at a realised accuracy of {realised:.1%}"
+        )
     )
 
 
@@ -339,11 +405,19 @@ class CodingStep:
     them. `chose`: per validation row, whether it chose something (chose_mask)."""
 
     def __init__(
-        self, run_dir: str, system: str, report_cols: list, chose: np.ndarray, title: str, log=print
+        self,
+        run_dir: str,
+        system: str,
+        report_cols: list,
+        chose: np.ndarray,
+        title: str,
+        log=print,
+        crosswalks=(),
     ):
         from mixer.coding.levels import levels_for
 
         self.run_dir = run_dir
+        self.crosswalks = list(crosswalks)  # --crosswalk: class levels beside the codes
         self.levels = levels_for(system)
         self.report_cols = list(report_cols)
         self.chose = chose
@@ -367,7 +441,9 @@ class CodingStep:
         """{file name: content} of the model directory `where` from its gathered rows
         (mixer.training.validation.Validator.gather_rows), with its lines printed when
         `which` names the weights; None without rows."""
-        frame = score_frame(gathered, self.splits(), self.chose, self.levels, self.report_cols)
+        frame = score_frame(
+            gathered, self.splits(), self.chose, self.levels, self.report_cols, self.crosswalks
+        )
         if frame.empty:
             return None
         files, summary = coding_files(frame, self.report_cols, self.title)
@@ -386,6 +462,15 @@ def report_lines(summary: dict, where: str, which: str) -> list:
     ]
     for head, entry in summary["heads"].items():
         lines.append(f"  {head} head: {guarantee_words(entry, summary['confidence'])}")
+        for level, at in entry.get("levels", {}).items():  # each crosswalk's class level beside
+            lines.append(
+                f"  {head} head at the {level} level: "
+                f"{guarantee_words(at, summary['confidence'], level)}"
+            )
+            lines.append(
+                f"  {head} head at the {level} level, read off the curve of these rows (a point "
+                f"estimate, not a promise for new rows): {at['headline']}"
+            )
         line = (
             f"  {head} head, read off the curve of these rows (a point estimate, not a promise for new "
             f"rows): {entry['headline']}; temperature {entry['temperature']:.3f}, expected "

@@ -47,7 +47,7 @@ TABLE_ROLES = {
         "--calibration-data",
         "calibration-data-",
     ),  # predict.py: labelled rows of a user's
-    "crosswalk": ("--crosswalk", "crosswalk-"),  # predict.py, evaluate.py: a user's code -> class
+    "crosswalk": ("--crosswalk", "crosswalk-"),  # predict.py, evaluate.py, the runs: code -> class
 }
 READ_OPTIONS = ("encoding", "sep", "sheet", "header_row", "ddi")
 
@@ -253,6 +253,14 @@ class DataConfig:
         metavar="COL",
         group=DATA,
         help="columns the final evaluation breaks its production curve down by",
+    )
+    crosswalk: Optional[list] = option(
+        None,
+        nargs="+",
+        metavar="NAME",
+        group=DATA,
+        table="crosswalk",
+        help="the run's end reports classes too: hisclass, hisclass_5, socpo, or a table of code,class",
     )
     code_descriptions: Optional[str] = option(
         None,

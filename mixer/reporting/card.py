@@ -408,6 +408,20 @@ def _coding(coding: dict) -> list:
         f"coded at {target:.0%} accuracy, read off these rows' curve",
         lambda e: "none" if e["coded_share"] is None else f"{e['coded_share']:.0%} of the rows",
     )
+    for level in coding["heads"][heads[0]].get("levels", {}) if heads else ():
+        row(  # each crosswalk's class level (--crosswalk, --target-level <level>)
+            f"classes ({level}) coded on new rows at {target:.0%} accuracy (the guarantee), "
+            "realised on the scored rows",
+            lambda e: _class_guarantee(e["levels"][level]),
+        )
+        row(
+            f"classes ({level}) coded at {target:.0%} accuracy, read off these rows' curve",
+            lambda e: (
+                "none"
+                if e["levels"][level]["coded_share"] is None
+                else f"{e['levels'][level]['coded_share']:.0%} of the rows"
+            ),
+        )
     row("temperature", lambda e: f"{e['temperature']:.3f}")
     row(
         "expected calibration error, raw -> calibrated",
@@ -431,6 +445,17 @@ def _coding(coding: dict) -> list:
         for h in heads
     ]
     return lines
+
+
+def _class_guarantee(entry: dict) -> str:
+    """A class level's guarantee in the card: the share coded, and the realised accuracy of
+    those scored rows."""
+    if entry.get("guaranteed_share") is None:
+        return "no held-out rows"
+    realised = entry.get("realised_accuracy")
+    return f"{entry['guaranteed_share']:.0%}" + (
+        "" if realised is None else f" (realised accuracy {realised:.1%})"
+    )
 
 
 def _commands(jobs: list) -> list:

@@ -76,6 +76,9 @@ class TrainParts:
     coding: Optional[object] = (
         None  # the end-of-run step on the scored rows (mixer.coding.scores.CodingStep)
     )
+    crosswalks: list = field(
+        default_factory=list
+    )  # --crosswalk's tables: each a level the scored rows carry (mixer.data.labels.crosswalk)
 
 
 class TrainWindow:

@@ -99,6 +99,7 @@ def _train(config: RunConfig, world: mdist.World) -> dict:
         ),
     )  # args.yaml keeps it
     best.check_metric(config.train)  # before anything is written
+    crosswalks(config)  # the names and tables checked, before anything is written
     thresholds, thresholds_from = starting_thresholds(config, start)
 
     def check_resume(prepared):  # on the prepared rows, before anything is written
@@ -485,6 +486,7 @@ def run_facts(
     content, the model card's facts, what evaluations are measured with, the end-of-run
     step on the scored rows."""
     run_dir, formatter, sample = config.save_dir, prepared.formatter, loaders.sample
+    walks = crosswalks(config, formatter)
     return dict(
         key_blocks=torch.from_numpy(formatter.encode_blocks(key_codes)),
         num_blocks=formatter.max_num_codes,
@@ -495,8 +497,15 @@ def run_facts(
             thresholds_from=thresholds_from,
         ),
         coding=coding_step(
-            run_dir, config, formatter, sample, loaders.val_rows, loaders.full_val is not None
+            run_dir,
+            config,
+            formatter,
+            sample,
+            loaders.val_rows,
+            loaders.full_val is not None,
+            walks,
         ),
+        crosswalks=walks,
         eval_conditions=best.conditions(train_config, sample, thresholds),
         card_facts=card.run_facts(
             dataclasses.replace(config, train=train_config),
@@ -661,9 +670,12 @@ def parameter_groups(model: torch.nn.Module, learning_rate: float, head_lr_scale
     return ([{"params": encoder, "lr": learning_rate}] if encoder else []) + groups
 
 
-def coding_step(run_dir: str, config: RunConfig, formatter, sample, val_rows: int, full: bool):
+def coding_step(
+    run_dir: str, config: RunConfig, formatter, sample, val_rows: int, full: bool, walks=()
+):
     """The end-of-run step on the scored rows (mixer.coding.scores): which validation
-    rows chose something, the code system's levels, the user's breakdown columns."""
+    rows chose something, the code system's levels, the user's breakdown columns, the
+    crosswalks whose class level is reported beside the codes'."""
     from mixer.coding.scores import CodingStep, chose_mask
 
     tuned_on = None if not config.train.tune_threshold else "all" if full else "sample"
@@ -675,7 +687,27 @@ def coding_step(run_dir: str, config: RunConfig, formatter, sample, val_rows: in
         chose,
         os.path.basename(os.path.abspath(run_dir)),
         log=logger.info,
+        crosswalks=walks,
     )
+
+
+def crosswalks(config: RunConfig, formatter=None) -> list:
+    """--crosswalk's tables (mixer.data.labels.crosswalk), read with the model's code system
+    (`formatter`; None: the names and files checked): each a level of classes the scored rows
+    carry and the run's end reports beside the codes. A score (hiscam) has no classes to guarantee:
+    refused."""
+    from mixer.data.labels.crosswalk import check_names, load_crosswalk
+
+    options = config.data.table_options("crosswalk")
+    walks = [load_crosswalk(name, formatter, options) for name in config.data.crosswalk or []]
+    check_names(walks)
+    for walk in walks:
+        if walk.numeric:
+            raise UserError(
+                f"--crosswalk {walk.name}: a score, not classes, has no class level to report; "
+                "name a crosswalk of classes (hisclass, hisclass_5, socpo or a table)"
+            )
+    return walks
 
 
 def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:

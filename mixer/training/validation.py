@@ -36,8 +36,8 @@ class Validator:
     """Evaluates a run's model on its validation loaders (the parts' `val_loader`, or
     one given: every row, a noised copy, or the calibration rows). After an evaluation
     with `collect`, each row's (row, true codes, flat codes, seq2seq codes, flat
-    confidence, seq2seq confidence) is in `collected` (`collected_noised` for a noised
-    loader, `collected_cal` for the calibration rows); after one with `tune_threshold`,
+    confidence, seq2seq confidence, {crosswalk name: (flat, seq2seq) confidence}) is in
+    `collected` (`collected_noised` for a noised loader, `collected_cal` for the calibration rows); after one with `tune_threshold`,
     `tuned` is (thresholds, report)."""
 
     def __init__(
@@ -64,6 +64,7 @@ class Validator:
         self._languages: dict = {}
         self.tuned: Optional[tuple] = None
         self.table_rows = 0  # rows of the last evaluation table
+        self._class_groups: Optional[dict] = None  # class_groups()
 
     @torch.no_grad()
     def evaluate(
@@ -186,19 +187,37 @@ class Validator:
         self, model, rules, flat_logits, flat_probs, threshold, seq_codes, token_probs, states, mask
     ) -> tuple:
         """Each row's confidence in its predicted code set, per head, as prediction gives it
-        (mixer.coding.confidence; OccCANINE's seq2seq rule for its family): (flat, seq2seq)."""
-        from mixer.coding.confidence import flat_confidence, sequence_confidence
+        (mixer.coding.confidence; OccCANINE's seq2seq rule for its family): (flat, seq2seq,
+        {crosswalk name: (flat, seq2seq) at its class level}). The flat head's class confidence
+        is grouped_confidence over the crosswalk's classes; the seq2seq head's is the confidence
+        of its codes themselves (a lower bound of its classes')."""
+        from mixer.coding.confidence import flat_confidence, grouped_confidence, sequence_confidence
 
         index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
         in_set = torch.zeros_like(flat_probs, dtype=torch.bool).scatter_(1, index, chosen)
-        flat = flat_confidence(flat_logits.double().cpu().numpy(), in_set.cpu().numpy())
+        logits, in_set = flat_logits.double().cpu().numpy(), in_set.cpu().numpy()
+        flat = flat_confidence(logits, in_set)
         if rules.seq2seq_order == "decoded":
             seq = decoded_confidence(
                 model, states, mask, seq_codes, token_probs, self.parts.formatter
             )
         else:
             seq = sequence_confidence(token_probs.double().cpu().numpy())
-        return flat, seq
+        levels = {
+            name: (grouped_confidence(logits, in_set, groups), seq)
+            for name, groups in self.class_groups().items()
+        }
+        return flat, seq, levels
+
+    def class_groups(self) -> dict:
+        """{crosswalk name: each key code's class (mixer.coding.levels.group_keys)}, read once."""
+        if self._class_groups is None:
+            from mixer.coding.levels import group_keys
+
+            self._class_groups = {
+                walk.name: group_keys(self.key_codes, walk) for walk in self.parts.crosswalks
+            }
+        return self._class_groups
 
     def collect_rows(
         self, collected, batch, flat_probs, threshold, seq_codes, rules, confidence
@@ -207,12 +226,21 @@ class Validator:
         index, _, chosen = flat_prediction(flat_probs, threshold, self.parts.num_blocks, rules)
         index, chosen = index.cpu().numpy(), chosen.cpu().numpy()
         labels = batch.labels.cpu().numpy()
-        flat_conf, seq_conf = confidence
+        flat_conf, seq_conf, levels = confidence
         for i, row in enumerate(batch.rows):
             true = [self.key_codes[j] for j in labels[i] if j >= 0]
             flat = [self.key_codes[j] for j, keep in zip(index[i], chosen[i]) if keep]
+            at_levels = {name: (float(f[i]), float(q[i])) for name, (f, q) in levels.items()}
             collected.append(
-                (int(row), true, flat, seq_codes[i], float(flat_conf[i]), float(seq_conf[i]))
+                (
+                    int(row),
+                    true,
+                    flat,
+                    seq_codes[i],
+                    float(flat_conf[i]),
+                    float(seq_conf[i]),
+                    at_levels,
+                )
             )
 
     def gather_rows(self) -> Optional[dict]:
