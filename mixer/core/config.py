@@ -14,6 +14,13 @@ from typing import Optional
 
 from mixer.core.options import option
 
+
+def crosswalk_option(group: str, help: str):
+    """The --crosswalk field (codes to classes, docs/classes.md) of a program: its names or
+    tables, read as the `crosswalk` role's files are (TABLE_ROLES)."""
+    return option(None, nargs="+", metavar="NAME", group=group, table="crosswalk", help=help)
+
+
 HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several
 NEW_HEADS = ("fast", "occcanine")  # --new-heads (ModelConfig.new_heads)
 PRECISIONS = ("fp32", "bf16", "fp16")  # mixer.core.precision
@@ -254,13 +261,9 @@ class DataConfig:
         group=DATA,
         help="columns the final evaluation breaks its production curve down by",
     )
-    crosswalk: Optional[list] = option(
-        None,
-        nargs="+",
-        metavar="NAME",
-        group=DATA,
-        table="crosswalk",
-        help="the run's end reports classes too: hisclass, hisclass_5, socpo, or a table of code,class",
+    crosswalk: Optional[list] = crosswalk_option(
+        DATA,
+        "the run's end reports classes too: hisclass, hisclass_5, socpo, or a table of code,class",
     )
     code_descriptions: Optional[str] = option(
         None,

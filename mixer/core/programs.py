@@ -8,12 +8,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mixer.core.config import PRECISIONS, table_options
+from mixer.core.config import PRECISIONS, crosswalk_option, table_options
 from mixer.core.options import option
 
 AUDIT = "audit (a random sample to check by hand: docs/evaluation.md)"
 TARGET = "coding at a target accuracy (docs/coding.md)"
 CLASSES = "classes beside the codes (docs/classes.md)"
+
+
+def hisco_column(what: str, help: str):
+    """--status-col, --relation-col, --product-col: a column of the rows' HISCO status,
+    relation or product codes, which pick the crosswalk's row (docs/classes.md)."""
+    return option(
+        None,
+        flags=(f"--{what}-col",),
+        metavar="COL",
+        group=CLASSES,
+        works_with=("crosswalk",),
+        help=help,
+    )
 
 
 @dataclass
@@ -83,37 +96,18 @@ class PredictConfig:
         table="code_descriptions",
         help="descriptions of the model's codes: desc_k columns (docs/data.md)",
     )
-    crosswalk: Optional[list] = option(
-        None,
-        nargs="+",
-        metavar="NAME",
-        group=CLASSES,
-        table="crosswalk",
-        help="each code's class: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
+    crosswalk: Optional[list] = crosswalk_option(
+        CLASSES,
+        "each code's class: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
     )
-    status: Optional[str] = option(
-        None,
-        flags=("--status-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO status codes, which pick the crosswalk's row for them",
+    status: Optional[str] = hisco_column(
+        "status", "the rows' HISCO status codes, which pick the crosswalk's row for them"
     )
-    relation: Optional[str] = option(
-        None,
-        flags=("--relation-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO relation codes, as --status-col",
+    relation: Optional[str] = hisco_column(
+        "relation", "the rows' HISCO relation codes, as --status-col"
     )
-    product: Optional[str] = option(
-        None,
-        flags=("--product-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO product codes, as --status-col",
+    product: Optional[str] = hisco_column(
+        "product", "the rows' HISCO product codes, as --status-col"
     )
     to_check: Optional[list] = option(
         None,
@@ -334,37 +328,18 @@ class EvaluateConfig:
     confidence_col: Optional[str] = option(
         None, metavar="COL", help="row confidence for the production curve (docs/coding.md)"
     )
-    crosswalk: Optional[list] = option(
-        None,
-        nargs="+",
-        metavar="NAME",
-        group=CLASSES,
-        table="crosswalk",
-        help="also score classes: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
+    crosswalk: Optional[list] = crosswalk_option(
+        CLASSES,
+        "also score classes: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
     )
-    status: Optional[str] = option(
-        None,
-        flags=("--status-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO status codes, which pick the crosswalk's row for them",
+    status: Optional[str] = hisco_column(
+        "status", "the rows' HISCO status codes, which pick the crosswalk's row for them"
     )
-    relation: Optional[str] = option(
-        None,
-        flags=("--relation-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO relation codes, as --status-col",
+    relation: Optional[str] = hisco_column(
+        "relation", "the rows' HISCO relation codes, as --status-col"
     )
-    product: Optional[str] = option(
-        None,
-        flags=("--product-col",),
-        metavar="COL",
-        group=CLASSES,
-        works_with=("crosswalk",),
-        help="the rows' HISCO product codes, as --status-col",
+    product: Optional[str] = hisco_column(
+        "product", "the rows' HISCO product codes, as --status-col"
     )
 
     target_accuracy: float = option(
