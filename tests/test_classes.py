@@ -288,6 +288,24 @@ def test_evaluate_scores_the_classes_beside_the_codes(tmp_path, capsys):
     assert "hisclass" in capsys.readouterr().out
 
 
+def test_evaluate_restores_a_users_tables_zeros_with_the_code_length(tmp_path, capsys):
+    """A table saved by a spreadsheet lost its codes' zeros (2290 for 02290): with
+    --code-length 5 its codes are read as the scored codes are, as predict.py reads them
+    with the model's width, so every row's class is found."""
+    frame = pd.DataFrame(
+        {"truth": ["2290", "02290", "61110", "02290"], "code_1": ["02290"] * 2 + ["61110"] * 2}
+    )
+    path, groups = tmp_path / "preds.csv", tmp_path / "groups.csv"
+    frame.to_csv(path, index=False)
+    pd.DataFrame({"code": ["2290", "61110"], "class": ["A", "B"]}).to_csv(groups, index=False)
+    out = tmp_path / "scores.csv"
+    argv = ["--predictions", str(path), "--truth-cols", "truth", "--code-length", "5"]
+    assert evaluate_main(argv + ["--crosswalk", str(groups), "--output", str(out)]) == 0
+    row = pd.read_csv(out, dtype={"digits": str}).set_index("digits").loc["groups"]
+    assert row["n"] == 4 and row["accuracy"] == pytest.approx(3 / 4)
+    assert load_crosswalk(str(groups), width=5).classify(["02290", "2290"]).tolist() == ["A", "A"]
+
+
 def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
     tiny_two_code_run, records, tmp_path, capsys
 ):

@@ -3,11 +3,13 @@
 The interface every layer above uses (stable):
 
     CROSSWALKS                      the names mixer ships: hisclass, hisclass_5, socpo, hiscam
-    load_crosswalk(name_or_path, formatter=None, options=None) -> Crosswalk
+    load_crosswalk(name_or_path, formatter=None, options=None, width=None) -> Crosswalk
         a shipped name, or a user's table (CSV, Parquet, Excel, Stata; read by the one reader,
         mixer.data.tables.reading) with the columns code and class, and label if it likes;
         `formatter` (the model's CodeFormatter) spells the table's codes as the model writes
-        them (zeros restored); `options` (TableOptions) how the file is read
+        them (zeros restored); without a model, `width` (evaluate.py's --code-length) gives
+        the table's digit codes shorter than it their zeros back, as the scored codes get
+        them; `options` (TableOptions) how the file is read
     Crosswalk.name                  the name the output columns take (a file's: its stem)
     Crosswalk.numeric               True for a score (HISCAM), not a class
     Crosswalk.labelled              whether its classes have labels (label columns written)
@@ -167,7 +169,10 @@ def _class_order(classes) -> tuple:
 
 
 def load_crosswalk(
-    name_or_path: str, formatter=None, options: Optional[TableOptions] = None
+    name_or_path: str,
+    formatter=None,
+    options: Optional[TableOptions] = None,
+    width: Optional[int] = None,
 ) -> Crosswalk:
     """A crosswalk by its name (CROSSWALKS) or a user's table's path."""
     name = str(name_or_path).strip()
@@ -178,7 +183,7 @@ def load_crosswalk(
             f"--crosswalk {name}: neither a crosswalk mixer ships ({', '.join(CROSSWALKS)}) nor "
             "a file; name one of those, or a table with the columns code and class (and label)"
         )
-    return _user_table(name, formatter, options or TableOptions(role="crosswalk"))
+    return _user_table(name, formatter, options or TableOptions(role="crosswalk"), width)
 
 
 @lru_cache(maxsize=None)
@@ -211,7 +216,7 @@ def _ses_table() -> pd.DataFrame:
     return read_table(SES_TABLE, TableOptions(role="crosswalk"))
 
 
-def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
+def _user_table(path: str, formatter, options: TableOptions, width: Optional[int]) -> Crosswalk:
     table = read_table(path, options)
     table.columns = [str(c) for c in table.columns]
     require_columns(table, list(USER_COLUMNS), path, {c: "--crosswalk" for c in USER_COLUMNS})
@@ -219,8 +224,10 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
         from mixer.data.labels.normalise import code_column
 
         codes = code_column(table, "code", formatter).text
-    else:
-        codes = as_text(table["code"]).str.strip()
+    else:  # no model: the codes as written, digits given their zeros back to `width`
+        from mixer.data.labels.normalise import restore_digits
+
+        codes, _ = restore_digits(as_text(table["code"]).str.strip(), width)
     classes = as_text(table["class"]).str.strip()
     listed = codes != ""
     pairs = pd.DataFrame({"code": codes[listed], "class": classes[listed]}).drop_duplicates()
@@ -245,6 +252,7 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
         rows={(c, "", "", ""): k for c, k in zip(pairs["code"], pairs["class"])},
         labels=labels,
         classes=_class_order(pairs["class"]),
+        width=None if formatter is not None else width,
     )
 
 
