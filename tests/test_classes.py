@@ -306,6 +306,19 @@ def test_evaluate_restores_a_users_tables_zeros_with_the_code_length(tmp_path, c
     assert load_crosswalk(str(groups), width=5).classify(["02290", "2290"]).tolist() == ["A", "A"]
 
 
+def test_crosswalk_given_twice_keeps_both():
+    """--crosswalk hisclass --crosswalk socpo asks for both: the second does not drop the
+    first, in predict.py and evaluate.py alike."""
+    from mixer.cli.entrypoints import evaluate_parser, predict_parser
+
+    argv = ["--crosswalk", "hisclass", "--crosswalk", "socpo", "hiscam"]
+    predict_args = ["--checkpoint", "run", "--input", "in.csv", "--output", "out.csv"]
+    evaluate_args = ["--predictions", "p.csv", "--truth-cols", "hisco_1"]
+    for parser, given in ((predict_parser(), predict_args), (evaluate_parser(), evaluate_args)):
+        assert parser.parse_args(given + argv).crosswalk == ["hisclass", "socpo", "hiscam"]
+        assert parser.parse_args(given).crosswalk is None
+
+
 def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
     tiny_two_code_run, records, tmp_path, capsys
 ):
@@ -317,6 +330,7 @@ def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
         (["--status-col", "status"], "--status-col works with --crosswalk"),
         (["--crosswalk", "hisclas"], "neither a crosswalk mixer ships"),
         (["--crosswalk", "hisclass", "hisclass"], "hisclass named twice"),
+        (["--crosswalk", "hisclass", "--crosswalk", "hisclass"], "hisclass named twice"),
     ]
     for extra, needle in cases:
         fails(capsys, "predict", predict(tiny_two_code_run, records, out, *extra), needle)

@@ -89,6 +89,7 @@ class PredictConfig:
         metavar="NAME",
         group=CLASSES,
         table="crosswalk",
+        repeat=True,
         help="each code's class: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
     )
     status: Optional[str] = option(
@@ -308,6 +309,7 @@ class EvaluateConfig:
         metavar="NAME",
         group=CLASSES,
         table="crosswalk",
+        repeat=True,
         help="also score classes: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
     )
     status: Optional[str] = option(
