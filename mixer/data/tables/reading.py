@@ -748,6 +748,8 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
         return decoding_error(path, options)
     if layout is not None and RAGGED.search(str(exc)):
         return ragged_row(str(exc), path, layout, options)
+    if layout is not None and "straddl" in str(exc):  # pyarrow: a row longer than a block
+        return long_row(path, layout, options)
     packed = compression.by_content(path)
     hint = (  # a compressed file cut short (a copy stopped) or damaged
         f"; if the {compression.NAMES[packed]} file is cut short or damaged (test it: "
@@ -760,6 +762,47 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
     return UserError(
         f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)}){hint}"
     )
+
+
+def long_row(path: str, layout: CsvLayout, options: TableOptions) -> UserError:
+    """A row longer than the reader's block (pyarrow: "straddling object straddles two block
+    boundaries"), as one line naming its line: most often a quote (a ditto mark, an inch
+    sign) opened in a cell and closed only far below, which joins the lines between into one
+    cell; else a line of that length. Found by reading the file's lines again."""
+    found, opened, span = None, None, 0  # opened: (number, line) of a quote not yet closed
+    with compression.open_bytes(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            odd = line.count(b'"') % 2
+            if opened is None:
+                if not (odd or len(line) > READ_BLOCK):
+                    continue
+                opened, span = (number, line), 0
+            span += len(line)
+            if span > READ_BLOCK:
+                found = opened
+                break
+            if odd and span > len(line):
+                opened = None  # closed on a line below the one that opened it
+    found = found or opened
+    size = f"{READ_BLOCK // (1 << 20)} MiB"
+    quote = found is not None and found[1].count(b'"') % 2
+    if quote:
+        number, line = found
+        text = line.decode(layout.encoding, errors="replace").rstrip("\r\n")
+        shown = repr(text[:LINE_SHOWN] + ("..." if len(text) > LINE_SHOWN else ""))
+        where = (
+            f'line {number} ({shown}) opens a quote (") that no line near it closes, so the '
+            f"lines below it read as one cell of more than {size}"
+        )
+        fix = 'double a quote inside a quoted cell ("5 ft 8"" tall") or remove the stray one'
+    else:
+        where = (
+            f"line {found[0]} is {len(found[1]):,} bytes long, more than {size}"
+            if found is not None
+            else f"a row runs over more than {size} of the file"
+        )
+        fix = "shorten that line"
+    return UserError(f"{options.what} {path}: {where}, and a cell that long is not read: {fix}")
 
 
 def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
