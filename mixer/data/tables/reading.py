@@ -997,9 +997,10 @@ def check_csv_rows(path: str, options: TableOptions = TableOptions(role="input")
         include_columns=[first], column_types={first: pa.string()}, strings_can_be_null=False
     )
     try:
-        for _ in pcsv.open_csv(path, **settings):
-            pass
-    except (ValueError, OSError) as exc:
+        with csv_source(path) as source:  # a gzip'd file named .csv decompressed, as by the reader
+            for _ in pcsv.open_csv(source, **settings):
+                pass
+    except (ValueError,) + compression.ERRORS as exc:
         raise _read_failure(exc, path, "csv", layout, options)
 
 
