@@ -472,6 +472,38 @@ def test_a_stray_quote_or_a_huge_line_is_named_by_its_line(tmp_path):
     )
 
 
+def test_a_ditto_mark_that_joins_rows_into_a_cell_is_named_by_its_row(tmp_path, capsys):
+    """A ditto mark written as a quote ('"', as census transcriptions write one) opens a
+    quoted cell that the next one closes: the rows between were read as one cell, and the
+    file as fewer rows than it has, without an error. Now one line names the row, in both
+    readers; a cell with line breaks of its own is read."""
+    lines = ["occ1,hisco_1"] + [f"farmer {i},61110" for i in range(400)]
+    lines[50] = lines[51] = '",61110'  # two dittos one under the other: two rows read as one
+    path = tmp_path / "ditto.csv"
+    path.write_text("\n".join(lines) + "\n")
+    both_readers_refuse(
+        path,
+        f"--dataset {path}: row 50's 'occ1' cell runs over 2 lines of the file (',61110\\n'): a "
+        'quote (") at its start (a ditto mark?) closes only at a later one, which joins the '
+        "lines between into one cell and leaves fewer rows than the file has; write a ditto "
+        'mark as text (do), double a quote inside a quoted cell (""), or remove the stray one '
+        "(rows count from 1 under the header)",
+        chunk_size=100,
+    )
+    lines[51], lines[300] = "farmer 50,61110", '",61110'  # far apart: the rows between
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="row 50's 'occ1' cell runs over 251 lines of the file"):
+        list(iter_chunks(str(path), 100, TableOptions()))
+    path.write_text(
+        'occ1,hisco_1\n"labourer\nand part-time fisher",61110\n"smith, master\nof the guild",'
+        "83110\nfarmer,61110\n"
+    )
+    assert read_table(str(path))["occ1"].tolist()[:2] == [
+        "labourer\nand part-time fisher",
+        "smith, master\nof the guild",
+    ]
+
+
 def test_a_header_row_past_the_last_row_is_named_so(tmp_path):
     """Review of issue 27, item 5: --header-row past a sheet's (or a CSV file's) last row
     says so and names the flag, never 'the sheet is empty'."""

@@ -591,7 +591,49 @@ def _without_unnamed(
                 f"{layout.skip_rows + 1}: {layout.sep.join(layout.header)[:LINE_SHOWN]!r}); name the column, "
                 f"or pass {options.flag('header_row')} with the number of the row that holds the column names"
             )
-    return frame.drop(columns=unnamed) if unnamed else frame
+    frame = frame.drop(columns=unnamed) if unnamed else frame
+    _refuse_joined_rows(frame, layout, options, path, rows_before)
+    return frame
+
+
+def _refuse_joined_rows(
+    frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str, rows_before: int
+) -> None:
+    """A quoted cell that holds rows of the file: a quote opened at a cell's start (a ditto
+    mark, '"', as transcriptions write one) and closed at the next one joins the lines
+    between into that cell, and the rows read are fewer than the file's, without an error.
+    Such a cell (of a file of two or more columns) holds a line break, and its text begins
+    with the separator, or a line of it past the first is a whole row (as many cells as the
+    header names). Refused in one line naming the row; a cell with line breaks of its own
+    (docs/data.md) is read."""
+    columns = len(frame.columns)
+    if columns < 2 or len(frame) == 0:
+        return
+    for column in frame.columns:
+        values = frame[column]
+        if not pd.api.types.is_string_dtype(values):
+            continue
+        broken = values.str.contains("\n", regex=False).fillna(False).to_numpy(dtype=bool)
+        for index in np.flatnonzero(broken):
+            text = values.iloc[index]
+            lines = text.split("\n")
+            if not (
+                text.startswith(layout.sep)
+                or any(len(line.split(layout.sep)) == columns for line in lines[1:])
+            ):
+                continue
+            shown = repr(text[:JOINED_SHOWN] + ("..." if len(text) > JOINED_SHOWN else ""))
+            raise UserError(
+                f"{options.what} {path}: row {rows_before + index + 1}'s {column!r} cell runs over "
+                f'{len(lines)} lines of the file ({shown}): a quote (") at its start (a ditto '
+                "mark?) closes only at a later one, which joins the lines between into one cell "
+                "and leaves fewer rows than the file has; write a ditto mark as text (do), double "
+                'a quote inside a quoted cell (""), or remove the stray one (rows count from 1 '
+                "under the header)"
+            )
+
+
+JOINED_SHOWN = 60  # characters of a cell that joined rows shown in the error
 
 
 def _duplicates(names) -> list:
