@@ -243,6 +243,15 @@ def _user_table(path: str, formatter, options: TableOptions, width: Optional[int
     if "label" in table.columns:
         labelled = pd.DataFrame({"class": classes, "label": as_text(table["label"]).str.strip()})
         labelled = labelled[(labelled["class"] != "") & (labelled["label"] != "")]
+        labelled = labelled.drop_duplicates()
+        twice = labelled["class"].duplicated(keep=False)
+        if twice.any():  # the output would give the class one of them, the last row's
+            name = labelled["class"][twice].iloc[0]
+            both = ", ".join(repr(c) for c in labelled["label"][labelled["class"] == name])
+            raise UserError(
+                f"--crosswalk {path}: class {name!r} has two labels ({both}); a class has one "
+                "label: write it alike on each of its rows"
+            )
         labels = dict(zip(labelled["class"], labelled["label"]))
     stem = os.path.splitext(os.path.basename(path))[0]
     return Crosswalk(
