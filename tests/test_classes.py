@@ -306,6 +306,27 @@ def test_evaluate_restores_a_users_tables_zeros_with_the_code_length(tmp_path, c
     assert load_crosswalk(str(groups), width=5).classify(["02290", "2290"]).tolist() == ["A", "A"]
 
 
+def test_a_crosswalk_named_as_occcanines_code_columns_never_replaces_the_codes(
+    hisco_model, records, tmp_path, capsys
+):
+    """OccCANINE's table names its codes by the code system (hisco_1 ..): a table of one's
+    own named hisco.csv would write its classes over them, and the file came out without
+    its codes. It is refused in one line, nothing written."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    groups = tmp_path / "hisco.csv"
+    pd.DataFrame({"code": ["02290"], "class": ["A"]}).to_csv(groups, index=False)
+    argv = ["--checkpoint", hisco_model["hub"], "--input", records, "--output"]
+    argv += [folder / "coded.csv", "--columns", "occcanine", "--crosswalk", "hisclass", groups]
+    fails(
+        capsys,
+        "predict",
+        argv,
+        f"--crosswalk {groups}: its columns would be named hisco_1, ..., as the code table's own",
+        watch=folder,
+    )
+
+
 def test_crosswalk_given_twice_keeps_both():
     """--crosswalk hisclass --crosswalk socpo asks for both: the second does not drop the
     first, in predict.py and evaluate.py alike."""

@@ -310,6 +310,12 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
             if walk.labelled:
                 added[next(names)] = walk.label(row)
         unclassed[walk.name] = pd.concat(missing) if missing else pd.Series([], dtype=object)
+        taken = [name for name in added if name in table.columns]
+        if taken:  # OccCANINE's codes are named by the code system (hisco_1): never replaced
+            raise UserError(
+                f"--crosswalk {walk.source}: its columns would be named {taken[0]}, ..., as the "
+                f"code table's own; rename the file (e.g. {walk.name}_groups.csv)"
+            )
     return table.assign(**added), unclassed
 
 
