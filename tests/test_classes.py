@@ -258,6 +258,27 @@ def test_a_killed_job_resumes_to_the_file_of_one_run_through(
     assert len(through) == 1 and "groups " in through[0]
 
 
+def test_a_crosswalk_edited_before_a_resume_is_named_as_a_file(
+    tiny_two_code_run, records, tmp_path
+):
+    """A killed job continues only with its crosswalk tables as they were; an edited table
+    is refused in one line naming the file and what changed, as an edited --input is (it
+    printed the journal's record of the file, a dict of its size, time and hash)."""
+    groups = tmp_path / "groups.csv"
+    pd.DataFrame({"code": ["02290"], "class": ["A"]}).to_csv(groups, index=False)
+    cmd = predict(tiny_two_code_run, records, tmp_path / "out.csv", "--crosswalk", "hisclass")
+    cmd += [groups]
+    environment = {**env_for_subprocess(), FAULT: "2"}
+    assert run_program("predict.py", *cmd, check=False, env=environment).returncode == 9
+    pd.DataFrame({"code": ["02290"], "class": ["B"]}).to_csv(groups, index=False)
+    os.utime(groups, ns=(1, 1))  # another time for certain, on any file system
+    again = run_program("predict.py", *cmd, check=False)
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1, again.stderr
+    assert f"were made with --crosswalk {groups} as it was then (" in lines[0]
+    assert "the file changed since" in lines[0] and "'sample'" not in lines[0]
+
+
 def test_two_processes_write_one_processes_file(tiny_two_code_run, records, tmp_path):
     one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
     extra = ["--crosswalk", "hisclass", "hiscam", "--status-col", "status"]
