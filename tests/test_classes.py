@@ -258,6 +258,27 @@ def test_a_killed_job_resumes_to_the_file_of_one_run_through(
     assert len(through) == 1 and "groups " in through[0]
 
 
+def test_a_crosswalk_edited_before_a_resume_is_named_as_a_file(
+    tiny_two_code_run, records, tmp_path
+):
+    """A killed job continues only with its crosswalk tables as they were; an edited table
+    is refused in one line naming the file and what changed, as an edited --input is (it
+    printed the journal's record of the file, a dict of its size, time and hash)."""
+    groups = tmp_path / "groups.csv"
+    pd.DataFrame({"code": ["02290"], "class": ["A"]}).to_csv(groups, index=False)
+    cmd = predict(tiny_two_code_run, records, tmp_path / "out.csv", "--crosswalk", "hisclass")
+    cmd += [groups]
+    environment = {**env_for_subprocess(), FAULT: "2"}
+    assert run_program("predict.py", *cmd, check=False, env=environment).returncode == 9
+    pd.DataFrame({"code": ["02290"], "class": ["B"]}).to_csv(groups, index=False)
+    os.utime(groups, ns=(1, 1))  # another time for certain, on any file system
+    again = run_program("predict.py", *cmd, check=False)
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1, again.stderr
+    assert f"were made with --crosswalk {groups} as it was then (" in lines[0]
+    assert "the file changed since" in lines[0] and "'sample'" not in lines[0]
+
+
 def test_two_processes_write_one_processes_file(tiny_two_code_run, records, tmp_path):
     one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
     extra = ["--crosswalk", "hisclass", "hiscam", "--status-col", "status"]
@@ -288,6 +309,58 @@ def test_evaluate_scores_the_classes_beside_the_codes(tmp_path, capsys):
     assert "hisclass" in capsys.readouterr().out
 
 
+def test_evaluate_restores_a_users_tables_zeros_with_the_code_length(tmp_path, capsys):
+    """A table saved by a spreadsheet lost its codes' zeros (2290 for 02290): with
+    --code-length 5 its codes are read as the scored codes are, as predict.py reads them
+    with the model's width, so every row's class is found."""
+    frame = pd.DataFrame(
+        {"truth": ["2290", "02290", "61110", "02290"], "code_1": ["02290"] * 2 + ["61110"] * 2}
+    )
+    path, groups = tmp_path / "preds.csv", tmp_path / "groups.csv"
+    frame.to_csv(path, index=False)
+    pd.DataFrame({"code": ["2290", "61110"], "class": ["A", "B"]}).to_csv(groups, index=False)
+    out = tmp_path / "scores.csv"
+    argv = ["--predictions", str(path), "--truth-cols", "truth", "--code-length", "5"]
+    assert evaluate_main(argv + ["--crosswalk", str(groups), "--output", str(out)]) == 0
+    row = pd.read_csv(out, dtype={"digits": str}).set_index("digits").loc["groups"]
+    assert row["n"] == 4 and row["accuracy"] == pytest.approx(3 / 4)
+    assert load_crosswalk(str(groups), width=5).classify(["02290", "2290"]).tolist() == ["A", "A"]
+
+
+def test_a_crosswalk_named_as_occcanines_code_columns_never_replaces_the_codes(
+    hisco_model, records, tmp_path, capsys
+):
+    """OccCANINE's table names its codes by the code system (hisco_1 ..): a table of one's
+    own named hisco.csv would write its classes over them, and the file came out without
+    its codes. It is refused in one line, nothing written."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    groups = tmp_path / "hisco.csv"
+    pd.DataFrame({"code": ["02290"], "class": ["A"]}).to_csv(groups, index=False)
+    argv = ["--checkpoint", hisco_model["hub"], "--input", records, "--output"]
+    argv += [folder / "coded.csv", "--columns", "occcanine", "--crosswalk", "hisclass", groups]
+    fails(
+        capsys,
+        "predict",
+        argv,
+        f"--crosswalk {groups}: its columns would be named hisco_1, ..., as the code table's own",
+        watch=folder,
+    )
+
+
+def test_crosswalk_given_twice_keeps_both():
+    """--crosswalk hisclass --crosswalk socpo asks for both: the second does not drop the
+    first, in predict.py and evaluate.py alike."""
+    from mixer.cli.entrypoints import evaluate_parser, predict_parser
+
+    argv = ["--crosswalk", "hisclass", "--crosswalk", "socpo", "hiscam"]
+    predict_args = ["--checkpoint", "run", "--input", "in.csv", "--output", "out.csv"]
+    evaluate_args = ["--predictions", "p.csv", "--truth-cols", "hisco_1"]
+    for parser, given in ((predict_parser(), predict_args), (evaluate_parser(), evaluate_args)):
+        assert parser.parse_args(given + argv).crosswalk == ["hisclass", "socpo", "hiscam"]
+        assert parser.parse_args(given).crosswalk is None
+
+
 def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
     tiny_two_code_run, records, tmp_path, capsys
 ):
@@ -299,6 +372,7 @@ def test_bad_crosswalk_arguments_are_refused_in_one_line_with_nothing_written(
         (["--status-col", "status"], "--status-col works with --crosswalk"),
         (["--crosswalk", "hisclas"], "neither a crosswalk mixer ships"),
         (["--crosswalk", "hisclass", "hisclass"], "hisclass named twice"),
+        (["--crosswalk", "hisclass", "--crosswalk", "hisclass"], "hisclass named twice"),
     ]
     for extra, needle in cases:
         fails(capsys, "predict", predict(tiny_two_code_run, records, out, *extra), needle)

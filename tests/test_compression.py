@@ -18,7 +18,7 @@ from mixer.core.config import DataConfig, TableOptions
 from mixer.core.errors import UserError
 from mixer.data.prepared.prepare import prepare_run_data
 from mixer.data.tables import compression
-from mixer.data.tables.reading import count_rows, iter_chunks, read_table
+from mixer.data.tables.reading import check_csv_rows, count_rows, iter_chunks, read_table
 from mixer.data.tables.writing import OutputWriter, write_table
 
 
@@ -78,6 +78,15 @@ def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp
             assert [len(c) for c in chunks] == [3000, 3000, len(toy) - 6000]
             pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
             assert count_rows(str(path), options) == len(toy)
+            check_csv_rows(str(path), options)  # predict.py's pass over the rows before a job
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("occ1,hisco_1\nfarmer,61110\nsmith, master,83110\n")
+    with pytest.raises(UserError) as plain_error:
+        check_csv_rows(str(ragged))
+    misnamed = packed(ragged, suffix, "misnamed-ragged.csv")
+    with pytest.raises(UserError) as packed_error:
+        check_csv_rows(str(misnamed))
+    assert str(packed_error.value) == str(plain_error.value).replace(str(ragged), str(misnamed))
 
 
 def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_one_line(

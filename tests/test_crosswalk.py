@@ -80,6 +80,8 @@ def test_a_users_table_maps_any_codes_and_restores_zeros(tmp_path):
 
 
 def test_a_users_table_without_its_columns_or_with_two_classes_for_a_code(tmp_path):
+    """Refused in one line: a column missing, a code given two classes, a class given two
+    labels (the output would show one of them, the last row's, without a word)."""
     bad = tmp_path / "groups.csv"
     bad.write_text("hisco,group\n1,A\n")
     with pytest.raises(UserError, match=r"no column 'code' \(--crosswalk\)"):
@@ -87,6 +89,11 @@ def test_a_users_table_without_its_columns_or_with_two_classes_for_a_code(tmp_pa
     bad.write_text("code,class\n1,A\n1,B\n")
     with pytest.raises(UserError, match="code '1' has two classes"):
         load_crosswalk(str(bad))
+    bad.write_text("code,class,label\n1,A,Alpha\n2,A,Alfa\n3,A,Alpha\n4,B,\n")
+    with pytest.raises(UserError, match=r"class 'A' has two labels \('Alpha', 'Alfa'\)"):
+        load_crosswalk(str(bad))
+    bad.write_text("code,class,label\n1,A,Alpha\n3,A,Alpha\n4,B,\n")  # alike: read
+    assert load_crosswalk(str(bad)).label(["A", "B"]).tolist() == ["Alpha", ""]
     with pytest.raises(UserError, match="neither a crosswalk mixer ships"):
         load_crosswalk("hisclas")
 

@@ -439,6 +439,71 @@ def test_a_ragged_row_is_named_by_its_number_in_every_reader(tmp_path):
         read_table(str(path))
 
 
+def test_a_stray_quote_or_a_huge_line_is_named_by_its_line(tmp_path):
+    """A quote opened in a cell (a ditto mark, an inch sign) and closed only far below joins
+    more than the reader's 1 MiB block into one cell: the message names the line that opened
+    it, and what to do, in a plain and a gzip'd file alike; a line of that length too (it
+    was pyarrow's 'straddling object straddles two block boundaries')."""
+    import gzip
+
+    lines = ["occ1,hisco_1"] + [f"farmer {i},61110" for i in range(200_000)]
+    lines[1] = '"a carter\nof the parish",98620'  # a quoted cell over two lines, closed
+    lines[50] = '"farmer, and smith,61110'
+    lines[-1] = 'smith" and farmer,61110'
+    text = "\n".join(lines) + "\n"
+    plain, packed = tmp_path / "q.csv", tmp_path / "q.csv.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    for path in (plain, packed):
+        both_readers_refuse(
+            path,
+            f"--dataset {path}: line 52 ('\"farmer, and smith,61110') opens a quote (\") that "
+            "no line near it closes, so the lines below it read as one cell of more than 1 MiB, "
+            'and a cell that long is not read: double a quote inside a quoted cell ("5 ft 8"" '
+            'tall") or remove the stray one',
+            chunk_size=1000,
+        )
+    plain.write_text("occ1,hisco_1\nsmith,83110\n" + "x" * (5 << 20) + ",61110\n")
+    both_readers_refuse(
+        plain,
+        f"--dataset {plain}: line 3 is 5,242,887 bytes long, more than 1 MiB, and a cell "
+        "that long is not read: shorten that line",
+        chunk_size=1000,
+    )
+
+
+def test_a_ditto_mark_that_joins_rows_into_a_cell_is_named_by_its_row(tmp_path, capsys):
+    """A ditto mark written as a quote ('"', as census transcriptions write one) opens a
+    quoted cell that the next one closes: the rows between were read as one cell, and the
+    file as fewer rows than it has, without an error. Now one line names the row, in both
+    readers; a cell with line breaks of its own is read."""
+    lines = ["occ1,hisco_1"] + [f"farmer {i},61110" for i in range(400)]
+    lines[50] = lines[51] = '",61110'  # two dittos one under the other: two rows read as one
+    path = tmp_path / "ditto.csv"
+    path.write_text("\n".join(lines) + "\n")
+    both_readers_refuse(
+        path,
+        f"--dataset {path}: row 50's 'occ1' cell runs over 2 lines of the file (',61110\\n'): a "
+        'quote (") at its start (a ditto mark?) closes only at a later one, which joins the '
+        "lines between into one cell and leaves fewer rows than the file has; write a ditto "
+        'mark as text (do), double a quote inside a quoted cell (""), or remove the stray one '
+        "(rows count from 1 under the header)",
+        chunk_size=100,
+    )
+    lines[51], lines[300] = "farmer 50,61110", '",61110'  # far apart: the rows between
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="row 50's 'occ1' cell runs over 251 lines of the file"):
+        list(iter_chunks(str(path), 100, TableOptions()))
+    path.write_text(
+        'occ1,hisco_1\n"labourer\nand part-time fisher",61110\n"smith, master\nof the guild",'
+        "83110\nfarmer,61110\n"
+    )
+    assert read_table(str(path))["occ1"].tolist()[:2] == [
+        "labourer\nand part-time fisher",
+        "smith, master\nof the guild",
+    ]
+
+
 def test_a_header_row_past_the_last_row_is_named_so(tmp_path):
     """Review of issue 27, item 5: --header-row past a sheet's (or a CSV file's) last row
     says so and names the flag, never 'the sheet is empty'."""

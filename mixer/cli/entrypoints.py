@@ -341,7 +341,7 @@ def class_level(args, frame, heads: dict, table):
     context = context_values(frame, args, f"--predictions {args.predictions}")
     groups = frame[args.by].to_numpy() if args.by else None
     parts = [table]
-    for walk in load(args.crosswalk, None, args.table_options("crosswalk")):
+    for walk in load(args.crosswalk, None, args.table_options("crosswalk"), args.code_length):
 
         def sets(columns):
             return evaluation.class_sets(frame, columns, walk, args.code_length, context)

@@ -147,6 +147,7 @@ class Spec:
     aliases: tuple = ()
     table: Optional[str] = None
     works_with: tuple = ()
+    repeat: bool = False  # given several times, its values add up (argparse's extend)
 
     @property
     def flag(self) -> str:
@@ -184,6 +185,7 @@ def specs(classes, program: str = "", differences: Optional[dict] = None) -> lis
                     "aliases",
                     "table",
                     "works_with",
+                    "repeat",
                 )
             }
             found.append(Spec(name=f.name, **{**fields, **given}))
@@ -241,6 +243,8 @@ def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
                 if v is not None
             }
         )
+    if spec.repeat:
+        kwargs["action"] = "extend"
     if spec.required:
         kwargs["required"] = True
     group.add_argument(*spec.flags, **kwargs)

@@ -18,7 +18,9 @@ from mixer.core.options import option
 def crosswalk_option(group: str, help: str):
     """The --crosswalk field (codes to classes, docs/classes.md) of a program: its names or
     tables, read as the `crosswalk` role's files are (TABLE_ROLES)."""
-    return option(None, nargs="+", metavar="NAME", group=group, table="crosswalk", help=help)
+    return option(
+        None, nargs="+", metavar="NAME", group=group, table="crosswalk", repeat=True, help=help
+    )
 
 
 HEADS = ("flat", "seq2seq", "full")  # what predict.py can write, each as <head>_code_k with several

@@ -28,13 +28,16 @@ def option(
     table: Optional[str] = None,
     works_with: tuple = (),
     hidden: bool = False,
+    repeat: bool = False,
 ):
     """A field with its flag. flags: the option strings (default: --name-with-dashes).
     type: a check's name. switch: True for --x/--no-x, "on" for --x alone. group: its
     heading in --help. aliases: (flags, value, help) of flags that set one value (--fp16
     sets precision fp16). table: the role (config.TABLE_ROLES) whose reading flags follow
     this one. works_with: the fields one of which must be set for this one to act (given
-    alone it is refused). hidden: a flag --help leaves out. Which program has which flag:
+    alone it is refused). hidden: a flag --help leaves out. repeat: a list flag given
+    several times adds up its values (argparse's extend), where dropping the earlier ones
+    would lose what was asked. Which program has which flag:
     config.PROGRAM_DIFFERENCES."""
     metadata = {
         "flags": tuple(flags),
@@ -49,6 +52,7 @@ def option(
         "table": table,
         "works_with": tuple(works_with),
         "hidden": hidden,
+        "repeat": repeat,
     }
     if isinstance(default, (list, dict)):
         value = default

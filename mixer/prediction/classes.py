@@ -28,9 +28,11 @@ def names_of(crosswalk) -> list:
     return [crosswalk] if isinstance(crosswalk, str) else [str(c) for c in crosswalk]
 
 
-def load(crosswalk, formatter=None, options=None) -> list:
-    """The crosswalks named, each read once and checked (distinct names)."""
-    walks = [load_crosswalk(name, formatter, options) for name in names_of(crosswalk)]
+def load(crosswalk, formatter=None, options=None, width=None) -> list:
+    """The crosswalks named, each read once and checked (distinct names); width: without a
+    model, the digit width a user's table's codes are restored to (evaluate.py's
+    --code-length)."""
+    walks = [load_crosswalk(name, formatter, options, width) for name in names_of(crosswalk)]
     check_names(walks)
     return walks
 

@@ -649,6 +649,11 @@ def _file_changed(flag: str, before: dict, now: dict) -> str:
     )
 
 
+def _path_of(value):
+    """A crosswalk as a journal keeps it (a shipped name, or a file's identity), by its name."""
+    return value.get("path") if isinstance(value, dict) else value
+
+
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
     if saved.get("mixer") != now["mixer"]:
         return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
@@ -689,6 +694,16 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             if _same_file(before, value):  # the same file, by another path
                 continue
             return _file_changed(f"--{name.replace('_', '-')}", before, value)
+        if name == "crosswalk" and isinstance(before, list) and len(before) == len(value):
+            pairs = list(zip(before, value))  # a user's table: a file as --input is
+            files = all(b == v or isinstance(b, dict) and isinstance(v, dict) for b, v in pairs)
+            if files:
+                edited = [(b, v) for b, v in pairs if b != v and not _same_file(b, v)]
+                if not edited:
+                    continue  # the same tables, a file by another path
+                return _file_changed("--crosswalk", *edited[0])
+        if name == "crosswalk":  # the tables' names and paths, not their identities
+            before, value = ([_path_of(w) for w in walks or []] for walks in (before, value))
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
     if saved.get("sinks") != now.get(

@@ -3,11 +3,13 @@
 The interface every layer above uses (stable):
 
     CROSSWALKS                      the names mixer ships: hisclass, hisclass_5, socpo, hiscam
-    load_crosswalk(name_or_path, formatter=None, options=None) -> Crosswalk
+    load_crosswalk(name_or_path, formatter=None, options=None, width=None) -> Crosswalk
         a shipped name, or a user's table (CSV, Parquet, Excel, Stata; read by the one reader,
         mixer.data.tables.reading) with the columns code and class, and label if it likes;
         `formatter` (the model's CodeFormatter) spells the table's codes as the model writes
-        them (zeros restored); `options` (TableOptions) how the file is read
+        them (zeros restored); without a model, `width` (evaluate.py's --code-length) gives
+        the table's digit codes shorter than it their zeros back, as the scored codes get
+        them; `options` (TableOptions) how the file is read
     Crosswalk.name                  the name the output columns take (a file's: its stem)
     Crosswalk.numeric               True for a score (HISCAM), not a class
     Crosswalk.labelled              whether its classes have labels (label columns written)
@@ -183,7 +185,10 @@ def _class_order(classes) -> tuple:
 
 
 def load_crosswalk(
-    name_or_path: str, formatter=None, options: Optional[TableOptions] = None
+    name_or_path: str,
+    formatter=None,
+    options: Optional[TableOptions] = None,
+    width: Optional[int] = None,
 ) -> Crosswalk:
     """A crosswalk by its name (CROSSWALKS) or a user's table's path."""
     name = str(name_or_path).strip()
@@ -194,7 +199,7 @@ def load_crosswalk(
             f"--crosswalk {name}: neither a crosswalk mixer ships ({', '.join(CROSSWALKS)}) nor "
             "a file; name one of those, or a table with the columns code and class (and label)"
         )
-    return _user_table(name, formatter, options or TableOptions(role="crosswalk"))
+    return _user_table(name, formatter, options or TableOptions(role="crosswalk"), width)
 
 
 @lru_cache(maxsize=None)
@@ -227,7 +232,7 @@ def _ses_table() -> pd.DataFrame:
     return read_table(SES_TABLE, TableOptions(role="crosswalk"))
 
 
-def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
+def _user_table(path: str, formatter, options: TableOptions, width: Optional[int]) -> Crosswalk:
     table = read_table(path, options)
     table.columns = [str(c) for c in table.columns]
     require_columns(table, list(USER_COLUMNS), path, {c: "--crosswalk" for c in USER_COLUMNS})
@@ -235,8 +240,10 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
         from mixer.data.labels.normalise import code_column
 
         codes = code_column(table, "code", formatter).text
-    else:
-        codes = as_text(table["code"]).str.strip()
+    else:  # no model: the codes as written, digits given their zeros back to `width`
+        from mixer.data.labels.normalise import restore_digits
+
+        codes, _ = restore_digits(as_text(table["code"]).str.strip(), width)
     classes = as_text(table["class"]).str.strip()
     listed = codes != ""
     pairs = pd.DataFrame({"code": codes[listed], "class": classes[listed]}).drop_duplicates()
@@ -252,6 +259,15 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
     if "label" in table.columns:
         labelled = pd.DataFrame({"class": classes, "label": as_text(table["label"]).str.strip()})
         labelled = labelled[(labelled["class"] != "") & (labelled["label"] != "")]
+        labelled = labelled.drop_duplicates()
+        twice = labelled["class"].duplicated(keep=False)
+        if twice.any():  # the output would give the class one of them, the last row's
+            name = labelled["class"][twice].iloc[0]
+            both = ", ".join(repr(c) for c in labelled["label"][labelled["class"] == name])
+            raise UserError(
+                f"--crosswalk {path}: class {name!r} has two labels ({both}); a class has one "
+                "label: write it alike on each of its rows"
+            )
         labels = dict(zip(labelled["class"], labelled["label"]))
     stem = os.path.splitext(os.path.basename(path))[0]
     return Crosswalk(
@@ -261,6 +277,7 @@ def _user_table(path: str, formatter, options: TableOptions) -> Crosswalk:
         rows={(c, "", "", ""): k for c, k in zip(pairs["code"], pairs["class"])},
         labels=labels,
         classes=_class_order(pairs["class"]),
+        width=None if formatter is not None else width,
     )
 
 
@@ -309,6 +326,12 @@ def with_classes(table: pd.DataFrame, walks, codes: dict, status=None, relation=
             if walk.labelled:
                 added[next(names)] = walk.label(row)
         unclassed[walk.name] = pd.concat(missing) if missing else pd.Series([], dtype=object)
+        taken = [name for name in added if name in table.columns]
+        if taken:  # OccCANINE's codes are named by the code system (hisco_1): never replaced
+            raise UserError(
+                f"--crosswalk {walk.source}: its columns would be named {taken[0]}, ..., as the "
+                f"code table's own; rename the file (e.g. {walk.name}_groups.csv)"
+            )
     return table.assign(**added), unclassed
 
 

@@ -591,7 +591,49 @@ def _without_unnamed(
                 f"{layout.skip_rows + 1}: {layout.sep.join(layout.header)[:LINE_SHOWN]!r}); name the column, "
                 f"or pass {options.flag('header_row')} with the number of the row that holds the column names"
             )
-    return frame.drop(columns=unnamed) if unnamed else frame
+    frame = frame.drop(columns=unnamed) if unnamed else frame
+    _refuse_joined_rows(frame, layout, options, path, rows_before)
+    return frame
+
+
+def _refuse_joined_rows(
+    frame: pd.DataFrame, layout: CsvLayout, options: TableOptions, path: str, rows_before: int
+) -> None:
+    """A quoted cell that holds rows of the file: a quote opened at a cell's start (a ditto
+    mark, '"', as transcriptions write one) and closed at the next one joins the lines
+    between into that cell, and the rows read are fewer than the file's, without an error.
+    Such a cell (of a file of two or more columns) holds a line break, and its text begins
+    with the separator, or a line of it past the first is a whole row (as many cells as the
+    header names). Refused in one line naming the row; a cell with line breaks of its own
+    (docs/data.md) is read."""
+    columns = len(frame.columns)
+    if columns < 2 or len(frame) == 0:
+        return
+    for column in frame.columns:
+        values = frame[column]
+        if not pd.api.types.is_string_dtype(values):
+            continue
+        broken = values.str.contains("\n", regex=False).fillna(False).to_numpy(dtype=bool)
+        for index in np.flatnonzero(broken):
+            text = values.iloc[index]
+            lines = text.split("\n")
+            if not (
+                text.startswith(layout.sep)
+                or any(len(line.split(layout.sep)) == columns for line in lines[1:])
+            ):
+                continue
+            shown = repr(text[:JOINED_SHOWN] + ("..." if len(text) > JOINED_SHOWN else ""))
+            raise UserError(
+                f"{options.what} {path}: row {rows_before + index + 1}'s {column!r} cell runs over "
+                f'{len(lines)} lines of the file ({shown}): a quote (") at its start (a ditto '
+                "mark?) closes only at a later one, which joins the lines between into one cell "
+                "and leaves fewer rows than the file has; write a ditto mark as text (do), double "
+                'a quote inside a quoted cell (""), or remove the stray one (rows count from 1 '
+                "under the header)"
+            )
+
+
+JOINED_SHOWN = 60  # characters of a cell that joined rows shown in the error
 
 
 def _duplicates(names) -> list:
@@ -748,6 +790,8 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
         return decoding_error(path, options)
     if layout is not None and RAGGED.search(str(exc)):
         return ragged_row(str(exc), path, layout, options)
+    if layout is not None and "straddl" in str(exc):  # pyarrow: a row longer than a block
+        return long_row(path, layout, options)
     packed = compression.by_content(path)
     hint = (  # a compressed file cut short (a copy stopped) or damaged
         f"; if the {compression.NAMES[packed]} file is cut short or damaged (test it: "
@@ -760,6 +804,47 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
     return UserError(
         f"{options.what} {path}: cannot read it as {FORMAT_NAMES[kind]} ({first_line(exc, 300)}){hint}"
     )
+
+
+def long_row(path: str, layout: CsvLayout, options: TableOptions) -> UserError:
+    """A row longer than the reader's block (pyarrow: "straddling object straddles two block
+    boundaries"), as one line naming its line: most often a quote (a ditto mark, an inch
+    sign) opened in a cell and closed only far below, which joins the lines between into one
+    cell; else a line of that length. Found by reading the file's lines again."""
+    found, opened, span = None, None, 0  # opened: (number, line) of a quote not yet closed
+    with compression.open_bytes(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            odd = line.count(b'"') % 2
+            if opened is None:
+                if not (odd or len(line) > READ_BLOCK):
+                    continue
+                opened, span = (number, line), 0
+            span += len(line)
+            if span > READ_BLOCK:
+                found = opened
+                break
+            if odd and span > len(line):
+                opened = None  # closed on a line below the one that opened it
+    found = found or opened
+    size = f"{READ_BLOCK // (1 << 20)} MiB"
+    quote = found is not None and found[1].count(b'"') % 2
+    if quote:
+        number, line = found
+        text = line.decode(layout.encoding, errors="replace").rstrip("\r\n")
+        shown = repr(text[:LINE_SHOWN] + ("..." if len(text) > LINE_SHOWN else ""))
+        where = (
+            f'line {number} ({shown}) opens a quote (") that no line near it closes, so the '
+            f"lines below it read as one cell of more than {size}"
+        )
+        fix = 'double a quote inside a quoted cell ("5 ft 8"" tall") or remove the stray one'
+    else:
+        where = (
+            f"line {found[0]} is {len(found[1]):,} bytes long, more than {size}"
+            if found is not None
+            else f"a row runs over more than {size} of the file"
+        )
+        fix = "shorten that line"
+    return UserError(f"{options.what} {path}: {where}, and a cell that long is not read: {fix}")
 
 
 def ragged_row(message: str, path: str, layout: CsvLayout, options: TableOptions) -> UserError:
@@ -966,9 +1051,10 @@ def check_csv_rows(path: str, options: TableOptions = TableOptions(role="input")
         include_columns=[first], column_types={first: pa.string()}, strings_can_be_null=False
     )
     try:
-        for _ in pcsv.open_csv(path, **settings):
-            pass
-    except (ValueError, OSError) as exc:
+        with csv_source(path) as source:  # a gzip'd file named .csv decompressed, as by the reader
+            for _ in pcsv.open_csv(source, **settings):
+                pass
+    except (ValueError,) + compression.ERRORS as exc:
         raise _read_failure(exc, path, "csv", layout, options)
 
 
