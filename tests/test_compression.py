@@ -18,7 +18,7 @@ from mixer.core.config import DataConfig, TableOptions
 from mixer.core.errors import UserError
 from mixer.data.prepared.prepare import prepare_run_data
 from mixer.data.tables import compression
-from mixer.data.tables.reading import count_rows, iter_chunks, read_table
+from mixer.data.tables.reading import check_csv_rows, count_rows, iter_chunks, read_table
 from mixer.data.tables.writing import OutputWriter, write_table
 
 
@@ -78,6 +78,30 @@ def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp
             assert [len(c) for c in chunks] == [3000, 3000, len(toy) - 6000]
             pd.testing.assert_frame_equal(pd.concat(chunks, ignore_index=True), expected)
             assert count_rows(str(path), options) == len(toy)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_the_row_pass_before_a_job_reads_a_compressed_csv_as_its_chunks_do(tmp_path, toy, suffix):
+    """predict.py's pass over the rows before the first chunk (check_csv_rows) reads a
+    compressed file as the chunks do, whatever its name (.csv.xz, a census.csv that is gzip'd):
+    a whole file passes, a ragged row late in it is named in one line, a damaged copy is one
+    line too."""
+    lines = toy.to_csv(index=False).splitlines()
+    plain = tmp_path / "census.csv"
+    plain.write_text("\n".join(lines) + "\n")
+    lines[7000] += ",x,y"
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("\n".join(lines) + "\n")
+    for name in (None, "misnamed.csv"):
+        check_csv_rows(str(packed(plain, suffix, name)))
+        bad = packed(ragged, suffix, name and "ragged-" + name)
+        with pytest.raises(UserError, match="row 7000 has 4 cell\\(s\\), but the header") as error:
+            check_csv_rows(str(bad))
+        assert "\n" not in str(error.value)
+    cut = tmp_path / f"cut.csv{suffix}"
+    cut.write_bytes(packed(plain, suffix).read_bytes()[:-100])
+    with pytest.raises(UserError, match="cannot read it as"):
+        check_csv_rows(str(cut))
 
 
 def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_one_line(
