@@ -546,6 +546,10 @@ def control_character(frame):
     frame.loc[499, "occ1"] = "farm\x01er"
 
 
+def nul(frame):
+    frame.loc[499, "occ1"] = "farm\x00er"
+
+
 def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
     frame["parish"] = ["north"] * 450 + [f"p{i}" for i in range(150)]
 
@@ -562,6 +566,11 @@ def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
             lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
             ["--output", "out.csv", "--audit", "20", "aud.xlsx"],
             "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (
+            lambda census, tmp: census_with(census, tmp, "nul.csv", nul),
+            ["--output", "out.dta"],
+            "row 500 column 'occ1' holds a NUL character a Stata file cannot store",
         ),
         (ragged, ["--output", "out.csv"], "row 40000 has 6 cell(s), but the header"),
         (
