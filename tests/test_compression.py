@@ -89,6 +89,30 @@ def test_a_compressed_csv_reads_every_row_as_the_plain_file_with_its_options(tmp
     assert str(packed_error.value) == str(plain_error.value).replace(str(ragged), str(misnamed))
 
 
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_the_row_pass_before_a_job_reads_a_compressed_csv_as_its_chunks_do(tmp_path, toy, suffix):
+    """predict.py's pass over the rows before the first chunk (check_csv_rows) reads a
+    compressed file as the chunks do, whatever its name (.csv.xz, a census.csv that is gzip'd):
+    a whole file passes, a ragged row late in it is named in one line, a damaged copy is one
+    line too."""
+    lines = toy.to_csv(index=False).splitlines()
+    plain = tmp_path / "census.csv"
+    plain.write_text("\n".join(lines) + "\n")
+    lines[7000] += ",x,y"
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("\n".join(lines) + "\n")
+    for name in (None, "misnamed.csv"):
+        check_csv_rows(str(packed(plain, suffix, name)))
+        bad = packed(ragged, suffix, name and "ragged-" + name)
+        with pytest.raises(UserError, match="row 7000 has 4 cell\\(s\\), but the header") as error:
+            check_csv_rows(str(bad))
+        assert "\n" not in str(error.value)
+    cut = tmp_path / f"cut.csv{suffix}"
+    cut.write_bytes(packed(plain, suffix).read_bytes()[:-100])
+    with pytest.raises(UserError, match="cannot read it as"):
+        check_csv_rows(str(cut))
+
+
 def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_one_line(
     tmp_path, toy
 ):

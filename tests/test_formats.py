@@ -809,6 +809,22 @@ def test_whole_numbers_past_int64_are_written_out_in_full():
 
 
 # ------------------------------------------------------------------ writing
+def test_a_stata_output_refuses_a_nul_character_it_would_cut_the_text_at(tmp_path):
+    """A Stata text ends at a NUL: 'farm\\x00er' read back as 'farm', silently, in a str# or
+    a strL. The writer refuses it in one line naming the row and column (a job's pass over
+    its input finds it before any chunk: predict_job.check_rows), and writes nothing."""
+    from mixer.core.errors import UserError
+
+    for text in ("farm\x00er", "labourer " * 300 + "\x00"):  # a str#, a strL
+        path = tmp_path / "out.dta"
+        writer = OutputWriter(str(path))
+        writer.write(pd.DataFrame({"occ1": ["smith", "miner"], "code_1": ["1", "2"]}))
+        with pytest.raises(UserError, match="row 4 column 'occ1' holds a NUL character a Stata"):
+            writer.write(pd.DataFrame({"occ1": ["baker", text], "code_1": ["3", "4"]}))
+        writer.abort()
+        assert not path.exists()
+
+
 def test_stata_output_names_strls_and_chunks(tmp_path, capsys):
     long_text = "labourer " * 300  # 2,700 bytes: past str2045, a strL
     path = tmp_path / "out.dta"

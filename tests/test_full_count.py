@@ -381,6 +381,52 @@ def test_an_edit_to_the_model_directory_s_own_files_is_refused_on_resume(
     assert out.read_bytes() == whole.read_bytes()
 
 
+def test_a_model_directory_staged_again_with_new_times_continues(run, census, tmp_path, capsys):
+    """A job that stages the model on a node's scratch disk (`cp -r`, new times) and is
+    requeued after a kill finds its weights known by their content, and its own files
+    (key.csv, config.json, calibration.json) were refused as copies with a new time: the
+    first copy's time is gone with its node, so every chunk was lost to --restart. They are
+    known by their whole content too: the job continues to an uninterrupted run's bytes,
+    and a copy whose key.csv says otherwise is refused in one line."""
+    import os
+    import shutil
+
+    from conftest import env_for_subprocess, fails, run_program
+
+    def staged(name):  # a copy with the times of now, not the model's
+        copy = tmp_path / name
+        shutil.copytree(run, copy, copy_function=shutil.copyfile)
+        for path in copy.iterdir():
+            if path.is_file():
+                os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+        return copy
+
+    work = tmp_path / "work"
+    work.mkdir()
+    whole, out = tmp_path / "whole.csv", work / "out.csv"
+    assert predict_main(predict_cmd(run, census, whole)) == 0
+    env = env_for_subprocess()
+    env[FAULT] = "1"
+    first = predict_cmd(str(staged("scratch1")), census, out)
+    assert run_program("predict.py", *first, env=env, check=False).returncode == 9
+    capsys.readouterr()
+    edited = staged("edited")
+    key = pd.read_csv(edited / "key.csv", dtype=str, keep_default_na=False)
+    key.assign(description="EDITED DESCRIPTION").to_csv(edited / "key.csv", index=False)
+    fails(
+        capsys,
+        "predict",
+        predict_cmd(str(edited), census, out),
+        f"the model's key.csv with another content ({tmp_path / 'scratch1' / 'key.csv'}; now "
+        f"{edited / 'key.csv'}",
+        watch=work,
+    )
+    assert predict_main(predict_cmd(str(staged("scratch2")), census, out)) == 0
+    said = capsys.readouterr()
+    assert "continuing an unfinished run after its 1 chunk(s)" in said.out + said.err
+    assert out.read_bytes() == whole.read_bytes()
+
+
 def test_a_kind_that_does_not_resume_says_so_and_stale_temp_files_go(run, census, tmp_path):
     from conftest import env_for_subprocess, run_program
 

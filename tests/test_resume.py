@@ -493,6 +493,34 @@ def test_a_resumed_jobs_check_list_and_audit_state_its_first_start(run, census, 
         assert cut.read_bytes() == whole.read_bytes(), cut.name
 
 
+@pytest.mark.parametrize("kind", ["pdf", "svg"])
+def test_a_resumed_jobs_summary_plot_states_its_first_start(run, census, tmp_path, kind):
+    """A --summary-plot drawn as PDF or SVG states a time (matplotlib's creation date): it was
+    the time of writing, where the job's other files state its first start, and an SVG's ids
+    were drawn at random. Killed, then run again at another time, it is the uninterrupted
+    run's bytes, as the output is."""
+    files = {}
+    for folder in ("whole", "cut"):
+        (tmp_path / folder).mkdir()
+        files[folder] = [tmp_path / folder / name for name in ("out.xlsx", f"summary.{kind}")]
+
+    def cmd(out, plot) -> list:
+        return predict_cmd(run, census, out, "--summary-plot", plot)
+
+    run_program("predict.py", *cmd(*files["whole"]), env=env(SOURCE_DATE_EPOCH=STAMP))
+    killed = run_program(
+        "predict.py",
+        *cmd(*files["cut"]),
+        check=False,
+        env=env(SOURCE_DATE_EPOCH=STAMP, **{FAULT: "2"}),
+    )
+    assert killed.returncode == 9, killed.stderr
+    again = run_program("predict.py", *cmd(*files["cut"]), env=env())  # the clock's time now
+    assert "continuing an unfinished run after its 2 chunk(s)" in again.stdout
+    for whole, cut in zip(files["whole"], files["cut"]):
+        assert cut.read_bytes() == whole.read_bytes(), cut.name
+
+
 # ------------------------------------------------------------------ problems in the rows
 def census_with(census, tmp_path, name: str, change) -> str:
     """The census with `change` made to its rows (a DataFrame of text), as CSV."""
@@ -518,6 +546,10 @@ def control_character(frame):
     frame.loc[499, "occ1"] = "farm\x01er"
 
 
+def nul(frame):
+    frame.loc[499, "occ1"] = "farm\x00er"
+
+
 def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
     frame["parish"] = ["north"] * 450 + [f"p{i}" for i in range(150)]
 
@@ -534,6 +566,11 @@ def parishes(frame):  # one parish for 450 rows, then a parish a row: 151 strata
             lambda census, tmp: census_with(census, tmp, "ctl.csv", control_character),
             ["--output", "out.csv", "--audit", "20", "aud.xlsx"],
             "row 500 column 'occ1' holds a control character an Excel file cannot store",
+        ),
+        (
+            lambda census, tmp: census_with(census, tmp, "nul.csv", nul),
+            ["--output", "out.dta"],
+            "row 500 column 'occ1' holds a NUL character a Stata file cannot store",
         ),
         (ragged, ["--output", "out.csv"], "row 40000 has 6 cell(s), but the header"),
         (

@@ -429,6 +429,23 @@ def test_a_description_of_characters_that_show_nothing_is_blank_everywhere(
     assert list(out["code_1"] == "") == list(blank) and list(out["prob_1"] == "") == list(blank)
 
 
+def test_a_check_list_holds_no_description_of_characters_that_show_nothing(shapes_run, tmp_path):
+    """--to-check lists the descriptions most worth a person's check: a row of a zero-width
+    space alone got no code (blank), yet the list took it as a description (str.strip keeps
+    it), at its top with confidence 0: a checker's time spent on nothing. The list takes the
+    prediction's one blank rule."""
+    from mixer.cli.entrypoints import predict_main
+
+    texts = ["farmer", *SHOWS_NOTHING, "smith", "", " "]
+    pd.DataFrame({"occ1": texts}).to_csv(tmp_path / "in.csv", index=False)
+    listed = tmp_path / "chk.csv"
+    argv = ["--checkpoint", shapes_run, "--input", str(tmp_path / "in.csv")]
+    argv += ["--output", str(tmp_path / "out.csv"), "--chunk-size", "3"]
+    assert predict_main(argv + ["--to-check", "50", str(listed)]) == 0
+    checks = pd.read_csv(listed, dtype=str, keep_default_na=False)
+    assert sorted(checks["occ1"]) == ["farmer", "smith"]
+
+
 def test_blank_is_unicode_s_white_space_and_default_ignorable_characters():
     """The one rule (mixer.data.tables.job_columns.is_blank, blank_descriptions): a text of
     Unicode's White_Space and Default_Ignorable_Code_Point characters alone, checked for every

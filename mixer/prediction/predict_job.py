@@ -152,7 +152,8 @@ def check_rows(job: Job) -> None:
     option in a line of its own): what a cheap pass over the input finds, which would otherwise
     stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
     cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
-    character or more characters than a cell holds; the strata of --audit-by, no more than the
+    character or more characters than a cell holds; those of a Stata file (.dta), none with a
+    NUL, at which a Stata text ends (what follows would be lost); the strata of --audit-by, no more than the
     audit has rows (counted over the rows with a description). One pass, where any is asked.
     An Excel input is not read twice (openpyxl reads some 5,000 rows a second): what its rows
     hold is found as they are predicted, and the chunks done are kept (kept_on_refusal)."""
@@ -162,7 +163,7 @@ def check_rows(job: Job) -> None:
     config, columns = job.config, job.columns
     if table_kind(config.input, "--input") == "excel":
         return
-    excel = {}  # {(flag, path): the input columns the file holds, None for all}
+    excel = {}  # {(flag, path): (the input columns the file holds, None for all; its kind)}
     beside = None  # the code table, alternatives: the input's columns beside the codes
     if is_matrix(config):
         beside = []  # the matrix alone
@@ -177,8 +178,9 @@ def check_rows(job: Job) -> None:
             [columns.input_col, columns.language_col, *columns.context_cols],
         ),
     ):
-        if path and held != [] and output_kind(path, flag) == "excel":
-            excel[(flag, path)] = held
+        kind = output_kind(path, flag) if path else None
+        if held != [] and kind in ("excel", "stata"):
+            excel[(flag, path)] = held, kind
     by = config.audit_by if config.audit else None
     if not excel and not by:
         check_csv_rows(config.input, job.options)  # the row structure alone
@@ -190,13 +192,18 @@ def check_rows(job: Job) -> None:
     for chunk in iter_chunks(config.input, ROWS_SCANNED, options=job.options):
         if columns.input_col not in chunk.columns:  # said by the job's own reading (read_chunk)
             return
-        for (flag, path), held in excel.items():
+        for (flag, path), (held, kind) in excel.items():
             for name in chunk.columns if held is None else [c for c in held if c]:
                 if name not in chunk.columns or not _holds_text(chunk[name]):
                     continue
                 cells = text_column(chunk, name).tolist()
                 what, bad = "a control character an Excel file cannot store", None
-                if ILLEGAL_IN_XML.search("\n".join(cells)):  # one search a column; the row after
+                other = ".csv, .parquet or .dta"
+                if kind == "stata":  # a NUL ends a Stata text: what follows it is lost
+                    what, other = "a NUL character a Stata file cannot store", ".csv or .parquet"
+                    if "\x00" in "\n".join(cells):
+                        bad = ["\x00" in cell for cell in cells]
+                elif ILLEGAL_IN_XML.search("\n".join(cells)):  # one search a column; the row after
                     bad = [bool(ILLEGAL_IN_XML.search(cell)) for cell in cells]
                 elif max(map(len, cells), default=0) > EXCEL_MAX_CELL:
                     bad = [len(cell) > EXCEL_MAX_CELL for cell in cells]
@@ -205,7 +212,7 @@ def check_rows(job: Job) -> None:
                     row = done + bad.index(True) + 1
                     raise UserError(
                         f"{flag} {path}: --input {config.input} row {row:,} column {name!r} "
-                        f"holds {what}; remove it there, or write .csv, .parquet or .dta "
+                        f"holds {what}; remove it there, or write {other} "
                         "(rows count from 1 under the header)"
                     )
         if by and by in chunk.columns:

@@ -58,7 +58,8 @@ FILES = ("code_descriptions", "lookup", "calibration_data")
 # the model directory's own files that make the output beside its weights (which the model's
 # fingerprint covers by content): its codes' descriptions (key.csv), its configuration (input
 # recipe, code system, thresholds: config.json) and its calibration (calibration.json); compared
-# as a file an option names is, so that an edit between a kill and the rerun is refused
+# by their whole content (_own_identity), so that an edit between a kill and the rerun is
+# refused and a copy of the directory (cp -r, new times) continues
 OWN_FILES = ("key.csv", "config.json", "calibration.json")
 # tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
 # -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
@@ -572,7 +573,7 @@ def _file_identity(path: str) -> dict:
 
 
 def own_files(config, predictor) -> dict:
-    """{name: the file as a resume knows it (_file_identity), or None where it is absent} of
+    """{name: the file as a resume knows it (_own_identity), or None where it is absent} of
     the model directory's OWN_FILES: a run's directory, RUN/best, an OccCANINE model's own
     directory, or for an epoch's weights the run directory beside them, whose key.csv and
     config.json they are read with (not its calibration.json, which is of the run's own
@@ -585,8 +586,22 @@ def own_files(config, predictor) -> dict:
         return {}
     paths = {name: os.path.join(folder, name) for name in names}
     return {
-        name: _file_identity(path) if os.path.isfile(path) else None for name, path in paths.items()
+        name: _own_identity(path) if os.path.isfile(path) else None for name, path in paths.items()
     }
+
+
+def _own_identity(path: str) -> dict:
+    """A model directory's own file as a resume knows it: as a file an option names
+    (_file_identity), and by a hash of its whole content. These files are small (read
+    whole in a moment, unlike a census), and the weights beside them are known by their
+    content: a model directory staged again with `cp -r` (new times) is the same model."""
+    import xxhash
+
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return {**_file_identity(path), "content": digest.hexdigest()}
 
 
 def _own_file_changed(saved: dict, now: dict) -> Optional[str]:
@@ -602,6 +617,15 @@ def _own_file_changed(saved: dict, now: dict) -> Optional[str]:
             if before is None:
                 return f"no {name} in the model's directory ({value['path']} added since)"
             return f"the model's {name} {before['path']} (removed since)"
+        if "content" in before and "content" in value:  # by what it holds, not its time
+            if before["content"] == value["content"] and before["bytes"] == value["bytes"]:
+                continue
+            if before["path"] == value["path"]:
+                return _file_changed(f"the model's {name}", before, value)
+            return (
+                f"the model's {name} with another content ({before['path']}; now {value['path']}: "
+                "a copy of the model's directory holds the same files)"
+            )
         if not _same_file(before, value):
             return _file_changed(f"the model's {name}", before, value)
     return None

@@ -359,7 +359,8 @@ class SummaryPlotSink(Sink):
             # whole or not at all: a full disk leaves the file as it was (a temp file's name
             # has no suffix to tell the format by)
             atomic_write(
-                write_target(self.path), lambda tmp: plot_prediction_summary(frame, tmp, fmt=kind)
+                write_target(self.path),
+                lambda tmp: plot_prediction_summary(frame, tmp, fmt=kind, stamp=job.started),
             )
 
 

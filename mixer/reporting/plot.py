@@ -67,10 +67,17 @@ def plot_training_curves(run_dir: str, output: str = None) -> str:
 
 
 def plot_prediction_summary(
-    predictions: pd.DataFrame, output: str, top: int = 20, fmt: Optional[str] = None
+    predictions: pd.DataFrame,
+    output: str,
+    top: int = 20,
+    fmt: Optional[str] = None,
+    stamp: Optional[float] = None,
 ) -> str:
     """Most frequent predicted codes, and the spread of the top code's probability. `fmt`:
-    the image format where `output`'s suffix does not say it (a temp file's)."""
+    the image format where `output`'s suffix does not say it (a temp file's). `stamp`
+    (seconds since the epoch): the time a PDF or SVG file states (predict.py's: its job's
+    first start, as its other files state), and an SVG's ids drawn from it, not at random,
+    so that the file's bytes depend on the rows and that time alone."""
     codes = predictions["code_1"].astype(str)
     counts = codes[codes != ""].value_counts().head(top)
     plt = _pyplot()
@@ -84,6 +91,15 @@ def plot_prediction_summary(
     right.set_title("confidence of the top code (prob_1)")
     right.set_xlabel("probability")
     right.set_ylabel("rows")
-    figure.savefig(output, dpi=110, format=fmt)
+    kind = (fmt or os.path.splitext(output)[1].lstrip(".")).lower()
+    metadata, salt = None, None
+    if stamp is not None:
+        import datetime as dt
+
+        when = dt.datetime.fromtimestamp(int(stamp), dt.timezone.utc)
+        metadata = {"pdf": {"CreationDate": when}, "svg": {"Date": when.isoformat()}}.get(kind)
+        salt = str(int(stamp))
+    with plt.rc_context({"svg.hashsalt": salt}):
+        figure.savefig(output, dpi=110, format=fmt, metadata=metadata)
     plt.close(figure)
     return output

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
+from mixer.data.tables.job_columns import blank_descriptions
 
 CHECKED = "checked_{}"
 ROW_CONFIDENCE = "confidence"  # a prediction's column: the row's confidence in its code set
@@ -105,10 +106,13 @@ class CheckList:
         table.index = pd.Index(np.asarray(inputs, dtype=object), name=INPUT)
         table[SOURCE_ROW] = np.arange(self.rows + 1, self.rows + len(table) + 1)
         self.rows += len(table)
-        self.described += int((table[self.key_columns[0]].str.strip() != "").sum())
+        # nothing to check without a description: blank as the prediction has it (is_blank:
+        # spaces, a zero-width space, ... alone), a row that got no code
+        described = ~blank_descriptions(table[self.key_columns[0]])
+        self.described += int(described.sum())
         if keep is not None:
-            table = table[np.asarray(keep, dtype=bool)]
-        table = table[table[self.key_columns[0]].str.strip() != ""]  # nothing to check without text
+            described &= np.asarray(keep, dtype=bool)
+        table = table[described]
         counts = table.groupby(level=0, sort=False).size().rename("n_rows")
         distinct = table[~table.index.duplicated()]
         self.parts.append(distinct.join(counts))

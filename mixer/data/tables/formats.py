@@ -640,6 +640,13 @@ class StataWriter:
                 arrays.append(pa.array(values, type=pa.float64(), from_pandas=True))
             else:
                 array = pa.array(values, type=pa.string())
+                nul = pc.match_substring(array, "\x00")  # a Stata text ends at a NUL
+                if len(array) and pc.any(nul).as_py():
+                    row = self.rows + nul.to_pylist().index(True) + 1
+                    raise UserError(
+                        f"{self.file_flag} {self.path}: row {row} column {self.names[i]!r} holds "
+                        "a NUL character a Stata file cannot store; write .csv or .parquet"
+                    )
                 widest = pc.max(pc.binary_length(array)).as_py() if len(array) else 0
                 self.widths[i] = max(self.widths[i], widest or 0)
                 arrays.append(array)

@@ -1044,17 +1044,18 @@ def check_csv_rows(path: str, options: TableOptions = TableOptions(role="input")
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    layout = csv_layout(path, options)
-    settings = _csv_options(layout, stream=True)
-    first = next(iter(settings["convert_options"].column_types))
-    settings["convert_options"] = pcsv.ConvertOptions(
-        include_columns=[first], column_types={first: pa.string()}, strings_can_be_null=False
-    )
+    layout = None
     try:
-        with csv_source(path) as source:  # a gzip'd file named .csv decompressed, as by the reader
+        layout = csv_layout(path, options)
+        settings = _csv_options(layout, stream=True)
+        first = next(iter(settings["convert_options"].column_types))
+        settings["convert_options"] = pcsv.ConvertOptions(
+            include_columns=[first], column_types={first: pa.string()}, strings_can_be_null=False
+        )
+        with csv_source(path) as source:  # a compressed file as the chunks read it
             for _ in pcsv.open_csv(source, **settings):
                 pass
-    except (ValueError,) + compression.ERRORS as exc:
+    except (ValueError, *compression.ERRORS) as exc:
         raise _read_failure(exc, path, "csv", layout, options)
 
 
