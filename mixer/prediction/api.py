@@ -276,27 +276,29 @@ class Model:
         product codes (one value for all rows, or one per row, paired with texts as language
         is), which pick the crosswalk's row for them (predict.py's --status-col, ...)."""
         walks = self._crosswalks(crosswalk, what, status, relation, product)
-        table = self._predict(
+        table = self._codes(
             texts,
-            language,
-            top_k,
-            head,
-            threshold,
             context,
-            batch_size,
-            what,
-            columns,
-            system,
             lookup,
             target,
-            target_accuracy=target_accuracy,
-            target_confidence=target_confidence,
-            calibration_data=calibration_data,
-            calibration_truth_cols=calibration_truth_cols,
-            shorter_codes=shorter_codes,
-            code_levels=code_levels,
-            target_level=target_level,
-            **renamed,
+            dict(
+                language=language,
+                top_k=top_k,
+                head=head,
+                threshold=threshold,
+                batch_size=batch_size,
+                what=what,
+                columns=columns,
+                system=system,
+                target_accuracy=target_accuracy,
+                target_confidence=target_confidence,
+                calibration_data=calibration_data,
+                calibration_truth_cols=calibration_truth_cols,
+                shorter_codes=shorter_codes,
+                code_levels=code_levels,
+                target_level=target_level,
+            ),
+            renamed,
         )
         if not walks:
             return table
@@ -353,52 +355,9 @@ class Model:
             raise UserError(f"{name}= has {len(values)} values for {len(index)} texts")
         return values
 
-    def _predict(
-        self,
-        texts: Texts,
-        language: Languages = None,
-        top_k: Optional[int] = None,
-        head: Optional[str] = None,
-        threshold: Optional[float] = None,
-        context: Context = None,
-        batch_size: Optional[int] = None,
-        what: Optional[str] = None,
-        columns: Optional[str] = None,
-        system: Optional[str] = None,
-        lookup=None,
-        target=None,
-        *,
-        target_accuracy: Optional[float] = None,
-        target_confidence: Optional[float] = None,
-        calibration_data=None,
-        calibration_truth_cols=None,
-        shorter_codes: Optional[bool] = None,
-        code_levels=None,
-        target_level=None,
-        **renamed,
-    ) -> pd.DataFrame:
-        """predict() without the crosswalks' classes."""
-        given = settings(
-            "predict",
-            dict(
-                language=language,
-                top_k=top_k,
-                head=head,
-                threshold=threshold,
-                batch_size=batch_size,
-                what=what,
-                columns=columns,
-                system=system,
-                target_accuracy=target_accuracy,
-                target_confidence=target_confidence,
-                calibration_data=calibration_data,
-                calibration_truth_cols=calibration_truth_cols,
-                shorter_codes=shorter_codes,
-                code_levels=code_levels,
-                target_level=target_level,
-            ),
-            renamed,
-        )
+    def _codes(self, texts: Texts, context: Context, lookup, target, options: dict, renamed):
+        """predict() without the crosswalks' classes: options, its keywords by their names."""
+        given = settings("predict", options, renamed)
         lang, top_k, threshold, batch_size = (
             given["language"],
             given["top_k"],
