@@ -266,9 +266,8 @@ def render_scores(table: pd.DataFrame) -> bytes:
     audit first), a colour per level; with more than PLOTTED_STRATA strata, the largest of
     them (the table has them all). Error bars are clipped at 0 (an interval reaches its
     estimate where all or none are right) and a stratum without an estimate has none."""
-    import io
 
-    from mixer.reporting.plot import _pyplot
+    from mixer.reporting.plot import _pyplot, png_bytes
 
     plt = _pyplot()
     group = table.columns[0]
@@ -311,13 +310,7 @@ def render_scores(table: pd.DataFrame) -> bytes:
     axis.set(ylim=(0, 1.02), ylabel="share right (95% interval)", title=title)
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig)
 
 
 def evaluate_audit(

@@ -511,9 +511,8 @@ def render_shares(table: pd.DataFrame) -> bytes:
     """Bars of the corrected shares with their intervals, the counted share and the audit's
     own estimate with its interval beside each, as a PNG; with more than PLOTTED_CLASSES
     classes, the largest of them by counted share (the table has them all)."""
-    import io
 
-    from mixer.reporting.plot import _pyplot
+    from mixer.reporting.plot import _pyplot, png_bytes
 
     plt = _pyplot()
     title = (
@@ -562,13 +561,7 @@ def render_shares(table: pd.DataFrame) -> bytes:
     )
     axis.grid(alpha=0.3, axis="y")
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+    return png_bytes(fig)
 
 
 def evaluate_shares(

@@ -24,6 +24,22 @@ def _pyplot():
     return plt
 
 
+def png_bytes(fig, dpi: int = 110) -> bytes:
+    """A finished figure laid out (its legend outside the axes kept) as PNG bytes, and
+    closed: a picture drawn before anything is written, so a file is written whole or not."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()
+
+
 def plot_training_curves(run_dir: str, output: str = None) -> str:
     """Loss, accuracy, F1 and learning rate over steps, from logs.csv."""
     path = os.path.join(run_dir, "logs.csv")
