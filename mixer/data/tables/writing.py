@@ -20,7 +20,7 @@ import pandas as pd
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, WriteFailed, first_line
 from mixer.core.io import write_target
-from mixer.data.tables import compression, formats, guards
+from mixer.data.tables import compression, csv_text, formats, guards
 from mixer.data.tables.reading import (
     FILE_LABEL_KEY,
     PARQUET_SUFFIXES,
@@ -320,17 +320,10 @@ class OutputWriter:
                     ),
                 )
         frame = frame.set_axis(self.names, axis=1)
-        if self.kind == "csv" and self.gzip:  # one gzip member a chunk: cut back as a CSV is
-            member = compression.gzip_member(
-                frame.to_csv(None, header=not self.rows, index=False).encode("utf-8")
-            )
+        if self.kind == "csv":  # a gzip'd one: a gzip member a chunk, cut back as a CSV is
+            text = csv_text.text(frame, header=not self.rows)
             with open(self.tmp, "ab" if self.rows else "wb") as handle:
-                handle.write(member)
-            self.rows += len(frame)
-        elif self.kind == "csv":
-            frame.to_csv(
-                self.tmp, mode="a" if self.rows else "w", header=not self.rows, index=False
-            )
+                handle.write(compression.gzip_member(text) if self.gzip else text)
             self.rows += len(frame)
         else:
             table = self._table(frame)

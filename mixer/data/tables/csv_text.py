@@ -1,0 +1,134 @@
+"""A chunk's rows as CSV text, built column by column in Arrow: the bytes pandas' `to_csv`
+writes (its header, index=False, ',' and '\\n', minimal quoting, missing values empty), at
+the speed of the disk rather than some microseconds a row.
+
+A full count writes tens of millions of rows, most of them the input's text columns beside a
+few codes and probabilities. pandas formats each cell in Python's csv module; here each column
+becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
+'"' or a line feed in it; the quote doubled), numbers as numpy spells them (pandas' own way:
+'0.25', '1e-07', '2.0'), each distinct number formatted once, booleans as 'True'/'False'.
+The cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
+with a column of another kind (dates, lists, nullable integers, objects of mixed types) or a
+single column is written by pandas, the same bytes: `rows` returns None for it. The tests
+compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+NEEDS_QUOTES = '[,"\n]'  # what Python's csv quotes (QUOTE_MINIMAL, ',' and '\n'), on Python 3.11
+
+
+def text(frame: pd.DataFrame, header: bool = True) -> bytes:
+    """The frame as pandas' to_csv(index=False) writes it, in UTF-8, with or without its
+    header line; built here where `rows` can, else by pandas."""
+    body = rows(frame)
+    if body is None:
+        return frame.to_csv(None, header=header, index=False).encode("utf-8")
+    return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
+
+
+def rows(frame: pd.DataFrame) -> Optional[bytes]:
+    """The frame's rows (no header) as pandas' to_csv(index=False) writes them, in UTF-8; None
+    for a frame this writer leaves to pandas."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if frame.shape[1] < 2 or not len(frame):  # one column: Python's csv quotes an empty row
+        return None
+    cells = []
+    for i in range(frame.shape[1]):
+        column = _cells(frame.iloc[:, i])
+        if column is None:
+            return None
+        cells.append(column)
+    comma, end = pa.scalar(",", pa.large_string()), pa.scalar("\n", pa.large_string())
+    line = pc.binary_join_element_wise(*cells, comma)
+    line = pc.binary_join_element_wise(line, pa.scalar("", pa.large_string()), end)
+    return _data(line)
+
+
+def _cells(series: pd.Series):
+    """A column's cells as CSV text (a large_string array, none missing), or None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dtype = series.dtype
+    if isinstance(dtype, pd.StringDtype) or (dtype == object and _all_text(series)):
+        text = pa.array(series.array, type=pa.large_string(), from_pandas=True)
+        if isinstance(text, pa.ChunkedArray):
+            text = text.combine_chunks()
+        if text.null_count:
+            text = pc.fill_null(text, "")
+        if not _any_quoted(text):
+            return text
+        needs = pc.match_substring_regex(text, NEEDS_QUOTES)
+        mark = pa.scalar('"', pa.large_string())
+        empty = pa.scalar("", pa.large_string())
+        quoted = pc.binary_join_element_wise(  # '"' + text + '"', its quotes doubled
+            mark, pc.replace_substring(text.filter(needs), '"', '""'), mark, empty
+        )
+        return pc.replace_with_mask(text, needs, quoted)
+    if not isinstance(dtype, np.dtype):
+        return None  # an extension type (nullable numbers, categories, Arrow types): pandas
+    values = series.to_numpy()
+    if dtype.kind == "b":
+        return pc.if_else(pa.array(values), "True", "False").cast(pa.large_string())
+    if dtype.kind in "iu":
+        return pa.array(values).cast(pa.large_string())
+    if dtype.kind == "f":
+        return _numbers(values)
+    return None
+
+
+def _numbers(values: np.ndarray):
+    """Floats as numpy spells them (pandas' to_csv: astype(str)), NaN empty: each distinct
+    value formatted once. -0.0 and 0.0 are one value to a hash table, so a column holding
+    -0.0 is formatted cell by cell."""
+    import pyarrow as pa
+
+    missing = np.isnan(values)
+    if np.any(np.signbit(values) & (values == 0)):
+        text = values.astype(str).astype(object)
+        text[missing] = ""
+        return pa.array(text, type=pa.large_string())
+    codes, distinct = pd.factorize(values, use_na_sentinel=True)
+    if values.dtype == np.float64:  # numpy spells a float64 as Python's repr, which is faster
+        spelled = [repr(value) for value in distinct.tolist()]
+    else:
+        spelled = distinct.astype(str).tolist()
+    spelled.append("")  # code -1 (NaN): the last
+    codes = np.where(codes < 0, len(distinct), codes)
+    return pa.array(spelled, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
+
+
+def _any_quoted(text) -> bool:
+    """Whether a cell of a string array holds a character Python's csv quotes for: one look
+    at the bytes of all its cells (a census's descriptions hardly ever do)."""
+    data = text.buffers()[2]
+    if data is None:
+        return False
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)
+    cells = data[offsets[text.offset] : offsets[text.offset + len(text)]].to_pybytes()
+    return b"," in cells or b'"' in cells or b"\n" in cells
+
+
+def _all_text(series: pd.Series) -> bool:
+    """An object column of strings, with None or NaN for missing cells (written empty)."""
+    return pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty")
+
+
+def _data(lines) -> bytes:
+    """The bytes of a string array's values back to back (its data buffer between its first
+    and last offsets: no copy but the one into bytes)."""
+    import pyarrow as pa
+
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)
+    start, end = offsets[lines.offset], offsets[lines.offset + len(lines)]
+    return lines.buffers()[2][start:end].to_pybytes() if end > start else b""

@@ -1,0 +1,110 @@
+"""A chunk's CSV text built column by column in Arrow (mixer.data.tables.csv_text) is the
+bytes pandas' to_csv writes, for every kind of cell an output holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mixer.data.tables import csv_text
+
+TEXTS = [
+    "farmer",
+    "a,b",
+    'say "no"',
+    '"',
+    "two\nlines",
+    "carriage\rreturn",
+    "\r\n",
+    " leading",
+    "trailing ",
+    "\ttab",
+    "",
+    None,
+    "é ø ß 农民",
+    "semi;colon",
+    "it's",
+    "back\\slash",
+    "#",
+    "NA",
+    "nan",
+    "\x00nul",
+    "\x0bvt",
+    "\u2028",
+    "\x85",
+    "\ufeffbom",
+]
+
+
+def floats(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Probabilities and the odd float: tiny, huge, whole, NaN, infinities, subnormal."""
+    special = [0.1, 1e-7, 2.0, np.nan, np.inf, -np.inf, 0.0, 1e16, 123456.789, 5e-324, 1e-5, 1e-4]
+    values = np.concatenate(
+        [rng.random(n) ** 8, 10.0 ** rng.uniform(-320, 300, n), np.asarray(special)]
+    )
+    return rng.choice(values, n)
+
+
+def frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    texts = rng.choice(np.asarray(TEXTS, dtype=object), n)
+    numbers = floats(rng, n)
+    return pd.DataFrame(
+        {
+            "text": pd.Series(texts, dtype="str"),
+            "object": pd.Series(rng.choice(np.asarray(TEXTS, dtype=object), n), dtype=object),
+            "code, the first": pd.Series(rng.choice(["61110", "-1", "", None], n), dtype=object),
+            "prob": numbers,
+            "float32": np.clip(numbers, -3e38, 3e38).astype(np.float32),
+            "int": rng.integers(-(2**62), 2**62, n),
+            "uint8": rng.integers(0, 255, n).astype(np.uint8),
+            "bool": rng.random(n) < 0.5,
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_rows_are_the_bytes_pandas_writes(seed):
+    rng = np.random.default_rng(seed)
+    table = frame(rng, 500)
+    built = csv_text.rows(table)
+    assert built is not None  # every column here is built in Arrow, none left to pandas
+    assert built == table.to_csv(index=False, header=False).encode("utf-8")
+    assert csv_text.text(table) == table.to_csv(index=False).encode("utf-8")
+    assert csv_text.text(table, header=False) == built
+
+
+def test_a_negative_zero_and_missing_cells_are_spelled_as_pandas_spells_them():
+    table = pd.DataFrame(
+        {
+            "prob": [-0.0, 0.0, np.nan, 1.0, -0.0],
+            "text": pd.Series([None, "", "x", None, "y"], dtype=object),
+            "all missing": pd.Series([None] * 5, dtype=object),
+        }
+    )
+    assert csv_text.rows(table) == table.to_csv(index=False, header=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pd.Series(["a", "b", None], dtype="category"),
+        pd.Series([1, None, 3], dtype="Int64"),
+        pd.Series([1, 2, 3], dtype="int64[pyarrow]"),
+        pd.Series(pd.to_datetime(["2020-01-01", "2021-06-30", None])),
+        pd.Series(["a", 1, 2.5], dtype=object),
+        pd.Series([[1], [2, 3], []], dtype=object),
+    ],
+    ids=["category", "nullable", "arrow-int", "dates", "mixed", "lists"],
+)
+def test_another_kind_of_column_is_written_by_pandas_the_same_bytes(column):
+    table = pd.DataFrame({"text": ["a,b", "c", ""], "other": column})
+    assert csv_text.rows(table) is None
+    assert csv_text.text(table) == table.to_csv(index=False).encode("utf-8")
+
+
+def test_a_single_column_is_written_by_pandas():
+    """Python's csv writes a row of one empty cell as '""': left to pandas."""
+    table = pd.DataFrame({"text": ["", "a"]})
+    assert csv_text.rows(table) is None
+    assert csv_text.text(table) == b'text\n""\na\n'
