@@ -619,3 +619,46 @@ def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_pat
     assert sorted(p.name for p in cut.iterdir()) == ["check.parquet", "e.npy"]
     for name in ("check.parquet", "e.npy"):
         assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("kind", ["text", "object", "numbers"])
+@pytest.mark.parametrize("language_col", [None, "lang"])
+def test_a_chunk_keyed_once_per_distinct_text_and_language_is_keyed_as_row_by_row(
+    run, kind, language_col
+):
+    """The job reads the model input of each distinct (text, language) of a chunk once and
+    hands it to the rows (RowReader.keyed): the same inputs, blanks, keys, rows per key and
+    first rows as reading every row, whatever the column's type, missing cells, blanks,
+    languages that differ only in spaces, and the rows' order."""
+    import mixer
+    from mixer.prediction.predict_job import Distinct, RowReader
+
+    model = mixer.load(run, device="cpu")
+    rng = np.random.default_rng(7)
+    texts = ["farmer", "Farmer ", "farmer", "", " ", "\u200b", None, "ag lab", "AG LAB", "x,y"]
+    if kind == "numbers":
+        texts = [61110.0, 61110.0, np.nan, 2.5, 0.0, -1.0, 61110.0, 3.0, np.nan, 7.0]
+    langs = ["en", " en", "da", None, "en", "", "unk", "da ", "en", "en"]
+    order = rng.permutation(200) % len(texts)
+    chunk = pd.DataFrame(
+        {
+            "occ1": pd.Series(np.asarray(texts, dtype=object)[order]).astype(
+                {"text": "str", "object": object, "numbers": float}[kind]
+            ),
+            "lang": pd.Series(np.asarray(langs, dtype=object)[order[::-1]], dtype="str"),
+        }
+    )
+    reader = RowReader("occ1", language_col, "en", [])
+    inputs, blank, distinct = reader.keyed(model, chunk)
+
+    from mixer.data.tables.job_columns import blank_descriptions, text_column
+
+    by_row = np.asarray(model.model_inputs(*reader.read(chunk)), dtype=object)
+    blank_by_row = blank_descriptions(text_column(chunk, "occ1"))
+    each = Distinct(by_row, blank_by_row)
+    assert list(inputs) == list(by_row)
+    assert list(blank) == list(blank_by_row) and blank.any()
+    assert list(distinct.keys) == list(each.keys)
+    assert list(distinct.row_key) == list(each.row_key)
+    assert list(distinct.first) == list(each.first)
+    assert list(reader.blank(chunk)) == list(blank_by_row)

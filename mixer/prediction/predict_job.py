@@ -118,9 +118,9 @@ class Part:
     """A chunk on its way through the stages: its rows, their model inputs and keys, the code
     table and embeddings predicted for them (rank 0; None where not asked for)."""
 
-    def __init__(self, number: int, chunk: pd.DataFrame, blank: np.ndarray):
-        self.number, self.chunk, self.blank = number, chunk, blank
-        self.inputs = self.distinct = self.predicted = self.vectors = None
+    def __init__(self, number: int, chunk: pd.DataFrame):
+        self.number, self.chunk = number, chunk
+        self.inputs = self.blank = self.distinct = self.predicted = self.vectors = None
         self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
         self.new_vectors = None  # the same for the embeddings' store
 
@@ -341,16 +341,15 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
             columns.language,
             len(chunk),
         )
-    blank = blank_descriptions(text_column(chunk, columns.input_col))
     if job.journal is not None and number < job.journal.chunks:
         if job.codes:  # counted as model_inputs counts them: rows that get no code
-            job.blank_rows += int(blank.sum())
+            job.blank_rows += int(job.rows.blank(chunk).sum())
         if columns.context_cols and job.world.is_main:  # every row once, over the ranks
             job.context_fit += np.bincount(
                 job.model._context_fit(*job.rows.read(chunk)), minlength=3
             )
         return None
-    return Part(number, chunk, blank)
+    return Part(number, chunk)
 
 
 def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
@@ -360,9 +359,8 @@ def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
     replaying = [sink for sink in job.sinks if sink.replaying]
     if not replaying or not len(chunk):
         return
-    part = Part(number, chunk, blank_descriptions(text_column(chunk, job.columns.input_col)))
-    part.inputs = job.model.model_inputs(*job.rows.read(chunk))
-    part.distinct = Distinct(part.inputs, part.blank)
+    part = Part(number, chunk)
+    part.inputs, part.blank, part.distinct = job.rows.keyed(job.model, chunk)
     if job.stores.table is not None:  # every key of a chunk completed is in it
         table = job.stores.table.take(part.distinct.keys)
         part.predicted = table.iloc[part.distinct.row_key].reset_index(drop=True)
@@ -374,8 +372,7 @@ def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
 
 def model_inputs(job: Job, part: Part) -> None:
     """All ranks: each row's model input (the key a row is read by) and the chunk's distinct keys."""
-    part.inputs = job.model.model_inputs(*job.rows.read(part.chunk))
-    part.distinct = Distinct(part.inputs, part.blank)
+    part.inputs, part.blank, part.distinct = job.rows.keyed(job.model, part.chunk)
     if job.columns.context_cols:  # every row once, over the ranks
         mine = part.chunk.iloc[shard_indices(len(part.chunk), job.world.world_size, job.world.rank)]
         job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(mine)), minlength=3)
@@ -631,6 +628,58 @@ class RowReader:
         context = part[self.context_cols].reset_index(drop=True) if self.context_cols else None
         return texts, langs, context
 
+    def keyed(self, model: Model, chunk: pd.DataFrame) -> tuple:
+        """(each row's model input, whether its description is blank, the chunk's Distinct),
+        each distinct (text, language) of the chunk read once: a census's chunk of 100,000
+        rows holds some thousands. With context columns (part of what the model reads) by row."""
+        pair, first = self.pairs(chunk)
+        rows = chunk if pair is None else chunk.iloc[first]
+        texts, langs, context = self.read(rows)
+        inputs = np.asarray(model.model_inputs(texts, langs, context), dtype=object)
+        blank = blank_descriptions(texts)
+        distinct = Distinct(inputs, blank, first, pair)
+        if pair is None:
+            return inputs, blank, distinct
+        return inputs[pair], blank[pair], distinct
+
+    def blank(self, chunk: pd.DataFrame) -> np.ndarray:
+        """Per row, whether its description is blank (each distinct text looked at once)."""
+        codes, first = _first_seen(chunk[self.input_col])
+        return blank_descriptions(text_column(chunk.iloc[first], self.input_col))[codes]
+
+    def pairs(self, chunk: pd.DataFrame) -> tuple:
+        """(per row, the number of its (text, language) in the order first seen; each's first
+        row), or (None, None) with context columns: the rows are read one by one."""
+        if self.context_cols:
+            return None, None
+        pair, first = _first_seen(chunk[self.input_col])
+        if self.language_col:
+            language, _ = _first_seen(chunk[self.language_col])
+            pair, first = _first_seen(pd.Series(language * np.int64(len(first) + 1) + pair))
+        return pair, first
+
+
+def _first_seen(column: pd.Series) -> tuple:
+    """(per cell, the number of its value in the order values are first seen, a missing value
+    one of them; each value's first row), by Arrow's dictionary encoding where the column is
+    Arrow's, else by pandas'."""
+    import pyarrow as pa
+
+    if (
+        isinstance(column.dtype, (pd.ArrowDtype, pd.StringDtype))
+        and getattr(column.dtype, "storage", "pyarrow") == "pyarrow"
+    ):
+        array = pa.array(column.array)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        codes = array.dictionary_encode(null_encoding="encode").indices
+        codes = codes.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    else:
+        codes = pd.factorize(column, use_na_sentinel=False)[0].astype(np.int64, copy=False)
+    # numbered as first seen: a value's first row is where the running maximum grows
+    first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+    return codes, first
+
 
 class DistinctStores:
     """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
@@ -671,15 +720,20 @@ class DistinctStores:
 
 class Distinct:
     """A chunk's rows grouped by key: the model input, and whether the row has a
-    description (a row without one gets no code whatever it reads)."""
+    description (a row without one gets no code whatever it reads). Built from the model
+    inputs of the chunk's distinct (text, language) pairs, `first` their first rows and
+    `pair` each row's pair (RowReader.pairs), or from every row's (`first`, `pair` None)."""
 
-    def __init__(self, inputs: np.ndarray, blank: np.ndarray):
+    def __init__(self, inputs: np.ndarray, blank: np.ndarray, first=None, pair=None):
         keys = np.where(blank, "\x01", "") + np.asarray(inputs, dtype=object)
-        self.row_key, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+        key_of, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
         self.keys = np.asarray(self.keys, dtype=object)
-        self.first = np.full(len(self.keys), len(keys), dtype=np.int64)  # each key's first row
+        rows = len(keys) if pair is None else len(pair)
+        first = np.arange(len(keys)) if first is None else first
+        self.row_key = key_of if pair is None else key_of[pair]
+        self.first = np.full(len(self.keys), rows, dtype=np.int64)  # each key's first row
+        np.minimum.at(self.first, key_of, first)
         self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
-        np.minimum.at(self.first, self.row_key, np.arange(len(keys)))
 
     def through(self, store, chunk: pd.DataFrame, world, predictor, predict):
         """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
