@@ -624,7 +624,7 @@ def test_a_job_without_output_resumes_beside_its_first_file(run, census, tmp_pat
 @pytest.mark.parametrize("kind", ["text", "object", "numbers"])
 @pytest.mark.parametrize("language_col", [None, "lang"])
 def test_a_chunk_keyed_once_per_distinct_text_and_language_is_keyed_as_row_by_row(
-    run, kind, language_col
+    run, kind, language_col, monkeypatch
 ):
     """The job reads the model input of each distinct (text, language) of a chunk once and
     hands it to the rows (RowReader.keyed): the same inputs, blanks, keys, rows per key and
@@ -662,3 +662,12 @@ def test_a_chunk_keyed_once_per_distinct_text_and_language_is_keyed_as_row_by_ro
     assert list(distinct.row_key) == list(each.row_key)
     assert list(distinct.first) == list(each.first)
     assert list(reader.blank(chunk)) == list(blank_by_row)
+    # the chunks after it: the pairs seen are remembered, up to SEEN_MOST, then read anew
+    again = chunk.iloc[::-1].reset_index(drop=True)
+    by_row = np.asarray(model.model_inputs(*reader.read(again)), dtype=object)
+    for most in (3, 10_000):
+        monkeypatch.setattr("mixer.prediction.predict_job.SEEN_MOST", most)
+        inputs, blank, distinct = reader.keyed(model, again)
+        assert list(inputs) == list(by_row)
+        assert list(blank) == list(blank_descriptions(text_column(again, "occ1")))
+        assert len(reader.seen) <= max(most, len(reader.pairs(again)[1]))

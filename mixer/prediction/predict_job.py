@@ -609,6 +609,9 @@ def count_languages(counts: dict, column, language: str, rows: int) -> None:
         counts[str(value)] = counts.get(str(value), 0) + int(n)
 
 
+SEEN_MOST = 500_000  # (text, language) pairs whose model input a job remembers (RowReader)
+
+
 class RowReader:
     """What the model reads of a chunk's rows: (texts, languages, context), the one place the
     job turns its columns into Model's arguments."""
@@ -618,6 +621,7 @@ class RowReader:
     ):
         self.input_col, self.language_col, self.language = input_col, language_col, language
         self.context_cols = list(context_cols)
+        self.seen = {}  # {(text, language): (model input, blank)} over the chunks so far
 
     def read(self, part: pd.DataFrame) -> tuple:
         texts = text_column(part, self.input_col)
@@ -633,14 +637,33 @@ class RowReader:
         each distinct (text, language) of the chunk read once: a census's chunk of 100,000
         rows holds some thousands. With context columns (part of what the model reads) by row."""
         pair, first = self.pairs(chunk)
-        rows = chunk if pair is None else chunk.iloc[first]
-        texts, langs, context = self.read(rows)
-        inputs = np.asarray(model.model_inputs(texts, langs, context), dtype=object)
-        blank = blank_descriptions(texts)
-        distinct = Distinct(inputs, blank, first, pair)
         if pair is None:
-            return inputs, blank, distinct
-        return inputs[pair], blank[pair], distinct
+            texts, langs, context = self.read(chunk)
+            inputs = np.asarray(model.model_inputs(texts, langs, context), dtype=object)
+            blank = blank_descriptions(texts)
+            return inputs, blank, Distinct(inputs, blank)
+        inputs, blank = self.inputs(model, chunk.iloc[first])
+        return inputs[pair], blank[pair], Distinct(inputs, blank, first, pair)
+
+    def inputs(self, model: Model, rows: pd.DataFrame) -> tuple:
+        """(model inputs, blank) of rows without context, each (text, language) read by the
+        model's recipe once over the file: a census's chunks repeat most of their
+        descriptions. Up to SEEN_MOST of them are remembered, then the memory starts anew."""
+        texts, langs, _ = self.read(rows)
+        pairs = list(zip(texts, langs if self.language_col else [langs] * len(texts)))
+        seen = self.seen
+        new = [i for i, known in enumerate(map(seen.__contains__, pairs)) if not known]
+        if new:
+            if len(seen) + len(new) > SEEN_MOST:
+                seen.clear()
+                new = list(range(len(pairs)))
+            fresh = texts.iloc[new]
+            read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
+            seen.update(zip((pairs[i] for i in new), zip(read, blank_descriptions(fresh).tolist())))
+        found = [seen[key] for key in pairs]
+        inputs = np.empty(len(found), dtype=object)
+        inputs[:] = [value[0] for value in found]
+        return inputs, np.fromiter((value[1] for value in found), dtype=bool, count=len(found))
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
