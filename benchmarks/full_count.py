@@ -1,7 +1,8 @@
 """A full-count census, predicted: rows/s, model inputs computed, distinct inputs, peak RSS.
 
     python benchmarks/full_count.py --checkpoint runs/quickstart [--rows 2000000] [--exponent 1.1]
-        [--variants 9] [--chunk-size 100000] [--keep DIR] [--occcanine PYTHON]
+        [--variants 9] [--chunk-size 100000] [--keep DIR] [--occcanine PYTHON] [--no-per-row]
+        [--estimate ROWS DISTINCT]
 
 Makes a census-like file from data/toy_hisco.csv: its distinct descriptions and --variants
 typo variants of each (mixer.data.inputs.noise, one edit), ranked in a seeded random order and drawn
@@ -10,6 +11,16 @@ typo variants of each (mixer.data.inputs.noise, one edit), ranked in a seeded ra
 descriptions and the exponent; then predicts the file with predict.py (a process of its
 own, the user's command) and prints rows/s, the inputs the model computed (counted on the
 model's encoder calls), the file's distinct model inputs and predict.py's peak RSS.
+
+Then, unless --no-per-row, what the file costs per row: predict.py on a file of its distinct
+descriptions alone (the model's part, with the start of the process); the whole file's time
+against it and the time beyond the model, per row; beside it pyarrow's limit for the same
+rows on the same machine (read the input, dictionary-encode its description column, take the
+output's columns from one row per distinct description back to the rows, write them as CSV:
+reading, keying, joining and writing at their cheapest); and predict.py on a gzip'd copy of
+the file (zlib, level 6), its time against the plain file's and its output compared byte for
+byte. --estimate ROWS DISTINCT adds the time a larger file would take from those parts: the
+distinct rows' time scaled to DISTINCT, plus the time beyond the model per row times ROWS.
 
 Without --checkpoint it trains a tiny model first (seconds; the counts are the same for
 any model, the speed is not). To time the code of another checkout on the same file, run
@@ -51,6 +62,8 @@ whose merge refuses the column names OccCANINE's deduplication makes):
 from __future__ import annotations
 
 import argparse
+import filecmp
+import gzip
 import json
 import os
 import random
@@ -327,6 +340,20 @@ def main(argv=None) -> None:
     parser.add_argument("--chunk-size", type=int, default=100_000)
     parser.add_argument("--keep", help="a directory to keep the file and the predictions in")
     parser.add_argument(
+        "--estimate",
+        nargs=2,
+        type=int,
+        metavar=("ROWS", "DISTINCT"),
+        help="also print the time a file of ROWS rows with DISTINCT distinct descriptions "
+        "would take, from the measured parts",
+    )
+    parser.add_argument(
+        "--no-per-row",
+        dest="per_row",
+        action="store_false",
+        help="leave out the distinct rows alone, pyarrow's limit and the gzip'd copy",
+    )
+    parser.add_argument(
         "--occcanine",
         metavar="PYTHON",
         help="an interpreter that imports OccCANINE's package: also time its "
@@ -370,6 +397,90 @@ def run(args, directory: str) -> None:
     )
     if args.occcanine:
         occcanine_side_by_side(args.occcanine, checkpoint, path, directory, result, predicted)
+        return
+    if args.per_row:
+        per_row(args, frame, path, predicted, checkpoint, directory, result)
+
+
+def per_row(args, frame, path, predicted, checkpoint, directory, result) -> None:
+    """The time the file costs beyond its model (the whole file less its distinct rows alone),
+    beside what pyarrow takes to read, key, join and write the same rows; a gzip'd copy."""
+    alone = os.path.join(directory, "distinct.csv")
+    pd.DataFrame({"occ1": pd.unique(frame["occ1"])}).to_csv(alone, index=False)
+    model = predict(checkpoint, alone, os.path.join(directory, "distinct-out.csv"), args.chunk_size)
+    beyond = result["seconds"] - model["seconds"]
+    limit = arrow_limit(path, predicted, directory)
+    print(
+        f"its {frame['occ1'].nunique():,} distinct rows alone (a file of them, predict.py's whole "
+        f"process): {model['seconds']:.1f} s; the whole file takes {result['seconds'] / model['seconds']:.2f}x "
+        f"that; beyond the model: {beyond:.1f} s ({beyond / len(frame) * 1e6:.2f} us a row)",
+        flush=True,
+    )
+    print(
+        f"pyarrow's limit for the same rows: read {limit['read']:.2f} s, dictionary-encode the input "
+        f"column {limit['encode']:.2f} s, take the {limit['columns']} output columns per distinct back to "
+        f"the rows {limit['take']:.2f} s, write them as CSV {limit['write']:.2f} s: {limit['total']:.1f} s "
+        f"({limit['total'] / len(frame) * 1e6:.2f} us a row); beyond the model / limit: "
+        f"{beyond / limit['total']:.2f}x",
+        flush=True,
+    )
+    compressed = path + ".gz"
+    with open(path, "rb") as plain, gzip.open(compressed, "wb", compresslevel=6) as handle:
+        shutil.copyfileobj(plain, handle)  # as gzip -6 (zlib) writes it
+    gz = predict(checkpoint, compressed, os.path.join(directory, "gz-out.csv"), args.chunk_size)
+    same = filecmp.cmp(os.path.join(directory, "gz-out.csv"), predicted, shallow=False)
+    print(
+        f"the gzip'd copy ({os.path.getsize(compressed) / 2**20:,.0f} MB, the file "
+        f"{os.path.getsize(path) / 2**20:,.0f} MB): {gz['seconds']:.1f} s, "
+        f"{gz['seconds'] / result['seconds']:.3f}x the plain file's time; "
+        f"output byte-identical: {'yes' if same else 'NO'}; peak RSS {gz['peak_rss_mb']:,.0f} MB",
+        flush=True,
+    )
+    if args.estimate:
+        rows, distinct = args.estimate
+        model_part = model["seconds"] * distinct / frame["occ1"].nunique()
+        row_part = beyond / len(frame) * rows
+        print(
+            f"estimate for {rows:,} rows with {distinct:,} distinct descriptions: the model "
+            f"{model_part / 60:.1f} min (the distinct rows' time scaled, its start included), the rows "
+            f"beyond it {row_part / 60:.1f} min: {(model_part + row_part) / 60:.1f} min",
+            flush=True,
+        )
+
+
+def arrow_limit(path: str, predicted: str, directory: str) -> dict:
+    """pyarrow alone on the same rows: read the input, dictionary-encode its description column,
+    take the output's columns (as one row per distinct description holds them) back to the rows
+    and write the rows' columns as CSV: what reading, keying, joining and writing cost at least."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    output = pcsv.read_csv(predicted)  # the columns the job wrote, untimed
+    columns = [c for c in output.column_names if c != "occ1"]
+    start = time.perf_counter()
+    table = pcsv.read_csv(path)
+    read = time.perf_counter() - start
+    start = time.perf_counter()
+    encoded = table["occ1"].combine_chunks().dictionary_encode()
+    encode = time.perf_counter() - start
+    first = np.unique(encoded.indices.to_numpy(), return_index=True)[1]
+    per_distinct = output.select(columns).take(pa.array(first))  # untimed: the model's answers
+    start = time.perf_counter()
+    rows = per_distinct.take(encoded.indices)
+    joined = pa.table([table["occ1"], *rows.columns], names=["occ1", *columns])
+    take = time.perf_counter() - start
+    start = time.perf_counter()
+    pcsv.write_csv(joined, os.path.join(directory, "arrow-out.csv"))
+    write = time.perf_counter() - start
+    total = read + encode + take + write
+    return {
+        "read": read,
+        "encode": encode,
+        "take": take,
+        "write": write,
+        "total": total,
+        "columns": 1 + len(columns),
+    }
 
 
 if __name__ == "__main__":

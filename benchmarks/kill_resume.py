@@ -2,7 +2,7 @@
 file byte-identical to an uninterrupted run's, and how much work was redone?
 
     python benchmarks/kill_resume.py [--checkpoint RUN] [--rows 40000] [--chunk-size 4000]
-        [--kills 5] [--seed 0] [--keep DIR]
+        [--kills 5] [--seed 0] [--keep DIR] [--input csv|gzip|fixed-width]
 
 Makes a census-like file (benchmarks/full_count.py's `census`: a Zipf law over the example
 data's descriptions and typo variants of them), then for each output kind (CSV, Parquet,
@@ -25,11 +25,17 @@ each chunk it begins to a log file (written at once, so it survives the kill). W
 state a time (mixer.data.tables.writing.file_time); every run here has SOURCE_DATE_EPOCH set, so
 that the uninterrupted and the resumed files can be compared byte for byte (a resumed job
 states its first run's time in any case).
+
+--input: the census as a CSV file (the default), gzip'd (census.csv.gz), or as an IPUMS
+fixed-width extract, gzip'd, with its DDI codebook beside it (census.dat.gz and census.xml,
+written as tests/conftest.py's write_ipums_extract writes one: the description in OCCSTR,
+read with --input-col OCCSTR, beside a YEAR and a SERIAL column).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -46,6 +52,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from full_count import census, tiny_model  # noqa: E402 - benchmarks/ is not a package
+
+INPUTS = ("csv", "gzip", "fixed-width")
 
 # predict.py with each chunk it begins logged: "<chunk> <seconds since start>" per line
 LOGGED = """
@@ -74,7 +82,8 @@ KINDS = {
 CONTINUING = re.compile(r"continuing an unfinished run after its ([\d,]+) chunk\(s\)")
 
 
-def command(checkpoint: str, path: str, out: str, chunk_size: int, kind: str) -> list:
+def command(checkpoint: str, path, out: str, chunk_size: int, kind: str) -> list:
+    path, *reading = [path] if isinstance(path, str) else path
     return [
         sys.executable,
         "-c",
@@ -88,8 +97,37 @@ def command(checkpoint: str, path: str, out: str, chunk_size: int, kind: str) ->
         out,
         "--chunk-size",
         str(chunk_size),
+        *reading,
         *KINDS[kind],
     ]
+
+
+def write_input(frame, directory: str, kind: str) -> list:
+    """The census as --input reads it: [path, reading options...]."""
+    if kind == "csv":
+        path = os.path.join(directory, "census.csv")
+        frame.to_csv(path, index=False)
+        return [path]
+    if kind == "gzip":
+        path = os.path.join(directory, "census.csv.gz")
+        with gzip.open(path, "wb") as handle:
+            handle.write(frame.to_csv(index=False).encode("utf-8"))
+        return [path]
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import write_ipums_extract
+
+    # one byte a letter, as the ISO-8859-1 of IPUMS USA's extracts
+    texts = [text.encode("latin-1", "replace").decode("latin-1") for text in frame["occ1"]]
+    width = max(len(text) for text in texts) + 2
+    variables = [
+        ("YEAR", 4, "numeric", 0, None),
+        ("SERIAL", 8, "numeric", 0, None),
+        ("OCCSTR", width, "character", 0, None),
+    ]
+    records = [(1900, i + 1, text.strip() or None) for i, text in enumerate(texts)]
+    path = os.path.join(directory, "census.dat.gz")
+    write_ipums_extract(path, variables, records, charset="ISO-8859-1")
+    return [path, "--input-col", "OCCSTR"]
 
 
 def environment(log: str) -> dict:
@@ -178,16 +216,16 @@ def main(argv=None) -> None:
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", help="a directory to keep the file and the outputs in")
+    parser.add_argument("--input", choices=INPUTS, default="csv", help="the census's format")
     args = parser.parse_args(argv)
     directory = args.keep or tempfile.mkdtemp(prefix="kill_resume-")
     os.makedirs(directory, exist_ok=True)
     frame, strings = census(args.rows, 1.1, 9)
-    path = os.path.join(directory, "census.csv")
-    frame.to_csv(path, index=False)
+    path = write_input(frame, directory, args.input)
     total = math.ceil(len(frame) / args.chunk_size)
     print(
         f"file: {len(frame):,} rows drawn from {strings:,} strings, {frame['occ1'].nunique():,} distinct; "
-        f"--chunk-size {args.chunk_size:,}: {total} chunks"
+        f"--chunk-size {args.chunk_size:,}: {total} chunks; --input {os.path.basename(path[0])}"
     )
     checkpoint = args.checkpoint or tiny_model(directory)
     log = os.path.join(directory, "chunks.log")

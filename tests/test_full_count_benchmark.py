@@ -49,3 +49,27 @@ def test_codes_compare_as_both_tools_spell_them():
     theirs, ours = ["-0001", "-0003", "06110", "61110", ""], ["-1", "-3", "06110", "61110", ""]
     assert [bench.comparable(c) for c in theirs] == [bench.comparable(c) for c in ours]
     assert bench.comparable("-0001") != bench.comparable("-0002")
+
+
+def test_the_per_row_figures_stand_beside_pyarrow_s_limit_and_a_gzip_d_copy(
+    tiny_two_code_run, capsys
+):
+    """The benchmark's per-row part: the distinct rows alone, pyarrow's limit, the gzip'd copy
+    (its output the plain file's bytes) and an estimate, in lines gpu_smoke.py reads."""
+    bench = full_count()
+    bench.main(
+        ["--rows", "3000", "--chunk-size", "1000", "--checkpoint", tiny_two_code_run]
+        + ["--estimate", "132000000", "2000000"]
+    )
+    printed = capsys.readouterr().out
+    assert "pyarrow's limit for the same rows: read" in printed
+    assert "output byte-identical: yes" in printed
+    spec = importlib.util.spec_from_file_location(
+        "gpu_smoke", os.path.join(ROOT, "benchmarks", "gpu_smoke.py")
+    )
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    figures = smoke.full_count_figures(printed)
+    assert figures["beyond_model_over_arrow_limit"] > 0
+    assert figures["estimate_132M_rows_min"] > 0
+    assert figures["computed"] == figures["distinct"]
