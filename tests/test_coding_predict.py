@@ -1180,7 +1180,7 @@ def test_a_training_row_is_keyed_by_its_text_as_read_in_any_language(literal):
         strip=not literal,
     )
     ids = CanineIds(recipe)
-    model = SimpleNamespace(_strings=lambda texts, langs: reading_keys(ids, texts, langs))
+    model = SimpleNamespace(reading_keys=lambda texts, langs: reading_keys(ids, texts, langs))
     langs = np.asarray(EVERY_LANGUAGE + ["da"], dtype=object)
     texts = np.full(len(langs), "farmer", dtype=object)
     truth = [("61110",)] * len(langs)

@@ -22,12 +22,12 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import pandas as pd
 
+from mixer.coding.pipeline import CodingPipeline, without_codes
 from mixer.core.errors import UserError
 from mixer.data.tables.job_columns import blank_descriptions, job_columns
 from mixer.prediction.predict import Predictor
 
 MAX_ALTERNATIVES = 50
-RAW_CONFIDENCE = "confidence_raw"  # beside a calibrated confidence
 Texts = Union[str, Iterable[str], pd.Series]
 Languages = Union[None, str, Iterable[str], pd.Series]
 Context = Union[None, pd.DataFrame, dict]
@@ -175,16 +175,29 @@ def says_keywords(method):
 class Model:
     """A trained model: a run directory of this tool or an OccCANINE model."""
 
-    def __init__(self, predictor: Predictor, source: str, note_blank: bool = True):
+    def __init__(
+        self,
+        predictor: Predictor,
+        source: str,
+        note_blank: bool = True,
+        says_context_fit: bool = True,
+        says_languages: bool = True,
+    ):
+        """note_blank, says_context_fit, says_languages: whether a call says on stderr how
+        many rows have no description, how their context fits, which languages the model
+        never trained with (predict.py counts them over its chunks and says them once)."""
         self._predictor = predictor
         self.source = source
-        self._says_context_fit = True  # predict.py counts over its chunks and says it once
-        self._note_blank = note_blank  # predict.py counts them over its whole file instead
+        self._says_context_fit = says_context_fit
+        self._note_blank = note_blank
         self._keywords = False  # load() sets it: messages name keywords, not predict.py's flags
         self._noted = set()  # targets chosen without rows_to_code, said once each
-        self._says_languages = (
-            True  # predict.py counts languages over its chunks and says them once
-        )
+        self._says_languages = says_languages
+
+    @property
+    def predictor(self) -> Predictor:
+        """What predicts: the network, its key and its thresholds (mixer.prediction.predict)."""
+        return self._predictor
 
     @property
     def family(self) -> str:
@@ -442,8 +455,15 @@ class Model:
                         "rows_to_code= these texts)",
                         file=sys.stderr,
                     )
+        if what == "codes" and columns == "mixer":
+            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
+            pipeline = CodingPipeline(self, head, top_k, threshold, lookup, target)
+            self._note_uncounted(target)
+            return self.code_table(texts, lang, context, pipeline, batch_size)
+        if lookup is not None or target is not None:
+            raise UserError("lookup= and target= give the code table; leave out what= and columns=")
         texts, blank = self._blank(texts)
-        index, texts, langs, desc_chars = self._inputs(texts, lang, context)
+        index, texts, langs, desc_chars = self.read_inputs(texts, lang, context)
         if what in ("probs", "logits"):
             matrix = outputs.score_matrix(
                 self._predictor, texts, langs, what, head, batch_size, desc_chars
@@ -454,18 +474,6 @@ class Model:
                 index=index,
                 columns=outputs.matrix_columns(self._predictor.codes, columns, name),
             )
-        if what != "codes" or columns != "mixer":
-            if lookup is not None or target is not None:
-                raise UserError(
-                    "lookup= and target= give the code table; leave out what= and columns="
-                )
-        elif lookup is not None or target is not None or self._predictor.calibration:
-            return without_codes(
-                self._coded(
-                    texts, langs, head, top_k, threshold, batch_size, lookup, target, desc_chars
-                ),
-                blank,
-            ).set_axis(index)
         table = without_codes(
             self._predictor.predict(
                 texts, langs, head, top_k, threshold, batch_size, desc_chars=desc_chars
@@ -480,6 +488,39 @@ class Model:
             )
         return outputs.STYLES[columns].code_table(
             table, texts, self._predictor.description_of, name, head
+        )
+
+    def code_table(
+        self, texts: Texts, lang: Languages, context: Context, pipeline, batch_size: int = 256
+    ) -> pd.DataFrame:
+        """The code table of these rows through a coding pipeline built once for them
+        (mixer.coding.pipeline.CodingPipeline: the lookup, calibration, target marks, shorter
+        codes), no keyword checked again: predict.py's file job calls it per chunk."""
+        texts, blank = self._blank(texts)
+        index, texts, langs, desc_chars = self.read_inputs(texts, lang, context)
+        entries = pipeline.entries(self.reading_keys(texts, langs), langs)  # before predicting
+        table = self._predictor.predict(
+            texts,
+            langs,
+            pipeline.head,
+            pipeline.top_k,
+            pipeline.threshold,
+            batch_size,
+            pipeline.scored_levels,
+            desc_chars=desc_chars,
+        )
+        return pipeline.code(table, entries, blank).set_axis(index)
+
+    def _note_uncounted(self, target) -> None:
+        """Once per target: one chosen without rows_to_code promises nothing of these rows."""
+        if target is None or target.rows_to_code is not None or id(target) in self._noted:
+            return
+        self._noted.add(id(target))
+        print(
+            f"note: target= was chosen without rows_to_code: it promises accuracy {target.accuracy:g} "
+            "on rows like the labelled ones, not on these rows; predict.py counts the rows it codes "
+            "(pass rows_to_code= to target(), or target_accuracy= to predict())",
+            file=sys.stderr,
         )
 
     # ------------------------------------------------------------ which predictions to use
@@ -646,7 +687,7 @@ class Model:
             # the texts to code, counted as predict.py counts them: described, not the lookup's
             rows_to_code = self._rows_to_code(rows_to_code, lang, None, lookup)
         if lookup is not None:
-            covered = lookup.match(self, self._strings(rows.texts, rows.langs), rows.langs) >= 0
+            covered = lookup.match(self, self.reading_keys(rows.texts, rows.langs), rows.langs) >= 0
             rows = rows.without(~covered)
             rows.rows += f", less the {int(covered.sum()):,} the lookup covers"
         levels = (list(levels) if levels else self.levels()) if shorter_codes else ()
@@ -717,73 +758,6 @@ class Model:
             if n < self._predictor.formatter.block_size
         ]
 
-    def _coded(
-        self, texts, langs, head, top_k, threshold, batch_size, lookup, target, desc_chars=None
-    ) -> pd.DataFrame:
-        """The code table with confidence calibrated, rows marked against a target, and a
-        lookup's entries in place of the model's codes."""
-        from mixer.coding import target as targets
-        from mixer.prediction.predict import CONFIDENCE
-
-        from mixer.audit.draw import threshold_used
-
-        predictor = self._predictor
-        if target is not None:
-            # the settings as predicted with: top_k=None and the model's own top-k are one setting
-            settled = lambda k, t: (
-                k or predictor.default_top_k(),
-                threshold_used(predictor, head, t),
-            )  # noqa: E731
-            if (
-                target.head != head
-                or settled(target.top_k, target.flat_threshold) != settled(top_k, threshold)
-                or target.owner != id(predictor)
-            ):
-                raise UserError(
-                    f"target= was chosen for head {target.head!r} (top_k {target.top_k}, threshold "
-                    f"{target.flat_threshold}) by another model or settings; choose it with this "
-                    "model and the head, top_k and threshold you predict with"
-                )
-            if target.rows_to_code is None and id(target) not in self._noted:
-                self._noted.add(id(target))
-                print(
-                    f"note: target= was chosen without rows_to_code: it promises accuracy {target.accuracy:g} "
-                    "on rows like the labelled ones, not on these rows; predict.py counts the rows it codes "
-                    "(pass rows_to_code= to target(), or target_accuracy= to predict())",
-                    file=sys.stderr,
-                )
-        entries = None
-        if lookup is not None:  # before predicting: an entry too wide or two alike fail at once
-            lookup = self.lookup(lookup) if isinstance(lookup, str) else lookup
-            lookup.check(self, top_k or predictor.default_top_k(), flag="top_k=")
-            entries = lookup.match(self, self._strings(texts, langs), langs)
-        table = predictor.predict(
-            texts,
-            langs,
-            head,
-            top_k,
-            threshold,
-            batch_size,
-            target.scored_levels if target is not None else (),
-            desc_chars=desc_chars,
-        )
-        if target is not None:
-            table = targets.mark(table, target, predictor.description_of)
-        scaling = self.scaling(head)
-        if CONFIDENCE in table.columns and scaling != (1.0, 0.0):
-            from mixer.coding.calibration import calibrate
-
-            raw = table[CONFIDENCE].to_numpy(dtype=np.float64)
-            table.insert(table.columns.get_loc(CONFIDENCE) + 1, RAW_CONFIDENCE, raw)
-            table[CONFIDENCE] = np.where(np.isnan(raw), np.nan, calibrate(raw, *scaling))
-        if lookup is not None:
-            from mixer.coding.lookup import apply_lookup
-
-            table = apply_lookup(
-                table, entries, lookup, predictor.description_of, predictor.formatter.block_size
-            )
-        return table
-
     def _run_language_note(self, theirs: str) -> None:
         """One line: the run's labelled rows (a run without a language column) are predicted
         in the run's language, the rows to code in their own (`theirs`, in words)."""
@@ -797,7 +771,7 @@ class Model:
     def _rows_to_code(self, texts: Texts, lang: Languages, context: Context, lookup) -> int:
         """The rows the model will code, as predict.py counts them: every row with a
         description, less those the lookup covers."""
-        _, model_texts, langs, _ = self._inputs(
+        _, model_texts, langs, _ = self.read_inputs(
             texts, lang, context, say_fit=False
         )  # texts checked first
         described = ~blank_descriptions(
@@ -806,10 +780,12 @@ class Model:
         if lookup is None:
             return int(described.sum())
         return int(
-            ((lookup.match(self, self._strings(model_texts, langs), langs) < 0) & described).sum()
+            (
+                (lookup.match(self, self.reading_keys(model_texts, langs), langs) < 0) & described
+            ).sum()
         )
 
-    def _strings(self, texts, langs) -> np.ndarray:
+    def reading_keys(self, texts, langs) -> np.ndarray:
         """Per row of model texts and languages, the key of what the model reads
         (model_inputs; mixer.data.inputs.tokens.reading_keys)."""
         from mixer.data.inputs.tokens import reading_keys
@@ -965,7 +941,7 @@ class Model:
         _require_count("batch_size", batch_size)
         _require_choice("columns", columns, outputs.COLUMN_STYLES)
         texts, blank = self._blank(texts)
-        index, texts, langs, desc_chars = self._inputs(texts, lang, context)
+        index, texts, langs, desc_chars = self.read_inputs(texts, lang, context)
         codes, confidence = outputs.greedy_alternatives(
             self._predictor, texts, langs, k, batch_size, desc_chars
         )
@@ -990,15 +966,15 @@ class Model:
         and strips accents; mixer.data.inputs.tokens.reading_keys). Rows with equal keys get equal
         predictions; a lookup matches, a --to-check list groups and predict.py counts
         distinct inputs by it. The key is opaque: compare it, do not show it."""
-        _, texts, langs, _ = self._inputs(texts, lang, context, say_fit=False)
-        return self._strings(texts, langs)
+        _, texts, langs, _ = self.read_inputs(texts, lang, context, say_fit=False)
+        return self.reading_keys(texts, langs)
 
     def embeddings(
         self, texts: Texts, lang: Languages = None, context: Context = None, batch_size: int = 256
     ) -> np.ndarray:
         """The pooled encoder output the flat head reads: (rows, hidden), float32."""
         _require_count("batch_size", batch_size)
-        _, texts, langs, desc_chars = self._inputs(texts, lang, context)
+        _, texts, langs, desc_chars = self.read_inputs(texts, lang, context)
         return self._predictor.embeddings(texts, langs, batch_size, desc_chars)
 
     def _blank(self, texts: Texts) -> tuple:
@@ -1017,16 +993,16 @@ class Model:
             )
         return texts, blank
 
-    def _context_fit(
+    def context_fit(
         self, texts: Texts, lang: Languages = None, context: Context = None
     ) -> np.ndarray:
         """Per row, whether its context fits the model's input (mixer.data.inputs.tokens.fitted)."""
-        _, texts, langs, desc_chars = self._inputs(texts, lang, context, say_fit=False)
+        _, texts, langs, desc_chars = self.read_inputs(texts, lang, context, say_fit=False)
         if desc_chars is None:
             return np.zeros(len(texts), dtype=np.int8)
         return self._predictor.context_fit(texts, langs, desc_chars)
 
-    def _inputs(
+    def read_inputs(
         self, texts: Texts, lang: Languages, context: Context, say_fit: bool = True
     ) -> tuple:
         """(the rows' index, texts, languages, characters of each text that are its description
@@ -1111,23 +1087,6 @@ def one_head(head) -> str:
             raise UserError(f"head={head!r}: one head ('flat', 'seq2seq' or 'full')")
         head = head[0]
     return "seq2seq" if head == "greedy" else head
-
-
-def without_codes(table: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
-    """A code table with nothing in `rows`: no code, description or mark (""), no
-    probability or confidence (NaN), no whole number (a shorter code's `level`: the column
-    becomes pandas' nullable Int64, the rows <NA>, an empty cell in a file)."""
-    if not rows.any():
-        return table
-    table = table.copy()
-    for column in table.columns:
-        if pd.api.types.is_integer_dtype(table[column]):
-            table[column] = table[column].astype("Int64")
-            table.loc[rows, column] = pd.NA
-            continue
-        numeric = column.startswith("prob_") or pd.api.types.is_float_dtype(table[column])
-        table.loc[rows, column] = np.nan if numeric else ""
-    return table
 
 
 def check_target_args(accuracy, confidence, head: str, predictor, shorter_codes: bool) -> None:
