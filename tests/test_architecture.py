@@ -647,7 +647,7 @@ def test_nothing_outside_the_api_reads_the_model_s_private_attributes():
     read_inputs, reading_keys, context_fit, code_table, ...): no other module reads or
     writes what it keeps to itself, nor keeps its own caches on it."""
     private = model_private_names()
-    assert {"_predictor", "_blank", "_noted"} <= private
+    assert {"_predictor", "_noted"} <= private
     api = os.path.join(ROOT, "mixer", "prediction", "api.py")
     torch_models = os.path.join(ROOT, "mixer", "models")  # there a `model` is a torch module
     found = [
@@ -658,13 +658,13 @@ def test_nothing_outside_the_api_reads_the_model_s_private_attributes():
     ]
     assert not found, "use the Model's public names:\n" + "\n".join(found)
     planted = (
-        "x = model._predictor\nmodel._noted = 1\nhasattr(m, '_blank')\nself._predictor\n"
+        "x = model._predictor\nmodel._noted = 1\nhasattr(m, '_noted')\nself._predictor\n"
         "job.model._cache = 2\nhasattr(model, '_cache')\ny = model._other\n"
     )
     assert [name for _, name in private_reads(planted, private)] == [
         "_predictor",
         "_noted",
-        "_blank",
+        "_noted",
         "_cache",
         "_cache",
     ]

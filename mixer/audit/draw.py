@@ -548,6 +548,62 @@ def threshold_used(predictor, head: str, threshold: Optional[float]) -> str:
     return f"{threshold:g}" if threshold is not None else predictor.thresholds.describe()
 
 
+def audit_frame(model, frame, request: AuditRequest, asked, head: str):
+    """The Python API's audit (mixer.prediction.api.Model.audit): the rows of the DataFrame
+    `frame` predicted by `model` with `asked`'s options (a namespace of predict.py's fields,
+    mixer.prediction.keywords.given) and `head`, drawn as predict.py --audit draws, written to
+    request.path when one is given (else its lines said on stderr); the audit table."""
+    from mixer.data.tables.job_columns import job_columns
+
+    if request.path != NOT_WRITTEN:
+        request.check_path({})
+    if not isinstance(frame, pd.DataFrame):
+        raise UserError(
+            f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame"
+        )
+    predictor, lang = model.predictor, asked.language
+    config = predictor.config
+    input_col, language_col, _, context_cols = job_columns(
+        config, asked.input_col, lang, asked.language_col
+    )
+    for column in [input_col, language_col, request.by, *context_cols]:
+        if column and column not in frame.columns:
+            raise UserError(
+                f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}"
+            )
+    predicted = model.predict(
+        frame[input_col],
+        frame[language_col] if language_col else lang,
+        asked.top_k,
+        head,
+        asked.threshold,
+        frame[context_cols] if context_cols else None,
+        asked.batch_size,
+    )
+    draw = AuditDraw(
+        request,
+        input_col,
+        [language_col, *context_cols],
+        predictor.formatter,
+        excluded=config.get("audited") or (),
+    )
+    draw.add(frame, predicted[[c for c in predicted.columns if PREDICTED.match(str(c))]])
+    table, lines = draw.finish(
+        model_fingerprint(predictor),
+        audited_source(predictor, model.source),
+        head,
+        threshold_used(predictor, head, asked.threshold),
+    )
+    if request.path != NOT_WRITTEN:
+        write_audit(table, request.path, lines)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    return table
+
+
+NOT_WRITTEN = "(not written)"  # the path of an audit the API returns without a file
+
+
 def finish_audit(
     draw: Optional[AuditDraw],
     request: AuditRequest,
