@@ -110,8 +110,8 @@ def main() -> None:
             print(f"  {head:8s}: {compare(a, b, truth)}", flush=True)
         for label, choice in ALTERNATIVES.items() if args.alternatives else ():
             other = mixer.load(run, device="cpu")
-            quantize_encoder(other._predictor.model.encoder, **choice)
-            other._predictor.quantize = "int8"  # one row at a time, as --quantize runs it
+            quantize_encoder(other.predictor.model.encoder, **choice)
+            other.predictor.quantize = "int8"  # one row at a time, as --quantize runs it
             for head, a in exact.items():
                 b = other.predict(texts, lang=langs, head=head, batch_size=args.batch_size)
                 print(f"  {head:8s}, {label}: {compare(a, b, truth)}", flush=True)

@@ -89,7 +89,7 @@ def main() -> None:
 
     run_dir = args.run or trained_run(args.workdir, args.train_steps)
     model = mixer.load(run_dir, device="cpu")
-    heads = model._predictor.model.cfg
+    heads = model.predictor.model.cfg
     texts = np.asarray(
         pd.unique(pd.read_csv(os.path.join(ROOT, "data", "toy_hisco.csv"), dtype=str)["occ1"])[
             : args.rows

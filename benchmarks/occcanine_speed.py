@@ -79,7 +79,7 @@ def rate(model, texts, head: str, batch_size: int) -> float:
 
 def characters_per_row(model, texts, head: str, batch_size: int) -> float:
     """The input slots the encoder computes per row: its batches' padded lengths."""
-    predictor = model._predictor
+    predictor = model.predictor
     _, lengths = predictor.token_ids.encode(
         np.asarray(texts, dtype=object), np.full(len(texts), "en", dtype=object)
     )

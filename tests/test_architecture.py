@@ -590,3 +590,81 @@ def test_no_test_file_imports_another():
         )
         == 5
     )
+
+
+def model_private_names() -> set:
+    """The private attributes and methods of the API's Model (mixer/prediction/api.py)."""
+    with open(os.path.join(ROOT, "mixer", "prediction", "api.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    names = {n.name for n in model.body if isinstance(n, ast.FunctionDef)}
+    names |= {
+        node.attr
+        for node in ast.walk(model)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+    return {n for n in names if n.startswith("_") and not n.endswith("__")}
+
+
+def is_model(node) -> bool:
+    """An expression that names a Model: `model`, `job.model`."""
+    return (isinstance(node, ast.Name) and node.id == "model") or (
+        isinstance(node, ast.Attribute) and node.attr == "model"
+    )
+
+
+def private_reads(source: str, private: set) -> list:
+    """(line, name) of each use of one of `private` on anything but self, or by its name in
+    hasattr/getattr/setattr; and of any private name a module writes onto a Model (a cache
+    of its own kept there)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.value.id == "self"
+        ):
+            written = isinstance(node.ctx, ast.Store) and is_model(node.value)
+            if node.attr in private or (written and node.attr.startswith("_")):
+                found.append((node.lineno, node.attr))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("hasattr", "getattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and (
+                node.args[1].value in private
+                or (is_model(node.args[0]) and str(node.args[1].value).startswith("_"))
+            )
+        ):
+            found.append((node.lineno, node.args[1].value))
+    return found
+
+
+def test_nothing_outside_the_api_reads_the_model_s_private_attributes():
+    """The Model's interface to the rest of mixer is its public names (predictor,
+    read_inputs, reading_keys, context_fit, code_table, ...): no other module reads or
+    writes what it keeps to itself, nor keeps its own caches on it."""
+    private = model_private_names()
+    assert {"_predictor", "_noted"} <= private
+    api = os.path.join(ROOT, "mixer", "prediction", "api.py")
+    torch_models = os.path.join(ROOT, "mixer", "models")  # there a `model` is a torch module
+    found = [
+        f"{os.path.relpath(path, ROOT)}:{line}: {name}"
+        for path in python_files("mixer")
+        if os.path.abspath(path) != api and not os.path.abspath(path).startswith(torch_models)
+        for line, name in private_reads(open(path, encoding="utf-8").read(), private)
+    ]
+    assert not found, "use the Model's public names:\n" + "\n".join(found)
+    planted = (
+        "x = model._predictor\nmodel._noted = 1\nhasattr(m, '_noted')\nself._predictor\n"
+        "job.model._cache = 2\nhasattr(model, '_cache')\ny = model._other\n"
+    )
+    assert [name for _, name in private_reads(planted, private)] == [
+        "_predictor",
+        "_noted",
+        "_noted",
+        "_cache",
+        "_cache",
+    ]

@@ -1180,7 +1180,7 @@ def test_a_training_row_is_keyed_by_its_text_as_read_in_any_language(literal):
         strip=not literal,
     )
     ids = CanineIds(recipe)
-    model = SimpleNamespace(_strings=lambda texts, langs: reading_keys(ids, texts, langs))
+    model = SimpleNamespace(reading_keys=lambda texts, langs: reading_keys(ids, texts, langs))
     langs = np.asarray(EVERY_LANGUAGE + ["da"], dtype=object)
     texts = np.full(len(langs), "farmer", dtype=object)
     truth = [("61110",)] * len(langs)
@@ -1470,9 +1470,10 @@ def test_rows_without_a_description_are_not_rows_to_code(run_dir, common_csv, tm
     assert chosen["plain"]["rows_to_code"] == chosen["padded"]["rows_to_code"] == len(frame)
     assert chosen["plain"]["threshold"] == chosen["padded"]["threshold"]
     import mixer
+    from mixer.coding.targeting import count_rows_to_code
 
     model = mixer.load(run_dir)
-    assert model._rows_to_code(padded["occ1"], None, None, None) == len(frame)
+    assert count_rows_to_code(model, padded["occ1"], None, None, None) == len(frame)
 
 
 def test_an_output_that_is_a_file_the_job_reads_or_its_sidecar_is_refused(
@@ -1566,3 +1567,67 @@ def test_an_output_that_is_a_file_of_the_run_is_refused_and_an_earlier_predictio
     mine = os.path.join(run, "codes.csv")
     for _ in range(2):  # written, then written again
         assert predict_main(["--checkpoint", run, "--input", common_csv, "--output", mine]) == 0
+
+
+def test_the_file_job_builds_each_head_s_pipeline_once_and_checks_no_option_per_chunk(
+    run_dir, common_csv, tmp_path, monkeypatch
+):
+    """predict.py codes its chunks through the row steps built once per head
+    (mixer.coding.pipeline.CodingPipeline), not through Model.predict, which checks every
+    keyword again; the file is the one the API writes for the same rows."""
+    import mixer
+    from mixer.coding import pipeline
+    from mixer.prediction.api import Model
+
+    frame = pd.read_csv(common_csv, dtype=str, keep_default_na=False)
+    table = str(tmp_path / "lookup.csv")
+    frame.drop_duplicates("occ1").head(10)[["occ1", "hisco_1"]].to_csv(table, index=False)
+    model = mixer.load(run_dir)
+    api = model.predict(frame["occ1"], lookup=model.lookup(table, code_cols=["hisco_1"]))
+    built = []
+    real = pipeline.CodingPipeline.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(args[1])
+        real(self, *args, **kwargs)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the file job called Model.predict")
+
+    monkeypatch.setattr(pipeline.CodingPipeline, "__init__", counted)
+    monkeypatch.setattr(Model, "predict", refused)
+    out = tmp_path / "coded.csv"
+    argv = ["--checkpoint", run_dir, "--input", common_csv, "--output", str(out)]
+    argv += ["--lookup", table, "--lookup-code-cols", "hisco_1"]
+    assert predict_main([*argv, "--head", "flat", "seq2seq", "--chunk-size", "50"]) == 0
+    assert built == ["flat", "seq2seq"]  # one per head for 240 rows in 5 chunks
+    written = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert (written["flat_code_1"].to_numpy() == api["code_1"].to_numpy()).all()
+    assert (written["source"].to_numpy() == api["source"].to_numpy()).all()
+
+
+def test_a_check_both_reach_names_the_flag_or_the_keyword_its_caller_typed(
+    run_dir, common_csv, tmp_path
+):
+    """The labelled rows' and the lookup's checks are the program's and the API's: each
+    message names the option as its caller wrote it, built so, never rewritten."""
+    import mixer
+
+    model = mixer.load(run_dir)
+    with pytest.raises(UserError) as raised:
+        model.target(0.5, calibration_data=common_csv)
+    assert str(raised.value) == (
+        f"calibration_data= {common_csv}: name the columns of its true codes with "
+        "calibration_truth_cols="
+    )
+    argv = ["--checkpoint", run_dir, "--input", common_csv, "--output", str(tmp_path / "o.csv")]
+    with pytest.raises(UserError) as raised:
+        predict_main([*argv, "--target-accuracy", "0.5", "--calibration-data", common_csv])
+    assert str(raised.value) == (
+        f"--calibration-data {common_csv}: name the columns of its true codes with "
+        "--calibration-truth-cols"
+    )
+    with pytest.raises(UserError, match=r"^lookup= .*: no column 'nope' \(code_cols=\)"):
+        model.lookup(common_csv, code_cols=["nope"])
+    with pytest.raises(UserError, match=r"^--lookup .*: no column 'nope' \(--lookup-code-cols\)"):
+        predict_main([*argv, "--lookup", common_csv, "--lookup-code-cols", "nope"])

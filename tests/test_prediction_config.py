@@ -285,6 +285,14 @@ def test_the_api_takes_predict_py_options_by_their_names_and_says_them(run_dir):
             lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5}), 2, audit_unit="words"),
             "audit_unit='words': invalid choice",
         ),
+        (
+            lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5})),
+            r"^audit\(\): give the number of rows \(n=\) or .* \(audit_margin=0.03\), one of them$",
+        ),
+        (
+            lambda: model.audit(pd.DataFrame({"occ1": ["farmer"] * 5}), audit_margin=0.7),
+            "^audit_margin=0.7: a half-width between 0 and 0.5",
+        ),
     ):
         with pytest.raises(UserError, match=message) as raised:
             call()
@@ -412,31 +420,33 @@ def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
 
 
 @pytest.mark.parametrize(
-    "message, said",
+    "said, flag, keyword",
     [
-        ("--top-k 0: must be 1 or more", "top_k=0: must be 1 or more"),
-        ("use --head flat or seq2seq", "use head='flat' or seq2seq"),
+        (lambda n: n("top_k", 0), "--top-k 0", "top_k=0"),
+        (lambda n: f"use {n('head', 'flat')} or seq2seq", "use --head flat", "use head='flat'"),
         (
+            lambda n: (
+                f"pass {n.before('calibration_data')}FILE {n.before('calibration_truth_cols')}COL"
+            ),
             "pass --calibration-data FILE --calibration-truth-cols COL",
             "pass calibration_data=FILE calibration_truth_cols=COL",
         ),
         (
-            "--lookup x.csv: line 2 (--lookup-sep ;)",
-            "lookup='x.csv': line 2 (--lookup-sep ;)",
-        ),  # no keyword: as is
-        ("pass --lookup-code-cols", "pass code_cols="),  # Model.lookup's own name
-        (
-            "a stratified audit (--audit-by decade); choose on one (predict.py --audit N without --audit-by)",
-            "a stratified audit (audit_by='decade'); choose on one (predict.py --audit N without --audit-by)",
+            lambda n: n.with_own(lookup_code_cols="code_cols")("lookup_code_cols"),
+            "--lookup-code-cols",
+            "code_cols=",
         ),
-        ("--shorter-codes gives a shorter code", "shorter_codes=True gives a shorter code"),
-        (
-            "--checkpoint runs/x is not a run; train with --keep-best",
-            "--checkpoint runs/x is not a run; train with --keep-best",
-        ),
+        (lambda n: n("audit_by", "decade"), "--audit-by decade", "audit_by='decade'"),
+        (lambda n: n.switch("shorter_codes"), "--shorter-codes", "shorter_codes=True"),
+        (lambda n: n("lookup"), "--lookup", "lookup="),
     ],
 )
-def test_the_api_says_the_program_s_messages_in_its_keywords(message, said):
-    from mixer.prediction.api import keyword_message
+def test_a_check_names_an_option_as_its_caller_typed_it(said, flag, keyword):
+    """A check that predict.py and the API both reach builds its message with the caller's
+    names: the flag, or the keyword (mixer.core.naming); nothing rewrites it afterwards."""
+    from mixer.core.naming import FLAGS, KEYWORDS
 
-    assert keyword_message(message) == said
+    assert said(FLAGS).startswith(flag) and said(KEYWORDS).startswith(keyword)
+    import mixer.prediction.api as api
+
+    assert not hasattr(api, "keyword_message")  # the rewriting of messages is gone

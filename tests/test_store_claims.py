@@ -417,7 +417,9 @@ def test_chunks_of_one_row_give_the_bits_each_row_alone_gives(request, tmp_path,
 def reads(model, texts, langs, context):
     """Per row: the token ids the model reads, and the flat threshold it is coded with."""
     predictor = model._predictor
-    _, model_texts, model_langs, desc_chars = model._inputs(texts, langs, context, say_fit=False)
+    _, model_texts, model_langs, desc_chars = model.read_inputs(
+        texts, langs, context, say_fit=False
+    )
     ids, lengths = predictor.token_ids.encode(model_texts, model_langs, desc_chars)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     thresholds = predictor.row_thresholds(model_langs, None)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
+from mixer.core.naming import FLAGS, Names
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
 from mixer.data.tables.job_columns import blank_descriptions
@@ -43,27 +44,36 @@ class AuditRequest:
     by: Optional[str] = None
     unit: str = "rows"
     seed: int = 0
+    names: Names = FLAGS  # how its messages name the options: predict.py's flags or the API's
+
+    @property
+    def asked(self) -> str:
+        """Where a message says the audit was asked for: --audit PATH, or the API's audit()."""
+        return "audit()" if self.names.keyword else f"--audit {self.path}"
 
     def check(self) -> "AuditRequest":
+        names = self.names
         if (self.size is None) == (self.margin is None):
+            rows = "n=" if names.keyword else f"--audit N {self.path}"
             raise UserError(
-                f"--audit {self.path}: give the number of rows (--audit N {self.path}) or "
-                "the half-width of the interval (--audit-margin 0.03), one of them"
+                f"{self.asked}: give the number of rows ({rows}) or the half-width of the "
+                f"interval ({names.before('audit_margin')}0.03), one of them"
             )
         if self.size is not None and (
             isinstance(self.size, bool)
             or not isinstance(self.size, (int, np.integer))
             or self.size < 1
         ):
-            raise UserError(
-                f"--audit {self.size}: the number of rows must be a whole number, 1 or more"
-            )
+            size = f"n={self.size!r}" if names.keyword else f"--audit {self.size}"
+            raise UserError(f"{size}: the number of rows must be a whole number, 1 or more")
         if self.margin is not None and not 0 < self.margin < 0.5:
             raise UserError(
-                f"--audit-margin {self.margin}: a half-width between 0 and 0.5, e.g. 0.03"
+                f"{names('audit_margin', self.margin)}: a half-width between 0 and 0.5, e.g. 0.03"
             )
         if self.unit not in audit_file.UNITS:
-            raise UserError(f"--audit-unit {self.unit}: choose {' or '.join(audit_file.UNITS)}")
+            raise UserError(
+                f"{names('audit_unit', self.unit)}: choose {' or '.join(audit_file.UNITS)}"
+            )
         return self
 
     def check_path(self, inputs: dict) -> None:
@@ -226,7 +236,8 @@ class AuditDraw:
         self.offset += len(frame)
         if self.request.by and self.request.by not in frame.columns:
             raise UserError(
-                f"--audit: no column {self.request.by!r} (--audit-by); the rows have: "
+                f"{self.request.asked}: no column {self.request.by!r} "
+                f"({self.request.names('audit_by')}); the rows have: "
                 f"{', '.join(map(str, frame.columns[:12]))}"
             )
         self.digest.update(frame[self.text_col], predicted, _code_columns(predicted))
@@ -263,7 +274,8 @@ class AuditDraw:
             self.probability[label] = self.probability.get(label, 0) + int(total)
         if len(self.sizes) > self.request.most:
             raise UserError(
-                f"--audit-by {self.request.by}: more than {self.request.most} values, more "
+                f"{self.request.names('audit_by', self.request.by)}: more than "
+                f"{self.request.most} values, more "
                 f"strata than the audit has rows; stratify by a coarser column"
             )
         if (
@@ -304,7 +316,7 @@ class AuditDraw:
         total = sum(self.sizes.values())
         if not total:
             raise UserError(
-                f"--audit {request.path}: no row with a description to draw"
+                f"{request.asked}: no row with a description to draw"
                 + (
                     " that the model did not train on"
                     if self.left_out["in audits the model trained on"]
@@ -327,7 +339,8 @@ class AuditDraw:
             allocation = stats.allocate(sizes, count) if request.by else np.asarray([count])
         except ValueError:
             raise UserError(
-                f"--audit-by {request.by}: {len(labels)} values; {count} rows cannot give each "
+                f"{request.names('audit_by', request.by)}: {len(labels)} values; {count} rows "
+                "cannot give each "
                 f"{stats.STRATUM_FLOOR} rows; audit more rows or stratify by a coarser column"
             )
         chosen = pd.concat(
@@ -378,9 +391,11 @@ class AuditDraw:
             count = sum(min(n, stats.STRATUM_FLOOR) for n in sizes)
         if count > request.most and count < sum(sizes):
             raise UserError(
-                f"--audit-margin {request.margin:g} --audit-by {request.by}: these strata take "
+                f"{request.names('audit_margin', request.margin)} "
+                f"{request.names('audit_by', request.by)}: these strata take "
                 f"{count:,} rows for it (their floors and weights), more than {request.most:,}; "
-                "pass --audit N AUDIT for a size of your own, or stratify by a coarser column"
+                f"pass {'n=' if request.names.keyword else '--audit N AUDIT'} for a size of your "
+                "own, or stratify by a coarser column"
             )
         return count
 
@@ -531,6 +546,62 @@ def threshold_used(predictor, head: str, threshold: Optional[float]) -> str:
     if head == "seq2seq":
         return "none (seq2seq head)"
     return f"{threshold:g}" if threshold is not None else predictor.thresholds.describe()
+
+
+def audit_frame(model, frame, request: AuditRequest, asked, head: str):
+    """The Python API's audit (mixer.prediction.api.Model.audit): the rows of the DataFrame
+    `frame` predicted by `model` with `asked`'s options (a namespace of predict.py's fields,
+    mixer.prediction.keywords.given) and `head`, drawn as predict.py --audit draws, written to
+    request.path when one is given (else its lines said on stderr); the audit table."""
+    from mixer.data.tables.job_columns import job_columns
+
+    if request.path != NOT_WRITTEN:
+        request.check_path({})
+    if not isinstance(frame, pd.DataFrame):
+        raise UserError(
+            f"frame={type(frame).__name__}: pass the rows to audit as a pandas DataFrame"
+        )
+    predictor, lang = model.predictor, asked.language
+    config = predictor.config
+    input_col, language_col, _, context_cols = job_columns(
+        config, asked.input_col, lang, asked.language_col
+    )
+    for column in [input_col, language_col, request.by, *context_cols]:
+        if column and column not in frame.columns:
+            raise UserError(
+                f"frame has no column {column!r}; it has: {', '.join(map(str, frame.columns[:12]))}"
+            )
+    predicted = model.predict(
+        frame[input_col],
+        frame[language_col] if language_col else lang,
+        asked.top_k,
+        head,
+        asked.threshold,
+        frame[context_cols] if context_cols else None,
+        asked.batch_size,
+    )
+    draw = AuditDraw(
+        request,
+        input_col,
+        [language_col, *context_cols],
+        predictor.formatter,
+        excluded=config.get("audited") or (),
+    )
+    draw.add(frame, predicted[[c for c in predicted.columns if PREDICTED.match(str(c))]])
+    table, lines = draw.finish(
+        model_fingerprint(predictor),
+        audited_source(predictor, model.source),
+        head,
+        threshold_used(predictor, head, asked.threshold),
+    )
+    if request.path != NOT_WRITTEN:
+        write_audit(table, request.path, lines)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    return table
+
+
+NOT_WRITTEN = "(not written)"  # the path of an audit the API returns without a file
 
 
 def finish_audit(

@@ -27,6 +27,7 @@ class Coding:
     ):
         self.lookup = lookup
         self.targets = targets or {}
+        self.pipelines = {}  # {head: its mixer.coding.pipeline.CodingPipeline}, set by prepare
         self.provenance = provenance
         self.rows = 0
         self.by_source = {"lookup": 0, "model": 0}
@@ -349,6 +350,20 @@ def prepare(
             "--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one"
         )
     coding = Coding(lookup, targets)
+    from mixer.coding.pipeline import CodingPipeline
+
+    coding.pipelines = {  # the row steps of each head, built once for every chunk
+        head: CodingPipeline(
+            model,
+            head,
+            config.top_k,
+            None if head == "seq2seq" else config.threshold,
+            lookup,
+            targets.get(head),
+            lookup_checked=True,  # above, in the input's languages
+        )
+        for head in config.head
+    }
     if config.output and world.is_main:
         coding.provenance = _provenance(config, predictor, lookup, targets)
     return coding

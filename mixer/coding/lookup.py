@@ -41,6 +41,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError
+from mixer.core.naming import FLAGS, Names
 from mixer.data.tables.job_columns import is_blank
 
 SEP = " & "  # a code set as one string, codes sorted (scores.parquet's true_codes)
@@ -63,6 +64,7 @@ class Lookup:
     identity: dict  # the file's bytes and hash (mixer.data.prepared.fingerprint.file_identity)
     outside_key: int = 0  # entries with a code the model's key lacks (said when read)
     columns: str = ""  # where a dictionary's descriptions and codes were read, in words
+    names: Names = FLAGS  # how its messages name the options: its reader's (flags or keywords)
     _keys: dict = None  # {language or None: {model input: entry}}
 
     @property
@@ -80,7 +82,7 @@ class Lookup:
             "entries_outside_key": self.outside_key,
         }
 
-    def check(self, model, slots: int, langs=None, flag: str = "--top-k ") -> None:
+    def check(self, model, slots: int, langs=None, flag: Optional[str] = None) -> None:
         """Before anything is predicted: every entry fits the output's `slots` code slots,
         and no two entries the model reads alike give two code sets (for the table's own
         languages, or `langs` when it has no language column)."""
@@ -88,9 +90,9 @@ class Lookup:
         if widest > slots:
             entry = next(e for e, c in enumerate(self.codes) if len(c) == widest)
             raise UserError(
-                f"--lookup {self.path}: line {self.lines[entry]} has {widest} codes "
+                f"{self.names('lookup')} {self.path}: line {self.lines[entry]} has {widest} codes "
                 f"({SEP.join(self.codes[entry])}), the output {slots} code slot(s); pass "
-                f"{flag}{widest}"
+                f"{flag or self.names.before('top_k')}{widest}"
             )
         if self.langs is not None:
             self.match(model, np.zeros(0, dtype=object), np.zeros(0, dtype=object))
@@ -134,7 +136,7 @@ class Lookup:
                     f"{a!r}" if a == b else f"{a!r} and {b!r}, which the model reads as one input,"
                 )
                 raise UserError(
-                    f"--lookup {self.path}: line {self.lines[first]} and line {self.lines[entry]} give "
+                    f"{self.names('lookup')} {self.path}: line {self.lines[first]} and line {self.lines[entry]} give "
                     f"{what} two code sets ({SEP.join(self.codes[first]) or 'none'} and "
                     f"{SEP.join(self.codes[entry]) or 'none'}); keep one"
                 )
@@ -151,14 +153,16 @@ def read_for(
     log=None,
     default_input_col: Optional[str] = None,
     note=None,
+    names: Names = FLAGS,
 ) -> Lookup:
     """A lookup read for `model` (mixer.prediction.api.Model): its input, language and
     context columns, its key and its target columns. input_col: --lookup-input-col;
     default_input_col: the prediction's input column (default: the model's). log: how the
-    file was read; note: the line on codes the key lacks (default: log)."""
+    file was read; note: the line on codes the key lacks (default: log); names: how its
+    messages name the options."""
     from mixer.data.tables.job_columns import job_columns
 
-    predictor = model._predictor
+    predictor = model.predictor
     columns = job_columns(predictor.config, default_input_col, None, language_col)  # the job's rule
     return read_lookup(
         path,
@@ -173,6 +177,7 @@ def read_for(
         key=predictor.codes,
         target_cols=model_target_cols(predictor),
         note=note,
+        names=names,
     )
 
 
@@ -208,6 +213,7 @@ def read_lookup(
     key=None,
     target_cols=(),
     note=None,
+    names: Names = FLAGS,
 ) -> Lookup:
     """A lookup table read by the one reader and checked: its layout, its codes (spelled as
     the model spells them, each a code of the model's code system; those `key` lacks said
@@ -218,9 +224,9 @@ def read_lookup(
     from mixer.data.prepared.fingerprint import file_identity
     from mixer.data.tables.reading import read_table
 
-    identity = file_identity(path, "--lookup")
+    where = f"{names('lookup')} {path}"
+    identity = file_identity(path, names("lookup"))
     frame = read_table(path, options, log=log)
-    where = f"--lookup {path}"
     lines = np.arange(len(frame)) + 2
     target_cols = list(target_cols or [])
     own = (
@@ -245,14 +251,15 @@ def read_lookup(
         raise UserError(
             f"{where}: neither a filled --to-check file (checked_1..), a filled audit nor a "
             f"dictionary with the model's columns{theirs}; name a dictionary's code columns with "
-            "--lookup-code-cols (and its description column with --lookup-input-col)"
+            f"{names('lookup_code_cols')} (and its description column with "
+            f"{names('lookup_input_col')})"
         )
     text_col = input_flag_col or input_col
     if layout == "audit":
         from mixer.audit.train_on import truth_cells
         from mixer.audit.verdicts import parse_audit
 
-        audit = parse_audit(frame, path, "--lookup")
+        audit = parse_audit(frame, path, names("lookup"))
         cells = truth_cells(audit)
         frame, lines = audit.frame, audit.lines
         text_col = input_flag_col or audit.design.audit_text_col
@@ -272,16 +279,14 @@ def read_lookup(
         missing = [c for c in code_cols if c not in frame.columns]
         if missing:
             raise UserError(
-                f"{where}: no column {', '.join(map(repr, missing))} (--lookup-code-cols); it has: "
+                f"{where}: no column {', '.join(map(repr, missing))} ({names('lookup_code_cols')}); it has: "
                 f"{', '.join(map(str, frame.columns[:12]))}"
             )
         columns = list(code_cols)
         filled = filled_rows(frame, columns)
     if text_col not in frame.columns:
-        flag = (
-            "--lookup-input-col"
-            if input_flag_col
-            else "--lookup-input-col (default: the input column)"
+        flag = names("lookup_input_col") + (
+            "" if input_flag_col else " (default: the input column)"
         )
         raise UserError(
             f"{where}: no column {text_col!r} ({flag}); it has: {', '.join(map(str, frame.columns[:12]))}"
@@ -325,6 +330,7 @@ def read_lookup(
             if layout == "dictionary"
             else ""
         ),
+        names=names,
     )
     if key is not None:
         line = _outside_key(lookup, set(key), written, rows)
@@ -375,7 +381,7 @@ def _outside_key(lookup: Lookup, key: set, written: dict, rows: np.ndarray) -> O
         return None
     more = f", and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return (
-        f"note: --lookup {lookup.path}: {len(found):,} of {len(lookup.codes):,} entries give a code the "
+        f"note: {lookup.names('lookup')} {lookup.path}: {len(found):,} of {len(lookup.codes):,} entries give a code the "
         f"model's key lacks, written as given without a description: {'; '.join(found[:SHOWN])}{more}; "
         "check them (a typo, or a code the model never learnt)"
     )
@@ -429,8 +435,9 @@ def apply_lookup(
         if widest > len(columns):
             entry = next(e for e in entries[rows] if len(lookup.codes[e]) == widest)
             raise UserError(
-                f"--lookup {lookup.path}: line {lookup.lines[entry]} has {widest} codes, the output "
-                f"{len(columns)} code slot(s); pass --top-k {widest}"
+                f"{lookup.names('lookup')} {lookup.path}: line {lookup.lines[entry]} has {widest} "
+                f"codes, the output {len(columns)} code slot(s); pass "
+                f"{lookup.names.before('top_k')}{widest}"
             )
         for k, column in enumerate(columns):
             values = [c[k] if k < len(c) else "" for c in codes]

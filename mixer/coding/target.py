@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from mixer.core.errors import UserError
+from mixer.core.naming import FLAGS, Names
 
 AUTO, CHECK = "auto", "check"
 CODED = "coded"  # auto | check
@@ -150,15 +152,17 @@ class Target:
 
     describe = record  # the name docs/python-api.md gave before
 
-    def check_reached(self) -> None:
-        """Refuse to code at a lower accuracy silently: no threshold, no prediction."""
+    def check_reached(self, names: Names = FLAGS) -> None:
+        """Refuse to code at a lower accuracy silently: no threshold, no prediction. names:
+        how the refusal names the options (predict.py's flags or the API's keywords)."""
         for other in self.also:
-            other.check_reached()
+            other.check_reached(names)
         if self.threshold is not None:
             return
         advice = ("code more rows at once, " if self.cause == "file" else "") + (
-            "pass more labelled rows (--calibration-data) or a lower --target-accuracy"
-            + ("" if self.levels else ", or --shorter-codes")
+            f"pass more labelled rows ({names('calibration_data')}) or a lower "
+            f"{names('target_accuracy')}"
+            + ("" if self.levels else f", or {names.switch('shorter_codes')}")
         )
         note = self.note or (
             f"{self.rows_used:,} labelled rows cannot show accuracy {self.accuracy:g} at "
@@ -166,7 +170,7 @@ class Target:
         )
         at = "" if self.level is None else f", at the level {self.level_name}"
         raise UserError(
-            f"--target-accuracy {self.accuracy:g} ({self.head} head{at}; labelled rows: "
+            f"{names.before('target_accuracy')}{self.accuracy:g} ({self.head} head{at}; labelled rows: "
             f"{self.rows}): {note}; {advice}"
         )
 
@@ -288,7 +292,7 @@ def _row_keys(model, texts, langs, truth) -> np.ndarray:
 
     texts = np.asarray(texts, dtype=object)
     inputs = np.asarray(
-        model._strings(texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object)),
+        model.reading_keys(texts, np.full(len(texts), UNKNOWN_LANGUAGE, dtype=object)),
         dtype=object,
     )
     codes = np.asarray([SEP.join(t) for t in truth], dtype=object)
@@ -379,7 +383,7 @@ def _earlier_runs(run_dir: str) -> tuple:
 def _run_dir(model) -> Optional[str]:
     """The directory of a mixer run's prepared data (RUN, or RUN for RUN/best); None when
     the model's training rows are not known (an OccCANINE model, an epoch's weights)."""
-    model_dir = model._predictor.config.get("model_dir")
+    model_dir = model.predictor.config.get("model_dir")
     if not model_dir:
         return None
     return next(
@@ -392,9 +396,15 @@ def _run_dir(model) -> Optional[str]:
     )
 
 
+# What a model's run directory tells of it, read once per Model and kept here, not on the Model:
+# {Model: {"trained_on": TrainedOn or None, "known_languages": set or None}}, gone with the Model
+_READ = weakref.WeakKeyDictionary()
+
+
 def trained_on(model) -> Optional[TrainedOn]:
     """The run's training rows (TrainedOn), read once per Model; None where not known."""
-    if not hasattr(model, "_trained_on"):
+    read = _READ.setdefault(model, {})
+    if "trained_on" not in read:
         run_dir, found = _run_dir(model), None
         if run_dir is not None:
             earlier, partial = _earlier_runs(run_dir)
@@ -413,8 +423,8 @@ def trained_on(model) -> Optional[TrainedOn]:
                 os.path.basename(os.path.normpath(run_dir)),
                 partial,
             )
-        model._trained_on = found
-    return model._trained_on
+        read["trained_on"] = found
+    return read["trained_on"]
 
 
 def known_languages(model) -> Optional[set]:
@@ -422,20 +432,21 @@ def known_languages(model) -> Optional[set]:
     where training showed rows as of unknown language (--unk-lang-prob above 0); None when
     not known (an OccCANINE model, an epoch's weights, a run that started from another
     model's weights, which knew languages of its own). Read once per Model."""
-    if not hasattr(model, "_known_languages"):
+    read = _READ.setdefault(model, {})
+    if "known_languages" not in read:
         from mixer.data.prepared.files import read_split
 
         run_dir, found = _run_dir(model), None
-        started = (model._predictor.config.get("source") or {}).get("kind", "encoder")
-        if run_dir is not None and started == "encoder" and model._predictor.family == "mixer":
+        started = (model.predictor.config.get("source") or {}).get("kind", "encoder")
+        if run_dir is not None and started == "encoder" and model.predictor.family == "mixer":
             langs = read_split(run_dir, "train", ["lang"])["lang"]
             found = {str(v) for v in langs.dropna().unique()}
             if _unknown_kept(run_dir):
                 from mixer.data.inputs.tokens import UNKNOWN_LANGUAGE
 
                 found.add(UNKNOWN_LANGUAGE)
-        model._known_languages = found
-    return model._known_languages
+        read["known_languages"] = found
+    return read["known_languages"]
 
 
 def _unknown_kept(run_dir: str) -> bool:
@@ -461,7 +472,7 @@ def language_note(model, counts: dict, where: str) -> str:
         return ""
     from mixer.data.inputs.tokens import read_languages
 
-    ids = model._predictor.token_ids
+    ids = model.predictor.token_ids
     return unknown_languages_line(counts, known, where, lambda values: read_languages(ids, values))
 
 
@@ -541,26 +552,28 @@ def leave_out_trained(labelled: Labelled, model, where: str, log=None) -> Labell
 def run_rows(
     model_dir: Optional[str],
     source: str,
-    flag: str = "--target-accuracy",
+    flag: Optional[str] = None,
     language: Optional[str] = None,
+    names: Names = FLAGS,
 ) -> Labelled:
     """A run's labelled rows that chose nothing: the rows of its scores.parquet with chose ==
     False; for a run from before scores.parquet, its validation rows when they chose
     nothing (no --keep-best, no early stop, no tuned thresholds: only_measured). language:
     the one language the rows to code are predicted with, given for a run that read no
     language column (its rows have none of their own): they are predicted with it too, so
-    that the threshold is chosen on the numbers it is applied to."""
-    rows = _run_rows(model_dir, source, flag)
+    that the threshold is chosen on the numbers it is applied to. flag: the option that asked
+    for them (default: names' target_accuracy)."""
+    rows = _run_rows(model_dir, source, flag or names("target_accuracy"), names)
     if language is not None and (len(rows.langs) == 0 or (rows.langs != language).any()):
         rows.langs = np.full(len(rows), language, dtype=object)
         rows.rows += f", predicted with language {language!r} as the rows to code are"
     return rows
 
 
-def _run_rows(model_dir: Optional[str], source: str, flag: str) -> Labelled:
+def _run_rows(model_dir: Optional[str], source: str, flag: str, names: Names) -> Labelled:
     own = (
-        "pass labelled rows of your own with --calibration-data FILE --calibration-truth-cols COL... "
-        "(a filled audit qualifies)"
+        f"pass labelled rows of your own with {names.before('calibration_data')}FILE "
+        f"{names.before('calibration_truth_cols')}COL... (a filled audit qualifies)"
     )
     if not model_dir:
         raise UserError(
@@ -703,6 +716,7 @@ def file_rows(
     language: str,
     context_cols: list,
     log=None,
+    names: Names = FLAGS,
 ) -> Labelled:
     """Labelled rows of the user's own: a table with the true codes in `truth_cols`, or a
     filled audit drawn at random (simple, not stratified), each line as many rows as it
@@ -721,15 +735,15 @@ def file_rows(
             f"{where}: a --to-check file holds the rows the model was least sure of, not rows "
             "like the ones to code; pass a random sample checked by hand (predict.py --audit)"
         )
-    formatter = model._predictor.formatter
+    formatter = model.predictor.formatter
     lines = np.arange(len(frame)) + 2
     repeat = np.ones(len(frame), dtype=np.int64)
     if is_audit(frame):
-        audit = parse_audit(frame, path, "--calibration-data")
+        audit = parse_audit(frame, path, names("calibration_data"))
         design = audit.design
         if design.stratified:
             raise UserError(
-                f"{where}: a stratified audit (--audit-by {design.by}) samples its strata at "
+                f"{where}: a stratified audit ({names('audit_by', design.by)}) samples its strata at "
                 "different rates; choose on a simple random audit (predict.py --audit N without "
                 "--audit-by)"
             )
@@ -764,12 +778,12 @@ def file_rows(
     else:
         if not truth_cols:
             raise UserError(
-                f"{where}: name the columns of its true codes with --calibration-truth-cols"
+                f"{where}: name the columns of its true codes with {names('calibration_truth_cols')}"
             )
         missing = [c for c in truth_cols if c not in frame.columns]
         if missing:
             raise UserError(
-                f"{where}: no column {', '.join(map(repr, missing))} (--calibration-truth-cols); "
+                f"{where}: no column {', '.join(map(repr, missing))} ({names('calibration_truth_cols')}); "
                 f"it has: {', '.join(map(str, frame.columns[:12]))}"
             )
         spelled = [code_column(frame, c, formatter).text.to_numpy(dtype=object) for c in truth_cols]
@@ -780,7 +794,7 @@ def file_rows(
         text_col = input_col
         rows = None  # said below, once the rows without a description are known too
     for column, flag in [
-        (text_col, "--input-col"),
+        (text_col, names("input_col")),
         *[(c, "a context column the model reads") for c in context_cols],
     ]:
         if column not in frame.columns:
@@ -798,7 +812,7 @@ def file_rows(
         )
     elif language_col:
         raise UserError(
-            f"{where}: no column {language_col!r} (--language-col); the rows to code have one"
+            f"{where}: no column {language_col!r} ({names('language_col')}); the rows to code have one"
         )
     else:
         langs = pd.Series([language] * len(frame), dtype=object)
@@ -820,7 +834,7 @@ def file_rows(
             )
     keep &= described
     context = frame[context_cols].reset_index(drop=True) if context_cols else None
-    _, model_texts, _, desc_chars = model._inputs(
+    _, model_texts, _, desc_chars = model.read_inputs(
         texts.reset_index(drop=True), langs.reset_index(drop=True), context, say_fit=False
     )
     index = np.repeat(np.flatnonzero(keep), repeat[keep])
@@ -859,6 +873,7 @@ def choose(
     batch_size: int = 256,
     rows_to_code=None,
     at=(None,),
+    names: Names = FLAGS,
 ) -> Target:
     """The threshold for `head` (mixer.coding.guarantee's procedure), chosen on `labelled`
     predicted here, as the new rows will be. at: the levels the accuracy is counted at, each
@@ -866,7 +881,7 @@ def choose(
     Target carries the others' (Target.also), all chosen on the one prediction of the rows.
     Shorter codes (levels) serve the codes' level alone."""
     if not len(labelled):
-        raise UserError("--target-accuracy: no labelled rows to choose a threshold on")
+        raise UserError(f"{names('target_accuracy')}: no labelled rows to choose a threshold on")
     at = tuple(at) or (None,)
     walks = tuple(level for level in at if level is not None)
     levels = tuple(sorted(levels, reverse=True))

@@ -124,3 +124,36 @@ def refuse_without_codes(config) -> None:
             "--crosswalk adds classes beside the codes of --output, --to-check or --audit; "
             "pass one of them"
         )
+
+
+def for_api(crosswalk, what: str, formatter, status=None, relation=None, product=None) -> list:
+    """The crosswalks Model.predict(crosswalk=) names, read with the model's code system;
+    refused beside a matrix, and status=, relation=, product= without one."""
+    if crosswalk is None:
+        if any(value is not None for value in (status, relation, product)):
+            raise UserError(
+                "status=, relation= and product= pick a crosswalk's rows: pass crosswalk="
+            )
+        return []
+    if what != "codes":
+        raise UserError(
+            f"crosswalk= adds classes beside codes, and what={what!r} is a matrix with a "
+            "column per code: leave out one of them"
+        )
+    return load(crosswalk, formatter)
+
+
+def add_for_api(table: pd.DataFrame, walks: list, stem: str, index, picks: dict) -> pd.DataFrame:
+    """Model.predict's code table with its crosswalks' classes (the codes without one said on
+    stderr); picks: {status, relation, product: one value, or one per row (paired with the
+    texts' `index`)} where given."""
+    import sys
+
+    from mixer.prediction.rows import per_row
+
+    values = {name: per_row(name, v, index) for name, v in picks.items() if v is not None}
+    classes = Classes(walks, flag="crosswalk=")
+    table = classes.add(table, code_columns(table, stem), values)
+    if line := classes.line():
+        print(line, file=sys.stderr)
+    return table

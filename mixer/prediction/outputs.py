@@ -323,3 +323,85 @@ STYLES = {
     ),
 }
 COLUMN_STYLES = tuple(STYLES)
+
+
+# ------------------------------------------------------------------ the API's shapes
+def check_api(predictor, asked, head: str) -> None:
+    """Model.predict's top_k=, what= and columns= (asked: its keywords as predict.py reads
+    them), refused in one line where the model or the head cannot give them."""
+    from mixer.prediction.keywords import require_choice
+
+    if asked.top_k is not None:
+        most = max(len(predictor.codes), predictor.default_top_k())
+        if asked.top_k > most:
+            raise UserError(
+                f"top_k={asked.top_k}: the model has {len(predictor.codes)} codes; ask for at "
+                f"most {most}"
+            )
+    check_what(asked.what, head)
+    require_choice("columns", asked.columns, COLUMN_STYLES)
+
+
+def api_table(model, texts, context, asked, head: str) -> pd.DataFrame:
+    """Model.predict's other shapes: a matrix with a column per code (what= probs, logits or
+    bin) or OccCANINE's code table (columns='occcanine'); a row without a description has
+    nothing (NaN in a matrix)."""
+    from mixer.coding.pipeline import without_codes
+    from mixer.prediction.rows import blank_rows
+
+    predictor, what, columns = model.predictor, asked.what, asked.columns
+    name = system_name(predictor, asked.system)
+    texts, blank = blank_rows(model, texts)
+    index, texts, langs, desc_chars = model.read_inputs(texts, asked.language, context)
+    if what in ("probs", "logits"):
+        matrix = score_matrix(predictor, texts, langs, what, head, asked.batch_size, desc_chars)
+        matrix[blank] = np.nan
+        return pd.DataFrame(
+            matrix, index=index, columns=matrix_columns(predictor.codes, columns, name)
+        )
+    table = predictor.predict(
+        texts, langs, head, asked.top_k, asked.threshold, asked.batch_size, desc_chars=desc_chars
+    )
+    table = without_codes(table, blank).set_axis(index)
+    if what == "bin":
+        return pd.DataFrame(
+            binary_matrix(table, predictor.codes),
+            index=index,
+            columns=matrix_columns(predictor.codes, columns, name),
+        )
+    return STYLES[columns].code_table(table, texts, predictor.description_of, name, head)
+
+
+MAX_ALTERNATIVES = 50  # Model.alternatives' k: each costs up to 3 greedy decodings of a row
+
+
+def api_alternatives(model, texts, lang, k, context, batch_size, columns, system) -> pd.DataFrame:
+    """Model.alternatives: k code sets per text from the greedy decoder, k rows per text (the
+    index of each text repeated k times)."""
+    from mixer.prediction.keywords import require_choice, require_count
+    from mixer.prediction.rows import blank_rows
+
+    require_count("k", k)
+    if k > MAX_ALTERNATIVES:
+        raise UserError(
+            f"k={k}: at most {MAX_ALTERNATIVES} alternatives (each costs up to 3 greedy "
+            "decodings of every row)"
+        )
+    require_count("batch_size", batch_size)
+    require_choice("columns", columns, COLUMN_STYLES)
+    predictor = model.predictor
+    texts, blank = blank_rows(model, texts)
+    index, texts, langs, desc_chars = model.read_inputs(texts, lang, context)
+    codes, confidence = greedy_alternatives(predictor, texts, langs, k, batch_size, desc_chars)
+    codes[blank], confidence[blank] = "", np.nan
+    table = alternatives_table(
+        codes,
+        confidence,
+        predictor.description_of,
+        columns,
+        system_name(predictor, system),
+        predictor.has_descriptions,
+        texts,
+    )
+    table.index = np.repeat(np.asarray(index), k)
+    return table

@@ -260,11 +260,14 @@ def load_model(job: Job) -> None:
         set_descriptions(
             job.predictor, config.code_descriptions, config.table_options("code_descriptions")
         )
+    # blank rows, the context's fit and the languages: counted over the chunks, said once below
     job.model = model = Model(
-        job.predictor, config.checkpoint, note_blank=False
-    )  # blank rows counted over the file
-    model._says_context_fit = False  # counted over the chunks and every rank, said once below
-    model._says_languages = False  # counted over the chunks on rank 0, said once below
+        job.predictor,
+        config.checkpoint,
+        note_blank=False,
+        says_context_fit=False,
+        says_languages=False,
+    )
     job.columns = job_columns(
         job.predictor.config, config.input_col, config.language, config.language_col
     )
@@ -346,7 +349,7 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
             job.blank_rows += int(job.rows.blank(chunk).sum())
         if columns.context_cols and job.world.is_main:  # every row once, over the ranks
             job.context_fit += np.bincount(
-                job.model._context_fit(*job.rows.read(chunk)), minlength=3
+                job.model.context_fit(*job.rows.read(chunk)), minlength=3
             )
         return None
     return Part(number, chunk)
@@ -375,7 +378,7 @@ def model_inputs(job: Job, part: Part) -> None:
     part.inputs, part.blank, part.distinct = job.rows.keyed(job.model, part.chunk)
     if job.columns.context_cols:  # every row once, over the ranks
         mine = part.chunk.iloc[shard_indices(len(part.chunk), job.world.world_size, job.world.rank)]
-        job.context_fit += np.bincount(job.model._context_fit(*job.rows.read(mine)), minlength=3)
+        job.context_fit += np.bincount(job.model.context_fit(*job.rows.read(mine)), minlength=3)
     if job.codes:  # rows without a description get no code (Model.predict)
         job.blank_rows += int(part.blank.sum())
 
@@ -440,23 +443,14 @@ def add_classes(job: Job, part: Part) -> None:
 
 
 def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
-    """The model and the row steps (the lookup, calibration, target marks, shorter codes:
-    Model.predict) for rows of a chunk, each head's columns side by side."""
+    """The model and the row steps (the lookup, calibration, target marks, shorter codes: each
+    head's mixer.coding.pipeline.CodingPipeline, built once) for rows of a chunk, each head's
+    columns side by side."""
     config, coding = job.config, job.coding
     texts, langs, context = job.rows.read(rows)
     results = []
-    for head in config.head:
-        result = job.model.predict(
-            texts,
-            langs,
-            config.top_k,
-            head,
-            head_threshold(config, head),
-            context,
-            config.batch_size,
-            lookup=coding.lookup,
-            target=coding.targets.get(head),
-        )
+    for head, pipeline in coding.pipelines.items():
+        result = job.model.code_table(texts, langs, context, pipeline, config.batch_size)
         results.append(result.add_prefix(f"{head}_") if len(config.head) > 1 else result)
     return coding.split_source(results)
 
@@ -917,11 +911,6 @@ def check_coding_args(config) -> None:
             "--target-accuracy: the full head has no row confidence (not covered); use --head flat "
             "or seq2seq"
         )
-
-
-def head_threshold(config, head: str) -> Optional[float]:
-    """--threshold for a head that takes one (flat, full); the seq2seq head takes none."""
-    return None if head == "seq2seq" else config.threshold
 
 
 def predict_shaped(model: Model, config, texts, langs, context) -> pd.DataFrame:
