@@ -108,3 +108,20 @@ def test_a_single_column_is_written_by_pandas():
     table = pd.DataFrame({"text": ["", "a"]})
     assert csv_text.rows(table) is None
     assert csv_text.text(table) == b'text\n""\na\n'
+
+
+@pytest.mark.parametrize("most", [5, 1_000_000])
+def test_floats_remembered_over_chunks_are_spelled_as_in_each_chunk_alone(monkeypatch, most):
+    """A file's writer remembers the floats it spelled (csv_text.Spelled) up to SPELLED_MOST:
+    each chunk's bytes are still those pandas writes for it alone, 0.0 never lent to -0.0."""
+    monkeypatch.setattr(csv_text, "SPELLED_MOST", most)
+    spelled = csv_text.Spelled()
+    rng = np.random.default_rng(11)
+    for chunk in range(4):
+        table = frame(rng, 300)
+        if chunk == 2:
+            table.loc[::3, "prob"] = -0.0
+        built = csv_text.rows(table, spelled)
+        assert built == table.to_csv(index=False, header=False).encode("utf-8")
+        assert len(spelled) <= max(most, len(table))  # bounded: at most one chunk past it
+    assert spelled

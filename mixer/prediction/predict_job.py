@@ -636,7 +636,8 @@ class RowReader:
             inputs = np.asarray(model.model_inputs(texts, langs, context), dtype=object)
             blank = blank_descriptions(texts)
             return inputs, blank, Distinct(inputs, blank)
-        inputs, blank = self.inputs(model, chunk.iloc[first])
+        read = list(dict.fromkeys(c for c in (self.input_col, self.language_col) if c))
+        inputs, blank = self.inputs(model, chunk[read].iloc[first])
         return inputs[pair], blank[pair], Distinct(inputs, blank, first, pair)
 
     def inputs(self, model: Model, rows: pd.DataFrame) -> tuple:
@@ -644,17 +645,21 @@ class RowReader:
         model's recipe once over the file: a census's chunks repeat most of their
         descriptions. Up to SEEN_MOST of them are remembered, then the memory starts anew."""
         texts, langs, _ = self.read(rows)
-        pairs = list(zip(texts, langs if self.language_col else [langs] * len(texts)))
+        # the key: the text and its language, or the text alone where one language is the job's
+        keys = list(zip(texts, langs)) if self.language_col else texts.tolist()
         seen = self.seen
-        new = [i for i, known in enumerate(map(seen.__contains__, pairs)) if not known]
-        if new:
+        new = np.flatnonzero(
+            ~np.fromiter(map(seen.__contains__, keys), dtype=bool, count=len(keys))
+        )
+        if len(new):
             if len(seen) + len(new) > SEEN_MOST:
                 seen.clear()
-                new = list(range(len(pairs)))
+                new = np.arange(len(keys))
             fresh = texts.iloc[new]
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
-            seen.update(zip((pairs[i] for i in new), zip(read, blank_descriptions(fresh).tolist())))
-        found = [seen[key] for key in pairs]
+            blank = blank_descriptions(fresh).tolist()
+            seen.update(zip([keys[i] for i in new], zip(read, blank)))
+        found = list(map(seen.__getitem__, keys))
         inputs = np.empty(len(found), dtype=object)
         inputs[:] = [value[0] for value in found]
         return inputs, np.fromiter((value[1] for value in found), dtype=bool, count=len(found))

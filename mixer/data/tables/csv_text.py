@@ -23,16 +23,24 @@ import pandas as pd
 NEEDS_QUOTES = '[,"\n]'  # what Python's csv quotes (QUOTE_MINIMAL, ',' and '\n'), on Python 3.11
 
 
-def text(frame: pd.DataFrame, header: bool = True) -> bytes:
+SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
+
+
+class Spelled(dict):
+    """{float: its text}, remembered over the chunks of one file: a census's chunks repeat
+    most of their probabilities (one per distinct description), each spelled once."""
+
+
+def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = None) -> bytes:
     """The frame as pandas' to_csv(index=False) writes it, in UTF-8, with or without its
     header line; built here where `rows` can, else by pandas."""
-    body = rows(frame)
+    body = rows(frame, spelled)
     if body is None:
         return frame.to_csv(None, header=header, index=False).encode("utf-8")
     return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
 
 
-def rows(frame: pd.DataFrame) -> Optional[bytes]:
+def rows(frame: pd.DataFrame, spelled: Optional[Spelled] = None) -> Optional[bytes]:
     """The frame's rows (no header) as pandas' to_csv(index=False) writes them, in UTF-8; None
     for a frame this writer leaves to pandas."""
     import pyarrow as pa
@@ -42,7 +50,7 @@ def rows(frame: pd.DataFrame) -> Optional[bytes]:
         return None
     cells = []
     for i in range(frame.shape[1]):
-        column = _cells(frame.iloc[:, i])
+        column = _cells(frame.iloc[:, i], Spelled() if spelled is None else spelled)
         if column is None:
             return None
         cells.append(column)
@@ -52,7 +60,7 @@ def rows(frame: pd.DataFrame) -> Optional[bytes]:
     return _data(line)
 
 
-def _cells(series: pd.Series):
+def _cells(series: pd.Series, spelled: Spelled):
     """A column's cells as CSV text (a large_string array, none missing), or None."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -81,11 +89,11 @@ def _cells(series: pd.Series):
     if dtype.kind in "iu":
         return pa.array(values).cast(pa.large_string())
     if dtype.kind == "f":
-        return _numbers(values)
+        return _numbers(values, spelled)
     return None
 
 
-def _numbers(values: np.ndarray):
+def _numbers(values: np.ndarray, spelled: Spelled):
     """Floats as numpy spells them (pandas' to_csv: astype(str)), NaN empty: each distinct
     value formatted once. -0.0 and 0.0 are one value to a hash table, so a column holding
     -0.0 is formatted cell by cell."""
@@ -98,12 +106,17 @@ def _numbers(values: np.ndarray):
         return pa.array(text, type=pa.large_string())
     codes, distinct = pd.factorize(values, use_na_sentinel=True)
     if values.dtype == np.float64:  # numpy spells a float64 as Python's repr, which is faster
-        spelled = [repr(value) for value in distinct.tolist()]
+        distinct = distinct.tolist()
+        if len(spelled) + len(distinct) > SPELLED_MOST:
+            spelled.clear()
+        new = [value for value in distinct if value not in spelled]
+        spelled.update(zip(new, map(repr, new)))
+        texts = list(map(spelled.__getitem__, distinct))
     else:
-        spelled = distinct.astype(str).tolist()
-    spelled.append("")  # code -1 (NaN): the last
+        texts = distinct.astype(str).tolist()
+    texts.append("")  # code -1 (NaN): the last
     codes = np.where(codes < 0, len(distinct), codes)
-    return pa.array(spelled, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
+    return pa.array(texts, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
 
 
 def _any_quoted(text) -> bool:
