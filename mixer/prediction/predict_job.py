@@ -410,8 +410,10 @@ def code_rows(job: Job, part: Part) -> None:
         )
         if world.is_main:
             part.predicted.index = chunk.index
+            # each distinct input hashed once: a key is its input, but for blank rows (not counted)
+            keys = part.distinct.keys if job.coding.active else None
             job.coding.tally(
-                part.predicted, part.inputs if job.coding.active else None, config.head, part.blank
+                part.predicted, keys, config.head, part.blank, rows_of=part.distinct.row_key
             )
             add_classes(job, part)
     part.new = part.distinct.new
