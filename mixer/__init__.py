@@ -6,7 +6,7 @@ model.predict(["farmer and fisher"], lang="en")
 model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb")  # as finetune.py
 """
 
-__version__ = "0.2.0"
+from mixer.version import __version__  # noqa: F401 - a leaf module (mixer/version.py)
 
 # The package's folders are its layers (docs/architecture.md). A few modules keep the
 # names users were given before the folders existed: mixer.errors (UserError, imported

@@ -43,9 +43,9 @@ RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folder
 # it here, never one after (files in and out, codes and labels, a run's prepared data,
 # what the model reads).
 DATA_FOLDERS = ["tables", "labels", "prepared", "inputs"]
-# The version string lives in mixer/__init__.py (pyproject reads it there); any layer
-# may read it.
-ANYWHERE = {("mixer", "__version__")}
+# The version string lives in the leaf mixer/version.py (pyproject reads it there); any
+# layer may read it.
+ANYWHERE = {("mixer.version", "__version__")}
 
 CODE_IN_STRING = re.compile(
     r"(?:^|[;\s(])(from\s+(mixer(?:\.\w+)*)\s+import\s+([\w ,]+)"
@@ -265,6 +265,8 @@ def test_the_project_checks_some_imports_here():
 def imported_layers(module: str, names: tuple) -> set:
     """The layers an import reaches: `from mixer import x` reaches the folder x when x is
     one, else the package root."""
+    if names and all((module, n) in ANYWHERE for n in names):
+        return set()
     if module != "mixer":
         return {layer_of(module)}
     if not names:  # `import mixer`: the package root, whatever is used of it

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from typing import Optional
 
-from mixer import __version__
+from mixer.version import __version__
 from mixer.core import recipe
 from mixer.core.config import TABLE_ROLES
 from mixer.core.errors import UserError

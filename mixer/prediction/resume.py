@@ -196,7 +196,7 @@ class Journal:
         options["calibration"] = {
             head: list(values) for head, values in sorted(predictor.calibration.items())
         }
-        from mixer import __version__
+        from mixer.version import __version__
 
         # the model's own flat thresholds (config.json, which a run's tuning writes) and the code
         options["model_thresholds"] = [

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mixer import __version__
+from mixer.version import __version__
 from mixer.distributed import runlock
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
