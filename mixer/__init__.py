@@ -28,25 +28,6 @@ from mixer.prediction import sinks as _prediction_sinks  # noqa: E402
 _prediction_sinks.register()
 
 
-# The Python APIs' keywords are checked by the flags' own checks, which mixer.cli holds: loaded
-# when a keyword is first checked (mixer.core.options.flag_checks).
-def _flag_specs(configs):
-    from mixer.cli.options import specs
-
-    return specs(configs)
-
-
-def _flag_checked(name, spec, value, keyword=False):
-    from mixer.cli.finetune_api import checked
-
-    return checked(name, spec, value, keyword=keyword)
-
-
-from mixer.core import options as _options  # noqa: E402
-
-_options.register_flag_checks(_flag_specs, _flag_checked)
-
-
 def load(
     source: str,
     device=None,

@@ -53,19 +53,19 @@ RENAMED = {
 @functools.lru_cache(maxsize=1)
 def _field_specs() -> dict:
     """{field: its flag's Spec} of predict.py's configuration."""
-    from mixer.core.options import flag_checks
+    from mixer.core.flags import specs
     from mixer.core.programs import PredictConfig
 
-    specs, _ = flag_checks()
     return {spec.name: spec for spec in specs([PredictConfig])}
 
 
 def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
     """The keywords of an API call as predict.py's configuration reads them: each a field of
-    PredictConfig, checked by its flag's own check (mixer.cli.options.CHECKS) with a message
+    PredictConfig, checked by its flag's own check (mixer.core.flags.CHECKS) with a message
     that names the keyword, and where left unset (None) the field's default, the program's.
     `renamed`: keywords of earlier versions given, read under their fields' names."""
-    from mixer.core.options import default_of, flag_checks
+    from mixer.core.flags import checked
+    from mixer.core.options import default_of
     from mixer.core.programs import PredictConfig
 
     given = dict(given)
@@ -82,7 +82,7 @@ def settings(call: str, given: dict, renamed: Optional[dict] = None) -> dict:
             )
         given[new] = value
     fields = {f.name: f for f in dataclasses.fields(PredictConfig)}
-    specs, (_, checked) = _field_specs(), flag_checks()
+    specs = _field_specs()
     values = {}
     for name, value in given.items():
         spec = specs.get(name)
