@@ -21,12 +21,6 @@ from mixer.audit import guards as _audit_guards  # noqa: E402
 
 _audit_guards.register()
 
-# The outputs of a prediction job are sinks its features register (mixer.data.tables.sinks):
-# predict.py's own here, the audit's draw with its guards above.
-from mixer.prediction import sinks as _prediction_sinks  # noqa: E402
-
-_prediction_sinks.register()
-
 
 def load(
     source: str,

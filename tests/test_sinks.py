@@ -1,5 +1,6 @@
-"""predict.py's outputs are sinks a feature registers (mixer.data.tables.sinks; docs/architecture.md,
-"A new output of predict.py"): a new output is a new sink, not edits to the job."""
+"""predict.py's outputs are sinks the job is handed (mixer.data.tables.sinks, predict_file's
+`sinks`; docs/architecture.md, "A new output of predict.py"): a new output is a new sink, not
+edits to the job."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
 from mixer.data.tables import sinks
+from mixer.prediction.sinks import default_sinks
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +19,8 @@ def run(tiny_two_code_run):
 
 
 @pytest.fixture
-def outside(monkeypatch):
-    """A sink registered from outside the job: it records what the job hands it."""
+def outside():
+    """A sink passed in from outside the job: it records what the job hands it."""
     events = []
 
     class Recording(sinks.Sink):
@@ -48,17 +50,21 @@ def outside(monkeypatch):
         def abort(self):
             events.append("abort")
 
-    monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
-    sinks.register(60, lambda: Recording)
     return events, Recording
 
 
+def with_sink(argv, sink):
+    """predict.py with its own outputs and `sink` after them."""
+    return predict_main(argv, sinks=[*default_sinks(), sink])
+
+
 def test_a_registered_sink_gets_every_chunk_in_order_and_commits(run, small_csv, tmp_path, outside):
-    events, _ = outside
+    events, recording = outside
     out = tmp_path / "out.csv"
     assert (
-        predict_main(
-            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        with_sink(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"],
+            recording,
         )
         == 0
     )
@@ -76,8 +82,9 @@ def test_a_failing_sink_aborts_every_sink_and_leaves_nothing(run, small_csv, tmp
     recording.fail_at = 1
     out = tmp_path / "out.csv"
     with pytest.raises(RuntimeError, match="outside sink failed"):
-        predict_main(
-            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        with_sink(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"],
+            recording,
         )
     assert events[-1] == "abort" and "commit" not in events
     assert list(tmp_path.iterdir()) == []  # the output's temp file aborted with it
@@ -95,7 +102,7 @@ def test_a_sinks_check_refuses_before_the_model_loads(
     with pytest.raises(
         UserError, match="refused by the outside sink"
     ):  # the program: one line, exit 2
-        predict_main(
+        with_sink(
             [
                 "--checkpoint",
                 run,
@@ -105,7 +112,8 @@ def test_a_sinks_check_refuses_before_the_model_loads(
                 str(tmp_path / "out.csv"),
                 "--top-k",
                 "7",
-            ]
+            ],
+            outside[1],
         )
     assert outside[0] == ["check"] and list(tmp_path.iterdir()) == []
 
@@ -149,10 +157,11 @@ class Stateless(Counting):
     state = sinks.Sink.state  # keeps no state: a killed job starts over
 
 
-sinks.register(60, lambda: Stateless if sys.argv[1] == "stateless" else Counting)
 from mixer.cli.entrypoints import predict_main  # noqa: E402
+from mixer.prediction.sinks import default_sinks  # noqa: E402
 
-sys.exit(predict_main(sys.argv[2:]))
+outside = Stateless if sys.argv[1] == "stateless" else Counting
+sys.exit(predict_main(sys.argv[2:], sinks=[*default_sinks(), outside]))
 '''
 
 
@@ -212,9 +221,7 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
     killed = run_outside(tmp_path, "stateless", *cmd, env={"DIE_AT": "2"})  # kill -9 at chunk 2
     assert killed.returncode == 9 and not out.exists()
     assert not (tmp_path / ".tmp-out.csv.parts").exists()  # no journal: nothing to continue
-    monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
-    sinks.register(60, lambda: Stateless)
-    assert predict_main(list(map(str, cmd))) == 0
+    assert with_sink(list(map(str, cmd)), Stateless) == 0
     assert (
         f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
         "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "

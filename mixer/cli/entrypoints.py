@@ -157,7 +157,8 @@ def predict_parser() -> cli.Parser:
     return parser
 
 
-def predict_main(argv: Optional[Sequence[str]] = None) -> int:
+def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = None) -> int:
+    """predict.py. `sinks`: the outputs the job may write (predict_file's; None: its own)."""
     parser = predict_parser()
     job = job_config(PredictConfig, parser, parser.parse_args(argv))
     options.refuse_lone_companions(job, parser.specs)
@@ -181,7 +182,7 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
         )
     from mixer.prediction.predict_job import predict_file
 
-    predict_file(job)
+    predict_file(job, sinks)
     return 0
 
 

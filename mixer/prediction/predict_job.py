@@ -36,11 +36,13 @@ from mixer.prediction.predict import Predictor
 MEGABYTE = 2**20  # --store-memory's unit
 
 
-def predict_file(config: PredictConfig) -> None:
+def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     """The job as its stages: each chunk read, its model inputs built, the distinct-input
     store asked, the model asked for the inputs the store lacks (and the row steps: the
-    lookup, calibration, target marks, shorter codes), the rows handed to each sink."""
-    sinks = check_job(config)  # before the model loads: a wrong path or option fails at once
+    lookup, calibration, target marks, shorter codes), the rows handed to each sink.
+    `sinks`: the Sink classes the job may write, in their turn (None: predict.py's own,
+    mixer.prediction.sinks.default_sinks); each says from `config` whether it is wanted."""
+    sinks = check_job(config, sinks)  # before the model loads: a wrong path or option fails at once
     world = mdist.setup(DistConfig(distributed=config.distributed), program="predict.py")
     job = Job(config, world, sinks)
     try:
@@ -125,13 +127,14 @@ class Part:
         self.new_vectors = None  # the same for the embeddings' store
 
 
-def check_job(config: PredictConfig) -> list:
-    """Every refusal before the model loads; the sinks this job writes."""
-    from mixer.data.tables import sinks
+def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
+    """Every refusal before the model loads; the sinks this job writes, of `sinks` (None:
+    predict.py's own)."""
+    from mixer.prediction.sinks import default_sinks
 
     check_input_table(config.input, "--input")
     check_header(config.input, config.table_options("input"))  # two columns of one name
-    registered = sinks.registered()
+    registered = default_sinks() if sinks is None else list(sinks)
     for sink in registered:
         sink.check(config)
     if config.code_descriptions:

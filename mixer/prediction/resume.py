@@ -29,7 +29,7 @@ skip the same chunks and agree on which inputs are new. A node lost ends every r
 N-th batch of one batch plan (Predictor.shared), so the files do not depend on their number.
 
 What does not resume starts over, said in one line (why_not): a job with a sink that keeps
-no state (one registered from outside that does not define Sink.state), and OccCANINE's
+no state (one a caller passed in that does not define Sink.state), and OccCANINE's
 table and --alternatives (written by row).
 """
 
@@ -730,9 +730,7 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             before, value = ([_path_of(w) for w in walks or []] for walks in (before, value))
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
-    if saved.get("sinks") != now.get(
-        "sinks"
-    ):  # outputs registered from outside (mixer.data.tables.sinks)
+    if saved.get("sinks") != now.get("sinks"):  # outputs a caller passed in (predict_file's sinks)
         return f"other outputs ({_shown(saved.get('sinks'))}; now {_shown(now.get('sinks'))})"
     return _own_file_changed(saved, now)
 

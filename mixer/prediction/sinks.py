@@ -2,8 +2,8 @@
 provenance beside it, the embeddings, the check list and the summary plot, each with the
 state a killed job resumes from (Sink.state: the output's is the journal's own length, the
 embeddings' their raw file beside the journal, the check list's and the plot's their pieces
-there). mixer/__init__.py calls register(); the audit's draw is the audit's own
-(mixer.audit.guards). Light: the writers are imported when a job opens them, not here.
+there). `default_sinks` lists them with the audit's draw (mixer.audit.draw), in their turn;
+nothing is registered. Light: the writers are imported when a job opens them, not here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import sys
 from typing import Optional
 
 from mixer.core.errors import UserError
-from mixer.data.tables import sinks
 from mixer.data.tables.sinks import Sink, is_matrix, is_shaped, job_files
 
 
@@ -507,22 +506,12 @@ class EmbeddingWriter:
                 os.unlink(leftover)
 
 
-def _sink(cls):
-    return lambda: cls
+def default_sinks() -> list:
+    """predict.py's outputs, in their turn (checks, chunks and commits go in this order): the
+    output first (its shape is checked with it; the audit names its columns as the output
+    does), the check list, the audit's draw (mixer.audit.draw), the embeddings, the plot. Each
+    says from the configuration whether the job writes it (`wanted`). predict_file builds the
+    job's outputs from this list unless its caller passes its own."""
+    from mixer.audit.draw import AuditSink
 
-
-# places: the output first (its shape is checked with it; the audit names its columns as the
-# output does), the check list, the audit (mixer.audit.guards: 30), the embeddings, the plot
-_OUTPUT, _CHECK_LIST, _EMBEDDINGS, _SUMMARY_PLOT = (
-    _sink(OutputSink),
-    _sink(CheckListSink),
-    _sink(EmbeddingSink),
-    _sink(SummaryPlotSink),
-)
-
-
-def register() -> None:
-    sinks.register(10, _OUTPUT)
-    sinks.register(20, _CHECK_LIST)
-    sinks.register(40, _EMBEDDINGS)
-    sinks.register(50, _SUMMARY_PLOT)
+    return [OutputSink, CheckListSink, AuditSink, EmbeddingSink, SummaryPlotSink]

@@ -1,24 +1,22 @@
 """A prediction job's outputs as sinks (docs/architecture.md, "How a new output is added";
 STYLE 17). The job (mixer.prediction.predict_job) reads a chunk, builds the model's inputs,
 asks the distinct-input store and the model, applies the row steps and hands the chunk's rows
-to each sink; it knows no output by name. A feature registers its sink here, as it registers
-its guards with mixer.data.tables.guards, so that a new output is a new sink, not edits to the job.
+to each sink; it knows no output by name. The job is handed its sinks (predict_file's
+`sinks`; predict.py's own: mixer.prediction.sinks.default_sinks), so that a new output is a new
+sink, not edits to the job. Nothing is registered at import.
 
-No import of pandas here: registration runs at `import mixer`, before `--help`; a sink's
-module is imported when a job asks for the sinks.
+No import of pandas here: a sink's writers are imported when a job opens it.
 """
 
 from __future__ import annotations
 
 import os
 
-from typing import Callable
-
 
 class Sink:
     """One output of a prediction job. The job calls, in order:
 
-    - `check(config)` (a class method, for every registered sink, before the model loads):
+    - `check(config)` (a class method, for every sink the job is handed, before the model loads):
       refuse a wrong path or option in one line (UserError); nothing is written yet;
     - `wanted(config)` (a class method): whether this job writes the output;
     - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file);
@@ -63,7 +61,7 @@ class Sink:
 
     def file(self) -> tuple:
         """(flag, path) of the file this sink writes, for the line a failure to write it says."""
-        return sink_name(type(self)), "(an output registered from outside)"
+        return sink_name(type(self)), "(an output passed in by the caller)"
 
     def add(self, job, part) -> None:
         pass
@@ -97,23 +95,6 @@ def resumes(sink_class) -> bool:
 def sink_name(sink_class) -> str:
     """The name the resume journal saves a sink's state under."""
     return f"{sink_class.__module__}.{sink_class.__qualname__}"
-
-
-# (place, load): load() -> a Sink class; the job checks, opens, adds and commits by place
-_SINKS: list = []
-
-
-def register(place: int, load: Callable) -> Callable:
-    """Register load() -> a Sink class at `place` (its turn among the sinks: checks, chunks
-    and commits go by place)."""
-    if all(existing is not load for _, existing in _SINKS):
-        _SINKS.append((place, load))
-    return load
-
-
-def registered() -> list:
-    """The registered Sink classes, by place."""
-    return [load() for _, load in sorted(_SINKS, key=lambda entry: entry[0])]
 
 
 # ------------------------------------------------------------------ a sink's state on disk
