@@ -14,13 +14,6 @@ from mixer.version import __version__  # noqa: F401 - a leaf module (mixer/versi
 # mixer.dataset, and the programs `python -m mixer.plot` and `python -m mixer.export_occcanine`.
 from mixer import errors  # noqa: E402,F401
 
-# A feature registers what it needs from the layers below it, here, so that no program or
-# import of mixer misses it: the audit's filled files are never overwritten, its rows train
-# only when asked (mixer.data.tables.guards). Light: no pandas until a check runs.
-from mixer.audit import guards as _audit_guards  # noqa: E402
-
-_audit_guards.register()
-
 
 def load(
     source: str,

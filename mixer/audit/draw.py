@@ -68,9 +68,10 @@ class AuditRequest:
 
     def check_path(self, inputs: dict) -> None:
         """Before any work: a file that can be written, and none of the job's other files."""
+        from mixer.audit.guards import GUARDS
         from mixer.data.tables.writing import check_output_path
 
-        check_output_path(self.path, "--audit", inputs)
+        check_output_path(self.path, "--audit", inputs, GUARDS)
         self.kind  # noqa: B018 - a kind that is written, or the refusal
 
     @property
@@ -560,9 +561,10 @@ def write_audit(
 ) -> None:
     """The audit, through mixer.data.tables.writing (its columns are already named by output_names,
     mixer.audit.file.input_names)."""
+    from mixer.audit.guards import GUARDS
     from mixer.data.tables.writing import write_table
 
-    write_table(table, path, "--audit", stamp=stamp)
+    write_table(table, path, "--audit", stamp=stamp, guards=GUARDS)
     design = table.attrs["audit"]
     if design.unit == "rows":
         unit, early = "rows", "if you stop early, the rows checked are still a random sample"

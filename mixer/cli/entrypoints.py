@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from mixer.audit.guards import GUARDS
 from mixer.cli import options
 from mixer.cli import parsing as cli
 from mixer.core.allocator import keep_freed_memory
@@ -100,7 +101,12 @@ def _train(config) -> int:
             print(note, file=sys.stderr)
         began = time.perf_counter()
         prepare_run_data(
-            config.data, config.train.seed, config.save_dir, base=start.base, tokens=start.tokens
+            config.data,
+            config.train.seed,
+            config.save_dir,
+            base=start.base,
+            tokens=start.tokens,
+            guards=GUARDS,
         )
         write_args(config, config.save_dir)
         print(
@@ -277,9 +283,11 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     output = check_output_path(
-        output, "--output", {"--predictions": args.predictions}
+        output, "--output", {"--predictions": args.predictions}, GUARDS
     )  # a link's target
-    check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
+    check_output_path(
+        plot, "--plot", {"--predictions": args.predictions, "--output": output}, GUARDS
+    )
     frame = read_table(args.predictions, args.table_options("predictions"), log=print)
     named = {
         **{c: "--truth-cols" for c in args.truth_cols},
@@ -382,7 +390,7 @@ def production_plan(args, frame, predicted: dict, output: str):
     )
     paths = [f"{stem}_production.csv", f"{stem}_production.png"]
     for path in paths:
-        check_output_path(path, "the production curve", {"--predictions": args.predictions})
+        check_output_path(path, "the production curve", {"--predictions": args.predictions}, GUARDS)
     return columns, paths
 
 

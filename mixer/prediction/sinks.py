@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Optional
 
+from mixer.audit.guards import GUARDS  # a filled audit: no output replaces it
 from mixer.core.errors import UserError
 from mixer.data.tables.sinks import Sink, is_matrix, is_shaped, job_files
 
@@ -25,7 +26,7 @@ class OutputSink(Sink):
         from mixer.data.tables.writing import check_fits_excel, check_output_path
 
         if config.output:  # before the model loads: a wrong path fails at once
-            check_output_path(config.output, "--output", job_files(config, "--output"))
+            check_output_path(config.output, "--output", job_files(config, "--output"), GUARDS)
             check_fits_excel(
                 config.output,
                 config.input,
@@ -99,7 +100,7 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
             config.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
         )
     if journal is None:
-        return OutputWriter(config.output, log=log, label=label, stamp=stamp)
+        return OutputWriter(config.output, log=log, label=label, stamp=stamp, guards=GUARDS)
     writer = OutputWriter(
         config.output,
         log=log,
@@ -107,6 +108,7 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
         tmp=journal.tmp,
         parts=journal.dir,
         stamp=journal.started,
+        guards=GUARDS,
     )
     writer.resume(
         journal.chunks, journal.rows
@@ -177,7 +179,7 @@ class CheckListSink(Sink):
             return
         path = parse_to_check(config.to_check)[1]
         refuse_shaped(config, "--to-check", "lists codes of the code table")
-        check_output_path(path, "--to-check", job_files(config, "--to-check"))
+        check_output_path(path, "--to-check", job_files(config, "--to-check"), GUARDS)
 
     @classmethod
     def wanted(cls, config) -> bool:
@@ -206,6 +208,7 @@ class CheckListSink(Sink):
             log=job.say,
             stamp=job.started,
             extra=class_names(job, prefix),
+            guards=GUARDS,
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
@@ -262,7 +265,9 @@ class EmbeddingSink(Sink):
         from mixer.data.tables.writing import check_output_path
 
         if config.embeddings:
-            check_output_path(config.embeddings, "--embeddings", job_files(config, "--embeddings"))
+            check_output_path(
+                config.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
+            )
 
     @classmethod
     def wanted(cls, config) -> bool:
@@ -307,7 +312,7 @@ class SummaryPlotSink(Sink):
         if not config.summary_plot:
             return
         check_output_path(
-            config.summary_plot, "--summary-plot", job_files(config, "--summary-plot")
+            config.summary_plot, "--summary-plot", job_files(config, "--summary-plot"), GUARDS
         )
         if not config.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(
@@ -383,7 +388,7 @@ class EmbeddingWriter:
     ):
         from mixer.data.tables.writing import check_output_path
 
-        self.path = check_output_path(path, flag, {})
+        self.path = check_output_path(path, flag, {}, GUARDS)
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
