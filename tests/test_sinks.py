@@ -1,4 +1,4 @@
-"""predict.py's outputs are sinks the job is handed (mixer.data.tables.sinks, predict_file's
+"""predict.py's outputs are sinks the job is handed (mixer.prediction.sink, predict_file's
 `sinks`; docs/architecture.md, "A new output of predict.py"): a new output is a new sink, not
 edits to the job."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
-from mixer.data.tables import sinks
+from mixer.prediction import sink as sinks
 from mixer.prediction.sinks import default_sinks
 
 
@@ -122,7 +122,7 @@ def test_a_sinks_check_refuses_before_the_model_loads(
 OUTSIDE = '''
 import json, os, sys
 
-from mixer.data.tables import sinks
+from mixer.prediction import sink as sinks
 
 
 class Counting(sinks.Sink):
@@ -232,3 +232,67 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
         "out.csv.provenance.json",
         "outside.py",
     ]
+
+
+# ------------------------------------------------------------------ an output declared in one place
+def tally_sink(path, stop_at=None):
+    """A user's own output, declared in its class alone: rows per first code, to a JSON file
+    of its own. With `stop_at`, a scheduler's SIGTERM arrives while that chunk is written."""
+    import json
+    import signal
+
+    class Tally(sinks.Sink):
+        flag, usage, reads, rank = "--tally", "--tally FILE", frozenset({"codes"}), 5
+
+        @classmethod
+        def files(cls, config):
+            return {cls.flag: str(path)}
+
+        def __init__(self, job):
+            self.counts = {}
+
+        def file(self):
+            return self.flag, str(path)
+
+        def add(self, job, part):
+            for code in part.predicted["code_1"]:
+                self.counts[code] = self.counts.get(code, 0) + 1
+            if part.number == stop_at:
+                signal.raise_signal(signal.SIGTERM)
+
+        def state(self):
+            return dict(self.counts)
+
+        def restore(self, state):
+            self.counts = dict(state)
+
+        def commit(self, job):
+            with open(path, "w") as handle:
+                json.dump(self.counts, handle, sort_keys=True)
+
+    return Tally
+
+
+def test_a_sink_passed_in_is_the_jobs_only_output_and_resumes_after_a_stop(
+    run, small_csv, tmp_path, capsys
+):
+    """predict_main/predict_file take the sinks to write: a job whose one output is a sink of
+    the caller's (no --output) is accepted, its parts lie beside that sink's declared file,
+    and a stop mid-file continues to the bytes of a run never stopped."""
+    import signal
+
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30"]
+    assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(whole)]) == 0
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(cut, stop_at=1)]) == 0
+    finally:
+        for number, handler in before.items():  # the job's own, taken for its run
+            signal.signal(number, handler)
+    assert "stopped after 2 chunk(s) (60 rows) on a signal" in capsys.readouterr().err
+    assert not cut.exists() and (tmp_path / ".tmp-cut.json.parts").is_dir()
+    assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(cut)]) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert cut.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json", "whole.json"]

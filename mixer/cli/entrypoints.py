@@ -181,11 +181,6 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
     job.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.head))
     if not job.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
-    if not job.output and not job.embeddings and not job.to_check and not job.audit:
-        raise cli.UserError(
-            "pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
-            "--audit N FILE, or several"
-        )
     from mixer.prediction.predict_job import predict_file
 
     predict_file(job, sinks)

@@ -96,7 +96,7 @@ class Job:
         self.config, self.world, self.sink_classes = config, world, sink_classes
         self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
-        self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.journal = self.stores = self.stop = self.bar = None
         self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.classes = None  # the crosswalks' class columns (mixer.prediction.classes)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
@@ -105,9 +105,9 @@ class Job:
             np.zeros(3, dtype=np.int64),
         )  # rows that fit, context cut, too long
         self.blank_rows = self.rows_read = 0
-        self.codes = bool(
-            config.output or config.to_check or config.audit
-        )  # the code table is predicted
+        from mixer.prediction.sinks import reads
+
+        self.codes = reads(config, sink_classes, "codes")  # the code table is predicted
 
     def say(
         self, message: str
@@ -130,19 +130,21 @@ class Part:
 def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
     """Every refusal before the model loads; the sinks this job writes, of `sinks` (None:
     predict.py's own)."""
-    from mixer.prediction.sinks import default_sinks
+    from mixer.prediction.sinks import default_sinks, reads, refuse_no_output
 
+    registered = default_sinks() if sinks is None else list(sinks)
+    refuse_no_output(config, registered)
     check_input_table(config.input, "--input")
     check_header(config.input, config.table_options("input"))  # two columns of one name
-    registered = default_sinks() if sinks is None else list(sinks)
     for sink in registered:
         sink.check(config)
     if config.code_descriptions:
         check_input_path(config.code_descriptions, "--code-descriptions")
-    check_coding_args(config)
+    codes = reads(config, registered, "codes")  # a wanted sink reads the code table
+    check_coding_args(config, codes)
     from mixer.prediction.classes import load, refuse_without_codes
 
-    refuse_without_codes(config)
+    refuse_without_codes(config, codes)
     load(config.crosswalk, None, config.table_options("crosswalk"))  # names and tables checked
     return [sink for sink in registered if sink.wanted(config)]
 
@@ -314,7 +316,7 @@ def open_sinks(job: Job) -> None:
         from tqdm import tqdm
 
         job.bar = tqdm(unit="row", desc="predict")
-    job.stores = DistinctStores(config, world)
+    job.stores = DistinctStores(config, world, job.sink_classes)
     job.stop = StopRequest(job.journal)
     if job.journal is not None:  # the stores as they grew over the completed chunks
         for store, name in ((job.stores.table, "store"), (job.stores.embeddings, "vectors")):
@@ -639,30 +641,36 @@ class DistinctStores:
     """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
     matrix, one for embeddings; None where the output is written by row."""
 
-    def __init__(self, config: PredictConfig, world):
+    def __init__(self, config: PredictConfig, world, sinks: Optional[list] = None):
+        from mixer.prediction.sinks import anchor, default_sinks, reads
         from mixer.prediction.store import DistinctStore
 
+        sinks = default_sinks() if sinks is None else sinks  # the job's outputs
         budget = config.store_memory * MEGABYTE
-        from mixer.prediction.resume import anchor, written
+        from mixer.prediction.resume import written
 
         beside = written(
-            anchor(config)[1] or config.input
+            anchor(config, sinks)[1] or config.input
         )  # beside the job's first output (not a data directory; a link's target)
         spill_dir = os.path.dirname(beside)
         by_row = (
             config.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
-        has_table = bool(config.output or config.to_check or config.audit) and not by_row
+        has_table = reads(config, sinks, "codes") and not by_row
         self.table = (
             DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
         )
+        vectors = [
+            path
+            for sink in sinks
+            if "vectors" in sink.reads
+            for path in sink.files(config).values()
+        ]  # beside the file the embeddings go to
         self.embeddings = (
             DistinctStore(
-                budget,
-                os.path.dirname(written(config.embeddings)),
-                os.path.basename(written(config.embeddings)),
+                budget, os.path.dirname(written(vectors[0])), os.path.basename(written(vectors[0]))
             )
-            if config.embeddings
+            if vectors
             else None
         )
 
@@ -723,11 +731,12 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
+    from mixer.prediction.sinks import anchor, job_outputs
 
     why = resume.why_not(
         config, world, bool(config.output) and is_shaped(config) and not is_matrix(config), sinks
     )
-    flag, path = resume.anchor(config)  # where the parts and the store's spill lie
+    flag, path = anchor(config, sinks)  # where the parts and the store's spill lie
     journal = None
     if why is None:
         journal = resume.Journal(config, predictor, sinks, devices)
@@ -737,13 +746,7 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
         if os.path.isdir(resume.parts_dir(path)):
             say(f"{flag} {path}: starts over ({why}, so it does not resume)")
             shutil.rmtree(resume.parts_dir(path))
-    for flag, path in {
-        (flag, path),
-        ("--output", config.output),
-        ("--embeddings", config.embeddings),
-        ("--to-check", config.to_check[-1] if config.to_check else None),
-        ("--audit", config.audit[-1] if config.audit else None),
-    }:
+    for flag, path in {(flag, path), *job_outputs(config, sinks).items()}:
         if path:
             resume.remove_stale(path, flag, why, say)
     return journal
@@ -751,8 +754,8 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
 
 def keep_chunk(job: Job, part: Part) -> None:
     """Rank 0, a job that resumes: the chunk's new store rows, each sink's state
-    (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
-    from mixer.data.tables.sinks import sink_name
+    (mixer.prediction.sink.Sink.state) and the coding's tallies saved, then the journal's entry."""
+    from mixer.prediction.sink import sink_name
 
     sinks = []
     for sink in job.sinks:
@@ -808,8 +811,9 @@ class StopRequest:
         return self.armed and mdist.any_rank(self.requested, world)
 
 
-def check_coding_args(config) -> None:
-    """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
+def check_coding_args(config, codes: bool = True) -> None:
+    """--target-accuracy, --lookup and their companions: what they cannot be asked with.
+    `codes`: whether an output of the job reads the code table (mixer.prediction.sinks.reads)."""
     coding = [
         flag
         for flag, value in (
@@ -823,7 +827,7 @@ def check_coding_args(config) -> None:
             f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
             "--columns occcanine"
         )
-    if coding and not (config.output or config.to_check or config.audit):  # e.g. --embeddings alone
+    if coding and not codes:  # e.g. --embeddings alone
         raise UserError(
             f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
             "writes; pass --output FILE"

@@ -5,7 +5,7 @@ Beside the output (a job without --output: its first other output, `anchor`),
 their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for the embeddings: the stores as they
 grew, so that a resumed job fills later rows from the very values an uninterrupted one
 would), the state of every sink and the coding's tallies after the last chunk completed
-(`state-<k>.pkl`; mixer.data.tables.sinks.Sink.state, the pieces a sink gathers over the file
+(`state-<k>.pkl`; mixer.prediction.sink.Sink.state, the pieces a sink gathers over the file
 in its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
 length after them, the time the job first started (the time an Excel or Stata file states)
 and what made them (the input file, the model, the options that change the output, the
@@ -82,30 +82,18 @@ def parts_dir(output: str) -> str:
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
-def anchor(config) -> tuple:
-    """(flag, path) of the file a job's parts lie beside: --output, else its first other output."""
-    for flag, path in (
-        ("--output", config.output),
-        ("--embeddings", config.embeddings),
-        ("--to-check", config.to_check[-1] if config.to_check else None),
-        ("--audit", config.audit[-1] if config.audit else None),
-    ):
-        if path:
-            return flag, path
-    return None, None
-
-
 def why_not(config, world, stores_by_row: bool, sinks=()) -> Optional[str]:
     """Why this job cannot resume after a kill, or None. Every output kind resumes, in one
     process or under torchrun (`world`: the same answer on every rank). sinks: the job's
     Sink classes."""
-    from mixer.data.tables.sinks import resumes, sink_name
+    from mixer.prediction.sink import resumes, sink_name
+    from mixer.prediction.sinks import anchor
 
-    if anchor(config)[1] is None:
+    if anchor(config, sinks)[1] is None:
         return "it writes no file"
     for (
         sink
-    ) in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
+    ) in sinks:  # each gathers its own state (mixer.prediction.sink.Sink.state), or cannot resume
         if not resumes(sink):
             return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
     if stores_by_row:
@@ -158,12 +146,13 @@ class Journal:
 
     def __init__(self, config, predictor, sinks=(), devices=None):
         from mixer.audit.draw import model_fingerprint
-        from mixer.data.tables.sinks import sink_name
+        from mixer.prediction.sink import sink_name
+        from mixer.prediction.sinks import anchor
 
         from mixer.data.tables.writing import file_time, output_kind
 
         self.flag, self.output = anchor(
-            config
+            config, sinks
         )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
         kind = None

@@ -14,12 +14,21 @@ from typing import Optional
 
 from mixer.audit.guards import GUARDS  # a filled audit: no output replaces it
 from mixer.core.errors import UserError
-from mixer.data.tables.sinks import Sink, is_matrix, is_shaped, job_files
+from mixer.data.tables.sinks import is_matrix, is_shaped, job_files
+from mixer.prediction.sink import Sink
 
 
 class OutputSink(Sink):
     """--output: the code table beside the input's columns, or one of OccCANINE's shapes, written
     to a temp file (or the resume journal's parts) and renamed at the end with its provenance."""
+
+    flag, field, usage, reads, rank = (
+        "--output",
+        "output",
+        "--output FILE for predictions",
+        frozenset({"codes"}),
+        1,
+    )
 
     @classmethod
     def check(cls, config) -> None:
@@ -36,10 +45,6 @@ class OutputSink(Sink):
             )
         check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.output)
-
     def __init__(self, job):
         label = None
         if job.coding.provenance is not None:
@@ -48,7 +53,6 @@ class OutputSink(Sink):
             label = provenance_label(job.coding.provenance)
         self.journal, self.config = job.journal, job.config
         self.writer = output_writer(job.config, job.say, label, job.journal, job.started)
-        job.output_kind = getattr(self.writer, "kind", None)
 
     def file(self) -> tuple:
         return "--output", self.config.output
@@ -169,6 +173,14 @@ def shaped_output(chunk, predicted, config) -> tuple:
 class CheckListSink(Sink):
     """--to-check N FILE: the rows a person should check (mixer.data.labels.checking.CheckList)."""
 
+    flag, field, usage, reads, rank = (
+        "--to-check",
+        "to_check",
+        "--to-check N FILE",
+        frozenset({"codes"}),
+        3,
+    )
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.labels.checking import parse_to_check
@@ -180,10 +192,6 @@ class CheckListSink(Sink):
         path = parse_to_check(config.to_check)[1]
         refuse_shaped(config, "--to-check", "lists codes of the code table")
         check_output_path(path, "--to-check", job_files(config, "--to-check"), GUARDS)
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.to_check)
 
     def __init__(self, job):
         from mixer.data.labels.checking import CheckList, parse_to_check
@@ -260,6 +268,14 @@ def class_names(job, prefix: str) -> list:
 class EmbeddingSink(Sink):
     """--embeddings FILE: each row's vector, in input order (EmbeddingWriter)."""
 
+    flag, field, usage, reads, rank = (
+        "--embeddings",
+        "embeddings",
+        "--embeddings FILE",
+        frozenset({"vectors"}),
+        2,
+    )
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
@@ -268,10 +284,6 @@ class EmbeddingSink(Sink):
             check_output_path(
                 config.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
             )
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.embeddings)
 
     def __init__(self, job):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
@@ -305,6 +317,8 @@ class EmbeddingSink(Sink):
 class SummaryPlotSink(Sink):
     """--summary-plot FILE: the first code's probabilities drawn over the whole file."""
 
+    flag, field, reads = "--summary-plot", "summary_plot", frozenset({"codes"})
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
@@ -318,10 +332,6 @@ class SummaryPlotSink(Sink):
             raise UserError(
                 f"--summary-plot {config.summary_plot}: name it .png, .pdf, .svg or .jpg"
             )
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.summary_plot)
 
     def __init__(self, job):
         self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
@@ -520,3 +530,37 @@ def default_sinks() -> list:
     from mixer.audit.draw import AuditSink
 
     return [OutputSink, CheckListSink, AuditSink, EmbeddingSink, SummaryPlotSink]
+
+
+# ------------------------------------------------------------------ the lists, from the sinks
+def wanted(config, sinks) -> list:
+    """The sinks of `sinks` this job writes."""
+    return [sink for sink in sinks if sink.wanted(config)]
+
+
+def job_outputs(config, sinks) -> dict:
+    """{flag: path} of every file the wanted sinks write, in their turn."""
+    return {
+        flag: path for sink in wanted(config, sinks) for flag, path in sink.files(config).items()
+    }
+
+
+def reads(config, sinks, what: str) -> bool:
+    """Whether a wanted sink reads `what` of a chunk: "codes" (the code table) or "vectors"."""
+    return any(what in sink.reads for sink in wanted(config, sinks))
+
+
+def anchor(config, sinks) -> tuple:
+    """(flag, path) of the file a job's parts lie beside: that of the wanted sink of the first
+    `rank` (--output, else its first other output), or (None, None)."""
+    for sink in sorted((s for s in wanted(config, sinks) if s.rank), key=lambda s: s.rank):
+        for flag, path in sink.files(config).items():
+            return flag, path
+    return None, None
+
+
+def refuse_no_output(config, sinks) -> None:
+    """A job that writes no file on its own: one line naming the outputs that do."""
+    if anchor(config, sinks)[1] is None:
+        usages = [s.usage for s in sorted(sinks, key=lambda s: s.rank) if s.rank and s.usage]
+        raise UserError(f"pass {', '.join(usages)}, or several")
