@@ -805,9 +805,9 @@ class StopRequest:
 
     def agreed(self, world, number: int) -> bool:
         """All ranks, after chunk `number`: whether any rank was asked to stop (all stop after it)."""
-        from mixer.prediction.resume import lose_rank
+        from mixer.prediction import faults
 
-        lose_rank(world, number)  # tests: a node lost here
+        faults.agreeing(world, number)  # tests: a node lost here (mixer.prediction.faults)
         return self.armed and mdist.any_rank(self.requested, world)
 
 

@@ -42,9 +42,9 @@ import os
 import pickle
 import re
 import shutil
-import sys
 from typing import Optional
 
+from mixer.prediction import faults
 from mixer.core.errors import UserError
 from mixer.data.inputs.tokens import KEY_VERSION
 from mixer.data.tables.sinks import dump_atomically as _dump
@@ -61,10 +61,6 @@ FILES = ("code_descriptions", "lookup", "calibration_data")
 # by their whole content (_own_identity), so that an edit between a kill and the rerun is
 # refused and a copy of the directory (cp -r, new times) continues
 OWN_FILES = ("key.csv", "config.json", "calibration.json")
-# tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
-# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
-# torchrun "k:LOST" ends the last rank (os._exit) once chunk k is done (a node lost)
-FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
 def written(output: str) -> str:
@@ -205,10 +201,6 @@ class Journal:
         }
         self.chunks, self.rows, self.size = 0, 0, 0
         self.lock = None  # open(): held while the job runs
-        fault = os.environ.get(FAULT, "-1").split(":")
-        self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
-        if self.fault_signal == "LOST":  # the last rank's (lose_rank)
-            self.fault = -1
 
     def open(self, restart: bool, log) -> None:
         """Start, or continue the parts an earlier run of the same command left."""
@@ -311,9 +303,7 @@ class Journal:
         if vectors is not None:
             _dump(os.path.join(self.dir, f"vectors-{chunk}.pkl"), vectors)
         _dump(os.path.join(self.dir, _state(chunk)), states)
-        if chunk == self.fault and self.fault_signal is None:
-            sys.stderr.flush()
-            os._exit(9)
+        faults.written(chunk)  # tests: a kill -9 here (mixer.prediction.faults)
         self.chunks, self.rows = chunk + 1, self.rows + rows
         self.size = 0
         if self.growing is not None:  # the output so far on the disk before the journal says so
@@ -325,10 +315,7 @@ class Journal:
             os.path.join(self.dir, _state(chunk - 1))
         ):  # the journal names the newer one now
             os.unlink(os.path.join(self.dir, _state(chunk - 1)))
-        if chunk == self.fault:
-            import signal
-
-            os.kill(os.getpid(), getattr(signal, "SIG" + self.fault_signal))
+        faults.journaled(chunk)  # tests: a scheduler's signal here
 
     def _save(self) -> None:
         journal = os.path.join(self.dir, JOURNAL)
@@ -499,15 +486,6 @@ def shared(journal, world):
     if world.is_main or state is None:
         return journal
     return Followed(*state)
-
-
-def lose_rank(world, chunk: int) -> None:
-    """Tests (FAULT "k:LOST"): the last rank of several ends at once after chunk k."""
-    fault = os.environ.get(FAULT, "").split(":")
-    last = world.world_size > 1 and world.rank == world.world_size - 1
-    if fault[-1] == "LOST" and int(fault[0]) == chunk and last:
-        sys.stderr.flush()
-        os._exit(9)
 
 
 def lost_peer(exc: BaseException, stop, world) -> bool:
