@@ -609,6 +609,10 @@ class AuditSink:
         return bool(config.audit)
 
     @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        return None  # every input column beside the draw's
+
+    @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.sinks import refuse_shaped
 

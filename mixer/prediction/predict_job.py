@@ -156,7 +156,7 @@ def check_rows(job: Job) -> None:
     """Rank 0, before the first chunk (after the journal, which refuses a changed input or
     option in a line of its own): what a cheap pass over the input finds, which would otherwise
     stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
-    cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
+    cells an Excel file would hold (each sink's `cells`: --output, --audit, --to-check), none with a control
     character or more characters than a cell holds; those of a Stata file (.dta), none with a
     NUL, at which a Stata text ends (what follows would be lost); the strata of --audit-by, no more than the
     audit has rows (counted over the rows with a description). One pass, where any is asked.
@@ -169,23 +169,12 @@ def check_rows(job: Job) -> None:
     if table_kind(config.input, "--input") == "excel":
         return
     excel = {}  # {(flag, path): (the input columns the file holds, None for all; its kind)}
-    beside = None  # the code table, alternatives: the input's columns beside the codes
-    if is_matrix(config):
-        beside = []  # the matrix alone
-    elif config.columns == "occcanine":
-        beside = [columns.input_col]  # OccCANINE's table: each row's text
-    for flag, path, held in (
-        ("--output", config.output, beside),
-        ("--audit", config.audit[-1] if config.audit else None, None),
-        (
-            "--to-check",
-            config.to_check[-1] if config.to_check else None,
-            [columns.input_col, columns.language_col, *columns.context_cols],
-        ),
-    ):
-        kind = output_kind(path, flag) if path else None
-        if held != [] and kind in ("excel", "stata"):
-            excel[(flag, path)] = held, kind
+    for sink in job.sink_classes:
+        held = sink.cells(config, columns)  # as each sink declares
+        for flag, path in sink.files(config).items() if held != [] else ():
+            kind = output_kind(path, flag)
+            if kind in ("excel", "stata"):
+                excel[(flag, path)] = held, kind
     by = config.audit_by if config.audit else None
     if not excel and not by:
         check_csv_rows(config.input, job.options)  # the row structure alone

@@ -12,6 +12,8 @@ has the same attributes and methods. No import of pandas here.
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class Sink:
     """One output of a prediction job. It declares, as class attributes:
@@ -22,7 +24,10 @@ class Sink:
     - `reads`: what of a chunk it reads, "codes" (the code table, `part.predicted`) and/or
       "vectors" (the embeddings, `part.vectors`): the job predicts only what its sinks read;
     - `rank`: its turn among the files a job's journal lies beside and that a job may write
-      alone (1 first; 0: a file that needs another output, as the summary plot does).
+      alone (1 first; 0: a file that needs another output, as the summary plot does);
+    - `cells(config, columns)`: the input's columns its file holds as cells (None: all of
+      them; []: none), which the job checks before any chunk where the file is an Excel or a
+      Stata file (a character such a file cannot store).
 
     Every list of a job's outputs (the files it sweeps and locks, where its parts lie, whether
     it predicts the code table, the outputs it asks for when none is given) is read from
@@ -67,6 +72,11 @@ class Sink:
     rank = 0  # its turn among the files a job's parts lie beside (0: never alone)
     early = False
     replaying = False  # set by `restore`: the chunks completed before come to `replay`
+
+    @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        """The input's columns this sink's file holds as cells (None: all; []: none)."""
+        return []
 
     @classmethod
     def files(cls, config) -> dict:

@@ -31,6 +31,12 @@ class OutputSink(Sink):
     )
 
     @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        if is_matrix(config):
+            return []  # the matrix alone
+        return [columns.input_col] if config.columns == "occcanine" else None  # beside the codes
+
+    @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_fits_excel, check_output_path
 
@@ -180,6 +186,10 @@ class CheckListSink(Sink):
         frozenset({"codes"}),
         3,
     )
+
+    @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        return [columns.input_col, columns.language_col, *columns.context_cols]
 
     @classmethod
     def check(cls, config) -> None:
