@@ -125,3 +125,19 @@ def test_floats_remembered_over_chunks_are_spelled_as_in_each_chunk_alone(monkey
         assert built == table.to_csv(index=False, header=False).encode("utf-8")
         assert len(spelled) <= max(most, len(table))  # bounded: at most one chunk past it
     assert spelled
+
+
+@pytest.mark.parametrize(
+    "character", [",", '"', "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"]
+)
+def test_a_cell_is_quoted_where_pythons_csv_quotes_it(character):
+    """Python 3.13 quotes a carriage return, 3.11 and 3.12 do not: the running csv module
+    decides, as it does for pandas."""
+    import csv
+    import io
+
+    cells = [f"a{character}b", "c"]
+    line = io.StringIO()
+    csv.writer(line, lineterminator="\n").writerow(cells)
+    table = pd.DataFrame({"x": [cells[0]], "y": [cells[1]]})
+    assert csv_text.rows(table) == line.getvalue().encode("utf-8")

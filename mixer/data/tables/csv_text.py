@@ -5,7 +5,7 @@ the speed of the disk rather than some microseconds a row.
 A full count writes tens of millions of rows, most of them the input's text columns beside a
 few codes and probabilities. pandas formats each cell in Python's csv module; here each column
 becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
-'"' or a line feed in it; the quote doubled), numbers as numpy spells them (pandas' own way:
+'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers as numpy spells them (pandas' own way:
 '0.25', '1e-07', '2.0'), each distinct number formatted once, booleans as 'True'/'False'.
 The cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
 with a column of another kind (dates, lists, nullable integers, objects of mixed types) or a
@@ -20,7 +20,24 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-NEEDS_QUOTES = '[,"\n]'  # what Python's csv quotes (QUOTE_MINIMAL, ',' and '\n'), on Python 3.11
+
+def _quoted_characters() -> str:
+    """The characters for which the running Python's csv quotes a cell (QUOTE_MINIMAL, lines
+    ending in a line feed): a ',', a '"', a line feed, and a carriage return from Python 3.13
+    on (CPython gh-67044), asked of the csv module itself, which pandas' to_csv writes with."""
+    import csv
+    import io
+
+    quoted = ""
+    for character in ',"\n\r':
+        line = io.StringIO()
+        csv.writer(line, lineterminator="\n").writerow([f"a{character}b", "c"])
+        quoted += character if line.getvalue().startswith('"') else ""
+    return quoted
+
+
+QUOTED = _quoted_characters()
+NEEDS_QUOTES = f"[{QUOTED}]"  # none of them is special in a character class
 
 
 SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
@@ -127,7 +144,7 @@ def _any_quoted(text) -> bool:
         return False
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)
     cells = data[offsets[text.offset] : offsets[text.offset + len(text)]].to_pybytes()
-    return b"," in cells or b'"' in cells or b"\n" in cells
+    return any(character.encode() in cells for character in QUOTED)
 
 
 def _all_text(series: pd.Series) -> bool:
