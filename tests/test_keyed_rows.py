@@ -74,3 +74,24 @@ def test_a_parquet_dictionary_column_is_keyed_as_its_values():
     assert keyed(chunk, "lang") == by_row(chunk, "lang")
     reader = RowReader("occ1", None, "en", [])
     assert reader.blank(chunk).tolist() == [False, False, False, True, False]
+
+
+def test_predict_reads_a_parquet_files_categorical_description_column(
+    tiny_two_code_run, small_csv, tmp_path
+):
+    """The output is the same rows' as plain text, byte for byte, at a chunk size."""
+    from mixer.cli.entrypoints import predict_main
+
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)[["occ1"]].head(40)
+    frame = pd.concat([frame, frame.iloc[::3]], ignore_index=True)
+    plain, categorical = tmp_path / "plain.parquet", tmp_path / "categorical.parquet"
+    frame.to_parquet(plain)
+    frame.astype({"occ1": "category"}).to_parquet(categorical)
+    for chunk_size in (7, 1000):
+        written = []
+        for path in (plain, categorical):
+            out = tmp_path / f"{path.stem}-{chunk_size}.csv"
+            args = ["--checkpoint", tiny_two_code_run, "--input", str(path), "--output", str(out)]
+            assert predict_main(args + ["--chunk-size", str(chunk_size)]) == 0
+            written.append(out.read_bytes())
+        assert written[1] == written[0]
