@@ -5,11 +5,13 @@ the speed of the disk rather than some microseconds a row.
 A full count writes tens of millions of rows, most of them the input's text columns beside a
 few codes and probabilities. pandas formats each cell in Python's csv module; here each column
 becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
-'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers as numpy spells them (pandas' own way:
-'0.25', '1e-07', '2.0'), each distinct number formatted once, booleans as 'True'/'False'.
-The cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
-with a column of another kind (dates, lists, nullable integers, objects of mixed types) or a
-single column is written by pandas, the same bytes: `rows` returns None for it. The tests
+'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers
+as numpy spells them (pandas' own way: '0.25', '1e-07', '2.0'), each distinct number
+formatted once, booleans as 'True'/'False'; Arrow-backed text, integers and booleans (a
+Parquet, Stata or IPUMS file's columns) alike. The cells of a row are joined with ',' and the
+rows end in '\\n', in Arrow's kernels. A chunk with a column of another kind (dates, lists,
+nullable integers, Arrow-backed floats, objects of mixed types) or a single column is written
+by pandas, the same bytes: `rows` returns None for it. The tests
 compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
 """
 
@@ -83,7 +85,14 @@ def _cells(series: pd.Series, spelled: Spelled):
     import pyarrow.compute as pc
 
     dtype = series.dtype
-    if isinstance(dtype, pd.StringDtype) or (dtype == object and _all_text(series)):
+    arrow = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
+    if arrow is not None and (pa.types.is_integer(arrow) or pa.types.is_boolean(arrow)):
+        return _arrow_cells(series)  # a Parquet, Stata or IPUMS file's numbers, flags
+    if (
+        isinstance(dtype, pd.StringDtype)
+        or (dtype == object and _all_text(series))
+        or (arrow is not None and (pa.types.is_string(arrow) or pa.types.is_large_string(arrow)))
+    ):
         text = pa.array(series.array, type=pa.large_string(), from_pandas=True)
         if isinstance(text, pa.ChunkedArray):
             text = text.combine_chunks()
@@ -108,6 +117,20 @@ def _cells(series: pd.Series, spelled: Spelled):
     if dtype.kind == "f":
         return _numbers(values, spelled)
     return None
+
+
+def _arrow_cells(series: pd.Series):
+    """An Arrow-backed column of integers or booleans as pandas writes it (the cells as Python
+    objects): '12', 'True'/'False', a missing cell empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pa.array(series.array)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_boolean(values.type):
+        values = pc.if_else(values, "True", "False")
+    return pc.fill_null(values.cast(pa.large_string()), "")
 
 
 def _numbers(values: np.ndarray, spelled: Spelled):
