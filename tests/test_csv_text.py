@@ -90,12 +90,12 @@ def test_a_negative_zero_and_missing_cells_are_spelled_as_pandas_spells_them():
     [
         pd.Series(["a", "b", None], dtype="category"),
         pd.Series([1, None, 3], dtype="Int64"),
-        pd.Series([1.5, None, 3], dtype="float64[pyarrow]"),
+        pd.Series(pd.to_datetime(["2020-01-01", None, "1850-06-30"])).astype("date32[pyarrow]"),
         pd.Series(pd.to_datetime(["2020-01-01", "2021-06-30", None])),
         pd.Series(["a", 1, 2.5], dtype=object),
         pd.Series([[1], [2, 3], []], dtype=object),
     ],
-    ids=["category", "nullable", "arrow-float", "dates", "mixed", "lists"],
+    ids=["category", "nullable", "arrow-date", "dates", "mixed", "lists"],
 )
 def test_another_kind_of_column_is_written_by_pandas_the_same_bytes(column):
     table = pd.DataFrame({"text": ["a,b", "c", ""], "other": column})
@@ -145,7 +145,7 @@ def test_a_cell_is_quoted_where_pythons_csv_quotes_it(character):
 
 def arrow_frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
     """A chunk of a Parquet file, a Stata file or an IPUMS extract (Arrow-backed columns: text,
-    integers and booleans, some missing) beside a code and a probability."""
+    integers, booleans and floats, some missing) beside a code and a probability."""
     import pyarrow as pa
 
     def missing(values, dtype):
@@ -162,6 +162,8 @@ def arrow_frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
             "YEAR": missing(rng.integers(-(2**62), 2**62, n), "int64[pyarrow]"),
             "SEX": missing(rng.integers(0, 255, n), "uint8[pyarrow]"),
             "flag": missing(rng.random(n) < 0.5, "bool[pyarrow]"),
+            "PERWT": missing(floats(rng, n), "float64[pyarrow]"),
+            "single": missing(np.clip(floats(rng, n), -3e38, 3e38), "float32[pyarrow]"),
             "code": pd.Series(rng.choice(["61110", "-1", ""], n), dtype="str"),
             "prob": floats(rng, n),
         }

@@ -7,12 +7,12 @@ few codes and probabilities. pandas formats each cell in Python's csv module; he
 becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
 '"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers
 as numpy spells them (pandas' own way: '0.25', '1e-07', '2.0'), each distinct number
-formatted once, booleans as 'True'/'False'; Arrow-backed text, integers and booleans (a
-Parquet, Stata or IPUMS file's columns) alike. The cells of a row are joined with ',' and the
-rows end in '\\n', in Arrow's kernels. A chunk with a column of another kind (dates, lists,
-nullable integers, Arrow-backed floats, objects of mixed types) or a single column is written
-by pandas, the same bytes: `rows` returns None for it. The tests
-compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
+formatted once, booleans as 'True'/'False'; Arrow-backed text, integers, booleans and floats
+(a Parquet, Stata or IPUMS file's columns) alike, a float32 one as its float64 value. The
+cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
+with a column of another kind (dates, lists, nullable integers, Arrow-backed dates, objects of
+mixed types) or a single column is written by pandas, the same bytes: `rows` returns None for
+it. The tests compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def _cells(series: pd.Series, spelled: Spelled):
     arrow = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
     if arrow is not None and (pa.types.is_integer(arrow) or pa.types.is_boolean(arrow)):
         return _arrow_cells(series)  # a Parquet, Stata or IPUMS file's numbers, flags
+    if arrow is not None and pa.types.is_floating(arrow):  # pandas writes each as a Python float
+        return _numbers(series.to_numpy(dtype=np.float64, na_value=np.nan), spelled)
     if (
         isinstance(dtype, pd.StringDtype)
         or (dtype == object and _all_text(series))
