@@ -61,6 +61,15 @@ def test_each_row_gets_its_own_texts_input(cells):
     assert keyed(chunk, "lang") == by_row(chunk, "lang")
 
 
+def test_a_column_arrow_cannot_number_is_keyed_by_its_text():
+    """A Parquet file's list column (Arrow has no dictionary encoding of lists)."""
+    import pyarrow as pa
+
+    cells = [["smith"], None, ["smith"], ["farmer", "smith"], []]
+    chunk = pd.DataFrame({"occ1": pd.Series(cells, dtype=pd.ArrowDtype(pa.list_(pa.string())))})
+    assert keyed(chunk) == by_row(chunk)
+
+
 def test_a_parquet_dictionary_column_is_keyed_as_its_values():
     """pandas writes a categorical column to Parquet as a dictionary, read back as one."""
     frame = pd.DataFrame(
