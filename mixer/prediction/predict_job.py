@@ -680,9 +680,12 @@ class RowReader:
 def _first_seen(column: pd.Series) -> tuple:
     """(per cell, the number of its value in the order values are first seen, a missing value
     one of them; each value's first row), by Arrow's dictionary encoding where the column is
-    Arrow's, else by pandas'."""
+    Arrow's, else by pandas'. Values equal to pandas but not one text (a workbook's 1 and
+    True, 0.0 and -0.0), and those Arrow cannot number (lists), are told apart by their text,
+    as the model reads them (text_column)."""
     import pyarrow as pa
 
+    codes = None
     if (
         isinstance(column.dtype, (pd.ArrowDtype, pd.StringDtype))
         and getattr(column.dtype, "storage", "pyarrow") == "pyarrow"
@@ -690,9 +693,19 @@ def _first_seen(column: pd.Series) -> tuple:
         array = pa.array(column.array)
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        codes = array.dictionary_encode(null_encoding="encode").indices
-        codes = codes.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    else:
+        if pa.types.is_dictionary(array.type):  # a Parquet file's categorical column
+            array = array.dictionary_decode()
+        try:
+            codes = array.dictionary_encode(null_encoding="encode").indices
+            codes = codes.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        except pa.ArrowNotImplementedError:
+            column = column.astype(object).where(column.notna(), "").astype(str)
+    elif column.dtype.kind == "f" or (
+        column.dtype == object
+        and pd.api.types.infer_dtype(column, skipna=True) not in ("string", "empty")
+    ):
+        column = column.astype(object).where(column.notna(), "").astype(str)
+    if codes is None:
         codes = pd.factorize(column, use_na_sentinel=False)[0].astype(np.int64, copy=False)
     # numbered as first seen: a value's first row is where the running maximum grows
     first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)

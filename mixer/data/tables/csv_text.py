@@ -5,12 +5,14 @@ the speed of the disk rather than some microseconds a row.
 A full count writes tens of millions of rows, most of them the input's text columns beside a
 few codes and probabilities. pandas formats each cell in Python's csv module; here each column
 becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
-'"' or a line feed in it; the quote doubled), numbers as numpy spells them (pandas' own way:
-'0.25', '1e-07', '2.0'), each distinct number formatted once, booleans as 'True'/'False'.
-The cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
-with a column of another kind (dates, lists, nullable integers, objects of mixed types) or a
-single column is written by pandas, the same bytes: `rows` returns None for it. The tests
-compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
+'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers
+as numpy spells them (pandas' own way: '0.25', '1e-07', '2.0'), each distinct number
+formatted once, booleans as 'True'/'False'; Arrow-backed text, integers, booleans and floats
+(a Parquet, Stata or IPUMS file's columns) alike, a float32 one as its float64 value. The
+cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
+with a column of another kind (dates, lists, nullable integers, Arrow-backed dates, objects of
+mixed types) or a single column is written by pandas, the same bytes: `rows` returns None for
+it. The tests compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,24 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-NEEDS_QUOTES = '[,"\n]'  # what Python's csv quotes (QUOTE_MINIMAL, ',' and '\n'), on Python 3.11
+
+def _quoted_characters() -> str:
+    """The characters for which the running Python's csv quotes a cell (QUOTE_MINIMAL, lines
+    ending in a line feed): a ',', a '"', a line feed, and a carriage return from Python 3.13
+    on (CPython gh-67044), asked of the csv module itself, which pandas' to_csv writes with."""
+    import csv
+    import io
+
+    quoted = ""
+    for character in ',"\n\r':
+        line = io.StringIO()
+        csv.writer(line, lineterminator="\n").writerow([f"a{character}b", "c"])
+        quoted += character if line.getvalue().startswith('"') else ""
+    return quoted
+
+
+QUOTED = _quoted_characters()
+NEEDS_QUOTES = f"[{QUOTED}]"  # none of them is special in a character class
 
 
 SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
@@ -66,7 +85,16 @@ def _cells(series: pd.Series, spelled: Spelled):
     import pyarrow.compute as pc
 
     dtype = series.dtype
-    if isinstance(dtype, pd.StringDtype) or (dtype == object and _all_text(series)):
+    arrow = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
+    if arrow is not None and (pa.types.is_integer(arrow) or pa.types.is_boolean(arrow)):
+        return _arrow_cells(series)  # a Parquet, Stata or IPUMS file's numbers, flags
+    if arrow is not None and pa.types.is_floating(arrow):  # pandas writes each as a Python float
+        return _numbers(series.to_numpy(dtype=np.float64, na_value=np.nan), spelled)
+    if (
+        isinstance(dtype, pd.StringDtype)
+        or (dtype == object and _all_text(series))
+        or (arrow is not None and (pa.types.is_string(arrow) or pa.types.is_large_string(arrow)))
+    ):
         text = pa.array(series.array, type=pa.large_string(), from_pandas=True)
         if isinstance(text, pa.ChunkedArray):
             text = text.combine_chunks()
@@ -91,6 +119,20 @@ def _cells(series: pd.Series, spelled: Spelled):
     if dtype.kind == "f":
         return _numbers(values, spelled)
     return None
+
+
+def _arrow_cells(series: pd.Series):
+    """An Arrow-backed column of integers or booleans as pandas writes it (the cells as Python
+    objects): '12', 'True'/'False', a missing cell empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pa.array(series.array)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_boolean(values.type):
+        values = pc.if_else(values, "True", "False")
+    return pc.fill_null(values.cast(pa.large_string()), "")
 
 
 def _numbers(values: np.ndarray, spelled: Spelled):
@@ -127,7 +169,7 @@ def _any_quoted(text) -> bool:
         return False
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)
     cells = data[offsets[text.offset] : offsets[text.offset + len(text)]].to_pybytes()
-    return b"," in cells or b'"' in cells or b"\n" in cells
+    return any(character.encode() in cells for character in QUOTED)
 
 
 def _all_text(series: pd.Series) -> bool:
