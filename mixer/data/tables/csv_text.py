@@ -45,9 +45,37 @@ NEEDS_QUOTES = f"[{QUOTED}]"  # none of them is special in a character class
 SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
 
 
-class Spelled(dict):
-    """{float: its text}, remembered over the chunks of one file: a census's chunks repeat
-    most of their probabilities (one per distinct description), each spelled once."""
+class Spelled:
+    """The floats a file's writer has spelled and their text, remembered over its chunks: a
+    census's chunks repeat most of their probabilities (one per distinct description), so
+    each is spelled once (Python's repr) and found again by a hash index, not in Python."""
+
+    def __init__(self):
+        import pyarrow as pa
+
+        self.values = np.empty(0, dtype=np.float64)
+        self.texts = pa.array([], type=pa.large_string())
+        self.index = pd.Index(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def of(self, distinct: np.ndarray):
+        """The texts of distinct float64 values (none NaN, none -0.0), an Arrow array."""
+        import pyarrow as pa
+
+        where = self.index.get_indexer(distinct)
+        new = distinct[where < 0]
+        if len(new):
+            if len(self.values) + len(new) > SPELLED_MOST:
+                self.__init__()
+                new = distinct
+            texts = pa.array([repr(value) for value in new.tolist()], type=pa.large_string())
+            self.values = np.concatenate([self.values, new])
+            self.texts = pa.concat_arrays([self.texts, texts])
+            self.index = pd.Index(self.values)
+            where = self.index.get_indexer(distinct)
+        return self.texts.take(pa.array(where))
 
 
 def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = None) -> bytes:
@@ -147,18 +175,13 @@ def _numbers(values: np.ndarray, spelled: Spelled):
         text[missing] = ""
         return pa.array(text, type=pa.large_string())
     codes, distinct = pd.factorize(values, use_na_sentinel=True)
-    if values.dtype == np.float64:  # numpy spells a float64 as Python's repr, which is faster
-        distinct = distinct.tolist()
-        if len(spelled) + len(distinct) > SPELLED_MOST:
-            spelled.clear()
-        new = [value for value in distinct if value not in spelled]
-        spelled.update(zip(new, map(repr, new)))
-        texts = list(map(spelled.__getitem__, distinct))
+    if values.dtype == np.float64:  # numpy spells a float64 as Python's repr
+        texts = spelled.of(distinct)
     else:
-        texts = distinct.astype(str).tolist()
-    texts.append("")  # code -1 (NaN): the last
+        texts = pa.array(distinct.astype(str).tolist(), type=pa.large_string())
+    texts = pa.concat_arrays([texts, pa.array([""], type=pa.large_string())])  # -1 (NaN): last
     codes = np.where(codes < 0, len(distinct), codes)
-    return pa.array(texts, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
+    return texts.take(pa.array(codes.astype(np.int64)))
 
 
 def _any_quoted(text) -> bool:
