@@ -663,7 +663,7 @@ class AuditSink(Sink):
     def check(cls, config) -> None:
         from mixer.data.tables.sinks import refuse_shaped
 
-        if not config.audit:
+        if not config.outputs.audit:
             return
         request = cls.request(config)
         refuse_shaped(config, "--audit", "draws from the code table")
@@ -673,12 +673,16 @@ class AuditSink(Sink):
 
     @classmethod
     def wanted(cls, config) -> bool:
-        return bool(config.audit)
+        return bool(config.outputs.audit)
 
     @staticmethod
     def request(config) -> AuditRequest:
         return parse_audit_args(
-            config.audit, config.audit_margin, config.audit_by, config.audit_unit, config.audit_seed
+            config.outputs.audit,
+            config.outputs.audit_margin,
+            config.outputs.audit_by,
+            config.outputs.audit_unit,
+            config.outputs.audit_seed,
         )
 
     DIGEST = "audit-digest.bin"  # beside a resume journal: the bytes the predictions' digest hashed
@@ -700,14 +704,14 @@ class AuditSink(Sink):
                 part.chunk.columns,
                 part.predicted.columns,
                 [job.columns.input_col, job.columns.language_col, *job.columns.context_cols],
-                config.head[0],
-                len(config.head) > 1,
+                config.coding.head[0],
+                len(config.coding.head) > 1,
                 job.predictor,
             )
             if job.classes is not None:  # each code's class beside it (--crosswalk)
                 from mixer.data.labels.crosswalk import class_columns
 
-                slots = config.top_k or job.predictor.default_top_k()
+                slots = config.coding.top_k or job.predictor.default_top_k()
                 self.draw.extra = [
                     name
                     for walk in job.classes.walks
@@ -716,7 +720,7 @@ class AuditSink(Sink):
             if self.journal is not None:
                 self.draw.digest.keep(self.journal.path(self.DIGEST))
         self.draw.add_output(
-            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.head)
+            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.coding.head)
         )
 
     def state(self) -> Optional[dict]:
@@ -752,9 +756,9 @@ class AuditSink(Sink):
             self.draw,
             self.audit,
             job.predictor,
-            job.config.checkpoint,
-            job.config.head[0],
-            job.config.threshold,
+            job.config.model.checkpoint,
+            job.config.coding.head[0],
+            job.config.coding.threshold,
             job.started,
         )
 

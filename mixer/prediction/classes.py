@@ -112,14 +112,14 @@ def refuse_without_codes(config) -> None:
     """--crosswalk where the job writes no codes, or only a matrix: one line, nothing run."""
     from mixer.data.tables.sinks import is_matrix
 
-    if not config.crosswalk:
+    if not config.outputs.crosswalk:
         return
     if is_matrix(config):
         raise UserError(
-            f"--crosswalk adds classes beside codes, and --what {config.what} writes a matrix "
+            f"--crosswalk adds classes beside codes, and --what {config.outputs.what} writes a matrix "
             "with a column per code: leave out one of them"
         )
-    if not (config.output or config.to_check or config.audit):
+    if not (config.outputs.output or config.outputs.to_check or config.outputs.audit):
         raise UserError(
             "--crosswalk adds classes beside the codes of --output, --to-check or --audit; "
             "pass one of them"
