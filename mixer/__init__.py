@@ -6,45 +6,13 @@ model.predict(["farmer and fisher"], lang="en")
 model = mixer.finetune(frame, target_cols=["hisco_1"], save_path="runs/nb")  # as finetune.py
 """
 
-__version__ = "0.2.0"
+from mixer.version import __version__  # noqa: F401 - a leaf module (mixer/version.py)
 
 # The package's folders are its layers (docs/architecture.md). A few modules keep the
 # names users were given before the folders existed: mixer.errors (UserError, imported
 # here so that `except mixer.errors.UserError` needs no import of its own), mixer.api,
 # mixer.dataset, and the programs `python -m mixer.plot` and `python -m mixer.export_occcanine`.
 from mixer import errors  # noqa: E402,F401
-
-# A feature registers what it needs from the layers below it, here, so that no program or
-# import of mixer misses it: the audit's filled files are never overwritten, its rows train
-# only when asked (mixer.data.tables.guards). Light: no pandas until a check runs.
-from mixer.audit import guards as _audit_guards  # noqa: E402
-
-_audit_guards.register()
-
-# The outputs of a prediction job are sinks its features register (mixer.data.tables.sinks):
-# predict.py's own here, the audit's draw with its guards above.
-from mixer.prediction import sinks as _prediction_sinks  # noqa: E402
-
-_prediction_sinks.register()
-
-
-# The Python APIs' keywords are checked by the flags' own checks, which mixer.cli holds: loaded
-# when a keyword is first checked (mixer.core.options.flag_checks).
-def _flag_specs(configs):
-    from mixer.cli.options import specs
-
-    return specs(configs)
-
-
-def _flag_checked(name, spec, value, keyword=False):
-    from mixer.cli.finetune_api import checked
-
-    return checked(name, spec, value, keyword=keyword)
-
-
-from mixer.core import options as _options  # noqa: E402
-
-_options.register_flag_checks(_flag_specs, _flag_checked)
 
 
 def load(

@@ -29,7 +29,7 @@ LAYERS = [
     ("reporting",),
     (
         "audit",
-    ),  # a feature: the layers below it know it only by what it registers (mixer.data.tables.guards)
+    ),  # a feature: the layers below it know it only by the guards passed down (mixer.data.tables.guards)
     (
         "coding",
     ),  # a feature: coding at a stated accuracy, with its statistics; it reads the audit's files
@@ -43,9 +43,9 @@ RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folder
 # it here, never one after (files in and out, codes and labels, a run's prepared data,
 # what the model reads).
 DATA_FOLDERS = ["tables", "labels", "prepared", "inputs"]
-# The version string lives in mixer/__init__.py (pyproject reads it there); any layer
-# may read it.
-ANYWHERE = {("mixer", "__version__")}
+# The version string lives in the leaf mixer/version.py (pyproject reads it there); any
+# layer may read it.
+ANYWHERE = {("mixer.version", "__version__")}
 
 CODE_IN_STRING = re.compile(
     r"(?:^|[;\s(])(from\s+(mixer(?:\.\w+)*)\s+import\s+([\w ,]+)"
@@ -265,6 +265,8 @@ def test_the_project_checks_some_imports_here():
 def imported_layers(module: str, names: tuple) -> set:
     """The layers an import reaches: `from mixer import x` reaches the folder x when x is
     one, else the package root."""
+    if names and all((module, n) in ANYWHERE for n in names):
+        return set()
     if module != "mixer":
         return {layer_of(module)}
     if not names:  # `import mixer`: the package root, whatever is used of it
@@ -296,6 +298,82 @@ def test_no_module_imports_from_a_layer_above_its_own():
                         f"imports {module} ({layer}), {side}"
                     )
     assert not problems, "\n".join(problems)
+
+
+def test_no_module_below_the_root_reads_the_package_root():
+    """A name read from the package root (`from mixer import __version__`) runs
+    mixer/__init__.py, the top layer, from below it: the version is read from its leaf
+    module, mixer.version, and nothing else of the root is read by a folder of mixer/."""
+    problems = []
+    for path in python_files("mixer"):
+        if layer_of(module_of(path)) == "mixer":
+            continue
+        for line, module, names in mixer_imports(path):
+            if module == "mixer" and any(not module_file(f"mixer.{n}") for n in names):
+                problems.append(f"{os.path.relpath(path, ROOT)}:{line}: from mixer import {names}")
+    assert not problems, "\n".join(problems)
+
+
+WIRING = """
+import sys
+import mixer
+loaded = sorted(m for m in sys.modules if m == "mixer" or m.startswith("mixer."))
+heavy = sorted(m for m in ("numpy", "pandas", "torch", "transformers") if m in sys.modules)
+from mixer.core import options
+from mixer.data.tables import guards, sinks
+left = [
+    f"{module.__name__}.{name}"
+    for module, names in (
+        (sinks, ("_SINKS", "register", "registered")),
+        (guards, ("_OUTPUTS", "_TRAINING_TABLES", "_EXTRA_TRAIN", "protect_outputs")),
+        (options, ("_FLAG_CHECKS", "register_flag_checks", "flag_checks")),
+    )
+    for name in names
+    if hasattr(module, name)
+]
+print(loaded, heavy, left, sep="\\n")
+"""
+
+
+def test_import_mixer_runs_no_wiring():
+    """`import mixer` wires nothing into the layers below: it loads the package root, its
+    version and its errors alone (no feature, no sink, no check), no numpy, pandas or torch,
+    and the registries it used to fill (the prediction sinks, the audit's guards, the flags'
+    checks) do not exist: each is built or passed where it is used."""
+    import subprocess
+    import sys
+
+    from conftest import env_for_subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", WIRING],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env_for_subprocess(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, heavy, left = done.stdout.splitlines()
+    assert loaded == str(
+        ["mixer", "mixer.core", "mixer.core.errors", "mixer.errors", "mixer.version"]
+    )
+    assert heavy == "[]" and left == "[]"
+
+
+def test_the_package_root_calls_nothing_at_import():
+    """mixer/__init__.py holds imports, definitions and names, no call: a registration there
+    (`register()`) would run at every import of mixer."""
+    with open(os.path.join(ROOT, "mixer", "__init__.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    calls = [
+        node.lineno
+        for statement in tree.body
+        if not isinstance(statement, (ast.FunctionDef, ast.ClassDef))
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Call)
+    ]
+    assert not calls, f"mixer/__init__.py calls at import, lines {calls}"
 
 
 def data_folder_of(module: str, names: tuple = ()) -> set:

@@ -20,6 +20,7 @@ from conftest import ROOT, TINY, TOY, assert_same_predictions, bottom_k, env_for
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
 from mixer.audit import train_on
+from mixer.audit.guards import GUARDS
 from mixer.audit.draw import PROBABILITY_UNITS
 from mixer.audit.verdicts import read_audit
 from mixer.cli.entrypoints import evaluate_main, finetune_main, predict_main, train_mixer_main
@@ -1002,8 +1003,8 @@ def test_an_audit_with_verdicts_is_never_overwritten(example, tmp_path):
 
 
 def test_the_audit_guards_come_with_any_import_of_mixer(tmp_path):
-    """mixer.data knows the audit only by what it registers (mixer.data.tables.guards, from
-    mixer/__init__.py): the writer imported alone refuses to replace a filled audit, and
+    """mixer.data knows the audit only by the guards a caller passes it (mixer.audit.guards.GUARDS,
+    mixer.data.tables.guards): the writer given them refuses to replace a filled audit, and
     `import mixer` still loads no pandas."""
     filled = tmp_path / "audit.csv"
     filled.write_text("occ1,audit,audit_check,correct\nfarmer,x,y,yes\n")
@@ -1011,10 +1012,12 @@ def test_the_audit_guards_come_with_any_import_of_mixer(tmp_path):
         "import sys\n"
         "import mixer\n"
         "assert 'pandas' not in sys.modules\n"
+        "from mixer.audit.guards import GUARDS\n"
+        "assert 'pandas' not in sys.modules\n"
         "from mixer.core.errors import UserError\n"
         "from mixer.data.tables.writing import check_output_path\n"
         "try:\n"
-        f"    check_output_path({str(filled)!r}, '--output', {{}})\n"
+        f"    check_output_path({str(filled)!r}, '--output', {{}}, GUARDS)\n"
         "except UserError as exc:\n"
         "    print(exc)\n"
     )
@@ -1118,6 +1121,7 @@ def test_audit_rows_in_a_training_table_are_named_as_rows_of_its_format(tmp_path
                 ),
                 0,
                 log=lambda _: None,
+                guards=GUARDS,
             )
         assert f"1 row(s) of an audit (predict.py --audit; e.g. {row} by its 'audit'" in str(
             error.value
@@ -1162,6 +1166,7 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
                 DataConfig(dataset=str(tmp_path / "t.csv"), target_cols=["hisco_1"], share_val=0.2),
                 0,
                 log=lambda _: None,
+                guards=GUARDS,
             )
         assert audit_file.audit_rows(table).tolist() == [False] * 4 + [True], name
         assert (
@@ -1174,6 +1179,7 @@ def test_rows_that_keep_one_of_an_audit_s_two_columns_are_still_audit_rows(tmp_p
                 ),
                 0,
                 log=lambda _: None,
+                guards=GUARDS,
             ).train
             is not None
         )

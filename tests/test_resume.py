@@ -663,3 +663,31 @@ def test_a_problem_met_mid_job_keeps_the_chunks_done_for_the_same_command(
         run_main(predict_main, [str(a) for a in argv])
     assert "continuing an unfinished run after its 6 chunk(s)" in capsys.readouterr().out
     assert os.path.isdir(parts)
+
+
+def test_the_faults_tests_inject_go_through_one_seam():
+    """The kills, signals and lost nodes the tests ask for (MIXER_PREDICT_FAULT_AFTER_CHUNK)
+    are read and done in mixer/prediction/faults.py alone: no other module of the job names
+    the variable, ends its process or signals itself."""
+    import ast
+
+    seam = os.path.join(ROOT, "mixer", "prediction", "faults.py")
+    found = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "mixer")):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path == seam:
+                continue
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+            for node in ast.walk(tree):
+                named = isinstance(node, ast.Constant) and "MIXER_PREDICT_FAULT" in str(node.value)
+                call = ast.unparse(node) if isinstance(node, ast.Call) else ""
+                ends = os.sep + "prediction" + os.sep in path and (
+                    call.startswith("os._exit(") or call.startswith("os.kill(os.getpid()")
+                )
+                if named or ends:
+                    found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not found, found
+    with open(seam, encoding="utf-8") as handle:
+        assert "MIXER_PREDICT_FAULT_AFTER_CHUNK" in handle.read()

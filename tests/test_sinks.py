@@ -1,5 +1,6 @@
-"""predict.py's outputs are sinks a feature registers (mixer.data.tables.sinks; docs/architecture.md,
-"A new output of predict.py"): a new output is a new sink, not edits to the job."""
+"""predict.py's outputs are sinks the job is handed (mixer.prediction.sink, predict_file's
+`sinks`; docs/architecture.md, "A new output of predict.py"): a new output is a new sink, not
+edits to the job."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
-from mixer.data.tables import sinks
+from mixer.prediction import sink as sinks
+from mixer.prediction.sinks import default_sinks
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +19,8 @@ def run(tiny_two_code_run):
 
 
 @pytest.fixture
-def outside(monkeypatch):
-    """A sink registered from outside the job: it records what the job hands it."""
+def outside():
+    """A sink passed in from outside the job: it records what the job hands it."""
     events = []
 
     class Recording(sinks.Sink):
@@ -48,17 +50,21 @@ def outside(monkeypatch):
         def abort(self):
             events.append("abort")
 
-    monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
-    sinks.register(60, lambda: Recording)
     return events, Recording
 
 
+def with_sink(argv, sink):
+    """predict.py with its own outputs and `sink` after them."""
+    return predict_main(argv, sinks=[*default_sinks(), sink])
+
+
 def test_a_registered_sink_gets_every_chunk_in_order_and_commits(run, small_csv, tmp_path, outside):
-    events, _ = outside
+    events, recording = outside
     out = tmp_path / "out.csv"
     assert (
-        predict_main(
-            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        with_sink(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"],
+            recording,
         )
         == 0
     )
@@ -76,8 +82,9 @@ def test_a_failing_sink_aborts_every_sink_and_leaves_nothing(run, small_csv, tmp
     recording.fail_at = 1
     out = tmp_path / "out.csv"
     with pytest.raises(RuntimeError, match="outside sink failed"):
-        predict_main(
-            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+        with_sink(
+            ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"],
+            recording,
         )
     assert events[-1] == "abort" and "commit" not in events
     assert list(tmp_path.iterdir()) == []  # the output's temp file aborted with it
@@ -95,7 +102,7 @@ def test_a_sinks_check_refuses_before_the_model_loads(
     with pytest.raises(
         UserError, match="refused by the outside sink"
     ):  # the program: one line, exit 2
-        predict_main(
+        with_sink(
             [
                 "--checkpoint",
                 run,
@@ -105,7 +112,8 @@ def test_a_sinks_check_refuses_before_the_model_loads(
                 str(tmp_path / "out.csv"),
                 "--top-k",
                 "7",
-            ]
+            ],
+            outside[1],
         )
     assert outside[0] == ["check"] and list(tmp_path.iterdir()) == []
 
@@ -114,7 +122,7 @@ def test_a_sinks_check_refuses_before_the_model_loads(
 OUTSIDE = '''
 import json, os, sys
 
-from mixer.data.tables import sinks
+from mixer.prediction import sink as sinks
 
 
 class Counting(sinks.Sink):
@@ -149,10 +157,11 @@ class Stateless(Counting):
     state = sinks.Sink.state  # keeps no state: a killed job starts over
 
 
-sinks.register(60, lambda: Stateless if sys.argv[1] == "stateless" else Counting)
 from mixer.cli.entrypoints import predict_main  # noqa: E402
+from mixer.prediction.sinks import default_sinks  # noqa: E402
 
-sys.exit(predict_main(sys.argv[2:]))
+outside = Stateless if sys.argv[1] == "stateless" else Counting
+sys.exit(predict_main(sys.argv[2:], sinks=[*default_sinks(), outside]))
 '''
 
 
@@ -212,9 +221,7 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
     killed = run_outside(tmp_path, "stateless", *cmd, env={"DIE_AT": "2"})  # kill -9 at chunk 2
     assert killed.returncode == 9 and not out.exists()
     assert not (tmp_path / ".tmp-out.csv.parts").exists()  # no journal: nothing to continue
-    monkeypatch.setattr(sinks, "_SINKS", list(sinks._SINKS))
-    sinks.register(60, lambda: Stateless)
-    assert predict_main(list(map(str, cmd))) == 0
+    assert with_sink(list(map(str, cmd)), Stateless) == 0
     assert (
         f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
         "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "
@@ -225,3 +232,67 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
         "out.csv.provenance.json",
         "outside.py",
     ]
+
+
+# ------------------------------------------------------------------ an output declared in one place
+def tally_sink(path, stop_at=None):
+    """A user's own output, declared in its class alone: rows per first code, to a JSON file
+    of its own. With `stop_at`, a scheduler's SIGTERM arrives while that chunk is written."""
+    import json
+    import signal
+
+    class Tally(sinks.Sink):
+        flag, usage, reads, rank = "--tally", "--tally FILE", frozenset({"codes"}), 5
+
+        @classmethod
+        def files(cls, config):
+            return {cls.flag: str(path)}
+
+        def __init__(self, job):
+            self.counts = {}
+
+        def file(self):
+            return self.flag, str(path)
+
+        def add(self, job, part):
+            for code in part.predicted["code_1"]:
+                self.counts[code] = self.counts.get(code, 0) + 1
+            if part.number == stop_at:
+                signal.raise_signal(signal.SIGTERM)
+
+        def state(self):
+            return dict(self.counts)
+
+        def restore(self, state):
+            self.counts = dict(state)
+
+        def commit(self, job):
+            with open(path, "w") as handle:
+                json.dump(self.counts, handle, sort_keys=True)
+
+    return Tally
+
+
+def test_a_sink_passed_in_is_the_jobs_only_output_and_resumes_after_a_stop(
+    run, small_csv, tmp_path, capsys
+):
+    """predict_main/predict_file take the sinks to write: a job whose one output is a sink of
+    the caller's (no --output) is accepted, its parts lie beside that sink's declared file,
+    and a stop mid-file continues to the bytes of a run never stopped."""
+    import signal
+
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30"]
+    assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(whole)]) == 0
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(cut, stop_at=1)]) == 0
+    finally:
+        for number, handler in before.items():  # the job's own, taken for its run
+            signal.signal(number, handler)
+    assert "stopped after 2 chunk(s) (60 rows) on a signal" in capsys.readouterr().err
+    assert not cut.exists() and (tmp_path / ".tmp-cut.json.parts").is_dir()
+    assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(cut)]) == 0
+    assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
+    assert cut.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json", "whole.json"]

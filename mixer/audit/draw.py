@@ -23,7 +23,6 @@ from mixer.core.naming import FLAGS, Names
 from mixer.audit import file as audit_file
 from mixer.audit import statistics as stats
 from mixer.data.tables.job_columns import blank_descriptions
-from mixer.data.tables.sinks import Sink
 
 # the draw's own columns, never a file's
 _KEY, _ROW, _STRATUM, _RANK, _PLACE = "\x00key", "\x00row", "\x00stratum", "\x00rank", "\x00place"
@@ -78,9 +77,10 @@ class AuditRequest:
 
     def check_path(self, inputs: dict) -> None:
         """Before any work: a file that can be written, and none of the job's other files."""
+        from mixer.audit.guards import GUARDS
         from mixer.data.tables.writing import check_output_path
 
-        check_output_path(self.path, "--audit", inputs)
+        check_output_path(self.path, "--audit", inputs, GUARDS)
         self.kind  # noqa: B018 - a kind that is written, or the refusal
 
     @property
@@ -631,9 +631,10 @@ def write_audit(
 ) -> None:
     """The audit, through mixer.data.tables.writing (its columns are already named by output_names,
     mixer.audit.file.input_names)."""
+    from mixer.audit.guards import GUARDS
     from mixer.data.tables.writing import write_table
 
-    write_table(table, path, "--audit", stamp=stamp)
+    write_table(table, path, "--audit", stamp=stamp, guards=GUARDS)
     design = table.attrs["audit"]
     if design.unit == "rows":
         unit, early = "rows", "if you stop early, the rows checked are still a random sample"
@@ -651,13 +652,36 @@ def write_audit(
         (log or (lambda m: print(m, file=sys.stderr)))(line)
 
 
-class AuditSink(Sink):
-    """predict.py --audit as a sink (mixer.data.tables.sinks, registered by mixer.audit.guards):
-    the draw sees each chunk's code table on rank 0 and is drawn, described and written at
-    the end, before the job's closing lines. A killed job continues the draw from its state
-    (state, restore): the same rows drawn, whatever the chunks and wherever the kill."""
+def output_format(config) -> str:
+    """The format of the job's --output (csv where there is none), read from the configuration
+    as the output reads it: the audit names its columns as that file names them, without
+    asking the output's sink."""
+    from mixer.data.tables.writing import output_kind
+
+    return output_kind(config.outputs.output, "--output") if config.outputs.output else "csv"
+
+
+class AuditSink:
+    """predict.py --audit as a sink (the protocol of mixer.prediction.sink.Sink, a layer above,
+    which the prediction job passes it in: mixer.prediction.sinks.default_sinks): the draw sees
+    each chunk's code table on rank 0 and is drawn, described and written at the end, before
+    the job's closing lines. A killed job continues the draw from its state (state, restore):
+    the same rows drawn, whatever the chunks and wherever the kill."""
 
     early = True
+    replaying = False  # set by `restore`: the chunks completed before come to `replay`
+
+    @classmethod
+    def files(cls, config) -> dict:
+        return {cls.flag: config.outputs.audit[-1]} if config.outputs.audit else {}
+
+    @classmethod
+    def wanted(cls, config) -> bool:
+        return bool(config.outputs.audit)
+
+    @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        return None  # every input column beside the draw's
 
     @classmethod
     def check(cls, config) -> None:
@@ -671,10 +695,6 @@ class AuditSink(Sink):
 
         request.check_path(job_files(config, "--audit"))
 
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.outputs.audit)
-
     @staticmethod
     def request(config) -> AuditRequest:
         return parse_audit_args(
@@ -685,6 +705,13 @@ class AuditSink(Sink):
             config.outputs.audit_seed,
         )
 
+    flag, field, usage, reads, rank = (
+        "--audit",
+        "audit",
+        "--audit N FILE",
+        frozenset({"codes"}),
+        4,
+    )
     DIGEST = "audit-digest.bin"  # beside a resume journal: the bytes the predictions' digest hashed
 
     def __init__(self, job):
@@ -700,7 +727,7 @@ class AuditSink(Sink):
         if self.draw is None:
             self.draw = AuditDraw.for_output(
                 self.audit,
-                job.output_kind or "csv",
+                output_format(config),
                 part.chunk.columns,
                 part.predicted.columns,
                 [job.columns.input_col, job.columns.language_col, *job.columns.context_cols],

@@ -1,14 +1,13 @@
-"""What the audit asks of the data layer, registered with mixer.data.tables.guards: a filled
-audit is never replaced by an output (mixer.audit.verdicts), and an audit's rows train only
-with --train-on-audit (mixer.audit.train_on); and its sink, the draw predict.py --audit
-writes (mixer.data.tables.sinks). mixer/__init__.py calls register(), so every
-program and every import of mixer has them. Light: the audit's modules are imported when
-a check runs, not here.
+"""What the audit asks of the data layer (mixer.data.tables.guards.Guards): a filled audit is
+never replaced by an output (mixer.audit.verdicts), and an audit's rows train only with
+--train-on-audit (mixer.audit.train_on). GUARDS is passed down by every layer above the audit
+that writes an output or prepares a run's data (the programs, the prediction job and its
+sinks, the training run). Light: the audit's modules are imported when a check runs, not here.
 """
 
 from __future__ import annotations
 
-from mixer.data.tables import guards, sinks
+from mixer.data.tables.guards import Guards
 
 
 def refuse_filled_audit(path: str, flag: str) -> None:
@@ -29,14 +28,6 @@ def training_table(table, path: str, cfg):
     return rows(table, path, cfg.train_on_audit)  # an audit: refused, or its checked rows
 
 
-def audit_sink():
-    from mixer.audit.draw import AuditSink
-
-    return AuditSink  # predict.py --audit (mixer.data.tables.sinks)
-
-
-def register() -> None:
-    sinks.register(30, audit_sink)
-    guards.protect_outputs(refuse_filled_audit)
-    guards.check_training_tables(refuse_audit_rows)
-    guards.read_extra_train_with(training_table)
+GUARDS = Guards(
+    output=refuse_filled_audit, training_table=refuse_audit_rows, extra_train=training_table
+)

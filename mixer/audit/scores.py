@@ -333,6 +333,7 @@ def evaluate_audit(
     from mixer.core.io import atomic_write, write_text
     from mixer.audit.verdicts import check_drawn_from, read_audit
     from mixer.data.tables.reading import read_table
+    from mixer.audit.guards import GUARDS
     from mixer.data.tables.writing import check_output_path
 
     from mixer.data.tables.compression import inner_name
@@ -341,8 +342,8 @@ def evaluate_audit(
     output = output or f"{stem}_scores.csv"
     plot = plot or f"{os.path.splitext(output)[0]}.png"
     inputs = {"--audit": path, "--predictions": predictions}
-    output = check_output_path(output, "--output", inputs)
-    check_output_path(plot, "--plot", {**inputs, "--output": output})
+    output = check_output_path(output, "--output", inputs, GUARDS)
+    check_output_path(plot, "--plot", {**inputs, "--output": output}, GUARDS)
     audit = read_audit(path, options, log=print)
     if predictions:
         check_drawn_from(

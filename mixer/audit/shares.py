@@ -582,6 +582,7 @@ def evaluate_shares(
 
     from mixer.audit.verdicts import read_audit
     from mixer.core.io import atomic_write, write_text
+    from mixer.audit.guards import GUARDS
     from mixer.data.tables.writing import check_output_path
 
     classifier(level)  # an unknown level, before anything is read
@@ -594,8 +595,8 @@ def evaluate_shares(
     output = output or f"{stem}_shares.csv"
     plot = plot or f"{os.path.splitext(output)[0]}.png"
     inputs = {"--audit": path, "--predictions": predictions}
-    output = check_output_path(output, "--output", inputs)
-    check_output_path(plot, "--plot", {**inputs, "--output": output})
+    output = check_output_path(output, "--output", inputs, GUARDS)
+    check_output_path(plot, "--plot", {**inputs, "--output": output}, GUARDS)
     audit = read_audit(path, options, log=print)
     table = shares(
         audit, predictions, predictions_options, level, simultaneous, code_length, print, method

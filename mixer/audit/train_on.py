@@ -1,8 +1,8 @@
 """Training on an audit (`--train-on-audit`): its rows measure the model, so a training
 table that holds them is refused unless asked for. With it, an audit given as --extra-train
 trains on its checked rows, and the run records their descriptions so that the next audit
-leaves them out (trained_descriptions). mixer.audit.guards registers the refusals with
-mixer.data.tables.guards, which mixer.data.prepared.prepare runs.
+leaves them out (trained_descriptions). The refusals are among
+mixer.audit.guards.GUARDS, which the layers above pass to mixer.data.prepared.prepare.
 
 No torch here.
 """

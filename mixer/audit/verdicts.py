@@ -1,7 +1,7 @@
 """An audit a person has filled in, read back. Its design, each row's check and the
 verdicts checked before any of it is used (parse_audit). The predictions it was drawn from
 are checked (check_drawn_from). It is never overwritten by an output (refuse_filled_audit,
-which mixer.audit.guards registers with mixer.data.tables.guards, which writing runs).
+among mixer.audit.guards.GUARDS, which the layers above pass to writing).
 
 No torch here.
 """

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from mixer.audit.guards import GUARDS
 from mixer.cli import options
 from mixer.cli import parsing as cli
 from mixer.core.allocator import keep_freed_memory
@@ -100,7 +101,12 @@ def _train(config) -> int:
             print(note, file=sys.stderr)
         began = time.perf_counter()
         prepare_run_data(
-            config.data, config.train.seed, config.save_dir, base=start.base, tokens=start.tokens
+            config.data,
+            config.train.seed,
+            config.save_dir,
+            base=start.base,
+            tokens=start.tokens,
+            guards=GUARDS,
         )
         write_args(config, config.save_dir)
         print(
@@ -157,7 +163,8 @@ def predict_parser() -> cli.Parser:
     return parser
 
 
-def predict_main(argv: Optional[Sequence[str]] = None) -> int:
+def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = None) -> int:
+    """predict.py. `sinks`: the outputs the job may write (predict_file's; None: its own)."""
     parser = predict_parser()
     job = job_config(PredictConfig, parser, parser.parse_args(argv))
     options.refuse_lone_companions(job, parser.specs)
@@ -176,19 +183,9 @@ def predict_main(argv: Optional[Sequence[str]] = None) -> int:
     )
     if not job.data.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
-    if (
-        not job.outputs.output
-        and not job.outputs.embeddings
-        and not job.outputs.to_check
-        and not job.outputs.audit
-    ):
-        raise cli.UserError(
-            "pass --output FILE for predictions, --embeddings FILE, --to-check N FILE, "
-            "--audit N FILE, or several"
-        )
     from mixer.prediction.predict_job import predict_file
 
-    predict_file(job)
+    predict_file(job, sinks)
     return 0
 
 
@@ -283,9 +280,11 @@ def evaluate_main(argv: Optional[Sequence[str]] = None) -> int:
     output = args.output or f"{stem}_evaluation.csv"
     plot = args.plot or f"{os.path.splitext(output)[0]}.png"
     output = check_output_path(
-        output, "--output", {"--predictions": args.predictions}
+        output, "--output", {"--predictions": args.predictions}, GUARDS
     )  # a link's target
-    check_output_path(plot, "--plot", {"--predictions": args.predictions, "--output": output})
+    check_output_path(
+        plot, "--plot", {"--predictions": args.predictions, "--output": output}, GUARDS
+    )
     frame = read_table(args.predictions, args.table_options("predictions"), log=print)
     named = {
         **{c: "--truth-cols" for c in args.truth_cols},
@@ -388,7 +387,7 @@ def production_plan(args, frame, predicted: dict, output: str):
     )
     paths = [f"{stem}_production.csv", f"{stem}_production.png"]
     for path in paths:
-        check_output_path(path, "the production curve", {"--predictions": args.predictions})
+        check_output_path(path, "the production curve", {"--predictions": args.predictions}, GUARDS)
     return columns, paths
 
 

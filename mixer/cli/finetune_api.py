@@ -2,21 +2,20 @@
 
 One configuration with finetune.py. Each keyword argument is a field of the training
 configuration, named as its flag with '_' (num_epochs=2 for --num-epochs 2), checked as the
-flag is (mixer.cli.options.CHECKS). The run is trained by the function the
+flag is (mixer.core.flags.CHECKS). The run is trained by the function the
 program calls. No command line is built. Bad input raises mixer.core.errors.UserError with the
 program's one-line message, instead of printing it and exiting.
 """
 
 from __future__ import annotations
 
-import argparse
-import numbers
 import os
 from typing import Optional, Union
 
 import pandas as pd
 
 from mixer.core.errors import UserError, first_line
+from mixer.core.flags import checked  # noqa: F401 - the keywords read as their flags
 
 DATA_FILE = "dataset.parquet"  # a DataFrame given to finetune() is kept here, in the run
 
@@ -124,57 +123,6 @@ def checked_values(given: dict) -> dict:
         if value is not None:
             values[spec.name] = checked(name, spec, value)
     return values
-
-
-def checked(name: str, spec, value, caller: str = "finetune()", keyword: bool = False):
-    """One keyword argument as its flag would read it, or a one-line UserError that names
-    the flag (finetune()'s, as the program's messages do) or, with `keyword`, the keyword
-    (`top_k=0: ...`, the prediction API's)."""
-    from mixer.cli.options import CHECKS
-
-    where = (
-        f"{name}={first_line(repr(value), 80)}"
-        if keyword
-        else f"{caller}: argument {'/'.join(spec.flags)}"
-    )
-
-    for one in value if isinstance(value, (list, tuple)) and spec.nargs in ("+", "*") else [value]:
-        if not isinstance(
-            one, (str, numbers.Number, os.PathLike, list, tuple, dict, set)
-        ):  # numpy's numbers too
-            table = (
-                " (write it to a file, e.g. with .to_parquet, and pass the path)"
-                if isinstance(one, (pd.DataFrame, pd.Series))
-                else ""
-            )
-            raise UserError(
-                f"{name}=: pass text, a number or a file's path, not a {type(one).__name__}{table}"
-            )
-    if spec.switch:
-        if not isinstance(value, bool):
-            raise UserError(f"{name}={value!r}: pass True or False")
-        return value
-    if spec.nargs in ("+", "*"):
-        values = [value] if isinstance(value, (str, int, float, os.PathLike)) else list(value)
-        if not values and spec.nargs == "+":  # as argparse refuses the flag with no value
-            raise UserError(f"{where}: expected at least one argument")
-    elif isinstance(value, (list, tuple, dict, set)):
-        raise UserError(f"{name}={first_line(repr(value), 80)}: pass one value")
-    else:
-        values = [value]
-    read = []
-    for one in values:
-        text = os.fspath(one) if isinstance(one, os.PathLike) else str(one)
-        try:
-            one = CHECKS[spec.type](text) if spec.type else text
-        except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise UserError(f"{where}: {exc}")
-        if spec.choices and one not in spec.choices:
-            raise UserError(
-                f"{where}: invalid choice: {one!r} (choose from {', '.join(map(repr, spec.choices))})"
-            )
-        read.append(one)
-    return read if spec.nargs in ("+", "*") else read[0]
 
 
 def _as_table(data) -> Optional[pd.DataFrame]:

@@ -11,13 +11,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from typing import Optional
 
-from mixer import __version__
+from mixer.version import __version__
 from mixer.core import recipe
 from mixer.core.config import TABLE_ROLES
 from mixer.core.errors import UserError
-from mixer.core.options import default_of, flags_of, flat_values, options_of, sections_of
+from mixer.core.flags import (  # noqa: F401 - the checks and specs, kept importable here
+    BadValue,
+    CHECKS,
+    Spec,
+    digit_levels,
+    encoding_name,
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    positive_float,
+    positive_int,
+    separator,
+    share_below_one,
+    specs,
+    unit_interval,
+)
+from mixer.core.options import flat_values, sections_of
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,169 +44,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-# ----------------------------------------------------------------- checks
-def _whole_number(text: str, least: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
-    return value
+def flag_type(check):
+    """A flag's check (mixer.core.flags.CHECKS) as argparse's type: its refusal said as written."""
 
+    @functools.wraps(check)
+    def read(text: str):
+        try:
+            return check(text)
+        except BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc))
 
-def positive_int(text: str) -> int:
-    return _whole_number(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return _whole_number(text, 0)
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-
-
-def _bounded(name: str, holds, says: str):
-    def check(text: str) -> float:
-        value = _float(text)
-        if not holds(value):
-            raise argparse.ArgumentTypeError(f"must be {says}, got {text}")
-        return value
-
-    check.__name__ = name
-    return check
-
-
-positive_float = _bounded("positive_float", lambda v: v > 0, "greater than 0")
-non_negative_float = _bounded("non_negative_float", lambda v: v >= 0, "0 or more")
-unit_interval = _bounded("unit_interval", lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
-open_unit_interval = _bounded(
-    "open_unit_interval", lambda v: 0.0 < v < 1.0, "strictly between 0 and 1"
-)
-share_below_one = _bounded("share_below_one", lambda v: 0.0 <= v < 1.0, "0 or more and below 1")
-
-
-def encoding_name(text: str) -> str:
-    from mixer.data.tables.reading import canonical_encoding
-
-    try:
-        return canonical_encoding(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc))
-
-
-def separator(text: str) -> str:
-    named = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
-    value = named.get(text.lower(), text)
-    if len(value) != 1 or value in '"\r\n':
-        raise argparse.ArgumentTypeError(
-            f"expected one character such as , ; | or tab, got {text!r}"
-        )
-    return value
-
-
-def digit_levels(text: str) -> list:
-    """'1-5' or '1,3,5' -> [1, 2, 3, 4, 5] / [1, 3, 5]."""
-    try:
-        if "-" in text:
-            low, high = (int(v) for v in text.split("-", 1))
-            levels = list(range(low, high + 1))
-        else:
-            levels = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected digits like 1-5 or 1,3,5, got {text!r}")
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"digits must be 1 or more, got {text!r}")
-    return levels
-
-
-# the checks a field names (option(type=...)), by name
-CHECKS = {
-    check.__name__: check
-    for check in (
-        positive_int,
-        non_negative_int,
-        _float,
-        positive_float,
-        non_negative_float,
-        unit_interval,
-        open_unit_interval,
-        share_below_one,
-        encoding_name,
-        separator,
-        digit_levels,
-        int,
-    )
-}
-
-
-# ----------------------------------------------------------------- generation
-@dataclasses.dataclass
-class Spec:
-    """One field's flag in one program: the field's metadata with the program's differences."""
-
-    name: str
-    flags: tuple
-    default: object
-    help: str
-    group: str = ""
-    type: Optional[str] = None
-    nargs: object = None
-    choices: Optional[tuple] = None
-    metavar: object = None
-    switch: object = False
-    required: bool = False
-    hidden: bool = False
-    aliases: tuple = ()
-    table: Optional[str] = None
-    works_with: tuple = ()
-    repeat: bool = False  # given several times, its values add up (argparse's extend)
-
-    @property
-    def flag(self) -> str:
-        return self.flags[0]
-
-
-def specs(classes, program: str = "", differences: Optional[dict] = None) -> list:
-    """The flags of a program with these configuration classes, in --help's order.
-    A field in `differences` (config.PROGRAM_DIFFERENCES) has a flag only in the programs
-    it names, with what differs there; None there: no flag (Spec with flags=())."""
-    found = []
-    for cls in classes:
-        for f in options_of(cls):
-            meta = dict(f.metadata)
-            given = {"flags": flags_of(f), "default": default_of(f)}
-            per = (differences or {}).get(f.name)
-            if per is not None:
-                if program not in per:
-                    continue
-                if per[program] is None:
-                    given["flags"] = ()
-                else:
-                    given.update(per[program])
-            fields = {
-                k: meta[k]
-                for k in (
-                    "help",
-                    "group",
-                    "type",
-                    "nargs",
-                    "choices",
-                    "metavar",
-                    "switch",
-                    "hidden",
-                    "aliases",
-                    "table",
-                    "works_with",
-                    "repeat",
-                )
-            }
-            found.append(Spec(name=f.name, **{**fields, **given}))
-    return found
+    return read
 
 
 def help_text(spec: Spec) -> str:
@@ -235,7 +100,7 @@ def add_flag(parser: argparse.ArgumentParser, group, spec: Spec) -> None:
             {
                 k: v
                 for k, v in (
-                    ("type", CHECKS[spec.type] if spec.type else None),
+                    ("type", flag_type(CHECKS[spec.type]) if spec.type else None),
                     ("nargs", spec.nargs),
                     ("metavar", spec.metavar),
                     ("choices", list(spec.choices) if spec.choices else None),

@@ -429,7 +429,7 @@ def _rows_to_code(config, model, lookup, input_col, language_col, language, cont
 
 
 def _provenance(config, predictor, lookup, targets: dict) -> dict:
-    from mixer import __version__
+    from mixer.version import __version__
     from mixer.coding import provenance
     from mixer.audit.draw import threshold_used
 

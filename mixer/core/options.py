@@ -1,7 +1,7 @@
 """A configuration field with what its flag needs: the one place an option is defined.
 
 `option(default, help=...)` is a dataclass field whose metadata names its flag(s), its
-one-line help, its check (a name of mixer.cli.options.CHECKS, so that nothing here
+one-line help, its check (a name of mixer.core.flags.CHECKS, so that nothing here
 imports argparse), its number of values, choices, and the programs that expose it.
 mixer.cli.options generates every program's parser from these fields; the Python API
 (mixer.finetune) checks keyword arguments with the same checks.
@@ -114,20 +114,3 @@ def flat_values(config) -> dict:
             values[f.name] = getattr(config, f.name)
     order = [f.name for f in options_of(type(config))]
     return {name: values[name] for name in [*order, *(n for n in values if n not in order)]}
-
-
-# The flags' own checks, for the keyword arguments of the Python APIs: the checks live in
-# mixer.cli (they raise argparse's errors), a layer above the APIs that use them, so mixer's
-# package root registers them here (mixer/__init__.py), as a feature registers its guards.
-_FLAG_CHECKS: dict = {}
-
-
-def register_flag_checks(specs, checked) -> None:
-    """specs(configs) -> the flags' Specs of configuration classes; checked(name, spec, value,
-    keyword=True) -> the value as its flag reads it, or a one-line UserError naming `name`."""
-    _FLAG_CHECKS.update(specs=specs, checked=checked)
-
-
-def flag_checks() -> tuple:
-    """(specs, checked) as registered by mixer/__init__.py."""
-    return _FLAG_CHECKS["specs"], _FLAG_CHECKS["checked"]

@@ -108,8 +108,9 @@ def context_values(frame: pd.DataFrame, config, where: str, repeat: int = 1) -> 
     return values
 
 
-def refuse_without_codes(config) -> None:
-    """--crosswalk where the job writes no codes, or only a matrix: one line, nothing run."""
+def refuse_without_codes(config, codes: bool = True) -> None:
+    """--crosswalk where the job writes no codes (`codes`: whether an output of the job reads
+    the code table, mixer.prediction.sinks.reads), or only a matrix: one line, nothing run."""
     from mixer.data.tables.sinks import is_matrix
 
     if not config.outputs.crosswalk:
@@ -119,7 +120,7 @@ def refuse_without_codes(config) -> None:
             f"--crosswalk adds classes beside codes, and --what {config.outputs.what} writes a matrix "
             "with a column per code: leave out one of them"
         )
-    if not (config.outputs.output or config.outputs.to_check or config.outputs.audit):
+    if not codes:
         raise UserError(
             "--crosswalk adds classes beside the codes of --output, --to-check or --audit; "
             "pass one of them"

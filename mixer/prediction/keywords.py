@@ -38,10 +38,9 @@ NOT_OPTIONS |= {"frame", "n", "path", "status", "relation", "product"}
 @functools.lru_cache(maxsize=1)
 def _field_specs() -> dict:
     """{field: its flag's Spec} of predict.py's configuration."""
-    from mixer.core.options import flag_checks
+    from mixer.core.flags import specs
     from mixer.core.programs import PredictConfig
 
-    specs, _ = flag_checks()
     return {spec.name: spec for spec in specs([PredictConfig])}
 
 
@@ -56,7 +55,8 @@ def given(call: str, arguments: dict) -> types.SimpleNamespace:
 
 def settings(call: str, options: dict, renamed: Optional[dict] = None) -> dict:
     """{keyword: its value as predict.py reads it} (given's dict)."""
-    from mixer.core.options import default_of, flag_checks, options_of
+    from mixer.core.flags import checked
+    from mixer.core.options import default_of, options_of
     from mixer.core.programs import PredictConfig
 
     options = dict(options)
@@ -73,7 +73,7 @@ def settings(call: str, options: dict, renamed: Optional[dict] = None) -> dict:
             )
         options[new] = value
     fields = {f.name: f for f in options_of(PredictConfig)}  # every section's
-    specs, (_, checked) = _field_specs(), flag_checks()
+    specs = _field_specs()
     values = {}
     for name, value in options.items():
         spec = specs.get(name)

@@ -36,11 +36,13 @@ from mixer.prediction.predict import Predictor
 MEGABYTE = 2**20  # --store-memory's unit
 
 
-def predict_file(config: PredictConfig) -> None:
+def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     """The job as its stages: each chunk read, its model inputs built, the distinct-input
     store asked, the model asked for the inputs the store lacks (and the row steps: the
-    lookup, calibration, target marks, shorter codes), the rows handed to each sink."""
-    sinks = check_job(config)  # before the model loads: a wrong path or option fails at once
+    lookup, calibration, target marks, shorter codes), the rows handed to each sink.
+    `sinks`: the Sink classes the job may write, in their turn (None: predict.py's own,
+    mixer.prediction.sinks.default_sinks); each says from `config` whether it is wanted."""
+    sinks = check_job(config, sinks)  # before the model loads: a wrong path or option fails at once
     world = mdist.setup(DistConfig(distributed=config.run.distributed), program="predict.py")
     job = Job(config, world, sinks)
     try:
@@ -94,7 +96,7 @@ class Job:
         self.config, self.world, self.sink_classes = config, world, sink_classes
         self.options = config.table_options("input")
         self.predictor = self.model = self.columns = self.rows = self.coding = None
-        self.journal = self.stores = self.stop = self.bar = self.output_kind = None
+        self.journal = self.stores = self.stop = self.bar = None
         self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.classes = None  # the crosswalks' class columns (mixer.prediction.classes)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
@@ -103,9 +105,9 @@ class Job:
             np.zeros(3, dtype=np.int64),
         )  # rows that fit, context cut, too long
         self.blank_rows = self.rows_read = 0
-        self.codes = bool(
-            config.outputs.output or config.outputs.to_check or config.outputs.audit
-        )  # the code table is predicted
+        from mixer.prediction.sinks import reads
+
+        self.codes = reads(config, sink_classes, "codes")  # the code table is predicted
 
     def say(
         self, message: str
@@ -125,21 +127,24 @@ class Part:
         self.new_vectors = None  # the same for the embeddings' store
 
 
-def check_job(config: PredictConfig) -> list:
-    """Every refusal before the model loads; the sinks this job writes."""
-    from mixer.data.tables import sinks
+def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
+    """Every refusal before the model loads; the sinks this job writes, of `sinks` (None:
+    predict.py's own)."""
+    from mixer.prediction.sinks import default_sinks, reads, refuse_no_output
 
+    registered = default_sinks() if sinks is None else list(sinks)
+    refuse_no_output(config, registered)
     check_input_table(config.data.input, "--input")
     check_header(config.data.input, config.table_options("input"))  # two columns of one name
-    registered = sinks.registered()
     for sink in registered:
         sink.check(config)
     if config.outputs.code_descriptions:
         check_input_path(config.outputs.code_descriptions, "--code-descriptions")
-    check_coding_args(config)
+    codes = reads(config, registered, "codes")  # a wanted sink reads the code table
+    check_coding_args(config, codes)
     from mixer.prediction.classes import load, refuse_without_codes
 
-    refuse_without_codes(config)
+    refuse_without_codes(config, codes)
     load(
         config.outputs.crosswalk, None, config.table_options("crosswalk")
     )  # names and tables checked
@@ -153,7 +158,7 @@ def check_rows(job: Job) -> None:
     """Rank 0, before the first chunk (after the journal, which refuses a changed input or
     option in a line of its own): what a cheap pass over the input finds, which would otherwise
     stop the job mid-way. A CSV file's rows, each with as many cells as its header names; the
-    cells an Excel file (--output, --audit or --to-check .xlsx) would hold, none with a control
+    cells an Excel file would hold (each sink's `cells`: --output, --audit, --to-check), none with a control
     character or more characters than a cell holds; those of a Stata file (.dta), none with a
     NUL, at which a Stata text ends (what follows would be lost); the strata of --audit-by, no more than the
     audit has rows (counted over the rows with a description). One pass, where any is asked.
@@ -166,23 +171,12 @@ def check_rows(job: Job) -> None:
     if table_kind(config.data.input, "--input") == "excel":
         return
     excel = {}  # {(flag, path): (the input columns the file holds, None for all; its kind)}
-    beside = None  # the code table, alternatives: the input's columns beside the codes
-    if is_matrix(config):
-        beside = []  # the matrix alone
-    elif config.outputs.columns == "occcanine":
-        beside = [columns.input_col]  # OccCANINE's table: each row's text
-    for flag, path, held in (
-        ("--output", config.outputs.output, beside),
-        ("--audit", config.outputs.audit[-1] if config.outputs.audit else None, None),
-        (
-            "--to-check",
-            config.outputs.to_check[-1] if config.outputs.to_check else None,
-            [columns.input_col, columns.language_col, *columns.context_cols],
-        ),
-    ):
-        kind = output_kind(path, flag) if path else None
-        if held != [] and kind in ("excel", "stata"):
-            excel[(flag, path)] = held, kind
+    for sink in job.sink_classes:
+        held = sink.cells(config, columns)  # as each sink declares
+        for flag, path in sink.files(config).items() if held != [] else ():
+            kind = output_kind(path, flag)
+            if kind in ("excel", "stata"):
+                excel[(flag, path)] = held, kind
     by = config.outputs.audit_by if config.outputs.audit else None
     if not excel and not by:
         check_csv_rows(config.data.input, job.options)  # the row structure alone
@@ -318,7 +312,7 @@ def open_sinks(job: Job) -> None:
         from tqdm import tqdm
 
         job.bar = tqdm(unit="row", desc="predict")
-    job.stores = DistinctStores(config, world)
+    job.stores = DistinctStores(config, world, job.sink_classes)
     job.stop = StopRequest(job.journal)
     if job.journal is not None:  # the stores as they grew over the completed chunks
         for store, name in ((job.stores.table, "store"), (job.stores.embeddings, "vectors")):
@@ -337,7 +331,7 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     if job.classes is not None:  # the columns that pick a crosswalk's rows (--status-col, ...)
         from mixer.prediction.classes import CONTEXT, CONTEXT_FLAGS
 
-        needed += [(getattr(job.config, name), CONTEXT_FLAGS[name]) for name in CONTEXT]
+        needed += [(getattr(job.config.data, name), CONTEXT_FLAGS[name]) for name in CONTEXT]
     for column, flag in needed:
         if column and column not in chunk.columns:
             raise missing_column(column, chunk.columns, f"--input {job.config.data.input}", flag)
@@ -714,33 +708,36 @@ class DistinctStores:
     """The job's distinct-input stores (mixer.prediction.store): one for the code table or a
     matrix, one for embeddings; None where the output is written by row."""
 
-    def __init__(self, config: PredictConfig, world):
+    def __init__(self, config: PredictConfig, world, sinks: Optional[list] = None):
+        from mixer.prediction.sinks import anchor, default_sinks, reads
         from mixer.prediction.store import DistinctStore
 
+        sinks = default_sinks() if sinks is None else sinks  # the job's outputs
         budget = config.run.store_memory * MEGABYTE
-        from mixer.prediction.resume import anchor, written
+        from mixer.prediction.resume import written
 
         beside = written(
-            anchor(config)[1] or config.data.input
+            anchor(config, sinks)[1] or config.data.input
         )  # beside the job's first output (not a data directory; a link's target)
         spill_dir = os.path.dirname(beside)
         by_row = (
             config.outputs.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
-        has_table = (
-            bool(config.outputs.output or config.outputs.to_check or config.outputs.audit)
-            and not by_row
-        )
+        has_table = reads(config, sinks, "codes") and not by_row
         self.table = (
             DistinctStore(budget, spill_dir, os.path.basename(beside)) if has_table else None
         )
+        vectors = [
+            path
+            for sink in sinks
+            if "vectors" in sink.reads
+            for path in sink.files(config).values()
+        ]  # beside the file the embeddings go to
         self.embeddings = (
             DistinctStore(
-                budget,
-                os.path.dirname(written(config.outputs.embeddings)),
-                os.path.basename(written(config.outputs.embeddings)),
+                budget, os.path.dirname(written(vectors[0])), os.path.basename(written(vectors[0]))
             )
-            if config.outputs.embeddings
+            if vectors
             else None
         )
 
@@ -806,6 +803,7 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
     """Rank 0: the journal of a job that can resume after a kill (mixer.prediction.resume), or
     None, said in one line where parts of an earlier run are there and cannot be continued."""
     from mixer.prediction import resume
+    from mixer.prediction.sinks import anchor, job_outputs
 
     why = resume.why_not(
         config,
@@ -813,7 +811,7 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
         bool(config.outputs.output) and is_shaped(config) and not is_matrix(config),
         sinks,
     )
-    flag, path = resume.anchor(config)  # where the parts and the store's spill lie
+    flag, path = anchor(config, sinks)  # where the parts and the store's spill lie
     journal = None
     if why is None:
         journal = resume.Journal(config, predictor, sinks, devices)
@@ -823,13 +821,7 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
         if os.path.isdir(resume.parts_dir(path)):
             say(f"{flag} {path}: starts over ({why}, so it does not resume)")
             shutil.rmtree(resume.parts_dir(path))
-    for flag, path in {
-        (flag, path),
-        ("--output", config.outputs.output),
-        ("--embeddings", config.outputs.embeddings),
-        ("--to-check", config.outputs.to_check[-1] if config.outputs.to_check else None),
-        ("--audit", config.outputs.audit[-1] if config.outputs.audit else None),
-    }:
+    for flag, path in {(flag, path), *job_outputs(config, sinks).items()}:
         if path:
             resume.remove_stale(path, flag, why, say)
     return journal
@@ -837,8 +829,8 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
 
 def keep_chunk(job: Job, part: Part) -> None:
     """Rank 0, a job that resumes: the chunk's new store rows, each sink's state
-    (mixer.data.tables.sinks.Sink.state) and the coding's tallies saved, then the journal's entry."""
-    from mixer.data.tables.sinks import sink_name
+    (mixer.prediction.sink.Sink.state) and the coding's tallies saved, then the journal's entry."""
+    from mixer.prediction.sink import sink_name
 
     sinks = []
     for sink in job.sinks:
@@ -888,14 +880,15 @@ class StopRequest:
 
     def agreed(self, world, number: int) -> bool:
         """All ranks, after chunk `number`: whether any rank was asked to stop (all stop after it)."""
-        from mixer.prediction.resume import lose_rank
+        from mixer.prediction import faults
 
-        lose_rank(world, number)  # tests: a node lost here
+        faults.agreeing(world, number)  # tests: a node lost here (mixer.prediction.faults)
         return self.armed and mdist.any_rank(self.requested, world)
 
 
-def check_coding_args(config) -> None:
-    """--target-accuracy, --lookup and their companions: what they cannot be asked with."""
+def check_coding_args(config, codes: bool = True) -> None:
+    """--target-accuracy, --lookup and their companions: what they cannot be asked with.
+    `codes`: whether an output of the job reads the code table (mixer.prediction.sinks.reads)."""
     coding = [
         flag
         for flag, value in (
@@ -909,9 +902,7 @@ def check_coding_args(config) -> None:
             f"{coding[0]} marks rows of the code table; leave out --what, --alternatives and "
             "--columns occcanine"
         )
-    if coding and not (
-        config.outputs.output or config.outputs.to_check or config.outputs.audit
-    ):  # e.g. --embeddings alone
+    if coding and not codes:  # e.g. --embeddings alone
         raise UserError(
             f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
             "writes; pass --output FILE"

@@ -5,7 +5,7 @@ Beside the output (a job without --output: its first other output, `anchor`),
 their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for the embeddings: the stores as they
 grew, so that a resumed job fills later rows from the very values an uninterrupted one
 would), the state of every sink and the coding's tallies after the last chunk completed
-(`state-<k>.pkl`; mixer.data.tables.sinks.Sink.state, the pieces a sink gathers over the file
+(`state-<k>.pkl`; mixer.prediction.sink.Sink.state, the pieces a sink gathers over the file
 in its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
 length after them, the time the job first started (the time an Excel or Stata file states)
 and what made them (the input file, the model, the options that change the output, the
@@ -29,7 +29,7 @@ skip the same chunks and agree on which inputs are new. A node lost ends every r
 N-th batch of one batch plan (Predictor.shared), so the files do not depend on their number.
 
 What does not resume starts over, said in one line (why_not): a job with a sink that keeps
-no state (one registered from outside that does not define Sink.state), and OccCANINE's
+no state (one a caller passed in that does not define Sink.state), and OccCANINE's
 table and --alternatives (written by row).
 """
 
@@ -41,9 +41,9 @@ import os
 import pickle
 import re
 import shutil
-import sys
 from typing import Optional
 
+from mixer.prediction import faults
 from mixer.core.errors import UserError
 from mixer.data.inputs.tokens import KEY_VERSION
 from mixer.data.tables.sinks import dump_atomically as _dump
@@ -60,10 +60,6 @@ FILES = ("code_descriptions", "lookup", "calibration_data")
 # by their whole content (_own_identity), so that an edit between a kill and the rerun is
 # refused and a copy of the directory (cp -r, new times) continues
 OWN_FILES = ("key.csv", "config.json", "calibration.json")
-# tests: "k" ends the job (os._exit) after writing chunk k, before its journal entry (a kill
-# -9 there); "k:TERM" sends the job SIGTERM after chunk k (a scheduler's pre-emption); under
-# torchrun "k:LOST" ends the last rank (os._exit) once chunk k is done (a node lost)
-FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
 def written(output: str) -> str:
@@ -81,30 +77,18 @@ def parts_dir(output: str) -> str:
     return os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.parts")
 
 
-def anchor(config) -> tuple:
-    """(flag, path) of the file a job's parts lie beside: --output, else its first other output."""
-    for flag, path in (
-        ("--output", config.outputs.output),
-        ("--embeddings", config.outputs.embeddings),
-        ("--to-check", config.outputs.to_check[-1] if config.outputs.to_check else None),
-        ("--audit", config.outputs.audit[-1] if config.outputs.audit else None),
-    ):
-        if path:
-            return flag, path
-    return None, None
-
-
 def why_not(config, world, stores_by_row: bool, sinks=()) -> Optional[str]:
     """Why this job cannot resume after a kill, or None. Every output kind resumes, in one
     process or under torchrun (`world`: the same answer on every rank). sinks: the job's
     Sink classes."""
-    from mixer.data.tables.sinks import resumes, sink_name
+    from mixer.prediction.sink import resumes, sink_name
+    from mixer.prediction.sinks import anchor
 
-    if anchor(config)[1] is None:
+    if anchor(config, sinks)[1] is None:
         return "it writes no file"
     for (
         sink
-    ) in sinks:  # each gathers its own state (mixer.data.tables.sinks.Sink.state), or cannot resume
+    ) in sinks:  # each gathers its own state (mixer.prediction.sink.Sink.state), or cannot resume
         if not resumes(sink):
             return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
     if stores_by_row:
@@ -158,12 +142,13 @@ class Journal:
     def __init__(self, config, predictor, sinks=(), devices=None):
         from mixer.audit.draw import model_fingerprint
         from mixer.core.options import flat_values
-        from mixer.data.tables.sinks import sink_name
+        from mixer.prediction.sink import sink_name
+        from mixer.prediction.sinks import anchor
 
         from mixer.data.tables.writing import file_time, output_kind
 
         self.flag, self.output = anchor(
-            config
+            config, sinks
         )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
         kind = None
@@ -198,7 +183,7 @@ class Journal:
         options["calibration"] = {
             head: list(values) for head, values in sorted(predictor.calibration.items())
         }
-        from mixer import __version__
+        from mixer.version import __version__
 
         # the model's own flat thresholds (config.json, which a run's tuning writes) and the code
         options["model_thresholds"] = [
@@ -218,10 +203,6 @@ class Journal:
         }
         self.chunks, self.rows, self.size = 0, 0, 0
         self.lock = None  # open(): held while the job runs
-        fault = os.environ.get(FAULT, "-1").split(":")
-        self.fault, self.fault_signal = int(fault[0]), fault[1] if len(fault) > 1 else None
-        if self.fault_signal == "LOST":  # the last rank's (lose_rank)
-            self.fault = -1
 
     def open(self, restart: bool, log) -> None:
         """Start, or continue the parts an earlier run of the same command left."""
@@ -324,9 +305,7 @@ class Journal:
         if vectors is not None:
             _dump(os.path.join(self.dir, f"vectors-{chunk}.pkl"), vectors)
         _dump(os.path.join(self.dir, _state(chunk)), states)
-        if chunk == self.fault and self.fault_signal is None:
-            sys.stderr.flush()
-            os._exit(9)
+        faults.written(chunk)  # tests: a kill -9 here (mixer.prediction.faults)
         self.chunks, self.rows = chunk + 1, self.rows + rows
         self.size = 0
         if self.growing is not None:  # the output so far on the disk before the journal says so
@@ -338,10 +317,7 @@ class Journal:
             os.path.join(self.dir, _state(chunk - 1))
         ):  # the journal names the newer one now
             os.unlink(os.path.join(self.dir, _state(chunk - 1)))
-        if chunk == self.fault:
-            import signal
-
-            os.kill(os.getpid(), getattr(signal, "SIG" + self.fault_signal))
+        faults.journaled(chunk)  # tests: a scheduler's signal here
 
     def _save(self) -> None:
         journal = os.path.join(self.dir, JOURNAL)
@@ -512,15 +488,6 @@ def shared(journal, world):
     if world.is_main or state is None:
         return journal
     return Followed(*state)
-
-
-def lose_rank(world, chunk: int) -> None:
-    """Tests (FAULT "k:LOST"): the last rank of several ends at once after chunk k."""
-    fault = os.environ.get(FAULT, "").split(":")
-    last = world.world_size > 1 and world.rank == world.world_size - 1
-    if fault[-1] == "LOST" and int(fault[0]) == chunk and last:
-        sys.stderr.flush()
-        os._exit(9)
 
 
 def lost_peer(exc: BaseException, stop, world) -> bool:
@@ -734,9 +701,7 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
             before, value = ([_path_of(w) for w in walks or []] for walks in (before, value))
         shown = [v.get("path") if isinstance(v, dict) else v for v in (before, value)]
         return f"--{name.replace('_', '-')} {_shown(shown[0])} (now {_shown(shown[1])})"
-    if saved.get("sinks") != now.get(
-        "sinks"
-    ):  # outputs registered from outside (mixer.data.tables.sinks)
+    if saved.get("sinks") != now.get("sinks"):  # outputs a caller passed in (predict_file's sinks)
         return f"other outputs ({_shown(saved.get('sinks'))}; now {_shown(now.get('sinks'))})"
     return _own_file_changed(saved, now)
 

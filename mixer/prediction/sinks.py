@@ -2,8 +2,8 @@
 provenance beside it, the embeddings, the check list and the summary plot, each with the
 state a killed job resumes from (Sink.state: the output's is the journal's own length, the
 embeddings' their raw file beside the journal, the check list's and the plot's their pieces
-there). mixer/__init__.py calls register(); the audit's draw is the audit's own
-(mixer.audit.guards). Light: the writers are imported when a job opens them, not here.
+there). `default_sinks` lists them with the audit's draw (mixer.audit.draw), in their turn;
+nothing is registered. Light: the writers are imported when a job opens them, not here.
 """
 
 from __future__ import annotations
@@ -12,21 +12,40 @@ import os
 import sys
 from typing import Optional
 
+from mixer.audit.guards import GUARDS  # a filled audit: no output replaces it
 from mixer.core.errors import UserError
-from mixer.data.tables import sinks
-from mixer.data.tables.sinks import Sink, is_matrix, is_shaped, job_files
+from mixer.data.tables.sinks import is_matrix, is_shaped, job_files
+from mixer.prediction.sink import Sink
 
 
 class OutputSink(Sink):
     """--output: the code table beside the input's columns, or one of OccCANINE's shapes, written
     to a temp file (or the resume journal's parts) and renamed at the end with its provenance."""
 
+    flag, field, usage, reads, rank = (
+        "--output",
+        "output",
+        "--output FILE for predictions",
+        frozenset({"codes"}),
+        1,
+    )
+
+    @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        if is_matrix(config):
+            return []  # the matrix alone
+        return (
+            [columns.input_col] if config.outputs.columns == "occcanine" else None
+        )  # beside the codes
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_fits_excel, check_output_path
 
         if config.outputs.output:  # before the model loads: a wrong path fails at once
-            check_output_path(config.outputs.output, "--output", job_files(config, "--output"))
+            check_output_path(
+                config.outputs.output, "--output", job_files(config, "--output"), GUARDS
+            )
             check_fits_excel(
                 config.outputs.output,
                 config.data.input,
@@ -36,10 +55,6 @@ class OutputSink(Sink):
             )
         check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.outputs.output)
-
     def __init__(self, job):
         label = None
         if job.coding.provenance is not None:
@@ -48,7 +63,6 @@ class OutputSink(Sink):
             label = provenance_label(job.coding.provenance)
         self.journal, self.config = job.journal, job.config
         self.writer = output_writer(job.config, job.say, label, job.journal, job.started)
-        job.output_kind = getattr(self.writer, "kind", None)
 
     def file(self) -> tuple:
         return "--output", self.config.outputs.output
@@ -104,7 +118,7 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
             rows=journal.rows,
         )
     if journal is None:
-        return OutputWriter(config.outputs.output, log=log, label=label, stamp=stamp)
+        return OutputWriter(config.outputs.output, log=log, label=label, stamp=stamp, guards=GUARDS)
     writer = OutputWriter(
         config.outputs.output,
         log=log,
@@ -112,6 +126,7 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
         tmp=journal.tmp,
         parts=journal.dir,
         stamp=journal.started,
+        guards=GUARDS,
     )
     writer.resume(
         journal.chunks, journal.rows
@@ -180,6 +195,18 @@ def shaped_output(chunk, predicted, config) -> tuple:
 class CheckListSink(Sink):
     """--to-check N FILE: the rows a person should check (mixer.data.labels.checking.CheckList)."""
 
+    flag, field, usage, reads, rank = (
+        "--to-check",
+        "to_check",
+        "--to-check N FILE",
+        frozenset({"codes"}),
+        3,
+    )
+
+    @classmethod
+    def cells(cls, config, columns) -> Optional[list]:
+        return [columns.input_col, columns.language_col, *columns.context_cols]
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.labels.checking import parse_to_check
@@ -190,11 +217,7 @@ class CheckListSink(Sink):
             return
         path = parse_to_check(config.outputs.to_check)[1]
         refuse_shaped(config, "--to-check", "lists codes of the code table")
-        check_output_path(path, "--to-check", job_files(config, "--to-check"))
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.outputs.to_check)
+        check_output_path(path, "--to-check", job_files(config, "--to-check"), GUARDS)
 
     def __init__(self, job):
         from mixer.data.labels.checking import CheckList, parse_to_check
@@ -219,6 +242,7 @@ class CheckListSink(Sink):
             log=job.say,
             stamp=job.started,
             extra=class_names(job, prefix),
+            guards=GUARDS,
         )
         self.journal, self.saved = job.journal, (0, 0)  # its pieces beside a resume journal (state)
 
@@ -270,18 +294,22 @@ def class_names(job, prefix: str) -> list:
 class EmbeddingSink(Sink):
     """--embeddings FILE: each row's vector, in input order (EmbeddingWriter)."""
 
+    flag, field, usage, reads, rank = (
+        "--embeddings",
+        "embeddings",
+        "--embeddings FILE",
+        frozenset({"vectors"}),
+        2,
+    )
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
 
         if config.outputs.embeddings:
             check_output_path(
-                config.outputs.embeddings, "--embeddings", job_files(config, "--embeddings")
+                config.outputs.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
             )
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.outputs.embeddings)
 
     def __init__(self, job):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
@@ -318,6 +346,8 @@ class EmbeddingSink(Sink):
 class SummaryPlotSink(Sink):
     """--summary-plot FILE: the first code's probabilities drawn over the whole file."""
 
+    flag, field, reads = "--summary-plot", "summary_plot", frozenset({"codes"})
+
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
@@ -325,16 +355,15 @@ class SummaryPlotSink(Sink):
         if not config.outputs.summary_plot:
             return
         check_output_path(
-            config.outputs.summary_plot, "--summary-plot", job_files(config, "--summary-plot")
+            config.outputs.summary_plot,
+            "--summary-plot",
+            job_files(config, "--summary-plot"),
+            GUARDS,
         )
         if not config.outputs.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(
                 f"--summary-plot {config.outputs.summary_plot}: name it .png, .pdf, .svg or .jpg"
             )
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.outputs.summary_plot)
 
     def __init__(self, job):
         self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
@@ -401,7 +430,7 @@ class EmbeddingWriter:
     ):
         from mixer.data.tables.writing import check_output_path
 
-        self.path = check_output_path(path, flag, {})
+        self.path = check_output_path(path, flag, {}, GUARDS)
         self.flag = flag
         if not path.lower().endswith((".npy", ".parquet", ".pq")):
             raise UserError(f"{flag} {path}: name it .npy or .parquet")
@@ -524,22 +553,46 @@ class EmbeddingWriter:
                 os.unlink(leftover)
 
 
-def _sink(cls):
-    return lambda: cls
+def default_sinks() -> list:
+    """predict.py's outputs, in their turn (checks, chunks and commits go in this order): the
+    output first (its shape is checked with it; the audit names its columns as the output
+    does), the check list, the audit's draw (mixer.audit.draw), the embeddings, the plot. Each
+    says from the configuration whether the job writes it (`wanted`). predict_file builds the
+    job's outputs from this list unless its caller passes its own."""
+    from mixer.audit.draw import AuditSink
+
+    return [OutputSink, CheckListSink, AuditSink, EmbeddingSink, SummaryPlotSink]
 
 
-# places: the output first (its shape is checked with it; the audit names its columns as the
-# output does), the check list, the audit (mixer.audit.guards: 30), the embeddings, the plot
-_OUTPUT, _CHECK_LIST, _EMBEDDINGS, _SUMMARY_PLOT = (
-    _sink(OutputSink),
-    _sink(CheckListSink),
-    _sink(EmbeddingSink),
-    _sink(SummaryPlotSink),
-)
+# ------------------------------------------------------------------ the lists, from the sinks
+def wanted(config, sinks) -> list:
+    """The sinks of `sinks` this job writes."""
+    return [sink for sink in sinks if sink.wanted(config)]
 
 
-def register() -> None:
-    sinks.register(10, _OUTPUT)
-    sinks.register(20, _CHECK_LIST)
-    sinks.register(40, _EMBEDDINGS)
-    sinks.register(50, _SUMMARY_PLOT)
+def job_outputs(config, sinks) -> dict:
+    """{flag: path} of every file the wanted sinks write, in their turn."""
+    return {
+        flag: path for sink in wanted(config, sinks) for flag, path in sink.files(config).items()
+    }
+
+
+def reads(config, sinks, what: str) -> bool:
+    """Whether a wanted sink reads `what` of a chunk: "codes" (the code table) or "vectors"."""
+    return any(what in sink.reads for sink in wanted(config, sinks))
+
+
+def anchor(config, sinks) -> tuple:
+    """(flag, path) of the file a job's parts lie beside: that of the wanted sink of the first
+    `rank` (--output, else its first other output), or (None, None)."""
+    for sink in sorted((s for s in wanted(config, sinks) if s.rank), key=lambda s: s.rank):
+        for flag, path in sink.files(config).items():
+            return flag, path
+    return None, None
+
+
+def refuse_no_output(config, sinks) -> None:
+    """A job that writes no file on its own: one line naming the outputs that do."""
+    if anchor(config, sinks)[1] is None:
+        usages = [s.usage for s in sorted(sinks, key=lambda s: s.rank) if s.rank and s.usage]
+        raise UserError(f"pass {', '.join(usages)}, or several")

@@ -48,7 +48,7 @@ def run_facts(
     """What the card says of a run before any evaluation (mixer.training.run builds it;
     config.train holds the precision the run computes in). "job": this job's command and
     settings, which the training state adds to its list of jobs (Progress.jobs)."""
-    from mixer import __version__
+    from mixer.version import __version__
 
     command = list(config.log.command)
     if command and command[0].endswith(".py"):

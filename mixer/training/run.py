@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mixer import __version__
+from mixer.version import __version__
 from mixer.distributed import runlock
 from mixer.distributed import world as mdist
 from mixer.models.checkpoint import Checkpointer, load_file
@@ -20,6 +20,7 @@ from mixer.core import allocator
 from mixer.core.config import RunConfig, TrainConfig, config_for_file, epoch_number, write_args
 from mixer.data.labels.key import labels_of
 from mixer.data.prepared.files import load_prepared, prepared_stamp
+from mixer.audit.guards import GUARDS
 from mixer.data.prepared.prepare import prepare_run_data
 from mixer.data.inputs.padding import InputPadding
 from mixer.data.inputs.dataset import (
@@ -217,6 +218,7 @@ def prepare_data(config: RunConfig, world: mdist.World, start, check_resume):
             check=check_resume,
             base=start.base,
             tokens=start.tokens,
+            guards=GUARDS,  # an audit's rows train only when asked
         ),
         world,
         others=lambda: None,

@@ -70,12 +70,14 @@ class CheckList:
         log=None,
         stamp: Optional[float] = None,
         extra: tuple = (),
+        guards=None,
     ):
+        from mixer.data.tables.guards import NONE
         from mixer.data.tables.writing import OutputWriter
 
         self.count, self.path = count, path
         # log: columns written under other names; stamp: the time an Excel or Stata file states
-        self.writer = OutputWriter(path, "--to-check", log=log, stamp=stamp)
+        self.writer = OutputWriter(path, "--to-check", log=log, stamp=stamp, guards=guards or NONE)
         self.key_columns, self.prefix, self.slots = list(dict.fromkeys(key_columns)), prefix, slots
         self.extra = list(extra)  # the prediction's columns listed after the codes (classes)
         self.parts = []

@@ -36,7 +36,7 @@ from mixer.data.labels.normalise import check_one_spelling, hisco_key, width_rea
 from mixer.data.prepared.files import Prepared, load_prepared, prepared_stamp, write_prepared
 from mixer.data.prepared.fingerprint import describe_difference, run_stamp, same_as_legacy
 from mixer.data.prepared.split import calibration_rows, split_rows
-from mixer.data.tables import guards
+from mixer.data.tables.guards import NONE, Guards
 from mixer.data.tables.reading import SHEET_ROWS, read_table
 
 
@@ -64,10 +64,18 @@ def spell_as_flags_say(cfg: DataConfig, formatter: CodeFormatter) -> None:
         formatter.digit_width = formatter.block_size
 
 
-def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mixer") -> Prepared:
+def prepare(
+    cfg: DataConfig,
+    seed: int,
+    log=print,
+    base=None,
+    tokens: str = "mixer",
+    guards: Guards = NONE,
+) -> Prepared:
     """Read, check, key and split the data of a run, in memory. With `base` (a
     whole-model start, mixer.models.sources.Base) the codes are read in the starting
-    model's layout, and the key is its codes followed by any new ones."""
+    model's layout, and the key is its codes followed by any new ones. `guards`: a feature's
+    checks of its training tables (an audit's rows: mixer.audit.guards.GUARDS)."""
     if base is not None:
         formatter = CodeFormatter.from_dict(base.formatter.to_dict())
         formatter.allow_short = cfg.allow_codes_shorter_than_block_size or formatter.allow_short
@@ -110,9 +118,7 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
         frames = []
         for path in paths:
             frame = read_role_file(cfg, role, path, paths, log)
-            guards.check_training_table(
-                frame, path, TableOptions(role=role).what, cfg
-            )  # an audit's rows
+            guards.training_table(frame, path, TableOptions(role=role).what, cfg)  # an audit's rows
             checked = check_rows(frame, cfg, formatter, path, known, allowed, log, why)
             if checked.dropped:
                 log(f"{path}: dropped {checked.dropped} row(s) with bad labels (--drop-bad-labels)")
@@ -142,7 +148,8 @@ def prepare(cfg: DataConfig, seed: int, log=print, base=None, tokens: str = "mix
             val, cal = val[~chosen].reset_index(drop=True), val[chosen].reset_index(drop=True)
     if cfg.extra_train:  # rows checked by hand: training only, after the split
         train = add_rows(
-            train, read_extra_train(cfg, formatter, known, allowed, seen, log, why, sources)
+            train,
+            read_extra_train(cfg, formatter, known, allowed, seen, log, why, sources, guards),
         )
     # with codes shorter than the block allowed: one number written two ways is refused
     check_one_spelling(sources)
@@ -189,6 +196,7 @@ def read_extra_train(
     log,
     why: str = "",
     sources: Optional[list] = None,
+    guards: Guards = NONE,
 ) -> pd.DataFrame:
     """The rows of --extra-train files that a person filled (a code in checked_1..), checked
     like any training row, with the run's text, language and context columns."""
@@ -200,7 +208,7 @@ def read_extra_train(
     )
     for path in cfg.extra_train:
         table = read_role_file(cfg, "extra_train", path, cfg.extra_train, log)
-        table = guards.extra_train_table(table, path, cfg)  # an audit: refused, or its checked rows
+        table = guards.extra_train(table, path, cfg)  # an audit: refused, or its checked rows
         table = with_run_names(table, inputs, path, log)
         columns = checked_columns(table, path)
         filled = filled_rows(table, columns)
@@ -281,11 +289,12 @@ def prepare_run_data(
     check: Optional[Callable[[Prepared], None]] = None,
     base=None,
     tokens: str = "mixer",
+    guards: Guards = NONE,
 ) -> Prepared:
     """Reuse the run directory's data when it was prepared from the same input
     and settings, else prepare it and, once `check` (if any) accepts it, write it:
     bad input leaves the run directory as it was. Reused data comes without its
-    text (training reads token ids; see load_prepared)."""
+    text (training reads token ids; see load_prepared). `guards`: as prepare takes them."""
     stamp = run_stamp(cfg, seed, base, tokens)
     existing = prepared_stamp(run_dir)
     if existing is not None:
@@ -308,7 +317,7 @@ def prepare_run_data(
             check(prepared)
         return prepared
     start = time.perf_counter()
-    prepared = prepare(cfg, seed, log, base, tokens)
+    prepared = prepare(cfg, seed, log, base, tokens, guards)
     if check is not None:
         check(prepared)
     write_prepared(prepared, run_dir, stamp)

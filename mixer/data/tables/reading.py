@@ -35,6 +35,7 @@ import pandas as pd
 
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, first_line
+from mixer.core.flags import canonical_encoding
 from mixer.data.tables import compression, formats, ipums
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -132,15 +133,6 @@ def _role_of(file_flag: str) -> str:
     from mixer.core.config import TABLE_ROLES
 
     return next((role for role, (flag, _) in TABLE_ROLES.items() if flag == file_flag), "input")
-
-
-def canonical_encoding(name: str) -> str:
-    """Python's name of an encoding ('UTF8', 'windows-1252' -> 'utf-8', 'cp1252');
-    ValueError for one Python does not know."""
-    try:
-        return codecs.lookup(name).name
-    except LookupError:
-        raise ValueError(f"unknown encoding {name!r} (e.g. utf-8, cp1252, latin-1, utf-16)")
 
 
 def row_names(frame: pd.DataFrame, positions, numbers=None) -> list:

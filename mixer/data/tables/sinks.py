@@ -1,119 +1,15 @@
-"""A prediction job's outputs as sinks (docs/architecture.md, "How a new output is added";
-STYLE 17). The job (mixer.prediction.predict_job) reads a chunk, builds the model's inputs,
-asks the distinct-input store and the model, applies the row steps and hands the chunk's rows
-to each sink; it knows no output by name. A feature registers its sink here, as it registers
-its guards with mixer.data.tables.guards, so that a new output is a new sink, not edits to the job.
+"""What a prediction job's outputs (its sinks: the protocol is mixer.prediction.sink.Sink)
+share below the layers that write them: a sink's pieces gathered over the file, kept on disk
+beside the resume journal (the coding's tallies keep theirs the same way: mixer.coding.job);
+the output shapes other than the code table (`is_shaped`) and the refusal of a sink that reads
+the code table with one of them; the job's other files, which no output may replace.
 
-No import of pandas here: registration runs at `import mixer`, before `--help`; a sink's
-module is imported when a job asks for the sinks.
+No import of pandas here.
 """
 
 from __future__ import annotations
 
 import os
-
-from typing import Callable
-
-
-class Sink:
-    """One output of a prediction job. The job calls, in order:
-
-    - `check(config)` (a class method, for every registered sink, before the model loads):
-      refuse a wrong path or option in one line (UserError); nothing is written yet;
-    - `wanted(config)` (a class method): whether this job writes the output;
-    - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file);
-    - `add(job, part)` on rank 0 for each chunk, in input order: `part` holds the chunk, its
-      model inputs, its rows without a description, the code table (`predicted`, or None) and
-      the embeddings (`vectors`, or None);
-    - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
-      with `early` commits before the job's closing lines, through rank 0's agreement with the
-      other ranks (a failure there ends every rank): the audit;
-    - `file()`: (flag, path) of the file the sink writes; the job calls `add`, `state` and
-      `commit` inside mixer.core.io.writing with it, so that a full disk is said of that file,
-      the chunks done kept;
-    - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
-      resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
-    - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
-      (mixer.prediction.resume): what the sink has gathered over the chunks so far, picklable
-      (None where it keeps nothing). The journal saves every sink's state with the chunk, before
-      the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
-      a killed one, gives the sink back the state saved with the last chunk completed, and the
-      chunks after it come to `add` as in a run never killed. A sink whose own files there
-      are found damaged (a node lost before they reached the disk) sets `replaying` in
-      `restore`: the job then hands it each chunk completed before, in order, to
-      `replay(job, part)`, its code table read back from the distinct-input store (no model),
-      to gather that chunk's part again. A state that grows with the file
-      (rows gathered for the end) belongs in the sink's own files in the journal's folder
-      (`job.journal.path(name)`; save_pieces below), the state naming how far
-      they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
-      hooks keep their own state (Hook.state_dict). A sink that does not define `state` cannot
-      resume: a job with it starts over after a kill, and says so in one line (`resumes`).
-    """
-
-    early = False
-    replaying = False  # set by `restore`: the chunks completed before come to `replay`
-
-    @classmethod
-    def check(cls, config) -> None:
-        pass
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return False
-
-    def file(self) -> tuple:
-        """(flag, path) of the file this sink writes, for the line a failure to write it says."""
-        return sink_name(type(self)), "(an output registered from outside)"
-
-    def add(self, job, part) -> None:
-        pass
-
-    def commit(self, job) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def suspend(self) -> None:
-        pass
-
-    def state(self):
-        """What the sink has gathered so far (picklable). Not defined here: a sink that does
-        not define it makes a killed job start over (`resumes`)."""
-        raise NotImplementedError(f"{type(self).__qualname__} keeps no state")
-
-    def restore(self, state) -> None:
-        """The state `state()` gave after the last chunk a killed run completed."""
-
-    def replay(self, job, part) -> None:
-        """A chunk the killed run completed, to a sink `restore` set `replaying` on."""
-
-
-def resumes(sink_class) -> bool:
-    """Whether a job with this sink can continue after a kill: its class defines `state`."""
-    return getattr(sink_class, "state", Sink.state) is not Sink.state
-
-
-def sink_name(sink_class) -> str:
-    """The name the resume journal saves a sink's state under."""
-    return f"{sink_class.__module__}.{sink_class.__qualname__}"
-
-
-# (place, load): load() -> a Sink class; the job checks, opens, adds and commits by place
-_SINKS: list = []
-
-
-def register(place: int, load: Callable) -> Callable:
-    """Register load() -> a Sink class at `place` (its turn among the sinks: checks, chunks
-    and commits go by place)."""
-    if all(existing is not load for _, existing in _SINKS):
-        _SINKS.append((place, load))
-    return load
-
-
-def registered() -> list:
-    """The registered Sink classes, by place."""
-    return [load() for _, load in sorted(_SINKS, key=lambda entry: entry[0])]
 
 
 # ------------------------------------------------------------------ a sink's state on disk

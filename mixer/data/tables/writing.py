@@ -20,7 +20,8 @@ import pandas as pd
 from mixer.core.config import TableOptions
 from mixer.core.errors import UserError, WriteFailed, first_line
 from mixer.core.io import write_target
-from mixer.data.tables import compression, csv_text, formats, guards
+from mixer.data.tables import compression, csv_text, formats
+from mixer.data.tables.guards import NONE, Guards
 from mixer.data.tables.reading import (
     FILE_LABEL_KEY,
     PARQUET_SUFFIXES,
@@ -89,9 +90,10 @@ def output_names(kind: str, inputs, outputs, read_back: Optional[re.Pattern] = N
     return names + outputs
 
 
-def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
+def check_output_path(path: str, file_flag: str, inputs: dict, guards: Guards = NONE) -> str:
     """Refuse, before any work, an output whose directory is missing or that is one of
-    the inputs ({flag: path}): the rename at the end would replace it. Returns the file
+    the inputs ({flag: path}): the rename at the end would replace it; or one that `guards`
+    keep (a filled audit: mixer.audit.guards.GUARDS, passed by the caller). Returns the file
     to write: the path, or a symbolic link's target (the link stays)."""
     if os.path.islink(path):
         target = write_target(path)
@@ -121,9 +123,7 @@ def check_output_path(path: str, file_flag: str, inputs: dict) -> str:
                 f"{file_flag} {path}: is the {flag} file and would replace it; "
                 "write to another file"
             )
-    guards.check_output(
-        path, file_flag
-    )  # what a feature keeps (a filled audit: mixer.data.tables.guards)
+    guards.output(path, file_flag)  # what a feature keeps (a filled audit)
     return path
 
 
@@ -249,9 +249,10 @@ class OutputWriter:
         tmp: Optional[str] = None,
         parts: Optional[str] = None,
         stamp: Optional[float] = None,
+        guards: Guards = NONE,
     ):
         self.kind = output_kind(path, file_flag)
-        self.path = check_output_path(path, file_flag, {})
+        self.path = check_output_path(path, file_flag, {}, guards)
         self.file_flag = file_flag
         self.tmp = tmp or os.path.join(  # named after the file written (a link's target)
             os.path.dirname(os.path.abspath(self.path)),
@@ -567,11 +568,13 @@ def write_table(
     file_flag: str = "--output",
     log=None,
     stamp: Optional[float] = None,
+    guards: Guards = NONE,
 ) -> None:
     """A whole frame written at once, its columns named already (output_names gives each
     the format's spelling only): the file, or on any failure nothing (an audit, a
-    simulated hand check). `stamp`: the time an Excel or Stata file states (file_time)."""
-    writer = OutputWriter(path, file_flag, log, stamp=stamp)
+    simulated hand check). `stamp`: the time an Excel or Stata file states (file_time);
+    `guards`: the files it may not replace (check_output_path)."""
+    writer = OutputWriter(path, file_flag, log, stamp=stamp, guards=guards)
     try:
         writer.write(frame)
         writer.commit()
