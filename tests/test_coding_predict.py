@@ -211,6 +211,22 @@ def test_calibrate_refuses_head_threshold_and_top_k(run_dir):
             predict_main(["--checkpoint", run_dir, "--calibrate", *flag])
 
 
+def test_calibrate_refuses_every_output_of_a_prediction_job(run_dir, tmp_path):
+    """--calibrate writes calibration.json alone: each output a prediction job writes is
+    refused in one line, those its sinks declare (--embeddings and --summary-plot too, which
+    it left unwritten without a word)."""
+    for flag in (
+        ["--output", str(tmp_path / "out.csv")],
+        ["--embeddings", str(tmp_path / "e.npy")],
+        ["--to-check", "5", str(tmp_path / "c.csv")],
+        ["--audit", "5", str(tmp_path / "a.csv")],
+        ["--summary-plot", str(tmp_path / "plot.png")],
+    ):
+        with pytest.raises(UserError, match=f"writes calibration.json alone; leave out {flag[0]}"):
+            predict_main(["--checkpoint", run_dir, "--calibrate", *flag])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_calibrate_refuses_a_directory_it_cannot_write_before_predicting(
     run_dir, copy_of, monkeypatch
 ):

@@ -90,12 +90,12 @@ def test_a_negative_zero_and_missing_cells_are_spelled_as_pandas_spells_them():
     [
         pd.Series(["a", "b", None], dtype="category"),
         pd.Series([1, None, 3], dtype="Int64"),
-        pd.Series([1, 2, 3], dtype="int64[pyarrow]"),
+        pd.Series(pd.to_datetime(["2020-01-01", None, "1850-06-30"])).astype("date32[pyarrow]"),
         pd.Series(pd.to_datetime(["2020-01-01", "2021-06-30", None])),
         pd.Series(["a", 1, 2.5], dtype=object),
         pd.Series([[1], [2, 3], []], dtype=object),
     ],
-    ids=["category", "nullable", "arrow-int", "dates", "mixed", "lists"],
+    ids=["category", "nullable", "arrow-date", "dates", "mixed", "lists"],
 )
 def test_another_kind_of_column_is_written_by_pandas_the_same_bytes(column):
     table = pd.DataFrame({"text": ["a,b", "c", ""], "other": column})
@@ -108,3 +108,75 @@ def test_a_single_column_is_written_by_pandas():
     table = pd.DataFrame({"text": ["", "a"]})
     assert csv_text.rows(table) is None
     assert csv_text.text(table) == b'text\n""\na\n'
+
+
+@pytest.mark.parametrize("most", [5, 1_000_000])
+def test_floats_remembered_over_chunks_are_spelled_as_in_each_chunk_alone(monkeypatch, most):
+    """A file's writer remembers the floats it spelled (csv_text.Spelled) up to SPELLED_MOST:
+    each chunk's bytes are still those pandas writes for it alone, 0.0 never lent to -0.0."""
+    monkeypatch.setattr(csv_text, "SPELLED_MOST", most)
+    spelled = csv_text.Spelled()
+    rng = np.random.default_rng(11)
+    for chunk in range(4):
+        table = frame(rng, 300)
+        if chunk == 2:
+            table.loc[::3, "prob"] = -0.0
+        built = csv_text.rows(table, spelled)
+        assert built == table.to_csv(index=False, header=False).encode("utf-8")
+        assert len(spelled) <= max(most, len(table))  # bounded: at most one chunk past it
+    assert spelled
+
+
+@pytest.mark.parametrize(
+    "character", [",", '"', "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"]
+)
+def test_a_cell_is_quoted_where_pythons_csv_quotes_it(character):
+    """Python 3.13 quotes a carriage return, 3.11 and 3.12 do not: the running csv module
+    decides, as it does for pandas."""
+    import csv
+    import io
+
+    cells = [f"a{character}b", "c"]
+    line = io.StringIO()
+    csv.writer(line, lineterminator="\n").writerow(cells)
+    table = pd.DataFrame({"x": [cells[0]], "y": [cells[1]]})
+    assert csv_text.rows(table) == line.getvalue().encode("utf-8")
+
+
+def arrow_frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """A chunk of a Parquet file, a Stata file or an IPUMS extract (Arrow-backed columns: text,
+    integers, booleans and floats, some missing) beside a code and a probability."""
+    import pyarrow as pa
+
+    def missing(values, dtype):
+        values = pd.Series(values, dtype=object)
+        values[rng.random(n) < 0.2] = None
+        return pd.Series(values, dtype=dtype)
+
+    return pd.DataFrame(
+        {
+            "OCCSTR": missing(rng.choice(np.asarray(TEXTS, dtype=object), n), "string[pyarrow]"),
+            "large": missing(
+                rng.choice(np.asarray(TEXTS, dtype=object), n), pd.ArrowDtype(pa.large_string())
+            ),
+            "YEAR": missing(rng.integers(-(2**62), 2**62, n), "int64[pyarrow]"),
+            "SEX": missing(rng.integers(0, 255, n), "uint8[pyarrow]"),
+            "flag": missing(rng.random(n) < 0.5, "bool[pyarrow]"),
+            "PERWT": missing(floats(rng, n), "float64[pyarrow]"),
+            "single": missing(np.clip(floats(rng, n), -3e38, 3e38), "float32[pyarrow]"),
+            "code": pd.Series(rng.choice(["61110", "-1", ""], n), dtype="str"),
+            "prob": floats(rng, n),
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_arrow_backed_columns_are_built_in_arrow_the_bytes_pandas_writes(seed):
+    """An IPUMS extract's or a Parquet file's chunk: built here, not left to pandas' cell by
+    cell writer, the same bytes; a chunk whose column is all missing too."""
+    table = arrow_frame(np.random.default_rng(seed), 400)
+    for frame in (table, table.head(7), table.iloc[:0], table.assign(YEAR=table["YEAR"] * None)):
+        expected = frame.to_csv(index=False, header=False).encode("utf-8")
+        if len(frame):
+            assert csv_text.rows(frame) == expected
+        assert csv_text.text(frame) == frame.to_csv(index=False).encode("utf-8")

@@ -176,8 +176,10 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
         from mixer.coding.calibrate import calibrate_main
         from mixer.prediction.api import Model
         from mixer.prediction.predict import Predictor
+        from mixer.prediction.sinks import default_sinks, job_outputs
 
-        return calibrate_main(job, Predictor, Model)
+        outputs = tuple(job_outputs(job, default_sinks() if sinks is None else sinks))
+        return calibrate_main(job, Predictor, Model, outputs)
     job.coding.head = list(
         dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.coding.head)
     )

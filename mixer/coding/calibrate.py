@@ -22,17 +22,16 @@ from mixer.core.programs import PredictConfig
 CALIBRATED_HEADS = ("flat", "seq2seq")
 
 
-def calibrate_main(config: PredictConfig, predictor_class, model_class) -> int:
+def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs: tuple = ()) -> int:
     """predictor_class and model_class: mixer.prediction's Predictor and Model, given by the
     program (mixer.cli.entrypoints), which loads through them once the options are checked:
-    the coding sits below prediction and asks of the model only what it does."""
+    the coding sits below prediction and asks of the model only what it does. `outputs`: the
+    flags of the prediction outputs given (mixer.prediction.sinks.job_outputs), refused."""
     for flag, value in (
         ("--input", config.data.input),
-        ("--output", config.outputs.output),
+        *((flag, True) for flag in outputs),
         ("--target-accuracy", config.coding.target_accuracy),
         ("--lookup", config.coding.lookup),
-        ("--to-check", config.outputs.to_check),
-        ("--audit", config.outputs.audit),
     ):
         if value:
             raise UserError(

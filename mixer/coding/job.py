@@ -68,11 +68,13 @@ class Coding:
         inputs: Optional[np.ndarray],
         heads: list,
         blank: Optional[np.ndarray] = None,
+        rows_of: Optional[np.ndarray] = None,
     ) -> None:
         """Rank 0: count a chunk's rows and, with a lookup or a target (`inputs`, the model
         inputs of its rows), by source and, per head, auto or check (and level). blank: the
         rows without a description, coded by neither the lookup nor the model and no input
-        (counted apart)."""
+        (counted apart). rows_of: each row's input in `inputs` where those are the distinct
+        inputs of the rows (each hashed once), else `inputs` holds one per row."""
         from mixer.data.tables.reading import as_text
 
         self.rows += len(predicted)
@@ -87,6 +89,8 @@ class Coding:
             if len(inputs)
             else np.zeros(0, np.uint64)
         )
+        if rows_of is not None:
+            hashed = hashed[rows_of]
         self.inputs["all"].append(np.unique(hashed[~blank]))
         if "source" in predicted.columns:
             lookup = (predicted["source"].to_numpy() == "lookup") & ~blank

@@ -408,11 +408,10 @@ def code_rows(job: Job, part: Part) -> None:
         )
         if world.is_main:
             part.predicted.index = chunk.index
+            # each distinct input hashed once: a key is its input, but for blank rows (not counted)
+            keys = part.distinct.keys if job.coding.active else None
             job.coding.tally(
-                part.predicted,
-                part.inputs if job.coding.active else None,
-                config.coding.head,
-                part.blank,
+                part.predicted, keys, config.coding.head, part.blank, rows_of=part.distinct.row_key
             )
             add_classes(job, part)
     part.new = part.distinct.new
@@ -642,7 +641,8 @@ class RowReader:
             inputs = np.asarray(model.model_inputs(texts, langs, context), dtype=object)
             blank = blank_descriptions(texts)
             return inputs, blank, Distinct(inputs, blank)
-        inputs, blank = self.inputs(model, chunk.iloc[first])
+        read = list(dict.fromkeys(c for c in (self.input_col, self.language_col) if c))
+        inputs, blank = self.inputs(model, chunk[read].iloc[first])
         return inputs[pair], blank[pair], Distinct(inputs, blank, first, pair)
 
     def inputs(self, model: Model, rows: pd.DataFrame) -> tuple:
@@ -650,17 +650,21 @@ class RowReader:
         model's recipe once over the file: a census's chunks repeat most of their
         descriptions. Up to SEEN_MOST of them are remembered, then the memory starts anew."""
         texts, langs, _ = self.read(rows)
-        pairs = list(zip(texts, langs if self.language_col else [langs] * len(texts)))
+        # the key: the text and its language, or the text alone where one language is the job's
+        keys = list(zip(texts, langs)) if self.language_col else texts.tolist()
         seen = self.seen
-        new = [i for i, known in enumerate(map(seen.__contains__, pairs)) if not known]
-        if new:
+        new = np.flatnonzero(
+            ~np.fromiter(map(seen.__contains__, keys), dtype=bool, count=len(keys))
+        )
+        if len(new):
             if len(seen) + len(new) > SEEN_MOST:
                 seen.clear()
-                new = list(range(len(pairs)))
+                new = np.arange(len(keys))
             fresh = texts.iloc[new]
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
-            seen.update(zip((pairs[i] for i in new), zip(read, blank_descriptions(fresh).tolist())))
-        found = [seen[key] for key in pairs]
+            blank = blank_descriptions(fresh).tolist()
+            seen.update(zip([keys[i] for i in new], zip(read, blank)))
+        found = list(map(seen.__getitem__, keys))
         inputs = np.empty(len(found), dtype=object)
         inputs[:] = [value[0] for value in found]
         return inputs, np.fromiter((value[1] for value in found), dtype=bool, count=len(found))
@@ -685,9 +689,12 @@ class RowReader:
 def _first_seen(column: pd.Series) -> tuple:
     """(per cell, the number of its value in the order values are first seen, a missing value
     one of them; each value's first row), by Arrow's dictionary encoding where the column is
-    Arrow's, else by pandas'."""
+    Arrow's, else by pandas'. Values equal to pandas but not one text (a workbook's 1 and
+    True, 0.0 and -0.0), and those Arrow cannot number (lists), are told apart by their text,
+    as the model reads them (text_column)."""
     import pyarrow as pa
 
+    codes = None
     if (
         isinstance(column.dtype, (pd.ArrowDtype, pd.StringDtype))
         and getattr(column.dtype, "storage", "pyarrow") == "pyarrow"
@@ -695,9 +702,19 @@ def _first_seen(column: pd.Series) -> tuple:
         array = pa.array(column.array)
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
-        codes = array.dictionary_encode(null_encoding="encode").indices
-        codes = codes.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    else:
+        if pa.types.is_dictionary(array.type):  # a Parquet file's categorical column
+            array = array.dictionary_decode()
+        try:
+            codes = array.dictionary_encode(null_encoding="encode").indices
+            codes = codes.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        except pa.ArrowNotImplementedError:
+            column = column.astype(object).where(column.notna(), "").astype(str)
+    elif column.dtype.kind == "f" or (
+        column.dtype == object
+        and pd.api.types.infer_dtype(column, skipna=True) not in ("string", "empty")
+    ):
+        column = column.astype(object).where(column.notna(), "").astype(str)
+    if codes is None:
         codes = pd.factorize(column, use_na_sentinel=False)[0].astype(np.int64, copy=False)
     # numbered as first seen: a value's first row is where the running maximum grows
     first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)

@@ -5,12 +5,14 @@ the speed of the disk rather than some microseconds a row.
 A full count writes tens of millions of rows, most of them the input's text columns beside a
 few codes and probabilities. pandas formats each cell in Python's csv module; here each column
 becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
-'"' or a line feed in it; the quote doubled), numbers as numpy spells them (pandas' own way:
-'0.25', '1e-07', '2.0'), each distinct number formatted once, booleans as 'True'/'False'.
-The cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
-with a column of another kind (dates, lists, nullable integers, objects of mixed types) or a
-single column is written by pandas, the same bytes: `rows` returns None for it. The tests
-compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
+'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers
+as numpy spells them (pandas' own way: '0.25', '1e-07', '2.0'), each distinct number
+formatted once, booleans as 'True'/'False'; Arrow-backed text, integers, booleans and floats
+(a Parquet, Stata or IPUMS file's columns) alike, a float32 one as its float64 value. The
+cells of a row are joined with ',' and the rows end in '\\n', in Arrow's kernels. A chunk
+with a column of another kind (dates, lists, nullable integers, Arrow-backed dates, objects of
+mixed types) or a single column is written by pandas, the same bytes: `rows` returns None for
+it. The tests compare both writers' bytes on every kind of cell (tests/test_csv_text.py).
 """
 
 from __future__ import annotations
@@ -20,19 +22,44 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-NEEDS_QUOTES = '[,"\n]'  # what Python's csv quotes (QUOTE_MINIMAL, ',' and '\n'), on Python 3.11
+
+def _quoted_characters() -> str:
+    """The characters for which the running Python's csv quotes a cell (QUOTE_MINIMAL, lines
+    ending in a line feed): a ',', a '"', a line feed, and a carriage return from Python 3.13
+    on (CPython gh-67044), asked of the csv module itself, which pandas' to_csv writes with."""
+    import csv
+    import io
+
+    quoted = ""
+    for character in ',"\n\r':
+        line = io.StringIO()
+        csv.writer(line, lineterminator="\n").writerow([f"a{character}b", "c"])
+        quoted += character if line.getvalue().startswith('"') else ""
+    return quoted
 
 
-def text(frame: pd.DataFrame, header: bool = True) -> bytes:
+QUOTED = _quoted_characters()
+NEEDS_QUOTES = f"[{QUOTED}]"  # none of them is special in a character class
+
+
+SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
+
+
+class Spelled(dict):
+    """{float: its text}, remembered over the chunks of one file: a census's chunks repeat
+    most of their probabilities (one per distinct description), each spelled once."""
+
+
+def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = None) -> bytes:
     """The frame as pandas' to_csv(index=False) writes it, in UTF-8, with or without its
     header line; built here where `rows` can, else by pandas."""
-    body = rows(frame)
+    body = rows(frame, spelled)
     if body is None:
         return frame.to_csv(None, header=header, index=False).encode("utf-8")
     return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
 
 
-def rows(frame: pd.DataFrame) -> Optional[bytes]:
+def rows(frame: pd.DataFrame, spelled: Optional[Spelled] = None) -> Optional[bytes]:
     """The frame's rows (no header) as pandas' to_csv(index=False) writes them, in UTF-8; None
     for a frame this writer leaves to pandas."""
     import pyarrow as pa
@@ -42,7 +69,7 @@ def rows(frame: pd.DataFrame) -> Optional[bytes]:
         return None
     cells = []
     for i in range(frame.shape[1]):
-        column = _cells(frame.iloc[:, i])
+        column = _cells(frame.iloc[:, i], Spelled() if spelled is None else spelled)
         if column is None:
             return None
         cells.append(column)
@@ -52,13 +79,22 @@ def rows(frame: pd.DataFrame) -> Optional[bytes]:
     return _data(line)
 
 
-def _cells(series: pd.Series):
+def _cells(series: pd.Series, spelled: Spelled):
     """A column's cells as CSV text (a large_string array, none missing), or None."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     dtype = series.dtype
-    if isinstance(dtype, pd.StringDtype) or (dtype == object and _all_text(series)):
+    arrow = dtype.pyarrow_dtype if isinstance(dtype, pd.ArrowDtype) else None
+    if arrow is not None and (pa.types.is_integer(arrow) or pa.types.is_boolean(arrow)):
+        return _arrow_cells(series)  # a Parquet, Stata or IPUMS file's numbers, flags
+    if arrow is not None and pa.types.is_floating(arrow):  # pandas writes each as a Python float
+        return _numbers(series.to_numpy(dtype=np.float64, na_value=np.nan), spelled)
+    if (
+        isinstance(dtype, pd.StringDtype)
+        or (dtype == object and _all_text(series))
+        or (arrow is not None and (pa.types.is_string(arrow) or pa.types.is_large_string(arrow)))
+    ):
         text = pa.array(series.array, type=pa.large_string(), from_pandas=True)
         if isinstance(text, pa.ChunkedArray):
             text = text.combine_chunks()
@@ -81,11 +117,25 @@ def _cells(series: pd.Series):
     if dtype.kind in "iu":
         return pa.array(values).cast(pa.large_string())
     if dtype.kind == "f":
-        return _numbers(values)
+        return _numbers(values, spelled)
     return None
 
 
-def _numbers(values: np.ndarray):
+def _arrow_cells(series: pd.Series):
+    """An Arrow-backed column of integers or booleans as pandas writes it (the cells as Python
+    objects): '12', 'True'/'False', a missing cell empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pa.array(series.array)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_boolean(values.type):
+        values = pc.if_else(values, "True", "False")
+    return pc.fill_null(values.cast(pa.large_string()), "")
+
+
+def _numbers(values: np.ndarray, spelled: Spelled):
     """Floats as numpy spells them (pandas' to_csv: astype(str)), NaN empty: each distinct
     value formatted once. -0.0 and 0.0 are one value to a hash table, so a column holding
     -0.0 is formatted cell by cell."""
@@ -98,12 +148,17 @@ def _numbers(values: np.ndarray):
         return pa.array(text, type=pa.large_string())
     codes, distinct = pd.factorize(values, use_na_sentinel=True)
     if values.dtype == np.float64:  # numpy spells a float64 as Python's repr, which is faster
-        spelled = [repr(value) for value in distinct.tolist()]
+        distinct = distinct.tolist()
+        if len(spelled) + len(distinct) > SPELLED_MOST:
+            spelled.clear()
+        new = [value for value in distinct if value not in spelled]
+        spelled.update(zip(new, map(repr, new)))
+        texts = list(map(spelled.__getitem__, distinct))
     else:
-        spelled = distinct.astype(str).tolist()
-    spelled.append("")  # code -1 (NaN): the last
+        texts = distinct.astype(str).tolist()
+    texts.append("")  # code -1 (NaN): the last
     codes = np.where(codes < 0, len(distinct), codes)
-    return pa.array(spelled, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
+    return pa.array(texts, type=pa.large_string()).take(pa.array(codes.astype(np.int64)))
 
 
 def _any_quoted(text) -> bool:
@@ -114,7 +169,7 @@ def _any_quoted(text) -> bool:
         return False
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)
     cells = data[offsets[text.offset] : offsets[text.offset + len(text)]].to_pybytes()
-    return b"," in cells or b'"' in cells or b"\n" in cells
+    return any(character.encode() in cells for character in QUOTED)
 
 
 def _all_text(series: pd.Series) -> bool:

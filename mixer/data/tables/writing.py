@@ -271,6 +271,7 @@ class OutputWriter:
         self.label = label
         self.parts, self.chunks = parts, 0
         self.stamp = stamp
+        self.spelled = csv_text.Spelled()  # a CSV's floats, each spelled once (csv_text)
 
     def resume(self, chunks: int, rows: int) -> None:
         """Go on after the `chunks` chunks (`rows` rows) that an earlier job on the same
@@ -322,7 +323,7 @@ class OutputWriter:
                 )
         frame = frame.set_axis(self.names, axis=1)
         if self.kind == "csv":  # a gzip'd one: a gzip member a chunk, cut back as a CSV is
-            text = csv_text.text(frame, header=not self.rows)
+            text = csv_text.text(frame, header=not self.rows, spelled=self.spelled)
             with open(self.tmp, "ab" if self.rows else "wb") as handle:
                 handle.write(compression.gzip_member(text) if self.gzip else text)
             self.rows += len(frame)
