@@ -16,7 +16,8 @@ import pytest
 
 from mixer.cli.entrypoints import predict_main
 from mixer.core.errors import UserError
-from mixer.core.programs import PredictConfig
+from mixer.core.options import flat_values, options_of
+from mixer.core.programs import PredictCoding, PredictConfig
 from conftest import TINY, write_scores
 
 # every field of PredictConfig that the sidecar records; a new field must be added here or to
@@ -62,7 +63,7 @@ def sidecar(path) -> dict:
 def test_every_field_of_the_configuration_is_recorded_or_said_why_not():
     from mixer.coding import provenance
 
-    fields = {f.name for f in dataclasses.fields(PredictConfig)}
+    fields = {f.name for f in options_of(PredictConfig)} | {"tables"}  # every section's
     assert set(provenance.UNRECORDED) <= fields  # no stale entry
     assert not RECORDED & set(provenance.UNRECORDED)
     assert fields == RECORDED | set(provenance.UNRECORDED), (
@@ -71,6 +72,83 @@ def test_every_field_of_the_configuration_is_recorded_or_said_why_not():
     assert (
         set(provenance.options_part(PredictConfig())) == RECORDED
     )  # generated: each recorded field is there
+
+
+# each section of predict.py's configuration and the fields it holds (issue 51, section 1)
+SECTIONS = {
+    "data": {"input", "input_col", "language", "language_col", "status", "relation", "product"},
+    "model": {"checkpoint", "precision", "force_precision", "quantize", "tf32"},
+    "outputs": {
+        "output",
+        "embeddings",
+        "what",
+        "columns",
+        "system",
+        "code_descriptions",
+        "crosswalk",
+        "to_check",
+        "audit",
+        "audit_margin",
+        "audit_by",
+        "audit_unit",
+        "audit_seed",
+        "summary_plot",
+    },
+    "coding": {
+        "top_k",
+        "threshold",
+        "head",
+        "alternatives",
+        "target_accuracy",
+        "target_confidence",
+        "calibration_data",
+        "calibration_truth_cols",
+        "shorter_codes",
+        "code_levels",
+        "target_level",
+        "lookup",
+        "lookup_input_col",
+        "lookup_code_cols",
+        "calibrate",
+    },
+    "run": {"batch_size", "chunk_size", "store_memory", "restart", "distributed", "debug"},
+}
+
+
+def test_the_configuration_nests_by_concept():
+    """PredictConfig has a section per concept (the input, the model, the outputs, the coding,
+    the run), as RunConfig has for training; every option lies in one section."""
+    config = PredictConfig()
+    for section, names in SECTIONS.items():
+        held = {f.name for f in dataclasses.fields(getattr(config, section))}
+        assert held == names, section
+    assert {f.name for f in dataclasses.fields(config)} == set(SECTIONS) | {"tables"}
+    assert sum(map(len, SECTIONS.values())) == len(options_of(PredictConfig))
+
+
+def test_a_parse_fills_the_sections_by_the_flags_own_names():
+    """predict.py's flags land in their sections; read flat (the sidecar, the journal, the API's
+    keywords) every field keeps its flag's name, in the flags' order, so that a journal or a
+    sidecar written before the sections reads the same."""
+    from mixer.cli.entrypoints import job_config, predict_parser
+    from mixer.core.naming import FLAGS
+
+    parser = predict_parser()
+    argv = ["--checkpoint", "run", "--input", "in.csv", "--audit", "30", "a.csv"]
+    argv += ["--audit-margin", "0.1", "--lookup-input-col", "text", "--status-col", "st"]
+    argv += ["--chunk-size", "7", "--precision", "bf16", "--sep", ";"]
+    job = job_config(PredictConfig, parser, parser.parse_args(argv))
+    assert job.model.checkpoint == "run" and job.data.input == "in.csv"
+    assert job.outputs.audit == ["30", "a.csv"] and job.outputs.audit_margin == 0.1
+    assert job.coding.lookup_input_col == "text" and job.data.status == "st"
+    assert job.run.chunk_size == 7 and job.model.precision == "bf16"
+    assert job.table_options("input").sep == ";"
+    flat = flat_values(job)
+    assert list(flat) == [*PredictConfig.FLAG_ORDER, "tables"]
+    assert list(flat)[:-1] == [spec.name for spec in parser.specs.values() if spec.name in flat]
+    assert flat["audit_margin"] == 0.1 and flat["status"] == "st" and flat["chunk_size"] == 7
+    # a message names a field of any section by its flag
+    assert FLAGS("status") == "--status-col" and FLAGS("audit_margin", 0.1) == "--audit-margin 0.1"
 
 
 def test_provenance_keeps_the_name_users_were_given():
@@ -147,7 +225,9 @@ def test_the_sidecar_records_what_made_the_file(run_dir, common_csv, tmp_path):
     from mixer.coding.provenance import options_part
 
     labelled = options_part(
-        PredictConfig(calibration_data=common_csv, calibration_truth_cols=["hisco_1"])
+        PredictConfig(
+            coding=PredictCoding(calibration_data=common_csv, calibration_truth_cols=["hisco_1"])
+        )
     )
     assert labelled["calibration_data"]["name"] == "common.csv" and labelled[
         "calibration_truth_cols"
@@ -397,7 +477,7 @@ def test_the_api_keywords_are_the_configuration_s_fields_with_its_defaults():
 
     from mixer.prediction.api import RENAMED, Model
 
-    fields = {f.name for f in dataclasses.fields(PredictConfig)}
+    fields = {f.name for f in options_of(PredictConfig)}  # every section's
     own = {
         "self",
         "texts",

@@ -346,14 +346,20 @@ def test_the_store_spills_beside_the_jobs_output_never_beside_its_input(tmp_path
     """An --audit or --to-check job without --output: the store's spill file goes beside that
     output (where a killed job's leftovers are swept), not into the input's directory, which
     on a cluster is often a shared, read-only data directory."""
-    from mixer.core.programs import PredictConfig
+    from mixer.core.programs import PredictConfig, PredictData, PredictOutputs
     from mixer.distributed.world import World
     from mixer.prediction.predict_job import DistinctStores
 
     data, out = tmp_path / "data", tmp_path / "out"
     for config in (
-        PredictConfig(input=str(data / "in.csv"), audit=["30", str(out / "audit.csv")]),
-        PredictConfig(input=str(data / "in.csv"), to_check=["30", str(out / "check.csv")]),
+        PredictConfig(
+            data=PredictData(input=str(data / "in.csv")),
+            outputs=PredictOutputs(audit=["30", str(out / "audit.csv")]),
+        ),
+        PredictConfig(
+            data=PredictData(input=str(data / "in.csv")),
+            outputs=PredictOutputs(to_check=["30", str(out / "check.csv")]),
+        ),
     ):
         stores = DistinctStores(config, World())
         assert stores.table.spill_dir == str(out)

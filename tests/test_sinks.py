@@ -29,7 +29,7 @@ def outside():
         @classmethod
         def check(cls, args):
             events.append("check")
-            if args.top_k == 7:
+            if args.coding.top_k == 7:
                 raise UserError("refused by the outside sink")
 
         @classmethod
@@ -133,7 +133,7 @@ class Counting(sinks.Sink):
         return True
 
     def __init__(self, job):
-        self.counts, self.path = {}, job.config.output + ".counts.json"
+        self.counts, self.path = {}, job.config.outputs.output + ".counts.json"
 
     def add(self, job, part):
         if part.number == int(os.environ.get("DIE_AT", "-1")):  # a kill -9 with no journal to keep

@@ -658,7 +658,7 @@ def output_format(config) -> str:
     asking the output's sink."""
     from mixer.data.tables.writing import output_kind
 
-    return output_kind(config.output, "--output") if config.output else "csv"
+    return output_kind(config.outputs.output, "--output") if config.outputs.output else "csv"
 
 
 class AuditSink:
@@ -673,11 +673,11 @@ class AuditSink:
 
     @classmethod
     def files(cls, config) -> dict:
-        return {cls.flag: config.audit[-1]} if config.audit else {}
+        return {cls.flag: config.outputs.audit[-1]} if config.outputs.audit else {}
 
     @classmethod
     def wanted(cls, config) -> bool:
-        return bool(config.audit)
+        return bool(config.outputs.audit)
 
     @classmethod
     def cells(cls, config, columns) -> Optional[list]:
@@ -687,7 +687,7 @@ class AuditSink:
     def check(cls, config) -> None:
         from mixer.data.tables.sinks import refuse_shaped
 
-        if not config.audit:
+        if not config.outputs.audit:
             return
         request = cls.request(config)
         refuse_shaped(config, "--audit", "draws from the code table")
@@ -698,7 +698,11 @@ class AuditSink:
     @staticmethod
     def request(config) -> AuditRequest:
         return parse_audit_args(
-            config.audit, config.audit_margin, config.audit_by, config.audit_unit, config.audit_seed
+            config.outputs.audit,
+            config.outputs.audit_margin,
+            config.outputs.audit_by,
+            config.outputs.audit_unit,
+            config.outputs.audit_seed,
         )
 
     flag, field, usage, reads, rank = (
@@ -727,14 +731,14 @@ class AuditSink:
                 part.chunk.columns,
                 part.predicted.columns,
                 [job.columns.input_col, job.columns.language_col, *job.columns.context_cols],
-                config.head[0],
-                len(config.head) > 1,
+                config.coding.head[0],
+                len(config.coding.head) > 1,
                 job.predictor,
             )
             if job.classes is not None:  # each code's class beside it (--crosswalk)
                 from mixer.data.labels.crosswalk import class_columns
 
-                slots = config.top_k or job.predictor.default_top_k()
+                slots = config.coding.top_k or job.predictor.default_top_k()
                 self.draw.extra = [
                     name
                     for walk in job.classes.walks
@@ -743,7 +747,7 @@ class AuditSink:
             if self.journal is not None:
                 self.draw.digest.keep(self.journal.path(self.DIGEST))
         self.draw.add_output(
-            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.head)
+            part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.coding.head)
         )
 
     def state(self) -> Optional[dict]:
@@ -779,9 +783,9 @@ class AuditSink:
             self.draw,
             self.audit,
             job.predictor,
-            job.config.checkpoint,
-            job.config.head[0],
-            job.config.threshold,
+            job.config.model.checkpoint,
+            job.config.coding.head[0],
+            job.config.coding.threshold,
             job.started,
         )
 

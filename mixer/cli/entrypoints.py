@@ -168,11 +168,11 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
     parser = predict_parser()
     job = job_config(PredictConfig, parser, parser.parse_args(argv))
     options.refuse_lone_companions(job, parser.specs)
-    if job.calibrate and job.head == parser.get_default("head"):
-        job.head = None  # not given: --calibrate refuses a --head given (it fits both heads)
-    if job.language_col and job.language:
+    if job.coding.calibrate and job.coding.head == parser.get_default("head"):
+        job.coding.head = None  # not given: --calibrate refuses a --head given (it fits both heads)
+    if job.data.language_col and job.data.language:
         raise cli.UserError("--language and --language-col were both given; pass one")
-    if job.calibrate:
+    if job.coding.calibrate:
         from mixer.coding.calibrate import calibrate_main
         from mixer.prediction.api import Model
         from mixer.prediction.predict import Predictor
@@ -180,8 +180,10 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
 
         outputs = tuple(job_outputs(job, default_sinks() if sinks is None else sinks))
         return calibrate_main(job, Predictor, Model, outputs)
-    job.head = list(dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.head))
-    if not job.input:
+    job.coding.head = list(
+        dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.coding.head)
+    )
+    if not job.data.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     from mixer.prediction.predict_job import predict_file
 
@@ -436,9 +438,9 @@ def write_production(args, frame, truth: list, predicted: dict, columns: dict, p
         args.target_accuracy,
         title=f"production curve: {os.path.basename(args.predictions)}",
     )
-    from mixer.core.programs import PredictConfig
+    from mixer.core.programs import PredictCoding
 
-    confidence = PredictConfig.__dataclass_fields__["target_confidence"].default
+    confidence = PredictCoding.__dataclass_fields__["target_confidence"].default
     for line in production.headlines(
         table, args.target_accuracy, args.by or "group", columns, scored, confidence
     ):

@@ -34,6 +34,7 @@ from mixer.core.flags import (  # noqa: F401 - the checks and specs, kept import
     specs,
     unit_interval,
 )
+from mixer.core.options import flat_values, sections_of
 
 
 class Parser(argparse.ArgumentParser):
@@ -215,17 +216,20 @@ def config_file_parser() -> argparse.ArgumentParser:
 
 # ----------------------------------------------------------------- values
 def config_from(cls, values: dict):
-    """A configuration of one class from flat values (a parse's, or the API's)."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in known})
+    """A configuration of one class from flat values (a parse's, or the API's); a class nested
+    by concept (PredictConfig) gets each section from them too."""
+    sections = {f.name: config_from(f.default_factory, values) for f in sections_of(cls)}
+    known = {f.name for f in dataclasses.fields(cls)} - set(sections)
+    return cls(**{k: v for k, v in values.items() if k in known}, **sections)
 
 
 def refuse_lone_companions(config, specs_by_name: dict) -> None:
     """An option set (not at its default) without one of the options it works with
     (option(works_with=...)): it would be ignored, so it is refused in one line."""
+    values = flat_values(config)
     for spec in specs_by_name.values():
-        if not spec.works_with or getattr(config, spec.name) == spec.default:
+        if not spec.works_with or values[spec.name] == spec.default:
             continue
-        if not any(getattr(config, other) not in (None, False) for other in spec.works_with):
+        if not any(values[other] not in (None, False) for other in spec.works_with):
             needs = " or ".join(specs_by_name[other].flag for other in spec.works_with)
             raise UserError(f"{spec.flag} works with {needs}; pass it, or leave out {spec.flag}")

@@ -28,10 +28,10 @@ def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs:
     the coding sits below prediction and asks of the model only what it does. `outputs`: the
     flags of the prediction outputs given (mixer.prediction.sinks.job_outputs), refused."""
     for flag, value in (
-        ("--input", config.input),
+        ("--input", config.data.input),
         *((flag, True) for flag in outputs),
-        ("--target-accuracy", config.target_accuracy),
-        ("--lookup", config.lookup),
+        ("--target-accuracy", config.coding.target_accuracy),
+        ("--lookup", config.coding.lookup),
     ):
         if value:
             raise UserError(
@@ -39,9 +39,9 @@ def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs:
                 f"alone; leave out {flag}"
             )
     for flag, value in (
-        ("--head", config.head),
-        ("--threshold", config.threshold),
-        ("--top-k", config.top_k),
+        ("--head", config.coding.head),
+        ("--threshold", config.coding.threshold),
+        ("--top-k", config.coding.top_k),
     ):
         if value is not None:  # argparse's defaults are None: only what the user gave is refused
             raise UserError(
@@ -51,7 +51,7 @@ def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs:
     heads = list(
         CALIBRATED_HEADS
     )  # both, always: the full head has no row confidence (not covered)
-    if config.quantize or config.precision != "fp32":
+    if config.model.quantize or config.model.precision != "fp32":
         raise UserError(
             "--calibrate fits the calibration of the model's own numbers; leave out --quantize and "
             "--precision (calibration does not move a threshold, which --target-accuracy chooses "
@@ -59,23 +59,23 @@ def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs:
         )
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     predictor = predictor_class.load(
-        config.checkpoint,
+        config.model.checkpoint,
         None,
-        config.precision,
-        config.force_precision,
+        config.model.precision,
+        config.model.force_precision,
         log=log,
-        tf32=config.tf32,
+        tf32=config.model.tf32,
         announce=print,
     )
-    model = model_class(predictor, config.checkpoint)
+    model = model_class(predictor, config.model.checkpoint)
     model_dir = predictor.config.get("model_dir")
     if not model_dir:
         raise UserError(
             f"--calibrate writes calibration.json into the model's directory; --checkpoint "
-            f"{config.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
+            f"{config.model.checkpoint} is none (pass a run directory, RUN/best, or an OccCANINE model "
             "saved in a directory of its own)"
         )
-    check_writable(model_dir, config.checkpoint)  # before any prediction
+    check_writable(model_dir, config.model.checkpoint)  # before any prediction
     rows = labelled_rows(config, model, predictor)
     from mixer.coding.calibration import MIN_ROWS
 
@@ -91,13 +91,15 @@ def calibrate_main(config: PredictConfig, predictor_class, model_class, outputs:
             "note: the seq2seq calibration applies to OccCANINE's own greedy confidence",
             file=sys.stderr,
         )
-    entries, diagrams, lines = fit(predictor, heads, rows, config.batch_size)
+    entries, diagrams, lines = fit(predictor, heads, rows, config.run.batch_size)
     fit_on = {
         "rows": rows.rows,
         "count": len(rows),
-        "data": os.path.basename(config.calibration_data) if config.calibration_data else None,
-        "truth_cols": list(config.calibration_truth_cols or [])
-        if config.calibration_data
+        "data": os.path.basename(config.coding.calibration_data)
+        if config.coding.calibration_data
+        else None,
+        "truth_cols": list(config.coding.calibration_truth_cols or [])
+        if config.coding.calibration_data
         else None,
         "thresholds": "the model's own",
         "top_k": "the model's own",
@@ -184,15 +186,17 @@ def labelled_rows(config, model, predictor):
     from mixer.data.tables.job_columns import job_columns
 
     model_config = predictor.config
-    if not config.calibration_data:
-        return targets.run_rows(model_config.get("model_dir"), config.checkpoint, "--calibrate")
+    if not config.coding.calibration_data:
+        return targets.run_rows(
+            model_config.get("model_dir"), config.model.checkpoint, "--calibrate"
+        )
     input_col, language_col, language, context_cols = job_columns(
-        model_config, config.input_col, config.language, config.language_col
+        model_config, config.data.input_col, config.data.language, config.data.language_col
     )
     return targets.file_rows(
-        config.calibration_data,
+        config.coding.calibration_data,
         config.table_options("calibration_data"),
-        config.calibration_truth_cols,
+        config.coding.calibration_truth_cols,
         model,
         input_col,
         language_col,

@@ -280,15 +280,15 @@ def prepare(
     from mixer.distributed import world as mdist
 
     lookup = None
-    if config.lookup:
+    if config.coding.lookup:
         from mixer.coding.lookup import read_for
 
         # the run's input column is the description's by default; rank 0 alone says how it was read
         lookup = read_for(
             model,
-            config.lookup,
-            config.lookup_input_col,
-            config.lookup_code_cols,
+            config.coding.lookup,
+            config.coding.lookup_input_col,
+            config.coding.lookup_code_cols,
             language_col,
             config.table_options("lookup"),
             log=say,
@@ -297,14 +297,16 @@ def prepare(
         )
         # before predicting: an entry wider than the output, or two the model reads alike
         lookup.check(
-            model, config.top_k or predictor.default_top_k(), None if language_col else [language]
+            model,
+            config.coding.top_k or predictor.default_top_k(),
+            None if language_col else [language],
         )
         say(
-            f"lookup: {len(lookup.codes):,} entries of {config.lookup} ({lookup.layout}"
+            f"lookup: {len(lookup.codes):,} entries of {config.coding.lookup} ({lookup.layout}"
             + (f": {lookup.columns})" if lookup.columns else ")")
         )
     targets = {}
-    if config.target_accuracy is not None:
+    if config.coding.target_accuracy is not None:
 
         def choose():
             rows_to_code, rows = _rows_to_code(
@@ -313,27 +315,27 @@ def prepare(
             if not rows:  # before any threshold is chosen for no rows
                 from mixer.data.tables.job_columns import no_rows
 
-                raise UserError(no_rows(config.input))
+                raise UserError(no_rows(config.data.input))
             chosen = {}
-            for head in config.head:
+            for head in config.coding.head:
                 target = model.target(
-                    config.target_accuracy,
-                    config.target_confidence,
+                    config.coding.target_accuracy,
+                    config.coding.target_confidence,
                     head,
-                    config.calibration_data,
-                    config.calibration_truth_cols,
+                    config.coding.calibration_data,
+                    config.coding.calibration_truth_cols,
                     lookup,
-                    config.shorter_codes,
+                    config.coding.shorter_codes,
                     rows_to_code,
-                    config.top_k,
-                    None if head == "seq2seq" else config.threshold,
+                    config.coding.top_k,
+                    None if head == "seq2seq" else config.coding.threshold,
                     input_col,
                     language if not language_col else None,
                     language_col,
-                    config.batch_size,
+                    config.run.batch_size,
                     config.table_options("calibration_data"),
-                    levels=config.code_levels,
-                    target_level=config.target_level,
+                    levels=config.coding.code_levels,
+                    target_level=config.coding.target_level,
                 )
                 target.check_reached()
                 chosen[head] = target
@@ -344,12 +346,12 @@ def prepare(
         chosen = mdist.main_only(choose, world)  # all ranks
         chosen = mdist.broadcast_object(chosen, world)
         targets = {head: dataclasses.replace(t, owner=id(predictor)) for head, t in chosen.items()}
-    elif config.shorter_codes:
+    elif config.coding.shorter_codes:
         raise UserError(
             "--shorter-codes gives a shorter code where the full one misses a threshold; pass "
             "--target-accuracy A"
         )
-    elif config.calibration_data:
+    elif config.coding.calibration_data:
         raise UserError(
             "--calibration-data is chosen on with --target-accuracy (or --calibrate); pass one"
         )
@@ -360,15 +362,15 @@ def prepare(
         head: CodingPipeline(
             model,
             head,
-            config.top_k,
-            None if head == "seq2seq" else config.threshold,
+            config.coding.top_k,
+            None if head == "seq2seq" else config.coding.threshold,
             lookup,
             targets.get(head),
             lookup_checked=True,  # above, in the input's languages
         )
-        for head in config.head
+        for head in config.coding.head
     }
-    if config.output and world.is_main:
+    if config.outputs.output and world.is_main:
         coding.provenance = _provenance(config, predictor, lookup, targets)
     return coding
 
@@ -412,7 +414,7 @@ def _rows_to_code(config, model, lookup, input_col, language_col, language, cont
 
     rows = total = 0
     for chunk in iter_chunks(
-        config.input, config.chunk_size, options=config.table_options("input")
+        config.data.input, config.run.chunk_size, options=config.table_options("input")
     ):
         total += len(chunk)
         texts = text_column(chunk, input_col)
@@ -438,22 +440,23 @@ def _provenance(config, predictor, lookup, targets: dict) -> dict:
     return provenance.make(
         {
             "mixer": __version__,
-            "model": provenance.model_part(predictor, config.checkpoint),
-            "heads": list(config.head),
-            "top_k": config.top_k or predictor.default_top_k(),
+            "model": provenance.model_part(predictor, config.model.checkpoint),
+            "heads": list(config.coding.head),
+            "top_k": config.coding.top_k or predictor.default_top_k(),
             "thresholds": {
-                head: threshold_used(predictor, head, config.threshold) for head in config.head
+                head: threshold_used(predictor, head, config.coding.threshold)
+                for head in config.coding.head
             },
             "calibration": {
                 head: dict(
                     zip(("temperature", "bias"), predictor.calibration.get(head, (1.0, 0.0)))
                 )
-                for head in config.head
+                for head in config.coding.head
             },
             "target": {head: target.record() for head, target in targets.items()} or None,
             "lookup": lookup.record() if lookup is not None else None,
-            "input": provenance.input_part(config.input),
-            "output": os.path.basename(config.output),
+            "input": provenance.input_part(config.data.input),
+            "output": os.path.basename(config.outputs.output),
             "options": provenance.options_part(config),
             "columns": provenance.columns_part(config, predictor),
         }

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Optional
@@ -65,25 +64,25 @@ def options_part(config) -> dict:
     """Every option of `config` (a PredictConfig) that changes the file, as given (None:
     unset, the model's or the program's default); files by their identity; every file's
     reading options that were set."""
+    from mixer.core.options import flat_values
     from mixer.data.prepared.fingerprint import file_identity
 
-    recorded, given = {}, vars(config)
-    for f in dataclasses.fields(config):
-        if f.name in UNRECORDED:
+    recorded = {}
+    for name, value in flat_values(config).items():  # by the fields' own names, not sections
+        if name in UNRECORDED:
             continue
-        value = given[f.name]
-        if f.name == "tables":
+        if name == "tables":
             value = {k: v for k, v in sorted(value.items()) if v is not None}
-        elif f.name in FILES and value:
-            value = file_identity(value, FILES[f.name])
-        elif f.name == "crosswalk" and value:  # a user's table by its identity, as FILES
+        elif name in FILES and value:
+            value = file_identity(value, FILES[name])
+        elif name == "crosswalk" and value:  # a user's table by its identity, as FILES
             from mixer.data.labels.crosswalk import CROSSWALKS
 
             value = [
                 name if name.lower() in CROSSWALKS else file_identity(name, "--crosswalk")
                 for name in value
             ]
-        recorded[f.name] = value
+        recorded[name] = value
     return recorded
 
 
@@ -92,7 +91,7 @@ def columns_part(config, predictor) -> dict:
     from mixer.data.tables.job_columns import job_columns
 
     return job_columns(
-        predictor.config, config.input_col, config.language, config.language_col
+        predictor.config, config.data.input_col, config.data.language, config.data.language_col
     )._asdict()
 
 

@@ -304,9 +304,9 @@ def head_headline(curve: pd.DataFrame, rows: str) -> dict:
 
 
 def _guarantee_confidence() -> float:
-    from mixer.core.programs import PredictConfig
+    from mixer.core.programs import PredictCoding
 
-    return PredictConfig.__dataclass_fields__["target_confidence"].default
+    return PredictCoding.__dataclass_fields__["target_confidence"].default
 
 
 def head_guarantee(frame: pd.DataFrame, head: str, level: Optional[str] = None) -> dict:

@@ -8,8 +8,9 @@ rewrites a message afterwards.
     names("head", "flat")  --head flat     head='flat'
     names.before("top_k")  "--top-k "      "top_k="     (a value written right after)
 
-A name is a field of predict.py's configuration (mixer.core.programs.PredictConfig); its flag
-is the field's own (mixer.core.options.flags_of). `own`: keywords a method of the API calls
+A name is a field of predict.py's configuration (mixer.core.programs.PredictConfig), in any of
+its sections (mixer.core.options.options_of walks them); its flag is the field's own
+(mixer.core.options.flags_of). `own`: keywords a method of the API calls
 otherwise (Model.lookup's input_col for the field lookup_input_col).
 """
 
@@ -27,7 +28,7 @@ def _flags() -> dict:
     from mixer.core.options import flags_of, options_of
     from mixer.core.programs import PredictConfig
 
-    return {f.name: flags_of(f)[0] for f in options_of(PredictConfig)}
+    return {f.name: flags_of(f)[0] for f in options_of(PredictConfig)}  # every section's fields
 
 
 def flag_of(name: str) -> str:

@@ -78,5 +78,39 @@ def default_of(f: dataclasses.Field):
 
 
 def options_of(cls) -> list:
-    """The fields of a configuration class that have a flag."""
-    return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+    """The fields of a configuration class that have a flag. A class nested by concept
+    (programs.PredictConfig) has them in its sections, in the order of its FLAG_ORDER (a field
+    not named there follows, in its section's order); RunConfig's sections are listed one by one
+    (mixer.cli.entrypoints.TRAINING_CLASSES)."""
+    found = [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+    order = getattr(cls, "FLAG_ORDER", None)
+    if order is None:
+        return found
+    for section in sections_of(cls):
+        found += options_of(section.default_factory)
+    return sorted(found, key=lambda f: order.index(f.name) if f.name in order else len(order))
+
+
+def sections_of(cls) -> list:
+    """The fields of a configuration class that are configurations themselves (its sections)."""
+    return [
+        f
+        for f in dataclasses.fields(cls)
+        if f.default_factory is not dataclasses.MISSING
+        and dataclasses.is_dataclass(f.default_factory)
+    ]
+
+
+def flat_values(config) -> dict:
+    """{field: value} of a configuration and its sections' fields, by the fields' own names (which
+    are their flags' destinations): a nested PredictConfig read as the flat one it was, in its
+    flags' order, then its fields without a flag (`tables`)."""
+    sections = {f.name for f in sections_of(type(config))}
+    values = {}
+    for f in dataclasses.fields(config):
+        if f.name in sections:
+            values.update(flat_values(getattr(config, f.name)))
+        else:
+            values[f.name] = getattr(config, f.name)
+    order = [f.name for f in options_of(type(config))]
+    return {name: values[name] for name in [*order, *(n for n in values if n not in order)]}

@@ -30,17 +30,60 @@ def hisco_column(what: str, help: str):
 
 
 @dataclass
-class PredictConfig:
-    checkpoint: Optional[str] = option(
-        None,
-        metavar="SRC",
-        help="a run directory, an OccCANINE directory or checkpoint, or a hub id",
-    )
+class PredictData:
+    """The rows to code: the input file and the columns read from it."""
+
     input: Optional[str] = option(
         None,
         table="input",
         help="CSV, Parquet, Excel (.xlsx) or Stata (.dta) file (required unless --calibrate)",
     )
+    input_col: Optional[str] = option(None, help="text column (unset: the run's)")
+    language: Optional[str] = option(None, help="language of every row (unset: the run's)")
+    language_col: Optional[str] = option(None, help="column with a language per row")
+    status: Optional[str] = hisco_column(
+        "status", "the rows' HISCO status codes, which pick the crosswalk's row for them"
+    )
+    relation: Optional[str] = hisco_column(
+        "relation", "the rows' HISCO relation codes, as --status-col"
+    )
+    product: Optional[str] = hisco_column(
+        "product", "the rows' HISCO product codes, as --status-col"
+    )
+
+
+@dataclass
+class PredictModel:
+    """The model and how it computes: its source and numerics."""
+
+    checkpoint: Optional[str] = option(
+        None,
+        metavar="SRC",
+        help="a run directory, an OccCANINE directory or checkpoint, or a hub id",
+    )
+    precision: str = option(
+        "fp32", choices=PRECISIONS, help="autocast precision (fp32 where emulated)"
+    )
+    force_precision: bool = option(
+        False, switch=True, help="run bf16/fp16 even where the device would emulate it"
+    )
+    quantize: Optional[str] = option(
+        None,
+        choices=("int8",),
+        help="int8 linear layers on a CPU: approximate (docs/performance.md)",
+    )
+    tf32: Optional[bool] = option(
+        None,
+        switch=True,
+        help="GPU matrix products in TF32 (unset: on for mixer's models; docs/performance.md)",
+    )
+
+
+@dataclass
+class PredictOutputs:
+    """The files a job writes and their layout: the predictions, the embeddings, the check
+    list, the audit draw and the summary plot."""
+
     output: Optional[str] = option(
         None, help="file of predictions: .csv, .parquet, .xlsx or .dta (by extension)"
     )
@@ -49,36 +92,10 @@ class PredictConfig:
         metavar="FILE",
         help="also (or only) write each row's pooled encoder output to FILE.npy or .parquet",
     )
-    input_col: Optional[str] = option(None, help="text column (unset: the run's)")
-    language: Optional[str] = option(None, help="language of every row (unset: the run's)")
-    language_col: Optional[str] = option(None, help="column with a language per row")
-    batch_size: int = option(256, type="positive_int", help="rows per batch")
-    top_k: Optional[int] = option(
-        None,
-        type="positive_int",
-        help="codes per row at most (unset: the run's code slots; 5 for OccCANINE)",
-    )
-    threshold: Optional[float] = option(
-        None,
-        type="unit_interval",
-        help="flat and full heads: the probability a code needs (unset: the model's)",
-    )
-    head: Optional[list] = option(
-        ["flat"],
-        nargs="+",
-        choices=("flat", "seq2seq", "greedy", "full"),
-        help="flat, seq2seq (greedy), or full; several: <head>_code_k columns (docs/predicting.md)",
-    )
     what: str = option(
         "codes",
         choices=("codes", "probs", "bin", "logits"),
         help="codes: the code table; probs, logits, bin: a matrix, a column per code (docs/predicting.md)",
-    )
-    alternatives: Optional[int] = option(
-        None,
-        type="positive_int",
-        metavar="K",
-        help="greedy top-k: K code sets per row from the decoder, column 'alternative'",
     )
     columns: str = option(
         "mixer",
@@ -99,15 +116,6 @@ class PredictConfig:
     crosswalk: Optional[list] = crosswalk_option(
         CLASSES,
         "each code's class: hisclass, hisclass_5, socpo, hiscam, or a table of code,class[,label]",
-    )
-    status: Optional[str] = hisco_column(
-        "status", "the rows' HISCO status codes, which pick the crosswalk's row for them"
-    )
-    relation: Optional[str] = hisco_column(
-        "relation", "the rows' HISCO relation codes, as --status-col"
-    )
-    product: Optional[str] = hisco_column(
-        "product", "the rows' HISCO product codes, as --status-col"
     )
     to_check: Optional[list] = option(
         None,
@@ -142,6 +150,38 @@ class PredictConfig:
         help="rows, or the sampled rows' distinct descriptions",
     )
     audit_seed: int = option(0, type="non_negative_int", group=AUDIT, help="the sample's seed")
+    summary_plot: Optional[str] = option(
+        None, metavar="PNG", help="also draw the most frequent codes and the confidence histogram"
+    )
+
+
+@dataclass
+class PredictCoding:
+    """From the model's outputs to each row's codes: the heads, how many codes and at what
+    probability, a lookup by hand, a target accuracy and its calibration."""
+
+    top_k: Optional[int] = option(
+        None,
+        type="positive_int",
+        help="codes per row at most (unset: the run's code slots; 5 for OccCANINE)",
+    )
+    threshold: Optional[float] = option(
+        None,
+        type="unit_interval",
+        help="flat and full heads: the probability a code needs (unset: the model's)",
+    )
+    head: Optional[list] = option(
+        ["flat"],
+        nargs="+",
+        choices=("flat", "seq2seq", "greedy", "full"),
+        help="flat, seq2seq (greedy), or full; several: <head>_code_k columns (docs/predicting.md)",
+    )
+    alternatives: Optional[int] = option(
+        None,
+        type="positive_int",
+        metavar="K",
+        help="greedy top-k: K code sets per row from the decoder, column 'alternative'",
+    )
     target_accuracy: Optional[float] = option(
         None,
         type="open_unit_interval",
@@ -226,6 +266,14 @@ class PredictConfig:
         group=TARGET,
         help="fit each head's temperature and write calibration.json; no --input",
     )
+
+
+@dataclass
+class PredictRun:
+    """How the job runs: its batches and chunks, its memory, its processes; none changes the
+    file."""
+
+    batch_size: int = option(256, type="positive_int", help="rows per batch")
     chunk_size: int = option(100_000, type="positive_int", help="rows read and written at a time")
     store_memory: int = option(
         2048,
@@ -238,30 +286,77 @@ class PredictConfig:
         switch=True,
         help="start over where a killed run left parts to continue (docs/predicting.md)",
     )
-    precision: str = option(
-        "fp32", choices=PRECISIONS, help="autocast precision (fp32 where emulated)"
-    )
-    force_precision: bool = option(
-        False, switch=True, help="run bf16/fp16 even where the device would emulate it"
-    )
-    quantize: Optional[str] = option(
-        None,
-        choices=("int8",),
-        help="int8 linear layers on a CPU: approximate (docs/performance.md)",
-    )
-    tf32: Optional[bool] = option(
-        None,
-        switch=True,
-        help="GPU matrix products in TF32 (unset: on for mixer's models; docs/performance.md)",
-    )
-    summary_plot: Optional[str] = option(
-        None, metavar="PNG", help="also draw the most frequent codes and the confidence histogram"
-    )
     distributed: bool = option(False, switch=True, help="shard rows over torchrun ranks")
     debug: bool = option(False, switch=True, help="show Python tracebacks on errors")
+
+
+@dataclass
+class PredictConfig:
+    """predict.py's configuration, nested by concept as RunConfig is for training: the input
+    (`data`), the model, the outputs, the coding and the run. A field keeps its flag's name
+    (--audit-margin: `config.outputs.audit_margin`), which is also its keyword in the Python API
+    and its key in a sidecar's and a journal's `options` (options.flat_values)."""
+
+    data: PredictData = field(default_factory=PredictData)
+    model: PredictModel = field(default_factory=PredictModel)
+    outputs: PredictOutputs = field(default_factory=PredictOutputs)
+    coding: PredictCoding = field(default_factory=PredictCoding)
+    run: PredictRun = field(default_factory=PredictRun)
     tables: dict = field(
         default_factory=dict
     )  # every role's reading options, by flag (config.option_dest)
+
+    # the order of predict.py's flags in --help (options.options_of), as before the sections;
+    # a field not named here follows these, in its section's order
+    FLAG_ORDER = (
+        "checkpoint",
+        "input",
+        "output",
+        "embeddings",
+        "input_col",
+        "language",
+        "language_col",
+        "batch_size",
+        "top_k",
+        "threshold",
+        "head",
+        "what",
+        "alternatives",
+        "columns",
+        "system",
+        "code_descriptions",
+        "crosswalk",
+        "status",
+        "relation",
+        "product",
+        "to_check",
+        "audit",
+        "audit_margin",
+        "audit_by",
+        "audit_unit",
+        "audit_seed",
+        "target_accuracy",
+        "target_confidence",
+        "calibration_data",
+        "calibration_truth_cols",
+        "shorter_codes",
+        "code_levels",
+        "target_level",
+        "lookup",
+        "lookup_input_col",
+        "lookup_code_cols",
+        "calibrate",
+        "chunk_size",
+        "store_memory",
+        "restart",
+        "precision",
+        "force_precision",
+        "quantize",
+        "tf32",
+        "summary_plot",
+        "distributed",
+        "debug",
+    )
 
     def table_options(self, role: str):
         """How this job reads the files of a role (config.TABLE_ROLES)."""

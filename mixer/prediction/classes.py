@@ -113,11 +113,11 @@ def refuse_without_codes(config, codes: bool = True) -> None:
     the code table, mixer.prediction.sinks.reads), or only a matrix: one line, nothing run."""
     from mixer.data.tables.sinks import is_matrix
 
-    if not config.crosswalk:
+    if not config.outputs.crosswalk:
         return
     if is_matrix(config):
         raise UserError(
-            f"--crosswalk adds classes beside codes, and --what {config.what} writes a matrix "
+            f"--crosswalk adds classes beside codes, and --what {config.outputs.what} writes a matrix "
             "with a column per code: leave out one of them"
         )
     if not codes:

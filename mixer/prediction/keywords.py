@@ -9,7 +9,6 @@ it is handed the API's `Names` (mixer.core.naming.KEYWORDS) and says the keyword
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import types
 from typing import Optional
@@ -57,7 +56,7 @@ def given(call: str, arguments: dict) -> types.SimpleNamespace:
 def settings(call: str, options: dict, renamed: Optional[dict] = None) -> dict:
     """{keyword: its value as predict.py reads it} (given's dict)."""
     from mixer.core.flags import checked
-    from mixer.core.options import default_of
+    from mixer.core.options import default_of, options_of
     from mixer.core.programs import PredictConfig
 
     options = dict(options)
@@ -73,7 +72,7 @@ def settings(call: str, options: dict, renamed: Optional[dict] = None) -> dict:
                 f"{call}(): {old}= and {new}= both given; pass {new}= ({old}= is its earlier name)"
             )
         options[new] = value
-    fields = {f.name: f for f in dataclasses.fields(PredictConfig)}
+    fields = {f.name: f for f in options_of(PredictConfig)}  # every section's
     specs = _field_specs()
     values = {}
     for name, value in options.items():

@@ -43,14 +43,14 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     `sinks`: the Sink classes the job may write, in their turn (None: predict.py's own,
     mixer.prediction.sinks.default_sinks); each says from `config` whether it is wanted."""
     sinks = check_job(config, sinks)  # before the model loads: a wrong path or option fails at once
-    world = mdist.setup(DistConfig(distributed=config.distributed), program="predict.py")
+    world = mdist.setup(DistConfig(distributed=config.run.distributed), program="predict.py")
     job = Job(config, world, sinks)
     try:
         load_model(job)
         open_sinks(job)  # a changed input or option refused first, by the journal
         mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
         for number, chunk in enumerate(
-            iter_chunks(config.input, config.chunk_size, options=job.options, log=job.say)
+            iter_chunks(config.data.input, config.run.chunk_size, options=job.options, log=job.say)
         ):
             part = read_chunk(job, number, chunk)
             if part is None:  # written by the run this one continues
@@ -134,18 +134,20 @@ def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
 
     registered = default_sinks() if sinks is None else list(sinks)
     refuse_no_output(config, registered)
-    check_input_table(config.input, "--input")
-    check_header(config.input, config.table_options("input"))  # two columns of one name
+    check_input_table(config.data.input, "--input")
+    check_header(config.data.input, config.table_options("input"))  # two columns of one name
     for sink in registered:
         sink.check(config)
-    if config.code_descriptions:
-        check_input_path(config.code_descriptions, "--code-descriptions")
+    if config.outputs.code_descriptions:
+        check_input_path(config.outputs.code_descriptions, "--code-descriptions")
     codes = reads(config, registered, "codes")  # a wanted sink reads the code table
     check_coding_args(config, codes)
     from mixer.prediction.classes import load, refuse_without_codes
 
     refuse_without_codes(config, codes)
-    load(config.crosswalk, None, config.table_options("crosswalk"))  # names and tables checked
+    load(
+        config.outputs.crosswalk, None, config.table_options("crosswalk")
+    )  # names and tables checked
     return [sink for sink in registered if sink.wanted(config)]
 
 
@@ -166,7 +168,7 @@ def check_rows(job: Job) -> None:
     from mixer.data.tables.writing import output_kind
 
     config, columns = job.config, job.columns
-    if table_kind(config.input, "--input") == "excel":
+    if table_kind(config.data.input, "--input") == "excel":
         return
     excel = {}  # {(flag, path): (the input columns the file holds, None for all; its kind)}
     for sink in job.sink_classes:
@@ -175,15 +177,15 @@ def check_rows(job: Job) -> None:
             kind = output_kind(path, flag)
             if kind in ("excel", "stata"):
                 excel[(flag, path)] = held, kind
-    by = config.audit_by if config.audit else None
+    by = config.outputs.audit_by if config.outputs.audit else None
     if not excel and not by:
-        check_csv_rows(config.input, job.options)  # the row structure alone
+        check_csv_rows(config.data.input, job.options)  # the row structure alone
         return
     from mixer.data.tables.formats import EXCEL_MAX_CELL, ILLEGAL_IN_XML
 
     most = _audit_most(config) if by else 0
     strata, done = set(), 0
-    for chunk in iter_chunks(config.input, ROWS_SCANNED, options=job.options):
+    for chunk in iter_chunks(config.data.input, ROWS_SCANNED, options=job.options):
         if columns.input_col not in chunk.columns:  # said by the job's own reading (read_chunk)
             return
         for (flag, path), (held, kind) in excel.items():
@@ -205,7 +207,7 @@ def check_rows(job: Job) -> None:
                 if bad is not None:
                     row = done + bad.index(True) + 1
                     raise UserError(
-                        f"{flag} {path}: --input {config.input} row {row:,} column {name!r} "
+                        f"{flag} {path}: --input {config.data.input} row {row:,} column {name!r} "
                         f"holds {what}; remove it there, or write {other} "
                         "(rows count from 1 under the header)"
                     )
@@ -239,41 +241,43 @@ def load_model(job: Job) -> None:
     """All ranks: the model, the columns it reads, what the coding needs (mixer.coding.job.prepare)."""
     config, world = job.config, job.world
     job.predictor = Predictor.load(
-        config.checkpoint,
+        config.model.checkpoint,
         world.device,
-        config.precision,
-        config.force_precision,
+        config.model.precision,
+        config.model.force_precision,
         log=lambda m: print(m, file=sys.stderr) if world.is_main else None,
-        tf32=config.tf32,
-        quantize=config.quantize,
+        tf32=config.model.tf32,
+        quantize=config.model.quantize,
         announce=job.say,
     )  # which weights: stdout, as how it reads
-    if config.code_descriptions:
+    if config.outputs.code_descriptions:
         from mixer.prediction.outputs import set_descriptions
 
         set_descriptions(
-            job.predictor, config.code_descriptions, config.table_options("code_descriptions")
+            job.predictor,
+            config.outputs.code_descriptions,
+            config.table_options("code_descriptions"),
         )
     # blank rows, the context's fit and the languages: counted over the chunks, said once below
     job.model = model = Model(
         job.predictor,
-        config.checkpoint,
+        config.model.checkpoint,
         note_blank=False,
         says_context_fit=False,
         says_languages=False,
     )
     job.columns = job_columns(
-        job.predictor.config, config.input_col, config.language, config.language_col
+        job.predictor.config, config.data.input_col, config.data.language, config.data.language_col
     )
     job.rows = RowReader(*job.columns)
     from mixer.coding.job import prepare
 
     job.coding = prepare(config, model, job.predictor, *job.columns, world, job.say)
-    if config.crosswalk:  # a user's table's codes spelled as the model writes its own
+    if config.outputs.crosswalk:  # a user's table's codes spelled as the model writes its own
         from mixer.prediction.classes import Classes, load
 
         options = config.table_options("crosswalk")
-        job.classes = Classes(load(config.crosswalk, job.predictor.formatter, options))
+        job.classes = Classes(load(config.outputs.crosswalk, job.predictor.formatter, options))
 
 
 def open_sinks(job: Job) -> None:
@@ -327,10 +331,10 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     if job.classes is not None:  # the columns that pick a crosswalk's rows (--status-col, ...)
         from mixer.prediction.classes import CONTEXT, CONTEXT_FLAGS
 
-        needed += [(getattr(job.config, name), CONTEXT_FLAGS[name]) for name in CONTEXT]
+        needed += [(getattr(job.config.data, name), CONTEXT_FLAGS[name]) for name in CONTEXT]
     for column, flag in needed:
         if column and column not in chunk.columns:
-            raise missing_column(column, chunk.columns, f"--input {job.config.input}", flag)
+            raise missing_column(column, chunk.columns, f"--input {job.config.data.input}", flag)
     if job.world.is_main:  # the languages of the whole chunk, as the rows are read
         count_languages(
             job.languages,
@@ -407,7 +411,7 @@ def code_rows(job: Job, part: Part) -> None:
             # each distinct input hashed once: a key is its input, but for blank rows (not counted)
             keys = part.distinct.keys if job.coding.active else None
             job.coding.tally(
-                part.predicted, keys, config.head, part.blank, rows_of=part.distinct.row_key
+                part.predicted, keys, config.coding.head, part.blank, rows_of=part.distinct.row_key
             )
             add_classes(job, part)
     part.new = part.distinct.new
@@ -425,13 +429,18 @@ def add_classes(job: Job, part: Part) -> None:
     config = job.config
     if is_shaped(config):  # OccCANINE's table or the alternatives: one head
         stem = (
-            system_name(job.predictor, config.system) if config.columns == "occcanine" else "code"
+            system_name(job.predictor, config.outputs.system)
+            if config.outputs.columns == "occcanine"
+            else "code"
         )
         prefixes = [""]
     else:
-        stem, prefixes = "code", [""] if len(config.head) == 1 else [f"{h}_" for h in config.head]
+        stem, prefixes = (
+            "code",
+            [""] if len(config.coding.head) == 1 else [f"{h}_" for h in config.coding.head],
+        )
     context = context_values(
-        part.chunk, config, f"--input {config.input}", config.alternatives or 1
+        part.chunk, config.data, f"--input {config.data.input}", config.coding.alternatives or 1
     )
     part.predicted = job.classes.add(
         part.predicted, code_columns(part.predicted, stem, prefixes), context
@@ -446,20 +455,20 @@ def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
     texts, langs, context = job.rows.read(rows)
     results = []
     for head, pipeline in coding.pipelines.items():
-        result = job.model.code_table(texts, langs, context, pipeline, config.batch_size)
-        results.append(result.add_prefix(f"{head}_") if len(config.head) > 1 else result)
+        result = job.model.code_table(texts, langs, context, pipeline, config.run.batch_size)
+        results.append(result.add_prefix(f"{head}_") if len(config.coding.head) > 1 else result)
     return coding.split_source(results)
 
 
 def embed_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
-    if job.config.embeddings:
+    if job.config.outputs.embeddings:
         part.vectors = part.distinct.through(
             job.stores.embeddings,
             part.chunk,
             job.world,
             job.predictor,
-            lambda rows: job.model.embeddings(*job.rows.read(rows), job.config.batch_size),
+            lambda rows: job.model.embeddings(*job.rows.read(rows), job.config.run.batch_size),
         )
         part.new_vectors = part.distinct.new
 
@@ -482,7 +491,7 @@ def finish(job: Job) -> None:
     """The end: the counts over the file said, each sink committed (rank 0)."""
     config, world = job.config, job.world
     if not job.rows_read:  # all ranks: each reads every chunk
-        raise UserError(no_rows(config.input))
+        raise UserError(no_rows(config.data.input))
     if job.columns.context_cols:  # all ranks
         say_context_fit(mdist.gather_to_main(job.context_fit, world), job.predictor)
     if any(
@@ -493,13 +502,13 @@ def finish(job: Job) -> None:
         from mixer.coding.target import language_note
 
         note = language_note(
-            job.model, job.languages, f"--input {config.input}"
+            job.model, job.languages, f"--input {config.data.input}"
         )  # one never trained with
         if note:
             print(note, file=sys.stderr)
         if job.blank_rows:
             print(
-                f"--input {config.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
+                f"--input {config.data.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
                 "no code, prob empty",
                 file=sys.stderr,
             )
@@ -721,15 +730,15 @@ class DistinctStores:
         from mixer.prediction.store import DistinctStore
 
         sinks = default_sinks() if sinks is None else sinks  # the job's outputs
-        budget = config.store_memory * MEGABYTE
+        budget = config.run.store_memory * MEGABYTE
         from mixer.prediction.resume import written
 
         beside = written(
-            anchor(config, sinks)[1] or config.input
+            anchor(config, sinks)[1] or config.data.input
         )  # beside the job's first output (not a data directory; a link's target)
         spill_dir = os.path.dirname(beside)
         by_row = (
-            config.output and is_shaped(config) and not is_matrix(config)
+            config.outputs.output and is_shaped(config) and not is_matrix(config)
         )  # OccCANINE's table, alternatives
         has_table = reads(config, sinks, "codes") and not by_row
         self.table = (
@@ -814,13 +823,16 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
     from mixer.prediction.sinks import anchor, job_outputs
 
     why = resume.why_not(
-        config, world, bool(config.output) and is_shaped(config) and not is_matrix(config), sinks
+        config,
+        world,
+        bool(config.outputs.output) and is_shaped(config) and not is_matrix(config),
+        sinks,
     )
     flag, path = anchor(config, sinks)  # where the parts and the store's spill lie
     journal = None
     if why is None:
         journal = resume.Journal(config, predictor, sinks, devices)
-        journal.open(config.restart, say)  # the lock first: nothing of a running job is touched
+        journal.open(config.run.restart, say)  # the lock first: nothing of a running job is touched
     elif path:  # a job that does not resume holds the lock too, for as long as it runs
         resume.HELD.append(resume.take_lock(resume.parts_dir(path), flag, path))
         if os.path.isdir(resume.parts_dir(path)):
@@ -897,8 +909,8 @@ def check_coding_args(config, codes: bool = True) -> None:
     coding = [
         flag
         for flag, value in (
-            ("--target-accuracy", config.target_accuracy),
-            ("--lookup", config.lookup),
+            ("--target-accuracy", config.coding.target_accuracy),
+            ("--lookup", config.coding.lookup),
         )
         if value is not None
     ]
@@ -912,17 +924,17 @@ def check_coding_args(config, codes: bool = True) -> None:
             f"{coding[0]} marks rows of the code table, which --output (or --to-check, --audit) "
             "writes; pass --output FILE"
         )
-    if config.threshold is not None and set(config.head) <= {"seq2seq"}:
+    if config.coding.threshold is not None and set(config.coding.head) <= {"seq2seq"}:
         raise UserError(
-            f"--threshold {config.threshold:g} is the flat and full heads' (the probability a code "
+            f"--threshold {config.coding.threshold:g} is the flat and full heads' (the probability a code "
             "must reach); the seq2seq head decodes its codes and takes none: leave it out, or "
             "--target-accuracy for a threshold on the row confidence"
         )
-    if config.lookup:
-        check_input_path(config.lookup, "--lookup")
-    if config.calibration_data:
-        check_input_path(config.calibration_data, "--calibration-data")
-    if config.target_accuracy is not None and "full" in config.head:
+    if config.coding.lookup:
+        check_input_path(config.coding.lookup, "--lookup")
+    if config.coding.calibration_data:
+        check_input_path(config.coding.calibration_data, "--calibration-data")
+    if config.coding.target_accuracy is not None and "full" in config.coding.head:
         raise UserError(
             "--target-accuracy: the full head has no row confidence (not covered); use --head flat "
             "or seq2seq"
@@ -930,25 +942,25 @@ def check_coding_args(config, codes: bool = True) -> None:
 
 
 def predict_shaped(model: Model, config, texts, langs, context) -> pd.DataFrame:
-    if config.alternatives:
+    if config.coding.alternatives:
         return model.alternatives(
             texts,
             langs,
-            config.alternatives,
+            config.coding.alternatives,
             context,
-            config.batch_size,
-            config.columns,
-            config.system,
+            config.run.batch_size,
+            config.outputs.columns,
+            config.outputs.system,
         )
     return model.predict(
         texts,
         langs,
-        config.top_k,
-        config.head[0],
-        config.threshold,
+        config.coding.top_k,
+        config.coding.head[0],
+        config.coding.threshold,
         context,
-        config.batch_size,
-        what=config.what,
-        columns=config.columns,
-        system=config.system,
+        config.run.batch_size,
+        what=config.outputs.what,
+        columns=config.outputs.columns,
+        system=config.outputs.system,
     )

@@ -35,7 +35,6 @@ table and --alternatives (written by row).
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
@@ -142,6 +141,7 @@ class Journal:
 
     def __init__(self, config, predictor, sinks=(), devices=None):
         from mixer.audit.draw import model_fingerprint
+        from mixer.core.options import flat_values
         from mixer.prediction.sink import sink_name
         from mixer.prediction.sinks import anchor
 
@@ -152,8 +152,12 @@ class Journal:
         )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
         kind = None
-        if config.output:
-            kind = "npy" if config.output.lower().endswith(".npy") else output_kind(config.output)
+        if config.outputs.output:
+            kind = (
+                "npy"
+                if config.outputs.output.lower().endswith(".npy")
+                else output_kind(config.outputs.output)
+            )
         # the output, written, renamed at the end
         self.tmp = os.path.join(self.dir, "output." + SUFFIXES[kind]) if kind else None
         # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
@@ -163,9 +167,7 @@ class Journal:
         # audit): the first run's, kept
         self.started = file_time()
         options = json.loads(
-            json.dumps(
-                {k: v for k, v in dataclasses.asdict(config).items() if k not in FREE}, default=str
-            )
+            json.dumps({k: v for k, v in flat_values(config).items() if k not in FREE}, default=str)
         )
         for name in FILES:  # the file as it is now, not only its name
             if options.get(name):
@@ -190,7 +192,7 @@ class Journal:
         ]
         self.made_by = {
             "mixer": __version__,
-            "input": _file_identity(config.input),
+            "input": _file_identity(config.data.input),
             **_codebook_identity(config),
             "model": model_fingerprint(predictor),
             "device": ranks_device(devices or [device_numerics(predictor)]),
@@ -546,8 +548,8 @@ def own_files(config, predictor) -> dict:
     config.json they are read with (not its calibration.json, which is of the run's own
     weights). {} for a model without a directory (a hub id)."""
     folder, names = predictor.config.get("model_dir"), OWN_FILES
-    if not folder and str(config.checkpoint or "").endswith(".safetensors"):
-        folder = os.path.dirname(os.path.abspath(config.checkpoint))
+    if not folder and str(config.model.checkpoint or "").endswith(".safetensors"):
+        folder = os.path.dirname(os.path.abspath(config.model.checkpoint))
         names = tuple(name for name in OWN_FILES if name != "calibration.json")
     if not folder or not os.path.isdir(folder):
         return {}
@@ -604,9 +606,11 @@ def _codebook_identity(config) -> dict:
     from mixer.data.tables import ipums
     from mixer.data.tables.reading import table_kind
 
-    if table_kind(config.input) != "ipums":
+    if table_kind(config.data.input) != "ipums":
         return {}
-    return {"codebook": _file_identity(ipums.ddi_path(config.input, config.table_options("input")))}
+    return {
+        "codebook": _file_identity(ipums.ddi_path(config.data.input, config.table_options("input")))
+    }
 
 
 def _same_file(before: dict, now: dict) -> bool:

@@ -81,7 +81,9 @@ class Sink:
     @classmethod
     def files(cls, config) -> dict:
         """{flag: path} of the file this sink writes in a job with `config` ({} if none)."""
-        value = getattr(config, cls.field, None) if cls.field else None
+        from mixer.core.options import flat_values
+
+        value = flat_values(config).get(cls.field) if cls.field else None  # by its own name
         path = value[-1] if isinstance(value, (list, tuple)) and value else value
         return {cls.flag: path} if path and isinstance(path, str) else {}
 

@@ -34,20 +34,24 @@ class OutputSink(Sink):
     def cells(cls, config, columns) -> Optional[list]:
         if is_matrix(config):
             return []  # the matrix alone
-        return [columns.input_col] if config.columns == "occcanine" else None  # beside the codes
+        return (
+            [columns.input_col] if config.outputs.columns == "occcanine" else None
+        )  # beside the codes
 
     @classmethod
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_fits_excel, check_output_path
 
-        if config.output:  # before the model loads: a wrong path fails at once
-            check_output_path(config.output, "--output", job_files(config, "--output"), GUARDS)
+        if config.outputs.output:  # before the model loads: a wrong path fails at once
+            check_output_path(
+                config.outputs.output, "--output", job_files(config, "--output"), GUARDS
+            )
             check_fits_excel(
-                config.output,
-                config.input,
+                config.outputs.output,
+                config.data.input,
                 config.table_options("input"),
-                per_row=config.alternatives or 1,
-                why=f"rows with --alternatives {config.alternatives}",
+                per_row=config.coding.alternatives or 1,
+                why=f"rows with --alternatives {config.coding.alternatives}",
             )
         check_shape_args(config)  # the output's shape, before the sinks that read the code table
 
@@ -61,7 +65,7 @@ class OutputSink(Sink):
         self.writer = output_writer(job.config, job.say, label, job.journal, job.started)
 
     def file(self) -> tuple:
-        return "--output", self.config.output
+        return "--output", self.config.outputs.output
 
     def add(self, job, part) -> None:
         if is_shaped(self.config):
@@ -86,7 +90,7 @@ class OutputSink(Sink):
             )
         self.writer.commit(beside=beside)
         print(
-            f"wrote {self.writer.rows} rows to {self.config.output}"
+            f"wrote {self.writer.rows} rows to {self.config.outputs.output}"
             + (f" (what made it: {sidecar})" if coding.provenance is not None else ""),
             file=sys.stderr,
         )
@@ -101,18 +105,22 @@ class OutputSink(Sink):
 def output_writer(config, log=None, label=None, journal=None, stamp=None):
     from mixer.data.tables.writing import OutputWriter
 
-    if is_matrix(config) and config.output.lower().endswith(
+    if is_matrix(config) and config.outputs.output.lower().endswith(
         ".npy"
     ):  # its rows: in the parts, cut back to the journal's
         if journal is None:
-            return EmbeddingWriter(config.output, flag="--output")
+            return EmbeddingWriter(config.outputs.output, flag="--output")
         return EmbeddingWriter(
-            config.output, flag="--output", tmp=journal.tmp, raw=journal.growing, rows=journal.rows
+            config.outputs.output,
+            flag="--output",
+            tmp=journal.tmp,
+            raw=journal.growing,
+            rows=journal.rows,
         )
     if journal is None:
-        return OutputWriter(config.output, log=log, label=label, stamp=stamp, guards=GUARDS)
+        return OutputWriter(config.outputs.output, log=log, label=label, stamp=stamp, guards=GUARDS)
     writer = OutputWriter(
-        config.output,
+        config.outputs.output,
         log=log,
         label=label,
         tmp=journal.tmp,
@@ -128,34 +136,42 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
 
 def check_shape_args(config) -> None:
     """Combinations that have no one meaning, refused before the model loads."""
-    if config.output and config.output.lower().endswith(".npy") and not is_matrix(config):
+    if (
+        config.outputs.output
+        and config.outputs.output.lower().endswith(".npy")
+        and not is_matrix(config)
+    ):
         raise UserError(
-            f"--output {config.output}: .npy holds a matrix (--what probs, bin or logits); "
+            f"--output {config.outputs.output}: .npy holds a matrix (--what probs, bin or logits); "
             "name it .csv or .parquet"
         )
     if not is_shaped(config):
         return
     flag = (
         "--alternatives"
-        if config.alternatives
-        else ("--what " + config.what if is_matrix(config) else "--columns occcanine")
+        if config.coding.alternatives
+        else ("--what " + config.outputs.what if is_matrix(config) else "--columns occcanine")
     )
-    if not config.output:
+    if not config.outputs.output:
         raise UserError(f"{flag} writes --output FILE; pass one")
-    if config.alternatives and is_matrix(config):
+    if config.coding.alternatives and is_matrix(config):
         raise UserError("--alternatives writes code sets, --what a matrix: pass one of them")
-    if len(config.head) > 1:
-        raise UserError(f"{flag} takes one --head, got {' '.join(config.head)}")
-    if config.alternatives and config.head != ["seq2seq"] and config.head != ["flat"]:
+    if len(config.coding.head) > 1:
+        raise UserError(f"{flag} takes one --head, got {' '.join(config.coding.head)}")
+    if (
+        config.coding.alternatives
+        and config.coding.head != ["seq2seq"]
+        and config.coding.head != ["flat"]
+    ):
         raise UserError(
             "--alternatives are written by the decoder: leave out --head or pass seq2seq"
         )
-    if config.summary_plot:
+    if config.outputs.summary_plot:
         raise UserError(f"--summary-plot draws the code table; leave it out with {flag}")
     if is_matrix(config):
         from mixer.prediction.outputs import check_what
 
-        check_what(config.what, config.head[0])
+        check_what(config.outputs.what, config.coding.head[0])
 
 
 def shaped_output(chunk, predicted, config) -> tuple:
@@ -167,12 +183,12 @@ def shaped_output(chunk, predicted, config) -> tuple:
     if is_matrix(config):
         return (
             predicted.to_numpy()
-            if config.output.lower().endswith(".npy")
+            if config.outputs.output.lower().endswith(".npy")
             else predicted.reset_index(drop=True)
         ), None
-    if config.columns == "occcanine":
+    if config.outputs.columns == "occcanine":
         return predicted.reset_index(drop=True), None
-    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), config.alternatives)]
+    repeated = chunk.iloc[np.repeat(np.arange(len(chunk)), config.coding.alternatives)]
     return predicted.reset_index(drop=True), repeated.reset_index(drop=True)
 
 
@@ -197,9 +213,9 @@ class CheckListSink(Sink):
         from mixer.data.tables.sinks import refuse_shaped
         from mixer.data.tables.writing import check_output_path
 
-        if not config.to_check:
+        if not config.outputs.to_check:
             return
-        path = parse_to_check(config.to_check)[1]
+        path = parse_to_check(config.outputs.to_check)[1]
         refuse_shaped(config, "--to-check", "lists codes of the code table")
         check_output_path(path, "--to-check", job_files(config, "--to-check"), GUARDS)
 
@@ -207,15 +223,15 @@ class CheckListSink(Sink):
         from mixer.data.labels.checking import CheckList, parse_to_check
 
         config, columns = job.config, job.columns
-        self.count, self.path = parse_to_check(config.to_check)
+        self.count, self.path = parse_to_check(config.outputs.to_check)
         keys = (
             [columns.input_col]
             + ([columns.language_col] if columns.language_col else [])
             + columns.context_cols
         )
         prefix, slots = (
-            "" if len(config.head) == 1 else f"{config.head[0]}_",
-            config.top_k or job.predictor.default_top_k(),
+            "" if len(config.coding.head) == 1 else f"{config.coding.head[0]}_",
+            config.coding.top_k or job.predictor.default_top_k(),
         )
         self.checklist = CheckList(
             self.count,
@@ -234,7 +250,7 @@ class CheckListSink(Sink):
         return "--to-check", self.path
 
     def add(self, job, part) -> None:
-        keep = job.coding.check_rows(part.predicted, job.config.head)
+        keep = job.coding.check_rows(part.predicted, job.config.coding.head)
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
 
     def state(self) -> dict:
@@ -271,7 +287,7 @@ def class_names(job, prefix: str) -> list:
         return []
     from mixer.data.labels.crosswalk import class_columns
 
-    slots = job.config.top_k or job.predictor.default_top_k()
+    slots = job.config.coding.top_k or job.predictor.default_top_k()
     return [name for walk in job.classes.walks for name in class_columns(walk, slots, prefix)]
 
 
@@ -290,16 +306,16 @@ class EmbeddingSink(Sink):
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
 
-        if config.embeddings:
+        if config.outputs.embeddings:
             check_output_path(
-                config.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
+                config.outputs.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
             )
 
     def __init__(self, job):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
         raw = job.journal.path("embeddings.raw") if job.journal is not None else None
-        self.writer = EmbeddingWriter(job.config.embeddings, raw=raw)
-        self.path = job.config.embeddings
+        self.writer = EmbeddingWriter(job.config.outputs.embeddings, raw=raw)
+        self.path = job.config.outputs.embeddings
 
     def file(self) -> tuple:
         return "--embeddings", self.path
@@ -318,7 +334,10 @@ class EmbeddingSink(Sink):
 
     def commit(self, job) -> None:
         self.writer.commit()
-        print(f"wrote {self.writer.rows} embeddings to {job.config.embeddings}", file=sys.stderr)
+        print(
+            f"wrote {self.writer.rows} embeddings to {job.config.outputs.embeddings}",
+            file=sys.stderr,
+        )
 
     def abort(self) -> None:
         self.writer.abort()
@@ -333,25 +352,28 @@ class SummaryPlotSink(Sink):
     def check(cls, config) -> None:
         from mixer.data.tables.writing import check_output_path
 
-        if not config.summary_plot:
+        if not config.outputs.summary_plot:
             return
         check_output_path(
-            config.summary_plot, "--summary-plot", job_files(config, "--summary-plot"), GUARDS
+            config.outputs.summary_plot,
+            "--summary-plot",
+            job_files(config, "--summary-plot"),
+            GUARDS,
         )
-        if not config.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
+        if not config.outputs.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(
-                f"--summary-plot {config.summary_plot}: name it .png, .pdf, .svg or .jpg"
+                f"--summary-plot {config.outputs.summary_plot}: name it .png, .pdf, .svg or .jpg"
             )
 
     def __init__(self, job):
         self.pieces, self.journal, self.saved = [], job.journal, (0, 0)
-        self.path = job.config.summary_plot
+        self.path = job.config.outputs.summary_plot
 
     def file(self) -> tuple:
         return "--summary-plot", self.path
 
     def add(self, job, part) -> None:
-        first = "" if len(job.config.head) == 1 else f"{job.config.head[0]}_"
+        first = "" if len(job.config.coding.head) == 1 else f"{job.config.coding.head[0]}_"
         self.pieces.append(
             part.predicted[[f"{first}code_1", f"{first}prob_1"]].set_axis(
                 ["code_1", "prob_1"], axis=1

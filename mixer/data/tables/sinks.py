@@ -52,11 +52,15 @@ def load_pieces(journal, name: str, saved: tuple) -> list:
 def is_shaped(config) -> bool:
     """An output other than the code table beside the input's columns (OccCANINE's shapes,
     a matrix, alternatives): the sinks that read the code table refuse it."""
-    return config.what != "codes" or config.columns != "mixer" or bool(config.alternatives)
+    return (
+        config.outputs.what != "codes"
+        or config.outputs.columns != "mixer"
+        or bool(config.coding.alternatives)
+    )
 
 
 def is_matrix(config) -> bool:
-    return config.what != "codes"
+    return config.outputs.what != "codes"
 
 
 def refuse_shaped(config, flag: str, reads: str) -> None:
@@ -76,23 +80,27 @@ def job_files(config, own: str) -> dict:
     end (a filled check list passed back as --lookup and written again by --to-check; the
     labelled rows; the output's own provenance sidecar). A review found each replaced."""
     files = {
-        "--input": config.input,
-        "--lookup": config.lookup,
-        "--calibration-data": config.calibration_data,
-        "--code-descriptions": config.code_descriptions,
-        "--output": config.output,
-        "--embeddings": config.embeddings,
-        "--summary-plot": config.summary_plot,
-        "--to-check": config.to_check[-1] if config.to_check else None,
-        "--audit": config.audit[-1] if config.audit else None,
-        "--output's provenance": config.output + SIDECAR_SUFFIX if config.output else None,
+        "--input": config.data.input,
+        "--lookup": config.coding.lookup,
+        "--calibration-data": config.coding.calibration_data,
+        "--code-descriptions": config.outputs.code_descriptions,
+        "--output": config.outputs.output,
+        "--embeddings": config.outputs.embeddings,
+        "--summary-plot": config.outputs.summary_plot,
+        "--to-check": config.outputs.to_check[-1] if config.outputs.to_check else None,
+        "--audit": config.outputs.audit[-1] if config.outputs.audit else None,
+        "--output's provenance": config.outputs.output + SIDECAR_SUFFIX
+        if config.outputs.output
+        else None,
     }
-    for path in getattr(config, "crosswalk", None) or ():  # a user's table (not a name shipped)
+    for path in config.outputs.crosswalk or ():  # a user's table (not a name shipped)
         if os.path.isfile(path):
             files[f"--crosswalk {path}"] = path
     files = {flag: path for flag, path in files.items() if flag != own and path}
     model_dir = (
-        config.checkpoint if config.checkpoint and os.path.isdir(config.checkpoint) else None
+        config.model.checkpoint
+        if config.model.checkpoint and os.path.isdir(config.model.checkpoint)
+        else None
     )
     if (
         model_dir
