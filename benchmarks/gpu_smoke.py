@@ -157,8 +157,8 @@ def full_count_figures(text: str) -> dict:
         "distinct": distinct,
         "peak_rss_mb": peak,
     }
-    beyond = re.search(r"beyond the model / limit: ([\d.]+)x", text)
-    estimate = re.search(r"distinct descriptions: .*: ([\d.]+) min", text)
+    beyond = re.search(r"beyond the model / limit: (-?[\d.]+)x", text)
+    estimate = re.search(r"distinct descriptions: .*: (-?[\d.]+) min", text)
     if beyond:
         figures["beyond_model_over_arrow_limit"] = float(beyond.group(1))
     if estimate:
