@@ -141,10 +141,10 @@ class Counting(sinks.Sink):
         for code in part.predicted["code_1"]:
             self.counts[code] = self.counts.get(code, 0) + 1
 
-    def state(self):
+    def state_dict(self):
         return dict(self.counts)
 
-    def restore(self, state):
+    def load_state_dict(self, state):
         print(f"restored {sum(state.values())} rows", flush=True)
         self.counts = dict(state)
 
@@ -154,7 +154,7 @@ class Counting(sinks.Sink):
 
 
 class Stateless(Counting):
-    state = sinks.Sink.state  # keeps no state: a killed job starts over
+    state_dict = sinks.Sink.state_dict  # keeps no state: a killed job starts over
 
 
 from mixer.cli.entrypoints import predict_main  # noqa: E402
@@ -203,7 +203,7 @@ def test_a_sink_registered_from_outside_keeps_and_restores_its_state(run, small_
 
 
 class Stateless(sinks.Sink):
-    """A sink registered from outside that keeps no state (no Sink.state)."""
+    """A sink registered from outside that keeps no state (no Sink.state_dict)."""
 
     @classmethod
     def wanted(cls, args):
@@ -224,7 +224,7 @@ def test_a_sink_without_state_makes_a_killed_job_start_over_and_says_so(
     assert with_sink(list(map(str, cmd)), Stateless) == 0
     assert (
         f"--output {out}: removed 1 temporary file(s) a killed run left; this job starts over (its output "
-        "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state), so it does not "
+        "test_sinks.Stateless keeps no state to continue from (it defines no Sink.state_dict), so it does not "
         "resume)"
     ) in capsys.readouterr().out
     assert len(pd.read_csv(out)) == 121 and sorted(p.name for p in tmp_path.iterdir()) == [
@@ -260,10 +260,10 @@ def tally_sink(path, stop_at=None):
             if part.number == stop_at:
                 signal.raise_signal(signal.SIGTERM)
 
-        def state(self):
+        def state_dict(self):
             return dict(self.counts)
 
-        def restore(self, state):
+        def load_state_dict(self, state):
             self.counts = dict(state)
 
         def commit(self, job):
@@ -296,3 +296,67 @@ def test_a_sink_passed_in_is_the_jobs_only_output_and_resumes_after_a_stop(
     assert "continuing an unfinished run after its 2 chunk(s)" in capsys.readouterr().out
     assert cut.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json", "whole.json"]
+
+
+# ------------------------------------------------------------------ the journal: stateful parts
+def stopped_at(cmd, path, chunk):
+    """predict_main with the tally sink, stopped by a scheduler's signal at chunk `chunk`."""
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        assert predict_main(cmd, sinks=[*default_sinks(), tally_sink(path, stop_at=chunk)]) == 0
+    finally:
+        for number, handler in before.items():  # the job's own, taken for its run
+            signal.signal(number, handler)
+
+
+def test_the_journal_keeps_each_stateful_part_by_its_name(run, small_csv, tmp_path, capsys):
+    """The resume journal saves {name: state_dict} of the job's stateful parts, handed to it:
+    each sink that resumes, the coding's tallies, the counts over the file and the stores. It
+    names no output's format itself (the output's length is the output sink's state)."""
+    import json
+    import pickle
+
+    out = tmp_path / "out.csv"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output", str(out)]
+    stopped_at(cmd + ["--to-check", "5", str(tmp_path / "check.csv")], tmp_path / "t.json", 1)
+    parts = tmp_path / ".tmp-out.csv.parts"
+    with open(parts / "state-1.pkl", "rb") as handle:
+        states = pickle.load(handle)
+    names = {"mixer.prediction.sinks.OutputSink", "mixer.prediction.sinks.CheckListSink"}
+    assert names | {"coding", "progress", "store"} <= set(states)
+    assert states["mixer.prediction.sinks.OutputSink"]["chunks"] == 2
+    assert (
+        states["mixer.prediction.sinks.OutputSink"]["size"] == (parts / "output.csv").stat().st_size
+    )
+    assert sum(states["progress"]["languages"].values()) == 60  # the rows of chunks 0 and 1
+    journal = json.loads((parts / "journal.json").read_text())
+    assert set(journal) == {"made_by", "chunks", "rows", "started"}  # no output's length
+
+
+def test_a_journal_of_the_earlier_layout_is_refused_in_one_line(run, small_csv, tmp_path, capsys):
+    """A job killed under the journal's earlier layout (the output's length in journal.json, the
+    states in a list) is refused as a journal of another mixer is, naming it, and --restart
+    starts over; before, its parts were read as this layout's."""
+    import json
+
+    out = tmp_path / "out.csv"
+    cmd = ["--checkpoint", run, "--input", small_csv, "--chunk-size", "30", "--output", str(out)]
+    stopped_at(cmd, tmp_path / "t.json", 1)
+    journal = tmp_path / ".tmp-out.csv.parts" / "journal.json"
+    saved = json.loads(journal.read_text())
+    del saved["made_by"]["journal"]  # as the earlier layout wrote it
+    journal.write_text(json.dumps(dict(saved, size=1)))
+    with pytest.raises(UserError) as refused:
+        predict_main(cmd, sinks=[*default_sinks(), tally_sink(tmp_path / "t.json")])
+    assert "were made with a journal of layout 1 (now 2: an earlier mixer's" in str(refused.value)
+    assert str(refused.value).endswith("or pass --restart to start over")
+    assert not out.exists()
+    whole = tmp_path / "whole.csv"
+    assert predict_main([*cmd[:-1], str(whole)]) == 0
+    assert (
+        predict_main(cmd + ["--restart"], sinks=[*default_sinks(), tally_sink(tmp_path / "t.json")])
+        == 0
+    )
+    assert out.read_bytes() == whole.read_bytes()

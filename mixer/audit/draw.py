@@ -665,11 +665,11 @@ class AuditSink:
     """predict.py --audit as a sink (the protocol of mixer.prediction.sink.Sink, a layer above,
     which the prediction job passes it in: mixer.prediction.sinks.default_sinks): the draw sees
     each chunk's code table on rank 0 and is drawn, described and written at the end, before
-    the job's closing lines. A killed job continues the draw from its state (state, restore):
+    the job's closing lines. A killed job continues the draw from its state (state_dict, load_state_dict):
     the same rows drawn, whatever the chunks and wherever the kill."""
 
     early = True
-    replaying = False  # set by `restore`: the chunks completed before come to `replay`
+    replaying = False  # set by `load_state_dict`: the chunks completed before come to `replay`
 
     @classmethod
     def files(cls, config) -> dict:
@@ -750,7 +750,7 @@ class AuditSink:
             part.chunk, part.predicted, job.coding.audit_skips(part.predicted, config.coding.head)
         )
 
-    def state(self) -> Optional[dict]:
+    def state_dict(self) -> Optional[dict]:
         """The draw so far: the rows kept per stratum (at most the audit's size each), the
         strata's counts, and the predictions' digest (its bytes kept beside the journal)."""
         if self.draw is None:
@@ -760,7 +760,7 @@ class AuditSink:
             "digest": self.draw.digest.state(),
         }
 
-    def restore(self, state: Optional[dict]) -> None:
+    def load_state_dict(self, state: Optional[dict]) -> None:
         if state is None:
             return
         self.draw = AuditDraw.__new__(AuditDraw)

@@ -46,6 +46,7 @@ class Coding:
             **{f"{h}:{c}": [] for h in self.targets for c in ("auto", "check")},
         }
         self._saved = {}  # per name of `inputs`, how far its pieces are beside a resume journal
+        self.beside = None  # that journal, where the job resumes (keep_beside)
 
     @property
     def active(self) -> bool:
@@ -147,14 +148,18 @@ class Coding:
         return skips
 
     # ------------------------------------------------------------ a killed job resumed
-    def state(self, journal) -> dict:
+    def keep_beside(self, journal) -> None:
+        """Rank 0 of a job that resumes: the journal whose folder the pieces go to."""
+        self.beside = journal
+
+    def state_dict(self) -> dict:
         """Rank 0: the tallies so far, for the resume journal (mixer.prediction.resume): the
         counts, and the distinct inputs' hashes in pieces beside the journal (save_pieces)."""
         from mixer.data.tables.sinks import save_pieces
 
         self._saved = {
             name: save_pieces(
-                journal, f"coding-{n}", self.inputs[name], self._saved.get(name, (0, 0))
+                self.beside, f"coding-{n}", self.inputs[name], self._saved.get(name, (0, 0))
             )
             for n, name in enumerate(sorted(self.inputs))
         }
@@ -169,7 +174,7 @@ class Coding:
             "inputs": dict(self._saved),
         }
 
-    def restore(self, state: dict, journal) -> None:
+    def load_state_dict(self, state: dict) -> None:
         """The tallies a killed run had after its last chunk completed."""
         from mixer.data.tables.sinks import load_pieces
 
@@ -179,7 +184,7 @@ class Coding:
         self.no_description = state["no_description"]
         self._saved = state["inputs"]
         self.inputs = {
-            name: load_pieces(journal, f"coding-{n}", self._saved[name])
+            name: load_pieces(self.beside, f"coding-{n}", self._saved[name])
             for n, name in enumerate(sorted(self.inputs))
         }
 

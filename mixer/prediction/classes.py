@@ -82,10 +82,10 @@ class Classes:
             "docs/classes.md says why a code may have none"
         )
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         return {name: dict(counts) for name, counts in self.unclassed.items()}
 
-    def restore(self, state: Optional[dict]) -> None:
+    def load_state_dict(self, state: Optional[dict]) -> None:
         for name, counts in (state or {}).items():
             self.unclassed[name] = Counter(counts)
 

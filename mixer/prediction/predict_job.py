@@ -100,11 +100,7 @@ class Job:
         self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.classes = None  # the crosswalks' class columns (mixer.prediction.classes)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
-        self.languages, self.context_fit = (
-            {},
-            np.zeros(3, dtype=np.int64),
-        )  # rows that fit, context cut, too long
-        self.blank_rows = self.rows_read = 0
+        self.progress = Progress()  # the counts over the whole file
         from mixer.prediction.sinks import reads
 
         self.codes = reads(config, sink_classes, "codes")  # the code table is predicted
@@ -114,6 +110,25 @@ class Job:
     ) -> None:  # how the input was read: stdout, so stderr holds errors alone
         if self.world.is_main:
             print(message, flush=True)
+
+
+class Progress:
+    """The counts over the whole file, said once at the end: the languages (rank 0), the rows
+    without a description, the rows whose context was cut to fit (each rank its share) and the
+    rows read. A stateful part of a job that resumes (state_dict): rank 0's languages and blank
+    rows come back with the chunks a killed run completed; the context's fit is counted again
+    over them (the ranks count shares of it, rank 0 alone the chunks it skips) and so are the
+    rows read (every rank reads every chunk)."""
+
+    def __init__(self):
+        self.languages, self.blank_rows, self.rows_read = {}, 0, 0
+        self.context_fit = np.zeros(3, dtype=np.int64)  # rows that fit, context cut, too long
+
+    def state_dict(self) -> dict:
+        return {"languages": dict(self.languages), "blank_rows": self.blank_rows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.languages, self.blank_rows = dict(state["languages"]), state["blank_rows"]
 
 
 class Part:
@@ -304,28 +319,26 @@ def open_sinks(job: Job) -> None:
             job.sinks.append(sink(job))
 
     mdist.main_only(open_all, world)
-    if (
-        world.is_main and job.journal is not None and job.journal.chunks
-    ):  # each sink and the coding as
-        restore_states(job)  # the last chunk left them
+    job.stores = DistinctStores(config, world, job.sink_classes)
+    if world.is_main and job.journal is not None:
+        job.coding.keep_beside(job.journal)  # its pieces beside the journal
+        job.stores.keep_beside(job.journal)
+        if job.journal.chunks:  # every stateful part as the last chunk left it
+            restore_states(job)
+    if job.journal is not None and world.is_distributed:  # the other ranks' stores: keys only
+        job.stores.share_keys(world)
     if world.is_main and sys.stderr.isatty():
         from tqdm import tqdm
 
         job.bar = tqdm(unit="row", desc="predict")
-    job.stores = DistinctStores(config, world, job.sink_classes)
     job.stop = StopRequest(job.journal)
-    if job.journal is not None:  # the stores as they grew over the completed chunks
-        for store, name in ((job.stores.table, "store"), (job.stores.embeddings, "vectors")):
-            if store is not None:
-                for keys, rows_of_keys in job.journal.stored(name):
-                    store.add(keys, rows_of_keys)
 
 
 def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
-    """All ranks: a chunk's columns checked and its languages and blank rows counted; None for
-    a chunk the run this one continues completed (counted, not predicted)."""
-    columns = job.columns
-    job.rows_read += len(chunk)
+    """All ranks: a chunk's columns checked and its languages counted; None for a chunk the
+    run this one continues completed (its counts restored with the job's Progress)."""
+    columns, progress = job.columns, job.progress
+    progress.rows_read += len(chunk)
     needed = [(columns.input_col, "--input-col"), (columns.language_col, "--language-col")]
     needed += [(c, "a context column the model was trained with") for c in columns.context_cols]
     if job.classes is not None:  # the columns that pick a crosswalk's rows (--status-col, ...)
@@ -335,21 +348,19 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
     for column, flag in needed:
         if column and column not in chunk.columns:
             raise missing_column(column, chunk.columns, f"--input {job.config.data.input}", flag)
+    if job.journal is not None and number < job.journal.chunks:
+        if columns.context_cols and job.world.is_main:  # every row once, over the ranks
+            progress.context_fit += np.bincount(
+                job.model.context_fit(*job.rows.read(chunk)), minlength=3
+            )
+        return None
     if job.world.is_main:  # the languages of the whole chunk, as the rows are read
         count_languages(
-            job.languages,
+            progress.languages,
             text_column(chunk, columns.language_col).str.strip() if columns.language_col else None,
             columns.language,
             len(chunk),
         )
-    if job.journal is not None and number < job.journal.chunks:
-        if job.codes:  # counted as model_inputs counts them: rows that get no code
-            job.blank_rows += int(job.rows.blank(chunk).sum())
-        if columns.context_cols and job.world.is_main:  # every row once, over the ranks
-            job.context_fit += np.bincount(
-                job.model.context_fit(*job.rows.read(chunk)), minlength=3
-            )
-        return None
     return Part(number, chunk)
 
 
@@ -376,9 +387,11 @@ def model_inputs(job: Job, part: Part) -> None:
     part.inputs, part.blank, part.distinct = job.rows.keyed(job.model, part.chunk)
     if job.columns.context_cols:  # every row once, over the ranks
         mine = part.chunk.iloc[shard_indices(len(part.chunk), job.world.world_size, job.world.rank)]
-        job.context_fit += np.bincount(job.model.context_fit(*job.rows.read(mine)), minlength=3)
+        job.progress.context_fit += np.bincount(
+            job.model.context_fit(*job.rows.read(mine)), minlength=3
+        )
     if job.codes:  # rows without a description get no code (Model.predict)
-        job.blank_rows += int(part.blank.sum())
+        job.progress.blank_rows += int(part.blank.sum())
 
 
 def code_rows(job: Job, part: Part) -> None:
@@ -489,11 +502,11 @@ def stop(job: Job) -> None:
 
 def finish(job: Job) -> None:
     """The end: the counts over the file said, each sink committed (rank 0)."""
-    config, world = job.config, job.world
-    if not job.rows_read:  # all ranks: each reads every chunk
+    config, world, progress = job.config, job.world, job.progress
+    if not progress.rows_read:  # all ranks: each reads every chunk
         raise UserError(no_rows(config.data.input))
     if job.columns.context_cols:  # all ranks
-        say_context_fit(mdist.gather_to_main(job.context_fit, world), job.predictor)
+        say_context_fit(mdist.gather_to_main(progress.context_fit, world), job.predictor)
     if any(
         sink.early for sink in job.sink_classes
     ):  # all ranks: rank 0 commits, a failure ends every rank
@@ -502,13 +515,13 @@ def finish(job: Job) -> None:
         from mixer.coding.target import language_note
 
         note = language_note(
-            job.model, job.languages, f"--input {config.data.input}"
+            job.model, progress.languages, f"--input {config.data.input}"
         )  # one never trained with
         if note:
             print(note, file=sys.stderr)
-        if job.blank_rows:
+        if progress.blank_rows:
             print(
-                f"--input {config.data.input}: {job.blank_rows:,} row(s) without a description (empty or spaces): "
+                f"--input {config.data.input}: {progress.blank_rows:,} row(s) without a description (empty or spaces): "
                 "no code, prob empty",
                 file=sys.stderr,
             )
@@ -758,6 +771,35 @@ class DistinctStores:
             else None
         )
 
+        self.logs = {}  # rank 0 of a job that resumes: each store as a stateful part
+
+    def keep_beside(self, journal) -> None:
+        """Rank 0 of a job that resumes: each store's new rows kept beside the journal."""
+        from mixer.prediction.store import StoreLog
+
+        for store, name in ((self.table, "store"), (self.embeddings, "vectors")):
+            if store is not None:
+                self.logs[name] = StoreLog(store, journal, name)
+
+    def note(self, part) -> None:
+        """Rank 0: a chunk's new inputs and their rows, for the journal."""
+        for name, new in (("store", part.new), ("vectors", part.new_vectors)):
+            if name in self.logs:
+                self.logs[name].note(new)
+
+    def share_keys(self, world) -> None:
+        """All ranks: rank 0's restored stores' keys, chunk by chunk, to the other ranks'."""
+        for name, store in (("store", self.table), ("vectors", self.embeddings)):
+            if store is None:
+                continue
+            log = self.logs.get(name)
+            keys = mdist.broadcast_object(
+                mdist.main_only(lambda: log.keys() if log is not None else [], world), world
+            )
+            if not world.is_main:
+                for chunk_keys in keys:
+                    store.add(chunk_keys)
+
     def close(self) -> None:
         for store in (self.table, self.embeddings):
             if store is not None:
@@ -844,36 +886,44 @@ def open_journal(config, predictor, world, say, sinks=(), devices=None):
     return journal
 
 
+def stateful(job: Job) -> dict:
+    """Rank 0: {name: part} of the job's stateful parts besides its sinks, each with
+    `state_dict` and `load_state_dict` (as the training hooks have): the coding's tallies,
+    the crosswalks' counts, the counts over the file and the distinct-input stores."""
+    parts = {"coding": job.coding, "progress": job.progress, **job.stores.logs}
+    if job.classes is not None:
+        parts["classes"] = job.classes
+    return parts
+
+
 def keep_chunk(job: Job, part: Part) -> None:
-    """Rank 0, a job that resumes: the chunk's new store rows, each sink's state
-    (mixer.prediction.sink.Sink.state) and the coding's tallies saved, then the journal's entry."""
+    """Rank 0, a job that resumes: the state_dict of every stateful part (each sink's,
+    mixer.prediction.sink.Sink.state_dict, the coding's tallies, the stores' new rows...)
+    saved, then the journal's entry."""
     from mixer.prediction.sink import sink_name
 
-    sinks = []
+    job.stores.note(part)
+    states = {}
     for sink in job.sinks:
         with writing(*sink.file()):  # a sink's pieces beside the journal
-            sinks.append((sink_name(type(sink)), sink.state()))
+            states[sink_name(type(sink))] = sink.state_dict()
     with writing(job.journal.flag, job.journal.output):  # the parts beside the job's first file
-        states = {
-            "sinks": sinks,
-            "coding": job.coding.state(job.journal),
-            "classes": job.classes.state() if job.classes is not None else None,
-        }
-        job.journal.done(
-            part.number, len(part.chunk), *part.new, states=states, vectors=part.new_vectors
-        )
+        for name, stateful_part in stateful(job).items():
+            states[name] = stateful_part.state_dict()
+        job.journal.done(part.number, len(part.chunk), states)
 
 
 def restore_states(job: Job) -> None:
-    """Rank 0: the states saved with the last chunk a killed run completed, given back."""
+    """Rank 0: the states saved with the last chunk a killed run completed, given back to
+    each part by its name (the same sinks: the journal's made_by)."""
+    from mixer.prediction.sink import sink_name
+
     saved = job.journal.states()
-    for sink, (_, state) in zip(
-        job.sinks, saved["sinks"]
-    ):  # the same sinks (the journal's made_by)
-        sink.restore(state)
-    job.coding.restore(saved["coding"], job.journal)
-    if job.classes is not None:
-        job.classes.restore(saved.get("classes"))
+    for sink in job.sinks:
+        sink.load_state_dict(saved[sink_name(type(sink))])
+    for name, stateful_part in stateful(job).items():
+        if saved.get(name) is not None:
+            stateful_part.load_state_dict(saved[name])
 
 
 class StopRequest:

@@ -1,35 +1,35 @@
 """A killed prediction resumes (issue 43; docs/predicting.md, "A killed prediction").
 
 Beside the output (a job without --output: its first other output, `anchor`),
-`.tmp-<output>.parts/` holds the output written so far, each chunk's new distinct inputs and
-their rows (`store-<k>.pkl`, and `vectors-<k>.pkl` for the embeddings: the stores as they
-grew, so that a resumed job fills later rows from the very values an uninterrupted one
-would), the state of every sink and the coding's tallies after the last chunk completed
-(`state-<k>.pkl`; mixer.prediction.sink.Sink.state, the pieces a sink gathers over the file
-in its own files there: `save_pieces`) and `journal.json`: the chunks completed, the output's
-length after them, the time the job first started (the time an Excel or Stata file states)
-and what made them (the input file, the model, the options that change the output, the
-sinks). The output so far is, by kind: a CSV's temp file (`output.csv`) or a .npy matrix's
-rows (`output.npy.raw`), each cut back to the journal's length on a resume; for Parquet,
-Excel and Stata, which state their rows in a footer or header, each chunk's rows as a part
-file (`part-<k>.arrow`, mixer.data.tables.writing's OutputWriter), from which the file is
-written the same way whether the job ran through or was resumed. A chunk's parts and states
-are written before its journal entry, so a kill anywhere leaves the journal naming parts
-that are whole. The same command run again reads the stores back, restores each sink's
-state and the coding's tallies, skips the completed chunks and goes on: every file written
-(the output and its provenance, the embeddings, the check list, the audit, the summary plot)
-is byte-identical to an uninterrupted run's, and at most one chunk's work is redone. A
-different input, model, option or set of sinks is refused in one line naming it; --restart
-starts over.
+`.tmp-<output>.parts/` holds the parts of a job that resumes, and `journal.json`: the chunks
+completed, their rows, the time the job first started (the time an Excel or Stata file
+states) and what made them (the input file, the model, the options that change the output,
+the sinks). The journal is a checkpoint of the job's stateful parts, as a training run's
+last.pt is of its hooks: after each chunk it is handed {name: part}, each part with
+`state_dict()` and `load_state_dict()` (each sink that resumes, mixer.prediction.sink.Sink;
+the coding's tallies; the counts over the file; the distinct-input stores,
+mixer.prediction.store.StoreLog), saves {name: state_dict} (`state-<k>.pkl`), then its entry.
+It knows no output's format and no store's name: what grows with the file is each part's own
+files there, written before its state names them (the output so far: a CSV's temp file or a
+.npy matrix's rows, cut back to the length its state names, or a part file a chunk for
+Parquet, Excel and Stata; each chunk's new distinct inputs and their rows, `store-<k>.pkl`
+and `vectors-<k>.pkl`; a sink's pieces, `save_pieces`). A chunk's parts and states are
+written before its journal entry, so a kill anywhere leaves the journal naming parts that
+are whole. The same command run again gives each part its state back, skips the completed
+chunks and goes on: every file written (the output and its provenance, the embeddings, the
+check list, the audit, the summary plot) is byte-identical to an uninterrupted run's, and at
+most one chunk's work is redone. A different input, model, option or set of sinks is refused
+in one line naming it, and so is a journal of another mixer or of another layout (LAYOUT);
+--restart starts over.
 
-Under torchrun rank 0 keeps the journal and writes; the chunks completed and the stores'
-keys go to every rank (shared(); the other ranks' stores hold keys only), so that all ranks
-skip the same chunks and agree on which inputs are new. A node lost ends every rank
+Under torchrun rank 0 keeps the journal and writes; the chunks completed go to every rank
+(shared()) and so do the keys of rank 0's restored stores (the other ranks' stores hold keys
+only), so that all ranks skip the same chunks and agree on which inputs are new. A node lost ends every rank
 (torchrun); the same command continues, with any number of processes: they compute every
 N-th batch of one batch plan (Predictor.shared), so the files do not depend on their number.
 
 What does not resume starts over, said in one line (why_not): a job with a sink that keeps
-no state (one a caller passed in that does not define Sink.state), and OccCANINE's
+no state (one a caller passed in that does not define Sink.state_dict), and OccCANINE's
 table and --alternatives (written by row).
 """
 
@@ -49,6 +49,9 @@ from mixer.data.inputs.tokens import KEY_VERSION
 from mixer.data.tables.sinks import dump_atomically as _dump
 
 JOURNAL = "journal.json"
+# how the parts are kept: 2, each part's state_dict by its name (1: the output's length and the
+# stores' parts named by the journal itself); a journal of another layout is refused in one line
+LAYOUT = 2
 # options that do not change the output: a resume may change them (the input and the model by
 # what they are, not the paths naming them; the number of processes: Predictor.shared)
 FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint", "distributed"}
@@ -90,7 +93,7 @@ def why_not(config, world, stores_by_row: bool, sinks=()) -> Optional[str]:
         sink
     ) in sinks:  # each gathers its own state (mixer.prediction.sink.Sink.state), or cannot resume
         if not resumes(sink):
-            return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state)"
+            return f"its output {sink_name(sink)} keeps no state to continue from (it defines no Sink.state_dict)"
     if stores_by_row:
         return "OccCANINE's table and --alternatives are written by row"
     return None
@@ -145,24 +148,12 @@ class Journal:
         from mixer.prediction.sink import sink_name
         from mixer.prediction.sinks import anchor
 
-        from mixer.data.tables.writing import file_time, output_kind
+        from mixer.data.tables.writing import file_time
 
         self.flag, self.output = anchor(
             config, sinks
         )  # the parts beside --output, or its first other output
         self.dir = parts_dir(self.output)
-        kind = None
-        if config.outputs.output:
-            kind = (
-                "npy"
-                if config.outputs.output.lower().endswith(".npy")
-                else output_kind(config.outputs.output)
-            )
-        # the output, written, renamed at the end
-        self.tmp = os.path.join(self.dir, "output." + SUFFIXES[kind]) if kind else None
-        # the file that grows a chunk at a time, cut back to the journal's size on a resume (a CSV;
-        # a .npy's rows); the other kinds keep each chunk's rows in a part file (OutputWriter)
-        self.growing = {"csv": self.tmp, "npy": (self.tmp or "") + ".raw"}.get(kind)
         # the time every Excel or Stata file of the job states (the output, a check list, an
         # audit): the first run's, kept
         self.started = file_time()
@@ -192,6 +183,7 @@ class Journal:
         ]
         self.made_by = {
             "mixer": __version__,
+            "journal": LAYOUT,
             "input": _file_identity(config.data.input),
             **_codebook_identity(config),
             "model": model_fingerprint(predictor),
@@ -201,7 +193,7 @@ class Journal:
             "sinks": [sink_name(sink) for sink in sinks],
             "own_files": own_files(config, predictor),
         }
-        self.chunks, self.rows, self.size = 0, 0, 0
+        self.chunks, self.rows = 0, 0
         self.lock = None  # open(): held while the job runs
 
     def open(self, restart: bool, log) -> None:
@@ -219,7 +211,7 @@ class Journal:
                 saved = json.load(handle)
             if (
                 not isinstance(saved, dict)
-                or not {"made_by", "chunks", "rows", "size"} <= set(saved)
+                or not {"made_by", "chunks", "rows"} <= set(saved)
                 or not isinstance(saved["made_by"], dict)
                 or saved["made_by"].get("mixer") == self.made_by["mixer"]  # another's: refused
                 and not {"input", "model", "options"} <= set(saved["made_by"])
@@ -237,14 +229,13 @@ class Journal:
             return
         changed = _what_changed(saved["made_by"], self.made_by)
         if changed:
+            self.unlock()  # refused: the parts stay as they were, for the run that made them
             raise UserError(
                 f"{self.flag} {self.output}: an unfinished run's parts ({self.dir}) were made with "
                 f"{changed}; run that command again to continue, or pass --restart to start over"
             )
-        broken = saved["chunks"] and (
-            not os.path.exists(os.path.join(self.dir, _state(saved["chunks"] - 1)))
-            or self.growing is not None
-            and (not os.path.exists(self.growing) or os.path.getsize(self.growing) < saved["size"])
+        broken = saved["chunks"] and not os.path.exists(
+            os.path.join(self.dir, _state(saved["chunks"] - 1))
         )
         if (
             broken or not saved["chunks"]
@@ -252,19 +243,14 @@ class Journal:
             if broken:
                 log(
                     f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
-                    "of its last chunk or the output written so far)"
+                    "of its last chunk)"
                 )
             shutil.rmtree(self.dir)
             os.makedirs(self.dir)
             self._save()
             return
-        self.chunks, self.rows, self.size = saved["chunks"], saved["rows"], saved["size"]
+        self.chunks, self.rows = saved["chunks"], saved["rows"]
         self.started = saved.get("started") or self.started
-        if self.growing is not None:
-            with open(
-                self.growing, "ab"
-            ) as handle:  # a chunk written after the last journal entry goes
-                handle.truncate(self.size)
         log(
             f"{self.flag} {self.output}: continuing an unfinished run after its {self.chunks:,} chunk(s) "
             f"({self.rows:,} rows; --restart starts over)"
@@ -273,45 +259,22 @@ class Journal:
         if kernels:
             log(f"{self.flag} {self.output}: the unfinished run {kernels}")
 
-    def stored(self, name: str = "store"):
-        """(keys, rows) of each completed chunk's new inputs, in order: the code table's store
-        ("store") or the embeddings' ("vectors")."""
-        for k in range(self.chunks):
-            with open(os.path.join(self.dir, f"{name}-{k}.pkl"), "rb") as handle:
-                yield pickle.load(handle)
-
     def path(self, name: str) -> str:
-        """A file of a sink's own in the parts (removed with them)."""
+        """A file of a part's own in the parts (removed with them)."""
         return os.path.join(self.dir, name)
 
     def states(self) -> dict:
-        """What done() saved with the last completed chunk: {"sinks": [(name, state)], "coding": ...}."""
+        """What done() saved with the last completed chunk: {name: state_dict} of each part."""
         with open(os.path.join(self.dir, _state(self.chunks - 1)), "rb") as handle:
             return pickle.load(handle)
 
-    def done(
-        self,
-        chunk: int,
-        rows: int,
-        new_keys,
-        new_rows,
-        states: Optional[dict] = None,
-        vectors: Optional[tuple] = None,
-    ) -> None:
-        """Chunk `chunk` (from 0) written to the output and handed to every sink: its store
-        part (the embeddings' store's too: `vectors`, keys and rows) and the sinks' states
-        (`states`), then the journal."""
-        _dump(os.path.join(self.dir, f"store-{chunk}.pkl"), (new_keys, new_rows))
-        if vectors is not None:
-            _dump(os.path.join(self.dir, f"vectors-{chunk}.pkl"), vectors)
+    def done(self, chunk: int, rows: int, states: dict) -> None:
+        """Chunk `chunk` (from 0) of `rows` rows handed to every part: `states`, {name: the
+        part's state_dict()} (each part's own files, which a state may name, are on the disk
+        already), saved, then the journal's entry."""
         _dump(os.path.join(self.dir, _state(chunk)), states)
         faults.written(chunk)  # tests: a kill -9 here (mixer.prediction.faults)
         self.chunks, self.rows = chunk + 1, self.rows + rows
-        self.size = 0
-        if self.growing is not None:  # the output so far on the disk before the journal says so
-            with open(self.growing, "ab") as handle:
-                os.fsync(handle.fileno())
-                self.size = os.fstat(handle.fileno()).st_size
         self._save()
         if os.path.exists(
             os.path.join(self.dir, _state(chunk - 1))
@@ -327,7 +290,6 @@ class Journal:
                     "made_by": self.made_by,
                     "chunks": self.chunks,
                     "rows": self.rows,
-                    "size": self.size,
                     "started": self.started,
                 },
                 handle,
@@ -448,15 +410,10 @@ def _state(chunk: int) -> str:
 
 class Followed:
     """Another rank's view of rank 0's journal under torchrun (shared): the chunks
-    completed and the keys their store parts hold, by store; their rows, the output and
-    the journal stay with rank 0."""
+    completed; the parts, the output and the journal stay with rank 0."""
 
-    def __init__(self, chunks: int, rows: int, keys: dict):
-        self.chunks, self.rows, self.keys = chunks, rows, keys
-
-    def stored(self, name: str = "store"):
-        for keys in self.keys.get(name, ()):
-            yield keys, None
+    def __init__(self, chunks: int, rows: int):
+        self.chunks, self.rows = chunks, rows
 
     def remove(self) -> None:
         pass
@@ -467,22 +424,15 @@ class Followed:
 
 def shared(journal, world):
     """All ranks: rank 0's journal (or None) as each rank sees it: rank 0's own, a Followed
-    on the others, so that every rank skips the chunks completed and its stores know
-    their keys."""
+    on the others, so that every rank skips the chunks completed (the stores' keys follow
+    from rank 0's restored stores: mixer.prediction.predict_job.open_sinks)."""
     from mixer.distributed import world as mdist
 
     if not world.is_distributed:
         return journal
 
     def view():
-        if journal is None:
-            return None
-        keys = {
-            name: [k for k, _ in journal.stored(name)]
-            for name in ("store", "vectors")
-            if not journal.chunks or os.path.exists(journal.path(f"{name}-0.pkl"))
-        }
-        return journal.chunks, journal.rows, keys
+        return None if journal is None else (journal.chunks, journal.rows)
 
     state = mdist.broadcast_object(mdist.main_only(view, world), world)  # all ranks
     if world.is_main or state is None:
@@ -512,9 +462,6 @@ def lost_peer(exc: BaseException, stop, world) -> bool:
             re.I,
         )
     )
-
-
-SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
 
 
 SAMPLE = 1 << 16  # bytes hashed at each end of a file (its identity: _file_identity)
@@ -652,6 +599,11 @@ def _path_of(value):
 def _what_changed(saved: dict, now: dict) -> Optional[str]:
     if saved.get("mixer") != now["mixer"]:
         return f"mixer {saved.get('mixer', 'before 0.2')} (now {now['mixer']})"
+    if saved.get("journal", 1) != now["journal"]:  # parts kept otherwise
+        return (
+            f"a journal of layout {saved.get('journal', 1)} (now {now['journal']}: an earlier "
+            "mixer's, which kept its parts otherwise)"
+        )
     if saved.get("keys", 1) != now["keys"]:  # stores of keys another version made
         return (
             f"input keys of version {saved.get('keys', 1)} (now {now['keys']}: an earlier mixer's, "

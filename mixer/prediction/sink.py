@@ -43,25 +43,27 @@ class Sink:
     - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
-    - `file()`: (flag, path) of the file the sink writes; the job calls `add`, `state` and
+    - `file()`: (flag, path) of the file the sink writes; the job calls `add`, `state_dict` and
       `commit` inside mixer.core.io.writing with it, so that a full disk is said of that file,
       the chunks done kept;
     - `abort()` on a failure: nothing half-written stays; `suspend()` on a stop that the
       resume journal continues (a scheduler's signal, Ctrl-C): what is written stays;
-    - `state()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
+    - `state_dict()` on rank 0 after each chunk's `add`, in a job that resumes after a kill
       (mixer.prediction.resume): what the sink has gathered over the chunks so far, picklable
       (None where it keeps nothing). The journal saves every sink's state with the chunk, before
-      the chunk counts as done; `restore(state)`, once after `Sink(job)` in a run that continues
+      the chunk counts as done; `load_state_dict(state)`, once after `Sink(job)` in a run that continues
       a killed one, gives the sink back the state saved with the last chunk completed, and the
       chunks after it come to `add` as in a run never killed. A sink whose own files there
       are found damaged (a node lost before they reached the disk) sets `replaying` in
-      `restore`: the job then hands it each chunk completed before, in order, to
+      `load_state_dict`: the job then hands it each chunk completed before, in order, to
       `replay(job, part)`, its code table read back from the distinct-input store (no model),
       to gather that chunk's part again. A state that grows with the file
       (rows gathered for the end) belongs in the sink's own files in the journal's folder
       (`job.journal.path(name)`; mixer.data.tables.sinks.save_pieces), the state naming how far
       they go, so that a chunk's state costs that chunk's pieces, not the file's. As the training
-      hooks keep their own state (Hook.state_dict). A sink that does not define `state` cannot
+      hooks keep their own state (Hook.state_dict; one name for one idea: every stateful part of
+      a prediction job, the coding's tallies and the stores too). A sink that does not define
+      `state_dict` cannot
       resume: a job with it starts over after a kill, and says so in one line (`resumes`).
     """
 
@@ -71,7 +73,7 @@ class Sink:
     reads: frozenset = frozenset()  # "codes" (the code table) and/or "vectors" (the embeddings)
     rank = 0  # its turn among the files a job's parts lie beside (0: never alone)
     early = False
-    replaying = False  # set by `restore`: the chunks completed before come to `replay`
+    replaying = False  # set by `load_state_dict`: the chunks completed before come to `replay`
 
     @classmethod
     def cells(cls, config, columns) -> Optional[list]:
@@ -112,23 +114,23 @@ class Sink:
     def suspend(self) -> None:
         pass
 
-    def state(self):
+    def state_dict(self):
         """What the sink has gathered so far (picklable). Not defined here: a sink that does
         not define it makes a killed job start over (`resumes`)."""
         raise NotImplementedError(f"{type(self).__qualname__} keeps no state")
 
-    def restore(self, state) -> None:
-        """The state `state()` gave after the last chunk a killed run completed."""
+    def load_state_dict(self, state) -> None:
+        """The state `state_dict()` gave after the last chunk a killed run completed."""
 
     def replay(self, job, part) -> None:
-        """A chunk the killed run completed, to a sink `restore` set `replaying` on."""
+        """A chunk the killed run completed, to a sink `load_state_dict` set `replaying` on."""
 
 
 def resumes(sink_class) -> bool:
-    """Whether a job with this sink can continue after a kill: its class defines `state`."""
-    return getattr(sink_class, "state", Sink.state) is not Sink.state
+    """Whether a job with this sink can continue after a kill: its class defines `state_dict`."""
+    return getattr(sink_class, "state_dict", Sink.state_dict) is not Sink.state_dict
 
 
 def sink_name(sink_class) -> str:
-    """The name the resume journal saves a sink's state under."""
+    """The name the resume journal saves a sink's state_dict under."""
     return f"{sink_class.__module__}.{sink_class.__qualname__}"

@@ -1,8 +1,8 @@
 """predict.py's own outputs as sinks (mixer.data.tables.sinks): the output file with its
 provenance beside it, the embeddings, the check list and the summary plot, each with the
-state a killed job resumes from (Sink.state: the output's is the journal's own length, the
-embeddings' their raw file beside the journal, the check list's and the plot's their pieces
-there). `default_sinks` lists them with the audit's draw (mixer.audit.draw), in their turn;
+state a killed job resumes from (Sink.state_dict: the output's is the length of its temp file
+or its part files in the journal's folder, the embeddings' their raw file there, the check
+list's and the plot's their pieces there). `default_sinks` lists them with the audit's draw (mixer.audit.draw), in their turn;
 nothing is registered. Light: the writers are imported when a job opens them, not here.
 """
 
@@ -61,8 +61,15 @@ class OutputSink(Sink):
             from mixer.coding.provenance import label as provenance_label
 
             label = provenance_label(job.coding.provenance)
-        self.journal, self.config = job.journal, job.config
-        self.writer = output_writer(job.config, job.say, label, job.journal, job.started)
+        self.journal, self.config, self.chunks = job.journal, job.config, 0
+        # beside a journal: the output so far in its parts, by its kind (output.csv, output.npy's
+        # rows, part files), cut back to the chunks completed when a killed run is continued
+        self.tmp = self.growing = None
+        if job.journal is not None:
+            kind = output_suffix(job.config.outputs.output)
+            self.tmp = job.journal.path("output." + kind)
+            self.growing = {"csv": self.tmp, "npy": self.tmp + ".raw"}.get(kind)
+        self.writer = output_writer(job.config, job.say, label, job.journal, job.started, self)
 
     def file(self) -> tuple:
         return "--output", self.config.outputs.output
@@ -75,9 +82,37 @@ class OutputSink(Sink):
             )
         else:
             self.writer.write(part.predicted, inputs=part.chunk)
+        self.chunks += 1
 
-    def state(self) -> None:  # the journal keeps the output's length itself
-        return None
+    def state_dict(self) -> dict:
+        """The chunks and rows written, and the length of the file that grows a chunk at a
+        time (a CSV's temp file, a .npy's rows), on the disk before the journal names it."""
+        if isinstance(self.writer, EmbeddingWriter):  # a .npy matrix: its rows' raw file
+            return {"chunks": self.chunks, **self.writer.state()}
+        size = 0
+        if self.growing is not None and os.path.exists(self.growing):
+            with open(self.growing, "ab") as handle:
+                os.fsync(handle.fileno())
+                size = os.fstat(handle.fileno()).st_size
+        return {"chunks": self.chunks, "rows": self.writer.rows, "size": size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Go on after the chunks a killed run completed: a chunk written after its last
+        journal entry goes (the growing file cut back), the part files read back."""
+        self.chunks = state["chunks"]
+        if isinstance(self.writer, EmbeddingWriter):
+            self.writer.restore(state)
+            return
+        if self.growing is not None:
+            if not os.path.exists(self.growing) or os.path.getsize(self.growing) < state["size"]:
+                raise UserError(
+                    f"--output {self.config.outputs.output}: the unfinished run's parts "
+                    f"({self.journal.dir}) lack the output written so far; pass --restart to "
+                    "start over"
+                )
+            with open(self.growing, "ab") as handle:
+                handle.truncate(state["size"])
+        self.writer.resume(state["chunks"], state["rows"])
 
     def commit(self, job) -> None:
         coding, beside = job.coding, {}
@@ -102,7 +137,19 @@ class OutputSink(Sink):
         self.writer.close()
 
 
-def output_writer(config, log=None, label=None, journal=None, stamp=None):
+SUFFIXES = {"csv": "csv", "npy": "npy", "parquet": "parquet", "excel": "xlsx", "stata": "dta"}
+
+
+def output_suffix(output: str) -> str:
+    """The suffix of --output's temp file in the parts: its kind's (a .npy matrix: npy)."""
+    from mixer.data.tables.writing import output_kind
+
+    return SUFFIXES["npy" if output.lower().endswith(".npy") else output_kind(output)]
+
+
+def output_writer(config, log=None, label=None, journal=None, stamp=None, sink=None):
+    """--output's writer: alone, or in the parts beside a journal (`sink`'s tmp and growing
+    files), where OutputSink.load_state_dict continues it after a kill."""
     from mixer.data.tables.writing import OutputWriter
 
     if is_matrix(config) and config.outputs.output.lower().endswith(
@@ -111,27 +158,19 @@ def output_writer(config, log=None, label=None, journal=None, stamp=None):
         if journal is None:
             return EmbeddingWriter(config.outputs.output, flag="--output")
         return EmbeddingWriter(
-            config.outputs.output,
-            flag="--output",
-            tmp=journal.tmp,
-            raw=journal.growing,
-            rows=journal.rows,
+            config.outputs.output, flag="--output", tmp=sink.tmp, raw=sink.growing
         )
     if journal is None:
         return OutputWriter(config.outputs.output, log=log, label=label, stamp=stamp, guards=GUARDS)
-    writer = OutputWriter(
+    return OutputWriter(
         config.outputs.output,
         log=log,
         label=label,
-        tmp=journal.tmp,
+        tmp=sink.tmp,
         parts=journal.dir,
         stamp=journal.started,
         guards=GUARDS,
     )
-    writer.resume(
-        journal.chunks, journal.rows
-    )  # the chunks the parts hold (a CSV goes on without its header)
-    return writer
 
 
 def check_shape_args(config) -> None:
@@ -253,7 +292,7 @@ class CheckListSink(Sink):
         keep = job.coding.check_rows(part.predicted, job.config.coding.head)
         self.checklist.add(part.chunk, part.predicted, part.inputs, keep=keep)
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         from mixer.data.tables.sinks import save_pieces
 
         self.saved = save_pieces(self.journal, "to-check", self.checklist.parts, self.saved)
@@ -263,7 +302,7 @@ class CheckListSink(Sink):
             "described": self.checklist.described,
         }
 
-    def restore(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:
         from mixer.data.tables.sinks import load_pieces
 
         self.saved = state["pieces"]
@@ -323,10 +362,10 @@ class EmbeddingSink(Sink):
     def add(self, job, part) -> None:
         self.writer.write(part.vectors)
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         return self.writer.state()
 
-    def restore(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:
         self.writer.restore(state)
 
     def suspend(self) -> None:
@@ -380,13 +419,13 @@ class SummaryPlotSink(Sink):
             )
         )
 
-    def state(self) -> tuple:
+    def state_dict(self) -> tuple:
         from mixer.data.tables.sinks import save_pieces
 
         self.saved = save_pieces(self.journal, "summary-plot", self.pieces, self.saved)
         return self.saved
 
-    def restore(self, state: tuple) -> None:
+    def load_state_dict(self, state: tuple) -> None:
         from mixer.data.tables.sinks import load_pieces
 
         self.saved = state

@@ -162,3 +162,39 @@ def _size(rows) -> int:
     if isinstance(rows, pd.DataFrame):
         return int(rows.memory_usage(deep=True, index=False).sum())
     return int(rows.nbytes)
+
+
+class StoreLog:
+    """A store as a stateful part of a job that resumes (mixer.prediction.resume): each
+    chunk's new keys and their rows (`note`) written beside the journal as `<name>-<k>.pkl`
+    (state_dict), the store as it grew, so that a resumed job fills later rows from the very
+    values an uninterrupted one would; load_state_dict reads them back into the store, and
+    `keys` gives what the other ranks add (their stores hold keys only)."""
+
+    def __init__(self, store: DistinctStore, journal, name: str):
+        self.store, self.journal, self.name = store, journal, name
+        self.chunks, self.new = 0, None
+
+    def note(self, new: tuple) -> None:
+        """Rank 0: a chunk's new (keys, rows)."""
+        self.new = new
+
+    def state_dict(self) -> dict:
+        from mixer.data.tables.sinks import dump_atomically
+
+        dump_atomically(self.journal.path(f"{self.name}-{self.chunks}.pkl"), self.new)
+        self.chunks, self.new = self.chunks + 1, None
+        return {"chunks": self.chunks}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.chunks, self.loaded = state["chunks"], []
+        for k in range(self.chunks):
+            with open(self.journal.path(f"{self.name}-{k}.pkl"), "rb") as handle:
+                keys, rows = pickle.load(handle)
+            if keys is not None:
+                self.store.add(keys, rows)
+                self.loaded.append(keys)
+
+    def keys(self) -> list:
+        """Each completed chunk's new keys, as load_state_dict read them (rank 0)."""
+        return getattr(self, "loaded", [])
