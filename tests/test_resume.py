@@ -428,15 +428,14 @@ def test_a_job_that_does_not_resume_never_removes_a_running_jobs_parts(run, cens
 
 DISK_FULL = """
 import errno, os, runpy, sys
-from mixer.data.tables import sinks
-from mixer.prediction import resume
-dump, calls = sinks.dump_atomically, [0]
+from mixer.prediction import resume, store
+dump, calls = resume._dump, [0]
 def full(*args):
     calls[0] += 1
     if calls[0] == 10:
         raise OSError(errno.EDQUOT, "Disk quota exceeded")
     return dump(*args)
-resume._dump = sinks.dump_atomically = full  # the journal's states and the parts' own files
+resume._dump = store._dump = full  # the journal's states and the stores' parts
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

@@ -24,6 +24,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from mixer.data.tables.sinks import dump_atomically as _dump
+
 
 class DistinctStore:
     """Rows by key. `add` on a rank that holds no rows (payload None) records the keys only,
@@ -180,9 +182,7 @@ class StoreLog:
         self.new = new
 
     def state_dict(self) -> dict:
-        from mixer.data.tables.sinks import dump_atomically
-
-        dump_atomically(self.journal.path(f"{self.name}-{self.chunks}.pkl"), self.new)
+        _dump(self.journal.path(f"{self.name}-{self.chunks}.pkl"), self.new)
         self.chunks, self.new = self.chunks + 1, None
         return {"chunks": self.chunks}
 
