@@ -360,3 +360,33 @@ def test_a_journal_of_the_earlier_layout_is_refused_in_one_line(run, small_csv, 
         == 0
     )
     assert out.read_bytes() == whole.read_bytes()
+
+
+# ------------------------------------------------------------------ the job's context: read-only
+def test_a_sink_reads_the_jobs_context_and_cannot_change_it(run, small_csv, tmp_path):
+    """A sink gets the job's context, frozen (as a training hook gets RunState): what it
+    reads (the options, the model, the columns, the coding) and nothing it can set for
+    another sink to read; the job's progress is its own object, not the sinks'."""
+    import dataclasses
+
+    from mixer.prediction.sink import JobContext
+
+    seen = []
+
+    class Meddling(sinks.Sink):
+        @classmethod
+        def wanted(cls, config):
+            return True
+
+        def __init__(self, job):
+            seen.append(type(job))
+
+        def add(self, job, part):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                job.output_kind = "csv"  # one sink telling another through the job
+            seen.append((job.config.outputs.output, hasattr(job, "progress")))
+
+    out = tmp_path / "out.csv"
+    argv = ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
+    assert with_sink(argv, Meddling) == 0
+    assert seen[0] is JobContext and seen[1:] == [(str(out), False)] * 3

@@ -32,6 +32,7 @@ from mixer.data.tables.sinks import is_matrix, is_shaped
 from mixer.distributed import world as mdist
 from mixer.prediction.api import Model
 from mixer.prediction.predict import Predictor
+from mixer.prediction.sink import JobContext
 
 MEGABYTE = 2**20  # --store-memory's unit
 
@@ -62,7 +63,7 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
             if world.is_main:
                 for sink in job.sinks:
                     with writing(*sink.file()):  # a full disk: the file named, the chunks kept
-                        sink.add(job, part)
+                        sink.add(job.context, part)
                 if job.journal is not None:  # the chunk done: its store part, states, journal
                     keep_chunk(job, part)
             if job.bar is not None:
@@ -88,9 +89,10 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
 
 # ------------------------------------------------------------------ the stages
 class Job:
-    """What the stages and the sinks (mixer.data.tables.sinks) share: the options, the processes,
-    the model and the columns it reads, the coding (mixer.coding.job), the resume
-    journal, the stores, rank 0's open sinks and the counts over the whole file."""
+    """What the stages share: the options, the processes, the model and the columns it reads,
+    the coding (mixer.coding.job), the resume journal, the stores, rank 0's open sinks, the
+    counts over the whole file (`progress`). The sinks get none of it but the job's frozen
+    `context` (mixer.prediction.sink.JobContext), built when they are opened."""
 
     def __init__(self, config: PredictConfig, world, sink_classes: list):
         self.config, self.world, self.sink_classes = config, world, sink_classes
@@ -100,6 +102,7 @@ class Job:
         self.started = None  # rank 0: the time every file of the job states (open_sinks)
         self.classes = None  # the crosswalks' class columns (mixer.prediction.classes)
         self.sinks = []  # rank 0: the sinks opened so far (aborted on a failure)
+        self.context = None  # rank 0: what the sinks read (open_sinks), frozen
         self.progress = Progress()  # the counts over the whole file
         from mixer.prediction.sinks import reads
 
@@ -315,8 +318,20 @@ def open_sinks(job: Job) -> None:
 
         # one time for every file: the job's first start (a resumed job's, from its journal)
         job.started = job.journal.started if job.journal is not None else file_time()
+        job.context = JobContext(
+            config=config,
+            world=world,
+            predictor=job.predictor,
+            model=job.model,
+            columns=job.columns,
+            coding=job.coding,
+            classes=job.classes,
+            journal=job.journal,
+            started=job.started,
+            say=job.say,
+        )
         for sink in job.sink_classes:
-            job.sinks.append(sink(job))
+            job.sinks.append(sink(job.context))
 
     mdist.main_only(open_all, world)
     job.stores = DistinctStores(config, world, job.sink_classes)
@@ -379,7 +394,7 @@ def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
         part.predicted.index = chunk.index
     for sink in replaying:
         with writing(*sink.file()):
-            sink.replay(job, part)
+            sink.replay(job.context, part)
 
 
 def model_inputs(job: Job, part: Part) -> None:
@@ -544,7 +559,7 @@ def commit(job: Job, sink) -> None:
     leaves it as it was (mixer.core.io.writing) and the chunks kept (kept_line)."""
     flag, path = sink.file()
     with writing(flag, path, kept=f"{path} is"):
-        sink.commit(job)
+        sink.commit(job.context)
 
 
 def kept_line(job: Job, exc: BaseException) -> Optional[str]:

@@ -12,7 +12,31 @@ has the same attributes and methods. No import of pandas here.
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a sink reads of its job, frozen (as a training hook reads RunState,
+    mixer.training.contract): the options, the processes, the model (`predictor`, `model`),
+    the columns it reads, the coding (mixer.coding.job.Coding), the crosswalks' classes (or
+    None), the resume journal (or None), the time every file of the job states and how the
+    job says a line. Built once the sinks are opened (rank 0); a sink sets nothing on it,
+    so no sink tells another anything through the job (each reads the configuration, as the
+    audit reads the output's format). The job's progress (the counts over the file) is its
+    own object, not the sinks'."""
+
+    config: Any
+    world: Any
+    predictor: Any
+    model: Any
+    columns: Any
+    coding: Any
+    classes: Any
+    journal: Any
+    started: Optional[float]
+    say: Callable
 
 
 class Sink:
@@ -36,7 +60,8 @@ class Sink:
     - `check(config)` (a class method, for every sink the job is handed, before the model loads):
       refuse a wrong path or option in one line (UserError); nothing is written yet;
     - `wanted(config)` (a class method): whether this job writes the output (its `files`);
-    - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file);
+    - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file). `job`,
+      here and below, is the job's JobContext: read-only;
     - `add(job, part)` on rank 0 for each chunk, in input order: `part` holds the chunk, its
       model inputs, its rows without a description, the code table (`predicted`, or None) and
       the embeddings (`vectors`, or None);
