@@ -390,3 +390,28 @@ def test_a_sink_reads_the_jobs_context_and_cannot_change_it(run, small_csv, tmp_
     argv = ["--checkpoint", run, "--input", small_csv, "--output", str(out), "--chunk-size", "50"]
     assert with_sink(argv, Meddling) == 0
     assert seen[0] is JobContext and seen[1:] == [(str(out), False)] * 3
+
+
+# ------------------------------------------------------------------ the lists, from the sinks
+def test_the_files_no_output_may_replace_are_read_from_the_sinks_declarations(
+    run, small_csv, tmp_path
+):
+    """The files a job's outputs may not replace were a list written by hand of predict.py's
+    own outputs: --output named as a sink's file passed in was taken, and the sink's file
+    replaced at the end. They are read from what the sinks declare, the caller's too; and the
+    fields the output's provenance leaves out are the sinks' own (their flags and options)."""
+    from mixer.prediction.sinks import unrecorded
+
+    tally = tmp_path / "tally.json"
+    argv = ["--checkpoint", run, "--input", small_csv, "--output", str(tally)]
+    with pytest.raises(UserError, match="^--output .*tally.json: is the --tally file and would"):
+        predict_main(argv, sinks=[*default_sinks(), tally_sink(tally)])
+    assert list(tmp_path.iterdir()) == []
+
+    class Beside(tally_sink(tally)):
+        options = ("top_k",)  # a field that shapes its file alone (here, for the test)
+
+    assert {"to_check", "audit", "audit_seed", "embeddings", "summary_plot"} <= set(
+        unrecorded(default_sinks())
+    )
+    assert "output" not in unrecorded(default_sinks()) and "top_k" in unrecorded([Beside])

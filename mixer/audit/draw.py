@@ -691,9 +691,7 @@ class AuditSink:
             return
         request = cls.request(config)
         refuse_shaped(config, "--audit", "draws from the code table")
-        from mixer.data.tables.sinks import job_files
-
-        request.check_path(job_files(config, "--audit"))
+        request.check_path({})  # its kind (the job's other files: the job's own check)
 
     @staticmethod
     def request(config) -> AuditRequest:
@@ -705,6 +703,7 @@ class AuditSink:
             config.outputs.audit_seed,
         )
 
+    options = ("audit_margin", "audit_by", "audit_unit", "audit_seed")  # the draw's design
     flag, field, usage, reads, rank = (
         "--audit",
         "audit",

@@ -279,9 +279,12 @@ def prepare(
     context_cols: list,
     world,
     say,
+    others: Optional[dict] = None,
 ) -> Coding:
     """The lookup (every rank reads it), each head's threshold (rank 0 chooses, every rank
-    receives it) and, on rank 0, the provenance of the output."""
+    receives it) and, on rank 0, the provenance of the output. `others`: {field: why} of the
+    fields of the job's other outputs, which the provenance does not record (passed in by the
+    prediction job from its sinks)."""
     from mixer.distributed import world as mdist
 
     lookup = None
@@ -376,7 +379,7 @@ def prepare(
         for head in config.coding.head
     }
     if config.outputs.output and world.is_main:
-        coding.provenance = _provenance(config, predictor, lookup, targets)
+        coding.provenance = _provenance(config, predictor, lookup, targets, others or {})
     return coding
 
 
@@ -437,7 +440,7 @@ def _rows_to_code(config, model, lookup, input_col, language_col, language, cont
     return rows, total
 
 
-def _provenance(config, predictor, lookup, targets: dict) -> dict:
+def _provenance(config, predictor, lookup, targets: dict, others: dict) -> dict:
     from mixer.version import __version__
     from mixer.coding import provenance
     from mixer.audit.draw import threshold_used
@@ -462,7 +465,7 @@ def _provenance(config, predictor, lookup, targets: dict) -> dict:
             "lookup": lookup.record() if lookup is not None else None,
             "input": provenance.input_part(config.data.input),
             "output": os.path.basename(config.outputs.output),
-            "options": provenance.options_part(config),
+            "options": provenance.options_part(config, others),
             "columns": provenance.columns_part(config, predictor),
         }
     )

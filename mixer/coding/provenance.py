@@ -9,7 +9,9 @@
   automatically.
 - under `options`, every option that changes the file: generated from predict.py's
   configuration (PredictConfig), every field but those UNRECORDED names with the reason it
-  does not change the file, so that a new option is recorded unless it is named there. A
+  does not change the file, and those of the job's other outputs (each sink's flag and its
+  own options, passed in by the job: mixer.prediction.sinks.unrecorded), so that a new option
+  is recorded unless it is named there or declared by an output. A
   file an option names (--code-descriptions, --calibration-data, --lookup) is recorded by
   its name, size and hash; `tables` holds every file's reading options (--sep, --encoding,
   --sheet, --header-row, --lookup-sep, ...). Under `columns`, the columns the job read as
@@ -43,14 +45,6 @@ UNRECORDED = {
     "restart": "start over instead of continuing a killed job: the same file",
     "distributed": "one process or several: the same file",
     "debug": "tracebacks on errors",
-    "embeddings": "another file, with no provenance of its own",
-    "to_check": "another file: the check list",
-    "audit": "another file: the audit draw",
-    "audit_margin": "the audit draw",
-    "audit_by": "the audit draw",
-    "audit_unit": "the audit draw",
-    "audit_seed": "the audit draw",
-    "summary_plot": "another file: a chart",
     "calibrate": "--calibrate writes no predictions file",
 }
 FILES = {
@@ -60,16 +54,17 @@ FILES = {
 }  # recorded by their name, size and hash
 
 
-def options_part(config) -> dict:
+def options_part(config, others: dict) -> dict:
     """Every option of `config` (a PredictConfig) that changes the file, as given (None:
     unset, the model's or the program's default); files by their identity; every file's
-    reading options that were set."""
+    reading options that were set. `others`: {field: why} of the fields that make the job's
+    other outputs (passed in: mixer.prediction.sinks.unrecorded), not recorded either."""
     from mixer.core.options import flat_values
     from mixer.data.prepared.fingerprint import file_identity
 
     recorded = {}
     for name, value in flat_values(config).items():  # by the fields' own names, not sections
-        if name in UNRECORDED:
+        if name in UNRECORDED or name in others:
             continue
         if name == "tables":
             value = {k: v for k, v in sorted(value.items()) if v is not None}

@@ -148,13 +148,15 @@ class Part:
 def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
     """Every refusal before the model loads; the sinks this job writes, of `sinks` (None:
     predict.py's own)."""
-    from mixer.prediction.sinks import default_sinks, reads, refuse_no_output
+    from mixer.prediction.sinks import check_paths, default_sinks, reads, refuse_no_output, written
 
     registered = default_sinks() if sinks is None else list(sinks)
     refuse_no_output(config, registered)
     check_input_table(config.data.input, "--input")
     check_header(config.data.input, config.table_options("input"))  # two columns of one name
+    outputs = written(config, registered)  # every file the job writes, as its sinks declare
     for sink in registered:
+        check_paths(config, sink, outputs)  # its files' paths, then its options
         sink.check(config)
     if config.outputs.code_descriptions:
         check_input_path(config.outputs.code_descriptions, "--code-descriptions")
@@ -290,7 +292,10 @@ def load_model(job: Job) -> None:
     job.rows = RowReader(*job.columns)
     from mixer.coding.job import prepare
 
-    job.coding = prepare(config, model, job.predictor, *job.columns, world, job.say)
+    from mixer.prediction.sinks import unrecorded
+
+    others = unrecorded(job.sink_classes)  # the fields of the job's other outputs
+    job.coding = prepare(config, model, job.predictor, *job.columns, world, job.say, others)
     if config.outputs.crosswalk:  # a user's table's codes spelled as the model writes its own
         from mixer.prediction.classes import Classes, load
 

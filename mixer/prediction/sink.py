@@ -49,6 +49,10 @@ class Sink:
       "vectors" (the embeddings, `part.vectors`): the job predicts only what its sinks read;
     - `rank`: its turn among the files a job's journal lies beside and that a job may write
       alone (1 first; 0: a file that needs another output, as the summary plot does);
+    - `options`: the configuration's fields that shape its file alone (the audit's design),
+      and `beside(config)`: {name: path} of files it writes beside its own (the output's
+      provenance), so that the output's provenance records none of them and no output
+      replaces one;
     - `cells(config, columns)`: the input's columns its file holds as cells (None: all of
       them; []: none), which the job checks before any chunk where the file is an Excel or a
       Stata file (a character such a file cannot store).
@@ -58,7 +62,8 @@ class Sink:
     these declarations (mixer.prediction.sinks). The job calls, in order:
 
     - `check(config)` (a class method, for every sink the job is handed, before the model loads):
-      refuse a wrong path or option in one line (UserError); nothing is written yet;
+      refuse a wrong option in one line (UserError); nothing is written yet. Its files' paths
+      the job checks before it (a directory that is missing, one of the job's other files);
     - `wanted(config)` (a class method): whether this job writes the output (its `files`);
     - `Sink(job)` on rank 0, once the model is loaded: open the output (a temp file). `job`,
       here and below, is the job's JobContext: read-only;
@@ -97,6 +102,7 @@ class Sink:
     usage = ""  # how the flag is given alone, for the line that asks for an output
     reads: frozenset = frozenset()  # "codes" (the code table) and/or "vectors" (the embeddings)
     rank = 0  # its turn among the files a job's parts lie beside (0: never alone)
+    options: tuple = ()  # the configuration's fields that shape this file alone (--audit-by)
     early = False
     replaying = False  # set by `load_state_dict`: the chunks completed before come to `replay`
 
@@ -113,6 +119,11 @@ class Sink:
         value = flat_values(config).get(cls.field) if cls.field else None  # by its own name
         path = value[-1] if isinstance(value, (list, tuple)) and value else value
         return {cls.flag: path} if path and isinstance(path, str) else {}
+
+    @classmethod
+    def beside(cls, config) -> dict:
+        """{name: path} of the files it writes beside its own (the output's provenance)."""
+        return {}
 
     @classmethod
     def check(cls, config) -> None:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from mixer.audit.guards import GUARDS  # a filled audit: no output replaces it
 from mixer.core.errors import UserError
-from mixer.data.tables.sinks import is_matrix, is_shaped, job_files
+from mixer.data.tables.sinks import SIDECAR_SUFFIX, is_matrix, is_shaped
 from mixer.prediction.sink import Sink
 
 
@@ -39,13 +39,16 @@ class OutputSink(Sink):
         )  # beside the codes
 
     @classmethod
-    def check(cls, config) -> None:
-        from mixer.data.tables.writing import check_fits_excel, check_output_path
+    def beside(cls, config) -> dict:
+        """Its provenance (mixer.coding.provenance), renamed into place with it."""
+        output = config.outputs.output
+        return {"--output's provenance": output + SIDECAR_SUFFIX} if output else {}
 
-        if config.outputs.output:  # before the model loads: a wrong path fails at once
-            check_output_path(
-                config.outputs.output, "--output", job_files(config, "--output"), GUARDS
-            )
+    @classmethod
+    def check(cls, config) -> None:
+        from mixer.data.tables.writing import check_fits_excel
+
+        if config.outputs.output:  # before the model loads (its path: the job's check_job)
             check_fits_excel(
                 config.outputs.output,
                 config.data.input,
@@ -250,13 +253,11 @@ class CheckListSink(Sink):
     def check(cls, config) -> None:
         from mixer.data.labels.checking import parse_to_check
         from mixer.data.tables.sinks import refuse_shaped
-        from mixer.data.tables.writing import check_output_path
 
         if not config.outputs.to_check:
             return
-        path = parse_to_check(config.outputs.to_check)[1]
+        parse_to_check(config.outputs.to_check)
         refuse_shaped(config, "--to-check", "lists codes of the code table")
-        check_output_path(path, "--to-check", job_files(config, "--to-check"), GUARDS)
 
     def __init__(self, job):
         from mixer.data.labels.checking import CheckList, parse_to_check
@@ -341,15 +342,6 @@ class EmbeddingSink(Sink):
         2,
     )
 
-    @classmethod
-    def check(cls, config) -> None:
-        from mixer.data.tables.writing import check_output_path
-
-        if config.outputs.embeddings:
-            check_output_path(
-                config.outputs.embeddings, "--embeddings", job_files(config, "--embeddings"), GUARDS
-            )
-
     def __init__(self, job):
         # a job that resumes: the vectors go to a raw file beside the journal, kept over a kill
         raw = job.journal.path("embeddings.raw") if job.journal is not None else None
@@ -389,16 +381,8 @@ class SummaryPlotSink(Sink):
 
     @classmethod
     def check(cls, config) -> None:
-        from mixer.data.tables.writing import check_output_path
-
         if not config.outputs.summary_plot:
             return
-        check_output_path(
-            config.outputs.summary_plot,
-            "--summary-plot",
-            job_files(config, "--summary-plot"),
-            GUARDS,
-        )
         if not config.outputs.summary_plot.lower().endswith((".png", ".pdf", ".svg", ".jpg")):
             raise UserError(
                 f"--summary-plot {config.outputs.summary_plot}: name it .png, .pdf, .svg or .jpg"
@@ -614,6 +598,41 @@ def job_outputs(config, sinks) -> dict:
     return {
         flag: path for sink in wanted(config, sinks) for flag, path in sink.files(config).items()
     }
+
+
+def written(config, sinks) -> dict:
+    """{flag: path} of every file the wanted sinks write, their own and those beside them (the
+    output's provenance): the files no output of the job may replace (job_files)."""
+    return {
+        flag: path
+        for sink in wanted(config, sinks)
+        for flag, path in {**sink.files(config), **sink.beside(config)}.items()
+    }
+
+
+def check_paths(config, sink, outputs: dict) -> None:
+    """The files `sink` writes where wanted, before its own check: a directory that exists and
+    can be written, none of the job's other files (`outputs`, written(); the files it reads:
+    mixer.data.tables.sinks.job_files), none a feature keeps (a filled audit: GUARDS)."""
+    from mixer.data.tables.sinks import job_files
+    from mixer.data.tables.writing import check_output_path
+
+    for flag, path in sink.files(config).items() if sink.wanted(config) else ():
+        check_output_path(path, flag, job_files(config, flag, outputs), GUARDS)
+
+
+def unrecorded(sinks) -> dict:
+    """{field: why} of the configuration's fields that make another file than the output (each
+    other sink's flag and its own options): the output's provenance records none of them
+    (mixer.coding.provenance.options_part). predict.py's own outputs are always among them."""
+    fields = {}
+    for sink in {*default_sinks(), *sinks}:
+        if sink.field == OutputSink.field:  # the file the provenance describes
+            continue
+        if sink.field:
+            fields[sink.field] = f"another file: {sink.flag}'s"
+        fields.update((name, f"{sink.flag}'s file alone") for name in sink.options)
+    return dict(sorted(fields.items()))
 
 
 def reads(config, sinks, what: str) -> bool:

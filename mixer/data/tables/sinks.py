@@ -2,7 +2,8 @@
 share below the layers that write them: a sink's pieces gathered over the file, kept on disk
 beside the resume journal (the coding's tallies keep theirs the same way: mixer.coding.job);
 the output shapes other than the code table (`is_shaped`) and the refusal of a sink that reads
-the code table with one of them; the job's other files, which no output may replace.
+the code table with one of them; the job's other files, which no output may replace (its
+outputs as the sinks declare them, passed in: `job_files`).
 
 No import of pandas here.
 """
@@ -74,24 +75,19 @@ def refuse_shaped(config, flag: str, reads: str) -> None:
 SIDECAR_SUFFIX = ".provenance.json"  # the output's provenance, beside it (mixer.coding.provenance)
 
 
-def job_files(config, own: str) -> dict:
+def job_files(config, own: str, outputs: dict) -> dict:
     """{flag: path} of every file a prediction job reads or writes but `own` (the flag of the
     file being checked): an output that is one of them would replace it when renamed at the
     end (a filled check list passed back as --lookup and written again by --to-check; the
-    labelled rows; the output's own provenance sidecar). A review found each replaced."""
+    labelled rows; the output's own provenance sidecar). A review found each replaced.
+    `outputs`: {flag: path} of the files the job writes, as its sinks declare them (passed by
+    the job: mixer.prediction.sinks.written); the files it reads are its options'."""
     files = {
         "--input": config.data.input,
         "--lookup": config.coding.lookup,
         "--calibration-data": config.coding.calibration_data,
         "--code-descriptions": config.outputs.code_descriptions,
-        "--output": config.outputs.output,
-        "--embeddings": config.outputs.embeddings,
-        "--summary-plot": config.outputs.summary_plot,
-        "--to-check": config.outputs.to_check[-1] if config.outputs.to_check else None,
-        "--audit": config.outputs.audit[-1] if config.outputs.audit else None,
-        "--output's provenance": config.outputs.output + SIDECAR_SUFFIX
-        if config.outputs.output
-        else None,
+        **outputs,
     }
     for path in config.outputs.crosswalk or ():  # a user's table (not a name shipped)
         if os.path.isfile(path):
