@@ -680,6 +680,10 @@ class AuditSink:
         return bool(config.outputs.audit)
 
     @classmethod
+    def beside(cls, config) -> dict:
+        return {}  # nothing beside the audit file
+
+    @classmethod
     def cells(cls, config, columns) -> Optional[list]:
         return None  # every input column beside the draw's
 

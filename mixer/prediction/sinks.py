@@ -606,8 +606,13 @@ def written(config, sinks) -> dict:
     return {
         flag: path
         for sink in wanted(config, sinks)
-        for flag, path in {**sink.files(config), **sink.beside(config)}.items()
+        for flag, path in {**sink.files(config), **beside(sink, config)}.items()
     }
+
+
+def beside(sink, config) -> dict:
+    """A sink's `beside` (one that does not subclass Sink may lack it: nothing beside)."""
+    return sink.beside(config) if hasattr(sink, "beside") else {}
 
 
 def check_paths(config, sink, outputs: dict) -> None:
@@ -631,7 +636,8 @@ def unrecorded(sinks) -> dict:
             continue
         if sink.field:
             fields[sink.field] = f"another file: {sink.flag}'s"
-        fields.update((name, f"{sink.flag}'s file alone") for name in sink.options)
+        options = getattr(sink, "options", ())  # one that does not subclass Sink may lack it
+        fields.update((name, f"{sink.flag}'s file alone") for name in options)
     return dict(sorted(fields.items()))
 
 
