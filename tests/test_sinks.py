@@ -415,3 +415,96 @@ def test_the_files_no_output_may_replace_are_read_from_the_sinks_declarations(
         unrecorded(default_sinks())
     )
     assert "output" not in unrecorded(default_sinks()) and "top_k" in unrecorded([Beside])
+
+
+DECLARED = '''
+import json, os, sys
+
+from mixer.core.io import atomic_write
+from mixer.prediction import sink as sinks
+
+
+class Tally(sinks.Sink):
+    """Rows per first code, to a JSON file of its own: declared here alone."""
+
+    flag, usage, reads, rank = "--tally", "--tally FILE", frozenset({"codes"}), 5
+
+    @classmethod
+    def files(cls, config):
+        return {cls.flag: os.environ["TALLY"]}
+
+    def __init__(self, job):
+        self.counts = {}
+
+    def file(self):
+        return self.flag, os.environ["TALLY"]
+
+    def add(self, job, part):
+        for code in part.predicted["code_1"]:
+            self.counts[code] = self.counts.get(code, 0) + 1
+
+    def state_dict(self):
+        return dict(self.counts)
+
+    def load_state_dict(self, state):
+        self.counts = dict(state)
+
+    def commit(self, job):
+        def write(tmp):
+            with open(tmp, "w") as handle:
+                json.dump(self.counts, handle, sort_keys=True)
+
+        atomic_write(os.environ["TALLY"], write)
+
+
+from mixer.cli.entrypoints import predict_main  # noqa: E402
+from mixer.prediction.sinks import default_sinks  # noqa: E402
+
+sys.exit(predict_main(sys.argv[1:], sinks=[*default_sinks(), Tally]))
+'''
+
+
+def test_an_output_declared_in_its_own_module_is_checked_resumed_and_swept(
+    run, small_csv, tmp_path
+):
+    """An output kind added in one place, a module of its own (here a script's): killed -9
+    through the faults seam, the same command continues its file to an uninterrupted run's
+    bytes; the job sweeps a killed run's temp file of it as it does its own outputs'; and
+    it is one of the files no output may replace. No file of mixer's names it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, env_for_subprocess
+
+    script = tmp_path / "declared.py"
+    script.write_text(DECLARED, encoding="utf-8")
+
+    def declared(folder, *args, **env):
+        return subprocess.run(
+            [sys.executable, str(script), "--checkpoint", run, "--input", small_csv, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**env_for_subprocess(), "TALLY": str(folder / "tally.json"), **env},
+        )
+
+    for folder in ("whole", "cut"):
+        (tmp_path / folder).mkdir()
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    cmd = ["--chunk-size", "30", "--output"]
+    assert declared(whole, *cmd, whole / "out.csv").returncode == 0
+    killed = declared(cut, *cmd, cut / "out.csv", MIXER_PREDICT_FAULT_AFTER_CHUNK="2")
+    assert killed.returncode == 9 and not (cut / "tally.json").exists()
+    stale = cut / ".tmp-tally.json.999999999"  # a temp file of a run killed while committing
+    stale.write_text("{}")
+    again = declared(cut, *cmd, cut / "out.csv")
+    assert again.returncode == 0, again.stderr
+    assert "continuing an unfinished run after its 2 chunk(s)" in again.stdout
+    assert f"--tally {cut / 'tally.json'}: removed 1 temporary file(s)" in again.stdout
+    assert not stale.exists()
+    for name in ("tally.json", "out.csv"):
+        assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
+    refused = declared(cut, "--output", cut / "tally.json")
+    assert refused.returncode != 0
+    assert f"--output {cut / 'tally.json'}: is the --tally file and would" in refused.stderr
