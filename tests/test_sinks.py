@@ -324,11 +324,15 @@ def test_the_journal_keeps_each_stateful_part_by_its_name(run, small_csv, tmp_pa
     parts = tmp_path / ".tmp-out.csv.parts"
     with open(parts / "state-1.pkl", "rb") as handle:
         states = pickle.load(handle)
-    names = {"mixer.prediction.sinks.OutputSink", "mixer.prediction.sinks.CheckListSink"}
+    names = {
+        "mixer.prediction.sink_output.OutputSink",
+        "mixer.prediction.sink_check_list.CheckListSink",
+    }
     assert names | {"coding", "progress", "store"} <= set(states)
-    assert states["mixer.prediction.sinks.OutputSink"]["chunks"] == 2
+    assert states["mixer.prediction.sink_output.OutputSink"]["chunks"] == 2
     assert (
-        states["mixer.prediction.sinks.OutputSink"]["size"] == (parts / "output.csv").stat().st_size
+        states["mixer.prediction.sink_output.OutputSink"]["size"]
+        == (parts / "output.csv").stat().st_size
     )
     assert sum(states["progress"]["languages"].values()) == 60  # the rows of chunks 0 and 1
     journal = json.loads((parts / "journal.json").read_text())
