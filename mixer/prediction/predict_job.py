@@ -107,6 +107,7 @@ class Job:
         from mixer.prediction.sinks import reads
 
         self.codes = reads(config, sink_classes, "codes")  # the code table is predicted
+        self.vectors = reads(config, sink_classes, "vectors")  # and the embeddings
 
     def say(
         self, message: str
@@ -494,8 +495,9 @@ def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def embed_rows(job: Job, part: Part) -> None:
-    """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store lacks."""
-    if job.config.outputs.embeddings:
+    """All ranks: the chunk's embeddings (rank 0), the model asked only for the keys the store
+    lacks: where a wanted sink reads "vectors" (mixer.prediction.sinks.reads)."""
+    if job.vectors:
         part.vectors = part.distinct.through(
             job.stores.embeddings,
             part.chunk,
