@@ -48,6 +48,7 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     try:
         load_model(job)
         open_sinks(job)  # a changed input or option refused first, by the journal
+        ahead = Window(job)
         mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
         for number, chunk in enumerate(
             iter_chunks(config.data.input, config.run.chunk_size, options=job.options, log=job.say)
@@ -57,20 +58,16 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
                 replay(job, number, chunk)
                 continue
             model_inputs(job, part)
-            code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
-            embed_rows(job, part)
-            if world.is_main:
-                for sink in job.sinks:
-                    with writing(*sink.file()):  # a full disk: the file named, the chunks kept
-                        sink.add(job, part)
-                if job.journal is not None:  # the chunk done: its store part, states, journal
-                    keep_chunk(job, part)
+            ahead.add(part)  # held until its window's new inputs go through the model at once
             if job.bar is not None:
                 job.bar.update(len(chunk))
-            # a scheduler's SIGTERM / SIGUSR1 to any rank: this chunk is kept, the rest waits
-            if job.stop.agreed(world, number):
-                stop(job)
-                return
+            if ahead.stopped:
+                break
+        else:
+            ahead.flush()  # the file's last window
+        if ahead.stopped:  # a scheduler's SIGTERM / SIGUSR1 to any rank: the rest waits
+            stop(job)
+            return
         finish(job)
     except BaseException as exc:
         fail(job, exc)
@@ -381,6 +378,135 @@ def model_inputs(job: Job, part: Part) -> None:
         job.blank_rows += int(part.blank.sum())
 
 
+def write_part(job: Job, part: Part, news: Optional[dict] = None) -> None:
+    """All ranks: a keyed chunk's code table and embeddings (the store asked, the model for
+    the inputs it lacks), handed to each sink and kept in the journal (rank 0). `news`: the
+    new store rows the journal keeps with it, where a window computed them (Window)."""
+    code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
+    embed_rows(job, part)
+    for attribute, value in (news or {}).items():
+        setattr(part, attribute, value)
+    if job.world.is_main:
+        for sink in job.sinks:
+            with writing(*sink.file()):  # a full disk: the file named, the chunks kept
+                sink.add(job, part)
+        if job.journal is not None:  # the chunk done: its store part, states, journal
+            keep_chunk(job, part)
+
+
+LOOKAHEAD_CHUNKS = 16  # chunks a window holds at most before its new inputs go to the model
+LOOKAHEAD_BATCHES = 64  # batches of new inputs (--batch-size each) that close a window sooner
+
+
+class Window:
+    """The look-ahead over chunks: the model reads a window's new distinct inputs in one
+    call, so they are sorted by length and batched together (a census's later chunks hold a
+    few dozen new inputs each, which batched by chunk would each be a short, padded batch).
+    A chunk whose inputs the store already holds, with none held before it, is written at
+    once; otherwise it is held (keyed, not yet predicted) until the window holds
+    LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends or
+    the job stops. Then the window's new inputs go to the model once, each store takes their
+    rows, and the held chunks are written in order; the first one's journal entry carries
+    every new input of the window. A window starts at the first chunk with an input the
+    store lacks and ends by the rule above, so it is the same in a run that resumes after a
+    kill at any point (the store then holds the inputs of the chunks it skips, and those
+    written again need none): the batches, and so the floats, are the same. Under torchrun
+    every rank holds the same chunks and makes the same call."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.held: list = []
+        self.stopped = False  # the job stops after the chunk written last (StopRequest)
+        self.pending: dict = {}  # {store name: {key: None}}: the held chunks' new keys, in order
+        self.stores = []  # (name, store, predict(rows of a chunk), the part's attribute for the journal)
+        config = job.config
+        if job.codes and job.stores.table is not None:
+            self.stores.append(
+                ("table", job.stores.table, lambda rows: table_rows(job, rows), "new")
+            )
+        if config.outputs.embeddings and job.stores.embeddings is not None:
+            self.stores.append(
+                (
+                    "vectors",
+                    job.stores.embeddings,
+                    lambda rows: vector_rows(job, rows),
+                    "new_vectors",
+                )
+            )
+        self.most = LOOKAHEAD_BATCHES * config.run.batch_size
+
+    def add(self, part: Part) -> None:
+        news = {}
+        for name, store, _, _ in self.stores:
+            pending = self.pending.setdefault(name, {})
+            keys = part.distinct.keys
+            new = np.flatnonzero(~store.known(keys))
+            news[name] = [k for k in keys[new] if k not in pending]
+        if not self.held and not any(news.values()):
+            self.write(part)  # every input known: nothing to wait for
+            return
+        self.held.append(part)
+        for name, keys in news.items():
+            self.pending[name].update(dict.fromkeys(keys))
+        if (
+            len(self.held) >= LOOKAHEAD_CHUNKS
+            or max(map(len, self.pending.values())) >= self.most
+            or self.job.stop.asked(self.job.world)  # a signal: the chunks held are written now
+        ):
+            self.flush()
+
+    def write(self, part: Part, news: Optional[dict] = None) -> None:
+        """A chunk written, then whether any rank was asked to stop (the job stops after it)."""
+        write_part(self.job, part, news)
+        # a scheduler's SIGTERM / SIGUSR1 to any rank: this chunk is kept, the rest waits
+        self.stopped = self.job.stop.agreed(self.job.world, part.number)
+
+    def flush(self) -> None:
+        """The held chunks' new inputs through the model in one call per store, then each
+        held chunk written in order."""
+        if not self.held:
+            return
+        job, world = self.job, self.job.world
+        first = {}
+        for name, store, predict, attribute in self.stores:
+            keys = np.asarray(list(self.pending.get(name, {})), dtype=object)
+            values = None
+            if len(keys):
+                rows = _first_rows(self.held, keys)
+                with job.predictor.shared(world):
+                    values = predict(rows)
+            store.add(keys, values if world.is_main else None)
+            first[attribute] = (keys, values)
+        held, self.held, self.pending = self.held, [], {}
+        for number, part in enumerate(held):  # every input in the store now: no model call
+            self.write(part, first if number == 0 else None)  # the window's inputs: the first's
+            if self.stopped:  # the chunks after it are read again by the run that continues
+                return
+
+
+def _first_rows(parts: list, keys: np.ndarray) -> pd.DataFrame:
+    """The first row of each of `keys` over the held `parts`, in the keys' order."""
+    wanted = {key: i for i, key in enumerate(keys)}
+    pieces, order = [], []
+    for part in parts:
+        distinct = part.distinct
+        here = [
+            (wanted.pop(key), row)
+            for key, row in zip(distinct.keys, distinct.first)
+            if key in wanted
+        ]
+        if here:
+            where, rows = zip(*here)
+            pieces.append(part.chunk.iloc[list(rows)])
+            order.extend(where)
+    rows = (
+        pd.concat(pieces, ignore_index=True)
+        if len(pieces) > 1
+        else pieces[0].reset_index(drop=True)
+    )
+    return rows.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+
+
 def code_rows(job: Job, part: Part) -> None:
     """All ranks: the chunk's code table (rank 0), the model asked only for the keys the store
     lacks, shared out over the ranks; OccCANINE's table and alternatives by row."""
@@ -390,11 +516,7 @@ def code_rows(job: Job, part: Part) -> None:
     if is_shaped(config):  # OccCANINE's output shapes (mixer.prediction.outputs)
         if job.stores.table is not None:  # a matrix: a row per key
             part.predicted = part.distinct.through(
-                job.stores.table,
-                chunk,
-                world,
-                job.predictor,
-                lambda rows: predict_shaped(job.model, config, *job.rows.read(rows)),
+                job.stores.table, chunk, world, job.predictor, lambda rows: table_rows(job, rows)
             )
         else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
             with job.predictor.shared(world):
@@ -404,7 +526,7 @@ def code_rows(job: Job, part: Part) -> None:
                 add_classes(job, part)
     else:
         part.predicted = part.distinct.through(
-            job.stores.table, chunk, world, job.predictor, lambda rows: code_table(job, rows)
+            job.stores.table, chunk, world, job.predictor, lambda rows: table_rows(job, rows)
         )
         if world.is_main:
             part.predicted.index = chunk.index
@@ -447,6 +569,18 @@ def add_classes(job: Job, part: Part) -> None:
     )
 
 
+def table_rows(job: Job, rows: pd.DataFrame):
+    """The store's rows for rows of the input: the code table, or OccCANINE's matrix."""
+    if is_shaped(job.config):
+        return predict_shaped(job.model, job.config, *job.rows.read(rows))
+    return code_table(job, rows)
+
+
+def vector_rows(job: Job, rows: pd.DataFrame) -> np.ndarray:
+    """The embeddings' store's rows for rows of the input."""
+    return job.model.embeddings(*job.rows.read(rows), job.config.run.batch_size)
+
+
 def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
     """The model and the row steps (the lookup, calibration, target marks, shorter codes: each
     head's mixer.coding.pipeline.CodingPipeline, built once) for rows of a chunk, each head's
@@ -468,7 +602,7 @@ def embed_rows(job: Job, part: Part) -> None:
             part.chunk,
             job.world,
             job.predictor,
-            lambda rows: job.model.embeddings(*job.rows.read(rows), job.config.run.batch_size),
+            lambda rows: vector_rows(job, rows),
         )
         part.new_vectors = part.distinct.new
 
@@ -894,6 +1028,10 @@ class StopRequest:
 
     def request(self, *_):
         self.requested = True
+
+    def asked(self, world) -> bool:
+        """All ranks: whether any rank was asked to stop (Window writes the chunks it holds)."""
+        return self.armed and mdist.any_rank(self.requested, world)
 
     def agreed(self, world, number: int) -> bool:
         """All ranks, after chunk `number`: whether any rank was asked to stop (all stop after it)."""
