@@ -798,10 +798,12 @@ class RowReader:
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
             blank = blank_descriptions(fresh).tolist()
             seen.update(zip([keys[i] for i in new], zip(read, blank)))
-        found = list(map(seen.__getitem__, keys))
+        from operator import itemgetter
+
+        found = list(map(seen.__getitem__, keys))  # no Python frame per key: C's map
         inputs = np.empty(len(found), dtype=object)
-        inputs[:] = [value[0] for value in found]
-        return inputs, np.fromiter((value[1] for value in found), dtype=bool, count=len(found))
+        inputs[:] = list(map(itemgetter(0), found))
+        return inputs, np.fromiter(map(itemgetter(1), found), dtype=bool, count=len(found))
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
