@@ -417,7 +417,7 @@ class Window:
         self.job = job
         self.held: list = []
         self.stopped = False  # the job stops after the chunk written last (StopRequest)
-        self.pending: dict = {}  # {store name: {key: None}}: the held chunks' new keys, in order
+        self.pending: dict = {}  # {store name: {new key: (held chunk, its first row)}}, in order
         self.stores = []  # (name, store, predict(rows of a chunk), the part's attribute for the journal)
         config = job.config
         if job.codes and job.stores.table is not None:
@@ -439,15 +439,18 @@ class Window:
         news = {}
         for name, store, _, _ in self.stores:
             pending = self.pending.setdefault(name, {})
-            keys = part.distinct.keys
-            new = np.flatnonzero(~store.known(keys))
-            news[name] = [k for k in keys[new] if k not in pending]
+            keys, first = part.distinct.keys, part.distinct.first
+            news[name] = {
+                keys[i]: (len(self.held), first[i])  # where the model reads it: its first row
+                for i in np.flatnonzero(~store.known(keys))
+                if keys[i] not in pending
+            }
         if not self.held and not any(news.values()):
             self.write(part)  # every input known: nothing to wait for
             return
         self.held.append(part)
-        for name, keys in news.items():
-            self.pending[name].update(dict.fromkeys(keys))
+        for name, firsts in news.items():
+            self.pending[name].update(firsts)
         if (
             len(self.held) >= LOOKAHEAD_CHUNKS
             or max(map(len, self.pending.values())) >= self.most
@@ -469,10 +472,12 @@ class Window:
         job, world = self.job, self.job.world
         first = {}
         for name, store, predict, attribute in self.stores:
-            keys = np.asarray(list(self.pending.get(name, {})), dtype=object)
+            firsts = self.pending.get(name, {})
+            keys = np.empty(len(firsts), dtype=object)
+            keys[:] = list(firsts)
             values = None
             if len(keys):
-                rows = _first_rows(self.held, keys)
+                rows = _first_rows(self.held, firsts)
                 with job.predictor.shared(world):
                     values = predict(rows)
             store.add(keys, values if world.is_main else None)
@@ -484,27 +489,16 @@ class Window:
                 return
 
 
-def _first_rows(parts: list, keys: np.ndarray) -> pd.DataFrame:
-    """The first row of each of `keys` over the held `parts`, in the keys' order."""
-    wanted = {key: i for i, key in enumerate(keys)}
-    pieces, order = [], []
-    for part in parts:
-        distinct = part.distinct
-        here = [
-            (wanted.pop(key), row)
-            for key, row in zip(distinct.keys, distinct.first)
-            if key in wanted
-        ]
-        if here:
-            where, rows = zip(*here)
-            pieces.append(part.chunk.iloc[list(rows)])
-            order.extend(where)
-    rows = (
+def _first_rows(parts: list, firsts: dict) -> pd.DataFrame:
+    """The rows of `firsts` ({key: (held chunk, its row)}, in the held chunks' order) as one
+    frame, in the keys' order."""
+    where = np.asarray(list(firsts.values()), dtype=np.int64).reshape(-1, 2)
+    pieces = [parts[i].chunk.iloc[where[where[:, 0] == i, 1]] for i in np.unique(where[:, 0])]
+    return (
         pd.concat(pieces, ignore_index=True)
         if len(pieces) > 1
         else pieces[0].reset_index(drop=True)
     )
-    return rows.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
 
 
 def code_rows(job: Job, part: Part) -> None:
