@@ -96,3 +96,27 @@ def test_a_file_is_written_the_same_whatever_its_chunks_within_a_window(run, cen
         outputs[size] = out.read_bytes(), np.load(f"{out}.npy")
     assert outputs[50][0] == outputs[1000][0]
     assert np.array_equal(outputs[50][1], outputs[1000][1])
+
+
+def test_a_signal_while_chunks_are_held_leaves_them_and_the_same_command_ends_the_same(
+    run, census, tmp_path, monkeypatch, capsys
+):
+    from mixer.prediction import predict_job
+
+    monkeypatch.setattr(predict_job, "LOOKAHEAD_CHUNKS", 4)
+    whole, cut = tmp_path / "whole.csv", tmp_path / "cut.csv"
+    predict(run, census, whole, 50, "--head", "flat")
+    asked = []
+
+    def signal_at_the_fifth(self, world):  # chunks 0-2 held, 3 closes the window, 4 held, 5 held
+        asked.append(True)
+        return len(asked) == 5
+
+    with monkeypatch.context() as patched:
+        patched.setattr(predict_job.StopRequest, "asked", signal_at_the_fifth)
+        predict(run, census, cut, 50, "--head", "flat")
+    assert "stopped after 4 chunk(s) (200 rows) on a signal" in capsys.readouterr().err
+    assert not cut.exists()
+    predict(run, census, cut, 50, "--head", "flat")
+    assert "continuing an unfinished run after its 4 chunk(s) (200 rows" in capsys.readouterr().out
+    assert cut.read_bytes() == whole.read_bytes()

@@ -404,13 +404,15 @@ class Window:
     few dozen new inputs each, which batched by chunk would each be a short, padded batch).
     A chunk whose inputs the store already holds, with none held before it, is written at
     once; otherwise it is held (keyed, not yet predicted) until the window holds
-    LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends or
-    the job stops. Then the window's new inputs go to the model once, each store takes their
-    rows, and the held chunks are written in order; the first one's journal entry carries
-    every new input of the window. A window starts at the first chunk with an input the
+    LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends.
+    Then the window's new inputs go to the model once, each store takes their rows, and the
+    held chunks are written in order; the first one's journal entry carries every new input
+    of the window. A window starts at the first chunk with an input the
     store lacks and ends by the rule above, so it is the same in a run that resumes after a
     kill at any point (the store then holds the inputs of the chunks it skips, and those
-    written again need none): the batches, and so the floats, are the same. Under torchrun
+    written again need none): the batches, and so the floats, are the same. A signal while
+    chunks are held stops the job without them (they are read again, into the same window);
+    one during the window's call stops it after the window's first chunk. Under torchrun
     every rank holds the same chunks and makes the same call."""
 
     def __init__(self, job: Job):
@@ -451,12 +453,11 @@ class Window:
         self.held.append(part)
         for name, firsts in news.items():
             self.pending[name].update(firsts)
-        if (
-            len(self.held) >= LOOKAHEAD_CHUNKS
-            or max(map(len, self.pending.values())) >= self.most
-            or self.job.stop.asked(self.job.world)  # a signal: the chunks held are written now
-        ):
+        if len(self.held) >= LOOKAHEAD_CHUNKS or max(map(len, self.pending.values())) >= self.most:
             self.flush()
+        elif self.job.stop.asked(self.job.world):  # a signal: the job stops without the chunks
+            # held, which the run that continues reads again into the same window
+            self.held, self.pending, self.stopped = [], {}, True
 
     def write(self, part: Part, news: Optional[dict] = None) -> None:
         """A chunk written, then whether any rank was asked to stop (the job stops after it)."""
@@ -1026,7 +1027,7 @@ class StopRequest:
         self.requested = True
 
     def asked(self, world) -> bool:
-        """All ranks: whether any rank was asked to stop (Window writes the chunks it holds)."""
+        """All ranks: whether any rank was asked to stop (Window, holding chunks, drops them)."""
         return self.armed and mdist.any_rank(self.requested, world)
 
     def agreed(self, world, number: int) -> bool:
