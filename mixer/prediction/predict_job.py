@@ -467,27 +467,38 @@ class Window:
 
     def flush(self) -> None:
         """The held chunks' new inputs through the model in one call per store, then each
-        held chunk written in order."""
+        held chunk written in order, each store given the inputs first seen in it just
+        before (so a store past --store-memory spills chunk by chunk, as without a window)."""
         if not self.held:
             return
         job, world = self.job, self.job.world
-        first = {}
+        first, computed = {}, []
         for name, store, predict, attribute in self.stores:
             firsts = self.pending.get(name, {})
             keys = np.empty(len(firsts), dtype=object)
             keys[:] = list(firsts)
+            chunk_of = np.asarray([held for held, _ in firsts.values()], dtype=np.int64)
             values = None
             if len(keys):
                 rows = _first_rows(self.held, firsts)
                 with job.predictor.shared(world):
                     values = predict(rows)
-            store.add(keys, values if world.is_main else None)
+            computed.append((store, keys, values if world.is_main else None, chunk_of))
             first[attribute] = (keys, values)
         held, self.held, self.pending = self.held, [], {}
-        for number, part in enumerate(held):  # every input in the store now: no model call
+        for number, part in enumerate(held):
+            for store, keys, values, chunk_of in computed:  # the inputs first seen in this chunk
+                mine = np.flatnonzero(chunk_of == number)
+                if len(mine):
+                    store.add(keys[mine], None if values is None else _rows(values, mine))
             self.write(part, first if number == 0 else None)  # the window's inputs: the first's
             if self.stopped:  # the chunks after it are read again by the run that continues
                 return
+
+
+def _rows(values, where: np.ndarray):
+    """Rows `where` of a DataFrame or an array."""
+    return values.iloc[where] if isinstance(values, pd.DataFrame) else values[where]
 
 
 def _first_rows(parts: list, firsts: dict) -> pd.DataFrame:
