@@ -120,3 +120,17 @@ def test_a_signal_while_chunks_are_held_leaves_them_and_the_same_command_ends_th
     predict(run, census, cut, 50, "--head", "flat")
     assert "continuing an unfinished run after its 4 chunk(s) (200 rows" in capsys.readouterr().out
     assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_the_batch_plan_benchmark_counts_a_file_within_a_window_as_one_call(run, census):
+    """benchmarks/batch_plan.py: the encoder's calls, batches and padded tokens of a file,
+    counted without running the encoder, beside one call's over the same inputs."""
+    from conftest import run_program
+
+    printed = run_program(
+        "benchmarks/batch_plan.py",
+        *["--checkpoint", run, "--input", census, "--chunk-size", 50, "--batch-size", 16],
+    ).stdout
+    inputs = len(set(keys(run, census)))
+    assert f"encoder calls: 1; batches: {-(-inputs // 16)}; inputs: {inputs}" in printed
+    assert "this plan: 1.000x" in printed
