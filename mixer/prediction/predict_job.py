@@ -407,10 +407,10 @@ class Window:
     LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends.
     Then the window's new inputs go to the model once, each store takes their rows, and the
     held chunks are written in order; the first one's journal entry carries every new input
-    of the window. A window starts at the first chunk with an input the
-    store lacks and ends by the rule above, so it is the same in a run that resumes after a
-    kill at any point (the store then holds the inputs of the chunks it skips, and those
-    written again need none): the batches, and so the floats, are the same. A signal while
+    of the window. A window starts at the first chunk with an input the store lacks and ends
+    by the rule above, so it is the same in a run that resumes after a kill at any point (the
+    store then holds the inputs of the chunks it skips, and those written again need none):
+    the batches, and so the floats, are the same. A signal while
     chunks are held stops the job without them (they are read again, into the same window);
     one during the window's call stops it after the window's first chunk. Under torchrun
     every rank holds the same chunks and makes the same call."""
