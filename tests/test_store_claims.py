@@ -384,11 +384,17 @@ def test_every_output_shape_is_chunk_by_chunk_prediction(
     "family, options",
     [("mixer", ["--language-col", "lang"]), ("bert", []), ("occcanine", [])],
 )
-def test_chunks_of_one_row_give_the_bits_each_row_alone_gives(request, tmp_path, family, options):
+def test_chunks_of_one_row_give_the_bits_each_row_alone_gives(
+    request, tmp_path, monkeypatch, family, options
+):
     """A chunk of one row: chunk-by-chunk prediction computes each row alone, the store each
-    input alone at its first row. The model reads the rows of one key alike, so every
-    embedding and probability is the very one the row alone gives, bit for bit (batches
-    change nothing here: a key that joined two inputs the model reads differently would)."""
+    input alone at its first row (a window of one chunk: predict_job.Window). The model reads
+    the rows of one key alike, so every embedding and probability is the very one the row
+    alone gives, bit for bit (batches change nothing here: a key that joined two inputs the
+    model reads differently would)."""
+    from mixer.prediction import predict_job
+
+    monkeypatch.setattr(predict_job, "LOOKAHEAD_CHUNKS", 1)
     source, options = source_of(request, family), with_language(family, options)
     data = file_of(family, tmp_path)
     frame = read_text(data)
@@ -533,10 +539,14 @@ def test_a_job_killed_at_a_chunk_boundary_resumes_to_the_bytes_of_one_never_kill
     assert killed.returncode == 9, killed.stderr
     model_rows.clear()
     predict(*cmd(cut))
-    # the chunks after the 5 completed: only inputs the first 35 rows did not have
+    # the chunks after the 5 completed: only inputs the first 35 rows did not have, nor the
+    # window of chunks computed with them (predict_job.Window: the first LOOKAHEAD_CHUNKS
+    # chunks here, their new inputs kept with chunk 0)
+    from mixer.prediction.predict_job import LOOKAHEAD_CHUNKS
+
     passes = 2 if "seq2seq" in options else 1
     later = distinct_inputs(source, frame, options) - distinct_inputs(
-        source, frame.iloc[:35], options
+        source, frame.iloc[: max(35, 7 * LOOKAHEAD_CHUNKS)], options
     )
     assert sum(model_rows) == (passes + 1) * later  # the heads' and the embeddings'
     produced = sorted(p.name for p in whole.iterdir())

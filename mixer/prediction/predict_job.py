@@ -49,6 +49,7 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     try:
         load_model(job)
         open_sinks(job)  # a changed input or option refused first, by the journal
+        ahead = Window(job)
         mdist.main_only(lambda: check_rows(job), world)  # before any chunk: nothing to lose
         for number, chunk in enumerate(
             iter_chunks(config.data.input, config.run.chunk_size, options=job.options, log=job.say)
@@ -58,20 +59,16 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
                 replay(job, number, chunk)
                 continue
             model_inputs(job, part)
-            code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
-            embed_rows(job, part)
-            if world.is_main:
-                for sink in job.sinks:
-                    with writing(*sink.file()):  # a full disk: the file named, the chunks kept
-                        sink.add(job.context, part)
-                if job.journal is not None:  # the chunk done: its store part, states, journal
-                    keep_chunk(job, part)
+            ahead.add(part)  # held until its window's new inputs go through the model at once
             if job.bar is not None:
                 job.bar.update(len(chunk))
-            # a scheduler's SIGTERM / SIGUSR1 to any rank: this chunk is kept, the rest waits
-            if job.stop.agreed(world, number):
-                stop(job)
-                return
+            if ahead.stopped:
+                break
+        else:
+            ahead.flush()  # the file's last window
+        if ahead.stopped:  # a scheduler's SIGTERM / SIGUSR1 to any rank: the rest waits
+            stop(job)
+            return
         finish(job)
     except BaseException as exc:
         fail(job, exc)
@@ -144,6 +141,9 @@ class Part:
         self.inputs = self.blank = self.distinct = self.predicted = self.vectors = None
         self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
         self.new_vectors = None  # the same for the embeddings' store
+        # its counts for the job's Progress, added when it is written (a window holds chunks
+        # read ahead, which a journal written before them must not count)
+        self.languages, self.blank_rows = {}, 0
 
 
 def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
@@ -375,14 +375,15 @@ def read_chunk(job: Job, number: int, chunk: pd.DataFrame) -> Optional[Part]:
                 job.model.context_fit(*job.rows.read(chunk)), minlength=3
             )
         return None
-    if job.world.is_main:  # the languages of the whole chunk, as the rows are read
+    part = Part(number, chunk)
+    if job.world.is_main:  # the languages of the whole chunk, counted when it is written
         count_languages(
-            progress.languages,
+            part.languages,
             text_column(chunk, columns.language_col).str.strip() if columns.language_col else None,
             columns.language,
             len(chunk),
         )
-    return Part(number, chunk)
+    return part
 
 
 def replay(job: Job, number: int, chunk: pd.DataFrame) -> None:
@@ -412,7 +413,146 @@ def model_inputs(job: Job, part: Part) -> None:
             job.model.context_fit(*job.rows.read(mine)), minlength=3
         )
     if job.codes:  # rows without a description get no code (Model.predict)
-        job.progress.blank_rows += int(part.blank.sum())
+        part.blank_rows = int(part.blank.sum())
+
+
+def write_part(job: Job, part: Part, news: Optional[dict] = None) -> None:
+    """All ranks: a keyed chunk's code table and embeddings (the store asked, the model for
+    the inputs it lacks), handed to each sink and kept in the journal (rank 0). `news`: the
+    new store rows the journal keeps with it, where a window computed them (Window)."""
+    code_rows(job, part)  # the store, the model for the inputs it lacks, the row steps
+    embed_rows(job, part)
+    for attribute, value in (news or {}).items():
+        setattr(part, attribute, value)
+    progress = job.progress  # the chunk's counts, kept with it in the journal's Progress
+    progress.blank_rows += part.blank_rows
+    for language, rows in part.languages.items():
+        progress.languages[language] = progress.languages.get(language, 0) + rows
+    if job.world.is_main:
+        for sink in job.sinks:
+            with writing(*sink.file()):  # a full disk: the file named, the chunks kept
+                sink.add(job.context, part)
+        if job.journal is not None:  # the chunk done: its store part, states, journal
+            keep_chunk(job, part)
+
+
+LOOKAHEAD_CHUNKS = 16  # chunks a window holds at most before its new inputs go to the model
+LOOKAHEAD_BATCHES = 64  # batches of new inputs (--batch-size each) that close a window sooner
+
+
+class Window:
+    """The look-ahead over chunks: the model reads a window's new distinct inputs in one
+    call, so they are sorted by length and batched together (a census's later chunks hold a
+    few dozen new inputs each, which batched by chunk would each be a short, padded batch).
+    A chunk whose inputs the store already holds, with none held before it, is written at
+    once; otherwise it is held (keyed, not yet predicted) until the window holds
+    LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends.
+    Then the window's new inputs go to the model once, each store takes their rows, and the
+    held chunks are written in order; the first one's journal entry carries every new input
+    of the window. A window starts at the first chunk with an input the store lacks and ends
+    by the rule above, so it is the same in a run that resumes after a kill at any point (the
+    store then holds the inputs of the chunks it skips, and those written again need none):
+    the batches, and so the floats, are the same. A signal while
+    chunks are held stops the job without them (they are read again, into the same window);
+    one during the window's call stops it after the window's first chunk. Under torchrun
+    every rank holds the same chunks and makes the same call."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.held: list = []
+        self.stopped = False  # the job stops after the chunk written last (StopRequest)
+        self.pending: dict = {}  # {store name: {new key: (held chunk, its first row)}}, in order
+        self.stores = []  # (name, store, predict(rows of a chunk), the part's attribute for the journal)
+        config = job.config
+        if job.codes and job.stores.table is not None:
+            self.stores.append(
+                ("table", job.stores.table, lambda rows: table_rows(job, rows), "new")
+            )
+        if job.vectors and job.stores.embeddings is not None:
+            self.stores.append(
+                (
+                    "vectors",
+                    job.stores.embeddings,
+                    lambda rows: vector_rows(job, rows),
+                    "new_vectors",
+                )
+            )
+        self.most = LOOKAHEAD_BATCHES * config.run.batch_size
+
+    def add(self, part: Part) -> None:
+        news = {}
+        for name, store, _, _ in self.stores:
+            pending = self.pending.setdefault(name, {})
+            keys, first = part.distinct.keys, part.distinct.first
+            news[name] = {
+                keys[i]: (len(self.held), first[i])  # where the model reads it: its first row
+                for i in np.flatnonzero(~store.known(keys))
+                if keys[i] not in pending
+            }
+        if not self.held and not any(news.values()):
+            self.write(part)  # every input known: nothing to wait for
+            return
+        self.held.append(part)
+        for name, firsts in news.items():
+            self.pending[name].update(firsts)
+        if len(self.held) >= LOOKAHEAD_CHUNKS or max(map(len, self.pending.values())) >= self.most:
+            self.flush()
+        elif self.job.stop.asked(self.job.world):  # a signal: the job stops without the chunks
+            # held, which the run that continues reads again into the same window
+            self.held, self.pending, self.stopped = [], {}, True
+
+    def write(self, part: Part, news: Optional[dict] = None) -> None:
+        """A chunk written, then whether any rank was asked to stop (the job stops after it)."""
+        write_part(self.job, part, news)
+        # a scheduler's SIGTERM / SIGUSR1 to any rank: this chunk is kept, the rest waits
+        self.stopped = self.job.stop.agreed(self.job.world, part.number)
+
+    def flush(self) -> None:
+        """The held chunks' new inputs through the model in one call per store, then each
+        held chunk written in order, each store given the inputs first seen in it just
+        before (so a store past --store-memory spills chunk by chunk, as without a window)."""
+        if not self.held:
+            return
+        job, world = self.job, self.job.world
+        first, computed = {}, []
+        for name, store, predict, attribute in self.stores:
+            firsts = self.pending.get(name, {})
+            keys = np.empty(len(firsts), dtype=object)
+            keys[:] = list(firsts)
+            chunk_of = np.asarray([held for held, _ in firsts.values()], dtype=np.int64)
+            values = None
+            if len(keys):
+                rows = _first_rows(self.held, firsts)
+                with job.predictor.shared(world):
+                    values = predict(rows)
+            computed.append((store, keys, values if world.is_main else None, chunk_of))
+            first[attribute] = (keys, values)
+        held, self.held, self.pending = self.held, [], {}
+        for number, part in enumerate(held):
+            for store, keys, values, chunk_of in computed:  # the inputs first seen in this chunk
+                mine = np.flatnonzero(chunk_of == number)
+                if len(mine):
+                    store.add(keys[mine], None if values is None else _rows(values, mine))
+            self.write(part, first if number == 0 else None)  # the window's inputs: the first's
+            if self.stopped:  # the chunks after it are read again by the run that continues
+                return
+
+
+def _rows(values, where: np.ndarray):
+    """Rows `where` of a DataFrame or an array."""
+    return values.iloc[where] if isinstance(values, pd.DataFrame) else values[where]
+
+
+def _first_rows(parts: list, firsts: dict) -> pd.DataFrame:
+    """The rows of `firsts` ({key: (held chunk, its row)}, in the held chunks' order) as one
+    frame, in the keys' order."""
+    where = np.asarray(list(firsts.values()), dtype=np.int64).reshape(-1, 2)
+    pieces = [parts[i].chunk.iloc[where[where[:, 0] == i, 1]] for i in np.unique(where[:, 0])]
+    return (
+        pd.concat(pieces, ignore_index=True)
+        if len(pieces) > 1
+        else pieces[0].reset_index(drop=True)
+    )
 
 
 def code_rows(job: Job, part: Part) -> None:
@@ -424,11 +564,7 @@ def code_rows(job: Job, part: Part) -> None:
     if is_shaped(config):  # OccCANINE's output shapes (mixer.prediction.outputs)
         if job.stores.table is not None:  # a matrix: a row per key
             part.predicted = part.distinct.through(
-                job.stores.table,
-                chunk,
-                world,
-                job.predictor,
-                lambda rows: predict_shaped(job.model, config, *job.rows.read(rows)),
+                job.stores.table, chunk, world, job.predictor, lambda rows: table_rows(job, rows)
             )
         else:  # OccCANINE's table (it holds each row's text) and alternatives: by row
             with job.predictor.shared(world):
@@ -438,7 +574,7 @@ def code_rows(job: Job, part: Part) -> None:
                 add_classes(job, part)
     else:
         part.predicted = part.distinct.through(
-            job.stores.table, chunk, world, job.predictor, lambda rows: code_table(job, rows)
+            job.stores.table, chunk, world, job.predictor, lambda rows: table_rows(job, rows)
         )
         if world.is_main:
             part.predicted.index = chunk.index
@@ -481,6 +617,18 @@ def add_classes(job: Job, part: Part) -> None:
     )
 
 
+def table_rows(job: Job, rows: pd.DataFrame):
+    """The store's rows for rows of the input: the code table, or OccCANINE's matrix."""
+    if is_shaped(job.config):
+        return predict_shaped(job.model, job.config, *job.rows.read(rows))
+    return code_table(job, rows)
+
+
+def vector_rows(job: Job, rows: pd.DataFrame) -> np.ndarray:
+    """The embeddings' store's rows for rows of the input."""
+    return job.model.embeddings(*job.rows.read(rows), job.config.run.batch_size)
+
+
 def code_table(job: Job, rows: pd.DataFrame) -> pd.DataFrame:
     """The model and the row steps (the lookup, calibration, target marks, shorter codes: each
     head's mixer.coding.pipeline.CodingPipeline, built once) for rows of a chunk, each head's
@@ -503,7 +651,7 @@ def embed_rows(job: Job, part: Part) -> None:
             part.chunk,
             job.world,
             job.predictor,
-            lambda rows: job.model.embeddings(*job.rows.read(rows), job.config.run.batch_size),
+            lambda rows: vector_rows(job, rows),
         )
         part.new_vectors = part.distinct.new
 
@@ -699,10 +847,12 @@ class RowReader:
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
             blank = blank_descriptions(fresh).tolist()
             seen.update(zip([keys[i] for i in new], zip(read, blank)))
-        found = list(map(seen.__getitem__, keys))
+        from operator import itemgetter
+
+        found = list(map(seen.__getitem__, keys))  # no Python frame per key: C's map
         inputs = np.empty(len(found), dtype=object)
-        inputs[:] = [value[0] for value in found]
-        return inputs, np.fromiter((value[1] for value in found), dtype=bool, count=len(found))
+        inputs[:] = list(map(itemgetter(0), found))
+        return inputs, np.fromiter(map(itemgetter(1), found), dtype=bool, count=len(found))
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
@@ -966,6 +1116,10 @@ class StopRequest:
 
     def request(self, *_):
         self.requested = True
+
+    def asked(self, world) -> bool:
+        """All ranks: whether any rank was asked to stop (Window, holding chunks, drops them)."""
+        return self.armed and mdist.any_rank(self.requested, world)
 
     def agreed(self, world, number: int) -> bool:
         """All ranks, after chunk `number`: whether any rank was asked to stop (all stop after it)."""

@@ -45,8 +45,7 @@ class DistinctStore:
         return len(self.ids)
 
     def known(self, keys: np.ndarray) -> np.ndarray:
-        ids = self.ids
-        return np.fromiter((k in ids for k in keys), dtype=bool, count=len(keys))
+        return np.fromiter(map(self.ids.__contains__, keys), dtype=bool, count=len(keys))
 
     def add(self, keys: np.ndarray, rows=None) -> None:
         """Record new keys (none known yet) and, on the rank that keeps them, their rows in
@@ -70,7 +69,7 @@ class DistinctStore:
 
     def take(self, keys: np.ndarray):
         """The rows of `keys` (all known), in their order."""
-        ids = np.fromiter((self.ids[k] for k in keys), dtype=np.int64, count=len(keys))
+        ids = np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
         block_of = np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
         pieces, order = [], []
         for block in np.unique(block_of):
