@@ -270,6 +270,16 @@ class Control:
             return None
         return metrics, t.validator.gather_rows()
 
+    def encoder_flat_logits(self):
+        """The encoder's flat logits of every validation row as written, (rows, codes): each
+        rank computes them alone, the same bits on every rank (no collective)."""
+        return self._t.validator.encoder_flat_logits()
+
+    def add_to_flat_logits(self, offsets: dict) -> None:
+        """Every evaluation from now on adds offsets[split][row] to each row's flat logits
+        (split: "val", "noised", "cal"; mixer.training.validation.Validator.flat_offsets)."""
+        self._t.validator.flat_offsets = dict(offsets)
+
     def evaluation_table(self) -> Optional[str]:
         """The evaluation table of this evaluation's rows (keep_rows), on rank 0."""
         return self._t.validator.evaluation_table()
