@@ -102,6 +102,7 @@ def test_the_built_in_hooks_and_their_order():
     assert names == [
         "training curves",
         "keep the best model",
+        "n-gram head",  # before the thresholds and scores: they are of the combined flat head
         "tune thresholds",
         "scores and calibration",
         "model cards",
