@@ -37,6 +37,7 @@ NGRAMS = (1, 4)
 MIN_DF = 3  # n-grams in fewer training rows are dropped: a third of the features of min_df 1
 C = 1.0  # the SVM's regularisation (LinearSVC's default)
 NOISED_COPIES = 2  # noised copies of the training rows the SVM also reads
+MAX_FIT_ROWS = 100_000  # training rows fitted on at most (a seeded draw of a larger run's)
 NOISE_EDITS = 2  # edits per row of each copy
 COPY_SEED = 1000  # copy k is drawn with the run's seed + COPY_SEED + k (never the evaluation's)
 ABSENT = -1.0  # the decision value of a code no training row carries
@@ -70,6 +71,7 @@ class NgramHead:
 
     def __post_init__(self):
         self._vec = None
+        self._weights = None  # coef.T as float32, made once
 
     def vectorizer(self):
         if self._vec is None:
@@ -83,7 +85,9 @@ class NgramHead:
         out = np.full((len(texts), self.num_codes), ABSENT, dtype=np.float32)
         if len(texts):
             features = self.vectorizer().transform([str(t) for t in texts])
-            decision = features @ self.coef.astype(np.float32).T + self.intercept
+            if self._weights is None:
+                self._weights = np.ascontiguousarray(self.coef.astype(np.float32).T)
+            decision = features @ self._weights + self.intercept
             out[:, self.columns] = np.asarray(decision, dtype=np.float32)
         return out
 

@@ -217,7 +217,9 @@ def ngram_head_applies(state) -> bool:
 
 def fit_ngram_head(state, control) -> Optional[tuple]:
     """(head, flat offsets per split, the line the run prints), or None when the training
-    rows give no head (all ranks alike: no collective)."""
+    rows give no head (all ranks alike: no collective). At most ngram.MAX_FIT_ROWS training
+    rows (a seeded draw) are fitted on; the weight is chosen on the validation sample every
+    evaluation reads (--val-max-rows); the offsets are computed batch by batch."""
     import time
 
     import numpy as np
@@ -225,40 +227,55 @@ def fit_ngram_head(state, control) -> Optional[tuple]:
     from mixer.data.inputs.noise import noised_texts, word_list
     from mixer.data.prepared.files import load_prepared
     from mixer.models import ngram
+    from mixer.training.run import validation_sample
 
     started = time.perf_counter()
+    cfg = state.cfg
     prepared = load_prepared(state.run_dir)
     index = {code: i for i, code in enumerate(prepared.key["code"])}
     first = prepared.train["code_1"].map(index)
-    kept = first.notna().to_numpy()
+    kept = np.flatnonzero(first.notna().to_numpy())
+    if len(kept) > ngram.MAX_FIT_ROWS:  # a seeded draw, the same on every rank
+        kept = np.sort(
+            np.random.default_rng([cfg.seed, 54]).choice(kept, ngram.MAX_FIT_ROWS, replace=False)
+        )
     words = word_list(prepared.train["text"])
     texts, classes = ngram.training_texts(
         prepared.train["text"].to_numpy(dtype=object)[kept],
-        first[kept].astype(np.int64).to_numpy(),
-        state.cfg.seed,
+        first.iloc[kept].astype(np.int64).to_numpy(),
+        cfg.seed,
         words,
     )
     head = ngram.fit(texts, classes, len(index))
     if head is None:
         logger.info("n-gram head: none (the training rows give fewer than 2 codes or no n-gram)")
         return None
-    val_texts = [str(t) for t in prepared.val["text"]]
-    labels = np.zeros((len(val_texts), len(index)), dtype=np.float32)
+    val_texts = prepared.val["text"].astype(str).to_numpy(dtype=object)
+    sample = validation_sample(len(val_texts), cfg.val_max_rows or 0, cfg.seed)
+    labels = np.zeros((len(sample), len(index)), dtype=np.float32)
     for column in [c for c in prepared.val.columns if c.startswith("code_")]:
-        found = prepared.val[column].map(index)
+        found = prepared.val[column].iloc[sample].map(index)
         rows = np.flatnonzero(found.notna().to_numpy())
         labels[rows, found.iloc[rows].astype(np.int64).to_numpy()] = 1
-    scores = head.scores(val_texts)
-    head.weight, _ = ngram.choose_weight(control.encoder_flat_logits(), scores, labels)
-    offsets = {"val": (np.float32(head.weight) * scores).astype(np.float32)}
-    edits = state.cfg.eval_noise or 0
-    if edits:  # the very noised copy the run scores (mixer.data.inputs.noise)
-        offsets["noised"] = head.offsets(noised_texts(val_texts, state.cfg.seed, edits, words))
+    head.weight, _ = ngram.choose_weight(
+        control.encoder_flat_logits(sample), head.scores(list(val_texts[sample])), labels
+    )
+    offsets = {"val": lambda rows: head.offsets(list(val_texts[rows]))}
+    edits = cfg.eval_noise or 0
+    if edits:  # the very noised copy the run scores: row r's noise drawn for position r
+
+        def noised(rows):
+            return head.offsets(
+                noised_texts(list(val_texts[rows]), cfg.seed, edits, words, positions=rows)
+            )
+
+        offsets["noised"] = noised
     if prepared.cal is not None:
-        offsets["cal"] = head.offsets([str(t) for t in prepared.cal["text"]])
+        cal_texts = prepared.cal["text"].astype(str).to_numpy(dtype=object)
+        offsets["cal"] = lambda rows: head.offsets(list(cal_texts[rows]))
     note = (
         f"n-gram head: character {ngram.NGRAMS[0]}-{ngram.NGRAMS[1]}-grams + linear SVM on "
-        f"{int(kept.sum())} training rows and {ngram.NOISED_COPIES} noised copies, "
+        f"{len(kept)} training rows and {ngram.NOISED_COPIES} noised copies, "
         f"{len(head.vocabulary)} n-grams, weight {head.weight:g} chosen on the validation rows "
         f"({time.perf_counter() - started:.1f} s): {ngram.NGRAM_FILE}. The final evaluation, "
         "the scores and calibration below are of the encoder's flat head + the n-gram head "

@@ -65,8 +65,9 @@ class Validator:
         self.tuned: Optional[tuple] = None
         self.table_rows = 0  # rows of the last evaluation table
         self._class_groups: Optional[dict] = None  # class_groups()
-        # per split ("val", "noised": its noised copy, "cal"), (rows, codes) float32 added to
-        # the flat logits of each row: the n-gram head's (mixer.training.hooks.NgramHead)
+        # per split ("val", "noised": its noised copy, "cal"), a function of a batch's rows
+        # (indices in the split) giving (rows, codes) float32 added to their flat logits: the
+        # n-gram head's (mixer.training.hooks.NgramHead), computed batch by batch
         self.flat_offsets: dict = {}
 
     @torch.no_grad()
@@ -176,15 +177,15 @@ class Validator:
         offsets = self.flat_offsets.get("noised" if noised else split)
         if offsets is None:
             return flat_logits
-        return flat_logits.float() + torch.from_numpy(offsets[np.asarray(rows)]).to(
+        return flat_logits.float() + torch.from_numpy(offsets(np.asarray(rows))).to(
             flat_logits.device
         )
 
     @torch.no_grad()
-    def encoder_flat_logits(self) -> np.ndarray:
-        """The flat head's logits (the encoder's alone) of every validation row as written,
-        (rows, codes) float32: computed by this rank alone, on the same batches on every rank
-        and in any layout (no collective), so every rank gets the same bits."""
+    def encoder_flat_logits(self, rows: np.ndarray) -> np.ndarray:
+        """The flat head's logits (the encoder's alone) of these validation rows as written,
+        (rows, codes) float32 in their order: computed by this rank alone, on the same batches
+        on every rank and in any layout (no collective), so every rank gets the same bits."""
         from mixer.data.inputs.dataset import eval_batches
 
         model = unwrap_model(self.parts.model)
@@ -194,16 +195,17 @@ class Validator:
         size = self.cfg.eval_batch_size or 2 * self.cfg.batch_size
         loader = torch.utils.data.DataLoader(
             dataset,
-            batch_sampler=eval_batches(np.arange(len(dataset)), size),
+            batch_sampler=eval_batches(np.asarray(rows), size),
             collate_fn=self.parts.val_loader.collate_fn,
         )
-        out = np.zeros((len(dataset), len(self.key_codes)), dtype=np.float32)
+        place = {int(row): i for i, row in enumerate(rows)}
+        out = np.zeros((len(rows), len(self.key_codes)), dtype=np.float32)
         for batch in loader:
             batch = batch.to(self.device)
             with self.autocast():
                 pooled = model.pooled(batch.input_ids, batch.attention_mask)
                 logits = model.flat_head(pooled)
-            out[np.asarray(batch.rows)] = logits.float().cpu().numpy()
+            out[[place[int(r)] for r in np.asarray(batch.rows)]] = logits.float().cpu().numpy()
         model.train(was_training)
         return out
 
