@@ -153,3 +153,34 @@ def test_choose_weight_takes_the_most_rows_right_then_the_lower_loss():
     assert weight == min(w for w in ngram.WEIGHTS if measured[w][0] == 1.0) or all(
         measured[weight][1] <= measured[w][1] for w in ngram.WEIGHTS if measured[w][0] == 1.0
     )
+
+
+def test_the_best_model_is_scored_with_the_head_and_carries_its_file(rows, tmp_path):
+    """--keep-best chooses among the encoder's own evaluations; RUN/best/ is then scored
+    with the head, as predict.py reads it, and carries the same file."""
+    import mixer
+    from mixer.models import ngram
+
+    out = tmp_path / "run"
+    run_program(
+        "finetune.py",
+        "--dataset",
+        rows,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        out,
+        *SHORT,
+        "--eval-interval",
+        "5",
+        "--keep-best",
+        "val_flat_accuracy",
+    )
+    best = out / "best"
+    assert (best / ngram.NGRAM_FILE).read_bytes() == (out / ngram.NGRAM_FILE).read_bytes()
+    val = pd.read_parquet(out / "data_val.parquet")
+    scores = pd.read_parquet(best / "scores.parquet")
+    predicted = mixer.load(str(best)).predict(list(val["text"]), head="flat")
+    np.testing.assert_allclose(
+        predicted["confidence_raw"].to_numpy(), scores["flat_confidence"].to_numpy(), rtol=1e-5
+    )
