@@ -61,7 +61,7 @@ def score(predictor, texts, langs, levels, batch_size=128) -> dict:
             batch_size,
             states=True,
         ):
-            logits = predictor.model.flat_head(pooled).float()
+            logits = predictor.flat_logits(pooled, np.asarray(texts, dtype=object)[rows]).float()
             limits = (
                 torch.from_numpy(predictor.row_thresholds(row_langs, None)).to(logits).unsqueeze(1)
             )

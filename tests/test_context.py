@@ -470,6 +470,8 @@ def test_a_context_that_does_not_fit_is_counted_and_the_flag_named(tmp_path, cap
     assert training + validation == 280 and validation > 0
     recipe = json.loads((tight / "config.json").read_text())["input_recipe"]
     assert recipe["context_fit"] == "description-whole"  # the rule the run was trained with
+    # the character n-gram head reads no context: runs with context get none (docs/training.md)
+    assert not (tight / "ngram.npz").exists() and "n-gram head" not in out
     # predict.py: one line for the whole file, over its chunks
     assert (
         predict_main(

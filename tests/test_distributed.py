@@ -95,6 +95,14 @@ def test_two_processes_learn_what_one_process_learns(single, two_procs):
     pd.testing.assert_frame_equal(tables[0], tables[1], atol=1e-6)
 
 
+def test_one_and_two_processes_write_the_same_ngram_head(single, two_procs):
+    """The n-gram head (mixer.models.ngram) reads the same rows on every rank and its weight
+    is chosen on flat logits each rank computes alone on the same batches: one file."""
+    out, _ = two_procs
+    files = [open(os.path.join(d, "ngram.npz"), "rb").read() for d in (single, out)]
+    assert files[0] == files[1]
+
+
 @pytest.mark.floats
 def test_accumulation_learns_what_one_batch_learns(single, small_csv, tmp_path):
     """Batch 4 x 2 accumulation steps, with the default dropout: the rows of a step meet

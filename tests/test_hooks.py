@@ -72,10 +72,13 @@ def test_a_registered_hook_runs_at_the_end_of_a_run_after_the_built_in_ones(
 ):
     run = train(tmp_path / "run", small_csv, "--keep-best", "val_loss")
     (witness,) = witnesses
-    # evaluations at step 3 and the final one at step 6; the end after the last model is written
+    # evaluations at step 3, at step 6 with the encoder alone (the best is chosen among
+    # these: the n-gram head changes the final one), and the final one at step 6; the end
+    # after the last model is written
     assert witness.calls == [
         ("start", 0),
         ("evaluated", 3),
+        ("evaluated", 6),
         ("evaluated", 6),
         ("end", 6, True, True),
     ]
@@ -102,6 +105,7 @@ def test_the_built_in_hooks_and_their_order():
     assert names == [
         "training curves",
         "keep the best model",
+        "n-gram head",  # before the thresholds and scores: they are of the combined flat head
         "tune thresholds",
         "scores and calibration",
         "model cards",

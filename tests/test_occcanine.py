@@ -430,6 +430,8 @@ def test_one_step_at_learning_rate_0_predicts_as_the_source(hisco_model, hisco_r
         *HISCO_DATA,
     )
     assert "1919 codes matched by code" in proc.stdout
+    # OccCANINE's models keep their exact layout: no n-gram head beside their flat head
+    assert not (out / "ngram.npz").exists() and "n-gram head" not in proc.stdout
     config = json.load(open(out / "config.json"))
     assert (
         config["source"]["kind"] == "occcanine" and config["source"]["from"] == hisco_model["hub"]

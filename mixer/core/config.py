@@ -592,6 +592,12 @@ class TrainConfig:
         help="each epoch, draw codes above a share F of the rows down to it",
     )
     compile: bool = option(False, switch=True, group=TRAINING, help="torch.compile the model")
+    ngram_head: bool = option(
+        True,
+        switch=True,
+        group=TRAINING,
+        help="at the end, fit a character n-gram head the flat head's logits add (docs/training.md)",
+    )
 
 
 @dataclass

@@ -118,7 +118,7 @@ def score_matrix(
         if head == "full":
             values = predictor.model.first_block_probs(states, mask, predictor.key_blocks)
         else:
-            values = predictor.model.flat_head(pooled).float()
+            values = predictor.flat_logits(pooled, texts[first_rows][rows]).float()
             values = values if what == "logits" else values.sigmoid()
         out[rows] = values.float().cpu().numpy()
         computed.append(rows)

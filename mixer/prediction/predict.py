@@ -99,6 +99,7 @@ class Predictor:
         )
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
         self.calibration = read_scalings(config.get("model_dir"))
+        self.ngram = read_ngram(config.get("model_dir"))  # None: the encoder's flat head alone
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
         self.world = None  # under shared(world): the processes that share each call's batches
 
@@ -212,6 +213,16 @@ class Predictor:
             computed.append(rows)
         (out,) = self.gathered((out,), computed)
         return out[pair_ids]
+
+    def flat_logits(self, pooled, texts):
+        """The flat head's logits of a batch: the encoder's, plus the n-gram head's weighted
+        scores of the batch's texts when the model directory has one (mixer.models.ngram;
+        each text scored alone, so the batch beside it changes nothing)."""
+        logits = self.model.flat_head(pooled)
+        if self.ngram is None:
+            return logits
+        offsets = torch.from_numpy(self.ngram.offsets(list(texts))).to(logits.device)
+        return logits.float() + offsets
 
     # ------------------------------------------------------------ batches
     @contextlib.contextmanager
@@ -348,7 +359,7 @@ class Predictor:
                 if head == "seq2seq":
                     batch = self.heads.seq2seq(states, mask, top_k, levels)
                 else:
-                    logits = self.model.flat_head(pooled) if head == "flat" else None
+                    logits = self.flat_logits(pooled, texts[rows]) if head == "flat" else None
                     scores = (
                         logits.float().sigmoid()
                         if head == "flat"
@@ -371,6 +382,13 @@ def read_scalings(model_dir: Optional[str]) -> dict:
     stored = (read_calibration(model_dir) if model_dir else None) or {}
     scalings = {head: scaling_of(entry) for head, entry in (stored.get("heads") or {}).items()}
     return {head: scaling for head, scaling in scalings.items() if scaling != (1.0, 0.0)}
+
+
+def read_ngram(model_dir: Optional[str]):
+    """The model directory's n-gram head (mixer.models.ngram), or None without one."""
+    from mixer.models.ngram import read
+
+    return read(model_dir)
 
 
 def _distinct(texts, langs, desc_chars=None) -> tuple:

@@ -270,6 +270,17 @@ class Control:
             return None
         return metrics, t.validator.gather_rows()
 
+    def encoder_flat_logits(self, rows):
+        """The encoder's flat logits of these validation rows as written, (rows, codes): each
+        rank computes them alone, the same bits on every rank (no collective)."""
+        return self._t.validator.encoder_flat_logits(rows)
+
+    def add_to_flat_logits(self, offsets: dict) -> None:
+        """Every evaluation from now on adds offsets[split](rows) to the flat logits of a
+        batch's rows (split: "val", "noised", "cal"; a function of the rows' indices in the
+        split: mixer.training.validation.Validator.flat_offsets)."""
+        self._t.validator.flat_offsets = dict(offsets)
+
     def evaluation_table(self) -> Optional[str]:
         """The evaluation table of this evaluation's rows (keep_rows), on rank 0."""
         return self._t.validator.evaluation_table()

@@ -19,6 +19,7 @@ on rank 0 alone.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Callable, Optional
 
 from mixer.distributed import world as mdist
@@ -121,6 +122,51 @@ class Scores(Hook):
         write_scores(state, control.final_rows(), state.run_dir, state.final_which)
 
 
+class NgramHead(Hook):
+    """--ngram-head (on by default): the character n-gram head (mixer.models.ngram) fitted
+    before the final evaluation on every rank alike (the same rows, and the weight chosen on
+    flat logits every rank computes on the same batches: the same file in any layout),
+    written by rank 0 as RUN/ngram.npz. The final evaluation, the scores and calibration
+    are then of the combined flat head, as predict.py predicts; the evaluations before it
+    are the encoder's alone. None for OccCANINE's family and for runs with context columns
+    (their flat head stays the encoder's); --no-ngram-head removes an earlier file."""
+
+    name = "n-gram head"
+
+    def __init__(self):
+        self.fitted = False  # this job wrote RUN/ngram.npz
+
+    def before_final(self, state, control) -> None:
+        from mixer.models.ngram import NGRAM_FILE
+
+        self.fitted = False
+        path = os.path.join(state.run_dir, NGRAM_FILE)
+        fitted = fit_ngram_head(state, control) if ngram_head_applies(state) else None
+        if fitted is None:
+            if state.is_main and os.path.exists(path):
+                os.remove(path)  # an earlier run's: predict.py would read it
+            return
+        head, offsets, note = fitted
+        control.add_to_flat_logits(offsets)
+        control.request_final()  # the combined flat head's final evaluation and scores
+        if state.is_main:
+            head.save(state.run_dir)
+            logger.info(note)
+        self.fitted = True
+
+    def on_end(self, state, control) -> None:
+        """RUN/best/ scored with the head (its weight chosen for the last step's weights)
+        gets the same file (rank 0)."""
+        from mixer.models.model import MODEL_FILE
+        from mixer.models.ngram import NGRAM_FILE
+
+        best_dir = os.path.join(state.run_dir, BEST_DIR)
+        if self.fitted and state.is_main and os.path.exists(os.path.join(best_dir, MODEL_FILE)):
+            shutil.copyfile(
+                os.path.join(state.run_dir, NGRAM_FILE), os.path.join(best_dir, NGRAM_FILE)
+            )
+
+
 class Cards(Hook):
     """The model cards (mixer.reporting.card): RUN/README.md, and RUN/best/README.md.
     `best` gives the run's best record (mixer.training.best.hook.KeepBest.best), or None."""
@@ -158,6 +204,86 @@ class Cards(Hook):
 
 
 # ------------------------------------------------------------------ what the hooks share
+def ngram_head_applies(state) -> bool:
+    """--ngram-head, on a model of mixer's family reading descriptions alone."""
+    from mixer.models.model import unwrap_model
+
+    return (
+        bool(state.cfg.ngram_head)
+        and unwrap_model(state.model).cfg.family == "mixer"
+        and not state.model_extra.get("context_cols")
+    )
+
+
+def fit_ngram_head(state, control) -> Optional[tuple]:
+    """(head, flat offsets per split, the line the run prints), or None when the training
+    rows give no head (all ranks alike: no collective). At most ngram.MAX_FIT_ROWS training
+    rows (a seeded draw) are fitted on; the weight is chosen on the validation sample every
+    evaluation reads (--val-max-rows); the offsets are computed batch by batch."""
+    import time
+
+    import numpy as np
+
+    from mixer.data.inputs.noise import noised_texts, word_list
+    from mixer.data.prepared.files import load_prepared
+    from mixer.models import ngram
+    from mixer.training.run import validation_sample
+
+    started = time.perf_counter()
+    cfg = state.cfg
+    prepared = load_prepared(state.run_dir)
+    index = {code: i for i, code in enumerate(prepared.key["code"])}
+    first = prepared.train["code_1"].map(index)
+    kept = np.flatnonzero(first.notna().to_numpy())
+    if len(kept) > ngram.MAX_FIT_ROWS:  # a seeded draw, the same on every rank
+        kept = np.sort(
+            np.random.default_rng([cfg.seed, 54]).choice(kept, ngram.MAX_FIT_ROWS, replace=False)
+        )
+    words = word_list(prepared.train["text"])
+    texts, classes = ngram.training_texts(
+        prepared.train["text"].to_numpy(dtype=object)[kept],
+        first.iloc[kept].astype(np.int64).to_numpy(),
+        cfg.seed,
+        words,
+    )
+    head = ngram.fit(texts, classes, len(index))
+    if head is None:
+        logger.info("n-gram head: none (the training rows give fewer than 2 codes or no n-gram)")
+        return None
+    val_texts = prepared.val["text"].astype(str).to_numpy(dtype=object)
+    sample = validation_sample(len(val_texts), cfg.val_max_rows or 0, cfg.seed)
+    labels = np.zeros((len(sample), len(index)), dtype=np.float32)
+    for column in [c for c in prepared.val.columns if c.startswith("code_")]:
+        found = prepared.val[column].iloc[sample].map(index)
+        rows = np.flatnonzero(found.notna().to_numpy())
+        labels[rows, found.iloc[rows].astype(np.int64).to_numpy()] = 1
+    head.weight, _ = ngram.choose_weight(
+        control.encoder_flat_logits(sample), head.scores(list(val_texts[sample])), labels
+    )
+    offsets = {"val": lambda rows: head.offsets(list(val_texts[rows]))}
+    edits = cfg.eval_noise or 0
+    if edits:  # the very noised copy the run scores: row r's noise drawn for position r
+
+        def noised(rows):
+            return head.offsets(
+                noised_texts(list(val_texts[rows]), cfg.seed, edits, words, positions=rows)
+            )
+
+        offsets["noised"] = noised
+    if prepared.cal is not None:
+        cal_texts = prepared.cal["text"].astype(str).to_numpy(dtype=object)
+        offsets["cal"] = lambda rows: head.offsets(list(cal_texts[rows]))
+    note = (
+        f"n-gram head: character {ngram.NGRAMS[0]}-{ngram.NGRAMS[1]}-grams + linear SVM on "
+        f"{len(kept)} training rows and {ngram.NOISED_COPIES} noised copies, "
+        f"{len(head.vocabulary)} n-grams, weight {head.weight:g} chosen on the validation rows "
+        f"({time.perf_counter() - started:.1f} s): {ngram.NGRAM_FILE}. The final evaluation, "
+        "the scores and calibration below are of the encoder's flat head + the n-gram head "
+        "(what predict.py predicts); the evaluations above, the encoder's alone"
+    )
+    return head, offsets, note
+
+
 def tune_thresholds(state, control, full: bool, stored_in: Optional[str] = None) -> bool:
     """The flat threshold with the best F1 per language (overall for languages with few
     rows) becomes the run's, for the final evaluation and predict.py (`stored_in`'s

@@ -58,7 +58,7 @@ from mixer.core.precision import resolve as resolve_precision
 from mixer.training.schedule import Layout, Schedule
 from mixer.training.best import keeper as best
 from mixer.training.best.hook import KeepBest
-from mixer.training.hooks import Cards, Curves, Scores, TuneThresholds, registered
+from mixer.training.hooks import Cards, Curves, NgramHead, Scores, TuneThresholds, registered
 from mixer.training.parts import TrainParts
 from mixer.training.resume import seed_everything
 from mixer.training.trainer import Trainer
@@ -530,11 +530,11 @@ def run_facts(
 def build_hooks(train_config: TrainConfig) -> list:
     """What the run does at evaluations and at its end (mixer.training.hooks), in the
     order the Trainer calls them: the curves right after the last model, the best
-    before the thresholds, the cards last; then those registered with
+    before the n-gram head, which comes before the thresholds, the cards last; then those registered with
     mixer.training.hooks.register."""
     keep = KeepBest()
     hooks = (
-        [Curves(), keep]
+        [Curves(), keep, NgramHead()]
         + ([TuneThresholds()] if train_config.tune_threshold else [])
         + [Scores(), Cards(best=lambda: keep.best)]
     )  # the cards describe the best the keeper holds

@@ -198,8 +198,11 @@ class Trainer:
         loader = self.parts.full_val_loader if full and self.parts.full_val_loader else None
         rows = self.parts.val_rows[1 if loader is not None else 0]
         logger.info(f"evaluating at step {self.progress.step} on {rows:,} validation rows")
-        # on the rows and thresholds every evaluation used (the best is chosen on these)
-        on_sample = loader is None and self.validator.tuned is None
+        # on the rows and thresholds every evaluation used, with the encoder's flat head
+        # alone (not the n-gram head's combination): the best is chosen on these
+        on_sample = (
+            loader is None and self.validator.tuned is None and not self.validator.flat_offsets
+        )
         metrics = self.measure(
             loader, collect=final or (on_sample and self.control.keeps_rows)
         )  # all ranks

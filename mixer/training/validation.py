@@ -65,6 +65,10 @@ class Validator:
         self.tuned: Optional[tuple] = None
         self.table_rows = 0  # rows of the last evaluation table
         self._class_groups: Optional[dict] = None  # class_groups()
+        # per split ("val", "noised": its noised copy, "cal"), a function of a batch's rows
+        # (indices in the split) giving (rows, codes) float32 added to their flat logits: the
+        # n-gram head's (mixer.training.hooks.NgramHead), computed batch by batch
+        self.flat_offsets: dict = {}
 
     @torch.no_grad()
     def evaluate(
@@ -99,7 +103,7 @@ class Validator:
             batch = batch.to(self.device, non_blocking=True)
             with self.autocast():
                 states, pooled = model.encode(batch.input_ids, batch.attention_mask)
-                flat_logits = model.flat_head(pooled)
+                flat_logits = self.offset(model.flat_head(pooled), batch.rows, noised, split)
                 seq_logits = model.decoder(batch.decoder_input, states, batch.attention_mask == 0)
                 tokens, token_probs = model.generate(states, batch.attention_mask, blocks)
             total, seq, flat = row_losses(
@@ -167,6 +171,43 @@ class Validator:
             mdist.all_reduce_sum(sums.grid, self.world)  # all ranks
             self.tuned = sums.best_thresholds(list(lang_names), self.parts.thresholds)
         return result
+
+    def offset(self, flat_logits, rows, noised: bool, split: str):
+        """The flat logits of these rows with their split's flat_offsets added (none: as they are)."""
+        offsets = self.flat_offsets.get("noised" if noised else split)
+        if offsets is None:
+            return flat_logits
+        return flat_logits.float() + torch.from_numpy(offsets(np.asarray(rows))).to(
+            flat_logits.device
+        )
+
+    @torch.no_grad()
+    def encoder_flat_logits(self, rows: np.ndarray) -> np.ndarray:
+        """The flat head's logits (the encoder's alone) of these validation rows as written,
+        (rows, codes) float32 in their order: computed by this rank alone, on the same batches
+        on every rank and in any layout (no collective), so every rank gets the same bits."""
+        from mixer.data.inputs.dataset import eval_batches
+
+        model = unwrap_model(self.parts.model)
+        was_training = model.training
+        model.eval()
+        dataset = self.parts.val_loader.dataset
+        size = self.cfg.eval_batch_size or 2 * self.cfg.batch_size
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=eval_batches(np.asarray(rows), size),
+            collate_fn=self.parts.val_loader.collate_fn,
+        )
+        place = {int(row): i for i, row in enumerate(rows)}
+        out = np.zeros((len(rows), len(self.key_codes)), dtype=np.float32)
+        for batch in loader:
+            batch = batch.to(self.device)
+            with self.autocast():
+                pooled = model.pooled(batch.input_ids, batch.attention_mask)
+                logits = model.flat_head(pooled)
+            out[[place[int(r)] for r in np.asarray(batch.rows)]] = logits.float().cpu().numpy()
+        model.train(was_training)
+        return out
 
     def validation_languages(self, split: str = "val") -> tuple:
         """(language index of each row of the split, the languages): a language known to

@@ -12,7 +12,14 @@ from mixer.models.sources import BEST_DIR
 from mixer.reporting import card
 from mixer.reporting.tracking import logger
 from mixer.training.best.keeper import BestKeeper, Standing, drop_moved_best
-from mixer.training.hooks import Hook, card_files, lacks_scores, tune_thresholds, write_scores
+from mixer.training.hooks import (
+    Hook,
+    card_files,
+    lacks_scores,
+    ngram_head_applies,
+    tune_thresholds,
+    write_scores,
+)
 
 INTERRUPTED = object()
 
@@ -95,12 +102,12 @@ class KeepBest(Hook):
         self.unwritten = False
 
     def before_final(self, state, control) -> None:
-        """The last step competes on the rows the others did, before the final rows or
-        thresholds change (all ranks)."""
+        """The last step competes on the rows the others did, before the final rows,
+        thresholds or flat head (the n-gram head's) change (all ranks)."""
         if (
             self.keeper is not None
             and state.last_eval_step != state.step
-            and (state.full_val or state.cfg.tune_threshold)
+            and (state.full_val or state.cfg.tune_threshold or ngram_head_applies(state))
         ):
             control.evaluate()  # all ranks
 

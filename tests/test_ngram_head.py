@@ -1,0 +1,186 @@
+"""The character n-gram head (mixer.models.ngram): fitted at the end of a run by default,
+saved beside the model, and added to the flat head's logits wherever prediction makes them
+(docs/training.md, "The character n-gram head")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TINY, fails, run_program
+
+SHORT = [*TINY, "--max-steps", "10", "--batch-size", "16", "--zero-padded-codes"]
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory, toy_frame) -> str:
+    path = tmp_path_factory.mktemp("ngram") / "rows.csv"
+    toy_frame.head(300).to_csv(path, index=False)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, rows):
+    """A tiny run of the default recipe, and what finetune.py printed."""
+    out = tmp_path_factory.mktemp("ngram") / "run"
+    proc = run_program(
+        "finetune.py", "--dataset", rows, "--target-cols", "hisco_1", "--save-path", out, *SHORT
+    )
+    return str(out), proc.stdout + proc.stderr
+
+
+def test_the_head_is_fitted_and_saved_by_default_and_absent_with_the_flag_off(
+    fitted, rows, tmp_path
+):
+    from mixer.models import ngram
+
+    run, output = fitted
+    head = ngram.read(run)
+    assert head is not None and head.weight in ngram.WEIGHTS
+    assert head.num_codes == len(pd.read_csv(os.path.join(run, "key.csv"), dtype=str))
+    assert "n-gram head: character 1-4-grams + linear SVM on 270 training rows" in output
+    assert "the evaluations above, the encoder's alone" in output
+    # the run's final evaluation and its scores are the combined head's: predict.py's
+    val = pd.read_parquet(os.path.join(run, "data_val.parquet"))
+    scores = pd.read_parquet(os.path.join(run, "scores.parquet"))
+    import mixer
+
+    predicted = mixer.load(run).predict(list(val["text"]), head="flat")
+    np.testing.assert_allclose(
+        predicted["confidence_raw"].to_numpy(), scores["flat_confidence"].to_numpy(), rtol=1e-5
+    )
+    off = tmp_path / "off"
+    proc = run_program(
+        "finetune.py",
+        "--dataset",
+        rows,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        off,
+        *SHORT,
+        "--no-ngram-head",
+    )
+    assert not (off / ngram.NGRAM_FILE).exists() and "n-gram head" not in proc.stdout
+
+
+def test_the_file_is_the_same_bytes_for_the_same_head(fitted, tmp_path):
+    from mixer.models import ngram
+
+    run, _ = fitted
+    ngram.read(run).save(str(tmp_path))
+    assert (tmp_path / ngram.NGRAM_FILE).read_bytes() == open(
+        os.path.join(run, ngram.NGRAM_FILE), "rb"
+    ).read()
+
+
+def test_a_model_with_the_head_predicts_the_combined_logits_and_the_cli_the_api(
+    fitted, rows, tmp_path
+):
+    import mixer
+    from mixer.models import ngram
+
+    run, _ = fitted
+    alone = tmp_path / "alone"
+    shutil.copytree(run, alone)
+    os.remove(alone / ngram.NGRAM_FILE)
+    texts = list(pd.read_csv(rows, dtype=str)["occ1"].head(40))
+    combined = mixer.load(run).predict(texts, what="logits", head="flat")
+    encoder = mixer.load(str(alone)).predict(texts, what="logits", head="flat")
+    head = ngram.read(run)
+    assert head.weight > 0  # the example rows pick a weight the combination shows in
+    np.testing.assert_allclose(
+        np.asarray(combined, dtype=np.float64),
+        np.asarray(encoder, dtype=np.float64) + head.offsets(texts),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    # predict.py writes what the API returns
+    frame = pd.DataFrame({"occ1": texts})
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    run_program(
+        "predict.py",
+        "--checkpoint",
+        run,
+        "--input",
+        tmp_path / "in.csv",
+        "--output",
+        tmp_path / "out.csv",
+    )
+    written = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    api = mixer.load(run).predict(texts)
+    assert list(written["code_1"]) == list(api["code_1"])
+    np.testing.assert_allclose(
+        written["prob_1"].astype(float), api["prob_1"].astype(float), rtol=1e-5
+    )
+    without = mixer.load(str(alone)).predict(texts)
+    assert not np.allclose(
+        without["prob_1"].astype(float).to_numpy(), api["prob_1"].astype(float).to_numpy()
+    )
+
+
+def test_a_damaged_head_is_refused_in_one_line(fitted, rows, tmp_path, capsys):
+    from mixer.models import ngram
+
+    run, _ = fitted
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run, damaged)
+    (damaged / ngram.NGRAM_FILE).write_bytes(b"not a zip file")
+    line = fails(
+        capsys,
+        "predict",
+        ["--checkpoint", damaged, "--input", rows, "--output", tmp_path / "out.csv"],
+        "ngram.npz",
+        "cannot read the n-gram head",
+        "delete it",
+    )
+    assert not (tmp_path / "out.csv").exists(), line
+
+
+def test_choose_weight_takes_the_most_rows_right_then_the_lower_loss():
+    from mixer.models import ngram
+
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 1.0, -1.0]])
+    labels = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    # the n-gram scores put the right code first once weighted by 1.5 or more
+    scores = np.array([[-1.0, -1.0, 1.0], [1.0, -1.0, -1.0]])
+    weight, measured = ngram.choose_weight(logits, scores, labels)
+    assert measured[0.0][0] == 0.0 and measured[weight][0] == 1.0
+    assert weight == min(w for w in ngram.WEIGHTS if measured[w][0] == 1.0) or all(
+        measured[weight][1] <= measured[w][1] for w in ngram.WEIGHTS if measured[w][0] == 1.0
+    )
+
+
+def test_the_best_model_is_scored_with_the_head_and_carries_its_file(rows, tmp_path):
+    """--keep-best chooses among the encoder's own evaluations; RUN/best/ is then scored
+    with the head, as predict.py reads it, and carries the same file."""
+    import mixer
+    from mixer.models import ngram
+
+    out = tmp_path / "run"
+    run_program(
+        "finetune.py",
+        "--dataset",
+        rows,
+        "--target-cols",
+        "hisco_1",
+        "--save-path",
+        out,
+        *SHORT,
+        "--eval-interval",
+        "5",
+        "--keep-best",
+        "val_flat_accuracy",
+    )
+    best = out / "best"
+    assert (best / ngram.NGRAM_FILE).read_bytes() == (out / ngram.NGRAM_FILE).read_bytes()
+    val = pd.read_parquet(out / "data_val.parquet")
+    scores = pd.read_parquet(best / "scores.parquet")
+    predicted = mixer.load(str(best)).predict(list(val["text"]), head="flat")
+    np.testing.assert_allclose(
+        predicted["confidence_raw"].to_numpy(), scores["flat_confidence"].to_numpy(), rtol=1e-5
+    )
