@@ -77,7 +77,7 @@ def noised_accuracy(run_dir, train, val, vectorizer, classifier, truth):
     edits = train_args.get("eval_noise") or 0
     if not edits or "desc_chars" in val.columns:  # context runs: the baseline reads no context
         return None, edits
-    from mixer.training.run import validation_sample
+    from mixer.training.validation import validation_sample
 
     rows = validation_sample(len(val), train_args.get("val_max_rows") or 0, train_args["seed"])
     texts = noised_texts(

@@ -235,7 +235,7 @@ def test_a_run_scores_every_validation_and_calibration_row_once_and_says_which_c
             ]  # prepared rows count from 1
             assert rows["source"].tolist() == source.tolist()
         # the 8 rows every evaluation read chose the best model; the other 3 and the calibration rows nothing
-        from mixer.training.run import validation_sample
+        from mixer.training.validation import validation_sample
 
         sample = set(validation_sample(11, 8, 5).tolist())
         chose = scores.set_index(["split", "row"])["chose"]

@@ -227,7 +227,7 @@ def fit_ngram_head(state, control) -> Optional[tuple]:
     from mixer.data.inputs.noise import noised_texts, word_list
     from mixer.data.prepared.files import load_prepared
     from mixer.models import ngram
-    from mixer.training.run import validation_sample
+    from mixer.training.validation import validation_sample
 
     started = time.perf_counter()
     cfg = state.cfg

@@ -62,6 +62,7 @@ from mixer.training.hooks import Cards, Curves, NgramHead, Scores, TuneThreshold
 from mixer.training.parts import TrainParts
 from mixer.training.resume import seed_everything
 from mixer.training.trainer import Trainer
+from mixer.training.validation import validation_sample
 from mixer.data.inputs.transliterate import exactness_note
 
 
@@ -710,14 +711,6 @@ def crosswalks(config: RunConfig, formatter=None) -> list:
                 "name a crosswalk of classes (hisclass, hisclass_5, socpo or a table)"
             )
     return walks
-
-
-def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:
-    """The validation rows every evaluation uses: all of them, or a fixed seeded
-    sample of max_rows (the same on every rank and after every restart)."""
-    if not max_rows or rows <= max_rows:
-        return np.arange(rows)
-    return np.sort(np.random.default_rng([seed, 7]).choice(rows, size=max_rows, replace=False))
 
 
 def check_max_len(max_len: int, encoder_config) -> None:

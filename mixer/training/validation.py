@@ -381,3 +381,11 @@ def tuning_report(before: Thresholds, tuned: Thresholds, report: dict, run_dir: 
             "validation rows each)"
         )
     return "\n".join(lines)
+
+
+def validation_sample(rows: int, max_rows: int, seed: int) -> np.ndarray:
+    """The validation rows every evaluation uses: all of them, or a fixed seeded
+    sample of max_rows (the same on every rank and after every restart)."""
+    if not max_rows or rows <= max_rows:
+        return np.arange(rows)
+    return np.sort(np.random.default_rng([seed, 7]).choice(rows, size=max_rows, replace=False))
