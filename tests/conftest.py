@@ -143,6 +143,20 @@ def small_csv(tmp_path_factory, toy_frame) -> str:
     return str(path)
 
 
+def zipf_census(tmp_path_factory, small_csv, rows: int, seed: int, blank_every: int) -> str:
+    """A census-like file: `rows` rows drawn from small_csv's 121 descriptions by a Zipf law
+    (a few drawn often), every `blank_every`-th without a description."""
+    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
+    drawn = frame.iloc[rng.choice(len(frame), rows, p=weights / weights.sum())]
+    drawn = drawn.reset_index(drop=True)
+    drawn.loc[::blank_every, "occ1"] = ""
+    path = tmp_path_factory.mktemp("census") / "census.csv"
+    drawn.to_csv(path, index=False)
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def tiny_two_code_run(tmp_path_factory, small_csv) -> str:
     """A tiny run of two code slots, 8 steps: the model prediction tests share (its codes

@@ -12,11 +12,10 @@ import os
 import shutil
 import sys
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, fails, run_program
+from conftest import ROOT, env_for_subprocess, fails, run_program, zipf_census
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time a Stata file states, fixed across runs
@@ -30,14 +29,7 @@ def run(tiny_two_code_run):
 @pytest.fixture(scope="module")
 def census(tmp_path_factory, small_csv) -> str:
     """360 rows drawn from 121 descriptions (a few drawn often), some without one: 4 chunks of 90."""
-    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
-    rng = np.random.default_rng(5)
-    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
-    rows = frame.iloc[rng.choice(len(frame), 360, p=weights / weights.sum())].reset_index(drop=True)
-    rows.loc[::41, "occ1"] = ""
-    path = tmp_path_factory.mktemp("census") / "census.csv"
-    rows.to_csv(path, index=False)
-    return str(path)
+    return zipf_census(tmp_path_factory, small_csv, 360, 5, 41)
 
 
 @pytest.fixture(scope="module")

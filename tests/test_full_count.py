@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import assert_floats_close, assert_same_predictions
+from conftest import assert_floats_close, assert_same_predictions, zipf_census
 from mixer.cli.entrypoints import predict_main
 
 
@@ -22,14 +22,7 @@ def run(tiny_two_code_run):
 def census(tmp_path_factory, small_csv) -> str:
     """600 rows drawn from 121 descriptions (a few drawn often, as in a census), some rows
     without a description."""
-    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
-    rng = np.random.default_rng(3)
-    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
-    rows = frame.iloc[rng.choice(len(frame), 600, p=weights / weights.sum())].reset_index(drop=True)
-    rows.loc[::53, "occ1"] = ""
-    path = tmp_path_factory.mktemp("census") / "census.csv"
-    rows.to_csv(path, index=False)
-    return str(path)
+    return zipf_census(tmp_path_factory, small_csv, 600, 3, 53)
 
 
 def distinct_inputs(run, frame) -> int:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from mixer.cli.entrypoints import predict_main
+from conftest import zipf_census
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,7 @@ def run(tiny_two_code_run):
 @pytest.fixture(scope="module")
 def census(tmp_path_factory, small_csv) -> str:
     """600 rows drawn from 121 descriptions by a Zipf law, some without a description."""
-    frame = pd.read_csv(small_csv, dtype=str, keep_default_na=False)
-    rng = np.random.default_rng(5)
-    weights = 1.0 / np.arange(1, len(frame) + 1) ** 1.1
-    rows = frame.iloc[rng.choice(len(frame), 600, p=weights / weights.sum())].reset_index(drop=True)
-    rows.loc[::53, "occ1"] = ""
-    path = tmp_path_factory.mktemp("census") / "census.csv"
-    rows.to_csv(path, index=False)
-    return str(path)
+    return zipf_census(tmp_path_factory, small_csv, 600, 5, 53)
 
 
 def keys(run, census) -> list:
