@@ -141,6 +141,52 @@ def test_a_damaged_head_is_refused_in_one_line(fitted, rows, tmp_path, capsys):
     assert not (tmp_path / "out.csv").exists(), line
 
 
+def _stored(path) -> dict:
+    with np.load(path, allow_pickle=False) as stored:
+        return {name: stored[name] for name in stored.files}
+
+
+def test_a_head_damaged_inside_or_of_another_model_is_refused_in_one_line(
+    fitted, rows, tmp_path, capsys
+):
+    """Bytes flipped inside a member (a zlib error, not a bad zip), arrays of the wrong kind
+    (a weight that is not a number, float class indices) and a head of another key's size are
+    refused in one line, as a file that is no zip is."""
+    from mixer.models import ngram
+
+    run, _ = fitted
+    good = open(os.path.join(run, ngram.NGRAM_FILE), "rb").read()
+    arrays = _stored(os.path.join(run, ngram.NGRAM_FILE))
+    damages = {}
+    for at in (60, 200, len(good) // 2):  # in the first members' compressed data, mid-file
+        flipped = bytearray(good)
+        flipped[at : at + 8] = bytes(b ^ 0xFF for b in good[at : at + 8])
+        damages[f"flipped{at}"] = (bytes(flipped), "cannot read the n-gram head")
+    damages |= {
+        "nan": ({**arrays, "weight": np.float64("nan")}, "do not fit together"),
+        "float": ({**arrays, "columns": arrays["columns"] + 0.5}, "do not fit together"),
+        "other": ({**arrays, "num_codes": np.int64(arrays["num_codes"] + 1)}, "another model"),
+    }
+    for name, (damage, needle) in damages.items():
+        damaged = tmp_path / name
+        shutil.copytree(run, damaged)
+        path = damaged / ngram.NGRAM_FILE
+        if isinstance(damage, bytes):
+            path.write_bytes(damage)
+        else:
+            np.savez(str(path)[: -len(".npz")], **damage)
+        out = tmp_path / f"{name}.csv"
+        fails(
+            capsys,
+            "predict",
+            ["--checkpoint", damaged, "--input", rows, "--output", out],
+            "ngram.npz",
+            needle,
+            "delete it",
+        )
+        assert not out.exists()
+
+
 def test_choose_weight_takes_the_most_rows_right_then_the_lower_loss():
     from mixer.models import ngram
 
