@@ -306,6 +306,23 @@ def lacks_scores(state, directory: str) -> bool:
     return bool(mdist.broadcast_object(missing, world))  # all ranks
 
 
+def ngram_head_differs(state, directory: str) -> bool:
+    """The directory's ngram.npz is not the run's (one of the two missing, or other bytes):
+    its scores are of another flat head than the run's. Rank 0 looks, every rank gets its
+    answer (all ranks)."""
+    from mixer.models.ngram import NGRAM_FILE
+
+    def differs() -> bool:
+        ours, theirs = (os.path.join(d, NGRAM_FILE) for d in (state.run_dir, directory))
+        if not (os.path.exists(ours) and os.path.exists(theirs)):
+            return os.path.exists(ours) != os.path.exists(theirs)
+        with open(ours, "rb") as a, open(theirs, "rb") as b:
+            return a.read() != b.read()
+
+    world = state.world
+    return bool(mdist.broadcast_object(mdist.main_only(differs, world), world))  # all ranks
+
+
 def write_scores(
     state, gathered: Optional[dict], directory: str, which: Optional[str]
 ) -> Optional[dict]:
