@@ -255,3 +255,23 @@ def test_a_run_finished_without_the_head_run_again_rescored_its_best_with_it(row
             scores["flat_confidence"].to_numpy(),
             rtol=1e-5,
         )
+
+
+def test_a_killed_prediction_is_refused_when_the_head_changed_since(fitted, rows, tmp_path, capsys):
+    """The n-gram head is part of the model that made a killed job's chunks: one removed (or
+    replaced) before the rerun is refused in one line, not mixed into the same output."""
+    from conftest import env_for_subprocess
+    from mixer.models import ngram
+
+    run, _ = fitted
+    model = tmp_path / "model"
+    shutil.copytree(run, model)
+    work = tmp_path / "work"
+    work.mkdir()
+    cmd = ["--checkpoint", model, "--input", rows, "--output", work / "out.csv"]
+    cmd += ["--chunk-size", "100"]
+    env = env_for_subprocess()
+    env["MIXER_PREDICT_FAULT_AFTER_CHUNK"] = "1"  # a kill -9 once chunk 1 is written
+    assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
+    os.remove(model / ngram.NGRAM_FILE)
+    fails(capsys, "predict", cmd, "ngram.npz", "--restart", watch=work)
