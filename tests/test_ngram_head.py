@@ -275,3 +275,34 @@ def test_a_killed_prediction_is_refused_when_the_head_changed_since(fitted, rows
     assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
     os.remove(model / ngram.NGRAM_FILE)
     fails(capsys, "predict", cmd, "ngram.npz", "--restart", watch=work)
+
+
+def test_a_best_rescoring_interrupted_leaves_best_without_the_new_head(rows, tmp_path, monkeypatch):
+    """A run finished without the head, run again with it, stopped by a signal while its best
+    is scored with the head: RUN/best/ stays as it was, without ngram.npz beside the scores
+    it holds (so the job run again scores it); then run again, best/ is consistent."""
+    import mixer
+    from mixer.cli.entrypoints import finetune_main
+    from mixer.models import ngram
+    from mixer.training.best import hook
+
+    out = tmp_path / "run"
+    args = ["--dataset", rows, "--target-cols", "hisco_1", "--save-path", out, *SHORT]
+    args += ["--eval-interval", "5", "--keep-best", "val_flat_accuracy"]
+    run_program("finetune.py", *args, "--no-ngram-head")
+    best = out / "best"
+    before = (best / "scores.parquet").read_bytes()
+    with monkeypatch.context() as patched:
+        patched.setattr(hook.KeepBest, "evaluate_best", lambda *a, **k: hook.INTERRUPTED)
+        assert finetune_main([str(a) for a in args]) == 0
+    assert (best / "scores.parquet").read_bytes() == before
+    assert not (best / ngram.NGRAM_FILE).exists()
+    run_program("finetune.py", *args)
+    assert (best / ngram.NGRAM_FILE).read_bytes() == (out / ngram.NGRAM_FILE).read_bytes()
+    val = list(pd.read_parquet(out / "data_val.parquet")["text"])
+    predicted = mixer.load(str(best)).predict(val, head="flat")
+    np.testing.assert_allclose(
+        predicted["confidence_raw"].to_numpy(),
+        pd.read_parquet(best / "scores.parquet")["flat_confidence"].to_numpy(),
+        rtol=1e-5,
+    )

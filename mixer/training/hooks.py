@@ -19,7 +19,6 @@ on rank 0 alone.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Callable, Optional
 
 from mixer.distributed import world as mdist
@@ -153,18 +152,6 @@ class NgramHead(Hook):
             head.save(state.run_dir)
             logger.info(note)
         self.fitted = True
-
-    def on_end(self, state, control) -> None:
-        """RUN/best/ scored with the head (its weight chosen for the last step's weights)
-        gets the same file (rank 0)."""
-        from mixer.models.model import MODEL_FILE
-        from mixer.models.ngram import NGRAM_FILE
-
-        best_dir = os.path.join(state.run_dir, BEST_DIR)
-        if self.fitted and state.is_main and os.path.exists(os.path.join(best_dir, MODEL_FILE)):
-            shutil.copyfile(
-                os.path.join(state.run_dir, NGRAM_FILE), os.path.join(best_dir, NGRAM_FILE)
-            )
 
 
 class Cards(Hook):
@@ -304,6 +291,18 @@ def lacks_scores(state, directory: str) -> bool:
     world = state.world
     missing = mdist.main_only(lambda: not os.path.exists(os.path.join(directory, SCORES)), world)
     return bool(mdist.broadcast_object(missing, world))  # all ranks
+
+
+def ngram_file(state) -> dict:
+    """{ngram.npz: its bytes} of the run's n-gram head, {} without one (rank 0): what a
+    model directory scored with it (RUN/best/, mixer.training.best.hook.KeepBest) carries."""
+    from mixer.models.ngram import NGRAM_FILE
+
+    path = os.path.join(state.run_dir, NGRAM_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path, "rb") as handle:
+        return {NGRAM_FILE: handle.read()}
 
 
 def ngram_head_differs(state, directory: str) -> bool:

@@ -18,6 +18,7 @@ from mixer.training.hooks import (
     lacks_scores,
     ngram_head_applies,
     ngram_head_differs,
+    ngram_file,
     tune_thresholds,
     write_scores,
 )
@@ -118,7 +119,7 @@ class KeepBest(Hook):
         (--full-val-at-end, --tune-threshold), they also hold its thresholds tuned on its
         own outputs and its evaluation on the final rows. When its n-gram head is not the
         run's (a run finished without one, run again with it, or the reverse), it is scored
-        again with the run's (NgramHead.on_end then copies the file). RUN/best/ rewritten whole. The
+        again with the run's. RUN/best/ rewritten whole, with the run's ngram.npz. The
         best of the last step takes the last step's scores. A stop signal here leaves
         RUN/best/ as it was; the job, run again, does it."""
         best = self.standing.best
@@ -146,7 +147,8 @@ class KeepBest(Hook):
         if state.is_main:
             which = None if same else f"the best model's weights, step {best['step']}"
             files = write_scores(state, gathered, best_dir, which)
-            self.keeper.write(state.model, best, files or {})
+            # scored with the run's n-gram head: RUN/best/ written whole with its file
+            self.keeper.write(state.model, best, dict(files or {}, **ngram_file(state)))
             if same and files:
                 logger.info(
                     f"scores of the best model, the last step's weights: {best_dir} (as above)"
