@@ -236,7 +236,7 @@ def test_a_run_finished_without_the_head_run_again_rescored_its_best_with_it(row
     """A --keep-best run finished without the head (as before it existed), run again with it:
     RUN/best/ gets the file and its scores are then of the combined head, as predict.py
     reads it (not the encoder's alone beside the head's file); run again without it, the
-    file leaves RUN/best/ and its scores are the encoder's again."""
+    file leaves RUN/ and RUN/best/ and their scores are the encoder's again."""
     import mixer
     from mixer.models import ngram
 
@@ -245,16 +245,17 @@ def test_a_run_finished_without_the_head_run_again_rescored_its_best_with_it(row
     args += ["--eval-interval", "5", "--keep-best", "val_flat_accuracy"]
     for flags in (["--no-ngram-head"], [], ["--no-ngram-head"]):
         run_program("finetune.py", *args, *flags)
-        best = out / "best"
-        assert (best / ngram.NGRAM_FILE).exists() == (not flags)
         val = list(pd.read_parquet(out / "data_val.parquet")["text"])
-        scores = pd.read_parquet(best / "scores.parquet")
-        predicted = mixer.load(str(best)).predict(val, head="flat")
-        np.testing.assert_allclose(
-            predicted["confidence_raw"].to_numpy(),
-            scores["flat_confidence"].to_numpy(),
-            rtol=1e-5,
-        )
+        for model in (out / "best", out):  # RUN/scores.parquet too: the encoder's again
+            assert (model / ngram.NGRAM_FILE).exists() == (not flags)
+            scores = pd.read_parquet(model / "scores.parquet")
+            weights = model if model.name == "best" else model / "model.safetensors"
+            predicted = mixer.load(str(weights)).predict(val, head="flat")
+            np.testing.assert_allclose(
+                predicted["confidence_raw"].to_numpy(),
+                scores["flat_confidence"].to_numpy(),
+                rtol=1e-5,
+            )
 
 
 def test_a_killed_prediction_is_refused_when_the_head_changed_since(fitted, rows, tmp_path, capsys):

@@ -128,7 +128,8 @@ class NgramHead(Hook):
     written by rank 0 as RUN/ngram.npz. The final evaluation, the scores and calibration
     are then of the combined flat head, as predict.py predicts; the evaluations before it
     are the encoder's alone. None for OccCANINE's family and for runs with context columns
-    (their flat head stays the encoder's); --no-ngram-head removes an earlier file."""
+    (their flat head stays the encoder's); --no-ngram-head removes an earlier file and
+    makes the final evaluation and scores again (the encoder's)."""
 
     name = "n-gram head"
 
@@ -142,8 +143,12 @@ class NgramHead(Hook):
         path = os.path.join(state.run_dir, NGRAM_FILE)
         fitted = fit_ngram_head(state, control) if ngram_head_applies(state) else None
         if fitted is None:
-            if state.is_main and os.path.exists(path):
-                os.remove(path)  # an earlier run's: predict.py would read it
+            world = state.world
+            earlier = mdist.main_only(lambda: os.path.exists(path), world)
+            if bool(mdist.broadcast_object(earlier, world)):  # all ranks
+                if state.is_main:
+                    os.remove(path)  # an earlier run's: predict.py would read it
+                control.request_final()  # its scores and calibration: the encoder's again
             return
         head, offsets, note = fitted
         control.add_to_flat_logits(offsets)
