@@ -141,6 +141,52 @@ def test_a_damaged_head_is_refused_in_one_line(fitted, rows, tmp_path, capsys):
     assert not (tmp_path / "out.csv").exists(), line
 
 
+def _stored(path) -> dict:
+    with np.load(path, allow_pickle=False) as stored:
+        return {name: stored[name] for name in stored.files}
+
+
+def test_a_head_damaged_inside_or_of_another_model_is_refused_in_one_line(
+    fitted, rows, tmp_path, capsys
+):
+    """Bytes flipped inside a member (a zlib error, not a bad zip), arrays of the wrong kind
+    (a weight that is not a number, float class indices) and a head of another key's size are
+    refused in one line, as a file that is no zip is."""
+    from mixer.models import ngram
+
+    run, _ = fitted
+    good = open(os.path.join(run, ngram.NGRAM_FILE), "rb").read()
+    arrays = _stored(os.path.join(run, ngram.NGRAM_FILE))
+    damages = {}
+    for at in (60, 200, len(good) // 2):  # in the first members' compressed data, mid-file
+        flipped = bytearray(good)
+        flipped[at : at + 8] = bytes(b ^ 0xFF for b in good[at : at + 8])
+        damages[f"flipped{at}"] = (bytes(flipped), "cannot read the n-gram head")
+    damages |= {
+        "nan": ({**arrays, "weight": np.float64("nan")}, "do not fit together"),
+        "float": ({**arrays, "columns": arrays["columns"] + 0.5}, "do not fit together"),
+        "other": ({**arrays, "num_codes": np.int64(arrays["num_codes"] + 1)}, "another model"),
+    }
+    for name, (damage, needle) in damages.items():
+        damaged = tmp_path / name
+        shutil.copytree(run, damaged)
+        path = damaged / ngram.NGRAM_FILE
+        if isinstance(damage, bytes):
+            path.write_bytes(damage)
+        else:
+            np.savez(str(path)[: -len(".npz")], **damage)
+        out = tmp_path / f"{name}.csv"
+        fails(
+            capsys,
+            "predict",
+            ["--checkpoint", damaged, "--input", rows, "--output", out],
+            "ngram.npz",
+            needle,
+            "delete it",
+        )
+        assert not out.exists()
+
+
 def test_choose_weight_takes_the_most_rows_right_then_the_lower_loss():
     from mixer.models import ngram
 
@@ -183,4 +229,81 @@ def test_the_best_model_is_scored_with_the_head_and_carries_its_file(rows, tmp_p
     predicted = mixer.load(str(best)).predict(list(val["text"]), head="flat")
     np.testing.assert_allclose(
         predicted["confidence_raw"].to_numpy(), scores["flat_confidence"].to_numpy(), rtol=1e-5
+    )
+
+
+def test_a_run_finished_without_the_head_run_again_rescored_its_best_with_it(rows, tmp_path):
+    """A --keep-best run finished without the head (as before it existed), run again with it:
+    RUN/best/ gets the file and its scores are then of the combined head, as predict.py
+    reads it (not the encoder's alone beside the head's file); run again without it, the
+    file leaves RUN/ and RUN/best/ and their scores are the encoder's again."""
+    import mixer
+    from mixer.models import ngram
+
+    out = tmp_path / "run"
+    args = ["--dataset", rows, "--target-cols", "hisco_1", "--save-path", out, *SHORT]
+    args += ["--eval-interval", "5", "--keep-best", "val_flat_accuracy"]
+    for flags in (["--no-ngram-head"], [], ["--no-ngram-head"]):
+        run_program("finetune.py", *args, *flags)
+        val = list(pd.read_parquet(out / "data_val.parquet")["text"])
+        for model in (out / "best", out):  # RUN/scores.parquet too: the encoder's again
+            assert (model / ngram.NGRAM_FILE).exists() == (not flags)
+            scores = pd.read_parquet(model / "scores.parquet")
+            weights = model if model.name == "best" else model / "model.safetensors"
+            predicted = mixer.load(str(weights)).predict(val, head="flat")
+            np.testing.assert_allclose(
+                predicted["confidence_raw"].to_numpy(),
+                scores["flat_confidence"].to_numpy(),
+                rtol=1e-5,
+            )
+
+
+def test_a_killed_prediction_is_refused_when_the_head_changed_since(fitted, rows, tmp_path, capsys):
+    """The n-gram head is part of the model that made a killed job's chunks: one removed (or
+    replaced) before the rerun is refused in one line, not mixed into the same output."""
+    from conftest import env_for_subprocess
+    from mixer.models import ngram
+
+    run, _ = fitted
+    model = tmp_path / "model"
+    shutil.copytree(run, model)
+    work = tmp_path / "work"
+    work.mkdir()
+    cmd = ["--checkpoint", model, "--input", rows, "--output", work / "out.csv"]
+    cmd += ["--chunk-size", "100"]
+    env = env_for_subprocess()
+    env["MIXER_PREDICT_FAULT_AFTER_CHUNK"] = "1"  # a kill -9 once chunk 1 is written
+    assert run_program("predict.py", *cmd, env=env, check=False).returncode == 9
+    os.remove(model / ngram.NGRAM_FILE)
+    fails(capsys, "predict", cmd, "ngram.npz", "--restart", watch=work)
+
+
+def test_a_best_rescoring_interrupted_leaves_best_without_the_new_head(rows, tmp_path, monkeypatch):
+    """A run finished without the head, run again with it, stopped by a signal while its best
+    is scored with the head: RUN/best/ stays as it was, without ngram.npz beside the scores
+    it holds (so the job run again scores it); then run again, best/ is consistent."""
+    import mixer
+    from mixer.cli.entrypoints import finetune_main
+    from mixer.models import ngram
+    from mixer.training.best import hook
+
+    out = tmp_path / "run"
+    args = ["--dataset", rows, "--target-cols", "hisco_1", "--save-path", out, *SHORT]
+    args += ["--eval-interval", "5", "--keep-best", "val_flat_accuracy"]
+    run_program("finetune.py", *args, "--no-ngram-head")
+    best = out / "best"
+    before = (best / "scores.parquet").read_bytes()
+    with monkeypatch.context() as patched:
+        patched.setattr(hook.KeepBest, "evaluate_best", lambda *a, **k: hook.INTERRUPTED)
+        assert finetune_main([str(a) for a in args]) == 0
+    assert (best / "scores.parquet").read_bytes() == before
+    assert not (best / ngram.NGRAM_FILE).exists()
+    run_program("finetune.py", *args)
+    assert (best / ngram.NGRAM_FILE).read_bytes() == (out / ngram.NGRAM_FILE).read_bytes()
+    val = list(pd.read_parquet(out / "data_val.parquet")["text"])
+    predicted = mixer.load(str(best)).predict(val, head="flat")
+    np.testing.assert_allclose(
+        predicted["confidence_raw"].to_numpy(),
+        pd.read_parquet(best / "scores.parquet")["flat_confidence"].to_numpy(),
+        rtol=1e-5,
     )

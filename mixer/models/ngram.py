@@ -16,13 +16,15 @@ code first on the most rows: choose_weight). A code no training row carries scor
 The model directory keeps it in one file, `ngram.npz` (numpy arrays, no pickle: read with
 allow_pickle=False): the vocabulary, the idf, the SVM's weights (float16) and intercepts,
 the key index of each class and the weight. A model directory without it predicts with the
-encoder's flat head alone; one whose file is unreadable is refused with a one-line error.
+encoder's flat head alone; one whose file is unreadable is refused with a one-line error
+(and one of another key's size by mixer.prediction.predict.check_ngram).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -142,11 +144,21 @@ def read(directory: Optional[str]) -> Optional[NgramHead]:
             weight=float(arrays["weight"]),
         )
         version = int(arrays["format"])
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as error:  # zlib.error: bytes damaged inside a member
         raise UserError(f"{NGRAM_FILE}: cannot read the n-gram head ({error}); {fix}") from None
     features, classes = len(head.vocabulary), len(head.columns)
     if (
         version != FORMAT
+        or not np.isfinite(head.weight)
+        or head.columns.dtype.kind not in "iu"
         or head.idf.shape != (features,)
         or head.coef.shape != (classes, features)
         or head.intercept.shape != (classes,)

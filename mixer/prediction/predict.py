@@ -100,6 +100,7 @@ class Predictor:
         self.thresholds = Thresholds.of(config.get("threshold", 0.5), config.get("thresholds"))
         self.calibration = read_scalings(config.get("model_dir"))
         self.ngram = read_ngram(config.get("model_dir"))  # None: the encoder's flat head alone
+        check_ngram(self.ngram, self.codes)
         self.heads = HeadReader(self.model, self.formatter, self.rules, self.codes)
         self.world = None  # under shared(world): the processes that share each call's batches
 
@@ -389,6 +390,16 @@ def read_ngram(model_dir: Optional[str]):
     from mixer.models.ngram import read
 
     return read(model_dir)
+
+
+def check_ngram(head, codes) -> None:
+    """A head fitted for another key (a file copied from another model) is refused."""
+    if head is not None and head.num_codes != len(codes):
+        raise UserError(
+            f"ngram.npz: the n-gram head scores {head.num_codes} codes, this model's key has "
+            f"{len(codes)} (it is another model's); delete it to predict with the encoder "
+            "alone, or copy it again from the run"
+        )
 
 
 def _distinct(texts, langs, desc_chars=None) -> tuple:

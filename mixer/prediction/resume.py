@@ -59,10 +59,11 @@ FREE = {"debug", "store_memory", "restart", "input", "output", "checkpoint", "di
 FILES = ("code_descriptions", "lookup", "calibration_data")
 # the model directory's own files that make the output beside its weights (which the model's
 # fingerprint covers by content): its codes' descriptions (key.csv), its configuration (input
-# recipe, code system, thresholds: config.json) and its calibration (calibration.json); compared
+# recipe, code system, thresholds: config.json), its calibration (calibration.json) and its
+# n-gram head, whose scores the flat logits add (ngram.npz, mixer.models.ngram); compared
 # by their whole content (_own_identity), so that an edit between a kill and the rerun is
 # refused and a copy of the directory (cp -r, new times) continues
-OWN_FILES = ("key.csv", "config.json", "calibration.json")
+OWN_FILES = ("key.csv", "config.json", "calibration.json", "ngram.npz")
 
 
 def written(output: str) -> str:
@@ -492,12 +493,12 @@ def own_files(config, predictor) -> dict:
     """{name: the file as a resume knows it (_own_identity), or None where it is absent} of
     the model directory's OWN_FILES: a run's directory, RUN/best, an OccCANINE model's own
     directory, or for an epoch's weights the run directory beside them, whose key.csv and
-    config.json they are read with (not its calibration.json, which is of the run's own
-    weights). {} for a model without a directory (a hub id)."""
+    config.json they are read with (not its calibration.json nor ngram.npz, which are of the
+    run's own weights). {} for a model without a directory (a hub id)."""
     folder, names = predictor.config.get("model_dir"), OWN_FILES
     if not folder and str(config.model.checkpoint or "").endswith(".safetensors"):
         folder = os.path.dirname(os.path.abspath(config.model.checkpoint))
-        names = tuple(name for name in OWN_FILES if name != "calibration.json")
+        names = tuple(name for name in OWN_FILES if name not in ("calibration.json", "ngram.npz"))
     if not folder or not os.path.isdir(folder):
         return {}
     paths = {name: os.path.join(folder, name) for name in names}

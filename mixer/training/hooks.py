@@ -19,7 +19,6 @@ on rank 0 alone.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Callable, Optional
 
 from mixer.distributed import world as mdist
@@ -129,7 +128,8 @@ class NgramHead(Hook):
     written by rank 0 as RUN/ngram.npz. The final evaluation, the scores and calibration
     are then of the combined flat head, as predict.py predicts; the evaluations before it
     are the encoder's alone. None for OccCANINE's family and for runs with context columns
-    (their flat head stays the encoder's); --no-ngram-head removes an earlier file."""
+    (their flat head stays the encoder's); --no-ngram-head removes an earlier file and
+    makes the final evaluation and scores again (the encoder's)."""
 
     name = "n-gram head"
 
@@ -143,8 +143,12 @@ class NgramHead(Hook):
         path = os.path.join(state.run_dir, NGRAM_FILE)
         fitted = fit_ngram_head(state, control) if ngram_head_applies(state) else None
         if fitted is None:
-            if state.is_main and os.path.exists(path):
-                os.remove(path)  # an earlier run's: predict.py would read it
+            world = state.world
+            earlier = mdist.main_only(lambda: os.path.exists(path), world)
+            if bool(mdist.broadcast_object(earlier, world)):  # all ranks
+                if state.is_main:
+                    os.remove(path)  # an earlier run's: predict.py would read it
+                control.request_final()  # its scores and calibration: the encoder's again
             return
         head, offsets, note = fitted
         control.add_to_flat_logits(offsets)
@@ -153,18 +157,6 @@ class NgramHead(Hook):
             head.save(state.run_dir)
             logger.info(note)
         self.fitted = True
-
-    def on_end(self, state, control) -> None:
-        """RUN/best/ scored with the head (its weight chosen for the last step's weights)
-        gets the same file (rank 0)."""
-        from mixer.models.model import MODEL_FILE
-        from mixer.models.ngram import NGRAM_FILE
-
-        best_dir = os.path.join(state.run_dir, BEST_DIR)
-        if self.fitted and state.is_main and os.path.exists(os.path.join(best_dir, MODEL_FILE)):
-            shutil.copyfile(
-                os.path.join(state.run_dir, NGRAM_FILE), os.path.join(best_dir, NGRAM_FILE)
-            )
 
 
 class Cards(Hook):
@@ -304,6 +296,35 @@ def lacks_scores(state, directory: str) -> bool:
     world = state.world
     missing = mdist.main_only(lambda: not os.path.exists(os.path.join(directory, SCORES)), world)
     return bool(mdist.broadcast_object(missing, world))  # all ranks
+
+
+def ngram_file(state) -> dict:
+    """{ngram.npz: its bytes} of the run's n-gram head, {} without one (rank 0): what a
+    model directory scored with it (RUN/best/, mixer.training.best.hook.KeepBest) carries."""
+    from mixer.models.ngram import NGRAM_FILE
+
+    path = os.path.join(state.run_dir, NGRAM_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path, "rb") as handle:
+        return {NGRAM_FILE: handle.read()}
+
+
+def ngram_head_differs(state, directory: str) -> bool:
+    """The directory's ngram.npz is not the run's (one of the two missing, or other bytes):
+    its scores are of another flat head than the run's. Rank 0 looks, every rank gets its
+    answer (all ranks)."""
+    from mixer.models.ngram import NGRAM_FILE
+
+    def differs() -> bool:
+        ours, theirs = (os.path.join(d, NGRAM_FILE) for d in (state.run_dir, directory))
+        if not (os.path.exists(ours) and os.path.exists(theirs)):
+            return os.path.exists(ours) != os.path.exists(theirs)
+        with open(ours, "rb") as a, open(theirs, "rb") as b:
+            return a.read() != b.read()
+
+    world = state.world
+    return bool(mdist.broadcast_object(mdist.main_only(differs, world), world))  # all ranks
 
 
 def write_scores(

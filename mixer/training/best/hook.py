@@ -17,6 +17,8 @@ from mixer.training.hooks import (
     card_files,
     lacks_scores,
     ngram_head_applies,
+    ngram_head_differs,
+    ngram_file,
     tune_thresholds,
     write_scores,
 )
@@ -115,7 +117,9 @@ class KeepBest(Hook):
         """The best model's final files (all ranks): its per-row scores and what is derived
         from them. When the final rows or thresholds differ from those it was chosen with
         (--full-val-at-end, --tune-threshold), they also hold its thresholds tuned on its
-        own outputs and its evaluation on the final rows. RUN/best/ rewritten whole. The
+        own outputs and its evaluation on the final rows. When its n-gram head is not the
+        run's (a run finished without one, run again with it, or the reverse), it is scored
+        again with the run's. RUN/best/ rewritten whole, with the run's ngram.npz. The
         best of the last step takes the last step's scores. A stop signal here leaves
         RUN/best/ as it was; the job, run again, does it."""
         best = self.standing.best
@@ -130,7 +134,11 @@ class KeepBest(Hook):
             gathered = (
                 control.final_rows()
             )  # this job's final evaluation scored these very weights (rank 0)
-        elif not remeasure and not lacks_scores(state, best_dir):  # all ranks
+        elif (
+            not remeasure
+            and not lacks_scores(state, best_dir)
+            and not ngram_head_differs(state, best_dir)
+        ):  # all ranks
             return  # a job run again after the end: RUN/best/ holds its final files already
         else:
             gathered = self.evaluate_best(state, control, best, best_dir, remeasure)  # all ranks
@@ -139,7 +147,8 @@ class KeepBest(Hook):
         if state.is_main:
             which = None if same else f"the best model's weights, step {best['step']}"
             files = write_scores(state, gathered, best_dir, which)
-            self.keeper.write(state.model, best, files or {})
+            # scored with the run's n-gram head: RUN/best/ written whole with its file
+            self.keeper.write(state.model, best, dict(files or {}, **ngram_file(state)))
             if same and files:
                 logger.info(
                     f"scores of the best model, the last step's weights: {best_dir} (as above)"
