@@ -4,6 +4,7 @@ saved beside the model, and added to the flat head's logits wherever prediction 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -307,3 +308,29 @@ def test_a_best_rescoring_interrupted_leaves_best_without_the_new_head(rows, tmp
         pd.read_parquet(best / "scores.parquet")["flat_confidence"].to_numpy(),
         rtol=1e-5,
     )
+
+
+def test_the_model_fingerprint_an_audit_states_tells_the_head_apart(fitted, tmp_path):
+    """An audit and the predictions' provenance name the model by its fingerprint: the same
+    weights predict otherwise with another n-gram head or none, so each gets its own, and a
+    copy of the directory keeps it."""
+    import mixer
+    from mixer.audit.draw import model_fingerprint
+    from mixer.models import ngram
+
+    run, _ = fitted
+    copy, alone = tmp_path / "copy", tmp_path / "alone"
+    shutil.copytree(run, copy)
+    shutil.copytree(run, alone)
+    os.remove(alone / ngram.NGRAM_FILE)
+    head = ngram.read(run)
+    other = dataclasses.replace(head, weight=head.weight + 1.0)
+
+    def print_of(directory) -> str:
+        return model_fingerprint(mixer.load(str(directory)).predictor)
+
+    with_head, without = print_of(run), print_of(alone)
+    assert with_head != without and print_of(copy) == with_head
+    reweighed = mixer.load(run).predictor
+    reweighed.ngram = other
+    assert model_fingerprint(reweighed) not in (with_head, without)

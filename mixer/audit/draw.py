@@ -512,13 +512,20 @@ def _shown(label) -> str:
 def model_fingerprint(predictor) -> str:
     """A hash of the model's weights and codes: the same model, however it was saved or loaded.
     A model predicting in int8 (--quantize) is its fp32 weights' hash (taken before they were
-    quantized) marked int8: other numerics, so another fingerprint."""
-    if getattr(predictor, "quantize", None):
-        import xxhash
+    quantized) marked int8: other numerics, so another fingerprint. A model with a character
+    n-gram head beside its flat head (mixer.models.ngram) is marked with the head's digest:
+    the same weights with another head, or none, predict otherwise."""
+    import xxhash
 
+    if getattr(predictor, "quantize", None):
         marked = f"{predictor.fp32_fingerprint}:{predictor.quantize}".encode()
-        return "m-" + xxhash.xxh3_128(marked).hexdigest()[:16]
-    return weights_fingerprint(predictor.model, predictor.codes)
+        fingerprint = "m-" + xxhash.xxh3_128(marked).hexdigest()[:16]
+    else:
+        fingerprint = weights_fingerprint(predictor.model, predictor.codes)
+    ngram = getattr(predictor, "ngram", None)
+    if ngram is None:
+        return fingerprint
+    return "m-" + xxhash.xxh3_128(f"{fingerprint}:ngram:{ngram.digest()}".encode()).hexdigest()[:16]
 
 
 def weights_fingerprint(model, codes) -> str:

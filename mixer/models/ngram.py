@@ -93,6 +93,20 @@ class NgramHead:
             out[:, self.columns] = np.asarray(decision, dtype=np.float32)
         return out
 
+    def digest(self) -> str:
+        """A hash of everything the head adds to the flat logits: the same head, the same
+        digest, however it was saved or loaded (the audit's model fingerprint reads it)."""
+        import xxhash
+
+        digest = xxhash.xxh3_128()
+        digest.update("\x1f".join(map(str, self.vocabulary)).encode("utf-8"))
+        for array in (self.idf, self.coef, self.intercept, self.columns):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype}:{array.shape}".encode())
+            digest.update(array.tobytes())
+        digest.update(f"{self.num_codes}:{float(self.weight)!r}".encode())
+        return digest.hexdigest()[:16]
+
     def offsets(self, texts: Sequence[str]) -> np.ndarray:
         """What the head adds to the flat logits of each text: weight * scores."""
         return (np.float32(self.weight) * self.scores(texts)).astype(np.float32)
