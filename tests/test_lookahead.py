@@ -59,21 +59,24 @@ def test_the_new_inputs_of_a_window_of_chunks_go_to_the_model_in_one_call(
     assert len(new_per_chunk(run, census, 50)) == 12
 
 
-@pytest.mark.parametrize("most_chunks, most_batches", [(4, 64), (16, 1)])
-def test_a_window_closes_at_its_chunks_or_its_batches_of_new_inputs(
-    run, census, tmp_path, model_rows, monkeypatch, most_chunks, most_batches
+@pytest.mark.parametrize(
+    "most_chunks, most_batches, most_rows", [(4, 64, 10**6), (16, 1, 10**6), (16, 64, 150)]
+)
+def test_a_window_closes_at_its_chunks_its_batches_of_new_inputs_or_its_rows(
+    run, census, tmp_path, model_rows, monkeypatch, most_chunks, most_batches, most_rows
 ):
     from mixer.prediction import predict_job
 
     monkeypatch.setattr(predict_job, "LOOKAHEAD_CHUNKS", most_chunks)
     monkeypatch.setattr(predict_job, "LOOKAHEAD_BATCHES", most_batches)
+    monkeypatch.setattr(predict_job, "LOOKAHEAD_ROWS", most_rows)
     predict(run, census, tmp_path / "out.csv", 50, "--head", "flat")
     windows, held, pending = [], 0, 0  # the rule, over the chunks' new inputs
     for new in new_per_chunk(run, census, 50):
         if not held and not new:
             continue  # written at once
         held, pending = held + 1, pending + new
-        if held >= most_chunks or pending >= most_batches * 16:
+        if held >= most_chunks or pending >= most_batches * 16 or held * 50 >= most_rows:
             windows.append(pending)
             held = pending = 0
     windows += [pending] if held else []

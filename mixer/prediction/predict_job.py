@@ -438,6 +438,8 @@ def write_part(job: Job, part: Part, news: Optional[dict] = None) -> None:
 
 LOOKAHEAD_CHUNKS = 16  # chunks a window holds at most before its new inputs go to the model
 LOOKAHEAD_BATCHES = 64  # batches of new inputs (--batch-size each) that close a window sooner
+LOOKAHEAD_ROWS = 1_600_000  # rows a window holds at most: 16 chunks of the default size, so a
+# larger --chunk-size holds fewer chunks rather than more rows
 
 
 class Window:
@@ -446,7 +448,8 @@ class Window:
     few dozen new inputs each, which batched by chunk would each be a short, padded batch).
     A chunk whose inputs the store already holds, with none held before it, is written at
     once; otherwise it is held (keyed, not yet predicted) until the window holds
-    LOOKAHEAD_CHUNKS chunks or LOOKAHEAD_BATCHES batches of new inputs, or the file ends.
+    LOOKAHEAD_CHUNKS chunks, LOOKAHEAD_ROWS rows or LOOKAHEAD_BATCHES batches of new inputs,
+    or the file ends.
     Then the window's new inputs go to the model once, each store takes their rows, and the
     held chunks are written in order; the first one's journal entry carries every new input
     of the window. A window starts at the first chunk with an input the store lacks and ends
@@ -495,7 +498,11 @@ class Window:
         self.held.append(part)
         for name, firsts in news.items():
             self.pending[name].update(firsts)
-        if len(self.held) >= LOOKAHEAD_CHUNKS or max(map(len, self.pending.values())) >= self.most:
+        if (
+            len(self.held) >= LOOKAHEAD_CHUNKS
+            or max(map(len, self.pending.values())) >= self.most
+            or sum(len(held.chunk) for held in self.held) >= LOOKAHEAD_ROWS
+        ):
             self.flush()
         elif self.job.stop.asked(self.job.world):  # a signal: the job stops without the chunks
             # held, which the run that continues reads again into the same window
