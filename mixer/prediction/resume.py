@@ -614,8 +614,9 @@ def _what_changed(saved: dict, now: dict) -> Optional[str]:
         return _file_changed("--input", saved["input"], now["input"])
     if "codebook" in now and not _same_file(saved.get("codebook") or {}, now["codebook"]):
         return _file_changed("--ddi", saved.get("codebook") or now["codebook"], now["codebook"])
-    if saved["model"] != now["model"]:
-        return f"another model (weights {saved['model']}, now {now['model']})"
+    if saved["model"] != now["model"]:  # named by the file that changed where one did (ngram.npz)
+        changed = _own_file_changed(saved, now)
+        return changed or f"another model (weights {saved['model']}, now {now['model']})"
     before = saved.get("device", now["device"])
     if not isinstance(before, dict) or any(
         before.get(k) != now["device"][k] for k in ("kind", "precision")
