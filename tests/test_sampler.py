@@ -198,3 +198,15 @@ def test_how_many_length_groups_a_run_uses():
     for bad in ({"length_groups": 2}, {"grad_accum_steps": 2}):
         with pytest.raises(UserError, match="--static-graph"):
             length_groups(with_(bad, {"static_graph": True}), "cpu")
+
+
+def test_evaluation_batches_take_rows_shortest_first_and_every_row_once():
+    """With each row's token count, an evaluation's batches hold rows of similar length
+    (a stable sort: equal lengths keep their order); without, the rows' own order."""
+    from mixer.data.inputs.dataset import eval_batches
+
+    lengths = np.array([9, 2, 7, 2, 5, 1, 8])
+    rows = np.array([0, 2, 3, 4, 6])  # this rank's share
+    assert eval_batches(rows, 2, lengths) == [[3, 4], [2, 6], [0]]
+    assert eval_batches(rows, 2) == [[0, 2], [3, 4], [6]]
+    assert eval_batches(np.array([], dtype=np.int64), 2, lengths) == []

@@ -588,3 +588,24 @@ def test_the_noised_copy_scores_the_rows_the_clean_figures_score(small_csv, tmp_
     assert counts["flat"] == counts["flat noised"] == counts["seq2seq noised"] > 10
     final = logs(out).iloc[-1]
     assert final["val_rows"] == counts["flat"]
+
+
+def test_evaluations_read_the_validation_rows_shortest_first(small_csv, tmp_path, monkeypatch):
+    """The run's evaluations (each epoch's, the final one, the n-gram head's weight) batch
+    the validation rows by length: in row order a batch is padded to its longest row, most
+    of its tokens padding on short descriptions."""
+    from mixer.models.model import MixerModel
+
+    seen = []
+    encode = MixerModel.encode
+
+    def recording(self, input_ids, attention_mask):
+        if not self.training:
+            seen.append(attention_mask.sum(dim=1).tolist())
+        return encode(self, input_ids, attention_mask)
+
+    monkeypatch.setattr(MixerModel, "encode", recording)
+    extra = ["--max-steps", "3", "--share-val", "0.3", "--eval-batch-size", "8"]
+    finetune(tmp_path / "run", small_csv, *extra, "--no-eval-noise")
+    assert len(seen) >= 8  # 37 rows in batches of 8, evaluated at least twice
+    assert all(lengths == sorted(lengths) for lengths in seen), seen

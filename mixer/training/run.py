@@ -417,7 +417,7 @@ def build_loaders(
     def val_loader_of(rows, dataset=val_set):  # this rank's share of `rows`: each row on one rank
         mine = rows[shard_indices(len(rows), world.world_size, world.rank)]
         return torch.utils.data.DataLoader(
-            dataset, batch_sampler=eval_batches(mine, eval_size), **workers
+            dataset, batch_sampler=eval_batches(mine, eval_size, dataset.lengths()), **workers
         )
 
     full_val_loader = (

@@ -195,7 +195,7 @@ class Validator:
         size = self.cfg.eval_batch_size or 2 * self.cfg.batch_size
         loader = torch.utils.data.DataLoader(
             dataset,
-            batch_sampler=eval_batches(np.asarray(rows), size),
+            batch_sampler=eval_batches(np.asarray(rows), size, dataset.lengths()),
             collate_fn=self.parts.val_loader.collate_fn,
         )
         place = {int(row): i for i, row in enumerate(rows)}

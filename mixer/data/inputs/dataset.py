@@ -67,6 +67,10 @@ class RowDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
+    def lengths(self) -> np.ndarray:
+        """Each row's token count as written (a noised copy's differ by its few edits)."""
+        return self.inputs.tokens.lengths()
+
     def __getitem__(self, item):
         return self.__getitems__([item])[0]
 
@@ -314,5 +318,14 @@ def shard_indices(num_rows: int, world_size: int, rank: int) -> np.ndarray:
     return np.array_split(np.arange(num_rows), world_size)[rank]
 
 
-def eval_batches(indices: np.ndarray, batch_size: int) -> list:
+def eval_batches(indices: np.ndarray, batch_size: int, lengths=None) -> list:
+    """An evaluation's batches of `indices`. With `lengths` (each row's token count,
+    RowDataset.lengths) the rows are taken shortest first (a stable sort), so that a batch
+    pads its rows to about their own length (the example data's 800 validation rows, 4,738
+    tokens, are padded to 12,544 in batches of 128 in row order, to 5,376 shortest first).
+    An evaluation's figures are sums over rows and its collected rows are sorted by row,
+    so only their last bits depend on the order."""
+    indices = np.asarray(indices)
+    if lengths is not None and len(indices):
+        indices = indices[np.argsort(np.asarray(lengths)[indices], kind="stable")]
     return [list(map(int, indices[i : i + batch_size])) for i in range(0, len(indices), batch_size)]
