@@ -334,3 +334,61 @@ def test_the_model_fingerprint_an_audit_states_tells_the_head_apart(fitted, tmp_
     reweighed = mixer.load(run).predictor
     reweighed.ngram = other
     assert model_fingerprint(reweighed) not in (with_head, without)
+
+
+def test_the_fit_beside_the_training_gives_the_head_fitted_in_the_process(toy_frame):
+    """The head fitted in the child process started with the run (BackgroundFit) is the
+    head fit() gives on the same rows, to the bit; a child that fails is replaced by
+    fitting in the process, and says why."""
+    from mixer.models import ngram
+
+    frame = toy_frame.head(400)
+    texts = list(frame["occ1"])
+    codes = {code: i for i, code in enumerate(sorted(set(frame["hisco_1"])))}
+    classes = np.array([codes[code] for code in frame["hisco_1"]])
+    here = ngram.fit(texts, classes, len(codes))
+    background = ngram.BackgroundFit(texts, classes, len(codes))
+    beside = background.result()
+    assert background.failure is None
+    assert beside.digest() == here.digest()
+    assert beside.vocabulary.tolist() == here.vocabulary.tolist()
+    assert np.array_equal(beside.coef, here.coef)
+
+    broken = ngram.BackgroundFit(texts, classes, len(codes))
+    broken.process.kill()  # as a child the machine's limits killed
+    assert broken.result().digest() == here.digest()
+    assert "status" in broken.failure
+
+
+def test_the_run_starts_the_head_fit_with_its_training_and_uses_it(
+    rows, tmp_path, monkeypatch, capsys
+):
+    """The fit starts when the job starts (before the first step), and the head written is
+    the one fitted beside the training, as the run's line says."""
+    import mixer
+    from mixer.cli.entrypoints import finetune_main
+    from mixer.models import ngram
+    from mixer.training import trainer
+
+    events = []
+    started = ngram.BackgroundFit.__init__
+    step = trainer.Trainer.train_step
+
+    def start(self, *args):
+        events.append("fit started")
+        started(self, *args)
+
+    def train_step(self, *args):
+        events.append("step")
+        return step(self, *args)
+
+    monkeypatch.setattr(ngram.BackgroundFit, "__init__", start)
+    monkeypatch.setattr(trainer.Trainer, "train_step", train_step)
+    out = tmp_path / "run"
+    args = ["--dataset", rows, "--target-cols", "hisco_1", "--save-path", out, *SHORT]
+    assert finetune_main([str(a) for a in args]) == 0
+    printed = "".join(capsys.readouterr())
+    assert events[0] == "fit started" and events.count("fit started") == 1
+    assert "step" in events
+    assert "noised copies (fitted beside the training, waited for" in printed
+    assert ngram.read(str(out)).digest() == mixer.load(str(out))._predictor.ngram.digest()

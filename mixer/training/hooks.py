@@ -19,7 +19,8 @@ on rank 0 alone.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from mixer.distributed import world as mdist
 from mixer.models.model import read_model_config
@@ -135,13 +136,27 @@ class NgramHead(Hook):
 
     def __init__(self):
         self.fitted = False  # this job wrote RUN/ngram.npz
+        self.background = None  # the fit started with the job (mixer.models.ngram.BackgroundFit)
+
+    def on_start(self, state, control) -> None:
+        """The head's fit starts beside the training, at the lowest CPU priority: it reads
+        the training rows alone, not the encoder."""
+        from mixer.models import ngram
+
+        if ngram_head_applies(state) and self.background is None:
+            rows = ngram_rows(state)
+            self.background = ngram.BackgroundFit(rows.texts, rows.classes, rows.num_codes)
 
     def before_final(self, state, control) -> None:
         from mixer.models.ngram import NGRAM_FILE
 
         self.fitted = False
         path = os.path.join(state.run_dir, NGRAM_FILE)
-        fitted = fit_ngram_head(state, control) if ngram_head_applies(state) else None
+        background, self.background = self.background, None
+        applies = ngram_head_applies(state)
+        fitted = fit_ngram_head(state, control, background) if applies else None
+        if background is not None:
+            background.close()
         if fitted is None:
             world = state.world
             earlier = mdist.main_only(lambda: os.path.exists(path), world)
@@ -207,21 +222,30 @@ def ngram_head_applies(state) -> bool:
     )
 
 
-def fit_ngram_head(state, control) -> Optional[tuple]:
-    """(head, flat offsets per split, the line the run prints), or None when the training
-    rows give no head (all ranks alike: no collective). At most ngram.MAX_FIT_ROWS training
-    rows (a seeded draw) are fitted on; the weight is chosen on the validation sample every
-    evaluation reads (--val-max-rows); the offsets are computed batch by batch."""
-    import time
+@dataclass
+class NgramRows:
+    """What the n-gram head is fitted on: the training rows' texts and noised copies, each
+    one's first code (its index in the key), how many training rows, and what a run needs
+    after the fit (the prepared rows, the key's index, the noise's words)."""
 
+    texts: list
+    classes: Any
+    num_codes: int
+    rows: int
+    prepared: Any
+    index: dict
+    words: Any
+
+
+def ngram_rows(state) -> NgramRows:
+    """At most ngram.MAX_FIT_ROWS training rows (a seeded draw, the same on every rank) and
+    their ngram.NOISED_COPIES noised copies."""
     import numpy as np
 
-    from mixer.data.inputs.noise import noised_texts, word_list
+    from mixer.data.inputs.noise import word_list
     from mixer.data.prepared.files import load_prepared
     from mixer.models import ngram
-    from mixer.training.validation import validation_sample
 
-    started = time.perf_counter()
     cfg = state.cfg
     prepared = load_prepared(state.run_dir)
     index = {code: i for i, code in enumerate(prepared.key["code"])}
@@ -238,7 +262,41 @@ def fit_ngram_head(state, control) -> Optional[tuple]:
         cfg.seed,
         words,
     )
-    head = ngram.fit(texts, classes, len(index))
+    return NgramRows(texts, classes, len(index), len(kept), prepared, index, words)
+
+
+def fit_ngram_head(state, control, background=None) -> Optional[tuple]:
+    """(head, flat offsets per split, the line the run prints), or None when the training
+    rows give no head (all ranks alike: no collective). The head is `background`'s (the fit
+    started with the job: ngram.BackgroundFit) or fitted now, on the same rows; the weight
+    is chosen on the validation sample every evaluation reads (--val-max-rows); the offsets
+    are computed batch by batch."""
+    import time
+
+    import numpy as np
+
+    from mixer.data.inputs.noise import noised_texts
+    from mixer.models import ngram
+    from mixer.training.validation import validation_sample
+
+    started = time.perf_counter()
+    cfg = state.cfg
+    fit_rows = ngram_rows(state)
+    prepared, index, words, kept = (
+        fit_rows.prepared,
+        fit_rows.index,
+        fit_rows.words,
+        fit_rows.rows,
+    )
+    if background is not None:
+        head = background.result()
+        how = (
+            f"fitted beside the training, waited for {time.perf_counter() - started:.1f} s"
+            if background.failure is None
+            else f"fitted now: its fit beside the training failed, {background.failure}"
+        )
+    else:
+        head, how = ngram.fit(fit_rows.texts, fit_rows.classes, fit_rows.num_codes), "fitted now"
     if head is None:
         logger.info("n-gram head: none (the training rows give fewer than 2 codes or no n-gram)")
         return None
@@ -267,7 +325,7 @@ def fit_ngram_head(state, control) -> Optional[tuple]:
         offsets["cal"] = lambda rows: head.offsets(list(cal_texts[rows]))
     note = (
         f"n-gram head: character {ngram.NGRAMS[0]}-{ngram.NGRAMS[1]}-grams + linear SVM on "
-        f"{len(kept)} training rows and {ngram.NOISED_COPIES} noised copies, "
+        f"{kept} training rows and {ngram.NOISED_COPIES} noised copies ({how}), "
         f"{len(head.vocabulary)} n-grams, weight {head.weight:g} chosen on the validation rows "
         f"({time.perf_counter() - started:.1f} s): {ngram.NGRAM_FILE}. The final evaluation, "
         "the scores and calibration below are of the encoder's flat head + the n-gram head "
