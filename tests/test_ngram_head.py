@@ -392,3 +392,31 @@ def test_the_run_starts_the_head_fit_with_its_training_and_uses_it(
     assert "step" in events
     assert "noised copies (fitted beside the training, waited for" in printed
     assert ngram.read(str(out)).digest() == mixer.load(str(out))._predictor.ngram.digest()
+
+
+def test_a_process_forked_after_the_fit_started_does_not_hold_it_up(toy_frame):
+    """A DataLoader's workers are forked after the job starts the fit, and keep what they
+    inherit open for the whole training, the pipe into the fit included: the fit must not
+    wait for that pipe's end."""
+    import threading
+
+    from mixer.models import ngram
+
+    frame = toy_frame.head(300)
+    codes = {code: i for i, code in enumerate(sorted(set(frame["hisco_1"])))}
+    classes = np.array([codes[code] for code in frame["hisco_1"]])
+    background = ngram.BackgroundFit(list(frame["occ1"]), classes, len(codes))
+    release, hold = os.pipe()
+    worker = os.fork()
+    if worker == 0:  # a worker: alive, holding what it inherited, until released
+        os.read(release, 1)
+        os._exit(0)
+    try:
+        done = []
+        waiter = threading.Thread(target=lambda: done.append(background.result()), daemon=True)
+        waiter.start()
+        waiter.join(timeout=120)  # seconds, where the fit takes about one
+        assert done and done[0] is not None and background.failure is None
+    finally:
+        os.write(hold, b"x")
+        os.waitpid(worker, 0)

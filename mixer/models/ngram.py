@@ -290,7 +290,10 @@ class BackgroundFit:
             self.process, self.failure = None, f"it did not start ({error})"
             return
         weakref.finalize(self, _stop, self.process)
-        payload, stdin = buffer.getvalue(), self.process.stdin
+        # its length first: the child reads that much, never waiting for the end of the
+        # pipe, which a process forked from this one later (a DataLoader's workers) holds open
+        payload = len(buffer.getvalue()).to_bytes(8, "little") + buffer.getvalue()
+        stdin = self.process.stdin
 
         def send():
             try:
@@ -334,6 +337,17 @@ def _stop(process) -> None:
                 pass
 
 
+def _read_exactly(stream, size: int) -> bytes:
+    parts, left = [], size
+    while left:
+        part = stream.read(left)
+        if not part:
+            raise EOFError(f"{left} of {size} bytes missing")
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
 def _background_main() -> None:
     """The child of BackgroundFit: arrays on stdin, the head's arrays (or NO_HEAD) on stdout."""
     if sys.platform.startswith("linux"):
@@ -349,7 +363,8 @@ def _background_main() -> None:
         os.nice(19)
     except OSError:
         pass
-    with np.load(io.BytesIO(sys.stdin.buffer.read()), allow_pickle=False) as stored:
+    size = int.from_bytes(_read_exactly(sys.stdin.buffer, 8), "little")
+    with np.load(io.BytesIO(_read_exactly(sys.stdin.buffer, size)), allow_pickle=False) as stored:
         texts, classes, num_codes = stored["texts"], stored["classes"], int(stored["num_codes"])
     head = fit(list(texts), classes, num_codes)
     if head is None:
