@@ -420,3 +420,57 @@ def test_a_process_forked_after_the_fit_started_does_not_hold_it_up(toy_frame):
     finally:
         os.write(hold, b"x")
         os.waitpid(worker, 0)
+
+
+def _fit_children() -> list:
+    """This process's children that are (or were: zombies) a fit beside the training."""
+    from conftest import children
+
+    found = []
+    for pid in children(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"mixer.models.ngram" in cmdline or state == "Z":
+            found.append(pid)
+    return found
+
+
+@pytest.mark.parametrize("how", ["stop-at-step", "exception"])
+def test_no_fit_beside_the_training_outlives_a_job_that_ends_early(rows, tmp_path, how):
+    """A job that ends before its final evaluation (--stop-at-step, a stop signal, an
+    exception in a step) stops the fit it started: in a long Python session (mixer.finetune
+    called again and again) it would otherwise live on, and wait with its head in a pipe."""
+    import gc
+
+    from mixer.cli.entrypoints import finetune_main
+    from mixer.training import trainer
+
+    args = ["--dataset", rows, "--target-cols", "hisco_1", "--save-path", tmp_path / "run"]
+    args = [str(a) for a in [*args, *SHORT]]
+    gc.disable()  # the job's objects are not collected before the check
+    try:
+        if how == "stop-at-step":
+            assert finetune_main([*args, "--stop-at-step", "1"]) == 0
+        else:
+            step = trainer.Trainer.train_step
+
+            def failing(self, *a):
+                if self.progress.step >= 1:
+                    raise RuntimeError("a failing step")
+                return step(self, *a)
+
+            trainer.Trainer.train_step = failing
+            try:
+                with pytest.raises(RuntimeError, match="a failing step"):
+                    finetune_main(args)
+            finally:
+                trainer.Trainer.train_step = step
+        assert _fit_children() == []
+    finally:
+        gc.enable()
+

@@ -61,6 +61,10 @@ class Hook:
     def on_end(self, state: RunState, control: Control) -> None:
         """The run ended: its last step's model, state and evaluation are written."""
 
+    def close(self) -> None:
+        """The job ended, however it ended (its end, a stop, an exception): what the hook
+        started and still runs is stopped (every rank; no collective)."""
+
     def state_dict(self) -> dict:
         """The hook's own state, saved in the training state under its name ({}: none)."""
         return {}
@@ -153,10 +157,12 @@ class NgramHead(Hook):
         self.fitted = False
         path = os.path.join(state.run_dir, NGRAM_FILE)
         background, self.background = self.background, None
-        applies = ngram_head_applies(state)
-        fitted = fit_ngram_head(state, control, background) if applies else None
-        if background is not None:
-            background.close()
+        try:
+            applies = ngram_head_applies(state)
+            fitted = fit_ngram_head(state, control, background) if applies else None
+        finally:
+            if background is not None:
+                background.close()
         if fitted is None:
             world = state.world
             earlier = mdist.main_only(lambda: os.path.exists(path), world)
@@ -172,6 +178,12 @@ class NgramHead(Hook):
             head.save(state.run_dir)
             logger.info(note)
         self.fitted = True
+
+    def close(self) -> None:
+        """A job that ends before its final evaluation stops the fit it started."""
+        background, self.background = self.background, None
+        if background is not None:
+            background.close()
 
 
 class Cards(Hook):

@@ -198,6 +198,7 @@ def _train_locked(
     try:
         metrics = trainer.fit()
     finally:
+        trainer.close()  # what its hooks started (the n-gram head's fit beside the training)
         stop_workers(*loaders.all())
     if world.is_main and trainer.completed:
         report_end(metrics, run_dir, kept_best(trainer.hooks))

@@ -313,6 +313,12 @@ class Trainer:
     def resume_report(self, path: str) -> str:
         return resume.resume_report(self, path)
 
+    def close(self) -> None:
+        """The job ended, however it ended: every hook stops what it still runs."""
+        for hook in self.hooks:
+            if hasattr(hook, "close"):  # a hook registered from outside may predate close
+                hook.close()
+
     def call(self, point: str) -> None:
         """Every hook's method `point` with the run's state and the control, in the
         list's order (all ranks)."""
