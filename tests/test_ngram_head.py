@@ -474,3 +474,74 @@ def test_no_fit_beside_the_training_outlives_a_job_that_ends_early(rows, tmp_pat
     finally:
         gc.enable()
 
+
+def test_a_fit_beside_the_training_whose_output_is_unreadable_is_fitted_here(
+    toy_frame, tmp_path, monkeypatch
+):
+    """A child that exits 0 but writes something else than the head (a site's start-up
+    script printing, another python) is a failed child: the head is fitted in the process."""
+    from mixer.models import ngram
+
+    frame = toy_frame.head(200)
+    codes = {code: i for i, code in enumerate(sorted(set(frame["hisco_1"])))}
+    classes = np.array([codes[code] for code in frame["hisco_1"]])
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\ncat >/dev/null\necho 'welcome to the cluster'\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(ngram.sys, "executable", str(python))
+    background = ngram.BackgroundFit(list(frame["occ1"]), classes, len(codes))
+    head = background.result()
+    background.close()
+    assert head.digest() == ngram.fit(list(frame["occ1"]), classes, len(codes)).digest()
+    assert "could not be read" in background.failure
+
+
+def test_the_fit_beside_the_training_reads_the_texts_as_they_are(toy_frame):
+    """Texts reach the child as they are (a trailing NUL, a lone surrogate from bytes read
+    with surrogateescape), and their size is what they hold: one long description does not
+    make every row as long (a fixed-width array of MAX_FIT_ROWS rows would)."""
+    import tracemalloc
+
+    from mixer.models import ngram
+
+    frame = toy_frame.head(200)
+    texts = [t + "\x00" if i % 3 == 0 else t for i, t in enumerate(frame["occ1"])]
+    texts[1] += " caf\udce9"
+    codes = {code: i for i, code in enumerate(sorted(set(frame["hisco_1"])))}
+    classes = np.array([codes[code] for code in frame["hisco_1"]])
+    background = ngram.BackgroundFit(texts, classes, len(codes))
+    head = background.result()
+    background.close()
+    assert background.failure is None
+    assert head.digest() == ngram.fit(texts, classes, len(codes)).digest()
+
+    long = [*texts[:-1], "x" * 20_000]
+    tracemalloc.start()
+    try:
+        ngram.BackgroundFit(long, classes, len(codes)).close()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak  # 200 rows of 20,000 characters would be 16 MB each copy
+
+
+def test_a_fit_whose_parent_died_as_it_started_ends_at_once():
+    """The parent-death signal is asked for once the child runs: a parent killed before
+    that (kill -9 as the run starts) leaves a child that must see it and end, not fit."""
+    import subprocess
+    import sys
+
+    from conftest import env_for_subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "mixer.models.ngram", str(os.getpid() + 10**7)],
+        stdin=subprocess.PIPE,  # held open: a child that does not check waits on it
+        stdout=subprocess.DEVNULL,
+        env=env_for_subprocess(),
+    )
+    try:
+        assert child.wait(timeout=60) != 0
+    finally:
+        child.kill()
+        child.wait()
+        child.stdin.close()

@@ -270,17 +270,14 @@ class BackgroundFit:
         self.failure: Optional[str] = None
         buffer = io.BytesIO()
         np.savez(
-            buffer,
-            texts=np.asarray(self.args[0], dtype=str),
-            classes=self.args[1],
-            num_codes=np.int64(num_codes),
+            buffer, **_texts_as_arrays(self.args[0]), classes=self.args[1], num_codes=num_codes
         )
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=path)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", __name__],
+                [sys.executable, "-m", __name__, str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -292,7 +289,7 @@ class BackgroundFit:
         weakref.finalize(self, _stop, self.process)
         # its length first: the child reads that much, never waiting for the end of the
         # pipe, which a process forked from this one later (a DataLoader's workers) holds open
-        payload = len(buffer.getvalue()).to_bytes(8, "little") + buffer.getvalue()
+        payload = len(buffer.getbuffer()).to_bytes(8, "little") + buffer.getbuffer()
         stdin = self.process.stdin
 
         def send():
@@ -312,8 +309,13 @@ class BackgroundFit:
             if code == 0 and out:
                 if out == NO_HEAD:
                     return None
-                with np.load(io.BytesIO(out), allow_pickle=False) as stored:
-                    return NgramHead.from_arrays({name: stored[name] for name in stored.files})
+                try:
+                    with np.load(io.BytesIO(out), allow_pickle=False) as stored:
+                        arrays = {name: stored[name] for name in stored.files}
+                    return NgramHead.from_arrays(arrays)
+                except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                    self.failure = f"its output could not be read ({error})"
+                    return fit(*self.args)
             self.failure = f"its process ended with status {code}"
         return fit(*self.args)
 
@@ -335,6 +337,20 @@ def _stop(process) -> None:
                 stream.close()
             except OSError:
                 pass
+
+
+def _texts_as_arrays(texts: list) -> dict:
+    """Texts as numpy arrays that hold them exactly and in their own size: their UTF-8
+    bytes (lone surrogates kept) and each one's end (a str array is as wide as its longest
+    text, and drops trailing NULs)."""
+    encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+    ends = np.cumsum([len(e) for e in encoded], dtype=np.int64)
+    return {"text_bytes": np.frombuffer(b"".join(encoded), dtype=np.uint8), "text_ends": ends}
+
+
+def _texts_of_arrays(text_bytes: np.ndarray, ends: np.ndarray) -> list:
+    data, starts = text_bytes.tobytes(), np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    return [data[int(a) : int(b)].decode("utf-8", "surrogatepass") for a, b in zip(starts, ends)]
 
 
 def _read_exactly(stream, size: int) -> bytes:
@@ -359,14 +375,17 @@ def _background_main() -> None:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except (OSError, AttributeError):
             pass
+    if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
+        sys.exit(3)  # the parent died before the death signal was asked for
     try:
         os.nice(19)
     except OSError:
         pass
     size = int.from_bytes(_read_exactly(sys.stdin.buffer, 8), "little")
     with np.load(io.BytesIO(_read_exactly(sys.stdin.buffer, size)), allow_pickle=False) as stored:
-        texts, classes, num_codes = stored["texts"], stored["classes"], int(stored["num_codes"])
-    head = fit(list(texts), classes, num_codes)
+        texts = _texts_of_arrays(stored["text_bytes"], stored["text_ends"])
+        classes, num_codes = stored["classes"], int(stored["num_codes"])
+    head = fit(texts, classes, num_codes)
     if head is None:
         sys.stdout.buffer.write(NO_HEAD)
         return
