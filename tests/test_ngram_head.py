@@ -545,3 +545,32 @@ def test_a_fit_whose_parent_died_as_it_started_ends_at_once():
         child.kill()
         child.wait()
         child.stdin.close()
+
+
+def test_a_fit_beside_the_training_that_gets_no_cpu_is_taken_over(toy_frame, monkeypatch):
+    """On a machine whose other processes keep every core busy, the child at idle priority
+    gets no CPU even while the run waits for it: the run then fits the head itself (the
+    same head) and says why, instead of waiting without end. A stopped child stands for it."""
+    import signal
+    import threading
+
+    from mixer.models import ngram
+
+    monkeypatch.setattr(ngram, "TAKE_OVER_SECONDS", 0.5)
+    frame = toy_frame.head(300)
+    codes = {code: i for i, code in enumerate(sorted(set(frame["hisco_1"])))}
+    classes = np.array([codes[code] for code in frame["hisco_1"]])
+    texts = list(frame["occ1"])
+    background = ngram.BackgroundFit(texts, classes, len(codes))
+    os.kill(background.process.pid, signal.SIGSTOP)  # it gets no CPU from now on
+    try:
+        done = []
+        waiter = threading.Thread(target=lambda: done.append(background.result()), daemon=True)
+        waiter.start()
+        waiter.join(timeout=120)  # seconds, where taking over takes about one
+        assert done, "the run waited for a child that got no CPU"
+        assert done[0].digest() == ngram.fit(texts, classes, len(codes)).digest()
+        assert "of a core" in background.failure
+        assert background.process.poll() is not None  # the child was stopped for good
+    finally:
+        background.close()

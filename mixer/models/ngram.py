@@ -259,8 +259,8 @@ class BackgroundFit:
     """fit() in a child process started when the run starts, at the lowest CPU priority
     (nice 19, and Linux's SCHED_IDLE: it runs when a core would otherwise wait), so that the
     fit costs the run's end nothing where cores wait while the encoder trains (on a GPU, the
-    CPU; on a CPU, the moments between a step's kernels) and at most what fitting it then
-    costs. result() waits for it: the same head fit() gives (the same rows, the same
+    CPU; on a CPU, the moments between a step's kernels). result() waits for it (and takes
+    it over when the child gets next to no CPU while the run waits: _waited): the same head fit() gives (the same rows, the same
     single-threaded solver). A child that cannot start or fails is replaced by fitting in
     the process; one left running dies with the process that started it (Linux: the
     parent-death signal) or when this object is collected."""
@@ -287,6 +287,17 @@ class BackgroundFit:
             self.process, self.failure = None, f"it did not start ({error})"
             return
         weakref.finalize(self, _stop, self.process)
+        self._out: list = []  # the child's output, read as it comes (it never waits on a pipe)
+        stdout, out = self.process.stdout, self._out
+
+        def receive():
+            try:
+                out.append(stdout.read())
+            except (OSError, ValueError):  # closed by close(): nothing to keep
+                pass
+
+        self._reader = threading.Thread(target=receive, daemon=True)
+        self._reader.start()
         # its length first: the child reads that much, never waiting for the end of the
         # pipe, which a process forked from this one later (a DataLoader's workers) holds open
         payload = len(buffer.getbuffer()).to_bytes(8, "little") + buffer.getbuffer()
@@ -304,7 +315,14 @@ class BackgroundFit:
     def result(self) -> Optional[NgramHead]:
         """The fitted head (None as fit() gives it); `failure` says why it was fitted here."""
         if self.process is not None:
-            out = self.process.stdout.read()
+            if not self._waited():
+                _stop(self.process)
+                self.failure = (
+                    f"it got less than {TAKE_OVER_SHARE:.0%} of a core over {TAKE_OVER_SECONDS:g} s "
+                    "while the run waited for it (other processes keep the cores busy)"
+                )
+                return fit(*self.args)
+            out = self._out[0] if self._out else b""
             code = self.process.wait()
             if code == 0 and out:
                 if out == NO_HEAD:
@@ -319,9 +337,40 @@ class BackgroundFit:
             self.failure = f"its process ended with status {code}"
         return fit(*self.args)
 
+    def _waited(self) -> bool:
+        """Waits for the child's output: True once it has it; False when the child, watched
+        while the run waits, got less than TAKE_OVER_SHARE of a core over TAKE_OVER_SECONDS
+        (Linux, which says what CPU time a process got): at its idle priority, on a machine
+        whose other processes keep every core busy, it could wait without end, so the run
+        fits the head itself (at most what the fit at the run's end cost before)."""
+        before = _cpu_seconds(self.process.pid)
+        while True:
+            self._reader.join(TAKE_OVER_SECONDS)
+            if not self._reader.is_alive():
+                return True
+            now = _cpu_seconds(self.process.pid)
+            if before is not None and now is not None:
+                if now - before < TAKE_OVER_SHARE * TAKE_OVER_SECONDS:
+                    return False
+            before = now
+
     def close(self) -> None:
         if self.process is not None:
             _stop(self.process)
+
+
+TAKE_OVER_SECONDS = 5.0  # while the run waits for the fit beside it, it looks this often
+TAKE_OVER_SHARE = 0.2  # and fits the head itself when the child got less of a core
+
+
+def _cpu_seconds(pid: int) -> Optional[float]:
+    """A process's CPU time so far (Linux's /proc/PID/stat); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 NO_HEAD = b"no head"
