@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from itertools import repeat
 from typing import Optional
 
 import numpy as np
@@ -141,6 +142,9 @@ class Part:
         self.inputs = self.blank = self.distinct = self.predicted = self.vectors = None
         self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
         self.new_vectors = None  # the same for the embeddings' store
+        # rank 0: (the code table's row per distinct key, each row's key) of which `predicted`
+        # is the rows, where it is (a CSV output spells it once per key); None elsewhere
+        self.keyed = None
         # its counts for the job's Progress, added when it is written (a window holds chunks
         # read ahead, which a journal written before them must not count)
         self.languages, self.blank_rows = {}, 0
@@ -585,6 +589,8 @@ def code_rows(job: Job, part: Part) -> None:
         )
         if world.is_main:
             part.predicted.index = chunk.index
+            if job.classes is None:  # a class column reads the row's own status: by row
+                part.keyed = (part.distinct.taken, part.distinct.row_key)
             # each distinct input hashed once: a key is its input, but for blank rows (not counted)
             keys = part.distinct.keys if job.coding.active else None
             job.coding.tally(
@@ -810,7 +816,9 @@ class RowReader:
     ):
         self.input_col, self.language_col, self.language = input_col, language_col, language
         self.context_cols = list(context_cols)
-        self.seen = {}  # {(text, language): (model input, blank)} over the chunks so far
+        self.seen = {}  # {(text, language): its number below} over the chunks so far
+        self.read_as = np.empty(0, dtype=object)  # each pair's model input, by its number
+        self.read_blank = np.empty(0, dtype=bool)  # and whether its description is blank
 
     def read(self, part: pd.DataFrame) -> tuple:
         texts = text_column(part, self.input_col)
@@ -842,24 +850,26 @@ class RowReader:
         texts, langs, _ = self.read(rows)
         # the key: the text and its language, or the text alone where one language is the job's
         keys = list(zip(texts, langs)) if self.language_col else texts.tolist()
-        seen = self.seen
-        new = np.flatnonzero(
-            ~np.fromiter(map(seen.__contains__, keys), dtype=bool, count=len(keys))
-        )
+        seen = self.seen  # each pair's number in the arrays of what it reads
+        # no Python frame per key: C's map, the numbers then taken by numpy
+        ids = np.fromiter(map(seen.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+        new = np.flatnonzero(ids < 0)
         if len(new):
             if len(seen) + len(new) > SEEN_MOST:
                 seen.clear()
+                self.read_as, self.read_blank = self.read_as[:0], self.read_blank[:0]
                 new = np.arange(len(keys))
             fresh = texts.iloc[new]
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
-            blank = blank_descriptions(fresh).tolist()
-            seen.update(zip([keys[i] for i in new], zip(read, blank)))
-        from operator import itemgetter
-
-        found = list(map(seen.__getitem__, keys))  # no Python frame per key: C's map
-        inputs = np.empty(len(found), dtype=object)
-        inputs[:] = list(map(itemgetter(0), found))
-        return inputs, np.fromiter(map(itemgetter(1), found), dtype=bool, count=len(found))
+            numbers = np.arange(len(seen), len(seen) + len(new))
+            seen.update(zip([keys[i] for i in new], numbers.tolist()))
+            ids[new] = numbers
+            inputs = np.empty(len(read), dtype=object)
+            inputs[:] = list(read)
+            self.read_as = np.concatenate([self.read_as, inputs])
+            blank = np.asarray(blank_descriptions(fresh), dtype=bool)
+            self.read_blank = np.concatenate([self.read_blank, blank])
+        return self.read_as[ids], self.read_blank[ids]
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
@@ -992,7 +1002,9 @@ class Distinct:
     `pair` each row's pair (RowReader.pairs), or from every row's (`first`, `pair` None)."""
 
     def __init__(self, inputs: np.ndarray, blank: np.ndarray, first=None, pair=None):
-        keys = np.where(blank, "\x01", "") + np.asarray(inputs, dtype=object)
+        keys = np.array(inputs, dtype=object)  # a blank row's key: its input after "\x01"
+        if blank.any():
+            keys[blank] = "\x01" + keys[blank]
         key_of, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
         self.keys = np.asarray(self.keys, dtype=object)
         rows = len(keys) if pair is None else len(pair)
@@ -1001,13 +1013,15 @@ class Distinct:
         self.first = np.full(len(self.keys), rows, dtype=np.int64)  # each key's first row
         np.minimum.at(self.first, key_of, first)
         self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
+        self.taken = None  # the last `through`'s rows, one per key (rank 0)
 
     def through(self, store, chunk: pd.DataFrame, world, predictor, predict):
         """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
         keys `store` lacks, at their first rows; under torchrun every rank makes the same call
         and computes its share of the batches (Predictor.shared). predict(rows of the chunk)
         gives a DataFrame or an array, a row each."""
-        new = np.flatnonzero(~store.known(self.keys))
+        ids = store.numbers(self.keys)
+        new = np.flatnonzero(ids < 0)
         with predictor.shared(world):
             values = predict(chunk.iloc[self.first[new]]) if len(new) else None
         if world.is_main:
@@ -1017,7 +1031,8 @@ class Distinct:
             store.add(self.keys[new])
         if not world.is_main:
             return None
-        distinct = store.take(self.keys)
+        ids[new] = store.numbers(self.keys[new])
+        distinct = self.taken = store.take(self.keys, ids)
         if isinstance(distinct, pd.DataFrame):
             return distinct.iloc[self.row_key].reset_index(drop=True)
         return distinct[self.row_key]

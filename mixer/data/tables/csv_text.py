@@ -78,10 +78,17 @@ class Spelled:
         return self.texts.take(pa.array(where))
 
 
-def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = None) -> bytes:
+def text(
+    frame: pd.DataFrame,
+    header: bool = True,
+    spelled: Optional[Spelled] = None,
+    keyed: Optional[tuple] = None,
+) -> bytes:
     """The frame as pandas' to_csv(index=False) writes it, in UTF-8, with or without its
-    header line; built here where `rows` can, else by pandas."""
-    body = rows(frame, spelled)
+    header line; built here where `rows` can, else by pandas. `keyed`: (the input's columns,
+    a row per key, each row's key) of which `frame` is the rows (`keyed_rows`)."""
+    body = keyed_rows(*keyed, spelled) if keyed is not None else None
+    body = rows(frame, spelled) if body is None else body
     if body is None:
         return frame.to_csv(None, header=header, index=False).encode("utf-8")
     return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
@@ -90,21 +97,52 @@ def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = 
 def rows(frame: pd.DataFrame, spelled: Optional[Spelled] = None) -> Optional[bytes]:
     """The frame's rows (no header) as pandas' to_csv(index=False) writes them, in UTF-8; None
     for a frame this writer leaves to pandas."""
+    if frame.shape[1] < 2 or not len(frame):  # one column: Python's csv quotes an empty row
+        return None
+    cells = _columns(frame, Spelled() if spelled is None else spelled)
+    return None if cells is None else _data(_lines(cells))
+
+
+def keyed_rows(
+    inputs: pd.DataFrame, by_key: pd.DataFrame, row_key: np.ndarray, spelled=None
+) -> Optional[bytes]:
+    """`rows` of the input's columns beside `by_key.iloc[row_key]` (the same bytes), where
+    `by_key` holds a row per distinct key of the rows and `row_key` each row's: the tool's
+    columns spelled once per key (a census's chunk of 100,000 rows holds some thousands), the
+    rows taking their text by index. None for a frame `rows` leaves to pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if frame.shape[1] < 2 or not len(frame):  # one column: Python's csv quotes an empty row
+    if inputs.shape[1] + by_key.shape[1] < 2 or not len(inputs):
         return None
+    spelled = Spelled() if spelled is None else spelled
+    left, right = _columns(inputs, spelled), _columns(by_key, spelled)
+    if left is None or right is None or not right:
+        return None
+    comma = pa.scalar(",", pa.large_string())
+    tail = _lines(right).take(pa.array(np.asarray(row_key, dtype=np.int64)))  # each ends in '\n'
+    return _data(pc.binary_join_element_wise(*left, tail, comma) if left else tail)
+
+
+def _columns(frame: pd.DataFrame, spelled: Spelled) -> Optional[list]:
+    """Each column's cells as CSV text (`_cells`), or None where one is pandas' to write."""
     cells = []
     for i in range(frame.shape[1]):
-        column = _cells(frame.iloc[:, i], Spelled() if spelled is None else spelled)
+        column = _cells(frame.iloc[:, i], spelled)
         if column is None:
             return None
         cells.append(column)
+    return cells
+
+
+def _lines(cells: list):
+    """The cells of each row joined by ',', each row ended by '\n'."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     comma, end = pa.scalar(",", pa.large_string()), pa.scalar("\n", pa.large_string())
     line = pc.binary_join_element_wise(*cells, comma)
-    line = pc.binary_join_element_wise(line, pa.scalar("", pa.large_string()), end)
-    return _data(line)
+    return pc.binary_join_element_wise(line, pa.scalar("", pa.large_string()), end)
 
 
 def _cells(series: pd.Series, spelled: Spelled):
