@@ -493,7 +493,7 @@ class Window:
             keys, first = part.distinct.keys, part.distinct.first
             news[name] = {
                 keys[i]: (len(self.held), first[i])  # where the model reads it: its first row
-                for i in np.flatnonzero(~store.known(keys))
+                for i in np.flatnonzero(part.distinct.numbers(store) < 0)
                 if keys[i] not in pending
             }
         if not self.held and not any(news.values()):
@@ -816,9 +816,10 @@ class RowReader:
     ):
         self.input_col, self.language_col, self.language = input_col, language_col, language
         self.context_cols = list(context_cols)
-        self.seen = {}  # {(text, language): its number below} over the chunks so far
-        self.read_as = np.empty(0, dtype=object)  # each pair's model input, by its number
-        self.read_blank = np.empty(0, dtype=bool)  # and whether its description is blank
+        # the (text, language) pairs seen over the chunks so far: {pair: its number}, or the
+        # texts in their numbers' order (an Arrow array) where one language is the job's
+        self.seen = self.read_as = self.read_blank = None
+        self.forget()  # each pair's model input by its number, and whether it is blank
 
     def read(self, part: pd.DataFrame) -> tuple:
         texts = text_column(part, self.input_col)
@@ -848,21 +849,16 @@ class RowReader:
         model's recipe once over the file: a census's chunks repeat most of their
         descriptions. Up to SEEN_MOST of them are remembered, then the memory starts anew."""
         texts, langs, _ = self.read(rows)
-        # the key: the text and its language, or the text alone where one language is the job's
-        keys = list(zip(texts, langs)) if self.language_col else texts.tolist()
-        seen = self.seen  # each pair's number in the arrays of what it reads
-        # no Python frame per key: C's map, the numbers then taken by numpy
-        ids = np.fromiter(map(seen.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+        ids, keys = self.numbers(texts, langs)
         new = np.flatnonzero(ids < 0)
         if len(new):
-            if len(seen) + len(new) > SEEN_MOST:
-                seen.clear()
-                self.read_as, self.read_blank = self.read_as[:0], self.read_blank[:0]
-                new = np.arange(len(keys))
+            if len(self.read_as) + len(new) > SEEN_MOST:
+                self.forget()
+                new = np.arange(len(ids))
             fresh = texts.iloc[new]
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
-            numbers = np.arange(len(seen), len(seen) + len(new))
-            seen.update(zip([keys[i] for i in new], numbers.tolist()))
+            numbers = np.arange(len(self.read_as), len(self.read_as) + len(new))
+            self.remember(keys, new, numbers)
             ids[new] = numbers
             inputs = np.empty(len(read), dtype=object)
             inputs[:] = list(read)
@@ -870,6 +866,37 @@ class RowReader:
             blank = np.asarray(blank_descriptions(fresh), dtype=bool)
             self.read_blank = np.concatenate([self.read_blank, blank])
         return self.read_as[ids], self.read_blank[ids]
+
+    def numbers(self, texts: pd.Series, langs) -> tuple:
+        """(each row's number among the pairs remembered, -1 for one not; the rows' keys): the
+        text and its language, looked up in a dict by C's map, or the text alone where one
+        language is the job's, looked up by Arrow (no Python object per text)."""
+        if self.language_col:
+            keys = list(zip(texts, langs))
+            found = map(self.seen.get, keys, repeat(-1))
+            return np.fromiter(found, dtype=np.int64, count=len(keys)), keys
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keys = pa.array(texts, type=pa.large_string(), from_pandas=True)
+        found = pc.index_in(keys, value_set=self.seen).fill_null(-1)
+        return found.to_numpy(zero_copy_only=False).astype(np.int64), keys
+
+    def remember(self, keys, new: np.ndarray, numbers: np.ndarray) -> None:
+        """The keys of rows `new` remembered, under `numbers` (the next ones)."""
+        if self.language_col:
+            self.seen.update(zip([keys[i] for i in new], numbers.tolist()))
+        else:  # the texts in their numbers' order
+            import pyarrow as pa
+
+            self.seen = pa.concat_arrays([self.seen, keys.take(pa.array(new))])
+
+    def forget(self) -> None:
+        """The pairs remembered forgotten (past SEEN_MOST)."""
+        import pyarrow as pa
+
+        self.seen = {} if self.language_col else pa.array([], type=pa.large_string())
+        self.read_as, self.read_blank = np.empty(0, dtype=object), np.empty(0, dtype=bool)
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
@@ -1014,13 +1041,26 @@ class Distinct:
         np.minimum.at(self.first, key_of, first)
         self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
         self.taken = None  # the last `through`'s rows, one per key (rank 0)
+        self.ids = {}  # {store: each key's number in it, -1 where it lacked it when asked}
+
+    def numbers(self, store) -> np.ndarray:
+        """Each key's number in `store`, -1 for a key it lacks: a key once found is not looked
+        up again (the window asks before its model call, `through` after it)."""
+        ids = self.ids.get(store)
+        if ids is None:
+            ids = self.ids[store] = store.numbers(self.keys)
+        else:
+            missing = np.flatnonzero(ids < 0)
+            if len(missing):
+                ids[missing] = store.numbers(self.keys[missing])
+        return ids
 
     def through(self, store, chunk: pd.DataFrame, world, predictor, predict):
         """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
         keys `store` lacks, at their first rows; under torchrun every rank makes the same call
         and computes its share of the batches (Predictor.shared). predict(rows of the chunk)
         gives a DataFrame or an array, a row each."""
-        ids = store.numbers(self.keys)
+        ids = self.numbers(store)
         new = np.flatnonzero(ids < 0)
         with predictor.shared(world):
             values = predict(chunk.iloc[self.first[new]]) if len(new) else None

@@ -48,33 +48,47 @@ SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
 class Spelled:
     """The floats a file's writer has spelled and their text, remembered over its chunks: a
     census's chunks repeat most of their probabilities (one per distinct description), so
-    each is spelled once (Python's repr) and found again by a hash index, not in Python."""
+    each is spelled once (Python's repr) and found again by a binary search of the values
+    sorted, not in Python."""
 
     def __init__(self):
         import pyarrow as pa
 
-        self.values = np.empty(0, dtype=np.float64)
+        self.values = np.empty(0, dtype=np.float64)  # in the order spelled
         self.texts = pa.array([], type=pa.large_string())
-        self.index = pd.Index(self.values)
+        self.sorted = np.empty(0, dtype=np.float64)  # the values sorted
+        self.at = np.empty(0, dtype=np.int64)  # and where each is in `values`
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def _where(self, distinct: np.ndarray) -> np.ndarray:
+        """Each value's place in `values`, -1 for one not spelled yet."""
+        where = np.full(len(distinct), -1, dtype=np.int64)
+        if len(self.sorted):
+            place = np.minimum(np.searchsorted(self.sorted, distinct), len(self.sorted) - 1)
+            found = self.sorted[place] == distinct
+            where[found] = self.at[place[found]]
+        return where
 
     def of(self, distinct: np.ndarray):
         """The texts of distinct float64 values (none NaN, none -0.0), an Arrow array."""
         import pyarrow as pa
 
-        where = self.index.get_indexer(distinct)
+        where = self._where(distinct)
         new = distinct[where < 0]
         if len(new):
             if len(self.values) + len(new) > SPELLED_MOST:
                 self.__init__()
                 new = distinct
             texts = pa.array([repr(value) for value in new.tolist()], type=pa.large_string())
+            order = np.argsort(new, kind="stable")
+            place = np.searchsorted(self.sorted, new[order])
+            self.sorted = np.insert(self.sorted, place, new[order])
+            self.at = np.insert(self.at, place, len(self.values) + order)
             self.values = np.concatenate([self.values, new])
             self.texts = pa.concat_arrays([self.texts, texts])
-            self.index = pd.Index(self.values)
-            where = self.index.get_indexer(distinct)
+            where = self._where(distinct)
         return self.texts.take(pa.array(where))
 
 
@@ -168,13 +182,9 @@ def _cells(series: pd.Series, spelled: Spelled):
             text = pc.fill_null(text, "")
         if not _any_quoted(text):
             return text
-        needs = pc.match_substring_regex(text, NEEDS_QUOTES)
-        mark = pa.scalar('"', pa.large_string())
-        empty = pa.scalar("", pa.large_string())
-        quoted = pc.binary_join_element_wise(  # '"' + text + '"', its quotes doubled
-            mark, pc.replace_substring(text.filter(needs), '"', '""'), mark, empty
-        )
-        return pc.replace_with_mask(text, needs, quoted)
+        # each distinct text looked at once (a census's column repeats its descriptions)
+        encoded = text.dictionary_encode()
+        return _quoted(encoded.dictionary).take(encoded.indices)
     if not isinstance(dtype, np.dtype):
         return None  # an extension type (nullable numbers, categories, Arrow types): pandas
     values = series.to_numpy()
@@ -185,6 +195,20 @@ def _cells(series: pd.Series, spelled: Spelled):
     if dtype.kind == "f":
         return _numbers(values, spelled)
     return None
+
+
+def _quoted(text):
+    """Texts as cells: quoted where Python's csv quotes them, their quotes doubled."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    needs = pc.match_substring_regex(text, NEEDS_QUOTES)
+    mark = pa.scalar('"', pa.large_string())
+    empty = pa.scalar("", pa.large_string())
+    quoted = pc.binary_join_element_wise(  # '"' + text + '"', its quotes doubled
+        mark, pc.replace_substring(text.filter(needs), '"', '""'), mark, empty
+    )
+    return pc.replace_with_mask(text, needs, quoted)
 
 
 def _arrow_cells(series: pd.Series):
