@@ -1030,6 +1030,7 @@ class Distinct:
 
     def __init__(self, inputs: np.ndarray, blank: np.ndarray, first=None, pair=None):
         keys = np.array(inputs, dtype=object)  # a blank row's key: its input after "\x01"
+        blank = np.asarray(blank, dtype=bool)
         if blank.any():
             keys[blank] = "\x01" + keys[blank]
         key_of, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
