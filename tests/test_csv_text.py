@@ -180,3 +180,32 @@ def test_arrow_backed_columns_are_built_in_arrow_the_bytes_pandas_writes(seed):
         if len(frame):
             assert csv_text.rows(frame) == expected
         assert csv_text.text(frame) == frame.to_csv(index=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_outputs_spelled_once_per_key_are_the_bytes_pandas_writes_for_the_rows(seed):
+    """A job's code table holds a row per distinct input, taken to the rows (csv_text
+    keyed_rows): the tool's columns are spelled once per key, the input's row by row, and the
+    bytes are those pandas writes for the input's columns beside the rows' outputs."""
+    rng = np.random.default_rng(seed)
+    inputs = frame(rng, 40)[["text", "int"]]
+    by_key = frame(rng, 12).drop(columns=["int"])
+    row_key = rng.integers(0, len(by_key), len(inputs))
+    if seed == 1:
+        by_key.loc[::4, "prob"] = -0.0  # spelled cell by cell, as pandas does
+    rows = pd.concat([inputs, by_key.iloc[row_key].reset_index(drop=True)], axis=1)
+    expected = rows.to_csv(index=False, header=False).encode("utf-8")
+    spelled = csv_text.Spelled()
+    assert csv_text.keyed_rows(inputs, by_key, row_key, spelled) == expected
+    keyed = (inputs, by_key, row_key)
+    assert csv_text.text(rows, spelled=spelled, keyed=keyed) == rows.to_csv(index=False).encode()
+    # one output column, and a column left to pandas: the same bytes, by pandas
+    assert csv_text.keyed_rows(inputs, by_key[["prob"]], row_key) == pd.concat(
+        [inputs, by_key[["prob"]].iloc[row_key].reset_index(drop=True)], axis=1
+    ).to_csv(index=False, header=False).encode("utf-8")
+    other = by_key.assign(other=pd.Series(range(12), dtype="Int64"))
+    assert csv_text.keyed_rows(inputs, other, row_key) is None
+    whole = pd.concat([inputs, other.iloc[row_key].reset_index(drop=True)], axis=1)
+    assert csv_text.text(whole, keyed=(inputs, other, row_key)) == whole.to_csv(index=False).encode(
+        "utf-8"
+    )

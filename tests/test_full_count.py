@@ -183,6 +183,41 @@ def test_store_reads_back_spilled_rows_in_their_types(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_store_s_blocks_of_many_chunks_are_merged_and_give_the_same_rows(tmp_path):
+    """A window adds a block per chunk; a chunk's take then looks in a few merged blocks, not
+    in one per chunk of the file so far. Blocks of other columns' types, arrays and spilled
+    rows keep theirs."""
+    from mixer.prediction.store import MERGE_AFTER, DistinctStore
+
+    store = DistinctStore(10**9, str(tmp_path), "x")
+    rng = np.random.default_rng(3)
+    frames, keys = [], []
+    for block in range(5 * MERGE_AFTER):
+        n = int(rng.integers(1, 6))
+        rows = pd.DataFrame(
+            {"code_1": [f"c{block}-{i}" for i in range(n)], "prob_1": rng.random(n)}
+        )
+        if block == 7:  # another type: a block of its own
+            rows["prob_1"] = rows["prob_1"].astype(np.float32)
+        names = np.array([f"k{block}-{i}" for i in range(n)], dtype=object)
+        store.add(names, rows)
+        frames.append(rows)
+        keys += list(names)
+        asked = np.asarray(rng.permutation(keys)[: 2 * n], dtype=object)
+        expected = pd.concat(frames, ignore_index=True).set_index(pd.Index(keys)).loc[asked]
+        got = store.take(asked)
+        assert got["code_1"].tolist() == expected["code_1"].tolist()
+        assert got["prob_1"].tolist() == expected["prob_1"].astype(np.float64).tolist()
+    assert len(store.blocks) <= MERGE_AFTER + 3  # a few, whatever the chunks added
+    assert store.take(np.array(["k7-0"], dtype=object))["prob_1"].dtype == np.float32
+    vectors = DistinctStore(10**9, str(tmp_path), "v")
+    for block in range(3 * MERGE_AFTER):
+        vectors.add(np.array([f"v{block}"], dtype=object), np.full((1, 3), block, np.float32))
+    got = vectors.take(np.array(["v5", "v0", f"v{3 * MERGE_AFTER - 1}"], dtype=object))
+    assert got[:, 0].tolist() == [5, 0, 3 * MERGE_AFTER - 1] and got.dtype == np.float32
+    assert len(vectors.blocks) < MERGE_AFTER
+
+
 # ------------------------------------------------------------------ a killed prediction resumes
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 

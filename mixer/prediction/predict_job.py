@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from itertools import repeat
 from typing import Optional
 
 import numpy as np
@@ -141,6 +142,9 @@ class Part:
         self.inputs = self.blank = self.distinct = self.predicted = self.vectors = None
         self.new = (None, None)  # the chunk's new distinct inputs and their rows, for the journal
         self.new_vectors = None  # the same for the embeddings' store
+        # rank 0: (the code table's row per distinct key, each row's key) of which `predicted`
+        # is the rows, where it is (a CSV output spells it once per key); None elsewhere
+        self.keyed = None
         # its counts for the job's Progress, added when it is written (a window holds chunks
         # read ahead, which a journal written before them must not count)
         self.languages, self.blank_rows = {}, 0
@@ -489,7 +493,7 @@ class Window:
             keys, first = part.distinct.keys, part.distinct.first
             news[name] = {
                 keys[i]: (len(self.held), first[i])  # where the model reads it: its first row
-                for i in np.flatnonzero(~store.known(keys))
+                for i in np.flatnonzero(part.distinct.numbers(store) < 0)
                 if keys[i] not in pending
             }
         if not self.held and not any(news.values()):
@@ -585,6 +589,8 @@ def code_rows(job: Job, part: Part) -> None:
         )
         if world.is_main:
             part.predicted.index = chunk.index
+            if job.classes is None:  # a class column reads the row's own status: by row
+                part.keyed = (part.distinct.taken, part.distinct.row_key)
             # each distinct input hashed once: a key is its input, but for blank rows (not counted)
             keys = part.distinct.keys if job.coding.active else None
             job.coding.tally(
@@ -810,7 +816,10 @@ class RowReader:
     ):
         self.input_col, self.language_col, self.language = input_col, language_col, language
         self.context_cols = list(context_cols)
-        self.seen = {}  # {(text, language): (model input, blank)} over the chunks so far
+        # the (text, language) pairs seen over the chunks so far: {pair: its number}, or the
+        # texts in their numbers' order (an Arrow array) where one language is the job's
+        self.seen = self.read_as = self.read_blank = None
+        self.forget()  # each pair's model input by its number, and whether it is blank
 
     def read(self, part: pd.DataFrame) -> tuple:
         texts = text_column(part, self.input_col)
@@ -840,26 +849,54 @@ class RowReader:
         model's recipe once over the file: a census's chunks repeat most of their
         descriptions. Up to SEEN_MOST of them are remembered, then the memory starts anew."""
         texts, langs, _ = self.read(rows)
-        # the key: the text and its language, or the text alone where one language is the job's
-        keys = list(zip(texts, langs)) if self.language_col else texts.tolist()
-        seen = self.seen
-        new = np.flatnonzero(
-            ~np.fromiter(map(seen.__contains__, keys), dtype=bool, count=len(keys))
-        )
+        ids, keys = self.numbers(texts, langs)
+        new = np.flatnonzero(ids < 0)
         if len(new):
-            if len(seen) + len(new) > SEEN_MOST:
-                seen.clear()
-                new = np.arange(len(keys))
+            if len(self.read_as) + len(new) > SEEN_MOST:
+                self.forget()
+                new = np.arange(len(ids))
             fresh = texts.iloc[new]
             read = model.model_inputs(fresh, langs.iloc[new] if self.language_col else langs, None)
-            blank = blank_descriptions(fresh).tolist()
-            seen.update(zip([keys[i] for i in new], zip(read, blank)))
-        from operator import itemgetter
+            numbers = np.arange(len(self.read_as), len(self.read_as) + len(new))
+            self.remember(keys, new, numbers)
+            ids[new] = numbers
+            inputs = np.empty(len(read), dtype=object)
+            inputs[:] = list(read)
+            self.read_as = np.concatenate([self.read_as, inputs])
+            blank = np.asarray(blank_descriptions(fresh), dtype=bool)
+            self.read_blank = np.concatenate([self.read_blank, blank])
+        return self.read_as[ids], self.read_blank[ids]
 
-        found = list(map(seen.__getitem__, keys))  # no Python frame per key: C's map
-        inputs = np.empty(len(found), dtype=object)
-        inputs[:] = list(map(itemgetter(0), found))
-        return inputs, np.fromiter(map(itemgetter(1), found), dtype=bool, count=len(found))
+    def numbers(self, texts: pd.Series, langs) -> tuple:
+        """(each row's number among the pairs remembered, -1 for one not; the rows' keys): the
+        text and its language, looked up in a dict by C's map, or the text alone where one
+        language is the job's, looked up by Arrow (no Python object per text)."""
+        if self.language_col:
+            keys = list(zip(texts, langs))
+            found = map(self.seen.get, keys, repeat(-1))
+            return np.fromiter(found, dtype=np.int64, count=len(keys)), keys
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        keys = pa.array(texts, type=pa.large_string(), from_pandas=True)
+        found = pc.index_in(keys, value_set=self.seen).fill_null(-1)
+        return found.to_numpy(zero_copy_only=False).astype(np.int64), keys
+
+    def remember(self, keys, new: np.ndarray, numbers: np.ndarray) -> None:
+        """The keys of rows `new` remembered, under `numbers` (the next ones)."""
+        if self.language_col:
+            self.seen.update(zip([keys[i] for i in new], numbers.tolist()))
+        else:  # the texts in their numbers' order
+            import pyarrow as pa
+
+            self.seen = pa.concat_arrays([self.seen, keys.take(pa.array(new))])
+
+    def forget(self) -> None:
+        """The pairs remembered forgotten (past SEEN_MOST)."""
+        import pyarrow as pa
+
+        self.seen = {} if self.language_col else pa.array([], type=pa.large_string())
+        self.read_as, self.read_blank = np.empty(0, dtype=object), np.empty(0, dtype=bool)
 
     def blank(self, chunk: pd.DataFrame) -> np.ndarray:
         """Per row, whether its description is blank (each distinct text looked at once)."""
@@ -992,7 +1029,10 @@ class Distinct:
     `pair` each row's pair (RowReader.pairs), or from every row's (`first`, `pair` None)."""
 
     def __init__(self, inputs: np.ndarray, blank: np.ndarray, first=None, pair=None):
-        keys = np.where(blank, "\x01", "") + np.asarray(inputs, dtype=object)
+        keys = np.array(inputs, dtype=object)  # a blank row's key: its input after "\x01"
+        blank = np.asarray(blank, dtype=bool)
+        if blank.any():
+            keys[blank] = "\x01" + keys[blank]
         key_of, self.keys = pd.factorize(pd.Series(keys, dtype=object), sort=False)
         self.keys = np.asarray(self.keys, dtype=object)
         rows = len(keys) if pair is None else len(pair)
@@ -1001,13 +1041,28 @@ class Distinct:
         self.first = np.full(len(self.keys), rows, dtype=np.int64)  # each key's first row
         np.minimum.at(self.first, key_of, first)
         self.new = (self.keys[:0], None)  # the last `through`'s new keys and their rows (rank 0)
+        self.taken = None  # the last `through`'s rows, one per key (rank 0)
+        self.ids = {}  # {store: each key's number in it, -1 where it lacked it when asked}
+
+    def numbers(self, store) -> np.ndarray:
+        """Each key's number in `store`, -1 for a key it lacks: a key once found is not looked
+        up again (the window asks before its model call, `through` after it)."""
+        ids = self.ids.get(store)
+        if ids is None:
+            ids = self.ids[store] = store.numbers(self.keys)
+        else:
+            missing = np.flatnonzero(ids < 0)
+            if len(missing):
+                ids[missing] = store.numbers(self.keys[missing])
+        return ids
 
     def through(self, store, chunk: pd.DataFrame, world, predictor, predict):
         """All ranks: the chunk's rows (rank 0; None elsewhere), the model asked only for the
         keys `store` lacks, at their first rows; under torchrun every rank makes the same call
         and computes its share of the batches (Predictor.shared). predict(rows of the chunk)
         gives a DataFrame or an array, a row each."""
-        new = np.flatnonzero(~store.known(self.keys))
+        ids = self.numbers(store)
+        new = np.flatnonzero(ids < 0)
         with predictor.shared(world):
             values = predict(chunk.iloc[self.first[new]]) if len(new) else None
         if world.is_main:
@@ -1017,7 +1072,8 @@ class Distinct:
             store.add(self.keys[new])
         if not world.is_main:
             return None
-        distinct = store.take(self.keys)
+        ids[new] = store.numbers(self.keys[new])
+        distinct = self.taken = store.take(self.keys, ids)
         if isinstance(distinct, pd.DataFrame):
             return distinct.iloc[self.row_key].reset_index(drop=True)
         return distinct[self.row_key]

@@ -83,7 +83,7 @@ class OutputSink(Sink):
                 outputs, inputs=shaped_inputs
             )
         else:
-            self.writer.write(part.predicted, inputs=part.chunk)
+            self.writer.write(part.predicted, inputs=part.chunk, keyed=part.keyed)
         self.chunks += 1
 
     def state_dict(self) -> dict:

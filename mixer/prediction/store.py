@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pickle
 import sqlite3
+from itertools import repeat
 from typing import Optional
 
 import numpy as np
@@ -36,6 +37,7 @@ class DistinctStore:
         self.ids: dict = {}
         self.blocks: list = []  # per block: its rows in memory, or Spilled
         self.starts: list = []
+        self.merged = 0  # the blocks after the last _merge
         self.memory = 0
         self.spilled = 0
         self.db: Optional[sqlite3.Connection] = None
@@ -45,7 +47,11 @@ class DistinctStore:
         return len(self.ids)
 
     def known(self, keys: np.ndarray) -> np.ndarray:
-        return np.fromiter(map(self.ids.__contains__, keys), dtype=bool, count=len(keys))
+        return self.numbers(keys) >= 0
+
+    def numbers(self, keys: np.ndarray) -> np.ndarray:
+        """Each key's row number in the store, -1 for a key it lacks."""
+        return np.fromiter(map(self.ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
 
     def add(self, keys: np.ndarray, rows=None) -> None:
         """Record new keys (none known yet) and, on the rank that keeps them, their rows in
@@ -67,9 +73,12 @@ class DistinctStore:
         self._spill(first, rows)
         self.blocks.append(Spilled(rows))
 
-    def take(self, keys: np.ndarray):
-        """The rows of `keys` (all known), in their order."""
-        ids = np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
+    def take(self, keys: np.ndarray, ids: Optional[np.ndarray] = None):
+        """The rows of `keys` (all known), in their order; `ids`: their `numbers`, where known."""
+        if ids is None:
+            ids = np.fromiter(map(self.ids.__getitem__, keys), dtype=np.int64, count=len(keys))
+        if len(self.blocks) >= self.merged + MERGE_AFTER:
+            self._merge()
         block_of = np.searchsorted(np.asarray(self.starts), ids, side="right") - 1
         pieces, order = [], []
         for block in np.unique(block_of):
@@ -91,6 +100,27 @@ class DistinctStore:
             table = pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
             return table.iloc[position].reset_index(drop=True)
         return np.concatenate(pieces)[position]
+
+    def _merge(self) -> None:
+        """Consecutive blocks in memory of the same columns and types made one, so that a
+        chunk's `take` looks in a few blocks, not in one per chunk of the file so far (a
+        window adds a block per chunk it holds). The rows and their types are as they were."""
+        blocks, starts = [], []
+        for start, rows in zip(self.starts, self.blocks):
+            if blocks and _kind(rows) is not None and _kind(rows) == _kind(blocks[-1][-1]):
+                blocks[-1].append(rows)
+                continue
+            blocks.append([rows])
+            starts.append(start)
+        self.blocks = [
+            run[0]
+            if len(run) == 1
+            else pd.concat(run, ignore_index=True)
+            if isinstance(run[0], pd.DataFrame)
+            else np.concatenate(run)
+            for run in blocks
+        ]
+        self.starts, self.merged = starts, len(blocks)
 
     def close(self) -> None:
         """Remove the spill file (at the end of the job, or when it stops)."""
@@ -147,6 +177,18 @@ class DistinctStore:
             [pickle.loads(v) for v in values], columns=range(len(block.columns))
         )
         return table.astype(dict(enumerate(block.dtypes))).set_axis(block.columns, axis=1)
+
+
+MERGE_AFTER = 8  # blocks added since the last merge that make `take` merge them first
+
+
+def _kind(rows):
+    """What blocks must share to be one (their columns and types), None for a spilled block."""
+    if isinstance(rows, Spilled):
+        return None
+    if isinstance(rows, pd.DataFrame):
+        return ("frame", tuple(rows.columns), tuple(rows.dtypes))
+    return ("array", rows.dtype.str, rows.shape[1:])
 
 
 class Spilled:

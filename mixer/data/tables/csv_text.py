@@ -48,40 +48,61 @@ SPELLED_MOST = 1_000_000  # floats a Spelled remembers, then it starts anew
 class Spelled:
     """The floats a file's writer has spelled and their text, remembered over its chunks: a
     census's chunks repeat most of their probabilities (one per distinct description), so
-    each is spelled once (Python's repr) and found again by a hash index, not in Python."""
+    each is spelled once (Python's repr) and found again by a binary search of the values
+    sorted, not in Python."""
 
     def __init__(self):
         import pyarrow as pa
 
-        self.values = np.empty(0, dtype=np.float64)
+        self.values = np.empty(0, dtype=np.float64)  # in the order spelled
         self.texts = pa.array([], type=pa.large_string())
-        self.index = pd.Index(self.values)
+        self.sorted = np.empty(0, dtype=np.float64)  # the values sorted
+        self.at = np.empty(0, dtype=np.int64)  # and where each is in `values`
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def _where(self, distinct: np.ndarray) -> np.ndarray:
+        """Each value's place in `values`, -1 for one not spelled yet."""
+        where = np.full(len(distinct), -1, dtype=np.int64)
+        if len(self.sorted):
+            place = np.minimum(np.searchsorted(self.sorted, distinct), len(self.sorted) - 1)
+            found = self.sorted[place] == distinct
+            where[found] = self.at[place[found]]
+        return where
 
     def of(self, distinct: np.ndarray):
         """The texts of distinct float64 values (none NaN, none -0.0), an Arrow array."""
         import pyarrow as pa
 
-        where = self.index.get_indexer(distinct)
+        where = self._where(distinct)
         new = distinct[where < 0]
         if len(new):
             if len(self.values) + len(new) > SPELLED_MOST:
                 self.__init__()
                 new = distinct
             texts = pa.array([repr(value) for value in new.tolist()], type=pa.large_string())
+            order = np.argsort(new, kind="stable")
+            place = np.searchsorted(self.sorted, new[order])
+            self.sorted = np.insert(self.sorted, place, new[order])
+            self.at = np.insert(self.at, place, len(self.values) + order)
             self.values = np.concatenate([self.values, new])
             self.texts = pa.concat_arrays([self.texts, texts])
-            self.index = pd.Index(self.values)
-            where = self.index.get_indexer(distinct)
+            where = self._where(distinct)
         return self.texts.take(pa.array(where))
 
 
-def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = None) -> bytes:
+def text(
+    frame: pd.DataFrame,
+    header: bool = True,
+    spelled: Optional[Spelled] = None,
+    keyed: Optional[tuple] = None,
+) -> bytes:
     """The frame as pandas' to_csv(index=False) writes it, in UTF-8, with or without its
-    header line; built here where `rows` can, else by pandas."""
-    body = rows(frame, spelled)
+    header line; built here where `rows` can, else by pandas. `keyed`: (the input's columns,
+    a row per key, each row's key) of which `frame` is the rows (`keyed_rows`)."""
+    body = keyed_rows(*keyed, spelled) if keyed is not None else None
+    body = rows(frame, spelled) if body is None else body
     if body is None:
         return frame.to_csv(None, header=header, index=False).encode("utf-8")
     return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
@@ -90,21 +111,52 @@ def text(frame: pd.DataFrame, header: bool = True, spelled: Optional[Spelled] = 
 def rows(frame: pd.DataFrame, spelled: Optional[Spelled] = None) -> Optional[bytes]:
     """The frame's rows (no header) as pandas' to_csv(index=False) writes them, in UTF-8; None
     for a frame this writer leaves to pandas."""
+    if frame.shape[1] < 2 or not len(frame):  # one column: Python's csv quotes an empty row
+        return None
+    cells = _columns(frame, Spelled() if spelled is None else spelled)
+    return None if cells is None else _data(_lines(cells))
+
+
+def keyed_rows(
+    inputs: pd.DataFrame, by_key: pd.DataFrame, row_key: np.ndarray, spelled=None
+) -> Optional[bytes]:
+    """`rows` of the input's columns beside `by_key.iloc[row_key]` (the same bytes), where
+    `by_key` holds a row per distinct key of the rows and `row_key` each row's: the tool's
+    columns spelled once per key (a census's chunk of 100,000 rows holds some thousands), the
+    rows taking their text by index. None for a frame `rows` leaves to pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if frame.shape[1] < 2 or not len(frame):  # one column: Python's csv quotes an empty row
+    if inputs.shape[1] + by_key.shape[1] < 2 or not len(inputs):
         return None
+    spelled = Spelled() if spelled is None else spelled
+    left, right = _columns(inputs, spelled), _columns(by_key, spelled)
+    if left is None or right is None or not right:
+        return None
+    comma = pa.scalar(",", pa.large_string())
+    tail = _lines(right).take(pa.array(np.asarray(row_key, dtype=np.int64)))  # each ends in '\n'
+    return _data(pc.binary_join_element_wise(*left, tail, comma) if left else tail)
+
+
+def _columns(frame: pd.DataFrame, spelled: Spelled) -> Optional[list]:
+    """Each column's cells as CSV text (`_cells`), or None where one is pandas' to write."""
     cells = []
     for i in range(frame.shape[1]):
-        column = _cells(frame.iloc[:, i], Spelled() if spelled is None else spelled)
+        column = _cells(frame.iloc[:, i], spelled)
         if column is None:
             return None
         cells.append(column)
+    return cells
+
+
+def _lines(cells: list):
+    """The cells of each row joined by ',', each row ended by '\n'."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     comma, end = pa.scalar(",", pa.large_string()), pa.scalar("\n", pa.large_string())
     line = pc.binary_join_element_wise(*cells, comma)
-    line = pc.binary_join_element_wise(line, pa.scalar("", pa.large_string()), end)
-    return _data(line)
+    return pc.binary_join_element_wise(line, pa.scalar("", pa.large_string()), end)
 
 
 def _cells(series: pd.Series, spelled: Spelled):
@@ -130,13 +182,9 @@ def _cells(series: pd.Series, spelled: Spelled):
             text = pc.fill_null(text, "")
         if not _any_quoted(text):
             return text
-        needs = pc.match_substring_regex(text, NEEDS_QUOTES)
-        mark = pa.scalar('"', pa.large_string())
-        empty = pa.scalar("", pa.large_string())
-        quoted = pc.binary_join_element_wise(  # '"' + text + '"', its quotes doubled
-            mark, pc.replace_substring(text.filter(needs), '"', '""'), mark, empty
-        )
-        return pc.replace_with_mask(text, needs, quoted)
+        # each distinct text looked at once (a census's column repeats its descriptions)
+        encoded = text.dictionary_encode()
+        return _quoted(encoded.dictionary).take(encoded.indices)
     if not isinstance(dtype, np.dtype):
         return None  # an extension type (nullable numbers, categories, Arrow types): pandas
     values = series.to_numpy()
@@ -147,6 +195,20 @@ def _cells(series: pd.Series, spelled: Spelled):
     if dtype.kind == "f":
         return _numbers(values, spelled)
     return None
+
+
+def _quoted(text):
+    """Texts as cells: quoted where Python's csv quotes them, their quotes doubled."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    needs = pc.match_substring_regex(text, NEEDS_QUOTES)
+    mark = pa.scalar('"', pa.large_string())
+    empty = pa.scalar("", pa.large_string())
+    quoted = pc.binary_join_element_wise(  # '"' + text + '"', its quotes doubled
+        mark, pc.replace_substring(text.filter(needs), '"', '""'), mark, empty
+    )
+    return pc.replace_with_mask(text, needs, quoted)
 
 
 def _arrow_cells(series: pd.Series):

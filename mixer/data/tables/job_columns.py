@@ -44,6 +44,12 @@ def job_columns(
 
 def text_column(chunk, column: str):
     """A column as strings (missing -> ''); the model's input recipe strips, or not."""
+    import numpy as np
+    import pandas as pd
+
+    values = chunk[column]
+    if values.dtype == pd.StringDtype("pyarrow", na_value=np.nan):  # already as below: no copy
+        return values.fillna("").reset_index(drop=True)  # into Python's strings and back
     return (
         chunk[column]
         .astype(object)

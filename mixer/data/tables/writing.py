@@ -297,11 +297,16 @@ class OutputWriter:
             self.chunks += 1
 
     def write(
-        self, outputs: pd.DataFrame, inputs: Optional[pd.DataFrame] = None, source_rows=None
+        self,
+        outputs: pd.DataFrame,
+        inputs: Optional[pd.DataFrame] = None,
+        source_rows=None,
+        keyed: Optional[tuple] = None,
     ) -> None:
         """One chunk: `inputs` (the input's columns, row for row) beside `outputs`;
         `source_rows`: each row's row in the input, for messages, where the rows are not the
-        input's own in order (a check list)."""
+        input's own in order (a check list). `keyed`: (a row per distinct key, each row's key),
+        of which `outputs` is the rows: a CSV spells the outputs once per key (csv_text)."""
         frame = (
             outputs
             if inputs is None
@@ -323,7 +328,8 @@ class OutputWriter:
                 )
         frame = frame.set_axis(self.names, axis=1)
         if self.kind == "csv":  # a gzip'd one: a gzip member a chunk, cut back as a CSV is
-            text = csv_text.text(frame, header=not self.rows, spelled=self.spelled)
+            by_key = None if keyed is None or inputs is None else (inputs, *keyed)
+            text = csv_text.text(frame, header=not self.rows, spelled=self.spelled, keyed=by_key)
             with open(self.tmp, "ab" if self.rows else "wb") as handle:
                 handle.write(compression.gzip_member(text) if self.gzip else text)
             self.rows += len(frame)
