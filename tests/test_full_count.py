@@ -699,3 +699,20 @@ def test_a_chunk_keyed_once_per_distinct_text_and_language_is_keyed_as_row_by_ro
         assert list(inputs) == list(by_row)
         assert list(blank) == list(blank_descriptions(text_column(again, "occ1")))
         assert len(reader.seen) <= max(most, len(reader.pairs(again)[1]))
+
+
+def test_texts_in_an_arrow_column_of_several_blocks_are_keyed_as_one_array():
+    """A gzip'd CSV is read in blocks, so a chunk's description column can come as an
+    Arrow-backed column of several blocks: the texts are remembered and found as from one."""
+    import pyarrow as pa
+
+    from mixer.prediction.predict_job import RowReader
+
+    reader = RowReader("occ1", None, "unk", [])
+    blocks = pa.chunked_array([["farmer", "smith"], ["farmer", "weaver"]])
+    texts = pd.Series(blocks, dtype=pd.ArrowDtype(pa.string()))
+    ids, keys = reader.numbers(texts, "unk")
+    assert ids.tolist() == [-1, -1, -1, -1]
+    reader.remember(keys, np.array([0, 1, 3]), np.arange(3))
+    again, _ = reader.numbers(texts, "unk")
+    assert again.tolist() == [0, 1, 0, 2]

@@ -879,6 +879,8 @@ class RowReader:
         import pyarrow.compute as pc
 
         keys = pa.array(texts, type=pa.large_string(), from_pandas=True)
+        if isinstance(keys, pa.ChunkedArray):  # an Arrow-backed column read in blocks (gzip)
+            keys = keys.combine_chunks()
         found = pc.index_in(keys, value_set=self.seen).fill_null(-1)
         return found.to_numpy(zero_copy_only=False).astype(np.int64), keys
 
