@@ -80,11 +80,17 @@ import pandas as pd
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.append(ROOT)  # after PYTHONPATH: another checkout named there wins
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py
+
+from common import OWN_PEAK_KB  # noqa: E402
 
 # predict.py with the model's encoder calls counted: the inputs it computed and its own peak
-# RSS (not another child's of this script), on stderr at exit
-COUNTING = """
-import atexit, os, resource, runpy, sys
+# RSS (its own image's, not this script's nor another child's: common.OWN_PEAK_KB), on stderr
+# at exit
+COUNTING = (
+    OWN_PEAK_KB
+    + """
+import atexit, os, runpy, sys
 from mixer.prediction.predict import Predictor
 computed = [0]
 encoded = Predictor._encoded
@@ -93,10 +99,11 @@ def counting(self, texts, *args, **kwargs):
     return encoded(self, texts, *args, **kwargs)
 Predictor._encoded = counting
 atexit.register(lambda: print(f"model inputs computed: {computed[0]}; peak RSS KB: "
-                              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr))
+                              f"{own_peak_kb()}", file=sys.stderr))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+)
 
 # OccCANINE's predict(deduplicate=True) on the file, run by --occcanine's interpreter:
 # argv checkpoint, census file, a JSON file for its time, a CSV for its first codes

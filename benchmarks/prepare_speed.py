@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,9 @@ import pandas as pd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py
 
+from common import PEAK  # noqa: E402
 from mixer.data.labels.formatter import CodeFormatter  # noqa: E402
 
 
@@ -68,14 +71,16 @@ def per_row_labels(path: str) -> float:
 
 
 def timed_process(cmd: list) -> tuple[float, float]:
-    """(seconds, peak resident memory in MiB) of a child process."""
+    """(seconds, peak resident memory in MiB) of a child process (common.PEAK: its own peak,
+    not this script's)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK, *cmd], cwd=ROOT, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr.read().decode()}")
-    return seconds, usage.ru_maxrss / 1024
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr}")
+    return seconds, int(re.findall(r"^PEAK_RSS_KB (\d+)", proc.stdout, re.M)[-1]) / 1024
 
 
 def main() -> None:

@@ -41,16 +41,12 @@ import pandas as pd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # common.py
 
+from common import PEAK  # noqa: E402
 from mixer.core.precision import cpu_model  # noqa: E402
 
 LANGUAGES = ["en", "da", "ge", "fr", "nl", "no", "se", "es", "pt", "it", "ca", "gr", "is"]
-PEAK = (
-    "import resource, subprocess, sys\n"
-    "code = subprocess.run(sys.argv[1:]).returncode\n"
-    "print(f'PEAK_RSS_KB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}', flush=True)\n"
-    "sys.exit(code)\n"
-)
 DATA = [
     "--target-cols",
     "hisco_1",
