@@ -37,6 +37,26 @@ TEXTS = [
 ]
 
 
+def pandas_csv(table: pd.DataFrame, header: bool = True) -> bytes:
+    """The bytes pandas' to_csv(index=False) writes, a cell holding a carriage return quoted
+    as Python's csv quotes it from 3.13 on (pandas of Python 3.11 and 3.12 leaves it bare): the
+    table written with rows ending in '\\r\\n', whose csv quotes such a cell, and each row's
+    end, found outside quotes character by character, made '\\n' again."""
+    written = table.to_csv(index=False, header=header, lineterminator="\r\n")
+    out, quoted, at = [], False, 0
+    while at < len(written):
+        character = written[at]
+        if character == '"':
+            quoted = not quoted  # a doubled quote turns twice
+        if not quoted and written.startswith("\r\n", at):
+            out.append("\n")
+            at += 2
+            continue
+        out.append(character)
+        at += 1
+    return "".join(out).encode("utf-8")
+
+
 def floats(rng: np.random.Generator, n: int) -> np.ndarray:
     """Probabilities and the odd float: tiny, huge, whole, NaN, infinities, subnormal."""
     special = [0.1, 1e-7, 2.0, np.nan, np.inf, -np.inf, 0.0, 1e16, 123456.789, 5e-324, 1e-5, 1e-4]
@@ -69,8 +89,8 @@ def test_the_rows_are_the_bytes_pandas_writes(seed):
     table = frame(rng, 500)
     built = csv_text.rows(table)
     assert built is not None  # every column here is built in Arrow, none left to pandas
-    assert built == table.to_csv(index=False, header=False).encode("utf-8")
-    assert csv_text.text(table) == table.to_csv(index=False).encode("utf-8")
+    assert built == pandas_csv(table, header=False)
+    assert csv_text.text(table) == pandas_csv(table)
     assert csv_text.text(table, header=False) == built
 
 
@@ -82,7 +102,7 @@ def test_a_negative_zero_and_missing_cells_are_spelled_as_pandas_spells_them():
             "all missing": pd.Series([None] * 5, dtype=object),
         }
     )
-    assert csv_text.rows(table) == table.to_csv(index=False, header=False).encode("utf-8")
+    assert csv_text.rows(table) == pandas_csv(table, header=False)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +120,7 @@ def test_a_negative_zero_and_missing_cells_are_spelled_as_pandas_spells_them():
 def test_another_kind_of_column_is_written_by_pandas_the_same_bytes(column):
     table = pd.DataFrame({"text": ["a,b", "c", ""], "other": column})
     assert csv_text.rows(table) is None
-    assert csv_text.text(table) == table.to_csv(index=False).encode("utf-8")
+    assert csv_text.text(table) == pandas_csv(table)
 
 
 def test_a_single_column_is_written_by_pandas():
@@ -122,7 +142,7 @@ def test_floats_remembered_over_chunks_are_spelled_as_in_each_chunk_alone(monkey
         if chunk == 2:
             table.loc[::3, "prob"] = -0.0
         built = csv_text.rows(table, spelled)
-        assert built == table.to_csv(index=False, header=False).encode("utf-8")
+        assert built == pandas_csv(table, header=False)
         assert len(spelled) <= max(most, len(table))  # bounded: at most one chunk past it
     assert spelled
 
@@ -130,17 +150,32 @@ def test_floats_remembered_over_chunks_are_spelled_as_in_each_chunk_alone(monkey
 @pytest.mark.parametrize(
     "character", [",", '"', "\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028"]
 )
-def test_a_cell_is_quoted_where_pythons_csv_quotes_it(character):
-    """Python 3.13 quotes a carriage return, 3.11 and 3.12 do not: the running csv module
-    decides, as it does for pandas."""
+def test_a_cell_is_quoted_as_python_3_13_s_csv_quotes_it(character):
+    """A ',', a '"', a line feed or a carriage return quotes a cell, whatever the Python: 3.11
+    and 3.12's csv leave a carriage return bare, and a lone one ends the row for a reader.
+    Python's csv with rows ending in '\\r\\n' quotes the same characters."""
     import csv
     import io
 
     cells = [f"a{character}b", "c"]
     line = io.StringIO()
-    csv.writer(line, lineterminator="\n").writerow(cells)
+    csv.writer(line, lineterminator="\r\n").writerow(cells)
     table = pd.DataFrame({"x": [cells[0]], "y": [cells[1]]})
-    assert csv_text.rows(table) == line.getvalue().encode("utf-8")
+    assert csv_text.rows(table) == line.getvalue()[:-2].encode("utf-8") + b"\n"
+
+
+@pytest.mark.parametrize("kind", ["built here", "by pandas"])
+def test_a_cell_with_a_lone_carriage_return_reads_back_as_one_row(kind):
+    """pandas' reader (and Python's csv) end a row at a bare carriage return: such a cell is
+    quoted, by this writer and where pandas writes the frame (a column of another kind)."""
+    import io
+
+    table = pd.DataFrame({"id": ["1", "2", "3"], "occ1": ["farmer", "farm\rlabourer", "smith"]})
+    if kind == "by pandas":
+        table["n"] = pd.Series([1, None, 3], dtype="Int64")  # left to pandas (csv_text.rows)
+        assert csv_text.rows(table) is None
+    back = pd.read_csv(io.BytesIO(csv_text.text(table)), dtype=str, keep_default_na=False)
+    assert back["occ1"].tolist() == table["occ1"].tolist()
 
 
 def arrow_frame(rng: np.random.Generator, n: int) -> pd.DataFrame:
@@ -176,10 +211,10 @@ def test_arrow_backed_columns_are_built_in_arrow_the_bytes_pandas_writes(seed):
     cell writer, the same bytes; a chunk whose column is all missing too."""
     table = arrow_frame(np.random.default_rng(seed), 400)
     for frame in (table, table.head(7), table.iloc[:0], table.assign(YEAR=table["YEAR"] * None)):
-        expected = frame.to_csv(index=False, header=False).encode("utf-8")
+        expected = pandas_csv(frame, header=False)
         if len(frame):
             assert csv_text.rows(frame) == expected
-        assert csv_text.text(frame) == frame.to_csv(index=False).encode("utf-8")
+        assert csv_text.text(frame) == pandas_csv(frame)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -194,18 +229,17 @@ def test_the_outputs_spelled_once_per_key_are_the_bytes_pandas_writes_for_the_ro
     if seed == 1:
         by_key.loc[::4, "prob"] = -0.0  # spelled cell by cell, as pandas does
     rows = pd.concat([inputs, by_key.iloc[row_key].reset_index(drop=True)], axis=1)
-    expected = rows.to_csv(index=False, header=False).encode("utf-8")
+    expected = pandas_csv(rows, header=False)
     spelled = csv_text.Spelled()
     assert csv_text.keyed_rows(inputs, by_key, row_key, spelled) == expected
     keyed = (inputs, by_key, row_key)
-    assert csv_text.text(rows, spelled=spelled, keyed=keyed) == rows.to_csv(index=False).encode()
+    assert csv_text.text(rows, spelled=spelled, keyed=keyed) == pandas_csv(rows)
     # one output column, and a column left to pandas: the same bytes, by pandas
-    assert csv_text.keyed_rows(inputs, by_key[["prob"]], row_key) == pd.concat(
-        [inputs, by_key[["prob"]].iloc[row_key].reset_index(drop=True)], axis=1
-    ).to_csv(index=False, header=False).encode("utf-8")
+    assert csv_text.keyed_rows(inputs, by_key[["prob"]], row_key) == pandas_csv(
+        pd.concat([inputs, by_key[["prob"]].iloc[row_key].reset_index(drop=True)], axis=1),
+        header=False,
+    )
     other = by_key.assign(other=pd.Series(range(12), dtype="Int64"))
     assert csv_text.keyed_rows(inputs, other, row_key) is None
     whole = pd.concat([inputs, other.iloc[row_key].reset_index(drop=True)], axis=1)
-    assert csv_text.text(whole, keyed=(inputs, other, row_key)) == whole.to_csv(index=False).encode(
-        "utf-8"
-    )
+    assert csv_text.text(whole, keyed=(inputs, other, row_key)) == pandas_csv(whole)

@@ -1,11 +1,12 @@
 """A chunk's rows as CSV text, built column by column in Arrow: the bytes pandas' `to_csv`
-writes (its header, index=False, ',' and '\\n', minimal quoting, missing values empty), at
+writes (its header, index=False, ',' and '\\n', minimal quoting, missing values empty; a
+carriage return quoted on every Python, see QUOTED), at
 the speed of the disk rather than some microseconds a row.
 
 A full count writes tens of millions of rows, most of them the input's text columns beside a
 few codes and probabilities. pandas formats each cell in Python's csv module; here each column
-becomes its cells' text at once: text as it is, quoted where Python's csv quotes it (a ',', a
-'"' or a line feed in it, a carriage return from Python 3.13 on; the quote doubled), numbers
+becomes its cells' text at once: text as it is, quoted where it holds a ',', a '"', a line feed
+or a carriage return (QUOTED: Python's csv from 3.13 on; the quote doubled), numbers
 as numpy spells them (pandas' own way: '0.25', '1e-07', '2.0'), each distinct number
 formatted once, booleans as 'True'/'False'; Arrow-backed text, integers, booleans and floats
 (a Parquet, Stata or IPUMS file's columns) alike, a float32 one as its float64 value. The
@@ -23,22 +24,12 @@ import numpy as np
 import pandas as pd
 
 
-def _quoted_characters() -> str:
-    """The characters for which the running Python's csv quotes a cell (QUOTE_MINIMAL, lines
-    ending in a line feed): a ',', a '"', a line feed, and a carriage return from Python 3.13
-    on (CPython gh-67044), asked of the csv module itself, which pandas' to_csv writes with."""
-    import csv
-    import io
-
-    quoted = ""
-    for character in ',"\n\r':
-        line = io.StringIO()
-        csv.writer(line, lineterminator="\n").writerow([f"a{character}b", "c"])
-        quoted += character if line.getvalue().startswith('"') else ""
-    return quoted
-
-
-QUOTED = _quoted_characters()
+# The characters for which a cell is quoted: a ',', a '"', a line feed and a carriage return.
+# Python's csv (which pandas' to_csv writes with) quotes a carriage return from 3.13 on only
+# (CPython gh-67044); a lone one left bare ends the row for every reader, pandas' among them,
+# so a description holding one came back as two rows. mixer quotes it on every Python, so the
+# bytes are the same on each and read back as written.
+QUOTED = ',"\n\r'
 NEEDS_QUOTES = f"[{QUOTED}]"  # none of them is special in a character class
 
 
@@ -104,8 +95,22 @@ def text(
     body = keyed_rows(*keyed, spelled) if keyed is not None else None
     body = rows(frame, spelled) if body is None else body
     if body is None:
-        return frame.to_csv(None, header=header, index=False).encode("utf-8")
-    return (frame.iloc[:0].to_csv(index=False).encode("utf-8") if header else b"") + body
+        return pandas_text(frame, header).encode("utf-8")
+    return (pandas_text(frame.iloc[:0]).encode("utf-8") if header else b"") + body
+
+
+def pandas_text(frame: pd.DataFrame, header: bool = True) -> str:
+    """pandas' to_csv(index=False) of the frame, a cell with a carriage return quoted (QUOTED)
+    on every Python: where one is bare, pandas writes the frame again with rows ending in
+    '\\r\\n' (so its csv quotes the cell) and each row's end, outside quotes, is put back to
+    '\\n'."""
+    import re
+
+    written = frame.to_csv(None, header=header, index=False)
+    if "\r" not in written:
+        return written
+    written = frame.to_csv(None, header=header, index=False, lineterminator="\r\n")
+    return re.sub(r'("[^"]*(?:""[^"]*)*")|\r\n', lambda found: found.group(1) or "\n", written)
 
 
 def rows(frame: pd.DataFrame, spelled: Optional[Spelled] = None) -> Optional[bytes]:
