@@ -104,3 +104,28 @@ def test_predict_reads_a_parquet_files_categorical_description_column(
             assert predict_main(args + ["--chunk-size", str(chunk_size)]) == 0
             written.append(out.read_bytes())
         assert written[1] == written[0]
+
+
+@pytest.mark.parametrize("column", ["occ1", "note"])
+def test_a_parquet_files_string_view_column_is_read_as_its_text(
+    tiny_two_code_run, tmp_path, column
+):
+    """Polars and DuckDB write text as Arrow's string_view; the description or another column
+    of that layout gives the output of the same rows as plain text, byte for byte."""
+    import pyarrow as pa
+
+    from mixer.cli.entrypoints import predict_main
+
+    texts = ["farmer", "smith", "farmer", "labourer", "smith"]
+    table = pa.table({"occ1": pa.array(texts), "note": pa.array(list("abcde"))})  # as Polars
+    plain, views = tmp_path / "plain.parquet", tmp_path / "views.parquet"
+    pq.write_table(table, plain)
+    at = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(at, column, table[column].cast(pa.string_view())), views)
+    written = []
+    for path in (plain, views):
+        out = tmp_path / f"{path.stem}.csv"
+        args = ["--checkpoint", tiny_two_code_run, "--input", str(path), "--output", str(out)]
+        assert predict_main(args) == 0
+        written.append(out.read_bytes())
+    assert written[1] == written[0]

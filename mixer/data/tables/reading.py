@@ -735,7 +735,10 @@ def _parquet_frame(table) -> pd.DataFrame:
     reader. Its columns are Arrow-backed, so a chunk's types do not depend on its values and an
     integer column with nulls stays integers (numpy would make it float64, and
     12345678901234567 would come back as ...568). A named index (pandas' to_parquet of
-    a frame indexed by 'parish') is a column of the file."""
+    a frame indexed by 'parish') is a column of the file. A string_view or binary_view column
+    (Arrow's newer layouts, which Polars and DuckDB write) is read as large_string or
+    large_binary: the same values, in the layout Arrow's kernels (take, the keying) handle."""
+    table = _without_views(table)
     try:
         frame = table.to_pandas(types_mapper=pd.ArrowDtype)
     except (TypeError, NotImplementedError, ValueError):  # pandas metadata naming a dtype pandas
@@ -743,6 +746,19 @@ def _parquet_frame(table) -> pd.DataFrame:
     if any(name is not None for name in frame.index.names):
         frame = frame.reset_index()
     return frame.reset_index(drop=True)
+
+
+def _without_views(table):
+    """The table or batch with its string_view / binary_view columns cast to large_string /
+    large_binary (the same values); itself where it has none."""
+    import pyarrow as pa
+
+    views = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+    schema = table.schema
+    if not any(field.type in views for field in schema):
+        return table
+    fields = [field.with_type(views.get(field.type, field.type)) for field in schema]
+    return table.cast(pa.schema(fields, metadata=schema.metadata))
 
 
 def _kind_of(path: str, options: TableOptions, file_flag: Optional[str] = None) -> str:
