@@ -552,3 +552,30 @@ def test_first_line_of_an_error_keeps_no_terminal_control_sequences():
     assert first_line(ValueError(message)) == "bold cursor link c1 bell"
     assert first_line(ValueError("a\rb")) == "a"
     assert first_line(ValueError("")) == "ValueError"
+
+
+@pytest.mark.parametrize("program", ["predict", "finetune"])
+def test_a_job_gives_the_stop_signals_their_handlers_back(program, small_csv, tmp_path):
+    """A job takes SIGTERM / SIGUSR1 to stop at a chunk or a step; once it ends, a notebook or
+    script that ran it gets its own handlers back (else SIGTERM is ignored from then on)."""
+    from mixer.cli.entrypoints import finetune_main, predict_main
+
+    def mine(*_):
+        pass
+
+    before = {sig: signal.signal(sig, mine) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        run = tmp_path / "run"
+        train = ["--dataset", small_csv, "--target-cols", "hisco_1", "--save-path", str(run)]
+        assert finetune_main([*train, *TINY, "--max-steps", "2", "--batch-size", "8"]) == 0
+        if program == "predict":
+            out = tmp_path / "out.csv"
+            assert (
+                predict_main(["--checkpoint", str(run), "--input", small_csv, "--output", str(out)])
+                == 0
+            )
+        after = {sig: signal.getsignal(sig) for sig in before}
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert after == {signal.SIGTERM: mine, signal.SIGUSR1: mine}

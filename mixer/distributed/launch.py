@@ -109,12 +109,25 @@ def squeue(job: str, field: str, env: Mapping[str, str], run=None):
         return None
 
 
-def stop_on_signals(request_stop) -> None:
+def stop_on_signals(request_stop):
     """SIGTERM / SIGUSR1 (Slurm pre-emption) call request_stop: training finishes the step,
-    the ranks agree, it saves and exits 0; prediction keeps its chunk and exits 0."""
+    the ranks agree, it saves and exits 0; prediction keeps its chunk and exits 0. Returns a
+    function that gives the signals back their handlers of before, for the job's end: a
+    notebook or script that ran a job still ends at SIGTERM."""
+    before = {}
     for sig in (signal.SIGTERM, getattr(signal, "SIGUSR1", None)):
         if sig is not None:
             try:
-                signal.signal(sig, request_stop)
+                before[sig] = signal.signal(sig, request_stop)
             except ValueError:  # not the main thread
                 pass
+
+    def restore() -> None:
+        for sig, handler in before.items():
+            try:
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+            except ValueError:  # not the main thread
+                pass
+        before.clear()
+
+    return restore

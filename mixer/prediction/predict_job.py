@@ -82,6 +82,8 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
         from mixer.prediction.resume import release_held
 
         release_held()  # a job that does not resume: its lock, held while it ran
+        if job.stop is not None:  # SIGTERM / SIGUSR1 as before the job
+            job.stop.release()
         mdist.teardown(world)
 
 
@@ -1174,10 +1176,11 @@ class StopRequest:
             False,
             journal is not None,
         )  # the same on every rank (resume.shared)
+        self.release = lambda: None  # the signals' handlers of before given back (job's end)
         if self.armed:
             from mixer.distributed.launch import stop_on_signals
 
-            stop_on_signals(self.request)
+            self.release = stop_on_signals(self.request)
 
     def request(self, *_):
         self.requested = True

@@ -87,6 +87,7 @@ class Trainer:
             stopping=lambda: self.stop_requested,
         )
         self.eta = Eta(0)  # fit() starts the real one, from the resumed state
+        self.signals_back = lambda: None  # fit() takes SIGTERM / SIGUSR1 (stop_on_signals)
         self.hooks: list = list(
             hooks
         )  # what the run does at evaluations and at its end (mixer.training.hooks)
@@ -94,7 +95,8 @@ class Trainer:
 
     # ------------------------------------------------------------ the loop
     def fit(self) -> dict:
-        resume.stop_on_signals(self.request_stop)  # Slurm pre-emption: finish the step, agree, save
+        self.signals_back = resume.stop_on_signals(self.request_stop)  # Slurm pre-emption:
+        # finish the step, agree, save; the handlers of before given back by close()
         self.eta = Eta(
             self.progress.step, self.progress.elapsed, bool(self.cfg.early_stopping_patience)
         )
@@ -314,7 +316,9 @@ class Trainer:
         return resume.resume_report(self, path)
 
     def close(self) -> None:
-        """The job ended, however it ended: every hook stops what it still runs."""
+        """The job ended, however it ended: every hook stops what it still runs, and SIGTERM /
+        SIGUSR1 get their handlers of before the job back."""
+        self.signals_back()
         for hook in self.hooks:
             if hasattr(hook, "close"):  # a hook registered from outside may predate close
                 hook.close()
