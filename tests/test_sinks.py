@@ -512,3 +512,37 @@ def test_an_output_declared_in_its_own_module_is_checked_resumed_and_swept(
     refused = declared(cut, "--output", cut / "tally.json")
     assert refused.returncode != 0
     assert f"--output {cut / 'tally.json'}: is the --tally file and would" in refused.stderr
+
+
+def test_a_sink_that_edits_its_part_changes_no_other_output(run, small_csv, tmp_path):
+    """Each sink gets its own copy of a chunk's part: a sink handed in before the output that
+    changes a code and adds a column reaches neither a CSV nor a Parquet output, and so both
+    hold the same rows as a job without it."""
+
+    class Editing(sinks.Sink):
+        @classmethod
+        def wanted(cls, config):
+            return True
+
+        def __init__(self, job):
+            pass
+
+        def add(self, job, part):
+            part.predicted["code_1"] = "REVIEW"
+            part.predicted["checked"] = False
+            part.chunk.loc[:, "occ1"] = "edited"
+
+        def state_dict(self):
+            return None
+
+    written = {}
+    for ext in ("csv", "parquet"):
+        for edits in (False, True):
+            out = tmp_path / f"{edits}.{ext}"
+            given = [Editing, *default_sinks()] if edits else default_sinks()
+            argv = ["--checkpoint", run, "--input", small_csv, "--output", str(out)]
+            assert predict_main(argv, sinks=given) == 0
+            written[ext, edits] = out.read_bytes() if ext == "csv" else pd.read_parquet(out)
+    assert written["csv", True] == written["csv", False]
+    pd.testing.assert_frame_equal(written["parquet", True], written["parquet", False])
+    assert "REVIEW" not in set(written["parquet", True]["code_1"])

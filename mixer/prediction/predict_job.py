@@ -151,6 +151,32 @@ class Part:
         # read ahead, which a journal written before them must not count)
         self.languages, self.blank_rows = {}, 0
 
+    def read_only(self) -> "Part":
+        """The part as a sink gets it: its tables copies that share the data (pandas' copy on
+        write), its arrays views that refuse a write, so no sink changes what another writes
+        (a CSV output spells its rows from `keyed`, a Parquet one from `predicted`: an edit
+        would reach one and not the other)."""
+        import copy
+
+        view = copy.copy(self)
+        for name, value in vars(self).items():
+            setattr(view, name, _read_only(value))
+        return view
+
+
+def _read_only(value):
+    """A table as a copy sharing its data, an array as a view refusing a write, a tuple of them
+    alike; anything else as it is."""
+    if isinstance(value, pd.DataFrame):
+        return value.copy(deep=False)
+    if isinstance(value, np.ndarray):
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(value, tuple):
+        return tuple(_read_only(item) for item in value)
+    return value
+
 
 def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
     """Every refusal before the model loads; the sinks this job writes, of `sinks` (None:
@@ -437,7 +463,7 @@ def write_part(job: Job, part: Part, news: Optional[dict] = None) -> None:
     if job.world.is_main:
         for sink in job.sinks:
             with writing(*sink.file()):  # a full disk: the file named, the chunks kept
-                sink.add(job.context, part)
+                sink.add(job.context, part.read_only())
         if job.journal is not None:  # the chunk done: its store part, states, journal
             keep_chunk(job, part)
 

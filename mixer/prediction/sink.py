@@ -69,7 +69,8 @@ class Sink:
       here and below, is the job's JobContext: read-only;
     - `add(job, part)` on rank 0 for each chunk, in input order: `part` holds the chunk, its
       model inputs, its rows without a description, the code table (`predicted`, or None) and
-      the embeddings (`vectors`, or None);
+      the embeddings (`vectors`, or None). Each sink gets its own copy (Part.read_only): what
+      it changes there reaches no other sink, whatever their order;
     - `commit(job)` on rank 0 at the end: the output renamed into place, its line said. A sink
       with `early` commits before the job's closing lines, through rank 0's agreement with the
       other ranks (a failure there ends every rank): the audit;
