@@ -1,7 +1,7 @@
 """The model's batch plan over a file's chunks (mixer.prediction.predict_job.Window): the new
-inputs of a window of chunks go to the model in one call, sorted by length and batched
-together, so a file's batches do not depend on which chunk an input first came in
-(docs/performance.md, "The rows beyond the model")."""
+inputs of a window of chunks go to the model in one call (one batch plan, made in groups of
+its batches), sorted by length and batched together, so a file's batches do not depend on
+which chunk an input first came in (docs/performance.md, "The rows beyond the model")."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def in_groups(inputs: int) -> list:
     return [most] * (inputs // most) + ([inputs % most] if inputs % most else [])
 
 
-def test_the_new_inputs_of_a_window_of_chunks_go_to_the_model_in_one_call(
+def test_the_new_inputs_of_a_window_of_chunks_go_to_the_model_in_one_batch_plan(
     run, census, tmp_path, model_rows
 ):
     # 12 chunks of 50 rows, fewer than a window holds: one batch plan for the file's distinct

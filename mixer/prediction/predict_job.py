@@ -449,7 +449,8 @@ LOOKAHEAD_ROWS = 1_600_000  # rows a window holds at most: 16 chunks of the defa
 
 class Window:
     """The look-ahead over chunks: the model reads a window's new distinct inputs in one
-    call, so they are sorted by length and batched together (a census's later chunks hold a
+    call (one batch plan, made in groups of its batches: `call`), so they are sorted by
+    length and batched together (a census's later chunks hold a
     few dozen new inputs each, which batched by chunk would each be a short, padded batch).
     A chunk whose inputs the store already holds, with none held before it, is written at
     once; otherwise it is held (keyed, not yet predicted) until the window holds
@@ -600,6 +601,7 @@ class Window:
         for g, where in enumerate(groups):
             if done[g]:
                 pieces.append(loaded[g])
+                loaded[g] = None  # held once, in `pieces`
                 continue
             with job.predictor.shared(world):
                 values = predict(rows.iloc[where].reset_index(drop=True))
@@ -611,11 +613,16 @@ class Window:
                 faults.grouped(self.groups_kept - 1)  # tests: a kill -9 here
         if not world.is_main:
             return None
+        if not isinstance(pieces[0], pd.DataFrame):  # each group's vectors put in their rows
+            values = np.empty((len(rows), *pieces[0].shape[1:]), dtype=pieces[0].dtype)
+            for where in groups:
+                values[where] = pieces.pop(0)
+            return values
         back = np.empty(len(rows), dtype=np.int64)  # each key's row among the groups' rows
         back[np.concatenate(groups)] = np.arange(len(rows))
-        if isinstance(pieces[0], pd.DataFrame):
-            return pd.concat(pieces, ignore_index=True).iloc[back].reset_index(drop=True)
-        return np.concatenate(pieces)[back]
+        values = pd.concat(pieces, ignore_index=True)
+        pieces.clear()
+        return values.iloc[back].reset_index(drop=True)
 
     def groups(self, rows: pd.DataFrame) -> list:
         """The rows of each group of the call on `rows` (positions, in the order the call
