@@ -310,6 +310,9 @@ def occcanine(hisco_model):
         ("run", ["--what", "logits", "--threshold", "0.3"], 4),
         ("occcanine", ["--what", "probs", "--language", "en"], 4),  # OccCANINE's shaped matrix
         ("occcanine", ["--head", "flat", "seq2seq", "--language", "en"], 4),
+        # the row steps on each group (the calibration of the run's calibration.json, rows
+        # without a description emptied) to Parquet, which keeps the columns' types
+        ("run", ["--head", "flat", "seq2seq", "--to-parquet"], 4),
     ],
 )
 def test_a_call_in_groups_writes_the_bytes_of_one_call(
@@ -328,8 +331,8 @@ def test_a_call_in_groups_writes_the_bytes_of_one_call(
     for name, most in (("one", 10**9), ("groups", batches)):
         folder = tmp_path / name
         folder.mkdir()
-        args = [a.format(dir=folder) for a in extra]
-        suffix = "npy" if "--what" in extra else "csv"
+        args = [a.format(dir=folder) for a in extra if a != "--to-parquet"]
+        suffix = "npy" if "--what" in extra else "parquet" if "--to-parquet" in extra else "csv"
         out = folder / f"out.{suffix}"
         with monkeypatch.context() as patched:
             patched.setattr(predict_job, "GROUP_BATCHES", most)
