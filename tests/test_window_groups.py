@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, run_program, zipf_census
+from conftest import ROOT, env_for_subprocess, run_program, torchrun_cmd, zipf_census
+from conftest import run as launch
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.faults: "gk" a kill after group k
 BATCH = 4  # --batch-size: a group of GROUP_BATCHES batches holds 16 inputs
@@ -248,27 +248,11 @@ def test_restart_sweeps_the_groups(run, census, tmp_path, model_rows):
 
 # ------------------------------------------------------------------ torchrun
 def torchrun(*args) -> list:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
+    return torchrun_cmd(2, "--standalone") + [
         os.path.join(ROOT, "predict.py"),
         "--distributed",
         *map(str, args),
     ]
-
-
-def launch(command, environment, check=True):
-    import subprocess
-
-    proc = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, cwd=ROOT, env=environment
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{command} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @pytest.mark.floats
@@ -282,11 +266,13 @@ def test_one_process_killed_mid_window_continues_in_two_and_two_in_one(run, cens
     one_two = tmp_path / "one-two" / "out.csv"
     assert killed(run, census, one_two, "g2", *extra).returncode == 9
     assert len(kept(one_two)) == 3
-    launch(torchrun(*cmd(run, census, one_two, *extra)), env())
+    launch(torchrun(*cmd(run, census, one_two, *extra)), env=env())
     assert one_two.read_bytes() == whole
     two_one = tmp_path / "two-one" / "out.csv"
     two_one.parent.mkdir()
-    lost = launch(torchrun(*cmd(run, census, two_one, *extra)), env(**{FAULT: "g2"}), check=False)
+    lost = launch(
+        torchrun(*cmd(run, census, two_one, *extra)), env=env(**{FAULT: "g2"}), check=False
+    )
     assert lost.returncode != 0 and not two_one.exists()
     assert len(kept(two_one)) == 3
     run_program("predict.py", *cmd(run, census, two_one, *extra), env=env())
