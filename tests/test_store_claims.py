@@ -268,6 +268,7 @@ CODE_TABLES = [
     ("bert", 7, ["flat", "seq2seq"], []),
     ("bert", 1, ["flat"], ["--language", "da"]),
     ("bert", 1000, ["seq2seq"], ["--top-k", "2"]),
+    ("bert", 1000, ["flat", "seq2seq"], ["--batch-size", "2"]),  # a window's call in groups
     ("occcanine", 7, ["flat"], []),
     ("occcanine", 1000, ["seq2seq"], []),
     ("occcanine", 1, ["flat"], ["--language", "da"]),

@@ -7,7 +7,11 @@ call below returns at once.
 - "k:TERM" (or another signal's name): the job sends itself that signal once chunk k's entry
   is saved: a scheduler's pre-emption;
 - "k:LOST": under torchrun the last rank ends (os._exit(9)) after chunk k, as the ranks are
-  about to agree whether to stop: a node lost.
+  about to agree whether to stop: a node lost;
+- "gk": the job ends (os._exit(9)) once the k-th group (from 0, over the job) of a window's
+  model call is kept beside the journal (mixer.prediction.resume.WindowGroups), before the
+  next group is computed; "gk:KILL" (or another signal's name) sends itself that signal there
+  instead (SIGKILL: a real kill -9).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 def _planned() -> tuple:
     """(chunk, kind) of the fault asked for, kind None for a kill; (None, None) for none."""
     value = os.environ.get(FAULT)
-    if not value:
+    if not value or value.startswith("g"):  # a group's (grouped)
         return None, None
     chunk, _, kind = value.partition(":")
     return int(chunk), kind or None
@@ -53,3 +57,19 @@ def agreeing(world, chunk: int) -> None:
     planned, kind = _planned()
     if planned == chunk and kind == "LOST" and world.rank == world.world_size - 1 > 0:
         _end()
+
+
+def grouped(count: int) -> None:
+    """The job's `count`-th group (from 0) of a window's model call kept: "gk", "gk:KILL"."""
+    value = os.environ.get(FAULT) or ""
+    if not value.startswith("g"):
+        return
+    group, _, kind = value[1:].partition(":")
+    if int(group) != count:
+        return
+    if not kind:
+        _end()
+    import signal
+
+    sys.stderr.flush()
+    os.kill(os.getpid(), getattr(signal, "SIG" + kind))

@@ -295,7 +295,7 @@ class Predictor:
         ids, lengths = self.token_ids.encode(texts, langs, desc_chars)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        order = np.argsort(lengths, kind="stable")
+        order = batch_order(lengths)
         padding = self.padding(states)
         for start in range(0, len(order), batch_size):
             if not self._mine(start // batch_size):  # another process's batch (shared)
@@ -319,6 +319,19 @@ class Predictor:
                 else:
                     hidden, pooled = None, self.model.pooled(input_ids, mask)
             yield rows, hidden, pooled, mask, langs[rows]
+
+    def plan(self, texts, langs, desc_chars=None) -> tuple:
+        """The batch plan of one call on these rows (texts and languages as the model reads
+        them, Model.read_inputs): (each row's distinct (language, text) pair, the pairs in the
+        order the call batches them, sorted by length, cut every batch size). The rows of a
+        run of that order given in that order, the run cut at batch boundaries, are batched
+        as the whole call batches them: their pairs come first-seen in the plan's order, which
+        the stable sort keeps (mixer.prediction.predict_job.Window's groups)."""
+        texts, langs, pair_ids, first_rows = _distinct(texts, langs, desc_chars)
+        _, lengths = self.token_ids.encode(
+            texts[first_rows], langs[first_rows], _rows_of(desc_chars, first_rows)
+        )
+        return pair_ids, batch_order(lengths)
 
     def _encoded_row_by_row(self, input_ids, mask, lengths, padding: InputPadding, states: bool):
         """A quantized encoder on one row at a time, each padded as far as it alone needs. A
@@ -400,6 +413,12 @@ def check_ngram(head, codes) -> None:
             f"{len(codes)} (it is another model's); delete it to predict with the encoder "
             "alone, or copy it again from the run"
         )
+
+
+def batch_order(lengths: np.ndarray) -> np.ndarray:
+    """The order a call batches its distinct rows in: by length, ties in their order (stable),
+    so that a run of the order given again comes back as it was (Predictor.plan)."""
+    return np.argsort(lengths, kind="stable")
 
 
 def _distinct(texts, langs, desc_chars=None) -> tuple:

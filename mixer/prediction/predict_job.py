@@ -470,13 +470,15 @@ def write_part(job: Job, part: Part, news: Optional[dict] = None) -> None:
 
 LOOKAHEAD_CHUNKS = 16  # chunks a window holds at most before its new inputs go to the model
 LOOKAHEAD_BATCHES = 64  # batches of new inputs (--batch-size each) that close a window sooner
+GROUP_BATCHES = 4  # batches of a window's call kept together: a kill redoes at most these
 LOOKAHEAD_ROWS = 1_600_000  # rows a window holds at most: 16 chunks of the default size, so a
 # larger --chunk-size holds fewer chunks rather than more rows
 
 
 class Window:
     """The look-ahead over chunks: the model reads a window's new distinct inputs in one
-    call, so they are sorted by length and batched together (a census's later chunks hold a
+    call (one batch plan, made in groups of its batches: `call`), so they are sorted by
+    length and batched together (a census's later chunks hold a
     few dozen new inputs each, which batched by chunk would each be a short, padded batch).
     A chunk whose inputs the store already holds, with none held before it, is written at
     once; otherwise it is held (keyed, not yet predicted) until the window holds
@@ -513,6 +515,9 @@ class Window:
                 )
             )
         self.most = LOOKAHEAD_BATCHES * config.run.batch_size
+        self.first = None  # rank 0: the number of the window's first chunk (its groups' name)
+        self.kept = []  # rank 0: the groups of the window's call kept (resume.WindowGroups)
+        self.groups_kept = 0  # over the job (mixer.prediction.faults.grouped)
 
     def add(self, part: Part) -> None:
         news = {}
@@ -552,8 +557,9 @@ class Window:
         before (so a store past --store-memory spills chunk by chunk, as without a window)."""
         if not self.held:
             return
-        job, world = self.job, self.job.world
+        world = self.job.world
         first, computed = {}, []
+        self.first = self.held[0].number
         for name, store, predict, attribute in self.stores:
             firsts = self.pending.get(name, {})
             keys = np.empty(len(firsts), dtype=object)
@@ -561,9 +567,7 @@ class Window:
             chunk_of = np.asarray([held for held, _ in firsts.values()], dtype=np.int64)
             values = None
             if len(keys):
-                rows = _first_rows(self.held, firsts)
-                with job.predictor.shared(world):
-                    values = predict(rows)
+                values = self.call(name, predict, keys, _first_rows(self.held, firsts))
             computed.append((store, keys, values if world.is_main else None, chunk_of))
             first[attribute] = (keys, values)
         held, self.held, self.pending = self.held, [], {}
@@ -573,8 +577,96 @@ class Window:
                 if len(mine):
                     store.add(keys[mine], None if values is None else _rows(values, mine))
             self.write(part, first if number == 0 else None)  # the window's inputs: the first's
+            if number == 0:  # kept with it: the groups of its call are no longer needed
+                for kept in self.kept:
+                    kept.remove()
+                self.kept = []
             if self.stopped:  # the chunks after it are read again by the run that continues
                 return
+
+    def group_rows(self) -> int:
+        """The inputs of a group of a window's call: GROUP_BATCHES batches, of every batch
+        size the call cuts at (the full head's are FULL_BATCH rows at most)."""
+        from math import lcm
+
+        from mixer.prediction.predict import FULL_BATCH
+
+        size = self.job.config.run.batch_size
+        full = "full" in self.job.config.coding.head
+        return GROUP_BATCHES * (lcm(size, min(size, FULL_BATCH)) if full else size)
+
+    def call(self, name: str, predict, keys: np.ndarray, rows: pd.DataFrame):
+        """All ranks: a store's rows for the window's new inputs (`keys`, read at `rows`),
+        the model's call made in groups of GROUP_BATCHES consecutive batches of its batch plan
+        (Predictor.plan), so that its batches, and so its floats, are one call's; each group's
+        rows kept beside the journal as soon as it is done (rank 0, resume.WindowGroups), and
+        those a killed run kept taken from there (rank 0 reads them; every rank skips their
+        batches). A call of one group, or of a job that does not resume, is made as one, with
+        no file. Rank 0 gets the rows, in the keys' order; the other ranks None."""
+        job, world = self.job, self.job.world
+        if job.journal is None or len(rows) <= self.group_rows():
+            with job.predictor.shared(world):
+                return predict(rows)
+        groups = self.groups(rows)
+        if len(groups) == 1:
+            with job.predictor.shared(world):
+                return predict(rows)
+        from mixer.prediction import faults
+        from mixer.prediction.resume import WindowGroups
+
+        kept = None
+        if world.is_main:
+            kept = WindowGroups(job.journal, self.first, name)
+            self.kept.append(kept)
+            with writing(job.journal.flag, job.journal.output):
+                kept.sweep()  # an earlier window's groups (a kill before their removal)
+        loaded = [
+            kept.load(g, keys[where]) if kept is not None else None
+            for g, where in enumerate(groups)
+        ]
+        done = mdist.broadcast_object([value is not None for value in loaded], world)
+        pieces = []
+        for g, where in enumerate(groups):
+            if done[g]:
+                pieces.append(loaded[g])
+                loaded[g] = None  # held once, in `pieces`
+                continue
+            with job.predictor.shared(world):
+                values = predict(rows.iloc[where].reset_index(drop=True))
+            if world.is_main:
+                with writing(job.journal.flag, job.journal.output):  # beside the journal
+                    kept.save(g, keys[where], values)
+                pieces.append(values)
+                self.groups_kept += 1
+                faults.grouped(self.groups_kept - 1)  # tests: a kill -9 here
+        if not world.is_main:
+            return None
+        if not isinstance(pieces[0], pd.DataFrame):  # each group's vectors put in their rows
+            values = np.empty((len(rows), *pieces[0].shape[1:]), dtype=pieces[0].dtype)
+            for where in groups:
+                values[where] = pieces.pop(0)
+            return values
+        back = np.empty(len(rows), dtype=np.int64)  # each key's row among the groups' rows
+        back[np.concatenate(groups)] = np.arange(len(rows))
+        values = pd.concat(pieces, ignore_index=True)
+        pieces.clear()
+        return values.iloc[back].reset_index(drop=True)
+
+    def groups(self, rows: pd.DataFrame) -> list:
+        """The rows of each group of the call on `rows` (positions, in the order the call
+        batches them): the batch plan (Predictor.plan) cut every group_rows() distinct
+        inputs; a row the model reads as an earlier one's (the same text and language) goes
+        with that one's group."""
+        job = self.job
+        _, texts, langs, desc_chars = job.model.read_inputs(*job.rows.read(rows), say_fit=False)
+        pair, order = job.predictor.plan(texts, langs, desc_chars)
+        place = np.empty(len(order), dtype=np.int64)  # each pair's place in the plan
+        place[order] = np.arange(len(order))
+        place = place[pair]  # each row's
+        by_plan = np.argsort(place, kind="stable")
+        group = place[by_plan] // self.group_rows()
+        cuts = np.flatnonzero(np.diff(group)) + 1
+        return np.split(by_plan, cuts)
 
 
 def _rows(values, where: np.ndarray):

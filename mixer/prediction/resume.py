@@ -238,16 +238,20 @@ class Journal:
         broken = saved["chunks"] and not os.path.exists(
             os.path.join(self.dir, _state(saved["chunks"] - 1))
         )
-        if (
-            broken or not saved["chunks"]
-        ):  # nothing to continue, or parts that cannot be (a kill at the end)
-            if broken:
-                log(
-                    f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
-                    "of its last chunk)"
-                )
+        if broken:  # parts that cannot be continued (a kill at the end)
+            log(
+                f"{self.flag} {self.output}: starts over (an unfinished run's parts, {self.dir}, lack the state "
+                "of its last chunk)"
+            )
             shutil.rmtree(self.dir)
             os.makedirs(self.dir)
+            self._save()
+            return
+        if not saved["chunks"]:  # no chunk to continue: only the first window's groups, if any
+            for name in os.listdir(self.dir):  # (WindowGroups: files of this job's, checked)
+                if not name.startswith(WindowGroups.PREFIX) or name.endswith(".new"):
+                    path = os.path.join(self.dir, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
             self._save()
             return
         self.chunks, self.rows = saved["chunks"], saved["rows"]
@@ -407,6 +411,107 @@ def other_kernels(saved: dict, now: dict) -> Optional[str]:
 
 def _state(chunk: int) -> str:
     return f"state-{chunk}.pkl"
+
+
+class WindowGroups:
+    """The groups of a window's model call kept beside the journal (rank 0;
+    mixer.prediction.predict_job.Window): the call is made in groups of consecutive batches of
+    its batch plan, and each group's results (a store's rows and their keys) are kept here as
+    soon as the group is done, so that a kill during the call redoes at most one group. A
+    file a group, `window-<the window's first chunk>-<store>-<group>.pkl`: the pickled (first
+    chunk, store, group, keys, rows) behind a header with its length and its checksum
+    (xxh3-64), written and read as a stream (the group is held once) and on the disk (fsync)
+    before its name is. A file that is torn, garbled, of another window (another first chunk)
+    or of other keys is never trusted: the group is computed again. The files are the
+    journal's: they go with its parts (the job's end, --restart, a start over), a run that
+    continues a journal of no chunk keeps them (Journal.open), and they are removed once the
+    window's first chunk, whose journal entry carries the window's new inputs, is kept; those
+    of an earlier window (a kill between that entry and their removal) when the next window's
+    call begins. The journal's fingerprint guards them as every part: another input, model or
+    option is refused or starts over before a group is read."""
+
+    PREFIX = "window-"
+    MAGIC = b"mixer window group 1\n"
+
+    def __init__(self, journal, first: int, store: str):
+        self.journal, self.first, self.store = journal, first, store
+
+    def path(self, group: int) -> str:
+        return self.journal.path(f"{self.PREFIX}{self.first}-{self.store}-{group}.pkl")
+
+    def sweep(self) -> None:
+        """The files of another window's groups, and any this window's write left cut short."""
+        mine = f"{self.PREFIX}{self.first}-"
+        for name in os.listdir(self.journal.dir):
+            if name.startswith(self.PREFIX) and (
+                not name.startswith(mine) or name.endswith(".new")
+            ):
+                os.unlink(self.journal.path(name))
+
+    def remove(self) -> None:
+        """This window's files: its first chunk is kept, with every new input of the window."""
+        mine = f"{self.PREFIX}{self.first}-"
+        for name in os.listdir(self.journal.dir):
+            if name.startswith(mine):
+                os.unlink(self.journal.path(name))
+
+    def save(self, group: int, keys, rows) -> None:
+        """Group `group`'s keys and rows on the disk (fsync), whole or under no name."""
+        import struct
+
+        import xxhash
+
+        path = self.path(group)
+        with open(path + ".new", "wb") as handle:
+            handle.write(self.MAGIC + bytes(16))  # the length and the checksum, once known
+            digest, length = xxhash.xxh3_64(), [0]
+
+            class Hashed:  # the pickle's bytes hashed as they are written, never held whole
+                def write(self, data) -> int:  # bytes, or a buffer of protocol 5 (an array's)
+                    view = memoryview(data).cast("B")
+                    digest.update(view)
+                    length[0] += view.nbytes
+                    return handle.write(view)
+
+            pickle.dump((self.first, self.store, group, keys, rows), Hashed(), protocol=5)
+            handle.seek(len(self.MAGIC))
+            handle.write(struct.pack("<QQ", length[0], digest.intdigest()))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(path + ".new", path)
+
+    def load(self, group: int, keys):
+        """Group `group`'s rows where its file is whole and holds these `keys` (in this
+        order) of this window's store; None otherwise (the group is computed again)."""
+        import struct
+
+        import numpy as np
+        import xxhash
+
+        path = self.path(group)
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(len(self.MAGIC) + 16)
+                if len(head) < len(self.MAGIC) + 16 or not head.startswith(self.MAGIC):
+                    return None
+                length, expected = struct.unpack("<QQ", head[len(self.MAGIC) :])
+                if os.fstat(handle.fileno()).st_size != len(head) + length:
+                    return None
+                digest = xxhash.xxh3_64()  # checked before a byte is unpickled
+                while block := handle.read(1 << 22):
+                    digest.update(block)
+                if digest.intdigest() != expected:
+                    return None
+                handle.seek(len(head))
+                first, store, number, kept, rows = pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError):
+            return None
+        if (first, store, number) != (self.first, self.store, group):
+            return None
+        kept = np.asarray(kept, dtype=object)
+        if len(kept) != len(keys) or not (kept == np.asarray(keys, dtype=object)).all():
+            return None
+        return rows
 
 
 class Followed:
