@@ -546,3 +546,47 @@ def test_a_sink_that_edits_its_part_changes_no_other_output(run, small_csv, tmp_
     assert written["csv", True] == written["csv", False]
     pd.testing.assert_frame_equal(written["parquet", True], written["parquet", False])
     assert "REVIEW" not in set(written["parquet", True]["code_1"])
+
+
+def test_an_output_asked_for_that_no_sink_passed_writes_is_refused(run, small_csv, tmp_path):
+    """--to-check with sinks that do not write a check list: refused in one line naming the
+    flag and the sink that writes it, before anything is written."""
+    from mixer.prediction.sinks import OutputSink
+
+    out, check = tmp_path / "out.csv", tmp_path / "check.csv"
+    argv = ["--checkpoint", run, "--input", small_csv, "--output", str(out)]
+    with pytest.raises(UserError, match=r"^--to-check .*check\.csv: none of the sinks passed"):
+        predict_main([*argv, "--to-check", "5", str(check)], sinks=[OutputSink])
+    assert not out.exists() and not check.exists()
+
+
+def test_no_sink_at_all_is_refused_in_a_line_that_says_so(run, small_csv, tmp_path):
+    argv = ["--checkpoint", run, "--input", small_csv, "--output", str(tmp_path / "out.csv")]
+    with pytest.raises(UserError, match="^the sinks passed write no file: pass predict.py's own"):
+        predict_main(argv, sinks=[])
+
+
+def test_predict_file_of_a_configuration_built_in_code_makes_predict_py_s_checks(
+    run, small_csv, tmp_path
+):
+    """predict_file(config) takes what the flags take (head greedy: seq2seq's decoding) and
+    refuses what they refuse (a language given both for every row and as a column)."""
+    from mixer.core.programs import PredictConfig
+    from mixer.prediction.predict_job import predict_file
+
+    def config(out, **fields):
+        made = PredictConfig()
+        made.model.checkpoint, made.data.input, made.outputs.output = run, small_csv, str(out)
+        for name, value in fields.items():
+            section, field = name.split("__")
+            setattr(getattr(made, section), field, value)
+        return made
+
+    greedy, seq2seq = tmp_path / "greedy.csv", tmp_path / "seq2seq.csv"
+    predict_file(config(greedy, coding__head=["greedy"]))
+    predict_file(config(seq2seq, coding__head=["seq2seq"]))
+    assert greedy.read_bytes() == seq2seq.read_bytes()
+    both = config(tmp_path / "both.csv", data__language="en", data__language_col="occ1")
+    with pytest.raises(UserError, match="^--language and --language-col were both given"):
+        predict_file(both)
+    assert not (tmp_path / "both.csv").exists()

@@ -170,8 +170,9 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
     options.refuse_lone_companions(job, parser.specs)
     if job.coding.calibrate and job.coding.head == parser.get_default("head"):
         job.coding.head = None  # not given: --calibrate refuses a --head given (it fits both heads)
-    if job.data.language_col and job.data.language:
-        raise cli.UserError("--language and --language-col were both given; pass one")
+    from mixer.prediction.predict_job import one_language
+
+    one_language(job)
     if job.coding.calibrate:
         from mixer.coding.calibrate import calibrate_main
         from mixer.prediction.api import Model
@@ -180,9 +181,6 @@ def predict_main(argv: Optional[Sequence[str]] = None, sinks: Optional[list] = N
 
         outputs = tuple(job_outputs(job, default_sinks() if sinks is None else sinks))
         return calibrate_main(job, Predictor, Model, outputs)
-    job.coding.head = list(
-        dict.fromkeys("seq2seq" if h == "greedy" else h for h in job.coding.head)
-    )
     if not job.data.input:
         raise cli.UserError("pass --input FILE (the rows to code), or --calibrate")
     from mixer.prediction.predict_job import predict_file

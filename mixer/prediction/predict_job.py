@@ -184,6 +184,10 @@ def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
     from mixer.prediction.sinks import check_paths, default_sinks, reads, refuse_no_output, written
 
     registered = default_sinks() if sinks is None else list(sinks)
+    one_language(config)  # predict_file's caller may build the config in code, not by flags
+    config.coding.head = list(  # greedy is seq2seq's decoding, the flag's and keyword's name
+        dict.fromkeys("seq2seq" if head == "greedy" else head for head in config.coding.head)
+    )
     refuse_no_output(config, registered)
     check_input_table(config.data.input, "--input")
     check_header(config.data.input, config.table_options("input"))  # two columns of one name
@@ -202,6 +206,12 @@ def check_job(config: PredictConfig, sinks: Optional[list] = None) -> list:
         config.outputs.crosswalk, None, config.table_options("crosswalk")
     )  # names and tables checked
     return [sink for sink in registered if sink.wanted(config)]
+
+
+def one_language(config) -> None:
+    """A file's language given twice, as one for every row and as a column: one line."""
+    if config.data.language_col and config.data.language:
+        raise UserError("--language and --language-col were both given; pass one")
 
 
 ROWS_SCANNED = 100_000  # rows a chunk of check_rows' pass over the input

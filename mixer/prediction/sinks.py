@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mixer.audit.guards import GUARDS  # a filled audit: no output replaces it
 from mixer.core.errors import UserError
+from mixer.prediction.sink import sink_name
 from mixer.prediction.sink_check_list import CheckListSink
 from mixer.prediction.sink_embeddings import EmbeddingSink, EmbeddingWriter
 from mixer.prediction.sink_output import OutputSink
@@ -104,7 +105,22 @@ def anchor(config, sinks) -> tuple:
 
 
 def refuse_no_output(config, sinks) -> None:
-    """A job that writes no file on its own: one line naming the outputs that do."""
+    """A job that writes no file on its own: one line naming the outputs that do. An output
+    the options ask for (predict.py's own sinks say which) that none of `sinks` writes: one
+    line naming it, as a flag no sink reads would otherwise be dropped without a word."""
     if anchor(config, sinks)[1] is None:
         usages = [s.usage for s in sorted(sinks, key=lambda s: s.rank) if s.rank and s.usage]
+        if not usages:
+            raise UserError(
+                "the sinks passed write no file: pass predict.py's own "
+                "(mixer.prediction.sinks.default_sinks()) or one that writes a file"
+            )
         raise UserError(f"pass {', '.join(usages)}, or several")
+    written = {flag for sink in wanted(config, sinks) for flag in sink.files(config)}
+    for sink in wanted(config, default_sinks()):
+        for flag, path in sink.files(config).items():
+            if flag not in written:
+                raise UserError(
+                    f"{flag} {path}: none of the sinks passed writes it; pass its sink "
+                    f"({sink_name(sink)}) with them, or leave {flag} out"
+                )
