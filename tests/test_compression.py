@@ -137,6 +137,8 @@ def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_
         damaged[len(damaged) // 2] ^= 0xFF
         bad = tmp_path / f"bad.csv{suffix}"
         bad.write_bytes(bytes(damaged))
+        trailing = tmp_path / f"trailing.csv{suffix}"
+        trailing.write_bytes(compress(data) + b"junk after the end")  # "trailing garbage"
         stata = tmp_path / f"cut.dta{suffix}"
         stata.write_bytes(compress(plain.read_bytes())[:-100])
         dataset = DataConfig(dataset=str(bad), target_cols=["hisco_1"], zero_padded_codes=True)
@@ -145,6 +147,11 @@ def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_
             (cut, lambda: list(iter_chunks(str(cut), 1000))),
             (cut, lambda: count_rows(str(cut))),
             (bad, lambda: list(iter_chunks(str(bad), 1000))),
+            *(  # bzip2's and xz's readers skip bytes after the end, as `gzip -t` does
+                [(trailing, lambda: list(iter_chunks(str(trailing), 1000)))]
+                if suffix == ".gz"
+                else []
+            ),
             (bad, lambda: prepare_run_data(dataset, 0, str(tmp_path / "run"), log=lambda _: 0)),
             (stata, lambda: list(iter_chunks(str(stata), 1000))),
         ):
@@ -153,6 +160,7 @@ def test_a_gzipped_file_that_does_not_decode_names_its_row_and_a_damaged_one_is_
             line = str(error.value)
             assert line.startswith("--") and f" {path}: cannot read it as " in line, line
             assert line.endswith("copy it again") or "Stata" in line, line
+            assert path != trailing or "has bytes after its end" in line, line
             assert "\n" not in line
 
 

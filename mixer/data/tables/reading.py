@@ -801,9 +801,10 @@ def _read_failure(exc: Exception, path: str, kind: str, layout, options: TableOp
     if layout is not None and "straddl" in str(exc):  # pyarrow: a row longer than a block
         return long_row(path, layout, options)
     packed = compression.by_content(path)
-    hint = (  # a compressed file cut short (a copy stopped) or damaged
-        f"; if the {compression.NAMES[packed]} file is cut short or damaged (test it: "
-        f"{compression.NAMES[packed]} -t {path}), copy it again"
+    hint = (  # a compressed file cut short (a copy stopped), damaged, or with bytes after its
+        # end (Python's readers refuse what `gzip -t` calls "trailing garbage ignored")
+        f"; if the {compression.NAMES[packed]} file is cut short, damaged or has bytes after its "
+        f"end (test it: {compression.NAMES[packed]} -t {path}), copy it again"
         if packed
         and isinstance(exc, compression.ERRORS)
         and not type(exc).__module__.startswith("pyarrow")
