@@ -110,6 +110,13 @@ def env_for_subprocess() -> dict:
     return env
 
 
+def predict_argv(run, source, out, *extra) -> list:
+    """predict.py's arguments: the model, the input, the output, then `extra` (as text)."""
+    return ["--checkpoint", str(run), "--input", str(source), "--output", str(out)] + [
+        str(value) for value in extra
+    ]
+
+
 def run_program(script: str, *args, timeout: int = 300, check: bool = True, env=None):
     """Run one of the entry points as a user would; returns the CompletedProcess."""
     proc = subprocess.run(

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import assert_floats_close, assert_same_predictions, zipf_census
+from conftest import assert_floats_close, assert_same_predictions, predict_argv, zipf_census
 from mixer.cli.entrypoints import predict_main
 
 
@@ -223,20 +223,7 @@ FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
 def predict_cmd(run, census, out, *extra) -> list:
-    return [
-        "--checkpoint",
-        run,
-        "--input",
-        census,
-        "--output",
-        str(out),
-        "--chunk-size",
-        "90",
-        "--head",
-        "flat",
-        "seq2seq",
-        *map(str, extra),
-    ]
+    return predict_argv(run, census, out, "--chunk-size", 90, "--head", "flat", "seq2seq", *extra)
 
 
 @pytest.mark.parametrize("what", [[], ["--what", "probs"]])

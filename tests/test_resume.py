@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, fails, run_program, write_xlsx
+from conftest import env_for_subprocess, fails, predict_argv, ROOT, run_program, write_xlsx
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.resume: "k" is a kill -9 after chunk k
 STAMP = "1700000000"  # SOURCE_DATE_EPOCH: the time an Excel or Stata file states, fixed across runs
@@ -38,17 +38,7 @@ def census(tmp_path_factory, small_csv) -> str:
 
 
 def predict_cmd(run, census, out, *extra) -> list:
-    return [
-        "--checkpoint",
-        run,
-        "--input",
-        census,
-        "--output",
-        str(out),
-        "--chunk-size",
-        "90",
-        *map(str, extra),
-    ]
+    return predict_argv(run, census, out, "--chunk-size", 90, *extra)
 
 
 def same_name(tmp_path, name: str, *folders) -> list:

@@ -11,7 +11,7 @@ import signal
 import pandas as pd
 import pytest
 
-from conftest import ROOT, env_for_subprocess, run_program, torchrun_cmd, zipf_census
+from conftest import env_for_subprocess, predict_argv, ROOT, run_program, torchrun_cmd, zipf_census
 from conftest import run as launch
 
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"  # mixer.prediction.faults: "gk" a kill after group k
@@ -46,19 +46,7 @@ def group() -> int:
 
 
 def cmd(run, census, out, *extra) -> list:
-    return [
-        "--checkpoint",
-        run,
-        "--input",
-        census,
-        "--output",
-        str(out),
-        "--chunk-size",
-        "50",
-        "--batch-size",
-        str(BATCH),
-        *map(str, extra),
-    ]
+    return predict_argv(run, census, out, "--chunk-size", 50, "--batch-size", BATCH, *extra)
 
 
 def env(**values) -> dict:
