@@ -317,3 +317,112 @@ def test_a_call_in_groups_writes_the_bytes_of_one_call(
         if suffix == "npy":
             written[name]["matrix"] = np.load(out).tobytes()
     assert written["one"] == written["groups"]
+
+
+@pytest.mark.parametrize("batch", [16, 17, 100])
+def test_the_full_heads_groups_are_4_of_its_own_batches(run, census, tmp_path, model_rows, batch):
+    """The full head batches 16 rows at most whatever --batch-size: a group is 4 of its
+    batches (64 inputs), so a kill redoes at most those, at any --batch-size."""
+    from mixer.cli.entrypoints import predict_main
+
+    args = ("--chunk-size", 50, "--batch-size", batch, "--head", "full")
+    whole = tmp_path / "whole.csv"
+    assert predict_main(predict_argv(run, census, whole, *args)) == 0
+    assert sum(model_rows) == inputs(run, census) and max(model_rows) <= 4 * 16
+    cut = tmp_path / "cut" / "out.csv"
+    cut.parent.mkdir()
+    proc = run_program(
+        "predict.py", *predict_argv(run, census, cut, *args), check=False, env=env(**{FAULT: "g0"})
+    )
+    assert proc.returncode == 9, proc.stderr  # a group was kept, and the kill came after it
+    assert predict_main(predict_argv(run, census, cut, *args)) == 0
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_a_group_is_cut_where_every_batching_of_the_call_cuts():
+    """4 batches of --batch-size; beside the full head's 16 rows, the least run of rows both
+    batchings cut at where 4 batches are not one."""
+    from types import SimpleNamespace
+
+    from mixer.prediction.predict_job import Window
+
+    def rows(batch, heads, store="table"):
+        config = SimpleNamespace(
+            run=SimpleNamespace(batch_size=batch), coding=SimpleNamespace(head=heads)
+        )
+        return Window.group_rows(SimpleNamespace(job=SimpleNamespace(config=config)), store)
+
+    assert rows(64, ["flat"]) == rows(64, ["flat", "seq2seq"]) == 256
+    assert rows(64, ["full"]) == rows(8, ["full"]) * 2 == 64
+    assert rows(64, ["flat", "full"]) == 256  # 16 divides 64
+    assert rows(17, ["flat", "full"]) == 272  # 16 batches of 17, 17 of 16: the least common run
+    assert rows(17, ["full"], store="vectors") == 68  # the embeddings batch --batch-size
+
+
+def test_a_full_disk_while_a_group_is_written_keeps_the_groups_done_and_says_so(
+    run, census, tmp_path, monkeypatch, capsys, model_rows
+):
+    """The first window's call, group 2's file cannot reach the disk: one line saying what is
+    kept and that the same command continues, no piece of the file left, and the run that
+    continues takes groups 0-1 and writes the uninterrupted run's bytes."""
+    import errno
+
+    from mixer.cli.entrypoints import predict_main
+    from mixer.core.errors import UserError
+    from mixer.prediction import resume
+
+    whole = uninterrupted(run, census, tmp_path, "--head", "flat")
+    cut = tmp_path / "cut" / "out.csv"
+    cut.parent.mkdir()
+    save, fsync = resume.WindowGroups.save, os.fsync
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full(self, group, keys, rows):
+        monkeypatch.setattr(os, "fsync", no_space if group == 2 else fsync)
+        try:
+            return save(self, group, keys, rows)
+        finally:
+            monkeypatch.setattr(os, "fsync", fsync)
+
+    monkeypatch.setattr(resume.WindowGroups, "save", full)
+    with pytest.raises(UserError) as refused:
+        predict_main(cmd(run, census, cut, "--head", "flat"))
+    line = str(refused.value)
+    assert "\n" not in line and "no space left on the device" in line, line
+    assert "after 2 group(s) of batches of the first model call" in line, line
+    assert "run the same command to continue" in line, line
+    assert kept(cut) == ["window-0-table-0.pkl", "window-0-table-1.pkl"]  # no .new left
+    monkeypatch.setattr(resume.WindowGroups, "save", save)
+    model_rows.clear()
+    assert predict_main(cmd(run, census, cut, "--head", "flat")) == 0
+    assert sum(model_rows) == inputs(run, census) - 2 * group()
+    assert cut.read_bytes() == whole
+
+
+def test_the_first_calls_groups_continued_on_another_device_say_so(
+    run, census, tmp_path, model_rows, capsys
+):
+    """A journal of no chunk whose groups were computed on another CPU model: the groups are
+    taken, and the run says so, as a journal of chunks does (its kernels round otherwise)."""
+    import json
+
+    from mixer.cli.entrypoints import predict_main
+
+    cut = tmp_path / "cut" / "out.csv"
+    proc = killed(run, census, cut, "g2", "--head", "flat")
+    assert proc.returncode == 9, proc.stderr
+    journal = os.path.join(parts(cut), "journal.json")
+    with open(journal, encoding="utf-8") as handle:
+        saved = json.load(handle)
+    saved["made_by"]["device"]["name"] = "Another CPU model"
+    with open(journal, "w", encoding="utf-8") as handle:
+        json.dump(saved, handle)
+    capsys.readouterr()
+    model_rows.clear()
+    assert predict_main(cmd(run, census, cut, "--head", "flat")) == 0
+    said = capsys.readouterr().out  # the job's lines (stdout)
+    assert sum(model_rows) == inputs(run, census) - 3 * group()
+    assert "continuing an unfinished run's first model call after 3 group(s)" in said, said
+    assert "began on" in said and "Another CPU model" in said, said

@@ -46,7 +46,7 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
     mixer.prediction.sinks.default_sinks); each says from `config` whether it is wanted."""
     sinks = check_job(config, sinks)  # before the model loads: a wrong path or option fails at once
     world = mdist.setup(DistConfig(distributed=config.run.distributed), program="predict.py")
-    job = Job(config, world, sinks)
+    job, ahead = Job(config, world, sinks), None
     try:
         load_model(job)
         open_sinks(job)  # a changed input or option refused first, by the journal
@@ -73,8 +73,9 @@ def predict_file(config: PredictConfig, sinks: Optional[list] = None) -> None:
         finish(job)
     except BaseException as exc:
         fail(job, exc)
-        if world.is_main and job.journal is not None and job.journal.chunks:
-            line = kept_line(job, exc)
+        groups = ahead.groups_kept if ahead is not None and job.journal is not None else 0
+        if world.is_main and job.journal is not None and (job.journal.chunks or groups):
+            line = kept_line(job, exc, groups)
             if line is not None:
                 raise UserError(line) from exc
         raise
@@ -594,16 +595,23 @@ class Window:
             if self.stopped:  # the chunks after it are read again by the run that continues
                 return
 
-    def group_rows(self) -> int:
-        """The inputs of a group of a window's call: GROUP_BATCHES batches, of every batch
-        size the call cuts at (the full head's are FULL_BATCH rows at most)."""
-        from math import lcm
+    def group_rows(self, name: str) -> int:
+        """The inputs of a group of a window's call of store `name`: GROUP_BATCHES batches of
+        the call, cut where every batching of the call cuts (each head batches the rows apart:
+        --batch-size, the full head FULL_BATCH rows at most; the embeddings --batch-size). Where
+        two sizes do not divide each other (the full head's 16 beside --batch-size 17), the
+        least run of rows both cut at, if longer: then a group is more than 4 batches."""
+        from math import ceil, lcm
 
         from mixer.prediction.predict import FULL_BATCH
 
         size = self.job.config.run.batch_size
-        full = "full" in self.job.config.coding.head
-        return GROUP_BATCHES * (lcm(size, min(size, FULL_BATCH)) if full else size)
+        sizes = {size}
+        if name == "table":
+            heads = self.job.config.coding.head
+            sizes = {min(size, FULL_BATCH) if head == "full" else size for head in heads}
+        both = lcm(*sizes)
+        return both * ceil(GROUP_BATCHES * max(sizes) / both)
 
     def call(self, name: str, predict, keys: np.ndarray, rows: pd.DataFrame):
         """All ranks: a store's rows for the window's new inputs (`keys`, read at `rows`),
@@ -614,10 +622,10 @@ class Window:
         batches). A call of one group, or of a job that does not resume, is made as one, with
         no file. Rank 0 gets the rows, in the keys' order; the other ranks None."""
         job, world = self.job, self.job.world
-        if job.journal is None or len(rows) <= self.group_rows():
+        if job.journal is None or len(rows) <= self.group_rows(name):
             with job.predictor.shared(world):
                 return predict(rows)
-        groups = self.groups(rows)
+        groups = self.groups(rows, self.group_rows(name))
         if len(groups) == 1:
             with job.predictor.shared(world):
                 return predict(rows)
@@ -662,9 +670,9 @@ class Window:
         pieces.clear()
         return values.iloc[back].reset_index(drop=True)
 
-    def groups(self, rows: pd.DataFrame) -> list:
+    def groups(self, rows: pd.DataFrame, most: int) -> list:
         """The rows of each group of the call on `rows` (positions, in the order the call
-        batches them): the batch plan (Predictor.plan) cut every group_rows() distinct
+        batches them): the batch plan (Predictor.plan) cut every `most` (group_rows) distinct
         inputs; a row the model reads as an earlier one's (the same text and language) goes
         with that one's group."""
         job = self.job
@@ -674,7 +682,7 @@ class Window:
         place[order] = np.arange(len(order))
         place = place[pair]  # each row's
         by_plan = np.argsort(place, kind="stable")
-        group = place[by_plan] // self.group_rows()
+        group = place[by_plan] // most
         cuts = np.flatnonzero(np.diff(group)) + 1
         return np.split(by_plan, cuts)
 
@@ -860,11 +868,13 @@ def commit(job: Job, sink) -> None:
         sink.commit(job.context)
 
 
-def kept_line(job: Job, exc: BaseException) -> Optional[str]:
+def kept_line(job: Job, exc: BaseException, groups: int = 0) -> Optional[str]:
     """Rank 0, a job that resumes: the one line for a file that could not be written once
-    chunks were completed (WriteFailed from any writer of the job, mixer.core.io.writing; an
-    OSError of no writer's is said of the parts, beside the job's first output) or for a row
-    refused mid-job (kept_on_refusal), or None for another failure. The chunks stay (fail) for the same command to continue."""
+    chunks were completed, or `groups` groups of the first window's model call kept (Window.call)
+    (WriteFailed from any writer of the job, mixer.core.io.writing; an OSError of no writer's is
+    said of the parts, beside the job's first output) or for a row refused mid-job
+    (kept_on_refusal), or None for another failure. The chunks stay (fail) for the same command
+    to continue."""
     failed = exc if isinstance(exc, WriteFailed) else None
     if failed is None and isinstance(exc, OSError):
         from mixer.core.errors import first_line
@@ -873,6 +883,8 @@ def kept_line(job: Job, exc: BaseException) -> Optional[str]:
         reason = disk_full(exc) or first_line(exc)
         failed = WriteFailed(job.journal.flag, job.journal.output, reason)
     chunks = f"{job.journal.chunks:,} chunk(s)"
+    if not job.journal.chunks and groups:
+        chunks = f"{groups:,} group(s) of batches of the first model call"
     if failed is None:
         if kept_on_refusal(exc):  # a row found mid-job that cannot be written
             return (

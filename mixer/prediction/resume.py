@@ -248,10 +248,22 @@ class Journal:
             self._save()
             return
         if not saved["chunks"]:  # no chunk to continue: only the first window's groups, if any
+            groups = 0
             for name in os.listdir(self.dir):  # (WindowGroups: files of this job's, checked)
                 if not name.startswith(WindowGroups.PREFIX) or name.endswith(".new"):
                     path = os.path.join(self.dir, name)
                     shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+                else:
+                    groups += 1
+            kernels = other_kernels(saved["made_by"], self.made_by)
+            if groups:
+                log(
+                    f"{self.flag} {self.output}: continuing an unfinished run's first model call "
+                    f"after {groups:,} group(s) of its batches (--restart starts over)"
+                )
+            if groups and kernels:
+                log(f"{self.flag} {self.output}: the unfinished run {kernels}")
+            self.started = saved.get("started") or self.started
             self._save()
             return
         self.chunks, self.rows = saved["chunks"], saved["rows"]
@@ -462,22 +474,27 @@ class WindowGroups:
         import xxhash
 
         path = self.path(group)
-        with open(path + ".new", "wb") as handle:
-            handle.write(self.MAGIC + bytes(16))  # the length and the checksum, once known
-            digest, length = xxhash.xxh3_64(), [0]
+        try:
+            with open(path + ".new", "wb") as handle:
+                handle.write(self.MAGIC + bytes(16))  # the length and the checksum, once known
+                digest, length = xxhash.xxh3_64(), [0]
 
-            class Hashed:  # the pickle's bytes hashed as they are written, never held whole
-                def write(self, data) -> int:  # bytes, or a buffer of protocol 5 (an array's)
-                    view = memoryview(data).cast("B")
-                    digest.update(view)
-                    length[0] += view.nbytes
-                    return handle.write(view)
+                class Hashed:  # the pickle's bytes hashed as they are written, never held whole
+                    def write(self, data) -> int:  # bytes, or a buffer of protocol 5 (an array's)
+                        view = memoryview(data).cast("B")
+                        digest.update(view)
+                        length[0] += view.nbytes
+                        return handle.write(view)
 
-            pickle.dump((self.first, self.store, group, keys, rows), Hashed(), protocol=5)
-            handle.seek(len(self.MAGIC))
-            handle.write(struct.pack("<QQ", length[0], digest.intdigest()))
-            handle.flush()
-            os.fsync(handle.fileno())
+                pickle.dump((self.first, self.store, group, keys, rows), Hashed(), protocol=5)
+                handle.seek(len(self.MAGIC))
+                handle.write(struct.pack("<QQ", length[0], digest.intdigest()))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:  # a full disk: no piece of it left on the disk (fail keeps the rest)
+            if os.path.exists(path + ".new"):
+                os.unlink(path + ".new")
+            raise
         os.replace(path + ".new", path)
 
     def load(self, group: int, keys):
