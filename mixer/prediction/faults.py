@@ -22,18 +22,26 @@ import sys
 FAULT = "MIXER_PREDICT_FAULT_AFTER_CHUNK"
 
 
-def _planned() -> tuple:
-    """(chunk, kind) of the fault asked for, kind None for a kill; (None, None) for none."""
-    value = os.environ.get(FAULT)
-    if not value or value.startswith("g"):  # a group's (grouped)
+def _planned(point: str = "") -> tuple:
+    """(number, kind) of the fault asked for at `point` ("": a chunk's, "g": a group's), kind
+    None for a kill; (None, None) for none there."""
+    value = os.environ.get(FAULT) or ""
+    if not value or value.startswith("g") != (point == "g"):
         return None, None
-    chunk, _, kind = value.partition(":")
-    return int(chunk), kind or None
+    number, _, kind = value[len(point) :].partition(":")
+    return int(number), kind or None
 
 
 def _end() -> None:
     sys.stderr.flush()
     os._exit(9)
+
+
+def _signal(kind: str) -> None:
+    import signal
+
+    sys.stderr.flush()
+    os.kill(os.getpid(), getattr(signal, "SIG" + kind))
 
 
 def written(chunk: int) -> None:
@@ -47,9 +55,7 @@ def journaled(chunk: int) -> None:
     """Chunk `chunk`'s journal entry saved: "k:TERM" and the like."""
     planned, kind = _planned()
     if planned == chunk and kind not in (None, "LOST"):
-        import signal
-
-        os.kill(os.getpid(), getattr(signal, "SIG" + kind))
+        _signal(kind)
 
 
 def agreeing(world, chunk: int) -> None:
@@ -61,15 +67,6 @@ def agreeing(world, chunk: int) -> None:
 
 def grouped(count: int) -> None:
     """The job's `count`-th group (from 0) of a window's model call kept: "gk", "gk:KILL"."""
-    value = os.environ.get(FAULT) or ""
-    if not value.startswith("g"):
-        return
-    group, _, kind = value[1:].partition(":")
-    if int(group) != count:
-        return
-    if not kind:
-        _end()
-    import signal
-
-    sys.stderr.flush()
-    os.kill(os.getpid(), getattr(signal, "SIG" + kind))
+    planned, kind = _planned("g")
+    if planned == count:
+        _end() if kind is None else _signal(kind)
